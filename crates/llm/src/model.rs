@@ -1,0 +1,53 @@
+//! The [`ChatModel`] trait every model backend implements.
+
+use crate::error::LlmError;
+use crate::types::{ChatEvent, ChatRequest, ChatResponse, FinishReason};
+use async_trait::async_trait;
+use futures::{Stream, StreamExt};
+use std::pin::Pin;
+
+/// A streamed reply. Ends after [`ChatEvent::Finished`] or the first error.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, LlmError>> + Send>>;
+
+/// A chat model that streams its replies.
+///
+/// Contract: a stream yields text and tool-call deltas as they arrive, then every complete
+/// tool call once, then usage if known, then one `Finished`; after an `Err` it yields nothing
+/// more. Retrying is the implementation's business and happens only before the first event
+/// reached the caller, so a caller never sees a reply twice.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// Starts a reply.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError>;
+
+    /// A whole reply. The default collects [`ChatModel::stream`]; clients with a cheaper
+    /// non-streaming call override it.
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
+        collect_response(self.stream(request).await?).await
+    }
+
+    /// The model's identifier, for logs and metrics.
+    fn model_id(&self) -> &str;
+}
+
+/// Drains a stream into a [`ChatResponse`].
+///
+/// # Errors
+/// The stream's first error, or [`LlmError::Incomplete`] if it ended without `Finished`.
+pub async fn collect_response(mut stream: ChatStream) -> Result<ChatResponse, LlmError> {
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    let mut usage = None;
+    let mut finish: Option<FinishReason> = None;
+    while let Some(event) = stream.next().await {
+        match event? {
+            ChatEvent::TextDelta(t) => content.push_str(&t),
+            ChatEvent::ToolCallDelta { .. } => {}
+            ChatEvent::ToolCall(c) => tool_calls.push(c),
+            ChatEvent::Usage(u) => usage = Some(u),
+            ChatEvent::Finished(r) => finish = Some(r),
+        }
+    }
+    let finish_reason = finish.ok_or(LlmError::Incomplete)?;
+    Ok(ChatResponse { content, tool_calls, finish_reason, usage })
+}

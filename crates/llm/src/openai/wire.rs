@@ -1,0 +1,183 @@
+//! Wire types of the OpenAI chat-completions API; the only place its JSON names live.
+
+use crate::schema::{Provider, SchemaDialect, normalize_schema};
+use crate::types::{ChatRequest, Message, ResponseFormat, ToolChoice};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+/// Builds the request body for `provider`.
+pub(crate) fn request_body(req: &ChatRequest, model: &str, provider: Provider, stream: bool, include_usage: bool, strict_tools: bool) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("messages".into(), Value::Array(req.messages.iter().map(message).collect()));
+    body.insert("stream".into(), json!(stream));
+    if stream && include_usage {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if !req.tools.is_empty() {
+        let strict = strict_tools && provider == Provider::OpenAi;
+        let dialect = if strict { SchemaDialect::OpenAiStrict } else { provider.tool_dialect() };
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut f = json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": normalize_schema(&t.parameters, dialect),
+                });
+                if strict {
+                    f["strict"] = json!(true);
+                }
+                json!({"type": "function", "function": f})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(choice) = &req.tool_choice {
+            body.insert(
+                "tool_choice".into(),
+                match choice {
+                    ToolChoice::Auto => json!("auto"),
+                    ToolChoice::None => json!("none"),
+                    ToolChoice::Required => json!("required"),
+                    ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+                },
+            );
+        }
+    }
+    if let Some(format) = &req.response_format {
+        let v = match format {
+            ResponseFormat::Text => json!({"type": "text"}),
+            ResponseFormat::JsonObject => json!({"type": "json_object"}),
+            ResponseFormat::JsonSchema { name, schema, strict } => {
+                let dialect = match provider {
+                    Provider::Gemini => SchemaDialect::Gemini,
+                    Provider::OpenAi if *strict => SchemaDialect::OpenAiStrict,
+                    Provider::OpenAi => SchemaDialect::OpenAi,
+                    _ => SchemaDialect::Generic,
+                };
+                json!({"type": "json_schema", "json_schema": {
+                    "name": name, "schema": normalize_schema(schema, dialect), "strict": strict
+                }})
+            }
+        };
+        body.insert("response_format".into(), v);
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(n) = req.max_tokens {
+        // OpenAI's newer models only take the new name; everyone else knows the old one.
+        let key = if provider == Provider::OpenAi { "max_completion_tokens" } else { "max_tokens" };
+        body.insert(key.into(), json!(n));
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop".into(), json!(req.stop));
+    }
+    Value::Object(body)
+}
+
+fn message(m: &Message) -> Value {
+    match m {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": content})
+        }
+        Message::Assistant { content, tool_calls } => json!({
+            "role": "assistant",
+            // Several servers reject "" next to tool calls; null is universally accepted.
+            "content": if content.is_empty() { Value::Null } else { json!(content) },
+            "tool_calls": tool_calls.iter().map(|c| json!({
+                "id": c.id, "type": "function",
+                "function": {"name": c.name, "arguments": if c.arguments.is_empty() { "{}" } else { c.arguments.as_str() }}
+            })).collect::<Vec<_>>(),
+        }),
+        Message::Tool { tool_call_id, name, content } => {
+            json!({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
+        }
+    }
+}
+
+/// One `data:` chunk of a streamed reply.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StreamChunk {
+    #[serde(default)]
+    pub choices: Vec<StreamChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    #[serde(default)]
+    pub error: Option<WireError>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct StreamChoice {
+    #[serde(default)]
+    pub delta: Option<Delta>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Delta {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ToolCallDelta {
+    #[serde(default)]
+    pub index: Option<usize>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<FunctionDelta>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct FunctionDelta {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub prompt_tokens: u32,
+    #[serde(default)]
+    pub completion_tokens: u32,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireError {
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A non-streamed reply.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Completion {
+    #[serde(default)]
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompletionChoice {
+    pub message: CompletionMessage,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompletionMessage {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}

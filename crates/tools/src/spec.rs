@@ -1,0 +1,65 @@
+//! What a tool is, as models and UIs see it: name, description, class, schema, display text.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Whether a tool may run as soon as the model asks, or only after a human approved it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolClass {
+    /// Runs at once (lookups, searches, computations).
+    Read,
+    /// Changes the world; the graph pauses for human approval before it runs.
+    Write,
+}
+
+/// Text for a UI: RAGFlow-style display fields (seed 003). May hold i18n keys such as
+/// `$t:bad_calculator.name`, which a front end resolves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ToolDisplay {
+    /// Name shown to people; defaults to the tool name.
+    #[serde(rename = "displayName", skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Description shown to people; defaults to the model-facing description.
+    #[serde(rename = "displayDescription", skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Per-parameter display text, keyed by parameter name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, ParamDisplay>,
+}
+
+/// Display text for one parameter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ParamDisplay {
+    /// Description shown to people.
+    #[serde(rename = "displayDescription")]
+    pub description: String,
+}
+
+/// Everything needed to offer a tool to a model and show it in a UI.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    /// Unique name the model calls the tool by (`^[a-zA-Z0-9_-]{1,64}$`).
+    pub name: String,
+    /// What the tool does, written for the model.
+    pub description: String,
+    /// Read or write.
+    pub class: ToolClass,
+    /// JSON Schema of the arguments the *model* supplies (injected arguments removed).
+    pub parameters: Value,
+    /// Argument names filled from the call context instead of by the model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub injected: Vec<String>,
+    /// UI text.
+    #[serde(flatten)]
+    pub display: ToolDisplay,
+}
+
+/// Whether `name` is acceptable as a tool name for every provider we talk to
+/// (OpenAI's and Gemini's limits are the strictest: 1–64 of `[a-zA-Z0-9_-]`).
+pub(crate) fn valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
