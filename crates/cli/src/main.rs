@@ -1,1 +1,123 @@
-fn main() {}
+//! The `toolgraph` binary: composes the library crates behind one command line.
+//!
+//! Each subcommand lives in its own module and returns `anyhow::Result`; `main` only parses
+//! arguments, loads the configuration, sets up logging and maps errors to an exit code.
+
+mod config_cmd;
+mod tools_cmd;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use toolgraph_config::Config;
+
+/// toolgraph — a runtime and server for tool-using LLM chat agents.
+///
+/// Typed tools with human approval of write actions, a checkpointed agent graph, retrieval
+/// with citations and a streaming chat service, in one binary. Settings come from
+/// toolgraph.toml and TOOLGRAPH_* environment variables (see `toolgraph config show`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolgraph",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    /// Configuration file. Default: ./toolgraph.toml when it exists.
+    #[arg(long, global = true, env = "TOOLGRAPH_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Data directory (overrides `data_dir` and TOOLGRAPH_DATA_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// More log output on stderr (-v: debug, -vv: trace). TOOLGRAPH_LOG takes a full filter.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the available tools or call one directly.
+    #[command(subcommand)]
+    Tools(tools_cmd::ToolsCommand),
+    /// Inspect the effective configuration.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "toolgraph=debug,toolgraph_tools=debug,toolgraph_llm=debug,info",
+        _ => "trace",
+    };
+    let filter = std::env::var("TOOLGRAPH_LOG")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+    let default = PathBuf::from("toolgraph.toml");
+    let file = cli
+        .config
+        .clone()
+        .or_else(|| default.is_file().then_some(default));
+    let mut cfg = Config::load(file.as_deref()).context("cannot load the configuration")?;
+    if let Some(dir) = &cli.data_dir {
+        cfg.data_dir = dir.clone();
+    }
+    Ok(cfg)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(&cli)?;
+    match cli.command {
+        Command::Tools(cmd) => tools_cmd::run(cmd, &cfg).await,
+        Command::Config(cmd) => config_cmd::run(cmd, &cfg),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

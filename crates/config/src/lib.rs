@@ -1,1 +1,419 @@
-//! placeholder
+//! toolgraph's configuration: `toolgraph.toml` overridden by `TOOLGRAPH_*` variables.
+//!
+//! Owns: the typed settings ([`Config`] and its sections), loading them with figment,
+//! rejecting unknown keys and bad values with the source (file or variable), the key and
+//! the reason, and printing the effective configuration with secrets masked.
+//!
+//! Variables map onto keys by section: `TOOLGRAPH_DATA_DIR` → `data_dir`,
+//! `TOOLGRAPH_LLM_BASE_URL` → `llm.base_url`; a double underscore also nests
+//! (`TOOLGRAPH_LLM__MAX_RETRIES`).
+//!
+//! ```
+//! use toolgraph_config::Config;
+//! let cfg = Config::from_toml_str("[llm]\nbase_url = \"http://127.0.0.1:11434/v1\"\nmodel = \"qwen2.5\"\n").unwrap();
+//! assert_eq!(cfg.llm.model, "qwen2.5");
+//! assert!(Config::from_toml_str("[llm]\nbase_ulr = \"x\"\n").unwrap_err().to_string().contains("base_ulr"));
+//! ```
+#![warn(missing_docs)]
+
+mod secret;
+
+pub use secret::Secret;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use toolgraph_llm::Provider;
+
+/// Environment variables that are read elsewhere (the CLI), not configuration keys.
+const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
+
+/// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
+const SECTIONS: &[&str] = &["llm", "tools"];
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file is missing, unreadable, not TOML, or has unknown keys or wrong types.
+    #[error("{}", describe_figment(.0))]
+    Load(Box<figment::Error>),
+    /// A value parsed but is not acceptable.
+    #[error("invalid value for `{key}` (from {origin}): {reason}")]
+    Invalid {
+        /// Dotted key, e.g. `llm.base_url`.
+        key: String,
+        /// Where the value came from: a file path or an environment variable.
+        origin: String,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+fn describe_figment(e: &figment::Error) -> String {
+    e.clone()
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Everything toolgraph reads from `toolgraph.toml` and `TOOLGRAPH_*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where toolgraph keeps its files (SQLite, indexes, notes). Relative paths are relative
+    /// to the working directory. Default: `./.toolgraph`. Env: `TOOLGRAPH_DATA_DIR`.
+    pub data_dir: PathBuf,
+    /// PostgreSQL URL for checkpoints and conversations; unset means SQLite in the data
+    /// directory. Env: `TOOLGRAPH_DATABASE_URL`.
+    pub database_url: Option<Secret>,
+    /// Evaluation data directory. Default: `../shared/data`. Env: `TOOLGRAPH_EVAL_DATA`.
+    pub eval_data: PathBuf,
+    /// The model endpoint.
+    pub llm: LlmSettings,
+    /// Tool execution.
+    pub tools: ToolSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./.toolgraph"),
+            database_url: None,
+            eval_data: PathBuf::from("../shared/data"),
+            llm: LlmSettings::default(),
+            tools: ToolSettings::default(),
+        }
+    }
+}
+
+/// `[llm]`: an OpenAI-compatible endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSettings {
+    /// Base URL ending in the API version (`…/v1`). Unset: no remote model is configured.
+    /// Env: `TOOLGRAPH_LLM_BASE_URL`.
+    pub base_url: Option<String>,
+    /// Model name. Default: empty (required with `base_url`). Env: `TOOLGRAPH_LLM_MODEL`.
+    pub model: String,
+    /// Bearer token; local servers need none. Env: `TOOLGRAPH_LLM_API_KEY`.
+    pub api_key: Option<Secret>,
+    /// Server family (`openai`, `gemini`, `ollama`, `vllm`, `llama-cpp`, `generic`); decides
+    /// how tool schemas are normalised. Default: detected from `base_url`.
+    pub provider: Option<Provider>,
+    /// Connect timeout in milliseconds. Default: 5000.
+    pub connect_timeout_ms: u64,
+    /// Time allowed until the first byte of a reply, in milliseconds. Default: 60000.
+    pub first_byte_timeout_ms: u64,
+    /// Silence allowed between streamed chunks, in milliseconds. Default: 30000.
+    pub idle_timeout_ms: u64,
+    /// Limit on a whole non-streamed call, in milliseconds. Default: 120000.
+    pub request_timeout_ms: u64,
+    /// Retries after a failed attempt (connect errors, 429, 5xx). Default: 3.
+    pub max_retries: u32,
+    /// Send tool schemas in OpenAI strict mode. Default: false.
+    pub strict_tools: bool,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            model: String::new(),
+            api_key: None,
+            provider: None,
+            connect_timeout_ms: 5_000,
+            first_byte_timeout_ms: 60_000,
+            idle_timeout_ms: 30_000,
+            request_timeout_ms: 120_000,
+            max_retries: 3,
+            strict_tools: false,
+        }
+    }
+}
+
+/// `[tools]`: tool execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolSettings {
+    /// Default per-call time limit in milliseconds for tools that set none. Default: 30000.
+    pub timeout_ms: u64,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        Self { timeout_ms: 30_000 }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then `file` (if given; it must exist), then `TOOLGRAPH_*` variables.
+    ///
+    /// # Errors
+    /// See [`ConfigError`]; the message names the file or variable, the key and the reason.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(ConfigError::Invalid {
+                    key: "--config".into(),
+                    origin: "the command line".into(),
+                    reason: format!("{} does not exist or is not a file", path.display()),
+                });
+            }
+            fig = fig.merge(Toml::file_exact(path));
+        }
+        Self::extract(fig.merge(env_provider()))
+    }
+
+    /// Parses TOML text alone (no environment); for tests and embedding.
+    ///
+    /// # Errors
+    /// See [`ConfigError`].
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        Self::extract(
+            Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)),
+        )
+    }
+
+    fn extract(fig: Figment) -> Result<Self, ConfigError> {
+        let cfg: Config = fig.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
+        cfg.validate(&fig)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, fig: &Figment) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: origin(fig, key),
+            reason,
+        };
+        if let Some(base) = &self.llm.base_url {
+            match url::Url::parse(base) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                Ok(u) => {
+                    return Err(invalid(
+                        "llm.base_url",
+                        format!("scheme '{}' is not http or https", u.scheme()),
+                    ));
+                }
+                Err(e) => {
+                    return Err(invalid(
+                        "llm.base_url",
+                        format!("'{base}' is not a URL: {e}"),
+                    ));
+                }
+            }
+            if self.llm.model.trim().is_empty() {
+                return Err(invalid(
+                    "llm.model",
+                    "a model name is required when llm.base_url is set".into(),
+                ));
+            }
+        }
+        for (key, v) in [
+            ("llm.connect_timeout_ms", self.llm.connect_timeout_ms),
+            ("llm.first_byte_timeout_ms", self.llm.first_byte_timeout_ms),
+            ("llm.idle_timeout_ms", self.llm.idle_timeout_ms),
+            ("llm.request_timeout_ms", self.llm.request_timeout_ms),
+            ("tools.timeout_ms", self.tools.timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be greater than 0".into()));
+            }
+        }
+        if self.llm.max_retries > 10 {
+            return Err(invalid(
+                "llm.max_retries",
+                format!("{} is more than the allowed 10", self.llm.max_retries),
+            ));
+        }
+        if let Some(db) = &self.database_url
+            && !(db.expose().starts_with("postgres://") || db.expose().starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "database_url",
+                "must be a postgres:// or postgresql:// URL".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, secrets masked.
+    pub fn to_masked_toml(&self) -> String {
+        toml::to_string_pretty(self)
+            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+}
+
+/// `TOOLGRAPH_*` → keys: the first `_` after a section name nests, `__` nests anywhere.
+fn env_provider() -> Env {
+    Env::prefixed("TOOLGRAPH_")
+        .filter(|k| {
+            !NOT_CONFIG_KEYS
+                .iter()
+                .any(|n| k.as_str().eq_ignore_ascii_case(n))
+        })
+        .map(|k| {
+            let lower = k.as_str().to_ascii_lowercase().replace("__", ".");
+            for s in SECTIONS {
+                if let Some(rest) = lower.strip_prefix(&format!("{s}_")) {
+                    return format!("{s}.{rest}").into();
+                }
+            }
+            lower.into()
+        })
+        .split(".")
+}
+
+/// Where the value at `key` came from, for error messages.
+fn origin(fig: &Figment, key: &str) -> String {
+    match fig.find_metadata(key) {
+        Some(md) => match &md.source {
+            Some(figment::Source::File(p)) => p.display().to_string(),
+            _ => md.name.to_string(),
+        },
+        None => "defaults".into(),
+    }
+}
+
+impl LlmSettings {
+    /// The client settings for the configured endpoint, or `None` when no `base_url` is set.
+    pub fn openai_config(&self) -> Option<toolgraph_llm::OpenAiConfig> {
+        let base = self.base_url.as_ref()?;
+        let mut c = toolgraph_llm::OpenAiConfig::new(base.clone(), self.model.clone());
+        if let Some(p) = self.provider {
+            c.provider = p;
+        }
+        c.api_key = self.api_key.as_ref().map(|s| s.expose().to_owned());
+        c.connect_timeout = std::time::Duration::from_millis(self.connect_timeout_ms);
+        c.first_byte_timeout = std::time::Duration::from_millis(self.first_byte_timeout_ms);
+        c.idle_timeout = std::time::Duration::from_millis(self.idle_timeout_ms);
+        c.request_timeout = std::time::Duration::from_millis(self.request_timeout_ms);
+        c.retry.max_retries = self.max_retries;
+        c.strict_tools = self.strict_tools;
+        Some(c)
+    }
+}
+
+#[cfg(test)]
+// figment::Jail's closures return figment::Error; its size is not ours to choose.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[test]
+    fn defaults_are_sane() {
+        let c = Config::default();
+        assert_eq!(c.data_dir, PathBuf::from("./.toolgraph"));
+        assert_eq!(c.llm.max_retries, 3);
+        assert!(c.llm.base_url.is_none());
+    }
+
+    #[test]
+    fn file_then_environment_override() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "toolgraph.toml",
+                "data_dir = \"/tmp/tg\"\n[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"from-file\"\nmax_retries = 1\n",
+            )?;
+            jail.set_env("TOOLGRAPH_LLM_MODEL", "from-env");
+            jail.set_env("TOOLGRAPH_LLM_API_KEY", "sk-secret-123");
+            jail.set_env("TOOLGRAPH_LLM__IDLE_TIMEOUT_MS", "1234");
+            let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.data_dir, PathBuf::from("/tmp/tg"));
+            assert_eq!(c.llm.model, "from-env");
+            assert_eq!(c.llm.max_retries, 1);
+            assert_eq!(c.llm.idle_timeout_ms, 1234);
+            assert_eq!(
+                c.llm.api_key.as_ref().map(Secret::expose),
+                Some("sk-secret-123")
+            );
+            let shown = c.to_masked_toml();
+            assert!(!shown.contains("sk-secret-123"), "{shown}");
+            assert!(shown.contains("api_key = \"********\""), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_name_the_file_and_the_key() {
+        Jail::expect_with(|jail| {
+            jail.create_file("toolgraph.toml", "[llm]\nmodle = \"x\"\n")?;
+            let err = Config::load(Some(Path::new("toolgraph.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("modle"), "{err}");
+            assert!(err.contains("toolgraph.toml"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_environment_keys_are_refused() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TOOLGRAPH_LLM_BASEURL", "http://x");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("baseurl"), "{err}");
+            assert!(err.to_lowercase().contains("environment"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let err = Config::from_toml_str("[llm]\nmax_retries = \"many\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_retries"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key_the_origin_and_the_reason() {
+        Jail::expect_with(|jail| {
+            jail.set_env("TOOLGRAPH_LLM_BASE_URL", "ftp://example.org");
+            jail.set_env("TOOLGRAPH_LLM_MODEL", "m");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("`llm.base_url`"), "{err}");
+            assert!(err.contains("TOOLGRAPH_"), "{err}");
+            assert!(err.contains("not http or https"), "{err}");
+            Ok(())
+        });
+        let err = Config::from_toml_str("[llm]\nbase_url = \"http://h/v1\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`llm.model`") && err.contains("required"),
+            "{err}"
+        );
+        let err = Config::from_toml_str("[llm]\nidle_timeout_ms = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("greater than 0"), "{err}");
+        let err = Config::from_toml_str("database_url = \"mysql://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("postgres://"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_an_error() {
+        let err = Config::load(Some(Path::new("/nonexistent/toolgraph.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/nonexistent/toolgraph.toml") && err.contains("does not exist"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn provider_names_are_kebab_case() {
+        let c = Config::from_toml_str("[llm]\nprovider = \"llama-cpp\"\n").unwrap();
+        assert_eq!(c.llm.provider, Some(Provider::LlamaCpp));
+        assert!(Config::from_toml_str("[llm]\nprovider = \"anthropic\"\n").is_err());
+    }
+}

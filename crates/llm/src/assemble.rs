@@ -27,7 +27,13 @@ impl ToolCallAssembler {
 
     /// Adds one fragment and returns the position it was filed under. Without an `index`,
     /// a fragment carrying an id starts a new call and one without continues the last.
-    pub fn push(&mut self, index: Option<usize>, id: Option<&str>, name: Option<&str>, arguments: &str) -> usize {
+    pub fn push(
+        &mut self,
+        index: Option<usize>,
+        id: Option<&str>,
+        name: Option<&str>,
+        arguments: &str,
+    ) -> usize {
         let index = match index {
             Some(i) => i,
             None if id.is_some() || self.calls.is_empty() => self.calls.len(),
@@ -42,9 +48,7 @@ impl ToolCallAssembler {
         }
         if let Some(name) = name {
             // Most providers send the name once; a few repeat it on every fragment.
-            if call.name.is_empty() {
-                call.name.push_str(name);
-            } else if call.name != name {
+            if call.name != name {
                 call.name.push_str(name);
             }
         }
@@ -63,7 +67,11 @@ impl ToolCallAssembler {
             .into_iter()
             .enumerate()
             .filter(|(_, c)| !c.name.is_empty())
-            .map(|(i, c)| ToolCall { id: c.id.unwrap_or_else(|| format!("call_{i}")), name: c.name, arguments: c.arguments })
+            .map(|(i, c)| ToolCall {
+                id: c.id.unwrap_or_else(|| format!("call_{i}")),
+                name: c.name,
+                arguments: c.arguments,
+            })
             .collect()
     }
 }
@@ -82,7 +90,14 @@ mod tests {
         a.push(Some(0), None, None, "\"docker\"}");
         let calls = a.finish();
         assert_eq!(calls.len(), 2);
-        assert_eq!(calls[0], ToolCall { id: "call_a".into(), name: "rag_search".into(), arguments: "{\"query\":\"docker\"}".into() });
+        assert_eq!(
+            calls[0],
+            ToolCall {
+                id: "call_a".into(),
+                name: "rag_search".into(),
+                arguments: "{\"query\":\"docker\"}".into()
+            }
+        );
         assert_eq!(calls[1].arguments, "{\"expression\":\"1+1\"}");
     }
 
@@ -90,7 +105,12 @@ mod tests {
     fn gemini_style_whole_calls_without_index_or_id() {
         let mut a = ToolCallAssembler::new();
         a.push(None, Some(""), Some("get_guia"), "{}");
-        a.push(None, Some("x2"), Some("calculator"), "{\"expression\":\"2\"}");
+        a.push(
+            None,
+            Some("x2"),
+            Some("calculator"),
+            "{\"expression\":\"2\"}",
+        );
         let calls = a.finish();
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].id, "call_0");

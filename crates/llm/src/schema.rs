@@ -67,12 +67,39 @@ pub enum SchemaDialect {
 
 /// Formats every dialect understands; numeric ones like `uint8` or `double` are dropped
 /// (their bounds are already in `minimum`/`maximum`).
-const STRING_FORMATS: &[&str] = &["date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"];
+const STRING_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+    "uri",
+];
 
 /// Keywords Gemini's schema subset accepts.
 const GEMINI_KEYS: &[&str] = &[
-    "type", "format", "description", "nullable", "enum", "properties", "required", "items", "minItems", "maxItems",
-    "minimum", "maximum", "minLength", "maxLength", "pattern", "anyOf", "title", "propertyOrdering",
+    "type",
+    "format",
+    "description",
+    "nullable",
+    "enum",
+    "properties",
+    "required",
+    "items",
+    "minItems",
+    "maxItems",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "anyOf",
+    "title",
+    "propertyOrdering",
 ];
 
 /// Deepest `$ref` chain inlined; deeper (recursive) references become an open schema.
@@ -131,7 +158,9 @@ fn inline_refs(v: &Value, defs: &Map<String, Value>, depth: usize) -> Value {
 /// becomes a plain `enum`, which every provider accepts and models read more easily.
 fn consts_to_enum(m: &mut Map<String, Value>) {
     for key in ["oneOf", "anyOf"] {
-        let Some(Value::Array(branches)) = m.get(key) else { continue };
+        let Some(Value::Array(branches)) = m.get(key) else {
+            continue;
+        };
         let values: Option<Vec<Value>> = branches.iter().map(|b| b.get("const").cloned()).collect();
         if let Some(values) = values.filter(|v| !v.is_empty()) {
             let all_strings = values.iter().all(Value::is_string);
@@ -158,7 +187,8 @@ fn clean(v: &mut Value, dialect: SchemaDialect) {
         Value::Object(m) => {
             consts_to_enum(m);
             if let Some(Value::String(f)) = m.get("format")
-                && (!STRING_FORMATS.contains(&f.as_str()) || (dialect == SchemaDialect::Gemini && f != "date-time"))
+                && (!STRING_FORMATS.contains(&f.as_str())
+                    || (dialect == SchemaDialect::Gemini && f != "date-time"))
             {
                 m.remove("format");
             }
@@ -170,9 +200,13 @@ fn clean(v: &mut Value, dialect: SchemaDialect) {
                             props.values_mut().for_each(|p| clean(p, dialect));
                         }
                     }
-                    "items" | "anyOf" | "oneOf" | "allOf" | "additionalProperties" | "prefixItems" | "not" => {
-                        clean(child, dialect)
-                    }
+                    "items"
+                    | "anyOf"
+                    | "oneOf"
+                    | "allOf"
+                    | "additionalProperties"
+                    | "prefixItems"
+                    | "not" => clean(child, dialect),
                     _ => {}
                 }
             }
@@ -189,7 +223,11 @@ fn clean(v: &mut Value, dialect: SchemaDialect) {
 fn to_gemini(m: &mut Map<String, Value>) {
     // `type: [T, "null"]` → `type: T, nullable: true`.
     if let Some(Value::Array(types)) = m.get("type").cloned() {
-        let non_null: Vec<Value> = types.iter().filter(|t| t.as_str() != Some("null")).cloned().collect();
+        let non_null: Vec<Value> = types
+            .iter()
+            .filter(|t| t.as_str() != Some("null"))
+            .cloned()
+            .collect();
         if non_null.len() < types.len() {
             m.insert("nullable".into(), json!(true));
         }
@@ -202,7 +240,11 @@ fn to_gemini(m: &mut Map<String, Value>) {
     // `anyOf: [S, {type: null}]` → S with `nullable: true`.
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(branches)) = m.get(key).cloned() {
-            let non_null: Vec<Value> = branches.iter().filter(|b| !is_null_schema(b)).cloned().collect();
+            let non_null: Vec<Value> = branches
+                .iter()
+                .filter(|b| !is_null_schema(b))
+                .cloned()
+                .collect();
             if non_null.len() < branches.len() {
                 m.insert("nullable".into(), json!(true));
             }
@@ -243,7 +285,11 @@ fn to_openai_strict(m: &mut Map<String, Value>) {
     let required: Vec<String> = m
         .get("required")
         .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     let mut all = Vec::new();
     if let Some(Value::Object(props)) = m.get_mut("properties") {

@@ -25,7 +25,10 @@ pub struct ToolDisplay {
     #[serde(rename = "displayDescription", skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Per-parameter display text, keyed by parameter name.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        rename = "displayParameters",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub parameters: BTreeMap<String, ParamDisplay>,
 }
 
@@ -61,5 +64,7 @@ pub struct ToolSpec {
 pub(crate) fn valid_tool_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

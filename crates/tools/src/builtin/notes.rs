@@ -85,12 +85,18 @@ pub fn note_write(data_dir: &Path) -> Arc<dyn Tool> {
 async fn write_note(dir: &Path, a: &NoteWriteArgs) -> Result<serde_json::Value, ToolError> {
     let name = slug(&a.title);
     if name.is_empty() {
-        return Err(ToolError::invalid_arguments("the title needs at least one letter or digit"));
+        return Err(ToolError::invalid_arguments(
+            "the title needs at least one letter or digit",
+        ));
     }
     if a.body.chars().count() > MAX_BODY_CHARS as usize {
-        return Err(ToolError::invalid_arguments(format!("the body is longer than {MAX_BODY_CHARS} characters")));
+        return Err(ToolError::invalid_arguments(format!(
+            "the body is longer than {MAX_BODY_CHARS} characters"
+        )));
     }
-    let io = |e: std::io::Error| ToolError::unavailable(format!("cannot write to {}: {e}", dir.display()));
+    let io = |e: std::io::Error| {
+        ToolError::unavailable(format!("cannot write to {}: {e}", dir.display()))
+    };
     tokio::fs::create_dir_all(dir).await.map_err(io)?;
     let path = dir.join(format!("{name}.md"));
     let content = format!("# {}\n\n{}\n", a.title.trim(), a.body.trim_end());
@@ -102,7 +108,12 @@ async fn write_note(dir: &Path, a: &NoteWriteArgs) -> Result<serde_json::Value, 
         f.sync_all().await.map_err(io)?;
         tokio::fs::rename(&tmp, &path).await.map_err(io)?;
     } else {
-        let mut f = match tokio::fs::OpenOptions::new().write(true).create_new(true).open(&path).await {
+        let mut f = match tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(ToolError::denied(format!(
@@ -114,44 +125,72 @@ async fn write_note(dir: &Path, a: &NoteWriteArgs) -> Result<serde_json::Value, 
         f.write_all(content.as_bytes()).await.map_err(io)?;
         f.sync_all().await.map_err(io)?;
     }
-    Ok(json!({ "ok": true, "path": format!("notes/{name}.md"), "characters": a.body.chars().count() }))
+    Ok(
+        json!({ "ok": true, "path": format!("notes/{name}.md"), "characters": a.body.chars().count() }),
+    )
 }
 
 /// The `note_list` read tool.
 pub fn note_list(data_dir: &Path) -> Arc<dyn Tool> {
     let dir = notes_dir(data_dir);
-    ToolBuilder::<NoteListArgs>::new("note_list", "List the user's saved notes, optionally only those containing a text.")
-        .display_name("List notes")
-        .param_display("contains", "Containing")
-        .handler(move |_ctx, a: NoteListArgs| {
-            let dir = dir.clone();
-            async move { list_notes(&dir, a.contains.as_deref()).await }
-        })
-        .expect("note_list's schema is static and valid") // invariant: covered by tests
+    ToolBuilder::<NoteListArgs>::new(
+        "note_list",
+        "List the user's saved notes, optionally only those containing a text.",
+    )
+    .display_name("List notes")
+    .param_display("contains", "Containing")
+    .handler(move |_ctx, a: NoteListArgs| {
+        let dir = dir.clone();
+        async move { list_notes(&dir, a.contains.as_deref()).await }
+    })
+    .expect("note_list's schema is static and valid") // invariant: covered by tests
 }
 
 async fn list_notes(dir: &Path, contains: Option<&str>) -> Result<serde_json::Value, ToolError> {
     let mut entries = match tokio::fs::read_dir(dir).await {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(json!({ "ok": true, "notes": [] })),
-        Err(e) => return Err(ToolError::unavailable(format!("cannot read {}: {e}", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(json!({ "ok": true, "notes": [] }));
+        }
+        Err(e) => {
+            return Err(ToolError::unavailable(format!(
+                "cannot read {}: {e}",
+                dir.display()
+            )));
+        }
     };
     let needle = contains.map(str::to_lowercase);
     let mut notes = Vec::new();
     while let Ok(Some(entry)) = entries.next_entry().await {
         let path = entry.path();
-        let Some(file) = path.file_name().and_then(|f| f.to_str()) else { continue };
+        let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
+            continue;
+        };
         if !file.ends_with(".md") || file.starts_with('.') {
             continue;
         }
-        let Ok(text) = tokio::fs::read_to_string(&path).await else { continue };
+        let Ok(text) = tokio::fs::read_to_string(&path).await else {
+            continue;
+        };
         if let Some(n) = &needle
             && !text.to_lowercase().contains(n)
         {
             continue;
         }
-        let title = text.lines().next().unwrap_or_default().trim_start_matches("# ").to_owned();
-        let excerpt: String = text.lines().skip(2).collect::<Vec<_>>().join(" ").chars().take(160).collect();
+        let title = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("# ")
+            .to_owned();
+        let excerpt: String = text
+            .lines()
+            .skip(2)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(160)
+            .collect();
         notes.push(json!({ "title": title, "path": format!("notes/{file}"), "excerpt": excerpt }));
     }
     notes.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
@@ -165,7 +204,10 @@ mod tests {
 
     #[test]
     fn slugs_keep_letters_of_any_script() {
-        assert_eq!(slug("Lista de la compra: pan & leche"), "lista-de-la-compra-pan-leche");
+        assert_eq!(
+            slug("Lista de la compra: pan & leche"),
+            "lista-de-la-compra-pan-leche"
+        );
         assert_eq!(slug("Ghi chú Điều 5"), "ghi-chú-điều-5");
         assert_eq!(slug("!!!"), "");
     }
@@ -190,13 +232,23 @@ mod tests {
         let again = reg.call(&ctx, "note_write", &args).await;
         assert_eq!(again.error().unwrap().kind, ToolErrorKind::Denied);
         let replaced = reg
-            .call(&ctx, "note_write", &json!({"title": "Docker exam", "body": "New text", "overwrite": true}))
+            .call(
+                &ctx,
+                "note_write",
+                &json!({"title": "Docker exam", "body": "New text", "overwrite": true}),
+            )
             .await;
         assert!(replaced.is_success(), "{replaced:?}");
 
-        let listed = reg.call(&ctx, "note_list", &json!({"contains": "new TEXT"})).await.to_json();
+        let listed = reg
+            .call(&ctx, "note_list", &json!({"contains": "new TEXT"}))
+            .await
+            .to_json();
         assert_eq!(listed["notes"][0]["title"], "Docker exam");
-        let none = reg.call(&ctx, "note_list", &json!({"contains": "kubernetes"})).await.to_json();
+        let none = reg
+            .call(&ctx, "note_list", &json!({"contains": "kubernetes"}))
+            .await
+            .to_json();
         assert_eq!(none["notes"], json!([]));
     }
 
@@ -204,7 +256,13 @@ mod tests {
     async fn a_title_without_letters_is_invalid() {
         let dir = tempfile::tempdir().unwrap();
         let reg = crate::builtin::registry(dir.path()).unwrap();
-        let out = reg.call(&ToolContext::default(), "note_write", &json!({"title": "???", "body": "x"})).await;
+        let out = reg
+            .call(
+                &ToolContext::default(),
+                "note_write",
+                &json!({"title": "???", "body": "x"}),
+            )
+            .await;
         assert_eq!(out.error().unwrap().kind, ToolErrorKind::InvalidArguments);
     }
 }

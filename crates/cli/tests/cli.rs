@@ -1,0 +1,176 @@
+//! The `toolgraph` binary end to end: real process, real files.
+
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+
+fn toolgraph(data_dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .current_dir(data_dir)
+        .env_remove("TOOLGRAPH_LLM_API_KEY")
+        .env_remove("TOOLGRAPH_LLM_BASE_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn tools_list_json_is_valid_and_has_every_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = toolgraph(dir.path(), &["tools", "list", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let specs: Vec<Value> = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    let names: Vec<&str> = specs.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["calculator", "note_list", "note_write"]);
+    for s in &specs {
+        assert_eq!(s["parameters"]["type"], "object", "{s}");
+        assert!(s["parameters"]["properties"].is_object(), "{s}");
+        assert!(s["class"] == "read" || s["class"] == "write");
+        assert!(s["displayName"].is_string());
+    }
+    let calc = &specs[0];
+    assert_eq!(
+        calc["displayParameters"]["expression"]["displayDescription"],
+        "Expression"
+    );
+    assert_eq!(calc["parameters"]["properties"]["decimals"]["maximum"], 15);
+    assert_eq!(specs[2]["class"], "write");
+}
+
+#[test]
+fn tools_list_reads_like_a_help_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = toolgraph(dir.path(), &["tools", "list"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("note_write  [write (asks for approval)]"),
+        "{text}"
+    );
+    assert!(text.contains("--expression (string, required)"), "{text}");
+}
+
+#[test]
+fn tools_call_runs_a_read_tool_and_reports_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = toolgraph(
+        dir.path(),
+        &[
+            "tools",
+            "call",
+            "calculator",
+            "--args",
+            r#"{"expression": "(2+3)*8.4"}"#,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["result"], 42.0);
+
+    let out = toolgraph(
+        dir.path(),
+        &[
+            "tools",
+            "call",
+            "calculator",
+            "--args",
+            r#"{"expression": 5}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["kind"], "invalid_arguments");
+    assert!(v["error"].as_str().unwrap().contains("/expression"), "{v}");
+
+    let out = toolgraph(dir.path(), &["tools", "call", "nope"]);
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["kind"], "not_found");
+
+    let out = toolgraph(
+        dir.path(),
+        &["tools", "call", "calculator", "--args", "{oops"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--args is not valid JSON"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_write_tool_needs_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = r#"{"title": "Plan de estudio", "body": "Repasar Docker y CI/CD."}"#;
+    let out = toolgraph(dir.path(), &["tools", "call", "note_write", "--args", args]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("needs approval") && err.contains("Save the note \"Plan de estudio\""),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("notes/plan-de-estudio.md").exists(),
+        "nothing written without approval"
+    );
+
+    let out = toolgraph(
+        dir.path(),
+        &["tools", "call", "note_write", "--args", args, "--yes"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved = std::fs::read_to_string(dir.path().join("notes/plan-de-estudio.md")).unwrap();
+    assert!(saved.contains("Repasar Docker"));
+}
+
+#[test]
+fn config_show_masks_secrets_and_reports_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolgraph.toml"),
+        "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["config", "show"])
+        .current_dir(dir.path())
+        .env("TOOLGRAPH_LLM_API_KEY", "sk-very-secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("base_url = \"http://127.0.0.1:9/v1\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("sk-very-secret") && text.contains("********"),
+        "{text}"
+    );
+
+    std::fs::write(dir.path().join("bad.toml"), "[llm]\ntimeout = 3\n").unwrap();
+    let out = toolgraph(dir.path(), &["--config", "bad.toml", "config", "show"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("timeout") && err.contains("bad.toml"), "{err}");
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("tool-using LLM chat agents"), "{text}");
+    assert!(text.contains("tools") && text.contains("config"), "{text}");
+}
