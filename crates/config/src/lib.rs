@@ -30,7 +30,7 @@ use toolgraph_llm::Provider;
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm", "tools"];
+const SECTIONS: &[&str] = &["llm"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +73,6 @@ pub struct Config {
     pub eval_data: PathBuf,
     /// The model endpoint.
     pub llm: LlmSettings,
-    /// Tool execution.
-    pub tools: ToolSettings,
 }
 
 impl Default for Config {
@@ -84,7 +82,6 @@ impl Default for Config {
             database_url: None,
             eval_data: PathBuf::from("../shared/data"),
             llm: LlmSettings::default(),
-            tools: ToolSettings::default(),
         }
     }
 }
@@ -131,20 +128,6 @@ impl Default for LlmSettings {
             max_retries: 3,
             strict_tools: false,
         }
-    }
-}
-
-/// `[tools]`: tool execution.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ToolSettings {
-    /// Default per-call time limit in milliseconds for tools that set none. Default: 30000.
-    pub timeout_ms: u64,
-}
-
-impl Default for ToolSettings {
-    fn default() -> Self {
-        Self { timeout_ms: 30_000 }
     }
 }
 
@@ -218,7 +201,6 @@ impl Config {
             ("llm.first_byte_timeout_ms", self.llm.first_byte_timeout_ms),
             ("llm.idle_timeout_ms", self.llm.idle_timeout_ms),
             ("llm.request_timeout_ms", self.llm.request_timeout_ms),
-            ("tools.timeout_ms", self.tools.timeout_ms),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be greater than 0".into()));

@@ -1,0 +1,105 @@
+//! [`MemoryCheckpointer`]: checkpoints in process memory (tests, benchmarks, ephemeral runs).
+
+use super::{CheckpointError, CheckpointRecord, Checkpointer, FORMAT_VERSION, ThreadId};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// Checkpoints in a map; lost when the process exits.
+#[derive(Debug, Default)]
+pub struct MemoryCheckpointer {
+    threads: Mutex<HashMap<ThreadId, Vec<CheckpointRecord>>>,
+}
+
+impl MemoryCheckpointer {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<ThreadId, Vec<CheckpointRecord>>> {
+        // No code path panics while holding the lock; recover rather than cascade if one did.
+        self.threads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait]
+impl Checkpointer for MemoryCheckpointer {
+    async fn append(
+        &self,
+        thread: &ThreadId,
+        record: &CheckpointRecord,
+    ) -> Result<(), CheckpointError> {
+        let mut threads = self.lock();
+        let log = threads.entry(thread.clone()).or_default();
+        if log.len() as u64 + 1 != record.seq {
+            return Err(CheckpointError::Conflict {
+                thread: thread.to_string(),
+                seq: record.seq,
+            });
+        }
+        log.push(record.clone());
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        thread: &ThreadId,
+        upto: Option<u64>,
+    ) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let threads = self.lock();
+        let Some(log) = threads.get(thread) else {
+            return Ok(Vec::new());
+        };
+        let n = upto.map_or(log.len(), |u| (u as usize).min(log.len()));
+        // Same rule as the databases: a record from a newer build is refused, not misread.
+        if let Some(r) = log[..n].iter().find(|r| r.format > FORMAT_VERSION) {
+            return Err(CheckpointError::UnsupportedFormat {
+                thread: thread.to_string(),
+                seq: r.seq,
+                format: r.format,
+            });
+        }
+        Ok(log[..n].to_vec())
+    }
+
+    async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
+        let mut threads = self.lock();
+        if threads.get(to).is_some_and(|l| !l.is_empty()) {
+            return Err(CheckpointError::ThreadExists(to.to_string()));
+        }
+        let copied: Vec<_> = threads
+            .get(from)
+            .map(|l| l.iter().filter(|r| r.seq <= at).cloned().collect())
+            .unwrap_or_default();
+        let n = copied.len() as u64;
+        threads.insert(to.clone(), copied);
+        Ok(n)
+    }
+
+    async fn delete_thread(&self, thread: &ThreadId) -> Result<u64, CheckpointError> {
+        Ok(self.lock().remove(thread).map_or(0, |l| l.len() as u64))
+    }
+
+    async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError> {
+        let mut threads = self.lock();
+        let mut removed = 0;
+        threads.retain(|t, log| {
+            let keep = t.namespace() != namespace;
+            if !keep {
+                removed += log.len() as u64;
+            }
+            keep
+        });
+        Ok(removed)
+    }
+
+    async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
+        let threads = self.lock();
+        Ok(threads
+            .values()
+            .flatten()
+            .map(|r| serde_json::to_vec(r).map_or(0, |v| v.len() as u64))
+            .sum())
+    }
+}

@@ -1,0 +1,289 @@
+//! Checkpoint storage for graph runs.
+//!
+//! Owns: saving and loading [`CheckpointRecord`]s keyed by [`ThreadId`] (`tenant:conversation`),
+//! behind one trait with three backends: [`MemoryCheckpointer`], [`SqliteCheckpointer`] (the
+//! embedded default: one file in the data directory) and [`PostgresCheckpointer`] (many
+//! replicas share it). Does not own: deciding *when* to checkpoint (the runner does).
+//!
+//! A record holds what one step changed (its state updates), so storage grows linearly with
+//! the steps of a thread. Appends are optimistic: a record must carry the sequence number
+//! one past the thread's head, and the database's primary key rejects a second writer,
+//! so concurrent runs can never interleave, even across replicas.
+
+mod memory;
+mod postgres;
+mod sqlite;
+
+pub use memory::MemoryCheckpointer;
+pub use postgres::PostgresCheckpointer;
+pub use sqlite::SqliteCheckpointer;
+
+use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Version of the serialized record format. Records of older versions keep loading after
+/// an upgrade (a paused run survives it); records of newer versions are refused.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A conversation thread, namespaced: `tenant:conversation`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ThreadId(String);
+
+impl ThreadId {
+    /// `namespace:id`, e.g. `ThreadId::new("7", "10")` for tenant 7, conversation 10.
+    pub fn new(namespace: impl std::fmt::Display, id: impl std::fmt::Display) -> Self {
+        Self(format!("{namespace}:{id}"))
+    }
+    /// The full id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// The part before the first `:` (the tenant).
+    pub fn namespace(&self) -> &str {
+        self.0.split_once(':').map_or(self.0.as_str(), |(ns, _)| ns)
+    }
+}
+
+impl std::fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a record marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// A run's input (a new turn); also claims the thread for the run.
+    Input,
+    /// A node's update.
+    Step,
+    /// A node's update and the interrupts it paused for.
+    Interrupt,
+    /// Decisions on pending interrupts.
+    Decision,
+    /// The run stopped early (recursion limit, failure, cancellation).
+    Stop,
+}
+
+impl RecordKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Input => "input",
+            Self::Step => "step",
+            Self::Interrupt => "interrupt",
+            Self::Decision => "decision",
+            Self::Stop => "stop",
+        }
+    }
+}
+
+/// One checkpoint: what one step of one run changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    /// Position in the thread, from 1, without gaps.
+    pub seq: u64,
+    /// Serialization format version ([`FORMAT_VERSION`] when written).
+    #[serde(default = "format_v1")]
+    pub format: u32,
+    /// The run that wrote it.
+    pub run_id: String,
+    /// What it marks.
+    pub kind: RecordKind,
+    /// The node that produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The node to run next; `None` once the run finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// State updates, serialized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub updates: Vec<Value>,
+    /// Interrupts this step paused for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interrupts: Vec<PendingInterrupt>,
+    /// Decisions recorded by this record.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub decisions: BTreeMap<InterruptId, Decision>,
+    /// Why the run stopped (for [`RecordKind::Stop`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Wall-clock time of writing, in ms since the Unix epoch.
+    pub created_at_ms: i64,
+}
+
+fn format_v1() -> u32 {
+    1
+}
+
+/// A checkpoint as history lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckpointMeta {
+    /// Position in the thread.
+    pub seq: u64,
+    /// The run that wrote it.
+    pub run_id: String,
+    /// What it marks.
+    pub kind: RecordKind,
+    /// The node that produced it.
+    pub node: Option<String>,
+    /// The node that runs next.
+    pub next: Option<String>,
+    /// When it was written (ms since the Unix epoch).
+    pub created_at_ms: i64,
+}
+
+impl From<&CheckpointRecord> for CheckpointMeta {
+    fn from(r: &CheckpointRecord) -> Self {
+        Self {
+            seq: r.seq,
+            run_id: r.run_id.clone(),
+            kind: r.kind,
+            node: r.node.clone(),
+            next: r.next.clone(),
+            created_at_ms: r.created_at_ms,
+        }
+    }
+}
+
+/// A checkpoint store failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// Another writer appended first (the optimistic version check failed).
+    #[error("thread '{thread}' moved on: checkpoint {seq} was written by another run")]
+    Conflict {
+        /// Thread.
+        thread: String,
+        /// The sequence number that was taken.
+        seq: u64,
+    },
+    /// A fork's target thread already exists.
+    #[error("thread '{0}' already exists")]
+    ThreadExists(String),
+    /// A record written by a newer toolgraph.
+    #[error(
+        "checkpoint {seq} of thread '{thread}' has format {format}; this build reads up to {FORMAT_VERSION}"
+    )]
+    UnsupportedFormat {
+        /// Thread.
+        thread: String,
+        /// Record.
+        seq: u64,
+        /// Its format.
+        format: u32,
+    },
+    /// A record that cannot be decoded.
+    #[error("checkpoint {seq} of thread '{thread}' is corrupt: {reason}")]
+    Corrupt {
+        /// Thread.
+        thread: String,
+        /// Record.
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The database failed or is unreachable.
+    #[error("{backend} checkpoint store: {message}")]
+    Backend {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// The database's message.
+        message: String,
+    },
+}
+
+/// Storage for checkpoints.
+///
+/// Contract: [`Checkpointer::append`] succeeds only if `record.seq` is exactly one past the
+/// thread's current head, atomically; a crash leaves either the old head or the new record.
+#[async_trait]
+pub trait Checkpointer: Send + Sync + 'static {
+    /// Appends one record.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Conflict`] when the head is not `record.seq - 1`.
+    async fn append(
+        &self,
+        thread: &ThreadId,
+        record: &CheckpointRecord,
+    ) -> Result<(), CheckpointError>;
+
+    /// Records with `seq <= upto` (all when `None`), ascending.
+    async fn load(
+        &self,
+        thread: &ThreadId,
+        upto: Option<u64>,
+    ) -> Result<Vec<CheckpointRecord>, CheckpointError>;
+
+    /// History of a thread, oldest first.
+    async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointMeta>, CheckpointError> {
+        Ok(self
+            .load(thread, None)
+            .await?
+            .iter()
+            .map(CheckpointMeta::from)
+            .collect())
+    }
+
+    /// Copies `from`'s records up to `at` into the new thread `to`; returns how many.
+    async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError>;
+
+    /// Deletes a thread; returns the number of records removed.
+    async fn delete_thread(&self, thread: &ThreadId) -> Result<u64, CheckpointError>;
+
+    /// Deletes every thread of a namespace (a tenant); returns the number of records removed.
+    async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError>;
+
+    /// Bytes used by stored records (the database file for SQLite); for benchmarks.
+    async fn stored_bytes(&self) -> Result<u64, CheckpointError>;
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Decodes a stored body, checking its format.
+pub(crate) fn decode(
+    thread: &ThreadId,
+    seq: u64,
+    format: u32,
+    body: &str,
+) -> Result<CheckpointRecord, CheckpointError> {
+    if format > FORMAT_VERSION {
+        return Err(CheckpointError::UnsupportedFormat {
+            thread: thread.to_string(),
+            seq,
+            format,
+        });
+    }
+    let mut r: CheckpointRecord =
+        serde_json::from_str(body).map_err(|e| CheckpointError::Corrupt {
+            thread: thread.to_string(),
+            seq,
+            reason: e.to_string(),
+        })?;
+    r.seq = seq;
+    r.format = format;
+    Ok(r)
+}
+
+/// Escapes `%`, `_` and `\` for a `LIKE 'prefix%'` pattern.
+pub(crate) fn like_prefix(namespace: &str) -> String {
+    let mut out = String::new();
+    for c in namespace.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push_str(":%");
+    out
+}

@@ -1,0 +1,302 @@
+//! [`StateGraph`] (building and validating a graph) and [`CompiledGraph`] (a runnable one).
+
+use crate::checkpoint::Checkpointer;
+use crate::error::GraphBuildError;
+use crate::node::Node;
+use crate::state::State;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// The virtual node a run enters by.
+pub const START: &str = "__start__";
+/// The virtual node that ends a run.
+pub const END: &str = "__end__";
+
+pub(crate) type Router<S> = Arc<dyn Fn(&S) -> String + Send + Sync>;
+
+pub(crate) enum Edge<S> {
+    To(String),
+    Branch {
+        router: Router<S>,
+        targets: Vec<String>,
+    },
+}
+
+impl<S> Edge<S> {
+    fn targets(&self) -> Vec<&str> {
+        match self {
+            Self::To(t) => vec![t.as_str()],
+            Self::Branch { targets, .. } => targets.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// A graph under construction.
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # use toolgraph_graph::*;
+/// # #[derive(Clone, Default, Serialize, Deserialize)] struct S { n: u32 }
+/// # impl State for S { type Update = u32; fn apply(&mut self, u: u32) { self.n += u } }
+/// let mut g = StateGraph::<S, ()>::new();
+/// g.add_node("count", |_s: std::sync::Arc<S>, _c: RunContext<()>| async { Ok(NodeOutput::Update(1)) });
+/// g.add_edge(START, "count");
+/// g.add_conditional_edges("count", |s: &S| if s.n < 3 { "count".into() } else { END.into() }, ["count", END]);
+/// let graph = g.compile((), std::sync::Arc::new(MemoryCheckpointer::new())).unwrap();
+/// assert!(graph.to_mermaid().contains("count -.-> __end__"));
+/// ```
+pub struct StateGraph<S: State, C> {
+    nodes: Vec<(String, Arc<dyn Node<S, C>>)>,
+    edges: Vec<(String, Edge<S>)>,
+    resumes: Vec<(String, String)>,
+}
+
+impl<S: State, C: Send + Sync + 'static> Default for StateGraph<S, C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self {
+            nodes: Vec::new(),
+            edges: Vec::new(),
+            resumes: Vec::new(),
+        }
+    }
+
+    /// Adds a node.
+    pub fn add_node(&mut self, name: impl Into<String>, node: impl Node<S, C>) -> &mut Self {
+        self.nodes.push((name.into(), Arc::new(node)));
+        self
+    }
+
+    /// An unconditional edge.
+    pub fn add_edge(&mut self, from: impl Into<String>, to: impl Into<String>) -> &mut Self {
+        self.edges.push((from.into(), Edge::To(to.into())));
+        self
+    }
+
+    /// A branch: `router` picks one of `targets` from the state after `from` ran.
+    pub fn add_conditional_edges<I, T>(
+        &mut self,
+        from: impl Into<String>,
+        router: impl Fn(&S) -> String + Send + Sync + 'static,
+        targets: I,
+    ) -> &mut Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        let targets = targets.into_iter().map(Into::into).collect();
+        self.edges.push((
+            from.into(),
+            Edge::Branch {
+                router: Arc::new(router),
+                targets,
+            },
+        ));
+        self
+    }
+
+    /// Declares that `node` may pause and resume at `resume_at` (validated, and drawn).
+    pub fn add_resume(
+        &mut self,
+        node: impl Into<String>,
+        resume_at: impl Into<String>,
+    ) -> &mut Self {
+        self.resumes.push((node.into(), resume_at.into()));
+        self
+    }
+
+    /// Validates the graph and binds it to its dependencies and checkpoint store.
+    ///
+    /// # Errors
+    /// A duplicate or reserved node name, an edge from or to an unknown node, no entry, a
+    /// node without exactly one outgoing edge, an empty branch, an unreachable node.
+    pub fn compile(
+        self,
+        deps: C,
+        checkpointer: Arc<dyn Checkpointer>,
+    ) -> Result<CompiledGraph<S, C>, GraphBuildError> {
+        let mut nodes = HashMap::new();
+        for (name, node) in self.nodes {
+            if name == START
+                || name == END
+                || name.is_empty()
+                || nodes.insert(name.clone(), node).is_some()
+            {
+                return Err(GraphBuildError::DuplicateNode(name));
+            }
+        }
+        let mut edges: HashMap<String, Edge<S>> = HashMap::new();
+        let mut entry = None;
+        for (from, edge) in self.edges {
+            if let Edge::Branch { targets, .. } = &edge
+                && targets.is_empty()
+            {
+                return Err(GraphBuildError::EmptyRouter(from));
+            }
+            for t in edge.targets() {
+                if t != END && !nodes.contains_key(t) {
+                    return Err(GraphBuildError::UnknownNode {
+                        from: from.clone(),
+                        to: t.to_owned(),
+                    });
+                }
+            }
+            if from == START {
+                if entry.replace(edge).is_some() {
+                    return Err(GraphBuildError::TwoExits(START.into()));
+                }
+                continue;
+            }
+            if !nodes.contains_key(&from) {
+                return Err(GraphBuildError::UnknownSource(from));
+            }
+            if edges.insert(from.clone(), edge).is_some() {
+                return Err(GraphBuildError::TwoExits(from));
+            }
+        }
+        let entry = entry.ok_or(GraphBuildError::NoEntry)?;
+        for (from, to) in &self.resumes {
+            if !nodes.contains_key(from) {
+                return Err(GraphBuildError::UnknownSource(from.clone()));
+            }
+            if !nodes.contains_key(to) {
+                return Err(GraphBuildError::UnknownResume {
+                    from: from.clone(),
+                    to: to.clone(),
+                });
+            }
+        }
+        let mut names: Vec<&String> = nodes.keys().collect();
+        names.sort();
+        if let Some(n) = names.iter().find(|n| !edges.contains_key(n.as_str())) {
+            return Err(GraphBuildError::NoExit((*n).clone()));
+        }
+        // Reachability from START over edges and resume links.
+        let mut seen = BTreeSet::new();
+        let mut queue: VecDeque<String> = entry.targets().into_iter().map(str::to_owned).collect();
+        while let Some(n) = queue.pop_front() {
+            if n == END || !seen.insert(n.clone()) {
+                continue;
+            }
+            if let Some(e) = edges.get(&n) {
+                queue.extend(e.targets().into_iter().map(str::to_owned));
+            }
+            queue.extend(
+                self.resumes
+                    .iter()
+                    .filter(|(f, _)| *f == n)
+                    .map(|(_, t)| t.clone()),
+            );
+        }
+        if let Some(n) = names.iter().find(|n| !seen.contains(n.as_str())) {
+            return Err(GraphBuildError::Unreachable((*n).clone()));
+        }
+        let mermaid = mermaid(&names, &entry, &edges, &self.resumes);
+        Ok(CompiledGraph {
+            inner: Arc::new(Inner {
+                nodes,
+                edges,
+                entry,
+                deps: Arc::new(deps),
+                checkpointer,
+                mermaid,
+            }),
+        })
+    }
+}
+
+fn mermaid<S>(
+    names: &[&String],
+    entry: &Edge<S>,
+    edges: &HashMap<String, Edge<S>>,
+    resumes: &[(String, String)],
+) -> String {
+    let mut out = String::from("flowchart TD\n");
+    out.push_str(&format!("    {START}([START])\n"));
+    for n in names {
+        out.push_str(&format!("    {n}[{n}]\n"));
+    }
+    out.push_str(&format!("    {END}([END])\n"));
+    let mut draw = |from: &str, edge: &Edge<S>| {
+        for t in edge.targets() {
+            let arrow = if matches!(edge, Edge::Branch { .. }) {
+                "-.->"
+            } else {
+                "-->"
+            };
+            out.push_str(&format!("    {from} {arrow} {t}\n"));
+        }
+    };
+    draw(START, entry);
+    for n in names {
+        if let Some(e) = edges.get(n.as_str()) {
+            draw(n, e);
+        }
+    }
+    for (from, to) in resumes {
+        out.push_str(&format!("    {from} == \"approval\" ==> {to}\n"));
+    }
+    out
+}
+
+pub(crate) struct Inner<S: State, C> {
+    pub(crate) nodes: HashMap<String, Arc<dyn Node<S, C>>>,
+    pub(crate) edges: HashMap<String, Edge<S>>,
+    pub(crate) entry: Edge<S>,
+    pub(crate) deps: Arc<C>,
+    pub(crate) checkpointer: Arc<dyn Checkpointer>,
+    mermaid: String,
+}
+
+/// A validated graph bound to its dependencies and checkpoint store. Cheap to clone.
+pub struct CompiledGraph<S: State, C> {
+    pub(crate) inner: Arc<Inner<S, C>>,
+}
+
+impl<S: State, C> Clone for CompiledGraph<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
+    /// The graph as a Mermaid flowchart.
+    pub fn to_mermaid(&self) -> String {
+        self.inner.mermaid.clone()
+    }
+
+    /// The checkpoint store.
+    pub fn checkpointer(&self) -> &Arc<dyn Checkpointer> {
+        &self.inner.checkpointer
+    }
+
+    /// The injected dependencies.
+    pub fn deps(&self) -> &Arc<C> {
+        &self.inner.deps
+    }
+
+    /// Where `edge` leads from `state`; `Err` names a router target that was not declared.
+    pub(crate) fn route(edge: &Edge<S>, state: &S) -> Result<String, String> {
+        match edge {
+            Edge::To(t) => Ok(t.clone()),
+            Edge::Branch { router, targets } => {
+                let t = router(state);
+                if targets.iter().any(|x| *x == t) {
+                    Ok(t)
+                } else {
+                    Err(format!(
+                        "router chose '{t}', which is not among its declared targets {targets:?}"
+                    ))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The agent graph runtime.
+//!
+//! Owns: typed graph state whose fields are channels with reducers ([`State`]); graphs of
+//! async nodes with plain and conditional edges, validated when compiled ([`StateGraph`]);
+//! running them with a recursion limit, a cancellation token and an event stream
+//! ([`CompiledGraph`], [`RunEvent`]); pausing for human approval with any number of
+//! interrupts per step and resuming *after* the pause point ([`Decision`]); and incremental
+//! checkpoints behind one trait ([`Checkpointer`]: in memory, SQLite, PostgreSQL) with
+//! history, replay and forks. Also the prebuilt ReAct agent ([`react`]).
+//!
+//! Does not own: HTTP (the server crate) or what a tool does (the tools crate).
+//!
+//! Why LangGraph's known problems cannot happen here:
+//! - each interrupt has its own id and resume takes a map id → decision, so decisions can
+//!   never be routed to the wrong call;
+//! - a pausing node hands its finished work to the runtime with the pause, and resume
+//!   continues at the node named for that purpose: nothing before the pause runs twice;
+//! - a checkpoint stores only what a step changed (the node's update), so storage grows with
+//!   the number of steps, not with steps × state size;
+//! - a failing tool is an outcome, never an error of the run.
+#![warn(missing_docs)]
+
+pub mod checkpoint;
+mod error;
+mod event;
+mod graph;
+mod interrupt;
+mod node;
+pub mod react;
+mod runner;
+mod state;
+
+pub use checkpoint::{
+    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, MemoryCheckpointer,
+    PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
+};
+pub use error::{GraphBuildError, GraphError, NodeError};
+pub use event::RunEvent;
+pub use graph::{CompiledGraph, END, START, StateGraph};
+pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};
+pub use node::{Node, NodeOutput, RunContext};
+pub use runner::{ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};
+pub use state::State;

@@ -1,0 +1,106 @@
+//! Nodes: async functions over shared state and a run context.
+
+use crate::error::NodeError;
+use crate::event::RunEvent;
+use crate::interrupt::{Decision, InterruptRequest};
+use crate::state::State;
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// What a node produced.
+pub enum NodeOutput<S: State> {
+    /// An update to apply; routing continues by the node's edge.
+    Update(S::Update),
+    /// Pause for people: `update` is the work done before the pause (checkpointed now and
+    /// never redone), `requests` what must be decided, and `resume_at` the node that runs
+    /// once every request is decided, with the decisions in [`RunContext::decisions`].
+    Interrupt {
+        /// Work done before the pause.
+        update: S::Update,
+        /// One request per decision needed.
+        requests: Vec<InterruptRequest>,
+        /// Node to continue at.
+        resume_at: String,
+    },
+}
+
+/// What a node may use besides the state: the injected dependencies (model, tools, stores —
+/// seed 001's distinction: these are not tools), the event stream, and on resume the
+/// decisions keyed by the node's own request keys.
+pub struct RunContext<C> {
+    pub(crate) deps: Arc<C>,
+    pub(crate) events: mpsc::Sender<RunEvent>,
+    pub(crate) decisions: Arc<BTreeMap<String, Decision>>,
+    pub(crate) run_id: Arc<str>,
+    pub(crate) thread: Arc<str>,
+    pub(crate) step: u32,
+}
+
+impl<C> Clone for RunContext<C> {
+    fn clone(&self) -> Self {
+        Self {
+            deps: Arc::clone(&self.deps),
+            events: self.events.clone(),
+            decisions: Arc::clone(&self.decisions),
+            run_id: Arc::clone(&self.run_id),
+            thread: Arc::clone(&self.thread),
+            step: self.step,
+        }
+    }
+}
+
+impl<C> RunContext<C> {
+    /// The injected dependencies.
+    pub fn deps(&self) -> &C {
+        &self.deps
+    }
+
+    /// Decisions by request key; empty unless this node is a resume point.
+    pub fn decisions(&self) -> &BTreeMap<String, Decision> {
+        &self.decisions
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The thread's id.
+    pub fn thread(&self) -> &str {
+        &self.thread
+    }
+
+    /// Step number of this node within the run.
+    pub fn step(&self) -> u32 {
+        self.step
+    }
+
+    /// Emits an event to the run's consumer. Waits while the bounded event queue is full;
+    /// if nobody listens any more the event is dropped and the run goes on.
+    pub async fn emit(&self, event: RunEvent) {
+        let _ = self.events.send(event).await;
+    }
+}
+
+/// A graph node.
+#[async_trait]
+pub trait Node<S: State, C>: Send + Sync + 'static {
+    /// Runs the node on the current state.
+    async fn run(&self, state: Arc<S>, ctx: RunContext<C>) -> Result<NodeOutput<S>, NodeError>;
+}
+
+#[async_trait]
+impl<S, C, F, Fut> Node<S, C> for F
+where
+    S: State,
+    C: Send + Sync + 'static,
+    F: Fn(Arc<S>, RunContext<C>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<NodeOutput<S>, NodeError>> + Send + 'static,
+{
+    async fn run(&self, state: Arc<S>, ctx: RunContext<C>) -> Result<NodeOutput<S>, NodeError> {
+        self(state, ctx).await
+    }
+}

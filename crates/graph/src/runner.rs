@@ -1,0 +1,719 @@
+//! Running a compiled graph: start a turn, resume after decisions, read and fork history.
+//!
+//! A run is its own task: it loads nothing twice, applies each node's update to shared
+//! state, checkpoints that update, and reports on a bounded event channel. The first record
+//! of a run (its input, or the decisions that complete a pause) is written before the task
+//! starts, so a second run on the same thread is refused by the store itself.
+
+use crate::checkpoint::{
+    CheckpointError, CheckpointMeta, CheckpointRecord, RecordKind, ThreadId, now_ms,
+};
+use crate::error::{GraphError, NodeError};
+use crate::event::RunEvent;
+use crate::graph::{CompiledGraph, END};
+use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
+use crate::node::{NodeOutput, RunContext};
+use crate::state::State;
+use futures::FutureExt;
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Per-run settings.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Most node executions in one run before it ends with
+    /// [`RunOutcome::RecursionLimit`]. Default: 10 (seed 002's `RECURSION_LIMIT`).
+    pub recursion_limit: u32,
+    /// Capacity of the event channel; a full channel makes the run wait. Default: 256.
+    pub event_buffer: usize,
+    /// Cancels the run between or during nodes.
+    pub cancel: CancellationToken,
+    /// A thread whose last record is older than this while a run was in flight is taken to
+    /// belong to a crashed run and may be superseded. Default: 10 minutes.
+    pub stale_after: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            recursion_limit: 10,
+            event_buffer: 256,
+            cancel: CancellationToken::new(),
+            stale_after: Duration::from_secs(600),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum RunOutcome<S> {
+    /// Reached END.
+    Completed {
+        /// Final state.
+        state: S,
+    },
+    /// Paused for decisions.
+    Interrupted {
+        /// State at the pause.
+        state: S,
+        /// What must be decided.
+        pending: Vec<PendingInterrupt>,
+    },
+    /// Ran `limit` nodes without finishing.
+    RecursionLimit {
+        /// State when stopped.
+        state: S,
+        /// The limit.
+        limit: u32,
+    },
+    /// Cancelled.
+    Cancelled {
+        /// State when stopped.
+        state: S,
+    },
+    /// A node or the store failed.
+    Failed {
+        /// State after the last successful step.
+        state: S,
+        /// The failure.
+        error: GraphError,
+    },
+}
+
+impl<S> RunOutcome<S> {
+    /// The state the run ended with.
+    pub fn state(&self) -> &S {
+        match self {
+            Self::Completed { state }
+            | Self::Interrupted { state, .. }
+            | Self::RecursionLimit { state, .. }
+            | Self::Cancelled { state }
+            | Self::Failed { state, .. } => state,
+        }
+    }
+}
+
+/// A running graph: its events and, at the end, its outcome.
+pub struct RunHandle<S> {
+    run_id: String,
+    events: mpsc::Receiver<RunEvent>,
+    task: JoinHandle<RunOutcome<S>>,
+}
+
+impl<S: State> RunHandle<S> {
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The next event; `None` once the run ended and every event was read.
+    pub async fn next_event(&mut self) -> Option<RunEvent> {
+        self.events.recv().await
+    }
+
+    /// Waits for the outcome, discarding unread events (the run no longer waits on them).
+    pub async fn outcome(self) -> RunOutcome<S> {
+        drop(self.events);
+        join(self.task).await
+    }
+
+    /// Reads every event, then returns them with the outcome.
+    pub async fn collect(mut self) -> (Vec<RunEvent>, RunOutcome<S>) {
+        let mut events = Vec::new();
+        while let Some(e) = self.events.recv().await {
+            events.push(e);
+        }
+        (events, join(self.task).await)
+    }
+}
+
+async fn join<S: State>(task: JoinHandle<RunOutcome<S>>) -> RunOutcome<S> {
+    match task.await {
+        Ok(o) => o,
+        Err(e) => RunOutcome::Failed {
+            state: S::default(),
+            error: GraphError::Node {
+                node: "runtime".into(),
+                source: NodeError::new("panic", e.to_string()),
+            },
+        },
+    }
+}
+
+/// What [`CompiledGraph::resume`] did.
+pub enum ResumeResult<S> {
+    /// Decisions recorded; these interrupts are still undecided.
+    Waiting {
+        /// Still pending.
+        undecided: Vec<PendingInterrupt>,
+    },
+    /// Every interrupt is decided; the run continues.
+    Started(RunHandle<S>),
+}
+
+/// A thread's state as rebuilt from its checkpoints.
+#[derive(Debug, Clone)]
+pub struct ThreadState<S> {
+    /// The state.
+    pub state: S,
+    /// Sequence number of the head record (0 for a new thread).
+    pub version: u64,
+    /// The node that runs next; `None` when idle.
+    pub next: Option<String>,
+    /// Interrupts of the current pause (decided or not).
+    pub pending: Vec<PendingInterrupt>,
+    /// Decisions recorded for them.
+    pub decisions: BTreeMap<InterruptId, Decision>,
+    /// When the head was written (ms since the Unix epoch).
+    pub last_at_ms: i64,
+}
+
+impl<S: State> ThreadState<S> {
+    fn new() -> Self {
+        Self {
+            state: S::default(),
+            version: 0,
+            next: None,
+            pending: Vec::new(),
+            decisions: BTreeMap::new(),
+            last_at_ms: 0,
+        }
+    }
+
+    /// Pending interrupts without a decision.
+    pub fn undecided(&self) -> Vec<PendingInterrupt> {
+        self.pending
+            .iter()
+            .filter(|p| !self.decisions.contains_key(&p.id))
+            .cloned()
+            .collect()
+    }
+
+    fn fold(thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<Self, GraphError> {
+        let mut t = Self::new();
+        for r in records {
+            for u in r.updates {
+                let update: S::Update =
+                    serde_json::from_value(u).map_err(|e| CheckpointError::Corrupt {
+                        thread: thread.to_string(),
+                        seq: r.seq,
+                        reason: format!("update does not fit the state type: {e}"),
+                    })?;
+                t.state.apply(update);
+            }
+            match r.kind {
+                RecordKind::Input | RecordKind::Step | RecordKind::Stop => {
+                    t.pending.clear();
+                    t.decisions.clear();
+                }
+                RecordKind::Interrupt => {
+                    t.pending = r.interrupts;
+                    t.decisions.clear();
+                }
+                RecordKind::Decision => t.decisions.extend(r.decisions),
+            }
+            t.next = r.next;
+            t.version = r.seq;
+            t.last_at_ms = r.created_at_ms;
+        }
+        Ok(t)
+    }
+
+    fn is_fresh(&self, stale_after: Duration) -> bool {
+        now_ms().saturating_sub(self.last_at_ms) < stale_after.as_millis() as i64
+    }
+}
+
+fn record(seq: u64, run_id: &str, kind: RecordKind) -> CheckpointRecord {
+    CheckpointRecord {
+        seq,
+        format: crate::checkpoint::FORMAT_VERSION,
+        run_id: run_id.to_owned(),
+        kind,
+        node: None,
+        next: None,
+        updates: Vec::new(),
+        interrupts: Vec::new(),
+        decisions: BTreeMap::new(),
+        reason: None,
+        created_at_ms: now_ms(),
+    }
+}
+
+impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
+    async fn write(&self, thread: &ThreadId, rec: &CheckpointRecord) -> Result<(), GraphError> {
+        match self.inner.checkpointer.append(thread, rec).await {
+            Ok(()) => Ok(()),
+            Err(CheckpointError::Conflict { .. }) => Err(GraphError::ConcurrentRun {
+                thread: thread.to_string(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The thread's current state, or `None` for a thread without checkpoints.
+    ///
+    /// # Errors
+    /// A store failure or an undecodable record.
+    pub async fn thread_state(
+        &self,
+        thread: &ThreadId,
+    ) -> Result<Option<ThreadState<S>>, GraphError> {
+        let records = self.inner.checkpointer.load(thread, None).await?;
+        if records.is_empty() {
+            return Ok(None);
+        }
+        ThreadState::fold(thread, records).map(Some)
+    }
+
+    /// The state as it was at checkpoint `seq`.
+    ///
+    /// # Errors
+    /// [`GraphError::NotFound`] for a checkpoint that does not exist.
+    pub async fn state_at(
+        &self,
+        thread: &ThreadId,
+        seq: u64,
+    ) -> Result<ThreadState<S>, GraphError> {
+        let records = self.inner.checkpointer.load(thread, Some(seq)).await?;
+        if records.last().map(|r| r.seq) != Some(seq) {
+            return Err(GraphError::NotFound {
+                thread: thread.to_string(),
+                seq: Some(seq),
+            });
+        }
+        ThreadState::fold(thread, records)
+    }
+
+    /// The thread's checkpoints, oldest first.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn history(&self, thread: &ThreadId) -> Result<Vec<CheckpointMeta>, GraphError> {
+        Ok(self.inner.checkpointer.list(thread).await?)
+    }
+
+    /// Starts a new thread `to` from `from` as it was at checkpoint `at`. A fork of a
+    /// pause can be resumed with other decisions; any other fork is idle, ready for input.
+    ///
+    /// # Errors
+    /// [`GraphError::NotFound`] for a missing checkpoint; a store failure; `to` existing.
+    pub async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<(), GraphError> {
+        let head = self.state_at(from, at).await?;
+        self.inner.checkpointer.fork(from, at, to).await?;
+        if head.next.is_some() && head.undecided().is_empty() {
+            let mut stop = record(at + 1, "fork", RecordKind::Stop);
+            stop.reason = Some(format!("forked from {from} at checkpoint {at}"));
+            self.write(to, &stop).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts a turn on `thread` with `input` applied first.
+    ///
+    /// # Errors
+    /// [`GraphError::AwaitingDecision`] while decisions are pending;
+    /// [`GraphError::ConcurrentRun`] while another run is active on the thread; a store failure.
+    pub async fn start(
+        &self,
+        thread: &ThreadId,
+        input: S::Update,
+        opts: RunOptions,
+    ) -> Result<RunHandle<S>, GraphError> {
+        let head = self
+            .thread_state(thread)
+            .await?
+            .unwrap_or_else(ThreadState::new);
+        let undecided = head.undecided();
+        if !undecided.is_empty() {
+            return Err(GraphError::AwaitingDecision {
+                thread: thread.to_string(),
+                pending: undecided.len(),
+            });
+        }
+        if head.next.is_some() && head.is_fresh(opts.stale_after) {
+            return Err(GraphError::ConcurrentRun {
+                thread: thread.to_string(),
+            });
+        }
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let mut state = head.state;
+        let value = serde_json::to_value(&input)?;
+        state.apply(input);
+        let next = Self::route(&self.inner.entry, &state).map_err(|m| GraphError::Node {
+            node: crate::graph::START.into(),
+            source: NodeError::new("routing", m),
+        })?;
+        let mut rec = record(head.version + 1, &run_id, RecordKind::Input);
+        rec.updates.push(value);
+        rec.next = (next != END).then(|| next.clone());
+        self.write(thread, &rec).await?;
+        Ok(self.spawn(thread, run_id, state, rec.seq, next, BTreeMap::new(), opts))
+    }
+
+    /// Records `decisions` (interrupt id → decision) for the thread's pause. Once every
+    /// pending interrupt is decided, the run continues at the pausing node's resume point,
+    /// which sees the decisions keyed by its own request keys. Repeating a recorded decision
+    /// is a no-op.
+    ///
+    /// # Errors
+    /// [`GraphError::UnknownInterrupt`], [`GraphError::ConflictingDecision`],
+    /// [`GraphError::NothingToResume`], [`GraphError::ConcurrentRun`], a store failure.
+    pub async fn resume(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+        opts: RunOptions,
+    ) -> Result<ResumeResult<S>, GraphError> {
+        let head = self
+            .thread_state(thread)
+            .await?
+            .ok_or_else(|| GraphError::NothingToResume(thread.to_string()))?;
+        let Some(resume_at) = head.next.clone().filter(|_| !head.pending.is_empty()) else {
+            return Err(GraphError::NothingToResume(thread.to_string()));
+        };
+        let mut new = BTreeMap::new();
+        for (id, d) in decisions {
+            if !head.pending.iter().any(|p| p.id == id) {
+                return Err(GraphError::UnknownInterrupt(id));
+            }
+            match head.decisions.get(&id) {
+                Some(prev) if *prev != d => return Err(GraphError::ConflictingDecision(id)),
+                Some(_) => {}
+                None => {
+                    new.insert(id, d);
+                }
+            }
+        }
+        let mut merged = head.decisions.clone();
+        merged.extend(new.clone());
+        let undecided: Vec<PendingInterrupt> = head
+            .pending
+            .iter()
+            .filter(|p| !merged.contains_key(&p.id))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            if !undecided.is_empty() {
+                return Ok(ResumeResult::Waiting { undecided });
+            }
+            // Everything was decided before: a run already took over, unless it died.
+            if head.is_fresh(opts.stale_after) {
+                return Err(GraphError::ConcurrentRun {
+                    thread: thread.to_string(),
+                });
+            }
+        }
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let mut rec = record(head.version + 1, &run_id, RecordKind::Decision);
+        rec.decisions = new;
+        rec.next = Some(resume_at.clone());
+        self.write(thread, &rec).await?;
+        if !undecided.is_empty() {
+            return Ok(ResumeResult::Waiting { undecided });
+        }
+        let by_key = head
+            .pending
+            .iter()
+            .filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d)))
+            .collect();
+        Ok(ResumeResult::Started(self.spawn(
+            thread, run_id, head.state, rec.seq, resume_at, by_key, opts,
+        )))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn(
+        &self,
+        thread: &ThreadId,
+        run_id: String,
+        state: S,
+        version: u64,
+        next: String,
+        decisions: BTreeMap<String, Decision>,
+        opts: RunOptions,
+    ) -> RunHandle<S> {
+        let (tx, rx) = mpsc::channel(opts.event_buffer.max(1));
+        let graph = self.clone();
+        let thread = thread.clone();
+        let id = run_id.clone();
+        let task = tokio::spawn(async move {
+            let _ = tx
+                .send(RunEvent::RunStarted {
+                    run_id: id.clone(),
+                    thread: thread.to_string(),
+                })
+                .await;
+            graph
+                .drive(
+                    thread,
+                    id,
+                    Arc::new(state),
+                    version,
+                    next,
+                    decisions,
+                    opts,
+                    tx,
+                )
+                .await
+        });
+        RunHandle {
+            run_id,
+            events: rx,
+            task,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn drive(
+        &self,
+        thread: ThreadId,
+        run_id: String,
+        mut state: Arc<S>,
+        mut version: u64,
+        mut next: String,
+        decisions: BTreeMap<String, Decision>,
+        opts: RunOptions,
+        tx: mpsc::Sender<RunEvent>,
+    ) -> RunOutcome<S> {
+        let run: Arc<str> = Arc::from(run_id.as_str());
+        let thread_name: Arc<str> = Arc::from(thread.as_str());
+        let mut decisions = Arc::new(decisions);
+        let mut steps = 0u32;
+        let owned = |s: Arc<S>| Arc::try_unwrap(s).unwrap_or_else(|a| (*a).clone());
+        loop {
+            if next == END {
+                let _ = tx.send(RunEvent::Completed).await;
+                return RunOutcome::Completed {
+                    state: owned(state),
+                };
+            }
+            if opts.cancel.is_cancelled() {
+                self.stop(&thread, &mut version, &run_id, "cancelled").await;
+                let _ = tx.send(RunEvent::Cancelled).await;
+                return RunOutcome::Cancelled {
+                    state: owned(state),
+                };
+            }
+            if steps >= opts.recursion_limit {
+                self.stop(&thread, &mut version, &run_id, "recursion limit")
+                    .await;
+                let _ = tx
+                    .send(RunEvent::RecursionLimit {
+                        limit: opts.recursion_limit,
+                    })
+                    .await;
+                return RunOutcome::RecursionLimit {
+                    state: owned(state),
+                    limit: opts.recursion_limit,
+                };
+            }
+            steps += 1;
+            let Some(node) = self.inner.nodes.get(&next).cloned() else {
+                // Compile-time validation makes this unreachable unless a stored `next` names
+                // a node that a newer graph no longer has.
+                let error = GraphError::Node {
+                    node: next.clone(),
+                    source: NodeError::new("routing", "no such node in this graph"),
+                };
+                return self
+                    .fail(&thread, &mut version, &run_id, state, error, &tx)
+                    .await;
+            };
+            let _ = tx
+                .send(RunEvent::NodeStarted {
+                    node: next.clone(),
+                    step: steps,
+                })
+                .await;
+            let ctx = RunContext {
+                deps: Arc::clone(&self.inner.deps),
+                events: tx.clone(),
+                decisions: std::mem::take(&mut decisions),
+                run_id: Arc::clone(&run),
+                thread: Arc::clone(&thread_name),
+                step: steps,
+            };
+            let call = AssertUnwindSafe(node.run(Arc::clone(&state), ctx)).catch_unwind();
+            let result = tokio::select! {
+                biased;
+                _ = opts.cancel.cancelled() => {
+                    self.stop(&thread, &mut version, &run_id, "cancelled").await;
+                    let _ = tx.send(RunEvent::Cancelled).await;
+                    return RunOutcome::Cancelled { state: owned(state) };
+                }
+                r = call => r,
+            };
+            let output = match result {
+                Ok(Ok(o)) => o,
+                Ok(Err(e)) => {
+                    let error = GraphError::Node {
+                        node: next.clone(),
+                        source: e,
+                    };
+                    return self
+                        .fail(&thread, &mut version, &run_id, state, error, &tx)
+                        .await;
+                }
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-text panic".into());
+                    let error = GraphError::Node {
+                        node: next.clone(),
+                        source: NodeError::new("panic", what),
+                    };
+                    return self
+                        .fail(&thread, &mut version, &run_id, state, error, &tx)
+                        .await;
+                }
+            };
+            let mut rec = record(version + 1, &run_id, RecordKind::Step);
+            rec.node = Some(next.clone());
+            match output {
+                NodeOutput::Update(update) => {
+                    match serde_json::to_value(&update) {
+                        Ok(v) => rec.updates.push(v),
+                        Err(e) => {
+                            return self
+                                .fail(&thread, &mut version, &run_id, state, e.into(), &tx)
+                                .await;
+                        }
+                    }
+                    Arc::make_mut(&mut state).apply(update);
+                    let edge = self.inner.edges.get(&next);
+                    let route = match edge.map(|e| Self::route(e, &state)) {
+                        Some(Ok(r)) => r,
+                        Some(Err(m)) => {
+                            let error = GraphError::Node {
+                                node: next.clone(),
+                                source: NodeError::new("routing", m),
+                            };
+                            return self
+                                .fail(&thread, &mut version, &run_id, state, error, &tx)
+                                .await;
+                        }
+                        None => END.to_owned(),
+                    };
+                    rec.next = (route != END).then(|| route.clone());
+                    if let Err(e) = self.write(&thread, &rec).await {
+                        return self
+                            .fail(&thread, &mut version, &run_id, state, e, &tx)
+                            .await;
+                    }
+                    version = rec.seq;
+                    let _ = tx
+                        .send(RunEvent::NodeFinished {
+                            node: next.clone(),
+                            step: steps,
+                            checkpoint: version,
+                        })
+                        .await;
+                    next = route;
+                }
+                NodeOutput::Interrupt {
+                    update,
+                    requests,
+                    resume_at,
+                } => {
+                    match serde_json::to_value(&update) {
+                        Ok(v) => rec.updates.push(v),
+                        Err(e) => {
+                            return self
+                                .fail(&thread, &mut version, &run_id, state, e.into(), &tx)
+                                .await;
+                        }
+                    }
+                    Arc::make_mut(&mut state).apply(update);
+                    if !self.inner.nodes.contains_key(&resume_at) {
+                        let error = GraphError::Node {
+                            node: next.clone(),
+                            source: NodeError::new(
+                                "routing",
+                                format!("resume node '{resume_at}' does not exist"),
+                            ),
+                        };
+                        return self
+                            .fail(&thread, &mut version, &run_id, state, error, &tx)
+                            .await;
+                    }
+                    let pending: Vec<PendingInterrupt> = requests
+                        .into_iter()
+                        .map(|r| PendingInterrupt {
+                            id: InterruptId::fresh(),
+                            key: r.key,
+                            payload: r.payload,
+                        })
+                        .collect();
+                    rec.kind = RecordKind::Interrupt;
+                    rec.interrupts = pending.clone();
+                    rec.next = Some(resume_at);
+                    if let Err(e) = self.write(&thread, &rec).await {
+                        return self
+                            .fail(&thread, &mut version, &run_id, state, e, &tx)
+                            .await;
+                    }
+                    let _ = tx
+                        .send(RunEvent::NodeFinished {
+                            node: next.clone(),
+                            step: steps,
+                            checkpoint: rec.seq,
+                        })
+                        .await;
+                    let _ = tx
+                        .send(RunEvent::Interrupted {
+                            pending: pending.clone(),
+                        })
+                        .await;
+                    return RunOutcome::Interrupted {
+                        state: owned(state),
+                        pending,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Marks the run stopped so the thread is idle again; a failure to do so only logs,
+    /// because the stale-run rule frees the thread eventually.
+    async fn stop(&self, thread: &ThreadId, version: &mut u64, run_id: &str, reason: &str) {
+        let mut rec = record(*version + 1, run_id, RecordKind::Stop);
+        rec.reason = Some(reason.to_owned());
+        match self.write(thread, &rec).await {
+            Ok(()) => *version = rec.seq,
+            Err(e) => tracing::warn!(%thread, error = %e, "could not mark the run stopped"),
+        }
+    }
+
+    async fn fail(
+        &self,
+        thread: &ThreadId,
+        version: &mut u64,
+        run_id: &str,
+        state: Arc<S>,
+        error: GraphError,
+        tx: &mpsc::Sender<RunEvent>,
+    ) -> RunOutcome<S> {
+        // A conflict means another run owns the thread now: leave its records alone.
+        if !matches!(error, GraphError::ConcurrentRun { .. }) {
+            self.stop(thread, version, run_id, &error.to_string()).await;
+        }
+        tracing::warn!(%thread, %error, "run failed");
+        let _ = tx
+            .send(RunEvent::Error {
+                message: error.to_string(),
+            })
+            .await;
+        RunOutcome::Failed {
+            state: Arc::try_unwrap(state).unwrap_or_else(|a| (*a).clone()),
+            error,
+        }
+    }
+}

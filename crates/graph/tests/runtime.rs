@@ -1,0 +1,613 @@
+//! The graph runtime against every checkpoint store: the same suite, three times.
+
+mod common;
+
+use common::Backend;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use toolgraph_graph::*;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Chat {
+    log: Vec<String>,
+    decided: Vec<String>,
+    loops: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct ChatUpdate {
+    #[serde(default)]
+    log: Vec<String>,
+    #[serde(default)]
+    decided: Vec<String>,
+    #[serde(default)]
+    loops: Option<u32>,
+}
+
+impl State for Chat {
+    type Update = ChatUpdate;
+    fn apply(&mut self, u: ChatUpdate) {
+        self.log.extend(u.log);
+        self.decided.extend(u.decided);
+        if let Some(l) = u.loops {
+            self.loops = l;
+        }
+    }
+}
+
+fn say(text: &str) -> ChatUpdate {
+    ChatUpdate {
+        log: vec![text.to_owned()],
+        ..Default::default()
+    }
+}
+
+/// Test dependencies: counters that reveal repeated side effects.
+#[derive(Default)]
+struct Deps {
+    side_effects: AtomicUsize,
+    executed: std::sync::Mutex<Vec<String>>,
+}
+
+type Ctx = RunContext<Deps>;
+
+/// user → echo → END
+fn echo_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("echo", |s: Arc<Chat>, _c: Ctx| async move {
+        let last = s.log.last().cloned().unwrap_or_default();
+        Ok(NodeOutput::Update(say(&format!("echo: {last}"))))
+    });
+    g.add_edge(START, "echo").add_edge("echo", END);
+    g.compile(Deps::default(), store).unwrap()
+}
+
+/// plan (side effect, then pause on two actions) → apply (resume point) → END
+fn approval_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("plan", |_s: Arc<Chat>, c: Ctx| async move {
+        c.deps().side_effects.fetch_add(1, Ordering::SeqCst);
+        Ok(NodeOutput::Interrupt {
+            update: say("planned"),
+            requests: vec![
+                InterruptRequest {
+                    key: "send_sms".into(),
+                    payload: serde_json::json!({"to": "+34600000000"}),
+                },
+                InterruptRequest {
+                    key: "create_announcement".into(),
+                    payload: serde_json::json!({"title": "Exam"}),
+                },
+            ],
+            resume_at: "apply".into(),
+        })
+    });
+    g.add_node("apply", |_s: Arc<Chat>, c: Ctx| async move {
+        let mut decided = Vec::new();
+        for (key, d) in c.decisions() {
+            if *d == Decision::Approve {
+                c.deps().executed.lock().unwrap().push(key.clone());
+            }
+            decided.push(format!("{key}={d:?}"));
+        }
+        Ok(NodeOutput::Update(ChatUpdate {
+            decided,
+            ..Default::default()
+        }))
+    });
+    g.add_edge(START, "plan")
+        .add_edge("plan", END)
+        .add_edge("apply", END)
+        .add_resume("plan", "apply");
+    g.compile(Deps::default(), store).unwrap()
+}
+
+fn thread(n: u32) -> ThreadId {
+    ThreadId::new("tenant7", n)
+}
+
+async fn multi_turn_persists_and_resumes_in_a_new_process(b: &Backend) {
+    {
+        let g = echo_graph(b.open().await);
+        let (_, out) = g
+            .start(&thread(1), say("hola"), RunOptions::default())
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(matches!(out, RunOutcome::Completed { .. }), "{out:?}");
+    }
+    // A new graph over a newly opened store: what a restarted process sees.
+    let g = echo_graph(b.open().await);
+    let (events, out) = g
+        .start(&thread(1), say("¿qué tal?"), RunOptions::default())
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let RunOutcome::Completed { state } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        state.log,
+        ["hola", "echo: hola", "¿qué tal?", "echo: ¿qué tal?"]
+    );
+    assert!(matches!(events.first(), Some(RunEvent::RunStarted { .. })));
+    assert!(events.contains(&RunEvent::NodeStarted {
+        node: "echo".into(),
+        step: 1
+    }));
+    assert_eq!(events.last(), Some(&RunEvent::Completed));
+    let head = g.thread_state(&thread(1)).await.unwrap().unwrap();
+    assert_eq!(head.state, state);
+    assert_eq!(head.version, 4, "input + step per turn");
+    assert!(head.next.is_none());
+}
+
+async fn two_interrupts_resume_each_to_its_own_call_and_nothing_repeats(b: &Backend) {
+    let g = approval_graph(b.open().await);
+    let out = g
+        .start(&thread(2), say("do both"), RunOptions::default())
+        .await
+        .unwrap()
+        .outcome()
+        .await;
+    let RunOutcome::Interrupted { pending, state } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(state.log, ["do both", "planned"]);
+    assert_eq!(pending.len(), 2);
+    assert_ne!(pending[0].id, pending[1].id);
+    let sms = pending
+        .iter()
+        .find(|p| p.key == "send_sms")
+        .unwrap()
+        .id
+        .clone();
+    let ann = pending
+        .iter()
+        .find(|p| p.key == "create_announcement")
+        .unwrap()
+        .id
+        .clone();
+
+    // A new turn cannot start while decisions are pending.
+    assert!(matches!(
+        g.start(&thread(2), say("ignore that"), RunOptions::default())
+            .await,
+        Err(GraphError::AwaitingDecision { pending: 2, .. })
+    ));
+
+    // Decide one: the run waits for the other.
+    let g2 = approval_graph(b.open().await); // as another replica would
+    let r = g2
+        .resume(
+            &thread(2),
+            BTreeMap::from([(ann.clone(), Decision::Reject)]),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let ResumeResult::Waiting { undecided } = r else {
+        panic!("should wait")
+    };
+    assert_eq!(
+        undecided.iter().map(|p| &p.id).collect::<Vec<_>>(),
+        vec![&sms]
+    );
+    // Same decision again: a no-op; the opposite: refused.
+    assert!(matches!(
+        g2.resume(
+            &thread(2),
+            BTreeMap::from([(ann.clone(), Decision::Reject)]),
+            RunOptions::default()
+        )
+        .await
+        .unwrap(),
+        ResumeResult::Waiting { .. }
+    ));
+    assert!(matches!(
+        g2.resume(
+            &thread(2),
+            BTreeMap::from([(ann.clone(), Decision::Approve)]),
+            RunOptions::default()
+        )
+        .await,
+        Err(GraphError::ConflictingDecision(_))
+    ));
+    assert!(matches!(
+        g2.resume(
+            &thread(2),
+            BTreeMap::from([(InterruptId("nope".into()), Decision::Approve)]),
+            RunOptions::default()
+        )
+        .await,
+        Err(GraphError::UnknownInterrupt(_))
+    ));
+
+    // The last decision resumes the run after the pause point.
+    let r = g2
+        .resume(
+            &thread(2),
+            BTreeMap::from([(sms, Decision::Approve)]),
+            RunOptions::default(),
+        )
+        .await
+        .unwrap();
+    let ResumeResult::Started(run) = r else {
+        panic!("should start")
+    };
+    let RunOutcome::Completed { state } = run.outcome().await else {
+        panic!("completed")
+    };
+    assert_eq!(
+        state.decided,
+        ["create_announcement=Reject", "send_sms=Approve"]
+    );
+    assert_eq!(
+        *g2.deps().executed.lock().unwrap(),
+        ["send_sms"],
+        "the rejected action never ran"
+    );
+    assert_eq!(
+        g.deps().side_effects.load(Ordering::SeqCst),
+        1,
+        "the pre-pause side effect ran once"
+    );
+    assert_eq!(
+        g2.deps().side_effects.load(Ordering::SeqCst),
+        0,
+        "resume did not re-run the pausing node"
+    );
+    // Nothing is left to resume; the thread accepts a new turn.
+    assert!(matches!(
+        g2.resume(&thread(2), BTreeMap::new(), RunOptions::default())
+            .await,
+        Err(GraphError::NothingToResume(_))
+    ));
+}
+
+async fn recursion_limit_ends_the_run_with_a_defined_outcome(b: &Backend) {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("spin", |s: Arc<Chat>, _c: Ctx| async move {
+        Ok(NodeOutput::Update(ChatUpdate {
+            loops: Some(s.loops + 1),
+            ..Default::default()
+        }))
+    });
+    g.add_edge(START, "spin").add_conditional_edges(
+        "spin",
+        |_s: &Chat| "spin".to_string(),
+        ["spin", END],
+    );
+    let g = g.compile(Deps::default(), b.open().await).unwrap();
+    let opts = RunOptions {
+        recursion_limit: 4,
+        ..RunOptions::default()
+    };
+    let (events, out) = g
+        .start(&thread(3), say("go"), opts)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let RunOutcome::RecursionLimit { state, limit } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!((state.loops, limit), (4, 4));
+    assert_eq!(events.last(), Some(&RunEvent::RecursionLimit { limit: 4 }));
+    // The thread is idle again: a next turn starts (and hits the limit again).
+    let again = g
+        .start(
+            &thread(3),
+            say("again"),
+            RunOptions {
+                recursion_limit: 2,
+                ..RunOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        again.outcome().await,
+        RunOutcome::RecursionLimit { limit: 2, .. }
+    ));
+}
+
+async fn a_panicking_node_fails_the_run_not_the_process(b: &Backend) {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("fragile", |s: Arc<Chat>, _c: Ctx| async move {
+        if s.log.last().is_some_and(|l| l == "boom") {
+            panic!("index out of bounds: the len is 0");
+        }
+        Ok(NodeOutput::Update(say("fine")))
+    });
+    g.add_edge(START, "fragile").add_edge("fragile", END);
+    let g = g.compile(Deps::default(), b.open().await).unwrap();
+    let (events, out) = g
+        .start(&thread(4), say("boom"), RunOptions::default())
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}")
+    };
+    assert!(error.to_string().contains("index out of bounds"), "{error}");
+    assert!(matches!(events.last(), Some(RunEvent::Error { .. })));
+    let out = g
+        .start(&thread(4), say("calm"), RunOptions::default())
+        .await
+        .unwrap()
+        .outcome()
+        .await;
+    assert_eq!(
+        out.state().log.last().unwrap(),
+        "fine",
+        "the thread keeps working"
+    );
+}
+
+async fn concurrent_runs_on_one_thread_never_interleave(b: &Backend) {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("slow", |_s: Arc<Chat>, _c: Ctx| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(NodeOutput::Update(say("slow reply")))
+    });
+    g.add_edge(START, "slow").add_edge("slow", END);
+    let g1 = g.compile(Deps::default(), b.open().await).unwrap();
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("slow", |_s: Arc<Chat>, _c: Ctx| async move {
+        Ok(NodeOutput::Update(say("other")))
+    });
+    g.add_edge(START, "slow").add_edge("slow", END);
+    let g2 = g.compile(Deps::default(), b.open().await).unwrap();
+
+    let t = thread(5);
+    let (a, bb) = tokio::join!(
+        g1.start(&t, say("first"), RunOptions::default()),
+        g2.start(&t, say("second"), RunOptions::default())
+    );
+    let (winner, loser) = match (a, bb) {
+        (Ok(w), Err(e)) | (Err(e), Ok(w)) => (w, e),
+        (Ok(_), Ok(_)) => panic!("both runs started on one thread"),
+        (Err(e1), Err(e2)) => panic!("both refused: {e1} / {e2}"),
+    };
+    assert!(matches!(loser, GraphError::ConcurrentRun { .. }), "{loser}");
+    // While the winner runs, a third start is refused too.
+    assert!(matches!(
+        g2.start(&thread(5), say("third"), RunOptions::default())
+            .await,
+        Err(GraphError::ConcurrentRun { .. })
+    ));
+    let out = winner.outcome().await;
+    assert!(matches!(out, RunOutcome::Completed { .. }));
+    let log = g1
+        .thread_state(&thread(5))
+        .await
+        .unwrap()
+        .unwrap()
+        .state
+        .log;
+    assert_eq!(log.len(), 2, "one coherent turn: {log:?}");
+}
+
+async fn fork_from_an_earlier_checkpoint(b: &Backend) {
+    let g = echo_graph(b.open().await);
+    for text in ["uno", "dos"] {
+        g.start(&thread(6), say(text), RunOptions::default())
+            .await
+            .unwrap()
+            .outcome()
+            .await;
+    }
+    let history = g.history(&thread(6)).await.unwrap();
+    assert_eq!(history.len(), 4);
+    assert_eq!(history[1].node.as_deref(), Some("echo"));
+    let at = history[1].seq; // after the first turn
+    assert_eq!(
+        g.state_at(&thread(6), at).await.unwrap().state.log,
+        ["uno", "echo: uno"]
+    );
+    let fork = ThreadId::new("tenant7", "6-fork");
+    g.fork(&thread(6), at, &fork).await.unwrap();
+    let out = g
+        .start(&fork, say("tres"), RunOptions::default())
+        .await
+        .unwrap()
+        .outcome()
+        .await;
+    assert_eq!(out.state().log, ["uno", "echo: uno", "tres", "echo: tres"]);
+    let original = g.thread_state(&thread(6)).await.unwrap().unwrap().state.log;
+    assert_eq!(
+        original,
+        ["uno", "echo: uno", "dos", "echo: dos"],
+        "the original is untouched"
+    );
+    assert!(matches!(
+        g.fork(&thread(6), at, &fork).await,
+        Err(GraphError::Checkpoint(CheckpointError::ThreadExists(_)))
+    ));
+    assert!(matches!(
+        g.state_at(&thread(6), 99).await,
+        Err(GraphError::NotFound { .. })
+    ));
+}
+
+async fn storage_grows_linearly(b: &Backend) {
+    let store = b.open().await;
+    let g = echo_graph(store.clone());
+    let reply = "token ".repeat(40);
+    let mut sizes = Vec::new();
+    for turns in [50u32, 100] {
+        while g
+            .thread_state(&thread(8))
+            .await
+            .unwrap()
+            .map_or(0, |t| t.version)
+            < u64::from(turns) * 2
+        {
+            g.start(&thread(8), say(&reply), RunOptions::default())
+                .await
+                .unwrap()
+                .outcome()
+                .await;
+        }
+        sizes.push(store.stored_bytes().await.unwrap() as f64);
+    }
+    let ratio = sizes[1] / sizes[0];
+    assert!(
+        ratio < 2.4,
+        "bytes(100 turns) / bytes(50 turns) = {ratio:.2}; O(N) storage means ≈ 2, O(N²) ≈ 4"
+    );
+}
+
+async fn the_last_complete_checkpoint_is_readable_mid_step(b: &Backend) {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("first", |_s: Arc<Chat>, _c: Ctx| async move {
+        Ok(NodeOutput::Update(say("step one done")))
+    });
+    g.add_node("stuck", |_s: Arc<Chat>, _c: Ctx| async move {
+        std::future::pending::<()>().await;
+        Ok(NodeOutput::Update(say("never")))
+    });
+    g.add_edge(START, "first")
+        .add_edge("first", "stuck")
+        .add_edge("stuck", END);
+    let g = g.compile(Deps::default(), b.open().await).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut run = g
+        .start(
+            &thread(9),
+            say("go"),
+            RunOptions {
+                cancel: cancel.clone(),
+                ..RunOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    while let Some(e) = run.next_event().await {
+        if matches!(e, RunEvent::NodeStarted { ref node, .. } if node == "stuck") {
+            break;
+        }
+    }
+    // Another process reads the thread while the run is stuck inside a node.
+    let reader = echo_graph(b.open().await);
+    let head = reader.thread_state(&thread(9)).await.unwrap().unwrap();
+    assert_eq!(head.state.log, ["go", "step one done"]);
+    assert_eq!(head.next.as_deref(), Some("stuck"));
+    cancel.cancel();
+    assert!(matches!(run.outcome().await, RunOutcome::Cancelled { .. }));
+    assert!(
+        g.thread_state(&thread(9))
+            .await
+            .unwrap()
+            .unwrap()
+            .next
+            .is_none(),
+        "cancel leaves the thread idle"
+    );
+}
+
+async fn tenant_data_can_be_deleted(b: &Backend) {
+    let store = b.open().await;
+    let g = echo_graph(store.clone());
+    for t in [
+        ThreadId::new("acme", 1),
+        ThreadId::new("acme", 2),
+        ThreadId::new("other", 1),
+    ] {
+        g.start(&t, say("x"), RunOptions::default())
+            .await
+            .unwrap()
+            .outcome()
+            .await;
+    }
+    assert_eq!(
+        store
+            .delete_thread(&ThreadId::new("acme", 2))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(store.delete_namespace("acme").await.unwrap(), 2);
+    assert!(
+        g.thread_state(&ThreadId::new("acme", 1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        g.thread_state(&ThreadId::new("other", 1))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+async fn records_of_an_older_format_still_load_and_newer_ones_are_refused(b: &Backend) {
+    let store = b.open().await;
+    let t = thread(10);
+    // Exactly what format 1 writes for a paused run (field defaults omitted).
+    let v1: CheckpointRecord = serde_json::from_str(
+        r#"{"seq":1,"run_id":"r1","kind":"input","next":"plan","updates":[{"log":["hola"]}],"created_at_ms":1}"#,
+    )
+    .unwrap();
+    assert_eq!(v1.format, 1);
+    store.append(&t, &v1).await.unwrap();
+    let g = echo_graph(store.clone());
+    assert_eq!(
+        g.thread_state(&t).await.unwrap().unwrap().state.log,
+        ["hola"]
+    );
+    let mut future = v1.clone();
+    future.seq = 2;
+    future.format = 99;
+    store.append(&t, &future).await.unwrap();
+    let err = g.thread_state(&t).await.unwrap_err();
+    assert!(err.to_string().contains("format 99"), "{err}");
+    // Appending out of order is a conflict.
+    let mut gap = v1;
+    gap.seq = 7;
+    assert!(matches!(
+        store.append(&t, &gap).await,
+        Err(CheckpointError::Conflict { seq: 7, .. })
+    ));
+}
+
+macro_rules! suite {
+    ($backend:ident) => {
+        mod $backend {
+            use super::*;
+            macro_rules! case {
+                ($name:ident) => {
+                    #[tokio::test]
+                    async fn $name() {
+                        let Some(b) = Backend::new(stringify!($backend)).await else {
+                            return;
+                        };
+                        super::$name(&b).await;
+                    }
+                };
+            }
+            case!(multi_turn_persists_and_resumes_in_a_new_process);
+            case!(two_interrupts_resume_each_to_its_own_call_and_nothing_repeats);
+            case!(recursion_limit_ends_the_run_with_a_defined_outcome);
+            case!(a_panicking_node_fails_the_run_not_the_process);
+            case!(concurrent_runs_on_one_thread_never_interleave);
+            case!(fork_from_an_earlier_checkpoint);
+            case!(storage_grows_linearly);
+            case!(the_last_complete_checkpoint_is_readable_mid_step);
+            case!(tenant_data_can_be_deleted);
+            case!(records_of_an_older_format_still_load_and_newer_ones_are_refused);
+        }
+    };
+}
+
+suite!(memory);
+suite!(sqlite);
+suite!(postgres);
