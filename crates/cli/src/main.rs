@@ -3,7 +3,11 @@
 //! Each subcommand lives in its own module and returns `anyhow::Result`; `main` only parses
 //! arguments, loads the configuration, sets up logging and maps errors to an exit code.
 
+mod agent;
+mod bench_cmd;
+mod chat_cmd;
 mod config_cmd;
+mod graph_cmd;
 mod tools_cmd;
 
 use anyhow::Context;
@@ -18,12 +22,7 @@ use toolgraph_config::Config;
 /// with citations and a streaming chat service, in one binary. Settings come from
 /// toolgraph.toml and TOOLGRAPH_* environment variables (see `toolgraph config show`).
 #[derive(Debug, Parser)]
-#[command(
-    name = "toolgraph",
-    version,
-    propagate_version = true,
-    max_term_width = 100
-)]
+#[command(name = "toolgraph", version, propagate_version = true, max_term_width = 100)]
 struct Cli {
     /// Configuration file. Default: ./toolgraph.toml when it exists.
     #[arg(long, global = true, env = "TOOLGRAPH_CONFIG", value_name = "FILE")]
@@ -46,6 +45,14 @@ enum Command {
     /// List the available tools or call one directly.
     #[command(subcommand)]
     Tools(tools_cmd::ToolsCommand),
+    /// Talk to an agent in the terminal (tokens stream; write actions ask y/n).
+    Chat(chat_cmd::ChatArgs),
+    /// Inspect agent graphs.
+    #[command(subcommand)]
+    Graph(graph_cmd::GraphCommand),
+    /// Run a benchmark and print its figures.
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
     /// Inspect the effective configuration.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
@@ -62,18 +69,12 @@ fn init_logging(verbose: u8) {
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
 fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     let default = PathBuf::from("toolgraph.toml");
-    let file = cli
-        .config
-        .clone()
-        .or_else(|| default.is_file().then_some(default));
+    let file = cli.config.clone().or_else(|| default.is_file().then_some(default));
     let mut cfg = Config::load(file.as_deref()).context("cannot load the configuration")?;
     if let Some(dir) = &cli.data_dir {
         cfg.data_dir = dir.clone();
@@ -85,6 +86,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cfg = load_config(&cli)?;
     match cli.command {
         Command::Tools(cmd) => tools_cmd::run(cmd, &cfg).await,
+        Command::Chat(args) => chat_cmd::run(args, &cfg).await,
+        Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
+        Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Config(cmd) => config_cmd::run(cmd, &cfg),
     }
 }
@@ -92,10 +96,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -36,19 +36,13 @@ pub enum ToolsCommand {
 }
 
 pub async fn run(cmd: ToolsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let registry =
-        builtin::registry(&cfg.data_dir).context("cannot assemble the built-in tools")?;
+    let registry = builtin::registry(&cfg.data_dir).context("cannot assemble the built-in tools")?;
     match cmd {
         ToolsCommand::List { json } => {
             list(&registry, json)?;
             Ok(ExitCode::SUCCESS)
         }
-        ToolsCommand::Call {
-            name,
-            args,
-            state,
-            yes,
-        } => call(&registry, &name, &args, &state, yes).await,
+        ToolsCommand::Call { name, args, state, yes } => call(&registry, &name, &args, &state, yes).await,
     }
 }
 
@@ -70,23 +64,10 @@ fn list(registry: &ToolRegistry, json: bool) -> anyhow::Result<()> {
             .unwrap_or_default();
         if let Some(props) = spec.parameters["properties"].as_object() {
             for (param, schema) in props {
-                let ty = schema
-                    .get("type")
-                    .map(|t| t.to_string().replace('"', ""))
-                    .unwrap_or_else(|| "any".into());
-                let req = if required.contains(&param.as_str()) {
-                    "required"
-                } else {
-                    "optional"
-                };
-                let doc = schema
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                println!(
-                    "      --{param} ({ty}, {req}) {}",
-                    doc.lines().next().unwrap_or("")
-                );
+                let ty = schema.get("type").map(|t| t.to_string().replace('"', "")).unwrap_or_else(|| "any".into());
+                let req = if required.contains(&param.as_str()) { "required" } else { "optional" };
+                let doc = schema.get("description").and_then(Value::as_str).unwrap_or("");
+                println!("      --{param} ({ty}, {req}) {}", doc.lines().next().unwrap_or(""));
             }
         }
         println!();
@@ -97,9 +78,7 @@ fn list(registry: &ToolRegistry, json: bool) -> anyhow::Result<()> {
 fn parse_state(pairs: &[String]) -> anyhow::Result<Map<String, Value>> {
     let mut state = Map::new();
     for pair in pairs {
-        let Some((k, v)) = pair.split_once('=') else {
-            bail!("--state expects KEY=VALUE, got '{pair}'")
-        };
+        let Some((k, v)) = pair.split_once('=') else { bail!("--state expects KEY=VALUE, got '{pair}'") };
         // A JSON value if it parses (numbers, booleans, objects), else the plain string.
         let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()));
         state.insert(k.to_owned(), value);
@@ -114,8 +93,7 @@ async fn call(
     state: &[String],
     yes: bool,
 ) -> anyhow::Result<ExitCode> {
-    let arguments: Value =
-        serde_json::from_str(args).with_context(|| format!("--args is not valid JSON: {args}"))?;
+    let arguments: Value = serde_json::from_str(args).with_context(|| format!("--args is not valid JSON: {args}"))?;
     let ctx = ToolContext::with_state(parse_state(state)?);
     if let Some(tool) = registry.get(name)
         && tool.spec().class == ToolClass::Write
@@ -137,19 +115,13 @@ async fn call(
     }
     let outcome = registry.call(&ctx, name, &arguments).await;
     println!("{}", serde_json::to_string_pretty(&outcome)?);
-    Ok(if outcome.is_success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if outcome.is_success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// Asks on the terminal; without one, refuses and says how to approve.
 async fn approve(name: &str, description: &str) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
-        bail!(
-            "'{name}' is a write tool and needs approval: {description}. Pass --yes to approve without a terminal"
-        );
+        bail!("'{name}' is a write tool and needs approval: {description}. Pass --yes to approve without a terminal");
     }
     let prompt = format!("'{name}' wants to: {description}\nApprove? [y/N] ");
     tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {

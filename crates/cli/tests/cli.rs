@@ -38,10 +38,7 @@ fn tools_list_json_is_valid_and_has_every_schema() {
         assert!(s["displayName"].is_string());
     }
     let calc = &specs[0];
-    assert_eq!(
-        calc["displayParameters"]["expression"]["displayDescription"],
-        "Expression"
-    );
+    assert_eq!(calc["displayParameters"]["expression"]["displayDescription"], "Expression");
     assert_eq!(calc["parameters"]["properties"]["decimals"]["maximum"], 15);
     assert_eq!(specs[2]["class"], "write");
 }
@@ -51,40 +48,19 @@ fn tools_list_reads_like_a_help_page() {
     let dir = tempfile::tempdir().unwrap();
     let out = toolgraph(dir.path(), &["tools", "list"]);
     let text = stdout(&out);
-    assert!(
-        text.contains("note_write  [write (asks for approval)]"),
-        "{text}"
-    );
+    assert!(text.contains("note_write  [write (asks for approval)]"), "{text}");
     assert!(text.contains("--expression (string, required)"), "{text}");
 }
 
 #[test]
 fn tools_call_runs_a_read_tool_and_reports_bad_arguments() {
     let dir = tempfile::tempdir().unwrap();
-    let out = toolgraph(
-        dir.path(),
-        &[
-            "tools",
-            "call",
-            "calculator",
-            "--args",
-            r#"{"expression": "(2+3)*8.4"}"#,
-        ],
-    );
+    let out = toolgraph(dir.path(), &["tools", "call", "calculator", "--args", r#"{"expression": "(2+3)*8.4"}"#]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["result"], 42.0);
 
-    let out = toolgraph(
-        dir.path(),
-        &[
-            "tools",
-            "call",
-            "calculator",
-            "--args",
-            r#"{"expression": 5}"#,
-        ],
-    );
+    let out = toolgraph(dir.path(), &["tools", "call", "calculator", "--args", r#"{"expression": 5}"#]);
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["ok"], false);
@@ -95,16 +71,9 @@ fn tools_call_runs_a_read_tool_and_reports_bad_arguments() {
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["kind"], "not_found");
 
-    let out = toolgraph(
-        dir.path(),
-        &["tools", "call", "calculator", "--args", "{oops"],
-    );
+    let out = toolgraph(dir.path(), &["tools", "call", "calculator", "--args", "{oops"]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("--args is not valid JSON"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("--args is not valid JSON"), "{}", stderr(&out));
 }
 
 #[test]
@@ -114,19 +83,10 @@ fn a_write_tool_needs_approval() {
     let out = toolgraph(dir.path(), &["tools", "call", "note_write", "--args", args]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(
-        err.contains("needs approval") && err.contains("Save the note \"Plan de estudio\""),
-        "{err}"
-    );
-    assert!(
-        !dir.path().join("notes/plan-de-estudio.md").exists(),
-        "nothing written without approval"
-    );
+    assert!(err.contains("needs approval") && err.contains("Save the note \"Plan de estudio\""), "{err}");
+    assert!(!dir.path().join("notes/plan-de-estudio.md").exists(), "nothing written without approval");
 
-    let out = toolgraph(
-        dir.path(),
-        &["tools", "call", "note_write", "--args", args, "--yes"],
-    );
+    let out = toolgraph(dir.path(), &["tools", "call", "note_write", "--args", args, "--yes"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let saved = std::fs::read_to_string(dir.path().join("notes/plan-de-estudio.md")).unwrap();
     assert!(saved.contains("Repasar Docker"));
@@ -135,11 +95,8 @@ fn a_write_tool_needs_approval() {
 #[test]
 fn config_show_masks_secrets_and_reports_bad_files() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("toolgraph.toml"),
-        "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("toolgraph.toml"), "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n")
+        .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["config", "show"])
         .current_dir(dir.path())
@@ -148,14 +105,8 @@ fn config_show_masks_secrets_and_reports_bad_files() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(
-        text.contains("base_url = \"http://127.0.0.1:9/v1\""),
-        "{text}"
-    );
-    assert!(
-        !text.contains("sk-very-secret") && text.contains("********"),
-        "{text}"
-    );
+    assert!(text.contains("base_url = \"http://127.0.0.1:9/v1\""), "{text}");
+    assert!(!text.contains("sk-very-secret") && text.contains("********"), "{text}");
 
     std::fs::write(dir.path().join("bad.toml"), "[llm]\ntimeout = 3\n").unwrap();
     let out = toolgraph(dir.path(), &["--config", "bad.toml", "config", "show"]);
@@ -166,10 +117,7 @@ fn config_show_masks_secrets_and_reports_bad_files() {
 
 #[test]
 fn help_lists_the_commands() {
-    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph")).arg("--help").output().unwrap();
     let text = stdout(&out);
     assert!(text.contains("tool-using LLM chat agents"), "{text}");
     assert!(text.contains("tools") && text.contains("config"), "{text}");

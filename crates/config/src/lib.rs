@@ -23,6 +23,7 @@ pub use secret::Secret;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toolgraph_llm::Provider;
 
@@ -30,7 +31,7 @@ use toolgraph_llm::Provider;
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm"];
+const SECTIONS: &[&str] = &["llm", "agents"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -52,11 +53,7 @@ pub enum ConfigError {
 }
 
 fn describe_figment(e: &figment::Error) -> String {
-    e.clone()
-        .into_iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
+    e.clone().into_iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
 }
 
 /// Everything toolgraph reads from `toolgraph.toml` and `TOOLGRAPH_*`.
@@ -73,6 +70,52 @@ pub struct Config {
     pub eval_data: PathBuf,
     /// The model endpoint.
     pub llm: LlmSettings,
+    /// The agent used when a request names none. Default: the only configured agent, or
+    /// the built-in `assistant` when none is configured.
+    pub default_agent: Option<String>,
+    /// Agents by name (`[agents.NAME]`).
+    pub agents: BTreeMap<String, AgentSettings>,
+}
+
+/// `[agents.NAME]`: a prebuilt ReAct agent (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSettings {
+    /// System prompt. Default: a short generic assistant prompt.
+    pub system_prompt: String,
+    /// Model name, overriding `llm.model` for this agent.
+    pub model: Option<String>,
+    /// Names of the tools the agent may call. Default: every built-in tool.
+    pub tools: Option<Vec<String>>,
+    /// State keys a request may set in its `context` (for state-injected tool arguments).
+    pub state_keys: Vec<String>,
+    /// Approximate token budget of the history the model sees (0: no limit). Default: 6000.
+    pub history_budget: usize,
+    /// Rounds of failing read tools per turn before giving up. Default: 3.
+    pub max_tool_retries: u32,
+    /// Most graph steps per run. Default: 10.
+    pub recursion_limit: u32,
+    /// Sampling temperature. Default: the model server's.
+    pub temperature: Option<f32>,
+}
+
+/// The system prompt of agents that set none.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Use the tools when they help; \
+say plainly when you do not know. Tools that change something ask the user for approval first.";
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        Self {
+            system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+            model: None,
+            tools: None,
+            state_keys: Vec::new(),
+            history_budget: 6000,
+            max_tool_retries: 3,
+            recursion_limit: 10,
+            temperature: None,
+        }
+    }
 }
 
 impl Default for Config {
@@ -82,6 +125,8 @@ impl Default for Config {
             database_url: None,
             eval_data: PathBuf::from("../shared/data"),
             llm: LlmSettings::default(),
+            default_agent: None,
+            agents: BTreeMap::new(),
         }
     }
 }
@@ -156,9 +201,7 @@ impl Config {
     /// # Errors
     /// See [`ConfigError`].
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        Self::extract(
-            Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)),
-        )
+        Self::extract(Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)))
     }
 
     fn extract(fig: Figment) -> Result<Self, ConfigError> {
@@ -168,32 +211,20 @@ impl Config {
     }
 
     fn validate(&self, fig: &Figment) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: String| ConfigError::Invalid {
-            key: key.to_owned(),
-            origin: origin(fig, key),
-            reason,
-        };
+        let invalid =
+            |key: &str, reason: String| ConfigError::Invalid { key: key.to_owned(), origin: origin(fig, key), reason };
         if let Some(base) = &self.llm.base_url {
             match url::Url::parse(base) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => {}
                 Ok(u) => {
-                    return Err(invalid(
-                        "llm.base_url",
-                        format!("scheme '{}' is not http or https", u.scheme()),
-                    ));
+                    return Err(invalid("llm.base_url", format!("scheme '{}' is not http or https", u.scheme())));
                 }
                 Err(e) => {
-                    return Err(invalid(
-                        "llm.base_url",
-                        format!("'{base}' is not a URL: {e}"),
-                    ));
+                    return Err(invalid("llm.base_url", format!("'{base}' is not a URL: {e}")));
                 }
             }
             if self.llm.model.trim().is_empty() {
-                return Err(invalid(
-                    "llm.model",
-                    "a model name is required when llm.base_url is set".into(),
-                ));
+                return Err(invalid("llm.model", "a model name is required when llm.base_url is set".into()));
             }
         }
         for (key, v) in [
@@ -207,37 +238,39 @@ impl Config {
             }
         }
         if self.llm.max_retries > 10 {
-            return Err(invalid(
-                "llm.max_retries",
-                format!("{} is more than the allowed 10", self.llm.max_retries),
-            ));
+            return Err(invalid("llm.max_retries", format!("{} is more than the allowed 10", self.llm.max_retries)));
+        }
+        for (name, agent) in &self.agents {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(invalid(&format!("agents.{name}"), "agent names use letters, digits, '_' and '-'".into()));
+            }
+            if agent.recursion_limit == 0 {
+                return Err(invalid(&format!("agents.{name}.recursion_limit"), "must be greater than 0".into()));
+            }
+        }
+        if let Some(d) = &self.default_agent
+            && !self.agents.contains_key(d)
+        {
+            return Err(invalid("default_agent", format!("no agent named '{d}' is configured")));
         }
         if let Some(db) = &self.database_url
             && !(db.expose().starts_with("postgres://") || db.expose().starts_with("postgresql://"))
         {
-            return Err(invalid(
-                "database_url",
-                "must be a postgres:// or postgresql:// URL".into(),
-            ));
+            return Err(invalid("database_url", "must be a postgres:// or postgresql:// URL".into()));
         }
         Ok(())
     }
 
     /// The effective configuration as TOML, secrets masked.
     pub fn to_masked_toml(&self) -> String {
-        toml::to_string_pretty(self)
-            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
     }
 }
 
 /// `TOOLGRAPH_*` → keys: the first `_` after a section name nests, `__` nests anywhere.
 fn env_provider() -> Env {
     Env::prefixed("TOOLGRAPH_")
-        .filter(|k| {
-            !NOT_CONFIG_KEYS
-                .iter()
-                .any(|n| k.as_str().eq_ignore_ascii_case(n))
-        })
+        .filter(|k| !NOT_CONFIG_KEYS.iter().any(|n| k.as_str().eq_ignore_ascii_case(n)))
         .map(|k| {
             let lower = k.as_str().to_ascii_lowercase().replace("__", ".");
             for s in SECTIONS {
@@ -258,6 +291,24 @@ fn origin(fig: &Figment, key: &str) -> String {
             _ => md.name.to_string(),
         },
         None => "defaults".into(),
+    }
+}
+
+impl Config {
+    /// The agents in effect: the configured ones, or the built-in `assistant` when none is.
+    pub fn effective_agents(&self) -> BTreeMap<String, AgentSettings> {
+        if self.agents.is_empty() {
+            BTreeMap::from([("assistant".to_owned(), AgentSettings::default())])
+        } else {
+            self.agents.clone()
+        }
+    }
+
+    /// The name of the agent used when none is named.
+    pub fn default_agent_name(&self) -> String {
+        self.default_agent
+            .clone()
+            .unwrap_or_else(|| self.effective_agents().keys().next().cloned().unwrap_or_else(|| "assistant".into()))
     }
 }
 
@@ -310,10 +361,7 @@ mod tests {
             assert_eq!(c.llm.model, "from-env");
             assert_eq!(c.llm.max_retries, 1);
             assert_eq!(c.llm.idle_timeout_ms, 1234);
-            assert_eq!(
-                c.llm.api_key.as_ref().map(Secret::expose),
-                Some("sk-secret-123")
-            );
+            assert_eq!(c.llm.api_key.as_ref().map(Secret::expose), Some("sk-secret-123"));
             let shown = c.to_masked_toml();
             assert!(!shown.contains("sk-secret-123"), "{shown}");
             assert!(shown.contains("api_key = \"********\""), "{shown}");
@@ -325,9 +373,7 @@ mod tests {
     fn unknown_keys_name_the_file_and_the_key() {
         Jail::expect_with(|jail| {
             jail.create_file("toolgraph.toml", "[llm]\nmodle = \"x\"\n")?;
-            let err = Config::load(Some(Path::new("toolgraph.toml")))
-                .unwrap_err()
-                .to_string();
+            let err = Config::load(Some(Path::new("toolgraph.toml"))).unwrap_err().to_string();
             assert!(err.contains("modle"), "{err}");
             assert!(err.contains("toolgraph.toml"), "{err}");
             Ok(())
@@ -347,9 +393,7 @@ mod tests {
 
     #[test]
     fn wrong_types_name_the_key() {
-        let err = Config::from_toml_str("[llm]\nmax_retries = \"many\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = Config::from_toml_str("[llm]\nmax_retries = \"many\"\n").unwrap_err().to_string();
         assert!(err.contains("max_retries"), "{err}");
     }
 
@@ -364,32 +408,36 @@ mod tests {
             assert!(err.contains("not http or https"), "{err}");
             Ok(())
         });
-        let err = Config::from_toml_str("[llm]\nbase_url = \"http://h/v1\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("`llm.model`") && err.contains("required"),
-            "{err}"
-        );
-        let err = Config::from_toml_str("[llm]\nidle_timeout_ms = 0\n")
-            .unwrap_err()
-            .to_string();
+        let err = Config::from_toml_str("[llm]\nbase_url = \"http://h/v1\"\n").unwrap_err().to_string();
+        assert!(err.contains("`llm.model`") && err.contains("required"), "{err}");
+        let err = Config::from_toml_str("[llm]\nidle_timeout_ms = 0\n").unwrap_err().to_string();
         assert!(err.contains("greater than 0"), "{err}");
-        let err = Config::from_toml_str("database_url = \"mysql://x\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
         assert!(err.contains("postgres://"), "{err}");
     }
 
     #[test]
     fn a_missing_config_file_is_an_error() {
-        let err = Config::load(Some(Path::new("/nonexistent/toolgraph.toml")))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("/nonexistent/toolgraph.toml") && err.contains("does not exist"),
-            "{err}"
-        );
+        let err = Config::load(Some(Path::new("/nonexistent/toolgraph.toml"))).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/toolgraph.toml") && err.contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn agents_are_declared_in_tables() {
+        let c = Config::from_toml_str(
+            "default_agent = \"tutor\"\n[agents.tutor]\nsystem_prompt = \"Eres un tutor.\"\ntools = [\"calculator\"]\nstate_keys = [\"asignatura\"]\nhistory_budget = 2000\n",
+        )
+        .unwrap();
+        let t = &c.agents["tutor"];
+        assert_eq!(t.tools.as_deref(), Some(&["calculator".to_string()][..]));
+        assert_eq!(t.history_budget, 2000);
+        assert_eq!(t.max_tool_retries, 3, "defaults fill the rest");
+        assert_eq!(c.default_agent_name(), "tutor");
+        let err = Config::from_toml_str("default_agent = \"nope\"\n").unwrap_err().to_string();
+        assert!(err.contains("no agent named 'nope'"), "{err}");
+        let err = Config::from_toml_str("[agents.a]\nsytem_prompt = \"x\"\n").unwrap_err().to_string();
+        assert!(err.contains("sytem_prompt"), "{err}");
+        assert_eq!(Config::default().default_agent_name(), "assistant");
     }
 
     #[test]

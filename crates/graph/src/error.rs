@@ -59,10 +59,7 @@ pub struct NodeError {
 impl NodeError {
     /// A failure of class `kind`.
     pub fn new(kind: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
 }
 

@@ -12,14 +12,14 @@ pub const START: &str = "__start__";
 /// The virtual node that ends a run.
 pub const END: &str = "__end__";
 
+/// Threads whose heads a compiled graph keeps in memory.
+const HEAD_CACHE_CAPACITY: usize = 4096;
+
 pub(crate) type Router<S> = Arc<dyn Fn(&S) -> String + Send + Sync>;
 
 pub(crate) enum Edge<S> {
     To(String),
-    Branch {
-        router: Router<S>,
-        targets: Vec<String>,
-    },
+    Branch { router: Router<S>, targets: Vec<String> },
 }
 
 impl<S> Edge<S> {
@@ -60,11 +60,7 @@ impl<S: State, C: Send + Sync + 'static> Default for StateGraph<S, C> {
 impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// An empty graph.
     pub fn new() -> Self {
-        Self {
-            nodes: Vec::new(),
-            edges: Vec::new(),
-            resumes: Vec::new(),
-        }
+        Self { nodes: Vec::new(), edges: Vec::new(), resumes: Vec::new() }
     }
 
     /// Adds a node.
@@ -91,22 +87,12 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
         T: Into<String>,
     {
         let targets = targets.into_iter().map(Into::into).collect();
-        self.edges.push((
-            from.into(),
-            Edge::Branch {
-                router: Arc::new(router),
-                targets,
-            },
-        ));
+        self.edges.push((from.into(), Edge::Branch { router: Arc::new(router), targets }));
         self
     }
 
     /// Declares that `node` may pause and resume at `resume_at` (validated, and drawn).
-    pub fn add_resume(
-        &mut self,
-        node: impl Into<String>,
-        resume_at: impl Into<String>,
-    ) -> &mut Self {
+    pub fn add_resume(&mut self, node: impl Into<String>, resume_at: impl Into<String>) -> &mut Self {
         self.resumes.push((node.into(), resume_at.into()));
         self
     }
@@ -116,18 +102,10 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// # Errors
     /// A duplicate or reserved node name, an edge from or to an unknown node, no entry, a
     /// node without exactly one outgoing edge, an empty branch, an unreachable node.
-    pub fn compile(
-        self,
-        deps: C,
-        checkpointer: Arc<dyn Checkpointer>,
-    ) -> Result<CompiledGraph<S, C>, GraphBuildError> {
+    pub fn compile(self, deps: C, checkpointer: Arc<dyn Checkpointer>) -> Result<CompiledGraph<S, C>, GraphBuildError> {
         let mut nodes = HashMap::new();
         for (name, node) in self.nodes {
-            if name == START
-                || name == END
-                || name.is_empty()
-                || nodes.insert(name.clone(), node).is_some()
-            {
+            if name == START || name == END || name.is_empty() || nodes.insert(name.clone(), node).is_some() {
                 return Err(GraphBuildError::DuplicateNode(name));
             }
         }
@@ -141,10 +119,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
             }
             for t in edge.targets() {
                 if t != END && !nodes.contains_key(t) {
-                    return Err(GraphBuildError::UnknownNode {
-                        from: from.clone(),
-                        to: t.to_owned(),
-                    });
+                    return Err(GraphBuildError::UnknownNode { from: from.clone(), to: t.to_owned() });
                 }
             }
             if from == START {
@@ -166,10 +141,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 return Err(GraphBuildError::UnknownSource(from.clone()));
             }
             if !nodes.contains_key(to) {
-                return Err(GraphBuildError::UnknownResume {
-                    from: from.clone(),
-                    to: to.clone(),
-                });
+                return Err(GraphBuildError::UnknownResume { from: from.clone(), to: to.clone() });
             }
         }
         let mut names: Vec<&String> = nodes.keys().collect();
@@ -187,12 +159,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
             if let Some(e) = edges.get(&n) {
                 queue.extend(e.targets().into_iter().map(str::to_owned));
             }
-            queue.extend(
-                self.resumes
-                    .iter()
-                    .filter(|(f, _)| *f == n)
-                    .map(|(_, t)| t.clone()),
-            );
+            queue.extend(self.resumes.iter().filter(|(f, _)| *f == n).map(|(_, t)| t.clone()));
         }
         if let Some(n) = names.iter().find(|n| !seen.contains(n.as_str())) {
             return Err(GraphBuildError::Unreachable((*n).clone()));
@@ -205,6 +172,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 entry,
                 deps: Arc::new(deps),
                 checkpointer,
+                heads: HeadCache::new(HEAD_CACHE_CAPACITY),
                 mermaid,
             }),
         })
@@ -225,11 +193,7 @@ fn mermaid<S>(
     out.push_str(&format!("    {END}([END])\n"));
     let mut draw = |from: &str, edge: &Edge<S>| {
         for t in edge.targets() {
-            let arrow = if matches!(edge, Edge::Branch { .. }) {
-                "-.->"
-            } else {
-                "-->"
-            };
+            let arrow = if matches!(edge, Edge::Branch { .. }) { "-.->" } else { "-->" };
             out.push_str(&format!("    {from} {arrow} {t}\n"));
         }
     };
@@ -251,7 +215,62 @@ pub(crate) struct Inner<S: State, C> {
     pub(crate) entry: Edge<S>,
     pub(crate) deps: Arc<C>,
     pub(crate) checkpointer: Arc<dyn Checkpointer>,
+    pub(crate) heads: HeadCache<S>,
     mermaid: String,
+}
+
+/// Thread heads of recent runs, so a new turn reads only the records it has not seen.
+/// Bounded (oldest evicted first); every entry is checked against the store before use.
+pub(crate) struct HeadCache<S> {
+    inner: std::sync::Mutex<(
+        HashMap<crate::checkpoint::ThreadId, crate::runner::ThreadState<S>>,
+        VecDeque<crate::checkpoint::ThreadId>,
+    )>,
+    capacity: usize,
+}
+
+impl<S: Clone> HeadCache<S> {
+    fn new(capacity: usize) -> Self {
+        Self { inner: std::sync::Mutex::new((HashMap::new(), VecDeque::new())), capacity }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        (HashMap<crate::checkpoint::ThreadId, crate::runner::ThreadState<S>>, VecDeque<crate::checkpoint::ThreadId>),
+    > {
+        // Nothing panics under this lock; recover rather than cascade if something did.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn take(&self, thread: &crate::checkpoint::ThreadId) -> Option<crate::runner::ThreadState<S>> {
+        self.lock().0.remove(thread)
+    }
+
+    pub(crate) fn peek(&self, thread: &crate::checkpoint::ThreadId) -> Option<crate::runner::ThreadState<S>> {
+        self.lock().0.get(thread).cloned()
+    }
+
+    pub(crate) fn put(&self, thread: crate::checkpoint::ThreadId, head: crate::runner::ThreadState<S>) {
+        let mut g = self.lock();
+        let (map, order) = &mut *g;
+        if map.insert(thread.clone(), head).is_none() {
+            order.push_back(thread);
+        }
+        while map.len() > self.capacity {
+            match order.pop_front() {
+                Some(old) => {
+                    map.remove(&old);
+                }
+                None => break,
+            }
+        }
+        // Taken entries leave stale names in `order`; drop them when it grows too long.
+        if order.len() > self.capacity * 2 {
+            order.retain(|t| map.contains_key(t));
+        }
+    }
 }
 
 /// A validated graph bound to its dependencies and checkpoint store. Cheap to clone.
@@ -261,9 +280,7 @@ pub struct CompiledGraph<S: State, C> {
 
 impl<S: State, C> Clone for CompiledGraph<S, C> {
     fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
+        Self { inner: Arc::clone(&self.inner) }
     }
 }
 
@@ -292,9 +309,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 if targets.iter().any(|x| *x == t) {
                     Ok(t)
                 } else {
-                    Err(format!(
-                        "router chose '{t}', which is not among its declared targets {targets:?}"
-                    ))
+                    Err(format!("router chose '{t}', which is not among its declared targets {targets:?}"))
                 }
             }
         }

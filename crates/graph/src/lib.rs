@@ -31,8 +31,8 @@ mod runner;
 mod state;
 
 pub use checkpoint::{
-    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, MemoryCheckpointer,
-    PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
+    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, MemoryCheckpointer, PostgresCheckpointer,
+    RecordKind, SqliteCheckpointer, ThreadId,
 };
 pub use error::{GraphBuildError, GraphError, NodeError};
 pub use event::RunEvent;

@@ -23,9 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, ToolDefinition};
-use toolgraph_tools::{
-    ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry,
-};
+use toolgraph_tools::{ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry};
 
 /// The agent's state: the message log (append) and the values injected into tools
 /// (replace), plus the read-failure count of the current turn (replace).
@@ -72,10 +70,7 @@ impl AgentState {
     /// The text of the last assistant message, if the conversation ends with one.
     pub fn last_reply(&self) -> Option<&str> {
         match self.messages.last() {
-            Some(Message::Assistant {
-                content,
-                tool_calls,
-            }) if tool_calls.is_empty() => Some(content),
+            Some(Message::Assistant { content, tool_calls }) if tool_calls.is_empty() => Some(content),
             _ => None,
         }
     }
@@ -84,11 +79,7 @@ impl AgentState {
 /// The input of a user turn: the message, and context values when given (they replace the
 /// previous ones); the failure count restarts.
 pub fn user_turn(text: impl Into<String>, context: Option<Map<String, Value>>) -> AgentUpdate {
-    AgentUpdate {
-        messages: vec![Message::user(text)],
-        context,
-        tool_failures: Some(0),
-    }
+    AgentUpdate { messages: vec![Message::user(text)], context, tool_failures: Some(0) }
 }
 
 /// How an agent behaves.
@@ -111,11 +102,7 @@ pub struct AgentSpec {
 
 impl AgentSpec {
     /// An agent with defaults.
-    pub fn new(
-        name: impl Into<String>,
-        system_prompt: impl Into<String>,
-        tools: ToolRegistry,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, system_prompt: impl Into<String>, tools: ToolRegistry) -> Self {
         Self {
             name: name.into(),
             system_prompt: system_prompt.into(),
@@ -147,10 +134,7 @@ pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not ex
 
 /// The reply of a turn in which every pending action was rejected.
 pub fn cancellation_text(descriptions: &[String]) -> String {
-    format!(
-        "Cancelled, nothing was changed: {}.",
-        descriptions.join("; ")
-    )
+    format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
 }
 
 /// Builds the agent graph over `model` and `checkpointer`.
@@ -172,11 +156,7 @@ pub fn build(
         })
         .collect();
     let max_retries = spec.max_tool_retries;
-    let deps = AgentDeps {
-        model,
-        spec,
-        definitions,
-    };
+    let deps = AgentDeps { model, spec, definitions };
     let mut g = StateGraph::<AgentState, AgentDeps>::new();
     g.add_node("agent", agent_node);
     g.add_node("tools", tools_node);
@@ -186,33 +166,21 @@ pub fn build(
     g.add_conditional_edges(
         "agent",
         |s: &AgentState| {
-            if pending_calls(s).is_empty() {
-                END.into()
-            } else {
-                "tools".into()
-            }
+            if pending_calls(s).is_empty() { END.into() } else { "tools".into() }
         },
         ["tools", END],
     );
     g.add_conditional_edges(
         "tools",
         move |s: &AgentState| {
-            if s.tool_failures > max_retries {
-                "give_up".into()
-            } else {
-                "agent".into()
-            }
+            if s.tool_failures > max_retries { "give_up".into() } else { "agent".into() }
         },
         ["agent", "give_up"],
     );
     g.add_conditional_edges(
         "approved",
         |s: &AgentState| {
-            if s.last_reply().is_some() {
-                END.into()
-            } else {
-                "agent".into()
-            }
+            if s.last_reply().is_some() { END.into() } else { "agent".into() }
         },
         ["agent", END],
     );
@@ -221,13 +189,28 @@ pub fn build(
     g.compile(deps, checkpointer)
 }
 
+/// The agent's topology as a Mermaid flowchart (no model or store needed).
+pub fn mermaid() -> String {
+    struct NeverCalled;
+    #[async_trait::async_trait]
+    impl ChatModel for NeverCalled {
+        async fn stream(&self, _r: ChatRequest) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
+            Err(toolgraph_llm::LlmError::InvalidRequest("this graph is only drawn, never run".into()))
+        }
+        fn model_id(&self) -> &str {
+            "none"
+        }
+    }
+    let store = Arc::new(crate::checkpoint::MemoryCheckpointer::new());
+    match build(AgentSpec::new("draw", "", ToolRegistry::new()), Arc::new(NeverCalled), store) {
+        Ok(g) => g.to_mermaid(),
+        Err(e) => format!("%% the agent graph does not compile: {e}"),
+    }
+}
+
 /// Tool calls of the last assistant message that have no tool message yet.
 fn pending_calls(s: &AgentState) -> Vec<ToolCall> {
-    let Some(pos) = s
-        .messages
-        .iter()
-        .rposition(|m| matches!(m, Message::Assistant { .. }))
-    else {
+    let Some(pos) = s.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })) else {
         return Vec::new();
     };
     let Message::Assistant { tool_calls, .. } = &s.messages[pos] else {
@@ -235,19 +218,9 @@ fn pending_calls(s: &AgentState) -> Vec<ToolCall> {
     };
     let answered: Vec<&str> = s.messages[pos + 1..]
         .iter()
-        .filter_map(|m| {
-            if let Message::Tool { tool_call_id, .. } = m {
-                Some(tool_call_id.as_str())
-            } else {
-                None
-            }
-        })
+        .filter_map(|m| if let Message::Tool { tool_call_id, .. } = m { Some(tool_call_id.as_str()) } else { None })
         .collect();
-    tool_calls
-        .iter()
-        .filter(|c| !answered.contains(&c.id.as_str()))
-        .cloned()
-        .collect()
+    tool_calls.iter().filter(|c| !answered.contains(&c.id.as_str())).cloned().collect()
 }
 
 /// The most recent messages that fit `budget` (≈ 4 characters a token), cut only where a
@@ -263,10 +236,7 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
     for (i, m) in messages.iter().enumerate().rev() {
         used += m.content().len() / 4 + 4;
         if let Message::Assistant { tool_calls, .. } = m {
-            used += tool_calls
-                .iter()
-                .map(|c| c.arguments.len() / 4 + 8)
-                .sum::<usize>();
+            used += tool_calls.iter().map(|c| c.arguments.len() / 4 + 8).sum::<usize>();
         }
         if matches!(m, Message::User { .. }) {
             if used > budget && cut.is_some() {
@@ -282,10 +252,7 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
     &messages[start.min(messages.len())..]
 }
 
-async fn agent_node(
-    s: Arc<AgentState>,
-    ctx: RunContext<AgentDeps>,
-) -> Result<NodeOutput<AgentState>, NodeError> {
+async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let deps = ctx.deps();
     let mut messages = Vec::with_capacity(s.messages.len() + 1);
     if !deps.spec.system_prompt.is_empty() {
@@ -309,10 +276,7 @@ async fn agent_node(
         }
     }
     Ok(NodeOutput::Update(AgentUpdate {
-        messages: vec![Message::Assistant {
-            content,
-            tool_calls,
-        }],
+        messages: vec![Message::Assistant { content, tool_calls }],
         ..Default::default()
     }))
 }
@@ -321,11 +285,7 @@ fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
     Message::tool(call.id.clone(), call.name.clone(), outcome.to_model_text())
 }
 
-async fn run_tool(
-    ctx: &RunContext<AgentDeps>,
-    tools: &ToolContext,
-    call: &ToolCall,
-) -> ToolOutcome {
+async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolCall) -> ToolOutcome {
     let outcome = match ToolCallRequest::parse_arguments(&call.arguments) {
         Ok(args) => ctx.deps().spec.tools.call(tools, &call.name, &args).await,
         Err(e) => ToolOutcome::Failure(e),
@@ -340,37 +300,20 @@ async fn run_tool(
     outcome
 }
 
-async fn tools_node(
-    s: Arc<AgentState>,
-    ctx: RunContext<AgentDeps>,
-) -> Result<NodeOutput<AgentState>, NodeError> {
+async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let calls = pending_calls(&s);
     let registry = &ctx.deps().spec.tools;
     let tool_ctx = ToolContext::with_state(s.context.clone());
-    let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) = calls.into_iter().partition(|c| {
-        registry
-            .get(&c.name)
-            .is_some_and(|t| t.spec().class == ToolClass::Write)
-    });
+    let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) =
+        calls.into_iter().partition(|c| registry.get(&c.name).is_some_and(|t| t.spec().class == ToolClass::Write));
     for c in reads.iter().chain(&writes) {
-        let arguments =
-            serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
-        ctx.emit(RunEvent::ToolCall {
-            call_id: c.id.clone(),
-            name: c.name.clone(),
-            arguments,
-        })
-        .await;
+        let arguments = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
+        ctx.emit(RunEvent::ToolCall { call_id: c.id.clone(), name: c.name.clone(), arguments }).await;
     }
-    let outcomes =
-        futures::future::join_all(reads.iter().map(|c| run_tool(&ctx, &tool_ctx, c))).await;
+    let outcomes = futures::future::join_all(reads.iter().map(|c| run_tool(&ctx, &tool_ctx, c))).await;
     let failed = outcomes.iter().any(|o| !o.is_success());
     let mut update = AgentUpdate {
-        messages: reads
-            .iter()
-            .zip(&outcomes)
-            .map(|(c, o)| tool_message(c, o))
-            .collect(),
+        messages: reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)).collect(),
         tool_failures: Some(s.tool_failures + u32::from(failed)),
         ..Default::default()
     };
@@ -389,35 +332,23 @@ async fn tools_node(
                         }
                     }
                 }
-                let description = registry
-                    .get(&c.name)
-                    .map(|t| t.describe(&shown))
-                    .unwrap_or_default();
+                let description = registry.get(&c.name).map(|t| t.describe(&shown)).unwrap_or_default();
                 requests.push(InterruptRequest {
                     key: c.id.clone(),
                     payload: json!({"call_id": c.id, "tool": c.name, "arguments": args, "description": description}),
                 });
             }
             // Unparseable arguments never reach a person: the model gets them back to repair.
-            Err(e) => update
-                .messages
-                .push(tool_message(c, &ToolOutcome::Failure(e))),
+            Err(e) => update.messages.push(tool_message(c, &ToolOutcome::Failure(e))),
         }
     }
     if requests.is_empty() {
         return Ok(NodeOutput::Update(update));
     }
-    Ok(NodeOutput::Interrupt {
-        update,
-        requests,
-        resume_at: "approved".into(),
-    })
+    Ok(NodeOutput::Interrupt { update, requests, resume_at: "approved".into() })
 }
 
-async fn approved_node(
-    s: Arc<AgentState>,
-    ctx: RunContext<AgentDeps>,
-) -> Result<NodeOutput<AgentState>, NodeError> {
+async fn approved_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let tool_ctx = ToolContext::with_state(s.context.clone());
     let mut messages = Vec::new();
     let mut rejected = Vec::new();
@@ -439,12 +370,8 @@ async fn approved_node(
                 })
                 .await;
                 let args = ToolCallRequest::parse_arguments(&call.arguments).unwrap_or_default();
-                let description = ctx
-                    .deps()
-                    .spec
-                    .tools
-                    .get(&call.name)
-                    .map_or_else(|| call.name.clone(), |t| t.describe(&args));
+                let description =
+                    ctx.deps().spec.tools.get(&call.name).map_or_else(|| call.name.clone(), |t| t.describe(&args));
                 rejected.push(description);
                 messages.push(tool_message(&call, &outcome));
             }
@@ -455,16 +382,10 @@ async fn approved_node(
         ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
         messages.push(Message::assistant(text));
     }
-    Ok(NodeOutput::Update(AgentUpdate {
-        messages,
-        ..Default::default()
-    }))
+    Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
 }
 
-async fn give_up_node(
-    s: Arc<AgentState>,
-    ctx: RunContext<AgentDeps>,
-) -> Result<NodeOutput<AgentState>, NodeError> {
+async fn give_up_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let last_error = s
         .messages
         .iter()
@@ -481,8 +402,5 @@ async fn give_up_node(
         s.tool_failures
     );
     ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
-    Ok(NodeOutput::Update(AgentUpdate {
-        messages: vec![Message::assistant(text)],
-        ..Default::default()
-    }))
+    Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
 }

@@ -5,9 +5,7 @@
 //! of a run (its input, or the decisions that complete a pause) is written before the task
 //! starts, so a second run on the same thread is refused by the store itself.
 
-use crate::checkpoint::{
-    CheckpointError, CheckpointMeta, CheckpointRecord, RecordKind, ThreadId, now_ms,
-};
+use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointRecord, RecordKind, ThreadId, now_ms};
 use crate::error::{GraphError, NodeError};
 use crate::event::RunEvent;
 use crate::graph::{CompiledGraph, END};
@@ -137,10 +135,7 @@ async fn join<S: State>(task: JoinHandle<RunOutcome<S>>) -> RunOutcome<S> {
         Ok(o) => o,
         Err(e) => RunOutcome::Failed {
             state: S::default(),
-            error: GraphError::Node {
-                node: "runtime".into(),
-                source: NodeError::new("panic", e.to_string()),
-            },
+            error: GraphError::Node { node: "runtime".into(), source: NodeError::new("panic", e.to_string()) },
         },
     }
 }
@@ -171,6 +166,9 @@ pub struct ThreadState<S> {
     pub decisions: BTreeMap<InterruptId, Decision>,
     /// When the head was written (ms since the Unix epoch).
     pub last_at_ms: i64,
+    /// The run that wrote the head; with `version` it identifies the head exactly (run ids
+    /// are unique), so a cached head can be checked against the store with one row.
+    head_run: String,
 }
 
 impl<S: State> ThreadState<S> {
@@ -182,28 +180,30 @@ impl<S: State> ThreadState<S> {
             pending: Vec::new(),
             decisions: BTreeMap::new(),
             last_at_ms: 0,
+            head_run: String::new(),
         }
     }
 
     /// Pending interrupts without a decision.
     pub fn undecided(&self) -> Vec<PendingInterrupt> {
-        self.pending
-            .iter()
-            .filter(|p| !self.decisions.contains_key(&p.id))
-            .cloned()
-            .collect()
+        self.pending.iter().filter(|p| !self.decisions.contains_key(&p.id)).cloned().collect()
     }
 
     fn fold(thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<Self, GraphError> {
         let mut t = Self::new();
+        t.extend(thread, records)?;
+        Ok(t)
+    }
+
+    fn extend(&mut self, thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<(), GraphError> {
+        let t = self;
         for r in records {
             for u in r.updates {
-                let update: S::Update =
-                    serde_json::from_value(u).map_err(|e| CheckpointError::Corrupt {
-                        thread: thread.to_string(),
-                        seq: r.seq,
-                        reason: format!("update does not fit the state type: {e}"),
-                    })?;
+                let update: S::Update = serde_json::from_value(u).map_err(|e| CheckpointError::Corrupt {
+                    thread: thread.to_string(),
+                    seq: r.seq,
+                    reason: format!("update does not fit the state type: {e}"),
+                })?;
                 t.state.apply(update);
             }
             match r.kind {
@@ -220,8 +220,9 @@ impl<S: State> ThreadState<S> {
             t.next = r.next;
             t.version = r.seq;
             t.last_at_ms = r.created_at_ms;
+            t.head_run = r.run_id;
         }
-        Ok(t)
+        Ok(())
     }
 
     fn is_fresh(&self, stale_after: Duration) -> bool {
@@ -249,9 +250,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     async fn write(&self, thread: &ThreadId, rec: &CheckpointRecord) -> Result<(), GraphError> {
         match self.inner.checkpointer.append(thread, rec).await {
             Ok(()) => Ok(()),
-            Err(CheckpointError::Conflict { .. }) => Err(GraphError::ConcurrentRun {
-                thread: thread.to_string(),
-            }),
+            Err(CheckpointError::Conflict { .. }) => Err(GraphError::ConcurrentRun { thread: thread.to_string() }),
             Err(e) => Err(e.into()),
         }
     }
@@ -260,10 +259,26 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     ///
     /// # Errors
     /// A store failure or an undecodable record.
-    pub async fn thread_state(
+    pub async fn thread_state(&self, thread: &ThreadId) -> Result<Option<ThreadState<S>>, GraphError> {
+        let cached = self.inner.heads.peek(thread);
+        self.catch_up(thread, cached).await
+    }
+
+    /// Brings a cached head up to date with the store, or loads it whole when there is no
+    /// cached head or the store no longer has the record it ends at (deleted, recreated).
+    async fn catch_up(
         &self,
         thread: &ThreadId,
+        cached: Option<ThreadState<S>>,
     ) -> Result<Option<ThreadState<S>>, GraphError> {
+        if let Some(mut head) = cached {
+            let mut tail = self.inner.checkpointer.load_from(thread, head.version).await?;
+            if tail.first().is_some_and(|r| r.seq == head.version && r.run_id == head.head_run) {
+                tail.remove(0);
+                head.extend(thread, tail)?;
+                return Ok(Some(head));
+            }
+        }
         let records = self.inner.checkpointer.load(thread, None).await?;
         if records.is_empty() {
             return Ok(None);
@@ -275,17 +290,10 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     ///
     /// # Errors
     /// [`GraphError::NotFound`] for a checkpoint that does not exist.
-    pub async fn state_at(
-        &self,
-        thread: &ThreadId,
-        seq: u64,
-    ) -> Result<ThreadState<S>, GraphError> {
+    pub async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<ThreadState<S>, GraphError> {
         let records = self.inner.checkpointer.load(thread, Some(seq)).await?;
         if records.last().map(|r| r.seq) != Some(seq) {
-            return Err(GraphError::NotFound {
-                thread: thread.to_string(),
-                seq: Some(seq),
-            });
+            return Err(GraphError::NotFound { thread: thread.to_string(), seq: Some(seq) });
         }
         ThreadState::fold(thread, records)
     }
@@ -325,30 +333,23 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         input: S::Update,
         opts: RunOptions,
     ) -> Result<RunHandle<S>, GraphError> {
-        let head = self
-            .thread_state(thread)
-            .await?
-            .unwrap_or_else(ThreadState::new);
-        let undecided = head.undecided();
-        if !undecided.is_empty() {
-            return Err(GraphError::AwaitingDecision {
-                thread: thread.to_string(),
-                pending: undecided.len(),
-            });
+        // Taken, not copied: the run owns the head until it puts it back at its end.
+        let cached = self.inner.heads.take(thread);
+        let head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::new);
+        let undecided = head.undecided().len();
+        if undecided > 0 {
+            self.inner.heads.put(thread.clone(), head);
+            return Err(GraphError::AwaitingDecision { thread: thread.to_string(), pending: undecided });
         }
         if head.next.is_some() && head.is_fresh(opts.stale_after) {
-            return Err(GraphError::ConcurrentRun {
-                thread: thread.to_string(),
-            });
+            return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
         }
         let run_id = uuid::Uuid::now_v7().to_string();
         let mut state = head.state;
         let value = serde_json::to_value(&input)?;
         state.apply(input);
-        let next = Self::route(&self.inner.entry, &state).map_err(|m| GraphError::Node {
-            node: crate::graph::START.into(),
-            source: NodeError::new("routing", m),
-        })?;
+        let next = Self::route(&self.inner.entry, &state)
+            .map_err(|m| GraphError::Node { node: crate::graph::START.into(), source: NodeError::new("routing", m) })?;
         let mut rec = record(head.version + 1, &run_id, RecordKind::Input);
         rec.updates.push(value);
         rec.next = (next != END).then(|| next.clone());
@@ -370,10 +371,9 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         decisions: BTreeMap<InterruptId, Decision>,
         opts: RunOptions,
     ) -> Result<ResumeResult<S>, GraphError> {
-        let head = self
-            .thread_state(thread)
-            .await?
-            .ok_or_else(|| GraphError::NothingToResume(thread.to_string()))?;
+        let cached = self.inner.heads.take(thread);
+        let head =
+            self.catch_up(thread, cached).await?.ok_or_else(|| GraphError::NothingToResume(thread.to_string()))?;
         let Some(resume_at) = head.next.clone().filter(|_| !head.pending.is_empty()) else {
             return Err(GraphError::NothingToResume(thread.to_string()));
         };
@@ -392,21 +392,15 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         }
         let mut merged = head.decisions.clone();
         merged.extend(new.clone());
-        let undecided: Vec<PendingInterrupt> = head
-            .pending
-            .iter()
-            .filter(|p| !merged.contains_key(&p.id))
-            .cloned()
-            .collect();
+        let undecided: Vec<PendingInterrupt> =
+            head.pending.iter().filter(|p| !merged.contains_key(&p.id)).cloned().collect();
         if new.is_empty() {
             if !undecided.is_empty() {
                 return Ok(ResumeResult::Waiting { undecided });
             }
             // Everything was decided before: a run already took over, unless it died.
             if head.is_fresh(opts.stale_after) {
-                return Err(GraphError::ConcurrentRun {
-                    thread: thread.to_string(),
-                });
+                return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
             }
         }
         let run_id = uuid::Uuid::now_v7().to_string();
@@ -417,14 +411,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         if !undecided.is_empty() {
             return Ok(ResumeResult::Waiting { undecided });
         }
-        let by_key = head
-            .pending
-            .iter()
-            .filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d)))
-            .collect();
-        Ok(ResumeResult::Started(self.spawn(
-            thread, run_id, head.state, rec.seq, resume_at, by_key, opts,
-        )))
+        let by_key = head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d))).collect();
+        Ok(ResumeResult::Started(self.spawn(thread, run_id, head.state, rec.seq, resume_at, by_key, opts)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -443,45 +431,44 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let thread = thread.clone();
         let id = run_id.clone();
         let task = tokio::spawn(async move {
-            let _ = tx
-                .send(RunEvent::RunStarted {
-                    run_id: id.clone(),
-                    thread: thread.to_string(),
-                })
-                .await;
-            graph
-                .drive(
-                    thread,
-                    id,
-                    Arc::new(state),
-                    version,
-                    next,
-                    decisions,
-                    opts,
-                    tx,
-                )
-                .await
+            let _ = tx.send(RunEvent::RunStarted { run_id: id.clone(), thread: thread.to_string() }).await;
+            let mut version = version;
+            let (outcome, next) =
+                graph.drive(&thread, &id, Arc::new(state), &mut version, next, decisions, opts, tx).await;
+            let pending = match &outcome {
+                // A failed run leaves the head to be reloaded from the store.
+                RunOutcome::Failed { .. } => return outcome,
+                RunOutcome::Interrupted { pending, .. } => pending.clone(),
+                _ => Vec::new(),
+            };
+            let head = ThreadState {
+                state: outcome.state().clone(),
+                version,
+                next,
+                pending,
+                decisions: BTreeMap::new(),
+                last_at_ms: now_ms(),
+                head_run: id,
+            };
+            graph.inner.heads.put(thread, head);
+            outcome
         });
-        RunHandle {
-            run_id,
-            events: rx,
-            task,
-        }
+        RunHandle { run_id, events: rx, task }
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn drive(
         &self,
-        thread: ThreadId,
-        run_id: String,
+        thread: &ThreadId,
+        run_id: &str,
         mut state: Arc<S>,
-        mut version: u64,
+        version: &mut u64,
         mut next: String,
         decisions: BTreeMap<String, Decision>,
         opts: RunOptions,
         tx: mpsc::Sender<RunEvent>,
-    ) -> RunOutcome<S> {
-        let run: Arc<str> = Arc::from(run_id.as_str());
+    ) -> (RunOutcome<S>, Option<String>) {
+        let run: Arc<str> = Arc::from(run_id);
         let thread_name: Arc<str> = Arc::from(thread.as_str());
         let mut decisions = Arc::new(decisions);
         let mut steps = 0u32;
@@ -489,29 +476,17 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         loop {
             if next == END {
                 let _ = tx.send(RunEvent::Completed).await;
-                return RunOutcome::Completed {
-                    state: owned(state),
-                };
+                return (RunOutcome::Completed { state: owned(state) }, None);
             }
             if opts.cancel.is_cancelled() {
-                self.stop(&thread, &mut version, &run_id, "cancelled").await;
+                self.stop(thread, version, run_id, "cancelled").await;
                 let _ = tx.send(RunEvent::Cancelled).await;
-                return RunOutcome::Cancelled {
-                    state: owned(state),
-                };
+                return (RunOutcome::Cancelled { state: owned(state) }, None);
             }
             if steps >= opts.recursion_limit {
-                self.stop(&thread, &mut version, &run_id, "recursion limit")
-                    .await;
-                let _ = tx
-                    .send(RunEvent::RecursionLimit {
-                        limit: opts.recursion_limit,
-                    })
-                    .await;
-                return RunOutcome::RecursionLimit {
-                    state: owned(state),
-                    limit: opts.recursion_limit,
-                };
+                self.stop(thread, version, run_id, "recursion limit").await;
+                let _ = tx.send(RunEvent::RecursionLimit { limit: opts.recursion_limit }).await;
+                return (RunOutcome::RecursionLimit { state: owned(state), limit: opts.recursion_limit }, None);
             }
             steps += 1;
             let Some(node) = self.inner.nodes.get(&next).cloned() else {
@@ -521,16 +496,9 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                     node: next.clone(),
                     source: NodeError::new("routing", "no such node in this graph"),
                 };
-                return self
-                    .fail(&thread, &mut version, &run_id, state, error, &tx)
-                    .await;
+                return (self.fail(thread, version, run_id, state, error, &tx).await, None);
             };
-            let _ = tx
-                .send(RunEvent::NodeStarted {
-                    node: next.clone(),
-                    step: steps,
-                })
-                .await;
+            let _ = tx.send(RunEvent::NodeStarted { node: next.clone(), step: steps }).await;
             let ctx = RunContext {
                 deps: Arc::clone(&self.inner.deps),
                 events: tx.clone(),
@@ -543,22 +511,17 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             let result = tokio::select! {
                 biased;
                 _ = opts.cancel.cancelled() => {
-                    self.stop(&thread, &mut version, &run_id, "cancelled").await;
+                    self.stop(thread, version, run_id, "cancelled").await;
                     let _ = tx.send(RunEvent::Cancelled).await;
-                    return RunOutcome::Cancelled { state: owned(state) };
+                    return (RunOutcome::Cancelled { state: owned(state) }, None);
                 }
                 r = call => r,
             };
             let output = match result {
                 Ok(Ok(o)) => o,
                 Ok(Err(e)) => {
-                    let error = GraphError::Node {
-                        node: next.clone(),
-                        source: e,
-                    };
-                    return self
-                        .fail(&thread, &mut version, &run_id, state, error, &tx)
-                        .await;
+                    let error = GraphError::Node { node: next.clone(), source: e };
+                    return (self.fail(thread, version, run_id, state, error, &tx).await, None);
                 }
                 Err(panic) => {
                     let what = panic
@@ -566,25 +529,18 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                         .map(|s| (*s).to_owned())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "non-text panic".into());
-                    let error = GraphError::Node {
-                        node: next.clone(),
-                        source: NodeError::new("panic", what),
-                    };
-                    return self
-                        .fail(&thread, &mut version, &run_id, state, error, &tx)
-                        .await;
+                    let error = GraphError::Node { node: next.clone(), source: NodeError::new("panic", what) };
+                    return (self.fail(thread, version, run_id, state, error, &tx).await, None);
                 }
             };
-            let mut rec = record(version + 1, &run_id, RecordKind::Step);
+            let mut rec = record(*version + 1, run_id, RecordKind::Step);
             rec.node = Some(next.clone());
             match output {
                 NodeOutput::Update(update) => {
                     match serde_json::to_value(&update) {
                         Ok(v) => rec.updates.push(v),
                         Err(e) => {
-                            return self
-                                .fail(&thread, &mut version, &run_id, state, e.into(), &tx)
-                                .await;
+                            return (self.fail(thread, version, run_id, state, e.into(), &tx).await, None);
                         }
                     }
                     Arc::make_mut(&mut state).apply(update);
@@ -592,90 +548,50 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                     let route = match edge.map(|e| Self::route(e, &state)) {
                         Some(Ok(r)) => r,
                         Some(Err(m)) => {
-                            let error = GraphError::Node {
-                                node: next.clone(),
-                                source: NodeError::new("routing", m),
-                            };
-                            return self
-                                .fail(&thread, &mut version, &run_id, state, error, &tx)
-                                .await;
+                            let error = GraphError::Node { node: next.clone(), source: NodeError::new("routing", m) };
+                            return (self.fail(thread, version, run_id, state, error, &tx).await, None);
                         }
                         None => END.to_owned(),
                     };
                     rec.next = (route != END).then(|| route.clone());
-                    if let Err(e) = self.write(&thread, &rec).await {
-                        return self
-                            .fail(&thread, &mut version, &run_id, state, e, &tx)
-                            .await;
+                    if let Err(e) = self.write(thread, &rec).await {
+                        return (self.fail(thread, version, run_id, state, e, &tx).await, None);
                     }
-                    version = rec.seq;
-                    let _ = tx
-                        .send(RunEvent::NodeFinished {
-                            node: next.clone(),
-                            step: steps,
-                            checkpoint: version,
-                        })
-                        .await;
+                    *version = rec.seq;
+                    let _ =
+                        tx.send(RunEvent::NodeFinished { node: next.clone(), step: steps, checkpoint: rec.seq }).await;
                     next = route;
                 }
-                NodeOutput::Interrupt {
-                    update,
-                    requests,
-                    resume_at,
-                } => {
+                NodeOutput::Interrupt { update, requests, resume_at } => {
                     match serde_json::to_value(&update) {
                         Ok(v) => rec.updates.push(v),
                         Err(e) => {
-                            return self
-                                .fail(&thread, &mut version, &run_id, state, e.into(), &tx)
-                                .await;
+                            return (self.fail(thread, version, run_id, state, e.into(), &tx).await, None);
                         }
                     }
                     Arc::make_mut(&mut state).apply(update);
                     if !self.inner.nodes.contains_key(&resume_at) {
                         let error = GraphError::Node {
                             node: next.clone(),
-                            source: NodeError::new(
-                                "routing",
-                                format!("resume node '{resume_at}' does not exist"),
-                            ),
+                            source: NodeError::new("routing", format!("resume node '{resume_at}' does not exist")),
                         };
-                        return self
-                            .fail(&thread, &mut version, &run_id, state, error, &tx)
-                            .await;
+                        return (self.fail(thread, version, run_id, state, error, &tx).await, None);
                     }
                     let pending: Vec<PendingInterrupt> = requests
                         .into_iter()
-                        .map(|r| PendingInterrupt {
-                            id: InterruptId::fresh(),
-                            key: r.key,
-                            payload: r.payload,
-                        })
+                        .map(|r| PendingInterrupt { id: InterruptId::fresh(), key: r.key, payload: r.payload })
                         .collect();
                     rec.kind = RecordKind::Interrupt;
                     rec.interrupts = pending.clone();
-                    rec.next = Some(resume_at);
-                    if let Err(e) = self.write(&thread, &rec).await {
-                        return self
-                            .fail(&thread, &mut version, &run_id, state, e, &tx)
-                            .await;
+                    rec.next = Some(resume_at.clone());
+                    if let Err(e) = self.write(thread, &rec).await {
+                        return (self.fail(thread, version, run_id, state, e, &tx).await, None);
                     }
-                    let _ = tx
-                        .send(RunEvent::NodeFinished {
-                            node: next.clone(),
-                            step: steps,
-                            checkpoint: rec.seq,
-                        })
-                        .await;
-                    let _ = tx
-                        .send(RunEvent::Interrupted {
-                            pending: pending.clone(),
-                        })
-                        .await;
-                    return RunOutcome::Interrupted {
-                        state: owned(state),
-                        pending,
-                    };
+                    *version = rec.seq;
+                    let _ =
+                        tx.send(RunEvent::NodeFinished { node: next.clone(), step: steps, checkpoint: rec.seq }).await;
+                    let _ = tx.send(RunEvent::Interrupted { pending: pending.clone() }).await;
+                    return (RunOutcome::Interrupted { state: owned(state), pending }, Some(resume_at));
                 }
             }
         }
@@ -706,14 +622,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             self.stop(thread, version, run_id, &error.to_string()).await;
         }
         tracing::warn!(%thread, %error, "run failed");
-        let _ = tx
-            .send(RunEvent::Error {
-                message: error.to_string(),
-            })
-            .await;
-        RunOutcome::Failed {
-            state: Arc::try_unwrap(state).unwrap_or_else(|a| (*a).clone()),
-            error,
-        }
+        let _ = tx.send(RunEvent::Error { message: error.to_string() }).await;
+        RunOutcome::Failed { state: Arc::try_unwrap(state).unwrap_or_else(|a| (*a).clone()), error }
     }
 }

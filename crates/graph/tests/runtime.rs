@@ -39,10 +39,7 @@ impl State for Chat {
 }
 
 fn say(text: &str) -> ChatUpdate {
-    ChatUpdate {
-        log: vec![text.to_owned()],
-        ..Default::default()
-    }
+    ChatUpdate { log: vec![text.to_owned()], ..Default::default() }
 }
 
 /// Test dependencies: counters that reveal repeated side effects.
@@ -73,14 +70,8 @@ fn approval_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
         Ok(NodeOutput::Interrupt {
             update: say("planned"),
             requests: vec![
-                InterruptRequest {
-                    key: "send_sms".into(),
-                    payload: serde_json::json!({"to": "+34600000000"}),
-                },
-                InterruptRequest {
-                    key: "create_announcement".into(),
-                    payload: serde_json::json!({"title": "Exam"}),
-                },
+                InterruptRequest { key: "send_sms".into(), payload: serde_json::json!({"to": "+34600000000"}) },
+                InterruptRequest { key: "create_announcement".into(), payload: serde_json::json!({"title": "Exam"}) },
             ],
             resume_at: "apply".into(),
         })
@@ -93,15 +84,9 @@ fn approval_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
             }
             decided.push(format!("{key}={d:?}"));
         }
-        Ok(NodeOutput::Update(ChatUpdate {
-            decided,
-            ..Default::default()
-        }))
+        Ok(NodeOutput::Update(ChatUpdate { decided, ..Default::default() }))
     });
-    g.add_edge(START, "plan")
-        .add_edge("plan", END)
-        .add_edge("apply", END)
-        .add_resume("plan", "apply");
+    g.add_edge(START, "plan").add_edge("plan", END).add_edge("apply", END).add_resume("plan", "apply");
     g.compile(Deps::default(), store).unwrap()
 }
 
@@ -112,34 +97,16 @@ fn thread(n: u32) -> ThreadId {
 async fn multi_turn_persists_and_resumes_in_a_new_process(b: &Backend) {
     {
         let g = echo_graph(b.open().await);
-        let (_, out) = g
-            .start(&thread(1), say("hola"), RunOptions::default())
-            .await
-            .unwrap()
-            .collect()
-            .await;
+        let (_, out) = g.start(&thread(1), say("hola"), RunOptions::default()).await.unwrap().collect().await;
         assert!(matches!(out, RunOutcome::Completed { .. }), "{out:?}");
     }
     // A new graph over a newly opened store: what a restarted process sees.
     let g = echo_graph(b.open().await);
-    let (events, out) = g
-        .start(&thread(1), say("¿qué tal?"), RunOptions::default())
-        .await
-        .unwrap()
-        .collect()
-        .await;
-    let RunOutcome::Completed { state } = out else {
-        panic!("{out:?}")
-    };
-    assert_eq!(
-        state.log,
-        ["hola", "echo: hola", "¿qué tal?", "echo: ¿qué tal?"]
-    );
+    let (events, out) = g.start(&thread(1), say("¿qué tal?"), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.log, ["hola", "echo: hola", "¿qué tal?", "echo: ¿qué tal?"]);
     assert!(matches!(events.first(), Some(RunEvent::RunStarted { .. })));
-    assert!(events.contains(&RunEvent::NodeStarted {
-        node: "echo".into(),
-        step: 1
-    }));
+    assert!(events.contains(&RunEvent::NodeStarted { node: "echo".into(), step: 1 }));
     assert_eq!(events.last(), Some(&RunEvent::Completed));
     let head = g.thread_state(&thread(1)).await.unwrap().unwrap();
     assert_eq!(head.state, state);
@@ -149,123 +116,52 @@ async fn multi_turn_persists_and_resumes_in_a_new_process(b: &Backend) {
 
 async fn two_interrupts_resume_each_to_its_own_call_and_nothing_repeats(b: &Backend) {
     let g = approval_graph(b.open().await);
-    let out = g
-        .start(&thread(2), say("do both"), RunOptions::default())
-        .await
-        .unwrap()
-        .outcome()
-        .await;
-    let RunOutcome::Interrupted { pending, state } = out else {
-        panic!("{out:?}")
-    };
+    let out = g.start(&thread(2), say("do both"), RunOptions::default()).await.unwrap().outcome().await;
+    let RunOutcome::Interrupted { pending, state } = out else { panic!("{out:?}") };
     assert_eq!(state.log, ["do both", "planned"]);
     assert_eq!(pending.len(), 2);
     assert_ne!(pending[0].id, pending[1].id);
-    let sms = pending
-        .iter()
-        .find(|p| p.key == "send_sms")
-        .unwrap()
-        .id
-        .clone();
-    let ann = pending
-        .iter()
-        .find(|p| p.key == "create_announcement")
-        .unwrap()
-        .id
-        .clone();
+    let sms = pending.iter().find(|p| p.key == "send_sms").unwrap().id.clone();
+    let ann = pending.iter().find(|p| p.key == "create_announcement").unwrap().id.clone();
 
     // A new turn cannot start while decisions are pending.
     assert!(matches!(
-        g.start(&thread(2), say("ignore that"), RunOptions::default())
-            .await,
+        g.start(&thread(2), say("ignore that"), RunOptions::default()).await,
         Err(GraphError::AwaitingDecision { pending: 2, .. })
     ));
 
     // Decide one: the run waits for the other.
     let g2 = approval_graph(b.open().await); // as another replica would
-    let r = g2
-        .resume(
-            &thread(2),
-            BTreeMap::from([(ann.clone(), Decision::Reject)]),
-            RunOptions::default(),
-        )
-        .await
-        .unwrap();
-    let ResumeResult::Waiting { undecided } = r else {
-        panic!("should wait")
-    };
-    assert_eq!(
-        undecided.iter().map(|p| &p.id).collect::<Vec<_>>(),
-        vec![&sms]
-    );
+    let r =
+        g2.resume(&thread(2), BTreeMap::from([(ann.clone(), Decision::Reject)]), RunOptions::default()).await.unwrap();
+    let ResumeResult::Waiting { undecided } = r else { panic!("should wait") };
+    assert_eq!(undecided.iter().map(|p| &p.id).collect::<Vec<_>>(), vec![&sms]);
     // Same decision again: a no-op; the opposite: refused.
     assert!(matches!(
-        g2.resume(
-            &thread(2),
-            BTreeMap::from([(ann.clone(), Decision::Reject)]),
-            RunOptions::default()
-        )
-        .await
-        .unwrap(),
+        g2.resume(&thread(2), BTreeMap::from([(ann.clone(), Decision::Reject)]), RunOptions::default()).await.unwrap(),
         ResumeResult::Waiting { .. }
     ));
     assert!(matches!(
-        g2.resume(
-            &thread(2),
-            BTreeMap::from([(ann.clone(), Decision::Approve)]),
-            RunOptions::default()
-        )
-        .await,
+        g2.resume(&thread(2), BTreeMap::from([(ann.clone(), Decision::Approve)]), RunOptions::default()).await,
         Err(GraphError::ConflictingDecision(_))
     ));
     assert!(matches!(
-        g2.resume(
-            &thread(2),
-            BTreeMap::from([(InterruptId("nope".into()), Decision::Approve)]),
-            RunOptions::default()
-        )
-        .await,
+        g2.resume(&thread(2), BTreeMap::from([(InterruptId("nope".into()), Decision::Approve)]), RunOptions::default())
+            .await,
         Err(GraphError::UnknownInterrupt(_))
     ));
 
     // The last decision resumes the run after the pause point.
-    let r = g2
-        .resume(
-            &thread(2),
-            BTreeMap::from([(sms, Decision::Approve)]),
-            RunOptions::default(),
-        )
-        .await
-        .unwrap();
-    let ResumeResult::Started(run) = r else {
-        panic!("should start")
-    };
-    let RunOutcome::Completed { state } = run.outcome().await else {
-        panic!("completed")
-    };
-    assert_eq!(
-        state.decided,
-        ["create_announcement=Reject", "send_sms=Approve"]
-    );
-    assert_eq!(
-        *g2.deps().executed.lock().unwrap(),
-        ["send_sms"],
-        "the rejected action never ran"
-    );
-    assert_eq!(
-        g.deps().side_effects.load(Ordering::SeqCst),
-        1,
-        "the pre-pause side effect ran once"
-    );
-    assert_eq!(
-        g2.deps().side_effects.load(Ordering::SeqCst),
-        0,
-        "resume did not re-run the pausing node"
-    );
+    let r = g2.resume(&thread(2), BTreeMap::from([(sms, Decision::Approve)]), RunOptions::default()).await.unwrap();
+    let ResumeResult::Started(run) = r else { panic!("should start") };
+    let RunOutcome::Completed { state } = run.outcome().await else { panic!("completed") };
+    assert_eq!(state.decided, ["create_announcement=Reject", "send_sms=Approve"]);
+    assert_eq!(*g2.deps().executed.lock().unwrap(), ["send_sms"], "the rejected action never ran");
+    assert_eq!(g.deps().side_effects.load(Ordering::SeqCst), 1, "the pre-pause side effect ran once");
+    assert_eq!(g2.deps().side_effects.load(Ordering::SeqCst), 0, "resume did not re-run the pausing node");
     // Nothing is left to resume; the thread accepts a new turn.
     assert!(matches!(
-        g2.resume(&thread(2), BTreeMap::new(), RunOptions::default())
-            .await,
+        g2.resume(&thread(2), BTreeMap::new(), RunOptions::default()).await,
         Err(GraphError::NothingToResume(_))
     ));
 }
@@ -273,48 +169,19 @@ async fn two_interrupts_resume_each_to_its_own_call_and_nothing_repeats(b: &Back
 async fn recursion_limit_ends_the_run_with_a_defined_outcome(b: &Backend) {
     let mut g = StateGraph::<Chat, Deps>::new();
     g.add_node("spin", |s: Arc<Chat>, _c: Ctx| async move {
-        Ok(NodeOutput::Update(ChatUpdate {
-            loops: Some(s.loops + 1),
-            ..Default::default()
-        }))
+        Ok(NodeOutput::Update(ChatUpdate { loops: Some(s.loops + 1), ..Default::default() }))
     });
-    g.add_edge(START, "spin").add_conditional_edges(
-        "spin",
-        |_s: &Chat| "spin".to_string(),
-        ["spin", END],
-    );
+    g.add_edge(START, "spin").add_conditional_edges("spin", |_s: &Chat| "spin".to_string(), ["spin", END]);
     let g = g.compile(Deps::default(), b.open().await).unwrap();
-    let opts = RunOptions {
-        recursion_limit: 4,
-        ..RunOptions::default()
-    };
-    let (events, out) = g
-        .start(&thread(3), say("go"), opts)
-        .await
-        .unwrap()
-        .collect()
-        .await;
-    let RunOutcome::RecursionLimit { state, limit } = out else {
-        panic!("{out:?}")
-    };
+    let opts = RunOptions { recursion_limit: 4, ..RunOptions::default() };
+    let (events, out) = g.start(&thread(3), say("go"), opts).await.unwrap().collect().await;
+    let RunOutcome::RecursionLimit { state, limit } = out else { panic!("{out:?}") };
     assert_eq!((state.loops, limit), (4, 4));
     assert_eq!(events.last(), Some(&RunEvent::RecursionLimit { limit: 4 }));
     // The thread is idle again: a next turn starts (and hits the limit again).
-    let again = g
-        .start(
-            &thread(3),
-            say("again"),
-            RunOptions {
-                recursion_limit: 2,
-                ..RunOptions::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert!(matches!(
-        again.outcome().await,
-        RunOutcome::RecursionLimit { limit: 2, .. }
-    ));
+    let again =
+        g.start(&thread(3), say("again"), RunOptions { recursion_limit: 2, ..RunOptions::default() }).await.unwrap();
+    assert!(matches!(again.outcome().await, RunOutcome::RecursionLimit { limit: 2, .. }));
 }
 
 async fn a_panicking_node_fails_the_run_not_the_process(b: &Backend) {
@@ -327,42 +194,28 @@ async fn a_panicking_node_fails_the_run_not_the_process(b: &Backend) {
     });
     g.add_edge(START, "fragile").add_edge("fragile", END);
     let g = g.compile(Deps::default(), b.open().await).unwrap();
-    let (events, out) = g
-        .start(&thread(4), say("boom"), RunOptions::default())
-        .await
-        .unwrap()
-        .collect()
-        .await;
-    let RunOutcome::Failed { error, .. } = out else {
-        panic!("{out:?}")
-    };
+    let (events, out) = g.start(&thread(4), say("boom"), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Failed { error, .. } = out else { panic!("{out:?}") };
     assert!(error.to_string().contains("index out of bounds"), "{error}");
     assert!(matches!(events.last(), Some(RunEvent::Error { .. })));
-    let out = g
-        .start(&thread(4), say("calm"), RunOptions::default())
-        .await
-        .unwrap()
-        .outcome()
-        .await;
-    assert_eq!(
-        out.state().log.last().unwrap(),
-        "fine",
-        "the thread keeps working"
-    );
+    let out = g.start(&thread(4), say("calm"), RunOptions::default()).await.unwrap().outcome().await;
+    assert_eq!(out.state().log.last().unwrap(), "fine", "the thread keeps working");
 }
 
 async fn concurrent_runs_on_one_thread_never_interleave(b: &Backend) {
+    // Two graphs over two store handles: two replicas sharing one database.
+    let slow = |label: &'static str| {
+        move |_s: Arc<Chat>, _c: Ctx| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(NodeOutput::Update(say(label)))
+        }
+    };
     let mut g = StateGraph::<Chat, Deps>::new();
-    g.add_node("slow", |_s: Arc<Chat>, _c: Ctx| async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Ok(NodeOutput::Update(say("slow reply")))
-    });
+    g.add_node("slow", slow("reply from replica 1"));
     g.add_edge(START, "slow").add_edge("slow", END);
     let g1 = g.compile(Deps::default(), b.open().await).unwrap();
     let mut g = StateGraph::<Chat, Deps>::new();
-    g.add_node("slow", |_s: Arc<Chat>, _c: Ctx| async move {
-        Ok(NodeOutput::Update(say("other")))
-    });
+    g.add_node("slow", slow("reply from replica 2"));
     g.add_edge(START, "slow").add_edge("slow", END);
     let g2 = g.compile(Deps::default(), b.open().await).unwrap();
 
@@ -379,62 +232,36 @@ async fn concurrent_runs_on_one_thread_never_interleave(b: &Backend) {
     assert!(matches!(loser, GraphError::ConcurrentRun { .. }), "{loser}");
     // While the winner runs, a third start is refused too.
     assert!(matches!(
-        g2.start(&thread(5), say("third"), RunOptions::default())
-            .await,
+        g2.start(&thread(5), say("third"), RunOptions::default()).await,
         Err(GraphError::ConcurrentRun { .. })
     ));
     let out = winner.outcome().await;
     assert!(matches!(out, RunOutcome::Completed { .. }));
-    let log = g1
-        .thread_state(&thread(5))
-        .await
-        .unwrap()
-        .unwrap()
-        .state
-        .log;
+    let log = g1.thread_state(&thread(5)).await.unwrap().unwrap().state.log;
     assert_eq!(log.len(), 2, "one coherent turn: {log:?}");
 }
 
 async fn fork_from_an_earlier_checkpoint(b: &Backend) {
     let g = echo_graph(b.open().await);
     for text in ["uno", "dos"] {
-        g.start(&thread(6), say(text), RunOptions::default())
-            .await
-            .unwrap()
-            .outcome()
-            .await;
+        g.start(&thread(6), say(text), RunOptions::default()).await.unwrap().outcome().await;
     }
     let history = g.history(&thread(6)).await.unwrap();
     assert_eq!(history.len(), 4);
     assert_eq!(history[1].node.as_deref(), Some("echo"));
     let at = history[1].seq; // after the first turn
-    assert_eq!(
-        g.state_at(&thread(6), at).await.unwrap().state.log,
-        ["uno", "echo: uno"]
-    );
+    assert_eq!(g.state_at(&thread(6), at).await.unwrap().state.log, ["uno", "echo: uno"]);
     let fork = ThreadId::new("tenant7", "6-fork");
     g.fork(&thread(6), at, &fork).await.unwrap();
-    let out = g
-        .start(&fork, say("tres"), RunOptions::default())
-        .await
-        .unwrap()
-        .outcome()
-        .await;
+    let out = g.start(&fork, say("tres"), RunOptions::default()).await.unwrap().outcome().await;
     assert_eq!(out.state().log, ["uno", "echo: uno", "tres", "echo: tres"]);
     let original = g.thread_state(&thread(6)).await.unwrap().unwrap().state.log;
-    assert_eq!(
-        original,
-        ["uno", "echo: uno", "dos", "echo: dos"],
-        "the original is untouched"
-    );
+    assert_eq!(original, ["uno", "echo: uno", "dos", "echo: dos"], "the original is untouched");
     assert!(matches!(
         g.fork(&thread(6), at, &fork).await,
         Err(GraphError::Checkpoint(CheckpointError::ThreadExists(_)))
     ));
-    assert!(matches!(
-        g.state_at(&thread(6), 99).await,
-        Err(GraphError::NotFound { .. })
-    ));
+    assert!(matches!(g.state_at(&thread(6), 99).await, Err(GraphError::NotFound { .. })));
 }
 
 async fn storage_grows_linearly(b: &Backend) {
@@ -443,53 +270,27 @@ async fn storage_grows_linearly(b: &Backend) {
     let reply = "token ".repeat(40);
     let mut sizes = Vec::new();
     for turns in [50u32, 100] {
-        while g
-            .thread_state(&thread(8))
-            .await
-            .unwrap()
-            .map_or(0, |t| t.version)
-            < u64::from(turns) * 2
-        {
-            g.start(&thread(8), say(&reply), RunOptions::default())
-                .await
-                .unwrap()
-                .outcome()
-                .await;
+        while g.thread_state(&thread(8)).await.unwrap().map_or(0, |t| t.version) < u64::from(turns) * 2 {
+            g.start(&thread(8), say(&reply), RunOptions::default()).await.unwrap().outcome().await;
         }
         sizes.push(store.stored_bytes().await.unwrap() as f64);
     }
     let ratio = sizes[1] / sizes[0];
-    assert!(
-        ratio < 2.4,
-        "bytes(100 turns) / bytes(50 turns) = {ratio:.2}; O(N) storage means ≈ 2, O(N²) ≈ 4"
-    );
+    assert!(ratio < 2.4, "bytes(100 turns) / bytes(50 turns) = {ratio:.2}; O(N) storage means ≈ 2, O(N²) ≈ 4");
 }
 
 async fn the_last_complete_checkpoint_is_readable_mid_step(b: &Backend) {
     let mut g = StateGraph::<Chat, Deps>::new();
-    g.add_node("first", |_s: Arc<Chat>, _c: Ctx| async move {
-        Ok(NodeOutput::Update(say("step one done")))
-    });
+    g.add_node("first", |_s: Arc<Chat>, _c: Ctx| async move { Ok(NodeOutput::Update(say("step one done"))) });
     g.add_node("stuck", |_s: Arc<Chat>, _c: Ctx| async move {
         std::future::pending::<()>().await;
         Ok(NodeOutput::Update(say("never")))
     });
-    g.add_edge(START, "first")
-        .add_edge("first", "stuck")
-        .add_edge("stuck", END);
+    g.add_edge(START, "first").add_edge("first", "stuck").add_edge("stuck", END);
     let g = g.compile(Deps::default(), b.open().await).unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
-    let mut run = g
-        .start(
-            &thread(9),
-            say("go"),
-            RunOptions {
-                cancel: cancel.clone(),
-                ..RunOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut run =
+        g.start(&thread(9), say("go"), RunOptions { cancel: cancel.clone(), ..RunOptions::default() }).await.unwrap();
     while let Some(e) = run.next_event().await {
         if matches!(e, RunEvent::NodeStarted { ref node, .. } if node == "stuck") {
             break;
@@ -502,51 +303,19 @@ async fn the_last_complete_checkpoint_is_readable_mid_step(b: &Backend) {
     assert_eq!(head.next.as_deref(), Some("stuck"));
     cancel.cancel();
     assert!(matches!(run.outcome().await, RunOutcome::Cancelled { .. }));
-    assert!(
-        g.thread_state(&thread(9))
-            .await
-            .unwrap()
-            .unwrap()
-            .next
-            .is_none(),
-        "cancel leaves the thread idle"
-    );
+    assert!(g.thread_state(&thread(9)).await.unwrap().unwrap().next.is_none(), "cancel leaves the thread idle");
 }
 
 async fn tenant_data_can_be_deleted(b: &Backend) {
     let store = b.open().await;
     let g = echo_graph(store.clone());
-    for t in [
-        ThreadId::new("acme", 1),
-        ThreadId::new("acme", 2),
-        ThreadId::new("other", 1),
-    ] {
-        g.start(&t, say("x"), RunOptions::default())
-            .await
-            .unwrap()
-            .outcome()
-            .await;
+    for t in [ThreadId::new("acme", 1), ThreadId::new("acme", 2), ThreadId::new("other", 1)] {
+        g.start(&t, say("x"), RunOptions::default()).await.unwrap().outcome().await;
     }
-    assert_eq!(
-        store
-            .delete_thread(&ThreadId::new("acme", 2))
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(store.delete_thread(&ThreadId::new("acme", 2)).await.unwrap(), 2);
     assert_eq!(store.delete_namespace("acme").await.unwrap(), 2);
-    assert!(
-        g.thread_state(&ThreadId::new("acme", 1))
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert!(
-        g.thread_state(&ThreadId::new("other", 1))
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(g.thread_state(&ThreadId::new("acme", 1)).await.unwrap().is_none());
+    assert!(g.thread_state(&ThreadId::new("other", 1)).await.unwrap().is_some());
 }
 
 async fn records_of_an_older_format_still_load_and_newer_ones_are_refused(b: &Backend) {
@@ -560,10 +329,7 @@ async fn records_of_an_older_format_still_load_and_newer_ones_are_refused(b: &Ba
     assert_eq!(v1.format, 1);
     store.append(&t, &v1).await.unwrap();
     let g = echo_graph(store.clone());
-    assert_eq!(
-        g.thread_state(&t).await.unwrap().unwrap().state.log,
-        ["hola"]
-    );
+    assert_eq!(g.thread_state(&t).await.unwrap().unwrap().state.log, ["hola"]);
     let mut future = v1.clone();
     future.seq = 2;
     future.format = 99;
@@ -573,10 +339,21 @@ async fn records_of_an_older_format_still_load_and_newer_ones_are_refused(b: &Ba
     // Appending out of order is a conflict.
     let mut gap = v1;
     gap.seq = 7;
-    assert!(matches!(
-        store.append(&t, &gap).await,
-        Err(CheckpointError::Conflict { seq: 7, .. })
-    ));
+    assert!(matches!(store.append(&t, &gap).await, Err(CheckpointError::Conflict { seq: 7, .. })));
+}
+
+async fn cached_heads_see_other_replicas_and_deletions(b: &Backend) {
+    let store1 = b.open().await;
+    let g1 = echo_graph(store1.clone());
+    let g2 = echo_graph(b.open().await);
+    g1.start(&thread(11), say("a"), RunOptions::default()).await.unwrap().outcome().await;
+    g2.start(&thread(11), say("b"), RunOptions::default()).await.unwrap().outcome().await;
+    let out = g1.start(&thread(11), say("c"), RunOptions::default()).await.unwrap().outcome().await;
+    assert_eq!(out.state().log, ["a", "echo: a", "b", "echo: b", "c", "echo: c"], "g1 caught up with g2's turn");
+    store1.delete_thread(&thread(11)).await.unwrap();
+    g2.start(&thread(11), say("fresh"), RunOptions::default()).await.unwrap().outcome().await;
+    let out = g1.start(&thread(11), say("again"), RunOptions::default()).await.unwrap().outcome().await;
+    assert_eq!(out.state().log, ["fresh", "echo: fresh", "again", "echo: again"], "no stale cached state");
 }
 
 macro_rules! suite {
@@ -604,6 +381,7 @@ macro_rules! suite {
             case!(the_last_complete_checkpoint_is_readable_mid_step);
             case!(tenant_data_can_be_deleted);
             case!(records_of_an_older_format_still_load_and_newer_ones_are_refused);
+            case!(cached_heads_see_other_replicas_and_deletions);
         }
     };
 }

@@ -27,13 +27,7 @@ impl ToolCallAssembler {
 
     /// Adds one fragment and returns the position it was filed under. Without an `index`,
     /// a fragment carrying an id starts a new call and one without continues the last.
-    pub fn push(
-        &mut self,
-        index: Option<usize>,
-        id: Option<&str>,
-        name: Option<&str>,
-        arguments: &str,
-    ) -> usize {
+    pub fn push(&mut self, index: Option<usize>, id: Option<&str>, name: Option<&str>, arguments: &str) -> usize {
         let index = match index {
             Some(i) => i,
             None if id.is_some() || self.calls.is_empty() => self.calls.len(),
@@ -92,11 +86,7 @@ mod tests {
         assert_eq!(calls.len(), 2);
         assert_eq!(
             calls[0],
-            ToolCall {
-                id: "call_a".into(),
-                name: "rag_search".into(),
-                arguments: "{\"query\":\"docker\"}".into()
-            }
+            ToolCall { id: "call_a".into(), name: "rag_search".into(), arguments: "{\"query\":\"docker\"}".into() }
         );
         assert_eq!(calls[1].arguments, "{\"expression\":\"1+1\"}");
     }
@@ -105,12 +95,7 @@ mod tests {
     fn gemini_style_whole_calls_without_index_or_id() {
         let mut a = ToolCallAssembler::new();
         a.push(None, Some(""), Some("get_guia"), "{}");
-        a.push(
-            None,
-            Some("x2"),
-            Some("calculator"),
-            "{\"expression\":\"2\"}",
-        );
+        a.push(None, Some("x2"), Some("calculator"), "{\"expression\":\"2\"}");
         let calls = a.finish();
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].id, "call_0");

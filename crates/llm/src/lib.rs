@@ -38,6 +38,6 @@ pub use model::{ChatModel, ChatStream, collect_response};
 pub use openai::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
 pub use schema::{Provider, SchemaDialect, normalize_schema};
 pub use types::{
-    ChatEvent, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, ToolCall,
-    ToolChoice, ToolDefinition, Usage,
+    ChatEvent, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, ToolCall, ToolChoice, ToolDefinition,
+    Usage,
 };

@@ -49,10 +49,5 @@ pub async fn collect_response(mut stream: ChatStream) -> Result<ChatResponse, Ll
         }
     }
     let finish_reason = finish.ok_or(LlmError::Incomplete)?;
-    Ok(ChatResponse {
-        content,
-        tool_calls,
-        finish_reason,
-        usage,
-    })
+    Ok(ChatResponse { content, tool_calls, finish_reason, usage })
 }

@@ -67,18 +67,8 @@ pub enum SchemaDialect {
 
 /// Formats every dialect understands; numeric ones like `uint8` or `double` are dropped
 /// (their bounds are already in `minimum`/`maximum`).
-const STRING_FORMATS: &[&str] = &[
-    "date-time",
-    "date",
-    "time",
-    "duration",
-    "email",
-    "hostname",
-    "ipv4",
-    "ipv6",
-    "uuid",
-    "uri",
-];
+const STRING_FORMATS: &[&str] =
+    &["date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"];
 
 /// Keywords Gemini's schema subset accepts.
 const GEMINI_KEYS: &[&str] = &[
@@ -187,8 +177,7 @@ fn clean(v: &mut Value, dialect: SchemaDialect) {
         Value::Object(m) => {
             consts_to_enum(m);
             if let Some(Value::String(f)) = m.get("format")
-                && (!STRING_FORMATS.contains(&f.as_str())
-                    || (dialect == SchemaDialect::Gemini && f != "date-time"))
+                && (!STRING_FORMATS.contains(&f.as_str()) || (dialect == SchemaDialect::Gemini && f != "date-time"))
             {
                 m.remove("format");
             }
@@ -200,13 +189,9 @@ fn clean(v: &mut Value, dialect: SchemaDialect) {
                             props.values_mut().for_each(|p| clean(p, dialect));
                         }
                     }
-                    "items"
-                    | "anyOf"
-                    | "oneOf"
-                    | "allOf"
-                    | "additionalProperties"
-                    | "prefixItems"
-                    | "not" => clean(child, dialect),
+                    "items" | "anyOf" | "oneOf" | "allOf" | "additionalProperties" | "prefixItems" | "not" => {
+                        clean(child, dialect)
+                    }
                     _ => {}
                 }
             }
@@ -223,11 +208,7 @@ fn clean(v: &mut Value, dialect: SchemaDialect) {
 fn to_gemini(m: &mut Map<String, Value>) {
     // `type: [T, "null"]` → `type: T, nullable: true`.
     if let Some(Value::Array(types)) = m.get("type").cloned() {
-        let non_null: Vec<Value> = types
-            .iter()
-            .filter(|t| t.as_str() != Some("null"))
-            .cloned()
-            .collect();
+        let non_null: Vec<Value> = types.iter().filter(|t| t.as_str() != Some("null")).cloned().collect();
         if non_null.len() < types.len() {
             m.insert("nullable".into(), json!(true));
         }
@@ -240,11 +221,7 @@ fn to_gemini(m: &mut Map<String, Value>) {
     // `anyOf: [S, {type: null}]` → S with `nullable: true`.
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(branches)) = m.get(key).cloned() {
-            let non_null: Vec<Value> = branches
-                .iter()
-                .filter(|b| !is_null_schema(b))
-                .cloned()
-                .collect();
+            let non_null: Vec<Value> = branches.iter().filter(|b| !is_null_schema(b)).cloned().collect();
             if non_null.len() < branches.len() {
                 m.insert("nullable".into(), json!(true));
             }
@@ -285,11 +262,7 @@ fn to_openai_strict(m: &mut Map<String, Value>) {
     let required: Vec<String> = m
         .get("required")
         .and_then(Value::as_array)
-        .map(|r| {
-            r.iter()
-                .filter_map(|x| x.as_str().map(str::to_owned))
-                .collect()
-        })
+        .map(|r| r.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
     let mut all = Vec::new();
     if let Some(Value::Object(props)) = m.get_mut("properties") {

@@ -40,34 +40,19 @@ pub enum Message {
 impl Message {
     /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
-        Self::System {
-            content: content.into(),
-        }
+        Self::System { content: content.into() }
     }
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Self::User {
-            content: content.into(),
-        }
+        Self::User { content: content.into() }
     }
     /// An assistant text message without tool calls.
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self::Assistant {
-            content: content.into(),
-            tool_calls: Vec::new(),
-        }
+        Self::Assistant { content: content.into(), tool_calls: Vec::new() }
     }
     /// A tool result message.
-    pub fn tool(
-        tool_call_id: impl Into<String>,
-        name: impl Into<String>,
-        content: impl Into<String>,
-    ) -> Self {
-        Self::Tool {
-            tool_call_id: tool_call_id.into(),
-            name: name.into(),
-            content: content.into(),
-        }
+    pub fn tool(tool_call_id: impl Into<String>, name: impl Into<String>, content: impl Into<String>) -> Self {
+        Self::Tool { tool_call_id: tool_call_id.into(), name: name.into(), content: content.into() }
     }
     /// The text of the message.
     pub fn content(&self) -> &str {
@@ -156,10 +141,7 @@ pub struct ChatRequest {
 impl ChatRequest {
     /// A request with these messages and defaults elsewhere.
     pub fn new(messages: Vec<Message>) -> Self {
-        Self {
-            messages,
-            ..Self::default()
-        }
+        Self { messages, ..Self::default() }
     }
     /// Offers tools.
     #[must_use]

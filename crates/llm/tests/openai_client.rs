@@ -5,62 +5,35 @@ use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use toolgraph_llm::{
-    ChatEvent, ChatModel, ChatRequest, FinishReason, LlmError, Message, OpenAiChatModel,
-    OpenAiConfig, ResponseFormat, RetryPolicy, ToolCall, ToolChoice, ToolDefinition,
-    collect_response,
+    ChatEvent, ChatModel, ChatRequest, FinishReason, LlmError, Message, OpenAiChatModel, OpenAiConfig, ResponseFormat,
+    RetryPolicy, ToolCall, ToolChoice, ToolDefinition, collect_response,
 };
 
 fn client(server: &ScriptedModelServer) -> OpenAiChatModel {
     let mut cfg = OpenAiConfig::new(server.base_url(), "scripted");
-    cfg.retry = RetryPolicy {
-        max_retries: 2,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_secs(2),
-    };
+    cfg.retry =
+        RetryPolicy { max_retries: 2, base_delay: Duration::from_millis(10), max_delay: Duration::from_secs(2) };
     cfg.first_byte_timeout = Duration::from_millis(800);
     cfg.idle_timeout = Duration::from_millis(300);
     OpenAiChatModel::new(cfg).unwrap()
 }
 
 fn request() -> ChatRequest {
-    ChatRequest::new(vec![
-        Message::system("You are terse."),
-        Message::user("¿Qué es Docker?"),
-    ])
+    ChatRequest::new(vec![Message::system("You are terse."), Message::user("¿Qué es Docker?")])
 }
 
 #[tokio::test]
 async fn streams_interleaved_text_and_two_parallel_tool_calls() {
     let server = ScriptedModelServer::start(vec![Reply::Stream(vec![
         Step::Text("Let me ".into()),
-        Step::ToolCallStart {
-            index: 0,
-            id: "call_a".into(),
-            name: "rag_search".into(),
-        },
+        Step::ToolCallStart { index: 0, id: "call_a".into(), name: "rag_search".into() },
         Step::Text("check. ".into()),
-        Step::ToolCallStart {
-            index: 1,
-            id: "call_b".into(),
-            name: "calculator".into(),
-        },
-        Step::ToolArgs {
-            index: 0,
-            fragment: "{\"query\":".into(),
-        },
-        Step::ToolArgs {
-            index: 1,
-            fragment: "{\"expression\":\"6*7\"}".into(),
-        },
-        Step::ToolArgs {
-            index: 0,
-            fragment: "\"docker\"}".into(),
-        },
+        Step::ToolCallStart { index: 1, id: "call_b".into(), name: "calculator".into() },
+        Step::ToolArgs { index: 0, fragment: "{\"query\":".into() },
+        Step::ToolArgs { index: 1, fragment: "{\"expression\":\"6*7\"}".into() },
+        Step::ToolArgs { index: 0, fragment: "\"docker\"}".into() },
         Step::Finish("tool_calls".into()),
-        Step::Usage {
-            prompt: 31,
-            completion: 17,
-        },
+        Step::Usage { prompt: 31, completion: 17 },
         Step::Done,
     ])])
     .await
@@ -70,78 +43,34 @@ async fn streams_interleaved_text_and_two_parallel_tool_calls() {
     while let Some(e) = stream.next().await {
         events.push(e.unwrap());
     }
-    let text: String = events
-        .iter()
-        .filter_map(|e| {
-            if let ChatEvent::TextDelta(t) = e {
-                Some(t.as_str())
-            } else {
-                None
-            }
-        })
-        .collect();
+    let text: String =
+        events.iter().filter_map(|e| if let ChatEvent::TextDelta(t) = e { Some(t.as_str()) } else { None }).collect();
     assert_eq!(text, "Let me check. ");
-    let deltas = events
-        .iter()
-        .filter(|e| matches!(e, ChatEvent::ToolCallDelta { .. }))
-        .count();
+    let deltas = events.iter().filter(|e| matches!(e, ChatEvent::ToolCallDelta { .. })).count();
     assert_eq!(deltas, 5, "every fragment is surfaced live");
-    let calls: Vec<&ToolCall> = events
-        .iter()
-        .filter_map(|e| {
-            if let ChatEvent::ToolCall(c) = e {
-                Some(c)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let calls: Vec<&ToolCall> =
+        events.iter().filter_map(|e| if let ChatEvent::ToolCall(c) = e { Some(c) } else { None }).collect();
     assert_eq!(
         calls,
         vec![
-            &ToolCall {
-                id: "call_a".into(),
-                name: "rag_search".into(),
-                arguments: "{\"query\":\"docker\"}".into()
-            },
-            &ToolCall {
-                id: "call_b".into(),
-                name: "calculator".into(),
-                arguments: "{\"expression\":\"6*7\"}".into()
-            },
+            &ToolCall { id: "call_a".into(), name: "rag_search".into(), arguments: "{\"query\":\"docker\"}".into() },
+            &ToolCall { id: "call_b".into(), name: "calculator".into(), arguments: "{\"expression\":\"6*7\"}".into() },
         ]
     );
-    assert!(events.contains(&ChatEvent::Usage(toolgraph_llm::Usage {
-        prompt_tokens: 31,
-        completion_tokens: 17
-    })));
-    assert_eq!(
-        events.last(),
-        Some(&ChatEvent::Finished(FinishReason::ToolCalls))
-    );
+    assert!(events.contains(&ChatEvent::Usage(toolgraph_llm::Usage { prompt_tokens: 31, completion_tokens: 17 })));
+    assert_eq!(events.last(), Some(&ChatEvent::Finished(FinishReason::ToolCalls)));
     // The request asked for usage in the stream.
-    assert_eq!(
-        server.requests()[0]["stream_options"],
-        json!({"include_usage": true})
-    );
+    assert_eq!(server.requests()[0]["stream_options"], json!({"include_usage": true}));
 }
 
 #[tokio::test]
 async fn rate_limit_with_retry_after_is_honoured_then_succeeds() {
-    let server = ScriptedModelServer::start(vec![Reply::rate_limited("1"), Reply::text("hola")])
-        .await
-        .unwrap();
+    let server = ScriptedModelServer::start(vec![Reply::rate_limited("1"), Reply::text("hola")]).await.unwrap();
     let started = Instant::now();
-    let resp = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap();
+    let resp = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap();
     assert_eq!(resp.content, "hola");
     assert_eq!(server.request_count(), 2);
-    assert!(
-        started.elapsed() >= Duration::from_millis(950),
-        "waited {:?}, Retry-After said 1 s",
-        started.elapsed()
-    );
+    assert!(started.elapsed() >= Duration::from_millis(950), "waited {:?}, Retry-After said 1 s", started.elapsed());
 }
 
 #[tokio::test]
@@ -154,35 +83,19 @@ async fn server_errors_are_retried_a_bounded_number_of_times() {
     ])
     .await
     .unwrap();
-    let err = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap_err();
+    let err = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap_err();
     assert_eq!(server.request_count(), 3, "one attempt plus max_retries=2");
     let msg = err.to_string();
-    assert!(
-        matches!(err, LlmError::RetriesExhausted { attempts: 3, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, LlmError::RetriesExhausted { attempts: 3, .. }), "{err:?}");
     assert_eq!(err.status(), Some(503));
-    assert!(
-        msg.contains(&format!("{}/chat/completions", server.base_url())),
-        "{msg}"
-    );
-    assert!(
-        msg.contains("HTTP 503") && msg.contains("still down"),
-        "{msg}"
-    );
+    assert!(msg.contains(&format!("{}/chat/completions", server.base_url())), "{msg}");
+    assert!(msg.contains("HTTP 503") && msg.contains("still down"), "{msg}");
 }
 
 #[tokio::test]
 async fn client_errors_are_not_retried() {
-    let server =
-        ScriptedModelServer::start(vec![Reply::status(400, "bad schema"), Reply::text("x")])
-            .await
-            .unwrap();
-    let err = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap_err();
+    let server = ScriptedModelServer::start(vec![Reply::status(400, "bad schema"), Reply::text("x")]).await.unwrap();
+    let err = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap_err();
     assert_eq!(server.request_count(), 1);
     assert_eq!(err.status(), Some(400));
 }
@@ -200,37 +113,25 @@ async fn a_stall_mid_reply_hits_the_idle_timeout_and_is_not_retried() {
     .await
     .unwrap();
     let mut stream = client(&server).stream(request()).await.unwrap();
-    assert_eq!(
-        stream.next().await.unwrap().unwrap(),
-        ChatEvent::TextDelta("Docker is ".into())
-    );
+    assert_eq!(stream.next().await.unwrap().unwrap(), ChatEvent::TextDelta("Docker is ".into()));
     let started = Instant::now();
     let err = stream.next().await.unwrap().unwrap_err();
     assert!(matches!(err, LlmError::IdleTimeout { .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(err.to_string().contains("went silent"), "{err}");
     assert!(stream.next().await.is_none(), "nothing after an error");
-    assert_eq!(
-        server.request_count(),
-        1,
-        "no retry once tokens were streamed"
-    );
+    assert_eq!(server.request_count(), 1, "no retry once tokens were streamed");
 }
 
 #[tokio::test]
 async fn a_stall_before_the_first_byte_is_retried() {
     let server = ScriptedModelServer::start(vec![
-        Reply::Stream(vec![
-            Step::Pause(Duration::from_secs(5)),
-            Step::Text("too late".into()),
-        ]),
+        Reply::Stream(vec![Step::Pause(Duration::from_secs(5)), Step::Text("too late".into())]),
         Reply::text("fresh answer"),
     ])
     .await
     .unwrap();
-    let resp = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap();
+    let resp = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap();
     assert_eq!(resp.content, "fresh answer");
     assert_eq!(server.request_count(), 2);
 }
@@ -244,62 +145,32 @@ async fn a_malformed_chunk_is_a_clear_error() {
     ])])
     .await
     .unwrap();
-    let err = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap_err();
+    let err = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap_err();
     assert!(matches!(err, LlmError::Malformed { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("malformed chunk") && msg.contains("this is not json"),
-        "{msg}"
-    );
+    assert!(msg.contains("malformed chunk") && msg.contains("this is not json"), "{msg}");
     assert_eq!(server.request_count(), 1);
 }
 
 #[tokio::test]
 async fn a_stream_cut_before_finishing_is_an_error_not_a_short_answer() {
-    let server =
-        ScriptedModelServer::start(vec![Reply::Stream(vec![Step::Text("half an ".into())])])
-            .await
-            .unwrap();
-    let err = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap_err();
+    let server = ScriptedModelServer::start(vec![Reply::Stream(vec![Step::Text("half an ".into())])]).await.unwrap();
+    let err = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap_err();
     assert!(err.to_string().contains("without a finish reason"), "{err}");
 }
 
 #[tokio::test]
 async fn an_unreachable_endpoint_is_retried_then_named() {
     // Bind then drop a listener: the port is closed, so connecting is refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut cfg = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m");
-    cfg.retry = RetryPolicy {
-        max_retries: 1,
-        base_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(10),
-    };
-    let err = collect_response(
-        OpenAiChatModel::new(cfg)
-            .unwrap()
-            .stream(request())
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap_err();
+    cfg.retry =
+        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(5), max_delay: Duration::from_millis(10) };
+    let err = collect_response(OpenAiChatModel::new(cfg).unwrap().stream(request()).await.unwrap()).await.unwrap_err();
     let msg = err.to_string();
+    assert!(matches!(err, LlmError::RetriesExhausted { attempts: 2, .. }), "{err:?}");
     assert!(
-        matches!(err, LlmError::RetriesExhausted { attempts: 2, .. }),
-        "{err:?}"
-    );
-    assert!(
-        msg.contains(&format!(
-            "cannot connect to model endpoint http://127.0.0.1:{port}/v1/chat/completions"
-        )),
+        msg.contains(&format!("cannot connect to model endpoint http://127.0.0.1:{port}/v1/chat/completions")),
         "{msg}"
     );
 }
@@ -311,9 +182,7 @@ async fn a_provider_error_inside_the_stream_is_reported() {
     )])])
     .await
     .unwrap();
-    let err = collect_response(client(&server).stream(request()).await.unwrap())
-        .await
-        .unwrap_err();
+    let err = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap_err();
     assert!(err.to_string().contains("context length exceeded"), "{err}");
 }
 
@@ -340,16 +209,8 @@ async fn non_streaming_completion_with_tools_choice_and_structured_output() {
     assert_eq!(resp.tool_calls[0].arguments, r#"{"expression":"2+2"}"#);
     let sent = &server.requests()[0];
     assert_eq!(sent["stream"], json!(false));
-    assert_eq!(
-        sent["tool_choice"],
-        json!({"type": "function", "function": {"name": "calculator"}})
-    );
-    assert!(
-        sent["tools"][0]["function"]["parameters"]
-            .get("$schema")
-            .is_none(),
-        "normalised before sending"
-    );
+    assert_eq!(sent["tool_choice"], json!({"type": "function", "function": {"name": "calculator"}}));
+    assert!(sent["tools"][0]["function"]["parameters"].get("$schema").is_none(), "normalised before sending");
 
     let mut req = request();
     req.response_format = Some(ResponseFormat::JsonSchema {
@@ -362,18 +223,12 @@ async fn non_streaming_completion_with_tools_choice_and_structured_output() {
     let sent = &server.requests()[1]["response_format"];
     assert_eq!(sent["type"], "json_schema");
     assert_eq!(sent["json_schema"]["name"], "answer");
-    assert!(
-        sent["json_schema"]["schema"]["properties"]["answer"]
-            .get("format")
-            .is_none()
-    );
+    assert!(sent["json_schema"]["schema"]["properties"]["answer"].get("format").is_none());
 }
 
 #[tokio::test]
 async fn tool_history_is_sent_in_the_openai_shape() {
-    let server = ScriptedModelServer::start(vec![Reply::text("done")])
-        .await
-        .unwrap();
+    let server = ScriptedModelServer::start(vec![Reply::text("done")]).await.unwrap();
     let req = ChatRequest::new(vec![
         Message::user("2+2?"),
         Message::Assistant {
@@ -386,9 +241,7 @@ async fn tool_history_is_sent_in_the_openai_shape() {
         },
         Message::tool("c1", "calculator", "{\"result\":4}"),
     ]);
-    collect_response(client(&server).stream(req).await.unwrap())
-        .await
-        .unwrap();
+    collect_response(client(&server).stream(req).await.unwrap()).await.unwrap();
     let msgs = &server.requests()[0]["messages"];
     assert_eq!(msgs[1]["content"], serde_json::Value::Null);
     assert_eq!(msgs[1]["tool_calls"][0]["function"]["name"], "calculator");

@@ -35,10 +35,7 @@ enum Difficulty {
 }
 
 fn generated() -> serde_json::Value {
-    ArgumentSchema::of::<TestGenerationInput>("generate_test", &[])
-        .unwrap()
-        .model_facing()
-        .clone()
+    ArgumentSchema::of::<TestGenerationInput>("generate_test", &[]).unwrap().model_facing().clone()
 }
 
 #[test]
@@ -64,21 +61,13 @@ fn generate_test_for_local_servers() {
 /// Properties that no provider accepts never survive, in any dialect.
 #[test]
 fn rejected_keywords_are_gone_in_every_dialect() {
-    for d in [
-        SchemaDialect::OpenAi,
-        SchemaDialect::OpenAiStrict,
-        SchemaDialect::Gemini,
-        SchemaDialect::Generic,
-    ] {
+    for d in [SchemaDialect::OpenAi, SchemaDialect::OpenAiStrict, SchemaDialect::Gemini, SchemaDialect::Generic] {
         let s = normalize_schema(&generated(), d).to_string();
         for bad in ["$schema", "$ref", "$defs", "uint8", "\"const\""] {
             assert!(!s.contains(bad), "{d:?} kept {bad}: {s}");
         }
     }
     let gemini = normalize_schema(&generated(), SchemaDialect::Gemini).to_string();
-    assert!(
-        !gemini.contains("\"null\""),
-        "Gemini has no null type: {gemini}"
-    );
+    assert!(!gemini.contains("\"null\""), "Gemini has no null type: {gemini}");
     assert!(gemini.contains("\"nullable\":true"), "{gemini}");
 }

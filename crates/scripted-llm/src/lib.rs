@@ -87,14 +87,7 @@ impl Reply {
     /// A text reply streamed word by word, then `stop`, usage and `[DONE]`.
     pub fn text(text: &str) -> Self {
         let mut steps: Vec<Step> = split_words(text).into_iter().map(Step::Text).collect();
-        steps.extend([
-            Step::Finish("stop".into()),
-            Step::Usage {
-                prompt: 10,
-                completion: 5,
-            },
-            Step::Done,
-        ]);
+        steps.extend([Step::Finish("stop".into()), Step::Usage { prompt: 10, completion: 5 }, Step::Done]);
         Self::Stream(steps)
     }
 
@@ -103,11 +96,7 @@ impl Reply {
     pub fn tool_calls(calls: &[(&str, &str, Value)]) -> Self {
         let mut steps = Vec::new();
         for (index, (id, name, args)) in calls.iter().enumerate() {
-            steps.push(Step::ToolCallStart {
-                index,
-                id: (*id).to_owned(),
-                name: (*name).to_owned(),
-            });
+            steps.push(Step::ToolCallStart { index, id: (*id).to_owned(), name: (*name).to_owned() });
             for fragment in split_in(&args.to_string(), 3) {
                 steps.push(Step::ToolArgs { index, fragment });
             }
@@ -118,11 +107,7 @@ impl Reply {
 
     /// An HTTP error without `Retry-After`.
     pub fn status(status: u16, body: &str) -> Self {
-        Self::Status {
-            status,
-            retry_after: None,
-            body: body.to_owned(),
-        }
+        Self::Status { status, retry_after: None, body: body.to_owned() }
     }
 
     /// HTTP 429 with `Retry-After`.
@@ -235,40 +220,23 @@ async fn chat(State(state): State<AppState>, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("request body is not JSON: {e}"),
-            )
-                .into_response();
+            return (StatusCode::BAD_REQUEST, format!("request body is not JSON: {e}")).into_response();
         }
     };
-    let streaming = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let streaming = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let reply = {
         let mut s = state.lock();
         s.requests.push(request);
         s.script.pop_front()
     };
     let Some(reply) = reply else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "scripted model server: no reply left in the script",
-        )
+        return (StatusCode::INTERNAL_SERVER_ERROR, "scripted model server: no reply left in the script")
             .into_response();
     };
     match reply {
-        Reply::Status {
-            status,
-            retry_after,
-            body,
-        } => {
-            let mut resp = (
-                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                body,
-            )
-                .into_response();
+        Reply::Status { status, retry_after, body } => {
+            let mut resp =
+                (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body).into_response();
             if let Some(ra) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, ra);
             }
@@ -319,9 +287,7 @@ fn frame(step: &Step) -> Option<String> {
     Some(format!("data: {data}\n\n"))
 }
 
-fn async_stream_lite(
-    steps: Vec<Step>,
-) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+fn async_stream_lite(steps: Vec<Step>) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
     futures::stream::unfold(steps.into_iter(), |mut it| async move {
         loop {
             let step = it.next()?;
@@ -370,7 +336,9 @@ async fn whole(steps: Vec<Step>) -> Response {
     if !calls.is_empty() {
         message["tool_calls"] = calls
             .into_iter()
-            .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+            .map(
+                |(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}),
+            )
             .collect();
     }
     axum::Json(json!({

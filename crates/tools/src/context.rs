@@ -17,9 +17,7 @@ pub struct ToolContext {
 impl ToolContext {
     /// A context with the given state values.
     pub fn with_state(state: Map<String, Value>) -> Self {
-        Self {
-            state: Arc::new(state),
-        }
+        Self { state: Arc::new(state) }
     }
 
     /// Adds or replaces one state value.

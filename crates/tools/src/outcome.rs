@@ -60,10 +60,7 @@ pub struct ToolError {
 impl ToolError {
     /// A failure of the given kind.
     pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
     /// Arguments that cannot be used.
     pub fn invalid_arguments(message: impl Into<String>) -> Self {
@@ -164,10 +161,7 @@ mod tests {
     fn success_is_the_tools_own_value() {
         let v = json!({"ok": true, "query": "q", "total_results": 0, "results": []});
         assert_eq!(ToolOutcome::Success(v.clone()).to_json(), v);
-        assert_eq!(
-            ToolOutcome::Success(json!("plain")).to_model_text(),
-            "plain"
-        );
+        assert_eq!(ToolOutcome::Success(json!("plain")).to_model_text(), "plain");
     }
 
     #[test]

@@ -48,9 +48,8 @@ impl ToolCallRequest {
         if raw.trim().is_empty() {
             return Ok(Value::Object(Default::default()));
         }
-        serde_json::from_str(raw).map_err(|e| {
-            ToolError::invalid_arguments(format!("arguments are not valid JSON ({e}): {raw}"))
-        })
+        serde_json::from_str(raw)
+            .map_err(|e| ToolError::invalid_arguments(format!("arguments are not valid JSON ({e}): {raw}")))
     }
 }
 
@@ -115,10 +114,7 @@ impl ToolRegistry {
     ///
     /// # Errors
     /// [`RegistryError::Unknown`] for the first name that is not registered.
-    pub fn subset<S: AsRef<str>>(
-        &self,
-        names: impl IntoIterator<Item = S>,
-    ) -> Result<Self, RegistryError> {
+    pub fn subset<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> Result<Self, RegistryError> {
         let mut out = Self::new();
         for name in names {
             let name = name.as_ref();
@@ -144,11 +140,7 @@ impl ToolRegistry {
     }
 
     /// Runs several calls from one model turn concurrently; outcomes keep the calls' order.
-    pub async fn call_many(
-        &self,
-        ctx: &ToolContext,
-        calls: &[ToolCallRequest],
-    ) -> Vec<ToolOutcome> {
+    pub async fn call_many(&self, ctx: &ToolContext, calls: &[ToolCallRequest]) -> Vec<ToolOutcome> {
         futures::future::join_all(calls.iter().map(|c| self.call(ctx, &c.name, &c.arguments))).await
     }
 }
@@ -176,55 +168,33 @@ mod tests {
     }
 
     fn guia() -> Arc<dyn Tool> {
-        ToolBuilder::<GuiaArgs>::new(
-            "get_guia",
-            "Look up the teaching guide of the current subject",
-        )
-        .inject("asignatura")
-        .handler(|_ctx, a| async move { Ok(json!({ "asignatura": a.asignatura, "key": a.key })) })
-        .unwrap()
+        ToolBuilder::<GuiaArgs>::new("get_guia", "Look up the teaching guide of the current subject")
+            .inject("asignatura")
+            .handler(|_ctx, a| async move { Ok(json!({ "asignatura": a.asignatura, "key": a.key })) })
+            .unwrap()
     }
 
     #[tokio::test]
     async fn injected_argument_is_hidden_from_the_model_but_present_at_call_time() {
         let tool = guia();
-        assert!(
-            tool.spec().parameters["properties"]
-                .get("asignatura")
-                .is_none()
-        );
+        assert!(tool.spec().parameters["properties"].get("asignatura").is_none());
         assert_eq!(tool.spec().injected, vec!["asignatura".to_string()]);
         let mut reg = ToolRegistry::new();
         reg.register(tool).unwrap();
         let ctx = ToolContext::default().set("asignatura", json!("iv"));
         // The model tries to choose the subject itself: state wins.
-        let out = reg
-            .call(
-                &ctx,
-                "get_guia",
-                &json!({"key": "competencias", "asignatura": "other"}),
-            )
-            .await;
-        assert_eq!(
-            out.to_json(),
-            json!({"asignatura": "iv", "key": "competencias"})
-        );
+        let out = reg.call(&ctx, "get_guia", &json!({"key": "competencias", "asignatura": "other"})).await;
+        assert_eq!(out.to_json(), json!({"asignatura": "iv", "key": "competencias"}));
     }
 
     #[tokio::test]
     async fn unknown_tool_is_an_outcome_naming_the_alternatives() {
         let mut reg = ToolRegistry::new();
         reg.register(guia()).unwrap();
-        let out = reg
-            .call(&ToolContext::default(), "get_weather", &json!({}))
-            .await;
+        let out = reg.call(&ToolContext::default(), "get_weather", &json!({})).await;
         let err = out.error().unwrap();
         assert_eq!(err.kind, ToolErrorKind::NotFound);
-        assert!(
-            err.message.contains("unknown tool 'get_weather'"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains("unknown tool 'get_weather'"), "{}", err.message);
         assert!(err.message.contains("get_guia"), "{}", err.message);
     }
 
@@ -243,18 +213,9 @@ mod tests {
         let out = reg.call(&ToolContext::default(), "boom", &json!({})).await;
         let err = out.error().unwrap();
         assert_eq!(err.kind, ToolErrorKind::Internal);
-        assert!(
-            err.message.contains("index out of bounds"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains("index out of bounds"), "{}", err.message);
         // The registry still works afterwards.
-        assert!(
-            reg.call(&ToolContext::default(), "boom", &json!([]))
-                .await
-                .error()
-                .is_some()
-        );
+        assert!(reg.call(&ToolContext::default(), "boom", &json!([])).await.error().is_some());
     }
 
     #[tokio::test(start_paused = true)]
@@ -301,49 +262,27 @@ mod tests {
         let calls: Vec<_> = [30u64, 10, 20]
             .iter()
             .enumerate()
-            .map(|(i, ms)| ToolCallRequest {
-                id: format!("c{i}"),
-                name: "wait".into(),
-                arguments: json!({"ms": ms}),
-            })
+            .map(|(i, ms)| ToolCallRequest { id: format!("c{i}"), name: "wait".into(), arguments: json!({"ms": ms}) })
             .collect();
         let outs = reg.call_many(&ToolContext::default(), &calls).await;
-        assert_eq!(
-            outs.iter().map(ToolOutcome::to_json).collect::<Vec<_>>(),
-            vec![json!(30), json!(10), json!(20)]
-        );
-        assert_eq!(
-            peak.load(Ordering::SeqCst),
-            3,
-            "all three calls were in flight at once"
-        );
+        assert_eq!(outs.iter().map(ToolOutcome::to_json).collect::<Vec<_>>(), vec![json!(30), json!(10), json!(20)]);
+        assert_eq!(peak.load(Ordering::SeqCst), 3, "all three calls were in flight at once");
     }
 
     #[test]
     fn duplicates_and_unknown_subsets_are_refused() {
         let mut reg = ToolRegistry::new();
         reg.register(guia()).unwrap();
-        assert_eq!(
-            reg.register(guia()),
-            Err(RegistryError::Duplicate {
-                name: "get_guia".into()
-            })
-        );
+        assert_eq!(reg.register(guia()), Err(RegistryError::Duplicate { name: "get_guia".into() }));
         let sub = reg.subset(["get_guia"]).unwrap();
         assert_eq!(sub.names().collect::<Vec<_>>(), vec!["get_guia"]);
-        assert!(matches!(
-            reg.subset(["nope"]),
-            Err(RegistryError::Unknown { .. })
-        ));
+        assert!(matches!(reg.subset(["nope"]), Err(RegistryError::Unknown { .. })));
     }
 
     #[test]
     fn raw_argument_text_is_parsed_or_explained() {
         assert_eq!(ToolCallRequest::parse_arguments("").unwrap(), json!({}));
-        assert_eq!(
-            ToolCallRequest::parse_arguments(r#"{"a":1}"#).unwrap(),
-            json!({"a": 1})
-        );
+        assert_eq!(ToolCallRequest::parse_arguments(r#"{"a":1}"#).unwrap(), json!({"a": 1}));
         let err = ToolCallRequest::parse_arguments(r#"{"a":"#).unwrap_err();
         assert_eq!(err.kind, ToolErrorKind::InvalidArguments);
         assert!(err.message.contains("not valid JSON"));
@@ -353,14 +292,7 @@ mod tests {
     async fn non_object_arguments_are_explained() {
         let mut reg = ToolRegistry::new();
         reg.register(guia()).unwrap();
-        let out = reg
-            .call(&ToolContext::default(), "get_guia", &json!([1, 2]))
-            .await;
-        assert!(
-            out.error()
-                .unwrap()
-                .message
-                .contains("must be a JSON object")
-        );
+        let out = reg.call(&ToolContext::default(), "get_guia", &json!([1, 2])).await;
+        assert!(out.error().unwrap().message.contains("must be a JSON object"));
     }
 }

@@ -16,9 +16,7 @@ pub enum SchemaError {
         tool: String,
     },
     /// Display text was given for a parameter the arguments type does not have.
-    #[error(
-        "tool '{tool}' has display text for parameter '{argument}', which its arguments type does not have"
-    )]
+    #[error("tool '{tool}' has display text for parameter '{argument}', which its arguments type does not have")]
     UnknownParameter {
         /// The tool.
         tool: String,
@@ -59,9 +57,7 @@ pub struct ArgumentSchema {
 
 impl std::fmt::Debug for ArgumentSchema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArgumentSchema")
-            .field("model_facing", &self.model_facing)
-            .finish()
+        f.debug_struct("ArgumentSchema").field("model_facing", &self.model_facing).finish()
     }
 }
 
@@ -82,39 +78,24 @@ impl ArgumentSchema {
     ///
     /// # Errors
     /// See [`ArgumentSchema::of`].
-    pub fn from_value(
-        tool: &str,
-        mut schema: Value,
-        injected: &[String],
-    ) -> Result<Self, SchemaError> {
-        let not_object = |schema: &Value| SchemaError::NotAnObject {
-            tool: tool.to_owned(),
-            schema: schema.to_string(),
-        };
-        let obj = schema
-            .as_object_mut()
-            .ok_or_else(|| not_object(&Value::Null))?;
+    pub fn from_value(tool: &str, mut schema: Value, injected: &[String]) -> Result<Self, SchemaError> {
+        let not_object =
+            |schema: &Value| SchemaError::NotAnObject { tool: tool.to_owned(), schema: schema.to_string() };
+        let obj = schema.as_object_mut().ok_or_else(|| not_object(&Value::Null))?;
         // A struct without fields has no `properties`; give it an empty set so the model
         // sees a well-formed object schema.
         if obj.get("type").and_then(Value::as_str) != Some("object") {
             let snapshot = Value::Object(obj.clone());
             return Err(not_object(&snapshot));
         }
-        let props = obj
-            .entry("properties")
-            .or_insert_with(|| Value::Object(Default::default()));
-        let props = props
-            .as_object_mut()
-            .ok_or_else(|| SchemaError::NotAnObject {
-                tool: tool.to_owned(),
-                schema: "properties is not an object".into(),
-            })?;
+        let props = obj.entry("properties").or_insert_with(|| Value::Object(Default::default()));
+        let props = props.as_object_mut().ok_or_else(|| SchemaError::NotAnObject {
+            tool: tool.to_owned(),
+            schema: "properties is not an object".into(),
+        })?;
         for name in injected {
             if props.remove(name).is_none() {
-                return Err(SchemaError::UnknownInjected {
-                    tool: tool.to_owned(),
-                    argument: name.clone(),
-                });
+                return Err(SchemaError::UnknownInjected { tool: tool.to_owned(), argument: name.clone() });
             }
         }
         if let Some(Value::Array(required)) = obj.get_mut("required") {
@@ -123,14 +104,9 @@ impl ArgumentSchema {
                 obj.remove("required");
             }
         }
-        let validator = jsonschema::validator_for(&schema).map_err(|e| SchemaError::Compile {
-            tool: tool.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(Self {
-            model_facing: schema,
-            validator,
-        })
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| SchemaError::Compile { tool: tool.to_owned(), reason: e.to_string() })?;
+        Ok(Self { model_facing: schema, validator })
     }
 
     /// The schema shown to the model.
@@ -146,18 +122,10 @@ impl ArgumentSchema {
             .iter_errors(arguments)
             .map(|e| {
                 let path = e.instance_path().to_string();
-                if path.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{e} at {path}")
-                }
+                if path.is_empty() { e.to_string() } else { format!("{e} at {path}") }
             })
             .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
     }
 }
 
@@ -200,51 +168,33 @@ mod tests {
         let nq = &s.model_facing()["properties"]["num_questions"];
         assert_eq!(nq["minimum"], json!(1), "{text}");
         assert_eq!(nq["maximum"], json!(10), "{text}");
-        assert!(
-            text.contains(r#""enum":["easy","medium","hard"]"#),
-            "{text}"
-        );
-        assert_eq!(
-            s.model_facing()["properties"]["asignatura"]["pattern"],
-            json!("^[a-z0-9-]{1,40}$")
-        );
+        assert!(text.contains(r#""enum":["easy","medium","hard"]"#), "{text}");
+        assert_eq!(s.model_facing()["properties"]["asignatura"]["pattern"], json!("^[a-z0-9-]{1,40}$"));
         assert_eq!(s.model_facing()["required"], json!(["topic"]));
     }
 
     #[test]
     fn violations_read_like_repair_instructions() {
         let s = ArgumentSchema::of::<TestGenerationInput>("generate_test", &[]).unwrap();
-        let err = s
-            .check(&json!({"topic": "Docker", "num_questions": 99}))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            "99 is greater than the maximum of 10 at /num_questions"
-        );
-        let err = s
-            .check(&json!({"topic": "Docker", "difficulty": "extreme"}))
-            .unwrap_err();
+        let err = s.check(&json!({"topic": "Docker", "num_questions": 99})).unwrap_err();
+        assert_eq!(err, "99 is greater than the maximum of 10 at /num_questions");
+        let err = s.check(&json!({"topic": "Docker", "difficulty": "extreme"})).unwrap_err();
         assert!(err.contains("/difficulty"), "{err}");
         let err = s.check(&json!({})).unwrap_err();
         assert!(err.contains("\"topic\" is a required property"), "{err}");
-        assert!(
-            s.check(&json!({"topic": "Docker", "num_questions": 3}))
-                .is_ok()
-        );
+        assert!(s.check(&json!({"topic": "Docker", "num_questions": 3})).is_ok());
     }
 
     #[test]
     fn injected_arguments_leave_the_model_schema() {
-        let s = ArgumentSchema::of::<TestGenerationInput>("generate_test", &["asignatura".into()])
-            .unwrap();
+        let s = ArgumentSchema::of::<TestGenerationInput>("generate_test", &["asignatura".into()]).unwrap();
         assert!(s.model_facing()["properties"].get("asignatura").is_none());
         assert!(s.model_facing()["properties"].get("topic").is_some());
     }
 
     #[test]
     fn injecting_an_unknown_field_is_refused() {
-        let err = ArgumentSchema::of::<TestGenerationInput>("generate_test", &["subject".into()])
-            .unwrap_err();
+        let err = ArgumentSchema::of::<TestGenerationInput>("generate_test", &["subject".into()]).unwrap_err();
         assert!(matches!(err, SchemaError::UnknownInjected { .. }), "{err}");
     }
 

@@ -25,10 +25,7 @@ pub struct ToolDisplay {
     #[serde(rename = "displayDescription", skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Per-parameter display text, keyed by parameter name.
-    #[serde(
-        rename = "displayParameters",
-        skip_serializing_if = "BTreeMap::is_empty"
-    )]
+    #[serde(rename = "displayParameters", skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, ParamDisplay>,
 }
 
@@ -62,9 +59,5 @@ pub struct ToolSpec {
 /// Whether `name` is acceptable as a tool name for every provider we talk to
 /// (OpenAI's and Gemini's limits are the strictest: 1–64 of `[a-zA-Z0-9_-]`).
 pub(crate) fn valid_tool_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

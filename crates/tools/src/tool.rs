@@ -52,18 +52,12 @@ pub trait Tool: Send + Sync + 'static {
 /// Builds the arguments the tool runs with: the model's own (injected names stripped, so a
 /// model cannot override state), checked against the schema, plus the injected values
 /// from the context. Returns the readable violation on failure.
-pub(crate) fn prepare_arguments(
-    tool: &dyn Tool,
-    ctx: &ToolContext,
-    model_args: &Value,
-) -> Result<Value, ToolError> {
+pub(crate) fn prepare_arguments(tool: &dyn Tool, ctx: &ToolContext, model_args: &Value) -> Result<Value, ToolError> {
     let mut args = match model_args {
         Value::Object(m) => m.clone(),
         Value::Null => Map::new(),
         other => {
-            return Err(ToolError::invalid_arguments(format!(
-                "arguments must be a JSON object, got {other}"
-            )));
+            return Err(ToolError::invalid_arguments(format!("arguments must be a JSON object, got {other}")));
         }
     };
     let injected = &tool.spec().injected;
@@ -71,9 +65,7 @@ pub(crate) fn prepare_arguments(
         args.remove(name);
     }
     let mut args = Value::Object(args);
-    tool.arguments()
-        .check(&args)
-        .map_err(ToolError::invalid_arguments)?;
+    tool.arguments().check(&args).map_err(ToolError::invalid_arguments)?;
     if let Value::Object(m) = &mut args {
         for name in injected {
             if let Some(v) = ctx.get(name) {
@@ -99,15 +91,11 @@ pub(crate) async fn execute(tool: &dyn Tool, ctx: &ToolContext, model_args: &Val
         Ok(Err(panic)) => {
             let what = panic_message(panic.as_ref());
             tracing::error!(tool = %name, panic = %what, "tool panicked");
-            ToolOutcome::Failure(ToolError::internal(format!(
-                "tool '{name}' failed unexpectedly: {what}"
-            )))
+            ToolOutcome::Failure(ToolError::internal(format!("tool '{name}' failed unexpectedly: {what}")))
         }
         Err(_) => {
             tracing::warn!(tool = %name, timeout_ms = limit.as_millis() as u64, "tool timed out");
-            ToolOutcome::Failure(ToolError::timeout(format!(
-                "tool '{name}' did not finish within {limit:?}"
-            )))
+            ToolOutcome::Failure(ToolError::timeout(format!("tool '{name}' did not finish within {limit:?}")))
         }
     }
 }
@@ -216,12 +204,7 @@ where
 
     /// Display text of one parameter.
     pub fn param_display(mut self, param: impl Into<String>, text: impl Into<String>) -> Self {
-        self.display.parameters.insert(
-            param.into(),
-            ParamDisplay {
-                description: text.into(),
-            },
-        );
+        self.display.parameters.insert(param.into(), ParamDisplay { description: text.into() });
         self
     }
 
@@ -241,16 +224,8 @@ where
         }
         let schema = ArgumentSchema::of::<A>(&self.name, &self.injected)?;
         let full_props = SchemaPropertyNames::of::<A>();
-        if let Some(unknown) = self
-            .display
-            .parameters
-            .keys()
-            .find(|p| !full_props.contains(p))
-        {
-            return Err(SchemaError::UnknownParameter {
-                tool: self.name.clone(),
-                argument: unknown.clone(),
-            });
+        if let Some(unknown) = self.display.parameters.keys().find(|p| !full_props.contains(p)) {
+            return Err(SchemaError::UnknownParameter { tool: self.name.clone(), argument: unknown.clone() });
         }
         let spec = ToolSpec {
             name: self.name,
@@ -260,14 +235,7 @@ where
             injected: self.injected,
             display: self.display,
         };
-        Ok(Arc::new(FnTool {
-            spec,
-            schema,
-            describe: self.describe,
-            timeout: self.timeout,
-            f,
-            _args: PhantomData,
-        }))
+        Ok(Arc::new(FnTool { spec, schema, describe: self.describe, timeout: self.timeout, f, _args: PhantomData }))
     }
 }
 
@@ -276,15 +244,8 @@ struct SchemaPropertyNames(Vec<String>);
 
 impl SchemaPropertyNames {
     fn of<A: JsonSchema>() -> Self {
-        let v = schemars::SchemaGenerator::default()
-            .into_root_schema_for::<A>()
-            .to_value();
-        Self(
-            v["properties"]
-                .as_object()
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default(),
-        )
+        let v = schemars::SchemaGenerator::default().into_root_schema_for::<A>().to_value();
+        Self(v["properties"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default())
     }
     fn contains(&self, name: &str) -> bool {
         self.0.iter().any(|p| p == name)
@@ -330,14 +291,10 @@ where
     async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         // The schema already passed; this catches what JSON Schema cannot express
         // (e.g. a u8 field given 300 with no range on it).
-        let args =
-            A::deserialize(arguments).map_err(|e| ToolError::invalid_arguments(e.to_string()))?;
+        let args = A::deserialize(arguments).map_err(|e| ToolError::invalid_arguments(e.to_string()))?;
         let output = (self.f)(ctx.clone(), args).await?;
         serde_json::to_value(output).map_err(|e| {
-            ToolError::internal(format!(
-                "tool '{}' produced output that is not JSON: {e}",
-                self.spec.name
-            ))
+            ToolError::internal(format!("tool '{}' produced output that is not JSON: {e}", self.spec.name))
         })
     }
 }

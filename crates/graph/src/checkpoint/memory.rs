@@ -25,28 +25,17 @@ impl MemoryCheckpointer {
 
 #[async_trait]
 impl Checkpointer for MemoryCheckpointer {
-    async fn append(
-        &self,
-        thread: &ThreadId,
-        record: &CheckpointRecord,
-    ) -> Result<(), CheckpointError> {
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
         let mut threads = self.lock();
         let log = threads.entry(thread.clone()).or_default();
         if log.len() as u64 + 1 != record.seq {
-            return Err(CheckpointError::Conflict {
-                thread: thread.to_string(),
-                seq: record.seq,
-            });
+            return Err(CheckpointError::Conflict { thread: thread.to_string(), seq: record.seq });
         }
         log.push(record.clone());
         Ok(())
     }
 
-    async fn load(
-        &self,
-        thread: &ThreadId,
-        upto: Option<u64>,
-    ) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+    async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         let threads = self.lock();
         let Some(log) = threads.get(thread) else {
             return Ok(Vec::new());
@@ -63,15 +52,28 @@ impl Checkpointer for MemoryCheckpointer {
         Ok(log[..n].to_vec())
     }
 
+    async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let threads = self.lock();
+        let Some(log) = threads.get(thread) else { return Ok(Vec::new()) };
+        let start = (from.max(1) - 1) as usize;
+        let tail = log.get(start..).unwrap_or_default();
+        if let Some(r) = tail.iter().find(|r| r.format > FORMAT_VERSION) {
+            return Err(CheckpointError::UnsupportedFormat {
+                thread: thread.to_string(),
+                seq: r.seq,
+                format: r.format,
+            });
+        }
+        Ok(tail.to_vec())
+    }
+
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         let mut threads = self.lock();
         if threads.get(to).is_some_and(|l| !l.is_empty()) {
             return Err(CheckpointError::ThreadExists(to.to_string()));
         }
-        let copied: Vec<_> = threads
-            .get(from)
-            .map(|l| l.iter().filter(|r| r.seq <= at).cloned().collect())
-            .unwrap_or_default();
+        let copied: Vec<_> =
+            threads.get(from).map(|l| l.iter().filter(|r| r.seq <= at).cloned().collect()).unwrap_or_default();
         let n = copied.len() as u64;
         threads.insert(to.clone(), copied);
         Ok(n)
@@ -96,10 +98,6 @@ impl Checkpointer for MemoryCheckpointer {
 
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
         let threads = self.lock();
-        Ok(threads
-            .values()
-            .flatten()
-            .map(|r| serde_json::to_vec(r).map_or(0, |v| v.len() as u64))
-            .sum())
+        Ok(threads.values().flatten().map(|r| serde_json::to_vec(r).map_or(0, |v| v.len() as u64)).sum())
     }
 }

@@ -166,9 +166,7 @@ pub enum CheckpointError {
     #[error("thread '{0}' already exists")]
     ThreadExists(String),
     /// A record written by a newer toolgraph.
-    #[error(
-        "checkpoint {seq} of thread '{thread}' has format {format}; this build reads up to {FORMAT_VERSION}"
-    )]
+    #[error("checkpoint {seq} of thread '{thread}' has format {format}; this build reads up to {FORMAT_VERSION}")]
     UnsupportedFormat {
         /// Thread.
         thread: String,
@@ -207,27 +205,19 @@ pub trait Checkpointer: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`CheckpointError::Conflict`] when the head is not `record.seq - 1`.
-    async fn append(
-        &self,
-        thread: &ThreadId,
-        record: &CheckpointRecord,
-    ) -> Result<(), CheckpointError>;
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError>;
 
     /// Records with `seq <= upto` (all when `None`), ascending.
-    async fn load(
-        &self,
-        thread: &ThreadId,
-        upto: Option<u64>,
-    ) -> Result<Vec<CheckpointRecord>, CheckpointError>;
+    async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError>;
+
+    /// Records with `seq >= from`, ascending: the tail a cached head needs to catch up.
+    async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        Ok(self.load(thread, None).await?.into_iter().filter(|r| r.seq >= from).collect())
+    }
 
     /// History of a thread, oldest first.
     async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointMeta>, CheckpointError> {
-        Ok(self
-            .load(thread, None)
-            .await?
-            .iter()
-            .map(CheckpointMeta::from)
-            .collect())
+        Ok(self.load(thread, None).await?.iter().map(CheckpointMeta::from).collect())
     }
 
     /// Copies `from`'s records up to `at` into the new thread `to`; returns how many.
@@ -244,10 +234,7 @@ pub trait Checkpointer: Send + Sync + 'static {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Decodes a stored body, checking its format.
@@ -258,18 +245,13 @@ pub(crate) fn decode(
     body: &str,
 ) -> Result<CheckpointRecord, CheckpointError> {
     if format > FORMAT_VERSION {
-        return Err(CheckpointError::UnsupportedFormat {
-            thread: thread.to_string(),
-            seq,
-            format,
-        });
+        return Err(CheckpointError::UnsupportedFormat { thread: thread.to_string(), seq, format });
     }
-    let mut r: CheckpointRecord =
-        serde_json::from_str(body).map_err(|e| CheckpointError::Corrupt {
-            thread: thread.to_string(),
-            seq,
-            reason: e.to_string(),
-        })?;
+    let mut r: CheckpointRecord = serde_json::from_str(body).map_err(|e| CheckpointError::Corrupt {
+        thread: thread.to_string(),
+        seq,
+        reason: e.to_string(),
+    })?;
     r.seq = seq;
     r.format = format;
     Ok(r)

@@ -10,10 +10,7 @@ use std::time::Duration;
 const BACKEND: &str = "postgres";
 
 fn backend_error(e: sqlx::Error) -> CheckpointError {
-    CheckpointError::Backend {
-        backend: BACKEND,
-        message: e.to_string(),
-    }
+    CheckpointError::Backend { backend: BACKEND, message: e.to_string() }
 }
 
 /// Checkpoints in PostgreSQL; the primary key enforces one writer per step across replicas.
@@ -42,10 +39,7 @@ impl PostgresCheckpointer {
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await
-            .map_err(|e| CheckpointError::Backend {
-                backend: BACKEND,
-                message: format!("cannot connect: {e}"),
-            })?;
+            .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("cannot connect: {e}") })?;
         Self::from_pool(pool).await
     }
 
@@ -57,10 +51,7 @@ impl PostgresCheckpointer {
         sqlx::migrate!("./migrations/postgres")
             .run(&pool)
             .await
-            .map_err(|e| CheckpointError::Backend {
-                backend: BACKEND,
-                message: format!("migration failed: {e}"),
-            })?;
+            .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("migration failed: {e}") })?;
         Ok(Self { pool })
     }
 
@@ -83,10 +74,7 @@ impl PostgresCheckpointer {
             seq: record.seq,
             reason: e.to_string(),
         })?;
-        let conflict = || CheckpointError::Conflict {
-            thread: thread.to_string(),
-            seq: record.seq,
-        };
+        let conflict = || CheckpointError::Conflict { thread: thread.to_string(), seq: record.seq };
         let result = sqlx::query(
             "INSERT INTO checkpoints (thread_id, seq, format, run_id, kind, created_at_ms, body)
              SELECT $1, $2, $3, $4, $5, $6, $7::jsonb
@@ -112,19 +100,11 @@ impl PostgresCheckpointer {
 
 #[async_trait]
 impl Checkpointer for PostgresCheckpointer {
-    async fn append(
-        &self,
-        thread: &ThreadId,
-        record: &CheckpointRecord,
-    ) -> Result<(), CheckpointError> {
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
         Self::append_with(&self.pool, thread, record).await
     }
 
-    async fn load(
-        &self,
-        thread: &ThreadId,
-        upto: Option<u64>,
-    ) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+    async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         let rows = sqlx::query(
             "SELECT seq, format, body::text FROM checkpoints WHERE thread_id = $1 AND seq <= $2 ORDER BY seq",
         )
@@ -134,25 +114,31 @@ impl Checkpointer for PostgresCheckpointer {
         .await
         .map_err(backend_error)?;
         rows.iter()
-            .map(|r| {
-                decode(
-                    thread,
-                    r.get::<i64, _>(0) as u64,
-                    r.get::<i32, _>(1) as u32,
-                    r.get::<&str, _>(2),
-                )
-            })
+            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i32, _>(1) as u32, r.get::<&str, _>(2)))
+            .collect()
+    }
+
+    async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let rows = sqlx::query(
+            "SELECT seq, format, body::text FROM checkpoints WHERE thread_id = $1 AND seq >= $2 ORDER BY seq",
+        )
+        .bind(thread.as_str())
+        .bind(from as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend_error)?;
+        rows.iter()
+            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i32, _>(1) as u32, r.get::<&str, _>(2)))
             .collect()
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         let mut tx = self.pool.begin().await.map_err(backend_error)?;
-        let exists: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE thread_id = $1")
-                .bind(to.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(backend_error)?;
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE thread_id = $1")
+            .bind(to.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend_error)?;
         if exists > 0 {
             return Err(CheckpointError::ThreadExists(to.to_string()));
         }
@@ -181,14 +167,12 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError> {
-        Ok(
-            sqlx::query("DELETE FROM checkpoints WHERE thread_id LIKE $1 ESCAPE '\\'")
-                .bind(like_prefix(namespace))
-                .execute(&self.pool)
-                .await
-                .map_err(backend_error)?
-                .rows_affected(),
-        )
+        Ok(sqlx::query("DELETE FROM checkpoints WHERE thread_id LIKE $1 ESCAPE '\\'")
+            .bind(like_prefix(namespace))
+            .execute(&self.pool)
+            .await
+            .map_err(backend_error)?
+            .rows_affected())
     }
 
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {

@@ -2,9 +2,7 @@
 
 use super::{CheckpointError, CheckpointRecord, Checkpointer, ThreadId, decode, like_prefix};
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Executor, Row, Sqlite};
 use std::path::Path;
 use std::time::Duration;
@@ -12,10 +10,7 @@ use std::time::Duration;
 const BACKEND: &str = "sqlite";
 
 pub(crate) fn backend_error(e: sqlx::Error) -> CheckpointError {
-    CheckpointError::Backend {
-        backend: BACKEND,
-        message: e.to_string(),
-    }
+    CheckpointError::Backend { backend: BACKEND, message: e.to_string() }
 }
 
 /// Checkpoints in a SQLite database (WAL mode), schema created by migrations.
@@ -31,12 +26,10 @@ impl SqliteCheckpointer {
     /// When the file cannot be opened or migrated.
     pub async fn open(path: &Path) -> Result<Self, CheckpointError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|e| CheckpointError::Backend {
-                    backend: BACKEND,
-                    message: format!("cannot create {}: {e}", dir.display()),
-                })?;
+            tokio::fs::create_dir_all(dir).await.map_err(|e| CheckpointError::Backend {
+                backend: BACKEND,
+                message: format!("cannot create {}: {e}", dir.display()),
+            })?;
         }
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -65,10 +58,7 @@ impl SqliteCheckpointer {
         sqlx::migrate!("./migrations/sqlite")
             .run(&pool)
             .await
-            .map_err(|e| CheckpointError::Backend {
-                backend: BACKEND,
-                message: format!("migration failed: {e}"),
-            })?;
+            .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("migration failed: {e}") })?;
         Ok(Self { pool })
     }
 
@@ -92,10 +82,7 @@ impl SqliteCheckpointer {
             seq: record.seq,
             reason: e.to_string(),
         })?;
-        let conflict = || CheckpointError::Conflict {
-            thread: thread.to_string(),
-            seq: record.seq,
-        };
+        let conflict = || CheckpointError::Conflict { thread: thread.to_string(), seq: record.seq };
         let result = sqlx::query(
             "INSERT INTO checkpoints (thread_id, seq, format, run_id, kind, created_at_ms, body)
              SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7
@@ -121,45 +108,43 @@ impl SqliteCheckpointer {
 
 #[async_trait]
 impl Checkpointer for SqliteCheckpointer {
-    async fn append(
-        &self,
-        thread: &ThreadId,
-        record: &CheckpointRecord,
-    ) -> Result<(), CheckpointError> {
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
         Self::append_with(&self.pool, thread, record).await
     }
 
-    async fn load(
-        &self,
-        thread: &ThreadId,
-        upto: Option<u64>,
-    ) -> Result<Vec<CheckpointRecord>, CheckpointError> {
-        let rows = sqlx::query("SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq <= ?2 ORDER BY seq")
-            .bind(thread.as_str())
-            .bind(upto.map_or(i64::MAX, |u| u as i64))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend_error)?;
+    async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let rows =
+            sqlx::query("SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq <= ?2 ORDER BY seq")
+                .bind(thread.as_str())
+                .bind(upto.map_or(i64::MAX, |u| u as i64))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend_error)?;
         rows.iter()
-            .map(|r| {
-                decode(
-                    thread,
-                    r.get::<i64, _>(0) as u64,
-                    r.get::<i64, _>(1) as u32,
-                    r.get::<&str, _>(2),
-                )
-            })
+            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u32, r.get::<&str, _>(2)))
+            .collect()
+    }
+
+    async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let rows =
+            sqlx::query("SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq >= ?2 ORDER BY seq")
+                .bind(thread.as_str())
+                .bind(from as i64)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend_error)?;
+        rows.iter()
+            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u32, r.get::<&str, _>(2)))
             .collect()
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         let mut tx = self.pool.begin().await.map_err(backend_error)?;
-        let exists: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?1")
-                .bind(to.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(backend_error)?;
+        let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?1")
+            .bind(to.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend_error)?;
         if exists > 0 {
             return Err(CheckpointError::ThreadExists(to.to_string()));
         }
@@ -188,34 +173,21 @@ impl Checkpointer for SqliteCheckpointer {
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError> {
-        Ok(
-            sqlx::query("DELETE FROM checkpoints WHERE thread_id LIKE ?1 ESCAPE '\\'")
-                .bind(like_prefix(namespace))
-                .execute(&self.pool)
-                .await
-                .map_err(backend_error)?
-                .rows_affected(),
-        )
+        Ok(sqlx::query("DELETE FROM checkpoints WHERE thread_id LIKE ?1 ESCAPE '\\'")
+            .bind(like_prefix(namespace))
+            .execute(&self.pool)
+            .await
+            .map_err(backend_error)?
+            .rows_affected())
     }
 
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
         // Fold the write-ahead log into the main file so its size is the whole story.
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
-            .await
-            .map_err(backend_error)?;
-        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(backend_error)?;
-        let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(backend_error)?;
-        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(backend_error)?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.pool).await.map_err(backend_error)?;
+        let pages: i64 = sqlx::query_scalar("PRAGMA page_count").fetch_one(&self.pool).await.map_err(backend_error)?;
+        let free: i64 =
+            sqlx::query_scalar("PRAGMA freelist_count").fetch_one(&self.pool).await.map_err(backend_error)?;
+        let size: i64 = sqlx::query_scalar("PRAGMA page_size").fetch_one(&self.pool).await.map_err(backend_error)?;
         Ok(((pages - free) * size) as u64)
     }
 }

@@ -9,8 +9,7 @@ use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, Sq
 
 /// The PostgreSQL server the suite runs against (this machine's, as CI's).
 pub fn pg_url() -> String {
-    std::env::var("TOOLGRAPH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    std::env::var("TOOLGRAPH_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 /// A schema of its own per test, dropped when the value is dropped.
@@ -22,15 +21,8 @@ impl PgSchema {
     /// `None` (with a printed reason) only when the server is absent and `CI` is unset.
     pub async fn create() -> Option<Self> {
         use sqlx::Connection;
-        let connect = tokio::time::timeout(
-            std::time::Duration::from_secs(3),
-            sqlx::PgConnection::connect(&pg_url()),
-        );
-        let mut admin = match connect
-            .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)
-            .and_then(|r| r)
-        {
+        let connect = tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(&pg_url()));
+        let mut admin = match connect.await.map_err(|_| sqlx::Error::PoolTimedOut).and_then(|r| r) {
             Ok(p) => p,
             Err(e) => {
                 if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
@@ -44,24 +36,17 @@ impl PgSchema {
             }
         };
         let name = format!("tg_test_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE SCHEMA {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create schema");
+        sqlx::query(&format!("CREATE SCHEMA {name}")).execute(&mut admin).await.expect("create schema");
         let _ = admin.close().await;
         Some(Self { name })
     }
 
     pub fn options(&self) -> PgConnectOptions {
-        PgConnectOptions::from_str(&pg_url())
-            .expect("valid url")
-            .options([("search_path", self.name.as_str())])
+        PgConnectOptions::from_str(&pg_url()).expect("valid url").options([("search_path", self.name.as_str())])
     }
 
     pub async fn checkpointer(&self) -> PostgresCheckpointer {
-        PostgresCheckpointer::connect_with(self.options())
-            .await
-            .expect("connect")
+        PostgresCheckpointer::connect_with(self.options()).await.expect("connect")
     }
 }
 
@@ -72,10 +57,7 @@ impl Drop for PgSchema {
         // that runtime (like the admin pool) may be used: a fresh connection on a helper
         // thread with its own runtime does the cleanup.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             rt.block_on(async move {
                 use sqlx::Connection;
                 if let Ok(mut c) = sqlx::PgConnection::connect(&pg_url()).await {
@@ -109,11 +91,9 @@ impl Backend {
     pub async fn open(&self) -> Arc<dyn Checkpointer> {
         match self {
             Self::Memory(m) => m.clone(),
-            Self::Sqlite(dir) => Arc::new(
-                SqliteCheckpointer::open(&dir.path().join("toolgraph.db"))
-                    .await
-                    .expect("open sqlite"),
-            ),
+            Self::Sqlite(dir) => {
+                Arc::new(SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.expect("open sqlite"))
+            }
             Self::Postgres(schema) => Arc::new(schema.checkpointer().await),
         }
     }

@@ -82,12 +82,8 @@ impl OpenAiChatModel {
     /// # Errors
     /// An unusable base URL or API key, or a TLS set-up failure.
     pub fn new(config: OpenAiConfig) -> Result<Self, LlmError> {
-        let base = url::Url::parse(&config.base_url).map_err(|e| {
-            LlmError::InvalidRequest(format!(
-                "model base URL '{}' is not a URL: {e}",
-                config.base_url
-            ))
-        })?;
+        let base = url::Url::parse(&config.base_url)
+            .map_err(|e| LlmError::InvalidRequest(format!("model base URL '{}' is not a URL: {e}", config.base_url)))?;
         if !matches!(base.scheme(), "http" | "https") {
             return Err(LlmError::InvalidRequest(format!(
                 "model base URL '{}' must be http or https",
@@ -97,12 +93,9 @@ impl OpenAiChatModel {
         let endpoint = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-            let mut v =
-                reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    LlmError::InvalidRequest(
-                        "the API key contains characters not allowed in a header".into(),
-                    )
-                })?;
+            let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                LlmError::InvalidRequest("the API key contains characters not allowed in a header".into())
+            })?;
             v.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, v);
         }
@@ -113,11 +106,7 @@ impl OpenAiChatModel {
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| LlmError::InvalidRequest(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Self {
-            config,
-            endpoint,
-            http,
-        })
+        Ok(Self { config, endpoint, http })
     }
 
     /// The chat-completions URL this client calls.
@@ -163,15 +152,9 @@ impl OpenAiChatModel {
     fn transport_error(&self, e: &reqwest::Error, before_response: bool) -> LlmError {
         let reason = error_chain(e);
         if before_response && (e.is_connect() || e.is_timeout()) {
-            LlmError::Connect {
-                endpoint: self.endpoint.clone(),
-                reason,
-            }
+            LlmError::Connect { endpoint: self.endpoint.clone(), reason }
         } else {
-            LlmError::Transport {
-                endpoint: self.endpoint.clone(),
-                reason,
-            }
+            LlmError::Transport { endpoint: self.endpoint.clone(), reason }
         }
     }
 
@@ -179,10 +162,7 @@ impl OpenAiChatModel {
     async fn backoff(&self, attempt: u32, err: LlmError) -> Result<(), LlmError> {
         if !err.is_retryable() || attempt > self.config.retry.max_retries {
             return Err(if attempt > 1 {
-                LlmError::RetriesExhausted {
-                    attempts: attempt,
-                    last: Box::new(err),
-                }
+                LlmError::RetriesExhausted { attempts: attempt, last: Box::new(err) }
             } else {
                 err
             });
@@ -322,16 +302,14 @@ impl ChatModel for OpenAiChatModel {
         let mut attempt = 1u32;
         let text = loop {
             let result = match self.send(&body).await {
-                Ok(resp) => {
-                    match tokio::time::timeout(self.config.request_timeout, resp.text()).await {
-                        Ok(Ok(t)) => Ok(t),
-                        Ok(Err(e)) => Err(self.transport_error(&e, false)),
-                        Err(_) => Err(LlmError::IdleTimeout {
-                            endpoint: self.endpoint.clone(),
-                            after: self.config.request_timeout,
-                        }),
-                    }
-                }
+                Ok(resp) => match tokio::time::timeout(self.config.request_timeout, resp.text()).await {
+                    Ok(Ok(t)) => Ok(t),
+                    Ok(Err(e)) => Err(self.transport_error(&e, false)),
+                    Err(_) => Err(LlmError::IdleTimeout {
+                        endpoint: self.endpoint.clone(),
+                        after: self.config.request_timeout,
+                    }),
+                },
                 Err(e) => Err(e),
             };
             match result {
@@ -340,29 +318,13 @@ impl ChatModel for OpenAiChatModel {
             }
             attempt += 1;
         };
-        let malformed = |detail: String| LlmError::Malformed {
-            endpoint: self.endpoint.clone(),
-            detail,
-        };
-        let parsed: Completion = serde_json::from_str(&text)
-            .map_err(|e| malformed(format!("{e} in {}", truncate(&text, 200))))?;
-        let choice = parsed
-            .choices
-            .into_iter()
-            .next()
-            .ok_or_else(|| malformed("the reply has no choices".into()))?;
+        let malformed = |detail: String| LlmError::Malformed { endpoint: self.endpoint.clone(), detail };
+        let parsed: Completion =
+            serde_json::from_str(&text).map_err(|e| malformed(format!("{e} in {}", truncate(&text, 200))))?;
+        let choice = parsed.choices.into_iter().next().ok_or_else(|| malformed("the reply has no choices".into()))?;
         let mut calls = ToolCallAssembler::new();
-        for (i, c) in choice
-            .message
-            .tool_calls
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-        {
-            let f = c.function.unwrap_or(wire::FunctionDelta {
-                name: None,
-                arguments: None,
-            });
+        for (i, c) in choice.message.tool_calls.unwrap_or_default().into_iter().enumerate() {
+            let f = c.function.unwrap_or(wire::FunctionDelta { name: None, arguments: None });
             calls.push(
                 Some(c.index.unwrap_or(i)),
                 c.id.as_deref(),
@@ -380,10 +342,9 @@ impl ChatModel for OpenAiChatModel {
             content: choice.message.content.unwrap_or_default(),
             tool_calls,
             finish_reason,
-            usage: parsed.usage.map(|u| Usage {
-                prompt_tokens: u.prompt_tokens,
-                completion_tokens: u.completion_tokens,
-            }),
+            usage: parsed
+                .usage
+                .map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }),
         })
     }
 
@@ -410,13 +371,7 @@ struct ChunkParser {
 
 impl ChunkParser {
     fn new(endpoint: String) -> Self {
-        Self {
-            endpoint,
-            calls: ToolCallAssembler::new(),
-            finish: None,
-            usage: None,
-            saw_data: false,
-        }
+        Self { endpoint, calls: ToolCallAssembler::new(), finish: None, usage: None, saw_data: false }
     }
 
     fn feed(&mut self, data: &str) -> Result<Step, LlmError> {
@@ -440,10 +395,7 @@ impl ChunkParser {
         }
         let mut out = Vec::new();
         if let Some(u) = chunk.usage {
-            self.usage = Some(Usage {
-                prompt_tokens: u.prompt_tokens,
-                completion_tokens: u.completion_tokens,
-            });
+            self.usage = Some(Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
@@ -457,15 +409,8 @@ impl ChunkParser {
                     };
                     // Without an index, a whole call per array slot (Gemini) is the safe reading.
                     let index = tc.index.or(if tc.id.is_some() { None } else { Some(pos) });
-                    let index = self
-                        .calls
-                        .push(index, tc.id.as_deref(), name.as_deref(), &args);
-                    out.push(ChatEvent::ToolCallDelta {
-                        index,
-                        id: tc.id,
-                        name,
-                        arguments: args,
-                    });
+                    let index = self.calls.push(index, tc.id.as_deref(), name.as_deref(), &args);
+                    out.push(ChatEvent::ToolCallDelta { index, id: tc.id, name, arguments: args });
                 }
             }
             if let Some(r) = choice.finish_reason {

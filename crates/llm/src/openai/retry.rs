@@ -15,11 +15,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_retries: 3,
-            base_delay: Duration::from_millis(250),
-            max_delay: Duration::from_secs(20),
-        }
+        Self { max_retries: 3, base_delay: Duration::from_millis(250), max_delay: Duration::from_secs(20) }
     }
 }
 
@@ -30,9 +26,7 @@ impl RetryPolicy {
         if let Some(d) = retry_after {
             return d.min(self.max_delay);
         }
-        let exp = self
-            .base_delay
-            .saturating_mul(1u32 << (retry.saturating_sub(1)).min(16));
+        let exp = self.base_delay.saturating_mul(1u32 << (retry.saturating_sub(1)).min(16));
         let cap = exp.min(self.max_delay);
         cap.mul_f64(rand::random::<f64>())
     }
@@ -45,10 +39,7 @@ pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
     }
     let when = httpdate::parse_http_date(v).ok()?;
-    Some(
-        when.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
 }
 
 #[cfg(test)]
@@ -59,33 +50,21 @@ mod tests {
     fn retry_after_accepts_seconds_and_dates() {
         assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
         assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
-        assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
-            Some(Duration::ZERO)
-        );
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon"), None);
         assert_eq!(parse_retry_after("-1"), None);
     }
 
     #[test]
     fn backoff_grows_is_capped_and_honours_retry_after() {
-        let p = RetryPolicy {
-            max_retries: 5,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(1),
-        };
+        let p =
+            RetryPolicy { max_retries: 5, base_delay: Duration::from_millis(100), max_delay: Duration::from_secs(1) };
         for _ in 0..50 {
             assert!(p.delay(1, None) <= Duration::from_millis(100));
             assert!(p.delay(3, None) <= Duration::from_millis(400));
             assert!(p.delay(10, None) <= Duration::from_secs(1));
         }
-        assert_eq!(
-            p.delay(1, Some(Duration::from_millis(700))),
-            Duration::from_millis(700)
-        );
-        assert_eq!(
-            p.delay(1, Some(Duration::from_secs(60))),
-            Duration::from_secs(1)
-        );
+        assert_eq!(p.delay(1, Some(Duration::from_millis(700))), Duration::from_millis(700));
+        assert_eq!(p.delay(1, Some(Duration::from_secs(60))), Duration::from_secs(1));
     }
 }

@@ -16,21 +16,14 @@ pub(crate) fn request_body(
 ) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert(
-        "messages".into(),
-        Value::Array(req.messages.iter().map(message).collect()),
-    );
+    body.insert("messages".into(), Value::Array(req.messages.iter().map(message).collect()));
     body.insert("stream".into(), json!(stream));
     if stream && include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     if !req.tools.is_empty() {
         let strict = strict_tools && provider == Provider::OpenAi;
-        let dialect = if strict {
-            SchemaDialect::OpenAiStrict
-        } else {
-            provider.tool_dialect()
-        };
+        let dialect = if strict { SchemaDialect::OpenAiStrict } else { provider.tool_dialect() };
         let tools: Vec<Value> = req
             .tools
             .iter()
@@ -65,11 +58,7 @@ pub(crate) fn request_body(
         let v = match format {
             ResponseFormat::Text => json!({"type": "text"}),
             ResponseFormat::JsonObject => json!({"type": "json_object"}),
-            ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            } => {
+            ResponseFormat::JsonSchema { name, schema, strict } => {
                 let dialect = match provider {
                     Provider::Gemini => SchemaDialect::Gemini,
                     Provider::OpenAi if *strict => SchemaDialect::OpenAiStrict,
@@ -88,11 +77,7 @@ pub(crate) fn request_body(
     }
     if let Some(n) = req.max_tokens {
         // OpenAI's newer models only take the new name; everyone else knows the old one.
-        let key = if provider == Provider::OpenAi {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        };
+        let key = if provider == Provider::OpenAi { "max_completion_tokens" } else { "max_tokens" };
         body.insert(key.into(), json!(n));
     }
     if !req.stop.is_empty() {
@@ -105,16 +90,10 @@ fn message(m: &Message) -> Value {
     match m {
         Message::System { content } => json!({"role": "system", "content": content}),
         Message::User { content } => json!({"role": "user", "content": content}),
-        Message::Assistant {
-            content,
-            tool_calls,
-        } if tool_calls.is_empty() => {
+        Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
             json!({"role": "assistant", "content": content})
         }
-        Message::Assistant {
-            content,
-            tool_calls,
-        } => json!({
+        Message::Assistant { content, tool_calls } => json!({
             "role": "assistant",
             // Several servers reject "" next to tool calls; null is universally accepted.
             "content": if content.is_empty() { Value::Null } else { json!(content) },
@@ -123,11 +102,7 @@ fn message(m: &Message) -> Value {
                 "function": {"name": c.name, "arguments": if c.arguments.is_empty() { "{}" } else { c.arguments.as_str() }}
             })).collect::<Vec<_>>(),
         }),
-        Message::Tool {
-            tool_call_id,
-            name,
-            content,
-        } => {
+        Message::Tool { tool_call_id, name, content } => {
             json!({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
         }
     }

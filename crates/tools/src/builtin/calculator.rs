@@ -50,19 +50,11 @@ pub fn calculator() -> Arc<dyn Tool> {
 /// # Errors
 /// A syntax error, an unknown name, division by zero, or a non-finite result.
 pub fn evaluate(expr: &str) -> Result<f64, String> {
-    let mut p = Parser {
-        src: expr.as_bytes(),
-        pos: 0,
-        depth: 0,
-    };
+    let mut p = Parser { src: expr.as_bytes(), pos: 0, depth: 0 };
     let v = p.expr()?;
     p.skip_ws();
     if p.pos < p.src.len() {
-        return Err(format!(
-            "unexpected '{}' at position {}",
-            p.src[p.pos] as char,
-            p.pos + 1
-        ));
+        return Err(format!("unexpected '{}' at position {}", p.src[p.pos] as char, p.pos + 1));
     }
     if !v.is_finite() {
         return Err("the result is not a finite number".into());
@@ -177,9 +169,7 @@ impl Parser<'_> {
             }
             Some(c) if c.is_ascii_digit() || *c == b'.' => {
                 while self.pos < self.src.len()
-                    && (self.src[self.pos].is_ascii_digit()
-                        || self.src[self.pos] == b'.'
-                        || self.src[self.pos] == b'_')
+                    && (self.src[self.pos].is_ascii_digit() || self.src[self.pos] == b'.' || self.src[self.pos] == b'_')
                 {
                     self.pos += 1;
                 }
@@ -192,10 +182,8 @@ impl Parser<'_> {
                         self.pos += 1;
                     }
                 }
-                let text: String =
-                    String::from_utf8_lossy(&self.src[start..self.pos]).replace('_', "");
-                text.parse::<f64>()
-                    .map_err(|_| format!("'{text}' at position {} is not a number", start + 1))
+                let text: String = String::from_utf8_lossy(&self.src[start..self.pos]).replace('_', "");
+                text.parse::<f64>().map_err(|_| format!("'{text}' at position {} is not a number", start + 1))
             }
             Some(c) if c.is_ascii_alphabetic() => {
                 while self.pos < self.src.len()
@@ -221,22 +209,14 @@ impl Parser<'_> {
                 }
                 apply(&name, &args)
             }
-            Some(c) => Err(format!(
-                "unexpected '{}' at position {}",
-                *c as char,
-                start + 1
-            )),
+            Some(c) => Err(format!("unexpected '{}' at position {}", *c as char, start + 1)),
         }
     }
 }
 
 fn apply(name: &str, args: &[f64]) -> Result<f64, String> {
     let one = |f: fn(f64) -> f64| {
-        if args.len() == 1 {
-            Ok(f(args[0]))
-        } else {
-            Err(format!("{name} takes one argument, got {}", args.len()))
-        }
+        if args.len() == 1 { Ok(f(args[0])) } else { Err(format!("{name} takes one argument, got {}", args.len())) }
     };
     match name {
         "sqrt" if args.first().is_some_and(|x| *x < 0.0) => Err("sqrt of a negative number".into()),
@@ -284,19 +264,11 @@ mod tests {
         assert_eq!(evaluate("1/0").unwrap_err(), "division by zero");
         assert!(evaluate("2 +").unwrap_err().contains("ends too early"));
         assert!(evaluate("(1 + 2").unwrap_err().contains("missing ')'"));
-        assert!(
-            evaluate("foo(1)")
-                .unwrap_err()
-                .contains("unknown function 'foo'")
-        );
+        assert!(evaluate("foo(1)").unwrap_err().contains("unknown function 'foo'"));
         assert!(evaluate("x + 1").unwrap_err().contains("unknown name 'x'"));
         assert!(evaluate("1 $ 2").unwrap_err().contains("unexpected '$'"));
         assert!(evaluate("sqrt(-1)").unwrap_err().contains("negative"));
-        assert!(
-            evaluate(&"(".repeat(10_000))
-                .unwrap_err()
-                .contains("nested deeper")
-        );
+        assert!(evaluate(&"(".repeat(10_000)).unwrap_err().contains("nested deeper"));
         assert!(evaluate("10^400").unwrap_err().contains("not a finite"));
     }
 
@@ -305,29 +277,11 @@ mod tests {
         let mut reg = ToolRegistry::new();
         reg.register(calculator()).unwrap();
         let ctx = ToolContext::default();
-        let out = reg
-            .call(
-                &ctx,
-                "calculator",
-                &serde_json::json!({"expression": "10/3", "decimals": 2}),
-            )
-            .await;
+        let out = reg.call(&ctx, "calculator", &serde_json::json!({"expression": "10/3", "decimals": 2})).await;
         assert_eq!(out.to_json()["result"], serde_json::json!(3.33));
-        let out = reg
-            .call(
-                &ctx,
-                "calculator",
-                &serde_json::json!({"expression": "1/0"}),
-            )
-            .await;
+        let out = reg.call(&ctx, "calculator", &serde_json::json!({"expression": "1/0"})).await;
         assert_eq!(out.error().unwrap().kind, ToolErrorKind::InvalidArguments);
-        let out = reg
-            .call(
-                &ctx,
-                "calculator",
-                &serde_json::json!({"expression": "1", "decimals": 99}),
-            )
-            .await;
+        let out = reg.call(&ctx, "calculator", &serde_json::json!({"expression": "1", "decimals": 99})).await;
         assert!(out.error().unwrap().message.contains("/decimals"));
     }
 }

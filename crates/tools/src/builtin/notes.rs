@@ -85,18 +85,12 @@ pub fn note_write(data_dir: &Path) -> Arc<dyn Tool> {
 async fn write_note(dir: &Path, a: &NoteWriteArgs) -> Result<serde_json::Value, ToolError> {
     let name = slug(&a.title);
     if name.is_empty() {
-        return Err(ToolError::invalid_arguments(
-            "the title needs at least one letter or digit",
-        ));
+        return Err(ToolError::invalid_arguments("the title needs at least one letter or digit"));
     }
     if a.body.chars().count() > MAX_BODY_CHARS as usize {
-        return Err(ToolError::invalid_arguments(format!(
-            "the body is longer than {MAX_BODY_CHARS} characters"
-        )));
+        return Err(ToolError::invalid_arguments(format!("the body is longer than {MAX_BODY_CHARS} characters")));
     }
-    let io = |e: std::io::Error| {
-        ToolError::unavailable(format!("cannot write to {}: {e}", dir.display()))
-    };
+    let io = |e: std::io::Error| ToolError::unavailable(format!("cannot write to {}: {e}", dir.display()));
     tokio::fs::create_dir_all(dir).await.map_err(io)?;
     let path = dir.join(format!("{name}.md"));
     let content = format!("# {}\n\n{}\n", a.title.trim(), a.body.trim_end());
@@ -108,12 +102,7 @@ async fn write_note(dir: &Path, a: &NoteWriteArgs) -> Result<serde_json::Value, 
         f.sync_all().await.map_err(io)?;
         tokio::fs::rename(&tmp, &path).await.map_err(io)?;
     } else {
-        let mut f = match tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .await
-        {
+        let mut f = match tokio::fs::OpenOptions::new().write(true).create_new(true).open(&path).await {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(ToolError::denied(format!(
@@ -125,9 +114,7 @@ async fn write_note(dir: &Path, a: &NoteWriteArgs) -> Result<serde_json::Value, 
         f.write_all(content.as_bytes()).await.map_err(io)?;
         f.sync_all().await.map_err(io)?;
     }
-    Ok(
-        json!({ "ok": true, "path": format!("notes/{name}.md"), "characters": a.body.chars().count() }),
-    )
+    Ok(json!({ "ok": true, "path": format!("notes/{name}.md"), "characters": a.body.chars().count() }))
 }
 
 /// The `note_list` read tool.
@@ -153,10 +140,7 @@ async fn list_notes(dir: &Path, contains: Option<&str>) -> Result<serde_json::Va
             return Ok(json!({ "ok": true, "notes": [] }));
         }
         Err(e) => {
-            return Err(ToolError::unavailable(format!(
-                "cannot read {}: {e}",
-                dir.display()
-            )));
+            return Err(ToolError::unavailable(format!("cannot read {}: {e}", dir.display())));
         }
     };
     let needle = contains.map(str::to_lowercase);
@@ -177,20 +161,8 @@ async fn list_notes(dir: &Path, contains: Option<&str>) -> Result<serde_json::Va
         {
             continue;
         }
-        let title = text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim_start_matches("# ")
-            .to_owned();
-        let excerpt: String = text
-            .lines()
-            .skip(2)
-            .collect::<Vec<_>>()
-            .join(" ")
-            .chars()
-            .take(160)
-            .collect();
+        let title = text.lines().next().unwrap_or_default().trim_start_matches("# ").to_owned();
+        let excerpt: String = text.lines().skip(2).collect::<Vec<_>>().join(" ").chars().take(160).collect();
         notes.push(json!({ "title": title, "path": format!("notes/{file}"), "excerpt": excerpt }));
     }
     notes.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
@@ -204,10 +176,7 @@ mod tests {
 
     #[test]
     fn slugs_keep_letters_of_any_script() {
-        assert_eq!(
-            slug("Lista de la compra: pan & leche"),
-            "lista-de-la-compra-pan-leche"
-        );
+        assert_eq!(slug("Lista de la compra: pan & leche"), "lista-de-la-compra-pan-leche");
         assert_eq!(slug("Ghi chú Điều 5"), "ghi-chú-điều-5");
         assert_eq!(slug("!!!"), "");
     }
@@ -220,10 +189,7 @@ mod tests {
         let w = reg.get("note_write").unwrap();
         assert_eq!(w.spec().class, ToolClass::Write);
         let args = json!({"title": "Docker exam", "body": "Study volumes and networks."});
-        assert_eq!(
-            w.describe(&args),
-            "Save the note \"Docker exam\" (27 characters) as notes/docker-exam.md"
-        );
+        assert_eq!(w.describe(&args), "Save the note \"Docker exam\" (27 characters) as notes/docker-exam.md");
         let out = reg.call(&ctx, "note_write", &args).await;
         assert_eq!(out.to_json()["path"], "notes/docker-exam.md");
         let saved = std::fs::read_to_string(dir.path().join("notes/docker-exam.md")).unwrap();
@@ -231,24 +197,13 @@ mod tests {
 
         let again = reg.call(&ctx, "note_write", &args).await;
         assert_eq!(again.error().unwrap().kind, ToolErrorKind::Denied);
-        let replaced = reg
-            .call(
-                &ctx,
-                "note_write",
-                &json!({"title": "Docker exam", "body": "New text", "overwrite": true}),
-            )
-            .await;
+        let replaced =
+            reg.call(&ctx, "note_write", &json!({"title": "Docker exam", "body": "New text", "overwrite": true})).await;
         assert!(replaced.is_success(), "{replaced:?}");
 
-        let listed = reg
-            .call(&ctx, "note_list", &json!({"contains": "new TEXT"}))
-            .await
-            .to_json();
+        let listed = reg.call(&ctx, "note_list", &json!({"contains": "new TEXT"})).await.to_json();
         assert_eq!(listed["notes"][0]["title"], "Docker exam");
-        let none = reg
-            .call(&ctx, "note_list", &json!({"contains": "kubernetes"}))
-            .await
-            .to_json();
+        let none = reg.call(&ctx, "note_list", &json!({"contains": "kubernetes"})).await.to_json();
         assert_eq!(none["notes"], json!([]));
     }
 
@@ -256,13 +211,7 @@ mod tests {
     async fn a_title_without_letters_is_invalid() {
         let dir = tempfile::tempdir().unwrap();
         let reg = crate::builtin::registry(dir.path()).unwrap();
-        let out = reg
-            .call(
-                &ToolContext::default(),
-                "note_write",
-                &json!({"title": "???", "body": "x"}),
-            )
-            .await;
+        let out = reg.call(&ToolContext::default(), "note_write", &json!({"title": "???", "body": "x"})).await;
         assert_eq!(out.error().unwrap().kind, ToolErrorKind::InvalidArguments);
     }
 }

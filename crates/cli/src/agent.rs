@@ -1,0 +1,67 @@
+//! Assembles configured agents: model client, enabled tools, checkpoint store.
+
+use anyhow::{Context, bail};
+use std::sync::Arc;
+use toolgraph_config::{AgentSettings, Config};
+use toolgraph_graph::react::{self, AgentDeps, AgentSpec, AgentState};
+use toolgraph_graph::{Checkpointer, CompiledGraph, PostgresCheckpointer, SqliteCheckpointer};
+use toolgraph_llm::{ChatModel, OpenAiChatModel};
+use toolgraph_tools::{ToolRegistry, builtin};
+
+/// A ready-to-run agent.
+pub struct Agent {
+    pub name: String,
+    pub settings: AgentSettings,
+    pub graph: CompiledGraph<AgentState, AgentDeps>,
+}
+
+/// The checkpoint store: PostgreSQL when `database_url` is set, else SQLite in the data dir.
+pub async fn checkpointer(cfg: &Config) -> anyhow::Result<Arc<dyn Checkpointer>> {
+    Ok(match &cfg.database_url {
+        Some(url) => {
+            Arc::new(PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?)
+        }
+        None => {
+            let path = cfg.data_dir.join("toolgraph.db");
+            Arc::new(SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?)
+        }
+    })
+}
+
+/// The model endpoint of `settings`, or a message saying how to configure one.
+pub fn model(cfg: &Config, settings: &AgentSettings) -> anyhow::Result<Arc<dyn ChatModel>> {
+    let Some(mut client) = cfg.llm.openai_config() else {
+        bail!(
+            "no model endpoint is configured: set TOOLGRAPH_LLM_BASE_URL and TOOLGRAPH_LLM_MODEL to any \
+             OpenAI-compatible server (e.g. http://127.0.0.1:11434/v1 for Ollama), or [llm] in toolgraph.toml"
+        );
+    };
+    if let Some(m) = &settings.model {
+        client.model = m.clone();
+    }
+    Ok(Arc::new(OpenAiChatModel::new(client)?))
+}
+
+/// The agent's enabled tools.
+pub fn tools(cfg: &Config, name: &str, settings: &AgentSettings) -> anyhow::Result<ToolRegistry> {
+    let all = builtin::registry(&cfg.data_dir)?;
+    match &settings.tools {
+        None => Ok(all),
+        Some(names) => all.subset(names).with_context(|| format!("agent '{name}' enables a tool that does not exist")),
+    }
+}
+
+/// Builds agent `name` (or the default agent) over `store`.
+pub fn build(cfg: &Config, name: Option<&str>, store: Arc<dyn Checkpointer>) -> anyhow::Result<Agent> {
+    let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
+    let agents = cfg.effective_agents();
+    let Some(settings) = agents.get(&name).cloned() else {
+        bail!("no agent named '{name}'; configured agents: {}", agents.keys().cloned().collect::<Vec<_>>().join(", "));
+    };
+    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools(cfg, &name, &settings)?);
+    spec.history_budget = settings.history_budget;
+    spec.max_tool_retries = settings.max_tool_retries;
+    spec.temperature = settings.temperature;
+    let graph = react::build(spec, model(cfg, &settings)?, store).context("cannot build the agent graph")?;
+    Ok(Agent { name, settings, graph })
+}

@@ -1,0 +1,231 @@
+//! `toolgraph bench`: benchmarks anyone can rerun (`docs/benchmarks.md` quotes them).
+//!
+//! `bench graph` measures the runtime itself with an in-process no-op model, so the figures
+//! are toolgraph's own cost: per-step overhead with the in-memory store, checkpoint write
+//! latency (SQLite, and PostgreSQL when a URL is given), and the bytes a conversation takes
+//! after 100 and 200 turns.
+
+use anyhow::Context;
+use async_trait::async_trait;
+use clap::Subcommand;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolgraph_graph::react::{self, AgentSpec, AgentState, user_turn};
+use toolgraph_graph::{
+    CheckpointRecord, Checkpointer, CompiledGraph, MemoryCheckpointer, PostgresCheckpointer, RecordKind, RunOptions,
+    RunOutcome, SqliteCheckpointer, ThreadId,
+};
+use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, LlmError, Message, ToolCall};
+use toolgraph_tools::{ToolBuilder, ToolRegistry};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Graph runtime: step overhead, checkpoint write latency, storage growth.
+    Graph {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Also measure PostgreSQL checkpoint writes (a temporary schema is created and dropped).
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// Turns for the step-overhead measurement.
+        #[arg(long, default_value_t = 3000)]
+        turns: u32,
+    },
+}
+
+/// A model that answers instantly: a tool call to a user message, then a fixed reply of
+/// `reply_tokens` tokens. Its cost is a few allocations, so timings are the runtime's.
+struct NoopModel {
+    reply_tokens: usize,
+}
+
+#[async_trait]
+impl ChatModel for NoopModel {
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
+        let events: Vec<ChatEvent> = match request.messages.last() {
+            Some(Message::User { .. }) => vec![
+                ChatEvent::ToolCall(ToolCall { id: "c".into(), name: "noop".into(), arguments: "{}".into() }),
+                ChatEvent::Finished(FinishReason::ToolCalls),
+            ],
+            _ => (0..self.reply_tokens)
+                .map(|i| ChatEvent::TextDelta(format!("tok{i} ")))
+                .chain([ChatEvent::Finished(FinishReason::Stop)])
+                .collect(),
+        };
+        Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+    }
+    fn model_id(&self) -> &str {
+        "noop"
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoArgs {}
+
+fn agent(
+    store: Arc<dyn Checkpointer>,
+    reply_tokens: usize,
+) -> anyhow::Result<CompiledGraph<AgentState, react::AgentDeps>> {
+    let mut tools = ToolRegistry::new();
+    tools.register(
+        ToolBuilder::<NoArgs>::new("noop", "does nothing")
+            .handler(|_c, _a| async { Ok(serde_json::json!({"ok": true})) })?,
+    )?;
+    let mut spec = AgentSpec::new("bench", "You are a benchmark.", tools);
+    spec.history_budget = 2000;
+    Ok(react::build(spec, Arc::new(NoopModel { reply_tokens }), store)?)
+}
+
+/// One turn = input + agent (tool call) + tools + agent (reply): 3 node steps.
+const STEPS_PER_TURN: u32 = 3;
+
+async fn turn(g: &CompiledGraph<AgentState, react::AgentDeps>, thread: &ThreadId, text: &str) -> anyhow::Result<()> {
+    match g.start(thread, user_turn(text, None), RunOptions::default()).await?.outcome().await {
+        RunOutcome::Completed { .. } => Ok(()),
+        other => anyhow::bail!("benchmark turn did not complete: {other:?}"),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct GraphReport {
+    step_overhead_us: f64,
+    sqlite_write_p50_us: f64,
+    sqlite_write_p99_us: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    postgres_write_p50_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    postgres_write_p99_us: Option<f64>,
+    bytes_100_turns: u64,
+    bytes_200_turns: u64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+/// Latency of appending step records of a realistic size (a 40-token reply) to `store`.
+async fn write_latency(store: &dyn Checkpointer, writes: u64) -> anyhow::Result<(f64, f64)> {
+    let thread = ThreadId::new("bench", uuid::Uuid::new_v4().simple());
+    let reply = Message::assistant((0..40).map(|i| format!("tok{i} ")).collect::<String>());
+    let update = serde_json::json!({ "messages": [reply] });
+    let mut times = Vec::with_capacity(writes as usize);
+    for seq in 1..=writes {
+        let rec = CheckpointRecord {
+            seq,
+            format: 1,
+            run_id: "bench".into(),
+            kind: RecordKind::Step,
+            node: Some("agent".into()),
+            next: Some("agent".into()),
+            updates: vec![update.clone()],
+            interrupts: Vec::new(),
+            decisions: Default::default(),
+            reason: None,
+            created_at_ms: 0,
+        };
+        let t = Instant::now();
+        store.append(&thread, &rec).await?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
+}
+
+async fn graph(json: bool, postgres: Option<String>, turns: u32) -> anyhow::Result<GraphReport> {
+    // Step overhead: in-memory store, no-op model, many short threads.
+    let g = agent(Arc::new(MemoryCheckpointer::new()), 40)?;
+    for i in 0..50 {
+        turn(&g, &ThreadId::new("warm", i), "hi").await?;
+    }
+    let started = Instant::now();
+    for i in 0..turns {
+        turn(&g, &ThreadId::new("bench", i % 100), "hi").await?;
+    }
+    let step_overhead_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(turns * STEPS_PER_TURN);
+
+    let dir = tempfile_dir()?;
+    let sqlite = SqliteCheckpointer::open(&dir.join("latency.db")).await?;
+    let (sqlite_write_p50_us, sqlite_write_p99_us) = write_latency(&sqlite, 2000).await?;
+
+    let (mut postgres_write_p50_us, mut postgres_write_p99_us) = (None, None);
+    if let Some(url) = postgres {
+        let schema = format!("tg_bench_{}", uuid::Uuid::new_v4().simple());
+        let admin = sqlx::PgPool::connect(&url).await.context("cannot connect to --postgres")?;
+        sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await?;
+        let options = url.parse::<sqlx::postgres::PgConnectOptions>()?.options([("search_path", schema.as_str())]);
+        let result = async {
+            let pg = PostgresCheckpointer::connect_with(options).await?;
+            let r = write_latency(&pg, 2000).await;
+            pg.pool().close().await;
+            r
+        }
+        .await;
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await?;
+        let (p50, p99) = result?;
+        (postgres_write_p50_us, postgres_write_p99_us) = (Some(p50), Some(p99));
+    }
+
+    // Storage growth: one SQLite conversation of 40-token replies.
+    let store = Arc::new(SqliteCheckpointer::open(&dir.join("growth.db")).await?);
+    let g = agent(store.clone(), 40)?;
+    let thread = ThreadId::new("bench", "growth");
+    let mut sizes = [0u64; 2];
+    for (slot, target) in [(0usize, 100u32), (1, 200)] {
+        let done = if slot == 0 { 0 } else { 100 };
+        for i in done..target {
+            turn(&g, &thread, &format!("question number {i}: how does this work?")).await?;
+        }
+        sizes[slot] = store.stored_bytes().await?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = GraphReport {
+        step_overhead_us,
+        sqlite_write_p50_us,
+        sqlite_write_p99_us,
+        postgres_write_p50_us,
+        postgres_write_p99_us,
+        bytes_100_turns: sizes[0],
+        bytes_200_turns: sizes[1],
+    };
+    if !json {
+        eprintln!("measured {turns} turns × {STEPS_PER_TURN} steps for the overhead");
+    }
+    Ok(report)
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("toolgraph-bench-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Graph { json, postgres, turns } => {
+            let r = graph(json, postgres, turns.max(1)).await?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!("step overhead (no-op model, memory store): {:.2} µs/step", r.step_overhead_us);
+                println!(
+                    "SQLite checkpoint write: p50 {:.1} µs, p99 {:.1} µs",
+                    r.sqlite_write_p50_us, r.sqlite_write_p99_us
+                );
+                if let (Some(p50), Some(p99)) = (r.postgres_write_p50_us, r.postgres_write_p99_us) {
+                    println!("PostgreSQL checkpoint write: p50 {p50:.1} µs, p99 {p99:.1} µs");
+                }
+                println!(
+                    "storage: {} bytes after 100 turns, {} after 200 (ratio {:.2}; linear ≈ 2)",
+                    r.bytes_100_turns,
+                    r.bytes_200_turns,
+                    r.bytes_200_turns as f64 / r.bytes_100_turns.max(1) as f64
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

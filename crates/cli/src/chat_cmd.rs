@@ -1,0 +1,194 @@
+//! `toolgraph chat`: a terminal conversation with an agent, run in-process.
+//!
+//! Tokens stream to stdout; tool calls, results and approval prompts go to stderr, so the
+//! reply text can be piped. Every write action is put to the user as a y/n question. The
+//! conversation is checkpointed (SQLite in the data directory, or PostgreSQL), and
+//! `--continue` picks the last one up again, in a new process.
+
+use crate::agent::{self, Agent};
+use anyhow::{Context, bail};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use tokio::sync::mpsc;
+use toolgraph_config::Config;
+use toolgraph_graph::react::user_turn;
+use toolgraph_graph::{
+    Decision, GraphError, PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, ThreadId,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// Agent to talk to. Default: the configured default agent.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Continue the last conversation with this agent.
+    #[arg(long = "continue", short = 'c')]
+    resume_last: bool,
+    /// A state value for injected tool arguments, e.g. `--context asignatura=iv` (repeatable;
+    /// keys must be among the agent's `state_keys`).
+    #[arg(long = "context", value_name = "KEY=VALUE")]
+    context: Vec<String>,
+}
+
+/// Lines of stdin, read on a thread of their own (reading stdin blocks).
+fn stdin_lines() -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn parse_context(agent: &Agent, pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
+    if pairs.is_empty() {
+        return Ok(None);
+    }
+    let mut map = Map::new();
+    for pair in pairs {
+        let Some((k, v)) = pair.split_once('=') else { bail!("--context expects KEY=VALUE, got '{pair}'") };
+        if !agent.settings.state_keys.iter().any(|s| s == k) {
+            bail!(
+                "agent '{}' does not accept context key '{k}' (state_keys: {:?})",
+                agent.name,
+                agent.settings.state_keys
+            );
+        }
+        map.insert(k.to_owned(), serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned())));
+    }
+    Ok(Some(map))
+}
+
+pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    let store = agent::checkpointer(cfg).await?;
+    let agent = agent::build(cfg, args.agent.as_deref(), store)?;
+    let context = parse_context(&agent, &args.context)?;
+    let last_file = cfg.data_dir.join("chat").join(format!("{}.last-thread", agent.name));
+    let thread = if args.resume_last {
+        let id = tokio::fs::read_to_string(&last_file)
+            .await
+            .with_context(|| format!("no earlier conversation with agent '{}' to continue", agent.name))?;
+        ThreadId::new("cli", id.trim())
+    } else {
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        if let Some(dir) = last_file.parent() {
+            tokio::fs::create_dir_all(dir).await.with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        tokio::fs::write(&last_file, &id).await.with_context(|| format!("cannot write {}", last_file.display()))?;
+        ThreadId::new("cli", id)
+    };
+    let interactive = std::io::stdin().is_terminal();
+    let mut lines = stdin_lines();
+    eprintln!("toolgraph chat · agent '{}' · conversation {} · end with Ctrl-D", agent.name, thread);
+    if args.resume_last
+        && let Some(head) = agent.graph.thread_state(&thread).await?
+    {
+        eprintln!("(continuing: {} earlier messages)", head.state.messages.len());
+        let undecided = head.undecided();
+        if !undecided.is_empty() {
+            approve_and_resume(&agent, &thread, undecided, &mut lines).await?;
+        }
+    }
+    loop {
+        if interactive {
+            eprint!("you> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(line) = lines.recv().await else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };
+        match agent.graph.start(&thread, user_turn(line, context.clone()), opts).await {
+            Ok(run) => drive(&agent, &thread, run, &mut lines).await?,
+            Err(e @ GraphError::AwaitingDecision { .. }) => eprintln!("{e}"),
+            Err(e) => eprintln!("error: {e}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a run's events, asks for approvals when it pauses, and follows it to its end.
+async fn drive(
+    agent: &Agent,
+    thread: &ThreadId,
+    mut run: RunHandle<toolgraph_graph::react::AgentState>,
+    lines: &mut mpsc::Receiver<String>,
+) -> anyhow::Result<()> {
+    loop {
+        let mut stdout = std::io::stdout();
+        while let Some(event) = run.next_event().await {
+            match event {
+                RunEvent::TextDelta { text } => {
+                    print!("{text}");
+                    let _ = stdout.flush();
+                }
+                RunEvent::ToolCall { name, arguments, .. } => eprintln!("  → {name} {arguments}"),
+                RunEvent::ToolResult { name, outcome, ok, .. } => {
+                    let text = outcome.to_string();
+                    let short: String = text.chars().take(300).collect();
+                    eprintln!("  ← {name} {}: {short}", if ok { "ok" } else { "failed" });
+                }
+                _ => {}
+            }
+        }
+        match run.outcome().await {
+            RunOutcome::Completed { .. } => {
+                println!();
+                return Ok(());
+            }
+            RunOutcome::Interrupted { pending, .. } => {
+                println!();
+                match approve_and_resume(agent, thread, pending, lines).await? {
+                    Some(next) => run = next,
+                    None => return Ok(()),
+                }
+            }
+            RunOutcome::RecursionLimit { limit, .. } => {
+                println!("\n(stopped: the agent needed more than {limit} steps for this request)");
+                return Ok(());
+            }
+            RunOutcome::Cancelled { .. } => return Ok(()),
+            RunOutcome::Failed { error, .. } => {
+                eprintln!("\nerror: {error}");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Asks y/n for each pending action and resumes; `None` if the input ended first.
+async fn approve_and_resume(
+    agent: &Agent,
+    thread: &ThreadId,
+    pending: Vec<PendingInterrupt>,
+    lines: &mut mpsc::Receiver<String>,
+) -> anyhow::Result<Option<RunHandle<toolgraph_graph::react::AgentState>>> {
+    let mut decisions = BTreeMap::new();
+    for p in &pending {
+        let description = p.payload.get("description").and_then(Value::as_str).unwrap_or("(no description)");
+        eprint!("approval needed: {description}\napprove? [y/N] ");
+        let _ = std::io::stderr().flush();
+        let Some(answer) = lines.recv().await else { return Ok(None) };
+        let d = if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES" | "s" | "si" | "sí") {
+            Decision::Approve
+        } else {
+            Decision::Reject
+        };
+        decisions.insert(p.id.clone(), d);
+    }
+    let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };
+    match agent.graph.resume(thread, decisions, opts).await? {
+        ResumeResult::Started(run) => Ok(Some(run)),
+        ResumeResult::Waiting { undecided } => {
+            eprintln!("still waiting for {} decision(s)", undecided.len());
+            Ok(None)
+        }
+    }
+}
