@@ -53,37 +53,47 @@ pub enum RunOutcome<S> {
     /// Reached END.
     Completed {
         /// Final state.
-        state: S,
+        state: Arc<S>,
     },
     /// Paused for decisions.
     Interrupted {
         /// State at the pause.
-        state: S,
+        state: Arc<S>,
         /// What must be decided.
         pending: Vec<PendingInterrupt>,
     },
     /// Ran `limit` nodes without finishing.
     RecursionLimit {
         /// State when stopped.
-        state: S,
+        state: Arc<S>,
         /// The limit.
         limit: u32,
     },
     /// Cancelled.
     Cancelled {
         /// State when stopped.
-        state: S,
+        state: Arc<S>,
     },
     /// A node or the store failed.
     Failed {
         /// State after the last successful step.
-        state: S,
+        state: Arc<S>,
         /// The failure.
         error: GraphError,
     },
 }
 
 impl<S> RunOutcome<S> {
+    fn shared_state(&self) -> Arc<S> {
+        match self {
+            Self::Completed { state }
+            | Self::Interrupted { state, .. }
+            | Self::RecursionLimit { state, .. }
+            | Self::Cancelled { state }
+            | Self::Failed { state, .. } => Arc::clone(state),
+        }
+    }
+
     /// The state the run ended with.
     pub fn state(&self) -> &S {
         match self {
@@ -134,7 +144,7 @@ async fn join<S: State>(task: JoinHandle<RunOutcome<S>>) -> RunOutcome<S> {
     match task.await {
         Ok(o) => o,
         Err(e) => RunOutcome::Failed {
-            state: S::default(),
+            state: Arc::new(S::default()),
             error: GraphError::Node { node: "runtime".into(), source: NodeError::new("panic", e.to_string()) },
         },
     }
@@ -154,8 +164,8 @@ pub enum ResumeResult<S> {
 /// A thread's state as rebuilt from its checkpoints.
 #[derive(Debug, Clone)]
 pub struct ThreadState<S> {
-    /// The state.
-    pub state: S,
+    /// The state (shared with the graph's head cache; cloning it is cheap).
+    pub state: Arc<S>,
     /// Sequence number of the head record (0 for a new thread).
     pub version: u64,
     /// The node that runs next; `None` when idle.
@@ -174,7 +184,7 @@ pub struct ThreadState<S> {
 impl<S: State> ThreadState<S> {
     fn new() -> Self {
         Self {
-            state: S::default(),
+            state: Arc::new(S::default()),
             version: 0,
             next: None,
             pending: Vec::new(),
@@ -199,12 +209,12 @@ impl<S: State> ThreadState<S> {
         let t = self;
         for r in records {
             for u in r.updates {
-                let update: S::Update = serde_json::from_value(u).map_err(|e| CheckpointError::Corrupt {
+                let update: S::Update = serde_json::from_str(u.get()).map_err(|e| CheckpointError::Corrupt {
                     thread: thread.to_string(),
                     seq: r.seq,
                     reason: format!("update does not fit the state type: {e}"),
                 })?;
-                t.state.apply(update);
+                Arc::make_mut(&mut t.state).apply(update);
             }
             match r.kind {
                 RecordKind::Input | RecordKind::Step | RecordKind::Stop => {
@@ -272,6 +282,12 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         cached: Option<ThreadState<S>>,
     ) -> Result<Option<ThreadState<S>>, GraphError> {
         if let Some(mut head) = cached {
+            // The common case, one small query: nobody wrote since this process did.
+            match self.inner.checkpointer.head(thread).await? {
+                Some((seq, run)) if seq == head.version && run == head.head_run => return Ok(Some(head)),
+                Some((seq, _)) if seq > head.version => {}
+                _ => return self.load_whole(thread).await,
+            }
             let mut tail = self.inner.checkpointer.load_from(thread, head.version).await?;
             if tail.first().is_some_and(|r| r.seq == head.version && r.run_id == head.head_run) {
                 tail.remove(0);
@@ -279,6 +295,10 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 return Ok(Some(head));
             }
         }
+        self.load_whole(thread).await
+    }
+
+    async fn load_whole(&self, thread: &ThreadId) -> Result<Option<ThreadState<S>>, GraphError> {
         let records = self.inner.checkpointer.load(thread, None).await?;
         if records.is_empty() {
             return Ok(None);
@@ -346,8 +366,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         }
         let run_id = uuid::Uuid::now_v7().to_string();
         let mut state = head.state;
-        let value = serde_json::to_value(&input)?;
-        state.apply(input);
+        let value = serde_json::value::to_raw_value(&input)?;
+        Arc::make_mut(&mut state).apply(input);
         let next = Self::route(&self.inner.entry, &state)
             .map_err(|m| GraphError::Node { node: crate::graph::START.into(), source: NodeError::new("routing", m) })?;
         let mut rec = record(head.version + 1, &run_id, RecordKind::Input);
@@ -420,7 +440,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         &self,
         thread: &ThreadId,
         run_id: String,
-        state: S,
+        state: Arc<S>,
         version: u64,
         next: String,
         decisions: BTreeMap<String, Decision>,
@@ -433,8 +453,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let task = tokio::spawn(async move {
             let _ = tx.send(RunEvent::RunStarted { run_id: id.clone(), thread: thread.to_string() }).await;
             let mut version = version;
-            let (outcome, next) =
-                graph.drive(&thread, &id, Arc::new(state), &mut version, next, decisions, opts, tx).await;
+            let (outcome, next) = graph.drive(&thread, &id, state, &mut version, next, decisions, opts, tx).await;
             let pending = match &outcome {
                 // A failed run leaves the head to be reloaded from the store.
                 RunOutcome::Failed { .. } => return outcome,
@@ -442,7 +461,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 _ => Vec::new(),
             };
             let head = ThreadState {
-                state: outcome.state().clone(),
+                state: outcome.shared_state(),
                 version,
                 next,
                 pending,
@@ -472,7 +491,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let thread_name: Arc<str> = Arc::from(thread.as_str());
         let mut decisions = Arc::new(decisions);
         let mut steps = 0u32;
-        let owned = |s: Arc<S>| Arc::try_unwrap(s).unwrap_or_else(|a| (*a).clone());
+        let owned = std::convert::identity::<Arc<S>>;
         loop {
             if next == END {
                 let _ = tx.send(RunEvent::Completed).await;
@@ -537,7 +556,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             rec.node = Some(next.clone());
             match output {
                 NodeOutput::Update(update) => {
-                    match serde_json::to_value(&update) {
+                    match serde_json::value::to_raw_value(&update) {
                         Ok(v) => rec.updates.push(v),
                         Err(e) => {
                             return (self.fail(thread, version, run_id, state, e.into(), &tx).await, None);
@@ -563,7 +582,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                     next = route;
                 }
                 NodeOutput::Interrupt { update, requests, resume_at } => {
-                    match serde_json::to_value(&update) {
+                    match serde_json::value::to_raw_value(&update) {
                         Ok(v) => rec.updates.push(v),
                         Err(e) => {
                             return (self.fail(thread, version, run_id, state, e.into(), &tx).await, None);
@@ -623,6 +642,6 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         }
         tracing::warn!(%thread, %error, "run failed");
         let _ = tx.send(RunEvent::Error { message: error.to_string() }).await;
-        RunOutcome::Failed { state: Arc::try_unwrap(state).unwrap_or_else(|a| (*a).clone()), error }
+        RunOutcome::Failed { state, error }
     }
 }

@@ -237,7 +237,7 @@ async fn concurrent_runs_on_one_thread_never_interleave(b: &Backend) {
     ));
     let out = winner.outcome().await;
     assert!(matches!(out, RunOutcome::Completed { .. }));
-    let log = g1.thread_state(&thread(5)).await.unwrap().unwrap().state.log;
+    let log = g1.thread_state(&thread(5)).await.unwrap().unwrap().state.log.clone();
     assert_eq!(log.len(), 2, "one coherent turn: {log:?}");
 }
 
@@ -255,7 +255,7 @@ async fn fork_from_an_earlier_checkpoint(b: &Backend) {
     g.fork(&thread(6), at, &fork).await.unwrap();
     let out = g.start(&fork, say("tres"), RunOptions::default()).await.unwrap().outcome().await;
     assert_eq!(out.state().log, ["uno", "echo: uno", "tres", "echo: tres"]);
-    let original = g.thread_state(&thread(6)).await.unwrap().unwrap().state.log;
+    let original = g.thread_state(&thread(6)).await.unwrap().unwrap().state.log.clone();
     assert_eq!(original, ["uno", "echo: uno", "dos", "echo: dos"], "the original is untouched");
     assert!(matches!(
         g.fork(&thread(6), at, &fork).await,

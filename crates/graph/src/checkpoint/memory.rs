@@ -52,6 +52,10 @@ impl Checkpointer for MemoryCheckpointer {
         Ok(log[..n].to_vec())
     }
 
+    async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
+        Ok(self.lock().get(thread).and_then(|l| l.last()).map(|r| (r.seq, r.run_id.clone())))
+    }
+
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         let threads = self.lock();
         let Some(log) = threads.get(thread) else { return Ok(Vec::new()) };

@@ -21,7 +21,7 @@ pub use sqlite::SqliteCheckpointer;
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
 /// Version of the serialized record format. Records of older versions keep loading after
@@ -83,7 +83,7 @@ impl RecordKind {
 }
 
 /// One checkpoint: what one step of one run changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckpointRecord {
     /// Position in the thread, from 1, without gaps.
     pub seq: u64,
@@ -100,9 +100,10 @@ pub struct CheckpointRecord {
     /// The node to run next; `None` once the run finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
-    /// State updates, serialized.
+    /// State updates as JSON text: serialized once when the step ends and stored verbatim,
+    /// never re-encoded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub updates: Vec<Value>,
+    pub updates: Vec<Box<RawValue>>,
     /// Interrupts this step paused for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interrupts: Vec<PendingInterrupt>,
@@ -209,6 +210,12 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Records with `seq <= upto` (all when `None`), ascending.
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError>;
+
+    /// The sequence number and run id of the thread's last record, if any: enough to tell
+    /// whether a cached head is still current without reading a record.
+    async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
+        Ok(self.load(thread, None).await?.last().map(|r| (r.seq, r.run_id.clone())))
+    }
 
     /// Records with `seq >= from`, ascending: the tail a cached head needs to catch up.
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {

@@ -118,6 +118,15 @@ impl Checkpointer for PostgresCheckpointer {
             .collect()
     }
 
+    async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
+        let row = sqlx::query("SELECT seq, run_id FROM checkpoints WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
+            .bind(thread.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend_error)?;
+        Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<String, _>(1))))
+    }
+
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         let rows = sqlx::query(
             "SELECT seq, format, body::text FROM checkpoints WHERE thread_id = $1 AND seq >= $2 ORDER BY seq",
