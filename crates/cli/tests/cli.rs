@@ -122,3 +122,19 @@ fn help_lists_the_commands() {
     assert!(text.contains("tool-using LLM chat agents"), "{text}");
     assert!(text.contains("tools") && text.contains("config"), "{text}");
 }
+
+#[test]
+fn bench_graph_reports_every_figure_and_linear_storage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["bench", "graph", "--json", "--turns", "30"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).expect("one JSON object");
+    for key in ["step_overhead_us", "sqlite_write_p50_us", "sqlite_write_p99_us", "bytes_100_turns", "bytes_200_turns"]
+    {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key} missing in {v}");
+    }
+    let ratio = v["bytes_200_turns"].as_f64().unwrap() / v["bytes_100_turns"].as_f64().unwrap();
+    assert!(ratio < 2.4, "storage must grow linearly (≈2), got {ratio:.2}");
+}

@@ -172,7 +172,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 entry,
                 deps: Arc::new(deps),
                 checkpointer,
-                heads: HeadCache::new(HEAD_CACHE_CAPACITY),
+                heads: crate::heads::HeadCache::new(HEAD_CACHE_CAPACITY),
                 mermaid,
             }),
         })
@@ -215,62 +215,8 @@ pub(crate) struct Inner<S: State, C> {
     pub(crate) entry: Edge<S>,
     pub(crate) deps: Arc<C>,
     pub(crate) checkpointer: Arc<dyn Checkpointer>,
-    pub(crate) heads: HeadCache<S>,
+    pub(crate) heads: crate::heads::HeadCache<S>,
     mermaid: String,
-}
-
-/// Thread heads of recent runs, so a new turn reads only the records it has not seen.
-/// Bounded (oldest evicted first); every entry is checked against the store before use.
-pub(crate) struct HeadCache<S> {
-    inner: std::sync::Mutex<(
-        HashMap<crate::checkpoint::ThreadId, crate::runner::ThreadState<S>>,
-        VecDeque<crate::checkpoint::ThreadId>,
-    )>,
-    capacity: usize,
-}
-
-impl<S: Clone> HeadCache<S> {
-    fn new(capacity: usize) -> Self {
-        Self { inner: std::sync::Mutex::new((HashMap::new(), VecDeque::new())), capacity }
-    }
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<
-        '_,
-        (HashMap<crate::checkpoint::ThreadId, crate::runner::ThreadState<S>>, VecDeque<crate::checkpoint::ThreadId>),
-    > {
-        // Nothing panics under this lock; recover rather than cascade if something did.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn take(&self, thread: &crate::checkpoint::ThreadId) -> Option<crate::runner::ThreadState<S>> {
-        self.lock().0.remove(thread)
-    }
-
-    pub(crate) fn peek(&self, thread: &crate::checkpoint::ThreadId) -> Option<crate::runner::ThreadState<S>> {
-        self.lock().0.get(thread).cloned()
-    }
-
-    pub(crate) fn put(&self, thread: crate::checkpoint::ThreadId, head: crate::runner::ThreadState<S>) {
-        let mut g = self.lock();
-        let (map, order) = &mut *g;
-        if map.insert(thread.clone(), head).is_none() {
-            order.push_back(thread);
-        }
-        while map.len() > self.capacity {
-            match order.pop_front() {
-                Some(old) => {
-                    map.remove(&old);
-                }
-                None => break,
-            }
-        }
-        // Taken entries leave stale names in `order`; drop them when it grows too long.
-        if order.len() > self.capacity * 2 {
-            order.retain(|t| map.contains_key(t));
-        }
-    }
 }
 
 /// A validated graph bound to its dependencies and checkpoint store. Cheap to clone.
@@ -306,7 +252,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             Edge::To(t) => Ok(t.clone()),
             Edge::Branch { router, targets } => {
                 let t = router(state);
-                if targets.iter().any(|x| *x == t) {
+                if targets.contains(&t) {
                     Ok(t)
                 } else {
                     Err(format!("router chose '{t}', which is not among its declared targets {targets:?}"))

@@ -24,6 +24,7 @@ pub mod checkpoint;
 mod error;
 mod event;
 mod graph;
+mod heads;
 mod interrupt;
 mod node;
 pub mod react;

@@ -181,8 +181,9 @@ pub struct ThreadState<S> {
     head_run: String,
 }
 
-impl<S: State> ThreadState<S> {
-    fn new() -> Self {
+impl<S: Default> ThreadState<S> {
+    /// The head of a thread without checkpoints.
+    pub(crate) fn empty() -> Self {
         Self {
             state: Arc::new(S::default()),
             version: 0,
@@ -193,14 +194,16 @@ impl<S: State> ThreadState<S> {
             head_run: String::new(),
         }
     }
+}
 
+impl<S: State> ThreadState<S> {
     /// Pending interrupts without a decision.
     pub fn undecided(&self) -> Vec<PendingInterrupt> {
         self.pending.iter().filter(|p| !self.decisions.contains_key(&p.id)).cloned().collect()
     }
 
     fn fold(thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<Self, GraphError> {
-        let mut t = Self::new();
+        let mut t = Self::empty();
         t.extend(thread, records)?;
         Ok(t)
     }
@@ -355,7 +358,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     ) -> Result<RunHandle<S>, GraphError> {
         // Taken, not copied: the run owns the head until it puts it back at its end.
         let cached = self.inner.heads.take(thread);
-        let head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::new);
+        let head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::empty);
         let undecided = head.undecided().len();
         if undecided > 0 {
             self.inner.heads.put(thread.clone(), head);
