@@ -8,6 +8,7 @@ mod bench_cmd;
 mod chat_cmd;
 mod config_cmd;
 mod graph_cmd;
+mod serve_cmd;
 mod tools_cmd;
 
 use anyhow::Context;
@@ -45,6 +46,8 @@ enum Command {
     /// List the available tools or call one directly.
     #[command(subcommand)]
     Tools(tools_cmd::ToolsCommand),
+    /// Run the chat service (SSE chat, approvals, metrics) until SIGTERM or Ctrl-C.
+    Serve(serve_cmd::ServeArgs),
     /// Talk to an agent in the terminal (tokens stream; write actions ask y/n).
     Chat(chat_cmd::ChatArgs),
     /// Inspect agent graphs.
@@ -86,6 +89,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cfg = load_config(&cli)?;
     match cli.command {
         Command::Tools(cmd) => tools_cmd::run(cmd, &cfg).await,
+        Command::Serve(args) => serve_cmd::run(args, &cfg).await,
         Command::Chat(args) => chat_cmd::run(args, &cfg).await,
         Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,

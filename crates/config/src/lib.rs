@@ -31,7 +31,7 @@ use toolgraph_llm::Provider;
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm", "agents"];
+const SECTIONS: &[&str] = &["llm", "agents", "server"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -70,11 +70,41 @@ pub struct Config {
     pub eval_data: PathBuf,
     /// The model endpoint.
     pub llm: LlmSettings,
+    /// The chat service (`toolgraph serve`).
+    pub server: ServerSettings,
     /// The agent used when a request names none. Default: the only configured agent, or
     /// the built-in `assistant` when none is configured.
     pub default_agent: Option<String>,
     /// Agents by name (`[agents.NAME]`).
     pub agents: BTreeMap<String, AgentSettings>,
+}
+
+/// Where conversations, pending actions and checkpoints are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// In process memory (tests, benchmarks); lost on exit.
+    Memory,
+    /// One SQLite file in the data directory (the default).
+    Sqlite,
+}
+
+/// `[server]`: `toolgraph serve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Address to listen on. Default: `127.0.0.1`. Env: `TOOLGRAPH_SERVER_BIND`.
+    pub bind: String,
+    /// Port. Default: 8000. Env: `TOOLGRAPH_SERVER_PORT` (the CLI also reads `PORT`).
+    pub port: u16,
+    /// Store for conversations and checkpoints. Default: `sqlite`.
+    pub store: StoreKind,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self { bind: "127.0.0.1".into(), port: 8000, store: StoreKind::Sqlite }
+    }
 }
 
 /// `[agents.NAME]`: a prebuilt ReAct agent (SPEC §6).
@@ -125,6 +155,7 @@ impl Default for Config {
             database_url: None,
             eval_data: PathBuf::from("../shared/data"),
             llm: LlmSettings::default(),
+            server: ServerSettings::default(),
             default_agent: None,
             agents: BTreeMap::new(),
         }

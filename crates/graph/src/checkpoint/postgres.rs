@@ -48,7 +48,10 @@ impl PostgresCheckpointer {
     /// # Errors
     /// When the migrations fail.
     pub async fn from_pool(pool: PgPool) -> Result<Self, CheckpointError> {
-        sqlx::migrate!("./migrations/postgres")
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        // Other layers (the conversation store) keep their migrations in the same table.
+        migrator.set_ignore_missing(true);
+        migrator
             .run(&pool)
             .await
             .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("migration failed: {e}") })?;

@@ -55,7 +55,10 @@ impl SqliteCheckpointer {
     /// # Errors
     /// When the migrations fail.
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, CheckpointError> {
-        sqlx::migrate!("./migrations/sqlite")
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        // Other layers (the conversation store) keep their migrations in the same table.
+        migrator.set_ignore_missing(true);
+        migrator
             .run(&pool)
             .await
             .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("migration failed: {e}") })?;

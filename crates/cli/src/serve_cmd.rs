@@ -1,0 +1,95 @@
+//! `toolgraph serve`: the chat service on the configured store, until SIGTERM or Ctrl-C.
+
+use crate::agent;
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use toolgraph_config::{Config, StoreKind};
+use toolgraph_graph::{Checkpointer, MemoryCheckpointer, SqliteCheckpointer};
+use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
+use toolgraph_server::{AppState, ServedAgent};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (overrides `server.bind`).
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<String>,
+    /// Port (overrides `server.port`; `PORT` is read too, as benchmark harnesses set it).
+    #[arg(long, env = "PORT")]
+    port: Option<u16>,
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    if cfg.database_url.is_some() {
+        bail!("the chat service does not support PostgreSQL yet; unset TOOLGRAPH_DATABASE_URL to use SQLite");
+    }
+    let (checkpointer, store, pool): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, _) = match cfg.server.store {
+        StoreKind::Memory => (Arc::new(MemoryCheckpointer::new()), Arc::new(MemoryConversationStore::new()), None),
+        StoreKind::Sqlite => {
+            let path = cfg.data_dir.join("toolgraph.db");
+            let ckpt =
+                SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?;
+            let pool = ckpt.pool().clone();
+            let store =
+                SqliteConversationStore::new(pool.clone()).await.context("cannot prepare the conversation store")?;
+            (Arc::new(ckpt), Arc::new(store), Some(pool))
+        }
+    };
+    let mut agents = BTreeMap::new();
+    for name in cfg.effective_agents().keys() {
+        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer))?;
+        agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
+    }
+    let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer);
+    let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
+    let port = args.port.unwrap_or(cfg.server.port);
+    let listener = tokio::net::TcpListener::bind((bind.as_str(), port))
+        .await
+        .with_context(|| format!("cannot listen on {bind}:{port}"))?;
+    let addr = listener.local_addr()?;
+    app.set_ready();
+    eprintln!(
+        "toolgraph serve: listening on http://{addr} (store: {:?}, agents: {})",
+        cfg.server.store,
+        cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    let router = toolgraph_server::router(app.clone());
+    let stopping = app.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            eprintln!("toolgraph serve: shutting down");
+            // Ready turns 503 and runs are cancelled first, so open streams end.
+            stopping.shutdown().await;
+        })
+        .await
+        .context("the server failed")?;
+    app.shutdown().await;
+    // The stores close last, after every run wrote its final checkpoint.
+    if let Some(pool) = pool {
+        pool.close().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}

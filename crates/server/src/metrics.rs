@@ -1,0 +1,79 @@
+//! Prometheus metrics: seed 002's names and labels, plus request, model and tool latency.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+
+/// Every metric the service exports.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `chatbot_stream_duration_seconds{outcome}`: completed, interrupted or error.
+    pub stream_duration: HistogramVec,
+    /// `chatbot_sql_retries_total{tenant}`: failed read-tool rounds sent back for repair.
+    pub sql_retries: IntCounterVec,
+    /// `chatbot_hitl_total{confirmed}`.
+    pub hitl: IntCounterVec,
+    /// `chatbot_errors_total{error_type}`: recursion or exception.
+    pub errors: IntCounterVec,
+    /// `toolgraph_http_requests_total{route,status}`.
+    pub requests: IntCounterVec,
+    /// `toolgraph_llm_call_seconds{agent}`: one model node step.
+    pub llm_latency: HistogramVec,
+    /// `toolgraph_tool_call_seconds{tool}`.
+    pub tool_latency: HistogramVec,
+}
+
+fn histogram(name: &str, help: &str, label: &str, buckets: Vec<f64>) -> HistogramVec {
+    HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &[label])
+        .expect("static metric definition is valid") // invariant: literal names
+}
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition is valid") // invariant: literal names
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let secs = vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+        let m = Self {
+            registry: Registry::new(),
+            stream_duration: histogram(
+                "chatbot_stream_duration_seconds",
+                "End-to-end duration of a stream run",
+                "outcome",
+                secs.clone(),
+            ),
+            sql_retries: counter("chatbot_sql_retries_total", "Read-query retry attempts", &["tenant"]),
+            hitl: counter("chatbot_hitl_total", "Human confirmation decisions", &["confirmed"]),
+            errors: counter("chatbot_errors_total", "Graph failures by type", &["error_type"]),
+            requests: counter(
+                "toolgraph_http_requests_total",
+                "HTTP requests by route and status",
+                &["route", "status"],
+            ),
+            llm_latency: histogram("toolgraph_llm_call_seconds", "Model call latency", "agent", secs.clone()),
+            tool_latency: histogram("toolgraph_tool_call_seconds", "Tool call latency", "tool", secs),
+        };
+        for c in [&m.sql_retries, &m.hitl, &m.errors, &m.requests] {
+            m.registry.register(Box::new(c.clone())).expect("each metric is registered once"); // invariant
+        }
+        for h in [&m.stream_duration, &m.llm_latency, &m.tool_latency] {
+            m.registry.register(Box::new(h.clone())).expect("each metric is registered once"); // invariant
+        }
+        // Zero series so dashboards and tests see the names before the first event.
+        for t in ["recursion", "exception"] {
+            m.errors.with_label_values(&[t]);
+        }
+        m
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

@@ -1,0 +1,64 @@
+//! Wire types of the chat contract (SPEC §4); the only place its camelCase names live.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `POST /api/chatbot/stream`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRequest {
+    pub tenant_slug: String,
+    pub tenant_id: i64,
+    pub user_id: i64,
+    #[serde(default)]
+    pub conversation_id: Option<i64>,
+    pub message: String,
+    /// Extension: the agent to talk to.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Extension: state values for injected tool arguments.
+    #[serde(default)]
+    pub context: Option<Map<String, Value>>,
+}
+
+/// `POST /api/chatbot/confirm`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfirmRequest {
+    pub tenant_slug: String,
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: i64,
+    pub message_id: i64,
+    pub confirmed: bool,
+}
+
+/// A pending write action as the contract shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingActionDto {
+    pub message_id: i64,
+    pub tool_name: String,
+    pub description: String,
+    pub arguments: Value,
+}
+
+/// The confirm response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfirmResponse {
+    pub conversation_id: i64,
+    pub message: String,
+    pub pending_action: Option<PendingActionDto>,
+}
+
+/// `done` event data.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Done {
+    pub conversation_id: i64,
+    pub message_id: i64,
+}
+
+/// Longest message accepted, in Unicode scalar values.
+pub const MAX_MESSAGE_CHARS: usize = 4000;

@@ -1,0 +1,382 @@
+//! The chat service end to end: a real listener on an ephemeral port, the scripted model
+//! server over HTTP, the SQLite store, requests from reqwest.
+
+use schemars::JsonSchema;
+use scripted_llm::{Reply, ScriptedModelServer, Step};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use toolgraph_config::AgentSettings;
+use toolgraph_graph::SqliteCheckpointer;
+use toolgraph_graph::react::{self, AgentSpec};
+use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
+use toolgraph_server::store::SqliteConversationStore;
+use toolgraph_server::{AppState, ServedAgent};
+use toolgraph_tools::ToolBuilder;
+
+#[derive(Deserialize, JsonSchema)]
+struct SmsArgs {
+    /// Recipient.
+    to: String,
+    /// Text.
+    text: String,
+}
+
+struct Service {
+    base: String,
+    model: ScriptedModelServer,
+    app: AppState,
+    store: SqliteConversationStore,
+    sms_sent: Arc<AtomicUsize>,
+    announced: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+async fn service(script: Vec<Reply>) -> Service {
+    service_with(script, true, 10).await
+}
+
+async fn service_with(script: Vec<Reply>, ready: bool, recursion_limit: u32) -> Service {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModelServer::start(script).await.unwrap();
+    let mut cfg = OpenAiConfig::new(model.base_url(), "scripted");
+    cfg.retry =
+        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(5), max_delay: Duration::from_millis(10) };
+    let llm = Arc::new(OpenAiChatModel::new(cfg).unwrap());
+    let (sms_sent, announced) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut tools = toolgraph_tools::builtin::registry(dir.path()).unwrap();
+    for (name, counter) in [("send_sms", sms_sent.clone()), ("create_announcement", announced.clone())] {
+        tools
+            .register(
+                ToolBuilder::<SmsArgs>::new(name, "write action")
+                    .write(move |a| format!("{name} to {}: {}", a.to, a.text))
+                    .handler(move |_c, _a| {
+                        let counter = counter.clone();
+                        async move {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            Ok(json!({"ok": true}))
+                        }
+                    })
+                    .unwrap(),
+            )
+            .unwrap();
+    }
+    let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
+    let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
+    let ckpt: Arc<SqliteCheckpointer> = Arc::new(ckpt);
+    let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
+    let settings = AgentSettings { recursion_limit, state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
+    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings })]);
+    let app = AppState::new(agents, "lumie".into(), Arc::new(store.clone()), ckpt);
+    if ready {
+        app.set_ready();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = toolgraph_server::router(app.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Service { base, model, app, store, sms_sent, announced, _dir: dir }
+}
+
+fn body(conversation: Option<i64>, message: &str) -> Value {
+    json!({"tenantSlug": "demo", "tenantId": 7, "userId": 101, "conversationId": conversation, "message": message})
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct SseEvent {
+    id: String,
+    event: String,
+    data: Value,
+}
+
+fn parse_sse(text: &str) -> Vec<SseEvent> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut ev = SseEvent { id: String::new(), event: String::new(), data: Value::Null };
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    ev.id = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    ev.event = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    ev.data = serde_json::from_str(v.trim()).unwrap_or(Value::String(v.trim().to_owned()));
+                }
+            }
+            (!ev.event.is_empty()).then_some(ev)
+        })
+        .collect()
+}
+
+async fn post(s: &Service, path: &str, slug: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}{path}", s.base))
+        .header("X-Tenant-Slug", slug)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn stream(s: &Service, body: &Value) -> (u16, Vec<SseEvent>) {
+    let resp = post(s, "/api/chatbot/stream", "demo", body).await;
+    let status = resp.status().as_u16();
+    (status, parse_sse(&resp.text().await.unwrap()))
+}
+
+async fn confirm(s: &Service, tenant: i64, user: i64, conversation: i64, message: i64, ok: bool) -> (u16, Value) {
+    let b = json!({"tenantSlug": "demo", "tenantId": tenant, "userId": user, "conversationId": conversation, "messageId": message, "confirmed": ok});
+    let resp = post(s, "/api/chatbot/confirm", "demo", &b).await;
+    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn metrics(s: &Service) -> String {
+    reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_seed_transcript_tokens_then_done_with_a_new_conversation() {
+    let s = service(vec![Reply::text("안녕 하세요")]).await;
+    let (status, events) = stream(&s, &body(None, "이번 주 공지사항을 만들어 줘")).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names, ["token", "token", "done"]);
+    assert_eq!(events[0].data, json!({"content": "안녕 "}));
+    assert_eq!(events[1].data, json!({"content": "하세요"}));
+    let conv = events[2].data["conversationId"].as_i64().unwrap();
+    let msg = events[2].data["messageId"].as_i64().unwrap();
+    // Every event carries an id `<runId>:<seq>`, in order.
+    let run = events[0].id.rsplit_once(':').unwrap().0.to_owned();
+    assert_eq!(events.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), [1, 2, 3].map(|n| format!("{run}:{n}")));
+    let stored = s.store_messages(conv).await;
+    assert_eq!(stored.iter().map(|m| m.1.as_str()).collect::<Vec<_>>(), ["user", "assistant"]);
+    assert_eq!(stored[1], (msg, "assistant".into(), "안녕 하세요".into()));
+    // The second turn continues the same conversation with its history.
+    s.model.push([Reply::text("네")]);
+    let (_, events) = stream(&s, &body(Some(conv), "고마워요")).await;
+    assert_eq!(events.last().unwrap().data["conversationId"], conv);
+    let sent = &s.model.requests()[1]["messages"];
+    assert!(sent.to_string().contains("이번 주 공지사항을"), "{sent}");
+}
+
+impl Service {
+    async fn store_messages(&self, conv: i64) -> Vec<(i64, String, String)> {
+        use toolgraph_server::store::ConversationStore;
+        self.store.messages(conv).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_errors() {
+    let s = service(vec![Reply::text("ok")]).await;
+    let resp = post(&s, "/api/chatbot/stream", "other", &body(None, "hola")).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.json::<Value>().await.unwrap()["field"], "X-Tenant-Slug");
+    for (b, field) in [
+        (body(None, ""), "message"),
+        (body(None, &"a".repeat(4001)), "message"),
+        (json!({"tenantSlug": "demo", "tenantId": "seven", "userId": 1, "message": "x"}), "tenantId"),
+        (json!({"tenantSlug": "demo", "tenantId": 7, "userId": 1}), "message"),
+        (json!({"tenantSlug": "", "tenantId": 7, "userId": 1, "message": "x"}), "tenantSlug"),
+    ] {
+        let resp = post(&s, "/api/chatbot/stream", b["tenantSlug"].as_str().unwrap_or("demo"), &b).await;
+        assert_eq!(resp.status(), 422, "{b}");
+        assert_eq!(resp.json::<Value>().await.unwrap()["field"], field, "{b}");
+    }
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/chatbot/stream", s.base))
+        .header("X-Tenant-Slug", "demo")
+        .header("content-type", "application/json")
+        .body("{\"tenantSlug\": \"demo\",")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.json::<Value>().await.unwrap()["error"].as_str().unwrap().starts_with("malformed JSON"));
+    // 4,000 Korean characters (12,000 bytes) are accepted: the limit counts characters.
+    let (status, events) = stream(&s, &body(None, &"한".repeat(4000))).await;
+    assert_eq!(status, 200);
+    assert_eq!(events.last().unwrap().event, "done");
+    // Unknown and foreign conversations are 404, with nothing revealed.
+    let (status, _) = stream(&s, &body(Some(999), "hola")).await;
+    assert_eq!(status, 404);
+    let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let mut foreign = body(Some(conv), "hola");
+    foreign["userId"] = json!(102);
+    assert_eq!(post(&s, "/api/chatbot/stream", "demo", &foreign).await.status(), 404);
+}
+
+#[tokio::test]
+async fn not_ready_is_503_and_health_is_always_ok() {
+    let s = service_with(vec![], false, 10).await;
+    assert_eq!(
+        reqwest::get(format!("{}/health", s.base)).await.unwrap().json::<Value>().await.unwrap(),
+        json!({"status": "ok"})
+    );
+    assert_eq!(reqwest::get(format!("{}/ready", s.base)).await.unwrap().status(), 503);
+    assert_eq!(post(&s, "/api/chatbot/stream", "demo", &body(None, "hola")).await.status(), 503);
+    s.app.set_ready();
+    assert_eq!(
+        reqwest::get(format!("{}/ready", s.base)).await.unwrap().json::<Value>().await.unwrap(),
+        json!({"status": "ready"})
+    );
+}
+
+#[tokio::test]
+async fn a_second_concurrent_turn_is_409() {
+    let s = service(vec![
+        Reply::text("first"),
+        Reply::Stream(vec![
+            Step::Pause(Duration::from_millis(800)),
+            Step::Text("slow".into()),
+            Step::Finish("stop".into()),
+            Step::Done,
+        ]),
+    ])
+    .await;
+    let (_, events) = stream(&s, &body(None, "hola")).await;
+    let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let slow = tokio::spawn({
+        let (base, b) = (s.base.clone(), body(Some(conv), "slow one"));
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/api/chatbot/stream"))
+                .header("X-Tenant-Slug", "demo")
+                .json(&b)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = post(&s, "/api/chatbot/stream", "demo", &body(Some(conv), "impatient")).await;
+    assert_eq!(resp.status(), 409);
+    assert!(parse_sse(&slow.await.unwrap()).last().unwrap().event == "done");
+}
+
+#[tokio::test]
+async fn two_write_tools_pause_and_are_confirmed_one_by_one() {
+    let s = service(vec![
+        Reply::tool_calls(&[
+            ("s1", "send_sms", json!({"to": "+82101234", "text": "exam moved"})),
+            ("a1", "create_announcement", json!({"to": "all", "text": "exam moved"})),
+        ]),
+        Reply::text("완료했습니다."),
+    ])
+    .await;
+    let (_, events) = stream(&s, &body(None, "공지하고 문자 보내줘")).await;
+    let pending: Vec<&SseEvent> = events.iter().filter(|e| e.event == "pending").collect();
+    assert_eq!(pending.len(), 2, "{events:?}");
+    assert_eq!(pending[0].data["toolName"], "send_sms");
+    assert_eq!(pending[0].data["description"], "send_sms to +82101234: exam moved");
+    assert_eq!(pending[0].data["arguments"]["to"], "+82101234");
+    let done = events.last().unwrap();
+    assert_eq!(done.event, "done");
+    assert_eq!(done.data["messageId"], pending[0].data["messageId"], "done names the pending action");
+    let conv = done.data["conversationId"].as_i64().unwrap();
+    let (sms, ann) = (pending[0].data["messageId"].as_i64().unwrap(), pending[1].data["messageId"].as_i64().unwrap());
+
+    // Another user or tenant cannot confirm: 404.
+    assert_eq!(confirm(&s, 7, 102, conv, sms, true).await.0, 404);
+    assert_eq!(confirm(&s, 8, 101, conv, sms, true).await.0, 404);
+    assert_eq!(confirm(&s, 7, 101, conv, 424242, true).await.0, 404);
+
+    // First decision: the other is still pending.
+    let (status, r) = confirm(&s, 7, 101, conv, ann, false).await;
+    assert_eq!(status, 200);
+    assert_eq!(r["message"], "");
+    assert_eq!(r["pendingAction"]["messageId"], sms);
+    assert_eq!(confirm(&s, 7, 101, conv, ann, true).await.0, 409, "contradicting decision");
+    assert_eq!(confirm(&s, 7, 101, conv, ann, false).await, (200, r.clone()), "same decision replays");
+
+    // Last decision: the run resumes; the approved tool runs once, the rejected never.
+    let (status, r) = confirm(&s, 7, 101, conv, sms, true).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r, json!({"conversationId": conv, "message": "완료했습니다.", "pendingAction": null}));
+    assert_eq!(confirm(&s, 7, 101, conv, sms, true).await, (200, r.clone()), "replay: same response");
+    assert_eq!(s.sms_sent.load(Ordering::SeqCst), 1);
+    assert_eq!(s.announced.load(Ordering::SeqCst), 0);
+    assert_eq!(s.model.request_count(), 2, "replays do not call the model");
+    let m = metrics(&s).await;
+    assert!(m.contains("chatbot_hitl_total{confirmed=\"true\"} 1"), "{m}");
+    assert!(m.contains("chatbot_hitl_total{confirmed=\"false\"} 1"), "{m}");
+}
+
+#[tokio::test]
+async fn a_client_disconnect_does_not_lose_the_reply_and_reconnect_replays_the_gap() {
+    let s = service(vec![Reply::Stream(vec![
+        Step::Text("uno ".into()),
+        Step::Pause(Duration::from_millis(400)),
+        Step::Text("dos ".into()),
+        Step::Text("tres".into()),
+        Step::Finish("stop".into()),
+        Step::Done,
+    ])])
+    .await;
+    let mut resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "cuenta")).await;
+    let first = String::from_utf8(resp.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    let first = parse_sse(&first);
+    assert_eq!(first[0].data, json!({"content": "uno "}));
+    drop(resp); // the client goes away mid-stream
+    let run_id = first[0].id.rsplit_once(':').unwrap().0.to_owned();
+
+    // Reconnect with the last id seen: exactly the missed events follow.
+    let resp = reqwest::Client::new()
+        .get(format!("{}/api/chatbot/runs/{run_id}/events?tenantId=7&userId=101", s.base))
+        .header("Last-Event-ID", &first[0].id)
+        .send()
+        .await
+        .unwrap();
+    let rest = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(rest.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), [2, 3, 4].map(|n| format!("{run_id}:{n}")));
+    assert_eq!(rest[0].data, json!({"content": "dos "}));
+    let conv = rest[2].data["conversationId"].as_i64().unwrap();
+    let stored = s.store_messages(conv).await;
+    assert_eq!(stored.last().unwrap().2, "uno dos tres", "the reply was persisted");
+    // Someone else cannot read the run.
+    let other =
+        reqwest::get(format!("{}/api/chatbot/runs/{run_id}/events?tenantId=7&userId=999", s.base)).await.unwrap();
+    assert_eq!(other.status(), 404);
+}
+
+#[tokio::test]
+async fn a_failing_model_sends_an_error_event_and_counts_it() {
+    let s = service(vec![Reply::status(500, "down"), Reply::status(500, "down")]).await;
+    let (status, events) = stream(&s, &body(None, "hola")).await;
+    assert_eq!(status, 200);
+    assert_eq!(events.last().unwrap().event, "error");
+    assert!(events.last().unwrap().data["message"].as_str().unwrap().contains("model endpoint failed"));
+    assert!(metrics(&s).await.contains("chatbot_errors_total{error_type=\"exception\"} 1"));
+}
+
+#[tokio::test]
+async fn the_recursion_limit_persists_a_fallback_message() {
+    let call = |i: u32| Reply::tool_calls(&[(&format!("c{i}"), "calculator", json!({"expression": "1+1"}))]);
+    let s = service_with((0..5).map(call).collect(), true, 3).await;
+    let (_, events) = stream(&s, &body(None, "loop")).await;
+    let done = events.last().unwrap();
+    assert_eq!(done.event, "done", "{events:?}");
+    let conv = done.data["conversationId"].as_i64().unwrap();
+    let last = s.store_messages(conv).await.pop().unwrap();
+    assert_eq!((last.0, last.1.as_str()), (done.data["messageId"].as_i64().unwrap(), "assistant"));
+    assert!(last.2.contains("allowed number of steps"), "{}", last.2);
+    assert!(metrics(&s).await.contains("chatbot_errors_total{error_type=\"recursion\"} 1"));
+}
+
+#[tokio::test]
+async fn deleting_a_conversation_removes_it_for_good() {
+    let s = service(vec![Reply::text("hola")]).await;
+    let (_, events) = stream(&s, &body(None, "hola")).await;
+    let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let url = format!("{}/api/chatbot/conversations/{conv}?tenantId=7&userId=101", s.base);
+    let foreign = format!("{}/api/chatbot/conversations/{conv}?tenantId=7&userId=5", s.base);
+    assert_eq!(reqwest::Client::new().delete(&foreign).send().await.unwrap().status(), 404);
+    assert_eq!(reqwest::Client::new().delete(&url).send().await.unwrap().status(), 204);
+    assert_eq!(stream(&s, &body(Some(conv), "¿sigues?")).await.0, 404);
+    assert!(s.store_messages(conv).await.is_empty());
+}
