@@ -42,9 +42,18 @@ pub fn model(cfg: &Config, settings: &AgentSettings) -> anyhow::Result<Arc<dyn C
     Ok(Arc::new(OpenAiChatModel::new(client)?))
 }
 
+/// Every built-in tool the configuration enables.
+pub async fn all_tools(cfg: &Config) -> anyhow::Result<ToolRegistry> {
+    let mut all = builtin::registry(&cfg.data_dir)?;
+    if let Some(db) = &cfg.tools.sql_database {
+        all.register(builtin::general_query(db).await?)?;
+    }
+    Ok(all)
+}
+
 /// The agent's enabled tools.
-pub fn tools(cfg: &Config, name: &str, settings: &AgentSettings) -> anyhow::Result<ToolRegistry> {
-    let all = builtin::registry(&cfg.data_dir)?;
+pub async fn tools(cfg: &Config, name: &str, settings: &AgentSettings) -> anyhow::Result<ToolRegistry> {
+    let all = all_tools(cfg).await?;
     match &settings.tools {
         None => Ok(all),
         Some(names) => all.subset(names).with_context(|| format!("agent '{name}' enables a tool that does not exist")),
@@ -52,13 +61,13 @@ pub fn tools(cfg: &Config, name: &str, settings: &AgentSettings) -> anyhow::Resu
 }
 
 /// Builds agent `name` (or the default agent) over `store`.
-pub fn build(cfg: &Config, name: Option<&str>, store: Arc<dyn Checkpointer>) -> anyhow::Result<Agent> {
+pub async fn build(cfg: &Config, name: Option<&str>, store: Arc<dyn Checkpointer>) -> anyhow::Result<Agent> {
     let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
     let agents = cfg.effective_agents();
     let Some(settings) = agents.get(&name).cloned() else {
         bail!("no agent named '{name}'; configured agents: {}", agents.keys().cloned().collect::<Vec<_>>().join(", "));
     };
-    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools(cfg, &name, &settings)?);
+    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools(cfg, &name, &settings).await?);
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;

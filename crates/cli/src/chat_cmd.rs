@@ -67,7 +67,7 @@ fn parse_context(agent: &Agent, pairs: &[String]) -> anyhow::Result<Option<Map<S
 
 pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let store = agent::checkpointer(cfg).await?;
-    let agent = agent::build(cfg, args.agent.as_deref(), store)?;
+    let agent = agent::build(cfg, args.agent.as_deref(), store).await?;
     let context = parse_context(&agent, &args.context)?;
     let last_file = cfg.data_dir.join("chat").join(format!("{}.last-thread", agent.name));
     let thread = if args.resume_last {

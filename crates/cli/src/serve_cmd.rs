@@ -59,7 +59,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     };
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
-        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer))?;
+        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer)).await?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
     let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer);
@@ -77,6 +77,13 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     );
     let router = toolgraph_server::router(app.clone());
     let stopping = app.clone();
+    // SSE frames are small writes: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
+    // hold each one back by ~40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

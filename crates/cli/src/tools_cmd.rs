@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use toolgraph_config::Config;
-use toolgraph_tools::{ToolClass, ToolContext, ToolRegistry, builtin};
+use toolgraph_tools::{ToolClass, ToolContext, ToolRegistry};
 
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
@@ -36,7 +36,7 @@ pub enum ToolsCommand {
 }
 
 pub async fn run(cmd: ToolsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let registry = builtin::registry(&cfg.data_dir).context("cannot assemble the built-in tools")?;
+    let registry = crate::agent::all_tools(cfg).await.context("cannot assemble the built-in tools")?;
     match cmd {
         ToolsCommand::List { json } => {
             list(&registry, json)?;

@@ -138,3 +138,20 @@ fn bench_graph_reports_every_figure_and_linear_storage() {
     let ratio = v["bytes_200_turns"].as_f64().unwrap() / v["bytes_100_turns"].as_f64().unwrap();
     assert!(ratio < 2.4, "storage must grow linearly (≈2), got {ratio:.2}");
 }
+
+#[test]
+fn the_shipped_example_configs_load() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for file in ["examples/bench/toolgraph.toml", "examples/bench/toolgraph-sqlite.toml"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+            .args(["--config"])
+            .arg(root.join(file))
+            .args(["config", "show", "--json"])
+            .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{file}: {}", stderr(&out));
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["agents"]["analytics"]["tools"], serde_json::json!(["general_query"]), "{file}");
+    }
+}

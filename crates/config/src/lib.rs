@@ -31,7 +31,7 @@ use toolgraph_llm::Provider;
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm", "agents", "server"];
+const SECTIONS: &[&str] = &["llm", "agents", "server", "tools"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -72,11 +72,22 @@ pub struct Config {
     pub llm: LlmSettings,
     /// The chat service (`toolgraph serve`).
     pub server: ServerSettings,
+    /// Built-in tools that need settings.
+    pub tools: ToolSettings,
     /// The agent used when a request names none. Default: the only configured agent, or
     /// the built-in `assistant` when none is configured.
     pub default_agent: Option<String>,
     /// Agents by name (`[agents.NAME]`).
     pub agents: BTreeMap<String, AgentSettings>,
+}
+
+/// `[tools]`: settings of built-in tools.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolSettings {
+    /// SQLite database (a path, or `sqlite::memory:`) that the read-only `general_query`
+    /// tool queries; unset: the tool is not offered. Env: `TOOLGRAPH_TOOLS_SQL_DATABASE`.
+    pub sql_database: Option<String>,
 }
 
 /// Where conversations, pending actions and checkpoints are kept.
@@ -156,6 +167,7 @@ impl Default for Config {
             eval_data: PathBuf::from("../shared/data"),
             llm: LlmSettings::default(),
             server: ServerSettings::default(),
+            tools: ToolSettings::default(),
             default_agent: None,
             agents: BTreeMap::new(),
         }
