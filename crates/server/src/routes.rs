@@ -227,10 +227,6 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
             ConfirmResponse { conversation_id: conv, message: String::new(), pending_action: Some(pending_dto(next)) };
         return Ok(axum::Json(body).into_response());
     }
-    if decided == crate::store::Decided::Same {
-        // Every action is decided and another request is applying them right now.
-        return Err(ApiError::new(StatusCode::CONFLICT, "these decisions are being applied; retry shortly"));
-    }
     let conversation = store
         .conversation(req.tenant_id, req.user_id, conv)
         .await
@@ -242,8 +238,11 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
         .get(&conversation.agent)
         .ok_or_else(|| ApiError::internal(format!("agent '{}' is gone", conversation.agent)))?;
     let run_id = uuid::Uuid::now_v7().to_string();
+    // Every action is decided and no answer is stored yet: resume, unless another request
+    // (or the turn that paused) holds the conversation right now. A retry after that turn
+    // ends resumes, so a decision recorded by a request that then failed is never stranded.
     if !store.begin_turn(conv, &run_id, STALE_TURN.as_millis() as i64).await.map_err(ApiError::internal)? {
-        return Err(ApiError::new(StatusCode::CONFLICT, "a turn is already running on this conversation"));
+        return Err(ApiError::new(StatusCode::CONFLICT, "these decisions are being applied; retry shortly"));
     }
     let decisions: BTreeMap<InterruptId, Decision> = group
         .iter()

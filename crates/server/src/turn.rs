@@ -130,6 +130,11 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
             }
         }
     }
+    // Released before the last frame goes out: a client that confirms as soon as it sees
+    // `done` must find the conversation free.
+    if let Err(e) = store.end_turn(turn.conversation, &turn.run_id).await {
+        tracing::error!(error = %e, "cannot release the conversation");
+    }
     match (&result.error, &result.reply, result.pending.first()) {
         (Some(message), _, _) => log.push("error", json!({ "message": message }).to_string()),
         (None, Some((id, _)), _) => push_done(log, turn.conversation, *id),
@@ -137,9 +142,6 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
         (None, None, None) => log.push("error", json!({ "message": "the run ended without a reply" }).to_string()),
     }
     m.stream_duration.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
-    if let Err(e) = store.end_turn(turn.conversation, &turn.run_id).await {
-        tracing::error!(error = %e, "cannot release the conversation");
-    }
     log.finish();
     result
 }

@@ -380,3 +380,26 @@ async fn deleting_a_conversation_removes_it_for_good() {
     assert_eq!(stream(&s, &body(Some(conv), "¿sigues?")).await.0, 404);
     assert!(s.store_messages(conv).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry() {
+    use toolgraph_server::store::ConversationStore;
+    let s = service(vec![
+        Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+34600", "text": "hola"}))]),
+        Reply::text("Enviado."),
+    ])
+    .await;
+    let (_, events) = stream(&s, &body(None, "manda un SMS")).await;
+    let pending = events.iter().find(|e| e.event == "pending").unwrap();
+    let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let msg = pending.data["messageId"].as_i64().unwrap();
+    // Another replica holds the conversation when the decision arrives.
+    assert!(s.store.begin_turn(conv, "other-replica", 60_000).await.unwrap());
+    assert_eq!(confirm(&s, 7, 101, conv, msg, true).await.0, 409);
+    assert_eq!(s.sms_sent.load(Ordering::SeqCst), 0);
+    s.store.end_turn(conv, "other-replica").await.unwrap();
+    // The retry carries the same (already recorded) decision and resumes the run.
+    let (status, r) = confirm(&s, 7, 101, conv, msg, true).await;
+    assert_eq!((status, r["message"].as_str()), (200, Some("Enviado.")), "{r}");
+    assert_eq!(s.sms_sent.load(Ordering::SeqCst), 1);
+}
