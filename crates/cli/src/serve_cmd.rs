@@ -5,10 +5,11 @@ use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
-use toolgraph_config::{Config, StoreKind};
+use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, SqliteCheckpointer};
+use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
-use toolgraph_server::{AppState, ServedAgent};
+use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -18,6 +19,12 @@ pub struct ServeArgs {
     /// Port (overrides `server.port`; `PORT` is read too, as benchmark harnesses set it).
     #[arg(long, env = "PORT")]
     port: Option<u16>,
+}
+
+fn hex_digest(h: &str) -> Option<[u8; 32]> {
+    let bytes: Option<Vec<u8>> =
+        (0..h.len()).step_by(2).map(|i| h.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect();
+    bytes?.try_into().ok()
 }
 
 async fn shutdown_signal() {
@@ -62,7 +69,24 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer)).await?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
-    let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer);
+    let auth = match cfg.server.auth {
+        AuthKind::None => Auth::None,
+        AuthKind::Hmac => {
+            let secret = cfg.server.hmac_secret.as_ref().context("server.hmac_secret is required")?;
+            Auth::Hmac(HmacVerifier::new(secret.expose().as_bytes().to_vec()))
+        }
+        AuthKind::ApiKey => {
+            let mut keys = std::collections::HashMap::new();
+            for (slug, digest) in &cfg.server.api_keys {
+                let bytes: [u8; 32] =
+                    hex_digest(digest).with_context(|| format!("server.api_keys.{slug} is not a SHA-256"))?;
+                keys.insert(slug.clone(), bytes);
+            }
+            Auth::ApiKey(keys)
+        }
+    };
+    let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };
+    let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer, options);
     let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
     let port = args.port.unwrap_or(cfg.server.port);
     let listener = tokio::net::TcpListener::bind((bind.as_str(), port))

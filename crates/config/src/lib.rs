@@ -100,6 +100,18 @@ pub enum StoreKind {
     Sqlite,
 }
 
+/// How the chat service authenticates requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    /// An internal service behind a backend (seed 002): no credentials.
+    None,
+    /// `Authorization: Bearer <key>`, keys per tenant in `server.api_keys`.
+    ApiKey,
+    /// `X-Timestamp` + `X-Signature` (HMAC-SHA256 of `timestamp.body` with `server.hmac_secret`).
+    Hmac,
+}
+
 /// `[server]`: `toolgraph serve`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -110,11 +122,28 @@ pub struct ServerSettings {
     pub port: u16,
     /// Store for conversations and checkpoints. Default: `sqlite`.
     pub store: StoreKind,
+    /// Request authentication. Default: `none`.
+    pub auth: AuthKind,
+    /// Shared secret of `auth = "hmac"`. Env: `TOOLGRAPH_SERVER_HMAC_SECRET`.
+    pub hmac_secret: Option<Secret>,
+    /// `auth = "api_key"`: tenant slug → hex SHA-256 of its key (never the key itself).
+    pub api_keys: BTreeMap<String, String>,
+    /// Most runs one tenant may have in flight; more get 429 + `Retry-After` (0: no limit).
+    /// Default: 64.
+    pub max_runs_per_tenant: usize,
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        Self { bind: "127.0.0.1".into(), port: 8000, store: StoreKind::Sqlite }
+        Self {
+            bind: "127.0.0.1".into(),
+            port: 8000,
+            store: StoreKind::Sqlite,
+            auth: AuthKind::None,
+            hmac_secret: None,
+            api_keys: BTreeMap::new(),
+            max_runs_per_tenant: 64,
+        }
     }
 }
 
@@ -289,6 +318,26 @@ impl Config {
             }
             if agent.recursion_limit == 0 {
                 return Err(invalid(&format!("agents.{name}.recursion_limit"), "must be greater than 0".into()));
+            }
+        }
+        match self.server.auth {
+            AuthKind::Hmac if self.server.hmac_secret.as_ref().is_none_or(|s| s.expose().len() < 16) => {
+                return Err(invalid(
+                    "server.hmac_secret",
+                    "auth = \"hmac\" needs a secret of at least 16 bytes".into(),
+                ));
+            }
+            AuthKind::ApiKey if self.server.api_keys.is_empty() => {
+                return Err(invalid("server.api_keys", "auth = \"api_key\" needs at least one tenant key".into()));
+            }
+            _ => {}
+        }
+        for (slug, digest) in &self.server.api_keys {
+            if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(invalid(
+                    &format!("server.api_keys.{slug}"),
+                    "must be the hex SHA-256 of the key (64 hex digits), e.g. from `printf %s KEY | sha256sum`".into(),
+                ));
             }
         }
         if let Some(d) = &self.default_agent
@@ -481,6 +530,20 @@ mod tests {
         let err = Config::from_toml_str("[agents.a]\nsytem_prompt = \"x\"\n").unwrap_err().to_string();
         assert!(err.contains("sytem_prompt"), "{err}");
         assert_eq!(Config::default().default_agent_name(), "assistant");
+    }
+
+    #[test]
+    fn auth_modes_need_their_credentials() {
+        let err = Config::from_toml_str("[server]\nauth = \"hmac\"\n").unwrap_err().to_string();
+        assert!(err.contains("server.hmac_secret"), "{err}");
+        let err = Config::from_toml_str("[server]\nauth = \"api_key\"\n").unwrap_err().to_string();
+        assert!(err.contains("server.api_keys"), "{err}");
+        let err = Config::from_toml_str("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"plaintext-key\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.api_keys.demo") && err.contains("SHA-256"), "{err}");
+        let ok = format!("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{}\"\n", "ab".repeat(32));
+        assert_eq!(Config::from_toml_str(&ok).unwrap().server.auth, AuthKind::ApiKey);
     }
 
     #[test]

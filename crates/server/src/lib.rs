@@ -9,6 +9,7 @@
 //!
 //! [`router`] returns a plain axum `Router`, so tests can drive it with or without a socket.
 
+pub mod auth;
 mod error;
 mod extract;
 mod metrics;
@@ -41,6 +42,20 @@ pub struct ServedAgent {
     pub settings: AgentSettings,
 }
 
+/// Service-wide policies.
+pub struct ServiceOptions {
+    /// How requests are authenticated.
+    pub auth: auth::Auth,
+    /// Most runs one tenant may have in flight; more get 429 with `Retry-After` (0: no limit).
+    pub max_runs_per_tenant: usize,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self { auth: auth::Auth::None, max_runs_per_tenant: 0 }
+    }
+}
+
 /// Shared state of the service. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
@@ -55,6 +70,8 @@ struct Inner {
     ready: AtomicBool,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    options: ServiceOptions,
+    tenant_slots: std::sync::Mutex<std::collections::HashMap<i64, Arc<tokio::sync::Semaphore>>>,
 }
 
 /// A run that has held a conversation longer than this without finishing is taken to have
@@ -69,6 +86,7 @@ impl AppState {
         default_agent: String,
         store: Arc<dyn ConversationStore>,
         checkpointer: Arc<dyn Checkpointer>,
+        options: ServiceOptions,
     ) -> Self {
         Self(Arc::new(Inner {
             agents,
@@ -80,6 +98,8 @@ impl AppState {
             ready: AtomicBool::new(false),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            options,
+            tenant_slots: std::sync::Mutex::new(std::collections::HashMap::new()),
         }))
     }
 
@@ -90,6 +110,26 @@ impl AppState {
 
     fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::SeqCst)
+    }
+
+    /// A run slot of `tenant`, held by the run until it ends; 429 when all are taken.
+    fn admit(&self, tenant: i64) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, error::ApiError> {
+        let limit = self.0.options.max_runs_per_tenant;
+        if limit == 0 {
+            return Ok(None);
+        }
+        let slots = {
+            let mut map = self.0.tenant_slots.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(map.entry(tenant).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(limit))))
+        };
+        slots.try_acquire_owned().map(Some).map_err(|_| {
+            let mut e = error::ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                format!("this tenant already has {limit} runs in flight"),
+            );
+            e.retry_after = Some(1);
+            e
+        })
     }
 
     /// The metrics registry.

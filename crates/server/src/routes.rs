@@ -35,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
 }
@@ -44,6 +45,22 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
     let resp = next.run(req).await;
     app.0.metrics.requests.with_label_values(&[&route, resp.status().as_str()]).inc();
     resp
+}
+
+/// Largest request body accepted (a 4,000-character message is at most 16 KB).
+const MAX_BODY: usize = 64 * 1024;
+
+/// Authenticates `/api` routes; the body is read here (bounded) because HMAC signs it.
+async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
+    if !req.uri().path().starts_with("/api/") {
+        return Ok(next.run(req).await);
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {MAX_BODY} bytes"))
+    })?;
+    app.0.options.auth.check(&parts.headers, &bytes)?;
+    Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
 }
 
 async fn ready(State(app): State<AppState>) -> Response {
@@ -145,6 +162,7 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
         Some(c) => c.id,
         None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await.map_err(ApiError::internal)?,
     };
+    let permit = app.admit(req.tenant_id)?;
     let run_id = uuid::Uuid::now_v7().to_string();
     if !store.begin_turn(conversation, &run_id, STALE_TURN.as_millis() as i64).await.map_err(ApiError::internal)? {
         return Err(ApiError::new(StatusCode::CONFLICT, "a turn is already running on this conversation"));
@@ -179,6 +197,7 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     let log = app.0.runs.create(&run_id, (req.tenant_id, req.user_id));
     let (task_app, task_log) = (app.clone(), Arc::clone(&log));
     app.0.tasks.spawn(async move {
+        let _slot = permit;
         turn::drive(&task_app, &turn, run, &task_log).await;
     });
     Ok(sse(run_id, log, 0))
@@ -237,6 +256,7 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
         .agents
         .get(&conversation.agent)
         .ok_or_else(|| ApiError::internal(format!("agent '{}' is gone", conversation.agent)))?;
+    let permit = app.admit(req.tenant_id)?;
     let run_id = uuid::Uuid::now_v7().to_string();
     // Every action is decided and no answer is stored yet: resume, unless another request
     // (or the turn that paused) holds the conversation right now. A retry after that turn
@@ -266,6 +286,7 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     // Detached: the run finishes and persists even if this request goes away.
     let (task_app, group_run) = (app.clone(), row.run_id.clone());
     let task = app.0.tasks.spawn(async move {
+        let _slot = permit;
         let result = turn::drive(&task_app, &turn, run, &log).await;
         let response = match (&result.error, result.reply, result.pending.first()) {
             (Some(e), _, _) => Err(e.clone()),

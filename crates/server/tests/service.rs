@@ -14,7 +14,7 @@ use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_graph::react::{self, AgentSpec};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
 use toolgraph_server::store::SqliteConversationStore;
-use toolgraph_server::{AppState, ServedAgent};
+use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
 use toolgraph_tools::ToolBuilder;
 
 #[derive(Deserialize, JsonSchema)]
@@ -40,6 +40,10 @@ async fn service(script: Vec<Reply>) -> Service {
 }
 
 async fn service_with(script: Vec<Reply>, ready: bool, recursion_limit: u32) -> Service {
+    service_opts(script, ready, recursion_limit, ServiceOptions::default()).await
+}
+
+async fn service_opts(script: Vec<Reply>, ready: bool, recursion_limit: u32, options: ServiceOptions) -> Service {
     let dir = tempfile::tempdir().unwrap();
     let model = ScriptedModelServer::start(script).await.unwrap();
     let mut cfg = OpenAiConfig::new(model.base_url(), "scripted");
@@ -70,7 +74,7 @@ async fn service_with(script: Vec<Reply>, ready: bool, recursion_limit: u32) -> 
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { recursion_limit, state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings })]);
-    let app = AppState::new(agents, "lumie".into(), Arc::new(store.clone()), ckpt);
+    let app = AppState::new(agents, "lumie".into(), Arc::new(store.clone()), ckpt, options);
     if ready {
         app.set_ready();
     }
@@ -402,4 +406,128 @@ async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry() {
     let (status, r) = confirm(&s, 7, 101, conv, msg, true).await;
     assert_eq!((status, r["message"].as_str()), (200, Some("Enviado.")), "{r}");
     assert_eq!(s.sms_sent.load(Ordering::SeqCst), 1);
+}
+
+fn api_key_options(slug: &str, key: &str) -> ServiceOptions {
+    let digest = hex_to_32(&toolgraph_server::auth::hash_api_key(key));
+    ServiceOptions {
+        auth: toolgraph_server::auth::Auth::ApiKey(std::collections::HashMap::from([(slug.to_string(), digest)])),
+        ..ServiceOptions::default()
+    }
+}
+
+fn hex_to_32(h: &str) -> [u8; 32] {
+    let bytes: Vec<u8> = (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect();
+    bytes.try_into().unwrap()
+}
+
+#[tokio::test]
+async fn api_key_mode_rejects_missing_wrong_and_foreign_keys() {
+    let s = service_opts(vec![Reply::text("hola")], true, 10, api_key_options("demo", "k-demo-1")).await;
+    let url = format!("{}/api/chatbot/stream", s.base);
+    let send = |key: Option<&'static str>| {
+        let mut rb = reqwest::Client::new().post(&url).header("X-Tenant-Slug", "demo").json(&body(None, "hola"));
+        if let Some(k) = key {
+            rb = rb.header("Authorization", format!("Bearer {k}"));
+        }
+        rb.send()
+    };
+    assert_eq!(send(None).await.unwrap().status(), 401);
+    assert_eq!(send(Some("k-demo-2")).await.unwrap().status(), 401);
+    let ok = send(Some("k-demo-1")).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(parse_sse(&ok.text().await.unwrap()).last().unwrap().event, "done");
+    // The key of tenant "demo" does not open tenant "acme".
+    let mut other = body(None, "hola");
+    other["tenantSlug"] = json!("acme");
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("X-Tenant-Slug", "acme")
+        .header("Authorization", "Bearer k-demo-1")
+        .json(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    // Liveness and metrics stay open.
+    assert_eq!(reqwest::get(format!("{}/health", s.base)).await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests() {
+    use toolgraph_server::auth::{Auth, HmacVerifier, sign};
+    let options =
+        ServiceOptions { auth: Auth::Hmac(HmacVerifier::new(b"s3cret".to_vec())), ..ServiceOptions::default() };
+    let s = service_opts(vec![Reply::text("hola")], true, 10, options).await;
+    let url = format!("{}/api/chatbot/stream", s.base);
+    let raw = serde_json::to_vec(&body(None, "hola")).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let send = |ts: i64, sig: String, payload: Vec<u8>| {
+        reqwest::Client::new()
+            .post(&url)
+            .header("X-Tenant-Slug", "demo")
+            .header("content-type", "application/json")
+            .header("X-Timestamp", ts.to_string())
+            .header("X-Signature", sig)
+            .body(payload)
+            .send()
+    };
+    let unsigned = reqwest::Client::new()
+        .post(&url)
+        .header("X-Tenant-Slug", "demo")
+        .json(&body(None, "hola"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 401);
+    let mut tampered = raw.clone();
+    tampered[20] ^= 1;
+    assert_eq!(send(now, sign(b"s3cret", now, &raw), tampered).await.unwrap().status(), 401);
+    let stale = now - 3600;
+    assert_eq!(send(stale, sign(b"s3cret", stale, &raw), raw.clone()).await.unwrap().status(), 401);
+    let good = sign(b"s3cret", now, &raw);
+    let ok = send(now, good.clone(), raw.clone()).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(parse_sse(&ok.text().await.unwrap()).last().unwrap().event, "done");
+    let replay = send(now, good, raw).await.unwrap();
+    assert_eq!(replay.status(), 401);
+    assert!(replay.text().await.unwrap().contains("replayed"));
+}
+
+#[tokio::test]
+async fn the_per_tenant_run_limit_answers_429_with_retry_after() {
+    let options = ServiceOptions { max_runs_per_tenant: 1, ..ServiceOptions::default() };
+    let slow = Reply::Stream(vec![
+        Step::Pause(Duration::from_millis(800)),
+        Step::Text("slow".into()),
+        Step::Finish("stop".into()),
+        Step::Done,
+    ]);
+    let s = service_opts(vec![slow, Reply::text("other tenant"), Reply::text("later")], true, 10, options).await;
+    let first = tokio::spawn({
+        let (base, b) = (s.base.clone(), body(None, "uno"));
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/api/chatbot/stream"))
+                .header("X-Tenant-Slug", "demo")
+                .json(&b)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "dos")).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let mut other = body(None, "hola");
+    other["tenantId"] = json!(8);
+    let (status, _) = stream(&s, &other).await;
+    assert_eq!(status, 200, "another tenant has its own slots");
+    assert_eq!(parse_sse(&first.await.unwrap()).last().unwrap().event, "done");
+    let (status, _) = stream(&s, &body(None, "tres")).await;
+    assert_eq!(status, 200, "the slot is free again once the run ended");
 }

@@ -1,0 +1,63 @@
+//! `toolgraph serve` as a real process: ready, a turn over HTTP, SIGTERM, clean exit.
+
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde_json::json;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
+    let model = ScriptedModelServer::start(vec![Reply::text("Hola desde toolgraph.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["serve", "--port", &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
+        .env("TOOLGRAPH_LLM_MODEL", "scripted")
+        .env_remove("TOOLGRAPH_DATABASE_URL")
+        .env_remove("PORT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = reqwest::get(format!("{base}/ready")).await
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the service never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": "hola"});
+    let text = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("event: done"), "{text}");
+    assert!(dir.path().join("toolgraph.db").exists(), "the SQLite store is the default");
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(exit.success(), "{err}");
+    assert!(err.contains("shutting down"), "{err}");
+}

@@ -1,0 +1,161 @@
+//! Request authentication: `none` (an internal service behind a backend, as seed 002),
+//! `api_key` (per-tenant keys, stored as SHA-256 hashes) and `hmac` (the caller signs
+//! `timestamp.body` with a shared secret — the scheme of the backend callbacks).
+//!
+//! Comparisons are constant-time; an HMAC signature is accepted once within its window, so
+//! a captured request cannot be replayed.
+
+use crate::error::ApiError;
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use subtle::ConstantTimeEq;
+
+/// How long a signed request stays valid, either side of now.
+pub const HMAC_WINDOW: Duration = Duration::from_secs(300);
+
+/// How requests prove who sent them.
+pub enum Auth {
+    /// Trust the network (an internal service behind a backend).
+    None,
+    /// `Authorization: Bearer <key>`; keys by tenant slug, stored as SHA-256 digests.
+    ApiKey(HashMap<String, [u8; 32]>),
+    /// `X-Timestamp` (Unix seconds) and `X-Signature` (hex HMAC-SHA256 of `timestamp.body`).
+    Hmac(HmacVerifier),
+}
+
+impl Auth {
+    /// Checks a request; `tenant_slug` is the `X-Tenant-Slug` header.
+    pub fn check(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+        match self {
+            Self::None => Ok(()),
+            Self::ApiKey(keys) => {
+                let denied = || ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong API key");
+                let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).ok_or_else(denied)?;
+                let key = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .ok_or_else(denied)?;
+                let expected = keys.get(slug).ok_or_else(denied)?;
+                let got: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+                if bool::from(got.ct_eq(expected)) { Ok(()) } else { Err(denied()) }
+            }
+            Self::Hmac(v) => {
+                let ts = headers.get("x-timestamp").and_then(|v| v.to_str().ok()).unwrap_or_default();
+                let sig = headers.get("x-signature").and_then(|v| v.to_str().ok()).unwrap_or_default();
+                v.verify(ts, sig, body, now_secs())
+                    .map_err(|reason| ApiError::new(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}")))
+            }
+        }
+    }
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// The SHA-256 digest of an API key, as `[server.api_keys]` stores it (hex).
+pub fn hash_api_key(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// Signs `body` at `timestamp` with `secret`: hex HMAC-SHA256 of `"{timestamp}.{body}"`.
+pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC accepts keys of any length"); // invariant
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Verifies signed requests: the library function a receiving side (the backend's
+/// `/internal/chatbot/**`, or this service) uses.
+pub struct HmacVerifier {
+    secret: Vec<u8>,
+    /// Signatures already accepted, with their timestamps, oldest first.
+    seen: Mutex<VecDeque<(i64, String)>>,
+}
+
+/// Most remembered signatures; older ones fall out of the window anyway.
+const SEEN_CAP: usize = 100_000;
+
+impl HmacVerifier {
+    /// A verifier for `secret`.
+    pub fn new(secret: impl Into<Vec<u8>>) -> Self {
+        Self { secret: secret.into(), seen: Mutex::new(VecDeque::new()) }
+    }
+
+    /// Accepts a request signed within [`HMAC_WINDOW`] of `now`, with a correct signature,
+    /// seen for the first time. The error names the reason.
+    ///
+    /// # Errors
+    /// `"stale"`, `"malformed"`, `"mismatch"` or `"replayed"`.
+    pub fn verify(&self, timestamp: &str, signature: &str, body: &[u8], now: i64) -> Result<(), &'static str> {
+        let ts: i64 = timestamp.trim().parse().map_err(|_| "malformed")?;
+        if (now - ts).unsigned_abs() > HMAC_WINDOW.as_secs() {
+            return Err("stale");
+        }
+        let given = hex::decode(signature.trim()).map_err(|_| "malformed")?;
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret).map_err(|_| "malformed")?;
+        mac.update(ts.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        // `verify_slice` compares in constant time.
+        mac.verify_slice(&given).map_err(|_| "mismatch")?;
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        while seen.front().is_some_and(|(t, _)| (now - *t).unsigned_abs() > HMAC_WINDOW.as_secs())
+            || seen.len() > SEEN_CAP
+        {
+            seen.pop_front();
+        }
+        let sig = signature.trim().to_ascii_lowercase();
+        if seen.iter().any(|(_, s)| *s == sig) {
+            return Err("replayed");
+        }
+        seen.push_back((ts, sig));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_rejects_stale_tampered_replayed_and_malformed_requests() {
+        let v = HmacVerifier::new(b"shared-secret".to_vec());
+        let now = 1_800_000_000;
+        let body = br#"{"tenantSlug":"demo"}"#;
+        let sig = sign(b"shared-secret", now, body);
+        assert_eq!(v.verify(&now.to_string(), &sig, body, now), Ok(()));
+        assert_eq!(v.verify(&now.to_string(), &sig, body, now + 1), Err("replayed"));
+        let old = now - 301;
+        assert_eq!(v.verify(&old.to_string(), &sign(b"shared-secret", old, body), body, now), Err("stale"));
+        let sig2 = sign(b"shared-secret", now + 5, body);
+        assert_eq!(v.verify(&(now + 5).to_string(), &sig2, br#"{"tenantSlug":"evil"}"#, now), Err("mismatch"));
+        assert_eq!(v.verify(&(now + 5).to_string(), &sign(b"other", now + 5, body), body, now), Err("mismatch"));
+        assert_eq!(v.verify("yesterday", &sig2, body, now), Err("malformed"));
+        assert_eq!(v.verify(&(now + 5).to_string(), "zz", body, now), Err("malformed"));
+    }
+
+    #[test]
+    fn api_keys_are_checked_against_their_hash() {
+        let auth = Auth::ApiKey(HashMap::from([(
+            "demo".to_string(),
+            <[u8; 32]>::try_from(hex::decode(hash_api_key("k-123")).unwrap()).unwrap(),
+        )]));
+        let mut h = HeaderMap::new();
+        h.insert("x-tenant-slug", "demo".parse().unwrap());
+        assert!(auth.check(&h, b"").is_err());
+        h.insert("authorization", "Bearer k-124".parse().unwrap());
+        assert_eq!(auth.check(&h, b"").unwrap_err().status, StatusCode::UNAUTHORIZED);
+        h.insert("authorization", "Bearer k-123".parse().unwrap());
+        assert!(auth.check(&h, b"").is_ok());
+        h.insert("x-tenant-slug", "other".parse().unwrap());
+        assert!(auth.check(&h, b"").is_err(), "a key opens its own tenant only");
+    }
+}
