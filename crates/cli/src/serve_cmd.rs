@@ -1,15 +1,22 @@
 //! `toolgraph serve`: the chat service on the configured store, until SIGTERM or Ctrl-C.
 
 use crate::agent;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_config::{AuthKind, Config, StoreKind};
-use toolgraph_graph::{Checkpointer, MemoryCheckpointer, SqliteCheckpointer};
+use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
-use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
+use toolgraph_server::{AppState, PostgresConversationStore, ServedAgent, ServiceOptions};
+
+/// The pool to close once every run has finished.
+enum StoreCloser {
+    None,
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -49,21 +56,31 @@ async fn shutdown_signal() {
 }
 
 pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
-    if cfg.database_url.is_some() {
-        bail!("the chat service does not support PostgreSQL yet; unset TOOLGRAPH_DATABASE_URL to use SQLite");
-    }
-    let (checkpointer, store, pool): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, _) = match cfg.server.store {
-        StoreKind::Memory => (Arc::new(MemoryCheckpointer::new()), Arc::new(MemoryConversationStore::new()), None),
-        StoreKind::Sqlite => {
-            let path = cfg.data_dir.join("toolgraph.db");
-            let ckpt =
-                SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?;
-            let pool = ckpt.pool().clone();
-            let store =
-                SqliteConversationStore::new(pool.clone()).await.context("cannot prepare the conversation store")?;
-            (Arc::new(ckpt), Arc::new(store), Some(pool))
-        }
-    };
+    let (checkpointer, store, closer): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, StoreCloser) =
+        match (&cfg.database_url, cfg.server.store) {
+            (Some(url), _) => {
+                let ckpt =
+                    PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?;
+                let pool = ckpt.pool().clone();
+                let store = PostgresConversationStore::new(pool.clone())
+                    .await
+                    .context("cannot prepare the conversation store")?;
+                (Arc::new(ckpt), Arc::new(store), StoreCloser::Postgres(pool))
+            }
+            (None, StoreKind::Memory) => {
+                (Arc::new(MemoryCheckpointer::new()), Arc::new(MemoryConversationStore::new()), StoreCloser::None)
+            }
+            (None, StoreKind::Sqlite) => {
+                let path = cfg.data_dir.join("toolgraph.db");
+                let ckpt =
+                    SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?;
+                let pool = ckpt.pool().clone();
+                let store = SqliteConversationStore::new(pool.clone())
+                    .await
+                    .context("cannot prepare the conversation store")?;
+                (Arc::new(ckpt), Arc::new(store), StoreCloser::Sqlite(pool))
+            }
+        };
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
         let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer)).await?;
@@ -119,8 +136,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         .context("the server failed")?;
     app.shutdown().await;
     // The stores close last, after every run wrote its final checkpoint.
-    if let Some(pool) = pool {
-        pool.close().await;
+    match closer {
+        StoreCloser::Sqlite(pool) => pool.close().await,
+        StoreCloser::Postgres(pool) => pool.close().await,
+        StoreCloser::None => {}
     }
     Ok(ExitCode::SUCCESS)
 }

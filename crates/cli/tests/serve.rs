@@ -7,6 +7,36 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
+    serve_round_trip(None).await;
+}
+
+/// The same against PostgreSQL (`TOOLGRAPH_DATABASE_URL`), in a schema of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_postgresql() {
+    use sqlx::Connection;
+    let url = std::env::var("TOOLGRAPH_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let mut admin = match sqlx::PgConnection::connect(&url).await {
+        Ok(c) => c,
+        Err(e) if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0") => {
+            panic!("PostgreSQL at {url} is required under CI: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: PostgreSQL at {url} is not reachable ({e}); set CI=true to make this a failure");
+            return;
+        }
+    };
+    let schema = format!("tg_cli_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&mut admin).await.unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    serve_round_trip(Some(format!("{url}{sep}options=-c%20search_path%3D{schema}"))).await;
+    let n: i64 =
+        sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {schema}.messages")).fetch_one(&mut admin).await.unwrap();
+    assert_eq!(n, 2, "the user and assistant messages are in PostgreSQL");
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&mut admin).await.unwrap();
+}
+
+async fn serve_round_trip(database_url: Option<String>) {
     let model = ScriptedModelServer::start(vec![Reply::text("Hola desde toolgraph.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -17,6 +47,7 @@ async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
         .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
         .env("TOOLGRAPH_LLM_MODEL", "scripted")
         .env_remove("TOOLGRAPH_DATABASE_URL")
+        .envs(database_url.iter().map(|u| ("TOOLGRAPH_DATABASE_URL", u.as_str())))
         .env_remove("PORT")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -45,7 +76,9 @@ async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
         .await
         .unwrap();
     assert!(text.contains("event: done"), "{text}");
-    assert!(dir.path().join("toolgraph.db").exists(), "the SQLite store is the default");
+    if database_url.is_none() {
+        assert!(dir.path().join("toolgraph.db").exists(), "the SQLite store is the default");
+    }
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);

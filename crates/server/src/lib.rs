@@ -16,11 +16,13 @@ mod metrics;
 mod routes;
 mod runlog;
 pub mod store;
+mod store_pg;
 mod turn;
 mod wire;
 
 pub use metrics::Metrics;
 pub use routes::router;
+pub use store_pg::PostgresConversationStore;
 pub use wire::{ConfirmResponse, MAX_MESSAGE_CHARS, PendingActionDto};
 
 use std::collections::BTreeMap;

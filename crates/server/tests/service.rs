@@ -12,8 +12,10 @@ use std::time::Duration;
 use toolgraph_config::AgentSettings;
 use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_graph::react::{self, AgentSpec};
+use toolgraph_graph::{Checkpointer, PostgresCheckpointer};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
-use toolgraph_server::store::SqliteConversationStore;
+use toolgraph_server::PostgresConversationStore;
+use toolgraph_server::store::{ConversationStore, SqliteConversationStore};
 use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
 use toolgraph_tools::ToolBuilder;
 
@@ -29,21 +31,28 @@ struct Service {
     base: String,
     model: ScriptedModelServer,
     app: AppState,
-    store: SqliteConversationStore,
+    store: Arc<dyn ConversationStore>,
     sms_sent: Arc<AtomicUsize>,
     announced: Arc<AtomicUsize>,
     _dir: tempfile::TempDir,
+    _pg: Option<pg::Schema>,
 }
 
-async fn service(script: Vec<Reply>) -> Service {
-    service_with(script, true, 10).await
+async fn service(b: &str, script: Vec<Reply>) -> Service {
+    service_with(b, script, true, 10).await
 }
 
-async fn service_with(script: Vec<Reply>, ready: bool, recursion_limit: u32) -> Service {
-    service_opts(script, ready, recursion_limit, ServiceOptions::default()).await
+async fn service_with(b: &str, script: Vec<Reply>, ready: bool, recursion_limit: u32) -> Service {
+    service_opts(b, script, ready, recursion_limit, ServiceOptions::default()).await
 }
 
-async fn service_opts(script: Vec<Reply>, ready: bool, recursion_limit: u32, options: ServiceOptions) -> Service {
+async fn service_opts(
+    b: &str,
+    script: Vec<Reply>,
+    ready: bool,
+    recursion_limit: u32,
+    options: ServiceOptions,
+) -> Service {
     let dir = tempfile::tempdir().unwrap();
     let model = ScriptedModelServer::start(script).await.unwrap();
     let mut cfg = OpenAiConfig::new(model.base_url(), "scripted");
@@ -68,13 +77,20 @@ async fn service_opts(script: Vec<Reply>, ready: bool, recursion_limit: u32, opt
             )
             .unwrap();
     }
-    let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
-    let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
-    let ckpt: Arc<SqliteCheckpointer> = Arc::new(ckpt);
+    let (ckpt, store, pg): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, _) = if b == "postgres" {
+        let schema = pg::Schema::create().await.expect("checked by the test wrapper");
+        let ckpt = PostgresCheckpointer::connect_with(schema.options()).await.unwrap();
+        let store = PostgresConversationStore::new(ckpt.pool().clone()).await.unwrap();
+        (Arc::new(ckpt), Arc::new(store), Some(schema))
+    } else {
+        let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
+        let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
+        (Arc::new(ckpt), Arc::new(store), None)
+    };
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { recursion_limit, state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings })]);
-    let app = AppState::new(agents, "lumie".into(), Arc::new(store.clone()), ckpt, options);
+    let app = AppState::new(agents, "lumie".into(), store.clone(), ckpt, options);
     if ready {
         app.set_ready();
     }
@@ -82,7 +98,7 @@ async fn service_opts(script: Vec<Reply>, ready: bool, recursion_limit: u32, opt
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = toolgraph_server::router(app.clone());
     tokio::spawn(async move { axum::serve(listener, router).await });
-    Service { base, model, app, store, sms_sent, announced, _dir: dir }
+    Service { base, model, app, store, sms_sent, announced, _dir: dir, _pg: pg }
 }
 
 fn body(conversation: Option<i64>, message: &str) -> Value {
@@ -140,9 +156,8 @@ async fn metrics(s: &Service) -> String {
     reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap()
 }
 
-#[tokio::test]
-async fn the_seed_transcript_tokens_then_done_with_a_new_conversation() {
-    let s = service(vec![Reply::text("안녕 하세요")]).await;
+async fn the_seed_transcript_tokens_then_done_with_a_new_conversation(b: &str) {
+    let s = service(b, vec![Reply::text("안녕 하세요")]).await;
     let (status, events) = stream(&s, &body(None, "이번 주 공지사항을 만들어 줘")).await;
     assert_eq!(status, 200);
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
@@ -167,14 +182,12 @@ async fn the_seed_transcript_tokens_then_done_with_a_new_conversation() {
 
 impl Service {
     async fn store_messages(&self, conv: i64) -> Vec<(i64, String, String)> {
-        use toolgraph_server::store::ConversationStore;
         self.store.messages(conv).await.unwrap()
     }
 }
 
-#[tokio::test]
-async fn bad_requests_get_clear_errors() {
-    let s = service(vec![Reply::text("ok")]).await;
+async fn bad_requests_get_clear_errors(b: &str) {
+    let s = service(b, vec![Reply::text("ok")]).await;
     let resp = post(&s, "/api/chatbot/stream", "other", &body(None, "hola")).await;
     assert_eq!(resp.status(), 400);
     assert_eq!(resp.json::<Value>().await.unwrap()["field"], "X-Tenant-Slug");
@@ -212,9 +225,8 @@ async fn bad_requests_get_clear_errors() {
     assert_eq!(post(&s, "/api/chatbot/stream", "demo", &foreign).await.status(), 404);
 }
 
-#[tokio::test]
-async fn not_ready_is_503_and_health_is_always_ok() {
-    let s = service_with(vec![], false, 10).await;
+async fn not_ready_is_503_and_health_is_always_ok(b: &str) {
+    let s = service_with(b, vec![], false, 10).await;
     assert_eq!(
         reqwest::get(format!("{}/health", s.base)).await.unwrap().json::<Value>().await.unwrap(),
         json!({"status": "ok"})
@@ -228,17 +240,19 @@ async fn not_ready_is_503_and_health_is_always_ok() {
     );
 }
 
-#[tokio::test]
-async fn a_second_concurrent_turn_is_409() {
-    let s = service(vec![
-        Reply::text("first"),
-        Reply::Stream(vec![
-            Step::Pause(Duration::from_millis(800)),
-            Step::Text("slow".into()),
-            Step::Finish("stop".into()),
-            Step::Done,
-        ]),
-    ])
+async fn a_second_concurrent_turn_is_409(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::text("first"),
+            Reply::Stream(vec![
+                Step::Pause(Duration::from_millis(800)),
+                Step::Text("slow".into()),
+                Step::Finish("stop".into()),
+                Step::Done,
+            ]),
+        ],
+    )
     .await;
     let (_, events) = stream(&s, &body(None, "hola")).await;
     let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
@@ -263,15 +277,17 @@ async fn a_second_concurrent_turn_is_409() {
     assert!(parse_sse(&slow.await.unwrap()).last().unwrap().event == "done");
 }
 
-#[tokio::test]
-async fn two_write_tools_pause_and_are_confirmed_one_by_one() {
-    let s = service(vec![
-        Reply::tool_calls(&[
-            ("s1", "send_sms", json!({"to": "+82101234", "text": "exam moved"})),
-            ("a1", "create_announcement", json!({"to": "all", "text": "exam moved"})),
-        ]),
-        Reply::text("완료했습니다."),
-    ])
+async fn two_write_tools_pause_and_are_confirmed_one_by_one(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::tool_calls(&[
+                ("s1", "send_sms", json!({"to": "+82101234", "text": "exam moved"})),
+                ("a1", "create_announcement", json!({"to": "all", "text": "exam moved"})),
+            ]),
+            Reply::text("완료했습니다."),
+        ],
+    )
     .await;
     let (_, events) = stream(&s, &body(None, "공지하고 문자 보내줘")).await;
     let pending: Vec<&SseEvent> = events.iter().filter(|e| e.event == "pending").collect();
@@ -311,16 +327,18 @@ async fn two_write_tools_pause_and_are_confirmed_one_by_one() {
     assert!(m.contains("chatbot_hitl_total{confirmed=\"false\"} 1"), "{m}");
 }
 
-#[tokio::test]
-async fn a_client_disconnect_does_not_lose_the_reply_and_reconnect_replays_the_gap() {
-    let s = service(vec![Reply::Stream(vec![
-        Step::Text("uno ".into()),
-        Step::Pause(Duration::from_millis(400)),
-        Step::Text("dos ".into()),
-        Step::Text("tres".into()),
-        Step::Finish("stop".into()),
-        Step::Done,
-    ])])
+async fn a_client_disconnect_does_not_lose_the_reply_and_reconnect_replays_the_gap(b: &str) {
+    let s = service(
+        b,
+        vec![Reply::Stream(vec![
+            Step::Text("uno ".into()),
+            Step::Pause(Duration::from_millis(400)),
+            Step::Text("dos ".into()),
+            Step::Text("tres".into()),
+            Step::Finish("stop".into()),
+            Step::Done,
+        ])],
+    )
     .await;
     let mut resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "cuenta")).await;
     let first = String::from_utf8(resp.chunk().await.unwrap().unwrap().to_vec()).unwrap();
@@ -348,9 +366,8 @@ async fn a_client_disconnect_does_not_lose_the_reply_and_reconnect_replays_the_g
     assert_eq!(other.status(), 404);
 }
 
-#[tokio::test]
-async fn a_failing_model_sends_an_error_event_and_counts_it() {
-    let s = service(vec![Reply::status(500, "down"), Reply::status(500, "down")]).await;
+async fn a_failing_model_sends_an_error_event_and_counts_it(b: &str) {
+    let s = service(b, vec![Reply::status(500, "down"), Reply::status(500, "down")]).await;
     let (status, events) = stream(&s, &body(None, "hola")).await;
     assert_eq!(status, 200);
     assert_eq!(events.last().unwrap().event, "error");
@@ -358,10 +375,9 @@ async fn a_failing_model_sends_an_error_event_and_counts_it() {
     assert!(metrics(&s).await.contains("chatbot_errors_total{error_type=\"exception\"} 1"));
 }
 
-#[tokio::test]
-async fn the_recursion_limit_persists_a_fallback_message() {
+async fn the_recursion_limit_persists_a_fallback_message(b: &str) {
     let call = |i: u32| Reply::tool_calls(&[(&format!("c{i}"), "calculator", json!({"expression": "1+1"}))]);
-    let s = service_with((0..5).map(call).collect(), true, 3).await;
+    let s = service_with(b, (0..5).map(call).collect(), true, 3).await;
     let (_, events) = stream(&s, &body(None, "loop")).await;
     let done = events.last().unwrap();
     assert_eq!(done.event, "done", "{events:?}");
@@ -372,9 +388,8 @@ async fn the_recursion_limit_persists_a_fallback_message() {
     assert!(metrics(&s).await.contains("chatbot_errors_total{error_type=\"recursion\"} 1"));
 }
 
-#[tokio::test]
-async fn deleting_a_conversation_removes_it_for_good() {
-    let s = service(vec![Reply::text("hola")]).await;
+async fn deleting_a_conversation_removes_it_for_good(b: &str) {
+    let s = service(b, vec![Reply::text("hola")]).await;
     let (_, events) = stream(&s, &body(None, "hola")).await;
     let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
     let url = format!("{}/api/chatbot/conversations/{conv}?tenantId=7&userId=101", s.base);
@@ -385,13 +400,14 @@ async fn deleting_a_conversation_removes_it_for_good() {
     assert!(s.store_messages(conv).await.is_empty());
 }
 
-#[tokio::test]
-async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry() {
-    use toolgraph_server::store::ConversationStore;
-    let s = service(vec![
-        Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+34600", "text": "hola"}))]),
-        Reply::text("Enviado."),
-    ])
+async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+34600", "text": "hola"}))]),
+            Reply::text("Enviado."),
+        ],
+    )
     .await;
     let (_, events) = stream(&s, &body(None, "manda un SMS")).await;
     let pending = events.iter().find(|e| e.event == "pending").unwrap();
@@ -421,9 +437,8 @@ fn hex_to_32(h: &str) -> [u8; 32] {
     bytes.try_into().unwrap()
 }
 
-#[tokio::test]
-async fn api_key_mode_rejects_missing_wrong_and_foreign_keys() {
-    let s = service_opts(vec![Reply::text("hola")], true, 10, api_key_options("demo", "k-demo-1")).await;
+async fn api_key_mode_rejects_missing_wrong_and_foreign_keys(b: &str) {
+    let s = service_opts(b, vec![Reply::text("hola")], true, 10, api_key_options("demo", "k-demo-1")).await;
     let url = format!("{}/api/chatbot/stream", s.base);
     let send = |key: Option<&'static str>| {
         let mut rb = reqwest::Client::new().post(&url).header("X-Tenant-Slug", "demo").json(&body(None, "hola"));
@@ -453,12 +468,11 @@ async fn api_key_mode_rejects_missing_wrong_and_foreign_keys() {
     assert_eq!(reqwest::get(format!("{}/health", s.base)).await.unwrap().status(), 200);
 }
 
-#[tokio::test]
-async fn hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests() {
+async fn hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests(b: &str) {
     use toolgraph_server::auth::{Auth, HmacVerifier, sign};
     let options =
         ServiceOptions { auth: Auth::Hmac(HmacVerifier::new(b"s3cret".to_vec())), ..ServiceOptions::default() };
-    let s = service_opts(vec![Reply::text("hola")], true, 10, options).await;
+    let s = service_opts(b, vec![Reply::text("hola")], true, 10, options).await;
     let url = format!("{}/api/chatbot/stream", s.base);
     let raw = serde_json::to_vec(&body(None, "hola")).unwrap();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
@@ -494,8 +508,7 @@ async fn hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests() {
     assert!(replay.text().await.unwrap().contains("replayed"));
 }
 
-#[tokio::test]
-async fn the_per_tenant_run_limit_answers_429_with_retry_after() {
+async fn the_per_tenant_run_limit_answers_429_with_retry_after(b: &str) {
     let options = ServiceOptions { max_runs_per_tenant: 1, ..ServiceOptions::default() };
     let slow = Reply::Stream(vec![
         Step::Pause(Duration::from_millis(800)),
@@ -503,7 +516,7 @@ async fn the_per_tenant_run_limit_answers_429_with_retry_after() {
         Step::Finish("stop".into()),
         Step::Done,
     ]);
-    let s = service_opts(vec![slow, Reply::text("other tenant"), Reply::text("later")], true, 10, options).await;
+    let s = service_opts(b, vec![slow, Reply::text("other tenant"), Reply::text("later")], true, 10, options).await;
     let first = tokio::spawn({
         let (base, b) = (s.base.clone(), body(None, "uno"));
         async move {
@@ -531,3 +544,104 @@ async fn the_per_tenant_run_limit_answers_429_with_retry_after() {
     let (status, _) = stream(&s, &body(None, "tres")).await;
     assert_eq!(status, 200, "the slot is free again once the run ended");
 }
+
+mod pg {
+    //! A PostgreSQL schema of its own per test, dropped afterwards.
+    use sqlx::Connection;
+    use sqlx::postgres::PgConnectOptions;
+    use std::str::FromStr;
+
+    pub fn url() -> String {
+        std::env::var("TOOLGRAPH_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    }
+
+    /// Whether PostgreSQL is reachable; without it the test is skipped with a message,
+    /// except under `CI`, where that is a failure.
+    pub async fn available() -> bool {
+        let connect =
+            tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(&url())).await;
+        match connect {
+            Ok(Ok(c)) => {
+                let _ = c.close().await;
+                true
+            }
+            other => {
+                let why = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".into(),
+                };
+                if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
+                    panic!("PostgreSQL at {} is required under CI: {why}", url());
+                }
+                eprintln!(
+                    "SKIPPED: PostgreSQL at {} is not reachable ({why}); set CI=true to make this a failure",
+                    url()
+                );
+                false
+            }
+        }
+    }
+
+    pub struct Schema {
+        name: String,
+    }
+
+    impl Schema {
+        pub async fn create() -> Option<Self> {
+            let mut c = sqlx::PgConnection::connect(&url()).await.ok()?;
+            let name = format!("tg_svc_{}", uuid::Uuid::new_v4().simple());
+            sqlx::query(&format!("CREATE SCHEMA {name}")).execute(&mut c).await.ok()?;
+            let _ = c.close().await;
+            Some(Self { name })
+        }
+
+        pub fn options(&self) -> PgConnectOptions {
+            PgConnectOptions::from_str(&url()).expect("valid url").options([("search_path", self.name.as_str())])
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
+            // Runs while the test's runtime may be blocked here: use a runtime of its own.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                rt.block_on(async move {
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&url()).await {
+                        let _ = sqlx::query(&sql).execute(&mut c).await;
+                        let _ = c.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name("sqlite").await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { if super::pg::available().await { super::$name("postgres").await } })*
+        }
+    };
+}
+
+on_both_stores!(
+    the_seed_transcript_tokens_then_done_with_a_new_conversation,
+    bad_requests_get_clear_errors,
+    not_ready_is_503_and_health_is_always_ok,
+    a_second_concurrent_turn_is_409,
+    two_write_tools_pause_and_are_confirmed_one_by_one,
+    a_client_disconnect_does_not_lose_the_reply_and_reconnect_replays_the_gap,
+    a_failing_model_sends_an_error_event_and_counts_it,
+    the_recursion_limit_persists_a_fallback_message,
+    deleting_a_conversation_removes_it_for_good,
+    a_final_decision_that_could_not_resume_is_resumed_by_its_retry,
+    api_key_mode_rejects_missing_wrong_and_foreign_keys,
+    hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests,
+    the_per_tenant_run_limit_answers_429_with_retry_after
+);
