@@ -545,6 +545,43 @@ async fn the_per_tenant_run_limit_answers_429_with_retry_after(b: &str) {
     assert_eq!(status, 200, "the slot is free again once the run ended");
 }
 
+async fn a_client_that_stops_reading_does_not_hold_up_the_run(b: &str) {
+    let mut steps: Vec<Step> = (0..6000).map(|i| Step::Text(format!("token-{i:05} "))).collect();
+    steps.extend([Step::Finish("stop".into()), Step::Done]);
+    let s = service(b, vec![Reply::Stream(steps)]).await;
+    let resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "long answer please")).await;
+    assert_eq!(resp.status(), 200);
+    // The client reads nothing while ~6,000 frames (far more than socket buffers hold) are
+    // produced; the run must finish and persist its reply regardless.
+    let started = std::time::Instant::now();
+    let conv = loop {
+        let found = sqlx_free_lookup(&s).await;
+        if let Some(c) = found {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the run waited for the stalled client");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let reply = s.store_messages(conv).await.pop().unwrap();
+    assert_eq!(reply.1, "assistant");
+    assert!(reply.2.ends_with("token-05999 "), "the whole reply was persisted");
+    // The client resumes reading: whatever its buffers and the run's bounded log still hold
+    // follows, ending with `done`.
+    let events = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(events.last().unwrap().event, "done");
+}
+
+/// The conversation whose last message is an assistant reply, if any (tenant 7, user 101).
+async fn sqlx_free_lookup(s: &Service) -> Option<i64> {
+    for conv in 1..=3 {
+        let msgs = s.store.messages(conv).await.ok()?;
+        if msgs.last().is_some_and(|m| m.1 == "assistant") {
+            return Some(conv);
+        }
+    }
+    None
+}
+
 mod pg {
     //! A PostgreSQL schema of its own per test, dropped afterwards.
     use sqlx::Connection;
@@ -631,6 +668,7 @@ macro_rules! on_both_stores {
 }
 
 on_both_stores!(
+    a_client_that_stops_reading_does_not_hold_up_the_run,
     the_seed_transcript_tokens_then_done_with_a_new_conversation,
     bad_requests_get_clear_errors,
     not_ready_is_503_and_health_is_always_ok,
