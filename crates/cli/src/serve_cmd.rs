@@ -116,7 +116,22 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         cfg.server.store,
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", ")
     );
-    let router = toolgraph_server::router(app.clone());
+    let router = match &cfg.server.ops_bind {
+        None => toolgraph_server::router(app.clone()),
+        Some(ops) => {
+            let ops_listener = tokio::net::TcpListener::bind(ops.as_str())
+                .await
+                .with_context(|| format!("cannot listen on server.ops_bind {ops}"))?;
+            eprintln!("toolgraph serve: /health and /metrics on http://{}", ops_listener.local_addr()?);
+            let ops_router = toolgraph_server::ops_router(app.clone());
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(ops_listener, ops_router).await {
+                    tracing::error!(error = %e, "the ops listener failed");
+                }
+            });
+            toolgraph_server::api_router(app.clone())
+        }
+    };
     let stopping = app.clone();
     // SSE frames are small writes: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // hold each one back by ~40 ms.

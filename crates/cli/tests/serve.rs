@@ -12,6 +12,42 @@ async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
 
 /// The same against PostgreSQL (`TOOLGRAPH_DATABASE_URL`), in a schema of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metrics_can_live_on_a_separate_address() {
+    let model = ScriptedModelServer::start(vec![]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, ops) = (free(), free());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["serve", "--port", &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
+        .env("TOOLGRAPH_LLM_MODEL", "scripted")
+        .env("TOOLGRAPH_SERVER_OPS_BIND", format!("127.0.0.1:{ops}"))
+        .env_remove("TOOLGRAPH_DATABASE_URL")
+        .env_remove("PORT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while reqwest::get(format!("http://127.0.0.1:{port}/ready")).await.map(|r| r.status() != 200).unwrap_or(true) {
+        assert!(started.elapsed() < Duration::from_secs(20), "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = reqwest::get(format!("http://127.0.0.1:{ops}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("chatbot_errors_total"), "{metrics}");
+    assert_eq!(reqwest::get(format!("http://127.0.0.1:{ops}/health")).await.unwrap().status(), 200);
+    assert_eq!(
+        reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.unwrap().status(),
+        404,
+        "not on the main address"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_on_postgresql() {
     use sqlx::Connection;
     let url = std::env::var("TOOLGRAPH_TEST_DATABASE_URL")

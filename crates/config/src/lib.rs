@@ -122,6 +122,9 @@ pub struct ServerSettings {
     pub port: u16,
     /// Store for conversations and checkpoints. Default: `sqlite`.
     pub store: StoreKind,
+    /// Serve `/health` and `/metrics` on this `host:port` instead of the main address
+    /// (e.g. only reachable by the cluster's scraper). Default: unset (main address).
+    pub ops_bind: Option<String>,
     /// Request authentication. Default: `none`.
     pub auth: AuthKind,
     /// Shared secret of `auth = "hmac"`. Env: `TOOLGRAPH_SERVER_HMAC_SECRET`.
@@ -139,6 +142,7 @@ impl Default for ServerSettings {
             bind: "127.0.0.1".into(),
             port: 8000,
             store: StoreKind::Sqlite,
+            ops_bind: None,
             auth: AuthKind::None,
             hmac_secret: None,
             api_keys: BTreeMap::new(),

@@ -21,7 +21,7 @@ mod turn;
 mod wire;
 
 pub use metrics::Metrics;
-pub use routes::router;
+pub use routes::{api_router, ops_router, router};
 pub use store_pg::PostgresConversationStore;
 pub use wire::{ConfirmResponse, MAX_MESSAGE_CHARS, PendingActionDto};
 

@@ -23,12 +23,16 @@ use std::sync::Arc;
 use toolgraph_graph::react::user_turn;
 use toolgraph_graph::{Decision, GraphError, InterruptId, ResumeResult, RunOptions, ThreadId};
 
-/// The service's routes over `state`.
+/// The service's routes over `state`, `/health` and `/metrics` included.
 pub fn router(state: AppState) -> Router {
+    api_router(state.clone()).merge(ops_router(state))
+}
+
+/// The chat routes and `/ready`, without `/health` and `/metrics` (for serving those on a
+/// separate address with [`ops_router`]).
+pub fn api_router(state: AppState) -> Router {
     Router::new()
-        .route("/health", get(|| async { axum::Json(json!({ "status": "ok" })) }))
         .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
         .route("/api/chatbot/stream", post(stream))
         .route("/api/chatbot/confirm", post(confirm))
         .route("/api/chatbot/runs/{run_id}/events", get(run_events))
@@ -37,6 +41,14 @@ pub fn router(state: AppState) -> Router {
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .with_state(state)
+}
+
+/// Liveness and metrics: `/health` and `/metrics`.
+pub fn ops_router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(|| async { axum::Json(json!({ "status": "ok" })) }))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
