@@ -136,10 +136,16 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
         tracing::error!(error = %e, "cannot release the conversation");
     }
     match (&result.error, &result.reply, result.pending.first()) {
-        (Some(message), _, _) => log.push("error", json!({ "message": message }).to_string()),
+        (Some(message), _, _) => {
+            tracing::warn!(run = %turn.run_id, conversation = turn.conversation, %message, "turn ended with an error frame");
+            log.push("error", json!({ "message": message }).to_string())
+        }
         (None, Some((id, _)), _) => push_done(log, turn.conversation, *id),
         (None, None, Some(p)) => push_done(log, turn.conversation, p.message_id),
-        (None, None, None) => log.push("error", json!({ "message": "the run ended without a reply" }).to_string()),
+        (None, None, None) => {
+            tracing::warn!(run = %turn.run_id, conversation = turn.conversation, "run ended without a reply");
+            log.push("error", json!({ "message": "the run ended without a reply" }).to_string())
+        }
     }
     m.stream_duration.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
     log.finish();
