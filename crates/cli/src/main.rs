@@ -72,7 +72,13 @@ fn init_logging(verbose: u8) {
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    use std::io::IsTerminal;
+    // Colour codes only for a person at a terminal, not for log files and collectors.
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn load_config(cli: &Cli) -> anyhow::Result<Config> {

@@ -111,9 +111,13 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {bind}:{port}"))?;
     let addr = listener.local_addr()?;
     app.set_ready();
+    let store_name = match (&cfg.database_url, cfg.server.store) {
+        (Some(_), _) => "postgres",
+        (None, StoreKind::Memory) => "memory",
+        (None, StoreKind::Sqlite) => "sqlite",
+    };
     eprintln!(
-        "toolgraph serve: listening on http://{addr} (store: {:?}, agents: {})",
-        cfg.server.store,
+        "toolgraph serve: listening on http://{addr} (store: {store_name}, agents: {})",
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", ")
     );
     let router = match &cfg.server.ops_bind {
