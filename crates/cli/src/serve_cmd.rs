@@ -9,7 +9,7 @@ use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
-use toolgraph_server::{AppState, PostgresConversationStore, ServedAgent, ServiceOptions};
+use toolgraph_server::{AppState, PostgresConversationStore, ProjectingCheckpointer, ServedAgent, ServiceOptions};
 
 /// The pool to close once every run has finished.
 enum StoreCloser {
@@ -65,10 +65,12 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 let store = PostgresConversationStore::new(pool.clone())
                     .await
                     .context("cannot prepare the conversation store")?;
-                (Arc::new(ckpt), Arc::new(store), StoreCloser::Postgres(pool))
+                (Arc::new(ProjectingCheckpointer::postgres(ckpt)), Arc::new(store), StoreCloser::Postgres(pool))
             }
             (None, StoreKind::Memory) => {
-                (Arc::new(MemoryCheckpointer::new()), Arc::new(MemoryConversationStore::new()), StoreCloser::None)
+                let store = Arc::new(MemoryConversationStore::new());
+                let ckpt = ProjectingCheckpointer::memory(MemoryCheckpointer::new(), Arc::clone(&store));
+                (Arc::new(ckpt), store, StoreCloser::None)
             }
             (None, StoreKind::Sqlite) => {
                 let path = cfg.data_dir.join("toolgraph.db");
@@ -78,7 +80,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 let store = SqliteConversationStore::new(pool.clone())
                     .await
                     .context("cannot prepare the conversation store")?;
-                (Arc::new(ckpt), Arc::new(store), StoreCloser::Sqlite(pool))
+                (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), StoreCloser::Sqlite(pool))
             }
         };
     let mut agents = BTreeMap::new();

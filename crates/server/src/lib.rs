@@ -13,6 +13,7 @@ pub mod auth;
 mod error;
 mod extract;
 mod metrics;
+mod projection;
 mod routes;
 mod runlog;
 pub mod store;
@@ -21,6 +22,7 @@ mod turn;
 mod wire;
 
 pub use metrics::Metrics;
+pub use projection::ProjectingCheckpointer;
 pub use routes::{api_router, ops_router, router};
 pub use store_pg::PostgresConversationStore;
 pub use wire::{ConfirmResponse, MAX_MESSAGE_CHARS, PendingActionDto};

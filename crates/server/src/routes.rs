@@ -181,7 +181,7 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     }
     let turn = Turn { tenant: req.tenant_id, conversation, run_id: run_id.clone(), agent: agent_name };
     let started = async {
-        store.add_message(conversation, "user", &req.message).await.map_err(ApiError::internal)?;
+        // The user's message is committed with the run's first checkpoint (see `projection`).
         let thread = ThreadId::new(req.tenant_id, conversation);
         match agent
             .graph

@@ -89,6 +89,8 @@ pub trait ConversationStore: Send + Sync + 'static {
         description: &str,
         arguments: &Value,
     ) -> Result<i64, StoreError>;
+    /// The newest message of `role` in the conversation: `(id, content)`.
+    async fn last_message(&self, conversation: i64, role: &str) -> Result<Option<(i64, String)>, StoreError>;
     /// The pending action `message_id` if it belongs to that conversation, tenant and user.
     async fn pending(
         &self,
@@ -135,6 +137,50 @@ impl SqliteConversationStore {
         m.run(&pool).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
         Ok(Self { pool })
     }
+}
+
+/// Inserts a message through any connection (a pool, or a caller's transaction).
+pub(crate) async fn sqlite_insert_message(
+    conn: &mut sqlx::SqliteConnection,
+    conversation: i64,
+    role: &str,
+    content: &str,
+) -> Result<i64, sqlx::Error> {
+    Ok(sqlx::query("INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4)")
+        .bind(conversation)
+        .bind(role)
+        .bind(content)
+        .bind(now_ms())
+        .execute(&mut *conn)
+        .await?
+        .last_insert_rowid())
+}
+
+/// Inserts a pending action and its message through `conn` (inside the caller's transaction).
+pub(crate) async fn sqlite_insert_pending(
+    conn: &mut sqlx::SqliteConnection,
+    conversation: i64,
+    run_id: &str,
+    interrupt_id: &str,
+    tool_name: &str,
+    description: &str,
+    arguments: &Value,
+) -> Result<i64, sqlx::Error> {
+    let id = sqlite_insert_message(conn, conversation, "pending", description).await?;
+    sqlx::query(
+        "INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .bind(id)
+    .bind(conversation)
+    .bind(run_id)
+    .bind(interrupt_id)
+    .bind(tool_name)
+    .bind(description)
+    .bind(arguments.to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(id)
 }
 
 fn pending_from_row(r: &sqlx::sqlite::SqliteRow) -> PendingAction {
@@ -204,14 +250,8 @@ impl ConversationStore for SqliteConversationStore {
     }
 
     async fn add_message(&self, conversation: i64, role: &str, content: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query("INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4)")
-            .bind(conversation)
-            .bind(role)
-            .bind(content)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?
-            .last_insert_rowid())
+        let mut conn = self.pool.acquire().await?;
+        Ok(sqlite_insert_message(&mut conn, conversation, role, content).await?)
     }
 
     async fn add_pending(
@@ -224,30 +264,21 @@ impl ConversationStore for SqliteConversationStore {
         arguments: &Value,
     ) -> Result<i64, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let id = sqlx::query(
-            "INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES (?1, 'pending', ?2, ?3)",
-        )
-        .bind(conversation)
-        .bind(description)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?
-        .last_insert_rowid();
-        sqlx::query(
-            "INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .bind(id)
-        .bind(conversation)
-        .bind(run_id)
-        .bind(interrupt_id)
-        .bind(tool_name)
-        .bind(description)
-        .bind(arguments.to_string())
-        .execute(&mut *tx)
-        .await?;
+        let id = sqlite_insert_pending(&mut tx, conversation, run_id, interrupt_id, tool_name, description, arguments)
+            .await?;
         tx.commit().await?;
         Ok(id)
+    }
+
+    async fn last_message(&self, conversation: i64, role: &str) -> Result<Option<(i64, String)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, content FROM messages WHERE conversation_id = ?1 AND role = ?2 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(conversation)
+        .bind(role)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 
     async fn pending(
@@ -534,6 +565,11 @@ impl ConversationStore for MemoryConversationStore {
             Some(d) if d == approve => Decided::Same,
             Some(_) => Decided::Conflict,
         })
+    }
+
+    async fn last_message(&self, conversation: i64, role: &str) -> Result<Option<(i64, String)>, StoreError> {
+        let g = self.lock();
+        Ok(g.messages.iter().rev().find(|m| m.1 == conversation && m.2 == role).map(|m| (m.0, m.3.clone())))
     }
 
     async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {

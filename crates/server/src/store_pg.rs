@@ -46,6 +46,53 @@ fn pending_from_row(r: &PgRow) -> PendingAction {
     }
 }
 
+/// Inserts a message through `conn` (a pooled connection or a caller's transaction).
+pub(crate) async fn pg_insert_message(
+    conn: &mut sqlx::PgConnection,
+    conversation: i64,
+    role: &str,
+    content: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+    )
+    .bind(conversation)
+    .bind(role)
+    .bind(content)
+    .bind(now_ms())
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Inserts a pending action and its message in one statement through `conn`.
+pub(crate) async fn pg_insert_pending(
+    conn: &mut sqlx::PgConnection,
+    conversation: i64,
+    run_id: &str,
+    interrupt_id: &str,
+    tool_name: &str,
+    description: &str,
+    arguments: &Value,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH m AS (
+             INSERT INTO messages (conversation_id, role, content, created_at_ms)
+             VALUES ($1, 'pending', $5, $7) RETURNING id
+         )
+         INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
+         SELECT id, $1, $2, $3, $4, $5, $6::jsonb FROM m RETURNING message_id",
+    )
+    .bind(conversation)
+    .bind(run_id)
+    .bind(interrupt_id)
+    .bind(tool_name)
+    .bind(description)
+    .bind(arguments.to_string())
+    .bind(now_ms())
+    .fetch_one(&mut *conn)
+    .await
+}
+
 #[async_trait]
 impl ConversationStore for PostgresConversationStore {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
@@ -98,15 +145,8 @@ impl ConversationStore for PostgresConversationStore {
     }
 
     async fn add_message(&self, conversation: i64, role: &str, content: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
-        )
-        .bind(conversation)
-        .bind(role)
-        .bind(content)
-        .bind(now_ms())
-        .fetch_one(&self.pool)
-        .await?)
+        let mut conn = self.pool.acquire().await?;
+        Ok(pg_insert_message(&mut conn, conversation, role, content).await?)
     }
 
     async fn add_pending(
@@ -118,24 +158,19 @@ impl ConversationStore for PostgresConversationStore {
         description: &str,
         arguments: &Value,
     ) -> Result<i64, StoreError> {
-        // One statement: the message and its pending action appear together or not at all.
-        Ok(sqlx::query_scalar(
-            "WITH m AS (
-                 INSERT INTO messages (conversation_id, role, content, created_at_ms)
-                 VALUES ($1, 'pending', $5, $7) RETURNING id
-             )
-             INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
-             SELECT id, $1, $2, $3, $4, $5, $6::jsonb FROM m RETURNING message_id",
+        let mut conn = self.pool.acquire().await?;
+        Ok(pg_insert_pending(&mut conn, conversation, run_id, interrupt_id, tool_name, description, arguments).await?)
+    }
+
+    async fn last_message(&self, conversation: i64, role: &str) -> Result<Option<(i64, String)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, content FROM messages WHERE conversation_id = $1 AND role = $2 ORDER BY id DESC LIMIT 1",
         )
         .bind(conversation)
-        .bind(run_id)
-        .bind(interrupt_id)
-        .bind(tool_name)
-        .bind(description)
-        .bind(arguments.to_string())
-        .bind(now_ms())
-        .fetch_one(&self.pool)
-        .await?)
+        .bind(role)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 
     async fn pending(

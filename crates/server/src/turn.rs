@@ -51,6 +51,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
     let mut result = TurnResult::default();
     let mut model_started: Option<Instant> = None;
     let mut tools: HashMap<String, Instant> = HashMap::new();
+    let graph_run = run.run_id().to_owned();
     while let Some(event) = run.next_event().await {
         match event {
             RunEvent::TextDelta { text } => log.push("token", json!({ "content": text }).to_string()),
@@ -71,30 +72,29 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
                 if !ok && !denied {
                     m.sql_retries.with_label_values(&[&turn.tenant.to_string()]).inc();
                 }
-                let content = json!({ "tool": name, "call_id": call_id, "outcome": outcome }).to_string();
-                if let Err(e) = store.add_message(turn.conversation, "tool", &content).await {
-                    tracing::error!(error = %e, "cannot persist a tool message");
-                }
+                // The tool message itself was committed with its checkpoint (see `projection`).
             }
             RunEvent::Interrupted { pending } => {
-                for p in pending {
-                    let tool = p.payload.get("tool").and_then(Value::as_str).unwrap_or_default().to_owned();
-                    let description =
-                        p.payload.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
-                    let arguments = p.payload.get("arguments").cloned().unwrap_or(Value::Null);
-                    match store
-                        .add_pending(turn.conversation, &turn.run_id, &p.id.0, &tool, &description, &arguments)
-                        .await
-                    {
-                        Ok(message_id) => {
-                            let dto = PendingActionDto { message_id, tool_name: tool, description, arguments };
-                            log.push("pending", serde_json::to_string(&dto).unwrap_or_default());
-                            result.pending.push(dto);
+                // The pending actions were committed with the checkpoint that paused the run;
+                // read back their message ids, in the order the run listed them.
+                match store.run_pending(turn.conversation, &graph_run).await {
+                    Ok(rows) => {
+                        for p in &pending {
+                            if let Some(row) = rows.iter().find(|r| r.interrupt_id == p.id.0) {
+                                let dto = PendingActionDto {
+                                    message_id: row.message_id,
+                                    tool_name: row.tool_name.clone(),
+                                    description: row.description.clone(),
+                                    arguments: row.arguments.clone(),
+                                };
+                                log.push("pending", serde_json::to_string(&dto).unwrap_or_default());
+                                result.pending.push(dto);
+                            }
                         }
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot persist a pending action");
-                            result.error = Some("cannot save the pending action".into());
-                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the pending actions back");
+                        result.error = Some("cannot read the pending actions".into());
                     }
                 }
             }
@@ -102,30 +102,42 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
         }
     }
     let outcome = run.outcome().await;
-    let (label, reply) = match &outcome {
-        RunOutcome::Completed { state } => ("completed", Some(state.last_reply().unwrap_or_default().to_owned())),
-        RunOutcome::Interrupted { .. } => ("interrupted", None),
+    // A completed run's reply was committed with its last checkpoint; a fallback reply (not
+    // part of the graph state) is written here.
+    let (label, reply, fallback) = match &outcome {
+        RunOutcome::Completed { .. } => ("completed", true, None),
+        RunOutcome::Interrupted { .. } => ("interrupted", false, None),
         RunOutcome::RecursionLimit { .. } => {
             m.errors.with_label_values(&["recursion"]).inc();
             log.push("token", json!({ "content": RECURSION_FALLBACK }).to_string());
-            ("error", Some(RECURSION_FALLBACK.to_owned()))
+            ("error", false, Some(RECURSION_FALLBACK))
         }
         RunOutcome::Cancelled { .. } => {
             result.error = Some("the service is shutting down".into());
-            ("error", None)
+            ("error", false, None)
         }
         RunOutcome::Failed { error, .. } => {
             m.errors.with_label_values(&["exception"]).inc();
             tracing::warn!(run = %turn.run_id, %error, "run failed");
             result.error = Some(public_error(error));
-            ("error", None)
+            ("error", false, None)
         }
     };
-    if let Some(text) = reply {
-        match store.add_message(turn.conversation, "assistant", &text).await {
-            Ok(id) => result.reply = Some((id, text)),
+    if reply {
+        match store.last_message(turn.conversation, "assistant").await {
+            Ok(Some(found)) => result.reply = Some(found),
+            Ok(None) => result.error = Some("the reply was not saved".into()),
             Err(e) => {
-                tracing::error!(error = %e, "cannot persist the assistant message");
+                tracing::error!(error = %e, "cannot read the assistant message back");
+                result.error = Some("cannot read the reply".into());
+            }
+        }
+    }
+    if let Some(text) = fallback {
+        match store.add_message(turn.conversation, "assistant", text).await {
+            Ok(id) => result.reply = Some((id, text.to_owned())),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot persist the fallback message");
                 result.error = Some("cannot save the reply".into());
             }
         }

@@ -14,9 +14,9 @@ use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_graph::react::{self, AgentSpec};
 use toolgraph_graph::{Checkpointer, PostgresCheckpointer};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
-use toolgraph_server::PostgresConversationStore;
 use toolgraph_server::store::{ConversationStore, SqliteConversationStore};
 use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
+use toolgraph_server::{PostgresConversationStore, ProjectingCheckpointer};
 use toolgraph_tools::ToolBuilder;
 
 #[derive(Deserialize, JsonSchema)]
@@ -81,11 +81,11 @@ async fn service_opts(
         let schema = pg::Schema::create().await.expect("checked by the test wrapper");
         let ckpt = PostgresCheckpointer::connect_with(schema.options()).await.unwrap();
         let store = PostgresConversationStore::new(ckpt.pool().clone()).await.unwrap();
-        (Arc::new(ckpt), Arc::new(store), Some(schema))
+        (Arc::new(ProjectingCheckpointer::postgres(ckpt)), Arc::new(store), Some(schema))
     } else {
         let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
         let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
-        (Arc::new(ckpt), Arc::new(store), None)
+        (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), None)
     };
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { recursion_limit, state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
