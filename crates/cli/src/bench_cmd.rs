@@ -167,7 +167,7 @@ async fn graph(json: bool, postgres: Option<String>, turns: u32) -> anyhow::Resu
     let step_overhead_us = tokio::task::spawn_blocking(move || step_overhead(turns, false)).await??;
     let step_wall_multi_thread_us = tokio::task::spawn_blocking(move || step_overhead(turns, true)).await??;
 
-    let dir = tempfile_dir()?;
+    let dir = tempfile_dir().await?;
     let sqlite = SqliteCheckpointer::open(&dir.join("latency.db")).await?;
     let (sqlite_write_p50_us, sqlite_write_p99_us) = write_latency(&sqlite, 2000).await?;
 
@@ -201,7 +201,7 @@ async fn graph(json: bool, postgres: Option<String>, turns: u32) -> anyhow::Resu
         }
         sizes[slot] = store.stored_bytes().await?;
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = tokio::fs::remove_dir_all(&dir).await;
     let report = GraphReport {
         step_overhead_us,
         step_wall_multi_thread_us,
@@ -218,9 +218,9 @@ async fn graph(json: bool, postgres: Option<String>, turns: u32) -> anyhow::Resu
     Ok(report)
 }
 
-fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+async fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("toolgraph-bench-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir)?;
+    tokio::fs::create_dir_all(&dir).await?;
     Ok(dir)
 }
 
