@@ -153,6 +153,16 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
         ),
         None => None,
     };
+    if let (Some(asked), Some(conv)) = (&req.agent, &existing)
+        && *asked != conv.agent
+    {
+        // Its checkpoints and pending actions belong to that agent's graph and tools.
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "agent",
+            format!("conversation {} belongs to agent '{}'", conv.id, conv.agent),
+        ));
+    }
     let agent_name = req
         .agent
         .clone()

@@ -87,9 +87,13 @@ async fn service_opts(
         let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
         (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), None)
     };
+    let helper = react::build(AgentSpec::new("helper", "You help.", tools.clone()), llm.clone(), ckpt.clone()).unwrap();
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { recursion_limit, state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
-    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings })]);
+    let agents = BTreeMap::from([
+        ("lumie".to_string(), ServedAgent { graph, settings: settings.clone() }),
+        ("helper".to_string(), ServedAgent { graph: helper, settings }),
+    ]);
     let app = AppState::new(agents, "lumie".into(), store.clone(), ckpt, options);
     if ready {
         app.set_ready();
@@ -220,6 +224,17 @@ async fn bad_requests_get_clear_errors(b: &str) {
     let (status, _) = stream(&s, &body(Some(999), "hola")).await;
     assert_eq!(status, 404);
     let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    // A conversation stays with the agent that started it.
+    let mut other_agent = body(Some(conv), "hola");
+    other_agent["agent"] = json!("helper");
+    let resp = post(&s, "/api/chatbot/stream", "demo", &other_agent).await;
+    assert_eq!(resp.status(), 422);
+    let err = resp.json::<Value>().await.unwrap();
+    assert_eq!(err["field"], "agent");
+    assert!(err["error"].as_str().unwrap().contains("belongs to agent 'lumie'"), "{err}");
+    let mut unknown_agent = body(None, "hola");
+    unknown_agent["agent"] = json!("nobody");
+    assert_eq!(post(&s, "/api/chatbot/stream", "demo", &unknown_agent).await.status(), 422);
     let mut foreign = body(Some(conv), "hola");
     foreign["userId"] = json!(102);
     assert_eq!(post(&s, "/api/chatbot/stream", "demo", &foreign).await.status(), 404);
