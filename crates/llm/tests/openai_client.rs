@@ -258,3 +258,52 @@ fn a_base_url_that_is_not_http_is_refused() {
     let err = OpenAiChatModel::new(OpenAiConfig::new("not a url", "m")).unwrap_err();
     assert!(err.to_string().contains("is not a URL"), "{err}");
 }
+
+#[tokio::test]
+async fn gemini_style_tool_calls_without_index_in_one_chunk() {
+    // Gemini's OpenAI endpoint sends each call whole, without `index`, several in one delta.
+    let chunk = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+        {"id": "g1", "type": "function", "function": {"name": "get_guia", "arguments": "{\"key\":\"competencias\"}"}},
+        {"id": "g2", "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\":\"2*21\"}"}}
+    ]}, "finish_reason": "tool_calls"}]});
+    let server =
+        ScriptedModelServer::start(vec![Reply::Stream(vec![Step::Raw(chunk.to_string()), Step::Done])]).await.unwrap();
+    let resp = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap();
+    let calls: Vec<(&str, &str, &str)> =
+        resp.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
+    assert_eq!(
+        calls,
+        [("g1", "get_guia", "{\"key\":\"competencias\"}"), ("g2", "calculator", "{\"expression\":\"2*21\"}")]
+    );
+}
+
+#[tokio::test]
+async fn ollama_style_complete_calls_with_a_stop_finish_are_tool_calls() {
+    // Ollama sends complete calls with an index but finishes with "stop".
+    let chunk = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "", "tool_calls": [
+        {"index": 0, "id": "call_x", "type": "function", "function": {"name": "note_list", "arguments": "{}"}}
+    ]}, "finish_reason": "stop"}]});
+    let server =
+        ScriptedModelServer::start(vec![Reply::Stream(vec![Step::Raw(chunk.to_string()), Step::Done])]).await.unwrap();
+    let resp = collect_response(client(&server).stream(request()).await.unwrap()).await.unwrap();
+    assert_eq!(resp.finish_reason, FinishReason::ToolCalls, "callers route on this");
+    assert_eq!(resp.tool_calls[0].name, "note_list");
+}
+
+#[tokio::test]
+async fn gemini_base_urls_get_gemini_schemas_on_the_wire() {
+    // A Gemini-style provider setting changes what is sent: no null types, `nullable` instead.
+    let server = ScriptedModelServer::start(vec![Reply::text("ok")]).await.unwrap();
+    let mut cfg = OpenAiConfig::new(server.base_url(), "gemini-2.5-flash");
+    cfg.provider = toolgraph_llm::Provider::Gemini;
+    let tools = vec![ToolDefinition {
+        name: "rag_search".into(),
+        description: "search".into(),
+        parameters: json!({"type": "object", "properties": {"top_k": {"type": ["integer", "null"], "format": "uint8"}}}),
+    }];
+    collect_response(OpenAiChatModel::new(cfg).unwrap().stream(request().with_tools(tools)).await.unwrap())
+        .await
+        .unwrap();
+    let sent = &server.requests()[0]["tools"][0]["function"]["parameters"]["properties"]["top_k"];
+    assert_eq!(sent, &json!({"type": "integer", "nullable": true}));
+}
