@@ -7,6 +7,7 @@ mod agent;
 mod bench_cmd;
 mod chat_cmd;
 mod config_cmd;
+mod eval_cmd;
 mod graph_cmd;
 mod serve_cmd;
 mod tools_cmd;
@@ -53,6 +54,9 @@ enum Command {
     /// Inspect agent graphs.
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
+    /// Measure quality: retrieval on BEIR-layout data sets.
+    #[command(subcommand)]
+    Eval(eval_cmd::EvalCommand),
     /// Run a benchmark and print its figures.
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
@@ -99,6 +103,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(args) => chat_cmd::run(args, &cfg).await,
         Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
+        Command::Eval(cmd) => eval_cmd::run(cmd).await,
         Command::Config(cmd) => config_cmd::run(cmd, &cfg),
     }
 }

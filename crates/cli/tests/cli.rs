@@ -155,3 +155,47 @@ fn the_shipped_example_configs_load() {
         assert_eq!(v["agents"]["analytics"]["tools"], serde_json::json!(["general_query"]), "{file}");
     }
 }
+
+#[test]
+fn eval_retrieval_prints_the_metrics_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("corpus.jsonl"),
+        "{\"_id\":\"d1\",\"title\":\"Docker volumes\",\"text\":\"Volumes persist container data.\"}\n\
+         {\"_id\":\"d2\",\"title\":\"Cats\",\"text\":\"Cats sleep most of the day.\"}\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("queries.jsonl"), "{\"_id\":\"q1\",\"text\":\"How do containers persist data?\"}\n").unwrap();
+    std::fs::create_dir(d.join("qrels")).unwrap();
+    std::fs::write(d.join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\nq1\td1\t1\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["eval", "retrieval", "--json", "--dataset"])
+        .arg(d)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    for key in [
+        "ndcg_at_10",
+        "recall_at_5",
+        "recall_at_10",
+        "recall_at_100",
+        "mrr_at_10",
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "queries",
+        "mode",
+    ] {
+        assert!(v.get(key).is_some(), "{key} missing: {v}");
+    }
+    assert_eq!(v["ndcg_at_10"], 1.0, "the one relevant document ranks first");
+    assert_eq!(v["mode"], "bm25");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["eval", "retrieval", "--mode", "dense", "--dataset"])
+        .arg(d)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("only `bm25`"), "{}", stderr(&out));
+}
