@@ -158,6 +158,9 @@ impl Checkpointer for SqliteCheckpointer {
             .await
             .map_err(backend_error)?;
         if exists > 0 {
+            // Roll back now: a dropped transaction is only rolled back when its connection is
+            // next used, and until then it holds its locks.
+            tx.rollback().await.map_err(backend_error)?;
             return Err(CheckpointError::ThreadExists(to.to_string()));
         }
         let n = sqlx::query(
