@@ -94,6 +94,22 @@ fn project(record: &CheckpointRecord) -> Projection {
     p
 }
 
+/// Commits when everything was written, else rolls back at once: a dropped transaction is
+/// only rolled back when its connection is next used, and holds its locks until then.
+async fn finish<DB: sqlx::Database>(
+    tx: sqlx::Transaction<'_, DB>,
+    written: Result<(), CheckpointError>,
+    err: &impl Fn(sqlx::Error) -> CheckpointError,
+) -> Result<(), CheckpointError> {
+    match written {
+        Ok(()) => tx.commit().await.map_err(err),
+        Err(e) => {
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
 fn db_error(backend: &'static str) -> impl Fn(sqlx::Error) -> CheckpointError {
     move |e| CheckpointError::Backend { backend, message: e.to_string() }
 }
@@ -109,30 +125,38 @@ impl Checkpointer for ProjectingCheckpointer {
             Backend::Sqlite(c) => {
                 let err = db_error("sqlite");
                 let mut tx = c.pool().begin().await.map_err(&err)?;
-                SqliteCheckpointer::append_with(&mut *tx, thread, record).await?;
-                for (role, content) in &projection.messages {
-                    sqlite_insert_message(&mut tx, conv, role, content).await.map_err(&err)?;
+                let written = async {
+                    SqliteCheckpointer::append_with(&mut *tx, thread, record).await?;
+                    for (role, content) in &projection.messages {
+                        sqlite_insert_message(&mut tx, conv, role, content).await.map_err(&err)?;
+                    }
+                    for (id, tool, description, args) in &projection.pending {
+                        sqlite_insert_pending(&mut tx, conv, &record.run_id, id, tool, description, args)
+                            .await
+                            .map_err(&err)?;
+                    }
+                    Ok::<_, CheckpointError>(())
                 }
-                for (id, tool, description, args) in &projection.pending {
-                    sqlite_insert_pending(&mut tx, conv, &record.run_id, id, tool, description, args)
-                        .await
-                        .map_err(&err)?;
-                }
-                tx.commit().await.map_err(&err)
+                .await;
+                finish(tx, written, &err).await
             }
             Backend::Postgres(c) => {
                 let err = db_error("postgres");
                 let mut tx = c.pool().begin().await.map_err(&err)?;
-                PostgresCheckpointer::append_with(&mut *tx, thread, record).await?;
-                for (role, content) in &projection.messages {
-                    pg_insert_message(&mut tx, conv, role, content).await.map_err(&err)?;
+                let written = async {
+                    PostgresCheckpointer::append_with(&mut *tx, thread, record).await?;
+                    for (role, content) in &projection.messages {
+                        pg_insert_message(&mut tx, conv, role, content).await.map_err(&err)?;
+                    }
+                    for (id, tool, description, args) in &projection.pending {
+                        pg_insert_pending(&mut tx, conv, &record.run_id, id, tool, description, args)
+                            .await
+                            .map_err(&err)?;
+                    }
+                    Ok::<_, CheckpointError>(())
                 }
-                for (id, tool, description, args) in &projection.pending {
-                    pg_insert_pending(&mut tx, conv, &record.run_id, id, tool, description, args)
-                        .await
-                        .map_err(&err)?;
-                }
-                tx.commit().await.map_err(&err)
+                .await;
+                finish(tx, written, &err).await
             }
             Backend::Memory(c, store) => {
                 c.append(thread, record).await?;
