@@ -28,12 +28,6 @@ pub struct ServeArgs {
     port: Option<u16>,
 }
 
-fn hex_digest(h: &str) -> Option<[u8; 32]> {
-    let bytes: Option<Vec<u8>> =
-        (0..h.len()).step_by(2).map(|i| h.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect();
-    bytes?.try_into().ok()
-}
-
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -95,13 +89,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             Auth::Hmac(HmacVerifier::new(secret.expose().as_bytes().to_vec()))
         }
         AuthKind::ApiKey => {
-            let mut keys = std::collections::HashMap::new();
-            for (slug, digest) in &cfg.server.api_keys {
-                let bytes: [u8; 32] =
-                    hex_digest(digest).with_context(|| format!("server.api_keys.{slug} is not a SHA-256"))?;
-                keys.insert(slug.clone(), bytes);
-            }
-            Auth::ApiKey(keys)
+            Auth::api_keys(&cfg.server.api_keys).map_err(|e| anyhow::anyhow!("server.api_keys: {e}"))?
         }
     };
     let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };

@@ -466,6 +466,25 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_environment_names_reach_their_keys() {
+        Jail::expect_with(|jail| {
+            jail.create_file("toolgraph.toml", "[agents.tutor]\nsystem_prompt = \"x\"\n")?;
+            jail.set_env("TOOLGRAPH_AGENTS__TUTOR__MODEL", "qwen2.5");
+            jail.set_env("TOOLGRAPH_SERVER_OPS_BIND", "127.0.0.1:9100");
+            jail.set_env("TOOLGRAPH_SERVER_MAX_RUNS_PER_TENANT", "5");
+            jail.set_env("TOOLGRAPH_SERVER__API_KEYS__DEMO", "ab".repeat(32));
+            jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
+            let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.agents["tutor"].model.as_deref(), Some("qwen2.5"));
+            assert_eq!(c.server.ops_bind.as_deref(), Some("127.0.0.1:9100"));
+            assert_eq!(c.server.max_runs_per_tenant, 5);
+            assert_eq!(c.server.api_keys["demo"], "ab".repeat(32));
+            assert_eq!(c.tools.sql_database.as_deref(), Some("sqlite::memory:"));
+            Ok(())
+        });
+    }
+
+    #[test]
     fn unknown_keys_name_the_file_and_the_key() {
         Jail::expect_with(|jail| {
             jail.create_file("toolgraph.toml", "[llm]\nmodle = \"x\"\n")?;

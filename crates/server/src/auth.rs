@@ -28,6 +28,22 @@ pub enum Auth {
 }
 
 impl Auth {
+    /// `api_key` mode from `[server.api_keys]`: tenant slug → hex SHA-256 of its key.
+    ///
+    /// # Errors
+    /// The slug whose digest is not 64 hex digits.
+    pub fn api_keys<'a>(digests: impl IntoIterator<Item = (&'a String, &'a String)>) -> Result<Self, String> {
+        let mut keys = HashMap::new();
+        for (slug, digest) in digests {
+            let bytes: [u8; 32] = hex::decode(digest)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("the key digest of tenant '{slug}' is not a hex SHA-256"))?;
+            keys.insert(slug.clone(), bytes);
+        }
+        Ok(Self::ApiKey(keys))
+    }
+
     /// Checks a request; `tenant_slug` is the `X-Tenant-Slug` header.
     pub fn check(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
         match self {
@@ -144,10 +160,8 @@ mod tests {
 
     #[test]
     fn api_keys_are_checked_against_their_hash() {
-        let auth = Auth::ApiKey(HashMap::from([(
-            "demo".to_string(),
-            <[u8; 32]>::try_from(hex::decode(hash_api_key("k-123")).unwrap()).unwrap(),
-        )]));
+        let auth = Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-123"))]).unwrap();
+        assert!(Auth::api_keys([(&"x".to_string(), &"not hex".to_string())]).err().is_some_and(|e| e.contains("'x'")));
         let mut h = HeaderMap::new();
         h.insert("x-tenant-slug", "demo".parse().unwrap());
         assert!(auth.check(&h, b"").is_err());

@@ -94,23 +94,37 @@ impl RunLog {
 /// Every live or recently finished run of this process.
 #[derive(Debug, Default)]
 pub struct RunLogs {
-    runs: Mutex<HashMap<String, Arc<RunLog>>>,
+    runs: Mutex<Runs>,
 }
+
+#[derive(Debug, Default)]
+struct Runs {
+    by_id: HashMap<String, Arc<RunLog>>,
+    /// When expired logs were last dropped: the sweep visits every run, so it runs at most
+    /// once per [`SWEEP_EVERY`], not on every new run.
+    swept: Option<Instant>,
+}
+
+/// Least time between two sweeps of expired logs.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl RunLogs {
     /// A new log for `run_id`; drops logs of runs finished longer ago than [`RETAIN_FINISHED`].
     pub fn create(&self, run_id: &str, owner: (i64, i64)) -> Arc<RunLog> {
         let log = Arc::new(RunLog { owner, inner: Mutex::new(LogInner::default()), notify: Notify::new() });
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.retain(|_, l| l.lock().finished.is_none_or(|t| t.elapsed() < RETAIN_FINISHED));
-        runs.insert(run_id.to_owned(), Arc::clone(&log));
+        if runs.swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            runs.by_id.retain(|_, l| l.lock().finished.is_none_or(|t| t.elapsed() < RETAIN_FINISHED));
+            runs.swept = Some(Instant::now());
+        }
+        runs.by_id.insert(run_id.to_owned(), Arc::clone(&log));
         log
     }
 
     /// The log of `run_id` if `owner` may read it.
     pub fn get(&self, run_id: &str, owner: (i64, i64)) -> Option<Arc<RunLog>> {
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.get(run_id).filter(|l| l.owner == owner).cloned()
+        runs.by_id.get(run_id).filter(|l| l.owner == owner).cloned()
     }
 }
 

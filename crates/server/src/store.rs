@@ -115,7 +115,7 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError>;
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 

@@ -1,6 +1,6 @@
 //! [`PostgresConversationStore`]: the conversation store in PostgreSQL, shared by replicas.
 
-use crate::store::{Conversation, ConversationStore, Decided, PendingAction, StoreError};
+use crate::store::{Conversation, ConversationStore, Decided, PendingAction, StoreError, now_ms};
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::Row;
@@ -24,10 +24,6 @@ impl PostgresConversationStore {
         m.run(&pool).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
         Ok(Self { pool })
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 const PENDING_COLUMNS: &str = "message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments::text AS arguments, decision, response";

@@ -216,6 +216,9 @@ async fn bad_requests_get_clear_errors(b: &str) {
         .unwrap();
     assert_eq!(resp.status(), 400);
     assert!(resp.json::<Value>().await.unwrap()["error"].as_str().unwrap().starts_with("malformed JSON"));
+    // Bodies over 64 KiB are refused before they are parsed.
+    let big = post(&s, "/api/chatbot/stream", "demo", &body(None, &"a".repeat(70 * 1024))).await;
+    assert_eq!(big.status(), 413);
     // 4,000 Korean characters (12,000 bytes) are accepted: the limit counts characters.
     let (status, events) = stream(&s, &body(None, &"한".repeat(4000))).await;
     assert_eq!(status, 200);
@@ -440,16 +443,11 @@ async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry(b: &str)
 }
 
 fn api_key_options(slug: &str, key: &str) -> ServiceOptions {
-    let digest = hex_to_32(&toolgraph_server::auth::hash_api_key(key));
+    let digest = toolgraph_server::auth::hash_api_key(key);
     ServiceOptions {
-        auth: toolgraph_server::auth::Auth::ApiKey(std::collections::HashMap::from([(slug.to_string(), digest)])),
+        auth: toolgraph_server::auth::Auth::api_keys([(&slug.to_string(), &digest)]).unwrap(),
         ..ServiceOptions::default()
     }
-}
-
-fn hex_to_32(h: &str) -> [u8; 32] {
-    let bytes: Vec<u8> = (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect();
-    bytes.try_into().unwrap()
 }
 
 async fn api_key_mode_rejects_missing_wrong_and_foreign_keys(b: &str) {

@@ -107,6 +107,21 @@ impl SqliteCheckpointer {
             Err(e) => Err(backend_error(e)),
         }
     }
+    /// Records with `from <= seq <= upto`, ascending.
+    async fn range(&self, thread: &ThreadId, from: u64, upto: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let rows = sqlx::query(
+            "SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
+        )
+        .bind(thread.as_str())
+        .bind(i64::try_from(from).unwrap_or(i64::MAX))
+        .bind(i64::try_from(upto).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend_error)?;
+        rows.iter()
+            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u32, r.get::<&str, _>(2)))
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -116,16 +131,7 @@ impl Checkpointer for SqliteCheckpointer {
     }
 
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
-        let rows =
-            sqlx::query("SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq <= ?2 ORDER BY seq")
-                .bind(thread.as_str())
-                .bind(upto.map_or(i64::MAX, |u| u as i64))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(backend_error)?;
-        rows.iter()
-            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u32, r.get::<&str, _>(2)))
-            .collect()
+        self.range(thread, 1, upto.unwrap_or(u64::MAX)).await
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
@@ -138,16 +144,7 @@ impl Checkpointer for SqliteCheckpointer {
     }
 
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
-        let rows =
-            sqlx::query("SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq >= ?2 ORDER BY seq")
-                .bind(thread.as_str())
-                .bind(from as i64)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(backend_error)?;
-        rows.iter()
-            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u32, r.get::<&str, _>(2)))
-            .collect()
+        self.range(thread, from, u64::MAX).await
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
