@@ -45,6 +45,11 @@ pub fn model(cfg: &Config, settings: &AgentSettings) -> anyhow::Result<Arc<dyn C
 /// Every built-in tool the configuration enables.
 pub async fn all_tools(cfg: &Config) -> anyhow::Result<ToolRegistry> {
     let mut all = builtin::registry(&cfg.data_dir)?;
+    all.register(toolgraph_rag::tool::rag_search_tool(
+        Arc::new(crate::kb_cmd::kb_store(cfg)),
+        cfg.rag.tenant.clone(),
+        cfg.rag.default_kb.clone(),
+    ))?;
     if let Some(db) = &cfg.tools.sql_database {
         all.register(builtin::general_query(db).await?)?;
     }

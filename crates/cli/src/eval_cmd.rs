@@ -4,7 +4,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use toolgraph_rag::{Analyzer, BeirDataset, evaluate_bm25};
+use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, evaluate_bm25};
 
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
@@ -20,9 +20,15 @@ pub enum EvalCommand {
         /// Evaluate only the first N judged queries.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
-        /// Analyzer language: `auto` (guessed from the corpus), `en`, `es` or `vi`.
+        /// Analyzer language: `auto` (guessed from the corpus), `en`, `es`, `vi` or `ko`.
         #[arg(long, default_value = "auto")]
         language: String,
+        /// Longest chunk in words (longer documents are sub-chunked; hits aggregate to documents).
+        #[arg(long, value_name = "N", default_value_t = ChunkingOptions::default().max_words)]
+        max_words: usize,
+        /// Words shared by consecutive sub-chunks.
+        #[arg(long, value_name = "N", default_value_t = ChunkingOptions::default().overlap_words)]
+        overlap_words: usize,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -30,7 +36,11 @@ pub enum EvalCommand {
 }
 
 pub async fn run(cmd: EvalCommand) -> anyhow::Result<ExitCode> {
-    let EvalCommand::Retrieval { dataset, mode, limit, language, json } = cmd;
+    let EvalCommand::Retrieval { dataset, mode, limit, language, max_words, overlap_words, json } = cmd;
+    if max_words == 0 || overlap_words >= max_words {
+        bail!("--overlap-words must be smaller than --max-words, and --max-words at least 1");
+    }
+    let chunking = ChunkingOptions { max_words, overlap_words };
     if mode != "bm25" {
         bail!("unknown mode '{mode}': only `bm25` is available so far");
     }
@@ -42,9 +52,9 @@ pub async fn run(cmd: EvalCommand) -> anyhow::Result<ExitCode> {
             Analyzer::detect(&sample)
         } else {
             Analyzer::from_code(&language)
-                .with_context(|| format!("unknown language '{language}' (use auto, en, es or vi)"))?
+                .with_context(|| format!("unknown language '{language}' (use auto, en, es, vi or ko)"))?
         };
-        Ok((evaluate_bm25(&ds, analyzer, limit)?, analyzer))
+        Ok((evaluate_bm25(&ds, analyzer, chunking, limit)?, analyzer))
     })
     .await??;
     let (r, analyzer) = report;
@@ -52,8 +62,8 @@ pub async fn run(cmd: EvalCommand) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
-            "mode {} · analyzer {analyzer:?} · {} documents indexed in {:.0} ms · {} queries",
-            r.mode, r.documents, r.index_ms, r.queries
+            "mode {} · analyzer {analyzer:?} · {} documents ({} chunks) indexed in {:.0} ms ({:.0} docs/s) · {} queries",
+            r.mode, r.documents, r.chunks, r.index_ms, r.ingest_docs_per_s, r.queries
         );
         println!(
             "nDCG@10 {:.4} · recall@5 {:.4} · recall@10 {:.4} · recall@100 {:.4} · MRR@10 {:.4}",

@@ -9,6 +9,7 @@ mod chat_cmd;
 mod config_cmd;
 mod eval_cmd;
 mod graph_cmd;
+mod kb_cmd;
 mod serve_cmd;
 mod tools_cmd;
 
@@ -51,6 +52,10 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Talk to an agent in the terminal (tokens stream; write actions ask y/n).
     Chat(chat_cmd::ChatArgs),
+    /// Add files to a knowledge base (md, txt, html, pdf, json, jsonl), incrementally.
+    Ingest(kb_cmd::IngestArgs),
+    /// Search a knowledge base (BM25 with metadata filters).
+    Search(kb_cmd::SearchArgs),
     /// Inspect agent graphs.
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
@@ -101,6 +106,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tools(cmd) => tools_cmd::run(cmd, &cfg).await,
         Command::Serve(args) => serve_cmd::run(args, &cfg).await,
         Command::Chat(args) => chat_cmd::run(args, &cfg).await,
+        Command::Ingest(args) => kb_cmd::ingest_cmd(args, &cfg).await,
+        Command::Search(args) => kb_cmd::search_cmd(args, &cfg).await,
         Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Eval(cmd) => eval_cmd::run(cmd).await,

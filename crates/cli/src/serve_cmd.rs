@@ -9,7 +9,9 @@ use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
-use toolgraph_server::{AppState, PostgresConversationStore, ProjectingCheckpointer, ServedAgent, ServiceOptions};
+use toolgraph_server::{
+    AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
+};
 
 /// The pool to close once every run has finished.
 enum StoreCloser {
@@ -94,6 +96,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     };
     let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };
     let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer, options);
+    app.enable_search(SearchService {
+        store: std::sync::Arc::new(crate::kb_cmd::kb_store(cfg)),
+        default_kb: cfg.rag.default_kb.clone(),
+    });
     let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
     let port = args.port.unwrap_or(cfg.server.port);
     let listener = tokio::net::TcpListener::bind((bind.as_str(), port))

@@ -30,7 +30,7 @@ fn tools_list_json_is_valid_and_has_every_schema() {
     assert!(out.status.success(), "{}", stderr(&out));
     let specs: Vec<Value> = serde_json::from_str(&stdout(&out)).expect("valid JSON");
     let names: Vec<&str> = specs.iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["calculator", "note_list", "note_write"]);
+    assert_eq!(names, ["calculator", "note_list", "note_write", "rag_search"]);
     for s in &specs {
         assert_eq!(s["parameters"]["type"], "object", "{s}");
         assert!(s["parameters"]["properties"].is_object(), "{s}");
@@ -121,6 +121,41 @@ fn help_lists_the_commands() {
     let text = stdout(&out);
     assert!(text.contains("tool-using LLM chat agents"), "{text}");
     assert!(text.contains("tools") && text.contains("config"), "{text}");
+    assert!(text.contains("ingest") && text.contains("search"), "{text}");
+}
+
+#[test]
+fn ingest_then_search_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let docs = d.join("cursos/iv/guia");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("guia.md"), "# Guía IV\n## Evaluación\nEl examen final es en enero.\n").unwrap();
+    std::fs::write(docs.join("roto.json"), "{ nope").unwrap();
+    let src = d.join("cursos").display().to_string();
+    let args = ["ingest", src.as_str(), "--kb", "iv", "--path-meta", "{asignatura}/{tipo_documento}/**", "--json"];
+    let out = toolgraph(d, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!((report["indexed"].as_u64(), report["total_chunks"].as_u64()), (Some(1), Some(1)), "{report}");
+    assert!(report["skipped"][0]["reason"].as_str().unwrap().contains("invalid JSON"), "{report}");
+    let again: Value = serde_json::from_str(stdout(&toolgraph(d, &args)).trim()).unwrap();
+    assert_eq!(again["unchanged"], 1, "{again}");
+
+    let out = toolgraph(d, &["search", "examen final", "--kb", "iv", "--filter", "asignatura=iv", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["total_results"], 1, "{v}");
+    assert_eq!(v["results"][0]["metadata"]["tipo_documento"], "guia");
+    assert_eq!(v["results"][0]["metadata"]["citation"], "Guía IV › Evaluación");
+    let text = stdout(&toolgraph(d, &["search", "examen", "--kb", "iv"]));
+    assert!(text.contains("[Guía IV › Evaluación]"), "{text}");
+
+    let bad = toolgraph(d, &["search", "examen", "--kb", "iv", "--filter", "year>=soon"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("not a number"), "{}", stderr(&bad));
+    let missing = toolgraph(d, &["search", "examen", "--kb", "nope"]);
+    assert!(stderr(&missing).contains("no knowledge base `nope`"), "{}", stderr(&missing));
 }
 
 #[test]

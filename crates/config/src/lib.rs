@@ -31,7 +31,7 @@ use toolgraph_llm::Provider;
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm", "agents", "server", "tools"];
+const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,8 @@ pub struct Config {
     pub server: ServerSettings,
     /// Built-in tools that need settings.
     pub tools: ToolSettings,
+    /// Knowledge bases (`toolgraph ingest`, `search`, `POST /search`, the `rag_search` tool).
+    pub rag: RagSettings,
     /// The agent used when a request names none. Default: the only configured agent, or
     /// the built-in `assistant` when none is configured.
     pub default_agent: Option<String>,
@@ -88,6 +90,24 @@ pub struct ToolSettings {
     /// SQLite database (a path, or `sqlite::memory:`) that the read-only `general_query`
     /// tool queries; unset: the tool is not offered. Env: `TOOLGRAPH_TOOLS_SQL_DATABASE`.
     pub sql_database: Option<String>,
+}
+
+/// `[rag]`: knowledge bases, kept under `<data_dir>/kb/<tenant>/<name>/`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RagSettings {
+    /// The knowledge base searched when a request or tool names none. Default: `docs`.
+    /// Env: `TOOLGRAPH_RAG_DEFAULT_KB`.
+    pub default_kb: String,
+    /// The tenant the command line (`ingest`, `search`, `chat`) works for. The service always
+    /// uses the request's tenant slug. Default: `default`. Env: `TOOLGRAPH_RAG_TENANT`.
+    pub tenant: String,
+}
+
+impl Default for RagSettings {
+    fn default() -> Self {
+        Self { default_kb: "docs".into(), tenant: "default".into() }
+    }
 }
 
 /// Where conversations, pending actions and checkpoints are kept.
@@ -201,6 +221,7 @@ impl Default for Config {
             llm: LlmSettings::default(),
             server: ServerSettings::default(),
             tools: ToolSettings::default(),
+            rag: RagSettings::default(),
             default_agent: None,
             agents: BTreeMap::new(),
         }
@@ -474,7 +495,10 @@ mod tests {
             jail.set_env("TOOLGRAPH_SERVER_MAX_RUNS_PER_TENANT", "5");
             jail.set_env("TOOLGRAPH_SERVER__API_KEYS__DEMO", "ab".repeat(32));
             jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
+            jail.set_env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos");
+            jail.set_env("TOOLGRAPH_RAG_TENANT", "ugr");
             let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
             assert_eq!(c.agents["tutor"].model.as_deref(), Some("qwen2.5"));
             assert_eq!(c.server.ops_bind.as_deref(), Some("127.0.0.1:9100"));
             assert_eq!(c.server.max_runs_per_tenant, 5);

@@ -1,27 +1,47 @@
-//! Retrieval for toolgraph agents.
+//! Retrieval for toolgraph agents: the `rag` layer of SPEC §2.
 //!
-//! Owns (so far): a keyword index with BM25 ranking and per-language analyzers
-//! ([`KeywordIndex`]), loading evaluation sets in the BEIR layout ([`BeirDataset`]), and the
-//! standard ranking metrics ([`metrics`]) with an evaluation driver ([`evaluate_bm25`]).
+//! Owns: reading documents ([`formats`]: markdown, text, HTML, PDF, JSON records through a
+//! declarative [`RecordMapping`]), structure-aware [`chunk`]ing with citation labels,
+//! persisted per-tenant [`KnowledgeBase`]s with BM25 search and metadata [`Filter`]s,
+//! incremental [`ingest`]ion, [`citation`] formatting and checking, the `rag_search` tool
+//! ([`tool`]), and evaluation on BEIR-layout sets ([`evaluate_bm25`], [`metrics`]).
 //!
-//! Not yet: ingestion of documents (markdown, HTML, PDF), chunking, filters, tenancy, dense
-//! embeddings, hybrid fusion and citations — the retrieval issues add them on this base.
+//! Not yet: dense embeddings and hybrid fusion (the next retrieval issue builds them on this
+//! base; [`KbManifest::embedding`] is where a knowledge base records its model).
 #![warn(missing_docs)]
 
+mod analyzer;
 mod beir;
+pub mod chunk;
+pub mod citation;
 mod eval;
-mod index;
+mod filter;
+pub mod formats;
+pub mod ingest;
+mod kb;
+mod mapping;
 pub mod metrics;
+mod source;
+pub mod tool;
 
+pub use analyzer::Analyzer;
 pub use beir::{BeirDataset, Document};
+pub use chunk::{Chunk, ChunkingOptions};
+pub use citation::{CitationReport, check_citations, cite};
 pub use eval::{EvalReport, evaluate_bm25};
-pub use index::{Analyzer, KeywordIndex};
+pub use filter::Filter;
+pub use ingest::{IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, SkippedFile, ingest};
+pub use kb::{
+    EmbeddingSettings, Hit, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase, SearchRequest, validate_name,
+};
+pub use mapping::RecordMapping;
+pub use source::{Section, SourceDocument};
 
 /// A retrieval failure.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RagError {
-    /// A dataset file is missing or unreadable.
+    /// A file is missing or unreadable.
     #[error("cannot read {path}: {reason}")]
     Io {
         /// The file.
@@ -39,6 +59,37 @@ pub enum RagError {
         /// What is wrong.
         reason: String,
     },
+    /// No knowledge base of that name for the tenant.
+    #[error("no knowledge base `{name}` for tenant `{tenant}`")]
+    UnknownKb {
+        /// Tenant.
+        tenant: String,
+        /// Knowledge-base name.
+        name: String,
+    },
+    /// A tenant or knowledge-base name that cannot be used.
+    #[error("{0}")]
+    InvalidName(String),
+    /// A `kb.json` that cannot be used.
+    #[error("{path}: {reason}")]
+    Manifest {
+        /// The manifest file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A request that contradicts how the knowledge base was built.
+    #[error("{0}")]
+    Mismatch(String),
+    /// Another ingest is writing this knowledge base.
+    #[error("knowledge base `{0}` is being written by another ingest; try again when it finishes")]
+    Busy(String),
+    /// The query has no searchable word.
+    #[error("the query has no searchable words")]
+    EmptyQuery,
+    /// A filter that cannot be applied.
+    #[error("{0}")]
+    Filter(String),
     /// The index failed.
     #[error("keyword index: {0}")]
     Index(#[from] tantivy::TantivyError),

@@ -34,6 +34,13 @@ impl ApiError {
     pub fn not_ready() -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "the service is not ready")
     }
+    /// The message, prefixed by the field it is about.
+    pub fn describe(&self) -> String {
+        match &self.field {
+            Some(f) if !self.message.contains(f.as_str()) => format!("{f}: {}", self.message),
+            _ => self.message.clone(),
+        }
+    }
     /// An internal failure: logged with its cause, answered without it.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "request failed");

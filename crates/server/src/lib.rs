@@ -76,6 +76,16 @@ struct Inner {
     tasks: TaskTracker,
     options: ServiceOptions,
     tenant_slots: std::sync::Mutex<std::collections::HashMap<i64, Arc<tokio::sync::Semaphore>>>,
+    search: std::sync::OnceLock<SearchService>,
+}
+
+/// The knowledge bases `POST /search` answers from.
+#[derive(Clone, Debug)]
+pub struct SearchService {
+    /// Where the knowledge bases are.
+    pub store: Arc<toolgraph_rag::KbStore>,
+    /// The knowledge base a request that names none searches.
+    pub default_kb: String,
 }
 
 /// A run that has held a conversation longer than this without finishing is taken to have
@@ -104,7 +114,14 @@ impl AppState {
             tasks: TaskTracker::new(),
             options,
             tenant_slots: std::sync::Mutex::new(std::collections::HashMap::new()),
+            search: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Serves `POST /search` from `search` (without it, the route answers 404
+    /// `{ok:false}`). Only the first call has an effect.
+    pub fn enable_search(&self, search: SearchService) {
+        let _ = self.0.search.set(search);
     }
 
     /// Marks start-up finished.

@@ -39,6 +39,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
+        .route("/search", post(search))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
@@ -64,7 +65,7 @@ const MAX_BODY: usize = 64 * 1024;
 
 /// Authenticates `/api` routes; the body is read here (bounded) because HMAC signs it.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if !req.uri().path().starts_with("/api/") {
+    if !req.uri().path().starts_with("/api/") && req.uri().path() != "/search" {
         return Ok(next.run(req).await);
     }
     let (parts, body) = req.into_parts();
@@ -105,6 +106,59 @@ fn sse(run_id: String, log: Arc<RunLog>, after: u64) -> Response {
         Ok::<Event, Infallible>(Event::default().event(f.event).id(format!("{run_id}:{}", f.seq)).data(f.data))
     });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// The state context of a turn: the request's values plus `tenant` (the slug), which tools
+/// such as `rag_search` scope their reads by. Set by the service, never taken from the client;
+/// a continuing turn without new context keeps the stored one (it already has the tenant).
+fn turn_context(req: &StreamRequest, is_new: bool) -> Option<serde_json::Map<String, serde_json::Value>> {
+    if req.context.is_none() && !is_new {
+        return None;
+    }
+    let mut ctx = req.context.clone().unwrap_or_default();
+    ctx.insert("tenant".into(), req.tenant_slug.clone().into());
+    Some(ctx)
+}
+
+/// `POST /search` (seed 000's RAG contract): `{query, asignatura?, tipo_documento?, top_k?,
+/// kb?, filters?}` for the tenant of `X-Tenant-Slug`, answered as `{ok, query,
+/// total_results, results}` or `{ok: false, error}` with 400/404/422/500/503.
+async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    use toolgraph_rag::tool::{SearchFailure, SearchParams, search_json};
+    let fail = |status: StatusCode, error: String| {
+        (status, axum::Json(json!({ "ok": false, "error": error }))).into_response()
+    };
+    if !app.is_ready() {
+        return fail(StatusCode::SERVICE_UNAVAILABLE, "the service is not ready".into());
+    }
+    let Some(tenant) = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).map(str::to_owned) else {
+        return fail(StatusCode::BAD_REQUEST, "the X-Tenant-Slug header is required".into());
+    };
+    let params: SearchParams = match json_body(&body) {
+        Ok(p) => p,
+        Err(e) => return fail(e.status, e.describe()),
+    };
+    let Some(service) = app.0.search.get().cloned() else {
+        return fail(StatusCode::NOT_FOUND, "search is not enabled on this service".into());
+    };
+    let started = std::time::Instant::now();
+    // Index reads touch the disk: off the async workers.
+    let result =
+        tokio::task::spawn_blocking(move || search_json(&service.store, &tenant, &service.default_kb, &params)).await;
+    app.0.metrics.tool_latency.with_label_values(&["/search"]).observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(Ok(body)) => axum::Json(body).into_response(),
+        Ok(Err((SearchFailure::Invalid, e))) => fail(StatusCode::BAD_REQUEST, e),
+        Ok(Err((SearchFailure::NotFound, e))) => fail(StatusCode::NOT_FOUND, e),
+        Ok(Err((_, e))) => {
+            tracing::error!(error = %e, "search failed");
+            fail(StatusCode::INTERNAL_SERVER_ERROR, "search failed".into())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "search task failed");
+            fail(StatusCode::INTERNAL_SERVER_ERROR, "search failed".into())
+        }
+    }
 }
 
 fn validate_message(message: &str) -> Result<(), ApiError> {
@@ -180,6 +234,7 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
             format!("agent '{agent_name}' does not accept context key '{k}'"),
         ));
     }
+    let is_new = existing.is_none();
     let conversation = match existing {
         Some(c) => c.id,
         None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await.map_err(ApiError::internal)?,
@@ -195,7 +250,7 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
         let thread = ThreadId::new(req.tenant_id, conversation);
         match agent
             .graph
-            .start(&thread, user_turn(req.message.clone(), req.context.clone()), run_options(&app, agent))
+            .start(&thread, user_turn(req.message.clone(), turn_context(&req, is_new)), run_options(&app, agent))
             .await
         {
             Ok(run) => Ok(run),

@@ -1,0 +1,174 @@
+//! Citations: putting `[label]` markers into an answer and checking the ones it has.
+//!
+//! A chunk's label comes from its metadata at ingest ([`crate::Chunk::citation`]): "Điều 5,
+//! Luật Giao thông 2008", a heading path, a file name and page. [`cite`] attaches to each
+//! sentence the label of the retrieved chunk it draws most words from (seed 004's
+//! `format_citation`); [`check_citations`] finds markers that point to no retrieved chunk — the
+//! signature of a model inventing a source.
+
+use crate::chunk::Chunk;
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// A sentence needs this share of its distinct words (of 3+ letters) found in a chunk to be
+/// attributed to it.
+const MIN_OVERLAP: f64 = 0.3;
+
+fn words(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3).map(str::to_lowercase).collect()
+}
+
+/// Sentence spans: up to and including `.`, `!`, `?`, `。` or a line break.
+fn sentences(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let boundary = match c {
+            '\n' | '。' | '!' | '?' => true,
+            // A period ends a sentence only before whitespace or the end ("3.5", "v1.2" do not).
+            '.' => chars.peek().is_none_or(|(_, n)| n.is_whitespace()),
+            _ => false,
+        };
+        if boundary {
+            let end = i + c.len_utf8();
+            out.push((start, end));
+            start = end;
+        }
+    }
+    if start < text.len() {
+        out.push((start, text.len()));
+    }
+    out
+}
+
+/// The answer with a `[label]` after each sentence that draws on a retrieved chunk (before
+/// its final punctuation). Sentences that already carry a marker are left as they are.
+pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
+    let chunk_words: Vec<HashSet<String>> = chunks.iter().map(|c| words(&format!("{} {}", c.title, c.text))).collect();
+    let mut out = String::with_capacity(answer.len() + 32);
+    for (start, end) in sentences(answer) {
+        let sentence = &answer[start..end];
+        let body = sentence.trim_end();
+        let trailing_ws = &sentence[body.len()..];
+        let sw = words(body);
+        let best = if sw.is_empty() || body.contains('[') {
+            None
+        } else {
+            chunk_words
+                .iter()
+                .enumerate()
+                .map(|(i, cw)| (i, sw.intersection(cw).count() as f64 / sw.len() as f64))
+                .filter(|(_, share)| *share >= MIN_OVERLAP)
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        };
+        match best {
+            Some((i, _)) => {
+                let cut = body.trim_end_matches(['.', '!', '?', '。']);
+                out.push_str(cut);
+                out.push_str(" [");
+                out.push_str(&chunks[i].citation);
+                out.push(']');
+                out.push_str(&body[cut.len()..]);
+                out.push_str(trailing_ws);
+            }
+            None => out.push_str(sentence),
+        }
+    }
+    out
+}
+
+/// What [`check_citations`] found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CitationReport {
+    /// Markers that match a retrieved chunk's label, in order of first appearance.
+    pub cited: Vec<String>,
+    /// Markers that match no retrieved chunk.
+    pub unknown: Vec<String>,
+}
+
+impl CitationReport {
+    /// Whether every marker points to a retrieved chunk.
+    pub fn is_clean(&self) -> bool {
+        self.unknown.is_empty()
+    }
+}
+
+/// Finds `[label]` markers (not markdown links `[text](url)`) and sorts them into labels of
+/// retrieved chunks and unknown ones. Labels compare ignoring case and surrounding space.
+pub fn check_citations(answer: &str, chunks: &[Chunk]) -> CitationReport {
+    let known: HashSet<String> = chunks.iter().map(|c| c.citation.trim().to_lowercase()).collect();
+    let mut report = CitationReport::default();
+    let mut rest = answer;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else { break };
+        let label = after[..close].trim();
+        let tail = &after[close + 1..];
+        rest = tail;
+        if tail.starts_with('(') || label.is_empty() || label.contains('[') {
+            continue;
+        }
+        let bucket = if known.contains(&label.to_lowercase()) { &mut report.cited } else { &mut report.unknown };
+        if !bucket.iter().any(|l| l == label) {
+            bucket.push(label.to_owned());
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Map;
+
+    fn chunk(label: &str, text: &str) -> Chunk {
+        Chunk {
+            id: format!("{label}::0.0"),
+            doc_id: label.into(),
+            title: String::new(),
+            headings: vec![],
+            text: text.into(),
+            meta: Map::new(),
+            citation: label.into(),
+            part: (0, 1),
+        }
+    }
+
+    #[test]
+    fn cite_marks_the_sentence_with_its_source() {
+        let chunks = [
+            chunk("Điều 45, Luật Điện ảnh", "Chính phủ thống nhất quản lý nhà nước về điện ảnh."),
+            chunk(
+                "Điều 32, Luật Phòng, chống ma túy",
+                "Người nghiện ma túy từ đủ 18 tuổi trở lên bị áp dụng biện pháp xử lý hành chính.",
+            ),
+        ];
+        let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh. Người nghiện ma túy từ đủ 18 tuổi bị áp dụng biện pháp xử lý hành chính.\nXin cảm ơn!";
+        let cited = cite(answer, &chunks);
+        assert_eq!(
+            cited,
+            "Chính phủ thống nhất quản lý nhà nước về điện ảnh [Điều 45, Luật Điện ảnh]. Người nghiện ma túy từ đủ 18 tuổi bị áp dụng biện pháp xử lý hành chính [Điều 32, Luật Phòng, chống ma túy].\nXin cảm ơn!"
+        );
+        let report = check_citations(&cited, &chunks);
+        assert!(report.is_clean());
+        assert_eq!(report.cited.len(), 2);
+        assert_eq!(cite(&cited, &chunks), cited, "already-cited sentences are left alone");
+    }
+
+    #[test]
+    fn checker_reports_invented_sources_and_ignores_links() {
+        let chunks = [chunk("Guía IV › Evaluación", "El examen final es en enero.")];
+        let answer =
+            "El examen es en enero [guía iv › evaluación]. Vale el 60% [Reglamento 2019]. Ver [la web](https://x).";
+        let r = check_citations(answer, &chunks);
+        assert_eq!(r.cited, ["guía iv › evaluación"]);
+        assert_eq!(r.unknown, ["Reglamento 2019"]);
+        assert!(!r.is_clean());
+    }
+
+    #[test]
+    fn decimals_do_not_end_sentences() {
+        assert_eq!(sentences("Versión 3.5 estable. Fin"), vec![(0, 21), (21, 25)]);
+    }
+}

@@ -1,0 +1,202 @@
+//! [`Filter`]: conditions on chunk metadata — equality, any-of, numeric ranges — written as
+//! `key=value`, `key=a|b`, `key>=3`, `key=1..5` on the command line or as JSON in the API.
+//!
+//! String comparisons ignore case (`asignatura=IV` finds `iv`): metadata is keyword-indexed
+//! lowercased, and values are lowercased here the same way.
+
+use serde_json::Value;
+
+/// A condition on one metadata key (dotted paths reach nested objects).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    /// The key has this value (or, for an array, contains it).
+    Eq {
+        /// Metadata key.
+        key: String,
+        /// Value.
+        value: Value,
+    },
+    /// The key has one of these values.
+    AnyOf {
+        /// Metadata key.
+        key: String,
+        /// Accepted values.
+        values: Vec<Value>,
+    },
+    /// The key is a number within the bounds.
+    Range {
+        /// Metadata key.
+        key: String,
+        /// Lower bound and whether it is included.
+        lower: Option<(f64, bool)>,
+        /// Upper bound and whether it is included.
+        upper: Option<(f64, bool)>,
+    },
+}
+
+impl Filter {
+    /// The metadata key.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Eq { key, .. } | Self::AnyOf { key, .. } | Self::Range { key, .. } => key,
+        }
+    }
+
+    /// Parses `k=v`, `k=a|b`, `k>=n`, `k>n`, `k<=n`, `k<n`, `k=lo..hi`.
+    ///
+    /// # Errors
+    /// A readable reason.
+    pub fn parse(expr: &str) -> Result<Self, String> {
+        let ops = [">=", "<=", ">", "<", "="];
+        let (pos, op) = ops
+            .iter()
+            .filter_map(|op| expr.find(op).map(|p| (p, *op)))
+            .min_by_key(|(p, op)| (*p, std::cmp::Reverse(op.len())))
+            .ok_or_else(|| format!("filter `{expr}`: expected KEY=VALUE, KEY>=N, KEY<N or KEY=LO..HI"))?;
+        let key = expr[..pos].trim();
+        let value = expr[pos + op.len()..].trim();
+        if key.is_empty() || value.is_empty() {
+            return Err(format!("filter `{expr}`: key and value must not be empty"));
+        }
+        let number = |s: &str| s.trim().parse::<f64>().map_err(|_| format!("filter `{expr}`: `{s}` is not a number"));
+        let key = key.to_owned();
+        Ok(match op {
+            ">=" => Self::Range { key, lower: Some((number(value)?, true)), upper: None },
+            ">" => Self::Range { key, lower: Some((number(value)?, false)), upper: None },
+            "<=" => Self::Range { key, lower: None, upper: Some((number(value)?, true)) },
+            "<" => Self::Range { key, lower: None, upper: Some((number(value)?, false)) },
+            _ => {
+                if let Some((lo, hi)) = value.split_once("..") {
+                    Self::Range { key, lower: Some((number(lo)?, true)), upper: Some((number(hi)?, true)) }
+                } else if value.contains('|') {
+                    Self::AnyOf { key, values: value.split('|').map(|v| scalar(v.trim())).collect() }
+                } else {
+                    Self::Eq { key, value: scalar(value) }
+                }
+            }
+        })
+    }
+
+    /// Parses the API's JSON form: `"v"` or a number (equality), `["a","b"]` (any of),
+    /// `{"gte":1,"lt":5}` (range; `gt`, `gte`, `lt`, `lte`).
+    ///
+    /// # Errors
+    /// A readable reason naming the key.
+    pub fn from_json(key: &str, value: &Value) -> Result<Self, String> {
+        let key = key.to_owned();
+        match value {
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => Ok(Self::Eq { key, value: value.clone() }),
+            Value::Array(items) if !items.is_empty() && items.iter().all(is_scalar) => {
+                Ok(Self::AnyOf { key, values: items.clone() })
+            }
+            Value::Object(bounds) if !bounds.is_empty() => {
+                let mut lower = None;
+                let mut upper = None;
+                for (op, v) in bounds {
+                    let n = v.as_f64().ok_or_else(|| format!("filter `{key}`: `{op}` needs a number"))?;
+                    match op.as_str() {
+                        "gte" => lower = Some((n, true)),
+                        "gt" => lower = Some((n, false)),
+                        "lte" => upper = Some((n, true)),
+                        "lt" => upper = Some((n, false)),
+                        _ => return Err(format!("filter `{key}`: unknown bound `{op}` (gt, gte, lt, lte)")),
+                    }
+                }
+                Ok(Self::Range { key, lower, upper })
+            }
+            _ => Err(format!("filter `{key}`: expected a value, a non-empty array of values or a range object")),
+        }
+    }
+
+    /// Whether `meta` satisfies the filter (the same rule the index applies; used by
+    /// in-memory search paths and tests).
+    pub fn matches(&self, meta: &serde_json::Map<String, Value>) -> bool {
+        let Some(found) = self
+            .key()
+            .split('.')
+            .try_fold(None::<&Value>, |acc, k| match acc {
+                None => meta.get(k).map(Some),
+                Some(v) => v.get(k).map(Some),
+            })
+            .flatten()
+        else {
+            return false;
+        };
+        let values: Vec<&Value> = match found {
+            Value::Array(items) => items.iter().collect(),
+            v => vec![v],
+        };
+        match self {
+            Self::Eq { value, .. } => values.iter().any(|v| same(v, value)),
+            Self::AnyOf { values: wanted, .. } => values.iter().any(|v| wanted.iter().any(|w| same(v, w))),
+            Self::Range { lower, upper, .. } => values.iter().filter_map(|v| v.as_f64()).any(|n| {
+                lower.is_none_or(|(lo, inc)| if inc { n >= lo } else { n > lo })
+                    && upper.is_none_or(|(hi, inc)| if inc { n <= hi } else { n < hi })
+            }),
+        }
+    }
+}
+
+fn is_scalar(v: &Value) -> bool {
+    matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_))
+}
+
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => x.to_lowercase() == y.to_lowercase(),
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Number(x), Value::String(y)) | (Value::String(y), Value::Number(x)) => {
+            y.parse::<f64>().ok() == x.as_f64() || x.to_string() == *y
+        }
+        _ => a == b,
+    }
+}
+
+/// A command-line value: a string (numbers stay strings here; the index matches both forms).
+fn scalar(s: &str) -> Value {
+    Value::String(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_every_form() {
+        assert_eq!(
+            Filter::parse("asignatura=iv").unwrap(),
+            Filter::Eq { key: "asignatura".into(), value: json!("iv") }
+        );
+        assert_eq!(
+            Filter::parse("tipo=guia|apuntes").unwrap(),
+            Filter::AnyOf { key: "tipo".into(), values: vec![json!("guia"), json!("apuntes")] }
+        );
+        assert_eq!(
+            Filter::parse("year>=2020").unwrap(),
+            Filter::Range { key: "year".into(), lower: Some((2020.0, true)), upper: None }
+        );
+        assert_eq!(
+            Filter::parse("page=2..4").unwrap(),
+            Filter::Range { key: "page".into(), lower: Some((2.0, true)), upper: Some((4.0, true)) }
+        );
+        assert!(Filter::parse("nothing").unwrap_err().contains("expected KEY=VALUE"));
+        assert!(Filter::parse("year>=soon").unwrap_err().contains("not a number"));
+        assert!(Filter::parse("=x").is_err());
+        assert!(Filter::from_json("y", &json!({"over": 3})).unwrap_err().contains("unknown bound"));
+        assert!(Filter::from_json("y", &json!([])).is_err());
+        assert!(Filter::from_json("y", &json!(null)).is_err());
+    }
+
+    #[test]
+    fn matching_rules() {
+        let meta = json!({"asignatura": "IV", "page": 3, "tags": ["docker", "ci"]});
+        let meta = meta.as_object().unwrap();
+        assert!(Filter::parse("asignatura=iv").unwrap().matches(meta));
+        assert!(Filter::parse("tags=ci|x").unwrap().matches(meta));
+        assert!(Filter::parse("page=3").unwrap().matches(meta));
+        assert!(Filter::parse("page<4").unwrap().matches(meta));
+        assert!(!Filter::parse("page>3").unwrap().matches(meta));
+        assert!(!Filter::parse("missing=1").unwrap().matches(meta));
+    }
+}

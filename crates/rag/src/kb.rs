@@ -1,0 +1,652 @@
+//! [`KnowledgeBase`]: a tenant's named, persisted collection of chunks with BM25 search and
+//! metadata filters; [`KbStore`] finds them under the data directory.
+//!
+//! Layout: `<root>/<tenant>/<kb>/kb.json` (the [`KbManifest`]: analyzer, chunking, record
+//! mapping, embedding settings) and `<root>/<tenant>/<kb>/index/` (tantivy). Tenants are
+//! directories, so one tenant's search can never see another's chunks. Writes go through one
+//! tantivy commit per ingest: a crash before it leaves the previous index as it was.
+
+use crate::RagError;
+use crate::analyzer::{Analyzer, terms};
+use crate::chunk::{Chunk, ChunkingOptions};
+use crate::filter::Filter;
+use crate::mapping::RecordMapping;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::{
+    FAST, Field, IndexRecordOption, JsonObjectOptions, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
+    Value as _,
+};
+use tantivy::tokenizer::{LowerCaser, RawTokenizer, TextAnalyzer};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+/// The manifest format this build writes and reads.
+pub const KB_FORMAT: u32 = 1;
+const KEYWORD_TOKENIZER: &str = "tg_keyword";
+
+/// Embedding settings a knowledge base was built with (filled by dense retrieval).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingSettings {
+    /// Model id.
+    pub model: String,
+    /// sha256 of the weights.
+    pub sha256: String,
+    /// Vector dimension.
+    pub dimension: usize,
+    /// Prefix for queries (e5: `query: `).
+    pub query_prefix: String,
+    /// Prefix for passages (e5: `passage: `).
+    pub passage_prefix: String,
+}
+
+/// What a knowledge base records about itself (`kb.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KbManifest {
+    /// Manifest format version.
+    pub format: u32,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Name.
+    pub name: String,
+    /// Keyword analyzer (fixed at creation: the index's terms depend on it).
+    pub analyzer: Analyzer,
+    /// Chunk sizes.
+    pub chunking: ChunkingOptions,
+    /// How JSON records map to documents, reused by later ingests.
+    #[serde(default, skip_serializing_if = "RecordMapping::is_default")]
+    pub mapping: RecordMapping,
+    /// Dense embedding settings, once the knowledge base has vectors.
+    #[serde(default)]
+    pub embedding: Option<EmbeddingSettings>,
+    /// Creation time, seconds since the Unix epoch.
+    pub created_at: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    chunk_id: Field,
+    doc_id: Field,
+    source: Field,
+    source_hash: Field,
+    title: Field,
+    doc_title: Field,
+    text: Field,
+    headings: Field,
+    citation: Field,
+    part: Field,
+    /// The metadata as given, for display.
+    meta_json: Field,
+    /// The metadata for filtering: numbers as f64, so one numeric type per path.
+    meta: Field,
+}
+
+fn schema(analyzer: Analyzer) -> (Schema, Fields) {
+    let mut s = Schema::builder();
+    let text_options = TextOptions::default()
+        .set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(analyzer.tokenizer_name())
+                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        )
+        .set_stored();
+    let meta_options = JsonObjectOptions::default()
+        .set_indexing_options(
+            TextFieldIndexing::default().set_tokenizer(KEYWORD_TOKENIZER).set_index_option(IndexRecordOption::Basic),
+        )
+        .set_fast(None);
+    let fields = Fields {
+        chunk_id: s.add_text_field("chunk_id", STRING | STORED),
+        doc_id: s.add_text_field("doc_id", STRING | STORED | FAST),
+        source: s.add_text_field("source", STRING | STORED),
+        source_hash: s.add_text_field("source_hash", STORED),
+        // Indexed: the document title plus the heading path; stored apart: the bare title.
+        title: s.add_text_field("title", text_options.clone()),
+        doc_title: s.add_text_field("doc_title", STORED),
+        text: s.add_text_field("text", text_options),
+        headings: s.add_text_field("headings", STORED),
+        citation: s.add_text_field("citation", STORED),
+        part: s.add_text_field("part", STORED),
+        meta_json: s.add_text_field("meta_json", STORED),
+        meta: s.add_json_field("meta", meta_options),
+    };
+    (s.build(), fields)
+}
+
+/// One search result: a chunk and its BM25 score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    /// The chunk.
+    pub chunk: Chunk,
+    /// BM25 score.
+    pub score: f32,
+}
+
+/// A keyword search.
+#[derive(Debug, Clone)]
+pub struct SearchRequest<'a> {
+    /// The user's words (never parsed as query syntax).
+    pub query: &'a str,
+    /// All must hold.
+    pub filters: &'a [Filter],
+    /// How many chunks.
+    pub top_k: usize,
+}
+
+/// A persisted (or in-memory) knowledge base.
+pub struct KnowledgeBase {
+    manifest: KbManifest,
+    dir: Option<PathBuf>,
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    analyzer: TextAnalyzer,
+}
+
+impl std::fmt::Debug for KnowledgeBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnowledgeBase").field("manifest", &self.manifest).field("dir", &self.dir).finish()
+    }
+}
+
+impl KnowledgeBase {
+    /// An in-memory knowledge base (evaluations, tests).
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn in_memory(manifest: KbManifest) -> Result<Self, RagError> {
+        let (schema, fields) = schema(manifest.analyzer);
+        let index = Index::create_in_ram(schema);
+        Self::finish_open(manifest, None, index, fields)
+    }
+
+    fn finish_open(manifest: KbManifest, dir: Option<PathBuf>, index: Index, fields: Fields) -> Result<Self, RagError> {
+        let analyzer = manifest.analyzer.build();
+        index.tokenizers().register(manifest.analyzer.tokenizer_name(), analyzer.clone());
+        index
+            .tokenizers()
+            .register(KEYWORD_TOKENIZER, TextAnalyzer::builder(RawTokenizer::default()).filter(LowerCaser).build());
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::OnCommitWithDelay).try_into()?;
+        Ok(Self { manifest, dir, index, reader, fields, analyzer })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &KbManifest {
+        &self.manifest
+    }
+
+    /// Number of chunks.
+    pub fn chunk_count(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// A writer for one ingest. Only one may exist per knowledge base across processes.
+    ///
+    /// # Errors
+    /// [`RagError::Busy`] when another ingest holds the knowledge base.
+    pub fn writer(&self) -> Result<KbWriter<'_>, RagError> {
+        let writer = self.index.writer_with_num_threads(2, 96_000_000).map_err(|e| match e {
+            tantivy::TantivyError::LockFailure(..) => RagError::Busy(self.manifest.name.clone()),
+            other => RagError::Index(other),
+        })?;
+        Ok(KbWriter { kb: self, writer, pending: 0 })
+    }
+
+    /// The content hash recorded for a source, if it is indexed.
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn source_hash(&self, source: &str) -> Result<Option<String>, RagError> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(Term::from_field_text(self.fields.source, source), IndexRecordOption::Basic);
+        let top = searcher.search(&q, &TopDocs::with_limit(1))?;
+        let Some((_, addr)) = top.first() else { return Ok(None) };
+        let doc: TantivyDocument = searcher.doc(*addr)?;
+        Ok(doc.get_first(self.fields.source_hash).and_then(|v| v.as_str()).map(str::to_owned))
+    }
+
+    /// Makes committed writes visible now (readers also pick them up on their own shortly).
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn refresh(&self) -> Result<(), RagError> {
+        Ok(self.reader.reload()?)
+    }
+
+    /// BM25 search with filters applied inside the index query.
+    ///
+    /// # Errors
+    /// [`RagError::EmptyQuery`] when the query has no searchable word; tantivy failures.
+    pub fn search(&self, req: &SearchRequest<'_>) -> Result<Vec<Hit>, RagError> {
+        let query = self.build_query(req)?;
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(req.top_k.max(1)))?;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            hits.push(Hit { chunk: self.chunk_from(&doc), score });
+        }
+        Ok(hits)
+    }
+
+    /// Like [`KnowledgeBase::search`] but only each hit's parent document id, read from a fast
+    /// column instead of the stored chunk (evaluations rank hundreds of hits per query).
+    ///
+    /// # Errors
+    /// As [`KnowledgeBase::search`].
+    pub fn search_doc_ids(&self, req: &SearchRequest<'_>) -> Result<Vec<(String, f32)>, RagError> {
+        let query = self.build_query(req)?;
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(req.top_k.max(1)))?;
+        let mut columns: HashMap<u32, tantivy::columnar::StrColumn> = HashMap::new();
+        let mut out = Vec::with_capacity(top.len());
+        let mut buf = String::new();
+        for (score, addr) in top {
+            let column = match columns.entry(addr.segment_ord) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let reader = searcher.segment_reader(addr.segment_ord);
+                    let Some(col) = reader.fast_fields().str("doc_id")? else { continue };
+                    v.insert(col)
+                }
+            };
+            if let Some(ord) = column.term_ords(addr.doc_id).next() {
+                buf.clear();
+                column.ord_to_str(ord, &mut buf).map_err(|e| RagError::Index(e.into()))?;
+                out.push((buf.clone(), score));
+            }
+        }
+        Ok(out)
+    }
+
+    fn build_query(&self, req: &SearchRequest<'_>) -> Result<Box<dyn Query>, RagError> {
+        let mut analyzer = self.analyzer.clone();
+        let words = terms(&mut analyzer, req.query);
+        if words.is_empty() {
+            return Err(RagError::EmptyQuery);
+        }
+        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(words.len() * 2);
+        for w in &words {
+            for field in [self.fields.title, self.fields.text] {
+                should.push((
+                    Occur::Should,
+                    Box::new(TermQuery::new(Term::from_field_text(field, w), IndexRecordOption::WithFreqs)),
+                ));
+            }
+        }
+        let text_query: Box<dyn Query> = Box::new(BooleanQuery::new(should));
+        Ok(if req.filters.is_empty() {
+            text_query
+        } else {
+            let mut must = vec![(Occur::Must, text_query)];
+            for f in req.filters {
+                must.push((Occur::Must, self.filter_query(f)));
+            }
+            Box::new(BooleanQuery::new(must))
+        })
+    }
+
+    /// The chunk ids of a document, in order (for tests and tools).
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn chunks_of(&self, doc_id: &str) -> Result<Vec<Chunk>, RagError> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(Term::from_field_text(self.fields.doc_id, doc_id), IndexRecordOption::Basic);
+        let top = searcher.search(&q, &TopDocs::with_limit(10_000))?;
+        let mut out = Vec::with_capacity(top.len());
+        for (_, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            out.push(self.chunk_from(&doc));
+        }
+        out.sort_by_key(|c| natural_chunk_order(&c.id));
+        Ok(out)
+    }
+
+    fn filter_query(&self, filter: &Filter) -> Box<dyn Query> {
+        let field = self.fields.meta;
+        let path_term = |key: &str| Term::from_field_json_path(field, key, false);
+        let value_terms = |key: &str, v: &Value| -> Vec<Term> {
+            let mut out = Vec::new();
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let mut t = path_term(key);
+            t.append_type_and_str(&text.to_lowercase());
+            out.push(t);
+            // Numbers are indexed as f64; a command-line "3" must still find a JSON 3.
+            if let Ok(f) = text.trim().parse::<f64>() {
+                let mut t = path_term(key);
+                t.append_type_and_fast_value(f);
+                out.push(t);
+            }
+            if let Ok(b) = text.trim().parse::<bool>() {
+                let mut t = path_term(key);
+                t.append_type_and_fast_value(b);
+                out.push(t);
+            }
+            out
+        };
+        let any = |terms: Vec<Term>| -> Box<dyn Query> {
+            Box::new(BooleanQuery::new(
+                terms
+                    .into_iter()
+                    .map(|t| (Occur::Should, Box::new(TermQuery::new(t, IndexRecordOption::Basic)) as Box<dyn Query>))
+                    .collect(),
+            ))
+        };
+        match filter {
+            Filter::Eq { key, value } => any(value_terms(key, value)),
+            Filter::AnyOf { key, values } => any(values.iter().flat_map(|v| value_terms(key, v)).collect()),
+            Filter::Range { key, lower, upper } => {
+                let bound = |b: Option<(f64, bool)>| match b {
+                    None => Bound::Unbounded,
+                    Some((v, inc)) => {
+                        let mut t = path_term(key);
+                        t.append_type_and_fast_value(v);
+                        if inc { Bound::Included(t) } else { Bound::Excluded(t) }
+                    }
+                };
+                Box::new(RangeQuery::new(bound(*lower), bound(*upper)))
+            }
+        }
+    }
+
+    fn chunk_from(&self, doc: &TantivyDocument) -> Chunk {
+        let f = &self.fields;
+        let s = |field: Field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+        let meta: Map<String, Value> = serde_json::from_str(&s(f.meta_json)).unwrap_or_default();
+        let headings: Vec<String> = serde_json::from_str(&s(f.headings)).unwrap_or_default();
+        let part = s(f.part);
+        let part = part.split_once('/').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).unwrap_or((0, 1));
+        Chunk {
+            id: s(f.chunk_id),
+            doc_id: s(f.doc_id),
+            title: s(f.doc_title),
+            headings,
+            text: s(f.text),
+            meta,
+            citation: s(f.citation),
+            part,
+        }
+    }
+}
+
+fn natural_chunk_order(id: &str) -> (u64, u64) {
+    let tail = id.rsplit("::").next().unwrap_or("");
+    let (u, p) = tail.split_once('.').unwrap_or((tail, "0"));
+    (u.parse().unwrap_or(0), p.parse().unwrap_or(0))
+}
+
+/// One ingest's changes; nothing is visible until [`KbWriter::commit`].
+pub struct KbWriter<'a> {
+    kb: &'a KnowledgeBase,
+    writer: IndexWriter,
+    pending: usize,
+}
+
+impl KbWriter<'_> {
+    /// Replaces every chunk of `source` with `chunks`, recording `hash`.
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn replace_source(&mut self, source: &str, hash: &str, chunks: &[Chunk]) -> Result<(), RagError> {
+        let f = self.kb.fields;
+        self.writer.delete_term(Term::from_field_text(f.source, source));
+        for c in chunks {
+            let mut doc = TantivyDocument::default();
+            doc.add_text(f.chunk_id, &c.id);
+            doc.add_text(f.doc_id, &c.doc_id);
+            doc.add_text(f.source, source);
+            doc.add_text(f.source_hash, hash);
+            let title =
+                if c.headings.is_empty() { c.title.clone() } else { format!("{} {}", c.title, c.headings.join(" ")) };
+            doc.add_text(f.title, &title);
+            doc.add_text(f.doc_title, &c.title);
+            doc.add_text(f.text, &c.text);
+            doc.add_text(f.headings, serde_json::to_string(&c.headings).unwrap_or_else(|_| "[]".into()));
+            doc.add_text(f.citation, &c.citation);
+            doc.add_text(f.part, format!("{}/{}", c.part.0, c.part.1));
+            doc.add_text(f.meta_json, serde_json::to_string(&c.meta).unwrap_or_else(|_| "{}".into()));
+            doc.add_object(f.meta, filterable(&c.meta));
+            self.writer.add_document(doc)?;
+            self.pending += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes every chunk of `source`.
+    pub fn remove_source(&mut self, source: &str) {
+        self.writer.delete_term(Term::from_field_text(self.kb.fields.source, source));
+    }
+
+    /// Chunks added so far.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Makes the ingest durable and visible, atomically.
+    ///
+    /// # Errors
+    /// When tantivy fails (the previous index stays as it was).
+    pub fn commit(mut self) -> Result<(), RagError> {
+        self.writer.commit()?;
+        // One segment searches fastest; knowledge bases are small enough to merge whole.
+        let segments = self.kb.index.searchable_segment_ids()?;
+        if segments.len() > 1 {
+            self.writer.merge(&segments).wait()?;
+        }
+        self.writer.wait_merging_threads()?;
+        self.kb.reader.reload()?;
+        Ok(())
+    }
+}
+
+/// Metadata as the filter index sees it: every number an f64 (tantivy keeps one numeric
+/// column type per path; mixing `3` and `2.5` would split it), strings as they are.
+fn filterable(meta: &Map<String, Value>) -> std::collections::BTreeMap<String, tantivy::schema::OwnedValue> {
+    use tantivy::schema::OwnedValue;
+    fn convert(v: &Value) -> OwnedValue {
+        match v {
+            Value::Number(n) => n.as_f64().map_or(OwnedValue::Null, OwnedValue::F64),
+            Value::Array(items) => OwnedValue::Array(items.iter().map(convert).collect()),
+            Value::Object(m) => OwnedValue::Object(m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()),
+            other => OwnedValue::from(other.clone()),
+        }
+    }
+    meta.iter().map(|(k, v)| (k.clone(), convert(v))).collect()
+}
+
+/// Finds and opens knowledge bases under a root directory (`<data_dir>/kb`).
+#[derive(Debug)]
+pub struct KbStore {
+    root: PathBuf,
+    open: Mutex<HashMap<(String, String), Arc<KnowledgeBase>>>,
+}
+
+/// Checks a tenant or knowledge-base name: 1–64 of `A-Za-z0-9_.-`, not starting with a dot
+/// (names become directories).
+///
+/// # Errors
+/// [`RagError::InvalidName`].
+pub fn validate_name(what: &str, name: &str) -> Result<(), RagError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(RagError::InvalidName(format!(
+            "{what} `{name}`: use 1-64 letters, digits, `_`, `-` or `.`, not starting with `.`"
+        )))
+    }
+}
+
+impl KbStore {
+    /// A store rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into(), open: Mutex::new(HashMap::new()) }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn dir(&self, tenant: &str, name: &str) -> PathBuf {
+        self.root.join(tenant).join(name)
+    }
+
+    /// Opens an existing knowledge base (cached: later calls share one reader).
+    ///
+    /// # Errors
+    /// [`RagError::UnknownKb`], [`RagError::InvalidName`], or a manifest the build cannot read.
+    pub fn open(&self, tenant: &str, name: &str) -> Result<Arc<KnowledgeBase>, RagError> {
+        validate_name("tenant", tenant)?;
+        validate_name("knowledge base", name)?;
+        let key = (tenant.to_owned(), name.to_owned());
+        if let Some(kb) = self.lock().get(&key) {
+            return Ok(kb.clone());
+        }
+        let dir = self.dir(tenant, name);
+        let manifest_path = dir.join("kb.json");
+        let raw = match std::fs::read_to_string(&manifest_path) {
+            Ok(raw) => raw,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RagError::UnknownKb { tenant: tenant.to_owned(), name: name.to_owned() });
+            }
+            Err(e) => return Err(io_err(&manifest_path, &e)),
+        };
+        let manifest: KbManifest = serde_json::from_str(&raw)
+            .map_err(|e| RagError::Manifest { path: manifest_path.display().to_string(), reason: e.to_string() })?;
+        if manifest.format > KB_FORMAT {
+            return Err(RagError::Manifest {
+                path: manifest_path.display().to_string(),
+                reason: format!(
+                    "format {} is newer than this build reads ({KB_FORMAT}); upgrade toolgraph",
+                    manifest.format
+                ),
+            });
+        }
+        let (schema, fields) = schema(manifest.analyzer);
+        let index_dir = dir.join("index");
+        std::fs::create_dir_all(&index_dir).map_err(|e| io_err(&index_dir, &e))?;
+        let directory = MmapDirectory::open(&index_dir)
+            .map_err(|e| RagError::Io { path: index_dir.display().to_string(), reason: e.to_string() })?;
+        let index = Index::open_or_create(directory, schema)?;
+        let kb = Arc::new(KnowledgeBase::finish_open(manifest, Some(dir), index, fields)?);
+        self.lock().insert(key, kb.clone());
+        Ok(kb)
+    }
+
+    /// Opens a knowledge base, creating it with `manifest` when it does not exist. An existing
+    /// one keeps its analyzer; asking for a different one is refused.
+    ///
+    /// # Errors
+    /// [`RagError::Mismatch`] when an explicit analyzer differs; I/O and index failures.
+    pub fn open_or_create(
+        &self,
+        manifest: KbManifest,
+        explicit_analyzer: bool,
+    ) -> Result<Arc<KnowledgeBase>, RagError> {
+        match self.open(&manifest.tenant, &manifest.name) {
+            Ok(kb) => {
+                if explicit_analyzer && kb.manifest.analyzer != manifest.analyzer {
+                    return Err(RagError::Mismatch(format!(
+                        "knowledge base `{}` was built with the {} analyzer, not {}; ingest into a new knowledge base to change it",
+                        manifest.name,
+                        kb.manifest.analyzer.code(),
+                        manifest.analyzer.code()
+                    )));
+                }
+                Ok(kb)
+            }
+            Err(RagError::UnknownKb { .. }) => {
+                let dir = self.dir(&manifest.tenant, &manifest.name);
+                std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, &e))?;
+                write_manifest(&dir, &manifest)?;
+                self.open(&manifest.tenant, &manifest.name)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records a new manifest (e.g. a changed record mapping) for an open knowledge base.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn update_manifest(&self, manifest: &KbManifest) -> Result<(), RagError> {
+        let dir = self.dir(&manifest.tenant, &manifest.name);
+        write_manifest(&dir, manifest)?;
+        self.lock().remove(&(manifest.tenant.clone(), manifest.name.clone()));
+        Ok(())
+    }
+
+    /// The knowledge bases of a tenant, by name.
+    ///
+    /// # Errors
+    /// I/O failures other than a missing directory.
+    pub fn list(&self, tenant: &str) -> Result<Vec<String>, RagError> {
+        validate_name("tenant", tenant)?;
+        let dir = self.root.join(tenant);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&dir, &e)),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join("kb.json").is_file())
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<KnowledgeBase>>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts).
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn write_manifest(dir: &Path, manifest: &KbManifest) -> Result<(), RagError> {
+    let path = dir.join("kb.json");
+    let tmp = dir.join("kb.json.tmp");
+    let body = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| RagError::Manifest { path: path.display().to_string(), reason: e.to_string() })?;
+    std::fs::write(&tmp, body).map_err(|e| io_err(&tmp, &e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, &e))
+}
+
+fn io_err(path: &Path, e: &std::io::Error) -> RagError {
+    RagError::Io { path: path.display().to_string(), reason: e.to_string() }
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl KbManifest {
+    /// A new manifest with default chunking and mapping.
+    pub fn new(tenant: &str, name: &str, analyzer: Analyzer) -> Self {
+        Self {
+            format: KB_FORMAT,
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+            analyzer,
+            chunking: ChunkingOptions::default(),
+            mapping: RecordMapping::default(),
+            embedding: None,
+            created_at: now_secs(),
+        }
+    }
+}

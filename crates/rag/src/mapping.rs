@@ -1,0 +1,335 @@
+//! [`RecordMapping`]: how JSON records become documents, declared rather than coded.
+//!
+//! Values are templates: literal text with `{path}` placeholders. A path is a dotted field path
+//! in the current record; each leading `^` steps out to the enclosing record (the law around an
+//! article). `{$first_line}` is the first non-empty line of the mapped text. A metadata
+//! template that is one placeholder keeps the value's JSON type (numbers stay numbers).
+//!
+//! ALQAC's `law.json` (`[{id: law, articles: [{id: number, text}]}]`):
+//!
+//! ```toml
+//! records = "articles"
+//! id = "{^id}#{id}"
+//! title = "{$first_line}"
+//! citation = "Điều {id}, {^id}"
+//! [meta]
+//! law = "{^id}"
+//! article_number = "{id}"
+//! article_title = "{$first_line}"
+//! ```
+
+use crate::source::SourceDocument;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// A declarative mapping from JSON records to documents. The default reads BEIR-style records:
+/// `_id` (or `id`), `title`, `text` (or `content`/`body`), and `metadata` plus every other
+/// scalar field as metadata.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordMapping {
+    /// Slash-separated path of nested arrays whose items are the documents (`articles`,
+    /// `chapters/articles`); absent: each top-level record is a document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<String>,
+    /// Document id template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Text template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Title template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Citation label template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub citation: Option<String>,
+    /// Metadata: name → template.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: BTreeMap<String, String>,
+}
+
+impl RecordMapping {
+    /// Parses a mapping from TOML text.
+    ///
+    /// # Errors
+    /// A readable reason (unknown key, bad template).
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let m: Self = toml::from_str(text).map_err(|e| format!("record mapping: {e}"))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// Sets one key from a command-line `key=value` (`meta.NAME=template` for metadata).
+    ///
+    /// # Errors
+    /// An unknown key or a missing `=`.
+    pub fn set(&mut self, pair: &str) -> Result<(), String> {
+        let (key, value) = pair.split_once('=').ok_or_else(|| format!("--map `{pair}`: expected KEY=TEMPLATE"))?;
+        let value = value.to_owned();
+        match key.trim() {
+            "records" => self.records = Some(value),
+            "id" => self.id = Some(value),
+            "text" => self.text = Some(value),
+            "title" => self.title = Some(value),
+            "citation" => self.citation = Some(value),
+            k => match k.strip_prefix("meta.") {
+                Some(name) if !name.is_empty() => {
+                    self.meta.insert(name.to_owned(), value);
+                }
+                _ => {
+                    return Err(format!("--map `{k}`: unknown key (records, id, text, title, citation, meta.NAME)"));
+                }
+            },
+        }
+        self.validate()
+    }
+
+    /// Whether this is the default mapping.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let templates =
+            [&self.id, &self.text, &self.title, &self.citation].into_iter().flatten().chain(self.meta.values());
+        for t in templates {
+            Template::parse(t)?;
+        }
+        Ok(())
+    }
+
+    /// Maps records (each with a label for error messages: "record 3", "line 7").
+    ///
+    /// # Errors
+    /// A record without an id, or a `records` path that is not an array.
+    pub fn apply<'a>(
+        &self,
+        records: impl IntoIterator<Item = (String, &'a Value)>,
+    ) -> Result<Vec<SourceDocument>, String> {
+        let mut out = Vec::new();
+        let levels: Vec<&str> =
+            self.records.as_deref().map(|r| r.split('/').filter(|s| !s.is_empty()).collect()).unwrap_or_default();
+        for (where_, record) in records {
+            let mut stack = vec![record];
+            self.descend(&where_, &levels, &mut stack, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn descend(
+        &self,
+        where_: &str,
+        levels: &[&str],
+        stack: &mut Vec<&Value>,
+        out: &mut Vec<SourceDocument>,
+    ) -> Result<(), String> {
+        let Some((level, rest)) = levels.split_first() else {
+            out.push(self.map_one(where_, stack)?);
+            return Ok(());
+        };
+        // The stack is never empty: `apply` seeds it and only this function pushes and pops.
+        let current = stack[stack.len() - 1];
+        let items = match lookup(current, level) {
+            Some(Value::Array(items)) => items,
+            Some(Value::Null) | None => return Ok(()),
+            Some(_) => return Err(format!("{where_}: `{level}` is not an array")),
+        };
+        for (i, item) in items.iter().enumerate() {
+            stack.push(item);
+            self.descend(&format!("{where_}, {level}[{i}]"), rest, stack, out)?;
+            stack.pop();
+        }
+        Ok(())
+    }
+
+    fn map_one(&self, where_: &str, stack: &[&Value]) -> Result<SourceDocument, String> {
+        let ctx = Ctx { stack, first_line: None };
+        let text = match &self.text {
+            Some(t) => Template::parse(t)?.render(&ctx).unwrap_or_default(),
+            None => ["text", "content", "body"]
+                .iter()
+                .find_map(|k| lookup(stack[stack.len() - 1], k).map(scalar_text))
+                .unwrap_or_default(),
+        };
+        let first_line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_owned();
+        let ctx = Ctx { stack, first_line: Some(&first_line) };
+        let id = match &self.id {
+            Some(t) => Template::parse(t)?.render(&ctx),
+            None => ["_id", "id"].iter().find_map(|k| lookup(stack[stack.len() - 1], k).map(scalar_text)),
+        }
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| format!("{where_}: no id (map one with `id`)"))?;
+        let title = match &self.title {
+            Some(t) => Template::parse(t)?.render(&ctx).unwrap_or_default(),
+            None => lookup(stack[stack.len() - 1], "title").map(scalar_text).unwrap_or_default(),
+        };
+        let mut meta = Map::new();
+        if self.meta.is_empty() {
+            let record = stack[stack.len() - 1];
+            if let Some(Value::Object(m)) = lookup(record, "metadata") {
+                meta.extend(m.clone());
+            }
+            if let Value::Object(fields) = record {
+                for (k, v) in fields {
+                    let skip = matches!(k.as_str(), "_id" | "id" | "title" | "text" | "content" | "body" | "metadata");
+                    if !skip && is_metadata_value(v) {
+                        meta.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        } else {
+            for (name, t) in &self.meta {
+                if let Some(v) = Template::parse(t)?.render_value(&ctx) {
+                    meta.insert(name.clone(), v);
+                }
+            }
+        }
+        let citation = match &self.citation {
+            Some(t) => Template::parse(t)?.render(&ctx),
+            None => None,
+        };
+        let mut doc = SourceDocument::plain(id, title, text);
+        doc.meta = meta;
+        doc.citation = citation;
+        Ok(doc)
+    }
+}
+
+fn is_metadata_value(v: &Value) -> bool {
+    match v {
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => true,
+        Value::Array(items) => items.iter().all(|i| matches!(i, Value::String(_) | Value::Number(_) | Value::Bool(_))),
+        _ => false,
+    }
+}
+
+fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(value, |v, key| v.get(key))
+}
+
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+struct Ctx<'a> {
+    stack: &'a [&'a Value],
+    first_line: Option<&'a str>,
+}
+
+enum Part<'t> {
+    Literal(&'t str),
+    Field { up: usize, path: &'t str },
+    FirstLine,
+}
+
+struct Template<'t> {
+    parts: Vec<Part<'t>>,
+}
+
+impl<'t> Template<'t> {
+    fn parse(t: &'t str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut rest = t;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(Part::Literal(&rest[..open]));
+            }
+            let close = rest[open..].find('}').ok_or_else(|| format!("template `{t}`: `{{` without `}}`"))? + open;
+            let inner = rest[open + 1..close].trim();
+            if inner == "$first_line" {
+                parts.push(Part::FirstLine);
+            } else {
+                let up = inner.chars().take_while(|c| *c == '^').count();
+                let path = &inner[up..];
+                if path.is_empty() || path.starts_with('$') {
+                    return Err(format!("template `{t}`: `{{{inner}}}` names no field"));
+                }
+                parts.push(Part::Field { up, path });
+            }
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest));
+        }
+        Ok(Self { parts })
+    }
+
+    fn field<'v>(ctx: &Ctx<'v>, up: usize, path: &str) -> Option<&'v Value> {
+        let idx = ctx.stack.len().checked_sub(1 + up)?;
+        lookup(ctx.stack[idx], path)
+    }
+
+    /// The text, or `None` when a referenced field is missing.
+    fn render(&self, ctx: &Ctx<'_>) -> Option<String> {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Literal(l) => out.push_str(l),
+                Part::Field { up, path } => out.push_str(&scalar_text(Self::field(ctx, *up, path)?)),
+                Part::FirstLine => out.push_str(ctx.first_line?),
+            }
+        }
+        Some(out)
+    }
+
+    fn render_value(&self, ctx: &Ctx<'_>) -> Option<Value> {
+        if let [Part::Field { up, path }] = self.parts.as_slice() {
+            return Self::field(ctx, *up, path).filter(|v| !v.is_null()).cloned();
+        }
+        self.render(ctx).map(Value::String)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn default_mapping_reads_beir_records() {
+        let r = json!({"_id": "4983", "title": "T", "text": "Body", "metadata": {"year": 2001}, "lang": "en", "nested": {"x": 1}});
+        let docs = RecordMapping::default().apply([("record 1".into(), &r)]).unwrap();
+        assert_eq!((docs[0].id.as_str(), docs[0].title.as_str(), docs[0].full_text().as_str()), ("4983", "T", "Body"));
+        assert_eq!(docs[0].meta["year"], 2001);
+        assert_eq!(docs[0].meta["lang"], "en");
+        assert!(!docs[0].meta.contains_key("nested"));
+    }
+
+    #[test]
+    fn nested_records_reach_their_parents() {
+        let m = RecordMapping::from_toml(
+            "records = \"articles\"\nid = \"{^id}#{id}\"\ntitle = \"{$first_line}\"\ncitation = \"Điều {id}, {^id}\"\n[meta]\nlaw = \"{^id}\"\narticle_number = \"{id}\"\nn = \"{n}\"\n",
+        )
+        .unwrap();
+        let law = json!([{"id": "Luật Điện ảnh", "articles": [{"id": "45", "n": 45, "text": "Trách nhiệm\n\nChính phủ ... Điều 5 ..."}]}]);
+        let Value::Array(items) = &law else { unreachable!() };
+        let docs = m.apply(items.iter().map(|r| ("record 1".to_owned(), r))).unwrap();
+        assert_eq!(docs.len(), 1);
+        let d = &docs[0];
+        assert_eq!(d.id, "Luật Điện ảnh#45");
+        assert_eq!(d.title, "Trách nhiệm");
+        assert_eq!(d.citation.as_deref(), Some("Điều 45, Luật Điện ảnh"));
+        assert_eq!(d.meta["law"], "Luật Điện ảnh");
+        assert_eq!(d.meta["article_number"], "45");
+        assert_eq!(d.meta["n"], 45, "a single-placeholder template keeps the number");
+    }
+
+    #[test]
+    fn bad_mappings_and_records_are_named() {
+        assert!(RecordMapping::from_toml("recrods = \"x\"").unwrap_err().contains("unknown field"));
+        assert!(RecordMapping::from_toml("id = \"{oops\"").unwrap_err().contains("without"));
+        let mut m = RecordMapping::default();
+        assert!(m.set("colour=red").unwrap_err().contains("unknown key"));
+        m.set("records=items").unwrap();
+        let r = json!({"items": 3});
+        assert!(m.apply([("record 1".into(), &r)]).unwrap_err().contains("not an array"));
+        let r = json!({"text": "no id here"});
+        assert!(RecordMapping::default().apply([("line 4".into(), &r)]).unwrap_err().contains("line 4: no id"));
+    }
+}
