@@ -6,6 +6,7 @@ use toolgraph_config::{AgentSettings, Config};
 use toolgraph_graph::react::{self, AgentDeps, AgentSpec, AgentState};
 use toolgraph_graph::{Checkpointer, CompiledGraph, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_llm::{ChatModel, OpenAiChatModel};
+use toolgraph_rag::KbStore;
 use toolgraph_tools::{ToolRegistry, builtin};
 
 /// A ready-to-run agent.
@@ -42,37 +43,38 @@ pub fn model(cfg: &Config, settings: &AgentSettings) -> anyhow::Result<Arc<dyn C
     Ok(Arc::new(OpenAiChatModel::new(client)?))
 }
 
-/// Every built-in tool the configuration enables.
-pub async fn all_tools(cfg: &Config) -> anyhow::Result<ToolRegistry> {
+/// Every built-in tool the configuration enables; `rag_search` reads `kb`. Built once per
+/// process and shared by its agents (it may open a database pool).
+pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>) -> anyhow::Result<ToolRegistry> {
     let mut all = builtin::registry(&cfg.data_dir)?;
-    all.register(toolgraph_rag::tool::rag_search_tool(
-        Arc::new(crate::kb_cmd::kb_store(cfg)),
-        cfg.rag.tenant.clone(),
-        cfg.rag.default_kb.clone(),
-    ))?;
+    all.register(toolgraph_rag::tool::rag_search_tool(kb, cfg.rag.tenant.clone(), cfg.rag.default_kb.clone()))?;
     if let Some(db) = &cfg.tools.sql_database {
         all.register(builtin::general_query(db).await?)?;
     }
     Ok(all)
 }
 
-/// The agent's enabled tools.
-pub async fn tools(cfg: &Config, name: &str, settings: &AgentSettings) -> anyhow::Result<ToolRegistry> {
-    let all = all_tools(cfg).await?;
+/// The agent's enabled tools out of `all`.
+fn tools(all: &ToolRegistry, name: &str, settings: &AgentSettings) -> anyhow::Result<ToolRegistry> {
     match &settings.tools {
-        None => Ok(all),
+        None => Ok(all.clone()),
         Some(names) => all.subset(names).with_context(|| format!("agent '{name}' enables a tool that does not exist")),
     }
 }
 
-/// Builds agent `name` (or the default agent) over `store`.
-pub async fn build(cfg: &Config, name: Option<&str>, store: Arc<dyn Checkpointer>) -> anyhow::Result<Agent> {
+/// Builds agent `name` (or the default agent) over `store`, with its tools out of `all`.
+pub fn build(
+    cfg: &Config,
+    name: Option<&str>,
+    store: Arc<dyn Checkpointer>,
+    all: &ToolRegistry,
+) -> anyhow::Result<Agent> {
     let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
     let agents = cfg.effective_agents();
     let Some(settings) = agents.get(&name).cloned() else {
         bail!("no agent named '{name}'; configured agents: {}", agents.keys().cloned().collect::<Vec<_>>().join(", "));
     };
-    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools(cfg, &name, &settings).await?);
+    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools(all, &name, &settings)?);
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;

@@ -6,15 +6,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use toolgraph_config::Config;
 use toolgraph_rag::{
     Analyzer, ChunkingOptions, Filter, IngestOptions, IngestProgress, KbStore, PathPattern, RecordMapping,
-    SearchRequest, ingest, tool::hit_json,
+    SearchRequest, ingest, tool::results_json,
 };
 
-/// Where the knowledge bases of `cfg` live.
-pub fn kb_store(cfg: &Config) -> KbStore {
-    KbStore::new(cfg.data_dir.join("kb"))
+/// The knowledge bases of `cfg`, under `<data_dir>/kb`.
+pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
+    Arc::new(KbStore::new(cfg.data_dir.join("kb")))
 }
 
 #[derive(Debug, Args)]
@@ -207,13 +208,7 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
     .await
     .context("the search task failed")??;
     if args.json {
-        let body = serde_json::json!({
-            "ok": true,
-            "query": args.query,
-            "total_results": hits.len(),
-            "results": hits.iter().map(hit_json).collect::<Vec<_>>(),
-        });
-        println!("{body}");
+        println!("{}", results_json(&args.query, &hits));
         return Ok(ExitCode::SUCCESS);
     }
     if hits.is_empty() {

@@ -79,9 +79,11 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), StoreCloser::Sqlite(pool))
             }
         };
+    let kb = crate::kb_cmd::kb_store(cfg);
+    let all_tools = agent::all_tools(cfg, Arc::clone(&kb)).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
-        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer)).await?;
+        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer), &all_tools)?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
     let auth = match cfg.server.auth {
@@ -96,10 +98,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     };
     let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };
     let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer, options);
-    app.enable_search(SearchService {
-        store: std::sync::Arc::new(crate::kb_cmd::kb_store(cfg)),
-        default_kb: cfg.rag.default_kb.clone(),
-    });
+    app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone() });
     let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
     let port = args.port.unwrap_or(cfg.server.port);
     let listener = tokio::net::TcpListener::bind((bind.as_str(), port))

@@ -5,6 +5,35 @@ use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `toolgraph serve` on `port` over `data_dir`, talking to `model`, with no PostgreSQL and no
+/// `PORT` from the environment.
+fn serve_command(data_dir: &std::path::Path, model: &ScriptedModelServer, port: u16) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+    cmd.args(["serve", "--port", &port.to_string(), "--data-dir"])
+        .arg(data_dir)
+        .current_dir(data_dir)
+        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
+        .env("TOOLGRAPH_LLM_MODEL", "scripted")
+        .env_remove("TOOLGRAPH_DATABASE_URL")
+        .env_remove("PORT")
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// Polls `/ready` until it answers 200 (at most 20 s).
+async fn wait_ready(base: &str) {
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = reqwest::get(format!("{base}/ready")).await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the service never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
     serve_round_trip(None).await;
@@ -17,24 +46,12 @@ async fn health_and_metrics_can_live_on_a_separate_address() {
     let dir = tempfile::tempdir().unwrap();
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (port, ops) = (free(), free());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-        .args(["serve", "--port", &port.to_string(), "--data-dir"])
-        .arg(dir.path())
-        .current_dir(dir.path())
-        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
-        .env("TOOLGRAPH_LLM_MODEL", "scripted")
+    let mut child = serve_command(dir.path(), &model, port)
         .env("TOOLGRAPH_SERVER_OPS_BIND", format!("127.0.0.1:{ops}"))
-        .env_remove("TOOLGRAPH_DATABASE_URL")
-        .env_remove("PORT")
-        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while reqwest::get(format!("http://127.0.0.1:{port}/ready")).await.map(|r| r.status() != 200).unwrap_or(true) {
-        assert!(started.elapsed() < Duration::from_secs(20), "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&format!("http://127.0.0.1:{port}")).await;
     let metrics = reqwest::get(format!("http://127.0.0.1:{ops}/metrics")).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("chatbot_errors_total"), "{metrics}");
     assert_eq!(reqwest::get(format!("http://127.0.0.1:{ops}/health")).await.unwrap().status(), 200);
@@ -76,30 +93,13 @@ async fn serve_round_trip(database_url: Option<String>) {
     let model = ScriptedModelServer::start(vec![Reply::text("Hola desde toolgraph.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-        .args(["serve", "--port", &port.to_string(), "--data-dir"])
-        .arg(dir.path())
-        .current_dir(dir.path())
-        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
-        .env("TOOLGRAPH_LLM_MODEL", "scripted")
-        .env_remove("TOOLGRAPH_DATABASE_URL")
+    let mut child = serve_command(dir.path(), &model, port)
         .envs(database_url.iter().map(|u| ("TOOLGRAPH_DATABASE_URL", u.as_str())))
-        .env_remove("PORT")
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = reqwest::get(format!("{base}/ready")).await
-            && r.status() == 200
-        {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "the service never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&base).await;
     let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": "hola"});
     let text = reqwest::Client::new()
         .post(format!("{base}/api/chatbot/stream"))

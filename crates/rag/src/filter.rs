@@ -1,8 +1,9 @@
 //! [`Filter`]: conditions on chunk metadata — equality, any-of, numeric ranges — written as
 //! `key=value`, `key=a|b`, `key>=3`, `key=1..5` on the command line or as JSON in the API.
 //!
-//! String comparisons ignore case (`asignatura=IV` finds `iv`): metadata is keyword-indexed
-//! lowercased, and values are lowercased here the same way.
+//! The knowledge base turns each filter into part of its index query (`kb.rs`): string
+//! comparisons ignore case (`asignatura=IV` finds `iv`), numbers compare as numbers, and an
+//! array in the metadata matches when any element does.
 
 use serde_json::Value;
 
@@ -107,49 +108,10 @@ impl Filter {
             _ => Err(format!("filter `{key}`: expected a value, a non-empty array of values or a range object")),
         }
     }
-
-    /// Whether `meta` satisfies the filter (the same rule the index applies; used by
-    /// in-memory search paths and tests).
-    pub fn matches(&self, meta: &serde_json::Map<String, Value>) -> bool {
-        let Some(found) = self
-            .key()
-            .split('.')
-            .try_fold(None::<&Value>, |acc, k| match acc {
-                None => meta.get(k).map(Some),
-                Some(v) => v.get(k).map(Some),
-            })
-            .flatten()
-        else {
-            return false;
-        };
-        let values: Vec<&Value> = match found {
-            Value::Array(items) => items.iter().collect(),
-            v => vec![v],
-        };
-        match self {
-            Self::Eq { value, .. } => values.iter().any(|v| same(v, value)),
-            Self::AnyOf { values: wanted, .. } => values.iter().any(|v| wanted.iter().any(|w| same(v, w))),
-            Self::Range { lower, upper, .. } => values.iter().filter_map(|v| v.as_f64()).any(|n| {
-                lower.is_none_or(|(lo, inc)| if inc { n >= lo } else { n > lo })
-                    && upper.is_none_or(|(hi, inc)| if inc { n <= hi } else { n < hi })
-            }),
-        }
-    }
 }
 
 fn is_scalar(v: &Value) -> bool {
     matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_))
-}
-
-fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::String(x), Value::String(y)) => x.to_lowercase() == y.to_lowercase(),
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Number(x), Value::String(y)) | (Value::String(y), Value::Number(x)) => {
-            y.parse::<f64>().ok() == x.as_f64() || x.to_string() == *y
-        }
-        _ => a == b,
-    }
 }
 
 /// A command-line value: a string (numbers stay strings here; the index matches both forms).
@@ -186,17 +148,5 @@ mod tests {
         assert!(Filter::from_json("y", &json!({"over": 3})).unwrap_err().contains("unknown bound"));
         assert!(Filter::from_json("y", &json!([])).is_err());
         assert!(Filter::from_json("y", &json!(null)).is_err());
-    }
-
-    #[test]
-    fn matching_rules() {
-        let meta = json!({"asignatura": "IV", "page": 3, "tags": ["docker", "ci"]});
-        let meta = meta.as_object().unwrap();
-        assert!(Filter::parse("asignatura=iv").unwrap().matches(meta));
-        assert!(Filter::parse("tags=ci|x").unwrap().matches(meta));
-        assert!(Filter::parse("page=3").unwrap().matches(meta));
-        assert!(Filter::parse("page<4").unwrap().matches(meta));
-        assert!(!Filter::parse("page>3").unwrap().matches(meta));
-        assert!(!Filter::parse("missing=1").unwrap().matches(meta));
     }
 }

@@ -318,8 +318,7 @@ fn collapse_ws(s: &str) -> String {
 /// PDF: one section per page with its page number. A parser panic on a hostile file is caught
 /// and reported as a reason, like any other malformed file.
 fn parse_pdf(bytes: &[u8], id: &str, title: &str) -> Result<SourceDocument, String> {
-    let owned = bytes.to_vec();
-    let pages = std::panic::catch_unwind(move || pdf_extract::extract_text_from_mem_by_pages(&owned))
+    let pages = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem_by_pages(bytes))
         .map_err(|_| "the PDF parser failed on this file (malformed PDF)".to_owned())?
         .map_err(|e| format!("not a readable PDF: {e}"))?;
     let sections: Vec<Section> = pages

@@ -195,7 +195,7 @@ impl KnowledgeBase {
             tantivy::TantivyError::LockFailure(..) => RagError::Busy(self.manifest.name.clone()),
             other => RagError::Index(other),
         })?;
-        Ok(KbWriter { kb: self, writer, pending: 0 })
+        Ok(KbWriter { kb: self, writer })
     }
 
     /// The content hash recorded for a source, if it is indexed.
@@ -209,14 +209,6 @@ impl KnowledgeBase {
         let Some((_, addr)) = top.first() else { return Ok(None) };
         let doc: TantivyDocument = searcher.doc(*addr)?;
         Ok(doc.get_first(self.fields.source_hash).and_then(|v| v.as_str()).map(str::to_owned))
-    }
-
-    /// Makes committed writes visible now (readers also pick them up on their own shortly).
-    ///
-    /// # Errors
-    /// When tantivy fails.
-    pub fn refresh(&self) -> Result<(), RagError> {
-        Ok(self.reader.reload()?)
     }
 
     /// BM25 search with filters applied inside the index query.
@@ -389,7 +381,6 @@ fn natural_chunk_order(id: &str) -> (u64, u64) {
 pub struct KbWriter<'a> {
     kb: &'a KnowledgeBase,
     writer: IndexWriter,
-    pending: usize,
 }
 
 impl KbWriter<'_> {
@@ -417,7 +408,6 @@ impl KbWriter<'_> {
             doc.add_text(f.meta_json, serde_json::to_string(&c.meta).unwrap_or_else(|_| "{}".into()));
             doc.add_object(f.meta, filterable(&c.meta));
             self.writer.add_document(doc)?;
-            self.pending += 1;
         }
         Ok(())
     }
@@ -425,11 +415,6 @@ impl KbWriter<'_> {
     /// Removes every chunk of `source`.
     pub fn remove_source(&mut self, source: &str) {
         self.writer.delete_term(Term::from_field_text(self.kb.fields.source, source));
-    }
-
-    /// Chunks added so far.
-    pub fn pending(&self) -> usize {
-        self.pending
     }
 
     /// Makes the ingest durable and visible, atomically.

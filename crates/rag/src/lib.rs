@@ -87,9 +87,6 @@ pub enum RagError {
     /// The query has no searchable word.
     #[error("the query has no searchable words")]
     EmptyQuery,
-    /// A filter that cannot be applied.
-    #[error("{0}")]
-    Filter(String),
     /// The index failed.
     #[error("keyword index: {0}")]
     Index(#[from] tantivy::TantivyError),

@@ -92,12 +92,30 @@ impl RecordMapping {
     }
 
     fn validate(&self) -> Result<(), String> {
-        let templates =
-            [&self.id, &self.text, &self.title, &self.citation].into_iter().flatten().chain(self.meta.values());
-        for t in templates {
-            Template::parse(t)?;
+        self.compile().map(|_| ())
+    }
+
+    /// The templates, parsed once for all records.
+    fn compile(&self) -> Result<Compiled<'_>, String> {
+        fn parse(t: &Option<String>) -> Result<Option<Template<'_>>, String> {
+            t.as_deref().map(Template::parse).transpose()
         }
-        Ok(())
+        Ok(Compiled {
+            levels: self
+                .records
+                .as_deref()
+                .map(|r| r.split('/').filter(|s| !s.is_empty()).collect())
+                .unwrap_or_default(),
+            id: parse(&self.id)?,
+            text: parse(&self.text)?,
+            title: parse(&self.title)?,
+            citation: parse(&self.citation)?,
+            meta: self
+                .meta
+                .iter()
+                .map(|(k, t)| Ok((k.as_str(), Template::parse(t)?)))
+                .collect::<Result<_, String>>()?,
+        })
     }
 
     /// Maps records (each with a label for error messages: "record 3", "line 7").
@@ -108,16 +126,27 @@ impl RecordMapping {
         &self,
         records: impl IntoIterator<Item = (String, &'a Value)>,
     ) -> Result<Vec<SourceDocument>, String> {
+        let compiled = self.compile()?;
         let mut out = Vec::new();
-        let levels: Vec<&str> =
-            self.records.as_deref().map(|r| r.split('/').filter(|s| !s.is_empty()).collect()).unwrap_or_default();
         for (where_, record) in records {
             let mut stack = vec![record];
-            self.descend(&where_, &levels, &mut stack, &mut out)?;
+            compiled.descend(&where_, &compiled.levels, &mut stack, &mut out)?;
         }
         Ok(out)
     }
+}
 
+/// A [`RecordMapping`] with its templates parsed.
+struct Compiled<'m> {
+    levels: Vec<&'m str>,
+    id: Option<Template<'m>>,
+    text: Option<Template<'m>>,
+    title: Option<Template<'m>>,
+    citation: Option<Template<'m>>,
+    meta: Vec<(&'m str, Template<'m>)>,
+}
+
+impl Compiled<'_> {
     fn descend(
         &self,
         where_: &str,
@@ -145,29 +174,28 @@ impl RecordMapping {
     }
 
     fn map_one(&self, where_: &str, stack: &[&Value]) -> Result<SourceDocument, String> {
+        let record = stack[stack.len() - 1];
         let ctx = Ctx { stack, first_line: None };
         let text = match &self.text {
-            Some(t) => Template::parse(t)?.render(&ctx).unwrap_or_default(),
-            None => ["text", "content", "body"]
-                .iter()
-                .find_map(|k| lookup(stack[stack.len() - 1], k).map(scalar_text))
-                .unwrap_or_default(),
+            Some(t) => t.render(&ctx).unwrap_or_default(),
+            None => {
+                ["text", "content", "body"].iter().find_map(|k| lookup(record, k).map(scalar_text)).unwrap_or_default()
+            }
         };
         let first_line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_owned();
         let ctx = Ctx { stack, first_line: Some(&first_line) };
         let id = match &self.id {
-            Some(t) => Template::parse(t)?.render(&ctx),
-            None => ["_id", "id"].iter().find_map(|k| lookup(stack[stack.len() - 1], k).map(scalar_text)),
+            Some(t) => t.render(&ctx),
+            None => ["_id", "id"].iter().find_map(|k| lookup(record, k).map(scalar_text)),
         }
         .filter(|s| !s.is_empty())
         .ok_or_else(|| format!("{where_}: no id (map one with `id`)"))?;
         let title = match &self.title {
-            Some(t) => Template::parse(t)?.render(&ctx).unwrap_or_default(),
-            None => lookup(stack[stack.len() - 1], "title").map(scalar_text).unwrap_or_default(),
+            Some(t) => t.render(&ctx).unwrap_or_default(),
+            None => lookup(record, "title").map(scalar_text).unwrap_or_default(),
         };
         let mut meta = Map::new();
         if self.meta.is_empty() {
-            let record = stack[stack.len() - 1];
             if let Some(Value::Object(m)) = lookup(record, "metadata") {
                 meta.extend(m.clone());
             }
@@ -181,18 +209,14 @@ impl RecordMapping {
             }
         } else {
             for (name, t) in &self.meta {
-                if let Some(v) = Template::parse(t)?.render_value(&ctx) {
-                    meta.insert(name.clone(), v);
+                if let Some(v) = t.render_value(&ctx) {
+                    meta.insert((*name).to_owned(), v);
                 }
             }
         }
-        let citation = match &self.citation {
-            Some(t) => Template::parse(t)?.render(&ctx),
-            None => None,
-        };
         let mut doc = SourceDocument::plain(id, title, text);
         doc.meta = meta;
-        doc.citation = citation;
+        doc.citation = self.citation.as_ref().and_then(|t| t.render(&ctx));
         Ok(doc)
     }
 }

@@ -93,18 +93,23 @@ pub fn search_json(
     let kb_name = params.kb.as_deref().unwrap_or(default_kb);
     let kb = store.open(tenant, kb_name).map_err(classify)?;
     let hits = kb.search(&SearchRequest { query, filters: &filters, top_k }).map_err(classify)?;
-    Ok(json!({
+    Ok(results_json(query, &hits))
+}
+
+/// The seed's success shape: `{ok: true, query, total_results, results}`.
+pub fn results_json(query: &str, hits: &[Hit]) -> Value {
+    json!({
         "ok": true,
         "query": query,
         "total_results": hits.len(),
         "results": hits.iter().map(hit_json).collect::<Vec<_>>(),
-    }))
+    })
 }
 
 fn classify(e: RagError) -> (SearchFailure, String) {
     let kind = match &e {
         RagError::UnknownKb { .. } => SearchFailure::NotFound,
-        RagError::InvalidName(_) | RagError::EmptyQuery | RagError::Filter(_) => SearchFailure::Invalid,
+        RagError::InvalidName(_) | RagError::EmptyQuery => SearchFailure::Invalid,
         _ => SearchFailure::Internal,
     };
     (kind, e.to_string())

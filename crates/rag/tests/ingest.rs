@@ -145,7 +145,7 @@ fn filters_select_by_equality_any_of_and_range_inside_the_query() {
         write(
             &src,
             &format!("r{i}.json"),
-            json!({"id": format!("d{i}"), "text": "contenedores docker y despliegue", "asignatura": asig, "tipo_documento": tipo, "year": year, "score": 0.5 + i as f64}).to_string(),
+            json!({"id": format!("d{i}"), "text": "contenedores docker y despliegue", "asignatura": asig, "tipo_documento": tipo, "year": year, "score": 0.5 + i as f64, "tags": if i == 0 { json!(["Docker", "ci"]) } else { json!(["vagrant"]) }}).to_string(),
         );
     }
     let store = KbStore::new(tmp.path().join("kb"));
@@ -166,6 +166,8 @@ fn filters_select_by_equality_any_of_and_range_inside_the_query() {
     assert_eq!(ids(&["year=2024"]), ["d2"], "a command-line number finds a JSON number");
     assert_eq!(ids(&["score<2"]), ["d0", "d1"], "float metadata");
     assert!(ids(&["nonexistent=1"]).is_empty());
+    assert_eq!(ids(&["tags=ci|x"]), ["d0"], "an array matches when any element does");
+    assert_eq!(ids(&["tags=docker"]), ["d0"]);
 }
 
 #[test]

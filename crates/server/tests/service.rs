@@ -156,6 +156,15 @@ async fn confirm(s: &Service, tenant: i64, user: i64, conversation: i64, message
     (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
 }
 
+/// A stream request running in the background; resolves to the whole SSE text.
+fn spawn_stream(s: &Service, body: Value) -> tokio::task::JoinHandle<String> {
+    let url = format!("{}/api/chatbot/stream", s.base);
+    tokio::spawn(async move {
+        let resp = reqwest::Client::new().post(url).header("X-Tenant-Slug", "demo").json(&body).send().await.unwrap();
+        resp.text().await.unwrap()
+    })
+}
+
 async fn metrics(s: &Service) -> String {
     reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap()
 }
@@ -274,21 +283,7 @@ async fn a_second_concurrent_turn_is_409(b: &str) {
     .await;
     let (_, events) = stream(&s, &body(None, "hola")).await;
     let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
-    let slow = tokio::spawn({
-        let (base, b) = (s.base.clone(), body(Some(conv), "slow one"));
-        async move {
-            reqwest::Client::new()
-                .post(format!("{base}/api/chatbot/stream"))
-                .header("X-Tenant-Slug", "demo")
-                .json(&b)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        }
-    });
+    let slow = spawn_stream(&s, body(Some(conv), "slow one"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let resp = post(&s, "/api/chatbot/stream", "demo", &body(Some(conv), "impatient")).await;
     assert_eq!(resp.status(), 409);
@@ -530,21 +525,7 @@ async fn the_per_tenant_run_limit_answers_429_with_retry_after(b: &str) {
         Step::Done,
     ]);
     let s = service_opts(b, vec![slow, Reply::text("other tenant"), Reply::text("later")], true, 10, options).await;
-    let first = tokio::spawn({
-        let (base, b) = (s.base.clone(), body(None, "uno"));
-        async move {
-            reqwest::Client::new()
-                .post(format!("{base}/api/chatbot/stream"))
-                .header("X-Tenant-Slug", "demo")
-                .json(&b)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap()
-        }
-    });
+    let first = spawn_stream(&s, body(None, "uno"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "dos")).await;
     assert_eq!(resp.status(), 429);
