@@ -6,7 +6,7 @@ use toolgraph_config::{AgentSettings, Config};
 use toolgraph_graph::react::{self, AgentDeps, AgentSpec, AgentState};
 use toolgraph_graph::{Checkpointer, CompiledGraph, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_llm::{ChatModel, OpenAiChatModel};
-use toolgraph_rag::KbStore;
+use toolgraph_rag::{KbStore, Retriever};
 use toolgraph_tools::{ToolRegistry, builtin};
 
 /// A ready-to-run agent.
@@ -43,11 +43,16 @@ pub fn model(cfg: &Config, settings: &AgentSettings) -> anyhow::Result<Arc<dyn C
     Ok(Arc::new(OpenAiChatModel::new(client)?))
 }
 
-/// Every built-in tool the configuration enables; `rag_search` reads `kb`. Built once per
-/// process and shared by its agents (it may open a database pool).
-pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>) -> anyhow::Result<ToolRegistry> {
+/// Every built-in tool the configuration enables; `rag_search` reads `kb` through `retriever`.
+/// Built once per process and shared by its agents (it may open a database pool).
+pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>, retriever: Retriever) -> anyhow::Result<ToolRegistry> {
     let mut all = builtin::registry(&cfg.data_dir)?;
-    all.register(toolgraph_rag::tool::rag_search_tool(kb, cfg.rag.tenant.clone(), cfg.rag.default_kb.clone()))?;
+    all.register(toolgraph_rag::tool::rag_search_tool(
+        kb,
+        retriever,
+        cfg.rag.tenant.clone(),
+        cfg.rag.default_kb.clone(),
+    ))?;
     if let Some(db) = &cfg.tools.sql_database {
         all.register(builtin::general_query(db).await?)?;
     }

@@ -4,6 +4,9 @@
 //! are toolgraph's own cost: per-step overhead with the in-memory store, checkpoint write
 //! latency (SQLite, and PostgreSQL when a URL is given), and the bytes a conversation takes
 //! after 100 and 200 turns.
+//!
+//! `bench embed` measures the in-process e5 embedder's throughput on real passages (a BEIR
+//! corpus), in model tokens per second, with every core the machine has.
 
 use anyhow::Context;
 use async_trait::async_trait;
@@ -34,6 +37,60 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3000)]
         turns: u32,
     },
+    /// Embedding throughput of the local e5 model on a BEIR corpus's first N documents.
+    Embed {
+        /// A BEIR corpus (corpus.jsonl or .jsonl.gz), e.g. ../shared/data/scifact/corpus.jsonl.gz.
+        #[arg(long, value_name = "FILE")]
+        corpus: std::path::PathBuf,
+        /// Documents to embed.
+        #[arg(long, default_value_t = 512)]
+        documents: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct EmbedBench {
+    documents: usize,
+    tokens: usize,
+    seconds: f64,
+    tokens_per_s: f64,
+    documents_per_s: f64,
+    threads: usize,
+    load_s: f64,
+}
+
+#[cfg(feature = "local-models")]
+fn embed_bench(corpus: &std::path::Path, documents: usize) -> anyhow::Result<EmbedBench> {
+    use toolgraph_rag::EmbedKind;
+    let dir = corpus.parent().context("the corpus path has no folder")?;
+    let ds = toolgraph_rag::BeirDataset::load(dir).with_context(|| format!("cannot load {}", dir.display()))?;
+    let texts: Vec<String> = ds.corpus.iter().take(documents).map(|d| format!("{}\n{}", d.title, d.text)).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    let e5 = toolgraph_local_models::E5Embedder::load_default()?;
+    let load_s = t.elapsed().as_secs_f64();
+    let tokens = e5.count_tokens(&refs, EmbedKind::Passage)?;
+    e5.embed_texts(&refs[..refs.len().min(8)], EmbedKind::Passage)?; // warm-up
+    let t = Instant::now();
+    e5.embed_texts(&refs, EmbedKind::Passage)?;
+    let seconds = t.elapsed().as_secs_f64();
+    Ok(EmbedBench {
+        documents: refs.len(),
+        tokens,
+        seconds,
+        tokens_per_s: tokens as f64 / seconds,
+        documents_per_s: refs.len() as f64 / seconds,
+        threads: std::thread::available_parallelism().map_or(1, usize::from),
+        load_s,
+    })
+}
+
+#[cfg(not(feature = "local-models"))]
+fn embed_bench(_: &std::path::Path, _: usize) -> anyhow::Result<EmbedBench> {
+    anyhow::bail!("this build has no local models (built without the `local-models` feature)")
 }
 
 /// A model that answers instantly: a tool call to a user message, then a prebuilt reply of
@@ -226,6 +283,18 @@ async fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        BenchCommand::Embed { corpus, documents, json } => {
+            let r = tokio::task::spawn_blocking(move || embed_bench(&corpus, documents.max(1))).await??;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "e5-small: {} documents, {} tokens in {:.1} s: {:.0} tokens/s, {:.1} documents/s ({} threads; load {:.1} s)",
+                    r.documents, r.tokens, r.seconds, r.tokens_per_s, r.documents_per_s, r.threads, r.load_s
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Graph { json, postgres, turns } => {
             let r = graph(json, postgres, turns.max(1)).await?;
             if json {

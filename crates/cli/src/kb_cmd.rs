@@ -1,22 +1,17 @@
 //! `toolgraph ingest` and `toolgraph search`: knowledge bases from the command line.
 
+use crate::retrieval::{embedder, kb_store, retriever};
 use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use toolgraph_config::Config;
 use toolgraph_rag::{
-    Analyzer, ChunkingOptions, Filter, IngestOptions, IngestProgress, KbStore, PathPattern, RecordMapping,
+    Analyzer, ChunkingOptions, Filter, IngestOptions, IngestProgress, PathPattern, RecordMapping, SearchMode,
     SearchRequest, ingest, tool::results_json,
 };
-
-/// The knowledge bases of `cfg`, under `<data_dir>/kb`.
-pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
-    Arc::new(KbStore::new(cfg.data_dir.join("kb")))
-}
 
 #[derive(Debug, Args)]
 pub struct IngestArgs {
@@ -51,6 +46,10 @@ pub struct IngestArgs {
     /// Words consecutive sub-chunks share.
     #[arg(long, value_name = "N")]
     overlap_words: Option<usize>,
+    /// Do not embed: a keyword-only knowledge base (or ingest into one). Default: embed with
+    /// the configured model (rag.embedding).
+    #[arg(long)]
+    keyword_only: bool,
     /// Print the report as JSON (no progress bar).
     #[arg(long)]
     json: bool,
@@ -72,6 +71,9 @@ pub struct SearchArgs {
     /// Number of results.
     #[arg(long, default_value_t = 5)]
     top_k: usize,
+    /// `bm25`, `dense` or `hybrid`. Default: hybrid for a knowledge base with embeddings.
+    #[arg(long)]
+    mode: Option<SearchMode>,
     /// Print `{ok, query, total_results, results}` as POST /search does.
     #[arg(long)]
     json: bool,
@@ -86,6 +88,9 @@ impl IngestProgress for Bar {
     fn advance(&self, path: &Path) {
         self.0.set_message(path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_owned());
         self.0.inc(1);
+    }
+    fn embedded(&self, done: usize, total: usize) {
+        self.0.set_message(format!("embedded {done}/{total} chunks"));
     }
     fn finish(&self) {
         self.0.finish_and_clear();
@@ -151,6 +156,7 @@ pub async fn ingest_cmd(args: IngestArgs, cfg: &Config) -> anyhow::Result<ExitCo
         mapping,
         analyzer,
         chunking,
+        embedder: if args.keyword_only { None } else { embedder(cfg)? },
     };
     let store = kb_store(cfg);
     let bar = if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -173,10 +179,11 @@ pub async fn ingest_cmd(args: IngestArgs, cfg: &Config) -> anyhow::Result<ExitCo
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "{}/{} ({}): {} files · {} indexed · {} unchanged · {} skipped · {} documents · {} chunks written · {} chunks in total · {:.1} s",
+            "{}/{} ({}, {}): {} files · {} indexed · {} unchanged · {} skipped · {} documents · {} chunks written · {} chunks in total · {:.1} s",
             report.tenant,
             report.kb,
             report.analyzer,
+            report.embedding_model.as_deref().unwrap_or("keyword only"),
             report.files,
             report.indexed,
             report.unchanged,
@@ -201,9 +208,16 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
     let store = kb_store(cfg);
     let query = args.query.clone();
     let top_k = args.top_k.clamp(1, toolgraph_rag::tool::MAX_TOP_K);
+    let mode = args.mode;
+    let cfg = cfg.clone();
     let hits = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let kb = store.open(&tenant, &kb_name)?;
-        Ok(kb.search(&SearchRequest { query: &query, filters: &filters, top_k })?)
+        // Load the model only when the search needs it.
+        let needs_model =
+            mode.unwrap_or(if kb.manifest().embedding.is_some() { SearchMode::Hybrid } else { SearchMode::Bm25 })
+                != SearchMode::Bm25;
+        let retriever = if needs_model { retriever(&cfg, true)? } else { Default::default() };
+        Ok(retriever.search(&kb, &SearchRequest { query: &query, filters: &filters, top_k }, mode)?)
     })
     .await
     .context("the search task failed")??;
@@ -218,7 +232,20 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
         let text: String = h.chunk.text.split_whitespace().collect::<Vec<_>>().join(" ");
         let snippet: String = text.chars().take(240).collect();
         let ellipsis = if text.chars().count() > 240 { "…" } else { "" };
-        println!("{}. [{}] score {:.2}\n   {snippet}{ellipsis}", i + 1, h.chunk.citation, h.score);
+        let mut ranks = Vec::new();
+        if let Some(r) = h.bm25 {
+            ranks.push(format!("bm25 #{} {:.2}", r.rank, r.score));
+        }
+        if let Some(r) = h.dense {
+            ranks.push(format!("dense #{} {:.3}", r.rank, r.score));
+        }
+        println!(
+            "{}. [{}] score {:.4} ({})\n   {snippet}{ellipsis}",
+            i + 1,
+            h.chunk.citation,
+            h.score,
+            ranks.join(", ")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

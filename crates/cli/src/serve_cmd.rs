@@ -79,8 +79,13 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), StoreCloser::Sqlite(pool))
             }
         };
-    let kb = crate::kb_cmd::kb_store(cfg);
-    let all_tools = agent::all_tools(cfg, Arc::clone(&kb)).await?;
+    let kb = crate::retrieval::kb_store(cfg);
+    // The model loads on a blocking thread: ~1 s of dequantising that must not stall the runtime.
+    let retriever = {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || crate::retrieval::retriever(&cfg, false)).await??
+    };
+    let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
         let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer), &all_tools)?;
@@ -98,7 +103,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     };
     let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };
     let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer, options);
-    app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone() });
+    app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone(), retriever });
     let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
     let port = args.port.unwrap_or(cfg.server.port);
     let listener = tokio::net::TcpListener::bind((bind.as_str(), port))

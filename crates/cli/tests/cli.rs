@@ -158,6 +158,67 @@ fn ingest_then_search_from_the_command_line() {
     assert!(stderr(&missing).contains("no knowledge base `nope`"), "{}", stderr(&missing));
 }
 
+/// The default embeds with the local e5 model (weights from `scripts/fetch-models embed`, which
+/// the test script runs): hybrid search by default, every mode on request, keyword-only on
+/// request, and a clear message when the weights are missing.
+#[test]
+fn ingest_embeds_by_default_and_search_fuses_both_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let docs = d.join("cursos");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("examen.md"), "# Evaluación\nEl examen final de la asignatura es el 20 de enero.\n")
+        .unwrap();
+    std::fs::write(docs.join("docker.md"), "# Contenedores\nDocker empaqueta aplicaciones en imágenes.\n").unwrap();
+    let src = docs.display().to_string();
+
+    let no_weights = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["ingest", src.as_str(), "--kb", "x", "--data-dir"])
+        .arg(d)
+        .env("TOOLGRAPH_MODELS_DIR", d.join("no-models"))
+        .output()
+        .unwrap();
+    assert!(!no_weights.status.success());
+    let err = stderr(&no_weights);
+    assert!(err.contains("scripts/fetch-models embed") && err.contains("rag.embedding"), "{err}");
+
+    let out = toolgraph(d, &["ingest", src.as_str(), "--kb", "iv", "--json"]);
+    if !out.status.success() && std::env::var_os("CI").is_none() && stderr(&out).contains("scripts/fetch-models") {
+        eprintln!("SKIP: {}", stderr(&out));
+        return;
+    }
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["embedding_model"], "multilingual-e5-small-q4", "{report}");
+
+    // Cross-lingual: an English question finds the Spanish exam note first, by both lists.
+    let out = toolgraph(d, &["search", "when is the final exam examen", "--kb", "iv", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let first = &v["results"][0];
+    assert!(first["content"].as_str().unwrap().contains("examen"), "{v}");
+    assert!(first["ranks"]["bm25"]["rank"].is_u64() && first["ranks"]["dense"]["rank"].is_u64(), "{v}");
+    let dense = toolgraph(d, &["search", "¿cuándo es la prueba?", "--kb", "iv", "--mode", "dense", "--json"]);
+    let v: Value = serde_json::from_str(stdout(&dense).trim()).unwrap();
+    assert!(v["results"][0]["content"].as_str().unwrap().contains("examen"), "{v}");
+    assert!(v["results"][0]["ranks"].get("bm25").is_none(), "{v}");
+    let bm25 = toolgraph(d, &["search", "docker", "--kb", "iv", "--mode", "bm25", "--json"]);
+    let v: Value = serde_json::from_str(stdout(&bm25).trim()).unwrap();
+    assert_eq!(v["total_results"], 1, "{v}");
+    assert!(v["results"][0]["ranks"].get("dense").is_none(), "{v}");
+
+    // Keyword only: no vectors, bm25 by default, dense refused with a reason.
+    let out = toolgraph(d, &["ingest", src.as_str(), "--kb", "kw", "--keyword-only", "--json"]);
+    let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert!(report["embedding_model"].is_null(), "{report}");
+    let out = toolgraph(d, &["search", "docker", "--kb", "kw", "--mode", "dense"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("has no embeddings"), "{}", stderr(&out));
+    // …and embedding into it later is refused rather than mixing.
+    let out = toolgraph(d, &["ingest", src.as_str(), "--kb", "kw"]);
+    assert!(stderr(&out).contains("built without embeddings"), "{}", stderr(&out));
+}
+
 #[test]
 fn bench_graph_reports_every_figure_and_linear_storage() {
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
@@ -227,10 +288,19 @@ fn eval_retrieval_prints_the_metrics_as_json() {
     assert_eq!(v["ndcg_at_10"], 1.0, "the one relevant document ranks first");
     assert_eq!(v["mode"], "bm25");
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-        .args(["eval", "retrieval", "--mode", "dense", "--dataset"])
+        .args(["eval", "retrieval", "--mode", "semantic", "--dataset"])
         .arg(d)
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("only `bm25`"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bm25, dense or hybrid"), "{}", stderr(&out));
+    // Dense and hybrid need a model: with none configured the error says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["eval", "retrieval", "--mode", "hybrid", "--dataset"])
+        .arg(d)
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("needs an embedding model"), "{}", stderr(&out));
 }

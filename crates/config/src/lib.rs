@@ -27,8 +27,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toolgraph_llm::Provider;
 
-/// Environment variables that are read elsewhere (the CLI), not configuration keys.
-const NOT_CONFIG_KEYS: &[&str] = &["config", "log"];
+/// `TOOLGRAPH_*` variables that are not configuration keys: the config file path, the log
+/// filter, and the model cache of `scripts/fetch-models` (read by the local models).
+const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
 const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag"];
@@ -102,11 +103,64 @@ pub struct RagSettings {
     /// The tenant the command line (`ingest`, `search`, `chat`) works for. The service always
     /// uses the request's tenant slug. Default: `default`. Env: `TOOLGRAPH_RAG_TENANT`.
     pub tenant: String,
+    /// Where chunk and query embeddings come from: `local` (multilingual-e5-small in process,
+    /// weights from `scripts/fetch-models embed`), `openai` (an OpenAI-compatible
+    /// `/v1/embeddings` server: `embedding_base_url`, `embedding_model`, `embedding_dimension`)
+    /// or `none` (keyword search only). A knowledge base keeps the model it was built with.
+    /// Default: `local`. Env: `TOOLGRAPH_RAG_EMBEDDING`.
+    pub embedding: EmbeddingProvider,
+    /// `openai`: the server, e.g. `http://127.0.0.1:8080/v1`. Env: `TOOLGRAPH_RAG_EMBEDDING_BASE_URL`.
+    pub embedding_base_url: Option<String>,
+    /// `openai`: the model name. Env: `TOOLGRAPH_RAG_EMBEDDING_MODEL`.
+    pub embedding_model: Option<String>,
+    /// `openai`: the vector size the model returns. Env: `TOOLGRAPH_RAG_EMBEDDING_DIMENSION`.
+    pub embedding_dimension: Option<usize>,
+    /// `openai`: bearer token. Env: `TOOLGRAPH_RAG_EMBEDDING_API_KEY`.
+    pub embedding_api_key: Option<Secret>,
+    /// `openai`: prepended to queries / passages (e5-style models want `query: ` / `passage: `).
+    pub embedding_query_prefix: String,
+    /// See `embedding_query_prefix`.
+    pub embedding_passage_prefix: String,
+    /// Hybrid search: the RRF rank constant. Default 60.
+    pub fusion_k: f32,
+    /// Hybrid search: weight of the keyword list. Default 1.
+    pub bm25_weight: f32,
+    /// Hybrid search: weight of the dense list. Default 1.
+    pub dense_weight: f32,
+    /// Knowledge bases with fewer vectors are searched exactly; larger ones through an HNSW
+    /// graph. Default 20000.
+    pub dense_exact_below: usize,
+}
+
+/// `rag.embedding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingProvider {
+    /// multilingual-e5-small in process.
+    Local,
+    /// An OpenAI-compatible `/v1/embeddings` server.
+    Openai,
+    /// No embeddings: keyword search only.
+    None,
 }
 
 impl Default for RagSettings {
     fn default() -> Self {
-        Self { default_kb: "docs".into(), tenant: "default".into() }
+        Self {
+            default_kb: "docs".into(),
+            tenant: "default".into(),
+            embedding: EmbeddingProvider::Local,
+            embedding_base_url: None,
+            embedding_model: None,
+            embedding_dimension: None,
+            embedding_api_key: None,
+            embedding_query_prefix: String::new(),
+            embedding_passage_prefix: String::new(),
+            fusion_k: 60.0,
+            bm25_weight: 1.0,
+            dense_weight: 1.0,
+            dense_exact_below: 20_000,
+        }
     }
 }
 
@@ -323,6 +377,29 @@ impl Config {
             if self.llm.model.trim().is_empty() {
                 return Err(invalid("llm.model", "a model name is required when llm.base_url is set".into()));
             }
+        }
+        if self.rag.embedding == EmbeddingProvider::Openai {
+            match self.rag.embedding_base_url.as_deref().map(url::Url::parse) {
+                Some(Ok(u)) if matches!(u.scheme(), "http" | "https") => {}
+                Some(Ok(_)) | Some(Err(_)) | None => {
+                    return Err(invalid(
+                        "rag.embedding_base_url",
+                        "an http(s) URL of the /v1 API is required when rag.embedding = \"openai\"".into(),
+                    ));
+                }
+            }
+            if self.rag.embedding_model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                return Err(invalid("rag.embedding_model", "required when rag.embedding = \"openai\"".into()));
+            }
+            if self.rag.embedding_dimension.is_none_or(|d| d == 0) {
+                return Err(invalid(
+                    "rag.embedding_dimension",
+                    "the model's vector size is required when rag.embedding = \"openai\"".into(),
+                ));
+            }
+        }
+        if !(self.rag.fusion_k >= 0.0 && self.rag.bm25_weight >= 0.0 && self.rag.dense_weight >= 0.0) {
+            return Err(invalid("rag.fusion_k", "fusion_k, bm25_weight and dense_weight must be ≥ 0".into()));
         }
         for (key, v) in [
             ("llm.connect_timeout_ms", self.llm.connect_timeout_ms),

@@ -30,6 +30,7 @@ mod error;
 mod model;
 mod openai;
 mod schema;
+pub mod text_tools;
 mod types;
 
 pub use assemble::ToolCallAssembler;

@@ -38,6 +38,30 @@ pub struct BeirDataset {
     pub qrels: HashMap<String, HashMap<String, u32>>,
 }
 
+impl BeirDataset {
+    /// A smaller set for quick evaluations: the first `queries` judged queries, every document
+    /// judged for them, and `distractors` other documents spread evenly over the corpus (the
+    /// same ones on every run).
+    pub fn sub_corpus(&self, queries: usize, distractors: usize) -> BeirDataset {
+        let kept: Vec<(String, String)> =
+            self.queries.iter().filter(|(id, _)| self.qrels.contains_key(id)).take(queries).cloned().collect();
+        let gold: std::collections::HashSet<&str> =
+            kept.iter().flat_map(|(id, _)| self.qrels[id].keys().map(String::as_str)).collect();
+        let others: Vec<&Document> = self.corpus.iter().filter(|d| !gold.contains(d.id.as_str())).collect();
+        let stride = (others.len() / distractors.max(1)).max(1);
+        let picked: std::collections::HashSet<&str> =
+            others.iter().step_by(stride).take(distractors).map(|d| d.id.as_str()).collect();
+        let corpus = self
+            .corpus
+            .iter()
+            .filter(|d| gold.contains(d.id.as_str()) || picked.contains(d.id.as_str()))
+            .cloned()
+            .collect();
+        let qrels = kept.iter().map(|(id, _)| (id.clone(), self.qrels[id].clone())).collect();
+        BeirDataset { corpus, queries: kept, qrels }
+    }
+}
+
 fn open(path: &Path) -> Result<Box<dyn BufRead>, RagError> {
     let file = std::fs::File::open(path)
         .map_err(|e| RagError::Io { path: path.display().to_string(), reason: e.to_string() })?;

@@ -1,14 +1,21 @@
 //! Evaluation on a BEIR-layout set: the corpus goes through the same chunking and index as an
 //! ingest; metrics are at document level (sub-chunk hits aggregate to their document, at the
 //! rank of its best chunk), with query latency and ingest throughput.
+//!
+//! Dense and hybrid runs embed the chunks once per (corpus content, model) pair: the vectors
+//! are cached on disk ([`EmbeddingCache`]) so a second run embeds nothing.
 
-use crate::chunk::{ChunkingOptions, chunk_document};
-use crate::kb::{KbManifest, KnowledgeBase, SearchRequest};
+use crate::chunk::{Chunk, ChunkingOptions, chunk_document};
+use crate::embed::{EmbedKind, Embedder, passage_text};
+use crate::fusion::{Fusion, SearchMode};
+use crate::kb::{KbManifest, KnowledgeBase, Ranking, SearchRequest};
 use crate::metrics::{mrr_at, ndcg_at, recall_at};
 use crate::source::SourceDocument;
 use crate::{Analyzer, BeirDataset, RagError};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What `toolgraph eval retrieval --json` prints.
@@ -32,6 +39,12 @@ pub struct EvalReport {
     pub queries: usize,
     /// Retrieval mode.
     pub mode: &'static str,
+    /// Texts (chunks and queries) embedded in this run (0 when every vector came from the cache).
+    pub embedded_texts: usize,
+    /// Time spent embedding chunks and queries in this run, ms.
+    pub embed_ms: f64,
+    /// Whether the chunk vectors came from the cache.
+    pub embedding_cache_hit: bool,
     /// Documents indexed.
     pub documents: usize,
     /// Chunks indexed.
@@ -40,6 +53,40 @@ pub struct EvalReport {
     pub index_ms: f64,
     /// Documents chunked and indexed per second.
     pub ingest_docs_per_s: f64,
+}
+
+/// What to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions<'a> {
+    /// Keyword analyzer.
+    pub analyzer: Analyzer,
+    /// Chunking, as an ingest would use.
+    pub chunking: ChunkingOptions,
+    /// Evaluate only the first N judged queries.
+    pub limit: Option<usize>,
+    /// Ranking mode.
+    pub mode: SearchMode,
+    /// The embedding model (dense and hybrid).
+    pub embedder: Option<&'a dyn Embedder>,
+    /// RRF parameters (hybrid).
+    pub fusion: Fusion,
+    /// Where chunk vectors are cached; `None` embeds every run.
+    pub cache: Option<EmbeddingCache>,
+}
+
+impl EvalOptions<'_> {
+    /// BM25 with default chunking.
+    pub fn bm25(analyzer: Analyzer) -> Self {
+        Self {
+            analyzer,
+            chunking: ChunkingOptions::default(),
+            limit: None,
+            mode: SearchMode::Bm25,
+            embedder: None,
+            fusion: Fusion::default(),
+            cache: None,
+        }
+    }
 }
 
 /// BM25 over the dataset's corpus, evaluated on (at most `limit`) judged queries.
@@ -52,28 +99,124 @@ pub fn evaluate_bm25(
     chunking: ChunkingOptions,
     limit: Option<usize>,
 ) -> Result<EvalReport, RagError> {
+    evaluate(ds, &EvalOptions { chunking, limit, ..EvalOptions::bm25(analyzer) }, &mut |_, _| {})
+}
+
+/// Evaluates `options.mode` over the dataset; `progress(done, total)` reports embedding.
+///
+/// # Errors
+/// When indexing, embedding or a search fails, or a dense mode has no embedder.
+pub fn evaluate(
+    ds: &BeirDataset,
+    options: &EvalOptions<'_>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<EvalReport, RagError> {
     let started = Instant::now();
-    let mut manifest = KbManifest::new("eval", "eval", analyzer);
-    manifest.chunking = chunking;
+    let embedder = match (options.mode, options.embedder) {
+        (SearchMode::Bm25, _) => None,
+        (_, Some(e)) => Some(e),
+        (mode, None) => {
+            return Err(RagError::Embedding(format!("mode {} needs an embedding model", mode.as_str())));
+        }
+    };
+    let mut manifest = KbManifest::new("eval", "eval", options.analyzer);
+    manifest.chunking = options.chunking;
+    manifest.embedding = embedder.map(|e| e.settings().clone());
     let kb = KnowledgeBase::in_memory(manifest)?;
+    let per_doc: Vec<Vec<Chunk>> = ds
+        .corpus
+        .iter()
+        .map(|d| {
+            chunk_document(
+                &SourceDocument::plain(d.id.clone(), d.title.clone(), d.text.clone()),
+                options.chunking,
+                false,
+            )
+        })
+        .collect();
+    let chunks: usize = per_doc.iter().map(Vec::len).sum();
+    let chunking_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let mut embed_ms = 0.0;
+    let mut embedded_texts = 0;
+    let mut cache_hit = false;
+    let vectors = match embedder {
+        None => None,
+        Some(e) => {
+            let t = Instant::now();
+            let texts: Vec<String> = per_doc.iter().flatten().map(passage_text).collect();
+            let key = EmbeddingCache::key(e, EmbedKind::Passage, &texts);
+            let cached = options.cache.as_ref().and_then(|c| c.load(&key, texts.len(), e.settings().dimension));
+            let vectors = match cached {
+                Some(v) => {
+                    cache_hit = true;
+                    v
+                }
+                None => {
+                    let v = embed_in_batches(e, &texts, EmbedKind::Passage, progress)?;
+                    embedded_texts += texts.len();
+                    if let Some(c) = &options.cache {
+                        c.store(&key, &v);
+                    }
+                    v
+                }
+            };
+            embed_ms += t.elapsed().as_secs_f64() * 1e3;
+            Some(vectors)
+        }
+    };
+
+    let t = Instant::now();
     let mut writer = kb.writer()?;
-    let mut chunks = 0;
-    for d in &ds.corpus {
-        let doc = SourceDocument::plain(d.id.clone(), d.title.clone(), d.text.clone());
-        let doc_chunks = chunk_document(&doc, chunking, false);
-        chunks += doc_chunks.len();
-        writer.replace_source(&d.id, "", &doc_chunks)?;
+    let mut offset = 0;
+    for (d, doc_chunks) in ds.corpus.iter().zip(&per_doc) {
+        let v = vectors.as_ref().map(|v| &v[offset..offset + doc_chunks.len()]);
+        writer.replace_source_embedded(&d.id, "", doc_chunks, v)?;
+        offset += doc_chunks.len();
     }
     writer.commit()?;
-    let index_ms = started.elapsed().as_secs_f64() * 1e3;
-    let queries: Vec<&(String, String)> = ds.queries.iter().take(limit.unwrap_or(usize::MAX)).collect();
+    let index_ms = chunking_ms + t.elapsed().as_secs_f64() * 1e3;
+
+    let queries: Vec<&(String, String)> = ds.queries.iter().take(options.limit.unwrap_or(usize::MAX)).collect();
+    let query_vectors = match embedder {
+        None => None,
+        Some(e) => {
+            let t = Instant::now();
+            let texts: Vec<String> = queries.iter().map(|(_, q)| q.clone()).collect();
+            let key = EmbeddingCache::key(e, EmbedKind::Query, &texts);
+            let v = match options.cache.as_ref().and_then(|c| c.load(&key, texts.len(), e.settings().dimension)) {
+                Some(v) => v,
+                None => {
+                    let v = embed_in_batches(e, &texts, EmbedKind::Query, &mut |_, _| {})?;
+                    embedded_texts += texts.len();
+                    if let Some(c) = &options.cache {
+                        c.store(&key, &v);
+                    }
+                    v
+                }
+            };
+            embed_ms += t.elapsed().as_secs_f64() * 1e3;
+            Some(v)
+        }
+    };
+    // Build the dense index before timing queries (a server builds it once per commit).
+    if let Some(v) = query_vectors.as_ref().and_then(|v| v.first()) {
+        kb.search_doc_ids(&SearchRequest { query: "", filters: &[], top_k: 1 }, Ranking::Dense(v))?;
+    }
+
     let (mut ndcg, mut r5, mut r10, mut r100, mut mrr) = (0.0, 0.0, 0.0, 0.0, 0.0);
     let mut latencies = Vec::with_capacity(queries.len());
-    for (id, text) in &queries {
+    for (i, (id, text)) in queries.iter().enumerate() {
+        let vector = query_vectors.as_ref().map(|v| v[i].as_slice());
+        let ranking = match (options.mode, vector) {
+            (SearchMode::Dense, Some(v)) => Ranking::Dense(v),
+            (SearchMode::Hybrid, Some(v)) => Ranking::Hybrid(v, Fusion { depth: 150, ..options.fusion }),
+            _ => Ranking::Bm25,
+        };
         let t = Instant::now();
         // 150 chunks leave 100 distinct documents after aggregation on both sets (recall@100
         // equals a 300-chunk run's) at half its latency.
-        let hits = match kb.search_doc_ids(&SearchRequest { query: text, filters: &[], top_k: 150 }) {
+        let hits = match kb.search_doc_ids(&SearchRequest { query: text, filters: &[], top_k: 150 }, ranking) {
             Ok(h) => h,
             Err(RagError::EmptyQuery) => Vec::new(),
             Err(e) => return Err(e),
@@ -101,10 +244,107 @@ pub fn evaluate_bm25(
         latency_p50_ms: pct(0.5),
         latency_p99_ms: pct(0.99),
         queries: queries.len(),
-        mode: "bm25",
+        mode: options.mode.as_str(),
+        embedded_texts,
+        embed_ms,
+        embedding_cache_hit: cache_hit,
         documents: ds.corpus.len(),
         chunks,
         index_ms,
         ingest_docs_per_s: ds.corpus.len() as f64 / (index_ms / 1e3).max(1e-9),
     })
+}
+
+fn embed_in_batches(
+    e: &dyn Embedder,
+    texts: &[String],
+    kind: EmbedKind,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Vec<f32>>, RagError> {
+    // Batches big enough for the model to sort and pack by length, small enough to report.
+    const BATCH: usize = 512;
+    let mut out = Vec::with_capacity(texts.len());
+    for batch in texts.chunks(BATCH) {
+        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+        out.extend(e.embed(&refs, kind)?);
+        progress(out.len(), texts.len());
+    }
+    Ok(out)
+}
+
+/// Vectors on disk, one file per (model weights, text kind, exact list of texts).
+#[derive(Debug, Clone)]
+pub struct EmbeddingCache {
+    dir: PathBuf,
+}
+
+impl EmbeddingCache {
+    /// A cache in `dir` (created on first store).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// `${XDG_CACHE_HOME:-$HOME/.cache}/toolgraph/embeddings`.
+    pub fn default_dir() -> PathBuf {
+        std::env::var_os("XDG_CACHE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(|| PathBuf::from(".cache"))
+            .join("toolgraph")
+            .join("embeddings")
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The cache key: the model's weights hash, the kind, and a hash of every text in order.
+    pub fn key(e: &dyn Embedder, kind: EmbedKind, texts: &[String]) -> String {
+        let mut h = Sha256::new();
+        for t in texts {
+            h.update((t.len() as u64).to_le_bytes());
+            h.update(t.as_bytes());
+        }
+        let settings = e.settings();
+        let model = settings.sha256.get(..16).unwrap_or(&settings.sha256);
+        let kind = match kind {
+            EmbedKind::Query => "q",
+            EmbedKind::Passage => "p",
+        };
+        format!("{model}-{kind}-{}", hex::encode(&h.finalize()[..12]))
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.f32"))
+    }
+
+    /// The cached vectors, if present and of the expected shape.
+    pub fn load(&self, key: &str, rows: usize, dim: usize) -> Option<Vec<Vec<f32>>> {
+        let bytes = std::fs::read(self.path(key)).ok()?;
+        if bytes.len() != rows * dim * 4 {
+            return None;
+        }
+        Some(
+            bytes
+                .chunks_exact(dim * 4)
+                .map(|row| row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+                .collect(),
+        )
+    }
+
+    /// Stores vectors (atomically; a failure only costs the next run the embedding time).
+    pub fn store(&self, key: &str, vectors: &[Vec<f32>]) {
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.dir)?;
+            let tmp = self.dir.join(format!("{key}.tmp{}", std::process::id()));
+            let bytes: Vec<u8> = vectors.iter().flatten().flat_map(|x| x.to_le_bytes()).collect();
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, self.path(key))
+        };
+        if let Err(e) = write() {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not cache embeddings");
+        }
+    }
 }

@@ -9,13 +9,15 @@
 use crate::RagError;
 use crate::analyzer::Analyzer;
 use crate::chunk::{ChunkingOptions, chunk_document};
+use crate::embed::{EmbedKind, Embedder, ensure_same_model, passage_text};
 use crate::formats::{Format, parse};
-use crate::kb::{KbManifest, KbStore, validate_name};
+use crate::kb::{EmbeddingSettings, KbManifest, KbStore, validate_name};
 use crate::mapping::RecordMapping;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Metadata taken from a path relative to the ingested folder: `{name}` captures one path
@@ -85,6 +87,9 @@ pub struct IngestOptions {
     pub analyzer: Option<Analyzer>,
     /// Chunk sizes for a new knowledge base.
     pub chunking: Option<ChunkingOptions>,
+    /// The embedding model: a new knowledge base records it and stores a vector per chunk; an
+    /// existing one must have been built with the same model (or with none, if this is none).
+    pub embedder: Option<Arc<dyn Embedder>>,
 }
 
 /// A file that was not ingested, and why.
@@ -115,6 +120,10 @@ pub struct IngestReport {
     pub documents: usize,
     /// Chunks written.
     pub chunks: usize,
+    /// The embedding model of the knowledge base (none: keyword search only).
+    pub embedding_model: Option<String>,
+    /// Time spent embedding the written chunks, ms.
+    pub embed_ms: f64,
     /// Files skipped, with reasons.
     pub skipped: Vec<SkippedFile>,
     /// Chunks in the knowledge base afterwards.
@@ -129,6 +138,8 @@ pub trait IngestProgress {
     fn start(&self, files: usize);
     /// One file is done.
     fn advance(&self, path: &Path);
+    /// `done` of `total` new chunks are embedded.
+    fn embedded(&self, _done: usize, _total: usize) {}
     /// All done.
     fn finish(&self);
 }
@@ -253,6 +264,7 @@ pub fn ingest(
                     a.code()
                 )));
             }
+            check_embedding_model(kb, k.manifest().embedding.as_ref(), options.embedder.as_deref())?;
             if options.mapping.as_ref().is_some_and(|m| *m != k.manifest().mapping) {
                 let mut manifest = k.manifest().clone();
                 manifest.mapping = mapping.clone();
@@ -279,18 +291,45 @@ pub fn ingest(
             let mut manifest = KbManifest::new(tenant, kb, analyzer);
             manifest.chunking = chunking;
             manifest.mapping = mapping.clone();
+            manifest.embedding = options.embedder.as_ref().map(|e| e.settings().clone());
             store.open_or_create(manifest, options.analyzer.is_some())?
         }
     };
     report.analyzer = kb_handle.manifest().analyzer.code().to_owned();
 
-    let mut writer = kb_handle.writer()?;
+    report.embedding_model = kb_handle.manifest().embedding.as_ref().map(|e| e.model.clone());
+
+    let mut changed = Vec::with_capacity(parsed.len());
     for p in &parsed {
         if kb_handle.source_hash(&p.source)?.as_deref() == Some(p.hash.as_str()) {
             report.unchanged += 1;
-            continue;
+        } else {
+            changed.push(p);
         }
-        writer.replace_source(&p.source, &p.hash, &p.chunks)?;
+    }
+    // Embed before taking the writer: a model failure leaves the knowledge base untouched.
+    let vectors = match &options.embedder {
+        Some(e) => {
+            let t = Instant::now();
+            let texts: Vec<String> = changed.iter().flat_map(|p| p.chunks.iter().map(passage_text)).collect();
+            let mut vectors = Vec::with_capacity(texts.len());
+            // Batches big enough for the model to pack by length, small enough to show progress.
+            for batch in texts.chunks(256) {
+                let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                vectors.extend(e.embed(&refs, EmbedKind::Passage)?);
+                progress.embedded(vectors.len(), texts.len());
+            }
+            report.embed_ms = t.elapsed().as_secs_f64() * 1e3;
+            Some(vectors)
+        }
+        None => None,
+    };
+    let mut writer = kb_handle.writer()?;
+    let mut offset = 0;
+    for p in changed {
+        let v = vectors.as_ref().map(|v| &v[offset..offset + p.chunks.len()]);
+        offset += p.chunks.len();
+        writer.replace_source_embedded(&p.source, &p.hash, &p.chunks, v)?;
         report.indexed += 1;
         report.documents += p.documents;
         report.chunks += p.chunks.len();
@@ -300,6 +339,28 @@ pub fn ingest(
     report.total_chunks = kb_handle.chunk_count();
     report.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(report)
+}
+
+/// A knowledge base keeps one embedding model for life: mixing vectors of two models (or
+/// chunks with and without vectors) would make dense search meaningless.
+fn check_embedding_model(
+    kb: &str,
+    built: Option<&EmbeddingSettings>,
+    with: Option<&dyn Embedder>,
+) -> Result<(), RagError> {
+    match (built, with) {
+        (Some(b), Some(e)) => ensure_same_model(b, e.settings()),
+        (None, None) => Ok(()),
+        (Some(b), None) => Err(RagError::Mismatch(format!(
+            "knowledge base `{kb}` stores embeddings of {}; configure that model (rag.embedding) to add documents to it",
+            b.model
+        ))),
+        (None, Some(e)) => Err(RagError::Mismatch(format!(
+            "knowledge base `{kb}` was built without embeddings (keyword search only); ingest into it with \
+             rag.embedding = \"none\", or into a new knowledge base to embed with {}",
+            e.settings().model
+        ))),
+    }
 }
 
 struct ParsedFile {

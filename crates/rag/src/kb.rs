@@ -1,5 +1,5 @@
-//! [`KnowledgeBase`]: a tenant's named, persisted collection of chunks with BM25 search and
-//! metadata filters; [`KbStore`] finds them under the data directory.
+//! [`KnowledgeBase`]: a tenant's named, persisted collection of chunks with BM25, dense and
+//! hybrid search and metadata filters; [`KbStore`] finds them under the data directory.
 //!
 //! Layout: `<root>/<tenant>/<kb>/kb.json` (the [`KbManifest`]: analyzer, chunking, record
 //! mapping, embedding settings) and `<root>/<tenant>/<kb>/index/` (tantivy). Tenants are
@@ -9,7 +9,9 @@
 use crate::RagError;
 use crate::analyzer::{Analyzer, terms};
 use crate::chunk::{Chunk, ChunkingOptions};
+use crate::dense::{DenseIndex, DenseOptions};
 use crate::filter::Filter;
+use crate::fusion::{Fusion, ListRank, reciprocal_rank_fusion};
 use crate::mapping::RecordMapping;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -17,18 +19,18 @@ use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tantivy::collector::TopDocs;
+use tantivy::collector::{DocSetCollector, TopDocs};
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
-    FAST, Field, IndexRecordOption, JsonObjectOptions, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
-    Value as _,
+    BytesOptions, FAST, Field, IndexRecordOption, JsonObjectOptions, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value as _,
 };
 use tantivy::tokenizer::{LowerCaser, RawTokenizer, TextAnalyzer};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
-/// The manifest format this build writes and reads.
-pub const KB_FORMAT: u32 = 1;
+/// The manifest format this build writes and reads (2: chunks may carry embedding vectors).
+pub const KB_FORMAT: u32 = 2;
 const KEYWORD_TOKENIZER: &str = "tg_keyword";
 
 /// Embedding settings a knowledge base was built with (filled by dense retrieval).
@@ -85,6 +87,8 @@ struct Fields {
     meta_json: Field,
     /// The metadata for filtering: numbers as f64, so one numeric type per path.
     meta: Field,
+    /// The chunk's embedding, little-endian f32s (absent in keyword-only knowledge bases).
+    vector: Field,
 }
 
 fn schema(analyzer: Analyzer) -> (Schema, Fields) {
@@ -115,17 +119,41 @@ fn schema(analyzer: Analyzer) -> (Schema, Fields) {
         part: s.add_text_field("part", STORED),
         meta_json: s.add_text_field("meta_json", STORED),
         meta: s.add_json_field("meta", meta_options),
+        vector: s.add_bytes_field("vector", BytesOptions::default().set_stored()),
     };
     (s.build(), fields)
 }
 
-/// One search result: a chunk and its BM25 score.
+/// One search result: a chunk, its score in the mode searched (BM25, cosine, or RRF), and
+/// its place in each list that ranked it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
     /// The chunk.
     pub chunk: Chunk,
-    /// BM25 score.
+    /// The score the results are ordered by.
     pub score: f32,
+    /// Rank and score in the keyword list.
+    pub bm25: Option<ListRank>,
+    /// Rank and score in the dense list.
+    pub dense: Option<ListRank>,
+}
+
+/// What a search ranks by.
+#[derive(Debug, Clone, Copy)]
+pub enum Ranking<'a> {
+    /// BM25 over the query's words.
+    Bm25,
+    /// Cosine similarity to this query vector (from the knowledge base's own model).
+    Dense(&'a [f32]),
+    /// Both, fused.
+    Hybrid(&'a [f32], Fusion),
+}
+
+struct Ranked {
+    addr: DocAddress,
+    score: f32,
+    bm25: Option<ListRank>,
+    dense: Option<ListRank>,
 }
 
 /// A keyword search.
@@ -147,6 +175,9 @@ pub struct KnowledgeBase {
     reader: IndexReader,
     fields: Fields,
     analyzer: TextAnalyzer,
+    dense_options: DenseOptions,
+    /// The dense index of the latest searcher generation it was built for.
+    dense: Mutex<Option<(u64, Arc<DenseIndex>)>>,
 }
 
 impl std::fmt::Debug for KnowledgeBase {
@@ -173,7 +204,16 @@ impl KnowledgeBase {
             .tokenizers()
             .register(KEYWORD_TOKENIZER, TextAnalyzer::builder(RawTokenizer::default()).filter(LowerCaser).build());
         let reader = index.reader_builder().reload_policy(ReloadPolicy::OnCommitWithDelay).try_into()?;
-        Ok(Self { manifest, dir, index, reader, fields, analyzer })
+        Ok(Self {
+            manifest,
+            dir,
+            index,
+            reader,
+            fields,
+            analyzer,
+            dense_options: DenseOptions::default(),
+            dense: Mutex::new(None),
+        })
     }
 
     /// The manifest.
@@ -216,30 +256,43 @@ impl KnowledgeBase {
     /// # Errors
     /// [`RagError::EmptyQuery`] when the query has no searchable word; tantivy failures.
     pub fn search(&self, req: &SearchRequest<'_>) -> Result<Vec<Hit>, RagError> {
-        let query = self.build_query(req)?;
+        self.search_ranked(req, Ranking::Bm25)
+    }
+
+    /// Search by `ranking`, filters applied inside each list's search.
+    ///
+    /// # Errors
+    /// [`RagError::EmptyQuery`] for a keyword-only search without searchable words;
+    /// [`RagError::Mismatch`] for a dense search of a knowledge base without vectors or with a
+    /// query vector of another dimension; tantivy failures.
+    pub fn search_ranked(&self, req: &SearchRequest<'_>, ranking: Ranking<'_>) -> Result<Vec<Hit>, RagError> {
         let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(req.top_k.max(1)))?;
-        let mut hits = Vec::with_capacity(top.len());
-        for (score, addr) in top {
-            let doc: TantivyDocument = searcher.doc(addr)?;
-            hits.push(Hit { chunk: self.chunk_from(&doc), score });
+        let ranked = self.rank(&searcher, req, ranking)?;
+        let mut hits = Vec::with_capacity(ranked.len());
+        for r in ranked {
+            let doc: TantivyDocument = searcher.doc(r.addr)?;
+            hits.push(Hit { chunk: self.chunk_from(&doc), score: r.score, bm25: r.bm25, dense: r.dense });
         }
         Ok(hits)
     }
 
-    /// Like [`KnowledgeBase::search`] but only each hit's parent document id, read from a fast
-    /// column instead of the stored chunk (evaluations rank hundreds of hits per query).
+    /// Like [`KnowledgeBase::search_ranked`] but only each hit's parent document id, read from a
+    /// fast column instead of the stored chunk (evaluations rank hundreds of hits per query).
     ///
     /// # Errors
-    /// As [`KnowledgeBase::search`].
-    pub fn search_doc_ids(&self, req: &SearchRequest<'_>) -> Result<Vec<(String, f32)>, RagError> {
-        let query = self.build_query(req)?;
+    /// As [`KnowledgeBase::search_ranked`].
+    pub fn search_doc_ids(
+        &self,
+        req: &SearchRequest<'_>,
+        ranking: Ranking<'_>,
+    ) -> Result<Vec<(String, f32)>, RagError> {
         let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(req.top_k.max(1)))?;
+        let ranked = self.rank(&searcher, req, ranking)?;
         let mut columns: HashMap<u32, tantivy::columnar::StrColumn> = HashMap::new();
-        let mut out = Vec::with_capacity(top.len());
+        let mut out = Vec::with_capacity(ranked.len());
         let mut buf = String::new();
-        for (score, addr) in top {
+        for r in ranked {
+            let addr = r.addr;
             let column = match columns.entry(addr.segment_ord) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(v) => {
@@ -251,10 +304,122 @@ impl KnowledgeBase {
             if let Some(ord) = column.term_ords(addr.doc_id).next() {
                 buf.clear();
                 column.ord_to_str(ord, &mut buf).map_err(|e| RagError::Index(e.into()))?;
-                out.push((buf.clone(), score));
+                out.push((buf.clone(), r.score));
             }
         }
         Ok(out)
+    }
+
+    fn rank(
+        &self,
+        searcher: &Searcher,
+        req: &SearchRequest<'_>,
+        ranking: Ranking<'_>,
+    ) -> Result<Vec<Ranked>, RagError> {
+        let top_k = req.top_k.max(1);
+        let as_list = |list: Vec<(DocAddress, f32)>, bm25: bool| -> Vec<Ranked> {
+            list.into_iter()
+                .enumerate()
+                .map(|(i, (addr, score))| {
+                    let rank = Some(ListRank { rank: i + 1, score });
+                    Ranked { addr, score, bm25: if bm25 { rank } else { None }, dense: if bm25 { None } else { rank } }
+                })
+                .collect()
+        };
+        match ranking {
+            Ranking::Bm25 => Ok(as_list(self.bm25_list(searcher, req, top_k)?, true)),
+            Ranking::Dense(vector) => Ok(as_list(self.dense_list(searcher, req.filters, vector, top_k)?, false)),
+            Ranking::Hybrid(vector, fusion) => {
+                let depth = fusion.depth.max(top_k);
+                let dense = self.dense_list(searcher, req.filters, vector, depth)?;
+                // A query of stopwords only still has a meaning: rank it by the dense list alone.
+                let bm25 = match self.bm25_list(searcher, req, depth) {
+                    Err(RagError::EmptyQuery) => Vec::new(),
+                    other => other?,
+                };
+                Ok(reciprocal_rank_fusion(&bm25, &dense, &fusion)
+                    .into_iter()
+                    .take(top_k)
+                    .map(|f| Ranked { addr: f.key, score: f.score, bm25: f.bm25, dense: f.dense })
+                    .collect())
+            }
+        }
+    }
+
+    fn bm25_list(
+        &self,
+        searcher: &Searcher,
+        req: &SearchRequest<'_>,
+        k: usize,
+    ) -> Result<Vec<(DocAddress, f32)>, RagError> {
+        let query = self.build_query(req)?;
+        Ok(searcher.search(&query, &TopDocs::with_limit(k))?.into_iter().map(|(s, a)| (a, s)).collect())
+    }
+
+    fn dense_list(
+        &self,
+        searcher: &Searcher,
+        filters: &[Filter],
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<(DocAddress, f32)>, RagError> {
+        let Some(embedding) = &self.manifest.embedding else {
+            return Err(RagError::Mismatch(format!(
+                "knowledge base `{}` has no embeddings (it was ingested for keyword search only): search it with \
+                 mode bm25, or re-ingest it with an embedding model",
+                self.manifest.name
+            )));
+        };
+        if vector.len() != embedding.dimension {
+            return Err(RagError::Mismatch(format!(
+                "query vector has {} dimensions; knowledge base `{}` holds {}-dimension vectors of {}",
+                vector.len(),
+                self.manifest.name,
+                embedding.dimension,
+                embedding.model
+            )));
+        }
+        let index = self.dense_index(searcher, embedding.dimension)?;
+        let allowed = if filters.is_empty() {
+            None
+        } else {
+            let query = BooleanQuery::new(filters.iter().map(|f| (Occur::Must, self.filter_query(f))).collect());
+            Some(index.allowed_rows(searcher.search(&query, &DocSetCollector)?))
+        };
+        Ok(index.search(vector, k, allowed.as_ref()))
+    }
+
+    /// The dense index for this searcher's generation, built on first use after a commit.
+    fn dense_index(&self, searcher: &Searcher, dim: usize) -> Result<Arc<DenseIndex>, RagError> {
+        let generation = searcher.generation().generation_id();
+        let mut cached = self.dense.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((g, index)) = cached.as_ref()
+            && *g == generation
+        {
+            return Ok(index.clone());
+        }
+        let mut entries = Vec::with_capacity(searcher.num_docs() as usize);
+        let mut max_docs = Vec::with_capacity(searcher.segment_readers().len());
+        for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+            max_docs.push(segment.max_doc());
+            for doc_id in segment.doc_ids_alive() {
+                let addr = DocAddress::new(ord as u32, doc_id);
+                let doc: TantivyDocument = searcher.doc(addr)?;
+                if let Some(bytes) = doc.get_first(self.fields.vector).and_then(|v| v.as_bytes()) {
+                    entries.push((addr, decode_vector(bytes)));
+                }
+            }
+        }
+        let index = Arc::new(DenseIndex::build(dim, entries, &max_docs, self.dense_options));
+        tracing::debug!(kb = %self.manifest.name, vectors = index.len(), hnsw = index.uses_graph(), "built dense index");
+        *cached = Some((generation, index.clone()));
+        Ok(index)
+    }
+
+    /// Sets how the dense index is built (takes effect at the next rebuild).
+    pub fn set_dense_options(&mut self, options: DenseOptions) {
+        self.dense_options = options;
+        *self.dense.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
     fn build_query(&self, req: &SearchRequest<'_>) -> Result<Box<dyn Query>, RagError> {
@@ -389,9 +554,42 @@ impl KbWriter<'_> {
     /// # Errors
     /// When tantivy fails.
     pub fn replace_source(&mut self, source: &str, hash: &str, chunks: &[Chunk]) -> Result<(), RagError> {
+        self.replace_source_embedded(source, hash, chunks, None)
+    }
+
+    /// Like [`KbWriter::replace_source`], storing each chunk's vector with it.
+    ///
+    /// # Errors
+    /// [`RagError::Mismatch`] when the vectors do not match the chunks or the knowledge base's
+    /// embedding settings; tantivy failures.
+    pub fn replace_source_embedded(
+        &mut self,
+        source: &str,
+        hash: &str,
+        chunks: &[Chunk],
+        vectors: Option<&[Vec<f32>]>,
+    ) -> Result<(), RagError> {
         let f = self.kb.fields;
+        let dim = self.kb.manifest.embedding.as_ref().map(|e| e.dimension);
+        match (vectors, dim) {
+            (Some(v), Some(d)) if v.len() == chunks.len() && v.iter().all(|x| x.len() == d) => {}
+            (None, None) => {}
+            (None, Some(_)) if chunks.is_empty() => {}
+            _ => {
+                return Err(RagError::Mismatch(format!(
+                    "{source}: knowledge base `{}` {} but the chunks come {}",
+                    self.kb.manifest.name,
+                    dim.map_or("stores no vectors".to_owned(), |d| format!("stores {d}-dimension vectors")),
+                    vectors.map_or("without vectors".to_owned(), |v| format!(
+                        "with {} vectors of {} dimensions",
+                        v.len(),
+                        v.first().map_or(0, Vec::len)
+                    ))
+                )));
+            }
+        }
         self.writer.delete_term(Term::from_field_text(f.source, source));
-        for c in chunks {
+        for (i, c) in chunks.iter().enumerate() {
             let mut doc = TantivyDocument::default();
             doc.add_text(f.chunk_id, &c.id);
             doc.add_text(f.doc_id, &c.doc_id);
@@ -407,6 +605,9 @@ impl KbWriter<'_> {
             doc.add_text(f.part, format!("{}/{}", c.part.0, c.part.1));
             doc.add_text(f.meta_json, serde_json::to_string(&c.meta).unwrap_or_else(|_| "{}".into()));
             doc.add_object(f.meta, filterable(&c.meta));
+            if let Some(v) = vectors.and_then(|v| v.get(i)) {
+                doc.add_bytes(f.vector, &encode_vector(v));
+            }
             self.writer.add_document(doc)?;
         }
         Ok(())
@@ -434,6 +635,14 @@ impl KbWriter<'_> {
     }
 }
 
+fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode_vector(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
 /// Metadata as the filter index sees it: every number an f64 (tantivy keeps one numeric
 /// column type per path; mixing `3` and `2.5` would split it), strings as they are.
 fn filterable(meta: &Map<String, Value>) -> std::collections::BTreeMap<String, tantivy::schema::OwnedValue> {
@@ -454,6 +663,7 @@ fn filterable(meta: &Map<String, Value>) -> std::collections::BTreeMap<String, t
 pub struct KbStore {
     root: PathBuf,
     open: Mutex<HashMap<(String, String), Arc<KnowledgeBase>>>,
+    dense_options: DenseOptions,
 }
 
 /// Checks a tenant or knowledge-base name: 1–64 of `A-Za-z0-9_.-`, not starting with a dot
@@ -478,7 +688,14 @@ pub fn validate_name(what: &str, name: &str) -> Result<(), RagError> {
 impl KbStore {
     /// A store rooted at `root` (created on first write).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), open: Mutex::new(HashMap::new()) }
+        Self { root: root.into(), open: Mutex::new(HashMap::new()), dense_options: DenseOptions::default() }
+    }
+
+    /// Sets how knowledge bases opened from now on build their dense index.
+    #[must_use]
+    pub fn with_dense_options(mut self, options: DenseOptions) -> Self {
+        self.dense_options = options;
+        self
     }
 
     /// The root directory.
@@ -512,14 +729,18 @@ impl KbStore {
         };
         let manifest: KbManifest = serde_json::from_str(&raw)
             .map_err(|e| RagError::Manifest { path: manifest_path.display().to_string(), reason: e.to_string() })?;
-        if manifest.format > KB_FORMAT {
-            return Err(RagError::Manifest {
-                path: manifest_path.display().to_string(),
-                reason: format!(
-                    "format {} is newer than this build reads ({KB_FORMAT}); upgrade toolgraph",
-                    manifest.format
-                ),
-            });
+        if manifest.format != KB_FORMAT {
+            let reason = if manifest.format > KB_FORMAT {
+                format!("format {} is newer than this build reads ({KB_FORMAT}); upgrade toolgraph", manifest.format)
+            } else {
+                format!(
+                    "format {} predates this build's format {KB_FORMAT} (chunks with embeddings); delete {} and ingest \
+                     the documents again",
+                    manifest.format,
+                    dir.display()
+                )
+            };
+            return Err(RagError::Manifest { path: manifest_path.display().to_string(), reason });
         }
         let (schema, fields) = schema(manifest.analyzer);
         let index_dir = dir.join("index");
@@ -527,7 +748,9 @@ impl KbStore {
         let directory = MmapDirectory::open(&index_dir)
             .map_err(|e| RagError::Io { path: index_dir.display().to_string(), reason: e.to_string() })?;
         let index = Index::open_or_create(directory, schema)?;
-        let kb = Arc::new(KnowledgeBase::finish_open(manifest, Some(dir), index, fields)?);
+        let mut kb = KnowledgeBase::finish_open(manifest, Some(dir), index, fields)?;
+        kb.set_dense_options(self.dense_options);
+        let kb = Arc::new(kb);
         self.lock().insert(key, kb.clone());
         Ok(kb)
     }

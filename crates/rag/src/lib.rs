@@ -6,21 +6,27 @@
 //! incremental [`ingest`]ion, [`citation`] formatting and checking, the `rag_search` tool
 //! ([`tool`]), and evaluation on BEIR-layout sets ([`evaluate_bm25`], [`metrics`]).
 //!
-//! Not yet: dense embeddings and hybrid fusion (the next retrieval issue builds them on this
-//! base; [`KbManifest::embedding`] is where a knowledge base records its model).
+//! Dense retrieval: chunks carry vectors from an [`Embedder`] (the in-process e5 model lives in
+//! `toolgraph-local-models`; [`OpenAiEmbedder`] calls any `/v1/embeddings` server), searched by
+//! a [`dense`] index with filters applied during the search, and fused with BM25 by
+//! reciprocal-rank [`fusion`]; [`Retriever`] picks the mode and embeds the query.
 #![warn(missing_docs)]
 
 mod analyzer;
 mod beir;
 pub mod chunk;
 pub mod citation;
+pub mod dense;
+pub mod embed;
 mod eval;
 mod filter;
 pub mod formats;
+pub mod fusion;
 pub mod ingest;
 mod kb;
 mod mapping;
 pub mod metrics;
+mod retriever;
 mod source;
 pub mod tool;
 
@@ -28,13 +34,18 @@ pub use analyzer::Analyzer;
 pub use beir::{BeirDataset, Document};
 pub use chunk::{Chunk, ChunkingOptions};
 pub use citation::{CitationReport, check_citations, cite};
-pub use eval::{EvalReport, evaluate_bm25};
+pub use dense::DenseOptions;
+pub use embed::{EmbedKind, Embedder, OpenAiEmbedder, passage_text};
+pub use eval::{EmbeddingCache, EvalOptions, EvalReport, evaluate, evaluate_bm25};
 pub use filter::Filter;
+pub use fusion::{Fusion, ListRank, SearchMode, reciprocal_rank_fusion};
 pub use ingest::{IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, SkippedFile, ingest};
 pub use kb::{
-    EmbeddingSettings, Hit, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase, SearchRequest, validate_name,
+    EmbeddingSettings, Hit, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase, Ranking, SearchRequest,
+    validate_name,
 };
 pub use mapping::RecordMapping;
+pub use retriever::Retriever;
 pub use source::{Section, SourceDocument};
 
 /// A retrieval failure.
@@ -87,6 +98,9 @@ pub enum RagError {
     /// The query has no searchable word.
     #[error("the query has no searchable words")]
     EmptyQuery,
+    /// The embedding model failed or is not available.
+    #[error("embeddings: {0}")]
+    Embedding(String),
     /// The index failed.
     #[error("keyword index: {0}")]
     Index(#[from] tantivy::TantivyError),

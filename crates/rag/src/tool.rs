@@ -2,11 +2,13 @@
 //!
 //! Both answer the seed's normalized shape `{ok, query, total_results, results: [{content,
 //! metadata, score}]}`; each result's metadata carries the chunk's citation label, so an
-//! answer can cite it.
+//! answer can cite it, and `ranks` says where the keyword and dense lists placed it.
 
 use crate::RagError;
 use crate::filter::Filter;
+use crate::fusion::SearchMode;
 use crate::kb::{Hit, KbStore, SearchRequest};
+use crate::retriever::Retriever;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -38,6 +40,9 @@ pub struct SearchParams {
     /// More metadata filters: `{"key": value | [values] | {"gte": n, "lt": m}}`.
     #[serde(default)]
     pub filters: Option<Map<String, Value>>,
+    /// `bm25`, `dense` or `hybrid` (default: hybrid when the knowledge base has embeddings).
+    #[serde(default)]
+    pub mode: Option<SearchMode>,
 }
 
 /// A search failure the caller caused (400) or a missing knowledge base (404), as opposed to
@@ -74,6 +79,7 @@ impl SearchParams {
 /// `(kind, message)`: a readable message for the `{ok:false, error}` shape.
 pub fn search_json(
     store: &KbStore,
+    retriever: &Retriever,
     tenant: &str,
     default_kb: &str,
     params: &SearchParams,
@@ -92,7 +98,8 @@ pub fn search_json(
     let filters = params.filters().map_err(|e| (SearchFailure::Invalid, e))?;
     let kb_name = params.kb.as_deref().unwrap_or(default_kb);
     let kb = store.open(tenant, kb_name).map_err(classify)?;
-    let hits = kb.search(&SearchRequest { query, filters: &filters, top_k }).map_err(classify)?;
+    let hits =
+        retriever.search(&kb, &SearchRequest { query, filters: &filters, top_k }, params.mode).map_err(classify)?;
     Ok(results_json(query, &hits))
 }
 
@@ -109,14 +116,15 @@ pub fn results_json(query: &str, hits: &[Hit]) -> Value {
 fn classify(e: RagError) -> (SearchFailure, String) {
     let kind = match &e {
         RagError::UnknownKb { .. } => SearchFailure::NotFound,
-        RagError::InvalidName(_) | RagError::EmptyQuery => SearchFailure::Invalid,
+        RagError::InvalidName(_) | RagError::EmptyQuery | RagError::Mismatch(_) => SearchFailure::Invalid,
         _ => SearchFailure::Internal,
     };
     (kind, e.to_string())
 }
 
 /// One result in the seed's normalized form; metadata gains `doc_id`, `chunk_id`, `title`,
-/// `citation` (and `headings` when the chunk has any).
+/// `citation` (and `headings` when the chunk has any); `ranks` holds each list's 1-based rank
+/// and own score (`bm25`, `dense`) for the lists that found it.
 pub fn hit_json(hit: &Hit) -> Value {
     let c = &hit.chunk;
     let mut meta = c.meta.clone();
@@ -127,7 +135,13 @@ pub fn hit_json(hit: &Hit) -> Value {
     if !c.headings.is_empty() {
         meta.insert("headings".into(), c.headings.clone().into());
     }
-    json!({ "content": c.text, "metadata": meta, "score": hit.score })
+    let mut ranks = Map::new();
+    for (name, rank) in [("bm25", hit.bm25), ("dense", hit.dense)] {
+        if let Some(r) = rank {
+            ranks.insert(name.into(), json!({ "rank": r.rank, "score": r.score }));
+        }
+    }
+    json!({ "content": c.text, "metadata": meta, "score": hit.score, "ranks": ranks })
 }
 
 /// Arguments of the `rag_search` tool.
@@ -152,7 +166,7 @@ pub struct RagSearchArgs {
 
 /// The `rag_search` read tool over `kb`. The tenant is the conversation's (`tenant` in the
 /// tool context, which the service sets), else `default_tenant`.
-pub fn rag_search_tool(store: Arc<KbStore>, default_tenant: String, kb: String) -> Arc<dyn Tool> {
+pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant: String, kb: String) -> Arc<dyn Tool> {
     ToolBuilder::<RagSearchArgs>::new(
         "rag_search",
         "Search the course and reference documents. Returns passages with their source (metadata.citation); \
@@ -162,6 +176,7 @@ pub fn rag_search_tool(store: Arc<KbStore>, default_tenant: String, kb: String) 
     .display_name("Document search")
     .handler(move |ctx, args: RagSearchArgs| {
         let store = store.clone();
+        let retriever = retriever.clone();
         let tenant = ctx.get("tenant").and_then(Value::as_str).map_or_else(|| default_tenant.clone(), str::to_owned);
         let kb = kb.clone();
         async move {
@@ -172,9 +187,10 @@ pub fn rag_search_tool(store: Arc<KbStore>, default_tenant: String, kb: String) 
                 top_k: Some(args.top_k.unwrap_or(5)),
                 kb: None,
                 filters: None,
+                mode: None,
             };
-            // Index reads touch the disk: off the async workers.
-            let result = tokio::task::spawn_blocking(move || search_json(&store, &tenant, &kb, &params))
+            // Index reads touch the disk and the query is embedded on the CPU: off the async workers.
+            let result = tokio::task::spawn_blocking(move || search_json(&store, &retriever, &tenant, &kb, &params))
                 .await
                 .map_err(|e| ToolError::internal(format!("search task failed: {e}")))?;
             result.map_err(|(kind, message)| match kind {

@@ -6,6 +6,7 @@ mod common;
 use common::eval_data;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use toolgraph_rag::Retriever;
 use toolgraph_rag::tool::{SearchFailure, SearchParams, search_json};
 use toolgraph_rag::{
     Analyzer, Filter, IngestOptions, KbStore, NoProgress, PathPattern, RagError, RecordMapping, SearchRequest, ingest,
@@ -263,9 +264,14 @@ fn search_contract_shapes_and_errors() {
     };
     ingest(&store, "ugr", "cursos", &[f], &opts, &NoProgress).unwrap();
     let params = |v: Value| -> SearchParams { serde_json::from_value(v).unwrap() };
-    let ok =
-        search_json(&store, "ugr", "cursos", &params(json!({"query": "examen final", "asignatura": "iv", "top_k": 3})))
-            .unwrap();
+    let ok = search_json(
+        &store,
+        &Retriever::default(),
+        "ugr",
+        "cursos",
+        &params(json!({"query": "examen final", "asignatura": "iv", "top_k": 3})),
+    )
+    .unwrap();
     assert_eq!(ok["ok"], true);
     assert_eq!(ok["query"], "examen final");
     assert_eq!(ok["total_results"], 1);
@@ -274,7 +280,14 @@ fn search_contract_shapes_and_errors() {
     assert!(r["score"].as_f64().unwrap() > 0.0);
     assert_eq!(r["metadata"]["citation"], "Evaluación", "the first H1 titles the document");
     assert_eq!(r["metadata"]["tipo_documento"], "guia");
-    let none = search_json(&store, "ugr", "cursos", &params(json!({"query": "examen", "asignatura": "dai"}))).unwrap();
+    let none = search_json(
+        &store,
+        &Retriever::default(),
+        "ugr",
+        "cursos",
+        &params(json!({"query": "examen", "asignatura": "dai"})),
+    )
+    .unwrap();
     assert_eq!(none["total_results"], 0);
     let cases = [
         (json!({"query": "  "}), SearchFailure::Invalid, "query must not be empty"),
@@ -285,12 +298,14 @@ fn search_contract_shapes_and_errors() {
         (json!({"query": "?!"}), SearchFailure::Invalid, "no searchable words"),
     ];
     for (body, kind, msg) in cases {
-        let (k, m) = search_json(&store, "ugr", "cursos", &params(body.clone())).unwrap_err();
+        let (k, m) = search_json(&store, &Retriever::default(), "ugr", "cursos", &params(body.clone())).unwrap_err();
         assert_eq!(k, kind, "{body}");
         assert!(m.contains(msg), "{body}: {m}");
     }
     assert_eq!(
-        search_json(&store, "other", "cursos", &params(json!({"query": "examen"}))).unwrap_err().0,
+        search_json(&store, &Retriever::default(), "other", "cursos", &params(json!({"query": "examen"})))
+            .unwrap_err()
+            .0,
         SearchFailure::NotFound
     );
 }

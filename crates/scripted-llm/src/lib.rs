@@ -7,6 +7,10 @@
 //! malformed lines) or an HTTP error with an optional `Retry-After`. Non-streaming requests
 //! get the same reply as one JSON body. Requests are recorded for assertions.
 //!
+//! `/v1/embeddings` answers deterministic bag-of-words vectors ([`EMBEDDING_DIM`] floats, words
+//! hashed to dimensions, not normalised, rows returned in reverse order with their `index`), so
+//! texts sharing words are close; an input containing `FAIL` gets a 500.
+//!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! use scripted_llm::{Reply, ScriptedModelServer};
@@ -145,6 +149,7 @@ fn split_in(s: &str, parts: usize) -> Vec<String> {
 struct Shared {
     script: VecDeque<Reply>,
     requests: Vec<Value>,
+    embedding_requests: Vec<Value>,
 }
 
 #[derive(Clone, Default)]
@@ -155,6 +160,45 @@ impl AppState {
         // A test that panicked while holding the lock already failed; keep serving.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Size of the `/v1/embeddings` vectors.
+pub const EMBEDDING_DIM: usize = 64;
+
+/// The vector `/v1/embeddings` returns for `text`: each lowercase word adds 1 to the dimension
+/// its FNV-1a hash picks.
+pub fn bag_of_words_vector(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; EMBEDDING_DIM];
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in word.to_lowercase().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        v[(h % EMBEDDING_DIM as u64) as usize] += 1.0;
+    }
+    v
+}
+
+async fn embeddings(State(state): State<AppState>, body: Bytes) -> Response {
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "malformed JSON").into_response();
+    };
+    state.lock().embedding_requests.push(req.clone());
+    let inputs: Vec<String> = match &req["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or_default().to_owned()).collect(),
+        _ => return (StatusCode::BAD_REQUEST, "input must be a string or an array of strings").into_response(),
+    };
+    if inputs.iter().any(|i| i.contains("FAIL")) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "scripted embedding failure").into_response();
+    }
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": bag_of_words_vector(t)}))
+        .collect();
+    axum::Json(json!({"object": "list", "model": req["model"], "data": data})).into_response()
 }
 
 /// A running scripted server; it stops when dropped.
@@ -175,6 +219,7 @@ impl ScriptedModelServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -197,6 +242,11 @@ impl ScriptedModelServer {
     /// Bodies of every request received so far.
     pub fn requests(&self) -> Vec<Value> {
         self.state.lock().requests.clone()
+    }
+
+    /// Bodies of every `/v1/embeddings` request received so far.
+    pub fn embedding_requests(&self) -> Vec<Value> {
+        self.state.lock().embedding_requests.clone()
     }
 
     /// How many requests arrived.

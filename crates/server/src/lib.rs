@@ -86,6 +86,8 @@ pub struct SearchService {
     pub store: Arc<toolgraph_rag::KbStore>,
     /// The knowledge base a request that names none searches.
     pub default_kb: String,
+    /// Picks the mode and embeds queries.
+    pub retriever: toolgraph_rag::Retriever,
 }
 
 /// A run that has held a conversation longer than this without finishing is taken to have

@@ -143,8 +143,10 @@ async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     };
     let started = std::time::Instant::now();
     // Index reads touch the disk: off the async workers.
-    let result =
-        tokio::task::spawn_blocking(move || search_json(&service.store, &tenant, &service.default_kb, &params)).await;
+    let result = tokio::task::spawn_blocking(move || {
+        search_json(&service.store, &service.retriever, &tenant, &service.default_kb, &params)
+    })
+    .await;
     app.0.metrics.tool_latency.with_label_values(&["/search"]).observe(started.elapsed().as_secs_f64());
     match result {
         Ok(Ok(body)) => axum::Json(body).into_response(),

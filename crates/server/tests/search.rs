@@ -49,14 +49,21 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     let model = ScriptedModelServer::start(script).await.unwrap();
     let llm = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(model.base_url(), "scripted")).unwrap());
     let mut tools = ToolRegistry::new();
-    tools.register(toolgraph_rag::tool::rag_search_tool(kb.clone(), "nobody".into(), "cursos".into())).unwrap();
+    tools
+        .register(toolgraph_rag::tool::rag_search_tool(
+            kb.clone(),
+            Default::default(),
+            "nobody".into(),
+            "cursos".into(),
+        ))
+        .unwrap();
     let store = Arc::new(MemoryConversationStore::new());
     let ckpt = Arc::new(ProjectingCheckpointer::memory(MemoryCheckpointer::new(), store.clone()));
     let graph = react::build(AgentSpec::new("tutor", "Cite sources.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([("tutor".to_string(), ServedAgent { graph, settings })]);
     let app = AppState::new(agents, "tutor".into(), store, ckpt, options);
-    app.enable_search(SearchService { store: kb, default_kb: "cursos".into() });
+    app.enable_search(SearchService { store: kb, default_kb: "cursos".into(), retriever: Default::default() });
     if ready {
         app.set_ready();
     }

@@ -1,0 +1,85 @@
+//! The retrieval pieces the configuration names: the knowledge-base store, the embedding model
+//! (`rag.embedding`: local e5, an OpenAI-compatible server, or none) and the retriever that
+//! fuses keyword and dense results.
+
+use anyhow::Context;
+#[cfg(not(feature = "local-models"))]
+use anyhow::bail;
+use std::sync::Arc;
+use std::time::Duration;
+use toolgraph_config::{Config, EmbeddingProvider};
+use toolgraph_rag::{DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, Retriever};
+
+/// The knowledge bases under `<data_dir>/kb`.
+pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
+    let dense = DenseOptions { exact_below: cfg.rag.dense_exact_below, ..DenseOptions::default() };
+    Arc::new(KbStore::new(cfg.data_dir.join("kb")).with_dense_options(dense))
+}
+
+/// The configured embedding model; `None` for `rag.embedding = "none"`.
+///
+/// # Errors
+/// When the model cannot be loaded (missing weights name `scripts/fetch-models embed`).
+pub fn embedder(cfg: &Config) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    match cfg.rag.embedding {
+        EmbeddingProvider::None => Ok(None),
+        EmbeddingProvider::Openai => {
+            let r = &cfg.rag;
+            // Config validation guarantees these for the openai provider.
+            let settings = EmbeddingSettings {
+                model: r.embedding_model.clone().unwrap_or_default(),
+                sha256: String::new(),
+                dimension: r.embedding_dimension.unwrap_or_default(),
+                query_prefix: r.embedding_query_prefix.clone(),
+                passage_prefix: r.embedding_passage_prefix.clone(),
+            };
+            let e = OpenAiEmbedder::new(
+                r.embedding_base_url.as_deref().unwrap_or_default(),
+                r.embedding_api_key.as_ref().map(|k| k.expose().to_owned()),
+                settings,
+                Duration::from_secs(60),
+            )?;
+            Ok(Some(Arc::new(e)))
+        }
+        EmbeddingProvider::Local => local(),
+    }
+}
+
+#[cfg(feature = "local-models")]
+fn local() -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    let e = toolgraph_local_models::E5Embedder::load_default().context("cannot load the local embedding model")?;
+    Ok(Some(Arc::new(e)))
+}
+
+#[cfg(not(feature = "local-models"))]
+fn local() -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    bail!(
+        "this build has no local models (built without the `local-models` feature): set rag.embedding to \
+         \"none\" or \"openai\", or rebuild with default features"
+    )
+}
+
+/// The hybrid-search parameters of the configuration.
+pub fn fusion(cfg: &Config) -> Fusion {
+    Fusion {
+        k: cfg.rag.fusion_k,
+        bm25_weight: cfg.rag.bm25_weight,
+        dense_weight: cfg.rag.dense_weight,
+        ..Fusion::default()
+    }
+}
+
+/// A retriever with the configured model. For long-running commands (`serve`, `chat`) a
+/// model that cannot load is a warning: keyword-only knowledge bases still work and searches
+/// of embedded ones say what is missing.
+pub fn retriever(cfg: &Config, required: bool) -> anyhow::Result<Retriever> {
+    let embedder = match embedder(cfg) {
+        Ok(e) => e,
+        Err(e) if !required => {
+            tracing::warn!("{e:#}; knowledge bases with embeddings cannot be searched until it is fixed");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Retriever::new(embedder, fusion(cfg)))
+}

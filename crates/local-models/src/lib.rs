@@ -1,0 +1,66 @@
+//! In-process models for toolgraph, on candle: the multilingual-e5-small embedder ([`E5Embedder`])
+//! for dense retrieval.
+//!
+//! Weights are never bundled: `scripts/fetch-models` puts them in [`models_dir`], verified by
+//! sha256. This crate is separate (and optional in the binary) because candle takes minutes to
+//! compile; everything else builds without it.
+#![warn(missing_docs)]
+
+pub mod e5;
+
+pub use e5::E5Embedder;
+
+use std::path::PathBuf;
+
+/// A local-model failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalModelError {
+    /// The weights file is not in the cache.
+    #[error("model file {path} not found: run `scripts/fetch-models {fetch}` to download and verify it{alternative}")]
+    Missing {
+        /// Where it was looked for.
+        path: String,
+        /// The `scripts/fetch-models` argument that fetches it.
+        fetch: &'static str,
+        /// What else can be configured instead.
+        alternative: &'static str,
+    },
+    /// The file cannot be read.
+    #[error("cannot read {path}: {reason}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The file is not the format expected.
+    #[error("model file: {0}")]
+    Format(String),
+    /// An input the model cannot take.
+    #[error("{0}")]
+    Input(String),
+    /// The tensor library failed.
+    #[error("model computation: {0}")]
+    Compute(#[from] candle_core::Error),
+}
+
+impl From<LocalModelError> for toolgraph_rag::RagError {
+    fn from(e: LocalModelError) -> Self {
+        toolgraph_rag::RagError::Embedding(e.to_string())
+    }
+}
+
+/// Where `scripts/fetch-models` keeps weights: `$TOOLGRAPH_MODELS_DIR`, else
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/toolgraph/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TOOLGRAPH_MODELS_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    cache.join("toolgraph").join("models")
+}

@@ -1,0 +1,252 @@
+//! Dense and hybrid retrieval through persisted knowledge bases, with vectors from a real
+//! OpenAI-compatible `/v1/embeddings` server over loopback (the scripted server's
+//! bag-of-words vectors): vectors stored at ingest and never recomputed, filters applied
+//! during the dense search (exact and HNSW), fusion ranks, and a knowledge base refusing a
+//! model it was not built with.
+
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use toolgraph_rag::tool::{SearchParams, search_json};
+use toolgraph_rag::{
+    DenseOptions, EmbedKind, Embedder, EmbeddingSettings, Filter, IngestOptions, KbStore, NoProgress, OpenAiEmbedder,
+    RagError, Retriever, SearchMode, SearchRequest, ingest,
+};
+
+/// The scripted model server on its own runtime thread (these tests are synchronous, like
+/// every caller of the blocking embedder).
+struct Server {
+    inner: scripted_llm::ScriptedModelServer,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn server() -> Server {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let inner = rt.block_on(scripted_llm::ScriptedModelServer::start(Vec::new())).unwrap();
+    Server { inner, _rt: rt }
+}
+
+fn settings(model: &str) -> EmbeddingSettings {
+    EmbeddingSettings {
+        model: model.into(),
+        sha256: String::new(),
+        dimension: scripted_llm::EMBEDDING_DIM,
+        query_prefix: "query: ".into(),
+        passage_prefix: "passage: ".into(),
+    }
+}
+
+fn embedder(server: &Server, model: &str) -> Arc<dyn Embedder> {
+    Arc::new(OpenAiEmbedder::new(&server.inner.base_url(), None, settings(model), Duration::from_secs(10)).unwrap())
+}
+
+fn write(dir: &Path, rel: &str, body: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+}
+
+fn options(e: Option<Arc<dyn Embedder>>) -> IngestOptions {
+    IngestOptions { embedder: e, ..IngestOptions::default() }
+}
+
+/// Twelve notes: four topics, each in the years 2022–2024 (`year` from front matter).
+fn corpus(dir: &Path) {
+    let topics = [
+        ("docker", "Docker containers package applications with their dependencies into images"),
+        ("exam", "The final exam takes place in January and covers every unit of the course"),
+        ("ci", "Continuous integration runs the test suite on every push to the repository"),
+        ("cloud", "Virtual machines in the cloud are provisioned with infrastructure as code"),
+    ];
+    for (name, text) in topics {
+        for year in [2022, 2023, 2024] {
+            write(
+                dir,
+                &format!("notes/{name}-{year}.md"),
+                &format!("---\nyear: {year}\n---\n# {name} {year}\n\n{text}.\n"),
+            );
+        }
+    }
+}
+
+#[test]
+fn the_openai_client_keeps_order_normalises_prefixes_and_reports_failures() {
+    let s = server();
+    let e = embedder(&s, "bow");
+    let v = e.embed(&["docker images", "final exam", "docker"], EmbedKind::Query).unwrap();
+    assert_eq!(v.len(), 3);
+    for x in &v {
+        assert_eq!(x.len(), scripted_llm::EMBEDDING_DIM);
+        assert!((x.iter().map(|a| a * a).sum::<f32>().sqrt() - 1.0).abs() < 1e-5);
+    }
+    // The server answers rows in reverse order: the client must sort them by index.
+    let want = scripted_llm::bag_of_words_vector("query: docker");
+    let norm = want.iter().map(|a| a * a).sum::<f32>().sqrt();
+    assert!(v[2].iter().zip(&want).all(|(a, b)| (a - b / norm).abs() < 1e-6));
+    let body = s.inner.embedding_requests().pop().unwrap();
+    assert_eq!(body["input"][0], "query: docker images");
+    assert_eq!(body["model"], "bow");
+
+    let err = e.embed(&["this will FAIL"], EmbedKind::Passage).unwrap_err().to_string();
+    assert!(err.contains("500"), "{err}");
+    let mut wrong = settings("bow");
+    wrong.dimension = 384;
+    let wrong = OpenAiEmbedder::new(&s.inner.base_url(), None, wrong, Duration::from_secs(10)).unwrap();
+    let err = wrong.embed(&["x"], EmbedKind::Query).unwrap_err().to_string();
+    assert!(err.contains("64 dimensions") && err.contains("384"), "{err}");
+    let down = OpenAiEmbedder::new("http://127.0.0.1:9/v1", None, settings("bow"), Duration::from_secs(2)).unwrap();
+    assert!(matches!(down.embed(&["x"], EmbedKind::Query), Err(RagError::Embedding(_))));
+}
+
+#[test]
+fn vectors_are_stored_at_ingest_and_search_embeds_only_the_query() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let store = KbStore::new(dir.path().join("kb"));
+    let report =
+        ingest(&store, "t", "notes", &[dir.path().join("notes")], &options(Some(embedder(&s, "bow"))), &NoProgress)
+            .unwrap();
+    assert_eq!((report.chunks, report.embedding_model.as_deref()), (12, Some("bow")));
+    let passages: usize = s.inner.embedding_requests().iter().map(|r| r["input"].as_array().unwrap().len()).sum();
+    assert_eq!(passages, 12);
+
+    // A fresh store (another process) searches from the stored vectors.
+    let store = KbStore::new(dir.path().join("kb"));
+    let kb = store.open("t", "notes").unwrap();
+    assert_eq!(kb.manifest().embedding.as_ref().unwrap().model, "bow");
+    let before = s.inner.embedding_requests().len();
+    let retriever = Retriever::new(Some(embedder(&s, "bow")), Default::default());
+    let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 3 };
+    let hits = retriever.search(&kb, &req, Some(SearchMode::Dense)).unwrap();
+    let requests = s.inner.embedding_requests();
+    assert_eq!(requests.len(), before + 1, "one request for the query, none for the corpus");
+    assert_eq!(requests.last().unwrap()["input"], json!(["query: docker images dependencies"]));
+    assert_eq!(hits.len(), 3);
+    assert!(
+        hits.iter().all(|h| h.chunk.doc_id.contains("docker")),
+        "{:?}",
+        hits.iter().map(|h| &h.chunk.doc_id).collect::<Vec<_>>()
+    );
+    assert!(hits.iter().all(|h| h.dense.is_some() && h.bm25.is_none()));
+    assert!(hits[0].score > 0.5 && hits.windows(2).all(|w| w[0].score >= w[1].score));
+
+    // The default for a knowledge base with vectors is hybrid, with both lists' ranks.
+    let hits = retriever.search(&kb, &req, None).unwrap();
+    let top = &hits[0];
+    let (b, d) = (top.bm25.unwrap(), top.dense.unwrap());
+    let rrf = 1.0 / (60.0 + b.rank as f32) + 1.0 / (60.0 + d.rank as f32);
+    assert!((top.score - rrf).abs() < 1e-6, "{} vs {rrf}", top.score);
+    // The tool's JSON carries them too.
+    let params: SearchParams = serde_json::from_value(json!({"query": "final exam january", "top_k": 2})).unwrap();
+    let out = search_json(&store, &retriever, "t", "notes", &params).unwrap();
+    let first = &out["results"][0];
+    assert!(first["metadata"]["doc_id"].as_str().unwrap().contains("exam"), "{out}");
+    for list in ["bm25", "dense"] {
+        let rank = first["ranks"][list]["rank"].as_u64().unwrap();
+        assert!((1..=3).contains(&rank), "{list} rank {rank}: {out}");
+        assert!(first["ranks"][list]["score"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn filters_apply_during_the_dense_search_with_and_without_the_graph() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    for exact_below in [usize::MAX, 1] {
+        let store = KbStore::new(dir.path().join(format!("kb{exact_below}"))).with_dense_options(DenseOptions {
+            exact_below,
+            exact_filter_below: 0,
+            ..DenseOptions::default()
+        });
+        ingest(&store, "t", "notes", &[dir.path().join("notes")], &options(Some(embedder(&s, "bow"))), &NoProgress)
+            .unwrap();
+        let kb = store.open("t", "notes").unwrap();
+        let retriever = Retriever::new(Some(embedder(&s, "bow")), Default::default());
+        // The query matches the docker notes best, but only 2024 is allowed: the four 2024
+        // notes come back (a filter after a top-4 cut would have kept one).
+        let filters = [Filter::parse("year=2024").unwrap()];
+        let req = SearchRequest { query: "docker containers images", filters: &filters, top_k: 4 };
+        let hits = retriever.search(&kb, &req, Some(SearchMode::Dense)).unwrap();
+        let ids: Vec<&str> = hits.iter().map(|h| h.chunk.doc_id.as_str()).collect();
+        assert_eq!(hits.len(), 4, "{ids:?}");
+        assert!(ids.iter().all(|id| id.ends_with("-2024.md")), "{ids:?}");
+        assert!(ids[0].contains("docker"), "{ids:?}");
+        let range = [Filter::parse("year<2023").unwrap()];
+        let req = SearchRequest { query: "exam", filters: &range, top_k: 10 };
+        let hits = retriever.search(&kb, &req, Some(SearchMode::Hybrid)).unwrap();
+        assert_eq!(hits.len(), 4);
+        assert!(hits.iter().all(|h| h.chunk.doc_id.ends_with("-2022.md")));
+    }
+}
+
+fn mismatch<T: std::fmt::Debug>(r: Result<T, RagError>) -> String {
+    match r {
+        Err(RagError::Mismatch(m)) => m,
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_knowledge_base_refuses_a_model_it_was_not_built_with() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let store = KbStore::new(dir.path().join("kb"));
+    let notes = [dir.path().join("notes")];
+    ingest(&store, "t", "embedded", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress).unwrap();
+    ingest(&store, "t", "keywords", &notes, &options(None), &NoProgress).unwrap();
+
+    let m = mismatch(ingest(&store, "t", "embedded", &notes, &options(Some(embedder(&s, "other"))), &NoProgress));
+    assert!(m.contains("bow") && m.contains("other"), "{m}");
+    let m = mismatch(ingest(&store, "t", "embedded", &notes, &options(None), &NoProgress));
+    assert!(m.contains("stores embeddings of bow"), "{m}");
+    let m = mismatch(ingest(&store, "t", "keywords", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress));
+    assert!(m.contains("without embeddings"), "{m}");
+
+    let req = SearchRequest { query: "docker", filters: &[], top_k: 3 };
+    let other = Retriever::new(Some(embedder(&s, "other")), Default::default());
+    let m = mismatch(other.search(&store.open("t", "embedded").unwrap(), &req, None));
+    assert!(m.contains("re-ingest"), "{m}");
+    let bow = Retriever::new(Some(embedder(&s, "bow")), Default::default());
+    let m = mismatch(bow.search(&store.open("t", "keywords").unwrap(), &req, Some(SearchMode::Dense)));
+    assert!(m.contains("no embeddings"), "{m}");
+    // Keyword search of the keyword-only base still works, and is its default.
+    assert_eq!(bow.search(&store.open("t", "keywords").unwrap(), &req, None).unwrap()[0].bm25.unwrap().rank, 1);
+    // No model configured: a clear error, not a silent keyword fallback.
+    let none = Retriever::default();
+    let err = none.search(&store.open("t", "embedded").unwrap(), &req, None).unwrap_err().to_string();
+    assert!(err.contains("no embedding model is configured"), "{err}");
+}
+
+#[test]
+fn re_ingesting_a_changed_file_replaces_its_vectors() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let store = KbStore::new(dir.path().join("kb"));
+    let notes = [dir.path().join("notes")];
+    let e = embedder(&s, "bow");
+    ingest(&store, "t", "notes", &notes, &options(Some(e.clone())), &NoProgress).unwrap();
+    write(
+        dir.path(),
+        "notes/docker-2024.md",
+        "---\nyear: 2024\n---\n# kubernetes\n\nPods schedule replicas across nodes.\n",
+    );
+    let report = ingest(&store, "t", "notes", &notes, &options(Some(e.clone())), &NoProgress).unwrap();
+    assert_eq!((report.indexed, report.unchanged, report.chunks), (1, 11, 1));
+    let retriever = Retriever::new(Some(e), Default::default());
+    let kb = store.open("t", "notes").unwrap();
+    let hits = retriever
+        .search(&kb, &SearchRequest { query: "pods replicas nodes", filters: &[], top_k: 1 }, Some(SearchMode::Dense))
+        .unwrap();
+    assert!(hits[0].chunk.text.contains("Pods") && hits[0].chunk.doc_id.ends_with("docker-2024.md"));
+    assert!(hits[0].dense.unwrap().score > 0.5);
+    let docker = retriever
+        .search(&kb, &SearchRequest { query: "docker images", filters: &[], top_k: 12 }, Some(SearchMode::Dense))
+        .unwrap();
+    assert_eq!(docker.len(), 12, "one vector per chunk, the replaced one included once");
+    assert!(docker.iter().all(|h| !(h.chunk.doc_id.ends_with("docker-2024.md") && h.chunk.text.contains("Docker"))));
+}
