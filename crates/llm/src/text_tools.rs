@@ -170,38 +170,32 @@ impl ToolCallTextParser {
                 }
                 let body_start = open + FENCE.len() + newline + 1;
                 let Some(close) = self.pending[body_start..].find(FENCE) else { return false };
-                let end = body_start + close + FENCE.len();
-                match parse_call(&self.pending[body_start..body_start + close]) {
-                    Some(call) => {
-                        out.push(call);
-                        self.mode = Mode::Start;
-                    }
-                    None => {
-                        out.push(TextEvent::Text(self.pending[..end].to_owned()));
-                        self.mode = Mode::Prose;
-                    }
-                }
-                self.pending.drain(..end);
+                self.decide_block(body_start..body_start + close, body_start + close + FENCE.len(), out);
                 true
             }
             Mode::Bare => {
                 let start = self.pending.find('{').unwrap_or(0);
                 let Some(len) = balanced_object_len(&self.pending[start..]) else { return false };
-                let end = start + len;
-                match parse_call(&self.pending[start..end]) {
-                    Some(call) => {
-                        out.push(call);
-                        self.mode = Mode::Start;
-                    }
-                    None => {
-                        out.push(TextEvent::Text(self.pending[..end].to_owned()));
-                        self.mode = Mode::Prose;
-                    }
-                }
-                self.pending.drain(..end);
+                self.decide_block(start..start + len, start + len, out);
                 true
             }
         }
+    }
+
+    /// A complete fenced or bare block: a call if `body` is one (a new call may follow), else
+    /// the block's text up to `end` as prose.
+    fn decide_block(&mut self, body: std::ops::Range<usize>, end: usize, out: &mut Vec<TextEvent>) {
+        match parse_call(&self.pending[body]) {
+            Some(call) => {
+                out.push(call);
+                self.mode = Mode::Start;
+            }
+            None => {
+                out.push(TextEvent::Text(self.pending[..end].to_owned()));
+                self.mode = Mode::Prose;
+            }
+        }
+        self.pending.drain(..end);
     }
 }
 

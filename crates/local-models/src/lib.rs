@@ -1,11 +1,12 @@
 //! In-process models for toolgraph, on candle: the multilingual-e5-small embedder ([`E5Embedder`])
-//! for dense retrieval.
+//! for dense retrieval, and the prompt side of local GGUF chat models ([`chat`]).
 //!
 //! Weights are never bundled: `scripts/fetch-models` puts them in [`models_dir`], verified by
 //! sha256. This crate is separate (and optional in the binary) because candle takes minutes to
 //! compile; everything else builds without it.
 #![warn(missing_docs)]
 
+pub mod chat;
 pub mod e5;
 
 pub use e5::E5Embedder;
@@ -54,13 +55,8 @@ impl From<LocalModelError> for toolgraph_rag::RagError {
 /// Where `scripts/fetch-models` keeps weights: `$TOOLGRAPH_MODELS_DIR`, else
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/toolgraph/models`.
 pub fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TOOLGRAPH_MODELS_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
+    match std::env::var_os("TOOLGRAPH_MODELS_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => toolgraph_rag::cache_root().join("models"),
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    cache.join("toolgraph").join("models")
 }

@@ -272,6 +272,17 @@ fn embed_in_batches(
     Ok(out)
 }
 
+/// toolgraph's cache directory: `${XDG_CACHE_HOME:-$HOME/.cache}/toolgraph` (models,
+/// embeddings, build output).
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"))
+        .join("toolgraph")
+}
+
 /// Vectors on disk, one file per (model weights, text kind, exact list of texts).
 #[derive(Debug, Clone)]
 pub struct EmbeddingCache {
@@ -286,13 +297,7 @@ impl EmbeddingCache {
 
     /// `${XDG_CACHE_HOME:-$HOME/.cache}/toolgraph/embeddings`.
     pub fn default_dir() -> PathBuf {
-        std::env::var_os("XDG_CACHE_HOME")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(|| PathBuf::from(".cache"))
-            .join("toolgraph")
-            .join("embeddings")
+        cache_root().join("embeddings")
     }
 
     /// The directory.

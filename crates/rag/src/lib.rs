@@ -36,7 +36,7 @@ pub use chunk::{Chunk, ChunkingOptions};
 pub use citation::{CitationReport, check_citations, cite};
 pub use dense::DenseOptions;
 pub use embed::{EmbedKind, Embedder, OpenAiEmbedder, passage_text};
-pub use eval::{EmbeddingCache, EvalOptions, EvalReport, evaluate, evaluate_bm25};
+pub use eval::{EmbeddingCache, EvalOptions, EvalReport, cache_root, evaluate, evaluate_bm25};
 pub use filter::Filter;
 pub use fusion::{Fusion, ListRank, SearchMode, reciprocal_rank_fusion};
 pub use ingest::{IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, SkippedFile, ingest};
