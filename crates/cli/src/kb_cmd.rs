@@ -209,14 +209,9 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
     let query = args.query.clone();
     let top_k = args.top_k.clamp(1, toolgraph_rag::tool::MAX_TOP_K);
     let mode = args.mode;
-    let cfg = cfg.clone();
+    let retriever = retriever(cfg)?;
     let hits = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let kb = store.open(&tenant, &kb_name)?;
-        // Load the model only when the search needs it.
-        let needs_model =
-            mode.unwrap_or(if kb.manifest().embedding.is_some() { SearchMode::Hybrid } else { SearchMode::Bm25 })
-                != SearchMode::Bm25;
-        let retriever = if needs_model { retriever(&cfg, true)? } else { Default::default() };
         Ok(retriever.search(&kb, &SearchRequest { query: &query, filters: &filters, top_k }, mode)?)
     })
     .await

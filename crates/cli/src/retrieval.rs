@@ -69,17 +69,21 @@ pub fn fusion(cfg: &Config) -> Fusion {
     }
 }
 
-/// A retriever with the configured model. For long-running commands (`serve`, `chat`) a
-/// model that cannot load is a warning: keyword-only knowledge bases still work and searches
-/// of embedded ones say what is missing.
-pub fn retriever(cfg: &Config, required: bool) -> anyhow::Result<Retriever> {
-    let embedder = match embedder(cfg) {
-        Ok(e) => e,
-        Err(e) if !required => {
-            tracing::warn!("{e:#}; knowledge bases with embeddings cannot be searched until it is fixed");
-            None
+/// A retriever with the configured model. The local model loads on the first search that
+/// needs it (keyword-only work never waits for it or fails on missing weights); a server
+/// answers such a search with the load error, which names `scripts/fetch-models`.
+pub fn retriever(cfg: &Config) -> anyhow::Result<Retriever> {
+    Ok(match cfg.rag.embedding {
+        EmbeddingProvider::Local => {
+            let owned = cfg.clone();
+            Retriever::lazy(
+                Arc::new(move || {
+                    let e = embedder(&owned).map_err(|e| toolgraph_rag::RagError::Embedding(format!("{e:#}")))?;
+                    e.ok_or_else(|| toolgraph_rag::RagError::Embedding("no embedding model is configured".into()))
+                }),
+                fusion(cfg),
+            )
         }
-        Err(e) => return Err(e),
-    };
-    Ok(Retriever::new(embedder, fusion(cfg)))
+        _ => Retriever::new(embedder(cfg)?, fusion(cfg)),
+    })
 }

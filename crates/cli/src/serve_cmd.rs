@@ -80,11 +80,8 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             }
         };
     let kb = crate::retrieval::kb_store(cfg);
-    // The model loads on a blocking thread: ~1 s of dequantising that must not stall the runtime.
-    let retriever = {
-        let cfg = cfg.clone();
-        tokio::task::spawn_blocking(move || crate::retrieval::retriever(&cfg, false)).await??
-    };
+    // The local embedding model loads on the first search that needs it, on a blocking thread.
+    let retriever = crate::retrieval::retriever(cfg)?;
     let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {

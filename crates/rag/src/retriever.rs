@@ -9,24 +9,51 @@ use crate::RagError;
 use crate::embed::{EmbedKind, Embedder, ensure_same_model};
 use crate::fusion::{Fusion, SearchMode};
 use crate::kb::{Hit, KnowledgeBase, Ranking, SearchRequest};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Loads the embedding model on first use.
+pub type EmbedderLoader = Arc<dyn Fn() -> Result<Arc<dyn Embedder>, RagError> + Send + Sync>;
 
 /// Searches knowledge bases in bm25, dense or hybrid mode.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Retriever {
-    embedder: Option<Arc<dyn Embedder>>,
+    embedder: Arc<Mutex<Option<Arc<dyn Embedder>>>>,
+    loader: Option<EmbedderLoader>,
     fusion: Fusion,
+}
+
+impl std::fmt::Debug for Retriever {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retriever").field("lazy", &self.loader.is_some()).field("fusion", &self.fusion).finish()
+    }
 }
 
 impl Retriever {
     /// A retriever that embeds queries with `embedder` (none: keyword search only).
     pub fn new(embedder: Option<Arc<dyn Embedder>>, fusion: Fusion) -> Self {
-        Self { embedder, fusion }
+        Self { embedder: Arc::new(Mutex::new(embedder)), loader: None, fusion }
     }
 
-    /// The embedding model, if one is configured.
-    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
-        self.embedder.as_ref()
+    /// A retriever whose model is loaded by `loader` when a search first needs it, so
+    /// keyword-only work never pays for (or fails on) the model. A failed load is retried by
+    /// the next search that needs it (the weights may have been fetched meanwhile).
+    pub fn lazy(loader: EmbedderLoader, fusion: Fusion) -> Self {
+        Self { embedder: Arc::new(Mutex::new(None)), loader: Some(loader), fusion }
+    }
+
+    /// The embedding model, loading it if this retriever is lazy; `None` when none is
+    /// configured.
+    ///
+    /// # Errors
+    /// When the lazy load fails. Blocking.
+    pub fn embedder(&self) -> Result<Option<Arc<dyn Embedder>>, RagError> {
+        let mut slot = self.embedder.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_none()
+            && let Some(load) = &self.loader
+        {
+            *slot = Some(load()?);
+        }
+        Ok(slot.clone())
     }
 
     /// The fusion parameters of hybrid searches.
@@ -73,7 +100,7 @@ impl Retriever {
                 manifest.name
             )));
         };
-        let Some(embedder) = &self.embedder else {
+        let Some(embedder) = self.embedder()? else {
             return Err(RagError::Embedding(format!(
                 "knowledge base `{}` was embedded with {} but no embedding model is configured (rag.embedding); \
                  use mode bm25 or configure the model",

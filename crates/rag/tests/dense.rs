@@ -250,3 +250,37 @@ fn re_ingesting_a_changed_file_replaces_its_vectors() {
     assert_eq!(docker.len(), 12, "one vector per chunk, the replaced one included once");
     assert!(docker.iter().all(|h| !(h.chunk.doc_id.ends_with("docker-2024.md") && h.chunk.text.contains("Docker"))));
 }
+
+#[test]
+fn a_lazy_model_loads_only_when_a_search_needs_it_and_retries_a_failed_load() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let s = Arc::new(server());
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let store = KbStore::new(dir.path().join("kb"));
+    let notes = [dir.path().join("notes")];
+    ingest(&store, "t", "embedded", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress).unwrap();
+    ingest(&store, "t", "keywords", &notes, &options(None), &NoProgress).unwrap();
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (c, srv) = (calls.clone(), s.clone());
+    let retriever = Retriever::lazy(
+        Arc::new(move || {
+            // The first load fails (weights not fetched yet), later ones succeed.
+            if c.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err(RagError::Embedding("model file not found: run scripts/fetch-models embed".into()));
+            }
+            Ok(embedder(&srv, "bow"))
+        }),
+        Default::default(),
+    );
+    let req = SearchRequest { query: "docker images", filters: &[], top_k: 2 };
+    retriever.search(&store.open("t", "keywords").unwrap(), &req, None).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "keyword search never loads the model");
+    let err = retriever.search(&store.open("t", "embedded").unwrap(), &req, None).unwrap_err().to_string();
+    assert!(err.contains("scripts/fetch-models"), "{err}");
+    let hits = retriever.search(&store.open("t", "embedded").unwrap(), &req, None).unwrap();
+    assert!(hits[0].dense.is_some());
+    retriever.clone().search(&store.open("t", "embedded").unwrap(), &req, None).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "loaded once after the failure, shared by clones");
+}
