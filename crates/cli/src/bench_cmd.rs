@@ -37,6 +37,18 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3000)]
         turns: u32,
     },
+    /// Local GGUF chat model: load time, prompt (prefill) and generation tokens/s, prefix reuse.
+    Chat {
+        /// `0.5b` or `1.5b` (files from `scripts/fetch-models chat-0.5b|chat-1.5b`).
+        #[arg(long, default_value = "0.5b")]
+        model: String,
+        /// Tokens to generate.
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Embedding throughput of the local e5 model on a BEIR corpus's first N documents.
     Embed {
         /// A BEIR corpus (corpus.jsonl or .jsonl.gz), e.g. ../shared/data/scifact/corpus.jsonl.gz.
@@ -60,6 +72,94 @@ struct EmbedBench {
     documents_per_s: f64,
     threads: usize,
     load_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ChatBench {
+    model: String,
+    load_s: f64,
+    requantised_tensors: usize,
+    prompt_tokens: usize,
+    prompt_tokens_per_s: f64,
+    cached_prefix_tokens: usize,
+    second_prompt_computed: usize,
+    second_prompt_ms: f64,
+    generated_tokens: usize,
+    generation_tokens_per_s: f64,
+    weights_bytes: u64,
+}
+
+#[cfg(feature = "local-models")]
+fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
+    use toolgraph_llm::{Message, ToolDefinition};
+    use toolgraph_local_models::chat::qwen2::{Qwen2, argmax};
+    use toolgraph_local_models::chat::{GgufChatAssets, QWEN_0_5B_FILE, QWEN_1_5B_FILE};
+    let file = match model {
+        "0.5b" => QWEN_0_5B_FILE,
+        "1.5b" => QWEN_1_5B_FILE,
+        other => anyhow::bail!("unknown model `{other}` (0.5b or 1.5b)"),
+    };
+    let path = toolgraph_local_models::models_dir().join(file);
+    let t = Instant::now();
+    let (assets, content) = GgufChatAssets::from_file(&path)?;
+    let mut reader = std::fs::File::open(&path)?;
+    let mut qwen = Qwen2::load(&content, &mut reader, 4096)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let tools: Vec<ToolDefinition> = ["rag_search", "note_write", "calculator"]
+        .iter()
+        .map(|n| ToolDefinition {
+            name: (*n).into(),
+            description: format!("The {n} tool of the demo agent, with a description of realistic length."),
+            parameters: serde_json::json!({"type": "object", "properties": {"query": {"type": "string", "description": "what to look for"}}, "required": ["query"]}),
+        })
+        .collect();
+    let system = Message::system(
+        "Eres el tutor de la asignatura Infraestructura Virtual. Responde en el idioma del estudiante y cita las fuentes.",
+    );
+    let encode = |q: &str| -> anyhow::Result<Vec<u32>> {
+        let text = assets.template.render(&[system.clone(), Message::user(q)], &tools)?;
+        Ok(assets.tokenizer.encode(text.as_str(), false).map_err(anyhow::Error::msg)?.get_ids().to_vec())
+    };
+    let first = encode("Explain in detail what a container image is, step by step.")?;
+    let t = Instant::now();
+    let (mut logits, _) = qwen.next_logits(&first)?;
+    let prefill_s = t.elapsed().as_secs_f64();
+    let mut ids = first.clone();
+    let t = Instant::now();
+    let mut generated = 0;
+    while generated < tokens {
+        let next = argmax(&logits);
+        if assets.stop_tokens.contains(&next) {
+            break;
+        }
+        ids.push(next);
+        generated += 1;
+        logits = qwen.next_logits(&ids)?.0;
+    }
+    let gen_s = t.elapsed().as_secs_f64();
+    let second = encode("¿Cuándo es el examen final?")?;
+    let shared = first.iter().zip(&second).take_while(|(a, b)| a == b).count();
+    let t = Instant::now();
+    let (_, computed) = qwen.next_logits(&second)?;
+    let second_ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(ChatBench {
+        model: file.into(),
+        load_s,
+        requantised_tensors: qwen.requantised,
+        prompt_tokens: first.len(),
+        prompt_tokens_per_s: first.len() as f64 / prefill_s,
+        cached_prefix_tokens: shared,
+        second_prompt_computed: computed,
+        second_prompt_ms: second_ms,
+        generated_tokens: generated,
+        generation_tokens_per_s: generated as f64 / gen_s.max(1e-9),
+        weights_bytes: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+    })
+}
+
+#[cfg(not(feature = "local-models"))]
+fn chat_bench(_: &str, _: usize) -> anyhow::Result<ChatBench> {
+    anyhow::bail!("this build has no local models (built without the `local-models` feature)")
 }
 
 #[cfg(feature = "local-models")]
@@ -283,6 +383,28 @@ async fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        BenchCommand::Chat { model, tokens, json } => {
+            let r = tokio::task::spawn_blocking(move || chat_bench(&model, tokens.max(1))).await??;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{}: load {:.1} s ({} tensors re-quantised to Q8_0); prompt {} tokens at {:.1} tokens/s; \
+                     generation {} tokens at {:.2} tokens/s; a second prompt sharing {} prefix tokens computed {} in {:.0} ms",
+                    r.model,
+                    r.load_s,
+                    r.requantised_tensors,
+                    r.prompt_tokens,
+                    r.prompt_tokens_per_s,
+                    r.generated_tokens,
+                    r.generation_tokens_per_s,
+                    r.cached_prefix_tokens,
+                    r.second_prompt_computed,
+                    r.second_prompt_ms
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Embed { corpus, documents, json } => {
             let r = tokio::task::spawn_blocking(move || embed_bench(&corpus, documents.max(1))).await??;
             if json {

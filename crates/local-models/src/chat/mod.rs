@@ -1,7 +1,9 @@
-//! Local chat models from GGUF files. So far: the prompt side ([`template`]) — the file's own
-//! chat template with tools offered in its format, and the tokenizer rebuilt from its metadata.
-//! Generation with prefix-cache reuse lands next (see docs/models.md).
+//! Local chat models from GGUF files: the prompt side ([`template`]) — the file's own chat
+//! template with tools offered in its format, and the tokenizer rebuilt from its metadata — and
+//! the decoder ([`qwen2`]) with a prefix-reusing KV cache. The `ChatModel` around them (queue,
+//! streaming, tool-call parsing) lands next (see docs/models.md).
 
+pub mod qwen2;
 pub mod template;
 
 pub use template::{ChatTemplate, GgufChatAssets};

@@ -1,0 +1,68 @@
+//! The Qwen2 decoder with the real 0.5B weights (`scripts/fetch-models chat-0.5b`): greedy
+//! generation answers a factual question, Q5_0 tensors are re-quantised, and a second prompt
+//! that shares the first one's prefix computes only its new tokens with identical results.
+
+use std::time::Instant;
+use toolgraph_llm::Message;
+use toolgraph_local_models::chat::qwen2::{Qwen2, argmax};
+use toolgraph_local_models::chat::{GgufChatAssets, QWEN_0_5B_FILE};
+use toolgraph_local_models::{LocalModelError, models_dir};
+
+#[test]
+fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
+    let path = models_dir().join(QWEN_0_5B_FILE);
+    let (assets, content) = match GgufChatAssets::from_file(&path) {
+        Ok(a) => a,
+        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+        Err(e) => panic!("the chat model file is required here: {e}"),
+    };
+    let mut file = std::fs::File::open(&path).unwrap();
+    let t = Instant::now();
+    let mut model = Qwen2::load(&content, &mut file, 4096).unwrap();
+    eprintln!("load {:.1} s, {} tensors re-quantised", t.elapsed().as_secs_f64(), model.requantised);
+    assert!(model.requantised >= 100, "the 0.5B model's Q5_0 tensors go to Q8_0");
+
+    let prompt = |q: &str| {
+        let text =
+            assets.template.render(&[Message::system("You are a concise assistant."), Message::user(q)], &[]).unwrap();
+        assets.tokenizer.encode(text.as_str(), false).unwrap().get_ids().to_vec()
+    };
+    let generate = |model: &mut Qwen2, mut ids: Vec<u32>, max: usize| -> (String, usize, f64) {
+        let (mut computed, start, mut out) = (0, Instant::now(), Vec::new());
+        for _ in 0..max {
+            let (logits, n) = model.next_logits(&ids).unwrap();
+            computed += n;
+            let next = argmax(&logits);
+            if assets.stop_tokens.contains(&next) {
+                break;
+            }
+            out.push(next);
+            ids.push(next);
+        }
+        (assets.tokenizer.decode(&out, true).unwrap(), computed, start.elapsed().as_secs_f64())
+    };
+
+    let first = prompt("What is the capital of France? Answer with one word.");
+    let (answer, computed, secs) = generate(&mut model, first.clone(), 12);
+    eprintln!("answer {answer:?}: {computed} tokens computed in {secs:.1} s");
+    assert!(answer.contains("Paris"), "{answer:?}");
+
+    // Same system prompt, another question: only the tokens after the shared prefix are computed.
+    let second = prompt("What is the capital of Spain? Answer with one word.");
+    let shared = first.iter().zip(&second).take_while(|(a, b)| a == b).count();
+    let t = Instant::now();
+    let (logits, computed) = model.next_logits(&second).unwrap();
+    eprintln!("second prompt: {computed} of {} tokens computed in {:.2} s", second.len(), t.elapsed().as_secs_f64());
+    assert_eq!(computed, second.len() - shared);
+    model.clear_cache();
+    let (fresh, all) = model.next_logits(&second).unwrap();
+    assert_eq!(all, second.len());
+    assert_eq!(argmax(&logits), argmax(&fresh), "cached and fresh prefill agree");
+    let max_diff = logits.iter().zip(&fresh).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(max_diff < 0.05, "logits differ by {max_diff}");
+    let (answer, _, _) = generate(&mut model, second, 12);
+    assert!(answer.contains("Madrid"), "{answer:?}");
+}
