@@ -66,3 +66,91 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     let (answer, _, _) = generate(&mut model, second, 12);
     assert!(answer.contains("Madrid"), "{answer:?}");
 }
+
+mod chat_model {
+    use futures::StreamExt;
+    use serde_json::json;
+    use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ToolDefinition};
+    use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, QWEN_0_5B_FILE};
+    use toolgraph_local_models::models_dir;
+
+    fn request(user: &str, tools: Vec<ToolDefinition>) -> ChatRequest {
+        ChatRequest {
+            messages: vec![Message::system("You are a helpful assistant."), Message::user(user)],
+            tools,
+            tool_choice: None,
+            response_format: None,
+            temperature: None,
+            max_tokens: Some(64),
+            stop: Vec::new(),
+        }
+    }
+
+    fn calculator() -> ToolDefinition {
+        ToolDefinition {
+            name: "calculator".into(),
+            description: "Evaluate an arithmetic expression exactly.".into(),
+            parameters: json!({"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streams_prose_calls_tools_without_leaking_them_and_queues_with_a_bound() {
+        let path = models_dir().join(QWEN_0_5B_FILE);
+        if !path.exists() && std::env::var_os("CI").is_none() {
+            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
+            return;
+        }
+        let model = tokio::task::spawn_blocking(move || {
+            LocalChatModel::load(&path, LocalChatOptions { queue: 1, ..LocalChatOptions::default() })
+        })
+        .await
+        .unwrap()
+        .unwrap();
+
+        // A tool call: it arrives as a ToolCall event and no text carries any of it.
+        let mut s =
+            model.stream(request("What is 1234 * 5678? Use the calculator tool.", vec![calculator()])).await.unwrap();
+        let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), None);
+        while let Some(e) = s.next().await {
+            match e.unwrap() {
+                ChatEvent::TextDelta(t) => text.push_str(&t),
+                ChatEvent::ToolCall(c) => calls.push(c),
+                ChatEvent::Finished(f) => finish = Some(f),
+                _ => {}
+            }
+        }
+        assert_eq!(calls.len(), 1, "text {text:?}");
+        assert_eq!(calls[0].name, "calculator");
+        let args: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert!(args["expression"].as_str().unwrap().contains("1234"), "{args}");
+        assert!(!text.contains("tool_call") && !text.contains("\"name\""), "leaked: {text:?}");
+        assert_eq!(finish, Some(FinishReason::ToolCalls));
+
+        // Prose streams as several deltas and finishes with Stop.
+        let mut s = model.stream(request("Say hello in Spanish, in one short sentence.", Vec::new())).await.unwrap();
+        let (mut deltas, mut reply, mut finish) = (0, String::new(), None);
+        while let Some(e) = s.next().await {
+            match e.unwrap() {
+                ChatEvent::TextDelta(t) => {
+                    deltas += 1;
+                    reply.push_str(&t);
+                }
+                ChatEvent::Finished(f) => finish = Some(f),
+                _ => {}
+            }
+        }
+        assert!(deltas > 1 && reply.to_lowercase().contains("hola"), "{deltas} deltas: {reply:?}");
+        assert_eq!(finish, Some(FinishReason::Stop));
+
+        // One running + one waiting: the third is refused with 429 and Retry-After.
+        let long = || request("Write a long story about a cat.", Vec::new());
+        let first = model.stream(long()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let second = model.stream(long()).await.unwrap();
+        let third = model.stream(long()).await;
+        let err = third.err().expect("a full queue refuses");
+        assert_eq!(err.status(), Some(429), "{err}");
+        drop((first, second));
+    }
+}

@@ -1,0 +1,242 @@
+//! [`LocalChatModel`]: a GGUF chat model in process behind the [`ChatModel`] trait.
+//!
+//! One model instance serves every conversation: requests wait in a bounded queue for the one
+//! worker thread that owns the weights and the KV cache (a full queue is a 429 with
+//! `Retry-After`, like a busy server). The worker renders the file's chat template with the
+//! offered tools, trims the oldest turns when the prompt would not fit, generates with the
+//! request's temperature and stop sequences, and streams prose while tool calls written as
+//! text are recognised and held back ([`ToolCallTextParser`]).
+
+use super::qwen2::{Qwen2, argmax};
+use super::template::GgufChatAssets;
+use crate::LocalModelError;
+use async_trait::async_trait;
+use std::path::Path;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::time::Duration;
+use toolgraph_llm::text_tools::{TextEvent, ToolCallTextParser};
+use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, LlmError, Message, ToolCall, Usage};
+
+/// How the local model is run.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalChatOptions {
+    /// Requests that may wait while one runs; more are refused with 429.
+    pub queue: usize,
+    /// Context window allocated (prompt + reply), at most the model's own.
+    pub max_context: usize,
+    /// Reply length when the request sets none.
+    pub default_max_tokens: usize,
+}
+
+impl Default for LocalChatOptions {
+    fn default() -> Self {
+        Self { queue: 8, max_context: 4096, default_max_tokens: 512 }
+    }
+}
+
+struct Job {
+    request: ChatRequest,
+    events: tokio::sync::mpsc::Sender<Result<ChatEvent, LlmError>>,
+}
+
+/// A local GGUF chat model.
+pub struct LocalChatModel {
+    jobs: SyncSender<Job>,
+    id: String,
+    queue: usize,
+}
+
+impl std::fmt::Debug for LocalChatModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalChatModel").field("id", &self.id).finish()
+    }
+}
+
+impl LocalChatModel {
+    /// Loads `path` and starts its worker thread (blocking: seconds).
+    ///
+    /// # Errors
+    /// A missing file names `scripts/fetch-models`; malformed files and load failures.
+    pub fn load(path: &Path, options: LocalChatOptions) -> Result<Self, LocalModelError> {
+        let (assets, content) = GgufChatAssets::from_file(path)?;
+        let mut reader = std::fs::File::open(path)
+            .map_err(|e| LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() })?;
+        let max_context = options.max_context.min(assets.context_length).max(256);
+        let model = Qwen2::load(&content, &mut reader, max_context)?;
+        let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("local").to_owned();
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(options.queue);
+        let mut worker =
+            Worker { model, assets, max_context, default_max_tokens: options.default_max_tokens, id: id.clone() };
+        std::thread::Builder::new()
+            .name("toolgraph-local-chat".into())
+            .spawn(move || {
+                while let Ok(job) = queue.recv() {
+                    let events = job.events.clone();
+                    if let Err(e) = worker.run(job) {
+                        let _ = events.blocking_send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| LocalModelError::Io { path: "worker thread".into(), reason: e.to_string() })?;
+        Ok(Self { jobs, id, queue: options.queue })
+    }
+}
+
+#[async_trait]
+impl ChatModel for LocalChatModel {
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        match self.jobs.try_send(Job { request, events: tx }) {
+            Ok(()) => Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))),
+            Err(TrySendError::Full(_)) => Err(LlmError::Status {
+                endpoint: format!("local:{}", self.id),
+                status: 429,
+                body: format!("the local model is busy ({} requests waiting)", self.queue),
+                retry_after: Some(Duration::from_secs(2)),
+            }),
+            Err(TrySendError::Disconnected(_)) => Err(LlmError::Provider {
+                endpoint: format!("local:{}", self.id),
+                message: "the model worker stopped".into(),
+            }),
+        }
+    }
+
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+}
+
+struct Worker {
+    model: Qwen2,
+    assets: GgufChatAssets,
+    max_context: usize,
+    default_max_tokens: usize,
+    id: String,
+}
+
+impl Worker {
+    fn err(&self, message: impl Into<String>) -> LlmError {
+        LlmError::Provider { endpoint: format!("local:{}", self.id), message: message.into() }
+    }
+
+    fn encode(&self, messages: &[Message], request: &ChatRequest) -> Result<Vec<u32>, LlmError> {
+        let text = self
+            .assets
+            .template
+            .render(messages, &request.tools)
+            .map_err(|e| LlmError::InvalidRequest(e.to_string()))?;
+        Ok(self.assets.tokenizer.encode(text.as_str(), false).map_err(|e| self.err(e.to_string()))?.get_ids().to_vec())
+    }
+
+    /// The prompt, dropping the oldest turns after the system message until prompt and reply
+    /// fit the context (the history budget of the agent usually keeps it far below).
+    fn prompt(&self, request: &ChatRequest, max_new: usize) -> Result<Vec<u32>, LlmError> {
+        let mut messages = request.messages.clone();
+        loop {
+            let ids = self.encode(&messages, request)?;
+            if ids.len() + max_new <= self.max_context {
+                return Ok(ids);
+            }
+            let first = usize::from(matches!(messages.first(), Some(Message::System { .. })));
+            // Keep at least the newest message.
+            if messages.len() <= first + 1 {
+                return Err(LlmError::InvalidRequest(format!(
+                    "the prompt needs {} tokens and the reply {max_new}, more than the local model's {}-token context",
+                    ids.len(),
+                    self.max_context
+                )));
+            }
+            messages.remove(first);
+            // Never start on a tool result whose call was dropped.
+            while matches!(messages.get(first), Some(Message::Tool { .. })) && messages.len() > first + 1 {
+                messages.remove(first);
+            }
+        }
+    }
+
+    fn run(&mut self, job: Job) -> Result<(), LlmError> {
+        let Job { request, events } = job;
+        let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
+        let mut ids = self.prompt(&request, max_new)?;
+        let prompt_tokens = ids.len();
+        let temperature = request.temperature.unwrap_or(0.0);
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ prompt_tokens as u64;
+        let mut parser = ToolCallTextParser::new();
+        let (mut generated, mut decoded_len, mut calls, mut finish) = (Vec::new(), 0, 0usize, FinishReason::Length);
+        let mut text = String::new();
+        let send = |e: ChatEvent| events.blocking_send(Ok(e)).is_ok();
+        let emit = |evs: Vec<TextEvent>, calls: &mut usize| -> bool {
+            for e in evs {
+                let ok = match e {
+                    TextEvent::Text(t) => send(ChatEvent::TextDelta(t)),
+                    TextEvent::ToolCall { name, arguments } => {
+                        *calls += 1;
+                        send(ChatEvent::ToolCall(ToolCall { id: format!("call_{}", *calls), name, arguments }))
+                    }
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            true
+        };
+        while generated.len() < max_new {
+            let (logits, _) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+            let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&logits, temperature, &mut rng) };
+            if self.assets.stop_tokens.contains(&next) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            ids.push(next);
+            generated.push(next);
+            let full = self.assets.tokenizer.decode(&generated, false).map_err(|e| self.err(e.to_string()))?;
+            // A multi-byte character split across tokens decodes as U+FFFD until complete.
+            if full.ends_with('\u{FFFD}') || full.len() < decoded_len {
+                continue;
+            }
+            let piece = full[decoded_len..].to_owned();
+            decoded_len = full.len();
+            text.push_str(&piece);
+            if let Some(stop) = request.stop.iter().find(|s| !s.is_empty() && text.ends_with(s.as_str())) {
+                let keep = piece.len().saturating_sub(stop.len());
+                if !emit(parser.push(&piece[..keep]), &mut calls) {
+                    return Ok(());
+                }
+                finish = FinishReason::Stop;
+                break;
+            }
+            if !emit(parser.push(&piece), &mut calls) {
+                return Ok(()); // the caller went away: stop generating
+            }
+        }
+        if !emit(parser.finish(), &mut calls) {
+            return Ok(());
+        }
+        if calls > 0 {
+            finish = FinishReason::ToolCalls;
+        }
+        let usage = Usage { prompt_tokens: prompt_tokens as u32, completion_tokens: generated.len() as u32 };
+        if send(ChatEvent::Usage(usage)) {
+            send(ChatEvent::Finished(finish));
+        }
+        Ok(())
+    }
+}
+
+/// Samples from `softmax(logits / temperature)`.
+fn sample(logits: &[f32], temperature: f32, rng: &mut u64) -> u32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let weights: Vec<f32> = logits.iter().map(|&l| ((l - max) / temperature).exp()).collect();
+    let total: f32 = weights.iter().sum();
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    let mut target = (*rng >> 40) as f32 / (1u64 << 24) as f32 * total;
+    for (i, w) in weights.iter().enumerate() {
+        target -= w;
+        if target <= 0.0 {
+            return i as u32;
+        }
+    }
+    argmax(logits)
+}
