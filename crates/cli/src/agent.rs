@@ -29,12 +29,51 @@ pub async fn checkpointer(cfg: &Config) -> anyhow::Result<Arc<dyn Checkpointer>>
     })
 }
 
-/// The model endpoint of `settings`, or a message saying how to configure one.
-pub fn model(cfg: &Config, settings: &AgentSettings) -> anyhow::Result<Arc<dyn ChatModel>> {
+/// The in-process chat model of `llm.local_model`, when no endpoint is configured. Loading
+/// takes seconds, so it runs on a blocking thread; every agent of the process shares it.
+pub async fn local_model(cfg: &Config) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+    if cfg.llm.base_url.is_some() {
+        return Ok(None);
+    }
+    let Some(name) = cfg.llm.local_model.clone() else { return Ok(None) };
+    load_local(name).await
+}
+
+#[cfg(feature = "local-models")]
+async fn load_local(name: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+    use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, QWEN_0_5B_FILE, QWEN_1_5B_FILE};
+    let path = match name.as_str() {
+        "0.5b" => toolgraph_local_models::models_dir().join(QWEN_0_5B_FILE),
+        "1.5b" => toolgraph_local_models::models_dir().join(QWEN_1_5B_FILE),
+        other => std::path::PathBuf::from(other),
+    };
+    let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
+        .await
+        .context("the model loading task failed")?
+        .context("cannot load the local chat model (llm.local_model)")?;
+    Ok(Some(Arc::new(model)))
+}
+
+#[cfg(not(feature = "local-models"))]
+async fn load_local(_: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+    bail!("llm.local_model needs a build with the `local-models` feature")
+}
+
+/// The model of `settings`: `local` when given (the in-process model), else the configured
+/// endpoint, or a message saying how to configure one.
+pub fn model(
+    cfg: &Config,
+    settings: &AgentSettings,
+    local: Option<&Arc<dyn ChatModel>>,
+) -> anyhow::Result<Arc<dyn ChatModel>> {
+    if let Some(m) = local {
+        return Ok(Arc::clone(m));
+    }
     let Some(mut client) = cfg.llm.openai_config() else {
         bail!(
             "no model endpoint is configured: set TOOLGRAPH_LLM_BASE_URL and TOOLGRAPH_LLM_MODEL to any \
-             OpenAI-compatible server (e.g. http://127.0.0.1:11434/v1 for Ollama), or [llm] in toolgraph.toml"
+             OpenAI-compatible server (e.g. http://127.0.0.1:11434/v1 for Ollama), or run a local model with \
+             TOOLGRAPH_LLM_LOCAL_MODEL=0.5b (weights: scripts/fetch-models chat-0.5b), or [llm] in toolgraph.toml"
         );
     };
     if let Some(m) = &settings.model {
@@ -73,6 +112,7 @@ pub fn build(
     name: Option<&str>,
     store: Arc<dyn Checkpointer>,
     all: &ToolRegistry,
+    local: Option<&Arc<dyn ChatModel>>,
 ) -> anyhow::Result<Agent> {
     let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
     let agents = cfg.effective_agents();
@@ -83,6 +123,6 @@ pub fn build(
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
-    let graph = react::build(spec, model(cfg, &settings)?, store).context("cannot build the agent graph")?;
+    let graph = react::build(spec, model(cfg, &settings, local)?, store).context("cannot build the agent graph")?;
     Ok(Agent { name, settings, graph })
 }

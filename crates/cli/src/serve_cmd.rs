@@ -83,9 +83,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg)?;
     let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
+    let local = agent::local_model(cfg).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
-        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer), &all_tools)?;
+        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer), &all_tools, local.as_ref())?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
     let auth = match cfg.server.auth {

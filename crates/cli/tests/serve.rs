@@ -130,3 +130,50 @@ async fn serve_round_trip(database_url: Option<String>) {
     assert!(exit.success(), "{err}");
     assert!(err.contains("shutting down"), "{err}");
 }
+
+/// `TOOLGRAPH_LLM_LOCAL_MODEL=0.5b` and no endpoint: the service answers a turn with the
+/// in-process model (weights from `scripts/fetch-models chat-0.5b`), streamed as tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
+    let weights = std::env::var_os("TOOLGRAPH_MODELS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/toolgraph/models"))
+        .join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    if !weights.exists() && std::env::var_os("CI").is_none() {
+        eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", weights.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["serve", "--port", &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env_remove("TOOLGRAPH_LLM_BASE_URL")
+        .env("TOOLGRAPH_LLM_LOCAL_MODEL", "0.5b")
+        .env_remove("TOOLGRAPH_DATABASE_URL")
+        .env_remove("PORT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null,
+                      "message": "Say hello in Spanish in one short sentence, without using any tool."});
+    let text = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.matches("event: token").count() > 1, "{text}");
+    assert!(text.contains("event: done"), "{text}");
+    assert!(text.to_lowercase().contains("hola"), "{text}");
+}

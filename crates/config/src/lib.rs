@@ -308,6 +308,10 @@ pub struct LlmSettings {
     pub max_retries: u32,
     /// Send tool schemas in OpenAI strict mode. Default: false.
     pub strict_tools: bool,
+    /// A GGUF chat model run in process when no `base_url` is set: `0.5b` or `1.5b` (the
+    /// Qwen2.5-Coder files of `scripts/fetch-models`) or a path to a GGUF file. Unset: none.
+    /// Env: `TOOLGRAPH_LLM_LOCAL_MODEL`.
+    pub local_model: Option<String>,
 }
 
 impl Default for LlmSettings {
@@ -323,6 +327,7 @@ impl Default for LlmSettings {
             request_timeout_ms: 120_000,
             max_retries: 3,
             strict_tools: false,
+            local_model: None,
         }
     }
 }
