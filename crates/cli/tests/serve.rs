@@ -34,6 +34,17 @@ async fn wait_ready(base: &str) {
     }
 }
 
+/// The whole SSE body of a first turn for tenant `demo`, user 1.
+async fn new_turn(base: &str, message: &str) -> String {
+    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": message});
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&body)
+        .send();
+    response.await.unwrap().text().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
     serve_round_trip(None).await;
@@ -100,17 +111,7 @@ async fn serve_round_trip(database_url: Option<String>) {
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
-    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": "hola"});
-    let text = reqwest::Client::new()
-        .post(format!("{base}/api/chatbot/stream"))
-        .header("X-Tenant-Slug", "demo")
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = new_turn(&base, "hola").await;
     assert!(text.contains("event: done"), "{text}");
     if database_url.is_none() {
         assert!(dir.path().join("toolgraph.db").exists(), "the SQLite store is the default");
@@ -159,18 +160,7 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
-    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null,
-                      "message": "Say hello in Spanish in one short sentence, without using any tool."});
-    let text = reqwest::Client::new()
-        .post(format!("{base}/api/chatbot/stream"))
-        .header("X-Tenant-Slug", "demo")
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = new_turn(&base, "Say hello in Spanish in one short sentence, without using any tool.").await;
     let _ = child.kill();
     let _ = child.wait();
     assert!(text.matches("event: token").count() > 1, "{text}");

@@ -70,6 +70,15 @@ fn corpus(dir: &Path) {
     }
 }
 
+/// A scripted server, the notes corpus in a temporary folder, and a store beside it.
+fn setup() -> (Server, tempfile::TempDir, KbStore, [std::path::PathBuf; 1]) {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let store = KbStore::new(dir.path().join("kb"));
+    let notes = [dir.path().join("notes")];
+    (server(), dir, store, notes)
+}
+
 #[test]
 fn the_openai_client_keeps_order_normalises_prefixes_and_reports_failures() {
     let s = server();
@@ -191,11 +200,7 @@ fn mismatch<T: std::fmt::Debug>(r: Result<T, RagError>) -> String {
 
 #[test]
 fn a_knowledge_base_refuses_a_model_it_was_not_built_with() {
-    let s = server();
-    let dir = tempfile::tempdir().unwrap();
-    corpus(dir.path());
-    let store = KbStore::new(dir.path().join("kb"));
-    let notes = [dir.path().join("notes")];
+    let (s, _dir, store, notes) = setup();
     ingest(&store, "t", "embedded", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress).unwrap();
     ingest(&store, "t", "keywords", &notes, &options(None), &NoProgress).unwrap();
 
@@ -223,11 +228,7 @@ fn a_knowledge_base_refuses_a_model_it_was_not_built_with() {
 
 #[test]
 fn re_ingesting_a_changed_file_replaces_its_vectors() {
-    let s = server();
-    let dir = tempfile::tempdir().unwrap();
-    corpus(dir.path());
-    let store = KbStore::new(dir.path().join("kb"));
-    let notes = [dir.path().join("notes")];
+    let (s, dir, store, notes) = setup();
     let e = embedder(&s, "bow");
     ingest(&store, "t", "notes", &notes, &options(Some(e.clone())), &NoProgress).unwrap();
     write(
@@ -254,11 +255,8 @@ fn re_ingesting_a_changed_file_replaces_its_vectors() {
 #[test]
 fn a_lazy_model_loads_only_when_a_search_needs_it_and_retries_a_failed_load() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let s = Arc::new(server());
-    let dir = tempfile::tempdir().unwrap();
-    corpus(dir.path());
-    let store = KbStore::new(dir.path().join("kb"));
-    let notes = [dir.path().join("notes")];
+    let (s, _dir, store, notes) = setup();
+    let s = Arc::new(s);
     ingest(&store, "t", "embedded", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress).unwrap();
     ingest(&store, "t", "keywords", &notes, &options(None), &NoProgress).unwrap();
 
