@@ -2,6 +2,7 @@
 //! (`rag.embedding`: local e5, an OpenAI-compatible server, or none) and the retriever that
 //! fuses keyword and dense results.
 
+#[cfg(feature = "local-models")]
 use anyhow::Context;
 #[cfg(not(feature = "local-models"))]
 use anyhow::bail;
