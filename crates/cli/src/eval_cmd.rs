@@ -42,20 +42,161 @@ pub enum EvalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Tool-calling accuracy of the configured model: each case is a prompt with the tool it
+    /// should call (or none) and substrings its arguments must contain (JSON lines:
+    /// `{"lang", "prompt", "tool": name|null, "args": {key: substring}}`).
+    Tools {
+        /// The cases, e.g. examples/eval/tool-cases.jsonl.
+        #[arg(long, value_name = "FILE")]
+        cases: PathBuf,
+        /// Agent whose system prompt and tools are used (default: the default agent).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ToolCase {
+    lang: String,
+    prompt: String,
+    tool: Option<String>,
+    #[serde(default)]
+    args: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ToolCaseResult {
+    lang: String,
+    prompt: String,
+    expected: Option<String>,
+    called: Option<String>,
+    arguments: Option<String>,
+    right_tool: bool,
+    right: bool,
+    seconds: f64,
+}
+
+async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg: &Config) -> anyhow::Result<ExitCode> {
+    use toolgraph_llm::{ChatRequest, Message, ToolDefinition};
+    let text = std::fs::read_to_string(&cases).with_context(|| format!("cannot read {}", cases.display()))?;
+    let cases: Vec<ToolCase> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", cases.display(), i + 1)))
+        .collect::<anyhow::Result<_>>()?;
+    let all = crate::agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)?).await?;
+    let name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
+    let agents = cfg.effective_agents();
+    let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;
+    let tools = match &settings.tools {
+        None => all.clone(),
+        Some(names) => all.subset(names).context("the agent enables a tool that does not exist")?,
+    };
+    let definitions: Vec<ToolDefinition> = tools
+        .specs()
+        .map(|s| ToolDefinition {
+            name: s.name.clone(),
+            description: s.description.clone(),
+            parameters: s.parameters.clone(),
+        })
+        .collect();
+    let local = crate::agent::local_model(cfg).await?;
+    let model = crate::agent::model(cfg, &settings, local.as_ref())?;
+    let mut results = Vec::with_capacity(cases.len());
+    for case in cases {
+        let request = ChatRequest {
+            messages: vec![Message::system(settings.system_prompt.clone()), Message::user(case.prompt.clone())],
+            tools: definitions.clone(),
+            tool_choice: None,
+            response_format: None,
+            temperature: Some(0.0),
+            max_tokens: Some(256),
+            stop: Vec::new(),
+        };
+        let started = std::time::Instant::now();
+        let reply = model.complete(request).await?;
+        let call = reply.tool_calls.first();
+        let called = call.map(|c| c.name.clone());
+        let right_tool = called == case.tool;
+        let args: serde_json::Value =
+            call.and_then(|c| serde_json::from_str(&c.arguments).ok()).unwrap_or(serde_json::Value::Null);
+        let right_args = case.args.iter().all(|(k, want)| {
+            let got = match &args[k] {
+                serde_json::Value::String(s) => s.to_lowercase(),
+                serde_json::Value::Null => return false,
+                other => other.to_string().to_lowercase(),
+            };
+            got.contains(&want.as_str().map_or_else(|| want.to_string(), str::to_owned).to_lowercase())
+        });
+        results.push(ToolCaseResult {
+            lang: case.lang,
+            prompt: case.prompt,
+            expected: case.tool,
+            called,
+            arguments: call.map(|c| c.arguments.clone()),
+            right_tool,
+            right: right_tool && right_args,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+    let n = results.len().max(1) as f64;
+    let accuracy = results.iter().filter(|r| r.right).count() as f64 / n;
+    let tool_accuracy = results.iter().filter(|r| r.right_tool).count() as f64 / n;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"model": model.model_id(), "cases": results.len(), "accuracy": accuracy,
+                               "tool_accuracy": tool_accuracy, "results": results})
+        );
+    } else {
+        for r in &results {
+            println!(
+                "{} [{}] {:?} → {} {} ({:.1} s)",
+                if r.right { "ok  " } else { "MISS" },
+                r.lang,
+                r.prompt,
+                r.called.as_deref().unwrap_or("(no tool)"),
+                r.arguments.as_deref().unwrap_or(""),
+                r.seconds
+            );
+        }
+        let mut langs: Vec<&str> = results.iter().map(|r| r.lang.as_str()).collect();
+        langs.sort_unstable();
+        langs.dedup();
+        for lang in langs {
+            let of: Vec<&ToolCaseResult> = results.iter().filter(|r| r.lang == lang).collect();
+            println!("{lang}: {}/{} right", of.iter().filter(|r| r.right).count(), of.len());
+        }
+        println!(
+            "{}: {:.0}% right tool and arguments, {:.0}% right tool ({} cases)",
+            model.model_id(),
+            accuracy * 100.0,
+            tool_accuracy * 100.0,
+            results.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let EvalCommand::Retrieval {
-        dataset,
-        mode,
-        limit,
-        language,
-        max_words,
-        overlap_words,
-        embedding_cache,
-        no_cache,
-        json,
-    } = cmd;
+    let (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, json) = match cmd {
+        EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
+        EvalCommand::Retrieval {
+            dataset,
+            mode,
+            limit,
+            language,
+            max_words,
+            overlap_words,
+            embedding_cache,
+            no_cache,
+            json,
+        } => (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, json),
+    };
     if max_words == 0 || overlap_words >= max_words {
         bail!("--overlap-words must be smaller than --max-words, and --max-words at least 1");
     }

@@ -304,3 +304,55 @@ fn eval_retrieval_prints_the_metrics_as_json() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("needs an embedding model"), "{}", stderr(&out));
 }
+
+/// `eval tools` against a scripted model over HTTP: a right call, a call with the wrong
+/// arguments and a right "no tool" give 2 of 3, and the request offers the agent's tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_tools_scores_tool_choice_and_arguments() {
+    use scripted_llm::{Reply, ScriptedModelServer};
+    let server = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "calculator", serde_json::json!({"expression": "1234 * 5678"}))]),
+        Reply::tool_calls(&[("c2", "rag_search", serde_json::json!({"query": "docker"}))]),
+        Reply::text("¡Hola!"),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"lang\":\"en\",\"prompt\":\"1234*5678?\",\"tool\":\"calculator\",\"args\":{\"expression\":\"1234\"}}\n\
+         {\"lang\":\"es\",\"prompt\":\"¿Cuándo es el examen?\",\"tool\":\"rag_search\",\"args\":{\"query\":\"examen\"}}\n\
+         {\"lang\":\"es\",\"prompt\":\"¡Hola!\",\"tool\":null}\n",
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking({
+        let (base, cases, d) = (server.base_url(), cases.clone(), dir.path().to_owned());
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+                .args(["eval", "tools", "--json", "--cases"])
+                .arg(&cases)
+                .arg("--data-dir")
+                .arg(&d)
+                .env("TOOLGRAPH_LLM_BASE_URL", base)
+                .env("TOOLGRAPH_LLM_MODEL", "scripted")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["cases"], 3);
+    assert!((v["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{v}");
+    assert_eq!(v["tool_accuracy"], 1.0, "{v}");
+    assert_eq!(v["results"][1]["right"], false);
+    let offered: Vec<String> = server.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(offered.contains(&"rag_search".to_owned()) && offered.contains(&"calculator".to_owned()), "{offered:?}");
+}
