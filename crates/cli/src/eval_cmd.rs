@@ -80,7 +80,7 @@ struct ToolCaseResult {
 }
 
 async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg: &Config) -> anyhow::Result<ExitCode> {
-    use toolgraph_llm::{ChatRequest, Message, ToolDefinition};
+    use toolgraph_llm::{ChatRequest, Message};
     let text = std::fs::read_to_string(&cases).with_context(|| format!("cannot read {}", cases.display()))?;
     let cases: Vec<ToolCase> = text
         .lines()
@@ -96,14 +96,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         None => all.clone(),
         Some(names) => all.subset(names).context("the agent enables a tool that does not exist")?,
     };
-    let definitions: Vec<ToolDefinition> = tools
-        .specs()
-        .map(|s| ToolDefinition {
-            name: s.name.clone(),
-            description: s.description.clone(),
-            parameters: s.parameters.clone(),
-        })
-        .collect();
+    let definitions = toolgraph_graph::react::tool_definitions(&tools);
     let local = crate::agent::local_model(cfg).await?;
     let model = crate::agent::model(cfg, &settings, local.as_ref())?;
     let mut results = Vec::with_capacity(cases.len());

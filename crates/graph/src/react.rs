@@ -137,6 +137,18 @@ pub fn cancellation_text(descriptions: &[String]) -> String {
     format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
 }
 
+/// What the model is told about `tools`: name, description and argument schema of each.
+pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
+    tools
+        .specs()
+        .map(|s| ToolDefinition {
+            name: s.name.clone(),
+            description: s.description.clone(),
+            parameters: s.parameters.clone(),
+        })
+        .collect()
+}
+
 /// Builds the agent graph over `model` and `checkpointer`.
 ///
 /// # Errors
@@ -146,15 +158,7 @@ pub fn build(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, GraphBuildError> {
-    let definitions = spec
-        .tools
-        .specs()
-        .map(|s| ToolDefinition {
-            name: s.name.clone(),
-            description: s.description.clone(),
-            parameters: s.parameters.clone(),
-        })
-        .collect();
+    let definitions = tool_definitions(&spec.tools);
     let max_retries = spec.max_tool_retries;
     let deps = AgentDeps { model, spec, definitions };
     let mut g = StateGraph::<AgentState, AgentDeps>::new();
