@@ -67,7 +67,7 @@ fn parse_context(agent: &Agent, pairs: &[String]) -> anyhow::Result<Option<Map<S
 
 pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let store = agent::checkpointer(cfg).await?;
-    let all_tools = agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)?).await?;
+    let all_tools = agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)).await?;
     let local = agent::local_model(cfg).await?;
     let agent = agent::build(cfg, args.agent.as_deref(), store, &all_tools, local.as_ref())?;
     let context = parse_context(&agent, &args.context)?;

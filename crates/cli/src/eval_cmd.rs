@@ -81,14 +81,14 @@ struct ToolCaseResult {
 
 async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg: &Config) -> anyhow::Result<ExitCode> {
     use toolgraph_llm::{ChatRequest, Message};
-    let text = std::fs::read_to_string(&cases).with_context(|| format!("cannot read {}", cases.display()))?;
+    let text = tokio::fs::read_to_string(&cases).await.with_context(|| format!("cannot read {}", cases.display()))?;
     let cases: Vec<ToolCase> = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", cases.display(), i + 1)))
         .collect::<anyhow::Result<_>>()?;
-    let all = crate::agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)?).await?;
+    let all = crate::agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)).await?;
     let name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
     let agents = cfg.effective_agents();
     let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;

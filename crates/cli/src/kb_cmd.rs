@@ -113,7 +113,8 @@ pub async fn ingest_cmd(args: IngestArgs, cfg: &Config) -> anyhow::Result<ExitCo
     let tenant = args.tenant.clone().unwrap_or_else(|| cfg.rag.tenant.clone());
     let mut mapping = match &args.mapping {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let text =
+                tokio::fs::read_to_string(path).await.with_context(|| format!("cannot read {}", path.display()))?;
             Some(
                 RecordMapping::from_toml(&text)
                     .map_err(anyhow::Error::msg)
@@ -146,7 +147,7 @@ pub async fn ingest_cmd(args: IngestArgs, cfg: &Config) -> anyhow::Result<ExitCo
     {
         bail!("--overlap-words must be smaller than --max-words, and --max-words at least 1");
     }
-    let options = IngestOptions {
+    let mut options = IngestOptions {
         meta: key_values(&args.meta, "--meta")?,
         path_patterns: args
             .path_meta
@@ -156,7 +157,7 @@ pub async fn ingest_cmd(args: IngestArgs, cfg: &Config) -> anyhow::Result<ExitCo
         mapping,
         analyzer,
         chunking,
-        embedder: if args.keyword_only { None } else { embedder(cfg)? },
+        embedder: None,
     };
     let store = kb_store(cfg);
     let bar = if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -172,9 +173,14 @@ pub async fn ingest_cmd(args: IngestArgs, cfg: &Config) -> anyhow::Result<ExitCo
     };
     let kb = args.kb.clone();
     let paths = args.paths.clone();
-    let report = tokio::task::spawn_blocking(move || ingest(&store, &tenant, &kb, &paths, &options, &Bar(bar)))
-        .await
-        .context("the ingest task failed")??;
+    let (cfg, keyword_only) = (cfg.clone(), args.keyword_only);
+    // Loading the model (about a second of CPU) and ingesting both block: one blocking task.
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        options.embedder = if keyword_only { None } else { embedder(&cfg)? };
+        Ok(ingest(&store, &tenant, &kb, &paths, &options, &Bar(bar))?)
+    })
+    .await
+    .context("the ingest task failed")??;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -209,7 +215,7 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
     let query = args.query.clone();
     let top_k = args.top_k.clamp(1, toolgraph_rag::tool::MAX_TOP_K);
     let mode = args.mode;
-    let retriever = retriever(cfg)?;
+    let retriever = retriever(cfg);
     let hits = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let kb = store.open(&tenant, &kb_name)?;
         Ok(retriever.search(&kb, &SearchRequest { query: &query, filters: &filters, top_k }, mode)?)

@@ -70,21 +70,21 @@ pub fn fusion(cfg: &Config) -> Fusion {
     }
 }
 
-/// A retriever with the configured model. The local model loads on the first search that
-/// needs it (keyword-only work never waits for it or fails on missing weights); a server
-/// answers such a search with the load error, which names `scripts/fetch-models`.
-pub fn retriever(cfg: &Config) -> anyhow::Result<Retriever> {
-    Ok(match cfg.rag.embedding {
-        EmbeddingProvider::Local => {
-            let owned = cfg.clone();
-            Retriever::lazy(
-                Arc::new(move || {
-                    let e = embedder(&owned).map_err(|e| toolgraph_rag::RagError::Embedding(format!("{e:#}")))?;
-                    e.ok_or_else(|| toolgraph_rag::RagError::Embedding("no embedding model is configured".into()))
-                }),
-                fusion(cfg),
-            )
-        }
-        _ => Retriever::new(embedder(cfg)?, fusion(cfg)),
-    })
+/// A retriever with the configured model, created on the first search that needs it. That
+/// search runs on a blocking thread, which both models need: the local one takes about a
+/// second to load, and the OpenAI client is a blocking HTTP client that must not be built
+/// inside the async runtime. Keyword-only work never loads a model or fails on missing
+/// weights; a search that needs one gets the load error, which names `scripts/fetch-models`.
+pub fn retriever(cfg: &Config) -> Retriever {
+    if cfg.rag.embedding == EmbeddingProvider::None {
+        return Retriever::new(None, fusion(cfg));
+    }
+    let owned = cfg.clone();
+    Retriever::lazy(
+        Arc::new(move || {
+            let e = embedder(&owned).map_err(|e| toolgraph_rag::RagError::Embedding(format!("{e:#}")))?;
+            e.ok_or_else(|| toolgraph_rag::RagError::Embedding("no embedding model is configured".into()))
+        }),
+        fusion(cfg),
+    )
 }

@@ -81,7 +81,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         };
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
-    let retriever = crate::retrieval::retriever(cfg)?;
+    let retriever = crate::retrieval::retriever(cfg);
     let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
     let local = agent::local_model(cfg).await?;
     let mut agents = BTreeMap::new();

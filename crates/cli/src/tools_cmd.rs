@@ -36,7 +36,7 @@ pub enum ToolsCommand {
 }
 
 pub async fn run(cmd: ToolsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let registry = crate::agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)?)
+    let registry = crate::agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg))
         .await
         .context("cannot assemble the built-in tools")?;
     match cmd {

@@ -356,3 +356,43 @@ async fn eval_tools_scores_tool_choice_and_arguments() {
         .collect();
     assert!(offered.contains(&"rag_search".to_owned()) && offered.contains(&"calculator".to_owned()), "{offered:?}");
 }
+
+/// `rag.embedding = "openai"`: ingest and hybrid search through an OpenAI-compatible
+/// `/v1/embeddings` server over HTTP (the blocking client is built off the async runtime).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_and_search_with_an_openai_compatible_embedding_server() {
+    let server = scripted_llm::ScriptedModelServer::start(vec![]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("examen.md"), "# Evaluación\nEl examen final es el 20 de enero.\n").unwrap();
+    std::fs::write(docs.join("docker.md"), "# Contenedores\nDocker empaqueta aplicaciones.\n").unwrap();
+    let run = |args: Vec<String>| {
+        let (base, d) = (server.base_url(), dir.path().to_owned());
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+                .args(&args)
+                .arg("--data-dir")
+                .arg(&d)
+                .env("TOOLGRAPH_RAG_EMBEDDING", "openai")
+                .env("TOOLGRAPH_RAG_EMBEDDING_BASE_URL", base)
+                .env("TOOLGRAPH_RAG_EMBEDDING_MODEL", "bow")
+                .env("TOOLGRAPH_RAG_EMBEDDING_DIMENSION", scripted_llm::EMBEDDING_DIM.to_string())
+                .output()
+                .unwrap()
+        })
+    };
+    let src = docs.display().to_string();
+    let out = run(vec!["ingest".into(), src, "--kb".into(), "k".into(), "--json".into()]).await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["embedding_model"], "bow", "{report}");
+    let args = ["search", "examen final enero", "--kb", "k", "--json"].map(String::from).to_vec();
+    let out = run(args).await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert!(v["results"][0]["content"].as_str().unwrap().contains("examen"), "{v}");
+    assert!(v["results"][0]["ranks"]["dense"]["rank"].is_u64(), "{v}");
+    let inputs: usize = server.embedding_requests().iter().map(|r| r["input"].as_array().unwrap().len()).sum();
+    assert_eq!(inputs, 3, "two chunks at ingest, one query at search");
+}

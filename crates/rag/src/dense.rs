@@ -3,8 +3,9 @@
 //! Vectors live in the chunk documents themselves (a stored field), so they are committed,
 //! replaced and deleted with their chunks and search never re-embeds the corpus. The index is
 //! built in memory from one searcher generation and rebuilt after a commit: below
-//! [`DenseOptions::exact_below`] vectors it is an exact scan (a few hundred microseconds for
-//! thousands of 384-float rows), above it an HNSW graph. Filters are a set of allowed rows
+//! [`DenseOptions::exact_below`] vectors it is an exact scan (the SciFact dense eval, 5,691
+//! rows of 384 floats, answers at p50 0.86 ms including document lookup), above it an HNSW
+//! graph. Filters are a set of allowed rows
 //! consulted during the scan or the graph walk, never applied to a truncated result list.
 
 use crate::embed::dot;

@@ -184,7 +184,7 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
                 query: args.query,
                 asignatura: args.asignatura,
                 tipo_documento: args.tipo_documento,
-                top_k: Some(args.top_k.unwrap_or(5)),
+                top_k: args.top_k,
                 kb: None,
                 filters: None,
                 mode: None,

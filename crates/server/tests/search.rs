@@ -1,6 +1,8 @@
 //! `POST /search` (seed 000's RAG contract) and the `rag_search` tool inside a chat turn: a
 //! real listener, real knowledge bases on disk, the scripted model over HTTP.
 
+mod common;
+
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -67,10 +69,7 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     if ready {
         app.set_ready();
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = toolgraph_server::router(app.clone());
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let base = common::serve(app.clone()).await;
     Service { base, app, model, _dir: dir }
 }
 

@@ -1,6 +1,8 @@
 //! The chat service end to end: a real listener on an ephemeral port, the scripted model
 //! server over HTTP, the SQLite store, requests from reqwest.
 
+mod common;
+
 use schemars::JsonSchema;
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde::Deserialize;
@@ -98,10 +100,7 @@ async fn service_opts(
     if ready {
         app.set_ready();
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = toolgraph_server::router(app.clone());
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let base = common::serve(app.clone()).await;
     Service { base, model, app, store, sms_sent, announced, _dir: dir, _pg: pg }
 }
 

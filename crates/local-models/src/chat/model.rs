@@ -162,7 +162,9 @@ impl Worker {
         let temperature = request.temperature.unwrap_or(0.0);
         let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ prompt_tokens as u64;
         let mut parser = ToolCallTextParser::new();
-        let (mut generated, mut decoded_len, mut calls, mut finish) = (Vec::new(), 0, 0usize, FinishReason::Length);
+        let (mut generated, mut calls, mut finish) = (0usize, 0usize, FinishReason::Length);
+        // Decodes token by token, holding bytes back until they form whole characters.
+        let mut decoder = self.assets.tokenizer.decode_stream(false);
         let mut text = String::new();
         let send = |e: ChatEvent| events.blocking_send(Ok(e)).is_ok();
         let emit = |evs: Vec<TextEvent>, calls: &mut usize| -> bool {
@@ -180,7 +182,7 @@ impl Worker {
             }
             true
         };
-        while generated.len() < max_new {
+        while generated < max_new {
             let (logits, _) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
             let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&logits, temperature, &mut rng) };
             if self.assets.stop_tokens.contains(&next) {
@@ -188,14 +190,8 @@ impl Worker {
                 break;
             }
             ids.push(next);
-            generated.push(next);
-            let full = self.assets.tokenizer.decode(&generated, false).map_err(|e| self.err(e.to_string()))?;
-            // A multi-byte character split across tokens decodes as U+FFFD until complete.
-            if full.ends_with('\u{FFFD}') || full.len() < decoded_len {
-                continue;
-            }
-            let piece = full[decoded_len..].to_owned();
-            decoded_len = full.len();
+            generated += 1;
+            let Some(piece) = decoder.step(next).map_err(|e| self.err(e.to_string()))? else { continue };
             text.push_str(&piece);
             if let Some(stop) = request.stop.iter().find(|s| !s.is_empty() && text.ends_with(s.as_str())) {
                 let keep = piece.len().saturating_sub(stop.len());
@@ -215,7 +211,7 @@ impl Worker {
         if calls > 0 {
             finish = FinishReason::ToolCalls;
         }
-        let usage = Usage { prompt_tokens: prompt_tokens as u32, completion_tokens: generated.len() as u32 };
+        let usage = Usage { prompt_tokens: prompt_tokens as u32, completion_tokens: generated as u32 };
         if send(ChatEvent::Usage(usage)) {
             send(ChatEvent::Finished(finish));
         }

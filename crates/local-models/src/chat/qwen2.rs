@@ -251,23 +251,18 @@ impl Qwen2 {
                 Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
                 None => (k, v),
             };
-            *cache = Some((k.clone(), v.clone()));
             let total = k.dim(2)?;
-            // Grouped-query attention: each key/value head serves `group` query heads.
-            let k = k
-                .unsqueeze(2)?
-                .expand((1, s.kv_heads, group, total, head_dim))?
-                .reshape((1, s.heads, total, head_dim))?;
-            let v = v
-                .unsqueeze(2)?
-                .expand((1, s.kv_heads, group, total, head_dim))?
-                .reshape((1, s.heads, total, head_dim))?;
+            // Grouped-query attention without copying the cache per query head: query head
+            // `kv * group + g` reads key/value head `kv`, so the `group` query heads of one kv
+            // head become extra rows of one product against that head's keys and values.
+            let q = q.reshape((1, s.kv_heads, group * t, head_dim))?;
             let mut att = (q.matmul(&k.t()?)? * scale)?;
             if let Some(m) = &mask {
-                att = att.broadcast_add(m)?;
+                att = att.reshape((1, s.kv_heads, group, t, total))?.broadcast_add(&m.unsqueeze(1)?)?;
             }
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let out = att.matmul(&v)?.transpose(1, 2)?.reshape((1, t, s.hidden))?;
+            let att = candle_nn::ops::softmax_last_dim(&att)?.reshape((1, s.kv_heads, group * t, total))?;
+            let out = att.matmul(&v)?.reshape((1, s.heads, t, head_dim))?.transpose(1, 2)?.reshape((1, t, s.hidden))?;
+            *cache = Some((k, v));
             x = (x + layer.o.forward(&out)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, s.eps as f32)?;
             let ffn =

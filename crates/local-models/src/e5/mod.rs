@@ -12,11 +12,12 @@ mod ops;
 pub mod tokenizer;
 
 use crate::{LocalModelError, models_dir};
-use model::{E5Encoder, l2_normalise};
+use model::E5Encoder;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use tokenizer::E5Tokenizer;
+use toolgraph_rag::embed::normalise;
 use toolgraph_rag::{EmbedKind, Embedder, EmbeddingSettings, RagError};
 
 /// File name in the models cache.
@@ -97,8 +98,8 @@ impl E5Embedder {
         })
     }
 
-    /// The framed token ids (`<s>`, prefix + text, `</s>`) of a text that fits one window, or
-    /// the content ids of a longer one; for inspection and tests.
+    /// The framed token ids (`<s>`, prefix + text, `</s>`) of a text, before any splitting into
+    /// windows; for inspection and tests.
     ///
     /// # Errors
     /// When tokenization fails.
@@ -163,7 +164,7 @@ impl E5Embedder {
             let longest = windows[order[start]].ids.len();
             let fit = (BATCH_TOKENS / longest.max(1)).clamp(1, MAX_BATCH_SEQUENCES);
             let end = (start + fit).min(order.len());
-            let batch: Vec<Vec<u32>> = order[start..end].iter().map(|&i| windows[i].ids.clone()).collect();
+            let batch: Vec<&[u32]> = order[start..end].iter().map(|&i| windows[i].ids.as_slice()).collect();
             let pooled = self.encoder.pooled(&batch, self.pad)?;
             for (&i, vector) in order[start..end].iter().zip(pooled) {
                 let w = &windows[i];
@@ -174,7 +175,7 @@ impl E5Embedder {
             start = end;
         }
         // Dividing by the total weight does not change the direction: normalising is enough.
-        sums.iter_mut().for_each(|v| l2_normalise(v));
+        sums.iter_mut().for_each(|v| normalise(v));
         Ok(sums)
     }
 }

@@ -136,9 +136,9 @@ impl E5Encoder {
     ///
     /// # Errors
     /// When candle fails (shape bugs), or a sequence is longer than the position table.
-    pub fn pooled(&self, sequences: &[Vec<u32>], pad: u32) -> Result<Vec<Vec<f32>>, LocalModelError> {
+    pub fn pooled(&self, sequences: &[&[u32]], pad: u32) -> Result<Vec<Vec<f32>>, LocalModelError> {
         let b = sequences.len();
-        let len = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        let len = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
         if b == 0 || len == 0 {
             return Ok(vec![Vec::new(); b]);
         }
@@ -157,7 +157,7 @@ impl E5Encoder {
             mask.extend((0..len).map(|i| if i < s.len() { 1f32 } else { 0f32 }));
         }
         let softmax = MaskedSoftmax {
-            lengths: sequences.iter().map(Vec::len).collect(),
+            lengths: sequences.iter().map(|s| s.len()).collect(),
             heads,
             scale: 1.0 / (head_dim as f32).sqrt(),
         };
@@ -196,11 +196,4 @@ impl E5Encoder {
 
 fn layer_norm(x: &Tensor, (w, b): &(Tensor, Tensor), eps: f32) -> Result<Tensor, LocalModelError> {
     Ok(candle_nn::ops::layer_norm(&x.contiguous()?, w, b, eps)?)
-}
-
-/// L2-normalises in place (eps as the reference: 1e-12 on the squared norm).
-pub fn l2_normalise(v: &mut [f32]) {
-    let norm_sq: f32 = v.iter().map(|x| x * x).sum();
-    let inv = 1.0 / norm_sq.max(1e-12).sqrt();
-    v.iter_mut().for_each(|x| *x *= inv);
 }
