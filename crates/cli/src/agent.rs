@@ -123,6 +123,7 @@ pub fn build(
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
+    spec.cite_sources = settings.cite_sources;
     let graph = react::build(spec, model(cfg, &settings, local)?, store).context("cannot build the agent graph")?;
     Ok(Agent { name, settings, graph })
 }

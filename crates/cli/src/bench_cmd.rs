@@ -87,6 +87,12 @@ struct ChatBench {
     generated_tokens: usize,
     generation_tokens_per_s: f64,
     weights_bytes: u64,
+    /// Weights read per generated token (quantised matrices, norms, one embedding row).
+    weight_bytes_per_token: usize,
+    /// Memory read bandwidth of this machine, all cores (best of 3 passes over 1 GiB).
+    memory_read_gb_per_s: f64,
+    /// The generation speed if reading the weights were the only cost.
+    bandwidth_bound_tokens_per_s: f64,
 }
 
 #[cfg(feature = "local-models")]
@@ -142,6 +148,8 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     let t = Instant::now();
     let (_, computed) = qwen.next_logits(&second)?;
     let second_ms = t.elapsed().as_secs_f64() * 1e3;
+    let per_token = qwen.weight_bytes_per_token();
+    let bandwidth = toolgraph_local_models::chat::memory_read_gb_per_s();
     Ok(ChatBench {
         model: file.into(),
         load_s,
@@ -154,6 +162,9 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
         generated_tokens: generated,
         generation_tokens_per_s: generated as f64 / gen_s.max(1e-9),
         weights_bytes: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+        weight_bytes_per_token: per_token,
+        memory_read_gb_per_s: bandwidth,
+        bandwidth_bound_tokens_per_s: bandwidth * 1e9 / per_token as f64,
     })
 }
 
@@ -390,7 +401,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             } else {
                 println!(
                     "{}: load {:.1} s ({} tensors re-quantised to Q8_0); prompt {} tokens at {:.1} tokens/s; \
-                     generation {} tokens at {:.2} tokens/s; a second prompt sharing {} prefix tokens computed {} in {:.0} ms",
+                     generation {} tokens at {:.2} tokens/s; a second prompt sharing {} prefix tokens computed {} in {:.0} ms; \
+                     {:.0} MB of weights read per token at {:.1} GB/s: at most {:.1} tokens/s",
                     r.model,
                     r.load_s,
                     r.requantised_tensors,
@@ -400,7 +412,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                     r.generation_tokens_per_s,
                     r.cached_prefix_tokens,
                     r.second_prompt_computed,
-                    r.second_prompt_ms
+                    r.second_prompt_ms,
+                    r.weight_bytes_per_token as f64 / 1e6,
+                    r.memory_read_gb_per_s,
+                    r.bandwidth_bound_tokens_per_s
                 );
             }
             Ok(ExitCode::SUCCESS)

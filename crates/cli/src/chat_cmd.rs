@@ -3,7 +3,8 @@
 //! Tokens stream to stdout; tool calls, results and approval prompts go to stderr, so the
 //! reply text can be piped. Every write action is put to the user as a y/n question. The
 //! conversation is checkpointed (SQLite in the data directory, or PostgreSQL), and
-//! `--continue` picks the last one up again, in a new process.
+//! `--continue` picks the last one up again, in a new process. With `--url` the same
+//! conversation is held with a running `toolgraph serve` over HTTP ([`crate::remote_chat`]).
 
 use crate::agent::{self, Agent};
 use anyhow::{Context, bail};
@@ -24,12 +25,35 @@ pub struct ChatArgs {
     #[arg(long)]
     agent: Option<String>,
     /// Continue the last conversation with this agent.
-    #[arg(long = "continue", short = 'c')]
+    #[arg(long = "continue", short = 'c', conflicts_with = "url")]
     resume_last: bool,
     /// A state value for injected tool arguments, e.g. `--context asignatura=iv` (repeatable;
     /// keys must be among the agent's `state_keys`).
     #[arg(long = "context", value_name = "KEY=VALUE")]
     context: Vec<String>,
+    /// Talk to a running `toolgraph serve` at this address (e.g. http://127.0.0.1:8080)
+    /// through its HTTP API instead of running the agent in this process.
+    #[arg(long)]
+    url: Option<String>,
+    /// With --url: the tenant slug to speak as. Default: `rag.tenant` (the tenant `ingest`
+    /// writes to), so the agent's searches find what was ingested.
+    #[arg(long, requires = "url")]
+    tenant_slug: Option<String>,
+    /// With --url: the numeric tenant id.
+    #[arg(long, default_value_t = 1, requires = "url")]
+    tenant_id: i64,
+    /// With --url: the numeric user id.
+    #[arg(long, default_value_t = 1, requires = "url")]
+    user_id: i64,
+    /// With --url: continue this conversation instead of starting a new one.
+    #[arg(long, requires = "url")]
+    conversation_id: Option<i64>,
+    /// With --url: the tenant's key when the service runs `auth = "api_key"`.
+    #[arg(long, env = "TOOLGRAPH_API_KEY", hide_env_values = true, requires = "url")]
+    api_key: Option<String>,
+    /// With --url: write every event and confirm exchange to this file as JSON lines.
+    #[arg(long, value_name = "FILE", requires = "url")]
+    transcript: Option<std::path::PathBuf>,
 }
 
 /// Lines of stdin, read on a thread of their own (reading stdin blocks).
@@ -46,26 +70,31 @@ fn stdin_lines() -> mpsc::Receiver<String> {
     rx
 }
 
-fn parse_context(agent: &Agent, pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
+/// `KEY=VALUE` pairs as a state object (values parsed as JSON when they are JSON).
+fn context_pairs(pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
     if pairs.is_empty() {
         return Ok(None);
     }
     let mut map = Map::new();
     for pair in pairs {
         let Some((k, v)) = pair.split_once('=') else { bail!("--context expects KEY=VALUE, got '{pair}'") };
-        if !agent.settings.state_keys.iter().any(|s| s == k) {
-            bail!(
-                "agent '{}' does not accept context key '{k}' (state_keys: {:?})",
-                agent.name,
-                agent.settings.state_keys
-            );
-        }
         map.insert(k.to_owned(), serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned())));
     }
     Ok(Some(map))
 }
 
+fn parse_context(agent: &Agent, pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
+    let map = context_pairs(pairs)?;
+    if let Some(k) = map.iter().flat_map(|m| m.keys()).find(|k| !agent.settings.state_keys.contains(k)) {
+        bail!("agent '{}' does not accept context key '{k}' (state_keys: {:?})", agent.name, agent.settings.state_keys);
+    }
+    Ok(map)
+}
+
 pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    if args.url.is_some() {
+        return run_remote(args, cfg).await;
+    }
     let store = agent::checkpointer(cfg).await?;
     let all_tools = agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)).await?;
     let local = agent::local_model(cfg).await?;
@@ -112,6 +141,49 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             Err(e @ GraphError::AwaitingDecision { .. }) => eprintln!("{e}"),
             Err(e) => eprintln!("error: {e}"),
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `chat --url`: the conversation through a running service's HTTP API. The service checks
+/// the agent and its context keys.
+async fn run_remote(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    use crate::remote_chat::{RemoteChat, RemoteOptions};
+    let Some(url) = args.url else { bail!("--url is required") };
+    let mut chat = RemoteChat::new(RemoteOptions {
+        url: url.clone(),
+        tenant_slug: args.tenant_slug.unwrap_or_else(|| cfg.rag.tenant.clone()),
+        tenant_id: args.tenant_id,
+        user_id: args.user_id,
+        agent: args.agent,
+        context: context_pairs(&args.context)?,
+        api_key: args.api_key,
+        conversation: args.conversation_id,
+        transcript: args.transcript,
+    })?;
+    chat.check_ready().await?;
+    let interactive = std::io::stdin().is_terminal();
+    let mut lines = stdin_lines();
+    eprintln!("toolgraph chat · {url} · end with Ctrl-D");
+    loop {
+        if interactive {
+            eprint!("you> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(line) = lines.recv().await else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        if !interactive {
+            // Scripted input (a pipe): show what was said, so the output reads as a dialogue.
+            eprintln!("\nyou> {line}");
+        }
+        if !chat.turn(&line, &mut lines).await? {
+            break;
+        }
+    }
+    if let Some(id) = chat.conversation() {
+        eprintln!("(conversation {id}: continue it with --conversation-id {id})");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -178,11 +250,7 @@ async fn approve_and_resume(
         eprint!("approval needed: {description}\napprove? [y/N] ");
         let _ = std::io::stderr().flush();
         let Some(answer) = lines.recv().await else { return Ok(None) };
-        let d = if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES" | "s" | "si" | "sí") {
-            Decision::Approve
-        } else {
-            Decision::Reject
-        };
+        let d = if crate::remote_chat::is_yes(&answer) { Decision::Approve } else { Decision::Reject };
         decisions.insert(p.id.clone(), d);
     }
     let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };

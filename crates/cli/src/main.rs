@@ -10,6 +10,7 @@ mod config_cmd;
 mod eval_cmd;
 mod graph_cmd;
 mod kb_cmd;
+mod remote_chat;
 mod retrieval;
 mod serve_cmd;
 mod tools_cmd;

@@ -167,3 +167,79 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
     assert!(text.contains("event: done"), "{text}");
     assert!(text.to_lowercase().contains("hola"), "{text}");
 }
+
+/// `toolgraph chat --url` drives a running `toolgraph serve` over HTTP: a read tool's call and
+/// outcome are shown, a write waits for the typed approval and runs once through `/confirm`,
+/// the second turn continues the same conversation, and the transcript records it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_url_talks_to_a_running_service_and_confirms_writes() {
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "0.4*8 + 0.6*6.5"}))]),
+        Reply::text("Tu nota final es 7.1."),
+        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Repaso", "body": "Volúmenes y redes."}))]),
+        Reply::text("Nota guardada."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = serve_command(dir.path(), &model, port).stderr(Stdio::null()).spawn().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let transcript = dir.path().join("transcript.jsonl");
+    let mut client = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["chat", "--url", &base, "--tenant-slug", "demo", "--transcript"])
+        .arg(&transcript)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut client.stdin.take().unwrap(),
+        "¿Cuál es mi nota final con un 8 y un 6,5?\nGuarda una nota de repaso\nsí\n".as_bytes(),
+    )
+    .unwrap();
+    let out = tokio::task::block_in_place(|| client.wait_with_output()).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("Tu nota final es 7.1."), "{stdout}");
+    assert!(stdout.contains("Nota guardada."), "the confirm's reply is printed: {stdout}");
+    assert!(stderr.contains("→ calculator {\"expression\":\"0.4*8 + 0.6*6.5\"}"), "{stderr}");
+    assert!(stderr.contains("← calculator ok:"), "{stderr}");
+    assert!(stderr.contains("approval needed: Save the note \"Repaso\""), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.path().join("notes")).unwrap().count(), 1, "the approved write ran once");
+
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&transcript).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let names: Vec<String> = lines.iter().map(|l| format!("{}:{}", l["turn"], l["event"].as_str().unwrap())).collect();
+    assert_eq!(names.first().map(String::as_str), Some("1:tool_call"), "{names:?}");
+    assert!(names.contains(&"1:tool_result".to_owned()) && names.contains(&"1:done".to_owned()), "{names:?}");
+    let result = lines.iter().find(|l| l["event"] == "tool_result").unwrap();
+    assert!((result["data"]["outcome"]["result"].as_f64().unwrap() - 7.1).abs() < 1e-9, "{result}");
+    let done: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "done").collect();
+    assert_eq!(done.len(), 2);
+    assert_eq!(done[0]["data"]["conversationId"], done[1]["data"]["conversationId"], "one conversation");
+    let pending = lines.iter().find(|l| l["event"] == "pending").unwrap();
+    assert_eq!(pending["data"]["toolName"], "note_write");
+    let confirm = lines.iter().find(|l| l["event"] == "confirm").unwrap();
+    assert_eq!(confirm["data"]["status"], 200);
+    assert_eq!(confirm["data"]["request"]["messageId"], pending["data"]["messageId"]);
+    assert_eq!(confirm["data"]["response"]["message"], "Nota guardada.");
+}
+
+/// `chat --url` with nothing listening says so and fails.
+#[test]
+fn chat_url_without_a_service_says_so() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["chat", "--url", &format!("http://127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no toolgraph service answers at"), "{stderr}");
+}

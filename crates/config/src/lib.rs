@@ -245,6 +245,9 @@ pub struct AgentSettings {
     pub recursion_limit: u32,
     /// Sampling temperature. Default: the model server's.
     pub temperature: Option<f32>,
+    /// When a turn's answer used search results (tool results with `metadata.citation`) but
+    /// cites none of them, append their citations to it. Default: true.
+    pub cite_sources: bool,
 }
 
 /// The system prompt of agents that set none.
@@ -262,6 +265,7 @@ impl Default for AgentSettings {
             max_tool_retries: 3,
             recursion_limit: 10,
             temperature: None,
+            cite_sources: true,
         }
     }
 }

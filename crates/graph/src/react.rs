@@ -98,6 +98,9 @@ pub struct AgentSpec {
     pub history_budget: usize,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Append the citations of the turn's search results to an answer that cites none of
+    /// them ([`missing_citations`]). Default: true.
+    pub cite_sources: bool,
 }
 
 impl AgentSpec {
@@ -110,6 +113,7 @@ impl AgentSpec {
             max_tool_retries: 3,
             history_budget: 6000,
             temperature: None,
+            cite_sources: true,
         }
     }
 }
@@ -279,10 +283,46 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
             ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
         }
     }
+    if tool_calls.is_empty() && deps.spec.cite_sources {
+        let sources = missing_citations(&s.messages, &content);
+        if !sources.is_empty() {
+            let footer = format!("\n\n{}", sources.iter().map(|c| format!("[{c}]")).collect::<Vec<_>>().join(" "));
+            ctx.emit(RunEvent::TextDelta { text: footer.clone() }).await;
+            content.push_str(&footer);
+        }
+    }
     Ok(NodeOutput::Update(AgentUpdate {
         messages: vec![Message::Assistant { content, tool_calls }],
         ..Default::default()
     }))
+}
+
+/// Most citations appended to an answer.
+const MAX_APPENDED_CITATIONS: usize = 3;
+
+/// The citations of this turn's search results (tool results since the last user message
+/// with `results[].metadata.citation`, as `rag_search` returns them), first ones first, when
+/// `answer` mentions none of them; empty when it cites one or there are none. A small model
+/// often answers from the passages without saying where they came from: the reader still
+/// gets the sources.
+pub fn missing_citations(history: &[Message], answer: &str) -> Vec<String> {
+    let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
+    let mut citations: Vec<String> = Vec::new();
+    for m in &history[turn_start..] {
+        let Message::Tool { content, .. } = m else { continue };
+        let Ok(outcome) = serde_json::from_str::<Value>(content) else { continue };
+        let results = outcome.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for c in results.iter().filter_map(|r| r.pointer("/metadata/citation").and_then(Value::as_str)) {
+            if !c.is_empty() && !citations.iter().any(|seen| seen == c) {
+                citations.push(c.to_owned());
+            }
+        }
+    }
+    if citations.iter().any(|c| answer.contains(c.as_str())) {
+        return Vec::new();
+    }
+    citations.truncate(MAX_APPENDED_CITATIONS);
+    citations
 }
 
 fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
@@ -407,4 +447,40 @@ async fn give_up_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<
     );
     ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
     Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
+}
+
+#[cfg(test)]
+mod citation_tests {
+    use super::*;
+
+    fn search_result(citations: &[&str]) -> Message {
+        let results: Vec<Value> =
+            citations.iter().map(|c| json!({"content": "…", "metadata": {"citation": c}})).collect();
+        Message::tool("c1", "rag_search", json!({"ok": true, "results": results}).to_string())
+    }
+
+    #[test]
+    fn an_answer_without_its_sources_gets_them() {
+        let history = vec![
+            Message::user("¿Cuándo es el examen?"),
+            search_result(&["Guía › Evaluación", "Guía › Calendario", "Guía › Evaluación"]),
+        ];
+        assert_eq!(missing_citations(&history, "El 20 de enero."), ["Guía › Evaluación", "Guía › Calendario"]);
+        assert!(missing_citations(&history, "El 20 de enero [Guía › Calendario].").is_empty());
+    }
+
+    #[test]
+    fn only_this_turns_results_count_and_at_most_three() {
+        let history = vec![
+            Message::user("first"),
+            search_result(&["Old › Source"]),
+            Message::assistant("answered"),
+            Message::user("second"),
+        ];
+        assert!(missing_citations(&history, "no search this turn").is_empty());
+        let many = vec![Message::user("q"), search_result(&["a", "b", "c", "d"])];
+        assert_eq!(missing_citations(&many, "x"), ["a", "b", "c"]);
+        let not_search = vec![Message::user("q"), Message::tool("c", "calculator", r#"{"result": 7.4}"#)];
+        assert!(missing_citations(&not_search, "7.4").is_empty());
+    }
 }

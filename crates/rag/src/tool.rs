@@ -149,7 +149,7 @@ pub fn hit_json(hit: &Hit) -> Value {
 // (seed 000); the model never sees it.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RagSearchArgs {
-    /// What to look for, in the user's language.
+    /// The key words of the user's question, in the user's own language.
     #[schemars(length(min = 1, max = 500))]
     pub query: String,
     /// Subject identifier.
@@ -169,8 +169,8 @@ pub struct RagSearchArgs {
 pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant: String, kb: String) -> Arc<dyn Tool> {
     ToolBuilder::<RagSearchArgs>::new(
         "rag_search",
-        "Search the course and reference documents. Returns passages with their source (metadata.citation); \
-         cite sources as [citation] in the answer.",
+        "Search the documents (course guides, lecture notes, laws and regulations) for passages that answer a \
+         question. Returns passages with their source (metadata.citation); cite sources as [citation] in the answer.",
     )
     .inject("asignatura")
     .display_name("Document search")

@@ -246,7 +246,13 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     if !store.begin_turn(conversation, &run_id, STALE_TURN.as_millis() as i64).await.map_err(ApiError::internal)? {
         return Err(ApiError::new(StatusCode::CONFLICT, "a turn is already running on this conversation"));
     }
-    let turn = Turn { tenant: req.tenant_id, conversation, run_id: run_id.clone(), agent: agent_name };
+    let turn = Turn {
+        tenant: req.tenant_id,
+        conversation,
+        run_id: run_id.clone(),
+        agent: agent_name,
+        tool_events: req.tool_events,
+    };
     let started = async {
         // The user's message is committed with the run's first checkpoint (see `projection`).
         let thread = ThreadId::new(req.tenant_id, conversation);
@@ -361,7 +367,14 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
         }
     };
     let log = app.0.runs.create(&run_id, (req.tenant_id, req.user_id));
-    let turn = Turn { tenant: req.tenant_id, conversation: conv, run_id, agent: conversation.agent.clone() };
+    // Nobody streams a confirm's run: its outcome is the response.
+    let turn = Turn {
+        tenant: req.tenant_id,
+        conversation: conv,
+        run_id,
+        agent: conversation.agent.clone(),
+        tool_events: false,
+    };
     // Detached: the run finishes and persists even if this request goes away.
     let (task_app, group_run) = (app.clone(), row.run_id.clone());
     let task = app.0.tasks.spawn(async move {

@@ -4,7 +4,7 @@
 
 use crate::AppState;
 use crate::runlog::RunLog;
-use crate::wire::{Done, PendingActionDto};
+use crate::wire::{Done, PendingActionDto, ToolCallEvent, ToolResultEvent};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -22,6 +22,8 @@ pub struct Turn {
     pub conversation: i64,
     pub run_id: String,
     pub agent: String,
+    /// Stream `tool_call` / `tool_result` events too (the request's `toolEvents`).
+    pub tool_events: bool,
 }
 
 /// How a turn ended, for the confirm response.
@@ -61,10 +63,18 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
                     m.llm_latency.with_label_values(&[&turn.agent]).observe(t.elapsed().as_secs_f64());
                 }
             }
-            RunEvent::ToolCall { call_id, .. } => {
+            RunEvent::ToolCall { call_id, name, arguments } => {
+                if turn.tool_events {
+                    let data = ToolCallEvent { call_id: &call_id, name: &name, arguments: &arguments };
+                    log.push("tool_call", serde_json::to_string(&data).unwrap_or_default());
+                }
                 tools.insert(call_id, Instant::now());
             }
             RunEvent::ToolResult { call_id, name, outcome, ok } => {
+                if turn.tool_events {
+                    let data = ToolResultEvent { call_id: &call_id, name: &name, ok, outcome: &outcome };
+                    log.push("tool_result", serde_json::to_string(&data).unwrap_or_default());
+                }
                 if let Some(t) = tools.remove(&call_id) {
                     m.tool_latency.with_label_values(&[&name]).observe(t.elapsed().as_secs_f64());
                 }

@@ -19,6 +19,10 @@ pub struct StreamRequest {
     /// Extension: state values for injected tool arguments.
     #[serde(default)]
     pub context: Option<Map<String, Value>>,
+    /// Extension: also stream `tool_call` and `tool_result` events (off by default, so a
+    /// client of the seed's contract sees exactly its four event types).
+    #[serde(default)]
+    pub tool_events: bool,
 }
 
 /// `POST /api/chatbot/confirm`.
@@ -58,6 +62,25 @@ pub struct ConfirmResponse {
 pub struct Done {
     pub conversation_id: i64,
     pub message_id: i64,
+}
+
+/// `tool_call` event data (the `toolEvents` extension).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallEvent<'a> {
+    pub call_id: &'a str,
+    pub name: &'a str,
+    pub arguments: &'a Value,
+}
+
+/// `tool_result` event data (the `toolEvents` extension).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultEvent<'a> {
+    pub call_id: &'a str,
+    pub name: &'a str,
+    pub ok: bool,
+    pub outcome: &'a Value,
 }
 
 /// Longest message accepted, in Unicode scalar values.

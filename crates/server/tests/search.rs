@@ -21,6 +21,7 @@ struct Service {
     base: String,
     app: AppState,
     model: ScriptedModelServer,
+    store: Arc<MemoryConversationStore>,
     _dir: tempfile::TempDir,
 }
 
@@ -64,13 +65,13 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     let graph = react::build(AgentSpec::new("tutor", "Cite sources.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([("tutor".to_string(), ServedAgent { graph, settings })]);
-    let app = AppState::new(agents, "tutor".into(), store, ckpt, options);
+    let app = AppState::new(agents, "tutor".into(), store.clone(), ckpt, options);
     app.enable_search(SearchService { store: kb, default_kb: "cursos".into(), retriever: Default::default() });
     if ready {
         app.set_ready();
     }
     let base = common::serve(app.clone()).await;
-    Service { base, app, model, _dir: dir }
+    Service { base, app, model, store, _dir: dir }
 }
 
 async fn search(s: &Service, slug: Option<&str>, body: &str) -> (u16, Value) {
@@ -166,7 +167,7 @@ async fn rag_search_in_a_turn_reads_the_callers_tenant_and_injected_subject() {
     ];
     let s = start(ServiceOptions::default(), true, script).await;
     let body = json!({"tenantSlug": "ugr", "tenantId": 1, "userId": 2, "conversationId": null,
-                      "message": "¿Cuándo es el examen?", "context": {"asignatura": "iv"}});
+                      "message": "¿Cuándo es el examen?", "context": {"asignatura": "iv"}, "toolEvents": true});
     let resp = reqwest::Client::new()
         .post(format!("{}/api/chatbot/stream", s.base))
         .header("X-Tenant-Slug", "ugr")
@@ -177,6 +178,24 @@ async fn rag_search_in_a_turn_reads_the_callers_tenant_and_injected_subject() {
     assert_eq!(resp.status().as_u16(), 200);
     let text = resp.text().await.unwrap();
     assert!(text.contains("event: done"), "{text}");
+    // `toolEvents: true`: the call and its outcome stream before the answer's tokens.
+    let events: Vec<(&str, Value)> = text
+        .split("\n\n")
+        .filter_map(|frame| {
+            let event = frame.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = frame.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((event, serde_json::from_str(data).unwrap()))
+        })
+        .collect();
+    let names: Vec<&str> = events.iter().map(|e| e.0).collect();
+    assert_eq!(&names[..2], ["tool_call", "tool_result"], "{names:?}");
+    assert_eq!(names.last(), Some(&"done"));
+    assert!(names[2..names.len() - 1].iter().all(|n| *n == "token"), "{names:?}");
+    assert_eq!(events[0].1["name"], "rag_search");
+    assert_eq!(events[0].1["arguments"]["query"], "examen final");
+    assert_eq!(events[1].1["callId"], events[0].1["callId"]);
+    assert_eq!(events[1].1["ok"], true);
+    assert_eq!(events[1].1["outcome"]["results"][0]["metadata"]["citation"], "Guía IV › Evaluación");
     // The model's second request carries the tool result: the tenant's IV guide only.
     let requests = s.model.requests();
     let tool_msg = requests[1]["messages"]
@@ -195,4 +214,39 @@ async fn rag_search_in_a_turn_reads_the_callers_tenant_and_injected_subject() {
     assert_eq!(function["name"], "rag_search");
     assert!(function["parameters"]["properties"].get("asignatura").is_none(), "{function}");
     assert!(!function.to_string().contains("asignatura"), "{function}");
+}
+
+/// An answer that uses the search results without naming them gets their citations appended,
+/// streamed as a last `token` and kept in the stored assistant message.
+#[tokio::test]
+async fn an_answer_that_cites_nothing_gets_its_sources_appended() {
+    let script = vec![
+        Reply::tool_calls(&[("c1", "rag_search", json!({"query": "examen final"}))]),
+        Reply::text("El examen final es en enero."),
+    ];
+    let s = start(ServiceOptions::default(), true, script).await;
+    let body = json!({"tenantSlug": "ugr", "tenantId": 1, "userId": 2, "conversationId": null,
+                      "message": "¿Cuándo es el examen?", "context": {"asignatura": "iv"}});
+    let text = reqwest::Client::new()
+        .post(format!("{}/api/chatbot/stream", s.base))
+        .header("X-Tenant-Slug", "ugr")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let tokens: String = text
+        .split("\n\n")
+        .filter(|f| f.contains("event: token"))
+        .filter_map(|f| f.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap()["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tokens, "El examen final es en enero.\n\n[Guía IV › Evaluación]", "{text}");
+    let done = text.split("\n\n").find(|f| f.contains("event: done")).unwrap();
+    let done: Value = serde_json::from_str(done.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap();
+    use toolgraph_server::store::ConversationStore;
+    let stored = s.store.messages(done["conversationId"].as_i64().unwrap()).await.unwrap();
+    assert_eq!(stored.last().unwrap().2, "El examen final es en enero.\n\n[Guía IV › Evaluación]");
 }

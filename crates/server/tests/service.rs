@@ -304,6 +304,8 @@ async fn two_write_tools_pause_and_are_confirmed_one_by_one(b: &str) {
     let (_, events) = stream(&s, &body(None, "공지하고 문자 보내줘")).await;
     let pending: Vec<&SseEvent> = events.iter().filter(|e| e.event == "pending").collect();
     assert_eq!(pending.len(), 2, "{events:?}");
+    // Without the `toolEvents` extension a client sees only the seed's event types.
+    assert!(events.iter().all(|e| ["token", "pending", "done"].contains(&e.event.as_str())), "{events:?}");
     assert_eq!(pending[0].data["toolName"], "send_sms");
     assert_eq!(pending[0].data["description"], "send_sms to +82101234: exam moved");
     assert_eq!(pending[0].data["arguments"]["to"], "+82101234");

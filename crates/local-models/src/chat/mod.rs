@@ -1,8 +1,10 @@
 //! Local chat models from GGUF files: the prompt side ([`template`]) — the file's own chat
 //! template with tools offered in its format, and the tokenizer rebuilt from its metadata — and
 //! the decoder ([`qwen2`]) with a prefix-reusing KV cache — and [`LocalChatModel`], the
-//! `ChatModel` around them (bounded queue, streaming, tool calls parsed from the text).
+//! `ChatModel` around them (bounded queue, streaming, tool calls parsed from the text, and
+//! decoded under the offered tools' names and parameters: [`call_guide`]).
 
+mod call_guide;
 mod model;
 pub mod qwen2;
 pub mod template;
@@ -14,3 +16,28 @@ pub use template::{ChatTemplate, GgufChatAssets};
 pub const QWEN_0_5B_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 /// The larger, more reliable tool caller (`scripts/fetch-models chat-1.5b`).
 pub const QWEN_1_5B_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+
+/// Read bandwidth from memory in GB/s, every core summing its share of a 1 GiB buffer (far
+/// larger than the caches), best of 3: the ceiling for a decoder that streams its weights once
+/// per token. Here (not in the binary) so it is optimised like the decoder in every build.
+pub fn memory_read_gb_per_s() -> f64 {
+    const BYTES: usize = 1 << 30;
+    let words = vec![1u64; BYTES / 8];
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let chunk = words.len().div_ceil(threads);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = words
+                .chunks(chunk)
+                .map(|part| s.spawn(move || part.iter().fold(0u64, |acc, w| acc.wrapping_add(*w))))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+        // Keeps the sums alive so the reads cannot be optimised away.
+        std::hint::black_box(total);
+    }
+    BYTES as f64 / best / 1e9
+}

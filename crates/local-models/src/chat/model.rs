@@ -5,8 +5,10 @@
 //! `Retry-After`, like a busy server). The worker renders the file's chat template with the
 //! offered tools, trims the oldest turns when the prompt would not fit, generates with the
 //! request's temperature and stop sequences, and streams prose while tool calls written as
-//! text are recognised and held back ([`ToolCallTextParser`]).
+//! text are recognised and held back ([`ToolCallTextParser`]); a call's tool name and argument
+//! keys are decoded under a constraint to the offered tools ([`ToolCallGuide`]).
 
+use super::call_guide::{GuidedTool, ToolCallGuide};
 use super::qwen2::{Qwen2, argmax};
 use super::template::GgufChatAssets;
 use crate::LocalModelError;
@@ -15,7 +17,10 @@ use std::path::Path;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
 use toolgraph_llm::text_tools::{TextEvent, ToolCallTextParser};
-use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, LlmError, Message, ToolCall, Usage};
+use toolgraph_llm::{
+    ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, LlmError, Message, SchemaDialect, ToolCall,
+    ToolDefinition, Usage, normalize_schema,
+};
 
 /// How the local model is run.
 #[derive(Debug, Clone, Copy)]
@@ -26,11 +31,17 @@ pub struct LocalChatOptions {
     pub max_context: usize,
     /// Reply length when the request sets none.
     pub default_max_tokens: usize,
+    /// When tools are offered and the tokens that can open a tool call (`<tool_call>`, `{`, a
+    /// code fence) together hold at least this probability at the first position of a reply to
+    /// the user (not after a tool result), the reply starts with one of them even if a prose token is the single likeliest. Greedy
+    /// decoding compares single tokens, and a call's probability is spread over several
+    /// openers; 0.5 picks the likelier of the two kinds of reply. Above 1: never.
+    pub call_threshold: f32,
 }
 
 impl Default for LocalChatOptions {
     fn default() -> Self {
-        Self { queue: 8, max_context: 4096, default_max_tokens: 512 }
+        Self { queue: 8, max_context: 4096, default_max_tokens: 512, call_threshold: 0.5 }
     }
 }
 
@@ -65,8 +76,16 @@ impl LocalChatModel {
         let model = Qwen2::load(&content, &mut reader, max_context)?;
         let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("local").to_owned();
         let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(options.queue);
-        let mut worker =
-            Worker { model, assets, max_context, default_max_tokens: options.default_max_tokens, id: id.clone() };
+        let mut worker = Worker {
+            model,
+            assets,
+            max_context,
+            default_max_tokens: options.default_max_tokens,
+            id: id.clone(),
+            vocab: Vec::new(),
+            call_openers: Vec::new(),
+            call_threshold: options.call_threshold,
+        };
         std::thread::Builder::new()
             .name("toolgraph-local-chat".into())
             .spawn(move || {
@@ -112,6 +131,20 @@ struct Worker {
     max_context: usize,
     default_max_tokens: usize,
     id: String,
+    /// Each token id's text, for constraining tool names; built on the first request that
+    /// offers tools.
+    vocab: Vec<String>,
+    /// For each token id: whether it can open a tool call written as text.
+    call_openers: Vec<bool>,
+    call_threshold: f32,
+}
+
+/// Whether a token can be the first of a tool call written as text: the tag, a JSON object or
+/// a code fence (the forms `ToolCallTextParser` accepts).
+fn opens_call(token: &str) -> bool {
+    let t = token.trim_start();
+    !t.is_empty()
+        && (t.starts_with('{') || t.starts_with("```") || "<tool_call>".starts_with(t) || t.starts_with("<tool_call>"))
 }
 
 impl Worker {
@@ -120,11 +153,18 @@ impl Worker {
     }
 
     fn encode(&self, messages: &[Message], request: &ChatRequest) -> Result<Vec<u32>, LlmError> {
-        let text = self
-            .assets
-            .template
-            .render(messages, &request.tools)
-            .map_err(|e| LlmError::InvalidRequest(e.to_string()))?;
+        // The schemas as any local server would get them: no `$schema`, no type names as
+        // titles, no `$ref`s (a small model copies such words into its arguments).
+        let tools: Vec<ToolDefinition> = request
+            .tools
+            .iter()
+            .map(|t| ToolDefinition {
+                parameters: normalize_schema(&t.parameters, SchemaDialect::Generic),
+                ..t.clone()
+            })
+            .collect();
+        let text =
+            self.assets.template.render(messages, &tools).map_err(|e| LlmError::InvalidRequest(e.to_string()))?;
         Ok(self.assets.tokenizer.encode(text.as_str(), false).map_err(|e| self.err(e.to_string()))?.get_ids().to_vec())
     }
 
@@ -154,8 +194,23 @@ impl Worker {
         }
     }
 
+    fn ensure_vocab(&mut self) {
+        if !self.vocab.is_empty() {
+            return;
+        }
+        let tokenizer = &self.assets.tokenizer;
+        let size = tokenizer.get_vocab_size(true) as u32;
+        self.vocab = (0..size).map(|id| tokenizer.decode(&[id], false).unwrap_or_default()).collect();
+        self.call_openers = self.vocab.iter().map(|t| opens_call(t)).collect();
+    }
+
     fn run(&mut self, job: Job) -> Result<(), LlmError> {
         let Job { request, events } = job;
+        if !request.tools.is_empty() {
+            self.ensure_vocab();
+        }
+        let mut guide =
+            ToolCallGuide::new(request.tools.iter().map(|t| GuidedTool::from_schema(&t.name, &t.parameters)).collect());
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
         let mut ids = self.prompt(&request, max_new)?;
         let prompt_tokens = ids.len();
@@ -183,7 +238,21 @@ impl Worker {
             true
         };
         while generated < max_new {
-            let (logits, _) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+            let (mut logits, _) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+            if guide.active() {
+                guide.mask(&self.vocab, &mut logits);
+            }
+            if generated == 0 && !request.tools.is_empty() {
+                match request.messages.last() {
+                    Some(Message::User { .. }) => {
+                        prefer_call(&mut logits, &self.call_openers, self.call_threshold);
+                    }
+                    // After a tool result a small model tends to echo the result's JSON: the
+                    // reply is prose, or a further call in the template's own tag.
+                    Some(Message::Tool { .. }) => forbid_bare_json(&mut logits, &self.vocab),
+                    _ => {}
+                }
+            }
             let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&logits, temperature, &mut rng) };
             if self.assets.stop_tokens.contains(&next) {
                 finish = FinishReason::Stop;
@@ -193,6 +262,7 @@ impl Worker {
             generated += 1;
             let Some(piece) = decoder.step(next).map_err(|e| self.err(e.to_string()))? else { continue };
             text.push_str(&piece);
+            guide.observe(&text, &piece);
             if let Some(stop) = request.stop.iter().find(|s| !s.is_empty() && text.ends_with(s.as_str())) {
                 let keep = piece.len().saturating_sub(stop.len());
                 if !emit(parser.push(&piece[..keep]), &mut calls) {
@@ -219,6 +289,40 @@ impl Worker {
     }
 }
 
+/// At a reply's first token: if the call openers together have at least `threshold` of the
+/// probability, keeps only them (see [`LocalChatOptions::call_threshold`]). Returns whether
+/// it did.
+fn prefer_call(logits: &mut [f32], openers: &[bool], threshold: f32) -> bool {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (mut total, mut calls) = (0f32, 0f32);
+    for (l, opener) in logits.iter().zip(openers.iter().chain(std::iter::repeat(&false))) {
+        let p = (l - max).exp();
+        total += p;
+        if *opener {
+            calls += p;
+        }
+    }
+    if total <= 0.0 || calls / total < threshold {
+        return false;
+    }
+    for (l, opener) in logits.iter_mut().zip(openers.iter().chain(std::iter::repeat(&false))) {
+        if !opener {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    true
+}
+
+/// Keeps a reply from starting as a JSON object or a code fence (the tag `<tool_call>` stays).
+fn forbid_bare_json(logits: &mut [f32], vocab: &[String]) {
+    for (l, t) in logits.iter_mut().zip(vocab) {
+        let t = t.trim_start();
+        if t.starts_with('{') || t.starts_with("```") {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
 /// Samples from `softmax(logits / temperature)`.
 fn sample(logits: &[f32], temperature: f32, rng: &mut u64) -> u32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -235,4 +339,45 @@ fn sample(logits: &[f32], temperature: f32, rng: &mut u64) -> u32 {
         }
     }
     argmax(logits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_openers_are_the_forms_the_parser_accepts() {
+        for t in ["<tool_call>", "<", "<tool", " {\"", "{\n", "{", "```", "```json"] {
+            assert!(opens_call(t), "{t:?}");
+        }
+        for t in ["The", "¡", "3", " ", "", "<div", "[", "\""] {
+            assert!(!opens_call(t), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn a_reply_after_a_tool_result_cannot_open_with_json() {
+        let vocab: Vec<String> = ["{\"", " {", "```", "<tool_call>", "El"].map(str::to_owned).to_vec();
+        let mut logits = vec![5.0, 4.0, 3.0, 1.0, 2.0];
+        forbid_bare_json(&mut logits, &vocab);
+        assert_eq!(argmax(&logits), 4, "prose");
+        assert!(logits[3].is_finite(), "a further call in the tag stays possible");
+    }
+
+    #[test]
+    fn spread_call_mass_beats_a_single_prose_token() {
+        // Probabilities 0.35 (prose "3"), then three openers at 0.25, 0.2, 0.2 (together 0.65).
+        let probs: [f32; 4] = [0.35, 0.25, 0.2, 0.2];
+        let mut logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        let openers = [false, true, true, true];
+        assert!(prefer_call(&mut logits, &openers, 0.5));
+        assert_eq!(argmax(&logits), 1, "the likeliest opener, not the likeliest token");
+        // The same call mass under a stricter threshold leaves greedy decoding alone.
+        let mut logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        assert!(!prefer_call(&mut logits, &openers, 0.7));
+        assert_eq!(argmax(&logits), 0);
+        // A greeting: hardly any call mass.
+        let mut logits: Vec<f32> = [0.9f32, 0.05, 0.03, 0.02].iter().map(|p| p.ln()).collect();
+        assert!(!prefer_call(&mut logits, &openers, 0.5));
+    }
 }

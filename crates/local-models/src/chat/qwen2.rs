@@ -214,6 +214,30 @@ impl Qwen2 {
         Ok((logits, new.len()))
     }
 
+    /// Bytes of weights one generated token reads: every projection matrix of every layer and
+    /// the output head in their stored (quantised) form, the norms and biases, and one row of
+    /// the embedding table. Decoding is bound by reading these once per token.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        fn qm(m: &QMatMul) -> usize {
+            match m {
+                QMatMul::QTensor(t) => t.storage_size_in_bytes(),
+                QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            }
+        }
+        fn dense(t: &Tensor) -> usize {
+            t.elem_count() * t.dtype().size_in_bytes()
+        }
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(qm).sum::<usize>()
+                    + [&l.attn_norm, &l.ffn_norm, &l.q_bias, &l.k_bias, &l.v_bias].into_iter().map(dense).sum::<usize>()
+            })
+            .sum();
+        layers + qm(&self.lm_head) + dense(&self.norm) + self.shape.hidden * DType::F16.size_in_bytes()
+    }
+
     /// Forgets the KV cache.
     pub fn clear_cache(&mut self) {
         self.cache.iter_mut().for_each(|c| *c = None);

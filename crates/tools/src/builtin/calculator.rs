@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// Arguments of `calculator`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CalculatorArgs {
-    /// Arithmetic expression, e.g. `(3.5 + 4) * 2^3 / sqrt(16)`. Operators: + - * / % ^;
+    /// The arithmetic expression to evaluate, written with the numbers of the request. Operators: + - * / % ^;
     /// functions: sqrt, abs, ln, log10, exp, sin, cos, tan, round, floor, ceil, min, max;
     /// constants: pi, e.
     #[schemars(length(min = 1, max = 500))]

@@ -122,7 +122,7 @@ pub fn note_list(data_dir: &Path) -> Arc<dyn Tool> {
     let dir = notes_dir(data_dir);
     ToolBuilder::<NoteListArgs>::new(
         "note_list",
-        "List the user's saved notes, optionally only those containing a text.",
+        "List the notes the user saved earlier with note_write (not documents), optionally only those containing a text.",
     )
     .display_name("List notes")
     .param_display("contains", "Containing")

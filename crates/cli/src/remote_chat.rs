@@ -1,0 +1,260 @@
+//! `toolgraph chat --url`: the terminal conversation of `chat`, held with a running
+//! `toolgraph serve` through its HTTP API (SPEC §4) instead of an in-process agent.
+//!
+//! Each line is a `POST /api/chatbot/stream` turn (with the `toolEvents` extension, so tool
+//! calls and their outcomes can be shown); each `pending` action is put to the user and decided
+//! through `POST /api/chatbot/confirm`. `--transcript` writes every event and confirm exchange
+//! as JSON lines, for scripts that check a conversation's structure (`scripts/demo --check`).
+
+use anyhow::{Context, bail};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+use std::io::Write;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Who the client speaks as, and where.
+pub struct RemoteChat {
+    client: reqwest::Client,
+    base: String,
+    tenant_slug: String,
+    tenant_id: i64,
+    user_id: i64,
+    agent: Option<String>,
+    context: Option<Map<String, Value>>,
+    api_key: Option<String>,
+    conversation: Option<i64>,
+    transcript: Option<std::fs::File>,
+    turn: u32,
+}
+
+/// The connection settings of [`RemoteChat::new`].
+pub struct RemoteOptions {
+    pub url: String,
+    pub tenant_slug: String,
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub agent: Option<String>,
+    pub context: Option<Map<String, Value>>,
+    pub api_key: Option<String>,
+    pub conversation: Option<i64>,
+    pub transcript: Option<std::path::PathBuf>,
+}
+
+/// No frame for this long means the server is gone: it sends a keep-alive every 15 s.
+const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// A confirm answers when the resumed run ends: a local model may need minutes for it.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl RemoteChat {
+    pub fn new(opts: RemoteOptions) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(STREAM_READ_TIMEOUT)
+            .build()
+            .context("cannot build the HTTP client")?;
+        let transcript = match &opts.transcript {
+            Some(path) => Some(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot create the transcript {}", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            client,
+            base: opts.url.trim_end_matches('/').to_owned(),
+            tenant_slug: opts.tenant_slug,
+            tenant_id: opts.tenant_id,
+            user_id: opts.user_id,
+            agent: opts.agent,
+            context: opts.context,
+            api_key: opts.api_key,
+            conversation: opts.conversation,
+            transcript,
+            turn: 0,
+        })
+    }
+
+    /// Fails with a readable message unless the server answers `/ready` with 200.
+    pub async fn check_ready(&self) -> anyhow::Result<()> {
+        let url = format!("{}/ready", self.base);
+        let resp = self
+            .client
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .with_context(|| format!("no toolgraph service answers at {url} (start one with `toolgraph serve`)"))?;
+        if !resp.status().is_success() {
+            bail!("the service at {} is not ready ({})", self.base, resp.status());
+        }
+        Ok(())
+    }
+
+    pub fn conversation(&self) -> Option<i64> {
+        self.conversation
+    }
+
+    fn record(&mut self, event: &str, data: &Value) {
+        if let Some(file) = &mut self.transcript {
+            let line = json!({ "turn": self.turn, "event": event, "data": data });
+            // The transcript is a by-product: a full disk must not end the conversation.
+            if let Err(e) = writeln!(file, "{line}") {
+                tracing::warn!(error = %e, "cannot write the transcript");
+            }
+        }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
+        let mut req =
+            self.client.post(format!("{}{path}", self.base)).header("X-Tenant-Slug", &self.tenant_slug).json(body);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        req
+    }
+
+    /// One user turn: streams the reply to stdout and tool activity to stderr, then settles
+    /// any pending actions with answers read from `lines`. `Ok(false)` when the input ended
+    /// while a decision was awaited.
+    pub async fn turn(&mut self, message: &str, lines: &mut mpsc::Receiver<String>) -> anyhow::Result<bool> {
+        self.turn += 1;
+        let started = std::time::Instant::now();
+        let mut body = json!({
+            "tenantSlug": self.tenant_slug,
+            "tenantId": self.tenant_id,
+            "userId": self.user_id,
+            "conversationId": self.conversation,
+            "message": message,
+            "toolEvents": true,
+        });
+        if let Some(agent) = &self.agent {
+            body["agent"] = json!(agent);
+        }
+        if let Some(context) = &self.context {
+            body["context"] = Value::Object(context.clone());
+        }
+        let resp = self.post("/api/chatbot/stream", &body).send().await.context("the stream request failed")?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            let data = serde_json::from_str::<Value>(&text).unwrap_or_else(|_| json!({ "error": text }));
+            self.record("http_error", &json!({ "status": status.as_u16(), "body": data }));
+            eprintln!("error: the service answered {status}: {}", error_text(&data));
+            return Ok(true);
+        }
+        let mut pending = Vec::new();
+        let mut events = resp.bytes_stream().eventsource();
+        let mut stdout = std::io::stdout();
+        while let Some(event) = events.next().await {
+            let event = event.context("the event stream broke off")?;
+            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            self.record(&event.event, &data);
+            match event.event.as_str() {
+                "token" => {
+                    print!("{}", data["content"].as_str().unwrap_or_default());
+                    let _ = stdout.flush();
+                }
+                "tool_call" => eprintln!("  → {} {}", data["name"].as_str().unwrap_or("?"), data["arguments"]),
+                "tool_result" => {
+                    let outcome = data["outcome"].to_string();
+                    let short: String = outcome.chars().take(300).collect();
+                    let ok = if data["ok"] == true { "ok" } else { "failed" };
+                    eprintln!("  ← {} {ok}: {short}", data["name"].as_str().unwrap_or("?"));
+                }
+                "pending" => pending.push(data),
+                "done" => {
+                    if let Some(id) = data["conversationId"].as_i64() {
+                        self.conversation = Some(id);
+                    }
+                }
+                "error" => eprintln!("\nerror: {}", data["message"].as_str().unwrap_or("(no message)")),
+                _ => {}
+            }
+        }
+        println!();
+        eprintln!("  ({:.1} s)", started.elapsed().as_secs_f64());
+        // Several write actions of one turn are decided one by one; each confirm answers with
+        // the next undecided one, or with the resumed run's reply (which may ask again).
+        let mut next = pending.into_iter().next();
+        while let Some(action) = next.take() {
+            let description = action["description"].as_str().unwrap_or("(no description)");
+            eprint!("approval needed: {description}\napprove? [y/N] ");
+            let _ = std::io::stderr().flush();
+            let Some(answer) = lines.recv().await else { return Ok(false) };
+            if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                eprintln!("{answer}");
+            }
+            let confirmed = is_yes(&answer);
+            let started = std::time::Instant::now();
+            let response = self.confirm(&action, confirmed).await?;
+            if let Some(text) = response["message"].as_str().filter(|t| !t.is_empty()) {
+                println!("{text}");
+            }
+            eprintln!("  ({:.1} s)", started.elapsed().as_secs_f64());
+            next = response.get("pendingAction").filter(|p| !p.is_null()).cloned();
+        }
+        Ok(true)
+    }
+
+    async fn confirm(&mut self, action: &Value, confirmed: bool) -> anyhow::Result<Value> {
+        let Some(conversation) = self.conversation else { bail!("a pending action arrived without a conversation id") };
+        let body = json!({
+            "tenantSlug": self.tenant_slug,
+            "tenantId": self.tenant_id,
+            "userId": self.user_id,
+            "conversationId": conversation,
+            "messageId": action["messageId"],
+            "confirmed": confirmed,
+        });
+        let resp = self
+            .post("/api/chatbot/confirm", &body)
+            .timeout(CONFIRM_TIMEOUT)
+            .send()
+            .await
+            .context("the confirm request failed")?;
+        let status = resp.status();
+        let data: Value = resp.json().await.unwrap_or(Value::Null);
+        self.record("confirm", &json!({ "request": body, "status": status.as_u16(), "response": data }));
+        if !status.is_success() {
+            bail!("the service refused the decision ({status}): {}", error_text(&data));
+        }
+        Ok(data)
+    }
+}
+
+/// The message of an error body (`{"error": ...}` or `{"message": ...}`), else the body.
+fn error_text(data: &Value) -> String {
+    ["error", "message"]
+        .iter()
+        .find_map(|k| data.get(k).and_then(Value::as_str))
+        .map_or_else(|| data.to_string(), str::to_owned)
+}
+
+/// A yes in English or Spanish; anything else is a no.
+pub fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_lowercase().as_str(), "y" | "yes" | "s" | "si" | "sí")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_clear_yeses_approve() {
+        for yes in ["y", "Y", "yes", " sí ", "SI"] {
+            assert!(is_yes(yes), "{yes}");
+        }
+        for no in ["", "n", "no", "yes please", "maybe"] {
+            assert!(!is_yes(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn error_text_prefers_the_error_field() {
+        assert_eq!(error_text(&json!({"error": "bad", "field": "message"})), "bad");
+        assert_eq!(error_text(&json!({"message": "gone"})), "gone");
+        assert_eq!(error_text(&json!([1])), "[1]");
+    }
+}

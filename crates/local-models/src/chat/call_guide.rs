@@ -1,0 +1,437 @@
+//! Constrained decoding of tool calls written as text. Once the model has opened a call and
+//! written `"name": "`, only tokens that continue the name of an offered tool are allowed; in
+//! the `"arguments"` object that follows, only that tool's parameter names may be keys, each
+//! at most once, and the object must close once every parameter is used. A small model can
+//! then neither call a tool that does not exist (`calculatorArgs`) nor copy schema words into
+//! the arguments (`"type": "object"`) nor repeat keys until it runs out of tokens.
+//!
+//! Values are left free: the tools validate them, and a bad value comes back to the model as
+//! a readable error it can correct.
+
+use serde_json::Value;
+
+/// A tool the model may call: its name and parameter names (empty: any keys), and which JSON
+/// kinds each parameter's value may start as.
+#[derive(Debug, Clone)]
+pub struct GuidedTool {
+    pub name: String,
+    pub params: Vec<String>,
+    kinds: Vec<Kinds>,
+}
+
+/// The JSON kinds a value may be, from its schema's `type` (all, when it names none).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Kinds {
+    string: bool,
+    number: bool,
+    boolean: bool,
+    null: bool,
+    object: bool,
+    array: bool,
+}
+
+impl Kinds {
+    const ANY: Kinds = Kinds { string: true, number: true, boolean: true, null: true, object: true, array: true };
+
+    fn of(schema: &Value) -> Self {
+        let names: Vec<&str> = match schema.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => return Self::ANY,
+        };
+        let has = |n: &str| names.contains(&n);
+        Kinds {
+            string: has("string"),
+            number: has("number") || has("integer"),
+            boolean: has("boolean"),
+            null: has("null"),
+            object: has("object"),
+            array: has("array"),
+        }
+    }
+
+    /// Whether a value may start with `c`.
+    fn starts(self, c: char) -> bool {
+        match c {
+            '"' => self.string,
+            '{' => self.object,
+            '[' => self.array,
+            't' | 'f' => self.boolean,
+            'n' => self.null,
+            c => (c == '-' || c.is_ascii_digit()) && self.number,
+        }
+    }
+}
+
+impl GuidedTool {
+    /// From a tool's name and JSON-schema `parameters`.
+    pub fn from_schema(name: &str, parameters: &Value) -> Self {
+        let props = parameters.get("properties").and_then(Value::as_object);
+        let params: Vec<String> = props.map(|p| p.keys().cloned().collect()).unwrap_or_default();
+        let kinds = props.map(|p| p.values().map(Kinds::of).collect()).unwrap_or_default();
+        Self { name: name.to_owned(), params, kinds }
+    }
+
+    fn kinds(&self, key: &str) -> Kinds {
+        self.params.iter().position(|p| p == key).and_then(|i| self.kinds.get(i).copied()).unwrap_or(Kinds::ANY)
+    }
+}
+
+/// Where in a call the text is.
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    /// Not in a call (or past the part that is constrained).
+    Outside,
+    /// Writing the tool name (the text so far).
+    Name(String),
+    /// After the name, waiting for `"arguments": {`; holds the tool index and what came so far.
+    BeforeArgs(usize, String),
+    /// Inside the arguments object.
+    Args(usize, Vec<String>, Arg),
+}
+
+/// The state inside the arguments object.
+#[derive(Debug, Clone, PartialEq)]
+enum Arg {
+    /// After `{` or `,`: a key or (after `{`) the end.
+    KeyOrEnd { first: bool },
+    /// Inside a key (its text so far).
+    Key(String),
+    /// After a key, before `:`.
+    Colon,
+    /// After `:`, before the value.
+    Value,
+    /// Inside a value: nesting depth, inside a string, after a backslash, scalar (no brackets).
+    InValue { depth: u32, string: bool, escape: bool, scalar: bool },
+    /// After a value: `,` or `}`.
+    AfterValue,
+}
+
+/// How a tool-call object starts, up to the opening quote of its name.
+fn opens_name(text: &str) -> bool {
+    let Some(before) = text.strip_suffix('"') else { return false };
+    let Some(before) = before.trim_end().strip_suffix(':') else { return false };
+    let Some(before) = before.trim_end().strip_suffix("\"name\"") else { return false };
+    let Some(before) = before.trim_end().strip_suffix('{') else { return false };
+    let before = before.trim_end();
+    // Inside an open `<tool_call>` block, or a reply that is nothing but a JSON call so far
+    // (bare or fenced): the forms the lenient parser accepts as calls.
+    let open_tag = before.rfind("<tool_call>").is_some_and(|at| !before[at..].contains("</tool_call>"));
+    let fence = before.strip_prefix("```json").or_else(|| before.strip_prefix("```")).map(str::trim);
+    open_tag || before.is_empty() || fence == Some("")
+}
+
+/// Follows a reply and says which tokens may come next while it writes a tool call.
+#[derive(Debug)]
+pub struct ToolCallGuide {
+    tools: Vec<GuidedTool>,
+    phase: Phase,
+}
+
+impl ToolCallGuide {
+    /// A guide for these tools (none: it never constrains).
+    pub fn new(tools: Vec<GuidedTool>) -> Self {
+        Self { tools, phase: Phase::Outside }
+    }
+
+    /// Whether the next token is constrained.
+    pub fn active(&self) -> bool {
+        matches!(self.phase, Phase::Name(_) | Phase::Args(..))
+    }
+
+    /// Follows the reply: `text` is everything generated so far, `piece` its newest part.
+    pub fn observe(&mut self, text: &str, piece: &str) {
+        if self.tools.is_empty() {
+            return;
+        }
+        if self.phase == Phase::Outside {
+            if opens_name(text) {
+                self.phase = Phase::Name(String::new());
+            }
+            return;
+        }
+        self.phase = self.advance(self.phase.clone(), piece).unwrap_or(Phase::Outside);
+    }
+
+    /// The phase after `piece`, or `None` if the piece breaks the constraint (then the guide
+    /// lets go: the lenient parser decides what the text was).
+    fn advance(&self, mut phase: Phase, piece: &str) -> Option<Phase> {
+        for c in piece.chars() {
+            phase = self.step(phase, c)?;
+        }
+        Some(phase)
+    }
+
+    fn step(&self, phase: Phase, c: char) -> Option<Phase> {
+        Some(match phase {
+            Phase::Outside => Phase::Outside,
+            Phase::Name(mut name) => {
+                if c == '"' {
+                    let i = self.tools.iter().position(|t| t.name == name)?;
+                    Phase::BeforeArgs(i, String::new())
+                } else {
+                    name.push(c);
+                    if !self.tools.iter().any(|t| t.name.starts_with(&name)) {
+                        return None;
+                    }
+                    Phase::Name(name)
+                }
+            }
+            Phase::BeforeArgs(i, mut seen) => {
+                seen.push(c);
+                let compact: String = seen.chars().filter(|c| !c.is_whitespace()).collect();
+                if compact == ",\"arguments\":{" {
+                    Phase::Args(i, Vec::new(), Arg::KeyOrEnd { first: true })
+                } else if ",\"arguments\":{".starts_with(&compact) {
+                    Phase::BeforeArgs(i, seen)
+                } else {
+                    // Some other shape (`"parameters"`, a closing brace): not constrained.
+                    Phase::Outside
+                }
+            }
+            Phase::Args(i, mut used, arg) => {
+                let params = &self.tools[i].params;
+                let free = params.is_empty();
+                let next = match arg {
+                    Arg::KeyOrEnd { first } => match c {
+                        c if c.is_whitespace() => Arg::KeyOrEnd { first },
+                        '"' => Arg::Key(String::new()),
+                        '}' if first || free || used.len() == params.len() => return Some(Phase::Outside),
+                        _ => return None,
+                    },
+                    Arg::Key(mut key) => {
+                        if c == '"' {
+                            if !free && (!params.contains(&key) || used.contains(&key)) {
+                                return None;
+                            }
+                            used.push(key);
+                            Arg::Colon
+                        } else {
+                            key.push(c);
+                            if !free && !params.iter().any(|p| p.starts_with(&key) && !used.contains(p)) {
+                                return None;
+                            }
+                            Arg::Key(key)
+                        }
+                    }
+                    Arg::Colon => match c {
+                        ':' => Arg::Value,
+                        c if c.is_whitespace() => Arg::Colon,
+                        _ => return None,
+                    },
+                    Arg::Value => match c {
+                        c if c.is_whitespace() => Arg::Value,
+                        // Not the kind the schema asks for (a schema copied as the value).
+                        c if !self.tools[i].kinds(used.last().map_or("", String::as_str)).starts(c) => return None,
+                        '"' => Arg::InValue { depth: 0, string: true, escape: false, scalar: true },
+                        '{' | '[' => Arg::InValue { depth: 1, string: false, escape: false, scalar: false },
+                        c if c == '-' || c.is_ascii_alphanumeric() => {
+                            Arg::InValue { depth: 0, string: false, escape: false, scalar: true }
+                        }
+                        _ => return None,
+                    },
+                    Arg::InValue { depth, string: true, escape, scalar } => match c {
+                        _ if escape => Arg::InValue { depth, string: true, escape: false, scalar },
+                        '\\' => Arg::InValue { depth, string: true, escape: true, scalar },
+                        '"' if depth == 0 => Arg::AfterValue,
+                        '"' => Arg::InValue { depth, string: false, escape: false, scalar },
+                        _ => Arg::InValue { depth, string: true, escape: false, scalar },
+                    },
+                    Arg::InValue { depth, string: false, scalar: false, .. } => match c {
+                        '"' => Arg::InValue { depth, string: true, escape: false, scalar: false },
+                        '{' | '[' => Arg::InValue { depth: depth + 1, string: false, escape: false, scalar: false },
+                        '}' | ']' if depth == 1 => Arg::AfterValue,
+                        '}' | ']' => Arg::InValue { depth: depth - 1, string: false, escape: false, scalar: false },
+                        _ => Arg::InValue { depth, string: false, escape: false, scalar: false },
+                    },
+                    // A number or literal runs until a separator.
+                    Arg::InValue { .. } => match c {
+                        c if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+') => arg_scalar(),
+                        c if c.is_whitespace() => Arg::AfterValue,
+                        ',' | '}' => return self.step(Phase::Args(i, used, Arg::AfterValue), c),
+                        _ => return None,
+                    },
+                    Arg::AfterValue => match c {
+                        c if c.is_whitespace() => Arg::AfterValue,
+                        // Another key only if one is left.
+                        ',' if free || used.len() < params.len() => Arg::KeyOrEnd { first: false },
+                        '}' => return Some(Phase::Outside),
+                        _ => return None,
+                    },
+                };
+                Phase::Args(i, used, next)
+            }
+        })
+    }
+
+    /// Sets the logits of every token that would break the call's constraint to −∞. `vocab`
+    /// holds each token id's text. Leaves the logits alone if nothing would remain.
+    pub fn mask(&self, vocab: &[String], logits: &mut [f32]) {
+        if !self.active() {
+            return;
+        }
+        let allowed: Vec<bool> =
+            vocab.iter().map(|t| !t.is_empty() && self.advance(self.phase.clone(), t).is_some()).collect();
+        if !allowed.iter().any(|a| *a) {
+            return;
+        }
+        for (logit, ok) in logits.iter_mut().zip(allowed.iter().chain(std::iter::repeat(&false))) {
+            if !ok {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+fn arg_scalar() -> Arg {
+    Arg::InValue { depth: 0, string: false, escape: false, scalar: true }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tools() -> Vec<GuidedTool> {
+        vec![
+            GuidedTool::from_schema(
+                "calculator",
+                &json!({"properties": {"expression": {"type": "string"}, "decimals": {"type": "integer"}}}),
+            ),
+            GuidedTool::from_schema("note_write", &json!({"properties": {"title": {}, "body": {}}})),
+            GuidedTool::from_schema("note_list", &json!({"properties": {}})),
+        ]
+    }
+
+    /// Decodes under the guide: after `prefix` (which opens the name) and `forced` (text the
+    /// model wrote freely), each step lists the tokens the model would pick, likeliest first;
+    /// the first one the guide allows is taken. Returns the text after `prefix` and the guide.
+    fn decode(prefix: &str, forced: &str, steps: &[&[&str]]) -> (String, ToolCallGuide) {
+        let vocab: Vec<String> = steps.iter().flat_map(|s| s.iter().map(|t| (*t).to_owned())).collect();
+        let mut guide = ToolCallGuide::new(tools());
+        let mut text = prefix.to_owned();
+        guide.observe(&text, prefix);
+        text.push_str(forced);
+        guide.observe(&text, forced);
+        for step in steps {
+            let mut logits = vec![0.0f32; vocab.len()];
+            guide.mask(&vocab, &mut logits);
+            let pick = step
+                .iter()
+                .find(|t| logits[vocab.iter().position(|v| v == *t).unwrap()].is_finite())
+                .unwrap_or_else(|| panic!("nothing allowed of {step:?} after {text:?}"));
+            text.push_str(pick);
+            guide.observe(&text, pick);
+        }
+        (text[prefix.len()..].to_owned(), guide)
+    }
+
+    const OPEN: &str = "<tool_call>\n{\"name\": \"";
+
+    #[test]
+    fn an_invented_name_is_steered_to_an_offered_one() {
+        let (out, g) = decode(OPEN, "", &[&["calc"], &["ulatorArgs", "ulator"], &["\","]]);
+        assert_eq!(out, "calculator\",");
+        assert!(matches!(g.phase, Phase::BeforeArgs(0, _)), "{:?}", g.phase);
+    }
+
+    #[test]
+    fn a_name_nobody_offered_cannot_be_started() {
+        let (out, _) = decode(OPEN, "", &[&["hello", "x", "note"], &["_list"], &["\""]]);
+        assert_eq!(out, "note_list\"");
+    }
+
+    #[test]
+    fn arguments_take_only_the_tools_own_keys_once_then_close() {
+        // The model would copy schema words, repeat a key and go on; the guide allows only
+        // `expression` and `decimals`, each once, and then only the closing brace.
+        let steps: &[&[&str]] = &[
+            &["\""],
+            &["type", "title", "expression"],
+            &["\":"],
+            &[" \""],
+            &["2+3"],
+            &["\","],
+            &[" \""],
+            &["expression", "decimals"],
+            &["\":"],
+            &[" 2"],
+            &[",", "}"],
+        ];
+        let (out, g) = decode(OPEN, "calculator\", \"arguments\": {", steps);
+        assert_eq!(out, "calculator\", \"arguments\": {\"expression\": \"2+3\", \"decimals\": 2}");
+        assert_eq!(g.phase, Phase::Outside, "the guide lets go after the arguments");
+        let call: Value = serde_json::from_str(&format!("{{\"name\": \"{out}}}")).unwrap();
+        assert_eq!(call["arguments"], json!({"expression": "2+3", "decimals": 2}));
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused() {
+        let g = ToolCallGuide::new(tools());
+        let phase = Phase::Args(1, vec!["title".into()], Arg::KeyOrEnd { first: false });
+        assert!(g.advance(phase.clone(), "\"title\"").is_none());
+        assert!(g.advance(phase.clone(), "\"body\"").is_some());
+        // Every key used: a comma is refused, the end is allowed.
+        let done = Phase::Args(1, vec!["title".into(), "body".into()], Arg::AfterValue);
+        assert!(g.advance(done.clone(), ",").is_none());
+        assert_eq!(g.advance(done, " }"), Some(Phase::Outside));
+    }
+
+    #[test]
+    fn a_value_must_be_of_the_kind_its_schema_names() {
+        let tool = GuidedTool::from_schema(
+            "note_list",
+            &json!({"properties": {"contains": {"type": ["string", "null"]}, "n": {"type": "integer"}}}),
+        );
+        let g = ToolCallGuide::new(vec![tool]);
+        let start = Phase::Args(0, Vec::new(), Arg::KeyOrEnd { first: true });
+        assert!(g.advance(start.clone(), r#""contains": {"description""#).is_none(), "a copied schema");
+        assert!(g.advance(start.clone(), r#""contains": "docker""#).is_some());
+        assert!(g.advance(start.clone(), r#""contains": null"#).is_some());
+        assert!(g.advance(start.clone(), r#""n": "5""#).is_none());
+        assert!(g.advance(start, r#""n": 5}"#).is_some());
+    }
+
+    #[test]
+    fn values_are_free_json() {
+        let g = ToolCallGuide::new(tools());
+        let start = Phase::Args(0, Vec::new(), Arg::KeyOrEnd { first: true });
+        let after = g.advance(start, r#""expression": "a \"quoted\" {x}", "decimals": 3}"#);
+        assert_eq!(after, Some(Phase::Outside));
+        let free = Phase::Args(2, Vec::new(), Arg::KeyOrEnd { first: true });
+        // A tool without declared parameters takes any keys (its own validation decides).
+        assert_eq!(g.advance(free, r#""contains": [1, {"a": "]"}], "x": -2.5e3}"#), Some(Phase::Outside));
+    }
+
+    #[test]
+    fn only_call_openings_activate_it() {
+        for prefix in ["<tool_call>\n{\"name\": \"", "{\"name\":\"", "```json\n{ \"name\" : \"", "  {\"name\": \""] {
+            let mut guide = ToolCallGuide::new(tools());
+            guide.observe(prefix, prefix);
+            assert!(guide.active(), "{prefix:?}");
+        }
+        for prefix in [
+            "Here is JSON: {\"name\": \"",
+            "<tool_call>{\"name\": \"calculator\"}</tool_call> then {\"name\": \"",
+            "{\"title\": \"",
+            "\"name\": \"",
+        ] {
+            let mut guide = ToolCallGuide::new(tools());
+            guide.observe(prefix, prefix);
+            assert!(!guide.active(), "{prefix:?}");
+        }
+        let mut none = ToolCallGuide::new(Vec::new());
+        none.observe("<tool_call>{\"name\": \"", "\"");
+        assert!(!none.active(), "no tools offered: never constrains");
+    }
+
+    #[test]
+    fn masking_keeps_logits_when_nothing_fits() {
+        let mut g = ToolCallGuide::new(tools());
+        g.observe("<tool_call>{\"name\": \"", "\"");
+        let vocab = vec!["zz".to_owned(), "yy".to_owned()];
+        let mut logits = vec![1.0, 2.0];
+        g.mask(&vocab, &mut logits);
+        assert_eq!(logits, [1.0, 2.0]);
+    }
+}
