@@ -83,6 +83,25 @@ fn context_pairs(pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>>
     Ok(Some(map))
 }
 
+/// The user's next non-empty line, after a `you>` prompt on a terminal; scripted input (a
+/// pipe) is echoed instead, so the output reads as a dialogue. `None` at the end of input.
+async fn next_message(lines: &mut mpsc::Receiver<String>, interactive: bool) -> Option<String> {
+    loop {
+        if interactive {
+            eprint!("you> ");
+            let _ = std::io::stderr().flush();
+        }
+        let line = lines.recv().await?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if !interactive {
+            eprintln!("\nyou> {line}");
+        }
+        return Some(line);
+    }
+}
+
 fn parse_context(agent: &Agent, pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
     let map = context_pairs(pairs)?;
     if let Some(k) = map.iter().flat_map(|m| m.keys()).find(|k| !agent.settings.state_keys.contains(k)) {
@@ -126,15 +145,7 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             approve_and_resume(&agent, &thread, undecided, &mut lines).await?;
         }
     }
-    loop {
-        if interactive {
-            eprint!("you> ");
-            let _ = std::io::stderr().flush();
-        }
-        let Some(line) = lines.recv().await else { break };
-        if line.trim().is_empty() {
-            continue;
-        }
+    while let Some(line) = next_message(&mut lines, interactive).await {
         let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };
         match agent.graph.start(&thread, user_turn(line, context.clone()), opts).await {
             Ok(run) => drive(&agent, &thread, run, &mut lines).await?,
@@ -165,19 +176,7 @@ async fn run_remote(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let interactive = std::io::stdin().is_terminal();
     let mut lines = stdin_lines();
     eprintln!("toolgraph chat · {url} · end with Ctrl-D");
-    loop {
-        if interactive {
-            eprint!("you> ");
-            let _ = std::io::stderr().flush();
-        }
-        let Some(line) = lines.recv().await else { break };
-        if line.trim().is_empty() {
-            continue;
-        }
-        if !interactive {
-            // Scripted input (a pipe): show what was said, so the output reads as a dialogue.
-            eprintln!("\nyou> {line}");
-        }
+    while let Some(line) = next_message(&mut lines, interactive).await {
         if !chat.turn(&line, &mut lines).await? {
             break;
         }
