@@ -41,12 +41,8 @@ pub async fn local_model(cfg: &Config) -> anyhow::Result<Option<Arc<dyn ChatMode
 
 #[cfg(feature = "local-models")]
 async fn load_local(name: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
-    use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, QWEN_0_5B_FILE, QWEN_1_5B_FILE};
-    let path = match name.as_str() {
-        "0.5b" => toolgraph_local_models::models_dir().join(QWEN_0_5B_FILE),
-        "1.5b" => toolgraph_local_models::models_dir().join(QWEN_1_5B_FILE),
-        other => std::path::PathBuf::from(other),
-    };
+    use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, named_model};
+    let path = named_model(&name).unwrap_or_else(|| std::path::PathBuf::from(&name));
     let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
         .await
         .context("the model loading task failed")?
@@ -123,7 +119,9 @@ pub fn build(
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
-    spec.cite_sources = settings.cite_sources;
+    if settings.cite_sources {
+        spec.answer_footer = Some(Arc::new(toolgraph_rag::citation::sources_footer));
+    }
     let graph = react::build(spec, model(cfg, &settings, local)?, store).context("cannot build the agent graph")?;
     Ok(Agent { name, settings, graph })
 }

@@ -99,13 +99,9 @@ struct ChatBench {
 fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     use toolgraph_llm::{Message, ToolDefinition};
     use toolgraph_local_models::chat::qwen2::{Qwen2, argmax};
-    use toolgraph_local_models::chat::{GgufChatAssets, QWEN_0_5B_FILE, QWEN_1_5B_FILE};
-    let file = match model {
-        "0.5b" => QWEN_0_5B_FILE,
-        "1.5b" => QWEN_1_5B_FILE,
-        other => anyhow::bail!("unknown model `{other}` (0.5b or 1.5b)"),
-    };
-    let path = toolgraph_local_models::models_dir().join(file);
+    use toolgraph_local_models::chat::{GgufChatAssets, named_model};
+    let Some(path) = named_model(model) else { anyhow::bail!("unknown model `{model}` (0.5b or 1.5b)") };
+    let file = path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
     let t = Instant::now();
     let (assets, content) = GgufChatAssets::from_file(&path)?;
     let mut reader = std::fs::File::open(&path)?;
@@ -151,7 +147,7 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     let per_token = qwen.weight_bytes_per_token();
     let bandwidth = toolgraph_local_models::chat::memory_read_gb_per_s();
     Ok(ChatBench {
-        model: file.into(),
+        model: file,
         load_s,
         requantised_tensors: qwen.requantised,
         prompt_tokens: first.len(),

@@ -70,6 +70,35 @@ fn stdin_lines() -> mpsc::Receiver<String> {
     rx
 }
 
+/// A tool call as the terminal shows it (stderr, so stdout stays the reply).
+pub(crate) fn show_tool_call(name: &str, arguments: &Value) {
+    eprintln!("  → {name} {arguments}");
+}
+
+/// A tool's outcome, shortened to 300 characters.
+pub(crate) fn show_tool_result(name: &str, ok: bool, outcome: &Value) {
+    let short: String = outcome.to_string().chars().take(300).collect();
+    eprintln!("  ← {name} {}: {short}", if ok { "ok" } else { "failed" });
+}
+
+/// Puts a pending action (its `description`) to the user; `None` if the input ended first.
+/// Scripted answers (a pipe) are echoed, so the output reads as a dialogue.
+pub(crate) async fn ask_approval(action: &Value, lines: &mut mpsc::Receiver<String>) -> Option<bool> {
+    let description = action.get("description").and_then(Value::as_str).unwrap_or("(no description)");
+    eprint!("approval needed: {description}\napprove? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let answer = lines.recv().await?;
+    if !std::io::stdin().is_terminal() {
+        eprintln!("{answer}");
+    }
+    Some(is_yes(&answer))
+}
+
+/// A yes in English or Spanish; anything else is a no.
+fn is_yes(answer: &str) -> bool {
+    matches!(answer.trim().to_lowercase().as_str(), "y" | "yes" | "s" | "si" | "sí")
+}
+
 /// `KEY=VALUE` pairs as a state object (values parsed as JSON when they are JSON).
 fn context_pairs(pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
     if pairs.is_empty() {
@@ -202,12 +231,8 @@ async fn drive(
                     print!("{text}");
                     let _ = stdout.flush();
                 }
-                RunEvent::ToolCall { name, arguments, .. } => eprintln!("  → {name} {arguments}"),
-                RunEvent::ToolResult { name, outcome, ok, .. } => {
-                    let text = outcome.to_string();
-                    let short: String = text.chars().take(300).collect();
-                    eprintln!("  ← {name} {}: {short}", if ok { "ok" } else { "failed" });
-                }
+                RunEvent::ToolCall { name, arguments, .. } => show_tool_call(&name, &arguments),
+                RunEvent::ToolResult { name, outcome, ok, .. } => show_tool_result(&name, ok, &outcome),
                 _ => {}
             }
         }
@@ -245,12 +270,8 @@ async fn approve_and_resume(
 ) -> anyhow::Result<Option<RunHandle<toolgraph_graph::react::AgentState>>> {
     let mut decisions = BTreeMap::new();
     for p in &pending {
-        let description = p.payload.get("description").and_then(Value::as_str).unwrap_or("(no description)");
-        eprint!("approval needed: {description}\napprove? [y/N] ");
-        let _ = std::io::stderr().flush();
-        let Some(answer) = lines.recv().await else { return Ok(None) };
-        let d = if crate::remote_chat::is_yes(&answer) { Decision::Approve } else { Decision::Reject };
-        decisions.insert(p.id.clone(), d);
+        let Some(yes) = ask_approval(&p.payload, lines).await else { return Ok(None) };
+        decisions.insert(p.id.clone(), if yes { Decision::Approve } else { Decision::Reject });
     }
     let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };
     match agent.graph.resume(thread, decisions, opts).await? {
@@ -258,6 +279,21 @@ async fn approve_and_resume(
         ResumeResult::Waiting { undecided } => {
             eprintln!("still waiting for {} decision(s)", undecided.len());
             Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_clear_yeses_approve() {
+        for yes in ["y", "Y", "yes", " sí ", "SI"] {
+            assert!(is_yes(yes), "{yes}");
+        }
+        for no in ["", "n", "no", "yes please", "maybe"] {
+            assert!(!is_yes(no), "{no}");
         }
     }
 }

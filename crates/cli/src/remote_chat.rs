@@ -6,6 +6,7 @@
 //! through `POST /api/chatbot/confirm`. `--transcript` writes every event and confirm exchange
 //! as JSON lines, for scripts that check a conversation's structure (`scripts/demo --check`).
 
+use crate::chat_cmd::{ask_approval, show_tool_call, show_tool_result};
 use anyhow::{Context, bail};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -25,7 +26,7 @@ pub struct RemoteChat {
     context: Option<Map<String, Value>>,
     api_key: Option<String>,
     conversation: Option<i64>,
-    transcript: Option<std::fs::File>,
+    transcript: Option<std::io::BufWriter<std::fs::File>>,
     turn: u32,
 }
 
@@ -55,10 +56,10 @@ impl RemoteChat {
             .build()
             .context("cannot build the HTTP client")?;
         let transcript = match &opts.transcript {
-            Some(path) => Some(
+            Some(path) => Some(std::io::BufWriter::new(
                 std::fs::File::create(path)
                     .with_context(|| format!("cannot create the transcript {}", path.display()))?,
-            ),
+            )),
             None => None,
         };
         Ok(Self {
@@ -96,11 +97,21 @@ impl RemoteChat {
         self.conversation
     }
 
+    /// Appends one line; tokens stay buffered, anything else is flushed (a few per turn).
     fn record(&mut self, event: &str, data: &Value) {
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            turn: u32,
+            event: &'a str,
+            data: &'a Value,
+        }
         if let Some(file) = &mut self.transcript {
-            let line = json!({ "turn": self.turn, "event": event, "data": data });
+            let written = serde_json::to_writer(&mut *file, &Line { turn: self.turn, event, data })
+                .map_err(std::io::Error::from)
+                .and_then(|()| file.write_all(b"\n"))
+                .and_then(|()| if event == "token" { Ok(()) } else { file.flush() });
             // The transcript is a by-product: a full disk must not end the conversation.
-            if let Err(e) = writeln!(file, "{line}") {
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "cannot write the transcript");
             }
         }
@@ -156,12 +167,9 @@ impl RemoteChat {
                     print!("{}", data["content"].as_str().unwrap_or_default());
                     let _ = stdout.flush();
                 }
-                "tool_call" => eprintln!("  → {} {}", data["name"].as_str().unwrap_or("?"), data["arguments"]),
+                "tool_call" => show_tool_call(data["name"].as_str().unwrap_or("?"), &data["arguments"]),
                 "tool_result" => {
-                    let outcome = data["outcome"].to_string();
-                    let short: String = outcome.chars().take(300).collect();
-                    let ok = if data["ok"] == true { "ok" } else { "failed" };
-                    eprintln!("  ← {} {ok}: {short}", data["name"].as_str().unwrap_or("?"));
+                    show_tool_result(data["name"].as_str().unwrap_or("?"), data["ok"] == true, &data["outcome"]);
                 }
                 "pending" => pending.push(data),
                 "done" => {
@@ -179,14 +187,7 @@ impl RemoteChat {
         // the next undecided one, or with the resumed run's reply (which may ask again).
         let mut next = pending.into_iter().next();
         while let Some(action) = next.take() {
-            let description = action["description"].as_str().unwrap_or("(no description)");
-            eprint!("approval needed: {description}\napprove? [y/N] ");
-            let _ = std::io::stderr().flush();
-            let Some(answer) = lines.recv().await else { return Ok(false) };
-            if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-                eprintln!("{answer}");
-            }
-            let confirmed = is_yes(&answer);
+            let Some(confirmed) = ask_approval(&action, lines).await else { return Ok(false) };
             let started = std::time::Instant::now();
             let response = self.confirm(&action, confirmed).await?;
             if let Some(text) = response["message"].as_str().filter(|t| !t.is_empty()) {
@@ -232,24 +233,9 @@ fn error_text(data: &Value) -> String {
         .map_or_else(|| data.to_string(), str::to_owned)
 }
 
-/// A yes in English or Spanish; anything else is a no.
-pub fn is_yes(answer: &str) -> bool {
-    matches!(answer.trim().to_lowercase().as_str(), "y" | "yes" | "s" | "si" | "sí")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_clear_yeses_approve() {
-        for yes in ["y", "Y", "yes", " sí ", "SI"] {
-            assert!(is_yes(yes), "{yes}");
-        }
-        for no in ["", "n", "no", "yes please", "maybe"] {
-            assert!(!is_yes(no), "{no}");
-        }
-    }
 
     #[test]
     fn error_text_prefers_the_error_field() {

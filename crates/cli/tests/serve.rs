@@ -22,6 +22,11 @@ fn serve_command(data_dir: &std::path::Path, model: &ScriptedModelServer, port: 
 
 /// Polls `/ready` until it answers 200 (at most 20 s).
 async fn wait_ready(base: &str) {
+    wait_ready_within(base, Duration::from_secs(20)).await;
+}
+
+/// Polls `/ready` until it answers 200 (at most `limit`).
+async fn wait_ready_within(base: &str, limit: Duration) {
     let started = Instant::now();
     loop {
         if let Ok(r) = reqwest::get(format!("{base}/ready")).await
@@ -29,7 +34,7 @@ async fn wait_ready(base: &str) {
         {
             return;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "the service never became ready");
+        assert!(started.elapsed() < limit, "the service never became ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -159,7 +164,8 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    // The model loads (seconds) before the port opens; other tests load theirs meanwhile.
+    wait_ready_within(&base, Duration::from_secs(120)).await;
     let text = new_turn(&base, "Say hello in Spanish in one short sentence, without using any tool.").await;
     let _ = child.kill();
     let _ = child.wait();

@@ -246,7 +246,8 @@ pub struct AgentSettings {
     /// Sampling temperature. Default: the model server's.
     pub temperature: Option<f32>,
     /// When a turn's answer used search results (tool results with `metadata.citation`) but
-    /// cites none of them, append their citations to it. Default: true.
+    /// cites none of them, append their citations to it (`citation::sources_footer` of the
+    /// retrieval crate). Default: true.
     pub cite_sources: bool,
 }
 

@@ -98,10 +98,14 @@ pub struct AgentSpec {
     pub history_budget: usize,
     /// Sampling temperature.
     pub temperature: Option<f32>,
-    /// Append the citations of the turn's search results to an answer that cites none of
-    /// them ([`missing_citations`]). Default: true.
-    pub cite_sources: bool,
+    /// Text appended to a final answer (streamed and stored with it), from this turn's tool
+    /// outputs and the answer — e.g. the sources a search returned that the answer does not
+    /// cite. Default: none.
+    pub answer_footer: Option<AnswerFooter>,
 }
+
+/// See [`AgentSpec::answer_footer`]: `(this turn's tool outputs, answer) → text to append`.
+pub type AnswerFooter = Arc<dyn Fn(&[&str], &str) -> Option<String> + Send + Sync>;
 
 impl AgentSpec {
     /// An agent with defaults.
@@ -113,7 +117,7 @@ impl AgentSpec {
             max_tool_retries: 3,
             history_budget: 6000,
             temperature: None,
-            cite_sources: true,
+            answer_footer: None,
         }
     }
 }
@@ -283,13 +287,12 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
             ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
         }
     }
-    if tool_calls.is_empty() && deps.spec.cite_sources {
-        let sources = missing_citations(&s.messages, &content);
-        if !sources.is_empty() {
-            let footer = format!("\n\n{}", sources.iter().map(|c| format!("[{c}]")).collect::<Vec<_>>().join(" "));
-            ctx.emit(RunEvent::TextDelta { text: footer.clone() }).await;
-            content.push_str(&footer);
-        }
+    if tool_calls.is_empty()
+        && let Some(footer) = &deps.spec.answer_footer
+        && let Some(text) = footer(&turn_tool_outputs(&s.messages), &content)
+    {
+        ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+        content.push_str(&text);
     }
     Ok(NodeOutput::Update(AgentUpdate {
         messages: vec![Message::Assistant { content, tool_calls }],
@@ -297,32 +300,16 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
     }))
 }
 
-/// Most citations appended to an answer.
-const MAX_APPENDED_CITATIONS: usize = 3;
-
-/// The citations of this turn's search results (tool results since the last user message
-/// with `results[].metadata.citation`, as `rag_search` returns them), first ones first, when
-/// `answer` mentions none of them; empty when it cites one or there are none. A small model
-/// often answers from the passages without saying where they came from: the reader still
-/// gets the sources.
-pub fn missing_citations(history: &[Message], answer: &str) -> Vec<String> {
+/// The outputs of the tools called since the last user message.
+fn turn_tool_outputs(history: &[Message]) -> Vec<&str> {
     let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
-    let mut citations: Vec<String> = Vec::new();
-    for m in &history[turn_start..] {
-        let Message::Tool { content, .. } = m else { continue };
-        let Ok(outcome) = serde_json::from_str::<Value>(content) else { continue };
-        let results = outcome.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        for c in results.iter().filter_map(|r| r.pointer("/metadata/citation").and_then(Value::as_str)) {
-            if !c.is_empty() && !citations.iter().any(|seen| seen == c) {
-                citations.push(c.to_owned());
-            }
-        }
-    }
-    if citations.iter().any(|c| answer.contains(c.as_str())) {
-        return Vec::new();
-    }
-    citations.truncate(MAX_APPENDED_CITATIONS);
-    citations
+    history[turn_start..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
@@ -450,37 +437,20 @@ async fn give_up_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<
 }
 
 #[cfg(test)]
-mod citation_tests {
+mod footer_tests {
     use super::*;
 
-    fn search_result(citations: &[&str]) -> Message {
-        let results: Vec<Value> =
-            citations.iter().map(|c| json!({"content": "…", "metadata": {"citation": c}})).collect();
-        Message::tool("c1", "rag_search", json!({"ok": true, "results": results}).to_string())
-    }
-
     #[test]
-    fn an_answer_without_its_sources_gets_them() {
-        let history = vec![
-            Message::user("¿Cuándo es el examen?"),
-            search_result(&["Guía › Evaluación", "Guía › Calendario", "Guía › Evaluación"]),
-        ];
-        assert_eq!(missing_citations(&history, "El 20 de enero."), ["Guía › Evaluación", "Guía › Calendario"]);
-        assert!(missing_citations(&history, "El 20 de enero [Guía › Calendario].").is_empty());
-    }
-
-    #[test]
-    fn only_this_turns_results_count_and_at_most_three() {
+    fn only_this_turns_tool_outputs_count() {
         let history = vec![
             Message::user("first"),
-            search_result(&["Old › Source"]),
+            Message::tool("c0", "rag_search", "old"),
             Message::assistant("answered"),
             Message::user("second"),
+            Message::tool("c1", "rag_search", "a"),
+            Message::tool("c2", "calculator", "b"),
         ];
-        assert!(missing_citations(&history, "no search this turn").is_empty());
-        let many = vec![Message::user("q"), search_result(&["a", "b", "c", "d"])];
-        assert_eq!(missing_citations(&many, "x"), ["a", "b", "c"]);
-        let not_search = vec![Message::user("q"), Message::tool("c", "calculator", r#"{"result": 7.4}"#)];
-        assert!(missing_citations(&not_search, "7.4").is_empty());
+        assert_eq!(turn_tool_outputs(&history), ["a", "b"]);
+        assert!(turn_tool_outputs(&history[..4]).is_empty());
     }
 }

@@ -99,22 +99,60 @@ impl CitationReport {
 pub fn check_citations(answer: &str, chunks: &[Chunk]) -> CitationReport {
     let known: HashSet<String> = chunks.iter().map(|c| c.citation.trim().to_lowercase()).collect();
     let mut report = CitationReport::default();
-    let mut rest = answer;
-    while let Some(open) = rest.find('[') {
-        let after = &rest[open + 1..];
-        let Some(close) = after.find(']') else { break };
-        let label = after[..close].trim();
-        let tail = &after[close + 1..];
-        rest = tail;
-        if tail.starts_with('(') || label.is_empty() || label.contains('[') {
-            continue;
-        }
+    for label in cited_labels(answer) {
         let bucket = if known.contains(&label.to_lowercase()) { &mut report.cited } else { &mut report.unknown };
         if !bucket.iter().any(|l| l == label) {
             bucket.push(label.to_owned());
         }
     }
     report
+}
+
+/// The labels of the `[label]` markers of `answer`, trimmed, in order (markdown links
+/// `[text](url)`, empty and nested brackets are not markers).
+fn cited_labels(answer: &str) -> impl Iterator<Item = &str> {
+    let mut rest = answer;
+    std::iter::from_fn(move || {
+        loop {
+            let open = rest.find('[')?;
+            let after = &rest[open + 1..];
+            let close = after.find(']')?;
+            let label = after[..close].trim();
+            let tail = &after[close + 1..];
+            rest = tail;
+            if !(tail.starts_with('(') || label.is_empty() || label.contains('[')) {
+                return Some(label);
+            }
+        }
+    })
+}
+
+/// Most citations [`sources_footer`] appends.
+const MAX_APPENDED_CITATIONS: usize = 3;
+
+/// The footer for an answer that used search results but cites none of them: their
+/// citation labels (`results[].metadata.citation` of the JSON `tool_outputs`, as `rag_search`
+/// returns them), first ones first, as `[label]` markers. `None` when the answer cites one
+/// (as [`check_citations`] reads markers) or no output carried citations. A small model often
+/// answers from the passages without saying where they came from: the reader still gets the
+/// sources.
+pub fn sources_footer(tool_outputs: &[&str], answer: &str) -> Option<String> {
+    let mut labels: Vec<String> = Vec::new();
+    for output in tool_outputs {
+        let Ok(outcome) = serde_json::from_str::<serde_json::Value>(output) else { continue };
+        let results = outcome.get("results").and_then(serde_json::Value::as_array).map(Vec::as_slice);
+        for c in results.unwrap_or_default().iter().filter_map(|r| r.pointer("/metadata/citation")?.as_str()) {
+            if !c.is_empty() && !labels.iter().any(|seen| seen == c) {
+                labels.push(c.to_owned());
+            }
+        }
+    }
+    let known: HashSet<String> = labels.iter().map(|l| l.trim().to_lowercase()).collect();
+    if labels.is_empty() || cited_labels(answer).any(|l| known.contains(&l.to_lowercase())) {
+        return None;
+    }
+    let markers: Vec<String> = labels.iter().take(MAX_APPENDED_CITATIONS).map(|l| format!("[{l}]")).collect();
+    Some(format!("\n\n{}", markers.join(" ")))
 }
 
 #[cfg(test)]
@@ -170,5 +208,34 @@ mod tests {
     #[test]
     fn decimals_do_not_end_sentences() {
         assert_eq!(sentences("Versión 3.5 estable. Fin"), vec![(0, 21), (21, 25)]);
+    }
+
+    fn search_output(citations: &[&str]) -> String {
+        let results: Vec<serde_json::Value> =
+            citations.iter().map(|c| serde_json::json!({"content": "…", "metadata": {"citation": c}})).collect();
+        serde_json::json!({"ok": true, "results": results}).to_string()
+    }
+
+    #[test]
+    fn an_answer_without_its_sources_gets_them() {
+        let out = search_output(&["Guía › Evaluación", "Guía › Calendario", "Guía › Evaluación"]);
+        assert_eq!(
+            sources_footer(&[&out], "El 20 de enero.").as_deref(),
+            Some("\n\n[Guía › Evaluación] [Guía › Calendario]")
+        );
+        assert_eq!(sources_footer(&[&out], "El 20 de enero [Guía › Calendario]."), None);
+        assert_eq!(
+            sources_footer(&[&out], "El 20 de enero [guía › calendario ]."),
+            None,
+            "as check_citations reads it"
+        );
+    }
+
+    #[test]
+    fn at_most_three_and_only_from_search_results() {
+        let many = search_output(&["a", "b", "c", "d"]);
+        assert_eq!(sources_footer(&[&many], "x").as_deref(), Some("\n\n[a] [b] [c]"));
+        assert_eq!(sources_footer(&[r#"{"result": 7.4}"#, "not json"], "7.4"), None);
+        assert_eq!(sources_footer(&[], "no search this turn"), None);
     }
 }

@@ -331,12 +331,7 @@ impl EmbeddingCache {
         if bytes.len() != rows * dim * 4 {
             return None;
         }
-        Some(
-            bytes
-                .chunks_exact(dim * 4)
-                .map(|row| row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-                .collect(),
-        )
+        Some(bytes.chunks_exact(dim * 4).map(crate::kb::decode_vector).collect())
     }
 
     /// Stores vectors (atomically; a failure only costs the next run the embedding time).
@@ -344,7 +339,7 @@ impl EmbeddingCache {
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(&self.dir)?;
             let tmp = self.dir.join(format!("{key}.tmp{}", std::process::id()));
-            let bytes: Vec<u8> = vectors.iter().flatten().flat_map(|x| x.to_le_bytes()).collect();
+            let bytes: Vec<u8> = vectors.iter().flat_map(|v| crate::kb::encode_vector(v)).collect();
             std::fs::write(&tmp, bytes)?;
             std::fs::rename(&tmp, self.path(key))
         };

@@ -635,11 +635,13 @@ impl KbWriter<'_> {
     }
 }
 
-fn encode_vector(v: &[f32]) -> Vec<u8> {
+/// A vector as stored: little-endian f32s.
+pub(crate) fn encode_vector(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn decode_vector(bytes: &[u8]) -> Vec<f32> {
+/// The inverse of [`encode_vector`].
+pub(crate) fn decode_vector(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 

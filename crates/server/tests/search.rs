@@ -62,7 +62,10 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
         .unwrap();
     let store = Arc::new(MemoryConversationStore::new());
     let ckpt = Arc::new(ProjectingCheckpointer::memory(MemoryCheckpointer::new(), store.clone()));
-    let graph = react::build(AgentSpec::new("tutor", "Cite sources.", tools), llm, ckpt.clone()).unwrap();
+    let mut spec = AgentSpec::new("tutor", "Cite sources.", tools);
+    // As `toolgraph serve` builds agents with `cite_sources` (the default).
+    spec.answer_footer = Some(Arc::new(toolgraph_rag::citation::sources_footer));
+    let graph = react::build(spec, llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([("tutor".to_string(), ServedAgent { graph, settings })]);
     let app = AppState::new(agents, "tutor".into(), store.clone(), ckpt, options);
@@ -179,23 +182,16 @@ async fn rag_search_in_a_turn_reads_the_callers_tenant_and_injected_subject() {
     let text = resp.text().await.unwrap();
     assert!(text.contains("event: done"), "{text}");
     // `toolEvents: true`: the call and its outcome stream before the answer's tokens.
-    let events: Vec<(&str, Value)> = text
-        .split("\n\n")
-        .filter_map(|frame| {
-            let event = frame.lines().find_map(|l| l.strip_prefix("event: "))?;
-            let data = frame.lines().find_map(|l| l.strip_prefix("data: "))?;
-            Some((event, serde_json::from_str(data).unwrap()))
-        })
-        .collect();
-    let names: Vec<&str> = events.iter().map(|e| e.0).collect();
+    let events = common::parse_sse(&text);
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(&names[..2], ["tool_call", "tool_result"], "{names:?}");
     assert_eq!(names.last(), Some(&"done"));
     assert!(names[2..names.len() - 1].iter().all(|n| *n == "token"), "{names:?}");
-    assert_eq!(events[0].1["name"], "rag_search");
-    assert_eq!(events[0].1["arguments"]["query"], "examen final");
-    assert_eq!(events[1].1["callId"], events[0].1["callId"]);
-    assert_eq!(events[1].1["ok"], true);
-    assert_eq!(events[1].1["outcome"]["results"][0]["metadata"]["citation"], "Guía IV › Evaluación");
+    assert_eq!(events[0].data["name"], "rag_search");
+    assert_eq!(events[0].data["arguments"]["query"], "examen final");
+    assert_eq!(events[1].data["callId"], events[0].data["callId"]);
+    assert_eq!(events[1].data["ok"], true);
+    assert_eq!(events[1].data["outcome"]["results"][0]["metadata"]["citation"], "Guía IV › Evaluación");
     // The model's second request carries the tool result: the tenant's IV guide only.
     let requests = s.model.requests();
     let tool_msg = requests[1]["messages"]
@@ -237,15 +233,11 @@ async fn an_answer_that_cites_nothing_gets_its_sources_appended() {
         .text()
         .await
         .unwrap();
-    let tokens: String = text
-        .split("\n\n")
-        .filter(|f| f.contains("event: token"))
-        .filter_map(|f| f.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| serde_json::from_str::<Value>(d).unwrap()["content"].as_str().unwrap().to_owned())
-        .collect();
+    let events = common::parse_sse(&text);
+    let tokens: String =
+        events.iter().filter(|e| e.event == "token").map(|e| e.data["content"].as_str().unwrap()).collect();
     assert_eq!(tokens, "El examen final es en enero.\n\n[Guía IV › Evaluación]", "{text}");
-    let done = text.split("\n\n").find(|f| f.contains("event: done")).unwrap();
-    let done: Value = serde_json::from_str(done.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap();
+    let done = &events.iter().find(|e| e.event == "done").unwrap().data;
     use toolgraph_server::store::ConversationStore;
     let stored = s.store.messages(done["conversationId"].as_i64().unwrap()).await.unwrap();
     assert_eq!(stored.last().unwrap().2, "El examen final es en enero.\n\n[Guía IV › Evaluación]");

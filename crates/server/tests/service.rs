@@ -2,6 +2,7 @@
 //! server over HTTP, the SQLite store, requests from reqwest.
 
 mod common;
+use common::{SseEvent, parse_sse};
 
 use schemars::JsonSchema;
 use scripted_llm::{Reply, ScriptedModelServer, Step};
@@ -106,31 +107,6 @@ async fn service_opts(
 
 fn body(conversation: Option<i64>, message: &str) -> Value {
     json!({"tenantSlug": "demo", "tenantId": 7, "userId": 101, "conversationId": conversation, "message": message})
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct SseEvent {
-    id: String,
-    event: String,
-    data: Value,
-}
-
-fn parse_sse(text: &str) -> Vec<SseEvent> {
-    text.split("\n\n")
-        .filter_map(|block| {
-            let mut ev = SseEvent { id: String::new(), event: String::new(), data: Value::Null };
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    ev.id = v.trim().to_owned();
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    ev.event = v.trim().to_owned();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    ev.data = serde_json::from_str(v.trim()).unwrap_or(Value::String(v.trim().to_owned()));
-                }
-            }
-            (!ev.event.is_empty()).then_some(ev)
-        })
-        .collect()
 }
 
 async fn post(s: &Service, path: &str, slug: &str, body: &Value) -> reqwest::Response {

@@ -270,15 +270,28 @@ impl ToolCallGuide {
         if !self.active() {
             return;
         }
-        let allowed: Vec<bool> =
-            vocab.iter().map(|t| !t.is_empty() && self.advance(self.phase.clone(), t).is_some()).collect();
-        if !allowed.iter().any(|a| *a) {
+        // Most tokens fail on their first character: decide that once per character before
+        // simulating (and cloning the phase for) the rest of a token.
+        let mut first_ok: std::collections::HashMap<char, bool> = std::collections::HashMap::new();
+        let mut fits = |t: &str| {
+            let Some(c) = t.chars().next() else { return false };
+            *first_ok.entry(c).or_insert_with(|| self.step(self.phase.clone(), c).is_some())
+                && self.advance(self.phase.clone(), t).is_some()
+        };
+        // Few tokens fit at any point: keep theirs, wipe the rest.
+        let kept: Vec<(usize, f32)> = vocab
+            .iter()
+            .zip(logits.iter())
+            .enumerate()
+            .filter(|(_, (t, _))| fits(t))
+            .map(|(i, (_, l))| (i, *l))
+            .collect();
+        if kept.is_empty() {
             return;
         }
-        for (logit, ok) in logits.iter_mut().zip(allowed.iter().chain(std::iter::repeat(&false))) {
-            if !ok {
-                *logit = f32::NEG_INFINITY;
-            }
+        logits.fill(f32::NEG_INFINITY);
+        for (i, l) in kept {
+            logits[i] = l;
         }
     }
 }

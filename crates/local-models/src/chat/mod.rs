@@ -17,6 +17,17 @@ pub const QWEN_0_5B_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 /// The larger, more reliable tool caller (`scripts/fetch-models chat-1.5b`).
 pub const QWEN_1_5B_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 
+/// The cached file of a named chat model (`0.5b` or `1.5b`, as `scripts/fetch-models`
+/// names them); `None` for any other name.
+pub fn named_model(name: &str) -> Option<std::path::PathBuf> {
+    let file = match name {
+        "0.5b" => QWEN_0_5B_FILE,
+        "1.5b" => QWEN_1_5B_FILE,
+        _ => return None,
+    };
+    Some(crate::models_dir().join(file))
+}
+
 /// Read bandwidth from memory in GB/s, every core summing its share of a 1 GiB buffer (far
 /// larger than the caches), best of 3: the ceiling for a decoder that streams its weights once
 /// per token. Here (not in the binary) so it is optimised like the decoder in every build.

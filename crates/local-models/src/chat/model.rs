@@ -143,8 +143,13 @@ struct Worker {
 /// a code fence (the forms `ToolCallTextParser` accepts).
 fn opens_call(token: &str) -> bool {
     let t = token.trim_start();
-    !t.is_empty()
-        && (t.starts_with('{') || t.starts_with("```") || "<tool_call>".starts_with(t) || t.starts_with("<tool_call>"))
+    !t.is_empty() && (opens_json(t) || "<tool_call>".starts_with(t) || t.starts_with("<tool_call>"))
+}
+
+/// Whether a token starts a JSON object or a code fence.
+fn opens_json(token: &str) -> bool {
+    let t = token.trim_start();
+    t.starts_with('{') || t.starts_with("```")
 }
 
 impl Worker {
@@ -152,28 +157,17 @@ impl Worker {
         LlmError::Provider { endpoint: format!("local:{}", self.id), message: message.into() }
     }
 
-    fn encode(&self, messages: &[Message], request: &ChatRequest) -> Result<Vec<u32>, LlmError> {
-        // The schemas as any local server would get them: no `$schema`, no type names as
-        // titles, no `$ref`s (a small model copies such words into its arguments).
-        let tools: Vec<ToolDefinition> = request
-            .tools
-            .iter()
-            .map(|t| ToolDefinition {
-                parameters: normalize_schema(&t.parameters, SchemaDialect::Generic),
-                ..t.clone()
-            })
-            .collect();
-        let text =
-            self.assets.template.render(messages, &tools).map_err(|e| LlmError::InvalidRequest(e.to_string()))?;
+    fn encode(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<Vec<u32>, LlmError> {
+        let text = self.assets.template.render(messages, tools).map_err(|e| LlmError::InvalidRequest(e.to_string()))?;
         Ok(self.assets.tokenizer.encode(text.as_str(), false).map_err(|e| self.err(e.to_string()))?.get_ids().to_vec())
     }
 
     /// The prompt, dropping the oldest turns after the system message until prompt and reply
     /// fit the context (the history budget of the agent usually keeps it far below).
-    fn prompt(&self, request: &ChatRequest, max_new: usize) -> Result<Vec<u32>, LlmError> {
+    fn prompt(&self, request: &ChatRequest, tools: &[ToolDefinition], max_new: usize) -> Result<Vec<u32>, LlmError> {
         let mut messages = request.messages.clone();
         loop {
-            let ids = self.encode(&messages, request)?;
+            let ids = self.encode(&messages, tools)?;
             if ids.len() + max_new <= self.max_context {
                 return Ok(ids);
             }
@@ -209,10 +203,21 @@ impl Worker {
         if !request.tools.is_empty() {
             self.ensure_vocab();
         }
+        // The schemas as any local server would get them: no `$schema`, no type names as
+        // titles, no `$ref`s (a small model copies such words into its arguments). Once per
+        // request: the template and the call guide read the same ones.
+        let tools: Vec<ToolDefinition> = request
+            .tools
+            .iter()
+            .map(|t| ToolDefinition {
+                parameters: normalize_schema(&t.parameters, SchemaDialect::Generic),
+                ..t.clone()
+            })
+            .collect();
         let mut guide =
-            ToolCallGuide::new(request.tools.iter().map(|t| GuidedTool::from_schema(&t.name, &t.parameters)).collect());
+            ToolCallGuide::new(tools.iter().map(|t| GuidedTool::from_schema(&t.name, &t.parameters)).collect());
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
-        let mut ids = self.prompt(&request, max_new)?;
+        let mut ids = self.prompt(&request, &tools, max_new)?;
         let prompt_tokens = ids.len();
         let temperature = request.temperature.unwrap_or(0.0);
         let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ prompt_tokens as u64;
@@ -316,8 +321,7 @@ fn prefer_call(logits: &mut [f32], openers: &[bool], threshold: f32) -> bool {
 /// Keeps a reply from starting as a JSON object or a code fence (the tag `<tool_call>` stays).
 fn forbid_bare_json(logits: &mut [f32], vocab: &[String]) {
     for (l, t) in logits.iter_mut().zip(vocab) {
-        let t = t.trim_start();
-        if t.starts_with('{') || t.starts_with("```") {
+        if opens_json(t) {
             *l = f32::NEG_INFINITY;
         }
     }
@@ -326,14 +330,15 @@ fn forbid_bare_json(logits: &mut [f32], vocab: &[String]) {
 /// Samples from `softmax(logits / temperature)`.
 fn sample(logits: &[f32], temperature: f32, rng: &mut u64) -> u32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f32> = logits.iter().map(|&l| ((l - max) / temperature).exp()).collect();
-    let total: f32 = weights.iter().sum();
+    // Two passes instead of a vocabulary-sized buffer per token.
+    let weight = |l: f32| ((l - max) / temperature).exp();
+    let total: f32 = logits.iter().map(|&l| weight(l)).sum();
     *rng ^= *rng << 13;
     *rng ^= *rng >> 7;
     *rng ^= *rng << 17;
     let mut target = (*rng >> 40) as f32 / (1u64 << 24) as f32 * total;
-    for (i, w) in weights.iter().enumerate() {
-        target -= w;
+    for (i, &l) in logits.iter().enumerate() {
+        target -= weight(l);
         if target <= 0.0 {
             return i as u32;
         }

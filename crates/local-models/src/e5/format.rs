@@ -139,7 +139,9 @@ impl QuantizedRows {
         }
         let bytes_per_row = self.row_len / QK * Q4_0_BLOCK_BYTES;
         let raw = &self.blocks[row * bytes_per_row..(row + 1) * bytes_per_row];
-        out.extend(dequantize_q4_0(raw, self.row_len));
+        let start = out.len();
+        out.resize(start + self.row_len, 0.0);
+        dequantize_q4_0_into(raw, &mut out[start..]);
         Ok(())
     }
 }
@@ -302,6 +304,12 @@ pub fn parse(bytes: &[u8]) -> Result<E5File, LocalModelError> {
 /// nibble and weight `j + 16` in its high nibble, each stored with an offset of 8.
 pub fn dequantize_q4_0(raw: &[u8], n: usize) -> Vec<f32> {
     let mut out = vec![0f32; n];
+    dequantize_q4_0_into(raw, &mut out);
+    out
+}
+
+/// [`dequantize_q4_0`] into `out` (whose length is the element count).
+fn dequantize_q4_0_into(raw: &[u8], out: &mut [f32]) {
     for (block, o) in raw.chunks_exact(Q4_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
         let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
         for (j, &byte) in block[2..].iter().enumerate() {
@@ -309,7 +317,6 @@ pub fn dequantize_q4_0(raw: &[u8], n: usize) -> Vec<f32> {
             o[j + 16] = (i32::from(byte >> 4) - 8) as f32 * d;
         }
     }
-    out
 }
 
 #[cfg(test)]

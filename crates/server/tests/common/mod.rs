@@ -1,5 +1,6 @@
 //! Helpers shared by the service's end-to-end tests.
 
+use serde_json::Value;
 use toolgraph_server::AppState;
 
 /// Serves `app` on an ephemeral loopback port in the background; returns `http://127.0.0.1:PORT`.
@@ -9,4 +10,31 @@ pub async fn serve(app: AppState) -> String {
     let router = toolgraph_server::router(app);
     tokio::spawn(async move { axum::serve(listener, router).await });
     base
+}
+
+/// One server-sent event of a response body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: String,
+    pub event: String,
+    pub data: Value,
+}
+
+/// The events of a whole SSE body, in order; `data` parsed as JSON when it is JSON.
+pub fn parse_sse(text: &str) -> Vec<SseEvent> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut ev = SseEvent { id: String::new(), event: String::new(), data: Value::Null };
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    ev.id = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    ev.event = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    ev.data = serde_json::from_str(v.trim()).unwrap_or(Value::String(v.trim().to_owned()));
+                }
+            }
+            (!ev.event.is_empty()).then_some(ev)
+        })
+        .collect()
 }
