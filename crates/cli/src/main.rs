@@ -77,24 +77,14 @@ enum Command {
     Config(config_cmd::ConfigCommand),
 }
 
-fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
+/// The stderr log's filter: `TOOLGRAPH_LOG`, else the one of the verbosity.
+fn log_filter(verbose: u8) -> String {
     let default = match verbose {
         0 => "warn",
         1 => "toolgraph=debug,toolgraph_tools=debug,toolgraph_llm=debug,info",
         _ => "trace",
     };
-    let filter = std::env::var("TOOLGRAPH_LOG")
-        .ok()
-        .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new(default));
-    use std::io::IsTerminal;
-    // Colour codes only for a person at a terminal, not for log files and collectors.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    std::env::var("TOOLGRAPH_LOG").ok().filter(|f| !f.trim().is_empty()).unwrap_or_else(|| default.to_owned())
 }
 
 fn load_config(cli: &Cli) -> anyhow::Result<Config> {
@@ -124,7 +114,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -132,13 +121,41 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    // The span exporter runs on the runtime, so it is installed inside it.
+    let telemetry = {
+        let _inside = runtime.enter();
+        use std::io::IsTerminal;
+        let otlp = match toolgraph_telemetry::OtlpOptions::from_env() {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        // Colour codes only for a person at a terminal, not for log files and collectors.
+        let options = toolgraph_telemetry::TelemetryOptions {
+            log_filter: log_filter(cli.verbose),
+            ansi: std::io::stderr().is_terminal(),
+            otlp,
+        };
+        match toolgraph_telemetry::install(options) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("error: {e} (TOOLGRAPH_LOG, OTEL_ENDPOINT, OTEL_ENABLED)");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Spans still queued are exported before the runtime goes.
+    telemetry.shutdown();
+    code
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_server::auth::{Auth, HmacVerifier};
+use toolgraph_server::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
 use toolgraph_server::{
     AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
@@ -51,9 +52,44 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// The backend-callback store of `server.backend_*` (validated when the config loaded).
+fn backend_store(cfg: &Config) -> anyhow::Result<BackendConversationStore> {
+    let base_url = cfg.server.backend_url.clone().context("server.backend_url is required")?;
+    let secret = cfg.server.backend_hmac_secret.as_ref().context("server.backend_hmac_secret is required")?;
+    let options = BackendOptions {
+        base_url,
+        secret: secret.expose().as_bytes().to_vec(),
+        timeout: std::time::Duration::from_millis(cfg.server.backend_timeout_ms),
+    };
+    BackendConversationStore::new(options).context("cannot build the backend client")
+}
+
 pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let (checkpointer, store, closer): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, StoreCloser) =
         match (&cfg.database_url, cfg.server.store) {
+            (url, StoreKind::Backend) => {
+                let store: Arc<dyn ConversationStore> = Arc::new(backend_store(cfg)?);
+                // The backend keeps the conversation; the checkpoints stay with the service.
+                match url {
+                    Some(url) => {
+                        let ckpt = PostgresCheckpointer::connect(url.expose())
+                            .await
+                            .context("cannot open the PostgreSQL checkpoint store")?;
+                        let pool = ckpt.pool().clone();
+                        let ckpt = ProjectingCheckpointer::forwarding(ckpt, Arc::clone(&store));
+                        (Arc::new(ckpt), store, StoreCloser::Postgres(pool))
+                    }
+                    None => {
+                        let path = cfg.data_dir.join("toolgraph.db");
+                        let ckpt = SqliteCheckpointer::open(&path)
+                            .await
+                            .with_context(|| format!("cannot open {}", path.display()))?;
+                        let pool = ckpt.pool().clone();
+                        let ckpt = ProjectingCheckpointer::forwarding(ckpt, Arc::clone(&store));
+                        (Arc::new(ckpt), store, StoreCloser::Sqlite(pool))
+                    }
+                }
+            }
             (Some(url), _) => {
                 let ckpt =
                     PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?;
@@ -64,7 +100,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 (Arc::new(ProjectingCheckpointer::postgres(ckpt)), Arc::new(store), StoreCloser::Postgres(pool))
             }
             (None, StoreKind::Memory) => {
-                let store = Arc::new(MemoryConversationStore::new());
+                let store: Arc<dyn ConversationStore> = Arc::new(MemoryConversationStore::new());
                 let ckpt = ProjectingCheckpointer::memory(MemoryCheckpointer::new(), Arc::clone(&store));
                 (Arc::new(ckpt), store, StoreCloser::None)
             }
@@ -110,6 +146,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let addr = listener.local_addr()?;
     app.set_ready();
     let store_name = match (&cfg.database_url, cfg.server.store) {
+        (_, StoreKind::Backend) => "backend callbacks",
         (Some(_), _) => "postgres",
         (None, StoreKind::Memory) => "memory",
         (None, StoreKind::Sqlite) => "sqlite",

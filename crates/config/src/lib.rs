@@ -172,6 +172,10 @@ pub enum StoreKind {
     Memory,
     /// One SQLite file in the data directory (the default).
     Sqlite,
+    /// The backend of seed 002, through HMAC-signed `/internal/chatbot/**` calls
+    /// (`server.backend_url`, `server.backend_hmac_secret`); checkpoints stay in
+    /// `database_url` or the data directory's SQLite file.
+    Backend,
 }
 
 /// How the chat service authenticates requests.
@@ -208,6 +212,14 @@ pub struct ServerSettings {
     /// Most runs one tenant may have in flight; more get 429 + `Retry-After` (0: no limit).
     /// Default: 64.
     pub max_runs_per_tenant: usize,
+    /// `store = "backend"`: the backend's base URL (seed: `LUMIE_BACKEND_URL`).
+    /// Env: `TOOLGRAPH_SERVER_BACKEND_URL`.
+    pub backend_url: Option<String>,
+    /// `store = "backend"`: the secret the calls are signed with (seed:
+    /// `LUMIE_INTERNAL_HMAC_SECRET`). Env: `TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET`.
+    pub backend_hmac_secret: Option<Secret>,
+    /// `store = "backend"`: limit of one call in milliseconds. Default: 10000.
+    pub backend_timeout_ms: u64,
 }
 
 impl Default for ServerSettings {
@@ -221,6 +233,9 @@ impl Default for ServerSettings {
             hmac_secret: None,
             api_keys: BTreeMap::new(),
             max_runs_per_tenant: 64,
+            backend_url: None,
+            backend_hmac_secret: None,
+            backend_timeout_ms: 10_000,
         }
     }
 }
@@ -444,6 +459,26 @@ impl Config {
             }
             _ => {}
         }
+        if self.server.store == StoreKind::Backend {
+            match self.server.backend_url.as_deref().map(url::Url::parse) {
+                Some(Ok(u)) if matches!(u.scheme(), "http" | "https") => {}
+                _ => {
+                    return Err(invalid(
+                        "server.backend_url",
+                        "store = \"backend\" needs the backend's http(s) base URL".into(),
+                    ));
+                }
+            }
+            if self.server.backend_hmac_secret.as_ref().is_none_or(|s| s.expose().len() < 16) {
+                return Err(invalid(
+                    "server.backend_hmac_secret",
+                    "store = \"backend\" needs the shared secret of the signed calls (at least 16 bytes)".into(),
+                ));
+            }
+            if self.server.backend_timeout_ms == 0 {
+                return Err(invalid("server.backend_timeout_ms", "must be greater than 0".into()));
+            }
+        }
         for (slug, digest) in &self.server.api_keys {
             if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
                 return Err(invalid(
@@ -640,6 +675,29 @@ mod tests {
         assert!(err.contains("greater than 0"), "{err}");
         let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
         assert!(err.contains("postgres://"), "{err}");
+    }
+
+    #[test]
+    fn the_backend_store_needs_its_url_and_secret() {
+        let err = Config::from_toml_str("[server]\nstore = \"backend\"\n").unwrap_err().to_string();
+        assert!(err.contains("`server.backend_url`"), "{err}");
+        let err = Config::from_toml_str("[server]\nstore = \"backend\"\nbackend_url = \"http://backend:8080\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`server.backend_hmac_secret`") && err.contains("16 bytes"), "{err}");
+        Jail::expect_with(|jail| {
+            jail.set_env("TOOLGRAPH_SERVER_STORE", "backend");
+            jail.set_env("TOOLGRAPH_SERVER_BACKEND_URL", "http://backend:8080");
+            jail.set_env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", "0123456789abcdef");
+            let c = Config::load(None).unwrap();
+            assert_eq!(c.server.store, StoreKind::Backend);
+            assert_eq!(c.server.backend_url.as_deref(), Some("http://backend:8080"));
+            assert_eq!(c.server.backend_hmac_secret.as_ref().map(|s| s.expose()), Some("0123456789abcdef"));
+            assert!(!c.to_masked_toml().contains("0123456789abcdef"), "the secret is masked");
+            Ok(())
+        });
+        // Without the backend store, its settings are not required.
+        assert!(Config::from_toml_str("[server]\nstore = \"memory\"\n").is_ok());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! `timestamp.body` with a shared secret — the scheme of the backend callbacks).
 //!
 //! Comparisons are constant-time; an HMAC signature is accepted once within its window, so
-//! a captured request cannot be replayed.
+//! a captured request cannot be replayed. A request without a body (a `GET`) signs its target
+//! (path and query) in place of the body, so its signature cannot be moved to another URL.
 
 use crate::error::ApiError;
 use axum::http::{HeaderMap, StatusCode};
@@ -44,8 +45,8 @@ impl Auth {
         Ok(Self::ApiKey(keys))
     }
 
-    /// Checks a request; `tenant_slug` is the `X-Tenant-Slug` header.
-    pub fn check(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+    /// Checks a request: its headers, its target (path and query) and its body.
+    pub fn check(&self, headers: &HeaderMap, target: &str, body: &[u8]) -> Result<(), ApiError> {
         match self {
             Self::None => Ok(()),
             Self::ApiKey(keys) => {
@@ -60,17 +61,28 @@ impl Auth {
                 let got: [u8; 32] = Sha256::digest(key.as_bytes()).into();
                 if bool::from(got.ct_eq(expected)) { Ok(()) } else { Err(denied()) }
             }
-            Self::Hmac(v) => {
-                let ts = headers.get("x-timestamp").and_then(|v| v.to_str().ok()).unwrap_or_default();
-                let sig = headers.get("x-signature").and_then(|v| v.to_str().ok()).unwrap_or_default();
-                v.verify(ts, sig, body, now_secs())
-                    .map_err(|reason| ApiError::new(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}")))
-            }
+            Self::Hmac(v) => v
+                .verify_request(headers, target, body, now_secs())
+                .map_err(|reason| ApiError::new(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}"))),
         }
     }
 }
 
-fn now_secs() -> i64 {
+/// The bytes a request's signature covers: its body, or its target (path and query) when
+/// the body is empty.
+pub fn signed_bytes<'a>(target: &'a str, body: &'a [u8]) -> &'a [u8] {
+    if body.is_empty() { target.as_bytes() } else { body }
+}
+
+/// The signature headers of a request to `target` with `body`, signed now: `X-Timestamp` and
+/// `X-Signature`, as [`HmacVerifier::verify_request`] checks them.
+pub fn signature_headers(secret: &[u8], target: &str, body: &[u8]) -> [(&'static str, String); 2] {
+    let ts = now_secs();
+    [("x-timestamp", ts.to_string()), ("x-signature", sign(secret, ts, signed_bytes(target, body)))]
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
@@ -135,6 +147,19 @@ impl HmacVerifier {
         seen.push_back((ts, sig));
         Ok(())
     }
+
+    /// [`verify`](Self::verify) for a whole request: `X-Timestamp` and `X-Signature` from
+    /// `headers`, over the body, or over `target` (path and query) when the body is empty.
+    ///
+    /// # Errors
+    /// As [`verify`](Self::verify); `"unsigned"` when a header is missing.
+    pub fn verify_request(&self, headers: &HeaderMap, target: &str, body: &[u8], now: i64) -> Result<(), &'static str> {
+        let header = |name| headers.get(name).and_then(|v: &axum::http::HeaderValue| v.to_str().ok());
+        let (Some(ts), Some(sig)) = (header("x-timestamp"), header("x-signature")) else {
+            return Err("unsigned");
+        };
+        self.verify(ts, sig, signed_bytes(target, body), now)
+    }
 }
 
 #[cfg(test)]
@@ -159,17 +184,38 @@ mod tests {
     }
 
     #[test]
+    fn a_request_without_a_body_signs_its_target() {
+        let v = HmacVerifier::new(b"k".to_vec());
+        let now = now_secs();
+        let mut h = HeaderMap::new();
+        assert_eq!(v.verify_request(&h, "/internal/chatbot/history?conversationId=1", b"", now), Err("unsigned"));
+        for (name, value) in signature_headers(b"k", "/internal/chatbot/history?conversationId=1", b"") {
+            h.insert(name, value.parse().unwrap());
+        }
+        // The same headers on another URL do not verify.
+        assert_eq!(v.verify_request(&h, "/internal/chatbot/history?conversationId=2", b"", now), Err("mismatch"));
+        assert_eq!(v.verify_request(&h, "/internal/chatbot/history?conversationId=1", b"", now), Ok(()));
+        assert_eq!(v.verify_request(&h, "/internal/chatbot/history?conversationId=1", b"", now), Err("replayed"));
+        // With a body, the body is what is signed: the target may be anything.
+        let mut h = HeaderMap::new();
+        for (name, value) in signature_headers(b"k", "/a", b"{}") {
+            h.insert(name, value.parse().unwrap());
+        }
+        assert_eq!(v.verify_request(&h, "/b", b"{}", now), Ok(()));
+    }
+
+    #[test]
     fn api_keys_are_checked_against_their_hash() {
         let auth = Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-123"))]).unwrap();
         assert!(Auth::api_keys([(&"x".to_string(), &"not hex".to_string())]).err().is_some_and(|e| e.contains("'x'")));
         let mut h = HeaderMap::new();
         h.insert("x-tenant-slug", "demo".parse().unwrap());
-        assert!(auth.check(&h, b"").is_err());
+        assert!(auth.check(&h, "/api/chatbot/stream", b"").is_err());
         h.insert("authorization", "Bearer k-124".parse().unwrap());
-        assert_eq!(auth.check(&h, b"").unwrap_err().status, StatusCode::UNAUTHORIZED);
+        assert_eq!(auth.check(&h, "/api/chatbot/stream", b"").unwrap_err().status, StatusCode::UNAUTHORIZED);
         h.insert("authorization", "Bearer k-123".parse().unwrap());
-        assert!(auth.check(&h, b"").is_ok());
+        assert!(auth.check(&h, "/api/chatbot/stream", b"").is_ok());
         h.insert("x-tenant-slug", "other".parse().unwrap());
-        assert!(auth.check(&h, b"").is_err(), "a key opens its own tenant only");
+        assert!(auth.check(&h, "/api/chatbot/stream", b"").is_err(), "a key opens its own tenant only");
     }
 }

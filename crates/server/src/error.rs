@@ -58,3 +58,16 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+impl From<crate::store::StoreError> for ApiError {
+    /// The store is down or refused: the request may succeed later, so 503 + `Retry-After`.
+    fn from(e: crate::store::StoreError) -> Self {
+        tracing::error!(error = %e, "the conversation store failed");
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the conversation store is unavailable; try again".into(),
+            field: None,
+            retry_after: Some(1),
+        }
+    }
+}

@@ -3,13 +3,15 @@
 //! Owns: the routes (`/health`, `/ready`, `/metrics`, `/api/chatbot/stream`,
 //! `/api/chatbot/confirm`, `/api/chatbot/runs/{runId}/events`, the `DELETE` data endpoints),
 //! request validation with errors naming the field, detached runs whose frames are logged for
-//! replay, the conversation store ([`store`]), metrics and graceful shutdown.
+//! replay, the conversation store ([`store`], or the backend's through [`backend`]), metrics
+//! and graceful shutdown.
 //!
 //! Does not own: agents (built by the caller from the graph crate) or configuration loading.
 //!
 //! [`router`] returns a plain axum `Router`, so tests can drive it with or without a socket.
 
 pub mod auth;
+pub mod backend;
 mod error;
 mod extract;
 mod metrics;

@@ -5,8 +5,12 @@
 //! tool results) and the pending actions it paused for are inserted in the **same
 //! transaction** as the record. A turn's messages and its checkpoint therefore commit
 //! together or not at all, on every replica (SPEC §6).
+//!
+//! A store in another place (process memory, or the backend of seed 002) cannot share a
+//! transaction with the checkpoints: there the projection is written to the store first and
+//! the record after it, so a record never points past messages the store lacks.
 
-use crate::store::{ConversationStore, MemoryConversationStore, sqlite_insert_message, sqlite_insert_pending};
+use crate::store::{ConversationStore, sqlite_insert_message, sqlite_insert_pending};
 use crate::store_pg::{pg_insert_message, pg_insert_pending};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -19,7 +23,8 @@ use toolgraph_graph::{
 use toolgraph_llm::Message;
 
 enum Backend {
-    Memory(MemoryCheckpointer, Arc<MemoryConversationStore>),
+    /// Checkpoints in one place, the conversation in a store elsewhere.
+    Forwarding(Box<dyn Checkpointer>, Arc<dyn ConversationStore>),
     Sqlite(SqliteCheckpointer),
     Postgres(PostgresCheckpointer),
 }
@@ -39,13 +44,18 @@ impl ProjectingCheckpointer {
         Self { backend: Backend::Postgres(inner) }
     }
     /// In memory, projecting into `store` (one process: no transaction needed).
-    pub fn memory(inner: MemoryCheckpointer, store: Arc<MemoryConversationStore>) -> Self {
-        Self { backend: Backend::Memory(inner, store) }
+    pub fn memory(inner: MemoryCheckpointer, store: Arc<dyn ConversationStore>) -> Self {
+        Self::forwarding(inner, store)
+    }
+    /// Checkpoints in `inner`, the conversation in `store` (e.g. the backend-callback
+    /// store): the projection is written first, then the record.
+    pub fn forwarding(inner: impl Checkpointer, store: Arc<dyn ConversationStore>) -> Self {
+        Self { backend: Backend::Forwarding(Box::new(inner), store) }
     }
 
     fn inner(&self) -> &dyn Checkpointer {
         match &self.backend {
-            Backend::Memory(c, _) => c,
+            Backend::Forwarding(c, _) => c.as_ref(),
             Backend::Sqlite(c) => c,
             Backend::Postgres(c) => c,
         }
@@ -158,16 +168,15 @@ impl Checkpointer for ProjectingCheckpointer {
                 .await;
                 finish(tx, written, &err).await
             }
-            Backend::Memory(c, store) => {
-                c.append(thread, record).await?;
-                let err = |e: crate::store::StoreError| CheckpointError::Backend { backend: "memory", message: e.0 };
+            Backend::Forwarding(c, store) => {
+                let err = |e: crate::store::StoreError| CheckpointError::Backend { backend: "store", message: e.0 };
                 for (role, content) in &projection.messages {
                     store.add_message(conv, role, content).await.map_err(err)?;
                 }
                 for (id, tool, description, args) in &projection.pending {
                     store.add_pending(conv, &record.run_id, id, tool, description, args).await.map_err(err)?;
                 }
-                Ok(())
+                c.append(thread, record).await
             }
         }
     }

@@ -54,8 +54,16 @@ pub fn ops_router(state: AppState) -> Router {
 }
 
 async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    use tracing::Instrument;
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
-    let resp = next.run(req).await;
+    let span = tracing::info_span!(
+        "http.request",
+        http.request.method = %req.method(),
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    let resp = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", resp.status().as_u16());
     app.0.metrics.requests.with_label_values(&[&route, resp.status().as_str()]).inc();
     resp
 }
@@ -72,7 +80,8 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {MAX_BODY} bytes"))
     })?;
-    app.0.options.auth.check(&parts.headers, &bytes)?;
+    let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
+    app.0.options.auth.check(&parts.headers, target, &bytes)?;
     Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
 }
 
@@ -200,13 +209,7 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     check_tenant_header(&headers, &req.tenant_slug)?;
     let store = &app.0.store;
     let existing = match req.conversation_id {
-        Some(id) => Some(
-            store
-                .conversation(req.tenant_id, req.user_id, id)
-                .await
-                .map_err(ApiError::internal)?
-                .ok_or_else(ApiError::not_found)?,
-        ),
+        Some(id) => Some(store.conversation(req.tenant_id, req.user_id, id).await?.ok_or_else(ApiError::not_found)?),
         None => None,
     };
     if let (Some(asked), Some(conv)) = (&req.agent, &existing)
@@ -239,11 +242,11 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     let is_new = existing.is_none();
     let conversation = match existing {
         Some(c) => c.id,
-        None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await.map_err(ApiError::internal)?,
+        None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await?,
     };
     let permit = app.admit(req.tenant_id)?;
     let run_id = uuid::Uuid::now_v7().to_string();
-    if !store.begin_turn(conversation, &run_id, STALE_TURN.as_millis() as i64).await.map_err(ApiError::internal)? {
+    if !store.begin_turn(conversation, &run_id, STALE_TURN.as_millis() as i64).await? {
         return Err(ApiError::new(StatusCode::CONFLICT, "a turn is already running on this conversation"));
     }
     let turn = Turn {
@@ -306,12 +309,8 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     check_tenant_header(&headers, &req.tenant_slug)?;
     let store = &app.0.store;
     let conv = req.conversation_id;
-    let row = store
-        .pending(req.tenant_id, req.user_id, conv, req.message_id)
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(ApiError::not_found)?;
-    let decided = store.decide(req.message_id, req.confirmed).await.map_err(ApiError::internal)?;
+    let row = store.pending(req.tenant_id, req.user_id, conv, req.message_id).await?.ok_or_else(ApiError::not_found)?;
+    let decided = store.decide(req.message_id, req.confirmed).await?;
     match decided {
         crate::store::Decided::Conflict => {
             return Err(ApiError::new(StatusCode::CONFLICT, "this action was already decided the other way"));
@@ -325,17 +324,13 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
             app.0.metrics.hitl.with_label_values(&[if req.confirmed { "true" } else { "false" }]).inc();
         }
     }
-    let group = store.run_pending(conv, &row.run_id).await.map_err(ApiError::internal)?;
+    let group = store.run_pending(conv, &row.run_id).await?;
     if let Some(next) = group.iter().find(|p| p.decision.is_none()) {
         let body =
             ConfirmResponse { conversation_id: conv, message: String::new(), pending_action: Some(pending_dto(next)) };
         return Ok(axum::Json(body).into_response());
     }
-    let conversation = store
-        .conversation(req.tenant_id, req.user_id, conv)
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(ApiError::not_found)?;
+    let conversation = store.conversation(req.tenant_id, req.user_id, conv).await?.ok_or_else(ApiError::not_found)?;
     let agent = app
         .0
         .agents
@@ -346,7 +341,7 @@ async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     // Every action is decided and no answer is stored yet: resume, unless another request
     // (or the turn that paused) holds the conversation right now. A retry after that turn
     // ends resumes, so a decision recorded by a request that then failed is never stranded.
-    if !store.begin_turn(conv, &run_id, STALE_TURN.as_millis() as i64).await.map_err(ApiError::internal)? {
+    if !store.begin_turn(conv, &run_id, STALE_TURN.as_millis() as i64).await? {
         return Err(ApiError::new(StatusCode::CONFLICT, "these decisions are being applied; retry shortly"));
     }
     let decisions: BTreeMap<InterruptId, Decision> = group
@@ -434,7 +429,7 @@ async fn delete_conversation(
     Path(id): Path<i64>,
     Query(owner): Query<Owner>,
 ) -> Result<StatusCode, ApiError> {
-    if !app.0.store.delete_conversation(owner.tenant_id, owner.user_id, id).await.map_err(ApiError::internal)? {
+    if !app.0.store.delete_conversation(owner.tenant_id, owner.user_id, id).await? {
         return Err(ApiError::not_found());
     }
     app.0.checkpointer.delete_thread(&ThreadId::new(owner.tenant_id, id)).await.map_err(ApiError::internal)?;
@@ -452,7 +447,7 @@ async fn delete_user(
     Path(user_id): Path<i64>,
     Query(q): Query<TenantQuery>,
 ) -> Result<Response, ApiError> {
-    let ids = app.0.store.delete_user(q.tenant_id, user_id).await.map_err(ApiError::internal)?;
+    let ids = app.0.store.delete_user(q.tenant_id, user_id).await?;
     for id in &ids {
         app.0.checkpointer.delete_thread(&ThreadId::new(q.tenant_id, id)).await.map_err(ApiError::internal)?;
     }
@@ -460,7 +455,7 @@ async fn delete_user(
 }
 
 async fn delete_tenant(State(app): State<AppState>, Path(tenant_id): Path<i64>) -> Result<Response, ApiError> {
-    let ids = app.0.store.delete_tenant(tenant_id).await.map_err(ApiError::internal)?;
+    let ids = app.0.store.delete_tenant(tenant_id).await?;
     app.0.checkpointer.delete_namespace(&tenant_id.to_string()).await.map_err(ApiError::internal)?;
     Ok(axum::Json(json!({ "deletedConversations": ids.len() })).into_response())
 }

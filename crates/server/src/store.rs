@@ -23,7 +23,7 @@ impl From<sqlx::Error> for StoreError {
 }
 
 /// A conversation's owner-visible facts.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Conversation {
     /// Id.
     pub id: i64,
@@ -32,7 +32,8 @@ pub struct Conversation {
 }
 
 /// A write action awaiting a decision.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingAction {
     /// The message id the contract exposes.
     pub message_id: i64,
@@ -55,7 +56,8 @@ pub struct PendingAction {
 }
 
 /// What recording a decision did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decided {
     /// Newly recorded.
     Recorded,

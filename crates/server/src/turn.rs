@@ -51,15 +51,28 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
     let store = &app.0.store;
     let m = &app.0.metrics;
     let mut result = TurnResult::default();
-    let mut model_started: Option<Instant> = None;
-    let mut tools: HashMap<String, Instant> = HashMap::new();
+    // Spans of the turn, its model calls and its tool calls (exported when OTLP is on): each
+    // lives from the event that opens it to the one that closes it.
+    let turn_span = tracing::info_span!(
+        "chat.turn",
+        tenant.id = turn.tenant,
+        conversation.id = turn.conversation,
+        agent = %turn.agent,
+        run.id = %turn.run_id,
+        outcome = tracing::field::Empty,
+    );
+    let mut model_started: Option<(Instant, tracing::Span)> = None;
+    let mut tools: HashMap<String, (Instant, tracing::Span)> = HashMap::new();
     let graph_run = run.run_id().to_owned();
     while let Some(event) = run.next_event().await {
         match event {
             RunEvent::TextDelta { text } => log.push("token", json!({ "content": text }).to_string()),
-            RunEvent::NodeStarted { node, .. } if node == "agent" => model_started = Some(Instant::now()),
+            RunEvent::NodeStarted { node, .. } if node == "agent" => {
+                let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent);
+                model_started = Some((Instant::now(), span));
+            }
             RunEvent::NodeFinished { node, .. } if node == "agent" => {
-                if let Some(t) = model_started.take() {
+                if let Some((t, _span)) = model_started.take() {
                     m.llm_latency.with_label_values(&[&turn.agent]).observe(t.elapsed().as_secs_f64());
                 }
             }
@@ -68,14 +81,16 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
                     let data = ToolCallEvent { call_id: &call_id, name: &name, arguments: &arguments };
                     log.push("tool_call", serde_json::to_string(&data).unwrap_or_default());
                 }
-                tools.insert(call_id, Instant::now());
+                let span = tracing::info_span!(parent: &turn_span, "tool.call", tool.name = %name, tool.ok = tracing::field::Empty);
+                tools.insert(call_id, (Instant::now(), span));
             }
             RunEvent::ToolResult { call_id, name, outcome, ok } => {
                 if turn.tool_events {
                     let data = ToolResultEvent { call_id: &call_id, name: &name, ok, outcome: &outcome };
                     log.push("tool_result", serde_json::to_string(&data).unwrap_or_default());
                 }
-                if let Some(t) = tools.remove(&call_id) {
+                if let Some((t, span)) = tools.remove(&call_id) {
+                    span.record("tool.ok", ok);
                     m.tool_latency.with_label_values(&[&name]).observe(t.elapsed().as_secs_f64());
                 }
                 let denied = outcome.get("kind").and_then(Value::as_str) == Some("denied");
@@ -169,6 +184,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
             log.push("error", json!({ "message": "the run ended without a reply" }).to_string())
         }
     }
+    turn_span.record("outcome", label);
     m.stream_duration.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
     log.finish();
     result

@@ -17,6 +17,7 @@ use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_graph::react::{self, AgentSpec};
 use toolgraph_graph::{Checkpointer, PostgresCheckpointer};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
+use toolgraph_server::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_server::store::{ConversationStore, SqliteConversationStore};
 use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
 use toolgraph_server::{PostgresConversationStore, ProjectingCheckpointer};
@@ -40,6 +41,9 @@ struct Service {
     _dir: tempfile::TempDir,
     _pg: Option<pg::Schema>,
 }
+
+/// The checkpointer, the store the service calls, the store the tests read, the schema.
+type Stores = (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, Arc<dyn ConversationStore>, Option<pg::Schema>);
 
 async fn service(b: &str, script: Vec<Reply>) -> Service {
     service_with(b, script, true, 10).await
@@ -80,15 +84,33 @@ async fn service_opts(
             )
             .unwrap();
     }
-    let (ckpt, store, pg): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, _) = if b == "postgres" {
+    // `service_store` is what the service calls; `store` is where the tests look.
+    let (ckpt, service_store, store, pg): Stores = if let Some(secret) = b.strip_prefix("backend") {
+        // The conversation lives in a backend reached by signed calls; the tests read what
+        // the backend stored. `backend:SECRET` signs with another secret than the backend's.
+        let (backend_url, backend_store) = backend::start(dir.path()).await;
+        let secret = secret.strip_prefix(':').unwrap_or(backend::SECRET);
+        let calls: Arc<dyn ConversationStore> = Arc::new(
+            BackendConversationStore::new(BackendOptions {
+                base_url: backend_url,
+                secret: secret.as_bytes().to_vec(),
+                timeout: Duration::from_secs(5),
+            })
+            .unwrap(),
+        );
+        let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
+        (Arc::new(ProjectingCheckpointer::forwarding(ckpt, calls.clone())), calls, backend_store, None)
+    } else if b == "postgres" {
         let schema = pg::Schema::create().await.expect("checked by the test wrapper");
         let ckpt = PostgresCheckpointer::connect_with(schema.options()).await.unwrap();
-        let store = PostgresConversationStore::new(ckpt.pool().clone()).await.unwrap();
-        (Arc::new(ProjectingCheckpointer::postgres(ckpt)), Arc::new(store), Some(schema))
+        let store: Arc<dyn ConversationStore> =
+            Arc::new(PostgresConversationStore::new(ckpt.pool().clone()).await.unwrap());
+        (Arc::new(ProjectingCheckpointer::postgres(ckpt)), store.clone(), store, Some(schema))
     } else {
         let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
-        let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
-        (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), None)
+        let store: Arc<dyn ConversationStore> =
+            Arc::new(SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap());
+        (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), store.clone(), store, None)
     };
     let helper = react::build(AgentSpec::new("helper", "You help.", tools.clone()), llm.clone(), ckpt.clone()).unwrap();
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
@@ -97,7 +119,7 @@ async fn service_opts(
         ("lumie".to_string(), ServedAgent { graph, settings: settings.clone() }),
         ("helper".to_string(), ServedAgent { graph: helper, settings }),
     ]);
-    let app = AppState::new(agents, "lumie".into(), store.clone(), ckpt, options);
+    let app = AppState::new(agents, "lumie".into(), service_store, ckpt, options);
     if ready {
         app.set_ready();
     }
@@ -542,6 +564,79 @@ async fn a_client_that_stops_reading_does_not_hold_up_the_run(b: &str) {
     assert_eq!(events.last().unwrap().event, "done");
 }
 
+#[tokio::test]
+async fn the_backend_store_answers_503_when_the_backend_refuses_its_calls() {
+    let s = service("backend:not-the-backend-secret", vec![Reply::text("hola")]).await;
+    let resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "hola")).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let err: Value = resp.json().await.unwrap();
+    assert!(err["error"].as_str().unwrap().contains("store is unavailable"), "{err}");
+    assert_eq!(s.store.conversation(7, 101, 1).await.unwrap(), None, "the backend stored nothing");
+    assert_eq!(s.model.requests().len(), 0, "no turn ran");
+}
+
+#[tokio::test]
+async fn backend_callbacks_reject_unsigned_tampered_stale_and_replayed_calls() {
+    use toolgraph_server::auth::{now_secs, sign, signature_headers};
+    use toolgraph_server::backend::wire::path;
+    let dir = tempfile::tempdir().unwrap();
+    let (base, store) = backend::start(dir.path()).await;
+    let http = reqwest::Client::new();
+    let call = |target: &str, ts: i64, sig: Option<String>, payload: &[u8]| {
+        let mut req = if payload.is_empty() {
+            http.get(format!("{base}{target}"))
+        } else {
+            http.post(format!("{base}{target}")).header("content-type", "application/json").body(payload.to_vec())
+        };
+        if let Some(sig) = sig {
+            req = req.header("x-timestamp", ts.to_string()).header("x-signature", sig);
+        }
+        req.send()
+    };
+    let secret = backend::SECRET.as_bytes();
+    let create = br#"{"nonce":"n1","tenantId":7,"userId":101,"agent":"lumie"}"#;
+    let now = now_secs();
+    let unsigned = call(path::CONVERSATIONS, now, None, create).await.unwrap();
+    assert_eq!(unsigned.status(), 401);
+    assert!(unsigned.text().await.unwrap().contains("unsigned"));
+    let mut tampered = create.to_vec();
+    let seven = create.iter().position(|&c| c == b'7').unwrap();
+    tampered[seven] = b'8'; // tenantId 7 → 8
+    let r = call(path::CONVERSATIONS, now, Some(sign(secret, now, create)), &tampered).await.unwrap();
+    assert_eq!((r.status().as_u16(), r.text().await.unwrap().contains("mismatch")), (401, true));
+    let old = now - 3600;
+    let r = call(path::CONVERSATIONS, old, Some(sign(secret, old, create)), create).await.unwrap();
+    assert_eq!((r.status().as_u16(), r.text().await.unwrap().contains("stale")), (401, true));
+    let r = call(path::CONVERSATIONS, now, Some(sign(b"another-secret", now, create)), create).await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(store.conversation(7, 101, 1).await.unwrap(), None, "no refused call was executed");
+
+    let good = sign(secret, now, create);
+    let r = call(path::CONVERSATIONS, now, Some(good.clone()), create).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    let replay = call(path::CONVERSATIONS, now, Some(good), create).await.unwrap();
+    assert_eq!((replay.status().as_u16(), replay.text().await.unwrap().contains("replayed")), (401, true));
+    assert_eq!(store.conversation(7, 101, id + 1).await.unwrap(), None, "the replay created nothing");
+    assert_eq!(store.conversation(8, 101, id).await.unwrap(), None);
+
+    // A bodiless call signs its URL: its signature does not open another conversation.
+    let mine = format!("{}?conversationId={id}", path::HISTORY);
+    let [(_, ts), (_, sig)] = signature_headers(secret, &mine, b"");
+    let ts: i64 = ts.parse().unwrap();
+    let other = format!("{}?conversationId={}", path::HISTORY, id + 1);
+    assert_eq!(call(&other, ts, Some(sig.clone()), b"").await.unwrap().status(), 401);
+    let r = call(&mine, ts, Some(sig), b"").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"messages": []}));
+    // A signed call with a body the backend cannot use is refused with the field named.
+    let bad = br#"{"nonce":"n2","conversationId":1,"role":"robot","content":"x"}"#;
+    let r = call(path::SAVE_MESSAGE, now, Some(sign(secret, now, bad)), bad).await.unwrap();
+    assert_eq!(r.status(), 422);
+    assert!(r.text().await.unwrap().contains("role"));
+}
+
 /// The conversation whose last message is an assistant reply, if any (tenant 7, user 101).
 async fn sqlx_free_lookup(s: &Service) -> Option<i64> {
     for conv in 1..=3 {
@@ -551,6 +646,29 @@ async fn sqlx_free_lookup(s: &Service) -> Option<i64> {
         }
     }
     None
+}
+
+mod backend {
+    //! A backend of seed 002 for the service to call: the receiving side of the callbacks
+    //! over a SQLite store of its own, on an ephemeral port.
+    use std::path::Path;
+    use std::sync::Arc;
+    use toolgraph_server::auth::HmacVerifier;
+    use toolgraph_server::backend::callback_router;
+    use toolgraph_server::store::{ConversationStore, SqliteConversationStore};
+
+    pub const SECRET: &str = "backend-shared-secret";
+
+    /// Starts the backend; returns its base URL and its store.
+    pub async fn start(dir: &Path) -> (String, Arc<dyn ConversationStore>) {
+        let pool = toolgraph_graph::SqliteCheckpointer::open(&dir.join("backend.db")).await.unwrap().pool().clone();
+        let store: Arc<dyn ConversationStore> = Arc::new(SqliteConversationStore::new(pool).await.unwrap());
+        let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (url, store)
+    }
 }
 
 mod pg {
@@ -631,7 +749,7 @@ mod pg {
     }
 }
 
-macro_rules! on_both_stores {
+macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(#[tokio::test] async fn $name() { super::$name("sqlite").await })*
@@ -639,10 +757,13 @@ macro_rules! on_both_stores {
         mod postgres {
             $(#[tokio::test] async fn $name() { if super::pg::available().await { super::$name("postgres").await } })*
         }
+        mod backend_callbacks {
+            $(#[tokio::test] async fn $name() { super::$name("backend").await })*
+        }
     };
 }
 
-on_both_stores!(
+on_every_store!(
     a_client_that_stops_reading_does_not_hold_up_the_run,
     the_seed_transcript_tokens_then_done_with_a_new_conversation,
     bad_requests_get_clear_errors,

@@ -1,0 +1,198 @@
+//! [`BackendConversationStore`]: the conversation store as HMAC-signed calls to the backend.
+
+use super::wire::{self, path};
+use crate::auth::signature_headers;
+use crate::store::{Conversation, ConversationStore, Decided, PendingAction, StoreError};
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Where the backend is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct BackendOptions {
+    /// Base URL, e.g. `http://lumie-backend:8080` (the paths start with `/internal/chatbot`).
+    pub base_url: String,
+    /// The shared HMAC secret.
+    pub secret: Vec<u8>,
+    /// Limit of one call, connection included.
+    pub timeout: Duration,
+}
+
+/// Conversations, messages and pending actions kept by the backend (seed 002).
+///
+/// Each call is one signed request with a timeout; writes are not retried (a retried write
+/// could store a message twice), so a failing backend fails the operation with a
+/// [`StoreError`] naming the call, as a failing database would.
+#[derive(Debug, Clone)]
+pub struct BackendConversationStore {
+    http: reqwest::Client,
+    base: String,
+    secret: Vec<u8>,
+}
+
+/// A body with the random nonce that keeps equal calls' signatures apart.
+#[derive(Serialize)]
+struct Signed<'a, T> {
+    nonce: String,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// Longest part of an error body quoted in a [`StoreError`].
+const QUOTED_ERROR: usize = 200;
+
+impl BackendConversationStore {
+    /// A store calling the backend at `options.base_url`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built (no TLS roots).
+    pub fn new(options: BackendOptions) -> Result<Self, StoreError> {
+        let http = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .connect_timeout(options.timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| StoreError(format!("backend client: {e}")))?;
+        Ok(Self { http, base: options.base_url.trim_end_matches('/').to_owned(), secret: options.secret })
+    }
+
+    async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, StoreError> {
+        let signed = Signed { nonce: uuid::Uuid::new_v4().simple().to_string(), body };
+        let bytes = serde_json::to_vec(&signed).map_err(|e| StoreError(format!("{path}: {e}")))?;
+        let mut req = self.http.post(format!("{}{path}", self.base)).header("content-type", "application/json");
+        for (name, value) in signature_headers(&self.secret, path, &bytes) {
+            req = req.header(name, value);
+        }
+        self.send(path, req.body(bytes)).await
+    }
+
+    async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
+        let mut req = self.http.get(format!("{}{target}", self.base));
+        for (name, value) in signature_headers(&self.secret, target, b"") {
+            req = req.header(name, value);
+        }
+        self.send(target, req).await
+    }
+
+    async fn send<R: DeserializeOwned>(&self, what: &str, req: reqwest::RequestBuilder) -> Result<R, StoreError> {
+        let call = what.split('?').next().unwrap_or(what);
+        let resp = req.send().await.map_err(|e| StoreError(format!("backend call {call} failed: {e}")))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| StoreError(format!("backend call {call}: {e}")))?;
+        if !status.is_success() {
+            let reason = serde_json::from_str::<wire::ErrorBody>(&text)
+                .map(|b| b.error)
+                .unwrap_or_else(|_| text.chars().take(QUOTED_ERROR).collect());
+            return Err(StoreError(format!("backend answered {status} to {call}: {reason}")));
+        }
+        serde_json::from_str(&text).map_err(|e| StoreError(format!("backend call {call}: unexpected answer: {e}")))
+    }
+}
+
+#[async_trait]
+impl ConversationStore for BackendConversationStore {
+    async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
+        let body = wire::CreateConversation { tenant_id: tenant, user_id: user, agent: agent.to_owned() };
+        Ok(self.post::<_, wire::Created>(path::CONVERSATIONS, &body).await?.id)
+    }
+
+    async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
+        let body = wire::OwnedConversation { tenant_id: tenant, user_id: user, conversation_id: id };
+        Ok(self.post::<_, wire::ConversationFound>(path::CONVERSATION_LOOKUP, &body).await?.conversation)
+    }
+
+    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
+        let body = wire::BeginTurn { conversation_id: conversation, run_id: run_id.to_owned(), stale_after_ms };
+        Ok(self.post::<_, wire::Claimed>(path::TURN_BEGIN, &body).await?.claimed)
+    }
+
+    async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
+        let body = wire::RunRef { conversation_id: conversation, run_id: run_id.to_owned() };
+        self.post::<_, wire::Empty>(path::TURN_END, &body).await.map(|_| ())
+    }
+
+    async fn add_message(&self, conversation: i64, role: &str, content: &str) -> Result<i64, StoreError> {
+        let body =
+            wire::SaveMessage { conversation_id: conversation, role: role.to_owned(), content: content.to_owned() };
+        Ok(self.post::<_, wire::Created>(path::SAVE_MESSAGE, &body).await?.id)
+    }
+
+    async fn add_pending(
+        &self,
+        conversation: i64,
+        run_id: &str,
+        interrupt_id: &str,
+        tool_name: &str,
+        description: &str,
+        arguments: &Value,
+    ) -> Result<i64, StoreError> {
+        let body = wire::SavePending {
+            conversation_id: conversation,
+            run_id: run_id.to_owned(),
+            interrupt_id: interrupt_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+            description: description.to_owned(),
+            arguments: arguments.clone(),
+        };
+        Ok(self.post::<_, wire::Created>(path::PENDING_ACTION, &body).await?.id)
+    }
+
+    async fn last_message(&self, conversation: i64, role: &str) -> Result<Option<(i64, String)>, StoreError> {
+        let body = wire::LastMessage { conversation_id: conversation, role: role.to_owned() };
+        let found: wire::MessageFound = self.post(path::LAST_MESSAGE, &body).await?;
+        Ok(found.message.map(|m| (m.id, m.content)))
+    }
+
+    async fn pending(
+        &self,
+        tenant: i64,
+        user: i64,
+        conversation: i64,
+        message_id: i64,
+    ) -> Result<Option<PendingAction>, StoreError> {
+        let body = wire::PendingLookup { tenant_id: tenant, user_id: user, conversation_id: conversation, message_id };
+        Ok(self.post::<_, wire::PendingFound>(path::PENDING_LOOKUP, &body).await?.pending_action)
+    }
+
+    async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError> {
+        let body = wire::RunRef { conversation_id: conversation, run_id: run_id.to_owned() };
+        Ok(self.post::<_, wire::RunPending>(path::RUN_PENDING, &body).await?.pending_actions)
+    }
+
+    async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError> {
+        let body = wire::Decide { message_id, approve };
+        Ok(self.post::<_, wire::DecideAnswer>(path::PENDING_DECIDE, &body).await?.outcome)
+    }
+
+    async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {
+        let body = wire::RunResponse {
+            conversation_id: conversation,
+            run_id: run_id.to_owned(),
+            response: response.to_owned(),
+        };
+        self.post::<_, wire::Empty>(path::RUN_RESPONSE, &body).await.map(|_| ())
+    }
+
+    async fn messages(&self, conversation: i64) -> Result<Vec<(i64, String, String)>, StoreError> {
+        let nonce = uuid::Uuid::new_v4().simple();
+        let history: wire::History =
+            self.get(&format!("{}?conversationId={conversation}&nonce={nonce}", path::HISTORY)).await?;
+        Ok(history.messages.into_iter().map(|m| (m.id, m.role, m.content)).collect())
+    }
+
+    async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
+        let body = wire::OwnedConversation { tenant_id: tenant, user_id: user, conversation_id: id };
+        Ok(self.post::<_, wire::Deleted>(path::DELETE_CONVERSATION, &body).await?.deleted)
+    }
+
+    async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
+        let body = wire::UserRef { tenant_id: tenant, user_id: user };
+        Ok(self.post::<_, wire::DeletedConversations>(path::DELETE_USER, &body).await?.conversation_ids)
+    }
+
+    async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
+        let body = wire::TenantRef { tenant_id: tenant };
+        Ok(self.post::<_, wire::DeletedConversations>(path::DELETE_TENANT, &body).await?.conversation_ids)
+    }
+}

@@ -1,0 +1,171 @@
+//! [`callback_router`]: the receiving side of the `/internal/chatbot/**` calls over any
+//! conversation store, every call verified first.
+
+use super::wire::{self, path};
+use crate::auth::{HmacVerifier, now_secs};
+use crate::store::{ConversationStore, StoreError};
+use axum::extract::{Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// Largest call body accepted (tool messages carry search results).
+const MAX_BODY: usize = 1024 * 1024;
+
+#[derive(Clone)]
+struct Backend {
+    store: Arc<dyn ConversationStore>,
+    verifier: Arc<HmacVerifier>,
+}
+
+/// A failed call: `{"error": "..."}`.
+struct CallError(StatusCode, String);
+
+impl IntoResponse for CallError {
+    fn into_response(self) -> Response {
+        (self.0, Json(wire::ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl From<StoreError> for CallError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "a backend callback failed");
+        Self(StatusCode::INTERNAL_SERVER_ERROR, e.0)
+    }
+}
+
+type Answer<T> = Result<Json<T>, CallError>;
+
+/// The `/internal/chatbot/**` surface over `store`; every call must carry a valid, fresh,
+/// unreplayed signature of `verifier`'s secret, else it is answered 401 and not executed.
+pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVerifier>) -> Router {
+    let state = Backend { store, verifier };
+    Router::new()
+        .route(path::CONVERSATIONS, post(create_conversation))
+        .route(path::CONVERSATION_LOOKUP, post(conversation))
+        .route(path::TURN_BEGIN, post(begin_turn))
+        .route(path::TURN_END, post(end_turn))
+        .route(path::SAVE_MESSAGE, post(save_message))
+        .route(path::LAST_MESSAGE, post(last_message))
+        .route(path::PENDING_ACTION, post(save_pending))
+        .route(path::PENDING_LOOKUP, post(pending))
+        .route(path::PENDING_DECIDE, post(decide))
+        .route(path::RUN_PENDING, post(run_pending))
+        .route(path::RUN_RESPONSE, post(set_response))
+        .route(path::HISTORY, get(history))
+        .route(path::DELETE_CONVERSATION, post(delete_conversation))
+        .route(path::DELETE_USER, post(delete_user))
+        .route(path::DELETE_TENANT, post(delete_tenant))
+        .route_layer(middleware::from_fn_with_state(state.clone(), verify))
+        .with_state(state)
+}
+
+/// Reads the body (bounded), checks the signature, and passes the request on.
+async fn verify(State(b): State<Backend>, req: Request, next: Next) -> Result<Response, CallError> {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| CallError(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {MAX_BODY} bytes")))?;
+    let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
+    b.verifier
+        .verify_request(&parts.headers, target, &bytes, now_secs())
+        .map_err(|reason| CallError(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}")))?;
+    Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
+}
+
+async fn create_conversation(
+    State(b): State<Backend>,
+    Json(r): Json<wire::CreateConversation>,
+) -> Answer<wire::Created> {
+    Ok(Json(wire::Created { id: b.store.create_conversation(r.tenant_id, r.user_id, &r.agent).await? }))
+}
+
+async fn conversation(
+    State(b): State<Backend>,
+    Json(r): Json<wire::OwnedConversation>,
+) -> Answer<wire::ConversationFound> {
+    let conversation = b.store.conversation(r.tenant_id, r.user_id, r.conversation_id).await?;
+    Ok(Json(wire::ConversationFound { conversation }))
+}
+
+async fn begin_turn(State(b): State<Backend>, Json(r): Json<wire::BeginTurn>) -> Answer<wire::Claimed> {
+    let claimed = b.store.begin_turn(r.conversation_id, &r.run_id, r.stale_after_ms).await?;
+    Ok(Json(wire::Claimed { claimed }))
+}
+
+async fn end_turn(State(b): State<Backend>, Json(r): Json<wire::RunRef>) -> Answer<wire::Empty> {
+    b.store.end_turn(r.conversation_id, &r.run_id).await?;
+    Ok(Json(wire::Empty {}))
+}
+
+async fn save_message(State(b): State<Backend>, Json(r): Json<wire::SaveMessage>) -> Answer<wire::Created> {
+    if !matches!(r.role.as_str(), "user" | "assistant" | "tool") {
+        return Err(CallError(StatusCode::UNPROCESSABLE_ENTITY, format!("role: unknown role '{}'", r.role)));
+    }
+    Ok(Json(wire::Created { id: b.store.add_message(r.conversation_id, &r.role, &r.content).await? }))
+}
+
+async fn last_message(State(b): State<Backend>, Json(r): Json<wire::LastMessage>) -> Answer<wire::MessageFound> {
+    let message = b.store.last_message(r.conversation_id, &r.role).await?;
+    Ok(Json(wire::MessageFound {
+        message: message.map(|(id, content)| wire::MessageDto { id, role: r.role, content }),
+    }))
+}
+
+async fn save_pending(State(b): State<Backend>, Json(r): Json<wire::SavePending>) -> Answer<wire::Created> {
+    let id = b
+        .store
+        .add_pending(r.conversation_id, &r.run_id, &r.interrupt_id, &r.tool_name, &r.description, &r.arguments)
+        .await?;
+    Ok(Json(wire::Created { id }))
+}
+
+async fn pending(State(b): State<Backend>, Json(r): Json<wire::PendingLookup>) -> Answer<wire::PendingFound> {
+    let pending_action = b.store.pending(r.tenant_id, r.user_id, r.conversation_id, r.message_id).await?;
+    Ok(Json(wire::PendingFound { pending_action }))
+}
+
+async fn decide(State(b): State<Backend>, Json(r): Json<wire::Decide>) -> Answer<wire::DecideAnswer> {
+    Ok(Json(wire::DecideAnswer { outcome: b.store.decide(r.message_id, r.approve).await? }))
+}
+
+async fn run_pending(State(b): State<Backend>, Json(r): Json<wire::RunRef>) -> Answer<wire::RunPending> {
+    Ok(Json(wire::RunPending { pending_actions: b.store.run_pending(r.conversation_id, &r.run_id).await? }))
+}
+
+async fn set_response(State(b): State<Backend>, Json(r): Json<wire::RunResponse>) -> Answer<wire::Empty> {
+    b.store.set_response(r.conversation_id, &r.run_id, &r.response).await?;
+    Ok(Json(wire::Empty {}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HistoryQuery {
+    conversation_id: i64,
+}
+
+async fn history(State(b): State<Backend>, Query(q): Query<HistoryQuery>) -> Answer<wire::History> {
+    let messages = b.store.messages(q.conversation_id).await?;
+    let messages = messages.into_iter().map(|(id, role, content)| wire::MessageDto { id, role, content }).collect();
+    Ok(Json(wire::History { messages }))
+}
+
+async fn delete_conversation(
+    State(b): State<Backend>,
+    Json(r): Json<wire::OwnedConversation>,
+) -> Answer<wire::Deleted> {
+    let deleted = b.store.delete_conversation(r.tenant_id, r.user_id, r.conversation_id).await?;
+    Ok(Json(wire::Deleted { deleted }))
+}
+
+async fn delete_user(State(b): State<Backend>, Json(r): Json<wire::UserRef>) -> Answer<wire::DeletedConversations> {
+    Ok(Json(wire::DeletedConversations { conversation_ids: b.store.delete_user(r.tenant_id, r.user_id).await? }))
+}
+
+async fn delete_tenant(State(b): State<Backend>, Json(r): Json<wire::TenantRef>) -> Answer<wire::DeletedConversations> {
+    Ok(Json(wire::DeletedConversations { conversation_ids: b.store.delete_tenant(r.tenant_id).await? }))
+}

@@ -1,0 +1,230 @@
+//! The bodies of the `/internal/chatbot/**` calls, shared by the calling and the receiving
+//! side so the two cannot drift apart.
+
+use crate::store::{Conversation, Decided, PendingAction};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Every path of the surface, relative to the backend's base URL.
+pub mod path {
+    /// Create a conversation (seed 002).
+    pub const CONVERSATIONS: &str = "/internal/chatbot/conversations";
+    /// Look up a conversation of a tenant and user.
+    pub const CONVERSATION_LOOKUP: &str = "/internal/chatbot/conversations/lookup";
+    /// Claim a conversation for a run.
+    pub const TURN_BEGIN: &str = "/internal/chatbot/turns/begin";
+    /// Release a run's claim.
+    pub const TURN_END: &str = "/internal/chatbot/turns/end";
+    /// Persist a user, assistant or tool message (seed 002).
+    pub const SAVE_MESSAGE: &str = "/internal/chatbot/save-message";
+    /// The newest message of a role.
+    pub const LAST_MESSAGE: &str = "/internal/chatbot/last-message";
+    /// Persist an interrupt as a pending action (seed 002).
+    pub const PENDING_ACTION: &str = "/internal/chatbot/pending-action";
+    /// Look up a pending action of a tenant, user and conversation.
+    pub const PENDING_LOOKUP: &str = "/internal/chatbot/pending-action/lookup";
+    /// Record a decision once.
+    pub const PENDING_DECIDE: &str = "/internal/chatbot/pending-action/decide";
+    /// Every pending action of a run.
+    pub const RUN_PENDING: &str = "/internal/chatbot/runs/pending-actions";
+    /// Store a run's final confirm response.
+    pub const RUN_RESPONSE: &str = "/internal/chatbot/runs/response";
+    /// A conversation's messages (seed 002; `GET ?conversationId=N`).
+    pub const HISTORY: &str = "/internal/chatbot/history";
+    /// Delete a conversation.
+    pub const DELETE_CONVERSATION: &str = "/internal/chatbot/delete/conversation";
+    /// Delete a user's conversations.
+    pub const DELETE_USER: &str = "/internal/chatbot/delete/user";
+    /// Delete a tenant's conversations.
+    pub const DELETE_TENANT: &str = "/internal/chatbot/delete/tenant";
+}
+
+/// `POST conversations`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateConversation {
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub agent: String,
+}
+
+/// An id the backend allocated.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Created {
+    pub id: i64,
+}
+
+/// A tenant's and user's conversation (`conversations/lookup`, `delete/conversation`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnedConversation {
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: i64,
+}
+
+/// The answer of `conversations/lookup`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConversationFound {
+    pub conversation: Option<Conversation>,
+}
+
+/// `turns/begin`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeginTurn {
+    pub conversation_id: i64,
+    pub run_id: String,
+    /// A claim older than this is stale (its replica died) and may be taken over.
+    pub stale_after_ms: i64,
+}
+
+/// The answer of `turns/begin`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Claimed {
+    pub claimed: bool,
+}
+
+/// `turns/end`, `runs/pending-actions`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRef {
+    pub conversation_id: i64,
+    pub run_id: String,
+}
+
+/// `save-message`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaveMessage {
+    pub conversation_id: i64,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    pub content: String,
+}
+
+/// `last-message`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastMessage {
+    pub conversation_id: i64,
+    pub role: String,
+}
+
+/// The answer of `last-message`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct MessageFound {
+    pub message: Option<MessageDto>,
+}
+
+/// A stored message.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct MessageDto {
+    pub id: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub role: String,
+    pub content: String,
+}
+
+/// The answer of `history`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct History {
+    pub messages: Vec<MessageDto>,
+}
+
+/// `pending-action`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavePending {
+    pub conversation_id: i64,
+    pub run_id: String,
+    pub interrupt_id: String,
+    pub tool_name: String,
+    pub description: String,
+    pub arguments: Value,
+}
+
+/// `pending-action/lookup`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingLookup {
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: i64,
+    pub message_id: i64,
+}
+
+/// The answer of `pending-action/lookup`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingFound {
+    pub pending_action: Option<PendingAction>,
+}
+
+/// The answer of `runs/pending-actions`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPending {
+    pub pending_actions: Vec<PendingAction>,
+}
+
+/// `pending-action/decide`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decide {
+    pub message_id: i64,
+    pub approve: bool,
+}
+
+/// The answer of `pending-action/decide`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DecideAnswer {
+    pub outcome: Decided,
+}
+
+/// `runs/response`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResponse {
+    pub conversation_id: i64,
+    pub run_id: String,
+    pub response: String,
+}
+
+/// `delete/user`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserRef {
+    pub tenant_id: i64,
+    pub user_id: i64,
+}
+
+/// `delete/tenant`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantRef {
+    pub tenant_id: i64,
+}
+
+/// The answer of `delete/conversation`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: bool,
+}
+
+/// The answer of `delete/user` and `delete/tenant`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletedConversations {
+    pub conversation_ids: Vec<i64>,
+}
+
+/// The answer of calls that return nothing.
+#[derive(Debug, Serialize, Deserialize, Default)]
+pub struct Empty {}
+
+/// The `{"error": "..."}` body of a failed call.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
