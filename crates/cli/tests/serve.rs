@@ -105,6 +105,61 @@ async fn serve_on_postgresql() {
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&mut admin).await.unwrap();
 }
 
+/// `store = "backend"`: the binary keeps the conversation in a backend of seed 002 (here the
+/// library's receiving side over a memory store) through signed calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
+    use std::sync::Arc;
+    use toolgraph_server::auth::HmacVerifier;
+    use toolgraph_server::backend::callback_router;
+    use toolgraph_server::store::{ConversationStore, MemoryConversationStore};
+    const SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
+    let store = Arc::new(MemoryConversationStore::new());
+    let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let model = ScriptedModelServer::start(vec![Reply::text("Guardado en el backend.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = serve_command(dir.path(), &model, port)
+        .env("TOOLGRAPH_SERVER_STORE", "backend")
+        .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend)
+        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", SECRET)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let text = new_turn(&base, "hola").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.contains("event: done") && text.contains("\"conversationId\":1"), "{text}");
+    let messages = store.messages(1).await.unwrap();
+    let kept: Vec<(&str, &str)> = messages.iter().map(|(_, r, c)| (r.as_str(), c.as_str())).collect();
+    assert_eq!(kept, [("user", "hola"), ("assistant", "Guardado en el backend.")]);
+    assert!(dir.path().join("toolgraph.db").exists(), "checkpoints stay with the service");
+}
+
+/// Without its URL and secret the backend store is refused at start, naming the setting.
+#[test]
+fn serve_refuses_the_backend_store_without_its_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["serve", "--port", "0", "--data-dir"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("TOOLGRAPH_SERVER_STORE", "backend")
+        .env("TOOLGRAPH_SERVER_BACKEND_URL", "http://127.0.0.1:9")
+        .env_remove("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server.backend_hmac_secret"), "{err}");
+}
+
 async fn serve_round_trip(database_url: Option<String>) {
     let model = ScriptedModelServer::start(vec![Reply::text("Hola desde toolgraph.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
