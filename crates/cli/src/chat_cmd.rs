@@ -81,10 +81,9 @@ pub(crate) fn show_tool_result(name: &str, ok: bool, outcome: &Value) {
     eprintln!("  ← {name} {}: {short}", if ok { "ok" } else { "failed" });
 }
 
-/// Puts a pending action (its `description`) to the user; `None` if the input ended first.
+/// Puts a pending action's `description` to the user; `None` if the input ended first.
 /// Scripted answers (a pipe) are echoed, so the output reads as a dialogue.
-pub(crate) async fn ask_approval(action: &Value, lines: &mut mpsc::Receiver<String>) -> Option<bool> {
-    let description = action.get("description").and_then(Value::as_str).unwrap_or("(no description)");
+pub(crate) async fn ask_approval(description: &str, lines: &mut mpsc::Receiver<String>) -> Option<bool> {
     eprint!("approval needed: {description}\napprove? [y/N] ");
     let _ = std::io::stderr().flush();
     let answer = lines.recv().await?;
@@ -270,7 +269,12 @@ async fn approve_and_resume(
 ) -> anyhow::Result<Option<RunHandle<toolgraph_graph::react::AgentState>>> {
     let mut decisions = BTreeMap::new();
     for p in &pending {
-        let Some(yes) = ask_approval(&p.payload, lines).await else { return Ok(None) };
+        let Some(yes) =
+            ask_approval(p.payload.get("description").and_then(Value::as_str).unwrap_or("(no description)"), lines)
+                .await
+        else {
+            return Ok(None);
+        };
         decisions.insert(p.id.clone(), if yes { Decision::Approve } else { Decision::Reject });
     }
     let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };

@@ -14,18 +14,15 @@ use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use toolgraph_server::{ConfirmRequest, ConfirmResponse, Done, PendingActionDto, StreamRequest};
 
 /// Who the client speaks as, and where.
 pub struct RemoteChat {
     client: reqwest::Client,
     base: String,
-    tenant_slug: String,
-    tenant_id: i64,
-    user_id: i64,
-    agent: Option<String>,
-    context: Option<Map<String, Value>>,
+    /// Every turn's request but its message; `conversation_id` follows the conversation.
+    request: StreamRequest,
     api_key: Option<String>,
-    conversation: Option<i64>,
     transcript: Option<std::io::BufWriter<std::fs::File>>,
     turn: u32,
 }
@@ -62,16 +59,21 @@ impl RemoteChat {
             )),
             None => None,
         };
-        Ok(Self {
-            client,
-            base: opts.url.trim_end_matches('/').to_owned(),
+        let request = StreamRequest {
             tenant_slug: opts.tenant_slug,
             tenant_id: opts.tenant_id,
             user_id: opts.user_id,
+            conversation_id: opts.conversation,
+            message: String::new(),
             agent: opts.agent,
             context: opts.context,
+            tool_events: true,
+        };
+        Ok(Self {
+            client,
+            base: opts.url.trim_end_matches('/').to_owned(),
+            request,
             api_key: opts.api_key,
-            conversation: opts.conversation,
             transcript,
             turn: 0,
         })
@@ -94,7 +96,7 @@ impl RemoteChat {
     }
 
     pub fn conversation(&self) -> Option<i64> {
-        self.conversation
+        self.request.conversation_id
     }
 
     /// Appends one line; tokens stay buffered, anything else is flushed (a few per turn).
@@ -117,9 +119,12 @@ impl RemoteChat {
         }
     }
 
-    fn post(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
-        let mut req =
-            self.client.post(format!("{}{path}", self.base)).header("X-Tenant-Slug", &self.tenant_slug).json(body);
+    fn post(&self, path: &str, body: &impl serde::Serialize) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("X-Tenant-Slug", &self.request.tenant_slug)
+            .json(body);
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
@@ -132,21 +137,8 @@ impl RemoteChat {
     pub async fn turn(&mut self, message: &str, lines: &mut mpsc::Receiver<String>) -> anyhow::Result<bool> {
         self.turn += 1;
         let started = std::time::Instant::now();
-        let mut body = json!({
-            "tenantSlug": self.tenant_slug,
-            "tenantId": self.tenant_id,
-            "userId": self.user_id,
-            "conversationId": self.conversation,
-            "message": message,
-            "toolEvents": true,
-        });
-        if let Some(agent) = &self.agent {
-            body["agent"] = json!(agent);
-        }
-        if let Some(context) = &self.context {
-            body["context"] = Value::Object(context.clone());
-        }
-        let resp = self.post("/api/chatbot/stream", &body).send().await.context("the stream request failed")?;
+        message.clone_into(&mut self.request.message);
+        let resp = self.post("/api/chatbot/stream", &self.request).send().await.context("the stream request failed")?;
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();
@@ -171,10 +163,13 @@ impl RemoteChat {
                 "tool_result" => {
                     show_tool_result(data["name"].as_str().unwrap_or("?"), data["ok"] == true, &data["outcome"]);
                 }
-                "pending" => pending.push(data),
+                "pending" => match serde_json::from_value::<PendingActionDto>(data) {
+                    Ok(action) => pending.push(action),
+                    Err(e) => eprintln!("\nerror: an unreadable pending action: {e}"),
+                },
                 "done" => {
-                    if let Some(id) = data["conversationId"].as_i64() {
-                        self.conversation = Some(id);
+                    if let Ok(done) = serde_json::from_value::<Done>(data) {
+                        self.request.conversation_id = Some(done.conversation_id);
                     }
                 }
                 "error" => eprintln!("\nerror: {}", data["message"].as_str().unwrap_or("(no message)")),
@@ -187,28 +182,30 @@ impl RemoteChat {
         // the next undecided one, or with the resumed run's reply (which may ask again).
         let mut next = pending.into_iter().next();
         while let Some(action) = next.take() {
-            let Some(confirmed) = ask_approval(&action, lines).await else { return Ok(false) };
+            let Some(confirmed) = ask_approval(&action.description, lines).await else { return Ok(false) };
             let started = std::time::Instant::now();
             let response = self.confirm(&action, confirmed).await?;
-            if let Some(text) = response["message"].as_str().filter(|t| !t.is_empty()) {
-                println!("{text}");
+            if !response.message.is_empty() {
+                println!("{}", response.message);
             }
             eprintln!("  ({:.1} s)", started.elapsed().as_secs_f64());
-            next = response.get("pendingAction").filter(|p| !p.is_null()).cloned();
+            next = response.pending_action;
         }
         Ok(true)
     }
 
-    async fn confirm(&mut self, action: &Value, confirmed: bool) -> anyhow::Result<Value> {
-        let Some(conversation) = self.conversation else { bail!("a pending action arrived without a conversation id") };
-        let body = json!({
-            "tenantSlug": self.tenant_slug,
-            "tenantId": self.tenant_id,
-            "userId": self.user_id,
-            "conversationId": conversation,
-            "messageId": action["messageId"],
-            "confirmed": confirmed,
-        });
+    async fn confirm(&mut self, action: &PendingActionDto, confirmed: bool) -> anyhow::Result<ConfirmResponse> {
+        let Some(conversation_id) = self.request.conversation_id else {
+            bail!("a pending action arrived without a conversation id")
+        };
+        let body = ConfirmRequest {
+            tenant_slug: self.request.tenant_slug.clone(),
+            tenant_id: self.request.tenant_id,
+            user_id: self.request.user_id,
+            conversation_id,
+            message_id: action.message_id,
+            confirmed,
+        };
         let resp = self
             .post("/api/chatbot/confirm", &body)
             .timeout(CONFIRM_TIMEOUT)
@@ -221,7 +218,7 @@ impl RemoteChat {
         if !status.is_success() {
             bail!("the service refused the decision ({status}): {}", error_text(&data));
         }
-        Ok(data)
+        serde_json::from_value(data).context("the confirm answer is not the contract's")
     }
 }
 

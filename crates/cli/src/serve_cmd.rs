@@ -64,57 +64,81 @@ fn backend_store(cfg: &Config) -> anyhow::Result<BackendConversationStore> {
     BackendConversationStore::new(options).context("cannot build the backend client")
 }
 
-pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let (checkpointer, store, closer): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, StoreCloser) =
-        match (&cfg.database_url, cfg.server.store) {
-            (url, StoreKind::Backend) => {
-                let store: Arc<dyn ConversationStore> = Arc::new(backend_store(cfg)?);
-                // The backend keeps the conversation; the checkpoints stay with the service.
-                match url {
-                    Some(url) => {
-                        let ckpt = PostgresCheckpointer::connect(url.expose())
-                            .await
-                            .context("cannot open the PostgreSQL checkpoint store")?;
-                        let pool = ckpt.pool().clone();
-                        let ckpt = ProjectingCheckpointer::forwarding(ckpt, Arc::clone(&store));
-                        (Arc::new(ckpt), store, StoreCloser::Postgres(pool))
-                    }
-                    None => {
-                        let path = cfg.data_dir.join("toolgraph.db");
-                        let ckpt = SqliteCheckpointer::open(&path)
-                            .await
-                            .with_context(|| format!("cannot open {}", path.display()))?;
-                        let pool = ckpt.pool().clone();
-                        let ckpt = ProjectingCheckpointer::forwarding(ckpt, Arc::clone(&store));
-                        (Arc::new(ckpt), store, StoreCloser::Sqlite(pool))
-                    }
-                }
+/// The service's own database: PostgreSQL when `database_url` is set, else the data
+/// directory's SQLite file.
+enum Database {
+    Postgres(PostgresCheckpointer),
+    Sqlite(SqliteCheckpointer),
+}
+
+async fn open_database(cfg: &Config) -> anyhow::Result<Database> {
+    Ok(match &cfg.database_url {
+        Some(url) => Database::Postgres(
+            PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?,
+        ),
+        None => {
+            let path = cfg.data_dir.join("toolgraph.db");
+            Database::Sqlite(
+                SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?,
+            )
+        }
+    })
+}
+
+/// What `serve` keeps its state in.
+struct Stores {
+    checkpointer: Arc<dyn Checkpointer>,
+    conversations: Arc<dyn ConversationStore>,
+    closer: StoreCloser,
+    /// For the start-up line.
+    name: &'static str,
+}
+
+async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
+    let stores = |checkpointer: ProjectingCheckpointer, conversations, closer, name| Stores {
+        checkpointer: Arc::new(checkpointer),
+        conversations,
+        closer,
+        name,
+    };
+    if cfg.server.store == StoreKind::Memory && cfg.database_url.is_none() {
+        let store: Arc<dyn ConversationStore> = Arc::new(MemoryConversationStore::new());
+        let ckpt = ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), Arc::clone(&store));
+        return Ok(stores(ckpt, store, StoreCloser::None, "memory"));
+    }
+    let db = open_database(cfg).await?;
+    if cfg.server.store == StoreKind::Backend {
+        // The backend keeps the conversation; the checkpoints stay with the service.
+        let store: Arc<dyn ConversationStore> = Arc::new(backend_store(cfg)?);
+        let (ckpt, closer) = match db {
+            Database::Postgres(c) => {
+                let pool = c.pool().clone();
+                (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Postgres(pool))
             }
-            (Some(url), _) => {
-                let ckpt =
-                    PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?;
-                let pool = ckpt.pool().clone();
-                let store = PostgresConversationStore::new(pool.clone())
-                    .await
-                    .context("cannot prepare the conversation store")?;
-                (Arc::new(ProjectingCheckpointer::postgres(ckpt)), Arc::new(store), StoreCloser::Postgres(pool))
-            }
-            (None, StoreKind::Memory) => {
-                let store: Arc<dyn ConversationStore> = Arc::new(MemoryConversationStore::new());
-                let ckpt = ProjectingCheckpointer::memory(MemoryCheckpointer::new(), Arc::clone(&store));
-                (Arc::new(ckpt), store, StoreCloser::None)
-            }
-            (None, StoreKind::Sqlite) => {
-                let path = cfg.data_dir.join("toolgraph.db");
-                let ckpt =
-                    SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?;
-                let pool = ckpt.pool().clone();
-                let store = SqliteConversationStore::new(pool.clone())
-                    .await
-                    .context("cannot prepare the conversation store")?;
-                (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), Arc::new(store), StoreCloser::Sqlite(pool))
+            Database::Sqlite(c) => {
+                let pool = c.pool().clone();
+                (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Sqlite(pool))
             }
         };
+        return Ok(stores(ckpt, store, closer, "backend callbacks"));
+    }
+    let prepared = "cannot prepare the conversation store";
+    Ok(match db {
+        Database::Postgres(c) => {
+            let pool = c.pool().clone();
+            let store = PostgresConversationStore::new(pool.clone()).await.context(prepared)?;
+            stores(ProjectingCheckpointer::postgres(c), Arc::new(store), StoreCloser::Postgres(pool), "postgres")
+        }
+        Database::Sqlite(c) => {
+            let pool = c.pool().clone();
+            let store = SqliteConversationStore::new(pool.clone()).await.context(prepared)?;
+            stores(ProjectingCheckpointer::sqlite(c), Arc::new(store), StoreCloser::Sqlite(pool), "sqlite")
+        }
+    })
+}
+
+pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    let Stores { checkpointer, conversations: store, closer, name: store_name } = open_stores(cfg).await?;
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
@@ -145,12 +169,6 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {bind}:{port}"))?;
     let addr = listener.local_addr()?;
     app.set_ready();
-    let store_name = match (&cfg.database_url, cfg.server.store) {
-        (_, StoreKind::Backend) => "backend callbacks",
-        (Some(_), _) => "postgres",
-        (None, StoreKind::Memory) => "memory",
-        (None, StoreKind::Sqlite) => "sqlite",
-    };
     eprintln!(
         "toolgraph serve: listening on http://{addr} (store: {store_name}, agents: {})",
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", ")

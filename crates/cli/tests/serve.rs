@@ -20,6 +20,11 @@ fn serve_command(data_dir: &std::path::Path, model: &ScriptedModelServer, port: 
     cmd
 }
 
+/// A loopback port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// Polls `/ready` until it answers 200 (at most 20 s).
 async fn wait_ready(base: &str) {
     wait_ready_within(base, Duration::from_secs(20)).await;
@@ -55,13 +60,12 @@ async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
     serve_round_trip(None).await;
 }
 
-/// The same against PostgreSQL (`TOOLGRAPH_DATABASE_URL`), in a schema of its own.
+/// `server.ops_bind`: `/health` and `/metrics` on their own address, not on the main one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_metrics_can_live_on_a_separate_address() {
     let model = ScriptedModelServer::start(vec![]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (port, ops) = (free(), free());
+    let (port, ops) = (free_port(), free_port());
     let mut child = serve_command(dir.path(), &model, port)
         .env("TOOLGRAPH_SERVER_OPS_BIND", format!("127.0.0.1:{ops}"))
         .stderr(Stdio::null())
@@ -80,6 +84,7 @@ async fn health_and_metrics_can_live_on_a_separate_address() {
     let _ = child.wait();
 }
 
+/// The round trip against PostgreSQL (`TOOLGRAPH_DATABASE_URL`), in a schema of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_on_postgresql() {
     use sqlx::Connection;
@@ -122,7 +127,7 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
 
     let model = ScriptedModelServer::start(vec![Reply::text("Guardado en el backend.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
         .env("TOOLGRAPH_SERVER_STORE", "backend")
         .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend)
@@ -163,7 +168,7 @@ fn serve_refuses_the_backend_store_without_its_settings() {
 async fn serve_round_trip(database_url: Option<String>) {
     let model = ScriptedModelServer::start(vec![Reply::text("Hola desde toolgraph.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
         .envs(database_url.iter().map(|u| ("TOOLGRAPH_DATABASE_URL", u.as_str())))
         .stderr(Stdio::piped())
@@ -205,7 +210,7 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["serve", "--port", &port.to_string(), "--data-dir"])
         .arg(dir.path())
@@ -243,7 +248,7 @@ async fn chat_url_talks_to_a_running_service_and_confirms_writes() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let mut server = serve_command(dir.path(), &model, port).stderr(Stdio::null()).spawn().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
@@ -294,7 +299,7 @@ async fn chat_url_talks_to_a_running_service_and_confirms_writes() {
 /// `chat --url` with nothing listening says so and fails.
 #[test]
 fn chat_url_without_a_service_says_so() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["chat", "--url", &format!("http://127.0.0.1:{port}")])
         .stdin(Stdio::null())

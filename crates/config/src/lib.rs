@@ -387,6 +387,11 @@ impl Config {
     }
 
     fn validate(&self, fig: &Figment) -> Result<(), ConfigError> {
+        let is_http_url = |v: Option<&str>| {
+            v.and_then(|v| url::Url::parse(v).ok()).is_some_and(|u| matches!(u.scheme(), "http" | "https"))
+        };
+        // HMAC secrets (the service's own and the backend's): at least 16 bytes.
+        let is_long_enough = |s: Option<&Secret>| s.is_some_and(|s| s.expose().len() >= 16);
         let invalid =
             |key: &str, reason: String| ConfigError::Invalid { key: key.to_owned(), origin: origin(fig, key), reason };
         if let Some(base) = &self.llm.base_url {
@@ -404,14 +409,11 @@ impl Config {
             }
         }
         if self.rag.embedding == EmbeddingProvider::Openai {
-            match self.rag.embedding_base_url.as_deref().map(url::Url::parse) {
-                Some(Ok(u)) if matches!(u.scheme(), "http" | "https") => {}
-                Some(Ok(_)) | Some(Err(_)) | None => {
-                    return Err(invalid(
-                        "rag.embedding_base_url",
-                        "an http(s) URL of the /v1 API is required when rag.embedding = \"openai\"".into(),
-                    ));
-                }
+            if !is_http_url(self.rag.embedding_base_url.as_deref()) {
+                return Err(invalid(
+                    "rag.embedding_base_url",
+                    "an http(s) URL of the /v1 API is required when rag.embedding = \"openai\"".into(),
+                ));
             }
             if self.rag.embedding_model.as_deref().is_none_or(|m| m.trim().is_empty()) {
                 return Err(invalid("rag.embedding_model", "required when rag.embedding = \"openai\"".into()));
@@ -448,7 +450,7 @@ impl Config {
             }
         }
         match self.server.auth {
-            AuthKind::Hmac if self.server.hmac_secret.as_ref().is_none_or(|s| s.expose().len() < 16) => {
+            AuthKind::Hmac if !is_long_enough(self.server.hmac_secret.as_ref()) => {
                 return Err(invalid(
                     "server.hmac_secret",
                     "auth = \"hmac\" needs a secret of at least 16 bytes".into(),
@@ -460,16 +462,13 @@ impl Config {
             _ => {}
         }
         if self.server.store == StoreKind::Backend {
-            match self.server.backend_url.as_deref().map(url::Url::parse) {
-                Some(Ok(u)) if matches!(u.scheme(), "http" | "https") => {}
-                _ => {
-                    return Err(invalid(
-                        "server.backend_url",
-                        "store = \"backend\" needs the backend's http(s) base URL".into(),
-                    ));
-                }
+            if !is_http_url(self.server.backend_url.as_deref()) {
+                return Err(invalid(
+                    "server.backend_url",
+                    "store = \"backend\" needs the backend's http(s) base URL".into(),
+                ));
             }
-            if self.server.backend_hmac_secret.as_ref().is_none_or(|s| s.expose().len() < 16) {
+            if !is_long_enough(self.server.backend_hmac_secret.as_ref()) {
                 return Err(invalid(
                     "server.backend_hmac_secret",
                     "store = \"backend\" needs the shared secret of the signed calls (at least 16 bytes)".into(),

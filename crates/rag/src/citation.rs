@@ -97,15 +97,28 @@ impl CitationReport {
 /// Finds `[label]` markers (not markdown links `[text](url)`) and sorts them into labels of
 /// retrieved chunks and unknown ones. Labels compare ignoring case and surrounding space.
 pub fn check_citations(answer: &str, chunks: &[Chunk]) -> CitationReport {
-    let known: HashSet<String> = chunks.iter().map(|c| c.citation.trim().to_lowercase()).collect();
+    let known = KnownLabels::new(chunks.iter().map(|c| c.citation.as_str()));
     let mut report = CitationReport::default();
     for label in cited_labels(answer) {
-        let bucket = if known.contains(&label.to_lowercase()) { &mut report.cited } else { &mut report.unknown };
+        let bucket = if known.contains(label) { &mut report.cited } else { &mut report.unknown };
         if !bucket.iter().any(|l| l == label) {
             bucket.push(label.to_owned());
         }
     }
     report
+}
+
+/// Citation labels as markers match them: ignoring case and surrounding space.
+struct KnownLabels(HashSet<String>);
+
+impl KnownLabels {
+    fn new<'a>(labels: impl IntoIterator<Item = &'a str>) -> Self {
+        Self(labels.into_iter().map(|l| l.trim().to_lowercase()).collect())
+    }
+
+    fn contains(&self, label: &str) -> bool {
+        self.0.contains(&label.trim().to_lowercase())
+    }
 }
 
 /// The labels of the `[label]` markers of `answer`, trimmed, in order (markdown links
@@ -147,8 +160,8 @@ pub fn sources_footer(tool_outputs: &[&str], answer: &str) -> Option<String> {
             }
         }
     }
-    let known: HashSet<String> = labels.iter().map(|l| l.trim().to_lowercase()).collect();
-    if labels.is_empty() || cited_labels(answer).any(|l| known.contains(&l.to_lowercase())) {
+    let known = KnownLabels::new(labels.iter().map(String::as_str));
+    if labels.is_empty() || cited_labels(answer).any(|l| known.contains(l)) {
         return None;
     }
     let markers: Vec<String> = labels.iter().take(MAX_APPENDED_CITATIONS).map(|l| format!("[{l}]")).collect();

@@ -61,11 +61,31 @@ impl Auth {
                 let got: [u8; 32] = Sha256::digest(key.as_bytes()).into();
                 if bool::from(got.ct_eq(expected)) { Ok(()) } else { Err(denied()) }
             }
-            Self::Hmac(v) => v
-                .verify_request(headers, target, body, now_secs())
-                .map_err(|reason| ApiError::new(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}"))),
+            Self::Hmac(v) => v.verify_request(headers, target, body, now_secs()).map_err(bad_signature),
         }
     }
+}
+
+/// The 401 answer to a request whose signature failed for `reason`.
+pub(crate) fn bad_signature(reason: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}"))
+}
+
+/// Reads the body of `req` (at most `max` bytes, else 413), has `check` judge the headers,
+/// the target (path and query) and the body, and gives the request back whole. Signatures
+/// cover the body, so a checking middleware must read it before the handler does.
+pub(crate) async fn check_whole_request(
+    req: axum::extract::Request,
+    max: usize,
+    check: impl FnOnce(&HeaderMap, &str, &[u8]) -> Result<(), ApiError>,
+) -> Result<axum::extract::Request, ApiError> {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {max} bytes")))?;
+    let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
+    check(&parts.headers, target, &bytes)?;
+    Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// The bytes a request's signature covers: its body, or its target (path and query) when

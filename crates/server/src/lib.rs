@@ -27,7 +27,7 @@ pub use metrics::Metrics;
 pub use projection::ProjectingCheckpointer;
 pub use routes::{api_router, ops_router, router};
 pub use store_pg::PostgresConversationStore;
-pub use wire::{ConfirmResponse, MAX_MESSAGE_CHARS, PendingActionDto};
+pub use wire::{ConfirmRequest, ConfirmResponse, Done, MAX_MESSAGE_CHARS, PendingActionDto, StreamRequest};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

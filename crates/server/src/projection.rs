@@ -17,8 +17,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use toolgraph_graph::react::AgentUpdate;
 use toolgraph_graph::{
-    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, MemoryCheckpointer, PostgresCheckpointer,
-    SqliteCheckpointer, ThreadId,
+    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, PostgresCheckpointer, SqliteCheckpointer, ThreadId,
 };
 use toolgraph_llm::Message;
 
@@ -43,12 +42,8 @@ impl ProjectingCheckpointer {
     pub fn postgres(inner: PostgresCheckpointer) -> Self {
         Self { backend: Backend::Postgres(inner) }
     }
-    /// In memory, projecting into `store` (one process: no transaction needed).
-    pub fn memory(inner: MemoryCheckpointer, store: Arc<dyn ConversationStore>) -> Self {
-        Self::forwarding(inner, store)
-    }
-    /// Checkpoints in `inner`, the conversation in `store` (e.g. the backend-callback
-    /// store): the projection is written first, then the record.
+    /// Checkpoints in `inner`, the conversation in `store` (process memory, or the
+    /// backend-callback store): the projection is written first, then the record.
     pub fn forwarding(inner: impl Checkpointer, store: Arc<dyn ConversationStore>) -> Self {
         Self { backend: Backend::Forwarding(Box::new(inner), store) }
     }

@@ -76,13 +76,11 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
     if !req.uri().path().starts_with("/api/") && req.uri().path() != "/search" {
         return Ok(next.run(req).await);
     }
-    let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {MAX_BODY} bytes"))
-    })?;
-    let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
-    app.0.options.auth.check(&parts.headers, target, &bytes)?;
-    Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
+    let auth = &app.0.options.auth;
+    let req =
+        crate::auth::check_whole_request(req, MAX_BODY, |headers, target, body| auth.check(headers, target, body))
+            .await?;
+    Ok(next.run(req).await)
 }
 
 async fn ready(State(app): State<AppState>) -> Response {

@@ -1,10 +1,11 @@
-//! Wire types of the chat contract (SPEC §4); the only place its camelCase names live.
+//! Wire types of the chat contract (SPEC §4); the only place its camelCase names live (the
+//! `chat --url` client speaks through them too).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// `POST /api/chatbot/stream`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamRequest {
     pub tenant_slug: String,
@@ -14,10 +15,10 @@ pub struct StreamRequest {
     pub conversation_id: Option<i64>,
     pub message: String,
     /// Extension: the agent to talk to.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// Extension: state values for injected tool arguments.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
     /// Extension: also stream `tool_call` and `tool_result` events (off by default, so a
     /// client of the seed's contract sees exactly its four event types).
@@ -26,7 +27,7 @@ pub struct StreamRequest {
 }
 
 /// `POST /api/chatbot/confirm`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmRequest {
     pub tenant_slug: String,
@@ -57,7 +58,7 @@ pub struct ConfirmResponse {
 }
 
 /// `done` event data.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Done {
     pub conversation_id: i64,

@@ -61,7 +61,7 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
         ))
         .unwrap();
     let store = Arc::new(MemoryConversationStore::new());
-    let ckpt = Arc::new(ProjectingCheckpointer::memory(MemoryCheckpointer::new(), store.clone()));
+    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), store.clone()));
     let mut spec = AgentSpec::new("tutor", "Cite sources.", tools);
     // As `toolgraph serve` builds agents with `cite_sources` (the default).
     spec.answer_footer = Some(Arc::new(toolgraph_rag::citation::sources_footer));

@@ -115,11 +115,6 @@ impl TelemetryGuard {
     }
 }
 
-/// Whether this build can export spans (the `otlp` feature).
-pub const fn can_export() -> bool {
-    cfg!(feature = "otlp")
-}
-
 /// Installs the global subscriber: the stderr log, plus the OTLP layer when `options.otlp`
 /// is set and this build has the `otlp` feature (without it, a warning says the endpoint is
 /// ignored). With OTLP, call this inside the Tokio runtime: the batch exporter runs on it.

@@ -101,8 +101,9 @@ enum Arg {
     Colon,
     /// After `:`, before the value.
     Value,
-    /// Inside a value: nesting depth, inside a string, after a backslash, scalar (no brackets).
-    InValue { depth: u32, string: bool, escape: bool, scalar: bool },
+    /// Inside a value: bracket depth (0: a top-level string, number or literal), inside a
+    /// string, after a backslash.
+    InValue { depth: u32, string: bool, escape: bool },
     /// After a value: `,` or `}`.
     AfterValue,
 }
@@ -223,30 +224,32 @@ impl ToolCallGuide {
                         c if c.is_whitespace() => Arg::Value,
                         // Not the kind the schema asks for (a schema copied as the value).
                         c if !self.tools[i].kinds(used.last().map_or("", String::as_str)).starts(c) => return None,
-                        '"' => Arg::InValue { depth: 0, string: true, escape: false, scalar: true },
-                        '{' | '[' => Arg::InValue { depth: 1, string: false, escape: false, scalar: false },
+                        '"' => Arg::InValue { depth: 0, string: true, escape: false },
+                        '{' | '[' => Arg::InValue { depth: 1, string: false, escape: false },
                         c if c == '-' || c.is_ascii_alphanumeric() => {
-                            Arg::InValue { depth: 0, string: false, escape: false, scalar: true }
+                            Arg::InValue { depth: 0, string: false, escape: false }
                         }
                         _ => return None,
                     },
-                    Arg::InValue { depth, string: true, escape, scalar } => match c {
-                        _ if escape => Arg::InValue { depth, string: true, escape: false, scalar },
-                        '\\' => Arg::InValue { depth, string: true, escape: true, scalar },
+                    Arg::InValue { depth, string: true, escape } => match c {
+                        _ if escape => Arg::InValue { depth, string: true, escape: false },
+                        '\\' => Arg::InValue { depth, string: true, escape: true },
                         '"' if depth == 0 => Arg::AfterValue,
-                        '"' => Arg::InValue { depth, string: false, escape: false, scalar },
-                        _ => Arg::InValue { depth, string: true, escape: false, scalar },
+                        '"' => Arg::InValue { depth, string: false, escape: false },
+                        _ => Arg::InValue { depth, string: true, escape: false },
                     },
-                    Arg::InValue { depth, string: false, scalar: false, .. } => match c {
-                        '"' => Arg::InValue { depth, string: true, escape: false, scalar: false },
-                        '{' | '[' => Arg::InValue { depth: depth + 1, string: false, escape: false, scalar: false },
+                    Arg::InValue { depth, string: false, .. } if depth > 0 => match c {
+                        '"' => Arg::InValue { depth, string: true, escape: false },
+                        '{' | '[' => Arg::InValue { depth: depth + 1, string: false, escape: false },
                         '}' | ']' if depth == 1 => Arg::AfterValue,
-                        '}' | ']' => Arg::InValue { depth: depth - 1, string: false, escape: false, scalar: false },
-                        _ => Arg::InValue { depth, string: false, escape: false, scalar: false },
+                        '}' | ']' => Arg::InValue { depth: depth - 1, string: false, escape: false },
+                        _ => Arg::InValue { depth, string: false, escape: false },
                     },
                     // A number or literal runs until a separator.
                     Arg::InValue { .. } => match c {
-                        c if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+') => arg_scalar(),
+                        c if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+') => {
+                            Arg::InValue { depth: 0, string: false, escape: false }
+                        }
                         c if c.is_whitespace() => Arg::AfterValue,
                         ',' | '}' => return self.step(Phase::Args(i, used, Arg::AfterValue), c),
                         _ => return None,
@@ -268,6 +271,18 @@ impl ToolCallGuide {
     /// holds each token id's text. Leaves the logits alone if nothing would remain.
     pub fn mask(&self, vocab: &[String], logits: &mut [f32]) {
         if !self.active() {
+            return;
+        }
+        if let Phase::Args(_, _, Arg::InValue { string: true, escape: false, .. }) = &self.phase {
+            // Inside a string almost every token fits: only a quote or a backslash can end or
+            // escape it, so only tokens holding one are simulated, and the rest keep their
+            // logits in place (no copy of the vocabulary's logits per token).
+            for (t, l) in vocab.iter().zip(logits.iter_mut()) {
+                let plain = !t.is_empty() && !t.contains(['"', '\\']);
+                if !plain && (t.is_empty() || self.advance(self.phase.clone(), t).is_none()) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
             return;
         }
         // Most tokens fail on their first character: decide that once per character before
@@ -294,10 +309,6 @@ impl ToolCallGuide {
             logits[i] = l;
         }
     }
-}
-
-fn arg_scalar() -> Arg {
-    Arg::InValue { depth: 0, string: false, escape: false, scalar: true }
 }
 
 #[cfg(test)]
@@ -436,6 +447,23 @@ mod tests {
         let mut none = ToolCallGuide::new(Vec::new());
         none.observe("<tool_call>{\"name\": \"", "\"");
         assert!(!none.active(), "no tools offered: never constrains");
+    }
+
+    #[test]
+    fn inside_a_string_value_only_tokens_that_end_or_escape_it_are_checked() {
+        let mut g = ToolCallGuide::new(tools());
+        let (open, rest) = ("<tool_call>{\"name\": \"", "calculator\", \"arguments\": {\"expression\": \"0.6");
+        g.observe(open, open);
+        g.observe(&format!("{open}{rest}"), rest);
+        assert!(matches!(g.phase, Phase::Args(0, _, Arg::InValue { string: true, .. })), "{:?}", g.phase);
+        let vocab: Vec<String> = [" * 8", "\\n", "\"}", "\", \"decimals\": 2}", "\"x", ""].map(str::to_owned).to_vec();
+        let mut logits = vec![1.0; vocab.len()];
+        g.mask(&vocab, &mut logits);
+        let allowed: Vec<&str> =
+            vocab.iter().zip(&logits).filter(|(_, l)| l.is_finite()).map(|(t, _)| t.as_str()).collect();
+        // Text and escapes stay; a quote must be followed by what may follow a value (`"x`
+        // may not); an empty token is never part of a call.
+        assert_eq!(allowed, [" * 8", "\\n", "\"}", "\", \"decimals\": 2}"]);
     }
 
     #[test]

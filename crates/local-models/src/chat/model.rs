@@ -84,6 +84,7 @@ impl LocalChatModel {
             id: id.clone(),
             vocab: Vec::new(),
             call_openers: Vec::new(),
+            json_openers: Vec::new(),
             call_threshold: options.call_threshold,
         };
         std::thread::Builder::new()
@@ -136,6 +137,8 @@ struct Worker {
     vocab: Vec<String>,
     /// For each token id: whether it can open a tool call written as text.
     call_openers: Vec<bool>,
+    /// Per token id: whether it starts a bare JSON object or a code fence.
+    json_openers: Vec<bool>,
     call_threshold: f32,
 }
 
@@ -196,6 +199,7 @@ impl Worker {
         let size = tokenizer.get_vocab_size(true) as u32;
         self.vocab = (0..size).map(|id| tokenizer.decode(&[id], false).unwrap_or_default()).collect();
         self.call_openers = self.vocab.iter().map(|t| opens_call(t)).collect();
+        self.json_openers = self.vocab.iter().map(|t| opens_json(t)).collect();
     }
 
     fn run(&mut self, job: Job) -> Result<(), LlmError> {
@@ -254,11 +258,11 @@ impl Worker {
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
-                    Some(Message::Tool { .. }) => forbid_bare_json(&mut logits, &self.vocab),
+                    Some(Message::Tool { .. }) => forbid_bare_json(&mut logits, &self.json_openers),
                     _ => {}
                 }
             }
-            let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&logits, temperature, &mut rng) };
+            let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&mut logits, temperature, &mut rng) };
             if self.assets.stop_tokens.contains(&next) {
                 finish = FinishReason::Stop;
                 break;
@@ -319,30 +323,34 @@ fn prefer_call(logits: &mut [f32], openers: &[bool], threshold: f32) -> bool {
 }
 
 /// Keeps a reply from starting as a JSON object or a code fence (the tag `<tool_call>` stays).
-fn forbid_bare_json(logits: &mut [f32], vocab: &[String]) {
-    for (l, t) in logits.iter_mut().zip(vocab) {
-        if opens_json(t) {
+fn forbid_bare_json(logits: &mut [f32], json_openers: &[bool]) {
+    for (l, &opens) in logits.iter_mut().zip(json_openers) {
+        if opens {
             *l = f32::NEG_INFINITY;
         }
     }
 }
 
-/// Samples from `softmax(logits / temperature)`.
-fn sample(logits: &[f32], temperature: f32, rng: &mut u64) -> u32 {
+/// Samples from `softmax(logits / temperature)`; turns `logits` into the (unnormalised)
+/// weights in place, so the vocabulary is exponentiated once and nothing is allocated.
+fn sample(logits: &mut [f32], temperature: f32, rng: &mut u64) -> u32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    // Two passes instead of a vocabulary-sized buffer per token.
-    let weight = |l: f32| ((l - max) / temperature).exp();
-    let total: f32 = logits.iter().map(|&l| weight(l)).sum();
+    let mut total = 0.0;
+    for l in logits.iter_mut() {
+        *l = ((*l - max) / temperature).exp();
+        total += *l;
+    }
     *rng ^= *rng << 13;
     *rng ^= *rng >> 7;
     *rng ^= *rng << 17;
     let mut target = (*rng >> 40) as f32 / (1u64 << 24) as f32 * total;
-    for (i, &l) in logits.iter().enumerate() {
-        target -= weight(l);
+    for (i, &w) in logits.iter().enumerate() {
+        target -= w;
         if target <= 0.0 {
             return i as u32;
         }
     }
+    // Rounding left some target: the heaviest token (weights order as the logits did).
     argmax(logits)
 }
 
@@ -364,7 +372,8 @@ mod tests {
     fn a_reply_after_a_tool_result_cannot_open_with_json() {
         let vocab: Vec<String> = ["{\"", " {", "```", "<tool_call>", "El"].map(str::to_owned).to_vec();
         let mut logits = vec![5.0, 4.0, 3.0, 1.0, 2.0];
-        forbid_bare_json(&mut logits, &vocab);
+        let json_openers: Vec<bool> = vocab.iter().map(|t| opens_json(t)).collect();
+        forbid_bare_json(&mut logits, &json_openers);
         assert_eq!(argmax(&logits), 4, "prose");
         assert!(logits[3].is_finite(), "a further call in the tag stays possible");
     }

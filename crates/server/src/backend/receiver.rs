@@ -2,12 +2,13 @@
 //! conversation store, every call verified first.
 
 use super::wire::{self, path};
-use crate::auth::{HmacVerifier, now_secs};
-use crate::store::{ConversationStore, StoreError};
+use crate::auth::{HmacVerifier, bad_signature, check_whole_request, now_secs};
+use crate::error::ApiError;
+use crate::store::ConversationStore;
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -22,23 +23,8 @@ struct Backend {
     verifier: Arc<HmacVerifier>,
 }
 
-/// A failed call: `{"error": "..."}`.
-struct CallError(StatusCode, String);
-
-impl IntoResponse for CallError {
-    fn into_response(self) -> Response {
-        (self.0, Json(wire::ErrorBody { error: self.1 })).into_response()
-    }
-}
-
-impl From<StoreError> for CallError {
-    fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "a backend callback failed");
-        Self(StatusCode::INTERNAL_SERVER_ERROR, e.0)
-    }
-}
-
-type Answer<T> = Result<Json<T>, CallError>;
+/// A call's answer; failures are `{"error": "..."}` as the service's own, a failing store 503.
+type Answer<T> = Result<Json<T>, ApiError>;
 
 /// The `/internal/chatbot/**` surface over `store`; every call must carry a valid, fresh,
 /// unreplayed signature of `verifier`'s secret, else it is answered 401 and not executed.
@@ -64,17 +50,13 @@ pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVeri
         .with_state(state)
 }
 
-/// Reads the body (bounded), checks the signature, and passes the request on.
-async fn verify(State(b): State<Backend>, req: Request, next: Next) -> Result<Response, CallError> {
-    let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| CallError(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {MAX_BODY} bytes")))?;
-    let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
-    b.verifier
-        .verify_request(&parts.headers, target, &bytes, now_secs())
-        .map_err(|reason| CallError(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}")))?;
-    Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
+/// Checks the signature over the whole request before any handler runs.
+async fn verify(State(b): State<Backend>, req: Request, next: Next) -> Result<Response, ApiError> {
+    let req = check_whole_request(req, MAX_BODY, |headers, target, body| {
+        b.verifier.verify_request(headers, target, body, now_secs()).map_err(bad_signature)
+    })
+    .await?;
+    Ok(next.run(req).await)
 }
 
 async fn create_conversation(
@@ -104,7 +86,7 @@ async fn end_turn(State(b): State<Backend>, Json(r): Json<wire::RunRef>) -> Answ
 
 async fn save_message(State(b): State<Backend>, Json(r): Json<wire::SaveMessage>) -> Answer<wire::Created> {
     if !matches!(r.role.as_str(), "user" | "assistant" | "tool") {
-        return Err(CallError(StatusCode::UNPROCESSABLE_ENTITY, format!("role: unknown role '{}'", r.role)));
+        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "role", format!("unknown role '{}'", r.role)));
     }
     Ok(Json(wire::Created { id: b.store.add_message(r.conversation_id, &r.role, &r.content).await? }))
 }

@@ -121,7 +121,6 @@ pub struct MessageFound {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct MessageDto {
     pub id: i64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub role: String,
     pub content: String,
 }
