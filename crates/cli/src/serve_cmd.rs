@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_config::{AuthKind, Config, StoreKind};
-use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer};
+use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
 use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
@@ -17,7 +17,7 @@ use toolgraph_server::{
 /// The pool to close once every run has finished.
 enum StoreCloser {
     None,
-    Sqlite(sqlx::SqlitePool),
+    Sqlite(SqliteDatabase),
     Postgres(sqlx::PgPool),
 }
 
@@ -116,8 +116,8 @@ async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
                 (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Postgres(pool))
             }
             Database::Sqlite(c) => {
-                let pool = c.pool().clone();
-                (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Sqlite(pool))
+                let db = c.database().clone();
+                (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Sqlite(db))
             }
         };
         return Ok(stores(ckpt, store, closer, "backend callbacks"));
@@ -130,9 +130,9 @@ async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
             stores(ProjectingCheckpointer::postgres(c), Arc::new(store), StoreCloser::Postgres(pool), "postgres")
         }
         Database::Sqlite(c) => {
-            let pool = c.pool().clone();
-            let store = SqliteConversationStore::new(pool.clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::sqlite(c), Arc::new(store), StoreCloser::Sqlite(pool), "sqlite")
+            let db = c.database().clone();
+            let store = SqliteConversationStore::new(db.clone()).await.context(prepared)?;
+            stores(ProjectingCheckpointer::sqlite(c), Arc::new(store), StoreCloser::Sqlite(db), "sqlite")
         }
     })
 }
@@ -209,7 +209,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     app.shutdown().await;
     // The stores close last, after every run wrote its final checkpoint.
     match closer {
-        StoreCloser::Sqlite(pool) => pool.close().await,
+        StoreCloser::Sqlite(db) => db.close().await,
         StoreCloser::Postgres(pool) => pool.close().await,
         StoreCloser::None => {}
     }

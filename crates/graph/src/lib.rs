@@ -29,6 +29,7 @@ mod interrupt;
 mod node;
 pub mod react;
 mod runner;
+pub mod sqlite;
 mod state;
 
 pub use checkpoint::{
@@ -41,4 +42,5 @@ pub use graph::{CompiledGraph, END, START, StateGraph};
 pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};
 pub use node::{Node, NodeOutput, RunContext};
 pub use runner::{ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};
+pub use sqlite::{SqliteDatabase, SqliteError};
 pub use state::State;

@@ -24,21 +24,31 @@ fn record(seq: u64) -> CheckpointRecord {
 async fn sqlite_checkpoint_commits_and_rolls_back_with_the_callers_transaction() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteCheckpointer::open(&dir.path().join("t.db")).await.unwrap();
-    sqlx::query("CREATE TABLE messages (body TEXT)").execute(store.pool()).await.unwrap();
+    let db = store.database().clone();
+    db.call(|c| c.execute_batch("CREATE TABLE messages (body TEXT)")).await.unwrap().unwrap();
     let t = ThreadId::new("acme", 1);
 
-    let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query("INSERT INTO messages VALUES ('hi')").execute(&mut *tx).await.unwrap();
-    SqliteCheckpointer::append_with(&mut *tx, &t, &record(1)).await.unwrap();
-    tx.rollback().await.unwrap();
+    let (t1, t2) = (t.clone(), t.clone());
+    db.call(move |c| {
+        let tx = c.transaction().unwrap();
+        tx.execute("INSERT INTO messages VALUES ('hi')", []).unwrap();
+        SqliteCheckpointer::append_in(&tx, &t1, &record(1)).unwrap();
+        // Dropped without commit: rolled back.
+    })
+    .await
+    .unwrap();
     assert!(store.load(&t, None).await.unwrap().is_empty(), "rolled back with the caller");
 
-    let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query("INSERT INTO messages VALUES ('hi')").execute(&mut *tx).await.unwrap();
-    SqliteCheckpointer::append_with(&mut *tx, &t, &record(1)).await.unwrap();
-    tx.commit().await.unwrap();
+    db.call(move |c| {
+        let tx = c.transaction().unwrap();
+        tx.execute("INSERT INTO messages VALUES ('hi')", []).unwrap();
+        SqliteCheckpointer::append_in(&tx, &t2, &record(1)).unwrap();
+        tx.commit().unwrap();
+    })
+    .await
+    .unwrap();
     assert_eq!(store.load(&t, None).await.unwrap().len(), 1);
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages").fetch_one(store.pool()).await.unwrap();
+    let n: i64 = db.call(|c| c.query_row("SELECT COUNT(*) FROM messages", [], |r| r.get(0))).await.unwrap().unwrap();
     assert_eq!(n, 1, "the message and the checkpoint committed together");
 }
 

@@ -128,22 +128,25 @@ impl Checkpointer for ProjectingCheckpointer {
         };
         match &self.backend {
             Backend::Sqlite(c) => {
-                let err = db_error("sqlite");
-                let mut tx = c.pool().begin().await.map_err(&err)?;
-                let written = async {
-                    SqliteCheckpointer::append_with(&mut *tx, thread, record).await?;
-                    for (role, content) in &projection.messages {
-                        sqlite_insert_message(&mut tx, conv, role, content).await.map_err(&err)?;
-                    }
-                    for (id, tool, description, args) in &projection.pending {
-                        sqlite_insert_pending(&mut tx, conv, &record.run_id, id, tool, description, args)
-                            .await
-                            .map_err(&err)?;
-                    }
-                    Ok::<_, CheckpointError>(())
-                }
-                .await;
-                finish(tx, written, &err).await
+                // The whole step in one closure: one hand-off to the database thread.
+                let (thread, record) = (thread.clone(), record.clone());
+                c.database()
+                    .call(move |conn| {
+                        let err =
+                            |e: rusqlite::Error| CheckpointError::Backend { backend: "sqlite", message: e.to_string() };
+                        // Dropped without commit on any error below: rolled back at once.
+                        let tx = conn.transaction().map_err(err)?;
+                        SqliteCheckpointer::append_in(&tx, &thread, &record)?;
+                        for (role, content) in &projection.messages {
+                            sqlite_insert_message(&tx, conv, role, content).map_err(err)?;
+                        }
+                        for (id, tool, description, args) in &projection.pending {
+                            sqlite_insert_pending(&tx, conv, &record.run_id, id, tool, description, args)
+                                .map_err(err)?;
+                        }
+                        tx.commit().map_err(err)
+                    })
+                    .await?
             }
             Backend::Postgres(c) => {
                 let err = db_error("postgres");

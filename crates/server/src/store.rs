@@ -5,11 +5,11 @@
 //! update, and one decision per pending action is an update guarded by `decision IS NULL`.
 
 use async_trait::async_trait;
+use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::SqlitePool;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use toolgraph_graph::{SqliteDatabase, SqliteError};
 
 /// A store failure (the database is down or answered an error).
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +18,18 @@ pub struct StoreError(pub String);
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<SqliteError> for StoreError {
+    fn from(e: SqliteError) -> Self {
         Self(e.to_string())
     }
 }
@@ -124,136 +136,155 @@ pub(crate) fn now_ms() -> i64 {
 /// The SQLite store, in the same database file as the checkpoints.
 #[derive(Debug, Clone)]
 pub struct SqliteConversationStore {
-    pool: SqlitePool,
+    db: SqliteDatabase,
 }
 
 impl SqliteConversationStore {
-    /// Migrates `pool` (shared with the checkpointer) and wraps it.
+    /// Migrates `db` (shared with the checkpointer) and wraps it.
     ///
     /// # Errors
     /// When the migrations fail.
-    pub async fn new(pool: SqlitePool) -> Result<Self, StoreError> {
-        let mut m = sqlx::migrate!("./migrations/sqlite");
+    pub async fn new(db: SqliteDatabase) -> Result<Self, StoreError> {
         // The checkpoint migrations share the migrations table.
-        m.set_ignore_missing(true);
-        m.run(&pool).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
-        Ok(Self { pool })
+        db.migrate(sqlx::migrate!("./migrations/sqlite")).await?;
+        Ok(Self { db })
+    }
+
+    /// Runs `f` on the database's connection; one hand-off to its thread per operation.
+    async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<R> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        Ok(self.db.call(f).await??)
     }
 }
 
-/// Inserts a message through any connection (a pool, or a caller's transaction).
-pub(crate) async fn sqlite_insert_message(
-    conn: &mut sqlx::SqliteConnection,
+/// Inserts a message through `conn` (the connection, or a caller's transaction).
+pub(crate) fn sqlite_insert_message(
+    conn: &rusqlite::Connection,
     conversation: i64,
     role: &str,
     content: &str,
-) -> Result<i64, sqlx::Error> {
-    Ok(sqlx::query("INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4)")
-        .bind(conversation)
-        .bind(role)
-        .bind(content)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?
-        .last_insert_rowid())
+) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![conversation, role, content, now_ms()])?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// Inserts a pending action and its message through `conn` (inside the caller's transaction).
-pub(crate) async fn sqlite_insert_pending(
-    conn: &mut sqlx::SqliteConnection,
+pub(crate) fn sqlite_insert_pending(
+    conn: &rusqlite::Connection,
     conversation: i64,
     run_id: &str,
     interrupt_id: &str,
     tool_name: &str,
     description: &str,
     arguments: &Value,
-) -> Result<i64, sqlx::Error> {
-    let id = sqlite_insert_message(conn, conversation, "pending", description).await?;
-    sqlx::query(
+) -> rusqlite::Result<i64> {
+    let id = sqlite_insert_message(conn, conversation, "pending", description)?;
+    conn.prepare_cached(
         "INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .bind(id)
-    .bind(conversation)
-    .bind(run_id)
-    .bind(interrupt_id)
-    .bind(tool_name)
-    .bind(description)
-    .bind(arguments.to_string())
-    .execute(&mut *conn)
-    .await?;
+    )?
+    .execute(params![id, conversation, run_id, interrupt_id, tool_name, description, arguments.to_string()])?;
     Ok(id)
 }
 
-fn pending_from_row(r: &sqlx::sqlite::SqliteRow) -> PendingAction {
-    PendingAction {
-        message_id: r.get("message_id"),
-        conversation_id: r.get("conversation_id"),
-        run_id: r.get("run_id"),
-        interrupt_id: r.get("interrupt_id"),
-        tool_name: r.get("tool_name"),
-        description: r.get("description"),
-        arguments: serde_json::from_str(r.get::<&str, _>("arguments")).unwrap_or(Value::Null),
-        decision: r.get::<Option<i64>, _>("decision").map(|d| d != 0),
-        response: r.get("response"),
+const PENDING_COLUMNS: &str = "p.message_id, p.conversation_id, p.run_id, p.interrupt_id, p.tool_name, p.description, p.arguments, p.decision, p.response";
+
+fn pending_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingAction> {
+    Ok(PendingAction {
+        message_id: r.get(0)?,
+        conversation_id: r.get(1)?,
+        run_id: r.get(2)?,
+        interrupt_id: r.get(3)?,
+        tool_name: r.get(4)?,
+        description: r.get(5)?,
+        arguments: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or(Value::Null),
+        decision: r.get::<_, Option<i64>>(7)?.map(|d| d != 0),
+        response: r.get(8)?,
+    })
+}
+
+/// Deletes the conversations `selected` (a `WHERE` over `conversations` with its parameters)
+/// and everything in them, in one transaction; returns their ids.
+fn sqlite_delete_conversations(
+    conn: &mut rusqlite::Connection,
+    selected: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> rusqlite::Result<Vec<i64>> {
+    let tx = conn.transaction()?;
+    let ids = tx
+        .prepare(&format!("SELECT id FROM conversations WHERE {selected}"))?
+        .query_map(params, |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    for table in ["pending_actions", "messages"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE conversation_id IN (SELECT id FROM conversations WHERE {selected})"),
+            params,
+        )?;
     }
+    tx.execute(&format!("DELETE FROM conversations WHERE {selected}"), params)?;
+    tx.commit()?;
+    Ok(ids)
 }
 
 #[async_trait]
 impl ConversationStore for SqliteConversationStore {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
-        let id =
-            sqlx::query("INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES (?1, ?2, ?3, ?4)")
-                .bind(tenant)
-                .bind(user)
-                .bind(agent)
-                .bind(now_ms())
-                .execute(&self.pool)
-                .await?
-                .last_insert_rowid();
-        Ok(id)
+        let agent = agent.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![tenant, user, agent, now_ms()])?;
+            Ok(c.last_insert_rowid())
+        })
+        .await
     }
 
     async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
-        let row = sqlx::query("SELECT id, agent FROM conversations WHERE id = ?1 AND tenant_id = ?2 AND user_id = ?3")
-            .bind(id)
-            .bind(tenant)
-            .bind(user)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| Conversation { id: r.get(0), agent: r.get(1) }))
+        self.call(move |c| {
+            c.prepare_cached("SELECT id, agent FROM conversations WHERE id = ?1 AND tenant_id = ?2 AND user_id = ?3")?
+                .query_row(params![id, tenant, user], |r| Ok(Conversation { id: r.get(0)?, agent: r.get(1)? }))
+                .optional()
+        })
+        .await
     }
 
     async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
+        let run_id = run_id.to_owned();
         let now = now_ms();
-        let n = sqlx::query(
-            "UPDATE conversations SET running_run = ?1, running_since_ms = ?2
-             WHERE id = ?3 AND (running_run IS NULL OR running_since_ms < ?4)",
-        )
-        .bind(run_id)
-        .bind(now)
-        .bind(conversation)
-        .bind(now - stale_after_ms)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let n = self
+            .call(move |c| {
+                c.prepare_cached(
+                    "UPDATE conversations SET running_run = ?1, running_since_ms = ?2
+                     WHERE id = ?3 AND (running_run IS NULL OR running_since_ms < ?4)",
+                )?
+                .execute(params![run_id, now, conversation, now - stale_after_ms])
+            })
+            .await?;
         Ok(n == 1)
     }
 
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE conversations SET running_run = NULL, running_since_ms = NULL WHERE id = ?1 AND running_run = ?2",
-        )
-        .bind(conversation)
-        .bind(run_id)
-        .execute(&self.pool)
+        let run_id = run_id.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(
+                "UPDATE conversations SET running_run = NULL, running_since_ms = NULL
+                 WHERE id = ?1 AND running_run = ?2",
+            )?
+            .execute(params![conversation, run_id])
+        })
         .await?;
         Ok(())
     }
 
     async fn add_message(&self, conversation: i64, role: &str, content: &str) -> Result<i64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        Ok(sqlite_insert_message(&mut conn, conversation, role, content).await?)
+        let (role, content) = (role.to_owned(), content.to_owned());
+        self.call(move |c| sqlite_insert_message(c, conversation, &role, &content)).await
     }
 
     async fn add_pending(
@@ -265,22 +296,29 @@ impl ConversationStore for SqliteConversationStore {
         description: &str,
         arguments: &Value,
     ) -> Result<i64, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let id = sqlite_insert_pending(&mut tx, conversation, run_id, interrupt_id, tool_name, description, arguments)
-            .await?;
-        tx.commit().await?;
-        Ok(id)
+        let owned = [run_id, interrupt_id, tool_name, description].map(str::to_owned);
+        let arguments = arguments.clone();
+        self.call(move |c| {
+            let [run_id, interrupt_id, tool_name, description] = &owned;
+            let tx = c.transaction()?;
+            let id =
+                sqlite_insert_pending(&tx, conversation, run_id, interrupt_id, tool_name, description, &arguments)?;
+            tx.commit()?;
+            Ok(id)
+        })
+        .await
     }
 
     async fn last_message(&self, conversation: i64, role: &str) -> Result<Option<(i64, String)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, content FROM messages WHERE conversation_id = ?1 AND role = ?2 ORDER BY id DESC LIMIT 1",
-        )
-        .bind(conversation)
-        .bind(role)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| (r.get(0), r.get(1))))
+        let role = role.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT id, content FROM messages WHERE conversation_id = ?1 AND role = ?2 ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row(params![conversation, role], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+        })
+        .await
     }
 
     async fn pending(
@@ -290,129 +328,81 @@ impl ConversationStore for SqliteConversationStore {
         conversation: i64,
         message_id: i64,
     ) -> Result<Option<PendingAction>, StoreError> {
-        let row = sqlx::query(
-            "SELECT p.* FROM pending_actions p JOIN conversations c ON c.id = p.conversation_id
-             WHERE p.message_id = ?1 AND p.conversation_id = ?2 AND c.tenant_id = ?3 AND c.user_id = ?4",
-        )
-        .bind(message_id)
-        .bind(conversation)
-        .bind(tenant)
-        .bind(user)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.as_ref().map(pending_from_row))
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {PENDING_COLUMNS} FROM pending_actions p JOIN conversations c ON c.id = p.conversation_id
+                 WHERE p.message_id = ?1 AND p.conversation_id = ?2 AND c.tenant_id = ?3 AND c.user_id = ?4"
+            ))?
+            .query_row(params![message_id, conversation, tenant, user], pending_from_row)
+            .optional()
+        })
+        .await
     }
 
     async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError> {
-        let rows =
-            sqlx::query("SELECT * FROM pending_actions WHERE conversation_id = ?1 AND run_id = ?2 ORDER BY message_id")
-                .bind(conversation)
-                .bind(run_id)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows.iter().map(pending_from_row).collect())
+        let run_id = run_id.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {PENDING_COLUMNS} FROM pending_actions p
+                 WHERE p.conversation_id = ?1 AND p.run_id = ?2 ORDER BY p.message_id"
+            ))?
+            .query_map(params![conversation, run_id], pending_from_row)?
+            .collect()
+        })
+        .await
     }
 
     async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError> {
-        let n = sqlx::query("UPDATE pending_actions SET decision = ?1 WHERE message_id = ?2 AND decision IS NULL")
-            .bind(i64::from(approve))
-            .bind(message_id)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if n == 1 {
-            return Ok(Decided::Recorded);
-        }
-        let prev: Option<i64> = sqlx::query_scalar("SELECT decision FROM pending_actions WHERE message_id = ?1")
-            .bind(message_id)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(if prev.map(|d| d != 0) == Some(approve) { Decided::Same } else { Decided::Conflict })
+        self.call(move |c| {
+            let n = c
+                .prepare_cached("UPDATE pending_actions SET decision = ?1 WHERE message_id = ?2 AND decision IS NULL")?
+                .execute(params![i64::from(approve), message_id])?;
+            if n == 1 {
+                return Ok(Decided::Recorded);
+            }
+            let prev: Option<i64> =
+                c.query_row("SELECT decision FROM pending_actions WHERE message_id = ?1", [message_id], |r| r.get(0))?;
+            Ok(if prev.map(|d| d != 0) == Some(approve) { Decided::Same } else { Decided::Conflict })
+        })
+        .await
     }
 
     async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE pending_actions SET response = ?1 WHERE conversation_id = ?2 AND run_id = ?3")
-            .bind(response)
-            .bind(conversation)
-            .bind(run_id)
-            .execute(&self.pool)
-            .await?;
+        let (run_id, response) = (run_id.to_owned(), response.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "UPDATE pending_actions SET response = ?1 WHERE conversation_id = ?2 AND run_id = ?3",
+                params![response, conversation, run_id],
+            )
+        })
+        .await?;
         Ok(())
     }
 
     async fn messages(&self, conversation: i64) -> Result<Vec<(i64, String, String)>, StoreError> {
-        let rows = sqlx::query("SELECT id, role, content FROM messages WHERE conversation_id = ?1 ORDER BY id")
-            .bind(conversation)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+        self.call(move |c| {
+            c.prepare_cached("SELECT id, role, content FROM messages WHERE conversation_id = ?1 ORDER BY id")?
+                .query_map([conversation], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+        })
+        .await
     }
 
     async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        for table in ["pending_actions", "messages"] {
-            sqlx::query(&format!(
-                "DELETE FROM {table} WHERE conversation_id IN (SELECT id FROM conversations WHERE id = ?1 AND tenant_id = ?2 AND user_id = ?3)"
-            ))
-            .bind(id)
-            .bind(tenant)
-            .bind(user)
-            .execute(&mut *tx)
+        let ids = self
+            .call(move |c| {
+                sqlite_delete_conversations(c, "id = ?1 AND tenant_id = ?2 AND user_id = ?3", &[&id, &tenant, &user])
+            })
             .await?;
-        }
-        let n = sqlx::query("DELETE FROM conversations WHERE id = ?1 AND tenant_id = ?2 AND user_id = ?3")
-            .bind(id)
-            .bind(tenant)
-            .bind(user)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(n == 1)
+        Ok(ids.len() == 1)
     }
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM conversations WHERE tenant_id = ?1 AND user_id = ?2")
-            .bind(tenant)
-            .bind(user)
-            .fetch_all(&mut *tx)
-            .await?;
-        for table in ["pending_actions", "messages"] {
-            sqlx::query(&format!(
-                "DELETE FROM {table} WHERE conversation_id IN (SELECT id FROM conversations WHERE tenant_id = ?1 AND user_id = ?2)"
-            ))
-            .bind(tenant)
-            .bind(user)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("DELETE FROM conversations WHERE tenant_id = ?1 AND user_id = ?2")
-            .bind(tenant)
-            .bind(user)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(ids)
+        self.call(move |c| sqlite_delete_conversations(c, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])).await
     }
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM conversations WHERE tenant_id = ?1")
-            .bind(tenant)
-            .fetch_all(&mut *tx)
-            .await?;
-        for table in ["pending_actions", "messages"] {
-            sqlx::query(&format!(
-                "DELETE FROM {table} WHERE conversation_id IN (SELECT id FROM conversations WHERE tenant_id = ?1)"
-            ))
-            .bind(tenant)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("DELETE FROM conversations WHERE tenant_id = ?1").bind(tenant).execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(ids)
+        self.call(move |c| sqlite_delete_conversations(c, "tenant_id = ?1", &[&tenant])).await
     }
 }
 

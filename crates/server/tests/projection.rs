@@ -27,7 +27,7 @@ fn record(seq: u64, text: &str) -> CheckpointRecord {
 async fn messages_commit_with_their_checkpoint_or_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = SqliteCheckpointer::open(&dir.path().join("t.db")).await.unwrap();
-    let store = SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap();
+    let store = SqliteConversationStore::new(ckpt.database().clone()).await.unwrap();
     let conv = store.create_conversation(7, 1, "lumie").await.unwrap();
     let projecting = ProjectingCheckpointer::sqlite(ckpt);
     let thread = ThreadId::new(7, conv);

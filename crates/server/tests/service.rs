@@ -109,7 +109,7 @@ async fn service_opts(
     } else {
         let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
         let store: Arc<dyn ConversationStore> =
-            Arc::new(SqliteConversationStore::new(ckpt.pool().clone()).await.unwrap());
+            Arc::new(SqliteConversationStore::new(ckpt.database().clone()).await.unwrap());
         (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), store.clone(), store, None)
     };
     let helper = react::build(AgentSpec::new("helper", "You help.", tools.clone()), llm.clone(), ckpt.clone()).unwrap();
@@ -661,8 +661,8 @@ mod backend {
 
     /// Starts the backend; returns its base URL and its store.
     pub async fn start(dir: &Path) -> (String, Arc<dyn ConversationStore>) {
-        let pool = toolgraph_graph::SqliteCheckpointer::open(&dir.join("backend.db")).await.unwrap().pool().clone();
-        let store: Arc<dyn ConversationStore> = Arc::new(SqliteConversationStore::new(pool).await.unwrap());
+        let db = toolgraph_graph::SqliteCheckpointer::open(&dir.join("backend.db")).await.unwrap().database().clone();
+        let store: Arc<dyn ConversationStore> = Arc::new(SqliteConversationStore::new(db).await.unwrap());
         let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
