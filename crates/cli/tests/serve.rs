@@ -165,12 +165,27 @@ fn serve_refuses_the_backend_store_without_its_settings() {
     assert!(err.contains("server.backend_hmac_secret"), "{err}");
 }
 
+/// An allocator that does not exist is refused before anything runs, naming the variable.
+#[test]
+fn an_unknown_allocator_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["config", "show"])
+        .env("TOOLGRAPH_ALLOCATOR", "jemalloc")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("TOOLGRAPH_ALLOCATOR must be 'mimalloc' (the default) or 'system'"), "{err}");
+}
+
 async fn serve_round_trip(database_url: Option<String>) {
     let model = ScriptedModelServer::start(vec![Reply::text("Hola desde toolgraph.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
         .envs(database_url.iter().map(|u| ("TOOLGRAPH_DATABASE_URL", u.as_str())))
+        // The PostgreSQL run also exercises the system allocator end to end.
+        .env("TOOLGRAPH_ALLOCATOR", if database_url.is_some() { "system" } else { "mimalloc" })
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -195,6 +210,9 @@ async fn serve_round_trip(database_url: Option<String>) {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(exit.success(), "{err}");
     assert!(err.contains("shutting down"), "{err}");
+    // The allocator TOOLGRAPH_ALLOCATOR chose before `main` (see `allocator.rs`).
+    let allocator = if database_url.is_some() { "allocator: system" } else { "allocator: mimalloc" };
+    assert!(err.contains(allocator), "{err}");
 }
 
 /// `TOOLGRAPH_LLM_LOCAL_MODEL=0.5b` and no endpoint: the service answers a turn with the

@@ -28,8 +28,9 @@ use std::path::{Path, PathBuf};
 use toolgraph_llm::Provider;
 
 /// `TOOLGRAPH_*` variables that are not configuration keys: the config file path, the log
-/// filter, and the model cache of `scripts/fetch-models` (read by the local models).
-const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir"];
+/// filter, the model cache of `scripts/fetch-models` (read by the local models), and the
+/// allocator (read by the binary before `main`).
+const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
 const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag"];

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// What a node produced.
 pub enum NodeOutput<S: State> {
@@ -32,7 +31,7 @@ pub enum NodeOutput<S: State> {
 /// decisions keyed by the node's own request keys.
 pub struct RunContext<C> {
     pub(crate) deps: Arc<C>,
-    pub(crate) events: mpsc::Sender<RunEvent>,
+    pub(crate) events: crate::event::EventSender,
     pub(crate) decisions: Arc<BTreeMap<String, Decision>>,
     pub(crate) run_id: Arc<str>,
     pub(crate) thread: Arc<str>,

@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -109,7 +108,7 @@ impl<S> RunOutcome<S> {
 /// A running graph: its events and, at the end, its outcome.
 pub struct RunHandle<S> {
     run_id: String,
-    events: mpsc::Receiver<RunEvent>,
+    events: crate::event::EventReceiver,
     task: JoinHandle<RunOutcome<S>>,
 }
 
@@ -449,7 +448,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         decisions: BTreeMap<String, Decision>,
         opts: RunOptions,
     ) -> RunHandle<S> {
-        let (tx, rx) = mpsc::channel(opts.event_buffer.max(1));
+        let (tx, rx) = crate::event::event_channel(opts.event_buffer.max(1));
         let graph = self.clone();
         let thread = thread.clone();
         let id = run_id.clone();
@@ -488,7 +487,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         mut next: String,
         decisions: BTreeMap<String, Decision>,
         opts: RunOptions,
-        tx: mpsc::Sender<RunEvent>,
+        tx: crate::event::EventSender,
     ) -> (RunOutcome<S>, Option<String>) {
         let run: Arc<str> = Arc::from(run_id);
         let thread_name: Arc<str> = Arc::from(thread.as_str());
@@ -637,7 +636,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         run_id: &str,
         state: Arc<S>,
         error: GraphError,
-        tx: &mpsc::Sender<RunEvent>,
+        tx: &crate::event::EventSender,
     ) -> RunOutcome<S> {
         // A conflict means another run owns the thread now: leave its records alone.
         if !matches!(error, GraphError::ConcurrentRun { .. }) {

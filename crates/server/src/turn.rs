@@ -4,7 +4,7 @@
 
 use crate::AppState;
 use crate::runlog::RunLog;
-use crate::wire::{Done, PendingActionDto, ToolCallEvent, ToolResultEvent};
+use crate::wire::{Done, PendingActionDto, TokenEvent, ToolCallEvent, ToolResultEvent};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -66,7 +66,9 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
     let graph_run = run.run_id().to_owned();
     while let Some(event) = run.next_event().await {
         match event {
-            RunEvent::TextDelta { text } => log.push("token", json!({ "content": text }).to_string()),
+            RunEvent::TextDelta { text } => {
+                log.push("token", serde_json::to_string(&TokenEvent { content: &text }).unwrap_or_default())
+            }
             RunEvent::NodeStarted { node, .. } if node == "agent" => {
                 let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent);
                 model_started = Some((Instant::now(), span));
@@ -134,7 +136,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
         RunOutcome::Interrupted { .. } => ("interrupted", false, None),
         RunOutcome::RecursionLimit { .. } => {
             m.errors.with_label_values(&["recursion"]).inc();
-            log.push("token", json!({ "content": RECURSION_FALLBACK }).to_string());
+            log.push("token", serde_json::to_string(&TokenEvent { content: RECURSION_FALLBACK }).unwrap_or_default());
             ("error", false, Some(RECURSION_FALLBACK))
         }
         RunOutcome::Cancelled { .. } => {

@@ -65,6 +65,12 @@ pub struct Done {
     pub message_id: i64,
 }
 
+/// `token` event data.
+#[derive(Debug, Serialize)]
+pub struct TokenEvent<'a> {
+    pub content: &'a str,
+}
+
 /// `tool_call` event data (the `toolEvents` extension).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -115,8 +115,13 @@ impl OpenAiChatModel {
     }
 
     /// Sends one attempt and returns the response if its status is a success.
-    async fn send(&self, body: &serde_json::Value) -> Result<reqwest::Response, LlmError> {
-        let req = self.http.post(&self.endpoint).json(body).send();
+    async fn send(&self, body: &bytes::Bytes) -> Result<reqwest::Response, LlmError> {
+        let req = self
+            .http
+            .post(&self.endpoint)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send();
         let resp = match tokio::time::timeout(self.config.first_byte_timeout, req).await {
             Err(_) => {
                 return Err(LlmError::FirstByteTimeout {
@@ -200,6 +205,13 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// The request body as sent.
+fn encode(body: &serde_json::Value) -> Result<bytes::Bytes, LlmError> {
+    serde_json::to_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| LlmError::InvalidRequest(format!("cannot encode the request: {e}")))
+}
+
 /// What one streamed attempt ended with.
 enum AttemptEnd {
     /// The reply finished.
@@ -211,14 +223,16 @@ enum AttemptEnd {
 #[async_trait]
 impl ChatModel for OpenAiChatModel {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
-        let body = wire::request_body(
+        // Encoded once: a streamed reply can last minutes, and the encoded body (kept for
+        // retries) is a fraction of the JSON tree it comes from.
+        let body = encode(&wire::request_body(
             &request,
             &self.config.model,
             self.config.provider,
             true,
             self.config.include_usage,
             self.config.strict_tools,
-        );
+        ))?;
         let this = self.clone();
         let stream = async_stream::stream! {
             let mut attempt = 1u32;
@@ -291,14 +305,14 @@ impl ChatModel for OpenAiChatModel {
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
-        let body = wire::request_body(
+        let body = encode(&wire::request_body(
             &request,
             &self.config.model,
             self.config.provider,
             false,
             false,
             self.config.strict_tools,
-        );
+        ))?;
         let mut attempt = 1u32;
         let text = loop {
             let result = match self.send(&body).await {
