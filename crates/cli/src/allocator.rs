@@ -3,10 +3,11 @@
 //!
 //! mimalloc is the default: the model commands allocate and free large buffers per batch and
 //! embed 1.45× faster on it than on glibc's allocator even tuned to keep freed buffers
-//! (2,119–2,213 against 1,460–1,476 tokens/s, `bench embed` on 256 SciFact documents), and
-//! the chat service spends 25–40% less CPU per turn on it. glibc's allocator holds less
-//! memory per open chat stream (~60 KB against ~100 KB): a service holding thousands of
-//! long streams may trade that CPU for memory (docs/benchmarks.md, held streams).
+//! (2,119–2,213 against 1,460–1,476 tokens/s, `bench embed` on 256 SciFact documents), and a
+//! chat turn costs less CPU on it (SQLite store, one turn at a time: 1.3–1.5 ms against
+//! 1.6–1.9). glibc's allocator holds less memory per open chat stream (10,000 held streams:
+//! 602 MB against 860 MB): a service holding thousands of long streams may trade that CPU for
+//! memory (docs/benchmarks.md, held streams).
 //!
 //! The two cannot be mixed: memory must be freed by the allocator that gave it. The choice is
 //! made once, in an `.init_array` constructor that glibc runs before any Rust code allocates,
@@ -35,46 +36,40 @@ impl CommandAllocator {
     }
 }
 
-// SAFETY: every method forwards to the same allocator for the life of the process (the flag
-// is written before the first allocation and never again), so memory is always freed or
-// resized by the allocator that gave it.
+/// Calls `$method` on the allocator chosen at start-up.
+macro_rules! forward {
+    ($method:ident($($arg:expr),*)) => {
+        if SYSTEM.load(Ordering::Relaxed) {
+            System.$method($($arg),*)
+        } else {
+            mimalloc::MiMalloc.$method($($arg),*)
+        }
+    };
+}
+
+// SAFETY: every method forwards, with its arguments unchanged, to the same allocator for the
+// life of the process (the flag is written before the first allocation and never again), so
+// memory is always freed or resized by the allocator that gave it, under the contract the
+// caller upholds for `GlobalAlloc`.
 unsafe impl GlobalAlloc for CommandAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract; forwarded unchanged.
-        unsafe { if SYSTEM.load(Ordering::Relaxed) { System.alloc(layout) } else { mimalloc::MiMalloc.alloc(layout) } }
+        // SAFETY: see the impl.
+        unsafe { forward!(alloc(layout)) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        unsafe {
-            if SYSTEM.load(Ordering::Relaxed) {
-                System.alloc_zeroed(layout)
-            } else {
-                mimalloc::MiMalloc.alloc_zeroed(layout)
-            }
-        }
+        // SAFETY: see the impl.
+        unsafe { forward!(alloc_zeroed(layout)) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator, hence from the same backing allocator.
-        unsafe {
-            if SYSTEM.load(Ordering::Relaxed) {
-                System.dealloc(ptr, layout)
-            } else {
-                mimalloc::MiMalloc.dealloc(ptr, layout)
-            }
-        }
+        // SAFETY: see the impl.
+        unsafe { forward!(dealloc(ptr, layout)) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as for `dealloc`.
-        unsafe {
-            if SYSTEM.load(Ordering::Relaxed) {
-                System.realloc(ptr, layout, new_size)
-            } else {
-                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
-            }
-        }
+        // SAFETY: see the impl.
+        unsafe { forward!(realloc(ptr, layout, new_size)) }
     }
 }
 

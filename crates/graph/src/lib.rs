@@ -33,8 +33,8 @@ pub mod sqlite;
 mod state;
 
 pub use checkpoint::{
-    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, MemoryCheckpointer, PostgresCheckpointer,
-    RecordKind, SqliteCheckpointer, ThreadId,
+    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, EncodedRecord, MemoryCheckpointer,
+    PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
 };
 pub use error::{GraphBuildError, GraphError, NodeError};
 pub use event::RunEvent;

@@ -2,7 +2,9 @@
 
 mod common;
 
-use toolgraph_graph::{CheckpointRecord, Checkpointer, PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId};
+use toolgraph_graph::{
+    CheckpointRecord, Checkpointer, EncodedRecord, PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
+};
 
 fn record(seq: u64) -> CheckpointRecord {
     CheckpointRecord {
@@ -32,7 +34,7 @@ async fn sqlite_checkpoint_commits_and_rolls_back_with_the_callers_transaction()
     db.call(move |c| {
         let tx = c.transaction().unwrap();
         tx.execute("INSERT INTO messages VALUES ('hi')", []).unwrap();
-        SqliteCheckpointer::append_in(&tx, &t1, &record(1)).unwrap();
+        SqliteCheckpointer::append_in(&tx, &EncodedRecord::new(&t1, &record(1)).unwrap()).unwrap();
         // Dropped without commit: rolled back.
     })
     .await
@@ -42,7 +44,7 @@ async fn sqlite_checkpoint_commits_and_rolls_back_with_the_callers_transaction()
     db.call(move |c| {
         let tx = c.transaction().unwrap();
         tx.execute("INSERT INTO messages VALUES ('hi')", []).unwrap();
-        SqliteCheckpointer::append_in(&tx, &t2, &record(1)).unwrap();
+        SqliteCheckpointer::append_in(&tx, &EncodedRecord::new(&t2, &record(1)).unwrap()).unwrap();
         tx.commit().unwrap();
     })
     .await

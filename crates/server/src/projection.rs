@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use toolgraph_graph::react::AgentUpdate;
 use toolgraph_graph::{
-    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, PostgresCheckpointer, SqliteCheckpointer, ThreadId,
+    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, EncodedRecord, PostgresCheckpointer,
+    SqliteCheckpointer, ThreadId,
 };
 use toolgraph_llm::Message;
 
@@ -128,23 +129,20 @@ impl Checkpointer for ProjectingCheckpointer {
         };
         match &self.backend {
             Backend::Sqlite(c) => {
+                let record = EncodedRecord::new(thread, record)?;
                 // The whole step in one closure: one hand-off to the database thread.
-                let (thread, record) = (thread.clone(), record.clone());
                 c.database()
                     .call(move |conn| {
-                        let err =
-                            |e: rusqlite::Error| CheckpointError::Backend { backend: "sqlite", message: e.to_string() };
                         // Dropped without commit on any error below: rolled back at once.
-                        let tx = conn.transaction().map_err(err)?;
-                        SqliteCheckpointer::append_in(&tx, &thread, &record)?;
+                        let tx = conn.transaction()?;
+                        SqliteCheckpointer::append_in(&tx, &record)?;
                         for (role, content) in &projection.messages {
-                            sqlite_insert_message(&tx, conv, role, content).map_err(err)?;
+                            sqlite_insert_message(&tx, conv, role, content)?;
                         }
                         for (id, tool, description, args) in &projection.pending {
-                            sqlite_insert_pending(&tx, conv, &record.run_id, id, tool, description, args)
-                                .map_err(err)?;
+                            sqlite_insert_pending(&tx, conv, record.run_id(), id, tool, description, args)?;
                         }
-                        tx.commit().map_err(err)
+                        Ok(tx.commit()?)
                     })
                     .await?
             }

@@ -16,7 +16,7 @@ mod sqlite;
 
 pub use memory::MemoryCheckpointer;
 pub use postgres::PostgresCheckpointer;
-pub use sqlite::SqliteCheckpointer;
+pub use sqlite::{EncodedRecord, SqliteCheckpointer};
 
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use async_trait::async_trait;

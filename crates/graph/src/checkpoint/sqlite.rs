@@ -18,6 +18,53 @@ impl From<SqliteError> for CheckpointError {
     }
 }
 
+impl From<rusqlite::Error> for CheckpointError {
+    fn from(e: rusqlite::Error) -> Self {
+        backend_error(e)
+    }
+}
+
+/// A record serialized for its row. Encoding happens on the caller's task, so the database
+/// thread, which every writer shares, only inserts.
+#[derive(Debug)]
+pub struct EncodedRecord {
+    thread: ThreadId,
+    seq: u64,
+    format: u32,
+    run_id: String,
+    kind: &'static str,
+    created_at_ms: i64,
+    body: String,
+}
+
+impl EncodedRecord {
+    /// Serializes `record` for `thread`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Corrupt`] when the record cannot be serialized.
+    pub fn new(thread: &ThreadId, record: &CheckpointRecord) -> Result<Self, CheckpointError> {
+        let body = serde_json::to_string(record).map_err(|e| CheckpointError::Corrupt {
+            thread: thread.to_string(),
+            seq: record.seq,
+            reason: e.to_string(),
+        })?;
+        Ok(Self {
+            thread: thread.clone(),
+            seq: record.seq,
+            format: record.format,
+            run_id: record.run_id.clone(),
+            kind: record.kind.as_str(),
+            created_at_ms: record.created_at_ms,
+            body,
+        })
+    }
+
+    /// The run that wrote it.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
+
 /// Checkpoints in a SQLite database (WAL mode), schema created by migrations.
 #[derive(Debug, Clone)]
 pub struct SqliteCheckpointer {
@@ -53,17 +100,8 @@ impl SqliteCheckpointer {
     ///
     /// # Errors
     /// [`CheckpointError::Conflict`] when the head is not `record.seq - 1`.
-    pub fn append_in(
-        conn: &rusqlite::Connection,
-        thread: &ThreadId,
-        record: &CheckpointRecord,
-    ) -> Result<(), CheckpointError> {
-        let body = serde_json::to_string(record).map_err(|e| CheckpointError::Corrupt {
-            thread: thread.to_string(),
-            seq: record.seq,
-            reason: e.to_string(),
-        })?;
-        let conflict = || CheckpointError::Conflict { thread: thread.to_string(), seq: record.seq };
+    pub fn append_in(conn: &rusqlite::Connection, record: &EncodedRecord) -> Result<(), CheckpointError> {
+        let conflict = || CheckpointError::Conflict { thread: record.thread.to_string(), seq: record.seq };
         let result = conn
             .prepare_cached(
                 "INSERT INTO checkpoints (thread_id, seq, format, run_id, kind, created_at_ms, body)
@@ -72,20 +110,20 @@ impl SqliteCheckpointer {
             )
             .and_then(|mut s| {
                 s.execute(params![
-                    thread.as_str(),
+                    record.thread.as_str(),
                     record.seq as i64,
                     record.format as i64,
                     record.run_id,
-                    record.kind.as_str(),
+                    record.kind,
                     record.created_at_ms,
-                    body,
+                    record.body,
                 ])
             });
         match result {
             Ok(1) => Ok(()),
             Ok(_) => Err(conflict()),
             Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) => Err(conflict()),
-            Err(e) => Err(backend_error(e)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -115,8 +153,8 @@ impl SqliteCheckpointer {
 #[async_trait]
 impl Checkpointer for SqliteCheckpointer {
     async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
-        let (thread, record) = (thread.clone(), record.clone());
-        self.db.call(move |c| Self::append_in(c, &thread, &record)).await?
+        let record = EncodedRecord::new(thread, record)?;
+        self.db.call(move |c| Self::append_in(c, &record)).await?
     }
 
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
@@ -143,22 +181,19 @@ impl Checkpointer for SqliteCheckpointer {
         let (from, to) = (from.clone(), to.clone());
         self.db
             .call(move |c| {
-                let tx = c.transaction().map_err(backend_error)?;
-                let exists: i64 = tx
-                    .query_row("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?1", [to.as_str()], |r| r.get(0))
-                    .map_err(backend_error)?;
+                let tx = c.transaction()?;
+                let exists: i64 =
+                    tx.query_row("SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?1", [to.as_str()], |r| r.get(0))?;
                 if exists > 0 {
                     return Err(CheckpointError::ThreadExists(to.to_string()));
                 }
-                let n = tx
-                    .execute(
-                        "INSERT INTO checkpoints (thread_id, seq, format, run_id, kind, created_at_ms, body)
+                let n = tx.execute(
+                    "INSERT INTO checkpoints (thread_id, seq, format, run_id, kind, created_at_ms, body)
                          SELECT ?1, seq, format, run_id, kind, created_at_ms, body FROM checkpoints
                          WHERE thread_id = ?2 AND seq <= ?3",
-                        params![to.as_str(), from.as_str(), i64::try_from(at).unwrap_or(i64::MAX)],
-                    )
-                    .map_err(backend_error)?;
-                tx.commit().map_err(backend_error)?;
+                    params![to.as_str(), from.as_str(), i64::try_from(at).unwrap_or(i64::MAX)],
+                )?;
+                tx.commit()?;
                 Ok(n as u64)
             })
             .await?
@@ -167,7 +202,7 @@ impl Checkpointer for SqliteCheckpointer {
     async fn delete_thread(&self, thread: &ThreadId) -> Result<u64, CheckpointError> {
         let t = thread.clone();
         let n = self.db.call(move |c| c.execute("DELETE FROM checkpoints WHERE thread_id = ?1", [t.as_str()])).await?;
-        Ok(n.map_err(backend_error)? as u64)
+        Ok(n? as u64)
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError> {
@@ -176,7 +211,7 @@ impl Checkpointer for SqliteCheckpointer {
             .db
             .call(move |c| c.execute("DELETE FROM checkpoints WHERE thread_id LIKE ?1 ESCAPE '\\'", [pattern]))
             .await?;
-        Ok(n.map_err(backend_error)? as u64)
+        Ok(n? as u64)
     }
 
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
