@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
+use toolgraph_server::Listener;
 use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
@@ -174,6 +175,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", "),
         crate::allocator::CommandAllocator::name()
     );
+    let listening = Listener {
+        max_head_bytes: cfg.server.max_request_head_bytes,
+        header_read_timeout: std::time::Duration::from_millis(cfg.server.header_read_timeout_ms),
+    };
     let router = match &cfg.server.ops_bind {
         None => toolgraph_server::router(app.clone()),
         Some(ops) => {
@@ -182,8 +187,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot listen on server.ops_bind {ops}"))?;
             eprintln!("toolgraph serve: /health and /metrics on http://{}", ops_listener.local_addr()?);
             let ops_router = toolgraph_server::ops_router(app.clone());
+            let ops_http = listening.clone();
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(ops_listener, ops_router.into_make_service()).await {
+                let serving = ops_http.serve(ops_listener, ops_router, std::future::pending()).await;
+                if let Err(e) = serving {
                     tracing::error!(error = %e, "the ops listener failed");
                 }
             });
@@ -191,17 +198,8 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     };
     let stopping = app.clone();
-    // SSE frames are small writes: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
-    // hold each one back by ~40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    // `into_make_service` prepares the routes once; serving the router itself rebuilds its
-    // route table for every connection (~6 KB held per open stream).
-    axum::serve(listener, router.into_make_service())
-        .with_graceful_shutdown(async move {
+    listening
+        .serve(listener, router, async move {
             shutdown_signal().await;
             eprintln!("toolgraph serve: shutting down");
             // Ready turns 503 and runs are cancelled first, so open streams end.

@@ -186,6 +186,8 @@ async fn serve_round_trip(database_url: Option<String>) {
         .envs(database_url.iter().map(|u| ("TOOLGRAPH_DATABASE_URL", u.as_str())))
         // The PostgreSQL run also exercises the system allocator end to end.
         .env("TOOLGRAPH_ALLOCATOR", if database_url.is_some() { "system" } else { "mimalloc" })
+        // ... and a raised request-head limit (default 8 KB).
+        .envs(database_url.iter().map(|_| ("TOOLGRAPH_SERVER_MAX_REQUEST_HEAD_BYTES", "16384")))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -193,6 +195,10 @@ async fn serve_round_trip(database_url: Option<String>) {
     wait_ready(&base).await;
     let text = new_turn(&base, "hola").await;
     assert!(text.contains("event: done"), "{text}");
+    let big_header = "x".repeat(12 * 1024);
+    let health = reqwest::Client::new().get(format!("{base}/health")).header("x-big", big_header).send();
+    let expected = if database_url.is_some() { 200 } else { 431 };
+    assert_eq!(health.await.unwrap().status(), expected, "server.max_request_head_bytes reaches the listener");
     if database_url.is_none() {
         assert!(dir.path().join("toolgraph.db").exists(), "the SQLite store is the default");
     }

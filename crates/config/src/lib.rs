@@ -221,6 +221,11 @@ pub struct ServerSettings {
     pub backend_hmac_secret: Option<Secret>,
     /// `store = "backend"`: limit of one call in milliseconds. Default: 10000.
     pub backend_timeout_ms: u64,
+    /// Largest request head (request line and headers) in bytes; larger ones get 431.
+    /// 8,192 to 1,048,576. Default: 8192. Each open connection keeps a read buffer of this size.
+    pub max_request_head_bytes: usize,
+    /// Time a client has to send a request head, in milliseconds. Default: 30000.
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for ServerSettings {
@@ -237,6 +242,8 @@ impl Default for ServerSettings {
             backend_url: None,
             backend_hmac_secret: None,
             backend_timeout_ms: 10_000,
+            max_request_head_bytes: 8 * 1024,
+            header_read_timeout_ms: 30_000,
         }
     }
 }
@@ -450,6 +457,15 @@ impl Config {
                 return Err(invalid(&format!("agents.{name}.recursion_limit"), "must be greater than 0".into()));
             }
         }
+        if !(8 * 1024..=1024 * 1024).contains(&self.server.max_request_head_bytes) {
+            return Err(invalid(
+                "server.max_request_head_bytes",
+                format!("{} is outside 8192..=1048576", self.server.max_request_head_bytes),
+            ));
+        }
+        if self.server.header_read_timeout_ms == 0 {
+            return Err(invalid("server.header_read_timeout_ms", "must be greater than 0".into()));
+        }
         match self.server.auth {
             AuthKind::Hmac if !is_long_enough(self.server.hmac_secret.as_ref()) => {
                 return Err(invalid(
@@ -615,6 +631,8 @@ mod tests {
             jail.set_env("TOOLGRAPH_AGENTS__TUTOR__MODEL", "qwen2.5");
             jail.set_env("TOOLGRAPH_SERVER_OPS_BIND", "127.0.0.1:9100");
             jail.set_env("TOOLGRAPH_SERVER_MAX_RUNS_PER_TENANT", "5");
+            jail.set_env("TOOLGRAPH_SERVER_MAX_REQUEST_HEAD_BYTES", "16384");
+            jail.set_env("TOOLGRAPH_SERVER_HEADER_READ_TIMEOUT_MS", "2500");
             jail.set_env("TOOLGRAPH_SERVER__API_KEYS__DEMO", "ab".repeat(32));
             jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
             jail.set_env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos");
@@ -624,6 +642,7 @@ mod tests {
             assert_eq!(c.agents["tutor"].model.as_deref(), Some("qwen2.5"));
             assert_eq!(c.server.ops_bind.as_deref(), Some("127.0.0.1:9100"));
             assert_eq!(c.server.max_runs_per_tenant, 5);
+            assert_eq!((c.server.max_request_head_bytes, c.server.header_read_timeout_ms), (16384, 2500));
             assert_eq!(c.server.api_keys["demo"], "ab".repeat(32));
             assert_eq!(c.tools.sql_database.as_deref(), Some("sqlite::memory:"));
             Ok(())
@@ -675,6 +694,10 @@ mod tests {
         assert!(err.contains("greater than 0"), "{err}");
         let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
         assert!(err.contains("postgres://"), "{err}");
+        let err = Config::from_toml_str("[server]\nmax_request_head_bytes = 4096\n").unwrap_err().to_string();
+        assert!(err.contains("`server.max_request_head_bytes`") && err.contains("8192..=1048576"), "{err}");
+        let err = Config::from_toml_str("[server]\nheader_read_timeout_ms = 0\n").unwrap_err().to_string();
+        assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
     }
 
     #[test]

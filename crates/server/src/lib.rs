@@ -14,6 +14,7 @@ pub mod auth;
 pub mod backend;
 mod error;
 mod extract;
+mod listen;
 mod metrics;
 mod projection;
 mod routes;
@@ -23,6 +24,7 @@ mod store_pg;
 mod turn;
 mod wire;
 
+pub use listen::Listener;
 pub use metrics::Metrics;
 pub use projection::ProjectingCheckpointer;
 pub use routes::{api_router, ops_router, router};
