@@ -9,7 +9,7 @@ use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
 use toolgraph_server::Listener;
 use toolgraph_server::auth::{Auth, HmacVerifier};
-use toolgraph_server::backend::{BackendConversationStore, BackendOptions};
+use toolgraph_server::backend::{BackendConversationStore, BackendOptions, backend_general_query};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
 use toolgraph_server::{
     AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
@@ -143,7 +143,11 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
-    let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
+    let mut all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
+    if cfg.server.store == StoreKind::Backend && cfg.tools.sql_database.is_none() {
+        // Seed 002: the backend runs the model's SQL; the service opens no tenant database.
+        all_tools.register(backend_general_query(backend_store(cfg)?)?)?;
+    }
     let local = agent::local_model(cfg).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {

@@ -111,21 +111,54 @@ async fn serve_on_postgresql() {
 }
 
 /// `store = "backend"`: the binary keeps the conversation in a backend of seed 002 (here the
-/// library's receiving side over a memory store) through signed calls.
+/// library's receiving side over a memory store) through signed calls, and `general_query`
+/// runs on the backend (`POST /internal/chatbot/query`) for the asking tenant and user: a
+/// refused query goes back to the model, which repairs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
-    use std::sync::Arc;
+    use axum::http::{HeaderMap, StatusCode};
+    use std::sync::{Arc, Mutex};
     use toolgraph_server::auth::HmacVerifier;
     use toolgraph_server::backend::callback_router;
     use toolgraph_server::store::{ConversationStore, MemoryConversationStore};
     const SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
     let store = Arc::new(MemoryConversationStore::new());
-    let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())));
+    let queries: Arc<Mutex<Vec<(String, serde_json::Value)>>> = Arc::default();
+    let verifier = Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec()));
+    let seen = Arc::clone(&queries);
+    let query = axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+        let (seen, verifier) = (Arc::clone(&seen), Arc::clone(&verifier));
+        async move {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+            if verifier.verify_request(&headers, "/internal/chatbot/query", &body, now).is_err() {
+                return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad signature"})));
+            }
+            let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+            let call: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let refused = call["sql"].as_str().unwrap_or("").contains("nope");
+            seen.lock().unwrap().push((slug, call));
+            if refused {
+                return (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    axum::Json(json!({"error": "column \"nope\" does not exist"})),
+                );
+            }
+            (StatusCode::OK, axum::Json(json!({"columns": ["n"], "rows": [[42]], "rowCount": 1})))
+        }
+    });
+    let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())))
+        .route("/internal/chatbot/query", query);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let backend = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
 
-    let model = ScriptedModelServer::start(vec![Reply::text("Guardado en el backend.")]).await.unwrap();
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "general_query", json!({"sql": "select nope from orders"}))]),
+        Reply::tool_calls(&[("c2", "general_query", json!({"sql": "select count(*) as n from orders"}))]),
+        Reply::text("Hay 42 pedidos."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
@@ -137,14 +170,37 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
-    let text = new_turn(&base, "hola").await;
+    let text = new_turn(&base, "¿cuántos pedidos hay?").await;
     let _ = child.kill();
     let _ = child.wait();
     assert!(text.contains("event: done") && text.contains("\"conversationId\":1"), "{text}");
     let messages = store.messages(1).await.unwrap();
-    let kept: Vec<(&str, &str)> = messages.iter().map(|(_, r, c)| (r.as_str(), c.as_str())).collect();
-    assert_eq!(kept, [("user", "hola"), ("assistant", "Guardado en el backend.")]);
+    let roles: Vec<&str> = messages.iter().map(|(_, r, _)| r.as_str()).collect();
+    assert_eq!(roles.first(), Some(&"user"), "{messages:?}");
+    assert_eq!(messages.last().map(|(_, r, c)| (r.as_str(), c.as_str())), Some(("assistant", "Hay 42 pedidos.")));
     assert!(dir.path().join("toolgraph.db").exists(), "checkpoints stay with the service");
+
+    // Both queries reached the backend, signed, for tenant demo / user 1 / conversation 1.
+    let queries = queries.lock().unwrap().clone();
+    assert_eq!(queries.len(), 2, "{queries:?}");
+    for (slug, call) in &queries {
+        assert_eq!(slug, "demo");
+        assert_eq!((call["tenantId"].as_i64(), call["userId"].as_i64()), (Some(1), Some(1)), "{call}");
+        assert_eq!(call["conversationId"].as_i64(), Some(1), "{call}");
+    }
+    assert_eq!(queries[1].1["sql"], "select count(*) as n from orders");
+    // The model saw the refusal, then the rows, and never the injected arguments.
+    let requests = model.requests();
+    let tool_texts: Vec<String> = requests
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(tool_texts.iter().any(|t| t.contains("nope") && t.contains("does not exist")), "{tool_texts:?}");
+    assert!(tool_texts.iter().any(|t| t.contains("42")), "{tool_texts:?}");
+    let tools = requests[0]["tools"].to_string();
+    assert!(tools.contains("general_query") && !tools.contains("tenantId"), "{tools}");
 }
 
 /// Without its URL and secret the backend store is refused at start, naming the setting.

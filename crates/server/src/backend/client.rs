@@ -67,6 +67,30 @@ impl BackendConversationStore {
         self.send(path, req.body(bytes)).await
     }
 
+    /// POSTs `body` signed to `path` on behalf of tenant `slug` (`X-Tenant-Slug`, as seed 002's
+    /// data calls carry it) and returns the status and the body text, whatever the status.
+    pub(crate) async fn post_for_tenant<B: Serialize>(
+        &self,
+        path: &str,
+        slug: &str,
+        body: &B,
+    ) -> Result<(reqwest::StatusCode, String), String> {
+        let signed = Signed { nonce: uuid::Uuid::new_v4().simple().to_string(), body };
+        let bytes = serde_json::to_vec(&signed).map_err(|e| format!("{path}: {e}"))?;
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .header("x-tenant-slug", slug);
+        for (name, value) in signature_headers(&self.secret, path, &bytes) {
+            req = req.header(name, value);
+        }
+        let resp = req.body(bytes).send().await.map_err(|e| format!("backend call {path} failed: {e}"))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| format!("backend call {path}: {e}"))?;
+        Ok((status, text))
+    }
+
     async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
         let mut req = self.http.get(format!("{}{target}", self.base));
         for (name, value) in signature_headers(&self.secret, target, b"") {

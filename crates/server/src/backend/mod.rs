@@ -9,7 +9,10 @@
 //!   Rust mounts it as is; one written in another language reads it as the executable
 //!   contract (the end-to-end suite runs the whole service through it).
 //!
-//! The seed names `conversations`, `save-message`, `pending-action` and `history`; the rest of
+//! - [`backend_general_query`] is seed 002's `general_query` tool run by the backend
+//!   (`query`), for a service that never opens a tenant data connection.
+//!
+//! The seed names `conversations`, `save-message`, `pending-action`, `history` and `query`; the rest of
 //! the surface (turn claims, decisions, lookups, deletion) is where the seed was silent,
 //! because there the backend, not the worker, kept those rules. Every body is JSON in camel
 //! case and carries a random `nonce`, so two identical calls within a second still have
@@ -20,7 +23,9 @@
 
 mod client;
 mod receiver;
+mod tools;
 pub mod wire;
 
 pub use client::{BackendConversationStore, BackendOptions};
 pub use receiver::callback_router;
+pub use tools::backend_general_query;

@@ -37,6 +37,20 @@ pub mod path {
     pub const DELETE_USER: &str = "/internal/chatbot/delete/user";
     /// Delete a tenant's conversations.
     pub const DELETE_TENANT: &str = "/internal/chatbot/delete/tenant";
+    /// Run the model's read-only SQL for a tenant and user (seed 002's `general_query`).
+    pub const QUERY: &str = "/internal/chatbot/query";
+}
+
+/// `POST query`: the model's SQL, run by the backend under the tenant's and user's rights.
+/// The answer is any JSON object, handed to the model as the tool's result; a 4xx answer's
+/// `error` is handed to the model as a query it may repair.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunQuery {
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: Option<i64>,
+    pub sql: String,
 }
 
 /// `POST conversations`.
