@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use std::sync::Arc;
 use toolgraph_config::{AgentSettings, Config};
-use toolgraph_graph::react::{self, AgentDeps, AgentSpec, AgentState};
+use toolgraph_graph::react::{self, AgentDeps, AgentSpec, AgentState, PromptContext};
 use toolgraph_graph::{Checkpointer, CompiledGraph, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_llm::{ChatModel, OpenAiChatModel};
 use toolgraph_rag::{KbStore, Retriever};
@@ -102,13 +102,15 @@ fn tools(all: &ToolRegistry, name: &str, settings: &AgentSettings) -> anyhow::Re
     }
 }
 
-/// Builds agent `name` (or the default agent) over `store`, with its tools out of `all`.
+/// Builds agent `name` (or the default agent) over `store`, with its tools out of `all`;
+/// `prompt_context` adds per-turn text to its system prompt.
 pub fn build(
     cfg: &Config,
     name: Option<&str>,
     store: Arc<dyn Checkpointer>,
     all: &ToolRegistry,
     local: Option<&Arc<dyn ChatModel>>,
+    prompt_context: Option<PromptContext>,
 ) -> anyhow::Result<Agent> {
     let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
     let agents = cfg.effective_agents();
@@ -119,6 +121,7 @@ pub fn build(
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
+    spec.prompt_context = prompt_context;
     if settings.cite_sources {
         spec.answer_footer = Some(Arc::new(toolgraph_rag::citation::sources_footer));
     }

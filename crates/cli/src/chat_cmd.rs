@@ -145,7 +145,7 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let store = agent::checkpointer(cfg).await?;
     let all_tools = agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)).await?;
     let local = agent::local_model(cfg).await?;
-    let agent = agent::build(cfg, args.agent.as_deref(), store, &all_tools, local.as_ref())?;
+    let agent = agent::build(cfg, args.agent.as_deref(), store, &all_tools, local.as_ref(), None)?;
     let context = parse_context(&agent, &args.context)?;
     let last_file = cfg.data_dir.join("chat").join(format!("{}.last-thread", agent.name));
     let thread = if args.resume_last {

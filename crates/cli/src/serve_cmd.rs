@@ -9,7 +9,9 @@ use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
 use toolgraph_server::Listener;
 use toolgraph_server::auth::{Auth, HmacVerifier};
-use toolgraph_server::backend::{BackendConversationStore, BackendOptions, backend_general_query};
+use toolgraph_server::backend::{
+    BackendConversationStore, BackendOptions, BackendWriteTool, backend_general_query, tenant_schema_prompt,
+};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
 use toolgraph_server::{
     AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
@@ -144,14 +146,29 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
     let mut all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
+    let mut prompt_context = None;
     if cfg.server.store == StoreKind::Backend && cfg.tools.sql_database.is_none() {
-        // Seed 002: the backend runs the model's SQL; the service opens no tenant database.
+        // Seed 002: the backend runs the model's SQL, and tells the model the tenant's schema;
+        // the service opens no tenant database.
         all_tools.register(backend_general_query(backend_store(cfg)?)?)?;
+        prompt_context = Some(tenant_schema_prompt(backend_store(cfg)?));
+    }
+    for (name, tool) in &cfg.server.backend_tools {
+        let tool = BackendWriteTool::new(backend_store(cfg)?, name, &tool.description, tool.parameters.clone())
+            .with_context(|| format!("server.backend_tools.{name}"))?;
+        all_tools.register(Arc::new(tool)).with_context(|| format!("server.backend_tools.{name}"))?;
     }
     let local = agent::local_model(cfg).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
-        let a = agent::build(cfg, Some(name), Arc::clone(&checkpointer), &all_tools, local.as_ref())?;
+        let a = agent::build(
+            cfg,
+            Some(name),
+            Arc::clone(&checkpointer),
+            &all_tools,
+            local.as_ref(),
+            prompt_context.clone(),
+        )?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
     let auth = match cfg.server.auth {

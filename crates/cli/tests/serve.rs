@@ -146,8 +146,25 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
             (StatusCode::OK, axum::Json(json!({"columns": ["n"], "rows": [[42]], "rowCount": 1})))
         }
     });
+    let schema_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (counted, schema_verifier) = (Arc::clone(&schema_calls), Arc::new(HmacVerifier::new(SECRET.as_bytes())));
+    let schema = axum::routing::get(move |headers: HeaderMap, uri: axum::http::Uri| {
+        let (counted, verifier) = (Arc::clone(&counted), Arc::clone(&schema_verifier));
+        async move {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+            let target = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+            if target != "/internal/chatbot/schema?tenantId=1"
+                || verifier.verify_request(&headers, &target, b"", now).is_err()
+            {
+                return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad call"})));
+            }
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (StatusCode::OK, axum::Json(json!({"schema": "orders(id bigint, created_at timestamptz)"})))
+        }
+    });
     let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())))
-        .route("/internal/chatbot/query", query);
+        .route("/internal/chatbot/query", query)
+        .route("/internal/chatbot/schema", schema);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let backend = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -201,6 +218,121 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     assert!(tool_texts.iter().any(|t| t.contains("42")), "{tool_texts:?}");
     let tools = requests[0]["tools"].to_string();
     assert!(tools.contains("general_query") && !tools.contains("tenantId"), "{tools}");
+    // Every model call's system prompt carries the tenant's schema, asked once for the turn.
+    assert_eq!(requests.len(), 3);
+    for r in &requests {
+        let system = r["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(system.contains("orders(id bigint, created_at timestamptz)"), "{system}");
+    }
+    assert_eq!(schema_calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the schema is cached per tenant");
+}
+
+/// `[server.backend_tools.send_sms]`: the model's call pauses for approval, nothing reaches
+/// the backend until it is approved, then `POST /internal/chatbot/tools/send_sms` runs once,
+/// signed, for the asking tenant and user; a repeated confirm replays the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
+    use axum::http::{HeaderMap, StatusCode};
+    use std::sync::{Arc, Mutex};
+    use toolgraph_server::auth::HmacVerifier;
+    use toolgraph_server::backend::callback_router;
+    use toolgraph_server::store::MemoryConversationStore;
+    const SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
+    let calls: Arc<Mutex<Vec<(String, String, serde_json::Value)>>> = Arc::default();
+    let verifier = Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec()));
+    let seen = Arc::clone(&calls);
+    let run_tool = axum::routing::post(
+        move |axum::extract::Path(name): axum::extract::Path<String>, headers: HeaderMap, body: axum::body::Bytes| {
+            let (seen, verifier) = (Arc::clone(&seen), Arc::clone(&verifier));
+            async move {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+                let target = format!("/internal/chatbot/tools/{name}");
+                if verifier.verify_request(&headers, &target, &body, now).is_err() {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad signature"})));
+                }
+                let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                seen.lock().unwrap().push((name, slug, serde_json::from_slice(&body).unwrap()));
+                (StatusCode::OK, axum::Json(json!({"sent": true, "id": "sms-1"})))
+            }
+        },
+    );
+    let store = Arc::new(MemoryConversationStore::new());
+    let router = callback_router(store, Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())))
+        .route("/internal/chatbot/tools/{name}", run_tool);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let sms = json!({"to": "+34600000000", "text": "Mañana no hay clase"});
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("s1", "send_sms", sms.clone())]),
+        Reply::text("SMS enviado."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolgraph.toml"),
+        "[server.backend_tools.send_sms]\ndescription = \"Send an SMS to a phone number.\"\n\
+         parameters = { type = \"object\", properties = { to = { type = \"string\" }, text = { type = \"string\", maxLength = 160 } }, required = [\"to\", \"text\"] }\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut child = serve_command(dir.path(), &model, port)
+        .env("TOOLGRAPH_SERVER_STORE", "backend")
+        .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend)
+        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", SECRET)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let text = new_turn(&base, "Avisa por SMS que mañana no hay clase").await;
+    let pending = text
+        .split("\n\n")
+        .find(|frame| frame.contains("event: pending"))
+        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
+        .unwrap_or_else(|| panic!("no pending event: {text}"));
+    assert_eq!(pending["toolName"], "send_sms");
+    assert_eq!(pending["arguments"], sms);
+    assert!(calls.lock().unwrap().is_empty(), "the write ran before approval");
+
+    let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": 1,
+        "messageId": pending["messageId"], "confirmed": true});
+    let http = reqwest::Client::new();
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let resp = http
+            .post(format!("{base}/api/chatbot/confirm"))
+            .header("X-Tenant-Slug", "demo")
+            .json(&confirm)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        answers.push(resp.json::<serde_json::Value>().await.unwrap());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answers[0]["message"], "SMS enviado.", "{answers:?}");
+    assert_eq!(answers[0], answers[1], "a repeated confirm replays the answer");
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "the approved write ran exactly once: {calls:?}");
+    let (name, slug, body) = &calls[0];
+    assert_eq!((name.as_str(), slug.as_str()), ("send_sms", "demo"));
+    assert_eq!(body["arguments"], sms);
+    assert_eq!((body["tenantId"].as_i64(), body["userId"].as_i64()), (Some(1), Some(1)), "{body}");
+    assert_eq!(body["conversationId"].as_i64(), Some(1), "{body}");
+    // The backend's answer went back to the model as the tool's result.
+    let tool_texts: Vec<String> = model
+        .requests()
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(tool_texts.iter().any(|t| t.contains("sms-1")), "{tool_texts:?}");
 }
 
 /// Without its URL and secret the backend store is refused at start, naming the setting.

@@ -226,6 +226,20 @@ pub struct ServerSettings {
     pub max_request_head_bytes: usize,
     /// Time a client has to send a request head, in milliseconds. Default: 30000.
     pub header_read_timeout_ms: u64,
+    /// `store = "backend"`: write tools the backend runs after approval (seed 002's
+    /// `create_announcement`, `send_sms`, …), by name.
+    pub backend_tools: BTreeMap<String, BackendToolSettings>,
+}
+
+/// `[server.backend_tools.NAME]`: a write tool run by the backend
+/// (`POST /internal/chatbot/tools/NAME`) once a person approved the call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendToolSettings {
+    /// What the tool does, written for the model.
+    pub description: String,
+    /// JSON Schema (an object schema) of the arguments the model supplies.
+    pub parameters: serde_json::Value,
 }
 
 impl Default for ServerSettings {
@@ -244,6 +258,7 @@ impl Default for ServerSettings {
             backend_timeout_ms: 10_000,
             max_request_head_bytes: 8 * 1024,
             header_read_timeout_ms: 30_000,
+            backend_tools: BTreeMap::new(),
         }
     }
 }
@@ -461,6 +476,20 @@ impl Config {
             return Err(invalid(
                 "server.max_request_head_bytes",
                 format!("{} is outside 8192..=1048576", self.server.max_request_head_bytes),
+            ));
+        }
+        if let Some(name) = self.server.backend_tools.keys().next()
+            && self.server.store != StoreKind::Backend
+        {
+            return Err(invalid(
+                &format!("server.backend_tools.{name}"),
+                "backend tools need store = \"backend\"".into(),
+            ));
+        }
+        if let Some((name, _)) = self.server.backend_tools.iter().find(|(_, t)| t.description.trim().is_empty()) {
+            return Err(invalid(
+                &format!("server.backend_tools.{name}.description"),
+                "the model needs a description".into(),
             ));
         }
         if self.server.header_read_timeout_ms == 0 {
@@ -698,6 +727,21 @@ mod tests {
         assert!(err.contains("`server.max_request_head_bytes`") && err.contains("8192..=1048576"), "{err}");
         let err = Config::from_toml_str("[server]\nheader_read_timeout_ms = 0\n").unwrap_err().to_string();
         assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
+    }
+
+    #[test]
+    fn backend_tools_are_declared_with_a_description_and_a_schema() {
+        let backend = "[server]\nstore = \"backend\"\nbackend_url = \"http://b:8080\"\nbackend_hmac_secret = \"0123456789abcdef\"\n";
+        let tool = "[server.backend_tools.send_sms]\ndescription = \"Send an SMS.\"\nparameters = { type = \"object\", properties = { text = { type = \"string\" } }, required = [\"text\"] }\n";
+        let c = Config::from_toml_str(&format!("{backend}{tool}")).unwrap();
+        let sms = &c.server.backend_tools["send_sms"];
+        assert_eq!(sms.parameters["properties"]["text"]["type"], "string");
+        assert_eq!(sms.parameters["required"][0], "text");
+        let err = Config::from_toml_str(tool).unwrap_err().to_string();
+        assert!(err.contains("server.backend_tools.send_sms") && err.contains("store = \"backend\""), "{err}");
+        let blank = tool.replace("Send an SMS.", " ");
+        let err = Config::from_toml_str(&format!("{backend}{blank}")).unwrap_err().to_string();
+        assert!(err.contains("server.backend_tools.send_sms.description"), "{err}");
     }
 
     #[test]

@@ -102,10 +102,18 @@ pub struct AgentSpec {
     /// outputs and the answer — e.g. the sources a search returned that the answer does not
     /// cite. Default: none.
     pub answer_footer: Option<AnswerFooter>,
+    /// Text added to the system prompt for the turn's state context (its tenant, user …) —
+    /// e.g. seed 002's tenant schema description, fetched from the backend. Asked before every
+    /// model call; `None` adds nothing. Default: none.
+    pub prompt_context: Option<PromptContext>,
 }
 
 /// See [`AgentSpec::answer_footer`]: `(this turn's tool outputs, answer) → text to append`.
 pub type AnswerFooter = Arc<dyn Fn(&[&str], &str) -> Option<String> + Send + Sync>;
+
+/// See [`AgentSpec::prompt_context`]: `(the turn's state context) → text for the system prompt`.
+pub type PromptContext =
+    Arc<dyn Fn(&Map<String, Value>) -> futures::future::BoxFuture<'static, Option<String>> + Send + Sync>;
 
 impl AgentSpec {
     /// An agent with defaults.
@@ -118,6 +126,7 @@ impl AgentSpec {
             history_budget: 6000,
             temperature: None,
             answer_footer: None,
+            prompt_context: None,
         }
     }
 }
@@ -267,8 +276,15 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
 async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let deps = ctx.deps();
     let mut messages = Vec::with_capacity(s.messages.len() + 1);
-    if !deps.spec.system_prompt.is_empty() {
-        messages.push(Message::system(deps.spec.system_prompt.clone()));
+    let added = match &deps.spec.prompt_context {
+        Some(context) => context(&s.context).await,
+        None => None,
+    };
+    match added {
+        Some(added) if deps.spec.system_prompt.is_empty() => messages.push(Message::system(added)),
+        Some(added) => messages.push(Message::system(format!("{}\n\n{added}", deps.spec.system_prompt))),
+        None if !deps.spec.system_prompt.is_empty() => messages.push(Message::system(deps.spec.system_prompt.clone())),
+        None => {}
     }
     messages.extend_from_slice(history_window(&s.messages, deps.spec.history_budget));
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions.clone());

@@ -53,5 +53,5 @@ pub use context::ToolContext;
 pub use outcome::{ToolError, ToolErrorKind, ToolOutcome};
 pub use registry::{RegistryError, ToolCallRequest, ToolRegistry};
 pub use schema::{ArgumentSchema, SchemaError};
-pub use spec::{ParamDisplay, ToolClass, ToolDisplay, ToolSpec};
+pub use spec::{ParamDisplay, ToolClass, ToolDisplay, ToolSpec, valid_tool_name};
 pub use tool::{DEFAULT_TOOL_TIMEOUT, Tool, ToolBuilder};

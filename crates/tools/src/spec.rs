@@ -58,6 +58,6 @@ pub struct ToolSpec {
 
 /// Whether `name` is acceptable as a tool name for every provider we talk to
 /// (OpenAI's and Gemini's limits are the strictest: 1–64 of `[a-zA-Z0-9_-]`).
-pub(crate) fn valid_tool_name(name: &str) -> bool {
+pub fn valid_tool_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

@@ -91,6 +91,16 @@ impl BackendConversationStore {
         Ok((status, text))
     }
 
+    /// GETs `target` (path and query) signed, on behalf of tenant `slug`, and decodes a 2xx
+    /// answer; anything else is an error naming the call.
+    pub(crate) async fn get_for_tenant<R: DeserializeOwned>(&self, target: &str, slug: &str) -> Result<R, StoreError> {
+        let mut req = self.http.get(format!("{}{target}", self.base)).header("x-tenant-slug", slug);
+        for (name, value) in signature_headers(&self.secret, target, b"") {
+            req = req.header(name, value);
+        }
+        self.send(target, req).await
+    }
+
     async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
         let mut req = self.http.get(format!("{}{target}", self.base));
         for (name, value) in signature_headers(&self.secret, target, b"") {

@@ -1,20 +1,25 @@
-//! Seed 002's delegated read tool: `general_query` runs on the backend
-//! (`POST /internal/chatbot/query`), which re-establishes the tenant's and user's context and
-//! applies its own SQL validation and row-level security. The service never opens a tenant
-//! data connection.
+//! Seed 002's delegated tools, run by the backend, which re-establishes the tenant's and
+//! user's context and keeps its own validation and row-level security; the service never
+//! opens a tenant data connection:
+//! - `general_query` ([`backend_general_query`], `POST /internal/chatbot/query`), a read tool;
+//! - the write tools (`create_announcement`, `send_sms`, … — [`BackendWriteTool`],
+//!   `POST /internal/chatbot/tools/{toolName}`), declared in configuration with the JSON
+//!   Schema of their arguments, run only after a person approved the call.
 //!
 //! The tenant, user and conversation come from the turn's state (set by the service from the
-//! authenticated request, never by the model: they are injected arguments the model cannot
-//! see or override).
+//! authenticated request, never by the model, which neither sees nor sets them).
 
 use super::client::BackendConversationStore;
-use super::wire::{RunQuery, path};
+use super::wire::{RunQuery, RunTool, path};
+use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
-use toolgraph_tools::{SchemaError, Tool, ToolBuilder, ToolError};
+use toolgraph_tools::{
+    ArgumentSchema, SchemaError, Tool, ToolBuilder, ToolClass, ToolContext, ToolDisplay, ToolError, ToolSpec,
+};
 
 /// Arguments of the delegated `general_query`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -62,23 +67,92 @@ pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dy
         async move {
             let body =
                 RunQuery { tenant_id: a.tenant_id, user_id: a.user_id, conversation_id: a.conversation_id, sql: a.sql };
-            let (status, text) =
-                backend.post_for_tenant(path::QUERY, &a.tenant, &body).await.map_err(ToolError::unavailable)?;
-            if status.is_success() {
-                return serde_json::from_str::<Value>(&text).map_err(|e| {
-                    ToolError::unavailable(format!("the backend's answer to the query is not JSON: {e}"))
-                });
-            }
-            let reason = serde_json::from_str::<super::wire::ErrorBody>(&text)
-                .map(|b| b.error)
-                .unwrap_or_else(|_| text.chars().take(QUOTED_ERROR).collect());
-            Err(match status.as_u16() {
-                400 | 422 => ToolError::invalid_arguments(format!("the backend refused the query: {reason}")),
-                401 | 403 => ToolError::denied(format!("the backend denied the query: {reason}")),
-                _ => ToolError::unavailable(format!("the backend answered {status} to the query: {reason}")),
-            })
+            let answer = backend.post_for_tenant(path::QUERY, &a.tenant, &body).await;
+            tool_result(answer, "the query")
         }
     })
+}
+
+/// A tool's result out of the backend's answer to it (`what` names the call in errors): a
+/// 2xx JSON body as is; 400/422 a refusal the model may act on; 401/403 denied; anything
+/// else, or no answer, unavailable.
+fn tool_result(answer: Result<(reqwest::StatusCode, String), String>, what: &str) -> Result<Value, ToolError> {
+    let (status, text) = answer.map_err(ToolError::unavailable)?;
+    if status.is_success() {
+        return serde_json::from_str::<Value>(&text)
+            .map_err(|e| ToolError::unavailable(format!("the backend's answer to {what} is not JSON: {e}")));
+    }
+    let reason = serde_json::from_str::<super::wire::ErrorBody>(&text)
+        .map(|b| b.error)
+        .unwrap_or_else(|_| text.chars().take(QUOTED_ERROR).collect());
+    Err(match status.as_u16() {
+        400 | 422 => ToolError::invalid_arguments(format!("the backend refused {what}: {reason}")),
+        401 | 403 => ToolError::denied(format!("the backend denied {what}: {reason}")),
+        _ => ToolError::unavailable(format!("the backend answered {status} to {what}: {reason}")),
+    })
+}
+
+/// A write tool the backend runs (`POST /internal/chatbot/tools/{name}` with `{tenantId,
+/// userId, conversationId, arguments}`), after approval like every write tool.
+pub struct BackendWriteTool {
+    spec: ToolSpec,
+    schema: ArgumentSchema,
+    backend: BackendConversationStore,
+}
+
+impl BackendWriteTool {
+    /// Write tool `name` with the model-facing `description` and the JSON Schema of its
+    /// `parameters` (an object schema), run by `backend`.
+    ///
+    /// # Errors
+    /// An invalid name, or parameters that are not a compilable object schema.
+    pub fn new(
+        backend: BackendConversationStore,
+        name: &str,
+        description: &str,
+        parameters: Value,
+    ) -> Result<Self, SchemaError> {
+        if !toolgraph_tools::valid_tool_name(name) {
+            return Err(SchemaError::InvalidName { tool: name.to_owned() });
+        }
+        let schema = ArgumentSchema::from_value(name, parameters, &[])?;
+        let spec = ToolSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            class: ToolClass::Write,
+            parameters: schema.model_facing().clone(),
+            injected: Vec::new(),
+            display: ToolDisplay::default(),
+        };
+        Ok(Self { spec, schema, backend })
+    }
+}
+
+#[async_trait]
+impl Tool for BackendWriteTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn arguments(&self) -> &ArgumentSchema {
+        &self.schema
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
+    async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        let id = |key: &str| ctx.get(key).and_then(Value::as_i64);
+        let (Some(slug), Some(tenant_id), Some(user_id)) =
+            (ctx.get("tenant").and_then(Value::as_str), id("tenantId"), id("userId"))
+        else {
+            return Err(ToolError::internal("the turn carries no tenant and user to act for"));
+        };
+        let body = RunTool { tenant_id, user_id, conversation_id: id("conversationId"), arguments };
+        let target = format!("{}/{}", path::TOOLS, self.spec.name);
+        tool_result(self.backend.post_for_tenant(&target, slug, &body).await, &format!("'{}'", self.spec.name))
+    }
 }
 
 #[cfg(test)]
@@ -131,5 +205,21 @@ mod tests {
         assert!(msg.contains("502") && msg.contains("upstream down"), "{msg}");
         let (k, _) = kind(call("garbage").await).unwrap();
         assert_eq!(k, ToolErrorKind::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn write_tools_need_an_object_schema_a_valid_name_and_a_tenant() {
+        let store = backend().await;
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
+        assert!(BackendWriteTool::new(store.clone(), "send sms", "x", schema.clone()).is_err(), "a space in the name");
+        assert!(BackendWriteTool::new(store.clone(), "send_sms", "x", json!({"type": "string"})).is_err());
+        let tool = Arc::new(BackendWriteTool::new(store, "send_sms", "Send an SMS.", schema).unwrap());
+        assert_eq!(tool.spec().class, ToolClass::Write);
+        let mut reg = ToolRegistry::new();
+        reg.register(tool).unwrap();
+        let out = reg.call(&ToolContext::default(), "send_sms", &json!({"text": "hola"})).await;
+        assert_eq!(out.error().map(|e| e.kind), Some(ToolErrorKind::Internal), "no tenant in the turn: {out:?}");
+        let out = reg.call(&ToolContext::default(), "send_sms", &json!({})).await;
+        assert_eq!(out.error().map(|e| e.kind), Some(ToolErrorKind::InvalidArguments), "{out:?}");
     }
 }

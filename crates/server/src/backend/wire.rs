@@ -39,6 +39,27 @@ pub mod path {
     pub const DELETE_TENANT: &str = "/internal/chatbot/delete/tenant";
     /// Run the model's read-only SQL for a tenant and user (seed 002's `general_query`).
     pub const QUERY: &str = "/internal/chatbot/query";
+    /// Run an approved write tool: `{TOOLS}/{toolName}` (seed 002).
+    pub const TOOLS: &str = "/internal/chatbot/tools";
+    /// A tenant's schema description for the system prompt (seed 002; `GET ?tenantId=N`).
+    pub const SCHEMA: &str = "/internal/chatbot/schema";
+}
+
+/// `GET schema`: the tenant's schema, as text for the system prompt.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TenantSchema {
+    pub schema: String,
+}
+
+/// `POST tools/{toolName}`: an approved write tool's arguments, for a tenant and user. The
+/// answer is any JSON object, the tool's result.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunTool {
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: Option<i64>,
+    pub arguments: serde_json::Value,
 }
 
 /// `POST query`: the model's SQL, run by the backend under the tenant's and user's rights.
