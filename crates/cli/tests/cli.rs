@@ -250,6 +250,21 @@ fn the_shipped_example_configs_load() {
         let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(v["agents"]["analytics"]["tools"], serde_json::json!(["general_query"]), "{file}");
     }
+    // Seed 002's academy assistant: the backend's tools, each write tool declared.
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["--config"])
+        .arg(root.join("examples/lumie/toolgraph.toml"))
+        .args(["config", "show", "--json"])
+        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", "a-secret-of-at-least-16-bytes")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "examples/lumie: {}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let tools = &v["agents"]["academy"]["tools"];
+    for write in ["create_announcement", "send_sms", "send_telegram", "schedule_task"] {
+        assert!(tools.as_array().unwrap().iter().any(|t| t == write), "{write} not enabled: {tools}");
+        assert_eq!(v["server"]["backend_tools"][write]["parameters"]["type"], "object", "{write}");
+    }
 }
 
 #[test]

@@ -227,9 +227,10 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     assert_eq!(schema_calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the schema is cached per tenant");
 }
 
-/// `[server.backend_tools.send_sms]`: the model's call pauses for approval, nothing reaches
-/// the backend until it is approved, then `POST /internal/chatbot/tools/send_sms` runs once,
-/// signed, for the asking tenant and user; a repeated confirm replays the answer.
+/// `examples/lumie` (seed 002's assistant, whose `send_sms` is a `[server.backend_tools]`
+/// write tool): the model's call pauses for approval, nothing reaches the backend until it is
+/// approved, then `POST /internal/chatbot/tools/send_sms` runs once, signed, for the asking
+/// tenant and user; a repeated confirm replays the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     use axum::http::{HeaderMap, StatusCode};
@@ -263,23 +264,20 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     let backend = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
 
-    let sms = json!({"to": "+34600000000", "text": "Mañana no hay clase"});
+    let sms = json!({"recipients": ["+34600000000"], "message": "Mañana no hay clase"});
     let model = ScriptedModelServer::start(vec![
         Reply::tool_calls(&[("s1", "send_sms", sms.clone())]),
         Reply::text("SMS enviado."),
     ])
     .await
     .unwrap();
+    // The shipped example of seed 002's assistant, pointed at this backend and model.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/toolgraph.toml");
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("toolgraph.toml"),
-        "[server.backend_tools.send_sms]\ndescription = \"Send an SMS to a phone number.\"\n\
-         parameters = { type = \"object\", properties = { to = { type = \"string\" }, text = { type = \"string\", maxLength = 160 } }, required = [\"to\", \"text\"] }\n",
-    )
-    .unwrap();
     let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
-        .env("TOOLGRAPH_SERVER_STORE", "backend")
+        .arg("--config")
+        .arg(&example)
         .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend)
         .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", SECRET)
         .stderr(Stdio::null())
