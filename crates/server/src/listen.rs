@@ -4,7 +4,8 @@
 //! `axum::serve` fixes hyper's connection settings; this loop sets them ([`Listener`]):
 //! - a cap on a request head (`max_head_bytes`), which also stops hyper's read buffer from
 //!   doubling to 16 KB on a connection that only waits for its response to stream (held for
-//!   the whole turn, ×10,000 held streams);
+//!   the whole turn, ×10,000 held streams); hyper applies the same limit to the response
+//!   bytes it queues before flushing, which only means more, smaller writes for big bodies;
 //! - a limit on the time a client may take to send a request head (slow-header clients would
 //!   otherwise hold a connection and its buffers forever);
 //! - `TCP_NODELAY`, so small SSE frames are not held back by Nagle's algorithm.
