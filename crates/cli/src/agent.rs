@@ -2,11 +2,14 @@
 
 use anyhow::{Context, bail};
 use std::sync::Arc;
-use toolgraph_config::{AgentSettings, Config};
+use toolgraph_config::{AgentSettings, Config, StoreKind};
 use toolgraph_graph::react::{self, AgentDeps, AgentSpec, AgentState, PromptContext};
 use toolgraph_graph::{Checkpointer, CompiledGraph, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_llm::{ChatModel, OpenAiChatModel};
 use toolgraph_rag::{KbStore, Retriever};
+use toolgraph_server::backend::{
+    BackendConversationStore, BackendOptions, BackendWriteTool, backend_general_query, tenant_schema_prompt,
+};
 use toolgraph_tools::{ToolRegistry, builtin};
 
 /// A ready-to-run agent.
@@ -91,7 +94,41 @@ pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>, retriever: Retriever) -> 
     if let Some(db) = &cfg.tools.sql_database {
         all.register(builtin::general_query(db).await?)?;
     }
+    if cfg.server.store == StoreKind::Backend {
+        // Seed 002: the backend runs the model's SQL and the approved writes; the service
+        // opens no tenant database. One client (one connection pool) for all of them.
+        let backend = backend_client(cfg)?;
+        if cfg.tools.sql_database.is_none() {
+            all.register(backend_general_query(backend.clone())?)?;
+        }
+        for (name, tool) in &cfg.server.backend_tools {
+            let tool = BackendWriteTool::new(backend.clone(), name, &tool.description, tool.parameters.clone())
+                .with_context(|| format!("server.backend_tools.{name}"))?;
+            all.register(Arc::new(tool)).with_context(|| format!("server.backend_tools.{name}"))?;
+        }
+    }
     Ok(all)
+}
+
+/// The client of the backend of `server.backend_*` (validated when the config loaded).
+pub fn backend_client(cfg: &Config) -> anyhow::Result<BackendConversationStore> {
+    let base_url = cfg.server.backend_url.clone().context("server.backend_url is required")?;
+    let secret = cfg.server.backend_hmac_secret.as_ref().context("server.backend_hmac_secret is required")?;
+    let options = BackendOptions {
+        base_url,
+        secret: secret.expose().as_bytes().to_vec(),
+        timeout: std::time::Duration::from_millis(cfg.server.backend_timeout_ms),
+    };
+    BackendConversationStore::new(options).context("cannot build the backend client")
+}
+
+/// Seed 002's tenant schema for the system prompt of agents that query the backend: set when
+/// the backend runs `general_query` (`store = "backend"`, no `tools.sql_database`).
+pub fn schema_prompt(cfg: &Config) -> anyhow::Result<Option<PromptContext>> {
+    if cfg.server.store != StoreKind::Backend || cfg.tools.sql_database.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(tenant_schema_prompt(backend_client(cfg)?)))
 }
 
 /// The agent's enabled tools out of `all`.
@@ -103,14 +140,15 @@ fn tools(all: &ToolRegistry, name: &str, settings: &AgentSettings) -> anyhow::Re
 }
 
 /// Builds agent `name` (or the default agent) over `store`, with its tools out of `all`;
-/// `prompt_context` adds per-turn text to its system prompt.
+/// `schema_prompt` (see [`schema_prompt`]) joins its system prompt if it may call
+/// `general_query`.
 pub fn build(
     cfg: &Config,
     name: Option<&str>,
     store: Arc<dyn Checkpointer>,
     all: &ToolRegistry,
     local: Option<&Arc<dyn ChatModel>>,
-    prompt_context: Option<PromptContext>,
+    schema_prompt: Option<&PromptContext>,
 ) -> anyhow::Result<Agent> {
     let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
     let agents = cfg.effective_agents();
@@ -121,7 +159,9 @@ pub fn build(
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
-    spec.prompt_context = prompt_context;
+    if spec.tools.get("general_query").is_some() {
+        spec.prompt_context = schema_prompt.cloned();
+    }
     if settings.cite_sources {
         spec.answer_footer = Some(Arc::new(toolgraph_rag::citation::sources_footer));
     }

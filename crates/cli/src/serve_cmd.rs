@@ -7,11 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
-use toolgraph_server::Listener;
+use toolgraph_server::HttpServer;
 use toolgraph_server::auth::{Auth, HmacVerifier};
-use toolgraph_server::backend::{
-    BackendConversationStore, BackendOptions, BackendWriteTool, backend_general_query, tenant_schema_prompt,
-};
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
 use toolgraph_server::{
     AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
@@ -53,18 +50,6 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-/// The backend-callback store of `server.backend_*` (validated when the config loaded).
-fn backend_store(cfg: &Config) -> anyhow::Result<BackendConversationStore> {
-    let base_url = cfg.server.backend_url.clone().context("server.backend_url is required")?;
-    let secret = cfg.server.backend_hmac_secret.as_ref().context("server.backend_hmac_secret is required")?;
-    let options = BackendOptions {
-        base_url,
-        secret: secret.expose().as_bytes().to_vec(),
-        timeout: std::time::Duration::from_millis(cfg.server.backend_timeout_ms),
-    };
-    BackendConversationStore::new(options).context("cannot build the backend client")
 }
 
 /// The service's own database: PostgreSQL when `database_url` is set, else the data
@@ -112,7 +97,7 @@ async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
     let db = open_database(cfg).await?;
     if cfg.server.store == StoreKind::Backend {
         // The backend keeps the conversation; the checkpoints stay with the service.
-        let store: Arc<dyn ConversationStore> = Arc::new(backend_store(cfg)?);
+        let store: Arc<dyn ConversationStore> = Arc::new(agent::backend_client(cfg)?);
         let (ckpt, closer) = match db {
             Database::Postgres(c) => {
                 let pool = c.pool().clone();
@@ -145,19 +130,8 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
-    let mut all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
-    let mut prompt_context = None;
-    if cfg.server.store == StoreKind::Backend && cfg.tools.sql_database.is_none() {
-        // Seed 002: the backend runs the model's SQL, and tells the model the tenant's schema;
-        // the service opens no tenant database.
-        all_tools.register(backend_general_query(backend_store(cfg)?)?)?;
-        prompt_context = Some(tenant_schema_prompt(backend_store(cfg)?));
-    }
-    for (name, tool) in &cfg.server.backend_tools {
-        let tool = BackendWriteTool::new(backend_store(cfg)?, name, &tool.description, tool.parameters.clone())
-            .with_context(|| format!("server.backend_tools.{name}"))?;
-        all_tools.register(Arc::new(tool)).with_context(|| format!("server.backend_tools.{name}"))?;
-    }
+    let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
+    let schema_prompt = agent::schema_prompt(cfg)?;
     let local = agent::local_model(cfg).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
@@ -167,7 +141,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             Arc::clone(&checkpointer),
             &all_tools,
             local.as_ref(),
-            prompt_context.clone(),
+            schema_prompt.as_ref(),
         )?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
@@ -196,7 +170,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", "),
         crate::allocator::CommandAllocator::name()
     );
-    let listening = Listener {
+    let http = HttpServer {
         max_head_bytes: cfg.server.max_request_head_bytes,
         header_read_timeout: std::time::Duration::from_millis(cfg.server.header_read_timeout_ms),
     };
@@ -208,7 +182,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot listen on server.ops_bind {ops}"))?;
             eprintln!("toolgraph serve: /health and /metrics on http://{}", ops_listener.local_addr()?);
             let ops_router = toolgraph_server::ops_router(app.clone());
-            let ops_http = listening.clone();
+            let ops_http = http.clone();
             tokio::spawn(async move {
                 let serving = ops_http.serve(ops_listener, ops_router, std::future::pending()).await;
                 if let Err(e) = serving {
@@ -219,15 +193,14 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     };
     let stopping = app.clone();
-    listening
-        .serve(listener, router, async move {
-            shutdown_signal().await;
-            eprintln!("toolgraph serve: shutting down");
-            // Ready turns 503 and runs are cancelled first, so open streams end.
-            stopping.shutdown().await;
-        })
-        .await
-        .context("the server failed")?;
+    http.serve(listener, router, async move {
+        shutdown_signal().await;
+        eprintln!("toolgraph serve: shutting down");
+        // Ready turns 503 and runs are cancelled first, so open streams end.
+        stopping.shutdown().await;
+    })
+    .await
+    .context("the server failed")?;
     app.shutdown().await;
     // The stores close last, after every run wrote its final checkpoint.
     match closer {

@@ -153,9 +153,8 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
         async move {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
             let target = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
-            if target != "/internal/chatbot/schema?tenantId=1"
-                || verifier.verify_request(&headers, &target, b"", now).is_err()
-            {
+            let expected = target.starts_with("/internal/chatbot/schema?tenantId=1&nonce=");
+            if !expected || verifier.verify_request(&headers, &target, b"", now).is_err() {
                 return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad call"})));
             }
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -173,6 +172,8 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
         Reply::tool_calls(&[("c1", "general_query", json!({"sql": "select nope from orders"}))]),
         Reply::tool_calls(&[("c2", "general_query", json!({"sql": "select count(*) as n from orders"}))]),
         Reply::text("Hay 42 pedidos."),
+        Reply::tool_calls(&[("c3", "general_query", json!({"sql": "select count(*) as n from orders where id > 1"}))]),
+        Reply::text("Hay 41."),
     ])
     .await
     .unwrap();
@@ -188,20 +189,34 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
     let text = new_turn(&base, "¿cuántos pedidos hay?").await;
+    assert!(text.contains("event: done") && text.contains("\"conversationId\":1"), "{text}");
+    // A continuing turn without context: the backend still learns who is asking.
+    let body =
+        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": 1, "message": "¿y sin el primero?"});
+    let next = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(text.contains("event: done") && text.contains("\"conversationId\":1"), "{text}");
+    assert!(next.contains("event: done"), "{next}");
     let messages = store.messages(1).await.unwrap();
     let roles: Vec<&str> = messages.iter().map(|(_, r, _)| r.as_str()).collect();
     assert_eq!(roles.first(), Some(&"user"), "{messages:?}");
-    assert_eq!(messages.last().map(|(_, r, c)| (r.as_str(), c.as_str())), Some(("assistant", "Hay 42 pedidos.")));
+    assert_eq!(messages.last().map(|(_, r, c)| (r.as_str(), c.as_str())), Some(("assistant", "Hay 41.")));
     assert!(dir.path().join("toolgraph.db").exists(), "checkpoints stay with the service");
 
-    // Both queries reached the backend, signed, for tenant demo / user 1 / conversation 1.
+    // All three queries reached the backend, signed, for tenant demo / user 1 / conversation 1.
     let queries = queries.lock().unwrap().clone();
-    assert_eq!(queries.len(), 2, "{queries:?}");
+    assert_eq!(queries.len(), 3, "{queries:?}");
     for (slug, call) in &queries {
-        assert_eq!(slug, "demo");
+        assert_eq!((slug.as_str(), call["tenantSlug"].as_str()), ("demo", Some("demo")), "{call}");
         assert_eq!((call["tenantId"].as_i64(), call["userId"].as_i64()), (Some(1), Some(1)), "{call}");
         assert_eq!(call["conversationId"].as_i64(), Some(1), "{call}");
     }
@@ -218,8 +233,8 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     assert!(tool_texts.iter().any(|t| t.contains("42")), "{tool_texts:?}");
     let tools = requests[0]["tools"].to_string();
     assert!(tools.contains("general_query") && !tools.contains("tenantId"), "{tools}");
-    // Every model call's system prompt carries the tenant's schema, asked once for the turn.
-    assert_eq!(requests.len(), 3);
+    // Every model call's system prompt carries the tenant's schema, asked once for both turns.
+    assert_eq!(requests.len(), 5);
     for r in &requests {
         let system = r["messages"][0]["content"].as_str().unwrap_or_default();
         assert!(system.contains("orders(id bigint, created_at timestamptz)"), "{system}");

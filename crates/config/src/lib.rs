@@ -222,9 +222,10 @@ pub struct ServerSettings {
     /// `store = "backend"`: limit of one call in milliseconds. Default: 10000.
     pub backend_timeout_ms: u64,
     /// Largest request head (request line and headers) in bytes; larger ones get 431.
-    /// 8,192 to 1,048,576. Default: 8192. Each open connection keeps a read buffer of this size.
+    /// 8,192 to 1,048,576. Default: 8192. Also the most an open connection's read buffer grows to.
     pub max_request_head_bytes: usize,
-    /// Time a client has to send a request head, in milliseconds. Default: 30000.
+    /// Time a client has to send a request head, in milliseconds; also the longest a keep-alive
+    /// connection may sit idle between requests. Default: 30000.
     pub header_read_timeout_ms: u64,
     /// `store = "backend"`: write tools the backend runs after approval (seed 002's
     /// `create_announcement`, `send_sms`, …), by name.

@@ -48,6 +48,10 @@ pub struct AgentUpdate {
     /// New context, replacing the old.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
+    /// Context values set over the (possibly replaced) context, keeping its other keys — e.g.
+    /// who is asking, which a service re-asserts on every turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_set: Option<Map<String, Value>>,
     /// New failure count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_failures: Option<u32>,
@@ -59,6 +63,9 @@ impl State for AgentState {
         self.messages.extend(u.messages);
         if let Some(c) = u.context {
             self.context = c;
+        }
+        if let Some(set) = u.context_set {
+            self.context.extend(set);
         }
         if let Some(f) = u.tool_failures {
             self.tool_failures = f;
@@ -79,7 +86,7 @@ impl AgentState {
 /// The input of a user turn: the message, and context values when given (they replace the
 /// previous ones); the failure count restarts.
 pub fn user_turn(text: impl Into<String>, context: Option<Map<String, Value>>) -> AgentUpdate {
-    AgentUpdate { messages: vec![Message::user(text)], context, tool_failures: Some(0) }
+    AgentUpdate { messages: vec![Message::user(text)], context, tool_failures: Some(0), ..Default::default() }
 }
 
 /// How an agent behaves.
@@ -332,9 +339,13 @@ fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
     Message::tool(call.id.clone(), call.name.clone(), outcome.to_model_text())
 }
 
+/// Runs `call`; its tool sees the turn's context plus `toolCallId`, the model's id of the call
+/// (stable across a resumed run, so a tool with side effects can pass it on as an idempotency
+/// key).
 async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolCall) -> ToolOutcome {
+    let tools = tools.clone().set("toolCallId", Value::String(call.id.clone()));
     let outcome = match ToolCallRequest::parse_arguments(&call.arguments) {
-        Ok(args) => ctx.deps().spec.tools.call(tools, &call.name, &args).await,
+        Ok(args) => ctx.deps().spec.tools.call(&tools, &call.name, &args).await,
         Err(e) => ToolOutcome::Failure(e),
     };
     ctx.emit(RunEvent::ToolResult {
@@ -450,6 +461,30 @@ async fn give_up_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<
     );
     ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
     Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn set_values_join_a_kept_or_replaced_context() {
+        let mut state = AgentState { context: map(json!({"asignatura": "iv"})), ..Default::default() };
+        // A continuing turn: the stored context stays, the service's values join it.
+        state.apply(AgentUpdate { context_set: Some(map(json!({"tenantId": 1}))), ..Default::default() });
+        assert_eq!(Value::Object(state.context.clone()), json!({"asignatura": "iv", "tenantId": 1}));
+        // New context replaces the old first; the set values win over the client's.
+        state.apply(AgentUpdate {
+            context: Some(map(json!({"tema": 2, "tenantId": 99}))),
+            context_set: Some(map(json!({"tenantId": 1}))),
+            ..Default::default()
+        });
+        assert_eq!(Value::Object(state.context), json!({"tema": 2, "tenantId": 1}));
+    }
 }
 
 #[cfg(test)]

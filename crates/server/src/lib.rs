@@ -3,8 +3,9 @@
 //! Owns: the routes (`/health`, `/ready`, `/metrics`, `/api/chatbot/stream`,
 //! `/api/chatbot/confirm`, `/api/chatbot/runs/{runId}/events`, the `DELETE` data endpoints),
 //! request validation with errors naming the field, detached runs whose frames are logged for
-//! replay, the conversation store ([`store`], or the backend's through [`backend`]), metrics
-//! and graceful shutdown.
+//! replay, the conversation store ([`store`], or the backend's through [`backend`], which also
+//! runs seed 002's delegated tools), metrics, the HTTP listener ([`HttpServer`]) and graceful
+//! shutdown.
 //!
 //! Does not own: agents (built by the caller from the graph crate) or configuration loading.
 //!
@@ -24,7 +25,7 @@ mod store_pg;
 mod turn;
 mod wire;
 
-pub use listen::Listener;
+pub use listen::HttpServer;
 pub use metrics::Metrics;
 pub use projection::ProjectingCheckpointer;
 pub use routes::{api_router, ops_router, router};

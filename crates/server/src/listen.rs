@@ -1,13 +1,14 @@
 //! The HTTP/1.1 listener: accepts TCP connections and serves a router on each, with the
 //! buffer sizes and time limits of a service that holds thousands of SSE streams open.
 //!
-//! `axum::serve` fixes hyper's connection settings; this loop sets them ([`Listener`]):
+//! `axum::serve` fixes hyper's connection settings; this loop sets them ([`HttpServer`]):
 //! - a cap on a request head (`max_head_bytes`), which also stops hyper's read buffer from
 //!   doubling to 16 KB on a connection that only waits for its response to stream (held for
 //!   the whole turn, ×10,000 held streams); hyper applies the same limit to the response
 //!   bytes it queues before flushing, which only means more, smaller writes for big bodies;
 //! - a limit on the time a client may take to send a request head (slow-header clients would
-//!   otherwise hold a connection and its buffers forever);
+//!   otherwise hold a connection and its buffers forever); hyper also applies it between
+//!   requests, so an idle keep-alive connection closes after it;
 //! - `TCP_NODELAY`, so small SSE frames are not held back by Nagle's algorithm.
 //!
 //! Shutdown is graceful: once the signal resolves, nothing new is accepted, idle connections
@@ -22,18 +23,19 @@ use std::io;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Connection settings of [`Listener::serve`].
+/// Connection settings of [`HttpServer::serve`].
 #[derive(Debug, Clone)]
-pub struct Listener {
+pub struct HttpServer {
     /// Largest request head (request line and headers) accepted; a larger one is refused with
     /// 431 and the connection closed. At least 8,192 (hyper's floor). Default: 8,192 — the
     /// request heads of SPEC §4 are a few hundred bytes, and nginx's default is the same.
     pub max_head_bytes: usize,
-    /// Time a client has to send a whole request head. Default: 30 s.
+    /// Time a client has to send a whole request head, also the longest a keep-alive
+    /// connection may sit idle between requests. Default: 30 s.
     pub header_read_timeout: Duration,
 }
 
-impl Default for Listener {
+impl Default for HttpServer {
     fn default() -> Self {
         Self { max_head_bytes: MIN_HEAD_BYTES, header_read_timeout: Duration::from_secs(30) }
     }
@@ -42,7 +44,7 @@ impl Default for Listener {
 /// hyper refuses (panics on) a smaller read-buffer limit.
 const MIN_HEAD_BYTES: usize = 8 * 1024;
 
-impl Listener {
+impl HttpServer {
     /// Serves `router` on connections accepted from `listener` until `shutdown` resolves, then
     /// stops accepting and waits for the open connections to finish their responses.
     ///
@@ -68,8 +70,10 @@ impl Listener {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => stream,
                     Err(e) => {
-                        accept_failed(&e).await;
-                        continue;
+                        tokio::select! {
+                            () = &mut shutdown => break,
+                            () = accept_failed(&e) => continue,
+                        }
                     }
                 },
             };

@@ -115,25 +115,28 @@ fn sse(run_id: String, log: Arc<RunLog>, after: u64) -> Response {
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
-/// The state context of a turn: the request's values plus who is asking — `tenant` (the
-/// slug), `tenantId`, `userId` and `conversationId` — which tools scope their reads by
-/// (`rag_search`, the backend's `general_query`). Set by the service, never taken from the
-/// client (they overwrite any context value of the same name); a continuing turn without new
-/// context keeps the stored one (the conversation's tenant and user never change).
-fn turn_context(
-    req: &StreamRequest,
-    is_new: bool,
-    conversation: i64,
-) -> Option<serde_json::Map<String, serde_json::Value>> {
+/// The state context of a turn: the request's values plus `tenant` (the slug), which tools
+/// such as `rag_search` scope their reads by. Set by the service, never taken from the client;
+/// a continuing turn without new context keeps the stored one (it already has the tenant).
+fn turn_context(req: &StreamRequest, is_new: bool) -> Option<serde_json::Map<String, serde_json::Value>> {
     if req.context.is_none() && !is_new {
         return None;
     }
     let mut ctx = req.context.clone().unwrap_or_default();
     ctx.insert("tenant".into(), req.tenant_slug.clone().into());
-    ctx.insert("tenantId".into(), req.tenant_id.into());
-    ctx.insert("userId".into(), req.user_id.into());
-    ctx.insert("conversationId".into(), conversation.into());
     Some(ctx)
+}
+
+/// Who is asking, set over the turn's context on every turn (continuing ones too, whatever
+/// the stored context holds): `tenant` (the slug), `tenantId`, `userId` and `conversationId`,
+/// which the backend's tools act for. They overwrite any context value of the same name.
+fn turn_identity(req: &StreamRequest, conversation: i64) -> serde_json::Map<String, serde_json::Value> {
+    let mut ids = serde_json::Map::new();
+    ids.insert("tenant".into(), req.tenant_slug.clone().into());
+    ids.insert("tenantId".into(), req.tenant_id.into());
+    ids.insert("userId".into(), req.user_id.into());
+    ids.insert("conversationId".into(), conversation.into());
+    ids
 }
 
 /// `POST /search` (seed 000's RAG contract): `{query, asignatura?, tipo_documento?, top_k?,
@@ -266,15 +269,9 @@ async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     let started = async {
         // The user's message is committed with the run's first checkpoint (see `projection`).
         let thread = ThreadId::new(req.tenant_id, conversation);
-        match agent
-            .graph
-            .start(
-                &thread,
-                user_turn(req.message.clone(), turn_context(&req, is_new, conversation)),
-                run_options(&app, agent),
-            )
-            .await
-        {
+        let mut input = user_turn(req.message.clone(), turn_context(&req, is_new));
+        input.context_set = Some(turn_identity(&req, conversation));
+        match agent.graph.start(&thread, input, run_options(&app, agent)).await {
             Ok(run) => Ok(run),
             Err(GraphError::AwaitingDecision { .. }) => {
                 Err(ApiError::new(StatusCode::CONFLICT, "this conversation has pending actions to confirm first"))

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
-use toolgraph_server::Listener;
+use toolgraph_server::HttpServer;
 
 fn routes() -> Router {
     Router::new().route("/ok", get(|| async { "ok" })).route(
@@ -28,7 +28,9 @@ fn routes() -> Router {
 }
 
 /// Serves [`routes`] until the returned sender fires; the handle resolves when `serve` returns.
-async fn start(listener: Listener) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+async fn start(
+    listener: HttpServer,
+) -> (SocketAddr, oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -44,7 +46,7 @@ async fn start(listener: Listener) -> (SocketAddr, oneshot::Sender<()>, tokio::t
 
 #[tokio::test]
 async fn a_request_head_over_the_limit_gets_431_and_the_listener_keeps_serving() {
-    let (addr, _stop, _serving) = start(Listener::default()).await;
+    let (addr, _stop, _serving) = start(HttpServer::default()).await;
     let http = reqwest::Client::new();
     let big = "x".repeat(9 * 1024);
     let resp = http.get(format!("http://{addr}/ok")).header("x-big", &big).send().await.unwrap();
@@ -54,7 +56,7 @@ async fn a_request_head_over_the_limit_gets_431_and_the_listener_keeps_serving()
     assert_eq!(resp.text().await.unwrap(), "ok");
 
     // The limit is a setting: 16 KB lets the same header through.
-    let (addr, _stop, _serving) = start(Listener { max_head_bytes: 16 * 1024, ..Listener::default() }).await;
+    let (addr, _stop, _serving) = start(HttpServer { max_head_bytes: 16 * 1024, ..HttpServer::default() }).await;
     let resp = http.get(format!("http://{addr}/ok")).header("x-big", &big).send().await.unwrap();
     assert_eq!(resp.status(), 200);
 }
@@ -62,7 +64,7 @@ async fn a_request_head_over_the_limit_gets_431_and_the_listener_keeps_serving()
 #[tokio::test]
 async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
     let limit = Duration::from_millis(300);
-    let (addr, _stop, _serving) = start(Listener { header_read_timeout: limit, ..Listener::default() }).await;
+    let (addr, _stop, _serving) = start(HttpServer { header_read_timeout: limit, ..HttpServer::default() }).await;
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n").await.unwrap();
     let started = Instant::now();
@@ -84,10 +86,12 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
 
 #[tokio::test]
 async fn shutdown_lets_a_streaming_response_finish_then_refuses_new_connections() {
-    let (addr, stop, serving) = start(Listener::default()).await;
+    let (addr, stop, serving) = start(HttpServer::default()).await;
     let resp = reqwest::get(format!("http://{addr}/slow")).await.unwrap();
     assert_eq!(resp.status(), 200);
     stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!serving.is_finished(), "serve returned while a response was still streaming");
     let body = resp.text().await.unwrap();
     assert_eq!(body, "chunk0;chunk1;chunk2;", "the in-flight response was cut");
     tokio::time::timeout(Duration::from_secs(5), serving)

@@ -58,13 +58,13 @@ impl BackendConversationStore {
     }
 
     async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, StoreError> {
-        let signed = Signed { nonce: uuid::Uuid::new_v4().simple().to_string(), body };
-        let bytes = serde_json::to_vec(&signed).map_err(|e| StoreError(format!("{path}: {e}")))?;
-        let mut req = self.http.post(format!("{}{path}", self.base)).header("content-type", "application/json");
-        for (name, value) in signature_headers(&self.secret, path, &bytes) {
-            req = req.header(name, value);
-        }
-        self.send(path, req.body(bytes)).await
+        let req = self.signed_post(path, None, body).map_err(StoreError)?;
+        decode(path, self.exchange(path, req).await.map_err(StoreError)?)
+    }
+
+    async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
+        let req = self.signed_get(target, None);
+        decode(target, self.exchange(target, req).await.map_err(StoreError)?)
     }
 
     /// POSTs `body` signed to `path` on behalf of tenant `slug` (`X-Tenant-Slug`, as seed 002's
@@ -75,53 +75,101 @@ impl BackendConversationStore {
         slug: &str,
         body: &B,
     ) -> Result<(reqwest::StatusCode, String), String> {
+        let req = self.signed_post(path, Some(slug), body)?;
+        self.exchange(path, req).await
+    }
+
+    /// GETs `path?query` signed, on behalf of tenant `slug`, and decodes a 2xx answer; anything
+    /// else is an error naming the call. A random `nonce` joins the query, so equal calls in
+    /// the same second still sign differently (a verifier accepts each signature once).
+    pub(crate) async fn get_for_tenant<R: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &str,
+        slug: &str,
+    ) -> Result<R, StoreError> {
+        let target = format!("{path}?{query}&nonce={}", uuid::Uuid::new_v4().simple());
+        let req = self.signed_get(&target, Some(slug));
+        decode(&target, self.exchange(&target, req).await.map_err(StoreError)?)
+    }
+
+    /// A signed POST of `body` with its nonce (`X-Tenant-Slug` when `slug` is given).
+    fn signed_post<B: Serialize>(
+        &self,
+        path: &str,
+        slug: Option<&str>,
+        body: &B,
+    ) -> Result<reqwest::RequestBuilder, String> {
         let signed = Signed { nonce: uuid::Uuid::new_v4().simple().to_string(), body };
         let bytes = serde_json::to_vec(&signed).map_err(|e| format!("{path}: {e}"))?;
-        let mut req = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .header("x-tenant-slug", slug);
+        let mut req = self.http.post(format!("{}{path}", self.base)).header("content-type", "application/json");
+        if let Some(slug) = slug {
+            req = req.header("x-tenant-slug", slug);
+        }
         for (name, value) in signature_headers(&self.secret, path, &bytes) {
             req = req.header(name, value);
         }
-        let resp = req.body(bytes).send().await.map_err(|e| format!("backend call {path} failed: {e}"))?;
+        Ok(req.body(bytes))
+    }
+
+    /// A signed GET of `target` (path and query; the signature covers both).
+    fn signed_get(&self, target: &str, slug: Option<&str>) -> reqwest::RequestBuilder {
+        let mut req = self.http.get(format!("{}{target}", self.base));
+        if let Some(slug) = slug {
+            req = req.header("x-tenant-slug", slug);
+        }
+        for (name, value) in signature_headers(&self.secret, target, b"") {
+            req = req.header(name, value);
+        }
+        req
+    }
+
+    /// Sends `req` and reads the whole answer; a failure names the call and its cause chain.
+    async fn exchange(
+        &self,
+        what: &str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::StatusCode, String), String> {
+        let call = call_name(what);
+        let resp = req.send().await.map_err(|e| format!("backend call {call} failed: {}", cause_chain(&e)))?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| format!("backend call {path}: {e}"))?;
+        let text = resp.text().await.map_err(|e| format!("backend call {call}: {}", cause_chain(&e)))?;
         Ok((status, text))
     }
+}
 
-    /// GETs `target` (path and query) signed, on behalf of tenant `slug`, and decodes a 2xx
-    /// answer; anything else is an error naming the call.
-    pub(crate) async fn get_for_tenant<R: DeserializeOwned>(&self, target: &str, slug: &str) -> Result<R, StoreError> {
-        let mut req = self.http.get(format!("{}{target}", self.base)).header("x-tenant-slug", slug);
-        for (name, value) in signature_headers(&self.secret, target, b"") {
-            req = req.header(name, value);
-        }
-        self.send(target, req).await
-    }
+/// The path of a call, without its query (nonces and ids stay out of error messages).
+fn call_name(target: &str) -> &str {
+    target.split('?').next().unwrap_or(target)
+}
 
-    async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
-        let mut req = self.http.get(format!("{}{target}", self.base));
-        for (name, value) in signature_headers(&self.secret, target, b"") {
-            req = req.header(name, value);
-        }
-        self.send(target, req).await
+/// `e` and every error beneath it ("error sending request: connection refused").
+fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
     }
+    out
+}
 
-    async fn send<R: DeserializeOwned>(&self, what: &str, req: reqwest::RequestBuilder) -> Result<R, StoreError> {
-        let call = what.split('?').next().unwrap_or(what);
-        let resp = req.send().await.map_err(|e| StoreError(format!("backend call {call} failed: {e}")))?;
-        let status = resp.status();
-        let text = resp.text().await.map_err(|e| StoreError(format!("backend call {call}: {e}")))?;
-        if !status.is_success() {
-            let reason = serde_json::from_str::<wire::ErrorBody>(&text)
-                .map(|b| b.error)
-                .unwrap_or_else(|_| text.chars().take(QUOTED_ERROR).collect());
-            return Err(StoreError(format!("backend answered {status} to {call}: {reason}")));
-        }
-        serde_json::from_str(&text).map_err(|e| StoreError(format!("backend call {call}: unexpected answer: {e}")))
+/// The reason a failed call's answer gives: its `{"error": …}`, else its first `limit` characters.
+pub(crate) fn error_reason(text: &str, limit: usize) -> String {
+    serde_json::from_str::<wire::ErrorBody>(text)
+        .map(|b| b.error)
+        .unwrap_or_else(|_| text.chars().take(limit).collect())
+}
+
+/// A 2xx answer decoded; anything else an error naming the call.
+fn decode<R: DeserializeOwned>(what: &str, (status, text): (reqwest::StatusCode, String)) -> Result<R, StoreError> {
+    let call = call_name(what);
+    if !status.is_success() {
+        let reason = error_reason(&text, QUOTED_ERROR);
+        return Err(StoreError(format!("backend answered {status} to {call}: {reason}")));
     }
+    serde_json::from_str(&text).map_err(|e| StoreError(format!("backend call {call}: unexpected answer: {e}")))
 }
 
 #[async_trait]

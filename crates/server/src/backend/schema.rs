@@ -13,14 +13,19 @@ use toolgraph_graph::react::PromptContext;
 /// How long a tenant's schema is reused before it is asked for again.
 pub const SCHEMA_TTL: Duration = Duration::from_secs(300);
 
-/// Most tenants whose schema is kept; beyond it the expired ones, then all, are dropped.
+/// How long a failed schema call is remembered, so a backend that is down is not asked (and
+/// waited for) on every model call.
+const FAILURE_TTL: Duration = Duration::from_secs(30);
+
+/// Most tenants remembered; beyond it the oldest entry goes.
 const MAX_TENANTS: usize = 1024;
 
-type Cache = Mutex<HashMap<i64, (Instant, Arc<str>)>>;
+/// Per tenant: when it was asked, and the prompt text (`None`: the call failed).
+type Cache = Mutex<HashMap<i64, (Instant, Option<Arc<str>>)>>;
 
 /// The system-prompt addition of a turn: its tenant's schema description from `backend`.
-/// A failing backend adds nothing (logged), so the turn still runs; a turn whose state has no
-/// tenant adds nothing either.
+/// A failing backend adds nothing (logged, and not asked again for 30 s), so the turn still
+/// runs; a turn whose state has no tenant adds nothing either.
 pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext {
     let cache: Arc<Cache> = Arc::default();
     Arc::new(move |context: &Map<String, Value>| {
@@ -29,37 +34,39 @@ pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext 
         let slug = context.get("tenant").and_then(Value::as_str).map(str::to_owned);
         Box::pin(async move {
             let (tenant, slug) = (tenant?, slug?);
-            if let Some(text) = cached(&cache, tenant) {
-                return Some(text.to_string());
+            if let Some(known) = cached(&cache, tenant) {
+                return known.map(|text| text.to_string());
             }
-            let target = format!("{}?tenantId={tenant}", path::SCHEMA);
-            match backend.get_for_tenant::<TenantSchema>(&target, &slug).await {
-                Ok(answer) => {
-                    let text: Arc<str> = format!("Database schema of this tenant:\n{}", answer.schema).into();
-                    remember(&cache, tenant, Arc::clone(&text));
-                    Some(text.to_string())
-                }
+            let query = format!("tenantId={tenant}");
+            let text: Option<Arc<str>> = match backend.get_for_tenant::<TenantSchema>(path::SCHEMA, &query, &slug).await
+            {
+                Ok(answer) => Some(format!("Database schema of this tenant:\n{}", answer.schema).into()),
                 Err(e) => {
-                    tracing::warn!(tenant, error = %e, "cannot get the tenant schema; the turn runs without it");
+                    tracing::warn!(tenant, error = %e, "cannot get the tenant schema; turns run without it for 30 s");
                     None
                 }
-            }
+            };
+            remember(&cache, tenant, text.clone());
+            text.map(|text| text.to_string())
         })
     })
 }
 
-fn cached(cache: &Cache, tenant: i64) -> Option<Arc<str>> {
+/// A fresh entry: `Some(Some(text))` a schema, `Some(None)` a recent failure, `None` unknown.
+fn cached(cache: &Cache, tenant: i64) -> Option<Option<Arc<str>>> {
     let cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    cache.get(&tenant).filter(|(at, _)| at.elapsed() < SCHEMA_TTL).map(|(_, text)| Arc::clone(text))
+    let (at, text) = cache.get(&tenant)?;
+    let ttl = if text.is_some() { SCHEMA_TTL } else { FAILURE_TTL };
+    (at.elapsed() < ttl).then(|| text.clone())
 }
 
-fn remember(cache: &Cache, tenant: i64, text: Arc<str>) {
+fn remember(cache: &Cache, tenant: i64, text: Option<Arc<str>>) {
     let mut cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if cache.len() >= MAX_TENANTS {
-        cache.retain(|_, (at, _)| at.elapsed() < SCHEMA_TTL);
-        if cache.len() >= MAX_TENANTS {
-            cache.clear();
-        }
+    if cache.len() >= MAX_TENANTS
+        && !cache.contains_key(&tenant)
+        && let Some(oldest) = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(t, _)| *t)
+    {
+        cache.remove(&oldest);
     }
     cache.insert(tenant, (Instant::now(), text));
 }
@@ -88,14 +95,21 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_fresh_entries_and_stays_bounded() {
+    fn the_cache_keeps_schemas_and_failures_and_drops_the_oldest() {
         let cache: Cache = Mutex::default();
-        remember(&cache, 1, "a".into());
-        assert_eq!(cached(&cache, 1).as_deref(), Some("a"));
-        assert_eq!(cached(&cache, 2), None);
-        for t in 0..(MAX_TENANTS as i64 + 10) {
-            remember(&cache, t, "x".into());
+        remember(&cache, 1, Some("a".into()));
+        remember(&cache, 2, None);
+        // Later entries must be strictly newer for "oldest" to be well defined.
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(cached(&cache, 1), Some(Some("a".into())));
+        assert_eq!(cached(&cache, 2), Some(None), "a recent failure is remembered");
+        assert_eq!(cached(&cache, 3), None);
+        for t in 10..(MAX_TENANTS as i64 + 10) {
+            remember(&cache, t, Some("x".into()));
         }
-        assert!(cache.lock().unwrap().len() <= MAX_TENANTS);
+        let cache = cache.lock().unwrap();
+        assert_eq!(cache.len(), MAX_TENANTS);
+        assert!(!cache.contains_key(&1) && !cache.contains_key(&2), "the oldest went first");
+        assert!(cache.contains_key(&(MAX_TENANTS as i64 + 9)));
     }
 }

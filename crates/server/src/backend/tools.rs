@@ -9,7 +9,7 @@
 //! The tenant, user and conversation come from the turn's state (set by the service from the
 //! authenticated request, never by the model, which neither sees nor sets them).
 
-use super::client::BackendConversationStore;
+use super::client::{BackendConversationStore, error_reason};
 use super::wire::{RunQuery, RunTool, path};
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -27,13 +27,14 @@ struct QueryArgs {
     /// One read-only SQL SELECT statement over the tenant's data.
     sql: String,
     /// Injected: the tenant's slug.
-    tenant: String,
+    #[serde(default)]
+    tenant: Option<String>,
     /// Injected: the tenant's id.
-    #[serde(rename = "tenantId")]
-    tenant_id: i64,
+    #[serde(rename = "tenantId", default)]
+    tenant_id: Option<i64>,
     /// Injected: the user's id.
-    #[serde(rename = "userId")]
-    user_id: i64,
+    #[serde(rename = "userId", default)]
+    user_id: Option<i64>,
     /// Injected: the conversation's id.
     #[serde(rename = "conversationId", default)]
     conversation_id: Option<i64>,
@@ -65,9 +66,18 @@ pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dy
     .handler(move |_ctx, a: QueryArgs| {
         let backend = backend.clone();
         async move {
-            let body =
-                RunQuery { tenant_id: a.tenant_id, user_id: a.user_id, conversation_id: a.conversation_id, sql: a.sql };
-            let answer = backend.post_for_tenant(path::QUERY, &a.tenant, &body).await;
+            // Not the model's to fix: the service sets these on every turn.
+            let (Some(slug), Some(tenant_id), Some(user_id)) = (a.tenant, a.tenant_id, a.user_id) else {
+                return Err(ToolError::internal("the turn carries no tenant and user to query for"));
+            };
+            let body = RunQuery {
+                tenant_slug: slug.clone(),
+                tenant_id,
+                user_id,
+                conversation_id: a.conversation_id,
+                sql: a.sql,
+            };
+            let answer = backend.post_for_tenant(path::QUERY, &slug, &body).await;
             tool_result(answer, "the query")
         }
     })
@@ -77,18 +87,23 @@ pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dy
 /// 2xx JSON body as is; 400/422 a refusal the model may act on; 401/403 denied; anything
 /// else, or no answer, unavailable.
 fn tool_result(answer: Result<(reqwest::StatusCode, String), String>, what: &str) -> Result<Value, ToolError> {
-    let (status, text) = answer.map_err(ToolError::unavailable)?;
+    let (status, text) = answer.map_err(|e| {
+        tracing::warn!(error = %e, "backend tool call failed");
+        ToolError::unavailable(format!("the backend could not be reached for {what}; try again later"))
+    })?;
     if status.is_success() {
         return serde_json::from_str::<Value>(&text)
             .map_err(|e| ToolError::unavailable(format!("the backend's answer to {what} is not JSON: {e}")));
     }
-    let reason = serde_json::from_str::<super::wire::ErrorBody>(&text)
-        .map(|b| b.error)
-        .unwrap_or_else(|_| text.chars().take(QUOTED_ERROR).collect());
+    let reason = error_reason(&text, QUOTED_ERROR);
     Err(match status.as_u16() {
         400 | 422 => ToolError::invalid_arguments(format!("the backend refused {what}: {reason}")),
         401 | 403 => ToolError::denied(format!("the backend denied {what}: {reason}")),
-        _ => ToolError::unavailable(format!("the backend answered {status} to {what}: {reason}")),
+        // The backend's internals are logged, not handed to the model.
+        _ => {
+            tracing::warn!(%status, reason, "backend tool call failed");
+            ToolError::unavailable(format!("the backend failed ({status}) on {what}; try again later"))
+        }
     })
 }
 
@@ -149,7 +164,15 @@ impl Tool for BackendWriteTool {
         else {
             return Err(ToolError::internal("the turn carries no tenant and user to act for"));
         };
-        let body = RunTool { tenant_id, user_id, conversation_id: id("conversationId"), arguments };
+        let call_id = ctx.get("toolCallId").and_then(Value::as_str).map(str::to_owned);
+        let body = RunTool {
+            tenant_slug: slug.to_owned(),
+            call_id,
+            tenant_id,
+            user_id,
+            conversation_id: id("conversationId"),
+            arguments,
+        };
         let target = format!("{}/{}", path::TOOLS, self.spec.name);
         tool_result(self.backend.post_for_tenant(&target, slug, &body).await, &format!("'{}'", self.spec.name))
     }
@@ -202,9 +225,12 @@ mod tests {
         assert!(msg.contains("no access to salaries"), "{msg}");
         let (k, msg) = kind(call("broken").await).unwrap();
         assert_eq!(k, ToolErrorKind::Unavailable);
-        assert!(msg.contains("502") && msg.contains("upstream down"), "{msg}");
+        assert!(msg.contains("502") && !msg.contains("upstream down"), "internals stay in the log: {msg}");
         let (k, _) = kind(call("garbage").await).unwrap();
         assert_eq!(k, ToolErrorKind::Unavailable);
+        // A turn without its ids is the service's fault, not a query the model could fix.
+        let out = reg.call(&ToolContext::default(), "general_query", &json!({"sql": "select 1"})).await;
+        assert_eq!(out.error().map(|e| e.kind), Some(ToolErrorKind::Internal), "{out:?}");
     }
 
     #[tokio::test]

@@ -52,10 +52,14 @@ pub struct TenantSchema {
 }
 
 /// `POST tools/{toolName}`: an approved write tool's arguments, for a tenant and user. The
-/// answer is any JSON object, the tool's result.
+/// answer is any JSON object, the tool's result. `callId` (the model's id of the call,
+/// unique within the conversation and the same if a run resumes after a crash) lets the backend
+/// run an action once per `(conversationId, callId)`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunTool {
+    pub tenant_slug: String,
+    pub call_id: Option<String>,
     pub tenant_id: i64,
     pub user_id: i64,
     pub conversation_id: Option<i64>,
@@ -68,6 +72,9 @@ pub struct RunTool {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunQuery {
+    /// The slug the request came with (also in `X-Tenant-Slug`, here under the signature), for
+    /// a backend to check against `tenantId`.
+    pub tenant_slug: String,
     pub tenant_id: i64,
     pub user_id: i64,
     pub conversation_id: Option<i64>,
