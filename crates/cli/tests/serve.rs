@@ -25,6 +25,48 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// The secret the backend tests sign their callbacks with.
+const BACKEND_SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
+
+/// Whether `headers` sign `target` and `body` with [`BACKEND_SECRET`] (once: replays fail).
+fn backend_signed(
+    verifier: &toolgraph_server::auth::HmacVerifier,
+    headers: &axum::http::HeaderMap,
+    target: &str,
+    body: &[u8],
+) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    verifier.verify_request(headers, target, body, now).is_ok()
+}
+
+/// Serves `backend` (the library's callback router plus a test's extra routes) on a loopback
+/// port, and `toolgraph serve` on its store with `model`; returns the service and its base URL.
+async fn serve_with_backend(
+    backend: axum::Router,
+    model: &ScriptedModelServer,
+    dir: &std::path::Path,
+    config: Option<&std::path::Path>,
+) -> (std::process::Child, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, backend).await });
+    let port = free_port();
+    let mut cmd = serve_command(dir, model, port);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let child = cmd
+        .env("TOOLGRAPH_SERVER_STORE", "backend")
+        .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend_url)
+        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", BACKEND_SECRET)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    (child, base)
+}
+
 /// Polls `/ready` until it answers 200 (at most 20 s).
 async fn wait_ready(base: &str) {
     wait_ready_within(base, Duration::from_secs(20)).await;
@@ -121,16 +163,14 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     use toolgraph_server::auth::HmacVerifier;
     use toolgraph_server::backend::callback_router;
     use toolgraph_server::store::{ConversationStore, MemoryConversationStore};
-    const SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
     let store = Arc::new(MemoryConversationStore::new());
     let queries: Arc<Mutex<Vec<(String, serde_json::Value)>>> = Arc::default();
-    let verifier = Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec()));
+    let verifier = Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec()));
     let seen = Arc::clone(&queries);
     let query = axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
         let (seen, verifier) = (Arc::clone(&seen), Arc::clone(&verifier));
         async move {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-            if verifier.verify_request(&headers, "/internal/chatbot/query", &body, now).is_err() {
+            if !backend_signed(&verifier, &headers, "/internal/chatbot/query", &body) {
                 return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad signature"})));
             }
             let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
@@ -147,26 +187,23 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
         }
     });
     let schema_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (counted, schema_verifier) = (Arc::clone(&schema_calls), Arc::new(HmacVerifier::new(SECRET.as_bytes())));
+    let (counted, schema_verifier) =
+        (Arc::clone(&schema_calls), Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes())));
     let schema = axum::routing::get(move |headers: HeaderMap, uri: axum::http::Uri| {
         let (counted, verifier) = (Arc::clone(&counted), Arc::clone(&schema_verifier));
         async move {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
             let target = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
             let expected = target.starts_with("/internal/chatbot/schema?tenantId=1&nonce=");
-            if !expected || verifier.verify_request(&headers, &target, b"", now).is_err() {
+            if !expected || !backend_signed(&verifier, &headers, &target, b"") {
                 return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad call"})));
             }
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             (StatusCode::OK, axum::Json(json!({"schema": "orders(id bigint, created_at timestamptz)"})))
         }
     });
-    let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())))
+    let router = callback_router(store.clone(), Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec())))
         .route("/internal/chatbot/query", query)
         .route("/internal/chatbot/schema", schema);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
 
     let model = ScriptedModelServer::start(vec![
         Reply::tool_calls(&[("c1", "general_query", json!({"sql": "select nope from orders"}))]),
@@ -178,16 +215,7 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut child = serve_command(dir.path(), &model, port)
-        .env("TOOLGRAPH_SERVER_STORE", "backend")
-        .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend)
-        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", SECRET)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let (mut child, base) = serve_with_backend(router, &model, dir.path(), None).await;
     let text = new_turn(&base, "¿cuántos pedidos hay?").await;
     assert!(text.contains("event: done") && text.contains("\"conversationId\":1"), "{text}");
     // A continuing turn without context: the backend still learns who is asking.
@@ -253,17 +281,14 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     use toolgraph_server::auth::HmacVerifier;
     use toolgraph_server::backend::callback_router;
     use toolgraph_server::store::MemoryConversationStore;
-    const SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
     let calls: Arc<Mutex<Vec<(String, String, serde_json::Value)>>> = Arc::default();
-    let verifier = Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec()));
+    let verifier = Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec()));
     let seen = Arc::clone(&calls);
     let run_tool = axum::routing::post(
         move |axum::extract::Path(name): axum::extract::Path<String>, headers: HeaderMap, body: axum::body::Bytes| {
             let (seen, verifier) = (Arc::clone(&seen), Arc::clone(&verifier));
             async move {
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-                let target = format!("/internal/chatbot/tools/{name}");
-                if verifier.verify_request(&headers, &target, &body, now).is_err() {
+                if !backend_signed(&verifier, &headers, &format!("/internal/chatbot/tools/{name}"), &body) {
                     return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad signature"})));
                 }
                 let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
@@ -273,11 +298,8 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
         },
     );
     let store = Arc::new(MemoryConversationStore::new());
-    let router = callback_router(store, Arc::new(HmacVerifier::new(SECRET.as_bytes().to_vec())))
+    let router = callback_router(store, Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec())))
         .route("/internal/chatbot/tools/{name}", run_tool);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
 
     let sms = json!({"recipients": ["+34600000000"], "message": "Mañana no hay clase"});
     let model = ScriptedModelServer::start(vec![
@@ -289,17 +311,7 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     // The shipped example of seed 002's assistant, pointed at this backend and model.
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/toolgraph.toml");
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut child = serve_command(dir.path(), &model, port)
-        .arg("--config")
-        .arg(&example)
-        .env("TOOLGRAPH_SERVER_BACKEND_URL", &backend)
-        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", SECRET)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let (mut child, base) = serve_with_backend(router, &model, dir.path(), Some(&example)).await;
     let text = new_turn(&base, "Avisa por SMS que mañana no hay clase").await;
     let pending = text
         .split("\n\n")
