@@ -152,7 +152,17 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             Auth::Hmac(HmacVerifier::new(secret.expose().as_bytes().to_vec()))
         }
         AuthKind::ApiKey => {
-            Auth::api_keys(&cfg.server.api_keys).map_err(|e| anyhow::anyhow!("server.api_keys: {e}"))?
+            let auth = Auth::api_keys(&cfg.server.api_keys)
+                .and_then(|a| a.bind_tenant_ids(&cfg.server.api_key_tenants))
+                .map_err(|e| anyhow::anyhow!("server.api_keys: {e}"))?;
+            let unbound = auth.unbound_slugs();
+            if !unbound.is_empty() {
+                tracing::warn!(
+                    tenants = %unbound.join(", "),
+                    "API keys without server.api_key_tenants: their requests' tenantId is not checked"
+                );
+            }
+            auth
         }
     };
     let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };

@@ -210,6 +210,9 @@ pub struct ServerSettings {
     pub hmac_secret: Option<Secret>,
     /// `auth = "api_key"`: tenant slug → hex SHA-256 of its key (never the key itself).
     pub api_keys: BTreeMap<String, String>,
+    /// `auth = "api_key"`: tenant slug → its numeric tenant id. A key then opens that tenant id
+    /// only (403 for another in a body, query or path); without it the ids are the client's word.
+    pub api_key_tenants: BTreeMap<String, i64>,
     /// Most runs one tenant may have in flight; more get 429 + `Retry-After` (0: no limit).
     /// Default: 64.
     pub max_runs_per_tenant: usize,
@@ -253,6 +256,7 @@ impl Default for ServerSettings {
             auth: AuthKind::None,
             hmac_secret: None,
             api_keys: BTreeMap::new(),
+            api_key_tenants: BTreeMap::new(),
             max_runs_per_tenant: 64,
             backend_url: None,
             backend_hmac_secret: None,
@@ -525,6 +529,15 @@ impl Config {
                 return Err(invalid("server.backend_timeout_ms", "must be greater than 0".into()));
             }
         }
+        for (slug, id) in &self.server.api_key_tenants {
+            let key = format!("server.api_key_tenants.{slug}");
+            if !self.server.api_keys.contains_key(slug) {
+                return Err(invalid(&key, format!("tenant '{slug}' has no key in server.api_keys")));
+            }
+            if *id <= 0 {
+                return Err(invalid(&key, format!("{id} is not a tenant id (ids are positive)")));
+            }
+        }
         for (slug, digest) in &self.server.api_keys {
             if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
                 return Err(invalid(
@@ -664,6 +677,7 @@ mod tests {
             jail.set_env("TOOLGRAPH_SERVER_MAX_REQUEST_HEAD_BYTES", "16384");
             jail.set_env("TOOLGRAPH_SERVER_HEADER_READ_TIMEOUT_MS", "2500");
             jail.set_env("TOOLGRAPH_SERVER__API_KEYS__DEMO", "ab".repeat(32));
+            jail.set_env("TOOLGRAPH_SERVER__API_KEY_TENANTS__DEMO", "7");
             jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
             jail.set_env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos");
             jail.set_env("TOOLGRAPH_RAG_TENANT", "ugr");
@@ -674,6 +688,7 @@ mod tests {
             assert_eq!(c.server.max_runs_per_tenant, 5);
             assert_eq!((c.server.max_request_head_bytes, c.server.header_read_timeout_ms), (16384, 2500));
             assert_eq!(c.server.api_keys["demo"], "ab".repeat(32));
+            assert_eq!(c.server.api_key_tenants["demo"], 7);
             assert_eq!(c.tools.sql_database.as_deref(), Some("sqlite::memory:"));
             Ok(())
         });
@@ -802,6 +817,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("server.api_keys.demo") && err.contains("SHA-256"), "{err}");
+        let bound = format!("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{}\"\n", "ab".repeat(32));
+        let c = Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\ndemo = 7\n")).unwrap();
+        assert_eq!(c.server.api_key_tenants["demo"], 7);
+        let err =
+            Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\nacme = 7\n")).unwrap_err().to_string();
+        assert!(err.contains("server.api_key_tenants.acme") && err.contains("no key"), "{err}");
+        let err =
+            Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\ndemo = 0\n")).unwrap_err().to_string();
+        assert!(err.contains("server.api_key_tenants.demo") && err.contains("positive"), "{err}");
         let ok = format!("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{}\"\n", "ab".repeat(32));
         assert_eq!(Config::from_toml_str(&ok).unwrap().server.auth, AuthKind::ApiKey);
     }

@@ -23,7 +23,7 @@ pub enum Auth {
     /// Trust the network (an internal service behind a backend).
     None,
     /// `Authorization: Bearer <key>`; keys by tenant slug, stored as SHA-256 digests.
-    ApiKey(HashMap<String, [u8; 32]>),
+    ApiKey(ApiKeys),
     /// `X-Timestamp` (Unix seconds) and `X-Signature` (hex HMAC-SHA256 of `timestamp.body`).
     Hmac(HmacVerifier),
 }
@@ -42,7 +42,39 @@ impl Auth {
                 .ok_or_else(|| format!("the key digest of tenant '{slug}' is not a hex SHA-256"))?;
             keys.insert(slug.clone(), bytes);
         }
-        Ok(Self::ApiKey(keys))
+        Ok(Self::ApiKey(ApiKeys { keys, tenant_ids: HashMap::new() }))
+    }
+
+    /// Binds `api_key` slugs to their numeric tenant ids (`[server.api_key_tenants]`): a
+    /// request whose body, query or path names another `tenantId` than its key's gets 403.
+    /// Without a binding, a key vouches for its slug only, and the ids are the client's word.
+    ///
+    /// # Errors
+    /// A slug without a key, or this is not `api_key` mode.
+    pub fn bind_tenant_ids<'a>(mut self, ids: impl IntoIterator<Item = (&'a String, &'a i64)>) -> Result<Self, String> {
+        let Self::ApiKey(keys) = &mut self else {
+            return Err("tenant ids bind API keys, and auth is not api_key".into());
+        };
+        for (slug, id) in ids {
+            if !keys.keys.contains_key(slug) {
+                return Err(format!("tenant '{slug}' has an id but no API key"));
+            }
+            keys.tenant_ids.insert(slug.clone(), *id);
+        }
+        Ok(self)
+    }
+
+    /// The `api_key` slugs without a bound tenant id (for a start-up warning).
+    pub fn unbound_slugs(&self) -> Vec<&str> {
+        match self {
+            Self::ApiKey(k) => {
+                let mut v: Vec<&str> =
+                    k.keys.keys().filter(|s| !k.tenant_ids.contains_key(*s)).map(String::as_str).collect();
+                v.sort_unstable();
+                v
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Checks a request: its headers, its target (path and query) and its body.
@@ -57,13 +89,46 @@ impl Auth {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.strip_prefix("Bearer "))
                     .ok_or_else(denied)?;
-                let expected = keys.get(slug).ok_or_else(denied)?;
+                let expected = keys.keys.get(slug).ok_or_else(denied)?;
                 let got: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-                if bool::from(got.ct_eq(expected)) { Ok(()) } else { Err(denied()) }
+                if !bool::from(got.ct_eq(expected)) {
+                    return Err(denied());
+                }
+                match keys.tenant_ids.get(slug) {
+                    Some(&own) if claimed_tenant_ids(target, body).any(|id| id != own) => Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        format!("the API key of tenant '{slug}' opens tenant id {own} only"),
+                    )),
+                    _ => Ok(()),
+                }
             }
             Self::Hmac(v) => v.verify_request(headers, target, body, now_secs()).map_err(bad_signature),
         }
     }
+}
+
+/// `api_key` mode's keys: tenant slug → SHA-256 of the key, and the tenant ids bound to slugs.
+pub struct ApiKeys {
+    keys: HashMap<String, [u8; 32]>,
+    tenant_ids: HashMap<String, i64>,
+}
+
+/// Every tenant id a request names: a JSON body's `tenantId`, a `tenantId` query parameter, and
+/// the id of a `/tenants/{id}` path. One that is not a number counts as 0, which no bound
+/// tenant has (bound ids are positive).
+fn claimed_tenant_ids<'a>(target: &'a str, body: &'a [u8]) -> impl Iterator<Item = i64> + 'a {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let from_query = query.split('&').filter_map(|pair| pair.strip_prefix("tenantId=")).map(parse_id);
+    let from_path = path.split_once("/tenants/").map(|(_, rest)| parse_id(rest.split('/').next().unwrap_or("")));
+    let from_body = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("tenantId").cloned())
+        .map(|v| v.as_i64().unwrap_or(0));
+    from_query.chain(from_path).chain(from_body)
+}
+
+fn parse_id(text: &str) -> i64 {
+    text.parse().unwrap_or(0)
 }
 
 /// The 401 answer to a request whose signature failed for `reason`.
@@ -222,6 +287,29 @@ mod tests {
             h.insert(name, value.parse().unwrap());
         }
         assert_eq!(v.verify_request(&h, "/b", b"{}", now), Ok(()));
+    }
+
+    #[test]
+    fn a_bound_key_opens_its_own_tenant_id_only() {
+        let auth = Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-1"))])
+            .unwrap()
+            .bind_tenant_ids([(&"demo".to_string(), &7)])
+            .unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-tenant-slug", "demo".parse().unwrap());
+        headers.insert("authorization", "Bearer k-1".parse().unwrap());
+        let status = |target: &str, body: &str| auth.check(&headers, target, body.as_bytes()).err().map(|e| e.status);
+        assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":7,"userId":1}"#), None);
+        assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":8,"userId":1}"#), Some(StatusCode::FORBIDDEN));
+        assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":"7"}"#), Some(StatusCode::FORBIDDEN));
+        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&userId=1", ""), None);
+        assert_eq!(status("/api/chatbot/runs/r/events?userId=1&tenantId=9", ""), Some(StatusCode::FORBIDDEN));
+        assert_eq!(status("/api/chatbot/tenants/7", ""), None);
+        assert_eq!(status("/api/chatbot/tenants/8", ""), Some(StatusCode::FORBIDDEN));
+        assert!(auth.unbound_slugs().is_empty());
+        let unbound = Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-1"))]).unwrap();
+        assert_eq!(unbound.unbound_slugs(), ["demo"]);
+        assert!(unbound.bind_tenant_ids([(&"acme".to_string(), &3)]).is_err(), "a slug without a key");
     }
 
     #[test]

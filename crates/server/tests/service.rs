@@ -439,7 +439,11 @@ async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry(b: &str)
 fn api_key_options(slug: &str, key: &str) -> ServiceOptions {
     let digest = toolgraph_server::auth::hash_api_key(key);
     ServiceOptions {
-        auth: toolgraph_server::auth::Auth::api_keys([(&slug.to_string(), &digest)]).unwrap(),
+        // The slug is bound to tenant id 7, the id of `body()`.
+        auth: toolgraph_server::auth::Auth::api_keys([(&slug.to_string(), &digest)])
+            .unwrap()
+            .bind_tenant_ids([(&slug.to_string(), &7)])
+            .unwrap(),
         ..ServiceOptions::default()
     }
 }
@@ -471,6 +475,18 @@ async fn api_key_mode_rejects_missing_wrong_and_foreign_keys(b: &str) {
         .await
         .unwrap();
     assert_eq!(resp.status(), 401);
+    // Nor another tenant id under its own slug: the stores key data by the id.
+    let mut foreign = body(None, "hola");
+    foreign["tenantId"] = json!(8);
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("X-Tenant-Slug", "demo")
+        .header("Authorization", "Bearer k-demo-1")
+        .json(&foreign)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
     // Liveness and metrics stay open.
     assert_eq!(reqwest::get(format!("{}/health", s.base)).await.unwrap().status(), 200);
 }
