@@ -118,7 +118,10 @@ pub struct ApiKeys {
 /// tenant has (bound ids are positive).
 fn claimed_tenant_ids<'a>(target: &'a str, body: &'a [u8]) -> impl Iterator<Item = i64> + 'a {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let from_query = query.split('&').filter_map(|pair| pair.strip_prefix("tenantId=")).map(parse_id);
+    // Decoded as the Query extractor decodes it, so `tenant%49d=8` is seen too.
+    let from_query = url::form_urlencoded::parse(query.as_bytes())
+        .filter(|(name, _)| name == "tenantId")
+        .map(|(_, value)| parse_id(&value));
     let from_path = path.split_once("/tenants/").map(|(_, rest)| parse_id(rest.split('/').next().unwrap_or("")));
     let from_body = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
@@ -304,6 +307,8 @@ mod tests {
         assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":"7"}"#), Some(StatusCode::FORBIDDEN));
         assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&userId=1", ""), None);
         assert_eq!(status("/api/chatbot/runs/r/events?userId=1&tenantId=9", ""), Some(StatusCode::FORBIDDEN));
+        assert_eq!(status("/api/chatbot/runs/r/events?tenant%49d=9", ""), Some(StatusCode::FORBIDDEN), "encoded");
+        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=%39", ""), Some(StatusCode::FORBIDDEN), "encoded");
         assert_eq!(status("/api/chatbot/tenants/7", ""), None);
         assert_eq!(status("/api/chatbot/tenants/8", ""), Some(StatusCode::FORBIDDEN));
         assert!(auth.unbound_slugs().is_empty());
