@@ -463,30 +463,18 @@ async fn api_key_mode_rejects_missing_wrong_and_foreign_keys(b: &str) {
     let ok = send(Some("k-demo-1")).await.unwrap();
     assert_eq!(ok.status(), 200);
     assert_eq!(parse_sse(&ok.text().await.unwrap()).last().unwrap().event, "done");
+    let with_demo_key = |slug: &'static str, body: Value| {
+        let rb = reqwest::Client::new().post(&url).header("X-Tenant-Slug", slug);
+        rb.header("Authorization", "Bearer k-demo-1").json(&body).send()
+    };
     // The key of tenant "demo" does not open tenant "acme".
     let mut other = body(None, "hola");
     other["tenantSlug"] = json!("acme");
-    let resp = reqwest::Client::new()
-        .post(&url)
-        .header("X-Tenant-Slug", "acme")
-        .header("Authorization", "Bearer k-demo-1")
-        .json(&other)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 401);
+    assert_eq!(with_demo_key("acme", other).await.unwrap().status(), 401);
     // Nor another tenant id under its own slug: the stores key data by the id.
     let mut foreign = body(None, "hola");
     foreign["tenantId"] = json!(8);
-    let resp = reqwest::Client::new()
-        .post(&url)
-        .header("X-Tenant-Slug", "demo")
-        .header("Authorization", "Bearer k-demo-1")
-        .json(&foreign)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 403);
+    assert_eq!(with_demo_key("demo", foreign).await.unwrap().status(), 403);
     // Liveness and metrics stay open.
     assert_eq!(reqwest::get(format!("{}/health", s.base)).await.unwrap().status(), 200);
 }
