@@ -30,6 +30,16 @@ pub struct BackendConversationStore {
     http: reqwest::Client,
     base: String,
     secret: Vec<u8>,
+    timeout: Duration,
+}
+
+/// Why a call to the backend got no answer.
+#[derive(Debug)]
+pub(crate) struct CallFailure {
+    /// The call's time limit passed (as opposed to a refused or broken connection).
+    pub timed_out: bool,
+    /// The call and its cause chain, for logs and errors.
+    pub message: String,
 }
 
 /// A body with the random nonce that keeps equal calls' signatures apart.
@@ -54,17 +64,27 @@ impl BackendConversationStore {
             .connect_timeout(options.timeout.min(Duration::from_secs(5)))
             .build()
             .map_err(|e| StoreError(format!("backend client: {e}")))?;
-        Ok(Self { http, base: options.base_url.trim_end_matches('/').to_owned(), secret: options.secret })
+        Ok(Self {
+            http,
+            base: options.base_url.trim_end_matches('/').to_owned(),
+            secret: options.secret,
+            timeout: options.timeout,
+        })
+    }
+
+    /// The limit of one call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, StoreError> {
         let req = self.signed_post(path, None, body).map_err(StoreError)?;
-        decode(path, self.exchange(path, req).await.map_err(StoreError)?)
+        decode(path, self.exchange(path, req).await.map_err(|f| StoreError(f.message))?)
     }
 
     async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
         let req = self.signed_get(target, None);
-        decode(target, self.exchange(target, req).await.map_err(StoreError)?)
+        decode(target, self.exchange(target, req).await.map_err(|f| StoreError(f.message))?)
     }
 
     /// POSTs `body` signed to `path` on behalf of tenant `slug` (`X-Tenant-Slug`, as seed 002's
@@ -74,8 +94,9 @@ impl BackendConversationStore {
         path: &str,
         slug: &str,
         body: &B,
-    ) -> Result<(reqwest::StatusCode, String), String> {
-        let req = self.signed_post(path, Some(slug), body)?;
+    ) -> Result<(reqwest::StatusCode, String), CallFailure> {
+        let req =
+            self.signed_post(path, Some(slug), body).map_err(|message| CallFailure { timed_out: false, message })?;
         self.exchange(path, req).await
     }
 
@@ -90,7 +111,7 @@ impl BackendConversationStore {
     ) -> Result<R, StoreError> {
         let target = format!("{path}?{query}&nonce={}", uuid::Uuid::new_v4().simple());
         let req = self.signed_get(&target, Some(slug));
-        decode(&target, self.exchange(&target, req).await.map_err(StoreError)?)
+        decode(&target, self.exchange(&target, req).await.map_err(|f| StoreError(f.message))?)
     }
 
     /// A signed POST of `body` with its nonce (`X-Tenant-Slug` when `slug` is given).
@@ -129,11 +150,15 @@ impl BackendConversationStore {
         &self,
         what: &str,
         req: reqwest::RequestBuilder,
-    ) -> Result<(reqwest::StatusCode, String), String> {
+    ) -> Result<(reqwest::StatusCode, String), CallFailure> {
         let call = call_name(what);
-        let resp = req.send().await.map_err(|e| format!("backend call {call} failed: {}", cause_chain(&e)))?;
+        let failed = |e: reqwest::Error| CallFailure {
+            timed_out: e.is_timeout(),
+            message: format!("backend call {call} failed: {}", cause_chain(&e)),
+        };
+        let resp = req.send().await.map_err(failed)?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| format!("backend call {call}: {}", cause_chain(&e)))?;
+        let text = resp.text().await.map_err(failed)?;
         Ok((status, text))
     }
 }

@@ -9,7 +9,7 @@
 //! The tenant, user and conversation come from the turn's state (set by the service from the
 //! authenticated request, never by the model, which neither sees nor sets them).
 
-use super::client::{BackendConversationStore, error_reason};
+use super::client::{BackendConversationStore, CallFailure, error_reason};
 use super::wire::{RunQuery, RunTool, path};
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -52,6 +52,8 @@ const QUOTED_ERROR: usize = 500;
 /// # Errors
 /// None in practice: the schema is fixed (the `Result` is the tool builder's).
 pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dyn Tool>, SchemaError> {
+    // The backend call's own limit answers first, with its cause; this one is the backstop.
+    let limit = backend.timeout() + Duration::from_secs(5);
     ToolBuilder::<QueryArgs>::new(
         "general_query",
         "Run one read-only SQL SELECT over the tenant's data and get the rows back as JSON.",
@@ -62,7 +64,7 @@ pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dy
     .inject("conversationId")
     .display_name("SQL query")
     .param_display("sql", "SQL")
-    .timeout(Duration::from_secs(15))
+    .timeout(limit)
     .handler(move |_ctx, a: QueryArgs| {
         let backend = backend.clone();
         async move {
@@ -86,10 +88,14 @@ pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dy
 /// A tool's result out of the backend's answer to it (`what` names the call in errors): a
 /// 2xx JSON body as is; 400/422 a refusal the model may act on; 401/403 denied; anything
 /// else, or no answer, unavailable.
-fn tool_result(answer: Result<(reqwest::StatusCode, String), String>, what: &str) -> Result<Value, ToolError> {
-    let (status, text) = answer.map_err(|e| {
-        tracing::warn!(error = %e, "backend tool call failed");
-        ToolError::unavailable(format!("the backend could not be reached for {what}; try again later"))
+fn tool_result(answer: Result<(reqwest::StatusCode, String), CallFailure>, what: &str) -> Result<Value, ToolError> {
+    let (status, text) = answer.map_err(|f| {
+        tracing::warn!(error = %f.message, "backend tool call failed");
+        if f.timed_out {
+            ToolError::timeout(format!("the backend did not answer {what} in time; try again later"))
+        } else {
+            ToolError::unavailable(format!("the backend could not be reached for {what}; try again later"))
+        }
     })?;
     if status.is_success() {
         return serde_json::from_str::<Value>(&text)
@@ -154,7 +160,7 @@ impl Tool for BackendWriteTool {
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_secs(30)
+        self.backend.timeout() + Duration::from_secs(5)
     }
 
     async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
@@ -196,6 +202,10 @@ mod tests {
                     "forbidden" => (StatusCode::FORBIDDEN, r#"{"error":"no access to salaries"}"#.to_owned()),
                     "broken" => (StatusCode::BAD_GATEWAY, "upstream down".to_owned()),
                     "garbage" => (StatusCode::OK, "<html>".to_owned()),
+                    "slow" => {
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        (StatusCode::OK, "{}".to_owned())
+                    }
                     _ => (StatusCode::OK, json!({"rows": [[1]], "tenantId": body["tenantId"]}).to_string()),
                 }
             }),
@@ -204,7 +214,7 @@ mod tests {
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         let options =
-            BackendOptions { base_url, secret: b"0123456789abcdef".to_vec(), timeout: Duration::from_secs(5) };
+            BackendOptions { base_url, secret: b"0123456789abcdef".to_vec(), timeout: Duration::from_millis(500) };
         BackendConversationStore::new(options).unwrap()
     }
 
@@ -228,6 +238,8 @@ mod tests {
         assert!(msg.contains("502") && !msg.contains("upstream down"), "internals stay in the log: {msg}");
         let (k, _) = kind(call("garbage").await).unwrap();
         assert_eq!(k, ToolErrorKind::Unavailable);
+        let (k, msg) = kind(call("slow").await).unwrap();
+        assert_eq!(k, ToolErrorKind::Timeout, "the call's own limit (500 ms) answered: {msg}");
         // A turn without its ids is the service's fault, not a query the model could fix.
         let out = reg.call(&ToolContext::default(), "general_query", &json!({"sql": "select 1"})).await;
         assert_eq!(out.error().map(|e| e.kind), Some(ToolErrorKind::Internal), "{out:?}");
