@@ -1,6 +1,7 @@
 //! Seed 002's tenant schema in the system prompt: `GET /internal/chatbot/schema?tenantId=N`
 //! describes the tables the backend's `general_query` reads, so the model writes SQL against
-//! the tenant's real schema. One call per tenant per [`SCHEMA_TTL`], not one per model call.
+//! the tenant's real schema. One call per tenant per [`SCHEMA_TTL`], not one per model call:
+//! concurrent turns of a tenant whose entry is missing wait for a single call.
 
 use super::client::BackendConversationStore;
 use super::wire::{TenantSchema, path};
@@ -28,12 +29,19 @@ type Cache = Mutex<HashMap<i64, (Instant, Option<Arc<str>>)>>;
 /// runs; a turn whose state has no tenant adds nothing either.
 pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext {
     let cache: Arc<Cache> = Arc::default();
+    let gates: Arc<Gates> = Arc::default();
     Arc::new(move |context: &Map<String, Value>| {
-        let (backend, cache) = (backend.clone(), Arc::clone(&cache));
+        let (backend, cache, gates) = (backend.clone(), Arc::clone(&cache), Arc::clone(&gates));
         let tenant = context.get("tenantId").and_then(Value::as_i64);
         let slug = context.get("tenant").and_then(Value::as_str).map(str::to_owned);
         Box::pin(async move {
             let (tenant, slug) = (tenant?, slug?);
+            if let Some(known) = cached(&cache, tenant) {
+                return known.map(|text| text.to_string());
+            }
+            // One call at a time per tenant; whoever waited finds the answer in the cache.
+            let gate = Arc::clone(lock(&gates).entry(tenant).or_default());
+            let _turn = gate.lock().await;
             if let Some(known) = cached(&cache, tenant) {
                 return known.map(|text| text.to_string());
             }
@@ -47,21 +55,33 @@ pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext 
                 }
             };
             remember(&cache, tenant, text.clone());
+            // The gate goes once nobody else holds it (the map's copy and ours).
+            let mut open = lock(&gates);
+            if open.get(&tenant).is_some_and(|g| Arc::ptr_eq(g, &gate) && Arc::strong_count(&gate) <= 2) {
+                open.remove(&tenant);
+            }
             text.map(|text| text.to_string())
         })
     })
 }
 
+/// Per tenant, the lock a schema call holds while it runs.
+type Gates = Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A fresh entry: `Some(Some(text))` a schema, `Some(None)` a recent failure, `None` unknown.
 fn cached(cache: &Cache, tenant: i64) -> Option<Option<Arc<str>>> {
-    let cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cache = lock(cache);
     let (at, text) = cache.get(&tenant)?;
     let ttl = if text.is_some() { SCHEMA_TTL } else { FAILURE_TTL };
     (at.elapsed() < ttl).then(|| text.clone())
 }
 
 fn remember(cache: &Cache, tenant: i64, text: Option<Arc<str>>) {
-    let mut cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cache = lock(cache);
     if cache.len() >= MAX_TENANTS
         && !cache.contains_key(&tenant)
         && let Some(oldest) = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(t, _)| *t)
@@ -92,6 +112,33 @@ mod tests {
         let prompt = tenant_schema_prompt(BackendConversationStore::new(options).unwrap());
         assert_eq!(prompt(&context(json!({"tenant": "acme"}))).await, None, "no tenantId");
         assert_eq!(prompt(&context(json!({"tenant": "acme", "tenantId": 1}))).await, None, "backend down");
+    }
+
+    #[tokio::test]
+    async fn concurrent_turns_of_a_tenant_share_one_call() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let app = axum::Router::new().route(
+            path::SCHEMA,
+            axum::routing::get(move || {
+                let counted = Arc::clone(&counted);
+                async move {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    axum::Json(json!({"schema": "orders(id)"}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let options =
+            BackendOptions { base_url, secret: b"0123456789abcdef".to_vec(), timeout: Duration::from_secs(5) };
+        let prompt = tenant_schema_prompt(BackendConversationStore::new(options).unwrap());
+        let ctx = context(json!({"tenant": "acme", "tenantId": 4}));
+        let answers = futures::future::join_all((0..10).map(|_| prompt(&ctx))).await;
+        assert!(answers.iter().all(|a| a.as_deref().is_some_and(|t| t.contains("orders(id)"))), "{answers:?}");
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "ten concurrent turns, one call");
     }
 
     #[test]
