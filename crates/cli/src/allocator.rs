@@ -2,11 +2,12 @@
 //! `TOOLGRAPH_ALLOCATOR=system`, chosen before the first allocation.
 //!
 //! mimalloc is the default: the model commands allocate and free large buffers per batch and
-//! embed 1.45× faster on it than on glibc's allocator even tuned to keep freed buffers
-//! (2,119–2,213 against 1,460–1,476 tokens/s, `bench embed` on 256 SciFact documents), and a
+//! embed 1.3–1.5× faster on it than on glibc's allocator even tuned to keep freed buffers
+//! (1,811–2,178 against 1,373–1,457 tokens/s, `bench embed` on 256 SciFact documents,
+//! docs/bench-results/s7-embed-allocators.jsonl), and a
 //! chat turn costs less CPU on it (SQLite store, one turn at a time: 1.3–1.5 ms against
 //! 1.6–1.9). glibc's allocator holds less memory per open chat stream (10,000 held streams:
-//! 602 MB against 860 MB): a service holding thousands of long streams may trade that CPU for
+//! 555 MB against 783 MB): a service holding thousands of long streams may trade that CPU for
 //! memory (docs/benchmarks.md, held streams).
 //!
 //! The two cannot be mixed: memory must be freed by the allocator that gave it. The choice is
@@ -21,10 +22,16 @@ static SYSTEM: AtomicBool = AtomicBool::new(false);
 /// Set (once, before the first allocation) when `TOOLGRAPH_ALLOCATOR` names no allocator.
 static INVALID: AtomicBool = AtomicBool::new(false);
 
+/// The name both constants below are built from.
+macro_rules! variable {
+    () => {
+        "TOOLGRAPH_ALLOCATOR"
+    };
+}
 /// The environment variable that chooses the allocator.
-pub const VARIABLE: &str = "TOOLGRAPH_ALLOCATOR";
+pub const VARIABLE: &str = variable!();
 /// How its entry in the environment starts (matched without allocating).
-const ASSIGNMENT: &[u8] = b"TOOLGRAPH_ALLOCATOR=";
+const ASSIGNMENT: &[u8] = concat!(variable!(), "=").as_bytes();
 
 /// mimalloc or the system allocator, as chosen for the command at start-up.
 pub struct CommandAllocator;

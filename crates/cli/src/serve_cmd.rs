@@ -59,6 +59,16 @@ enum Database {
     Sqlite(SqliteCheckpointer),
 }
 
+impl Database {
+    /// What closes it when `serve` ends.
+    fn closer(&self) -> StoreCloser {
+        match self {
+            Self::Postgres(c) => StoreCloser::Postgres(c.pool().clone()),
+            Self::Sqlite(c) => StoreCloser::Sqlite(c.database().clone()),
+        }
+    }
+}
+
 async fn open_database(cfg: &Config) -> anyhow::Result<Database> {
     Ok(match &cfg.database_url {
         Some(url) => Database::Postgres(
@@ -98,29 +108,23 @@ async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
     if cfg.server.store == StoreKind::Backend {
         // The backend keeps the conversation; the checkpoints stay with the service.
         let store: Arc<dyn ConversationStore> = Arc::new(agent::backend_client(cfg)?);
-        let (ckpt, closer) = match db {
-            Database::Postgres(c) => {
-                let pool = c.pool().clone();
-                (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Postgres(pool))
-            }
-            Database::Sqlite(c) => {
-                let db = c.database().clone();
-                (ProjectingCheckpointer::forwarding(c, Arc::clone(&store)), StoreCloser::Sqlite(db))
-            }
+        let closer = db.closer();
+        let ckpt = match db {
+            Database::Postgres(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store)),
+            Database::Sqlite(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store)),
         };
         return Ok(stores(ckpt, store, closer, "backend callbacks"));
     }
     let prepared = "cannot prepare the conversation store";
+    let closer = db.closer();
     Ok(match db {
         Database::Postgres(c) => {
-            let pool = c.pool().clone();
-            let store = PostgresConversationStore::new(pool.clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::postgres(c), Arc::new(store), StoreCloser::Postgres(pool), "postgres")
+            let store = PostgresConversationStore::new(c.pool().clone()).await.context(prepared)?;
+            stores(ProjectingCheckpointer::postgres(c), Arc::new(store), closer, "postgres")
         }
         Database::Sqlite(c) => {
-            let db = c.database().clone();
-            let store = SqliteConversationStore::new(db.clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::sqlite(c), Arc::new(store), StoreCloser::Sqlite(db), "sqlite")
+            let store = SqliteConversationStore::new(c.database().clone()).await.context(prepared)?;
+            stores(ProjectingCheckpointer::sqlite(c), Arc::new(store), closer, "sqlite")
         }
     })
 }

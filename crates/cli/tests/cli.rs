@@ -238,28 +238,27 @@ fn bench_graph_reports_every_figure_and_linear_storage() {
 #[test]
 fn the_shipped_example_configs_load() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for file in ["examples/bench/toolgraph.toml", "examples/bench/toolgraph-sqlite.toml"] {
+    // `config show --json` of a shipped file, with `env` set.
+    let show = |file: &str, env: (&str, &str)| {
         let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
             .args(["--config"])
             .arg(root.join(file))
             .args(["config", "show", "--json"])
-            .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+            .env(env.0, env.1)
             .output()
             .unwrap();
         assert!(out.status.success(), "{file}: {}", stderr(&out));
-        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        serde_json::from_str::<Value>(&stdout(&out)).unwrap()
+    };
+    for file in ["examples/bench/toolgraph.toml", "examples/bench/toolgraph-sqlite.toml"] {
+        let v = show(file, ("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1"));
         assert_eq!(v["agents"]["analytics"]["tools"], serde_json::json!(["general_query"]), "{file}");
     }
     // Seed 002's academy assistant: the backend's tools, each write tool declared.
-    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-        .args(["--config"])
-        .arg(root.join("examples/lumie/toolgraph.toml"))
-        .args(["config", "show", "--json"])
-        .env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", "a-secret-of-at-least-16-bytes")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "examples/lumie: {}", stderr(&out));
-    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let v = show(
+        "examples/lumie/toolgraph.toml",
+        ("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", "a-secret-of-at-least-16-bytes"),
+    );
     let tools = &v["agents"]["academy"]["tools"];
     for write in ["create_announcement", "send_sms", "send_telegram", "schedule_task"] {
         assert!(tools.as_array().unwrap().iter().any(|t| t == write), "{write} not enabled: {tools}");

@@ -88,7 +88,13 @@ async fn wait_ready_within(base: &str, limit: Duration) {
 
 /// The whole SSE body of a first turn for tenant `demo`, user 1.
 async fn new_turn(base: &str, message: &str) -> String {
-    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": message});
+    turn(base, None, message).await
+}
+
+/// The whole SSE body of a turn for tenant `demo`, user 1, in `conversation` (a new one: `None`).
+async fn turn(base: &str, conversation: Option<i64>, message: &str) -> String {
+    let body =
+        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
     let response = reqwest::Client::new()
         .post(format!("{base}/api/chatbot/stream"))
         .header("X-Tenant-Slug", "demo")
@@ -219,18 +225,7 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     let text = new_turn(&base, "¿cuántos pedidos hay?").await;
     assert!(text.contains("event: done") && text.contains("\"conversationId\":1"), "{text}");
     // A continuing turn without context: the backend still learns who is asking.
-    let body =
-        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": 1, "message": "¿y sin el primero?"});
-    let next = reqwest::Client::new()
-        .post(format!("{base}/api/chatbot/stream"))
-        .header("X-Tenant-Slug", "demo")
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let next = turn(&base, Some(1), "¿y sin el primero?").await;
     let _ = child.kill();
     let _ = child.wait();
     assert!(next.contains("event: done"), "{next}");

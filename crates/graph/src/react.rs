@@ -120,7 +120,7 @@ pub type AnswerFooter = Arc<dyn Fn(&[&str], &str) -> Option<String> + Send + Syn
 
 /// See [`AgentSpec::prompt_context`]: `(the turn's state context) → text for the system prompt`.
 pub type PromptContext =
-    Arc<dyn Fn(&Map<String, Value>) -> futures::future::BoxFuture<'static, Option<String>> + Send + Sync>;
+    Arc<dyn Fn(&Map<String, Value>) -> futures::future::BoxFuture<'static, Option<Arc<str>>> + Send + Sync>;
 
 impl AgentSpec {
     /// An agent with defaults.
@@ -288,7 +288,7 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
         None => None,
     };
     match added {
-        Some(added) if deps.spec.system_prompt.is_empty() => messages.push(Message::system(added)),
+        Some(added) if deps.spec.system_prompt.is_empty() => messages.push(Message::system(added.to_string())),
         Some(added) => messages.push(Message::system(format!("{}\n\n{added}", deps.spec.system_prompt))),
         None if !deps.spec.system_prompt.is_empty() => messages.push(Message::system(deps.spec.system_prompt.clone())),
         None => {}

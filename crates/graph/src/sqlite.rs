@@ -74,10 +74,11 @@ impl SqliteDatabase {
                 .map_err(|e| SqliteError::Open(format!("cannot create {}: {e}", dir.display())))?;
         }
         let owned = path.to_path_buf();
+        let failed = |e: &dyn std::fmt::Display| SqliteError::Open(format!("cannot open {}: {e}", path.display()));
         let conn = tokio::task::spawn_blocking(move || connect(&owned))
             .await
-            .map_err(|e| SqliteError::Open(format!("cannot open {}: {e}", path.display())))?
-            .map_err(|e| SqliteError::Open(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(&e))?;
         let (commands, queue) = mpsc::channel(QUEUE);
         std::thread::Builder::new()
             .name("toolgraph-sqlite".into())

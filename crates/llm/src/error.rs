@@ -102,3 +102,16 @@ impl LlmError {
         }
     }
 }
+
+/// `e` and every error beneath it, joined with ": " ("error sending request: connection
+/// refused"): a transport error's own message rarely says what actually failed.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

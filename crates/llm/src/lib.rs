@@ -34,7 +34,7 @@ pub mod text_tools;
 mod types;
 
 pub use assemble::ToolCallAssembler;
-pub use error::LlmError;
+pub use error::{LlmError, error_chain};
 pub use model::{ChatModel, ChatStream, collect_response};
 pub use openai::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
 pub use schema::{Provider, SchemaDialect, normalize_schema};

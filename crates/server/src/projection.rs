@@ -102,13 +102,12 @@ fn project(record: &CheckpointRecord) -> Projection {
 
 /// Commits when everything was written, else rolls back at once: a dropped transaction is
 /// only rolled back when its connection is next used, and holds its locks until then.
-async fn finish<DB: sqlx::Database>(
-    tx: sqlx::Transaction<'_, DB>,
+async fn finish(
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
     written: Result<(), CheckpointError>,
-    err: &impl Fn(sqlx::Error) -> CheckpointError,
 ) -> Result<(), CheckpointError> {
     match written {
-        Ok(()) => tx.commit().await.map_err(err),
+        Ok(()) => tx.commit().await.map_err(pg_error),
         Err(e) => {
             let _ = tx.rollback().await;
             Err(e)
@@ -116,8 +115,8 @@ async fn finish<DB: sqlx::Database>(
     }
 }
 
-fn db_error(backend: &'static str) -> impl Fn(sqlx::Error) -> CheckpointError {
-    move |e| CheckpointError::Backend { backend, message: e.to_string() }
+fn pg_error(e: sqlx::Error) -> CheckpointError {
+    CheckpointError::Backend { backend: "postgres", message: e.to_string() }
 }
 
 #[async_trait]
@@ -130,16 +129,23 @@ impl Checkpointer for ProjectingCheckpointer {
         match &self.backend {
             Backend::Sqlite(c) => {
                 let record = EncodedRecord::new(thread, record)?;
+                // Encoded here, like the record, so the shared database thread only inserts.
+                let pending: Vec<_> = projection
+                    .pending
+                    .into_iter()
+                    .map(|(id, tool, text, args)| (id, tool, text, args.to_string()))
+                    .collect();
+                let messages = projection.messages;
                 // The whole step in one closure: one hand-off to the database thread.
                 c.database()
                     .call(move |conn| {
                         // Dropped without commit on any error below: rolled back at once.
                         let tx = conn.transaction()?;
                         SqliteCheckpointer::append_in(&tx, &record)?;
-                        for (role, content) in &projection.messages {
+                        for (role, content) in &messages {
                             sqlite_insert_message(&tx, conv, role, content)?;
                         }
-                        for (id, tool, description, args) in &projection.pending {
+                        for (id, tool, description, args) in &pending {
                             sqlite_insert_pending(&tx, conv, record.run_id(), id, tool, description, args)?;
                         }
                         Ok(tx.commit()?)
@@ -147,22 +153,21 @@ impl Checkpointer for ProjectingCheckpointer {
                     .await?
             }
             Backend::Postgres(c) => {
-                let err = db_error("postgres");
-                let mut tx = c.pool().begin().await.map_err(&err)?;
+                let mut tx = c.pool().begin().await.map_err(pg_error)?;
                 let written = async {
                     PostgresCheckpointer::append_with(&mut *tx, thread, record).await?;
                     for (role, content) in &projection.messages {
-                        pg_insert_message(&mut tx, conv, role, content).await.map_err(&err)?;
+                        pg_insert_message(&mut tx, conv, role, content).await.map_err(pg_error)?;
                     }
                     for (id, tool, description, args) in &projection.pending {
                         pg_insert_pending(&mut tx, conv, &record.run_id, id, tool, description, args)
                             .await
-                            .map_err(&err)?;
+                            .map_err(pg_error)?;
                     }
                     Ok::<_, CheckpointError>(())
                 }
                 .await;
-                finish(tx, written, &err).await
+                finish(tx, written).await
             }
             Backend::Forwarding(c, store) => {
                 let err = |e: crate::store::StoreError| CheckpointError::Backend { backend: "store", message: e.0 };

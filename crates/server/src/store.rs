@@ -174,6 +174,7 @@ pub(crate) fn sqlite_insert_message(
 }
 
 /// Inserts a pending action and its message through `conn` (inside the caller's transaction).
+/// `arguments` is the encoded JSON: encoding is the caller's, not the shared database thread's.
 pub(crate) fn sqlite_insert_pending(
     conn: &rusqlite::Connection,
     conversation: i64,
@@ -181,14 +182,14 @@ pub(crate) fn sqlite_insert_pending(
     interrupt_id: &str,
     tool_name: &str,
     description: &str,
-    arguments: &Value,
+    arguments: &str,
 ) -> rusqlite::Result<i64> {
     let id = sqlite_insert_message(conn, conversation, "pending", description)?;
     conn.prepare_cached(
         "INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(params![id, conversation, run_id, interrupt_id, tool_name, description, arguments.to_string()])?;
+    .execute(params![id, conversation, run_id, interrupt_id, tool_name, description, arguments])?;
     Ok(id)
 }
 
@@ -209,26 +210,16 @@ fn pending_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingAction> {
 }
 
 /// Deletes the conversations `selected` (a `WHERE` over `conversations` with its parameters)
-/// and everything in them, in one transaction; returns their ids.
+/// and, through the schema's `ON DELETE CASCADE` (foreign keys are on, see
+/// `SqliteDatabase`), their messages and pending actions, in one statement; returns their ids.
 fn sqlite_delete_conversations(
     conn: &mut rusqlite::Connection,
     selected: &str,
     params: &[&dyn rusqlite::ToSql],
 ) -> rusqlite::Result<Vec<i64>> {
-    let tx = conn.transaction()?;
-    let ids = tx
-        .prepare(&format!("SELECT id FROM conversations WHERE {selected}"))?
+    conn.prepare(&format!("DELETE FROM conversations WHERE {selected} RETURNING id"))?
         .query_map(params, |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
-    for table in ["pending_actions", "messages"] {
-        tx.execute(
-            &format!("DELETE FROM {table} WHERE conversation_id IN (SELECT id FROM conversations WHERE {selected})"),
-            params,
-        )?;
-    }
-    tx.execute(&format!("DELETE FROM conversations WHERE {selected}"), params)?;
-    tx.commit()?;
-    Ok(ids)
+        .collect()
 }
 
 #[async_trait]
@@ -297,7 +288,7 @@ impl ConversationStore for SqliteConversationStore {
         arguments: &Value,
     ) -> Result<i64, StoreError> {
         let owned = [run_id, interrupt_id, tool_name, description].map(str::to_owned);
-        let arguments = arguments.clone();
+        let arguments = arguments.to_string();
         self.call(move |c| {
             let [run_id, interrupt_id, tool_name, description] = &owned;
             let tx = c.transaction()?;

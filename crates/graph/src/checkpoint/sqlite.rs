@@ -144,8 +144,7 @@ impl SqliteCheckpointer {
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()
             })
-            .await?
-            .map_err(backend_error)?;
+            .await??;
         rows.iter().map(|(seq, format, body)| decode(thread, *seq as u64, *format as u32, body)).collect()
     }
 }
@@ -163,14 +162,15 @@ impl Checkpointer for SqliteCheckpointer {
 
     async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
         let t = thread.clone();
-        self.db
+        let head = self
+            .db
             .call(move |c| {
                 c.prepare_cached("SELECT seq, run_id FROM checkpoints WHERE thread_id = ?1 ORDER BY seq DESC LIMIT 1")?
                     .query_row([t.as_str()], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?)))
                     .optional()
             })
-            .await?
-            .map_err(backend_error)
+            .await??;
+        Ok(head)
     }
 
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
@@ -201,8 +201,9 @@ impl Checkpointer for SqliteCheckpointer {
 
     async fn delete_thread(&self, thread: &ThreadId) -> Result<u64, CheckpointError> {
         let t = thread.clone();
-        let n = self.db.call(move |c| c.execute("DELETE FROM checkpoints WHERE thread_id = ?1", [t.as_str()])).await?;
-        Ok(n? as u64)
+        let n =
+            self.db.call(move |c| c.execute("DELETE FROM checkpoints WHERE thread_id = ?1", [t.as_str()])).await??;
+        Ok(n as u64)
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError> {
@@ -210,12 +211,13 @@ impl Checkpointer for SqliteCheckpointer {
         let n = self
             .db
             .call(move |c| c.execute("DELETE FROM checkpoints WHERE thread_id LIKE ?1 ESCAPE '\\'", [pattern]))
-            .await?;
-        Ok(n? as u64)
+            .await??;
+        Ok(n as u64)
     }
 
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
-        self.db
+        let bytes = self
+            .db
             .call(|c| {
                 // Fold the write-ahead log into the main file so its size is the whole story.
                 c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
@@ -224,7 +226,7 @@ impl Checkpointer for SqliteCheckpointer {
                     ((pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?) as u64,
                 )
             })
-            .await?
-            .map_err(backend_error)
+            .await??;
+        Ok(bytes)
     }
 }

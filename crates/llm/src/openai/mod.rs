@@ -11,7 +11,7 @@ mod wire;
 pub use retry::RetryPolicy;
 
 use crate::assemble::ToolCallAssembler;
-use crate::error::LlmError;
+use crate::error::{LlmError, error_chain};
 use crate::model::{ChatModel, ChatStream};
 use crate::schema::Provider;
 use crate::types::{ChatEvent, ChatRequest, ChatResponse, FinishReason, Usage};
@@ -163,6 +163,15 @@ impl OpenAiChatModel {
         }
     }
 
+    /// The body of `request` as sent: streamed (usage asked for when configured) or not.
+    fn encoded_body(&self, request: &ChatRequest, stream: bool) -> Result<bytes::Bytes, LlmError> {
+        let c = &self.config;
+        let body = wire::request_body(request, &c.model, c.provider, stream, stream && c.include_usage, c.strict_tools);
+        serde_json::to_vec(&body)
+            .map(bytes::Bytes::from)
+            .map_err(|e| LlmError::InvalidRequest(format!("cannot encode the request: {e}")))
+    }
+
     /// Waits before retry `attempt` if the policy allows one more; `Err` gives up.
     async fn backoff(&self, attempt: u32, err: LlmError) -> Result<(), LlmError> {
         if !err.is_retryable() || attempt > self.config.retry.max_retries {
@@ -194,24 +203,6 @@ fn truncate(s: &str, max: usize) -> String {
     format!("{}…", s[..end].trim())
 }
 
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
-}
-
-/// The request body as sent.
-fn encode(body: &serde_json::Value) -> Result<bytes::Bytes, LlmError> {
-    serde_json::to_vec(body)
-        .map(bytes::Bytes::from)
-        .map_err(|e| LlmError::InvalidRequest(format!("cannot encode the request: {e}")))
-}
-
 /// What one streamed attempt ended with.
 enum AttemptEnd {
     /// The reply finished.
@@ -225,14 +216,7 @@ impl ChatModel for OpenAiChatModel {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
         // Encoded once and the JSON tree dropped: a streamed reply can last minutes, and only
         // the encoded body is kept (for retries); the tree held ~8 KB per held stream.
-        let body = encode(&wire::request_body(
-            &request,
-            &self.config.model,
-            self.config.provider,
-            true,
-            self.config.include_usage,
-            self.config.strict_tools,
-        ))?;
+        let body = self.encoded_body(&request, true)?;
         let this = self.clone();
         let stream = async_stream::stream! {
             let mut attempt = 1u32;
@@ -305,14 +289,7 @@ impl ChatModel for OpenAiChatModel {
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
-        let body = encode(&wire::request_body(
-            &request,
-            &self.config.model,
-            self.config.provider,
-            false,
-            false,
-            self.config.strict_tools,
-        ))?;
+        let body = self.encoded_body(&request, false)?;
         let mut attempt = 1u32;
         let text = loop {
             let result = match self.send(&body).await {

@@ -154,7 +154,7 @@ impl BackendConversationStore {
         let call = call_name(what);
         let failed = |e: reqwest::Error| CallFailure {
             timed_out: e.is_timeout(),
-            message: format!("backend call {call} failed: {}", cause_chain(&e)),
+            message: format!("backend call {call} failed: {}", toolgraph_llm::error_chain(&e)),
         };
         let resp = req.send().await.map_err(failed)?;
         let status = resp.status();
@@ -166,18 +166,6 @@ impl BackendConversationStore {
 /// The path of a call, without its query (nonces and ids stay out of error messages).
 fn call_name(target: &str) -> &str {
     target.split('?').next().unwrap_or(target)
-}
-
-/// `e` and every error beneath it ("error sending request: connection refused").
-fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 /// The reason a failed call's answer gives: its `{"error": …}`, else its first `limit` characters.

@@ -37,13 +37,13 @@ pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext 
         Box::pin(async move {
             let (tenant, slug) = (tenant?, slug?);
             if let Some(known) = cached(&cache, tenant) {
-                return known.map(|text| text.to_string());
+                return known;
             }
             // One call at a time per tenant; whoever waited finds the answer in the cache.
             let gate = Arc::clone(lock(&gates).entry(tenant).or_default());
             let _turn = gate.lock().await;
             if let Some(known) = cached(&cache, tenant) {
-                return known.map(|text| text.to_string());
+                return known;
             }
             let query = format!("tenantId={tenant}");
             let text: Option<Arc<str>> = match backend.get_for_tenant::<TenantSchema>(path::SCHEMA, &query, &slug).await
@@ -60,7 +60,7 @@ pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext 
             if open.get(&tenant).is_some_and(|g| Arc::ptr_eq(g, &gate) && Arc::strong_count(&gate) <= 2) {
                 open.remove(&tenant);
             }
-            text.map(|text| text.to_string())
+            text
         })
     })
 }

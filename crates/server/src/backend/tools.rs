@@ -6,11 +6,12 @@
 //!   `POST /internal/chatbot/tools/{toolName}`), declared in configuration with the JSON
 //!   Schema of their arguments, run only after a person approved the call.
 //!
-//! The tenant, user and conversation come from the turn's state (set by the service from the
-//! authenticated request, never by the model, which neither sees nor sets them).
+//! The tenant, user and conversation come from the turn's state context (set by the service
+//! from the authenticated request on every turn); they are not tool arguments, so the model
+//! neither sees nor sets them.
 
 use super::client::{BackendConversationStore, CallFailure, error_reason};
-use super::wire::{RunQuery, RunTool, path};
+use super::wire::{Caller, RunQuery, RunTool, path};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -26,22 +27,28 @@ use toolgraph_tools::{
 struct QueryArgs {
     /// One read-only SQL SELECT statement over the tenant's data.
     sql: String,
-    /// Injected: the tenant's slug.
-    #[serde(default)]
-    tenant: Option<String>,
-    /// Injected: the tenant's id.
-    #[serde(rename = "tenantId", default)]
-    tenant_id: Option<i64>,
-    /// Injected: the user's id.
-    #[serde(rename = "userId", default)]
-    user_id: Option<i64>,
-    /// Injected: the conversation's id.
-    #[serde(rename = "conversationId", default)]
-    conversation_id: Option<i64>,
 }
 
 /// Longest part of a backend error handed to the model.
 const QUOTED_ERROR: usize = 500;
+
+/// A delegated tool's own time limit: the backend call's plus 5 s, so the call's limit answers
+/// first, with its cause, and this one is the backstop.
+fn tool_limit(backend: &BackendConversationStore) -> Duration {
+    backend.timeout() + Duration::from_secs(5)
+}
+
+/// Who the call is for: the turn's `tenant`, `tenantId`, `userId` and `conversationId`, which
+/// the service sets on every turn. Missing ones are the service's fault, not the model's.
+fn caller(ctx: &ToolContext) -> Result<Caller, ToolError> {
+    let id = |key: &str| ctx.get(key).and_then(Value::as_i64);
+    let (Some(slug), Some(tenant_id), Some(user_id)) =
+        (ctx.get("tenant").and_then(Value::as_str), id("tenantId"), id("userId"))
+    else {
+        return Err(ToolError::internal("the turn carries no tenant and user to act for"));
+    };
+    Ok(Caller { tenant_slug: slug.to_owned(), tenant_id, user_id, conversation_id: id("conversationId") })
+}
 
 /// The `general_query` read tool, run by the backend behind `backend`.
 ///
@@ -52,34 +59,18 @@ const QUOTED_ERROR: usize = 500;
 /// # Errors
 /// None in practice: the schema is fixed (the `Result` is the tool builder's).
 pub fn backend_general_query(backend: BackendConversationStore) -> Result<Arc<dyn Tool>, SchemaError> {
-    // The backend call's own limit answers first, with its cause; this one is the backstop.
-    let limit = backend.timeout() + Duration::from_secs(5);
     ToolBuilder::<QueryArgs>::new(
         "general_query",
         "Run one read-only SQL SELECT over the tenant's data and get the rows back as JSON.",
     )
-    .inject("tenant")
-    .inject("tenantId")
-    .inject("userId")
-    .inject("conversationId")
     .display_name("SQL query")
     .param_display("sql", "SQL")
-    .timeout(limit)
-    .handler(move |_ctx, a: QueryArgs| {
+    .timeout(tool_limit(&backend))
+    .handler(move |ctx, a: QueryArgs| {
         let backend = backend.clone();
         async move {
-            // Not the model's to fix: the service sets these on every turn.
-            let (Some(slug), Some(tenant_id), Some(user_id)) = (a.tenant, a.tenant_id, a.user_id) else {
-                return Err(ToolError::internal("the turn carries no tenant and user to query for"));
-            };
-            let body = RunQuery {
-                tenant_slug: slug.clone(),
-                tenant_id,
-                user_id,
-                conversation_id: a.conversation_id,
-                sql: a.sql,
-            };
-            let answer = backend.post_for_tenant(path::QUERY, &slug, &body).await;
+            let body = RunQuery { caller: caller(&ctx)?, sql: a.sql };
+            let answer = backend.post_for_tenant(path::QUERY, &body.caller.tenant_slug, &body).await;
             tool_result(answer, "the query")
         }
     })
@@ -160,27 +151,15 @@ impl Tool for BackendWriteTool {
     }
 
     fn timeout(&self) -> Duration {
-        self.backend.timeout() + Duration::from_secs(5)
+        tool_limit(&self.backend)
     }
 
     async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
-        let id = |key: &str| ctx.get(key).and_then(Value::as_i64);
-        let (Some(slug), Some(tenant_id), Some(user_id)) =
-            (ctx.get("tenant").and_then(Value::as_str), id("tenantId"), id("userId"))
-        else {
-            return Err(ToolError::internal("the turn carries no tenant and user to act for"));
-        };
         let call_id = ctx.get("toolCallId").and_then(Value::as_str).map(str::to_owned);
-        let body = RunTool {
-            tenant_slug: slug.to_owned(),
-            call_id,
-            tenant_id,
-            user_id,
-            conversation_id: id("conversationId"),
-            arguments,
-        };
+        let body = RunTool { caller: caller(ctx)?, call_id, arguments };
         let target = format!("{}/{}", path::TOOLS, self.spec.name);
-        tool_result(self.backend.post_for_tenant(&target, slug, &body).await, &format!("'{}'", self.spec.name))
+        let answer = self.backend.post_for_tenant(&target, &body.caller.tenant_slug, &body).await;
+        tool_result(answer, &format!("'{}'", self.spec.name))
     }
 }
 
@@ -228,7 +207,7 @@ mod tests {
             async move { reg.call(ctx, "general_query", &json!({"sql": sql, "tenantId": 99})).await }
         };
         let ok = call("select 1").await;
-        assert_eq!(ok.to_json()["tenantId"], 7, "the injected tenant wins over the model's: {ok:?}");
+        assert_eq!(ok.to_json()["tenantId"], 7, "the turn's tenant wins over the model's: {ok:?}");
         let kind = |o: toolgraph_tools::ToolOutcome| o.error().map(|e| (e.kind, e.message.clone()));
         let (k, msg) = kind(call("forbidden").await).unwrap();
         assert_eq!(k, ToolErrorKind::Denied);

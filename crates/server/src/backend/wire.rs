@@ -51,6 +51,18 @@ pub struct TenantSchema {
     pub schema: String,
 }
 
+/// Who a delegated tool call is for, from the turn (never from the model). `tenantSlug` is the
+/// slug the request came with (also in `X-Tenant-Slug`, here under the signature), for a
+/// backend to check against `tenantId`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Caller {
+    pub tenant_slug: String,
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: Option<i64>,
+}
+
 /// `POST tools/{toolName}`: an approved write tool's arguments, for a tenant and user. The
 /// answer is any JSON object, the tool's result. `callId` (the model's id of the call,
 /// unique within the conversation and the same if a run resumes after a crash) lets the backend
@@ -58,11 +70,9 @@ pub struct TenantSchema {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunTool {
-    pub tenant_slug: String,
+    #[serde(flatten)]
+    pub caller: Caller,
     pub call_id: Option<String>,
-    pub tenant_id: i64,
-    pub user_id: i64,
-    pub conversation_id: Option<i64>,
     pub arguments: serde_json::Value,
 }
 
@@ -72,12 +82,8 @@ pub struct RunTool {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunQuery {
-    /// The slug the request came with (also in `X-Tenant-Slug`, here under the signature), for
-    /// a backend to check against `tenantId`.
-    pub tenant_slug: String,
-    pub tenant_id: i64,
-    pub user_id: i64,
-    pub conversation_id: Option<i64>,
+    #[serde(flatten)]
+    pub caller: Caller,
     pub sql: String,
 }
 
