@@ -1,24 +1,35 @@
-//! The binary's global allocator: mimalloc, or the system allocator when
-//! `TOOLGRAPH_ALLOCATOR=system`, chosen before the first allocation.
+//! The binary's global allocator, chosen per command before the first allocation: jemalloc
+//! for `serve`, mimalloc for every other command; `TOOLGRAPH_ALLOCATOR=mimalloc|jemalloc|system`
+//! overrides the choice.
 //!
-//! mimalloc is the default: the model commands allocate and free large buffers per batch and
-//! embed 1.3–1.5× faster on it than on glibc's allocator even tuned to keep freed buffers
-//! (1,811–2,178 against 1,373–1,457 tokens/s, `bench embed` on 256 SciFact documents,
-//! docs/bench-results/s7-embed-allocators.jsonl), and a
-//! chat turn costs less CPU on it (SQLite store, one turn at a time: 1.3–1.5 ms against
-//! 1.6–1.9). glibc's allocator holds less memory per open chat stream (10,000 held streams:
-//! 555 MB against 783 MB): a service holding thousands of long streams may trade that CPU for
-//! memory (docs/benchmarks.md, held streams).
+//! The two defaults answer two different loads (docs/benchmarks.md, "Allocators"):
+//! - `serve` holds one chat stream per client. jemalloc holds the least per open stream:
+//!   10,000 held streams peak at 495 MB on it, 510 MB on glibc's and 729 MB on mimalloc, and a
+//!   turn's CPU stays within the service's goals (`s8-hold-*.jsonl`, `s8-cpu-*.jsonl`).
+//! - The model commands (`ingest`, `eval`, `bench embed`, `chat` with a local model)
+//!   allocate and free large buffers per batch: mimalloc embeds ~1.8× faster than jemalloc
+//!   (2,408–2,414 against 1,318–1,326 tokens/s, `s8-embed-*.jsonl`) and 1.3–1.5× faster than
+//!   glibc's allocator even tuned to keep freed buffers (`s7-embed-allocators.jsonl`).
+//!
+//! `serve` with an in-process chat model logs a hint to choose mimalloc.
 //!
 //! The two cannot be mixed: memory must be freed by the allocator that gave it. The choice is
 //! made once, in an `.init_array` constructor that glibc runs before any Rust code allocates,
 //! and never changes.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-/// Set (once, before the first allocation) when this process uses the system allocator.
-static SYSTEM: AtomicBool = AtomicBool::new(false);
+const MIMALLOC: u8 = 0;
+const SYSTEM: u8 = 1;
+const JEMALLOC: u8 = 2;
+/// The allocator of this process, set (once, before the first allocation).
+static CHOSEN: AtomicU8 = AtomicU8::new(MIMALLOC);
+/// Set (once, before the first allocation) when `TOOLGRAPH_ALLOCATOR` made the choice.
+static FROM_ENV: AtomicBool = AtomicBool::new(false);
+/// The binary's global options that take a value as the next word: the command is the first
+/// word that is neither an option nor such a value. (A test checks this against the CLI.)
+pub const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "--data-dir"];
 /// Set (once, before the first allocation) when `TOOLGRAPH_ALLOCATOR` names no allocator.
 static INVALID: AtomicBool = AtomicBool::new(false);
 
@@ -37,19 +48,28 @@ const ASSIGNMENT: &[u8] = concat!(variable!(), "=").as_bytes();
 pub struct CommandAllocator;
 
 impl CommandAllocator {
+    /// Whether `TOOLGRAPH_ALLOCATOR` chose the allocator (rather than the command's default).
+    pub fn from_env() -> bool {
+        FROM_ENV.load(Ordering::Relaxed)
+    }
+
     /// The allocator in use, for the start-up log.
     pub fn name() -> &'static str {
-        if SYSTEM.load(Ordering::Relaxed) { "system" } else { "mimalloc" }
+        match CHOSEN.load(Ordering::Relaxed) {
+            SYSTEM => "system",
+            JEMALLOC => "jemalloc",
+            _ => "mimalloc",
+        }
     }
 }
 
 /// Calls `$method` on the allocator chosen at start-up.
 macro_rules! forward {
     ($method:ident($($arg:expr),*)) => {
-        if SYSTEM.load(Ordering::Relaxed) {
-            System.$method($($arg),*)
-        } else {
-            mimalloc::MiMalloc.$method($($arg),*)
+        match CHOSEN.load(Ordering::Relaxed) {
+            SYSTEM => System.$method($($arg),*),
+            JEMALLOC => tikv_jemallocator::Jemalloc.$method($($arg),*),
+            _ => mimalloc::MiMalloc.$method($($arg),*),
         }
     };
 }
@@ -80,12 +100,24 @@ unsafe impl GlobalAlloc for CommandAllocator {
     }
 }
 
-/// What `TOOLGRAPH_ALLOCATOR=<value>` asks for: `Some(true)` the system allocator,
-/// `Some(false)` mimalloc, `None` nothing known.
-pub fn system_requested(value: &[u8]) -> Option<bool> {
+/// The default allocator of the command in `args` (the words after the program name).
+fn command_default<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> u8 {
+    while let Some(word) = args.next() {
+        if GLOBAL_OPTIONS_WITH_VALUE.iter().any(|o| o.as_bytes() == word) {
+            args.next();
+        } else if !word.starts_with(b"-") {
+            return if word == b"serve" { JEMALLOC } else { MIMALLOC };
+        }
+    }
+    MIMALLOC
+}
+
+/// What `TOOLGRAPH_ALLOCATOR=<value>` asks for, `None` for nothing known.
+fn requested(value: &[u8]) -> Option<u8> {
     match value {
-        b"system" => Some(true),
-        b"mimalloc" | b"" => Some(false),
+        b"system" => Some(SYSTEM),
+        b"jemalloc" => Some(JEMALLOC),
+        b"mimalloc" => Some(MIMALLOC),
         _ => None,
     }
 }
@@ -94,7 +126,9 @@ pub fn system_requested(value: &[u8]) -> Option<bool> {
 /// `main`, where nothing can be reported).
 pub fn check() -> Result<(), String> {
     if INVALID.load(Ordering::Relaxed) {
-        return Err(format!("{VARIABLE} must be 'mimalloc' (the default) or 'system'"));
+        return Err(format!(
+            "{VARIABLE} must be 'mimalloc', 'jemalloc' or 'system' (unset: jemalloc for serve, mimalloc otherwise)"
+        ));
     }
     Ok(())
 }
@@ -103,35 +137,54 @@ pub fn check() -> Result<(), String> {
 mod choose {
     use std::ffi::{CStr, c_char, c_int};
 
-    /// Run by glibc before `main`, with `main`'s arguments and environment.
-    extern "C" fn choose(_argc: c_int, _argv: *const *const c_char, envp: *const *const c_char) {
-        if envp.is_null() {
-            return;
-        }
-        let mut i = 0;
-        loop {
-            // SAFETY: glibc passes the environment as a null-terminated array of
-            // NUL-terminated strings. Reading them allocates nothing.
-            let entry = unsafe { *envp.add(i) };
-            if entry.is_null() {
-                return;
+    /// The NUL-terminated strings of a null-terminated array, from index `from`.
+    ///
+    /// # Safety
+    /// `list` is null or a null-terminated array of valid NUL-terminated strings that
+    /// outlive the iterator (glibc passes `argv` and `envp` so).
+    unsafe fn words(list: *const *const c_char, from: usize) -> impl Iterator<Item = &'static [u8]> {
+        let mut i = from;
+        std::iter::from_fn(move || {
+            if list.is_null() {
+                return None;
             }
-            // SAFETY: as above, a valid NUL-terminated string.
-            let entry = unsafe { CStr::from_ptr(entry) }.to_bytes();
-            if let Some(value) = entry.strip_prefix(super::ASSIGNMENT) {
-                match super::system_requested(value) {
-                    Some(true) => use_system(),
-                    Some(false) => {}
-                    None => super::INVALID.store(true, std::sync::atomic::Ordering::Relaxed),
-                }
-                return;
+            // SAFETY: the caller's contract; `i` never passes the terminating null, since
+            // iteration stops there. Reading the strings allocates nothing.
+            let entry = unsafe { *list.add(i) };
+            if entry.is_null() {
+                return None;
             }
             i += 1;
+            // SAFETY: as above, a valid NUL-terminated string.
+            Some(unsafe { CStr::from_ptr(entry) }.to_bytes())
+        })
+    }
+
+    /// Run by glibc before `main`, with `main`'s arguments and environment.
+    extern "C" fn choose(argc: c_int, argv: *const *const c_char, envp: *const *const c_char) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // SAFETY: glibc passes both lists as `words` requires; argv[0] is the program.
+        let (args, mut env) = unsafe { (words(argv, usize::from(argc > 0)), words(envp, 0)) };
+        let chosen = match env.find_map(|entry| entry.strip_prefix(super::ASSIGNMENT)) {
+            Some(value) => match super::requested(value) {
+                Some(chosen) => {
+                    super::FROM_ENV.store(true, Relaxed);
+                    chosen
+                }
+                None => {
+                    super::INVALID.store(true, Relaxed);
+                    return;
+                }
+            },
+            None => super::command_default(args),
+        };
+        if chosen == super::SYSTEM {
+            use_system();
         }
+        super::CHOSEN.store(chosen, Relaxed);
     }
 
     fn use_system() {
-        super::SYSTEM.store(true, std::sync::atomic::Ordering::Relaxed);
         // Keep freed large buffers in the heap (a local model): glibc otherwise maps each one
         // afresh and the page faults cost ~20% of throughput.
         // SAFETY: mallopt only sets allocator parameters; nothing has allocated through Rust
@@ -149,15 +202,29 @@ mod choose {
 
 #[cfg(test)]
 mod tests {
-    use super::system_requested;
+    use super::{JEMALLOC, MIMALLOC, SYSTEM, command_default, requested};
 
     #[test]
     fn the_variable_names_an_allocator_or_is_refused() {
-        assert_eq!(system_requested(b"system"), Some(true));
-        assert_eq!(system_requested(b"mimalloc"), Some(false));
-        assert_eq!(system_requested(b""), Some(false), "set but empty: the default");
-        assert_eq!(system_requested(b"jemalloc"), None);
-        assert_eq!(system_requested(b"System"), None);
+        assert_eq!(requested(b"system"), Some(SYSTEM));
+        assert_eq!(requested(b"mimalloc"), Some(MIMALLOC));
+        assert_eq!(requested(b"jemalloc"), Some(JEMALLOC));
+        assert_eq!(requested(b""), None);
+        assert_eq!(requested(b"tcmalloc"), None);
+        assert_eq!(requested(b"System"), None);
         assert_eq!(super::ASSIGNMENT, format!("{}=", super::VARIABLE).as_bytes());
+    }
+
+    #[test]
+    fn serve_defaults_to_jemalloc_and_every_other_command_to_mimalloc() {
+        let default = |line: &str| command_default(line.split_whitespace().map(str::as_bytes));
+        assert_eq!(default("serve --port 8080"), JEMALLOC);
+        assert_eq!(default("--config serve.toml -v serve"), JEMALLOC, "an option's value is not the command");
+        assert_eq!(default("--data-dir serve eval retrieval"), MIMALLOC);
+        assert_eq!(default("-vv --config=x.toml serve"), JEMALLOC);
+        assert_eq!(default("eval retrieval --dataset serve"), MIMALLOC, "only the command word counts");
+        assert_eq!(default("chat"), MIMALLOC);
+        assert_eq!(default("--help"), MIMALLOC);
+        assert_eq!(default(""), MIMALLOC);
     }
 }

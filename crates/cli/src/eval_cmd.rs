@@ -38,6 +38,9 @@ pub enum EvalCommand {
         /// Embed everything again, ignoring (and not writing) the cache.
         #[arg(long)]
         no_cache: bool,
+        /// Also write each query's ranked documents as a TREC run file (for trec_eval or ranx).
+        #[arg(long, value_name = "FILE")]
+        run_file: Option<PathBuf>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -176,20 +179,22 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
 }
 
 pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, json) = match cmd {
-        EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
-        EvalCommand::Retrieval {
-            dataset,
-            mode,
-            limit,
-            language,
-            max_words,
-            overlap_words,
-            embedding_cache,
-            no_cache,
-            json,
-        } => (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, json),
-    };
+    let (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, run_file, json) =
+        match cmd {
+            EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
+            EvalCommand::Retrieval {
+                dataset,
+                mode,
+                limit,
+                language,
+                max_words,
+                overlap_words,
+                embedding_cache,
+                no_cache,
+                run_file,
+                json,
+            } => (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, run_file, json),
+        };
     if max_words == 0 || overlap_words >= max_words {
         bail!("--overlap-words must be smaller than --max-words, and --max-words at least 1");
     }
@@ -221,6 +226,7 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
             embedder: embedder.as_deref(),
             fusion: crate::retrieval::fusion(&cfg),
             cache,
+            run_file,
         };
         let bar = if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             ProgressBar::hidden()

@@ -171,4 +171,26 @@ mod tests {
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
     }
+
+    /// The allocator is chosen from the command word before `main`, skipping the global
+    /// options' values by a list of their own: that list must name every such option.
+    #[test]
+    fn the_allocator_knows_every_global_option_that_takes_a_value() {
+        let cmd = Cli::command();
+        let mut with_value: Vec<String> = cmd
+            .get_arguments()
+            .filter(|a| a.is_global_set() && a.get_action().takes_values())
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        with_value.sort();
+        let mut known: Vec<&str> = allocator::GLOBAL_OPTIONS_WITH_VALUE.to_vec();
+        known.sort_unstable();
+        assert_eq!(with_value, known);
+        assert!(
+            cmd.get_arguments()
+                .filter(|a| a.is_global_set())
+                .all(|a| a.get_short().is_none() || !a.get_action().takes_values()),
+            "a short global option with a value is not skipped"
+        );
+    }
 }

@@ -15,6 +15,7 @@ fn serve_command(data_dir: &std::path::Path, model: &ScriptedModelServer, port: 
         .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
         .env("TOOLGRAPH_LLM_MODEL", "scripted")
         .env_remove("TOOLGRAPH_DATABASE_URL")
+        .env_remove("TOOLGRAPH_ALLOCATOR")
         .env_remove("PORT")
         .stdout(Stdio::null());
     cmd
@@ -378,12 +379,15 @@ fn serve_refuses_the_backend_store_without_its_settings() {
 fn an_unknown_allocator_is_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["config", "show"])
-        .env("TOOLGRAPH_ALLOCATOR", "jemalloc")
+        .env("TOOLGRAPH_ALLOCATOR", "tcmalloc")
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("TOOLGRAPH_ALLOCATOR must be 'mimalloc' (the default) or 'system'"), "{err}");
+    assert!(
+        err.contains("TOOLGRAPH_ALLOCATOR must be 'mimalloc', 'jemalloc' or 'system' (unset: jemalloc for serve"),
+        "{err}"
+    );
 }
 
 async fn serve_round_trip(database_url: Option<String>) {
@@ -392,8 +396,9 @@ async fn serve_round_trip(database_url: Option<String>) {
     let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
         .envs(database_url.iter().map(|u| ("TOOLGRAPH_DATABASE_URL", u.as_str())))
-        // The PostgreSQL run also exercises the system allocator end to end.
-        .env("TOOLGRAPH_ALLOCATOR", if database_url.is_some() { "system" } else { "mimalloc" })
+        // The PostgreSQL run also exercises the system allocator end to end; the SQLite run
+        // serve's default (jemalloc).
+        .envs(database_url.iter().map(|_| ("TOOLGRAPH_ALLOCATOR", "system")))
         // ... and a raised request-head limit (default 8 KB).
         .envs(database_url.iter().map(|_| ("TOOLGRAPH_SERVER_MAX_REQUEST_HEAD_BYTES", "16384")))
         .stderr(Stdio::piped())
@@ -424,8 +429,8 @@ async fn serve_round_trip(database_url: Option<String>) {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(exit.success(), "{err}");
     assert!(err.contains("shutting down"), "{err}");
-    // The allocator TOOLGRAPH_ALLOCATOR chose before `main` (see `allocator.rs`).
-    let allocator = if database_url.is_some() { "allocator: system" } else { "allocator: mimalloc" };
+    // The allocator chosen before `main` (see `allocator.rs`).
+    let allocator = if database_url.is_some() { "allocator: system" } else { "allocator: jemalloc" };
     assert!(err.contains(allocator), "{err}");
 }
 
@@ -451,8 +456,9 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
         .env("TOOLGRAPH_LLM_LOCAL_MODEL", "0.5b")
         .env_remove("TOOLGRAPH_DATABASE_URL")
         .env_remove("PORT")
+        .env_remove("TOOLGRAPH_ALLOCATOR")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
@@ -461,6 +467,10 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
     let text = new_turn(&base, "Say hello in Spanish in one short sentence, without using any tool.").await;
     let _ = child.kill();
     let _ = child.wait();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    // serve's default allocator suits many streams; the log says how to favour the model.
+    assert!(err.contains("allocator: jemalloc") && err.contains("TOOLGRAPH_ALLOCATOR=mimalloc"), "{err}");
     assert!(text.matches("event: token").count() > 1, "{text}");
     assert!(text.contains("event: done"), "{text}");
     assert!(text.to_lowercase().contains("hola"), "{text}");

@@ -15,6 +15,7 @@ use crate::{Analyzer, BeirDataset, RagError};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -72,6 +73,9 @@ pub struct EvalOptions<'a> {
     pub fusion: Fusion,
     /// Where chunk vectors are cached; `None` embeds every run.
     pub cache: Option<EmbeddingCache>,
+    /// Where to write the ranked documents of every query as a TREC run file
+    /// (`qid Q0 doc rank score tag`, the format `trec_eval`, pytrec_eval and ranx read).
+    pub run_file: Option<PathBuf>,
 }
 
 impl EvalOptions<'_> {
@@ -85,6 +89,7 @@ impl EvalOptions<'_> {
             embedder: None,
             fusion: Fusion::default(),
             cache: None,
+            run_file: None,
         }
     }
 }
@@ -206,6 +211,7 @@ pub fn evaluate(
 
     let (mut ndcg, mut r5, mut r10, mut r100, mut mrr) = (0.0, 0.0, 0.0, 0.0, 0.0);
     let mut latencies = Vec::with_capacity(queries.len());
+    let mut run = String::new();
     for (i, (id, text)) in queries.iter().enumerate() {
         let vector = query_vectors.as_ref().map(|v| v[i].as_slice());
         let ranking = match (options.mode, vector) {
@@ -222,15 +228,28 @@ pub fn evaluate(
             Err(e) => return Err(e),
         };
         let mut seen = HashSet::new();
-        let ranked: Vec<String> =
-            hits.into_iter().map(|(doc, _)| doc).filter(|d| seen.insert(d.clone())).take(100).collect();
+        let ranked: Vec<(String, f32)> =
+            hits.into_iter().filter(|(doc, _)| seen.insert(doc.clone())).take(100).collect();
         latencies.push(t.elapsed().as_secs_f64() * 1e3);
+        if options.run_file.is_some() {
+            for (rank, (doc, score)) in ranked.iter().enumerate() {
+                let (id, doc) = (run_file_id(id), run_file_id(doc));
+                let _ = writeln!(run, "{id} Q0 {doc} {} {score} toolgraph-{}", rank + 1, options.mode.as_str());
+            }
+        }
+        let ranked: Vec<String> = ranked.into_iter().map(|(doc, _)| doc).collect();
         let Some(rel) = ds.qrels.get(id) else { continue };
         ndcg += ndcg_at(&ranked, rel, 10);
         r5 += recall_at(&ranked, rel, 5);
         r10 += recall_at(&ranked, rel, 10);
         r100 += recall_at(&ranked, rel, 100);
         mrr += mrr_at(&ranked, rel, 10);
+    }
+    if let Some(path) = &options.run_file {
+        std::fs::write(path, run).map_err(|e| RagError::Io {
+            path: path.display().to_string(),
+            reason: format!("cannot write the run file: {e}"),
+        })?;
     }
     let n = queries.len().max(1) as f64;
     latencies.sort_by(f64::total_cmp);
@@ -253,6 +272,26 @@ pub fn evaluate(
         index_ms,
         ingest_docs_per_s: ds.corpus.len() as f64 / (index_ms / 1e3).max(1e-9),
     })
+}
+
+/// An id as a run file's whitespace-separated columns can hold: `%`, space, tab and line breaks
+/// percent-encoded (ALQAC's document ids contain spaces; `urllib.parse.unquote` decodes them).
+fn run_file_id(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.contains(|c: char| c == '%' || c.is_whitespace()) {
+        return id.into();
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        if c == '%' || c.is_whitespace() {
+            let mut buf = [0; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                let _ = write!(out, "%{b:02X}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
 fn embed_in_batches(

@@ -2,7 +2,8 @@
 //! Thresholds sit just under the full run's figures (docs/retrieval.md), so a regression
 //! in tokenisation, ranking or the metrics fails CI.
 
-use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, evaluate_bm25};
+use std::collections::HashMap;
+use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EvalOptions, evaluate, evaluate_bm25, metrics};
 
 mod common;
 use common::eval_data as data_dir;
@@ -28,6 +29,40 @@ fn alqac_bm25_meets_its_threshold() {
     eprintln!("alqac: {}", serde_json::to_string(&r).unwrap());
     assert!(r.ndcg_at_10 >= ALQAC_NDCG, "nDCG@10 {:.4} < {ALQAC_NDCG}", r.ndcg_at_10);
     assert!(r.recall_at_10 >= ALQAC_RECALL10, "recall@10 {:.4} < {ALQAC_RECALL10}", r.recall_at_10);
+}
+
+/// `--run-file`: the TREC run lists every query's documents in rank order, so an outside tool
+/// (trec_eval, ranx, a fusion study) computes the same figures from it.
+#[test]
+fn the_run_file_reproduces_the_report() {
+    let Some(dir) = data_dir() else { return };
+    let ds = BeirDataset::load(&dir.join("alqac/beir_format")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("bm25.run");
+    let options =
+        EvalOptions { run_file: Some(path.clone()), limit: Some(40), ..EvalOptions::bm25(Analyzer::Vietnamese) };
+    let r = evaluate(&ds, &options, &mut |_, _| {}).unwrap();
+    let mut runs: HashMap<String, Vec<(usize, String, f32)>> = HashMap::new();
+    for line in std::fs::read_to_string(&path).unwrap().lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!((f.len(), f[1], f[5]), (6, "Q0", "toolgraph-bm25"), "{line}");
+        // ALQAC's ids contain spaces: the file percent-encodes them.
+        let decode = |id: &str| id.replace("%20", " ").replace("%25", "%");
+        runs.entry(decode(f[0])).or_default().push((f[3].parse().unwrap(), decode(f[2]), f[4].parse().unwrap()));
+    }
+    assert_eq!(runs.len(), 40, "one ranking per evaluated query");
+    let mut ndcg = 0.0;
+    for (id, _) in ds.queries.iter().take(40) {
+        let rows = &runs[id];
+        assert!(rows.iter().enumerate().all(|(i, row)| row.0 == i + 1), "ranks run 1, 2, …");
+        assert!(rows.windows(2).all(|w| w[0].2 >= w[1].2), "scores fall with rank");
+        assert!(rows.len() <= 100);
+        let ranked: Vec<String> = rows.iter().map(|row| row.1.clone()).collect();
+        if let Some(rel) = ds.qrels.get(id) {
+            ndcg += metrics::ndcg_at(&ranked, rel, 10);
+        }
+    }
+    assert!((ndcg / 40.0 - r.ndcg_at_10).abs() < 1e-9, "{} vs {}", ndcg / 40.0, r.ndcg_at_10);
 }
 
 // Full run 2026-11-22 (chunked: 300 words, 50 overlap, hits aggregated to documents): SciFact

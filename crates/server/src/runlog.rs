@@ -5,6 +5,10 @@
 //! (the original response or a reconnect) follows it at its own pace. A reader that falls
 //! more than [`FRAMES_KEPT`] frames behind loses the oldest ones; finished runs stay
 //! replayable for [`RETAIN_FINISHED`].
+//!
+//! A log is held for every open stream, so it is stored compactly: the frames' data back to
+//! back in one string, with a small index entry per frame. (A `String` per frame cost ~8 KB
+//! per 40-token answer, most of it the spare capacity of each frame's encoder buffer.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,11 +31,61 @@ pub struct Frame {
     pub data: String,
 }
 
+/// Where one kept frame's data ends in [`LogInner::data`], and its event name.
+#[derive(Debug, Clone, Copy)]
+struct FrameEntry {
+    event: &'static str,
+    end: usize,
+}
+
 #[derive(Debug, Default)]
 struct LogInner {
-    frames: VecDeque<Frame>,
+    /// The kept frames' data, back to back; frame `i` of `frames` spans from the end of
+    /// frame `i - 1` (or 0) to `frames[i].end`.
+    data: String,
+    /// Kept frames, oldest first; the last one's sequence number is `next_seq`.
+    frames: VecDeque<FrameEntry>,
     next_seq: u64,
     finished: Option<Instant>,
+}
+
+/// Frames dropped at once when the log is over [`FRAMES_KEPT`]: dropping moves the kept
+/// data to the front of its string, so it is done in batches, not per frame.
+const DROP_BATCH: usize = FRAMES_KEPT / 4;
+
+impl LogInner {
+    fn push(&mut self, event: &'static str, data: &str) {
+        self.next_seq += 1;
+        self.data.push_str(data);
+        self.frames.push_back(FrameEntry { event, end: self.data.len() });
+        if self.frames.len() > FRAMES_KEPT + DROP_BATCH {
+            let cut = self.frames[DROP_BATCH - 1].end;
+            self.frames.drain(..DROP_BATCH);
+            self.data.drain(..cut);
+            for f in &mut self.frames {
+                f.end -= cut;
+            }
+        }
+    }
+
+    /// Frames after `after`, at most the newest [`FRAMES_KEPT`].
+    fn since(&self, after: u64) -> Vec<Frame> {
+        let first_kept = self.next_seq + 1 - self.frames.len() as u64;
+        let first_readable = first_kept.max((self.next_seq + 1).saturating_sub(FRAMES_KEPT as u64));
+        let from = after.saturating_add(1).max(first_readable);
+        if from > self.next_seq {
+            return Vec::new();
+        }
+        // `from` is in the kept range, so the index fits (at most FRAMES_KEPT + DROP_BATCH).
+        let skip = (from - first_kept) as usize;
+        let mut start = if skip == 0 { 0 } else { self.frames[skip - 1].end };
+        let mut out = Vec::with_capacity(self.frames.len() - skip);
+        for (i, f) in self.frames.iter().enumerate().skip(skip) {
+            out.push(Frame { seq: first_kept + i as u64, event: f.event, data: self.data[start..f.end].to_owned() });
+            start = f.end;
+        }
+        out
+    }
 }
 
 /// The frames of one run, and who may read them.
@@ -50,16 +104,8 @@ impl RunLog {
     }
 
     /// Appends a frame and wakes readers.
-    pub fn push(&self, event: &'static str, data: String) {
-        {
-            let mut g = self.lock();
-            g.next_seq += 1;
-            let seq = g.next_seq;
-            g.frames.push_back(Frame { seq, event, data });
-            while g.frames.len() > FRAMES_KEPT {
-                g.frames.pop_front();
-            }
-        }
+    pub fn push(&self, event: &'static str, data: &str) {
+        self.lock().push(event, data);
         self.notify.notify_waiters();
     }
 
@@ -72,7 +118,7 @@ impl RunLog {
     /// Frames after `after`, and whether the run has finished.
     pub fn since(&self, after: u64) -> (Vec<Frame>, bool) {
         let g = self.lock();
-        (g.frames.iter().filter(|f| f.seq > after).cloned().collect(), g.finished.is_some())
+        (g.since(after), g.finished.is_some())
     }
 
     /// Waits for the next frame or the end, whichever comes first.
@@ -136,16 +182,21 @@ mod tests {
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
         let log = logs.create("r1", (7, 1));
-        log.push("token", "{\"content\":\"a\"}".into());
-        log.push("token", "{\"content\":\"b\"}".into());
+        log.push("token", "{\"content\":\"a\"}");
+        log.push("token", "{\"content\":\"b\"}");
         let (frames, done) = log.since(1);
-        assert_eq!(frames.iter().map(|f| f.seq).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(frames, vec![Frame { seq: 2, event: "token", data: "{\"content\":\"b\"}".into() }]);
+        assert_eq!(
+            log.since(0).0.iter().map(|f| f.data.as_str()).collect::<Vec<_>>(),
+            ["{\"content\":\"a\"}", "{\"content\":\"b\"}"]
+        );
+        assert!(log.since(2).0.is_empty() && log.since(99).0.is_empty());
         assert!(!done);
         let waiter = {
             let log = Arc::clone(&log);
             tokio::spawn(async move { log.changed(2).await })
         };
-        log.push("done", "{}".into());
+        log.push("done", "{}");
         log.finish();
         waiter.await.unwrap();
         assert!(log.since(3).1);
@@ -157,11 +208,26 @@ mod tests {
     fn the_log_is_bounded() {
         let logs = RunLogs::default();
         let log = logs.create("r", (1, 1));
-        for _ in 0..FRAMES_KEPT + 10 {
-            log.push("token", "{}".into());
+        // Past several batch drops: readers always see exactly the newest FRAMES_KEPT frames,
+        // each with its own data, and the kept data stays bounded.
+        let total = 3 * FRAMES_KEPT + 10;
+        for i in 1..=total {
+            log.push(if i % 2 == 0 { "token" } else { "tool_call" }, &i.to_string());
+            if i == FRAMES_KEPT + 10 || i == total {
+                let (frames, _) = log.since(0);
+                assert_eq!(frames.len(), FRAMES_KEPT);
+                let first = (i - FRAMES_KEPT + 1) as u64;
+                assert_eq!(frames[0].seq, first);
+                for f in &frames {
+                    assert_eq!(f.data, f.seq.to_string());
+                    assert_eq!(f.event, if f.seq % 2 == 0 { "token" } else { "tool_call" });
+                }
+                let tail = log.since(i as u64 - 3).0;
+                assert_eq!(tail.iter().map(|f| f.seq).collect::<Vec<_>>(), [i as u64 - 2, i as u64 - 1, i as u64]);
+            }
         }
-        let (frames, _) = log.since(0);
-        assert_eq!(frames.len(), FRAMES_KEPT);
-        assert_eq!(frames[0].seq, 11);
+        let g = log.lock();
+        assert!(g.frames.len() <= FRAMES_KEPT + DROP_BATCH);
+        assert_eq!(g.frames.back().map(|f| f.end), Some(g.data.len()));
     }
 }
