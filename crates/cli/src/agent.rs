@@ -83,7 +83,13 @@ pub fn model(
 
 /// Every built-in tool the configuration enables; `rag_search` reads `kb` through `retriever`.
 /// Built once per process and shared by its agents (it may open a database pool).
-pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>, retriever: Retriever) -> anyhow::Result<ToolRegistry> {
+/// `backend` is [`backend`]'s client, shared with the store and the schema prompt.
+pub async fn all_tools(
+    cfg: &Config,
+    kb: Arc<KbStore>,
+    retriever: Retriever,
+    backend: Option<&BackendConversationStore>,
+) -> anyhow::Result<ToolRegistry> {
     let mut all = builtin::registry(&cfg.data_dir)?;
     all.register(toolgraph_rag::tool::rag_search_tool(
         kb,
@@ -94,10 +100,9 @@ pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>, retriever: Retriever) -> 
     if let Some(db) = &cfg.tools.sql_database {
         all.register(builtin::general_query(db).await?)?;
     }
-    if cfg.server.store == StoreKind::Backend {
+    if let Some(backend) = backend {
         // Seed 002: the backend runs the model's SQL and the approved writes; the service
-        // opens no tenant database. One client (one connection pool) for all of them.
-        let backend = backend_client(cfg)?;
+        // opens no tenant database.
         if cfg.tools.sql_database.is_none() {
             all.register(backend_general_query(backend.clone())?)?;
         }
@@ -110,8 +115,13 @@ pub async fn all_tools(cfg: &Config, kb: Arc<KbStore>, retriever: Retriever) -> 
     Ok(all)
 }
 
-/// The client of the backend of `server.backend_*` (validated when the config loaded).
-pub fn backend_client(cfg: &Config) -> anyhow::Result<BackendConversationStore> {
+/// The client of the backend of `server.backend_*` when `server.store = "backend"`: one per
+/// process (one connection pool), for the store, the tools and the schema prompt.
+pub fn backend(cfg: &Config) -> anyhow::Result<Option<BackendConversationStore>> {
+    if cfg.server.store != StoreKind::Backend {
+        return Ok(None);
+    }
+    // Both are required with the backend store (validated when the config loaded).
     let base_url = cfg.server.backend_url.clone().context("server.backend_url is required")?;
     let secret = cfg.server.backend_hmac_secret.as_ref().context("server.backend_hmac_secret is required")?;
     let options = BackendOptions {
@@ -119,16 +129,14 @@ pub fn backend_client(cfg: &Config) -> anyhow::Result<BackendConversationStore> 
         secret: secret.expose().as_bytes().to_vec(),
         timeout: std::time::Duration::from_millis(cfg.server.backend_timeout_ms),
     };
-    BackendConversationStore::new(options).context("cannot build the backend client")
+    BackendConversationStore::new(options).map(Some).context("cannot build the backend client")
 }
 
 /// Seed 002's tenant schema for the system prompt of agents that query the backend: set when
 /// the backend runs `general_query` (`store = "backend"`, no `tools.sql_database`).
-pub fn schema_prompt(cfg: &Config) -> anyhow::Result<Option<PromptContext>> {
-    if cfg.server.store != StoreKind::Backend || cfg.tools.sql_database.is_some() {
-        return Ok(None);
-    }
-    Ok(Some(tenant_schema_prompt(backend_client(cfg)?)))
+pub fn schema_prompt(cfg: &Config, backend: Option<&BackendConversationStore>) -> Option<PromptContext> {
+    let backend = backend.filter(|_| cfg.tools.sql_database.is_none())?;
+    Some(tenant_schema_prompt(backend.clone()))
 }
 
 /// The agent's enabled tools out of `all`.

@@ -2,7 +2,8 @@
 //! for `serve`, mimalloc for every other command; `TOOLGRAPH_ALLOCATOR=mimalloc|jemalloc|system`
 //! overrides the choice.
 //!
-//! The two defaults answer two different loads (docs/benchmarks.md, "Allocators"):
+//! The two defaults answer two different loads (docs/benchmarks.md, "10,000 concurrent held
+//! streams", fourth session):
 //! - `serve` holds one chat stream per client. jemalloc holds the least per open stream:
 //!   10,000 held streams peak at 495 MB on it, 510 MB on glibc's and 729 MB on mimalloc, and a
 //!   turn's CPU stays within the service's goals (`s8-hold-*.jsonl`, `s8-cpu-*.jsonl`).
@@ -44,7 +45,7 @@ pub const VARIABLE: &str = variable!();
 /// How its entry in the environment starts (matched without allocating).
 const ASSIGNMENT: &[u8] = concat!(variable!(), "=").as_bytes();
 
-/// mimalloc or the system allocator, as chosen for the command at start-up.
+/// jemalloc, mimalloc or the system allocator, as chosen for the command at start-up.
 pub struct CommandAllocator;
 
 impl CommandAllocator {

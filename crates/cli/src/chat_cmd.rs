@@ -143,7 +143,13 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         return run_remote(args, cfg).await;
     }
     let store = agent::checkpointer(cfg).await?;
-    let all_tools = agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)).await?;
+    let all_tools = agent::all_tools(
+        cfg,
+        crate::retrieval::kb_store(cfg),
+        crate::retrieval::retriever(cfg),
+        crate::agent::backend(cfg)?.as_ref(),
+    )
+    .await?;
     let local = agent::local_model(cfg).await?;
     let agent = agent::build(cfg, args.agent.as_deref(), store, &all_tools, local.as_ref(), None)?;
     let context = parse_context(&agent, &args.context)?;

@@ -12,39 +12,7 @@ use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EmbeddingCache, Eval
 pub enum EvalCommand {
     /// Retrieval quality on a BEIR-layout folder (corpus.jsonl[.gz], queries.jsonl, qrels/test.tsv):
     /// nDCG@10, recall@5/10/100, MRR@10 and query latency.
-    Retrieval {
-        /// The data set folder, e.g. ../shared/data/scifact.
-        #[arg(long, value_name = "DIR")]
-        dataset: PathBuf,
-        /// `bm25`, `dense` or `hybrid` (dense and hybrid embed with rag.embedding; the chunk
-        /// vectors are cached, so only the first run per corpus and model embeds).
-        #[arg(long, default_value = "bm25")]
-        mode: SearchMode,
-        /// Evaluate only the first N judged queries.
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-        /// Analyzer language: `auto` (guessed from the corpus), `en`, `es`, `vi` or `ko`.
-        #[arg(long, default_value = "auto")]
-        language: String,
-        /// Longest chunk in words (longer documents are sub-chunked; hits aggregate to documents).
-        #[arg(long, value_name = "N", default_value_t = ChunkingOptions::default().max_words)]
-        max_words: usize,
-        /// Words shared by consecutive sub-chunks.
-        #[arg(long, value_name = "N", default_value_t = ChunkingOptions::default().overlap_words)]
-        overlap_words: usize,
-        /// Where chunk and query vectors are cached (default: ~/.cache/toolgraph/embeddings).
-        #[arg(long, value_name = "DIR")]
-        embedding_cache: Option<PathBuf>,
-        /// Embed everything again, ignoring (and not writing) the cache.
-        #[arg(long)]
-        no_cache: bool,
-        /// Also write each query's ranked documents as a TREC run file (for trec_eval or ranx).
-        #[arg(long, value_name = "FILE")]
-        run_file: Option<PathBuf>,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-    },
+    Retrieval(RetrievalArgs),
     /// Tool-calling accuracy of the configured model: each case is a prompt with the tool it
     /// should call (or none) and substrings its arguments must contain (JSON lines:
     /// `{"lang", "prompt", "tool": name|null, "args": {key: substring}}`).
@@ -59,6 +27,42 @@ pub enum EvalCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `toolgraph eval retrieval`.
+#[derive(Debug, clap::Args)]
+pub struct RetrievalArgs {
+    /// The data set folder, e.g. ../shared/data/scifact.
+    #[arg(long, value_name = "DIR")]
+    pub dataset: PathBuf,
+    /// `bm25`, `dense` or `hybrid` (dense and hybrid embed with rag.embedding; the chunk
+    /// vectors are cached, so only the first run per corpus and model embeds).
+    #[arg(long, default_value = "bm25")]
+    pub mode: SearchMode,
+    /// Evaluate only the first N judged queries.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Analyzer language: `auto` (guessed from the corpus), `en`, `es`, `vi` or `ko`.
+    #[arg(long, default_value = "auto")]
+    pub language: String,
+    /// Longest chunk in words (longer documents are sub-chunked; hits aggregate to documents).
+    #[arg(long, value_name = "N", default_value_t = ChunkingOptions::default().max_words)]
+    pub max_words: usize,
+    /// Words shared by consecutive sub-chunks.
+    #[arg(long, value_name = "N", default_value_t = ChunkingOptions::default().overlap_words)]
+    pub overlap_words: usize,
+    /// Where chunk and query vectors are cached (default: ~/.cache/toolgraph/embeddings).
+    #[arg(long, value_name = "DIR")]
+    pub embedding_cache: Option<PathBuf>,
+    /// Embed everything again, ignoring (and not writing) the cache.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Also write each query's ranked documents as a TREC run file (for trec_eval or ranx).
+    #[arg(long, value_name = "FILE")]
+    pub run_file: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -91,7 +95,13 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", cases.display(), i + 1)))
         .collect::<anyhow::Result<_>>()?;
-    let all = crate::agent::all_tools(cfg, crate::retrieval::kb_store(cfg), crate::retrieval::retriever(cfg)).await?;
+    let all = crate::agent::all_tools(
+        cfg,
+        crate::retrieval::kb_store(cfg),
+        crate::retrieval::retriever(cfg),
+        crate::agent::backend(cfg)?.as_ref(),
+    )
+    .await?;
     let name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
     let agents = cfg.effective_agents();
     let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;
@@ -179,22 +189,21 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
 }
 
 pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, run_file, json) =
-        match cmd {
-            EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
-            EvalCommand::Retrieval {
-                dataset,
-                mode,
-                limit,
-                language,
-                max_words,
-                overlap_words,
-                embedding_cache,
-                no_cache,
-                run_file,
-                json,
-            } => (dataset, mode, limit, language, max_words, overlap_words, embedding_cache, no_cache, run_file, json),
-        };
+    let RetrievalArgs {
+        dataset,
+        mode,
+        limit,
+        language,
+        max_words,
+        overlap_words,
+        embedding_cache,
+        no_cache,
+        run_file,
+        json,
+    } = match cmd {
+        EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
+        EvalCommand::Retrieval(args) => args,
+    };
     if max_words == 0 || overlap_words >= max_words {
         bail!("--overlap-words must be smaller than --max-words, and --max-words at least 1");
     }

@@ -9,6 +9,7 @@ use toolgraph_config::{AuthKind, Config, StoreKind};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
 use toolgraph_server::HttpServer;
 use toolgraph_server::auth::{Auth, HmacVerifier};
+use toolgraph_server::backend::BackendConversationStore;
 use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
 use toolgraph_server::{
     AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
@@ -92,7 +93,7 @@ struct Stores {
     name: &'static str,
 }
 
-async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
+async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -> anyhow::Result<Stores> {
     let stores = |checkpointer: ProjectingCheckpointer, conversations, closer, name| Stores {
         checkpointer: Arc::new(checkpointer),
         conversations,
@@ -105,9 +106,9 @@ async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
         return Ok(stores(ckpt, store, StoreCloser::None, "memory"));
     }
     let db = open_database(cfg).await?;
-    if cfg.server.store == StoreKind::Backend {
+    if let Some(backend) = backend {
         // The backend keeps the conversation; the checkpoints stay with the service.
-        let store: Arc<dyn ConversationStore> = Arc::new(agent::backend_client(cfg)?);
+        let store: Arc<dyn ConversationStore> = Arc::new(backend.clone());
         let closer = db.closer();
         let ckpt = match db {
             Database::Postgres(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store)),
@@ -130,12 +131,14 @@ async fn open_stores(cfg: &Config) -> anyhow::Result<Stores> {
 }
 
 pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let Stores { checkpointer, conversations: store, closer, name: store_name } = open_stores(cfg).await?;
+    let backend = agent::backend(cfg)?;
+    let Stores { checkpointer, conversations: store, closer, name: store_name } =
+        open_stores(cfg, backend.as_ref()).await?;
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
-    let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone()).await?;
-    let schema_prompt = agent::schema_prompt(cfg)?;
+    let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref()).await?;
+    let schema_prompt = agent::schema_prompt(cfg, backend.as_ref());
     let local = agent::local_model(cfg).await?;
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {

@@ -6,10 +6,12 @@
 //! more than [`FRAMES_KEPT`] frames behind loses the oldest ones; finished runs stay
 //! replayable for [`RETAIN_FINISHED`].
 //!
-//! A log is held for every open stream, so it is stored compactly: the frames' data back to
-//! back in one string, with a small index entry per frame. (A `String` per frame cost ~8 KB
-//! per 40-token answer, most of it the spare capacity of each frame's encoder buffer.)
+//! A log is held for every open stream, so it is stored compactly: each frame's JSON is
+//! encoded straight onto the end of one buffer, with a small index entry per frame. (A
+//! `String` per frame cost ~8 KB per 40-token answer, most of it the spare capacity of each
+//! frame's encoder buffer.)
 
+use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -31,7 +33,7 @@ pub struct Frame {
     pub data: String,
 }
 
-/// Where one kept frame's data ends in [`LogInner::data`], and its event name.
+/// Where one kept frame's JSON ends in [`LogInner::data`], and its event name.
 #[derive(Debug, Clone, Copy)]
 struct FrameEntry {
     event: &'static str,
@@ -40,9 +42,9 @@ struct FrameEntry {
 
 #[derive(Debug, Default)]
 struct LogInner {
-    /// The kept frames' data, back to back; frame `i` of `frames` spans from the end of
-    /// frame `i - 1` (or 0) to `frames[i].end`.
-    data: String,
+    /// The kept frames' JSON (UTF-8), back to back; frame `i` of `frames` spans from the end
+    /// of frame `i - 1` (or 0) to `frames[i].end`.
+    data: Vec<u8>,
     /// Kept frames, oldest first; the last one's sequence number is `next_seq`.
     frames: VecDeque<FrameEntry>,
     next_seq: u64,
@@ -54,9 +56,13 @@ struct LogInner {
 const DROP_BATCH: usize = FRAMES_KEPT / 4;
 
 impl LogInner {
-    fn push(&mut self, event: &'static str, data: &str) {
+    fn push(&mut self, event: &'static str, data: &impl Serialize) {
         self.next_seq += 1;
-        self.data.push_str(data);
+        let start = self.data.len();
+        if serde_json::to_writer(&mut self.data, data).is_err() {
+            // Only a value that JSON cannot hold fails; its frame goes out empty.
+            self.data.truncate(start);
+        }
         self.frames.push_back(FrameEntry { event, end: self.data.len() });
         if self.frames.len() > FRAMES_KEPT + DROP_BATCH {
             let cut = self.frames[DROP_BATCH - 1].end;
@@ -81,7 +87,9 @@ impl LogInner {
         let mut start = if skip == 0 { 0 } else { self.frames[skip - 1].end };
         let mut out = Vec::with_capacity(self.frames.len() - skip);
         for (i, f) in self.frames.iter().enumerate().skip(skip) {
-            out.push(Frame { seq: first_kept + i as u64, event: f.event, data: self.data[start..f.end].to_owned() });
+            // serde_json writes UTF-8 and frames are cut only at their ends, so nothing is lost.
+            let data = String::from_utf8_lossy(&self.data[start..f.end]).into_owned();
+            out.push(Frame { seq: first_kept + i as u64, event: f.event, data });
             start = f.end;
         }
         out
@@ -103,8 +111,8 @@ impl RunLog {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends a frame and wakes readers.
-    pub fn push(&self, event: &'static str, data: &str) {
+    /// Appends a frame, `data` encoded as JSON, and wakes readers.
+    pub fn push(&self, event: &'static str, data: &impl Serialize) {
         self.lock().push(event, data);
         self.notify.notify_waiters();
     }
@@ -182,8 +190,8 @@ mod tests {
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
         let log = logs.create("r1", (7, 1));
-        log.push("token", "{\"content\":\"a\"}");
-        log.push("token", "{\"content\":\"b\"}");
+        log.push("token", &serde_json::json!({ "content": "a" }));
+        log.push("token", &serde_json::json!({ "content": "b" }));
         let (frames, done) = log.since(1);
         assert_eq!(frames, vec![Frame { seq: 2, event: "token", data: "{\"content\":\"b\"}".into() }]);
         assert_eq!(
@@ -196,7 +204,7 @@ mod tests {
             let log = Arc::clone(&log);
             tokio::spawn(async move { log.changed(2).await })
         };
-        log.push("done", "{}");
+        log.push("done", &serde_json::json!({}));
         log.finish();
         waiter.await.unwrap();
         assert!(log.since(3).1);
@@ -212,7 +220,7 @@ mod tests {
         // each with its own data, and the kept data stays bounded.
         let total = 3 * FRAMES_KEPT + 10;
         for i in 1..=total {
-            log.push(if i % 2 == 0 { "token" } else { "tool_call" }, &i.to_string());
+            log.push(if i % 2 == 0 { "token" } else { "tool_call" }, &i);
             if i == FRAMES_KEPT + 10 || i == total {
                 let (frames, _) = log.since(0);
                 assert_eq!(frames.len(), FRAMES_KEPT);

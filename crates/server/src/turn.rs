@@ -66,9 +66,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
     let graph_run = run.run_id().to_owned();
     while let Some(event) = run.next_event().await {
         match event {
-            RunEvent::TextDelta { text } => {
-                log.push("token", &serde_json::to_string(&TokenEvent { content: &text }).unwrap_or_default())
-            }
+            RunEvent::TextDelta { text } => log.push("token", &TokenEvent { content: &text }),
             RunEvent::NodeStarted { node, .. } if node == "agent" => {
                 let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent);
                 model_started = Some((Instant::now(), span));
@@ -81,7 +79,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
             RunEvent::ToolCall { call_id, name, arguments } => {
                 if turn.tool_events {
                     let data = ToolCallEvent { call_id: &call_id, name: &name, arguments: &arguments };
-                    log.push("tool_call", &serde_json::to_string(&data).unwrap_or_default());
+                    log.push("tool_call", &data);
                 }
                 let span = tracing::info_span!(parent: &turn_span, "tool.call", tool.name = %name, tool.ok = tracing::field::Empty);
                 tools.insert(call_id, (Instant::now(), span));
@@ -89,7 +87,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
             RunEvent::ToolResult { call_id, name, outcome, ok } => {
                 if turn.tool_events {
                     let data = ToolResultEvent { call_id: &call_id, name: &name, ok, outcome: &outcome };
-                    log.push("tool_result", &serde_json::to_string(&data).unwrap_or_default());
+                    log.push("tool_result", &data);
                 }
                 if let Some((t, span)) = tools.remove(&call_id) {
                     span.record("tool.ok", ok);
@@ -114,7 +112,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
                                     description: row.description.clone(),
                                     arguments: row.arguments.clone(),
                                 };
-                                log.push("pending", &serde_json::to_string(&dto).unwrap_or_default());
+                                log.push("pending", &dto);
                                 result.pending.push(dto);
                             }
                         }
@@ -136,7 +134,7 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
         RunOutcome::Interrupted { .. } => ("interrupted", false, None),
         RunOutcome::RecursionLimit { .. } => {
             m.errors.with_label_values(&["recursion"]).inc();
-            log.push("token", &serde_json::to_string(&TokenEvent { content: RECURSION_FALLBACK }).unwrap_or_default());
+            log.push("token", &TokenEvent { content: RECURSION_FALLBACK });
             ("error", false, Some(RECURSION_FALLBACK))
         }
         RunOutcome::Cancelled { .. } => {
@@ -177,13 +175,13 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
     match (&result.error, &result.reply, result.pending.first()) {
         (Some(message), _, _) => {
             tracing::warn!(run = %turn.run_id, conversation = turn.conversation, %message, "turn ended with an error frame");
-            log.push("error", &json!({ "message": message }).to_string())
+            log.push("error", &json!({ "message": message }))
         }
         (None, Some((id, _)), _) => push_done(log, turn.conversation, *id),
         (None, None, Some(p)) => push_done(log, turn.conversation, p.message_id),
         (None, None, None) => {
             tracing::warn!(run = %turn.run_id, conversation = turn.conversation, "run ended without a reply");
-            log.push("error", &json!({ "message": "the run ended without a reply" }).to_string())
+            log.push("error", &json!({ "message": "the run ended without a reply" }))
         }
     }
     turn_span.record("outcome", label);
@@ -193,5 +191,5 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
 }
 
 fn push_done(log: &RunLog, conversation_id: i64, message_id: i64) {
-    log.push("done", &serde_json::to_string(&Done { conversation_id, message_id }).unwrap_or_default());
+    log.push("done", &Done { conversation_id, message_id });
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the backend is and how to reach it.
@@ -24,12 +25,13 @@ pub struct BackendOptions {
 ///
 /// Each call is one signed request with a timeout; writes are not retried (a retried write
 /// could store a message twice), so a failing backend fails the operation with a
-/// [`StoreError`] naming the call, as a failing database would.
+/// [`StoreError`] naming the call, as a failing database would. Clones share one connection
+/// pool and cost a few reference counts (the tools clone it per call).
 #[derive(Debug, Clone)]
 pub struct BackendConversationStore {
     http: reqwest::Client,
-    base: String,
-    secret: Vec<u8>,
+    base: Arc<str>,
+    secret: Arc<[u8]>,
     timeout: Duration,
 }
 
@@ -40,6 +42,12 @@ pub(crate) struct CallFailure {
     pub timed_out: bool,
     /// The call and its cause chain, for logs and errors.
     pub message: String,
+}
+
+impl From<CallFailure> for StoreError {
+    fn from(f: CallFailure) -> Self {
+        StoreError(f.message)
+    }
 }
 
 /// A body with the random nonce that keeps equal calls' signatures apart.
@@ -66,8 +74,8 @@ impl BackendConversationStore {
             .map_err(|e| StoreError(format!("backend client: {e}")))?;
         Ok(Self {
             http,
-            base: options.base_url.trim_end_matches('/').to_owned(),
-            secret: options.secret,
+            base: options.base_url.trim_end_matches('/').into(),
+            secret: options.secret.into(),
             timeout: options.timeout,
         })
     }
@@ -79,12 +87,12 @@ impl BackendConversationStore {
 
     async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, StoreError> {
         let req = self.signed_post(path, None, body).map_err(StoreError)?;
-        decode(path, self.exchange(path, req).await.map_err(|f| StoreError(f.message))?)
+        decode(path, self.exchange(path, req).await?)
     }
 
     async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
         let req = self.signed_get(target, None);
-        decode(target, self.exchange(target, req).await.map_err(|f| StoreError(f.message))?)
+        decode(target, self.exchange(target, req).await?)
     }
 
     /// POSTs `body` signed to `path` on behalf of tenant `slug` (`X-Tenant-Slug`, as seed 002's
@@ -111,7 +119,7 @@ impl BackendConversationStore {
     ) -> Result<R, StoreError> {
         let target = format!("{path}?{query}&nonce={}", uuid::Uuid::new_v4().simple());
         let req = self.signed_get(&target, Some(slug));
-        decode(&target, self.exchange(&target, req).await.map_err(|f| StoreError(f.message))?)
+        decode(&target, self.exchange(&target, req).await?)
     }
 
     /// A signed POST of `body` with its nonce (`X-Tenant-Slug` when `slug` is given).

@@ -41,32 +41,47 @@ pub fn tenant_schema_prompt(backend: BackendConversationStore) -> PromptContext 
             }
             // One call at a time per tenant; whoever waited finds the answer in the cache.
             let gate = Arc::clone(lock(&gates).entry(tenant).or_default());
-            let _turn = gate.lock().await;
-            if let Some(known) = cached(&cache, tenant) {
-                return known;
-            }
-            let query = format!("tenantId={tenant}");
-            let text: Option<Arc<str>> = match backend.get_for_tenant::<TenantSchema>(path::SCHEMA, &query, &slug).await
-            {
-                Ok(answer) => Some(format!("Database schema of this tenant:\n{}", answer.schema).into()),
-                Err(e) => {
-                    tracing::warn!(tenant, error = %e, "cannot get the tenant schema; turns run without it for 30 s");
-                    None
+            let text = {
+                let _turn = gate.lock().await;
+                match cached(&cache, tenant) {
+                    Some(known) => known,
+                    None => {
+                        let text = fetch(&backend, tenant, &slug).await;
+                        remember(&cache, tenant, text.clone());
+                        text
+                    }
                 }
             };
-            remember(&cache, tenant, text.clone());
-            // The gate goes once nobody else holds it (the map's copy and ours).
-            let mut open = lock(&gates);
-            if open.get(&tenant).is_some_and(|g| Arc::ptr_eq(g, &gate) && Arc::strong_count(&gate) <= 2) {
-                open.remove(&tenant);
-            }
+            release(&gates, tenant, gate);
             text
         })
     })
 }
 
+/// Asks the backend for `tenant`'s schema; `None` (logged) when it fails.
+async fn fetch(backend: &BackendConversationStore, tenant: i64, slug: &str) -> Option<Arc<str>> {
+    let query = format!("tenantId={tenant}");
+    match backend.get_for_tenant::<TenantSchema>(path::SCHEMA, &query, slug).await {
+        Ok(answer) => Some(format!("Database schema of this tenant:\n{}", answer.schema).into()),
+        Err(e) => {
+            tracing::warn!(tenant, error = %e, "cannot get the tenant schema; turns run without it for 30 s");
+            None
+        }
+    }
+}
+
 /// Per tenant, the lock a schema call holds while it runs.
 type Gates = Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>;
+
+/// Drops a turn's copy of its tenant's gate, and the gate itself once no turn holds it.
+/// Copies are taken and dropped only under the map's lock, so the count is exact.
+fn release(gates: &Gates, tenant: i64, gate: Arc<tokio::sync::Mutex<()>>) {
+    let mut open = lock(gates);
+    drop(gate);
+    if open.get(&tenant).is_some_and(|g| Arc::strong_count(g) == 1) {
+        open.remove(&tenant);
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -22,7 +22,9 @@ use toolgraph_tools::{
     ArgumentSchema, SchemaError, Tool, ToolBuilder, ToolClass, ToolContext, ToolDisplay, ToolError, ToolSpec,
 };
 
-/// Arguments of the delegated `general_query`.
+/// Arguments of the delegated `general_query`. Not the builtin tool's `QueryArgs`: that one
+/// caps the SQL at 8,000 characters for the service's own database, while here the backend
+/// owns the limits (seed 002) and the description speaks of the tenant's data.
 #[derive(Debug, Deserialize, JsonSchema)]
 struct QueryArgs {
     /// One read-only SQL SELECT statement over the tenant's data.
