@@ -5,7 +5,10 @@ Reads the document rankings `toolgraph eval retrieval --run-file` writes for the
 dense mode, fuses them at document level in several ways and prints nDCG@10 and recall@10 of
 each (computed as toolgraph and BEIR compute them: graded gains, log2 discount).
 
-    python3 scripts/fusion-study.py QRELS.tsv BM25.run DENSE.run [HYBRID.run]
+    python3 scripts/fusion-study.py QRELS.tsv BM25.run DENSE.run [HYBRID.run] [--extra RUN]...
+
+`--extra` adds further ranked lists (scripts/minilm-run.py writes one from the other offline
+embedding model); with any, the study also fuses all the lists together.
 
 Standard library only. It is a measuring aid, not part of the product: the service fuses with
 RRF (crates/rag/src/fusion.rs).
@@ -40,11 +43,11 @@ def recall(ranked, rel, k):
     tot = sum(1 for g in rel.values() if g > 0)
     return sum(1 for d in ranked[:k] if rel.get(d, 0) > 0) / tot if tot else 0.0
 
-def rrf(b, d, k=60, wb=1.0, wd=1.0):
+def rrf(lists, k=60, weights=None):
     s = defaultdict(float)
-    for w, lst in ((wb, b), (wd, d)):
+    for j, lst in enumerate(lists):
         for i, (doc, _) in enumerate(lst):
-            s[doc] += w / (k + i + 1)
+            s[doc] += (weights[j] if weights else 1.0) / (k + i + 1)
     return sorted(s, key=lambda x: -s[x])
 
 def minmax(lst):
@@ -64,11 +67,29 @@ def zscore(lst):
     xs = [x[1] for x in lst]; m = sum(xs) / len(xs); sd = (sum((x - m) ** 2 for x in xs) / len(xs)) ** .5 or 1
     return {doc: (sc - m) / sd for doc, sc in lst}
 
-def zfuse(b, d, alpha=0.5):
-    nb, nd = zscore(b), zscore(d)
-    lo_b = min(nb.values(), default=0); lo_d = min(nd.values(), default=0)
-    docs = set(nb) | set(nd)
-    s = {x: (1 - alpha) * nb.get(x, lo_b) + alpha * nd.get(x, lo_d) for x in docs}
+def zfuse(lists, weights=None):
+    """z-scores of each list summed; a document missing from a list gets that list's lowest."""
+    s = defaultdict(float)
+    zs = [zscore(lst) for lst in lists]
+    docs = set().union(*zs)
+    for j, z in enumerate(zs):
+        lo = min(z.values(), default=0)
+        for doc in docs:
+            s[doc] += (weights[j] if weights else 1.0) * z.get(doc, lo)
+    return sorted(s, key=lambda x: -s[x])
+
+def dbsf(lists):
+    """Distribution-based score fusion (Qdrant's DBSF): each list's scores mapped from
+    mean ± 3 standard deviations onto [0, 1], clipped, and summed; missing counts 0."""
+    s = defaultdict(float)
+    for lst in lists:
+        xs = [x[1] for x in lst]
+        if not xs:
+            continue
+        m = sum(xs) / len(xs); sd = (sum((x - m) ** 2 for x in xs) / len(xs)) ** .5
+        lo, hi = m - 3 * sd, m + 3 * sd
+        for doc, sc in lst:
+            s[doc] += min(max((sc - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.5
     return sorted(s, key=lambda x: -s[x])
 
 def evaluate(qr, qids, fn):
@@ -77,21 +98,37 @@ def evaluate(qr, qids, fn):
     return sum(n) / len(n), sum(r10) / len(r10)
 
 if __name__ == '__main__':
-    qr = qrels(sys.argv[1]); B = run(sys.argv[2]); D = run(sys.argv[3])
+    import argparse
+    ap = argparse.ArgumentParser(description='Fusion study over TREC run files.')
+    ap.add_argument('qrels'); ap.add_argument('bm25'); ap.add_argument('dense'); ap.add_argument('hybrid', nargs='?')
+    ap.add_argument('--extra', action='append', default=[], help='a further ranked list (repeatable)')
+    args = ap.parse_args()
+    qr = qrels(args.qrels); B = run(args.bm25); D = run(args.dense)
+    X = [(path.rsplit('/', 1)[-1], run(path)) for path in args.extra]
     qids = [q for q in qr if q in B or q in D]
     print(f"queries {len(qids)}")
     rows = [
         ("bm25", lambda q: [x for x, _ in B[q]]),
         ("dense", lambda q: [x for x, _ in D[q]]),
     ]
-    if len(sys.argv) > 4:
-        H = run(sys.argv[4]); rows.append(("hybrid (toolgraph, chunk-level rrf60)", lambda q: [x for x, _ in H[q]]))
+    rows += [(name, lambda q, R=R: [x for x, _ in R[q]]) for name, R in X]
+    if args.hybrid:
+        H = run(args.hybrid); rows.append(("hybrid (toolgraph, chunk-level rrf60)", lambda q: [x for x, _ in H[q]]))
     for k in (60, 30, 20, 10, 5):
-        rows.append((f"doc-level rrf k={k}", lambda q, k=k: rrf(B[q], D[q], k)))
+        rows.append((f"doc-level rrf k={k}", lambda q, k=k: rrf([B[q], D[q]], k)))
     for a in (0.3, 0.4, 0.5, 0.6, 0.7):
         rows.append((f"minmax convex a={a}", lambda q, a=a: convex(B[q], D[q], a)))
-    for a in (0.5,):
-        rows.append((f"zscore a={a}", lambda q, a=a: zfuse(B[q], D[q], a)))
+    rows.append(("zscore, equal weights", lambda q: zfuse([B[q], D[q]])))
+    rows.append(("dbsf", lambda q: dbsf([B[q], D[q]])))
+    for name, R in X:
+        rows.append((f"bm25 + {name}: rrf k=60", lambda q, R=R: rrf([B[q], R[q]], 60)))
+        rows.append((f"bm25 + {name}: zscore", lambda q, R=R: zfuse([B[q], R[q]])))
+    if X:
+        every = lambda q: [B[q], D[q]] + [R[q] for _, R in X]
+        rows.append(("all lists: rrf k=60", lambda q: rrf(every(q), 60)))
+        rows.append(("all lists: rrf k=20", lambda q: rrf(every(q), 20)))
+        rows.append(("all lists: zscore, equal weights", lambda q: zfuse(every(q))))
+        rows.append(("all lists: dbsf", lambda q: dbsf(every(q))))
     for name, fn in rows:
         nd, r = evaluate(qr, qids, fn)
         print(f"{name:45s} ndcg@10 {nd:.4f} recall@10 {r:.4f}")

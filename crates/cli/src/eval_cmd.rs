@@ -263,8 +263,14 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
-            "mode {} · analyzer {analyzer:?} · {} documents ({} chunks) indexed in {:.0} ms ({:.0} docs/s) · {} queries",
-            r.mode, r.documents, r.chunks, r.index_ms, r.ingest_docs_per_s, r.queries
+            "mode {}{} · analyzer {analyzer:?} · {} documents ({} chunks) indexed in {:.0} ms ({:.0} docs/s) · {} queries",
+            r.mode,
+            r.fusion.map_or(String::new(), |f| format!(" ({})", f.as_str())),
+            r.documents,
+            r.chunks,
+            r.index_ms,
+            r.ingest_docs_per_s,
+            r.queries
         );
         if r.mode != "bm25" {
             println!(

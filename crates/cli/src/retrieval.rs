@@ -8,7 +8,7 @@ use anyhow::Context;
 use anyhow::bail;
 use std::sync::Arc;
 use std::time::Duration;
-use toolgraph_config::{Config, EmbeddingProvider};
+use toolgraph_config::{Config, EmbeddingProvider, FusionMethod};
 use toolgraph_rag::{DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, Retriever};
 
 /// The knowledge bases under `<data_dir>/kb`.
@@ -63,6 +63,10 @@ fn local() -> anyhow::Result<Option<Arc<dyn Embedder>>> {
 /// The hybrid-search parameters of the configuration.
 pub fn fusion(cfg: &Config) -> Fusion {
     Fusion {
+        method: match cfg.rag.fusion {
+            FusionMethod::Rrf => toolgraph_rag::FusionMethod::Rrf,
+            FusionMethod::Dbsf => toolgraph_rag::FusionMethod::Dbsf,
+        },
         k: cfg.rag.fusion_k,
         bm25_weight: cfg.rag.bm25_weight,
         dense_weight: cfg.rag.dense_weight,
@@ -87,4 +91,18 @@ pub fn retriever(cfg: &Config) -> Retriever {
         }),
         fusion(cfg),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configured_fusion_reaches_the_retriever() {
+        let cfg = Config::from_toml_str("[rag]\nfusion = \"dbsf\"\nfusion_k = 20\nbm25_weight = 0.5\n").unwrap();
+        let f = fusion(&cfg);
+        assert_eq!(f.method, toolgraph_rag::FusionMethod::Dbsf);
+        assert_eq!((f.k, f.bm25_weight, f.dense_weight), (20.0, 0.5, 1.0));
+        assert_eq!(fusion(&Config::default()).method, toolgraph_rag::FusionMethod::Rrf);
+    }
 }

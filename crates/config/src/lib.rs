@@ -122,6 +122,11 @@ pub struct RagSettings {
     pub embedding_query_prefix: String,
     /// See `embedding_query_prefix`.
     pub embedding_passage_prefix: String,
+    /// Hybrid search: how the keyword and dense lists are combined: `rrf` (reciprocal-rank
+    /// fusion: ranks, `fusion_k` and the weights) or `dbsf` (distribution-based score fusion:
+    /// each list's scores mapped from mean ± 3σ onto [0, 1], weighted and summed). Default:
+    /// `rrf`. Env: `TOOLGRAPH_RAG_FUSION`.
+    pub fusion: FusionMethod,
     /// Hybrid search: the RRF rank constant. Default 60.
     pub fusion_k: f32,
     /// Hybrid search: weight of the keyword list. Default 1.
@@ -131,6 +136,17 @@ pub struct RagSettings {
     /// Knowledge bases with fewer vectors are searched exactly; larger ones through an HNSW
     /// graph. Default 20000.
     pub dense_exact_below: usize,
+}
+
+/// `rag.fusion`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FusionMethod {
+    /// Reciprocal-rank fusion.
+    #[default]
+    Rrf,
+    /// Distribution-based score fusion.
+    Dbsf,
 }
 
 /// `rag.embedding`.
@@ -157,6 +173,7 @@ impl Default for RagSettings {
             embedding_api_key: None,
             embedding_query_prefix: String::new(),
             embedding_passage_prefix: String::new(),
+            fusion: FusionMethod::Rrf,
             fusion_k: 60.0,
             bm25_weight: 1.0,
             dense_weight: 1.0,
@@ -681,8 +698,13 @@ mod tests {
             jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
             jail.set_env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos");
             jail.set_env("TOOLGRAPH_RAG_TENANT", "ugr");
+            jail.set_env("TOOLGRAPH_RAG_FUSION", "dbsf");
             let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
             assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
+            assert_eq!(c.rag.fusion, FusionMethod::Dbsf);
+            jail.set_env("TOOLGRAPH_RAG_FUSION", "borda");
+            let err = Config::load(Some(Path::new("toolgraph.toml"))).unwrap_err().to_string();
+            assert!(err.contains("borda") && err.contains("rrf") && err.contains("dbsf"), "{err}");
             assert_eq!(c.agents["tutor"].model.as_deref(), Some("qwen2.5"));
             assert_eq!(c.server.ops_bind.as_deref(), Some("127.0.0.1:9100"));
             assert_eq!(c.server.max_runs_per_tenant, 5);

@@ -7,7 +7,7 @@
 
 use crate::chunk::{Chunk, ChunkingOptions, chunk_document};
 use crate::embed::{EmbedKind, Embedder, passage_text};
-use crate::fusion::{Fusion, SearchMode};
+use crate::fusion::{Fusion, FusionMethod, SearchMode};
 use crate::kb::{KbManifest, KnowledgeBase, Ranking, SearchRequest};
 use crate::metrics::{mrr_at, ndcg_at, recall_at};
 use crate::source::SourceDocument;
@@ -40,6 +40,9 @@ pub struct EvalReport {
     pub queries: usize,
     /// Retrieval mode.
     pub mode: &'static str,
+    /// How the lists were fused (hybrid mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<FusionMethod>,
     /// Texts (chunks and queries) embedded in this run (0 when every vector came from the cache).
     pub embedded_texts: usize,
     /// Time spent embedding chunks and queries in this run, ms.
@@ -69,7 +72,7 @@ pub struct EvalOptions<'a> {
     pub mode: SearchMode,
     /// The embedding model (dense and hybrid).
     pub embedder: Option<&'a dyn Embedder>,
-    /// RRF parameters (hybrid).
+    /// Fusion method and parameters (hybrid).
     pub fusion: Fusion,
     /// Where chunk vectors are cached; `None` embeds every run.
     pub cache: Option<EmbeddingCache>,
@@ -264,6 +267,7 @@ pub fn evaluate(
         latency_p99_ms: pct(0.99),
         queries: queries.len(),
         mode: options.mode.as_str(),
+        fusion: (options.mode == SearchMode::Hybrid).then_some(options.fusion.method),
         embedded_texts,
         embed_ms,
         embedding_cache_hit: cache_hit,

@@ -11,7 +11,7 @@ use crate::analyzer::{Analyzer, terms};
 use crate::chunk::{Chunk, ChunkingOptions};
 use crate::dense::{DenseIndex, DenseOptions};
 use crate::filter::Filter;
-use crate::fusion::{Fusion, ListRank, reciprocal_rank_fusion};
+use crate::fusion::{Fusion, ListRank, fuse};
 use crate::mapping::RecordMapping;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -337,7 +337,7 @@ impl KnowledgeBase {
                     Err(RagError::EmptyQuery) => Vec::new(),
                     other => other?,
                 };
-                Ok(reciprocal_rank_fusion(&bm25, &dense, &fusion)
+                Ok(fuse(&bm25, &dense, &fusion)
                     .into_iter()
                     .take(top_k)
                     .map(|f| Ranked { addr: f.key, score: f.score, bm25: f.bm25, dense: f.dense })

@@ -9,7 +9,8 @@
 //! Dense retrieval: chunks carry vectors from an [`Embedder`] (the in-process e5 model lives in
 //! `toolgraph-local-models`; [`OpenAiEmbedder`] calls any `/v1/embeddings` server), searched by
 //! a [`dense`] index with filters applied during the search, and fused with BM25 by
-//! reciprocal-rank [`fusion`]; [`Retriever`] picks the mode and embeds the query.
+//! reciprocal-rank or distribution-based score [`fusion`]; [`Retriever`] picks the mode and
+//! embeds the query.
 #![warn(missing_docs)]
 
 mod analyzer;
@@ -38,7 +39,7 @@ pub use dense::DenseOptions;
 pub use embed::{EmbedKind, Embedder, OpenAiEmbedder, passage_text};
 pub use eval::{EmbeddingCache, EvalOptions, EvalReport, cache_root, evaluate, evaluate_bm25};
 pub use filter::Filter;
-pub use fusion::{Fusion, ListRank, SearchMode, reciprocal_rank_fusion};
+pub use fusion::{Fusion, FusionMethod, ListRank, SearchMode, fuse};
 pub use ingest::{IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, SkippedFile, ingest};
 pub use kb::{
     EmbeddingSettings, Hit, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase, Ranking, SearchRequest,
