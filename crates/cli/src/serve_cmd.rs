@@ -197,6 +197,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let http = HttpServer {
         max_head_bytes: cfg.server.max_request_head_bytes,
         header_read_timeout: std::time::Duration::from_millis(cfg.server.header_read_timeout_ms),
+        drain_timeout: std::time::Duration::from_millis(cfg.server.shutdown_drain_ms),
     };
     let router = match &cfg.server.ops_bind {
         None => toolgraph_server::router(app.clone()),

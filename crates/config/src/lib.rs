@@ -247,6 +247,9 @@ pub struct ServerSettings {
     /// Time a client has to send a request head, in milliseconds; also the longest a keep-alive
     /// connection may sit idle between requests. Default: 30000.
     pub header_read_timeout_ms: u64,
+    /// After SIGTERM (runs already cancelled), how long open responses may take to finish before
+    /// their connections are closed and the stores close, in milliseconds. Default: 30000.
+    pub shutdown_drain_ms: u64,
     /// `store = "backend"`: write tools the backend runs after approval (seed 002's
     /// `create_announcement`, `send_sms`, …), by name.
     pub backend_tools: BTreeMap<String, BackendToolSettings>,
@@ -280,6 +283,7 @@ impl Default for ServerSettings {
             backend_timeout_ms: 10_000,
             max_request_head_bytes: 8 * 1024,
             header_read_timeout_ms: 30_000,
+            shutdown_drain_ms: 30_000,
             backend_tools: BTreeMap::new(),
         }
     }
@@ -517,6 +521,9 @@ impl Config {
         if self.server.header_read_timeout_ms == 0 {
             return Err(invalid("server.header_read_timeout_ms", "must be greater than 0".into()));
         }
+        if self.server.shutdown_drain_ms == 0 {
+            return Err(invalid("server.shutdown_drain_ms", "must be greater than 0".into()));
+        }
         match self.server.auth {
             AuthKind::Hmac if !is_long_enough(self.server.hmac_secret.as_ref()) => {
                 return Err(invalid(
@@ -693,6 +700,7 @@ mod tests {
             jail.set_env("TOOLGRAPH_SERVER_MAX_RUNS_PER_TENANT", "5");
             jail.set_env("TOOLGRAPH_SERVER_MAX_REQUEST_HEAD_BYTES", "16384");
             jail.set_env("TOOLGRAPH_SERVER_HEADER_READ_TIMEOUT_MS", "2500");
+            jail.set_env("TOOLGRAPH_SERVER_SHUTDOWN_DRAIN_MS", "1500");
             jail.set_env("TOOLGRAPH_SERVER__API_KEYS__DEMO", "ab".repeat(32));
             jail.set_env("TOOLGRAPH_SERVER__API_KEY_TENANTS__DEMO", "7");
             jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
@@ -709,6 +717,7 @@ mod tests {
             assert_eq!(c.server.ops_bind.as_deref(), Some("127.0.0.1:9100"));
             assert_eq!(c.server.max_runs_per_tenant, 5);
             assert_eq!((c.server.max_request_head_bytes, c.server.header_read_timeout_ms), (16384, 2500));
+            assert_eq!(c.server.shutdown_drain_ms, 1500);
             assert_eq!(c.server.api_keys["demo"], "ab".repeat(32));
             assert_eq!(c.server.api_key_tenants["demo"], 7);
             assert_eq!(c.tools.sql_database.as_deref(), Some("sqlite::memory:"));
@@ -765,6 +774,8 @@ mod tests {
         assert!(err.contains("`server.max_request_head_bytes`") && err.contains("8192..=1048576"), "{err}");
         let err = Config::from_toml_str("[server]\nheader_read_timeout_ms = 0\n").unwrap_err().to_string();
         assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
+        let err = Config::from_toml_str("[server]\nshutdown_drain_ms = 0\n").unwrap_err().to_string();
+        assert!(err.contains("`server.shutdown_drain_ms`") && err.contains("greater than 0"), "{err}");
     }
 
     #[test]

@@ -11,8 +11,10 @@
 //!   requests, so an idle keep-alive connection closes after it;
 //! - `TCP_NODELAY`, so small SSE frames are not held back by Nagle's algorithm.
 //!
-//! Shutdown is graceful: once the signal resolves, nothing new is accepted, idle connections
-//! close, and the call returns when every in-flight response has finished.
+//! Shutdown is graceful, within a deadline: once the signal resolves, nothing new is accepted,
+//! idle connections close, and in-flight responses may finish for `drain_timeout`; a
+//! connection still open then (a client that stopped reading, so its response cannot end) is
+//! closed, so the stores behind the service can close and the process exit.
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -22,6 +24,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// Connection settings of [`HttpServer::serve`].
 #[derive(Debug, Clone)]
@@ -33,11 +36,18 @@ pub struct HttpServer {
     /// Time a client has to send a whole request head, also the longest a keep-alive
     /// connection may sit idle between requests. Default: 30 s.
     pub header_read_timeout: Duration,
+    /// After the shutdown signal, how long in-flight responses may take to finish before their
+    /// connections are closed. Default: 30 s (orchestrators commonly kill after 30 s).
+    pub drain_timeout: Duration,
 }
 
 impl Default for HttpServer {
     fn default() -> Self {
-        Self { max_head_bytes: MIN_HEAD_BYTES, header_read_timeout: Duration::from_secs(30) }
+        Self {
+            max_head_bytes: MIN_HEAD_BYTES,
+            header_read_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -46,7 +56,8 @@ const MIN_HEAD_BYTES: usize = 8 * 1024;
 
 impl HttpServer {
     /// Serves `router` on connections accepted from `listener` until `shutdown` resolves, then
-    /// stops accepting and waits for the open connections to finish their responses.
+    /// stops accepting, waits up to [`HttpServer::drain_timeout`] for the open connections to
+    /// finish their responses, and closes those still open.
     ///
     /// # Errors
     /// None today: accept failures (a connection reset before it was accepted, the process out
@@ -63,6 +74,7 @@ impl HttpServer {
             .header_read_timeout(self.header_read_timeout)
             .max_buf_size(self.max_head_bytes.max(MIN_HEAD_BYTES));
         let graceful = GracefulShutdown::new();
+        let closing = CancellationToken::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let stream = tokio::select! {
@@ -82,14 +94,25 @@ impl HttpServer {
             }
             let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
             let conn = graceful.watch(conn);
+            let closed = closing.clone().cancelled_owned();
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "connection ended with an error");
+                tokio::select! {
+                    ended = conn => if let Err(e) = ended {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    },
+                    // Dropping the connection closes its socket.
+                    () = closed => tracing::debug!("connection closed at the end of the shutdown drain"),
                 }
             });
         }
         drop(listener);
-        graceful.shutdown().await;
+        if tokio::time::timeout(self.drain_timeout, graceful.shutdown()).await.is_err() {
+            tracing::warn!(
+                drain_ms = self.drain_timeout.as_millis() as u64,
+                "responses still in flight at the end of the shutdown drain: closing their connections"
+            );
+            closing.cancel();
+        }
         Ok(())
     }
 }

@@ -1,9 +1,11 @@
 //! The HTTP listener over real sockets: the request-head limit (431), the header read
-//! timeout, and graceful shutdown letting an in-flight streamed response finish.
+//! timeout, graceful shutdown letting an in-flight streamed response finish, and the drain
+//! deadline closing one that never would.
 
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
+use futures::StreamExt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,20 +13,30 @@ use tokio::sync::oneshot;
 use toolgraph_server::HttpServer;
 
 fn routes() -> Router {
-    Router::new().route("/ok", get(|| async { "ok" })).route(
-        "/slow",
-        get(|| async {
-            // Three chunks 150 ms apart: still streaming when the test asks for shutdown.
-            let chunks = futures::stream::unfold(0u8, |i| async move {
-                if i == 3 {
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                Some((Ok::<_, std::convert::Infallible>(format!("chunk{i};")), i + 1))
-            });
-            Body::from_stream(chunks)
-        }),
-    )
+    Router::new()
+        .route("/ok", get(|| async { "ok" }))
+        .route(
+            "/slow",
+            get(|| async {
+                // Three chunks 150 ms apart: still streaming when the test asks for shutdown.
+                let chunks = futures::stream::unfold(0u8, |i| async move {
+                    if i == 3 {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    Some((Ok::<_, std::convert::Infallible>(format!("chunk{i};")), i + 1))
+                });
+                Body::from_stream(chunks)
+            }),
+        )
+        .route(
+            "/endless",
+            get(|| async {
+                // One chunk, then a body that never ends: only the drain deadline can close it.
+                let first = futures::stream::once(async { Ok::<_, std::convert::Infallible>("first;".to_owned()) });
+                Body::from_stream(first.chain(futures::stream::pending()))
+            }),
+        )
 }
 
 /// Serves [`routes`] until the returned sender fires; the handle resolves when `serve` returns.
@@ -100,4 +112,26 @@ async fn shutdown_lets_a_streaming_response_finish_then_refuses_new_connections(
         .unwrap()
         .unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the port still accepts connections");
+}
+
+#[tokio::test]
+async fn a_response_that_never_ends_is_closed_at_the_drain_deadline() {
+    let drain = Duration::from_millis(300);
+    let (addr, stop, serving) = start(HttpServer { drain_timeout: drain, ..HttpServer::default() }).await;
+    let mut resp = reqwest::get(format!("http://{addr}/endless")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.chunk().await.unwrap().as_deref(), Some(&b"first;"[..]));
+    let started = Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!serving.is_finished(), "serve returned before the drain deadline");
+    tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .expect("serve returns at the drain deadline although the response never ends")
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() >= drain, "serve returned after {:?}, before the deadline", started.elapsed());
+    // The client sees its connection closed: the body ends with an error, not with more data.
+    let rest = tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await.expect("the connection is still open");
+    assert!(rest.is_err(), "the endless response ended cleanly or sent more: {rest:?}");
 }
