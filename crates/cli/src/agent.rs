@@ -167,6 +167,7 @@ pub fn build(
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
+    spec.max_tokens = settings.max_tokens;
     if spec.tools.get("general_query").is_some() {
         spec.prompt_context = schema_prompt.cloned();
     }

@@ -309,6 +309,9 @@ pub struct AgentSettings {
     pub recursion_limit: u32,
     /// Sampling temperature. Default: the model server's.
     pub temperature: Option<f32>,
+    /// Most tokens the model may generate per call (sent as `max_tokens`). Default: the model
+    /// server's (512 for the in-process model).
+    pub max_tokens: Option<u32>,
     /// When a turn's answer used search results (tool results with `metadata.citation`) but
     /// cites none of them, append their citations to it (`citation::sources_footer` of the
     /// retrieval crate). Default: true.
@@ -330,6 +333,7 @@ impl Default for AgentSettings {
             max_tool_retries: 3,
             recursion_limit: 10,
             temperature: None,
+            max_tokens: None,
             cite_sources: true,
         }
     }
@@ -496,6 +500,9 @@ impl Config {
             }
             if agent.recursion_limit == 0 {
                 return Err(invalid(&format!("agents.{name}.recursion_limit"), "must be greater than 0".into()));
+            }
+            if agent.max_tokens == Some(0) {
+                return Err(invalid(&format!("agents.{name}.max_tokens"), "must be greater than 0".into()));
             }
         }
         if !(8 * 1024..=1024 * 1024).contains(&self.server.max_request_head_bytes) {
@@ -776,6 +783,10 @@ mod tests {
         assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
         let err = Config::from_toml_str("[server]\nshutdown_drain_ms = 0\n").unwrap_err().to_string();
         assert!(err.contains("`server.shutdown_drain_ms`") && err.contains("greater than 0"), "{err}");
+        let err = Config::from_toml_str("[agents.a]\nmax_tokens = 0\n").unwrap_err().to_string();
+        assert!(err.contains("`agents.a.max_tokens`") && err.contains("greater than 0"), "{err}");
+        let c = Config::from_toml_str("[agents.a]\nmax_tokens = 300\n").unwrap();
+        assert_eq!(c.agents["a"].max_tokens, Some(300));
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub struct AgentSpec {
     pub history_budget: usize,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Most tokens the model may generate per call (`max_tokens`); `None` leaves the model
+    /// server's limit. A reply cut there is kept as it is.
+    pub max_tokens: Option<u32>,
     /// Text appended to a final answer (streamed and stored with it), from this turn's tool
     /// outputs and the answer — e.g. the sources a search returned that the answer does not
     /// cite. Default: none.
@@ -132,6 +135,7 @@ impl AgentSpec {
             max_tool_retries: 3,
             history_budget: 6000,
             temperature: None,
+            max_tokens: None,
             answer_footer: None,
             prompt_context: None,
         }
@@ -296,6 +300,7 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
     messages.extend_from_slice(history_window(&s.messages, deps.spec.history_budget));
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions.clone());
     request.temperature = deps.spec.temperature;
+    request.max_tokens = deps.spec.max_tokens;
     let model_error = |e: toolgraph_llm::LlmError| NodeError::new("model", e.to_string());
     let mut stream = deps.model.stream(request).await.map_err(model_error)?;
     let mut content = String::new();

@@ -117,6 +117,10 @@ async fn harness(script: Vec<Reply>) -> Harness {
 }
 
 async fn harness_with(script: Vec<Reply>, store: Arc<dyn Checkpointer>) -> Harness {
+    harness_spec(script, store, |_| {}).await
+}
+
+async fn harness_spec(script: Vec<Reply>, store: Arc<dyn Checkpointer>, tweak: impl FnOnce(&mut AgentSpec)) -> Harness {
     let server = ScriptedModelServer::start(script).await.unwrap();
     let mut cfg = OpenAiConfig::new(server.base_url(), "scripted");
     cfg.retry =
@@ -125,6 +129,7 @@ async fn harness_with(script: Vec<Reply>, store: Arc<dyn Checkpointer>) -> Harne
     let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
     let mut spec = AgentSpec::new("test", "You are Lumie's assistant.", tools(counters.clone()));
     spec.max_tool_retries = 2;
+    tweak(&mut spec);
     let graph = react::build(spec, model, store).unwrap();
     Harness { server, graph, counters }
 }
@@ -163,6 +168,27 @@ async fn read_tool_then_streamed_answer() {
     let offered: Vec<&str> =
         requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     assert!(offered.contains(&"send_sms") && offered.contains(&"calculator"));
+    // Unset sampling settings are left to the model server.
+    assert!(requests.iter().all(|r| r.get("max_tokens").is_none() && r.get("temperature").is_none()));
+}
+
+#[tokio::test]
+async fn the_agents_temperature_and_token_limit_reach_every_model_call() {
+    let script =
+        vec![Reply::tool_calls(&[("c1", "calculator", json!({"expression": "1+1"}))]), Reply::text("It is 2.")];
+    let h = harness_spec(script, Arc::new(MemoryCheckpointer::new()), |spec| {
+        spec.temperature = Some(0.25);
+        spec.max_tokens = Some(300);
+    })
+    .await;
+    let (_, out) = h.graph.start(&t(1), user_turn("1+1?", None), RunOptions::default()).await.unwrap().collect().await;
+    assert!(matches!(out, RunOutcome::Completed { .. }), "{out:?}");
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 2, "a tool round and the answer");
+    for r in &requests {
+        assert_eq!(r["max_tokens"], 300, "{r}");
+        assert_eq!(r["temperature"], 0.25, "{r}");
+    }
 }
 
 #[tokio::test]
