@@ -143,6 +143,23 @@ mod chat_model {
         assert!(deltas > 1 && reply.to_lowercase().contains("hola"), "{deltas} deltas: {reply:?}");
         assert_eq!(finish, Some(FinishReason::Stop));
 
+        // A stop sequence several tokens long ends the reply, and none of it is streamed, not
+        // even the pieces that arrived before it was complete.
+        let mut counting =
+            request("Count from 1 to 10, separated by a comma and a space. Only the numbers.", Vec::new());
+        counting.stop = vec![", 5".into()];
+        let mut s = model.stream(counting).await.unwrap();
+        let (mut reply, mut finish) = (String::new(), None);
+        while let Some(e) = s.next().await {
+            match e.unwrap() {
+                ChatEvent::TextDelta(t) => reply.push_str(&t),
+                ChatEvent::Finished(f) => finish = Some(f),
+                _ => {}
+            }
+        }
+        assert!(reply.trim_end().ends_with('4') && !reply.contains('5'), "{reply:?}");
+        assert_eq!(finish, Some(FinishReason::Stop));
+
         // One running + one waiting: the third is refused with 429 and Retry-After.
         let long = || request("Write a long story about a cat.", Vec::new());
         let first = model.stream(long()).await.unwrap();

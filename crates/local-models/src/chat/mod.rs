@@ -7,6 +7,7 @@
 mod call_guide;
 mod model;
 pub mod qwen2;
+mod stop;
 pub mod template;
 
 pub use model::{LocalChatModel, LocalChatOptions};

@@ -10,6 +10,7 @@
 
 use super::call_guide::{GuidedTool, ToolCallGuide};
 use super::qwen2::{Qwen2, argmax};
+use super::stop::StopScanner;
 use super::template::GgufChatAssets;
 use crate::LocalModelError;
 use async_trait::async_trait;
@@ -230,6 +231,7 @@ impl Worker {
         // Decodes token by token, holding bytes back until they form whole characters.
         let mut decoder = self.assets.tokenizer.decode_stream(false);
         let mut text = String::new();
+        let mut stops = StopScanner::new(&request.stop);
         let send = |e: ChatEvent| events.blocking_send(Ok(e)).is_ok();
         let emit = |evs: Vec<TextEvent>, calls: &mut usize| -> bool {
             for e in evs {
@@ -272,17 +274,19 @@ impl Worker {
             let Some(piece) = decoder.step(next).map_err(|e| self.err(e.to_string()))? else { continue };
             text.push_str(&piece);
             guide.observe(&text, &piece);
-            if let Some(stop) = request.stop.iter().find(|s| !s.is_empty() && text.ends_with(s.as_str())) {
-                let keep = piece.len().saturating_sub(stop.len());
-                if !emit(parser.push(&piece[..keep]), &mut calls) {
-                    return Ok(());
-                }
+            let released = stops.push(&piece);
+            if !released.text.is_empty() && !emit(parser.push(&released.text), &mut calls) {
+                return Ok(()); // the caller went away: stop generating
+            }
+            if released.stopped {
                 finish = FinishReason::Stop;
                 break;
             }
-            if !emit(parser.push(&piece), &mut calls) {
-                return Ok(()); // the caller went away: stop generating
-            }
+        }
+        // Text held back as a possible stop sequence that generation ended before completing.
+        let held = stops.finish();
+        if !held.is_empty() && !emit(parser.push(&held), &mut calls) {
+            return Ok(());
         }
         if !emit(parser.finish(), &mut calls) {
             return Ok(());
