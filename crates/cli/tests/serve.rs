@@ -141,7 +141,7 @@ async fn serve_on_postgresql() {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let mut admin = match sqlx::PgConnection::connect(&url).await {
         Ok(c) => c,
-        Err(e) if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0") => {
+        Err(e) if std::env::var_os("CI").is_some() => {
             panic!("PostgreSQL at {url} is required under CI: {e}")
         }
         Err(e) => {

@@ -701,7 +701,7 @@ mod pg {
                     Ok(Err(e)) => e.to_string(),
                     _ => "timed out".into(),
                 };
-                if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
+                if std::env::var_os("CI").is_some() {
                     panic!("PostgreSQL at {} is required under CI: {why}", url());
                 }
                 eprintln!(

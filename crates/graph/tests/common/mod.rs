@@ -25,7 +25,7 @@ impl PgSchema {
         let mut admin = match connect.await.map_err(|_| sqlx::Error::PoolTimedOut).and_then(|r| r) {
             Ok(p) => p,
             Err(e) => {
-                if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
+                if std::env::var_os("CI").is_some() {
                     panic!("PostgreSQL at {} is required under CI: {e}", pg_url());
                 }
                 eprintln!(

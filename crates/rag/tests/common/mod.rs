@@ -11,7 +11,7 @@ pub fn eval_data() -> Option<PathBuf> {
     if dir.is_dir() {
         return Some(dir);
     }
-    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
+    if std::env::var_os("CI").is_some() {
         panic!("evaluation data not found at {} (set TOOLGRAPH_EVAL_DATA)", dir.display());
     }
     eprintln!("SKIPPED: evaluation data not found at {}; set TOOLGRAPH_EVAL_DATA", dir.display());
