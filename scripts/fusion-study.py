@@ -11,7 +11,7 @@ each (computed as toolgraph and BEIR compute them: graded gains, log2 discount).
 embedding model); with any, the study also fuses all the lists together.
 
 Standard library only. It is a measuring aid, not part of the product: the service fuses with
-RRF (crates/rag/src/fusion.rs).
+RRF or DBSF (`rag.fusion`, crates/rag/src/fusion.rs).
 """
 import math, sys
 from urllib.parse import unquote
@@ -62,9 +62,14 @@ def convex(b, d, alpha=0.5):
     for doc, v in nd.items(): s[doc] += alpha * v
     return sorted(s, key=lambda x: -s[x])
 
+def mean_sd(lst):
+    """Mean and population standard deviation of a ranked list's scores."""
+    xs = [x[1] for x in lst]; m = sum(xs) / len(xs)
+    return m, (sum((x - m) ** 2 for x in xs) / len(xs)) ** .5
+
 def zscore(lst):
     if len(lst) < 2: return {doc: 0.0 for doc, _ in lst}
-    xs = [x[1] for x in lst]; m = sum(xs) / len(xs); sd = (sum((x - m) ** 2 for x in xs) / len(xs)) ** .5 or 1
+    m, sd = mean_sd(lst); sd = sd or 1
     return {doc: (sc - m) / sd for doc, sc in lst}
 
 def zfuse(lists, weights=None):
@@ -83,10 +88,9 @@ def dbsf(lists):
     mean ± 3 standard deviations onto [0, 1], clipped, and summed; missing counts 0."""
     s = defaultdict(float)
     for lst in lists:
-        xs = [x[1] for x in lst]
-        if not xs:
+        if not lst:
             continue
-        m = sum(xs) / len(xs); sd = (sum((x - m) ** 2 for x in xs) / len(xs)) ** .5
+        m, sd = mean_sd(lst)
         lo, hi = m - 3 * sd, m + 3 * sd
         for doc, sc in lst:
             s[doc] += min(max((sc - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.5

@@ -24,7 +24,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio::task::JoinSet;
 
 /// Connection settings of [`HttpServer::serve`].
 #[derive(Debug, Clone)]
@@ -37,7 +37,8 @@ pub struct HttpServer {
     /// connection may sit idle between requests. Default: 30 s.
     pub header_read_timeout: Duration,
     /// After the shutdown signal, how long in-flight responses may take to finish before their
-    /// connections are closed. Default: 30 s (orchestrators commonly kill after 30 s).
+    /// connections are closed. Default: 30 s. Under an orchestrator, set it below the kill
+    /// timeout (Kubernetes: 30 s) so the stores still close before the process is killed.
     pub drain_timeout: Duration,
 }
 
@@ -74,11 +75,21 @@ impl HttpServer {
             .header_read_timeout(self.header_read_timeout)
             .max_buf_size(self.max_head_bytes.max(MIN_HEAD_BYTES));
         let graceful = GracefulShutdown::new();
-        let closing = CancellationToken::new();
+        // The connection tasks, so the drain deadline can drop the ones still open; finished
+        // ones are reaped as they end, so the set holds only live connections.
+        let mut connections = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let stream = tokio::select! {
                 () = &mut shutdown => break,
+                Some(ended) = connections.join_next(), if !connections.is_empty() => {
+                    if let Err(e) = ended
+                        && e.is_panic()
+                    {
+                        tracing::error!(error = %e, "a connection task panicked");
+                    }
+                    continue;
+                }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => stream,
                     Err(e) => {
@@ -94,14 +105,9 @@ impl HttpServer {
             }
             let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
             let conn = graceful.watch(conn);
-            let closed = closing.clone().cancelled_owned();
-            tokio::spawn(async move {
-                tokio::select! {
-                    ended = conn => if let Err(e) = ended {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    },
-                    // Dropping the connection closes its socket.
-                    () = closed => tracing::debug!("connection closed at the end of the shutdown drain"),
+            connections.spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
                 }
             });
         }
@@ -111,7 +117,8 @@ impl HttpServer {
                 drain_ms = self.drain_timeout.as_millis() as u64,
                 "responses still in flight at the end of the shutdown drain: closing their connections"
             );
-            closing.cancel();
+            // Aborting a task drops its connection, which closes the socket.
+            connections.shutdown().await;
         }
         Ok(())
     }
