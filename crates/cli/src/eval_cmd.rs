@@ -35,8 +35,9 @@ pub struct RetrievalArgs {
     /// The data set folder, e.g. ../shared/data/scifact.
     #[arg(long, value_name = "DIR")]
     pub dataset: PathBuf,
-    /// `bm25`, `dense` or `hybrid` (dense and hybrid embed with rag.embedding; the chunk
-    /// vectors are cached, so only the first run per corpus and model embeds).
+    /// `bm25`, `dense` or `hybrid` (dense and hybrid embed with rag.embedding, and for an
+    /// English corpus also with rag.second_embedding when it is set; the chunk vectors are cached
+    /// per model, so only the first run per corpus and model embeds).
     #[arg(long, default_value = "bm25")]
     pub mode: SearchMode,
     /// Evaluate only the first N judged queries.
@@ -274,7 +275,8 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
         );
         if r.mode != "bm25" {
             println!(
-                "embeddings: {} · {} texts embedded in {:.1} s",
+                "embeddings: {} · {} · {} texts embedded in {:.1} s",
+                r.embedding_model.as_deref().unwrap_or("?"),
                 if r.embedding_cache_hit { "chunk vectors from the cache" } else { "chunk vectors computed" },
                 r.embedded_texts,
                 r.embed_ms / 1e3

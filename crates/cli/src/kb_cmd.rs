@@ -240,6 +240,11 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
         if let Some(r) = h.dense {
             ranks.push(format!("dense #{} {:.3}", r.rank, r.score));
         }
+        for (i, r) in h.more_dense.iter().enumerate() {
+            if let Some(r) = r {
+                ranks.push(format!("dense {} #{} {:.3}", i + 2, r.rank, r.score));
+            }
+        }
         println!(
             "{}. [{}] score {:.4} ({})\n   {snippet}{ellipsis}",
             i + 1,

@@ -1,6 +1,7 @@
 //! The retrieval pieces the configuration names: the knowledge-base store, the embedding model
-//! (`rag.embedding`: local e5, an OpenAI-compatible server, or none) and the retriever that
-//! fuses keyword and dense results.
+//! (`rag.embedding`: local e5, an OpenAI-compatible server, or none; `rag.second_embedding`: a
+//! second model beside it for some languages) and the retriever that fuses keyword and dense
+//! results.
 
 #[cfg(feature = "local-models")]
 use anyhow::Context;
@@ -8,8 +9,9 @@ use anyhow::Context;
 use anyhow::bail;
 use std::sync::Arc;
 use std::time::Duration;
-use toolgraph_config::{Config, EmbeddingProvider, FusionMethod};
-use toolgraph_rag::{DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, Retriever};
+use toolgraph_config::{Config, EmbeddingProvider, FusionMethod, SecondEmbedding};
+use toolgraph_rag::embed::CombinedEmbedder;
+use toolgraph_rag::{Analyzer, DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, Retriever};
 
 /// The knowledge bases under `<data_dir>/kb`.
 pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
@@ -17,11 +19,23 @@ pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
     Arc::new(KbStore::new(cfg.data_dir.join("kb")).with_dense_options(dense))
 }
 
-/// The configured embedding model; `None` for `rag.embedding = "none"`.
+/// The configured embedding model; `None` for `rag.embedding = "none"`. With
+/// `rag.second_embedding`, both models side by side, meant for `second_embedding_languages`.
 ///
 /// # Errors
-/// When the model cannot be loaded (missing weights name `scripts/fetch-models embed`).
+/// When a model cannot be loaded (missing weights name `scripts/fetch-models`).
 pub fn embedder(cfg: &Config) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    let Some(first) = first_embedder(cfg)? else { return Ok(None) };
+    let second = match cfg.rag.second_embedding {
+        SecondEmbedding::None => return Ok(Some(first)),
+        SecondEmbedding::Minilm => minilm()?,
+    };
+    // Config validation allows only known codes.
+    let languages = cfg.rag.second_embedding_languages.iter().filter_map(|l| Analyzer::from_code(l)).collect();
+    Ok(Some(Arc::new(CombinedEmbedder::new(vec![first, second], Some(languages))?)))
+}
+
+fn first_embedder(cfg: &Config) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
     match cfg.rag.embedding {
         EmbeddingProvider::None => Ok(None),
         EmbeddingProvider::Openai => {
@@ -33,6 +47,7 @@ pub fn embedder(cfg: &Config) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
                 dimension: r.embedding_dimension.unwrap_or_default(),
                 query_prefix: r.embedding_query_prefix.clone(),
                 passage_prefix: r.embedding_passage_prefix.clone(),
+                parts: Vec::new(),
             };
             let e = OpenAiEmbedder::new(
                 r.embedding_base_url.as_deref().unwrap_or_default(),
@@ -57,6 +72,21 @@ fn local() -> anyhow::Result<Option<Arc<dyn Embedder>>> {
     bail!(
         "this build has no local models (built without the `local-models` feature): set rag.embedding to \
          \"none\" or \"openai\", or rebuild with default features"
+    )
+}
+
+#[cfg(feature = "local-models")]
+fn minilm() -> anyhow::Result<Arc<dyn Embedder>> {
+    let e = toolgraph_local_models::MiniLmEmbedder::load_default()
+        .context("cannot load the second embedding model (rag.second_embedding)")?;
+    Ok(Arc::new(e))
+}
+
+#[cfg(not(feature = "local-models"))]
+fn minilm() -> anyhow::Result<Arc<dyn Embedder>> {
+    bail!(
+        "this build has no local models (built without the `local-models` feature): set rag.second_embedding \
+         to \"none\", or rebuild with default features"
     )
 }
 

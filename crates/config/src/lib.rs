@@ -122,6 +122,16 @@ pub struct RagSettings {
     pub embedding_query_prefix: String,
     /// See `embedding_query_prefix`.
     pub embedding_passage_prefix: String,
+    /// A second model beside `embedding`: `minilm` (all-MiniLM-L6-v2 in process, English only,
+    /// weights from `scripts/fetch-models minilm`) or `none`. A new knowledge base in one of
+    /// `second_embedding_languages` stores both models' vectors and hybrid search fuses three
+    /// lists (keyword, first model, second model); other knowledge bases get the first model
+    /// alone, and an existing one keeps what it was built with. Default: `none`.
+    /// Env: `TOOLGRAPH_RAG_SECOND_EMBEDDING`.
+    pub second_embedding: SecondEmbedding,
+    /// Knowledge-base languages (analyzer codes `en`, `es`, `vi`, `ko`) the second model is used
+    /// for. Default: `["en"]`.
+    pub second_embedding_languages: Vec<String>,
     /// Hybrid search: how the keyword and dense lists are combined: `rrf` (reciprocal-rank
     /// fusion: ranks, `fusion_k` and the weights) or `dbsf` (distribution-based score fusion:
     /// each list's scores mapped from mean ± 3σ onto [0, 1], weighted and summed). Default:
@@ -149,6 +159,17 @@ pub enum FusionMethod {
     Dbsf,
 }
 
+/// `rag.second_embedding`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecondEmbedding {
+    /// One model only.
+    #[default]
+    None,
+    /// all-MiniLM-L6-v2 in process (English).
+    Minilm,
+}
+
 /// `rag.embedding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -173,6 +194,8 @@ impl Default for RagSettings {
             embedding_api_key: None,
             embedding_query_prefix: String::new(),
             embedding_passage_prefix: String::new(),
+            second_embedding: SecondEmbedding::None,
+            second_embedding_languages: vec!["en".into()],
             fusion: FusionMethod::Rrf,
             fusion_k: 60.0,
             bm25_weight: 1.0,
@@ -478,6 +501,22 @@ impl Config {
                 ));
             }
         }
+        if self.rag.second_embedding != SecondEmbedding::None {
+            if self.rag.embedding == EmbeddingProvider::None {
+                return Err(invalid(
+                    "rag.second_embedding",
+                    "a second model needs a first one: rag.embedding is \"none\"".into(),
+                ));
+            }
+            if let Some(bad) =
+                self.rag.second_embedding_languages.iter().find(|l| !matches!(l.as_str(), "en" | "es" | "vi" | "ko"))
+            {
+                return Err(invalid(
+                    "rag.second_embedding_languages",
+                    format!("unknown language '{bad}' (use en, es, vi or ko)"),
+                ));
+            }
+        }
         if !(self.rag.fusion_k >= 0.0 && self.rag.bm25_weight >= 0.0 && self.rag.dense_weight >= 0.0) {
             return Err(invalid("rag.fusion_k", "fusion_k, bm25_weight and dense_weight must be ≥ 0".into()));
         }
@@ -717,6 +756,11 @@ mod tests {
             let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
             assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
             assert_eq!(c.rag.fusion, FusionMethod::Dbsf);
+            jail.set_env("TOOLGRAPH_RAG_SECOND_EMBEDDING", "minilm");
+            let with_second = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(with_second.rag.second_embedding, SecondEmbedding::Minilm);
+            assert_eq!(with_second.rag.second_embedding_languages, ["en"]);
+            jail.set_env("TOOLGRAPH_RAG_SECOND_EMBEDDING", "none");
             jail.set_env("TOOLGRAPH_RAG_FUSION", "borda");
             let err = Config::load(Some(Path::new("toolgraph.toml"))).unwrap_err().to_string();
             assert!(err.contains("borda") && err.contains("rrf") && err.contains("dbsf"), "{err}");
@@ -783,6 +827,15 @@ mod tests {
         assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
         let err = Config::from_toml_str("[server]\nshutdown_drain_ms = 0\n").unwrap_err().to_string();
         assert!(err.contains("`server.shutdown_drain_ms`") && err.contains("greater than 0"), "{err}");
+        let err = Config::from_toml_str("[rag]\nembedding = \"none\"\nsecond_embedding = \"minilm\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`rag.second_embedding`") && err.contains("needs a first one"), "{err}");
+        let err =
+            Config::from_toml_str("[rag]\nsecond_embedding = \"minilm\"\nsecond_embedding_languages = [\"fr\"]\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("`rag.second_embedding_languages`") && err.contains("'fr'"), "{err}");
         let err = Config::from_toml_str("[agents.a]\nmax_tokens = 0\n").unwrap_err().to_string();
         assert!(err.contains("`agents.a.max_tokens`") && err.contains("greater than 0"), "{err}");
         let c = Config::from_toml_str("[agents.a]\nmax_tokens = 300\n").unwrap();

@@ -1,5 +1,6 @@
 //! In-process models for toolgraph, on candle: the multilingual-e5-small embedder ([`E5Embedder`])
-//! for dense retrieval, and the prompt side of local GGUF chat models ([`chat`]).
+//! for dense retrieval, the English all-MiniLM-L6-v2 embedder ([`MiniLmEmbedder`]) for a second
+//! dense list, and the prompt side of local GGUF chat models ([`chat`]).
 //!
 //! Weights are never bundled: `scripts/fetch-models` puts them in [`models_dir`], verified by
 //! sha256. This crate is separate (and optional in the binary) because candle takes minutes to
@@ -8,8 +9,11 @@
 
 pub mod chat;
 pub mod e5;
+pub mod encoder;
+pub mod minilm;
 
 pub use e5::E5Embedder;
+pub use minilm::MiniLmEmbedder;
 
 use std::path::PathBuf;
 

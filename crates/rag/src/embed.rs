@@ -1,12 +1,15 @@
 //! Text embeddings behind one trait: what dense search and hybrid fusion call, whether the
-//! vectors come from the in-process e5 model (`toolgraph-local-models`) or an
-//! OpenAI-compatible `/v1/embeddings` server ([`OpenAiEmbedder`]).
+//! vectors come from the in-process models (`toolgraph-local-models`), an OpenAI-compatible
+//! `/v1/embeddings` server ([`OpenAiEmbedder`]), or several models side by side
+//! ([`CombinedEmbedder`]: one dense list per model, fused with the keyword list).
 //!
 //! Embedding is CPU- or network-bound and blocking; async callers run it on a blocking thread.
 
-use crate::RagError;
 use crate::kb::EmbeddingSettings;
+use crate::{Analyzer, RagError};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Whether a text is a query or a passage (e5 and similar models embed them differently).
@@ -23,11 +26,24 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     /// The model's identity: a knowledge base built with one model refuses another.
     fn settings(&self) -> &EmbeddingSettings;
 
-    /// One L2-normalised vector of [`EmbeddingSettings::dimension`] floats per text, in order.
+    /// One vector of [`EmbeddingSettings::dimension`] floats per text, in order: L2-normalised,
+    /// or for a combined embedder each model's unit vector side by side.
     ///
     /// # Errors
     /// [`RagError::Embedding`] when the model cannot embed the batch.
     fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError>;
+
+    /// The models of a combined embedder, in order (empty for a single model).
+    fn parts(&self) -> &[Arc<dyn Embedder>] {
+        &[]
+    }
+
+    /// Whether this embedder is meant for text in `language` (a combined embedder whose extra
+    /// models are English-only is not meant for Vietnamese).
+    fn covers(&self, language: Analyzer) -> bool {
+        let _ = language;
+        true
+    }
 }
 
 /// Checks that a knowledge base built with `built` can be searched or extended with `with`.
@@ -48,6 +64,98 @@ pub fn ensure_same_model(built: &EmbeddingSettings, with: &EmbeddingSettings) ->
         )));
     }
     Ok(())
+}
+
+/// The embedder a knowledge base is embedded or searched with, given the configured one: a
+/// combined embedder gives way to its first model for a knowledge base built with that model
+/// alone, and for a new one in a language its extra models are not meant for. Anything else is
+/// the configured embedder (and [`ensure_same_model`] then accepts or refuses it).
+pub fn embedder_for_kb(
+    configured: &Arc<dyn Embedder>,
+    language: Analyzer,
+    built: Option<&EmbeddingSettings>,
+) -> Arc<dyn Embedder> {
+    let Some(first) = configured.parts().first() else { return configured.clone() };
+    let same = |a: &EmbeddingSettings, b: &EmbeddingSettings| a.model == b.model && a.sha256 == b.sha256;
+    match built {
+        Some(b) if same(b, configured.settings()) => configured.clone(),
+        Some(b) if same(b, first.settings()) => first.clone(),
+        Some(_) => configured.clone(),
+        None if configured.covers(language) => configured.clone(),
+        None => first.clone(),
+    }
+}
+
+/// Several models side by side: each text's vector is every model's unit vector, concatenated.
+/// A knowledge base built with it keeps one dense list per model and fuses them all with the
+/// keyword list (named vectors, in Qdrant's terms). The extra models can be limited to some
+/// languages (an English-only model beside a multilingual one).
+#[derive(Debug)]
+pub struct CombinedEmbedder {
+    parts: Vec<Arc<dyn Embedder>>,
+    languages: Option<Vec<Analyzer>>,
+    settings: EmbeddingSettings,
+}
+
+impl CombinedEmbedder {
+    /// Combines `parts` (at least two single models); `languages`, when given, are the
+    /// knowledge-base languages the combination is meant for (others get the first model alone).
+    ///
+    /// # Errors
+    /// [`RagError::Embedding`] for fewer than two parts or a part that is itself combined.
+    pub fn new(parts: Vec<Arc<dyn Embedder>>, languages: Option<Vec<Analyzer>>) -> Result<Self, RagError> {
+        if parts.len() < 2 || parts.iter().any(|p| !p.parts().is_empty()) {
+            return Err(RagError::Embedding("a combined embedder needs two or more single models".into()));
+        }
+        let settings: Vec<EmbeddingSettings> = parts.iter().map(|p| p.settings().clone()).collect();
+        let mut sha = Sha256::new();
+        for p in &settings {
+            sha.update(p.sha256.as_bytes());
+            sha.update(b"\n");
+        }
+        let settings = EmbeddingSettings {
+            model: settings.iter().map(|p| p.model.as_str()).collect::<Vec<_>>().join("+"),
+            sha256: hex::encode(sha.finalize()),
+            dimension: settings.iter().map(|p| p.dimension).sum(),
+            query_prefix: String::new(),
+            passage_prefix: String::new(),
+            parts: settings,
+        };
+        Ok(Self { parts, languages, settings })
+    }
+}
+
+impl Embedder for CombinedEmbedder {
+    fn settings(&self) -> &EmbeddingSettings {
+        &self.settings
+    }
+
+    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+        let mut out: Vec<Vec<f32>> = texts.iter().map(|_| Vec::with_capacity(self.settings.dimension)).collect();
+        for part in &self.parts {
+            let vectors = part.embed(texts, kind)?;
+            if vectors.len() != texts.len() {
+                return Err(RagError::Embedding(format!(
+                    "{} returned {} vectors for {} texts",
+                    part.settings().model,
+                    vectors.len(),
+                    texts.len()
+                )));
+            }
+            for (o, v) in out.iter_mut().zip(vectors) {
+                o.extend(v);
+            }
+        }
+        Ok(out)
+    }
+
+    fn parts(&self) -> &[Arc<dyn Embedder>] {
+        &self.parts
+    }
+
+    fn covers(&self, language: Analyzer) -> bool {
+        self.languages.as_ref().is_none_or(|l| l.contains(&language))
+    }
 }
 
 fn short(sha: &str) -> &str {
@@ -204,6 +312,7 @@ mod tests {
             dimension: dim,
             query_prefix: String::new(),
             passage_prefix: String::new(),
+            parts: Vec::new(),
         }
     }
 
@@ -217,6 +326,65 @@ mod tests {
             let err = ensure_same_model(&built, &other).unwrap_err().to_string();
             assert!(err.contains("e5-small") && err.contains("re-ingest"), "{err}");
         }
+    }
+
+    /// A model that maps every text to one fixed unit vector.
+    #[derive(Debug)]
+    struct Fixed(EmbeddingSettings, Vec<f32>);
+
+    impl Embedder for Fixed {
+        fn settings(&self) -> &EmbeddingSettings {
+            &self.0
+        }
+        fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+            Ok(texts.iter().map(|_| self.1.clone()).collect())
+        }
+    }
+
+    fn fixed(model: &str, v: Vec<f32>) -> Arc<dyn Embedder> {
+        Arc::new(Fixed(settings(model, &format!("{model}-sha"), v.len()), v))
+    }
+
+    #[test]
+    fn a_combined_embedder_puts_each_models_vector_side_by_side() {
+        let e5 = fixed("e5", vec![1.0, 0.0, 0.0]);
+        let minilm = fixed("minilm", vec![0.0, 1.0]);
+        let both = CombinedEmbedder::new(vec![e5.clone(), minilm.clone()], Some(vec![Analyzer::English])).unwrap();
+        let s = both.settings();
+        assert_eq!((s.model.as_str(), s.dimension), ("e5+minilm", 5));
+        assert_eq!(s.parts.iter().map(|p| p.model.as_str()).collect::<Vec<_>>(), ["e5", "minilm"]);
+        assert_eq!(both.embed(&["x", "y"], EmbedKind::Query).unwrap(), vec![vec![1.0, 0.0, 0.0, 0.0, 1.0]; 2]);
+        // Its identity depends on every part's weights.
+        let other = CombinedEmbedder::new(vec![e5.clone(), fixed("minilm", vec![0.0, 1.0])], None).unwrap();
+        assert_eq!(other.settings().sha256, both.settings().sha256);
+        let changed = Arc::new(Fixed(settings("minilm", "other-sha", 2), vec![0.0, 1.0]));
+        let changed = CombinedEmbedder::new(vec![e5.clone(), changed], None).unwrap();
+        assert_ne!(changed.settings().sha256, both.settings().sha256);
+        // One part, or a combined part, is refused.
+        assert!(CombinedEmbedder::new(vec![e5.clone()], None).is_err());
+        let nested: Arc<dyn Embedder> = Arc::new(both);
+        assert!(CombinedEmbedder::new(vec![e5, nested], None).is_err());
+    }
+
+    #[test]
+    fn a_knowledge_base_gets_the_models_it_was_built_with_or_its_language_allows() {
+        let e5 = fixed("e5", vec![1.0]);
+        let both: Arc<dyn Embedder> = Arc::new(
+            CombinedEmbedder::new(vec![e5.clone(), fixed("minilm", vec![1.0])], Some(vec![Analyzer::English])).unwrap(),
+        );
+        let model = |e: Arc<dyn Embedder>| e.settings().model.clone();
+        // New knowledge bases: English gets both models, Vietnamese the multilingual one.
+        assert_eq!(model(embedder_for_kb(&both, Analyzer::English, None)), "e5+minilm");
+        assert_eq!(model(embedder_for_kb(&both, Analyzer::Vietnamese, None)), "e5");
+        // Existing ones keep what they were built with, whatever their language.
+        assert_eq!(model(embedder_for_kb(&both, Analyzer::English, Some(e5.settings()))), "e5");
+        assert_eq!(model(embedder_for_kb(&both, Analyzer::Vietnamese, Some(both.settings()))), "e5+minilm");
+        // Another model: the configured one, which the model check then refuses.
+        let bge = settings("bge", "bge-sha", 1);
+        let chosen = embedder_for_kb(&both, Analyzer::English, Some(&bge));
+        assert!(ensure_same_model(&bge, chosen.settings()).is_err());
+        // A single model is always itself.
+        assert_eq!(model(embedder_for_kb(&e5, Analyzer::Vietnamese, Some(&bge))), "e5");
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct EvalReport {
     /// How the lists were fused (hybrid mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fusion: Option<FusionMethod>,
+    /// The embedding model (dense and hybrid; `a+b` for two models side by side).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<String>,
     /// Texts (chunks and queries) embedded in this run (0 when every vector came from the cache).
     pub embedded_texts: usize,
     /// Time spent embedding chunks and queries in this run, ms.
@@ -122,6 +125,9 @@ pub fn evaluate(
     let started = Instant::now();
     let embedder = match (options.mode, options.embedder) {
         (SearchMode::Bm25, _) => None,
+        // A combined embedder whose extra models are not meant for this language runs as its
+        // first model, as an ingest into a knowledge base of this language would.
+        (_, Some(e)) if !e.covers(options.analyzer) => Some(e.parts().first().map_or(e, |p| p.as_ref())),
         (_, Some(e)) => Some(e),
         (mode, None) => {
             return Err(RagError::Embedding(format!("mode {} needs an embedding model", mode.as_str())));
@@ -153,22 +159,10 @@ pub fn evaluate(
         Some(e) => {
             let t = Instant::now();
             let texts: Vec<String> = per_doc.iter().flatten().map(passage_text).collect();
-            let key = EmbeddingCache::key(e, EmbedKind::Passage, &texts);
-            let cached = options.cache.as_ref().and_then(|c| c.load(&key, texts.len(), e.settings().dimension));
-            let vectors = match cached {
-                Some(v) => {
-                    cache_hit = true;
-                    v
-                }
-                None => {
-                    let v = embed_in_batches(e, &texts, EmbedKind::Passage, progress)?;
-                    embedded_texts += texts.len();
-                    if let Some(c) = &options.cache {
-                        c.store(&key, &v);
-                    }
-                    v
-                }
-            };
+            let (vectors, embedded, hit) =
+                embed_cached(e, EmbedKind::Passage, &texts, options.cache.as_ref(), progress)?;
+            embedded_texts += embedded;
+            cache_hit = hit;
             embed_ms += t.elapsed().as_secs_f64() * 1e3;
             Some(vectors)
         }
@@ -191,18 +185,8 @@ pub fn evaluate(
         Some(e) => {
             let t = Instant::now();
             let texts: Vec<String> = queries.iter().map(|(_, q)| q.clone()).collect();
-            let key = EmbeddingCache::key(e, EmbedKind::Query, &texts);
-            let v = match options.cache.as_ref().and_then(|c| c.load(&key, texts.len(), e.settings().dimension)) {
-                Some(v) => v,
-                None => {
-                    let v = embed_in_batches(e, &texts, EmbedKind::Query, &mut |_, _| {})?;
-                    embedded_texts += texts.len();
-                    if let Some(c) = &options.cache {
-                        c.store(&key, &v);
-                    }
-                    v
-                }
-            };
+            let (v, embedded, _) = embed_cached(e, EmbedKind::Query, &texts, options.cache.as_ref(), &mut |_, _| {})?;
+            embedded_texts += embedded;
             embed_ms += t.elapsed().as_secs_f64() * 1e3;
             Some(v)
         }
@@ -268,6 +252,7 @@ pub fn evaluate(
         queries: queries.len(),
         mode: options.mode.as_str(),
         fusion: (options.mode == SearchMode::Hybrid).then_some(options.fusion.method),
+        embedding_model: embedder.map(|e| e.settings().model.clone()),
         embedded_texts,
         embed_ms,
         embedding_cache_hit: cache_hit,
@@ -296,6 +281,40 @@ fn run_file_id(id: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     out.into()
+}
+
+/// Embeds `texts` through the cache: returns the vectors, how many texts were embedded, and
+/// whether every vector came from the cache. A combined embedder's models are cached one by
+/// one, so a run that adds a model to another re-uses the other's vectors.
+fn embed_cached(
+    e: &dyn Embedder,
+    kind: EmbedKind,
+    texts: &[String],
+    cache: Option<&EmbeddingCache>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<Vec<f32>>, usize, bool), RagError> {
+    if !e.parts().is_empty() {
+        let mut out: Vec<Vec<f32>> = texts.iter().map(|_| Vec::with_capacity(e.settings().dimension)).collect();
+        let (mut embedded, mut all_hit) = (0, true);
+        for part in e.parts() {
+            let (vectors, n, hit) = embed_cached(part.as_ref(), kind, texts, cache, progress)?;
+            embedded += n;
+            all_hit &= hit;
+            for (o, v) in out.iter_mut().zip(vectors) {
+                o.extend(v);
+            }
+        }
+        return Ok((out, embedded, all_hit));
+    }
+    let key = EmbeddingCache::key(e, kind, texts);
+    if let Some(v) = cache.and_then(|c| c.load(&key, texts.len(), e.settings().dimension)) {
+        return Ok((v, 0, true));
+    }
+    let v = embed_in_batches(e, texts, kind, progress)?;
+    if let Some(c) = cache {
+        c.store(&key, &v);
+    }
+    Ok((v, texts.len(), false))
 }
 
 fn embed_in_batches(

@@ -1,11 +1,12 @@
-//! Fusion of the keyword and dense result lists, and the search modes.
+//! Fusion of the keyword list and one or more dense lists (one per embedding model of the
+//! knowledge base), and the search modes.
 //!
 //! Two methods. RRF (Cormack et al., 2009), the default: a result's fused score is
 //! `Σ wᵢ / (k + rankᵢ)` over the lists it appears in, ranks 1-based; it needs no score
 //! calibration between BM25 and cosine. DBSF (distribution-based score fusion, as Qdrant names
 //! it): each list's scores are mapped from `mean ± 3σ` of that list onto [0, 1], clipped, and
 //! summed with the weights; unlike RRF it keeps how far ahead a result is, not only its place.
-//! Each fused result keeps both lists' rank and score so a playground can show why it ranked
+//! Each fused result keeps every list's rank and score so a playground can show why it ranked
 //! where it did.
 
 use serde::{Deserialize, Serialize};
@@ -79,7 +80,7 @@ pub struct Fusion {
     pub k: f32,
     /// Weight of the keyword list.
     pub bm25_weight: f32,
-    /// Weight of the dense list.
+    /// Weight of each dense list.
     pub dense_weight: f32,
     /// How deep each list is read before fusing (at least the requested `top_k`).
     pub depth: usize,
@@ -109,17 +110,29 @@ pub struct Fused<K> {
     pub score: f32,
     /// Place in the keyword list.
     pub bm25: Option<ListRank>,
-    /// Place in the dense list.
+    /// Place in the (first) dense list.
     pub dense: Option<ListRank>,
+    /// Place in each further dense list (a knowledge base with several embedding models).
+    pub more_dense: Vec<Option<ListRank>>,
 }
 
 /// Fuses two best-first lists of `(key, score)` by [`Fusion::method`]. Ties on the fused score
 /// go to the better single-list rank, then to the keyword list's order, so results are
 /// deterministic.
 pub fn fuse<K: Copy + Eq + Hash>(bm25: &[(K, f32)], dense: &[(K, f32)], fusion: &Fusion) -> Vec<Fused<K>> {
-    let mut by_key: HashMap<K, usize> = HashMap::with_capacity(bm25.len() + dense.len());
-    let mut out: Vec<Fused<K>> = Vec::with_capacity(bm25.len() + dense.len());
-    for (list, weight, is_bm25) in [(bm25, fusion.bm25_weight, true), (dense, fusion.dense_weight, false)] {
+    fuse_many(bm25, &[dense], fusion)
+}
+
+/// Like [`fuse`] with several dense lists (one per embedding model), each weighted
+/// [`Fusion::dense_weight`]; [`Fused::dense`] is the first one's rank, [`Fused::more_dense`] the
+/// others'.
+pub fn fuse_many<K: Copy + Eq + Hash>(bm25: &[(K, f32)], dense: &[&[(K, f32)]], fusion: &Fusion) -> Vec<Fused<K>> {
+    let capacity = bm25.len() + dense.iter().map(|d| d.len()).sum::<usize>();
+    let mut by_key: HashMap<K, usize> = HashMap::with_capacity(capacity);
+    let mut out: Vec<Fused<K>> = Vec::with_capacity(capacity);
+    let more = dense.len().saturating_sub(1);
+    let lists = std::iter::once((bm25, fusion.bm25_weight)).chain(dense.iter().map(|d| (*d, fusion.dense_weight)));
+    for (which, (list, weight)) in lists.enumerate() {
         let range = match fusion.method {
             FusionMethod::Dbsf => Some(ScoreRange::of(list)),
             FusionMethod::Rrf => None,
@@ -127,19 +140,27 @@ pub fn fuse<K: Copy + Eq + Hash>(bm25: &[(K, f32)], dense: &[(K, f32)], fusion: 
         for (i, &(key, score)) in list.iter().enumerate() {
             let rank = ListRank { rank: i + 1, score };
             let slot = *by_key.entry(key).or_insert_with(|| {
-                out.push(Fused { key, score: 0.0, bm25: None, dense: None });
+                out.push(Fused { key, score: 0.0, bm25: None, dense: None, more_dense: vec![None; more] });
                 out.len() - 1
             });
             let f = &mut out[slot];
             f.score += weight * range.map_or(1.0 / (fusion.k + rank.rank as f32), |r| r.unit(score));
-            if is_bm25 {
-                f.bm25 = Some(rank);
-            } else {
-                f.dense = Some(rank);
+            match which {
+                0 => f.bm25 = Some(rank),
+                1 => f.dense = Some(rank),
+                n => f.more_dense[n - 2] = Some(rank),
             }
         }
     }
-    let best_rank = |f: &Fused<K>| f.bm25.map_or(usize::MAX, |r| r.rank).min(f.dense.map_or(usize::MAX, |r| r.rank));
+    let best_rank = |f: &Fused<K>| {
+        std::iter::once(f.bm25)
+            .chain(std::iter::once(f.dense))
+            .chain(f.more_dense.iter().copied())
+            .flatten()
+            .map(|r| r.rank)
+            .min()
+            .unwrap_or(usize::MAX)
+    };
     // `out` is in first-seen order (keyword list first); a stable sort keeps it for full ties.
     out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| best_rank(a).cmp(&best_rank(b))));
     out
@@ -258,6 +279,32 @@ mod tests {
         // mean 1.5, σ 0.5: the range is 0 ..= 3, so a is 2/3 of it, weighted 2.
         assert!((only[0].score - 2.0 * 2.0 / 3.0).abs() < 1e-6, "{only:?}");
         assert!(only.iter().all(|x| x.score.is_finite() && x.score >= 0.0));
+    }
+
+    #[test]
+    fn three_lists_fuse_with_every_dense_list_weighted_alike() {
+        let bm25 = [("a", 5.0), ("b", 4.0)];
+        let e5 = [("b", 0.9), ("c", 0.8)];
+        let minilm = [("c", 0.7), ("b", 0.6), ("d", 0.5)];
+        let f = Fusion::default();
+        let fused = fuse_many(&bm25, &[&e5, &minilm], &f);
+        let get = |k: &str| fused.iter().find(|x| x.key == k).unwrap().clone();
+        let b = get("b");
+        assert!((b.score - (1.0 / 62.0 + 1.0 / 61.0 + 1.0 / 62.0)).abs() < 1e-7);
+        assert_eq!(b.dense, Some(ListRank { rank: 1, score: 0.9 }));
+        assert_eq!(b.more_dense, vec![Some(ListRank { rank: 2, score: 0.6 })]);
+        assert_eq!(get("d").more_dense, vec![Some(ListRank { rank: 3, score: 0.5 })]);
+        assert!(get("a").dense.is_none() && get("a").more_dense == vec![None]);
+        // b is in all three lists; c in two; a and d in one each.
+        assert_eq!(fused.iter().map(|x| x.key).collect::<Vec<_>>(), ["b", "c", "a", "d"]);
+        // The third list counts: without it, c (0.8 in e5 only) falls behind a (first keyword hit).
+        let two = fuse(&bm25, &e5, &f);
+        assert_eq!(two.iter().map(|x| x.key).collect::<Vec<_>>(), ["b", "a", "c"]);
+        // With DBSF the dense weight scales each dense list.
+        let dbsf = Fusion { method: FusionMethod::Dbsf, dense_weight: 0.0, ..f };
+        let keyword_only = fuse_many(&bm25, &[&e5, &minilm], &dbsf);
+        assert_eq!(keyword_only[0].key, "a");
+        assert!(keyword_only.iter().filter(|x| x.bm25.is_none()).all(|x| x.score == 0.0));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use crate::RagError;
 use crate::analyzer::Analyzer;
 use crate::chunk::{ChunkingOptions, chunk_document};
-use crate::embed::{EmbedKind, Embedder, ensure_same_model, passage_text};
+use crate::embed::{EmbedKind, Embedder, embedder_for_kb, ensure_same_model, passage_text};
 use crate::formats::{Format, parse};
 use crate::kb::{EmbeddingSettings, KbManifest, KbStore, validate_name};
 use crate::mapping::RecordMapping;
@@ -88,7 +88,8 @@ pub struct IngestOptions {
     /// Chunk sizes for a new knowledge base.
     pub chunking: Option<ChunkingOptions>,
     /// The embedding model: a new knowledge base records it and stores a vector per chunk; an
-    /// existing one must have been built with the same model (or with none, if this is none).
+    /// existing one must have been built with the same model (or with none, if this is none). A
+    /// combined embedder gives way to its first model where [`embedder_for_kb`] says so.
     pub embedder: Option<Arc<dyn Embedder>>,
 }
 
@@ -255,6 +256,7 @@ pub fn ingest(
         }
     }
 
+    let embedder: Option<Arc<dyn Embedder>>;
     let kb_handle = match existing {
         Some(k) => {
             if let Some(a) = options.analyzer.filter(|a| *a != k.manifest().analyzer) {
@@ -264,7 +266,11 @@ pub fn ingest(
                     a.code()
                 )));
             }
-            check_embedding_model(kb, k.manifest().embedding.as_ref(), options.embedder.as_deref())?;
+            embedder = options
+                .embedder
+                .as_ref()
+                .map(|e| embedder_for_kb(e, k.manifest().analyzer, k.manifest().embedding.as_ref()));
+            check_embedding_model(kb, k.manifest().embedding.as_ref(), embedder.as_deref())?;
             if options.mapping.as_ref().is_some_and(|m| *m != k.manifest().mapping) {
                 let mut manifest = k.manifest().clone();
                 manifest.mapping = mapping.clone();
@@ -291,7 +297,8 @@ pub fn ingest(
             let mut manifest = KbManifest::new(tenant, kb, analyzer);
             manifest.chunking = chunking;
             manifest.mapping = mapping.clone();
-            manifest.embedding = options.embedder.as_ref().map(|e| e.settings().clone());
+            embedder = options.embedder.as_ref().map(|e| embedder_for_kb(e, analyzer, None));
+            manifest.embedding = embedder.as_ref().map(|e| e.settings().clone());
             store.open_or_create(manifest, options.analyzer.is_some())?
         }
     };
@@ -308,7 +315,7 @@ pub fn ingest(
         }
     }
     // Embed before taking the writer: a model failure leaves the knowledge base untouched.
-    let vectors = match &options.embedder {
+    let vectors = match &embedder {
         Some(e) => {
             let t = Instant::now();
             let texts: Vec<String> = changed.iter().flat_map(|p| p.chunks.iter().map(passage_text)).collect();

@@ -11,7 +11,7 @@ use crate::analyzer::{Analyzer, terms};
 use crate::chunk::{Chunk, ChunkingOptions};
 use crate::dense::{DenseIndex, DenseOptions};
 use crate::filter::Filter;
-use crate::fusion::{Fusion, ListRank, fuse};
+use crate::fusion::{Fusion, ListRank, fuse_many};
 use crate::mapping::RecordMapping;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,6 +46,31 @@ pub struct EmbeddingSettings {
     pub query_prefix: String,
     /// Prefix for passages (e5: `passage: `).
     pub passage_prefix: String,
+    /// For several models side by side (a combined embedder), each model's settings in order:
+    /// stored vectors hold their vectors one after the other, and search keeps one dense list
+    /// per model. Empty for a single model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<EmbeddingSettings>,
+}
+
+impl EmbeddingSettings {
+    /// The models whose vectors a stored vector holds, in order (the model itself when single).
+    pub fn models(&self) -> &[EmbeddingSettings] {
+        if self.parts.is_empty() { std::slice::from_ref(self) } else { &self.parts }
+    }
+
+    /// Why these settings cannot describe stored vectors (parts that do not add up, or are
+    /// themselves combined), if they cannot.
+    fn inconsistency(&self) -> Option<String> {
+        let sum: usize = self.parts.iter().map(|p| p.dimension).sum();
+        if !self.parts.is_empty() && sum != self.dimension {
+            return Some(format!(
+                "the embedding `{}` has {} dimensions but its models add up to {sum}",
+                self.model, self.dimension
+            ));
+        }
+        self.parts.iter().any(|p| !p.parts.is_empty()).then(|| format!("the embedding `{}` nests models", self.model))
+    }
 }
 
 /// What a knowledge base records about itself (`kb.json`).
@@ -134,8 +159,11 @@ pub struct Hit {
     pub score: f32,
     /// Rank and score in the keyword list.
     pub bm25: Option<ListRank>,
-    /// Rank and score in the dense list.
+    /// Rank and score in the dense list (of the first model, when the knowledge base has several).
     pub dense: Option<ListRank>,
+    /// Rank and score in each further model's dense list (hybrid search of a knowledge base
+    /// embedded with several models; empty otherwise).
+    pub more_dense: Vec<Option<ListRank>>,
 }
 
 /// What a search ranks by.
@@ -143,9 +171,10 @@ pub struct Hit {
 pub enum Ranking<'a> {
     /// BM25 over the query's words.
     Bm25,
-    /// Cosine similarity to this query vector (from the knowledge base's own model).
+    /// Cosine similarity to this query vector (from the knowledge base's own model; with
+    /// several models, the first model's list).
     Dense(&'a [f32]),
-    /// Both, fused.
+    /// The keyword list and every model's dense list, fused.
     Hybrid(&'a [f32], Fusion),
 }
 
@@ -154,6 +183,7 @@ struct Ranked {
     score: f32,
     bm25: Option<ListRank>,
     dense: Option<ListRank>,
+    more_dense: Vec<Option<ListRank>>,
 }
 
 /// A keyword search.
@@ -176,8 +206,9 @@ pub struct KnowledgeBase {
     fields: Fields,
     analyzer: TextAnalyzer,
     dense_options: DenseOptions,
-    /// The dense index of the latest searcher generation it was built for.
-    dense: Mutex<Option<(u64, Arc<DenseIndex>)>>,
+    /// The dense indexes (one per embedding model) of the latest searcher generation they were
+    /// built for.
+    dense: Mutex<Option<(u64, Arc<Vec<DenseIndex>>)>>,
 }
 
 impl std::fmt::Debug for KnowledgeBase {
@@ -271,7 +302,13 @@ impl KnowledgeBase {
         let mut hits = Vec::with_capacity(ranked.len());
         for r in ranked {
             let doc: TantivyDocument = searcher.doc(r.addr)?;
-            hits.push(Hit { chunk: self.chunk_from(&doc), score: r.score, bm25: r.bm25, dense: r.dense });
+            hits.push(Hit {
+                chunk: self.chunk_from(&doc),
+                score: r.score,
+                bm25: r.bm25,
+                dense: r.dense,
+                more_dense: r.more_dense,
+            });
         }
         Ok(hits)
     }
@@ -322,25 +359,36 @@ impl KnowledgeBase {
                 .enumerate()
                 .map(|(i, (addr, score))| {
                     let rank = Some(ListRank { rank: i + 1, score });
-                    Ranked { addr, score, bm25: if bm25 { rank } else { None }, dense: if bm25 { None } else { rank } }
+                    let (b, d) = if bm25 { (rank, None) } else { (None, rank) };
+                    Ranked { addr, score, bm25: b, dense: d, more_dense: Vec::new() }
                 })
                 .collect()
         };
         match ranking {
             Ranking::Bm25 => Ok(as_list(self.bm25_list(searcher, req, top_k)?, true)),
-            Ranking::Dense(vector) => Ok(as_list(self.dense_list(searcher, req.filters, vector, top_k)?, false)),
+            Ranking::Dense(vector) => {
+                let lists = self.dense_lists(searcher, req.filters, vector, top_k, false)?;
+                Ok(as_list(lists.into_iter().next().unwrap_or_default(), false))
+            }
             Ranking::Hybrid(vector, fusion) => {
                 let depth = fusion.depth.max(top_k);
-                let dense = self.dense_list(searcher, req.filters, vector, depth)?;
+                let dense = self.dense_lists(searcher, req.filters, vector, depth, true)?;
+                let dense: Vec<&[(DocAddress, f32)]> = dense.iter().map(Vec::as_slice).collect();
                 // A query of stopwords only still has a meaning: rank it by the dense list alone.
                 let bm25 = match self.bm25_list(searcher, req, depth) {
                     Err(RagError::EmptyQuery) => Vec::new(),
                     other => other?,
                 };
-                Ok(fuse(&bm25, &dense, &fusion)
+                Ok(fuse_many(&bm25, &dense, &fusion)
                     .into_iter()
                     .take(top_k)
-                    .map(|f| Ranked { addr: f.key, score: f.score, bm25: f.bm25, dense: f.dense })
+                    .map(|f| Ranked {
+                        addr: f.key,
+                        score: f.score,
+                        bm25: f.bm25,
+                        dense: f.dense,
+                        more_dense: f.more_dense,
+                    })
                     .collect())
             }
         }
@@ -356,13 +404,16 @@ impl KnowledgeBase {
         Ok(searcher.search(&query, &TopDocs::with_limit(k))?.into_iter().map(|(s, a)| (a, s)).collect())
     }
 
-    fn dense_list(
+    /// One list per embedding model (only the first unless `all`), each the `k` chunks closest
+    /// to that model's part of `vector`, filters applied during the search.
+    fn dense_lists(
         &self,
         searcher: &Searcher,
         filters: &[Filter],
         vector: &[f32],
         k: usize,
-    ) -> Result<Vec<(DocAddress, f32)>, RagError> {
+        all: bool,
+    ) -> Result<Vec<Vec<(DocAddress, f32)>>, RagError> {
         let Some(embedding) = &self.manifest.embedding else {
             return Err(RagError::Mismatch(format!(
                 "knowledge base `{}` has no embeddings (it was ingested for keyword search only): search it with \
@@ -379,41 +430,74 @@ impl KnowledgeBase {
                 embedding.model
             )));
         }
-        let index = self.dense_index(searcher, embedding.dimension)?;
-        let allowed = if filters.is_empty() {
+        let indexes = self.dense_indexes(searcher, embedding)?;
+        let filter_rows = if filters.is_empty() {
             None
         } else {
             let query = BooleanQuery::new(filters.iter().map(|f| (Occur::Must, self.filter_query(f))).collect());
-            Some(index.allowed_rows(searcher.search(&query, &DocSetCollector)?))
+            Some(searcher.search(&query, &DocSetCollector)?)
         };
-        Ok(index.search(vector, k, allowed.as_ref()))
+        let wanted = if all { indexes.len() } else { 1 };
+        let mut lists = Vec::with_capacity(wanted);
+        let mut offset = 0;
+        for (index, model) in indexes.iter().zip(embedding.models()).take(wanted) {
+            // The manifest's parts add up to its dimension (checked when it is opened).
+            let part = vector.get(offset..offset + model.dimension).unwrap_or_default();
+            offset += model.dimension;
+            let allowed = filter_rows.as_ref().map(|rows| index.allowed_rows(rows.iter().copied()));
+            lists.push(index.search(part, k, allowed.as_ref()));
+        }
+        Ok(lists)
     }
 
-    /// The dense index for this searcher's generation, built on first use after a commit.
-    fn dense_index(&self, searcher: &Searcher, dim: usize) -> Result<Arc<DenseIndex>, RagError> {
+    /// The dense indexes (one per model) for this searcher's generation, built on first use
+    /// after a commit.
+    fn dense_indexes(
+        &self,
+        searcher: &Searcher,
+        embedding: &EmbeddingSettings,
+    ) -> Result<Arc<Vec<DenseIndex>>, RagError> {
         let generation = searcher.generation().generation_id();
         let mut cached = self.dense.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((g, index)) = cached.as_ref()
+        if let Some((g, indexes)) = cached.as_ref()
             && *g == generation
         {
-            return Ok(index.clone());
+            return Ok(indexes.clone());
         }
-        let mut entries = Vec::with_capacity(searcher.num_docs() as usize);
+        let models = embedding.models();
+        let mut entries: Vec<Vec<(DocAddress, Vec<f32>)>> =
+            models.iter().map(|_| Vec::with_capacity(searcher.num_docs() as usize)).collect();
         let mut max_docs = Vec::with_capacity(searcher.segment_readers().len());
         for (ord, segment) in searcher.segment_readers().iter().enumerate() {
             max_docs.push(segment.max_doc());
             for doc_id in segment.doc_ids_alive() {
                 let addr = DocAddress::new(ord as u32, doc_id);
                 let doc: TantivyDocument = searcher.doc(addr)?;
-                if let Some(bytes) = doc.get_first(self.fields.vector).and_then(|v| v.as_bytes()) {
-                    entries.push((addr, decode_vector(bytes)));
+                let Some(bytes) = doc.get_first(self.fields.vector).and_then(|v| v.as_bytes()) else { continue };
+                let vector = decode_vector(bytes);
+                if vector.len() != embedding.dimension {
+                    continue;
+                }
+                let mut offset = 0;
+                for (list, model) in entries.iter_mut().zip(models) {
+                    if let Some(part) = vector.get(offset..offset + model.dimension) {
+                        list.push((addr, part.to_vec()));
+                    }
+                    offset += model.dimension;
                 }
             }
         }
-        let index = Arc::new(DenseIndex::build(dim, entries, &max_docs, self.dense_options));
-        tracing::debug!(kb = %self.manifest.name, vectors = index.len(), hnsw = index.uses_graph(), "built dense index");
-        *cached = Some((generation, index.clone()));
-        Ok(index)
+        let indexes: Vec<DenseIndex> = entries
+            .into_iter()
+            .zip(models)
+            .map(|(list, model)| DenseIndex::build(model.dimension, list, &max_docs, self.dense_options))
+            .collect();
+        for (index, model) in indexes.iter().zip(models) {
+            tracing::debug!(kb = %self.manifest.name, model = %model.model, vectors = index.len(), hnsw = index.uses_graph(), "built dense index");
+        }
+        let indexes = Arc::new(indexes);
+        *cached = Some((generation, indexes.clone()));
+        Ok(indexes)
     }
 
     /// Sets how the dense index is built (takes effect at the next rebuild).
@@ -731,6 +815,9 @@ impl KbStore {
         };
         let manifest: KbManifest = serde_json::from_str(&raw)
             .map_err(|e| RagError::Manifest { path: manifest_path.display().to_string(), reason: e.to_string() })?;
+        if let Some(reason) = manifest.embedding.as_ref().and_then(EmbeddingSettings::inconsistency) {
+            return Err(RagError::Manifest { path: manifest_path.display().to_string(), reason });
+        }
         if manifest.format != KB_FORMAT {
             let reason = if manifest.format > KB_FORMAT {
                 format!("format {} is newer than this build reads ({KB_FORMAT}); upgrade toolgraph", manifest.format)

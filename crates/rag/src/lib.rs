@@ -39,7 +39,7 @@ pub use dense::DenseOptions;
 pub use embed::{EmbedKind, Embedder, OpenAiEmbedder, passage_text};
 pub use eval::{EmbeddingCache, EvalOptions, EvalReport, cache_root, evaluate, evaluate_bm25};
 pub use filter::Filter;
-pub use fusion::{Fusion, FusionMethod, ListRank, SearchMode, fuse};
+pub use fusion::{Fusion, FusionMethod, ListRank, SearchMode, fuse, fuse_many};
 pub use ingest::{IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, SkippedFile, ingest};
 pub use kb::{
     EmbeddingSettings, Hit, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase, Ranking, SearchRequest,

@@ -2,11 +2,12 @@
 //! the configured model when the mode needs it.
 //!
 //! The default mode is hybrid for a knowledge base that stores vectors and keyword-only for one
-//! that does not. A knowledge base embedded with one model is never searched with another's
+//! that does not. A configured combined embedder (e5 beside an English model) searches a
+//! knowledge base built with its first model alone with that model. A knowledge base embedded with one model is never searched with another's
 //! vectors: the retriever refuses with [`RagError::Mismatch`].
 
 use crate::RagError;
-use crate::embed::{EmbedKind, Embedder, ensure_same_model};
+use crate::embed::{EmbedKind, Embedder, embedder_for_kb, ensure_same_model};
 use crate::fusion::{Fusion, SearchMode};
 use crate::kb::{Hit, KnowledgeBase, Ranking, SearchRequest};
 use std::sync::{Arc, Mutex};
@@ -107,6 +108,7 @@ impl Retriever {
                 manifest.name, built.model
             )));
         };
+        let embedder = embedder_for_kb(&embedder, manifest.analyzer, Some(built));
         ensure_same_model(built, embedder.settings())?;
         if query.trim().is_empty() {
             return Err(RagError::EmptyQuery);

@@ -124,7 +124,8 @@ fn classify(e: RagError) -> (SearchFailure, String) {
 
 /// One result in the seed's normalized form; metadata gains `doc_id`, `chunk_id`, `title`,
 /// `citation` (and `headings` when the chunk has any); `ranks` holds each list's 1-based rank
-/// and own score (`bm25`, `dense`) for the lists that found it.
+/// and own score (`bm25`, `dense`, and `dense_2`, … for a knowledge base embedded with several
+/// models, in the order of its models) for the lists that found it.
 pub fn hit_json(hit: &Hit) -> Value {
     let c = &hit.chunk;
     let mut meta = c.meta.clone();
@@ -136,9 +137,10 @@ pub fn hit_json(hit: &Hit) -> Value {
         meta.insert("headings".into(), c.headings.clone().into());
     }
     let mut ranks = Map::new();
-    for (name, rank) in [("bm25", hit.bm25), ("dense", hit.dense)] {
+    let more = hit.more_dense.iter().enumerate().map(|(i, r)| (format!("dense_{}", i + 2), *r));
+    for (name, rank) in [("bm25".to_owned(), hit.bm25), ("dense".to_owned(), hit.dense)].into_iter().chain(more) {
         if let Some(r) = rank {
-            ranks.insert(name.into(), json!({ "rank": r.rank, "score": r.score }));
+            ranks.insert(name, json!({ "rank": r.rank, "score": r.score }));
         }
     }
     json!({ "content": c.text, "metadata": meta, "score": hit.score, "ranks": ranks })

@@ -1,17 +1,18 @@
 //! Dense and hybrid retrieval through persisted knowledge bases, with vectors from a real
 //! OpenAI-compatible `/v1/embeddings` server over loopback (the scripted server's
 //! bag-of-words vectors): vectors stored at ingest and never recomputed, filters applied
-//! during the dense search (exact and HNSW), fusion ranks, and a knowledge base refusing a
-//! model it was not built with.
+//! during the dense search (exact and HNSW), fusion ranks, a knowledge base refusing a model
+//! it was not built with, and knowledge bases embedded with two models (a dense list each).
 
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use toolgraph_rag::embed::CombinedEmbedder;
 use toolgraph_rag::tool::{SearchParams, search_json};
 use toolgraph_rag::{
-    DenseOptions, EmbedKind, Embedder, EmbeddingSettings, Filter, IngestOptions, KbStore, NoProgress, OpenAiEmbedder,
-    RagError, Retriever, SearchMode, SearchRequest, ingest,
+    Analyzer, DenseOptions, EmbedKind, Embedder, EmbeddingSettings, Filter, IngestOptions, KbStore, NoProgress,
+    OpenAiEmbedder, RagError, Retriever, SearchMode, SearchRequest, ingest, passage_text,
 };
 
 /// The scripted model server on its own runtime thread (these tests are synchronous, like
@@ -34,6 +35,7 @@ fn settings(model: &str) -> EmbeddingSettings {
         dimension: scripted_llm::EMBEDDING_DIM,
         query_prefix: "query: ".into(),
         passage_prefix: "passage: ".into(),
+        parts: Vec::new(),
     }
 }
 
@@ -281,4 +283,127 @@ fn a_lazy_model_loads_only_when_a_search_needs_it_and_retries_a_failed_load() {
     assert!(hits[0].dense.is_some());
     retriever.clone().search(&store.open("t", "embedded").unwrap(), &req, None).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 2, "loaded once after the failure, shared by clones");
+}
+
+/// A second, different model for the two-model tests: hashed character trigrams, in process.
+#[derive(Debug)]
+struct Trigrams(EmbeddingSettings);
+
+impl Trigrams {
+    fn new() -> Self {
+        let mut s = settings("trigrams");
+        s.dimension = 32;
+        s.sha256 = "trigram-weights".into();
+        Self(s)
+    }
+
+    fn vector(text: &str) -> Vec<f32> {
+        let chars: Vec<char> = text.to_lowercase().chars().collect();
+        let mut v = [0f32; 32];
+        for w in chars.windows(3) {
+            let h = w.iter().fold(7u32, |h, c| h.wrapping_mul(31).wrapping_add(*c as u32));
+            v[(h % 32) as usize] += 1.0;
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+        v.iter().map(|x| x / norm).collect()
+    }
+}
+
+impl Embedder for Trigrams {
+    fn settings(&self) -> &EmbeddingSettings {
+        &self.0
+    }
+    fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+        Ok(texts.iter().map(|t| Self::vector(t)).collect())
+    }
+}
+
+fn two_models(s: &Server) -> Arc<dyn Embedder> {
+    let parts: Vec<Arc<dyn Embedder>> = vec![embedder(s, "bow"), Arc::new(Trigrams::new())];
+    Arc::new(CombinedEmbedder::new(parts, Some(vec![Analyzer::English])).unwrap())
+}
+
+#[test]
+fn a_knowledge_base_with_two_models_keeps_a_dense_list_per_model() {
+    let (s, dir, store, notes) = setup();
+    let both = two_models(&s);
+    ingest(&store, "t", "notes", &notes, &options(Some(both.clone())), &NoProgress).unwrap();
+    let store = KbStore::new(dir.path().join("kb"));
+    let kb = store.open("t", "notes").unwrap();
+    let built = kb.manifest().embedding.clone().unwrap();
+    assert_eq!((built.model.as_str(), built.dimension), ("bow+trigrams", scripted_llm::EMBEDDING_DIM + 32));
+    assert_eq!(built.parts.iter().map(|p| p.model.as_str()).collect::<Vec<_>>(), ["bow", "trigrams"]);
+
+    let retriever = Retriever::new(Some(both.clone()), Default::default());
+    let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 5 };
+    let hits = retriever.search(&kb, &req, None).unwrap();
+    let top = &hits[0];
+    assert!(top.chunk.doc_id.contains("docker"), "{:?}", top.chunk.doc_id);
+    let (b, d, t) = (top.bm25.unwrap(), top.dense.unwrap(), top.more_dense[0].unwrap());
+    let rrf: f32 = [b.rank, d.rank, t.rank].iter().map(|&r| 1.0 / (60.0 + r as f32)).sum();
+    assert!((top.score - rrf).abs() < 1e-6, "three lists fused: {} vs {rrf}", top.score);
+    // Each dense list scores with its own model's half of the stored vector.
+    for h in &hits {
+        let passage = passage_text(&h.chunk);
+        if let Some(t) = h.more_dense[0] {
+            let want: f32 =
+                Trigrams::vector(&passage).iter().zip(Trigrams::vector(req.query)).map(|(a, b)| a * b).sum();
+            assert!((t.score - want).abs() < 1e-5, "trigram cosine {} vs {want}", t.score);
+        }
+        if let Some(d) = h.dense {
+            let q = embedder(&s, "bow").embed(&[req.query], EmbedKind::Query).unwrap().remove(0);
+            let p = embedder(&s, "bow").embed(&[passage.as_str()], EmbedKind::Passage).unwrap().remove(0);
+            let want: f32 = q.iter().zip(&p).map(|(a, b)| a * b).sum();
+            assert!((d.score - want).abs() < 1e-5, "bow cosine {} vs {want}", d.score);
+        }
+    }
+    // Filters hold in every list.
+    let filters = [Filter::parse("year=2023").unwrap()];
+    let filtered = SearchRequest { filters: &filters, ..req.clone() };
+    let hits = retriever.search(&kb, &filtered, None).unwrap();
+    assert!(!hits.is_empty() && hits.iter().all(|h| h.chunk.meta["year"] == 2023), "{hits:?}");
+    assert!(hits.iter().any(|h| h.more_dense[0].is_some()));
+    // Dense mode ranks by the first model alone.
+    let dense = retriever.search(&kb, &req, Some(SearchMode::Dense)).unwrap();
+    assert!(dense.iter().all(|h| h.more_dense.is_empty() && h.dense.is_some()));
+    // The tool's JSON names the second list `dense_2`.
+    let params: SearchParams = serde_json::from_value(json!({"query": "docker images", "top_k": 2})).unwrap();
+    let out = search_json(&store, &retriever, "t", "notes", &params).unwrap();
+    assert!(out["results"][0]["ranks"]["dense_2"]["rank"].as_u64().is_some(), "{out}");
+
+    // Configured with the first model alone, the two-model knowledge base is refused by name.
+    let one = Retriever::new(Some(embedder(&s, "bow")), Default::default());
+    let err = mismatch(one.search(&kb, &req, None));
+    assert!(err.contains("bow+trigrams"), "{err}");
+    // A kb.json whose models do not add up to its dimension is refused at open, not sliced.
+    let path = dir.path().join("kb/t/notes/kb.json");
+    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    manifest["embedding"]["parts"][1]["dimension"] = json!(40);
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    let err = KbStore::new(dir.path().join("kb")).open("t", "notes").unwrap_err().to_string();
+    assert!(err.contains("add up to 104") && err.contains("kb.json"), "{err}");
+}
+
+#[test]
+fn the_second_model_is_used_only_for_its_languages_and_never_forced_on_an_existing_base() {
+    let (s, dir, store, notes) = setup();
+    let both = two_models(&s);
+    // A Spanish knowledge base gets the first model alone (the second is meant for English).
+    let spanish = IngestOptions { analyzer: Some(Analyzer::Spanish), ..options(Some(both.clone())) };
+    ingest(&store, "t", "es", &notes, &spanish, &NoProgress).unwrap();
+    assert_eq!(store.open("t", "es").unwrap().manifest().embedding.as_ref().unwrap().model, "bow");
+    // An English one built earlier with the first model alone stays so when the second is added.
+    ingest(&store, "t", "en", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress).unwrap();
+    write(dir.path(), "notes/extra.md", "# Extra\n\nKubernetes schedules docker containers.\n");
+    let report = ingest(&store, "t", "en", &notes, &options(Some(both.clone())), &NoProgress).unwrap();
+    assert_eq!((report.indexed, report.embedding_model.as_deref()), (1, Some("bow")));
+    // Both are searched with the configured pair, each with the models it holds.
+    let retriever = Retriever::new(Some(both), Default::default());
+    for kb in ["es", "en"] {
+        let kb = store.open("t", kb).unwrap();
+        let req = SearchRequest { query: "docker containers", filters: &[], top_k: 3 };
+        let hits = retriever.search(&kb, &req, None).unwrap();
+        assert!(hits[0].chunk.doc_id.contains("docker") || hits[0].chunk.doc_id.contains("extra"));
+        assert!(hits.iter().all(|h| h.more_dense.is_empty()));
+    }
 }

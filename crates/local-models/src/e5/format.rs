@@ -5,31 +5,8 @@
 //! [`LocalModelError::Format`], never a panic.
 
 use crate::LocalModelError;
+use crate::encoder::weights::{EncoderShape, Q4_0_BLOCK_BYTES, QK, RawTensor, TensorData};
 use std::collections::HashMap;
-
-/// Weights per Q4_0 block.
-const QK: usize = 32;
-/// Bytes per Q4_0 block: an f16 scale and 16 bytes of nibbles.
-const Q4_0_BLOCK_BYTES: usize = 18;
-
-/// The model's shape, as the header states it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct E5Header {
-    /// Hidden size (384).
-    pub hidden: usize,
-    /// Encoder layers (12).
-    pub layers: usize,
-    /// Attention heads (12).
-    pub heads: usize,
-    /// Feed-forward size (1536).
-    pub intermediate: usize,
-    /// Rows of the word-embedding table.
-    pub vocab_rows: usize,
-    /// Rows of the position table (512).
-    pub max_positions: usize,
-    /// LayerNorm epsilon.
-    pub layer_norm_eps: f32,
-}
 
 /// The tokenizer part of the file.
 #[derive(Debug, Clone)]
@@ -50,107 +27,11 @@ pub struct E5Vocab {
     pub normalisation: HashMap<u32, Vec<u32>>,
 }
 
-/// One tensor under the file's own name (`emb.word`, `l3.q.w`, …).
-#[derive(Debug)]
-pub struct RawTensor {
-    /// The file's tensor name.
-    pub name: String,
-    /// Values in row-major order.
-    pub data: TensorData,
-}
-
-/// A tensor's values as stored.
-#[derive(Debug)]
-pub enum TensorData {
-    /// Plain floats.
-    F32(Vec<f32>),
-    /// Q4_0 blocks of `n` values.
-    Q4_0 {
-        /// The blocks.
-        blocks: Vec<u8>,
-        /// Number of values.
-        n: usize,
-    },
-}
-
-impl TensorData {
-    /// Number of values.
-    pub fn len(&self) -> usize {
-        match self {
-            Self::F32(v) => v.len(),
-            Self::Q4_0 { n, .. } => *n,
-        }
-    }
-
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The values as f32.
-    pub fn into_f32(self) -> Vec<f32> {
-        match self {
-            Self::F32(v) => v,
-            Self::Q4_0 { blocks, n } => dequantize_q4_0(&blocks, n),
-        }
-    }
-}
-
-/// Rows of a Q4_0 matrix, dequantised on demand (the 250k-row word-embedding table is 54 MB
-/// this way instead of 384 MB as f32; a batch only needs its own tokens' rows).
-#[derive(Debug)]
-pub struct QuantizedRows {
-    blocks: Vec<u8>,
-    row_len: usize,
-    rows: usize,
-}
-
-impl QuantizedRows {
-    /// A `rows × row_len` matrix from its blocks.
-    ///
-    /// # Errors
-    /// When the sizes do not fit.
-    pub fn new(data: TensorData, row_len: usize) -> Result<Self, LocalModelError> {
-        match data {
-            TensorData::Q4_0 { blocks, n }
-                if row_len.is_multiple_of(QK) && row_len > 0 && n.is_multiple_of(row_len) =>
-            {
-                Ok(Self { blocks, row_len, rows: n / row_len })
-            }
-            TensorData::F32(_) => Err(LocalModelError::Format("expected a Q4_0 embedding table".into())),
-            TensorData::Q4_0 { n, .. } => {
-                Err(LocalModelError::Format(format!("{n} values do not make rows of {row_len}")))
-            }
-        }
-    }
-
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Appends row `row` as f32 to `out`.
-    ///
-    /// # Errors
-    /// When `row` is out of range.
-    pub fn extend_row(&self, row: usize, out: &mut Vec<f32>) -> Result<(), LocalModelError> {
-        if row >= self.rows {
-            return Err(LocalModelError::Input(format!("token id {row} is outside the {}-row vocabulary", self.rows)));
-        }
-        let bytes_per_row = self.row_len / QK * Q4_0_BLOCK_BYTES;
-        let raw = &self.blocks[row * bytes_per_row..(row + 1) * bytes_per_row];
-        let start = out.len();
-        out.resize(start + self.row_len, 0.0);
-        dequantize_q4_0_into(raw, &mut out[start..]);
-        Ok(())
-    }
-}
-
 /// A parsed E5S1 file.
 #[derive(Debug)]
 pub struct E5File {
     /// Shape.
-    pub header: E5Header,
+    pub header: EncoderShape,
     /// Tokenizer data.
     pub vocab: E5Vocab,
     /// Every tensor, dequantised.
@@ -232,7 +113,7 @@ pub fn parse(bytes: &[u8]) -> Result<E5File, LocalModelError> {
     if qk != QK || hidden == 0 || heads == 0 || hidden % heads != 0 || hidden % QK != 0 {
         return Err(LocalModelError::Format(format!("unsupported shape: hidden {hidden}, heads {heads}, block {qk}")));
     }
-    let header = E5Header { hidden, layers, heads, intermediate, vocab_rows, max_positions, layer_norm_eps };
+    let header = EncoderShape { hidden, layers, heads, intermediate, vocab_rows, max_positions, layer_norm_eps };
 
     let n_pieces = c.count("piece count")?;
     let [bos, eos, pad, unk] = [c.u32("bos")?, c.u32("eos")?, c.u32("pad")?, c.u32("unk")?];
@@ -300,28 +181,10 @@ pub fn parse(bytes: &[u8]) -> Result<E5File, LocalModelError> {
     Ok(E5File { header, vocab, tensors })
 }
 
-/// Q4_0: per 32 weights an f16 scale `d` and 16 bytes; byte `j` holds weight `j` in its low
-/// nibble and weight `j + 16` in its high nibble, each stored with an offset of 8.
-pub fn dequantize_q4_0(raw: &[u8], n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; n];
-    dequantize_q4_0_into(raw, &mut out);
-    out
-}
-
-/// [`dequantize_q4_0`] into `out` (whose length is the element count).
-fn dequantize_q4_0_into(raw: &[u8], out: &mut [f32]) {
-    for (block, o) in raw.chunks_exact(Q4_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
-        let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
-        for (j, &byte) in block[2..].iter().enumerate() {
-            o[j] = (i32::from(byte & 0x0f) - 8) as f32 * d;
-            o[j + 16] = (i32::from(byte >> 4) - 8) as f32 * d;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encoder::weights::dequantize_q4_0;
 
     #[test]
     fn q4_0_nibble_order_and_offset() {

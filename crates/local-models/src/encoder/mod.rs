@@ -1,15 +1,38 @@
-//! The e5-small encoder (XLM-R/BERT layout) on candle: embeddings, 12 post-LayerNorm
-//! transformer layers with exact-erf GELU, and masked mean pooling.
+//! A BERT-layout sentence encoder on candle, shared by the e5-small (XLM-R layout) and
+//! all-MiniLM-L6-v2 embedders: embeddings, post-LayerNorm transformer layers with exact-erf
+//! GELU, masked mean pooling, and the length-sorted batching both embedders use.
 //!
-//! Weights are dequantised from the file once at load and kept as f32, transposed to
-//! `[in, out]` so every projection is one contiguous row-major matrix product over all the
-//! tokens of a batch (the packed Q, K and V projection is a single product).
+//! Weights are dequantised once at load and kept as f32, transposed to `[in, out]` so every
+//! projection is one contiguous row-major matrix product over all the tokens of a batch (the
+//! packed Q, K and V projection is a single product). Position ids start at 0 for both models
+//! (the E5S1 file stores e5's table already shifted past XLM-R's padding offset).
 
-use super::format::{E5File, E5Header, QuantizedRows, RawTensor, TensorData};
-use super::ops::{GeluErf, MaskedSoftmax};
+mod ops;
+pub mod weights;
+
 use crate::LocalModelError;
 use candle_core::{DType, Device, Tensor};
+use ops::{GeluErf, MaskedSoftmax};
 use std::collections::HashMap;
+use toolgraph_rag::embed::normalise;
+use weights::{EmbeddingRows, EncoderShape, RawTensor, TensorData};
+
+/// Padded tokens per forward pass: large enough for efficient matrix products, small enough
+/// that a batch of 512-token windows keeps its attention scores in a few tens of MB.
+const BATCH_TOKENS: usize = 8192;
+const MAX_BATCH_SEQUENCES: usize = 128;
+
+/// One sequence to encode: its framed token ids, the text it belongs to, and its weight in
+/// that text's average (a text longer than the model's window is several windows).
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Index of the text.
+    pub text: usize,
+    /// Framed ids (`<s> … </s>` or `[CLS] … [SEP]`).
+    pub ids: Vec<u32>,
+    /// Weight of this window's pooled vector in the text's vector.
+    pub weight: f32,
+}
 
 struct Layer {
     qkv_w: Tensor,
@@ -25,9 +48,9 @@ struct Layer {
 }
 
 /// The encoder's weights.
-pub struct E5Encoder {
-    header: E5Header,
-    word: QuantizedRows,
+pub struct BertEncoder {
+    header: EncoderShape,
+    word: EmbeddingRows,
     position: Tensor,
     token_type: Tensor,
     embed_ln: (Tensor, Tensor),
@@ -35,9 +58,9 @@ pub struct E5Encoder {
     device: Device,
 }
 
-impl std::fmt::Debug for E5Encoder {
+impl std::fmt::Debug for BertEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("E5Encoder").field("header", &self.header).finish()
+        f.debug_struct("BertEncoder").field("header", &self.header).finish()
     }
 }
 
@@ -69,17 +92,17 @@ impl Tensors {
     }
 }
 
-impl E5Encoder {
+impl BertEncoder {
     /// Builds the encoder from a parsed file (consuming its tensors).
     ///
     /// # Errors
     /// When a tensor is missing or has the wrong size.
-    pub fn new(header: E5Header, tensors: Vec<RawTensor>) -> Result<Self, LocalModelError> {
+    pub fn new(header: EncoderShape, tensors: Vec<RawTensor>) -> Result<Self, LocalModelError> {
         let device = Device::Cpu;
         let by_name = tensors.into_iter().map(|t| (t.name, t.data)).collect();
         let mut t = Tensors { by_name, device: device.clone() };
         let (h, ff) = (header.hidden, header.intermediate);
-        let word = QuantizedRows::new(t.raw("emb.word")?, h)?;
+        let word = EmbeddingRows::new(t.raw("emb.word")?, h)?;
         if word.rows() != header.vocab_rows {
             return Err(LocalModelError::Format(format!(
                 "word embeddings have {} rows, the header says {}",
@@ -117,17 +140,42 @@ impl E5Encoder {
         Ok(Self { header, word, position, token_type, embed_ln, layers, device })
     }
 
-    /// Builds the encoder from a parsed file.
-    ///
-    /// # Errors
-    /// As [`E5Encoder::new`].
-    pub fn from_file(file: E5File) -> Result<Self, LocalModelError> {
-        Self::new(file.header, file.tensors)
+    /// The model's shape.
+    pub fn header(&self) -> &EncoderShape {
+        &self.header
     }
 
-    /// The model's shape.
-    pub fn header(&self) -> &E5Header {
-        &self.header
+    /// One unit vector per text (`texts` of them) from its windows: windows are encoded in
+    /// batches of similar length (longest first, so each batch pads to a length close to all
+    /// of its members), pooled, and averaged per text by weight.
+    ///
+    /// # Errors
+    /// As [`BertEncoder::pooled`].
+    pub fn embed_windows(&self, windows: &[Window], texts: usize, pad: u32) -> Result<Vec<Vec<f32>>, LocalModelError> {
+        let mut order: Vec<usize> = (0..windows.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(windows[i].ids.len()));
+        let mut sums = vec![vec![0f32; self.header.hidden]; texts];
+        let mut start = 0;
+        while start < order.len() {
+            let longest = windows[order[start]].ids.len();
+            let fit = (BATCH_TOKENS / longest.max(1)).clamp(1, MAX_BATCH_SEQUENCES);
+            let end = (start + fit).min(order.len());
+            let batch: Vec<&[u32]> = order[start..end].iter().map(|&i| windows[i].ids.as_slice()).collect();
+            let pooled = self.pooled(&batch, pad)?;
+            for (&i, vector) in order[start..end].iter().zip(pooled) {
+                let w = &windows[i];
+                let Some(sum) = sums.get_mut(w.text) else {
+                    return Err(LocalModelError::Input(format!("window of text {} beyond {texts} texts", w.text)));
+                };
+                for (s, v) in sum.iter_mut().zip(vector) {
+                    *s += w.weight * v;
+                }
+            }
+            start = end;
+        }
+        // Dividing by the total weight does not change the direction: normalising is enough.
+        sums.iter_mut().for_each(|v| normalise(v));
+        Ok(sums)
     }
 
     /// Mean-pooled (not normalised) hidden states of each sequence of a batch. Every sequence
