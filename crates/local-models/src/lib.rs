@@ -15,7 +15,7 @@ pub mod minilm;
 pub use e5::E5Embedder;
 pub use minilm::MiniLmEmbedder;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A local-model failure.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,27 @@ impl From<LocalModelError> for toolgraph_rag::RagError {
     fn from(e: LocalModelError) -> Self {
         toolgraph_rag::RagError::Embedding(e.to_string())
     }
+}
+
+/// Reads a weights file with its sha256: a missing file is [`LocalModelError::Missing`], naming
+/// the `scripts/fetch-models` argument that fetches it and what else can be configured.
+///
+/// # Errors
+/// [`LocalModelError::Missing`] or [`LocalModelError::Io`].
+pub(crate) fn read_weights(
+    path: &Path,
+    fetch: &'static str,
+    alternative: &'static str,
+) -> Result<(Vec<u8>, String), LocalModelError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            LocalModelError::Missing { path: path.display().to_string(), fetch, alternative }
+        } else {
+            LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() }
+        }
+    })?;
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    Ok((bytes, sha256))
 }
 
 /// Where `scripts/fetch-models` keeps weights: `$TOOLGRAPH_MODELS_DIR`, else

@@ -8,11 +8,10 @@
 
 use crate::encoder::weights::{EncoderShape, RawTensor, TensorData};
 use crate::encoder::{BertEncoder, Window};
-use crate::{LocalModelError, models_dir};
+use crate::{LocalModelError, models_dir, read_weights};
 use candle_core::Device;
 use rayon::prelude::*;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::Path;
 use tokenizers::Tokenizer;
@@ -73,18 +72,7 @@ impl MiniLmEmbedder {
     /// # Errors
     /// When the file is missing, unreadable or not the expected archive.
     pub fn load(path: &Path) -> Result<Self, LocalModelError> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                LocalModelError::Missing {
-                    path: path.display().to_string(),
-                    fetch: "minilm",
-                    alternative: ", or set rag.second_embedding = \"none\"",
-                }
-            } else {
-                LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() }
-            }
-        })?;
-        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let (bytes, sha256) = read_weights(path, "minilm", ", or set rag.second_embedding = \"none\"")?;
         let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
             .map_err(|e| LocalModelError::Format(format!("{}: not a zip archive: {e}", path.display())))?;
         let mut member = |name: &str| -> Result<Vec<u8>, LocalModelError> {

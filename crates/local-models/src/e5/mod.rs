@@ -10,9 +10,8 @@ pub mod format;
 pub mod tokenizer;
 
 use crate::encoder::{BertEncoder, Window};
-use crate::{LocalModelError, models_dir};
+use crate::{LocalModelError, models_dir, read_weights};
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 use std::path::Path;
 use tokenizer::E5Tokenizer;
 use toolgraph_rag::{EmbedKind, Embedder, EmbeddingSettings, RagError};
@@ -54,19 +53,12 @@ impl E5Embedder {
     /// # Errors
     /// When the file is missing, unreadable or malformed.
     pub fn load(path: &Path) -> Result<Self, LocalModelError> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                LocalModelError::Missing {
-                    path: path.display().to_string(),
-                    fetch: "embed",
-                    alternative: ", or set rag.embedding = \"none\" (keyword search only) or \"openai\" \
+        let (bytes, sha256) = read_weights(
+            path,
+            "embed",
+            ", or set rag.embedding = \"none\" (keyword search only) or \"openai\" \
                                   (an OpenAI-compatible /v1/embeddings server)",
-                }
-            } else {
-                LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() }
-            }
-        })?;
-        let sha256 = hex::encode(Sha256::digest(&bytes));
+        )?;
         let file = format::parse(&bytes)?;
         drop(bytes);
         let tokenizer = E5Tokenizer::new(&file.vocab)?;
