@@ -34,6 +34,8 @@ pub struct MiniLmEmbedder {
     settings: EmbeddingSettings,
     pad: u32,
     sep: u32,
+    /// The cut: [`MAX_TOKENS`], or fewer if the position table is shorter.
+    max_tokens: usize,
 }
 
 impl std::fmt::Debug for MiniLmEmbedder {
@@ -86,10 +88,10 @@ impl MiniLmEmbedder {
         };
         let config: BertConfig = serde_json::from_slice(&member("config.json")?)
             .map_err(|e| LocalModelError::Format(format!("config.json: {e}")))?;
-        if config.hidden_act != "gelu" || config.num_attention_heads == 0 {
+        if config.hidden_act != "gelu" || config.num_attention_heads == 0 || config.max_position_embeddings < 2 {
             return Err(LocalModelError::Format(format!(
-                "config.json: unsupported activation `{}` or head count {}",
-                config.hidden_act, config.num_attention_heads
+                "config.json: unsupported activation `{}`, head count {} or {} positions",
+                config.hidden_act, config.num_attention_heads, config.max_position_embeddings
             )));
         }
         let mut tokenizer = Tokenizer::from_bytes(member("tokenizer.json")?)
@@ -109,7 +111,7 @@ impl MiniLmEmbedder {
             heads: config.num_attention_heads,
             intermediate: config.intermediate_size,
             vocab_rows: config.vocab_size,
-            max_positions: config.max_position_embeddings.min(MAX_TOKENS),
+            max_positions: config.max_position_embeddings,
             layer_norm_eps: config.layer_norm_eps,
         };
         let tensors = candle_core::safetensors::load_buffer(&member("model.safetensors")?, &Device::Cpu)?;
@@ -118,14 +120,6 @@ impl MiniLmEmbedder {
             let Some(ours) = encoder_name(&name) else { continue };
             let values = tensor.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
             raw.push(RawTensor { name: ours, data: TensorData::F32(values) });
-        }
-        // The position table is cut to the 256 positions the model is used with.
-        for t in &mut raw {
-            if t.name == "emb.pos"
-                && let TensorData::F32(v) = &mut t.data
-            {
-                v.truncate(shape.max_positions * shape.hidden);
-            }
         }
         let encoder = BertEncoder::new(shape, raw)?;
         tracing::debug!(path = %path.display(), %sha256, "loaded MiniLM embedder");
@@ -142,6 +136,7 @@ impl MiniLmEmbedder {
             },
             pad: config.pad_token_id,
             sep,
+            max_tokens: MAX_TOKENS.min(config.max_position_embeddings),
         })
     }
 
@@ -155,8 +150,8 @@ impl MiniLmEmbedder {
             .encode(text, true)
             .map_err(|e| LocalModelError::Input(format!("cannot tokenize the text: {e}")))?;
         let mut ids = encoding.get_ids().to_vec();
-        if ids.len() > MAX_TOKENS {
-            ids.truncate(MAX_TOKENS - 1);
+        if ids.len() > self.max_tokens {
+            ids.truncate(self.max_tokens - 1);
             ids.push(self.sep);
         }
         Ok(ids)

@@ -4,10 +4,12 @@
 //! The weights come from `scripts/fetch-models embed` (the test script runs it). Without them
 //! these tests fail under `CI=true` and print why they skip otherwise.
 
+mod common;
+
 use serde::Deserialize;
 use std::sync::OnceLock;
 use toolgraph_local_models::e5::{E5_FILE, E5Embedder};
-use toolgraph_local_models::{LocalModelError, models_dir};
+use toolgraph_local_models::models_dir;
 use toolgraph_rag::EmbedKind;
 
 #[derive(Deserialize)]
@@ -35,15 +37,7 @@ fn reference() -> Reference {
 /// The embedder, loaded once per test binary; `None` (with a message) only outside CI.
 fn embedder() -> Option<&'static E5Embedder> {
     static CELL: OnceLock<Option<E5Embedder>> = OnceLock::new();
-    CELL.get_or_init(|| match E5Embedder::load_default() {
-        Ok(e) => Some(e),
-        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("e5 weights are required here: {e}"),
-    })
-    .as_ref()
+    CELL.get_or_init(|| common::weights_or_skip("the e5 weights", E5Embedder::load_default())).as_ref()
 }
 
 fn kind(prefix: &str) -> EmbedKind {

@@ -2,20 +2,16 @@
 //! `scripts/fetch-models chat-0.5b`): its tokenizer round-trips multilingual text and keeps the
 //! chat markers as single tokens, and its own template offers tools in the Qwen format.
 
+mod common;
+
 use serde_json::json;
 use toolgraph_llm::{Message, ToolDefinition};
 use toolgraph_local_models::chat::{GgufChatAssets, QWEN_0_5B_FILE};
-use toolgraph_local_models::{LocalModelError, models_dir};
+use toolgraph_local_models::models_dir;
 
 fn assets() -> Option<GgufChatAssets> {
-    match GgufChatAssets::from_file(&models_dir().join(QWEN_0_5B_FILE)) {
-        Ok((a, _)) => Some(a),
-        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("the chat model file is required here: {e}"),
-    }
+    let loaded = GgufChatAssets::from_file(&models_dir().join(QWEN_0_5B_FILE));
+    common::weights_or_skip("the chat model file", loaded).map(|(a, _)| a)
 }
 
 #[test]

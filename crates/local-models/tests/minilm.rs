@@ -6,6 +6,8 @@
 //! The weights come from `scripts/fetch-models minilm` (the test script runs it). Without them
 //! these tests fail under `CI=true` and print why they skip otherwise.
 
+mod common;
+
 use serde::Deserialize;
 use std::sync::OnceLock;
 use toolgraph_local_models::minilm::{MINILM_FILE, MINILM_MODEL_ID, MINILM_SHA256, MiniLmEmbedder};
@@ -34,15 +36,7 @@ fn reference() -> Reference {
 /// The embedder, loaded once per test binary; `None` (with a message) only outside CI.
 fn embedder() -> Option<&'static MiniLmEmbedder> {
     static CELL: OnceLock<Option<MiniLmEmbedder>> = OnceLock::new();
-    CELL.get_or_init(|| match MiniLmEmbedder::load_default() {
-        Ok(e) => Some(e),
-        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("MiniLM weights are required here: {e}"),
-    })
-    .as_ref()
+    CELL.get_or_init(|| common::weights_or_skip("the MiniLM weights", MiniLmEmbedder::load_default())).as_ref()
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {

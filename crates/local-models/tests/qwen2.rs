@@ -2,22 +2,20 @@
 //! generation answers a factual question, Q5_0 tensors are re-quantised, and a second prompt
 //! that shares the first one's prefix computes only its new tokens with identical results.
 
+mod common;
+
 use std::time::Instant;
 use toolgraph_llm::Message;
 use toolgraph_local_models::chat::qwen2::{Qwen2, argmax};
 use toolgraph_local_models::chat::{GgufChatAssets, QWEN_0_5B_FILE};
-use toolgraph_local_models::{LocalModelError, models_dir};
+use toolgraph_local_models::models_dir;
 
 #[test]
 fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     let path = models_dir().join(QWEN_0_5B_FILE);
-    let (assets, content) = match GgufChatAssets::from_file(&path) {
-        Ok(a) => a,
-        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIP: {e}");
-            return;
-        }
-        Err(e) => panic!("the chat model file is required here: {e}"),
+    let Some((assets, content)) = common::weights_or_skip("the chat model file", GgufChatAssets::from_file(&path))
+    else {
+        return;
     };
     let mut file = std::fs::File::open(&path).unwrap();
     let t = Instant::now();

@@ -8,9 +8,11 @@
 //! all-MiniLM-L6-v2 beside e5 (`rag.second_embedding`): three lists on SciFact, and e5 alone on
 //! Vietnamese ALQAC, which the second model is not meant for.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
-use toolgraph_local_models::{E5Embedder, LocalModelError, MiniLmEmbedder};
+use toolgraph_local_models::{E5Embedder, MiniLmEmbedder};
 use toolgraph_rag::embed::CombinedEmbedder;
 use toolgraph_rag::{
     Analyzer, BeirDataset, Embedder, EmbeddingCache, EvalOptions, EvalReport, Fusion, FusionMethod, SearchMode,
@@ -34,14 +36,7 @@ fn eval_data() -> Option<PathBuf> {
 }
 
 fn embedder() -> Option<E5Embedder> {
-    match E5Embedder::load_default() {
-        Ok(e) => Some(e),
-        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("e5 weights are required here: {e}"),
-    }
+    common::weights_or_skip("the e5 weights", E5Embedder::load_default())
 }
 
 fn run(ds: &BeirDataset, analyzer: Analyzer, mode: SearchMode, e5: &dyn Embedder, method: FusionMethod) -> EvalReport {
@@ -102,14 +97,7 @@ fn alqac_sub_corpus_dense_and_hybrid() {
 
 /// e5 and MiniLM side by side, as `rag.second_embedding = "minilm"` configures them.
 fn two_models() -> Option<CombinedEmbedder> {
-    let minilm = match MiniLmEmbedder::load_default() {
-        Ok(m) => m,
-        Err(e @ LocalModelError::Missing { .. }) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIP: {e}");
-            return None;
-        }
-        Err(e) => panic!("MiniLM weights are required here: {e}"),
-    };
+    let minilm = common::weights_or_skip("the MiniLM weights", MiniLmEmbedder::load_default())?;
     let e5: Arc<dyn Embedder> = Arc::new(embedder()?);
     Some(CombinedEmbedder::new(vec![e5, Arc::new(minilm)], Some(vec![Analyzer::English])).unwrap())
 }

@@ -75,14 +75,27 @@ pub fn embedder_for_kb(
     language: Analyzer,
     built: Option<&EmbeddingSettings>,
 ) -> Arc<dyn Embedder> {
-    let Some(first) = configured.parts().first() else { return configured.clone() };
+    match configured.parts().first() {
+        Some(first) if first_alone(configured.as_ref(), language, built) => first.clone(),
+        _ => configured.clone(),
+    }
+}
+
+/// [`embedder_for_kb`] for a new knowledge base, on a borrowed embedder (evaluations).
+pub fn embedder_for_language(configured: &dyn Embedder, language: Analyzer) -> &dyn Embedder {
+    match configured.parts().first() {
+        Some(first) if first_alone(configured, language, None) => first.as_ref(),
+        _ => configured,
+    }
+}
+
+/// Whether a combined embedder's first model alone serves this knowledge base.
+fn first_alone(configured: &dyn Embedder, language: Analyzer, built: Option<&EmbeddingSettings>) -> bool {
+    let Some(first) = configured.parts().first() else { return false };
     let same = |a: &EmbeddingSettings, b: &EmbeddingSettings| a.model == b.model && a.sha256 == b.sha256;
     match built {
-        Some(b) if same(b, configured.settings()) => configured.clone(),
-        Some(b) if same(b, first.settings()) => first.clone(),
-        Some(_) => configured.clone(),
-        None if configured.covers(language) => configured.clone(),
-        None => first.clone(),
+        Some(b) => !same(b, configured.settings()) && same(b, first.settings()),
+        None => !configured.covers(language),
     }
 }
 
@@ -376,6 +389,8 @@ mod tests {
         // New knowledge bases: English gets both models, Vietnamese the multilingual one.
         assert_eq!(model(embedder_for_kb(&both, Analyzer::English, None)), "e5+minilm");
         assert_eq!(model(embedder_for_kb(&both, Analyzer::Vietnamese, None)), "e5");
+        assert_eq!(embedder_for_language(both.as_ref(), Analyzer::Vietnamese).settings().model, "e5");
+        assert_eq!(embedder_for_language(both.as_ref(), Analyzer::English).settings().model, "e5+minilm");
         // Existing ones keep what they were built with, whatever their language.
         assert_eq!(model(embedder_for_kb(&both, Analyzer::English, Some(e5.settings()))), "e5");
         assert_eq!(model(embedder_for_kb(&both, Analyzer::Vietnamese, Some(both.settings()))), "e5+minilm");

@@ -6,7 +6,7 @@
 //! are cached on disk ([`EmbeddingCache`]) so a second run embeds nothing.
 
 use crate::chunk::{Chunk, ChunkingOptions, chunk_document};
-use crate::embed::{EmbedKind, Embedder, passage_text};
+use crate::embed::{EmbedKind, Embedder, embedder_for_language, passage_text};
 use crate::fusion::{Fusion, FusionMethod, SearchMode};
 use crate::kb::{KbManifest, KnowledgeBase, Ranking, SearchRequest};
 use crate::metrics::{mrr_at, ndcg_at, recall_at};
@@ -125,10 +125,8 @@ pub fn evaluate(
     let started = Instant::now();
     let embedder = match (options.mode, options.embedder) {
         (SearchMode::Bm25, _) => None,
-        // A combined embedder whose extra models are not meant for this language runs as its
-        // first model, as an ingest into a knowledge base of this language would.
-        (_, Some(e)) if !e.covers(options.analyzer) => Some(e.parts().first().map_or(e, |p| p.as_ref())),
-        (_, Some(e)) => Some(e),
+        // As an ingest into a new knowledge base of this language would embed.
+        (_, Some(e)) => Some(embedder_for_language(e, options.analyzer)),
         (mode, None) => {
             return Err(RagError::Embedding(format!("mode {} needs an embedding model", mode.as_str())));
         }

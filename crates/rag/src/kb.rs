@@ -474,16 +474,16 @@ impl KnowledgeBase {
                 let addr = DocAddress::new(ord as u32, doc_id);
                 let doc: TantivyDocument = searcher.doc(addr)?;
                 let Some(bytes) = doc.get_first(self.fields.vector).and_then(|v| v.as_bytes()) else { continue };
-                let vector = decode_vector(bytes);
-                if vector.len() != embedding.dimension {
+                if bytes.len() != embedding.dimension * 4 {
                     continue;
                 }
+                // Each model's part decoded straight from the stored bytes (4 per float).
                 let mut offset = 0;
                 for (list, model) in entries.iter_mut().zip(models) {
-                    if let Some(part) = vector.get(offset..offset + model.dimension) {
-                        list.push((addr, part.to_vec()));
+                    if let Some(part) = bytes.get(offset..offset + model.dimension * 4) {
+                        list.push((addr, decode_vector(part)));
                     }
-                    offset += model.dimension;
+                    offset += model.dimension * 4;
                 }
             }
         }
