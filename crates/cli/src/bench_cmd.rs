@@ -15,7 +15,7 @@ use serde::Serialize;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use toolgraph_graph::react::{self, AgentSpec, AgentState, user_turn};
+use toolgraph_agents::react::{self, AgentSpec, AgentState, user_turn};
 use toolgraph_graph::{
     CheckpointRecord, Checkpointer, CompiledGraph, MemoryCheckpointer, PostgresCheckpointer, RecordKind, RunOptions,
     RunOutcome, SqliteCheckpointer, ThreadId,

@@ -6,15 +6,16 @@
 //! `--continue` picks the last one up again, in a new process. With `--url` the same
 //! conversation is held with a running `toolgraph serve` over HTTP ([`crate::remote_chat`]).
 
-use crate::agent::{self, Agent};
+use crate::agent;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use tokio::sync::mpsc;
+use toolgraph_agents::assembly::{self, Agent, SharedParts};
+use toolgraph_agents::react::{ApprovalRequest, user_turn};
 use toolgraph_config::Config;
-use toolgraph_graph::react::user_turn;
 use toolgraph_graph::{
     Decision, GraphError, PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, ThreadId,
 };
@@ -143,15 +144,13 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         return run_remote(args, cfg).await;
     }
     let store = agent::checkpointer(cfg).await?;
-    let all_tools = agent::all_tools(
-        cfg,
-        crate::retrieval::kb_store(cfg),
-        crate::retrieval::retriever(cfg),
-        crate::agent::backend(cfg)?.as_ref(),
-    )
-    .await?;
-    let local = agent::local_model(cfg).await?;
-    let agent = agent::build(cfg, args.agent.as_deref(), store, &all_tools, local.as_ref(), None)?;
+    // A terminal conversation has no tenant, so no tenant schema in its prompt.
+    let shared = SharedParts {
+        tools: agent::all_tools(cfg).await?,
+        local_model: agent::local_model(cfg).await?,
+        schema_prompt: None,
+    };
+    let agent = assembly::build(cfg, args.agent.as_deref(), store, &shared)?;
     let context = parse_context(&agent, &args.context)?;
     let last_file = cfg.data_dir.join("chat").join(format!("{}.last-thread", agent.name));
     let thread = if args.resume_last {
@@ -225,7 +224,7 @@ async fn run_remote(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
 async fn drive(
     agent: &Agent,
     thread: &ThreadId,
-    mut run: RunHandle<toolgraph_graph::react::AgentState>,
+    mut run: RunHandle<toolgraph_agents::react::AgentState>,
     lines: &mut mpsc::Receiver<String>,
 ) -> anyhow::Result<()> {
     loop {
@@ -272,12 +271,14 @@ async fn approve_and_resume(
     thread: &ThreadId,
     pending: Vec<PendingInterrupt>,
     lines: &mut mpsc::Receiver<String>,
-) -> anyhow::Result<Option<RunHandle<toolgraph_graph::react::AgentState>>> {
+) -> anyhow::Result<Option<RunHandle<toolgraph_agents::react::AgentState>>> {
     let mut decisions = BTreeMap::new();
     for p in &pending {
-        let Some(yes) =
-            ask_approval(p.payload.get("description").and_then(Value::as_str).unwrap_or("(no description)"), lines)
-                .await
+        let Some(yes) = ask_approval(
+            &ApprovalRequest::of(&p.payload).map_or_else(|| "(no description)".to_owned(), |r| r.description),
+            lines,
+        )
+        .await
         else {
             return Ok(None);
         };

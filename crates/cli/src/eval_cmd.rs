@@ -96,13 +96,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", cases.display(), i + 1)))
         .collect::<anyhow::Result<_>>()?;
-    let all = crate::agent::all_tools(
-        cfg,
-        crate::retrieval::kb_store(cfg),
-        crate::retrieval::retriever(cfg),
-        crate::agent::backend(cfg)?.as_ref(),
-    )
-    .await?;
+    let all = crate::agent::all_tools(cfg).await?;
     let name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
     let agents = cfg.effective_agents();
     let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;
@@ -110,9 +104,9 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         None => all.clone(),
         Some(names) => all.subset(names).context("the agent enables a tool that does not exist")?,
     };
-    let definitions = toolgraph_graph::react::tool_definitions(&tools);
+    let definitions = toolgraph_agents::react::tool_definitions(&tools);
     let local = crate::agent::local_model(cfg).await?;
-    let model = crate::agent::model(cfg, &settings, local.as_ref())?;
+    let model = toolgraph_agents::assembly::model(cfg, &settings, local.as_ref())?;
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {
         let request = ChatRequest {

@@ -11,7 +11,7 @@ pub enum GraphCommand {
 
 pub fn run(cmd: GraphCommand) -> ExitCode {
     match cmd {
-        GraphCommand::Show => print!("{}", toolgraph_graph::react::mermaid()),
+        GraphCommand::Show => print!("{}", toolgraph_agents::react::mermaid()),
     }
     ExitCode::SUCCESS
 }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use toolgraph_config::Config;
 use toolgraph_rag::{
     Analyzer, ChunkingOptions, Filter, IngestOptions, IngestProgress, PathPattern, RecordMapping, SearchMode,
-    SearchRequest, ingest, tool::results_json,
+    SearchRequest, ingest, search::results_json,
 };
 
 #[derive(Debug, Args)]
@@ -213,7 +213,7 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
         args.filters.iter().map(|f| Filter::parse(f).map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
     let store = kb_store(cfg);
     let query = args.query.clone();
-    let top_k = args.top_k.clamp(1, toolgraph_rag::tool::MAX_TOP_K);
+    let top_k = args.top_k.clamp(1, toolgraph_rag::search::MAX_TOP_K);
     let mode = args.mode;
     let retriever = retriever(cfg);
     let hits = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {

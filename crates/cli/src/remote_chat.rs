@@ -1,5 +1,5 @@
 //! `toolgraph chat --url`: the terminal conversation of `chat`, held with a running
-//! `toolgraph serve` through its HTTP API (SPEC §4) instead of an in-process agent.
+//! `toolgraph serve` through its HTTP API (docs/service.md) instead of an in-process agent.
 //!
 //! Each line is a `POST /api/chatbot/stream` turn (with the `toolEvents` extension, so tool
 //! calls and their outcomes can be shown); each `pending` action is put to the user and decided

@@ -9,7 +9,7 @@ use anyhow::Context;
 use anyhow::bail;
 use std::sync::Arc;
 use std::time::Duration;
-use toolgraph_config::{Config, EmbeddingProvider, FusionMethod, SecondEmbedding};
+use toolgraph_config::{Config, EmbeddingProvider, SecondEmbedding};
 use toolgraph_rag::embed::CombinedEmbedder;
 use toolgraph_rag::{Analyzer, DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, Retriever};
 
@@ -93,10 +93,7 @@ fn minilm() -> anyhow::Result<Arc<dyn Embedder>> {
 /// The hybrid-search parameters of the configuration.
 pub fn fusion(cfg: &Config) -> Fusion {
     Fusion {
-        method: match cfg.rag.fusion {
-            FusionMethod::Rrf => toolgraph_rag::FusionMethod::Rrf,
-            FusionMethod::Dbsf => toolgraph_rag::FusionMethod::Dbsf,
-        },
+        method: cfg.rag.fusion,
         k: cfg.rag.fusion_k,
         bm25_weight: cfg.rag.bm25_weight,
         dense_weight: cfg.rag.dense_weight,

@@ -5,15 +5,18 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use toolgraph_agents::assembly::{self, SharedParts};
+use toolgraph_agents::conversation::project;
 use toolgraph_config::{AuthKind, Config, StoreKind};
+use toolgraph_conversations::backend::BackendConversationStore;
+use toolgraph_conversations::{
+    ConversationStore, MemoryConversationStore, PostgresConversationStore, ProjectingCheckpointer,
+    SqliteConversationStore,
+};
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
 use toolgraph_server::HttpServer;
 use toolgraph_server::auth::{Auth, HmacVerifier};
-use toolgraph_server::backend::BackendConversationStore;
-use toolgraph_server::store::{ConversationStore, MemoryConversationStore, SqliteConversationStore};
-use toolgraph_server::{
-    AppState, PostgresConversationStore, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions,
-};
+use toolgraph_server::{AppState, ChatService, SearchService, ServedAgent, ServiceOptions};
 
 /// The pool to close once every run has finished.
 enum StoreCloser {
@@ -102,7 +105,7 @@ async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -
     };
     if cfg.server.store == StoreKind::Memory && cfg.database_url.is_none() {
         let store: Arc<dyn ConversationStore> = Arc::new(MemoryConversationStore::new());
-        let ckpt = ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), Arc::clone(&store));
+        let ckpt = ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), Arc::clone(&store), project);
         return Ok(stores(ckpt, store, StoreCloser::None, "memory"));
     }
     let db = open_database(cfg).await?;
@@ -111,8 +114,8 @@ async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -
         let store: Arc<dyn ConversationStore> = Arc::new(backend.clone());
         let closer = db.closer();
         let ckpt = match db {
-            Database::Postgres(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store)),
-            Database::Sqlite(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store)),
+            Database::Postgres(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store), project),
+            Database::Sqlite(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store), project),
         };
         return Ok(stores(ckpt, store, closer, "backend callbacks"));
     }
@@ -121,35 +124,30 @@ async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -
     Ok(match db {
         Database::Postgres(c) => {
             let store = PostgresConversationStore::new(c.pool().clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::postgres(c), Arc::new(store), closer, "postgres")
+            stores(ProjectingCheckpointer::postgres(c, project), Arc::new(store), closer, "postgres")
         }
         Database::Sqlite(c) => {
             let store = SqliteConversationStore::new(c.database().clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::sqlite(c), Arc::new(store), closer, "sqlite")
+            stores(ProjectingCheckpointer::sqlite(c, project), Arc::new(store), closer, "sqlite")
         }
     })
 }
 
 pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let backend = agent::backend(cfg)?;
+    let backend = assembly::backend(cfg)?;
     let Stores { checkpointer, conversations: store, closer, name: store_name } =
         open_stores(cfg, backend.as_ref()).await?;
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
-    let all_tools = agent::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref()).await?;
-    let schema_prompt = agent::schema_prompt(cfg, backend.as_ref());
-    let local = agent::local_model(cfg).await?;
+    let shared = SharedParts {
+        tools: assembly::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref()).await?,
+        local_model: agent::local_model(cfg).await?,
+        schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
+    };
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
-        let a = agent::build(
-            cfg,
-            Some(name),
-            Arc::clone(&checkpointer),
-            &all_tools,
-            local.as_ref(),
-            schema_prompt.as_ref(),
-        )?;
+        let a = assembly::build(cfg, Some(name), Arc::clone(&checkpointer), &shared)?;
         agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
     }
     let auth = match cfg.server.auth {
@@ -173,7 +171,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     };
     let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };
-    let app = AppState::new(agents, cfg.default_agent_name(), store, checkpointer, options);
+    let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
     app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone(), retriever });
     let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
     let port = args.port.unwrap_or(cfg.server.port);

@@ -254,7 +254,7 @@ fn the_shipped_example_configs_load() {
         let v = show(file, ("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1"));
         assert_eq!(v["agents"]["analytics"]["tools"], serde_json::json!(["general_query"]), "{file}");
     }
-    // Seed 002's academy assistant: the backend's tools, each write tool declared.
+    // The academy admin: the backend's tools, each write tool declared.
     let v = show(
         "examples/lumie/toolgraph.toml",
         ("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", "a-secret-of-at-least-16-bytes"),

@@ -137,29 +137,17 @@ async fn health_and_metrics_can_live_on_a_separate_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_on_postgresql() {
     use sqlx::Connection;
-    let url = std::env::var("TOOLGRAPH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let mut admin = match sqlx::PgConnection::connect(&url).await {
-        Ok(c) => c,
-        Err(e) if std::env::var_os("CI").is_some() => {
-            panic!("PostgreSQL at {url} is required under CI: {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: PostgreSQL at {url} is not reachable ({e}); set CI=true to make this a failure");
-            return;
-        }
-    };
-    let schema = format!("tg_cli_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&mut admin).await.unwrap();
+    let Some(schema) = toolgraph_testkit::PgSchema::create().await else { return };
+    let url = toolgraph_testkit::pg_url();
     let sep = if url.contains('?') { '&' } else { '?' };
-    serve_round_trip(Some(format!("{url}{sep}options=-c%20search_path%3D{schema}"))).await;
-    let n: i64 =
-        sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {schema}.messages")).fetch_one(&mut admin).await.unwrap();
+    serve_round_trip(Some(format!("{url}{sep}options=-c%20search_path%3D{}", schema.name))).await;
+    let mut c = sqlx::PgConnection::connect_with(&schema.options()).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages").fetch_one(&mut c).await.unwrap();
     assert_eq!(n, 2, "the user and assistant messages are in PostgreSQL");
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&mut admin).await.unwrap();
+    let _ = c.close().await;
 }
 
-/// `store = "backend"`: the binary keeps the conversation in a backend of seed 002 (here the
+/// `store = "backend"`: the binary keeps the conversation in a backend (here the
 /// library's receiving side over a memory store) through signed calls, and `general_query`
 /// runs on the backend (`POST /internal/chatbot/query`) for the asking tenant and user: a
 /// refused query goes back to the model, which repairs it.
@@ -167,9 +155,9 @@ async fn serve_on_postgresql() {
 async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     use axum::http::{HeaderMap, StatusCode};
     use std::sync::{Arc, Mutex};
+    use toolgraph_conversations::{ConversationStore, MemoryConversationStore};
     use toolgraph_server::auth::HmacVerifier;
-    use toolgraph_server::backend::callback_router;
-    use toolgraph_server::store::{ConversationStore, MemoryConversationStore};
+    use toolgraph_server::callback_router;
     let store = Arc::new(MemoryConversationStore::new());
     let queries: Arc<Mutex<Vec<(String, serde_json::Value)>>> = Arc::default();
     let verifier = Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec()));
@@ -231,9 +219,9 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     let _ = child.wait();
     assert!(next.contains("event: done"), "{next}");
     let messages = store.messages(1).await.unwrap();
-    let roles: Vec<&str> = messages.iter().map(|(_, r, _)| r.as_str()).collect();
+    let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
     assert_eq!(roles.first(), Some(&"user"), "{messages:?}");
-    assert_eq!(messages.last().map(|(_, r, c)| (r.as_str(), c.as_str())), Some(("assistant", "Hay 41.")));
+    assert_eq!(messages.last().map(|m| (m.role.as_str(), m.content.as_str())), Some(("assistant", "Hay 41.")));
     assert!(dir.path().join("toolgraph.db").exists(), "checkpoints stay with the service");
 
     // All three queries reached the backend, signed, for tenant demo / user 1 / conversation 1.
@@ -266,7 +254,7 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     assert_eq!(schema_calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the schema is cached per tenant");
 }
 
-/// `examples/lumie` (seed 002's assistant, whose `send_sms` is a `[server.backend_tools]`
+/// `examples/lumie` (the academy admin, whose `send_sms` is a `[server.backend_tools]`
 /// write tool): the model's call pauses for approval, nothing reaches the backend until it is
 /// approved, then `POST /internal/chatbot/tools/send_sms` runs once, signed, for the asking
 /// tenant and user; a repeated confirm replays the answer.
@@ -274,9 +262,9 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
 async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     use axum::http::{HeaderMap, StatusCode};
     use std::sync::{Arc, Mutex};
+    use toolgraph_conversations::MemoryConversationStore;
     use toolgraph_server::auth::HmacVerifier;
-    use toolgraph_server::backend::callback_router;
-    use toolgraph_server::store::MemoryConversationStore;
+    use toolgraph_server::callback_router;
     let calls: Arc<Mutex<Vec<(String, String, serde_json::Value)>>> = Arc::default();
     let verifier = Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec()));
     let seen = Arc::clone(&calls);
@@ -304,7 +292,7 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     ])
     .await
     .unwrap();
-    // The shipped example of seed 002's assistant, pointed at this backend and model.
+    // The shipped example of the academy admin, pointed at this backend and model.
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/toolgraph.toml");
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = serve_with_backend(router, &model, dir.path(), Some(&example)).await;

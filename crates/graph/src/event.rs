@@ -1,5 +1,6 @@
 //! [`RunEvent`]: the stream every consumer of a run (server, CLI, tests) reads.
 
+use crate::checkpoint::DerivedRows;
 use crate::interrupt::PendingInterrupt;
 use serde::Serialize;
 use serde_json::Value;
@@ -31,6 +32,9 @@ pub enum RunEvent {
         step: u32,
         /// The checkpoint written.
         checkpoint: u64,
+        /// What the store derived from that checkpoint and wrote with it (the ids of a
+        /// projecting store's rows; empty for a plain store).
+        derived: DerivedRows,
     },
     /// A piece of model text.
     TextDelta {

@@ -6,9 +6,11 @@
 //! ([`CompiledGraph`], [`RunEvent`]); pausing for human approval with any number of
 //! interrupts per step and resuming *after* the pause point ([`Decision`]); and incremental
 //! checkpoints behind one trait ([`Checkpointer`]: in memory, SQLite, PostgreSQL) with
-//! history, replay and forks. Also the prebuilt ReAct agent ([`react`]).
+//! history, replay and forks.
 //!
-//! Does not own: HTTP (the server crate) or what a tool does (the tools crate).
+//! Does not own: what a node does (models, tools and the prebuilt ReAct agent live in the
+//! agents crate, above this one) or HTTP (the server crate). The runtime is generic over the
+//! state and the dependencies nodes get, so it depends on no model or tool crate.
 //!
 //! Why LangGraph's known problems cannot happen here:
 //! - each interrupt has its own id and resume takes a map id → decision, so decisions can
@@ -27,13 +29,12 @@ mod graph;
 mod heads;
 mod interrupt;
 mod node;
-pub mod react;
 mod runner;
 pub mod sqlite;
 mod state;
 
 pub use checkpoint::{
-    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, EncodedRecord, MemoryCheckpointer,
+    CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, DerivedRows, EncodedRecord, MemoryCheckpointer,
     PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
 };
 pub use error::{GraphBuildError, GraphError, NodeError};

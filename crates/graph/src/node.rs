@@ -27,7 +27,7 @@ pub enum NodeOutput<S: State> {
 }
 
 /// What a node may use besides the state: the injected dependencies (model, tools, stores —
-/// seed 001's distinction: these are not tools), the event stream, and on resume the
+/// dependencies a node is given, not tools a model chooses), the event stream, and on resume the
 /// decisions keyed by the node's own request keys.
 pub struct RunContext<C> {
     pub(crate) deps: Arc<C>,

@@ -5,7 +5,7 @@
 //! of a run (its input, or the decisions that complete a pause) is written before the task
 //! starts, so a second run on the same thread is refused by the store itself.
 
-use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointRecord, RecordKind, ThreadId, now_ms};
+use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointRecord, DerivedRows, RecordKind, ThreadId, now_ms};
 use crate::error::{GraphError, NodeError};
 use crate::event::RunEvent;
 use crate::graph::{CompiledGraph, END};
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Most node executions in one run before it ends with
-    /// [`RunOutcome::RecursionLimit`]. Default: 10 (seed 002's `RECURSION_LIMIT`).
+    /// [`RunOutcome::RecursionLimit`]. Default: 10 (the academy-admin contract's recursion limit, docs/service.md).
     pub recursion_limit: u32,
     /// Capacity of the event channel; a full channel makes the run wait. Default: 256.
     pub event_buffer: usize,
@@ -259,9 +259,9 @@ fn record(seq: u64, run_id: &str, kind: RecordKind) -> CheckpointRecord {
 }
 
 impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
-    async fn write(&self, thread: &ThreadId, rec: &CheckpointRecord) -> Result<(), GraphError> {
+    async fn write(&self, thread: &ThreadId, rec: &CheckpointRecord) -> Result<DerivedRows, GraphError> {
         match self.inner.checkpointer.append(thread, rec).await {
-            Ok(()) => Ok(()),
+            Ok(derived) => Ok(derived),
             Err(CheckpointError::Conflict { .. }) => Err(GraphError::ConcurrentRun { thread: thread.to_string() }),
             Err(e) => Err(e.into()),
         }
@@ -376,7 +376,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         rec.updates.push(value);
         rec.next = (next != END).then(|| next.clone());
         self.write(thread, &rec).await?;
-        Ok(self.spawn(thread, run_id, state, rec.seq, next, BTreeMap::new(), opts))
+        let start = RunStart { run_id, state, version: rec.seq, next, decisions: BTreeMap::new() };
+        Ok(self.spawn(thread, start, opts))
     }
 
     /// Records `decisions` (interrupt id → decision) for the thread's pause. Once every
@@ -433,217 +434,239 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         if !undecided.is_empty() {
             return Ok(ResumeResult::Waiting { undecided });
         }
-        let by_key = head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d))).collect();
-        Ok(ResumeResult::Started(self.spawn(thread, run_id, head.state, rec.seq, resume_at, by_key, opts)))
+        let decisions = head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d))).collect();
+        let start = RunStart { run_id, state: head.state, version: rec.seq, next: resume_at, decisions };
+        Ok(ResumeResult::Started(self.spawn(thread, start, opts)))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn spawn(
-        &self,
-        thread: &ThreadId,
-        run_id: String,
-        state: Arc<S>,
-        version: u64,
-        next: String,
-        decisions: BTreeMap<String, Decision>,
-        opts: RunOptions,
-    ) -> RunHandle<S> {
+    /// Runs `start` on its own task; the head it ends with goes back into the head cache,
+    /// unless the run failed (the store is then the truth, reloaded on next use).
+    fn spawn(&self, thread: &ThreadId, start: RunStart<S>, opts: RunOptions) -> RunHandle<S> {
         let (tx, rx) = crate::event::event_channel(opts.event_buffer.max(1));
-        let graph = self.clone();
-        let thread = thread.clone();
-        let id = run_id.clone();
+        let run_id = start.run_id.clone();
+        let mut run = Run {
+            graph: self.clone(),
+            thread: thread.clone(),
+            id: Arc::from(start.run_id.as_str()),
+            thread_name: Arc::from(thread.as_str()),
+            state: start.state,
+            version: start.version,
+            steps: 0,
+            opts,
+            events: tx,
+        };
         let task = tokio::spawn(async move {
-            let _ = tx.send(RunEvent::RunStarted { run_id: id.clone(), thread: thread.to_string() }).await;
-            let mut version = version;
-            let (outcome, next) = graph.drive(&thread, &id, state, &mut version, next, decisions, opts, tx).await;
+            let started = RunEvent::RunStarted { run_id: start.run_id.clone(), thread: run.thread.to_string() };
+            run.emit(started).await;
+            let (outcome, next) = run.drive(start.next, start.decisions).await;
             let pending = match &outcome {
-                // A failed run leaves the head to be reloaded from the store.
                 RunOutcome::Failed { .. } => return outcome,
                 RunOutcome::Interrupted { pending, .. } => pending.clone(),
                 _ => Vec::new(),
             };
             let head = ThreadState {
                 state: outcome.shared_state(),
-                version,
+                version: run.version,
                 next,
                 pending,
                 decisions: BTreeMap::new(),
                 last_at_ms: now_ms(),
-                head_run: id,
+                head_run: start.run_id,
             };
-            graph.inner.heads.put(thread, head);
+            run.graph.inner.heads.put(run.thread.clone(), head);
             outcome
         });
         RunHandle { run_id, events: rx, task }
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
+/// What a run starts from: its id, the state after its first record, that record's sequence
+/// number, the node to run first, and (when resuming) the decisions by request key.
+struct RunStart<S> {
+    run_id: String,
+    state: Arc<S>,
+    version: u64,
+    next: String,
+    decisions: BTreeMap<String, Decision>,
+}
+
+/// One run in flight, owned by its task: the graph it runs, the thread it writes, the state
+/// and head it has reached, and where its events go.
+struct Run<S: State, C> {
+    graph: CompiledGraph<S, C>,
+    thread: ThreadId,
+    /// The run id, shared with every node's context.
+    id: Arc<str>,
+    /// The thread id as nodes see it.
+    thread_name: Arc<str>,
+    state: Arc<S>,
+    /// Sequence number of the last record written.
+    version: u64,
+    /// Nodes executed so far (the recursion limit counts these).
+    steps: u32,
+    opts: RunOptions,
+    events: crate::event::EventSender,
+}
+
+/// Where a run goes after a node's step was checkpointed.
+enum Step {
+    /// On to this node (or `END`).
+    Continue(String),
+    /// Paused for these decisions; resumes at `resume_at`.
+    Paused { pending: Vec<PendingInterrupt>, resume_at: String },
+}
+
+/// Why a step ended the run instead.
+enum Halt {
+    Cancelled,
+    Failed(GraphError),
+}
+
+impl<S: State, C: Send + Sync + 'static> Run<S, C> {
+    /// Sends an event; a consumer that went away does not stop the run.
+    async fn emit(&self, event: RunEvent) {
+        let _ = self.events.send(event).await;
+    }
+
+    /// Runs nodes from `next` until the graph ends, pauses, stops or fails; returns the outcome
+    /// and the node the thread resumes at (for a pause).
     async fn drive(
-        &self,
-        thread: &ThreadId,
-        run_id: &str,
-        mut state: Arc<S>,
-        version: &mut u64,
+        &mut self,
         mut next: String,
         decisions: BTreeMap<String, Decision>,
-        opts: RunOptions,
-        tx: crate::event::EventSender,
     ) -> (RunOutcome<S>, Option<String>) {
-        let run: Arc<str> = Arc::from(run_id);
-        let thread_name: Arc<str> = Arc::from(thread.as_str());
         let mut decisions = Arc::new(decisions);
-        let mut steps = 0u32;
-        let owned = std::convert::identity::<Arc<S>>;
         loop {
             if next == END {
-                let _ = tx.send(RunEvent::Completed).await;
-                return (RunOutcome::Completed { state: owned(state) }, None);
+                self.emit(RunEvent::Completed).await;
+                return (RunOutcome::Completed { state: Arc::clone(&self.state) }, None);
             }
-            if opts.cancel.is_cancelled() {
-                self.stop(thread, version, run_id, "cancelled").await;
-                let _ = tx.send(RunEvent::Cancelled).await;
-                return (RunOutcome::Cancelled { state: owned(state) }, None);
+            if self.opts.cancel.is_cancelled() {
+                return (self.cancelled().await, None);
             }
-            if steps >= opts.recursion_limit {
-                self.stop(thread, version, run_id, "recursion limit").await;
-                let _ = tx.send(RunEvent::RecursionLimit { limit: opts.recursion_limit }).await;
-                return (RunOutcome::RecursionLimit { state: owned(state), limit: opts.recursion_limit }, None);
+            let limit = self.opts.recursion_limit;
+            if self.steps >= limit {
+                self.stop("recursion limit").await;
+                self.emit(RunEvent::RecursionLimit { limit }).await;
+                return (RunOutcome::RecursionLimit { state: Arc::clone(&self.state), limit }, None);
             }
-            steps += 1;
-            let Some(node) = self.inner.nodes.get(&next).cloned() else {
-                // Compile-time validation makes this unreachable unless a stored `next` names
-                // a node that a newer graph no longer has.
-                let error = GraphError::Node {
-                    node: next.clone(),
-                    source: NodeError::new("routing", "no such node in this graph"),
-                };
-                return (self.fail(thread, version, run_id, state, error, &tx).await, None);
-            };
-            let _ = tx.send(RunEvent::NodeStarted { node: next.clone(), step: steps }).await;
-            let ctx = RunContext {
-                deps: Arc::clone(&self.inner.deps),
-                events: tx.clone(),
-                decisions: std::mem::take(&mut decisions),
-                run_id: Arc::clone(&run),
-                thread: Arc::clone(&thread_name),
-                step: steps,
-            };
-            let call = AssertUnwindSafe(node.run(Arc::clone(&state), ctx)).catch_unwind();
-            let result = tokio::select! {
-                biased;
-                _ = opts.cancel.cancelled() => {
-                    self.stop(thread, version, run_id, "cancelled").await;
-                    let _ = tx.send(RunEvent::Cancelled).await;
-                    return (RunOutcome::Cancelled { state: owned(state) }, None);
+            self.steps += 1;
+            match self.step(&next, std::mem::take(&mut decisions)).await {
+                Ok(Step::Continue(route)) => next = route,
+                Ok(Step::Paused { pending, resume_at }) => {
+                    let state = Arc::clone(&self.state);
+                    return (RunOutcome::Interrupted { state, pending }, Some(resume_at));
                 }
-                r = call => r,
-            };
-            let output = match result {
-                Ok(Ok(o)) => o,
-                Ok(Err(e)) => {
-                    let error = GraphError::Node { node: next.clone(), source: e };
-                    return (self.fail(thread, version, run_id, state, error, &tx).await, None);
-                }
-                Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-text panic".into());
-                    let error = GraphError::Node { node: next.clone(), source: NodeError::new("panic", what) };
-                    return (self.fail(thread, version, run_id, state, error, &tx).await, None);
-                }
-            };
-            let mut rec = record(*version + 1, run_id, RecordKind::Step);
-            rec.node = Some(next.clone());
-            match output {
-                NodeOutput::Update(update) => {
-                    match serde_json::value::to_raw_value(&update) {
-                        Ok(v) => rec.updates.push(v),
-                        Err(e) => {
-                            return (self.fail(thread, version, run_id, state, e.into(), &tx).await, None);
-                        }
-                    }
-                    Arc::make_mut(&mut state).apply(update);
-                    let edge = self.inner.edges.get(&next);
-                    let route = match edge.map(|e| Self::route(e, &state)) {
-                        Some(Ok(r)) => r,
-                        Some(Err(m)) => {
-                            let error = GraphError::Node { node: next.clone(), source: NodeError::new("routing", m) };
-                            return (self.fail(thread, version, run_id, state, error, &tx).await, None);
-                        }
-                        None => END.to_owned(),
-                    };
-                    rec.next = (route != END).then(|| route.clone());
-                    if let Err(e) = self.write(thread, &rec).await {
-                        return (self.fail(thread, version, run_id, state, e, &tx).await, None);
-                    }
-                    *version = rec.seq;
-                    let _ =
-                        tx.send(RunEvent::NodeFinished { node: next.clone(), step: steps, checkpoint: rec.seq }).await;
-                    next = route;
-                }
-                NodeOutput::Interrupt { update, requests, resume_at } => {
-                    match serde_json::value::to_raw_value(&update) {
-                        Ok(v) => rec.updates.push(v),
-                        Err(e) => {
-                            return (self.fail(thread, version, run_id, state, e.into(), &tx).await, None);
-                        }
-                    }
-                    Arc::make_mut(&mut state).apply(update);
-                    if !self.inner.nodes.contains_key(&resume_at) {
-                        let error = GraphError::Node {
-                            node: next.clone(),
-                            source: NodeError::new("routing", format!("resume node '{resume_at}' does not exist")),
-                        };
-                        return (self.fail(thread, version, run_id, state, error, &tx).await, None);
-                    }
-                    let pending: Vec<PendingInterrupt> = requests
-                        .into_iter()
-                        .map(|r| PendingInterrupt { id: InterruptId::fresh(), key: r.key, payload: r.payload })
-                        .collect();
-                    rec.kind = RecordKind::Interrupt;
-                    rec.interrupts = pending.clone();
-                    rec.next = Some(resume_at.clone());
-                    if let Err(e) = self.write(thread, &rec).await {
-                        return (self.fail(thread, version, run_id, state, e, &tx).await, None);
-                    }
-                    *version = rec.seq;
-                    let _ =
-                        tx.send(RunEvent::NodeFinished { node: next.clone(), step: steps, checkpoint: rec.seq }).await;
-                    let _ = tx.send(RunEvent::Interrupted { pending: pending.clone() }).await;
-                    return (RunOutcome::Interrupted { state: owned(state), pending }, Some(resume_at));
-                }
+                Err(Halt::Cancelled) => return (self.cancelled().await, None),
+                Err(Halt::Failed(error)) => return (self.fail(error).await, None),
             }
         }
+    }
+
+    /// Runs node `name` once, applies and checkpoints its update, and routes.
+    async fn step(&mut self, name: &str, decisions: Arc<BTreeMap<String, Decision>>) -> Result<Step, Halt> {
+        let failed = |kind: &'static str, message: String| {
+            Halt::Failed(GraphError::Node { node: name.to_owned(), source: NodeError::new(kind, message) })
+        };
+        // Compile-time validation makes a missing node impossible unless a stored `next` names a
+        // node that a newer graph no longer has.
+        let Some(node) = self.graph.inner.nodes.get(name).cloned() else {
+            return Err(failed("routing", "no such node in this graph".into()));
+        };
+        self.emit(RunEvent::NodeStarted { node: name.to_owned(), step: self.steps }).await;
+        let ctx = RunContext {
+            deps: Arc::clone(&self.graph.inner.deps),
+            events: self.events.clone(),
+            decisions,
+            run_id: Arc::clone(&self.id),
+            thread: Arc::clone(&self.thread_name),
+            step: self.steps,
+        };
+        let call = AssertUnwindSafe(node.run(Arc::clone(&self.state), ctx)).catch_unwind();
+        let result = tokio::select! {
+            biased;
+            _ = self.opts.cancel.cancelled() => return Err(Halt::Cancelled),
+            r = call => r,
+        };
+        let output = match result {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => return Err(Halt::Failed(GraphError::Node { node: name.to_owned(), source: e })),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-text panic".into());
+                return Err(failed("panic", what));
+            }
+        };
+        let mut rec = record(self.version + 1, &self.id, RecordKind::Step);
+        rec.node = Some(name.to_owned());
+        let (update, pause) = match output {
+            NodeOutput::Update(update) => (update, None),
+            NodeOutput::Interrupt { update, requests, resume_at } => (update, Some((requests, resume_at))),
+        };
+        rec.updates.push(serde_json::value::to_raw_value(&update).map_err(|e| Halt::Failed(e.into()))?);
+        Arc::make_mut(&mut self.state).apply(update);
+        let step = match pause {
+            None => {
+                let route = match self.graph.inner.edges.get(name).map(|e| CompiledGraph::<S, C>::route(e, &self.state))
+                {
+                    Some(Ok(route)) => route,
+                    Some(Err(m)) => return Err(failed("routing", m)),
+                    None => END.to_owned(),
+                };
+                rec.next = (route != END).then(|| route.clone());
+                Step::Continue(route)
+            }
+            Some((requests, resume_at)) => {
+                if !self.graph.inner.nodes.contains_key(&resume_at) {
+                    return Err(failed("routing", format!("resume node '{resume_at}' does not exist")));
+                }
+                let pending: Vec<PendingInterrupt> = requests
+                    .into_iter()
+                    .map(|r| PendingInterrupt { id: InterruptId::fresh(), key: r.key, payload: r.payload })
+                    .collect();
+                rec.kind = RecordKind::Interrupt;
+                rec.interrupts = pending.clone();
+                rec.next = Some(resume_at.clone());
+                Step::Paused { pending, resume_at }
+            }
+        };
+        let derived = self.graph.write(&self.thread, &rec).await.map_err(Halt::Failed)?;
+        self.version = rec.seq;
+        let finished = RunEvent::NodeFinished { node: name.to_owned(), step: self.steps, checkpoint: rec.seq, derived };
+        self.emit(finished).await;
+        if let Step::Paused { pending, .. } = &step {
+            self.emit(RunEvent::Interrupted { pending: pending.clone() }).await;
+        }
+        Ok(step)
+    }
+
+    async fn cancelled(&mut self) -> RunOutcome<S> {
+        self.stop("cancelled").await;
+        self.emit(RunEvent::Cancelled).await;
+        RunOutcome::Cancelled { state: Arc::clone(&self.state) }
     }
 
     /// Marks the run stopped so the thread is idle again; a failure to do so only logs,
     /// because the stale-run rule frees the thread eventually.
-    async fn stop(&self, thread: &ThreadId, version: &mut u64, run_id: &str, reason: &str) {
-        let mut rec = record(*version + 1, run_id, RecordKind::Stop);
+    async fn stop(&mut self, reason: &str) {
+        let mut rec = record(self.version + 1, &self.id, RecordKind::Stop);
         rec.reason = Some(reason.to_owned());
-        match self.write(thread, &rec).await {
-            Ok(()) => *version = rec.seq,
-            Err(e) => tracing::warn!(%thread, error = %e, "could not mark the run stopped"),
+        match self.graph.write(&self.thread, &rec).await {
+            Ok(_) => self.version = rec.seq,
+            Err(e) => tracing::warn!(thread = %self.thread, error = %e, "could not mark the run stopped"),
         }
     }
 
-    async fn fail(
-        &self,
-        thread: &ThreadId,
-        version: &mut u64,
-        run_id: &str,
-        state: Arc<S>,
-        error: GraphError,
-        tx: &crate::event::EventSender,
-    ) -> RunOutcome<S> {
+    async fn fail(&mut self, error: GraphError) -> RunOutcome<S> {
         // A conflict means another run owns the thread now: leave its records alone.
         if !matches!(error, GraphError::ConcurrentRun { .. }) {
-            self.stop(thread, version, run_id, &error.to_string()).await;
+            self.stop(&error.to_string()).await;
         }
-        tracing::warn!(%thread, %error, "run failed");
-        let _ = tx.send(RunEvent::Error { message: error.to_string() }).await;
-        RunOutcome::Failed { state, error }
+        tracing::warn!(thread = %self.thread, %error, "run failed");
+        self.emit(RunEvent::Error { message: error.to_string() }).await;
+        RunOutcome::Failed { state: Arc::clone(&self.state), error }
     }
 }

@@ -1,14 +1,12 @@
 //! The graph runtime against every checkpoint store: the same suite, three times.
 
-mod common;
-
-use common::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use toolgraph_graph::*;
+use toolgraph_testkit::Backend;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Chat {

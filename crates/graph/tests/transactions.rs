@@ -1,7 +1,5 @@
 //! A checkpoint write joins the caller's transaction: it commits or rolls back with it.
 
-mod common;
-
 use toolgraph_graph::{
     CheckpointRecord, Checkpointer, EncodedRecord, PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
 };
@@ -56,7 +54,7 @@ async fn sqlite_checkpoint_commits_and_rolls_back_with_the_callers_transaction()
 
 #[tokio::test]
 async fn postgres_checkpoint_commits_and_rolls_back_with_the_callers_transaction() {
-    let Some(schema) = common::PgSchema::create().await else { return };
+    let Some(schema) = toolgraph_testkit::PgSchema::create().await else { return };
     let store: PostgresCheckpointer = schema.checkpointer().await;
     sqlx::query("CREATE TABLE messages (body TEXT)").execute(store.pool()).await.unwrap();
     let t = ThreadId::new("acme", 1);

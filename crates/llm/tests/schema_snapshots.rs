@@ -6,7 +6,7 @@ use serde::Deserialize;
 use toolgraph_llm::{SchemaDialect, normalize_schema};
 use toolgraph_tools::ArgumentSchema;
 
-/// Seed 000's `generate_test` arguments.
+/// The course tutor's `generate_test` arguments.
 #[derive(Deserialize, JsonSchema)]
 #[allow(dead_code)]
 struct TestGenerationInput {

@@ -50,9 +50,9 @@ pub enum LocalModelError {
     Compute(#[from] candle_core::Error),
 }
 
-impl From<LocalModelError> for toolgraph_rag::RagError {
+impl From<LocalModelError> for toolgraph_embed::EmbedError {
     fn from(e: LocalModelError) -> Self {
-        toolgraph_rag::RagError::Embedding(e.to_string())
+        toolgraph_embed::EmbedError(e.to_string())
     }
 }
 
@@ -82,6 +82,6 @@ pub(crate) fn read_weights(
 pub fn models_dir() -> PathBuf {
     match std::env::var_os("TOOLGRAPH_MODELS_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => PathBuf::from(dir),
-        None => toolgraph_rag::cache_root().join("models"),
+        None => toolgraph_embed::cache_root().join("models"),
     }
 }

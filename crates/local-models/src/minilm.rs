@@ -15,7 +15,7 @@ use serde::Deserialize;
 use std::io::Read;
 use std::path::Path;
 use tokenizers::Tokenizer;
-use toolgraph_rag::{EmbedKind, Embedder, EmbeddingSettings, RagError};
+use toolgraph_embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings};
 
 /// File name in the models cache (the package's `model.zip`, as it is).
 pub const MINILM_FILE: &str = "all-minilm-l6-v2.zip";
@@ -215,7 +215,7 @@ impl Embedder for MiniLmEmbedder {
         &self.settings
     }
 
-    fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+    fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(self.embed_texts(texts)?)
     }
 }

@@ -8,9 +8,9 @@ mod common;
 
 use serde::Deserialize;
 use std::sync::OnceLock;
+use toolgraph_embed::EmbedKind;
 use toolgraph_local_models::e5::{E5_FILE, E5Embedder};
 use toolgraph_local_models::models_dir;
-use toolgraph_rag::EmbedKind;
 
 #[derive(Deserialize)]
 struct Reference {

@@ -10,9 +10,9 @@ mod common;
 
 use serde::Deserialize;
 use std::sync::OnceLock;
+use toolgraph_embed::{EmbedKind, Embedder};
 use toolgraph_local_models::minilm::{MINILM_FILE, MINILM_MODEL_ID, MINILM_SHA256, MiniLmEmbedder};
 use toolgraph_local_models::{LocalModelError, models_dir};
-use toolgraph_rag::{EmbedKind, Embedder};
 
 #[derive(Deserialize)]
 struct Reference {

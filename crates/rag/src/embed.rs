@@ -1,50 +1,19 @@
-//! Text embeddings behind one trait: what dense search and hybrid fusion call, whether the
-//! vectors come from the in-process models (`toolgraph-local-models`), an OpenAI-compatible
-//! `/v1/embeddings` server ([`OpenAiEmbedder`]), or several models side by side
-//! ([`CombinedEmbedder`]: one dense list per model, fused with the keyword list).
+//! rag's embedders: an OpenAI-compatible `/v1/embeddings` client ([`OpenAiEmbedder`]) and
+//! several models side by side ([`CombinedEmbedder`]: one dense list per model, fused with the
+//! keyword list), plus the rules for which model a knowledge base is embedded and searched with.
 //!
+//! The [`Embedder`] contract itself lives in `toolgraph-embed` (re-exported here), so the
+//! in-process models of `toolgraph-local-models` implement it without depending on retrieval.
 //! Embedding is CPU- or network-bound and blocking; async callers run it on a blocking thread.
 
-use crate::kb::EmbeddingSettings;
-use crate::{Analyzer, RagError};
+pub use toolgraph_embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings, dot, normalise};
+
+use crate::RagError;
+use crate::index::{Analyzer, Chunk};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Whether a text is a query or a passage (e5 and similar models embed them differently).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EmbedKind {
-    /// A search query.
-    Query,
-    /// A passage of the corpus.
-    Passage,
-}
-
-/// Turns texts into unit vectors.
-pub trait Embedder: Send + Sync + std::fmt::Debug {
-    /// The model's identity: a knowledge base built with one model refuses another.
-    fn settings(&self) -> &EmbeddingSettings;
-
-    /// One vector of [`EmbeddingSettings::dimension`] floats per text, in order: L2-normalised,
-    /// or for a combined embedder each model's unit vector side by side.
-    ///
-    /// # Errors
-    /// [`RagError::Embedding`] when the model cannot embed the batch.
-    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError>;
-
-    /// The models of a combined embedder, in order (empty for a single model).
-    fn parts(&self) -> &[Arc<dyn Embedder>] {
-        &[]
-    }
-
-    /// Whether this embedder is meant for text in `language` (a combined embedder whose extra
-    /// models are English-only is not meant for Vietnamese).
-    fn covers(&self, language: Analyzer) -> bool {
-        let _ = language;
-        true
-    }
-}
 
 /// Checks that a knowledge base built with `built` can be searched or extended with `with`.
 ///
@@ -95,7 +64,7 @@ fn first_alone(configured: &dyn Embedder, language: Analyzer, built: Option<&Emb
     let same = |a: &EmbeddingSettings, b: &EmbeddingSettings| a.model == b.model && a.sha256 == b.sha256;
     match built {
         Some(b) => !same(b, configured.settings()) && same(b, first.settings()),
-        None => !configured.covers(language),
+        None => !configured.covers(language.code()),
     }
 }
 
@@ -143,12 +112,12 @@ impl Embedder for CombinedEmbedder {
         &self.settings
     }
 
-    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut out: Vec<Vec<f32>> = texts.iter().map(|_| Vec::with_capacity(self.settings.dimension)).collect();
         for part in &self.parts {
             let vectors = part.embed(texts, kind)?;
             if vectors.len() != texts.len() {
-                return Err(RagError::Embedding(format!(
+                return Err(EmbedError(format!(
                     "{} returned {} vectors for {} texts",
                     part.settings().model,
                     vectors.len(),
@@ -166,8 +135,8 @@ impl Embedder for CombinedEmbedder {
         &self.parts
     }
 
-    fn covers(&self, language: Analyzer) -> bool {
-        self.languages.as_ref().is_none_or(|l| l.contains(&language))
+    fn covers(&self, language: &str) -> bool {
+        self.languages.as_ref().is_none_or(|l| l.iter().any(|a| a.code() == language))
     }
 }
 
@@ -177,7 +146,7 @@ fn short(sha: &str) -> &str {
 
 /// The text a chunk is embedded from: its document title and heading path give the passage
 /// its context (an article's number and law name, a section's title).
-pub fn passage_text(chunk: &crate::Chunk) -> String {
+pub fn passage_text(chunk: &Chunk) -> String {
     let mut out = String::with_capacity(chunk.title.len() + chunk.text.len() + 16);
     if !chunk.title.is_empty() {
         out.push_str(&chunk.title);
@@ -189,29 +158,6 @@ pub fn passage_text(chunk: &crate::Chunk) -> String {
     }
     out.push_str(&chunk.text);
     out
-}
-
-/// Divides by the L2 norm (a zero vector stays zero).
-pub fn normalise(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
-}
-
-/// Dot product (the cosine of two unit vectors).
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight independent accumulators let the compiler vectorise without reassociating floats.
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// An OpenAI-compatible `/v1/embeddings` client (vLLM, llama.cpp server, Ollama, OpenAI).
@@ -261,7 +207,7 @@ impl Embedder for OpenAiEmbedder {
         &self.settings
     }
 
-    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         let prefix = match kind {
             EmbedKind::Query => &self.settings.query_prefix,
             EmbedKind::Passage => &self.settings.passage_prefix,
@@ -276,20 +222,20 @@ impl Embedder for OpenAiEmbedder {
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key);
             }
-            let resp = req.send().map_err(|e| RagError::Embedding(format!("{}: {e}", self.url)))?;
+            let resp = req.send().map_err(|e| EmbedError(format!("{}: {e}", self.url)))?;
             let status = resp.status();
             if !status.is_success() {
                 let body = resp.text().unwrap_or_default();
-                return Err(RagError::Embedding(format!(
+                return Err(EmbedError(format!(
                     "{} answered {status}: {}",
                     self.url,
                     body.chars().take(300).collect::<String>()
                 )));
             }
             let mut parsed: EmbeddingsResponse =
-                resp.json().map_err(|e| RagError::Embedding(format!("{}: unexpected response: {e}", self.url)))?;
+                resp.json().map_err(|e| EmbedError(format!("{}: unexpected response: {e}", self.url)))?;
             if parsed.data.len() != batch.len() {
-                return Err(RagError::Embedding(format!(
+                return Err(EmbedError(format!(
                     "{} returned {} vectors for {} inputs",
                     self.url,
                     parsed.data.len(),
@@ -299,7 +245,7 @@ impl Embedder for OpenAiEmbedder {
             parsed.data.sort_by_key(|r| r.index);
             for mut row in parsed.data {
                 if row.embedding.len() != self.settings.dimension {
-                    return Err(RagError::Embedding(format!(
+                    return Err(EmbedError(format!(
                         "{} returned {} dimensions; the knowledge base expects {}",
                         self.url,
                         row.embedding.len(),
@@ -349,7 +295,7 @@ mod tests {
         fn settings(&self) -> &EmbeddingSettings {
             &self.0
         }
-        fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+        fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
             Ok(texts.iter().map(|_| self.1.clone()).collect())
         }
     }
@@ -400,13 +346,5 @@ mod tests {
         assert!(ensure_same_model(&bge, chosen.settings()).is_err());
         // A single model is always itself.
         assert_eq!(model(embedder_for_kb(&e5, Analyzer::Vietnamese, Some(&bge))), "e5");
-    }
-
-    #[test]
-    fn dot_matches_the_naive_sum() {
-        let a: Vec<f32> = (0..387).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..387).map(|i| (i as f32 * 0.11).cos()).collect();
-        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - naive).abs() < 1e-4);
     }
 }

@@ -1,53 +1,46 @@
-//! Retrieval for toolgraph agents: the `rag` layer of SPEC §2.
+//! Retrieval for toolgraph agents, in four stages, each a folder:
 //!
-//! Owns: reading documents ([`formats`]: markdown, text, HTML, PDF, JSON records through a
-//! declarative [`RecordMapping`]), structure-aware [`chunk`]ing with citation labels,
-//! persisted per-tenant [`KnowledgeBase`]s with BM25 search and metadata [`Filter`]s,
-//! incremental [`ingest`]ion, [`citation`] formatting and checking, the `rag_search` tool
-//! ([`tool`]), and evaluation on BEIR-layout sets ([`evaluate_bm25`], [`metrics`]).
+//! - [`ingest`](mod@ingest): files and folders in ([`ingest::formats`]: markdown, text, HTML,
+//!   PDF, JSON records through a declarative [`RecordMapping`]), structure-aware
+//!   [`ingest::chunk`]ing with citation labels, incremental re-ingest.
+//! - [`index`]: persisted per-tenant [`KnowledgeBase`]s ([`KbStore`]): tantivy BM25 fields,
+//!   stored vectors searched by a [`index::dense`] index (exact or HNSW), filterable metadata,
+//!   and the [`KbManifest`] that fixes how each was built.
+//! - [`search`]: BM25, dense or hybrid ranking with metadata [`Filter`]s applied inside every
+//!   list, reciprocal-rank or distribution-based score [`search::fusion`], the [`Retriever`]
+//!   that picks the mode and embeds the query, [`search::citation`] formatting and checking, and
+//!   [`search_json`], a whole search answered in the normalized `{ok, query, total_results,
+//!   results}` shape that `POST /search` and the `rag_search` tool return.
+//! - [`eval`]: evaluation on BEIR-layout sets ([`evaluate`], [`eval::metrics`]).
 //!
-//! Dense retrieval: chunks carry vectors from an [`Embedder`] (the in-process e5 model lives in
-//! `toolgraph-local-models`; [`OpenAiEmbedder`] calls any `/v1/embeddings` server), searched by
-//! a [`dense`] index with filters applied during the search, and fused with BM25 by
-//! reciprocal-rank or distribution-based score [`fusion`]; [`Retriever`] picks the mode and
-//! embeds the query.
+//! Beside them: [`embed`], the embedders rag owns ([`OpenAiEmbedder`] for any `/v1/embeddings`
+//! server, [`embed::CombinedEmbedder`] for several models side by side) over the [`Embedder`]
+//! contract of `toolgraph-embed` (the in-process models live in `toolgraph-local-models`).
+//!
+//! Does not own: the models themselves, tools built on search (the agents crate), the chat
+//! service's routes, or agent assembly.
 #![warn(missing_docs)]
 
-mod analyzer;
-mod beir;
-pub mod chunk;
-pub mod citation;
-pub mod dense;
 pub mod embed;
-mod eval;
-mod filter;
-pub mod formats;
-pub mod fusion;
+pub mod eval;
+pub mod index;
 pub mod ingest;
-mod kb;
-mod mapping;
-pub mod metrics;
-mod retriever;
-mod source;
-pub mod tool;
+pub mod search;
 
-pub use analyzer::Analyzer;
-pub use beir::{BeirDataset, Document};
-pub use chunk::{Chunk, ChunkingOptions};
-pub use citation::{CitationReport, check_citations, cite};
-pub use dense::DenseOptions;
-pub use embed::{EmbedKind, Embedder, OpenAiEmbedder, passage_text};
-pub use eval::{EmbeddingCache, EvalOptions, EvalReport, cache_root, evaluate, evaluate_bm25};
-pub use filter::Filter;
-pub use fusion::{Fusion, FusionMethod, ListRank, SearchMode, fuse, fuse_many};
-pub use ingest::{IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, SkippedFile, ingest};
-pub use kb::{
-    EmbeddingSettings, Hit, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase, Ranking, SearchRequest,
-    validate_name,
+pub use embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings, OpenAiEmbedder, passage_text};
+pub use eval::{BeirDataset, Document, EmbeddingCache, EvalOptions, EvalReport, evaluate, evaluate_bm25};
+pub use index::{
+    Analyzer, Chunk, ChunkingOptions, DenseOptions, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase,
+    RecordMapping, validate_name,
 };
-pub use mapping::RecordMapping;
-pub use retriever::Retriever;
-pub use source::{Section, SourceDocument};
+pub use ingest::{
+    IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, Section, SkippedFile, SourceDocument, ingest,
+};
+pub use search::{
+    CitationReport, Filter, Fusion, FusionMethod, Hit, ListRank, Ranking, Retriever, SearchFailure, SearchMode,
+    SearchQuery, SearchRequest, check_citations, cite, fuse, fuse_many, search_json,
+};
+pub use toolgraph_embed::cache_root;
 
 /// A retrieval failure.
 #[derive(Debug, thiserror::Error)]
@@ -105,4 +98,10 @@ pub enum RagError {
     /// The index failed.
     #[error("keyword index: {0}")]
     Index(#[from] tantivy::TantivyError),
+}
+
+impl From<EmbedError> for RagError {
+    fn from(e: EmbedError) -> Self {
+        Self::Embedding(e.0)
+    }
 }

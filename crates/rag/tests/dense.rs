@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use toolgraph_rag::embed::CombinedEmbedder;
-use toolgraph_rag::tool::{SearchParams, search_json};
 use toolgraph_rag::{
-    Analyzer, DenseOptions, EmbedKind, Embedder, EmbeddingSettings, Filter, IngestOptions, KbStore, NoProgress,
-    OpenAiEmbedder, RagError, Retriever, SearchMode, SearchRequest, ingest, passage_text,
+    Analyzer, DenseOptions, EmbedError, EmbedKind, Embedder, EmbeddingSettings, Filter, IngestOptions, KbStore,
+    NoProgress, OpenAiEmbedder, RagError, Retriever, SearchMode, SearchRequest, ingest, passage_text,
 };
+use toolgraph_rag::{SearchQuery, search_json};
 
 /// The scripted model server on its own runtime thread (these tests are synchronous, like
 /// every caller of the blocking embedder).
@@ -107,7 +107,7 @@ fn the_openai_client_keeps_order_normalises_prefixes_and_reports_failures() {
     let err = wrong.embed(&["x"], EmbedKind::Query).unwrap_err().to_string();
     assert!(err.contains("64 dimensions") && err.contains("384"), "{err}");
     let down = OpenAiEmbedder::new("http://127.0.0.1:9/v1", None, settings("bow"), Duration::from_secs(2)).unwrap();
-    assert!(matches!(down.embed(&["x"], EmbedKind::Query), Err(RagError::Embedding(_))));
+    assert!(matches!(down.embed(&["x"], EmbedKind::Query).map_err(RagError::from), Err(RagError::Embedding(_))));
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn vectors_are_stored_at_ingest_and_search_embeds_only_the_query() {
     let rrf = 1.0 / (60.0 + b.rank as f32) + 1.0 / (60.0 + d.rank as f32);
     assert!((top.score - rrf).abs() < 1e-6, "{} vs {rrf}", top.score);
     // The tool's JSON carries them too.
-    let params: SearchParams = serde_json::from_value(json!({"query": "final exam january", "top_k": 2})).unwrap();
+    let params = SearchQuery { query: "final exam january", filters: vec![], top_k: Some(2), kb: None, mode: None };
     let out = search_json(&store, &retriever, "t", "notes", &params).unwrap();
     let first = &out["results"][0];
     assert!(first["metadata"]["doc_id"].as_str().unwrap().contains("exam"), "{out}");
@@ -313,7 +313,7 @@ impl Embedder for Trigrams {
     fn settings(&self) -> &EmbeddingSettings {
         &self.0
     }
-    fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+    fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(texts.iter().map(|t| Self::vector(t)).collect())
     }
 }
@@ -367,7 +367,7 @@ fn a_knowledge_base_with_two_models_keeps_a_dense_list_per_model() {
     let dense = retriever.search(&kb, &req, Some(SearchMode::Dense)).unwrap();
     assert!(dense.iter().all(|h| h.more_dense.is_empty() && h.dense.is_some()));
     // The tool's JSON names the second list `dense_2`.
-    let params: SearchParams = serde_json::from_value(json!({"query": "docker images", "top_k": 2})).unwrap();
+    let params = SearchQuery { query: "docker images", filters: vec![], top_k: Some(2), kb: None, mode: None };
     let out = search_json(&store, &retriever, "t", "notes", &params).unwrap();
     assert!(out["results"][0]["ranks"]["dense_2"]["rank"].as_u64().is_some(), "{out}");
 

@@ -1,9 +1,10 @@
-//! BM25 on the real evaluation sets (SPEC §6: `TOOLGRAPH_EVAL_DATA`, default `../shared/data`).
+//! BM25 on the real evaluation sets (`TOOLGRAPH_EVAL_DATA`, default `../shared/data`).
 //! Thresholds sit just under the full run's figures (docs/retrieval.md), so a regression
 //! in tokenisation, ranking or the metrics fails CI.
 
 use std::collections::HashMap;
-use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EvalOptions, evaluate, evaluate_bm25, metrics};
+use toolgraph_rag::eval::metrics;
+use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EvalOptions, evaluate, evaluate_bm25};
 
 mod common;
 use common::eval_data as data_dir;

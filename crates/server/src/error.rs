@@ -59,15 +59,80 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    /// The store is down or refused: the request may succeed later, so 503 + `Retry-After`.
-    fn from(e: crate::store::StoreError) -> Self {
-        tracing::error!(error = %e, "the conversation store failed");
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: "the conversation store is unavailable; try again".into(),
-            field: None,
-            retry_after: Some(1),
+/// Why the chat service refused or failed a request, in the contract's terms; the HTTP layer
+/// maps each to its status ([`ApiError`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChatError {
+    /// A request value the contract does not accept.
+    #[error("{message}")]
+    Invalid {
+        /// The field, as the contract names it (`message`, `agent`, `context.KEY`).
+        field: String,
+        /// Why.
+        message: String,
+    },
+    /// The conversation, pending action or run is not the caller's, or does not exist (the
+    /// two are not told apart).
+    #[error("not found")]
+    NotFound,
+    /// The request cannot be carried out now (a turn is running, decisions are pending, the
+    /// action was decided the other way).
+    #[error("{0}")]
+    Conflict(String),
+    /// The tenant has as many runs in flight as it may.
+    #[error("this tenant already has {limit} runs in flight")]
+    TooManyRuns {
+        /// The per-tenant limit.
+        limit: usize,
+    },
+    /// The resumed run ended without an answer (the model failed, the service is stopping).
+    #[error("{0}")]
+    RunFailed(String),
+    /// The conversation store is down or refused.
+    #[error(transparent)]
+    Store(#[from] toolgraph_conversations::StoreError),
+    /// Something that should not fail did (logged, not shown).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ChatError {
+    /// A conflict with this message.
+    pub fn conflict(message: &str) -> Self {
+        Self::Conflict(message.to_owned())
+    }
+}
+
+impl From<ChatError> for ApiError {
+    fn from(e: ChatError) -> Self {
+        match e {
+            ChatError::Invalid { field, message } => Self::field(StatusCode::UNPROCESSABLE_ENTITY, field, message),
+            ChatError::NotFound => Self::not_found(),
+            ChatError::Conflict(message) => Self::new(StatusCode::CONFLICT, message),
+            e @ ChatError::TooManyRuns { .. } => {
+                let mut answer = Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string());
+                answer.retry_after = Some(1);
+                answer
+            }
+            ChatError::RunFailed(message) => Self::new(StatusCode::BAD_GATEWAY, message),
+            // The store is down or refused: the request may succeed later, so 503 + `Retry-After`.
+            ChatError::Store(e) => {
+                tracing::error!(error = %e, "the conversation store failed");
+                Self {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    message: "the conversation store is unavailable; try again".into(),
+                    field: None,
+                    retry_after: Some(1),
+                }
+            }
+            ChatError::Internal(cause) => Self::internal(cause),
         }
+    }
+}
+
+impl From<toolgraph_conversations::StoreError> for ApiError {
+    fn from(e: toolgraph_conversations::StoreError) -> Self {
+        ChatError::Store(e).into()
     }
 }

@@ -26,7 +26,7 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// `X-Tenant-Slug` must equal the body's `tenantSlug` (seed 002: else 400).
+/// `X-Tenant-Slug` must equal the body's `tenantSlug` (docs/service.md: else 400).
 pub fn check_tenant_header(headers: &HeaderMap, tenant_slug: &str) -> Result<(), ApiError> {
     let header = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok());
     if header != Some(tenant_slug) {

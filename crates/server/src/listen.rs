@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 pub struct HttpServer {
     /// Largest request head (request line and headers) accepted; a larger one is refused with
     /// 431 and the connection closed. At least 8,192 (hyper's floor). Default: 8,192 — the
-    /// request heads of SPEC §4 are a few hundred bytes, and nginx's default is the same.
+    /// request heads of the chat contract (docs/service.md) are a few hundred bytes, and nginx's default is the same.
     pub max_head_bytes: usize,
     /// Time a client has to send a whole request head, also the longest a keep-alive
     /// connection may sit idle between requests. Default: 30 s.

@@ -1,4 +1,4 @@
-//! Prometheus metrics: seed 002's names and labels, plus request, model and tool latency.
+//! Prometheus metrics: the chat contract's names and labels (docs/service.md), plus request, model and tool latency.
 
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
 

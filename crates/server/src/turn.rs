@@ -2,16 +2,17 @@
 //! are persisted (tool, assistant and pending-action messages) whether or not anyone is
 //! still listening.
 
-use crate::AppState;
 use crate::runlog::RunLog;
+use crate::service::ChatService;
 use crate::wire::{Done, PendingActionDto, TokenEvent, ToolCallEvent, ToolResultEvent};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;
-use toolgraph_graph::react::AgentState;
-use toolgraph_graph::{GraphError, RunEvent, RunHandle, RunOutcome};
+use toolgraph_agents::react::{AgentState, ApprovalRequest, ReactNode};
+use toolgraph_conversations::Role;
+use toolgraph_graph::{DerivedRows, GraphError, RunEvent, RunHandle, RunOutcome};
 
-/// The reply of a seed-002 run that hit the recursion limit.
+/// The reply of a run that hit the recursion limit (the academy-admin contract's text).
 pub const RECURSION_FALLBACK: &str =
     "Sorry, I could not finish this request within the allowed number of steps. Please try rephrasing it.";
 
@@ -46,10 +47,10 @@ fn public_error(e: &GraphError) -> String {
     }
 }
 
-pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, log: &RunLog) -> TurnResult {
+pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentState>, log: &RunLog) -> TurnResult {
     let started = Instant::now();
-    let store = &app.0.store;
-    let m = &app.0.metrics;
+    let store = service.store();
+    let m = service.metrics();
     let mut result = TurnResult::default();
     // Spans of the turn, its model calls and its tool calls (exported when OTLP is on): each
     // lives from the event that opens it to the one that closes it.
@@ -63,18 +64,23 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
     );
     let mut model_started: Option<(Instant, tracing::Span)> = None;
     let mut tools: HashMap<String, (Instant, tracing::Span)> = HashMap::new();
-    let graph_run = run.run_id().to_owned();
+    // The ids the store gave to what the latest step wrote (its messages, its pending actions),
+    // handed over by the run: nothing is read back.
+    let mut written = DerivedRows::default();
     while let Some(event) = run.next_event().await {
         match event {
             RunEvent::TextDelta { text } => log.push("token", &TokenEvent { content: &text }),
-            RunEvent::NodeStarted { node, .. } if node == "agent" => {
+            RunEvent::NodeStarted { node, .. } if ReactNode::of(&node) == Some(ReactNode::Model) => {
                 let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent);
                 model_started = Some((Instant::now(), span));
             }
-            RunEvent::NodeFinished { node, .. } if node == "agent" => {
-                if let Some((t, _span)) = model_started.take() {
+            RunEvent::NodeFinished { node, derived, .. } => {
+                if ReactNode::of(&node) == Some(ReactNode::Model)
+                    && let Some((t, _span)) = model_started.take()
+                {
                     m.llm_latency.with_label_values(&[&turn.agent]).observe(t.elapsed().as_secs_f64());
                 }
+                written = derived;
             }
             RunEvent::ToolCall { call_id, name, arguments } => {
                 if turn.tool_events {
@@ -100,27 +106,22 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
                 // The tool message itself was committed with its checkpoint (see `projection`).
             }
             RunEvent::Interrupted { pending } => {
-                // The pending actions were committed with the checkpoint that paused the run;
-                // read back their message ids, in the order the run listed them.
-                match store.run_pending(turn.conversation, &graph_run).await {
-                    Ok(rows) => {
-                        for p in &pending {
-                            if let Some(row) = rows.iter().find(|r| r.interrupt_id == p.id.0) {
-                                let dto = PendingActionDto {
-                                    message_id: row.message_id,
-                                    tool_name: row.tool_name.clone(),
-                                    description: row.description.clone(),
-                                    arguments: row.arguments.clone(),
-                                };
-                                log.push("pending", &dto);
-                                result.pending.push(dto);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot read the pending actions back");
-                        result.error = Some("cannot read the pending actions".into());
-                    }
+                // Each pending action was committed with the checkpoint that paused the run,
+                // which reported its message id; listed in the order the run raised them.
+                for p in &pending {
+                    let Some(message_id) = written.interrupt(&p.id) else {
+                        tracing::warn!(run = %turn.run_id, interrupt = %p.id.0, "a pending action was not stored");
+                        continue;
+                    };
+                    let request = ApprovalRequest::of(&p.payload).unwrap_or_default();
+                    let dto = PendingActionDto {
+                        message_id,
+                        tool_name: request.tool,
+                        description: request.description,
+                        arguments: request.arguments,
+                    };
+                    log.push("pending", &dto);
+                    result.pending.push(dto);
                 }
             }
             _ => {}
@@ -149,17 +150,14 @@ pub async fn drive(app: &AppState, turn: &Turn, mut run: RunHandle<AgentState>, 
         }
     };
     if reply {
-        match store.last_message(turn.conversation, "assistant").await {
-            Ok(Some(found)) => result.reply = Some(found),
-            Ok(None) => result.error = Some("the reply was not saved".into()),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the assistant message back");
-                result.error = Some("cannot read the reply".into());
-            }
+        // The reply is the last message the final step wrote.
+        match (written.updates.last(), outcome.state().last_reply()) {
+            (Some(id), Some(text)) => result.reply = Some((*id, text.to_owned())),
+            _ => result.error = Some("the reply was not saved".into()),
         }
     }
     if let Some(text) = fallback {
-        match store.add_message(turn.conversation, "assistant", text).await {
+        match store.add_message(turn.conversation, Role::Assistant, text).await {
             Ok(id) => result.reply = Some((id, text.to_owned())),
             Err(e) => {
                 tracing::error!(error = %e, "cannot persist the fallback message");

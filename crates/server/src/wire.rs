@@ -1,8 +1,10 @@
-//! Wire types of the chat contract (SPEC §4); the only place its camelCase names live (the
-//! `chat --url` client speaks through them too).
+//! Wire types of the chat contract (docs/service.md); the only place its camelCase names live
+//! (the `chat --url` client speaks through them too).
 
+use crate::error::ChatError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use toolgraph_conversations::PendingAction;
 
 /// `POST /api/chatbot/stream`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -21,7 +23,7 @@ pub struct StreamRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Map<String, Value>>,
     /// Extension: also stream `tool_call` and `tool_result` events (off by default, so a
-    /// client of the seed's contract sees exactly its four event types).
+    /// client of the original contract sees exactly its four event types).
     #[serde(default)]
     pub tool_events: bool,
 }
@@ -46,6 +48,54 @@ pub struct PendingActionDto {
     pub tool_name: String,
     pub description: String,
     pub arguments: Value,
+}
+
+impl From<&PendingAction> for PendingActionDto {
+    fn from(p: &PendingAction) -> Self {
+        Self {
+            message_id: p.message_id,
+            tool_name: p.action.tool_name.clone(),
+            description: p.action.description.clone(),
+            arguments: p.action.arguments.clone(),
+        }
+    }
+}
+
+/// `tenantSlug` must not be empty.
+fn check_slug(slug: &str) -> Result<(), ChatError> {
+    if slug.is_empty() {
+        return Err(ChatError::Invalid { field: "tenantSlug".into(), message: "tenantSlug must not be empty".into() });
+    }
+    Ok(())
+}
+
+impl StreamRequest {
+    /// The checks the body's types cannot make: a tenant slug, a message of 1 to
+    /// [`MAX_MESSAGE_CHARS`] characters (Unicode scalar values, not bytes).
+    ///
+    /// # Errors
+    /// [`ChatError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), ChatError> {
+        check_slug(&self.tenant_slug)?;
+        let n = self.message.chars().count();
+        if n == 0 || n > MAX_MESSAGE_CHARS {
+            return Err(ChatError::Invalid {
+                field: "message".into(),
+                message: format!("message must be 1 to {MAX_MESSAGE_CHARS} characters, got {n}"),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl ConfirmRequest {
+    /// The checks the body's types cannot make: a tenant slug.
+    ///
+    /// # Errors
+    /// [`ChatError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), ChatError> {
+        check_slug(&self.tenant_slug)
+    }
 }
 
 /// The confirm response.

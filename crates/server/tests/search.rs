@@ -1,4 +1,4 @@
-//! `POST /search` (seed 000's RAG contract) and the `rag_search` tool inside a chat turn: a
+//! `POST /search` (the course tutor's retrieval contract) and the `rag_search` tool inside a chat turn: a
 //! real listener, real knowledge bases on disk, the scripted model over HTTP.
 
 mod common;
@@ -8,13 +8,13 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use toolgraph_agents::react::{self, AgentSpec};
 use toolgraph_config::AgentSettings;
+use toolgraph_conversations::{MemoryConversationStore, ProjectingCheckpointer};
 use toolgraph_graph::MemoryCheckpointer;
-use toolgraph_graph::react::{self, AgentSpec};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig};
 use toolgraph_rag::{IngestOptions, KbStore, NoProgress, ingest};
-use toolgraph_server::store::MemoryConversationStore;
-use toolgraph_server::{AppState, ProjectingCheckpointer, SearchService, ServedAgent, ServiceOptions};
+use toolgraph_server::{AppState, ChatService, SearchService, ServedAgent, ServiceOptions};
 use toolgraph_tools::ToolRegistry;
 
 struct Service {
@@ -53,7 +53,7 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     let llm = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(model.base_url(), "scripted")).unwrap());
     let mut tools = ToolRegistry::new();
     tools
-        .register(toolgraph_rag::tool::rag_search_tool(
+        .register(toolgraph_agents::course::rag_search_tool(
             kb.clone(),
             Default::default(),
             "nobody".into(),
@@ -61,14 +61,18 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
         ))
         .unwrap();
     let store = Arc::new(MemoryConversationStore::new());
-    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), store.clone()));
+    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
+        MemoryCheckpointer::new(),
+        store.clone(),
+        toolgraph_agents::conversation::project,
+    ));
     let mut spec = AgentSpec::new("tutor", "Cite sources.", tools);
     // As `toolgraph serve` builds agents with `cite_sources` (the default).
-    spec.answer_footer = Some(Arc::new(toolgraph_rag::citation::sources_footer));
+    spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
     let graph = react::build(spec, llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([("tutor".to_string(), ServedAgent { graph, settings })]);
-    let app = AppState::new(agents, "tutor".into(), store.clone(), ckpt, options);
+    let app = AppState::new(ChatService::new(agents, "tutor".into(), store.clone(), ckpt, options));
     app.enable_search(SearchService { store: kb, default_kb: "cursos".into(), retriever: Default::default() });
     if ready {
         app.set_ready();
@@ -238,7 +242,7 @@ async fn an_answer_that_cites_nothing_gets_its_sources_appended() {
         events.iter().filter(|e| e.event == "token").map(|e| e.data["content"].as_str().unwrap()).collect();
     assert_eq!(tokens, "El examen final es en enero.\n\n[Guía IV › Evaluación]", "{text}");
     let done = &events.iter().find(|e| e.event == "done").unwrap().data;
-    use toolgraph_server::store::ConversationStore;
+    use toolgraph_conversations::ConversationStore;
     let stored = s.store.messages(done["conversationId"].as_i64().unwrap()).await.unwrap();
-    assert_eq!(stored.last().unwrap().2, "El examen final es en enero.\n\n[Guía IV › Evaluación]");
+    assert_eq!(stored.last().unwrap().content, "El examen final es en enero.\n\n[Guía IV › Evaluación]");
 }

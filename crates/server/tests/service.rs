@@ -12,15 +12,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use toolgraph_agents::conversation::project;
+use toolgraph_agents::react::{self, AgentSpec};
 use toolgraph_config::AgentSettings;
+use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
+use toolgraph_conversations::{
+    ConversationStore, PostgresConversationStore, ProjectingCheckpointer, SqliteConversationStore,
+};
 use toolgraph_graph::SqliteCheckpointer;
-use toolgraph_graph::react::{self, AgentSpec};
 use toolgraph_graph::{Checkpointer, PostgresCheckpointer};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
-use toolgraph_server::backend::{BackendConversationStore, BackendOptions};
-use toolgraph_server::store::{ConversationStore, SqliteConversationStore};
-use toolgraph_server::{AppState, ServedAgent, ServiceOptions};
-use toolgraph_server::{PostgresConversationStore, ProjectingCheckpointer};
+use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+use toolgraph_testkit::PgSchema;
 use toolgraph_tools::ToolBuilder;
 
 #[derive(Deserialize, JsonSchema)]
@@ -39,11 +42,11 @@ struct Service {
     sms_sent: Arc<AtomicUsize>,
     announced: Arc<AtomicUsize>,
     _dir: tempfile::TempDir,
-    _pg: Option<pg::Schema>,
+    _pg: Option<PgSchema>,
 }
 
 /// The checkpointer, the store the service calls, the store the tests read, the schema.
-type Stores = (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, Arc<dyn ConversationStore>, Option<pg::Schema>);
+type Stores = (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>, Arc<dyn ConversationStore>, Option<PgSchema>);
 
 async fn service(b: &str, script: Vec<Reply>) -> Service {
     service_with(b, script, true, 10).await
@@ -99,18 +102,18 @@ async fn service_opts(
             .unwrap(),
         );
         let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
-        (Arc::new(ProjectingCheckpointer::forwarding(ckpt, calls.clone())), calls, backend_store, None)
+        (Arc::new(ProjectingCheckpointer::forwarding(ckpt, calls.clone(), project)), calls, backend_store, None)
     } else if b == "postgres" {
-        let schema = pg::Schema::create().await.expect("checked by the test wrapper");
+        let schema = PgSchema::create().await.expect("checked by the test wrapper");
         let ckpt = PostgresCheckpointer::connect_with(schema.options()).await.unwrap();
         let store: Arc<dyn ConversationStore> =
             Arc::new(PostgresConversationStore::new(ckpt.pool().clone()).await.unwrap());
-        (Arc::new(ProjectingCheckpointer::postgres(ckpt)), store.clone(), store, Some(schema))
+        (Arc::new(ProjectingCheckpointer::postgres(ckpt, project)), store.clone(), store, Some(schema))
     } else {
         let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
         let store: Arc<dyn ConversationStore> =
             Arc::new(SqliteConversationStore::new(ckpt.database().clone()).await.unwrap());
-        (Arc::new(ProjectingCheckpointer::sqlite(ckpt)), store.clone(), store, None)
+        (Arc::new(ProjectingCheckpointer::sqlite(ckpt, project)), store.clone(), store, None)
     };
     let helper = react::build(AgentSpec::new("helper", "You help.", tools.clone()), llm.clone(), ckpt.clone()).unwrap();
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
@@ -119,7 +122,7 @@ async fn service_opts(
         ("lumie".to_string(), ServedAgent { graph, settings: settings.clone() }),
         ("helper".to_string(), ServedAgent { graph: helper, settings }),
     ]);
-    let app = AppState::new(agents, "lumie".into(), service_store, ckpt, options);
+    let app = AppState::new(ChatService::new(agents, "lumie".into(), service_store, ckpt, options));
     if ready {
         app.set_ready();
     }
@@ -192,7 +195,8 @@ async fn the_seed_transcript_tokens_then_done_with_a_new_conversation(b: &str) {
 
 impl Service {
     async fn store_messages(&self, conv: i64) -> Vec<(i64, String, String)> {
-        self.store.messages(conv).await.unwrap()
+        let stored = self.store.messages(conv).await.unwrap();
+        stored.into_iter().map(|m| (m.id, m.role.as_str().to_owned(), m.content)).collect()
     }
 }
 
@@ -302,7 +306,7 @@ async fn two_write_tools_pause_and_are_confirmed_one_by_one(b: &str) {
     let (_, events) = stream(&s, &body(None, "공지하고 문자 보내줘")).await;
     let pending: Vec<&SseEvent> = events.iter().filter(|e| e.event == "pending").collect();
     assert_eq!(pending.len(), 2, "{events:?}");
-    // Without the `toolEvents` extension a client sees only the seed's event types.
+    // Without the `toolEvents` extension a client sees only the contract's four event types.
     assert!(events.iter().all(|e| ["token", "pending", "done"].contains(&e.event.as_str())), "{events:?}");
     assert_eq!(pending[0].data["toolName"], "send_sms");
     assert_eq!(pending[0].data["description"], "send_sms to +82101234: exam moved");
@@ -582,8 +586,8 @@ async fn the_backend_store_answers_503_when_the_backend_refuses_its_calls() {
 
 #[tokio::test]
 async fn backend_callbacks_reject_unsigned_tampered_stale_and_replayed_calls() {
+    use toolgraph_conversations::backend::wire::path;
     use toolgraph_server::auth::{now_secs, sign, signature_headers};
-    use toolgraph_server::backend::wire::path;
     let dir = tempfile::tempdir().unwrap();
     let (base, store) = backend::start(dir.path()).await;
     let http = reqwest::Client::new();
@@ -645,7 +649,7 @@ async fn backend_callbacks_reject_unsigned_tampered_stale_and_replayed_calls() {
 async fn sqlx_free_lookup(s: &Service) -> Option<i64> {
     for conv in 1..=3 {
         let msgs = s.store.messages(conv).await.ok()?;
-        if msgs.last().is_some_and(|m| m.1 == "assistant") {
+        if msgs.last().is_some_and(|m| m.role.as_str() == "assistant") {
             return Some(conv);
         }
     }
@@ -653,13 +657,13 @@ async fn sqlx_free_lookup(s: &Service) -> Option<i64> {
 }
 
 mod backend {
-    //! A backend of seed 002 for the service to call: the receiving side of the callbacks
+    //! A backend (as the academy admin's deployment runs one) for the service to call: the receiving side of the callbacks
     //! over a SQLite store of its own, on an ephemeral port.
     use std::path::Path;
     use std::sync::Arc;
+    use toolgraph_conversations::{ConversationStore, SqliteConversationStore};
     use toolgraph_server::auth::HmacVerifier;
-    use toolgraph_server::backend::callback_router;
-    use toolgraph_server::store::{ConversationStore, SqliteConversationStore};
+    use toolgraph_server::callback_router;
 
     pub const SECRET: &str = "backend-shared-secret";
 
@@ -675,91 +679,13 @@ mod backend {
     }
 }
 
-mod pg {
-    //! A PostgreSQL schema of its own per test, dropped afterwards.
-    use sqlx::Connection;
-    use sqlx::postgres::PgConnectOptions;
-    use std::str::FromStr;
-
-    pub fn url() -> String {
-        std::env::var("TOOLGRAPH_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-    }
-
-    /// Whether PostgreSQL is reachable; without it the test is skipped with a message,
-    /// except under `CI`, where that is a failure.
-    pub async fn available() -> bool {
-        let connect =
-            tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(&url())).await;
-        match connect {
-            Ok(Ok(c)) => {
-                let _ = c.close().await;
-                true
-            }
-            other => {
-                let why = match other {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "timed out".into(),
-                };
-                if std::env::var_os("CI").is_some() {
-                    panic!("PostgreSQL at {} is required under CI: {why}", url());
-                }
-                eprintln!(
-                    "SKIPPED: PostgreSQL at {} is not reachable ({why}); set CI=true to make this a failure",
-                    url()
-                );
-                false
-            }
-        }
-    }
-
-    pub struct Schema {
-        name: String,
-    }
-
-    impl Schema {
-        pub async fn create() -> Option<Self> {
-            let mut c = sqlx::PgConnection::connect(&url()).await.ok()?;
-            let name = format!("tg_svc_{}", uuid::Uuid::new_v4().simple());
-            sqlx::query(&format!("CREATE SCHEMA {name}")).execute(&mut c).await.ok()?;
-            let _ = c.close().await;
-            Some(Self { name })
-        }
-
-        pub fn options(&self) -> PgConnectOptions {
-            PgConnectOptions::from_str(&url()).expect("valid url").options([("search_path", self.name.as_str())])
-        }
-    }
-
-    impl Drop for Schema {
-        fn drop(&mut self) {
-            let sql = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
-            // Runs while the test's runtime may be blocked here: use a runtime of its own.
-            let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-                rt.block_on(async move {
-                    if let Ok(mut c) = sqlx::PgConnection::connect(&url()).await {
-                        // A leaked lock must not hang the suite: give up after 10 s and leave the schema.
-                        let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut c).await;
-                        if let Err(e) = sqlx::query(&sql).execute(&mut c).await {
-                            eprintln!("could not drop a test schema: {e}");
-                        }
-                        let _ = c.close().await;
-                    }
-                });
-            })
-            .join();
-        }
-    }
-}
-
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(#[tokio::test] async fn $name() { super::$name("sqlite").await })*
         }
         mod postgres {
-            $(#[tokio::test] async fn $name() { if super::pg::available().await { super::$name("postgres").await } })*
+            $(#[tokio::test] async fn $name() { if toolgraph_testkit::pg_available().await { super::$name("postgres").await } })*
         }
         mod backend_callbacks {
             $(#[tokio::test] async fn $name() { super::$name("backend").await })*

@@ -1,7 +1,7 @@
 //! Logs and traces of the toolgraph binary.
 //!
 //! Logs go to stderr through `tracing` (filter: `TOOLGRAPH_LOG`, else the verbosity). With the
-//! `otlp` feature and an endpoint configured the way seed 002 configures it (`OTEL_ENDPOINT`,
+//! `otlp` feature and an endpoint configured the way the Lumie worker configures it (`OTEL_ENDPOINT`,
 //! `OTEL_ENABLED` not false), the spans of the toolgraph crates (`http.request`, `chat.turn`,
 //! `llm.call`, `tool.call`) are also exported over OTLP/gRPC in batches, off the request path.
 //! Without an endpoint nothing is exported and no exporter is built.
@@ -34,7 +34,7 @@ pub struct OtlpOptions {
 }
 
 impl OtlpOptions {
-    /// Seed 002's settings: `OTEL_ENDPOINT` (unset or empty: no export), `OTEL_ENABLED`
+    /// The Lumie worker's settings: `OTEL_ENDPOINT` (unset or empty: no export), `OTEL_ENABLED`
     /// (default true; `false`/`0`/`no`/`off` turn export off), and `OTEL_SERVICE_NAME`
     /// (default `toolgraph`).
     ///

@@ -1,6 +1,6 @@
 //! Values a tool call may draw on that the model does not choose.
 //!
-//! State-injected arguments (seed 000: `asignatura` comes from graph state) are filled from
+//! State-injected arguments (the course tutor's `asignatura` comes from graph state) are filled from
 //! [`ToolContext::state`] at call time, after the model's own arguments were validated.
 
 use serde_json::{Map, Value};

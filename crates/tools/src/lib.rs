@@ -3,7 +3,7 @@
 //! Owns: describing a tool to a model ([`ToolSpec`], its JSON Schema generated from a Rust
 //! type), validating the model's arguments against that schema, running the tool with a
 //! timeout and panic isolation, and turning every result into one [`ToolOutcome`] shape
-//! (SPEC §6). Also owns the [`ToolRegistry`] an agent's tools are looked up in, and the
+//! (docs/tools.md). Also owns the [`ToolRegistry`] an agent's tools are looked up in, and the
 //! built-in tools.
 //!
 //! Does not own: deciding *whether* a write tool may run (human approval lives in the graph

@@ -1,4 +1,4 @@
-//! The one result shape every tool call ends in (SPEC §6).
+//! The one result shape every tool call ends in (docs/tools.md).
 //!
 //! Success is the tool's own JSON value, untouched; failure is
 //! `{"ok": false, "error": "<readable message>", "kind": "..."}` so a model can read it and
@@ -98,7 +98,7 @@ pub enum ToolOutcome {
 }
 
 impl ToolOutcome {
-    /// Whether the call succeeded. A seed tool may report `{"ok": false}` inside a success
+    /// Whether the call succeeded. A tool with its own contract may report `{"ok": false}` inside a success
     /// value (its own shape); that is still a success here, because the tool ran.
     pub fn is_success(&self) -> bool {
         matches!(self, Self::Success(_))
@@ -112,7 +112,7 @@ impl ToolOutcome {
         }
     }
 
-    /// The JSON value shown to the model (SPEC §6).
+    /// The JSON value shown to the model (docs/tools.md).
     pub fn to_json(&self) -> Value {
         match self {
             Self::Success(v) => v.clone(),

@@ -128,7 +128,7 @@ impl ToolRegistry {
     }
 
     /// Calls tool `name`. An unknown name is an outcome the model can read, not an error of
-    /// the run (seed 002: "tool node records a tool message saying the tool is unknown").
+    /// the run (as the academy admin's contract asks: the tool node records a tool message saying so).
     pub async fn call(&self, ctx: &ToolContext, name: &str, arguments: &Value) -> ToolOutcome {
         match self.tools.get(name) {
             Some(tool) => execute(tool.as_ref(), ctx, arguments).await,

@@ -136,7 +136,7 @@ mod tests {
     use serde::Deserialize;
     use serde_json::json;
 
-    /// Seed 000's `generate_test` input.
+    /// The course tutor's `generate_test` input.
     #[derive(Deserialize, JsonSchema)]
     #[allow(dead_code)]
     struct TestGenerationInput {

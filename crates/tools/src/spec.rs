@@ -14,7 +14,7 @@ pub enum ToolClass {
     Write,
 }
 
-/// Text for a UI: RAGFlow-style display fields (seed 003). May hold i18n keys such as
+/// Text for a UI: RAGFlow-style display fields (docs/tools.md). May hold i18n keys such as
 /// `$t:bad_calculator.name`, which a front end resolves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ToolDisplay {

@@ -39,7 +39,7 @@ pub trait Tool: Send + Sync + 'static {
         DEFAULT_TOOL_TIMEOUT
     }
 
-    /// The human-readable action a pending approval shows (SPEC §6); meaningful for write
+    /// The human-readable action a pending approval shows (docs/tools.md); meaningful for write
     /// tools, a generic sentence for read tools. `arguments` already carry injected values.
     fn describe(&self, arguments: &Value) -> String {
         format!("Run {} with {}", self.spec().name, arguments)

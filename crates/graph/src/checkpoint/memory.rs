@@ -1,6 +1,6 @@
 //! [`MemoryCheckpointer`]: checkpoints in process memory (tests, benchmarks, ephemeral runs).
 
-use super::{CheckpointError, CheckpointRecord, Checkpointer, FORMAT_VERSION, ThreadId};
+use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, FORMAT_VERSION, ThreadId};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -25,14 +25,14 @@ impl MemoryCheckpointer {
 
 #[async_trait]
 impl Checkpointer for MemoryCheckpointer {
-    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<DerivedRows, CheckpointError> {
         let mut threads = self.lock();
         let log = threads.entry(thread.clone()).or_default();
         if log.len() as u64 + 1 != record.seq {
             return Err(CheckpointError::Conflict { thread: thread.to_string(), seq: record.seq });
         }
         log.push(record.clone());
-        Ok(())
+        Ok(DerivedRows::default())
     }
 
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {

@@ -121,6 +121,31 @@ fn format_v1() -> u32 {
     1
 }
 
+/// Rows a store derived from a record and wrote in the same transaction, with the ids it gave
+/// them: a projecting store keeps a read model beside the checkpoints (a service's conversation
+/// messages and pending actions). The run hands them to its consumer in
+/// [`RunEvent::NodeFinished`](crate::RunEvent::NodeFinished), so nobody reads them back. Plain
+/// stores derive nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DerivedRows {
+    /// The ids of the rows derived from the record's state updates, in the order written.
+    pub updates: Vec<i64>,
+    /// The row that stands for each interrupt of the record.
+    pub interrupts: Vec<(InterruptId, i64)>,
+}
+
+impl DerivedRows {
+    /// Whether the store derived nothing.
+    pub fn is_empty(&self) -> bool {
+        self.updates.is_empty() && self.interrupts.is_empty()
+    }
+
+    /// The row of interrupt `id`, if the store wrote one.
+    pub fn interrupt(&self, id: &InterruptId) -> Option<i64> {
+        self.interrupts.iter().find(|(i, _)| i == id).map(|(_, row)| *row)
+    }
+}
+
 /// A checkpoint as history lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckpointMeta {
@@ -202,11 +227,12 @@ pub enum CheckpointError {
 /// thread's current head, atomically; a crash leaves either the old head or the new record.
 #[async_trait]
 pub trait Checkpointer: Send + Sync + 'static {
-    /// Appends one record.
+    /// Appends one record; returns what the store derived from it and wrote in the same
+    /// transaction (nothing, for a plain store).
     ///
     /// # Errors
     /// [`CheckpointError::Conflict`] when the head is not `record.seq - 1`.
-    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError>;
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<DerivedRows, CheckpointError>;
 
     /// Records with `seq <= upto` (all when `None`), ascending.
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError>;

@@ -1,6 +1,6 @@
 //! [`PostgresCheckpointer`]: checkpoints in PostgreSQL, shared by many worker replicas.
 
-use super::{CheckpointError, CheckpointRecord, Checkpointer, ThreadId, decode, like_prefix};
+use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, ThreadId, decode, like_prefix};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Executor, Postgres, Row};
@@ -118,8 +118,9 @@ impl PostgresCheckpointer {
 
 #[async_trait]
 impl Checkpointer for PostgresCheckpointer {
-    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
-        Self::append_with(&self.pool, thread, record).await
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<DerivedRows, CheckpointError> {
+        Self::append_with(&self.pool, thread, record).await?;
+        Ok(DerivedRows::default())
     }
 
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {

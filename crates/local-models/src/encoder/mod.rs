@@ -14,7 +14,7 @@ use crate::LocalModelError;
 use candle_core::{DType, Device, Tensor};
 use ops::{GeluErf, MaskedSoftmax};
 use std::collections::HashMap;
-use toolgraph_rag::embed::normalise;
+use toolgraph_embed::normalise;
 use weights::{EmbeddingRows, EncoderShape, RawTensor, TensorData};
 
 /// Padded tokens per forward pass: large enough for efficient matrix products, small enough

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// The evaluation data (SPEC §6: `TOOLGRAPH_EVAL_DATA`, default `../shared/data`); its absence
+/// The evaluation data (`TOOLGRAPH_EVAL_DATA`, default `../shared/data`; docs/retrieval.md); its absence
 /// fails under `CI=true` and skips with a message otherwise.
 pub fn eval_data() -> Option<PathBuf> {
     let dir = std::env::var("TOOLGRAPH_EVAL_DATA")

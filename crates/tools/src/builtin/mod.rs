@@ -1,14 +1,13 @@
 //! Built-in tools that need nothing but this machine: a calculator (read) and a note book in
-//! the data directory (`note_list` read, `note_write` write), and `general_query`, a read-only
-//! SQL tool over a configured SQLite database.
+//! the data directory (`note_list` read, `note_write` write). Tools of a particular agent (the
+//! SQL tool of the academy admin, the course tutor's search) live with that agent, in the
+//! agents crate.
 
 mod calculator;
 mod notes;
-mod sql;
 
 pub use calculator::{calculator, evaluate};
 pub use notes::{note_list, note_write};
-pub use sql::{SqlError, check_read_only_select, general_query};
 
 use crate::{RegistryError, ToolRegistry};
 use std::path::Path;

@@ -1,0 +1,155 @@
+//! Agents from configuration: `[agents.NAME]` becomes a ReAct agent with its model client, its
+//! enabled tools out of the process's [`SharedParts`], and its graph over a checkpoint store.
+
+use crate::AgentError;
+use crate::academy::{BackendWriteTool, backend_general_query, tenant_schema_prompt};
+use crate::react::{self, AgentDeps, AgentSpec, AgentState, PromptContext};
+use std::sync::Arc;
+use toolgraph_config::{AgentSettings, Config, StoreKind};
+use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
+use toolgraph_graph::{Checkpointer, CompiledGraph};
+use toolgraph_llm::{ChatModel, OpenAiChatModel};
+use toolgraph_rag::{KbStore, Retriever};
+use toolgraph_tools::{ToolRegistry, builtin};
+
+/// A ready-to-run agent.
+pub struct Agent {
+    /// Its name (`[agents.NAME]`, or the built-in `assistant`).
+    pub name: String,
+    /// Its settings.
+    pub settings: AgentSettings,
+    /// Its graph.
+    pub graph: CompiledGraph<AgentState, AgentDeps>,
+}
+
+/// What every agent of a process shares: the tools (built once: a tool may hold a database
+/// pool), the in-process model when one is loaded, and the tenant-schema prompt of agents that
+/// query the backend.
+pub struct SharedParts {
+    /// Every tool the configuration enables; an agent gets its `tools` out of these.
+    pub tools: ToolRegistry,
+    /// The in-process chat model, used instead of an endpoint when set.
+    pub local_model: Option<Arc<dyn ChatModel>>,
+    /// See [`schema_prompt`]; joins the system prompt of agents that may call `general_query`.
+    pub schema_prompt: Option<PromptContext>,
+}
+
+/// The model of `settings`: `local` when given (the in-process model), else the configured
+/// endpoint, or an error saying how to configure one.
+///
+/// # Errors
+/// [`AgentError::NoModel`] without either; [`AgentError::Model`] when the client cannot be built.
+pub fn model(
+    cfg: &Config,
+    settings: &AgentSettings,
+    local: Option<&Arc<dyn ChatModel>>,
+) -> Result<Arc<dyn ChatModel>, AgentError> {
+    if let Some(m) = local {
+        return Ok(Arc::clone(m));
+    }
+    let Some(mut client) = cfg.llm.openai_config() else { return Err(AgentError::NoModel) };
+    if let Some(m) = &settings.model {
+        client.model = m.clone();
+    }
+    Ok(Arc::new(OpenAiChatModel::new(client)?))
+}
+
+/// Every tool the configuration enables: the built-ins, `rag_search` over `kb` through
+/// `retriever`, `general_query` over `tools.sql_database`, and the backend's tools when
+/// `backend` is given (the client of [`backend`], shared with the store and the schema prompt).
+///
+/// # Errors
+/// A SQL database that cannot be opened, a backend tool whose schema is invalid, two tools
+/// with one name.
+pub async fn all_tools(
+    cfg: &Config,
+    kb: Arc<KbStore>,
+    retriever: Retriever,
+    backend: Option<&BackendConversationStore>,
+) -> Result<ToolRegistry, AgentError> {
+    let mut all = builtin::registry(&cfg.data_dir)?;
+    all.register(crate::course::rag_search_tool(kb, retriever, cfg.rag.tenant.clone(), cfg.rag.default_kb.clone()))?;
+    if let Some(db) = &cfg.tools.sql_database {
+        all.register(crate::academy::sql::general_query(db).await?)?;
+    }
+    if let Some(backend) = backend {
+        // The backend runs the model's SQL and the approved writes; the service opens no
+        // tenant database.
+        if cfg.tools.sql_database.is_none() {
+            all.register(backend_general_query(backend.clone()).map_err(AgentError::tool("general_query"))?)?;
+        }
+        for (name, tool) in &cfg.server.backend_tools {
+            let what = format!("server.backend_tools.{name}");
+            let tool = BackendWriteTool::new(backend.clone(), name, &tool.description, tool.parameters.clone())
+                .map_err(AgentError::tool(&what))?;
+            all.register(Arc::new(tool)).map_err(AgentError::tool(&what))?;
+        }
+    }
+    Ok(all)
+}
+
+/// The client of the backend of `server.backend_*` when `server.store = "backend"`: one per
+/// process (one connection pool), for the store, the tools and the schema prompt.
+///
+/// # Errors
+/// When the HTTP client cannot be built.
+pub fn backend(cfg: &Config) -> Result<Option<BackendConversationStore>, AgentError> {
+    if cfg.server.store != StoreKind::Backend {
+        return Ok(None);
+    }
+    // Both are required with the backend store (validated when the config loaded).
+    let (Some(base_url), Some(secret)) = (cfg.server.backend_url.clone(), cfg.server.backend_hmac_secret.as_ref())
+    else {
+        return Err(AgentError::Backend("server.backend_url and server.backend_hmac_secret are required".into()));
+    };
+    let options = BackendOptions {
+        base_url,
+        secret: secret.expose().as_bytes().to_vec(),
+        timeout: std::time::Duration::from_millis(cfg.server.backend_timeout_ms),
+    };
+    BackendConversationStore::new(options).map(Some).map_err(|e| AgentError::Backend(e.0))
+}
+
+/// The tenant's schema for the system prompt of agents that query the backend: set when the
+/// backend runs `general_query` (`store = "backend"`, no `tools.sql_database`).
+pub fn schema_prompt(cfg: &Config, backend: Option<&BackendConversationStore>) -> Option<PromptContext> {
+    let backend = backend.filter(|_| cfg.tools.sql_database.is_none())?;
+    Some(tenant_schema_prompt(backend.clone()))
+}
+
+/// Builds agent `name` (or the default agent) over `store`, its tools out of `shared`.
+///
+/// # Errors
+/// An unknown agent or tool name, no model to run it on, a graph that does not compile.
+pub fn build(
+    cfg: &Config,
+    name: Option<&str>,
+    store: Arc<dyn Checkpointer>,
+    shared: &SharedParts,
+) -> Result<Agent, AgentError> {
+    let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
+    let agents = cfg.effective_agents();
+    let Some(settings) = agents.get(&name).cloned() else {
+        let known = agents.keys().cloned().collect::<Vec<_>>().join(", ");
+        return Err(AgentError::UnknownAgent { name, known });
+    };
+    let tools = match &settings.tools {
+        None => shared.tools.clone(),
+        Some(names) => {
+            shared.tools.subset(names).map_err(|source| AgentError::UnknownTool { agent: name.clone(), source })?
+        }
+    };
+    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools);
+    spec.history_budget = settings.history_budget;
+    spec.max_tool_retries = settings.max_tool_retries;
+    spec.temperature = settings.temperature;
+    spec.max_tokens = settings.max_tokens;
+    if spec.tools.get("general_query").is_some() {
+        spec.prompt_context = shared.schema_prompt.clone();
+    }
+    if settings.cite_sources {
+        spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
+    }
+    let graph = react::build(spec, model(cfg, &settings, shared.local_model.as_ref())?, store)?;
+    Ok(Agent { name, settings, graph })
+}

@@ -1,0 +1,50 @@
+//! What a ReAct turn adds to its conversation: the [`Projector`] the service's
+//! [`ProjectingCheckpointer`] runs on every checkpoint of the agent, so the messages people
+//! read and the actions awaiting their decision commit with the step that produced them.
+//!
+//! [`Projector`]: toolgraph_conversations::Projector
+//! [`ProjectingCheckpointer`]: toolgraph_conversations::ProjectingCheckpointer
+
+use crate::react::{AgentUpdate, ApprovalRequest};
+use serde_json::{Value, json};
+use toolgraph_conversations::{NewPending, Projection, Role};
+use toolgraph_graph::CheckpointRecord;
+use toolgraph_llm::Message;
+
+/// The messages and pending actions one record of conversation `conversation` adds: the
+/// user's message, the assistant's replies (not its tool-calling turns, which people do not
+/// read), each tool's outcome, and one pending action per interrupt.
+pub fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
+    let mut p = Projection::default();
+    for raw in &record.updates {
+        let Ok(update) = serde_json::from_str::<AgentUpdate>(raw.get()) else { continue };
+        for m in update.messages {
+            match m {
+                Message::User { content } => p.messages.push((Role::User, content)),
+                Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
+                    p.messages.push((Role::Assistant, content))
+                }
+                Message::Tool { tool_call_id, name, content } => {
+                    let outcome = serde_json::from_str::<Value>(&content).unwrap_or(Value::String(content));
+                    let text = json!({ "tool": name, "call_id": tool_call_id, "outcome": outcome }).to_string();
+                    p.messages.push((Role::Tool, text));
+                }
+                Message::Assistant { .. } | Message::System { .. } => {}
+            }
+        }
+    }
+    for i in &record.interrupts {
+        // Every interrupt of this agent carries an approval request; a foreign one is still
+        // recorded (blank), so it can be decided.
+        let request = ApprovalRequest::of(&i.payload).unwrap_or_default();
+        p.pending.push(NewPending {
+            conversation_id: conversation,
+            run_id: record.run_id.clone(),
+            interrupt_id: i.id.0.clone(),
+            tool_name: request.tool,
+            description: request.description,
+            arguments: request.arguments,
+        });
+    }
+    p
+}

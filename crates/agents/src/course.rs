@@ -1,0 +1,175 @@
+//! The course tutor's retrieval contract: the `rag_search` tool and the body of `POST /search`.
+//!
+//! Both speak the tutor's field names — `asignatura` (the subject, injected into the tool from
+//! the conversation's state, never chosen by the model) and `tipo_documento` (the kind of
+//! document) — which here become metadata filters of a generic knowledge-base search; the
+//! result keeps the normalized shape `{ok, query, total_results, results: [{content, metadata,
+//! score}]}` (docs/retrieval.md).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use toolgraph_rag::{Filter, KbStore, Retriever, SearchFailure, SearchMode, SearchQuery, search_json};
+use toolgraph_tools::{Tool, ToolBuilder, ToolError};
+
+/// The body of `POST /search`: the tutor's request, plus the knowledge base, generic filters
+/// and the mode.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CourseSearch {
+    /// What to look for.
+    pub query: String,
+    /// Subject filter (metadata `asignatura`).
+    #[serde(default)]
+    pub asignatura: Option<String>,
+    /// Document-type filter (metadata `tipo_documento`).
+    #[serde(default)]
+    pub tipo_documento: Option<String>,
+    /// How many results (1–50, default 5).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Knowledge base (default: the configured one).
+    #[serde(default)]
+    pub kb: Option<String>,
+    /// More metadata filters: `{"key": value | [values] | {"gte": n, "lt": m}}`.
+    #[serde(default)]
+    pub filters: Option<Map<String, Value>>,
+    /// `bm25`, `dense` or `hybrid` (default: hybrid when the knowledge base has embeddings).
+    #[serde(default)]
+    pub mode: Option<SearchMode>,
+}
+
+impl CourseSearch {
+    /// The generic search this request asks for: the subject and document type as equality
+    /// filters (blank ones ignored), then the generic filters.
+    ///
+    /// # Errors
+    /// A generic filter that is not one of the accepted shapes, named.
+    pub fn to_query(&self) -> Result<SearchQuery<'_>, String> {
+        let mut query = self.without_filters();
+        query.filters = self.filters()?;
+        Ok(query)
+    }
+
+    /// The search without its filters.
+    fn without_filters(&self) -> SearchQuery<'_> {
+        SearchQuery {
+            query: &self.query,
+            filters: Vec::new(),
+            top_k: self.top_k,
+            kb: self.kb.as_deref(),
+            mode: self.mode,
+        }
+    }
+
+    /// The subject, the document type and the generic filters, in that order.
+    fn filters(&self) -> Result<Vec<Filter>, String> {
+        let mut filters = Vec::new();
+        for (key, value) in [("asignatura", &self.asignatura), ("tipo_documento", &self.tipo_documento)] {
+            if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+                filters.push(Filter::Eq { key: key.into(), value: Value::String(v.to_owned()) });
+            }
+        }
+        for (k, v) in self.filters.iter().flatten() {
+            filters.push(Filter::from_json(k, v)?);
+        }
+        Ok(filters)
+    }
+
+    /// Runs the search for `tenant` and renders the normalized shape.
+    ///
+    /// # Errors
+    /// `(kind, message)`: a readable message for the `{ok:false, error}` shape.
+    pub fn run(
+        &self,
+        store: &KbStore,
+        retriever: &Retriever,
+        tenant: &str,
+        default_kb: &str,
+    ) -> Result<Value, (SearchFailure, String)> {
+        // The words and `top_k` are judged before the filters, so each request gets the
+        // first thing wrong with it in one order.
+        let mut query = self.without_filters();
+        query.check()?;
+        query.filters = self.filters().map_err(|e| (SearchFailure::Invalid, e))?;
+        search_json(store, retriever, tenant, default_kb, &query)
+    }
+}
+
+/// Arguments of the `rag_search` tool.
+// The subject is injected from the conversation's state when the agent declares it; the
+// model never sees it.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RagSearchArgs {
+    /// The key words of the user's question, in the user's own language.
+    #[schemars(length(min = 1, max = 500))]
+    pub query: String,
+    /// Subject identifier.
+    #[serde(default)]
+    pub asignatura: Option<String>,
+    /// Only this kind of document (e.g. guia, apuntes, normativa).
+    #[serde(default)]
+    pub tipo_documento: Option<String>,
+    /// How many passages to return.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 20))]
+    pub top_k: Option<usize>,
+}
+
+/// The `rag_search` read tool over knowledge base `kb`. The tenant is the conversation's
+/// (`tenant` in the tool context, which the service sets), else `default_tenant`.
+pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant: String, kb: String) -> Arc<dyn Tool> {
+    ToolBuilder::<RagSearchArgs>::new(
+        "rag_search",
+        "Search the documents (course guides, lecture notes, laws and regulations) for passages that answer a \
+         question. Returns passages with their source (metadata.citation); cite sources as [citation] in the answer.",
+    )
+    .inject("asignatura")
+    .display_name("Document search")
+    .handler(move |ctx, args: RagSearchArgs| {
+        let store = store.clone();
+        let retriever = retriever.clone();
+        let tenant = ctx.get("tenant").and_then(Value::as_str).map_or_else(|| default_tenant.clone(), str::to_owned);
+        let kb = kb.clone();
+        async move {
+            let request = CourseSearch {
+                query: args.query,
+                asignatura: args.asignatura,
+                tipo_documento: args.tipo_documento,
+                top_k: args.top_k,
+                ..CourseSearch::default()
+            };
+            // Index reads touch the disk and the query is embedded on the CPU: off the async workers.
+            let result = tokio::task::spawn_blocking(move || request.run(&store, &retriever, &tenant, &kb))
+                .await
+                .map_err(|e| ToolError::internal(format!("search task failed: {e}")))?;
+            result.map_err(|(kind, message)| match kind {
+                SearchFailure::Invalid => ToolError::invalid_arguments(message),
+                SearchFailure::NotFound => ToolError::not_found(message),
+                SearchFailure::Internal => ToolError::unavailable(message),
+            })
+        }
+    })
+    // The builder's only failure is a schema or name error, fixed at compile time here.
+    .expect("rag_search's schema is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_tutors_fields_become_filters_and_blank_ones_are_ignored() {
+        let request: CourseSearch = serde_json::from_value(json!({
+            "query": "examen", "asignatura": " iv ", "tipo_documento": "", "filters": {"year": 2024}
+        }))
+        .unwrap();
+        let query = request.to_query().unwrap();
+        assert_eq!(query.query, "examen");
+        assert_eq!(query.filters.len(), 2, "{:?}", query.filters);
+        assert_eq!(query.filters[0], Filter::Eq { key: "asignatura".into(), value: json!("iv") });
+        assert!(serde_json::from_value::<CourseSearch>(json!({"query": "x", "subject": "iv"})).is_err());
+    }
+}

@@ -1,0 +1,567 @@
+//! The prebuilt ReAct agent: a model node and tool nodes, routed by tool class.
+//!
+//! ```text
+//! START → agent ─(tool calls)→ tools ─→ agent … ─(no tool calls)→ END
+//!                               │ write tools: pause for approval, resume at `approved`
+//!                               │ read failures past `max_tool_retries`: `give_up` → END
+//!           approved ─(any approved)→ agent;  (all rejected) → cancellation text → END
+//! ```
+//! Read tools run at once and concurrently; write tools never run before a person approved
+//! them, and a rejected one never runs at all. An unknown tool name becomes a tool message
+//! saying so. Model errors end the run as a failure. The model sees a token-budgeted window
+//! of the conversation; the checkpoints keep all of it.
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use toolgraph_graph::{
+    Checkpointer, CompiledGraph, Decision, END, GraphBuildError, InterruptRequest, NodeError, NodeOutput, RunContext,
+    RunEvent, START, State, StateGraph,
+};
+use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, ToolDefinition};
+use toolgraph_tools::{ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry};
+
+/// The nodes of the agent's graph; their names are what [`RunEvent::NodeStarted`] and the
+/// checkpoints carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReactNode {
+    /// Calls the model (`agent`).
+    Model,
+    /// Runs read tools, pauses write tools for approval (`tools`).
+    Tools,
+    /// Runs what a person approved once every decision is in (`approved`).
+    Approved,
+    /// Ends a turn whose read tools kept failing (`give_up`).
+    GiveUp,
+}
+
+impl ReactNode {
+    /// The node's name in the graph.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Model => "agent",
+            Self::Tools => "tools",
+            Self::Approved => "approved",
+            Self::GiveUp => "give_up",
+        }
+    }
+
+    /// The node named `name`, if it is one of the agent's.
+    pub fn of(name: &str) -> Option<Self> {
+        [Self::Model, Self::Tools, Self::Approved, Self::GiveUp].into_iter().find(|n| n.name() == name)
+    }
+}
+
+/// What a paused write call asks a person to decide: the payload of each interrupt the agent
+/// raises, as checkpoints keep it (the field names are part of the stored format).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// The model's id of the call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments the model gave (without the state-injected ones).
+    pub arguments: Value,
+    /// The action as a person reads it (the tool's `describe`, over the arguments with the
+    /// injected values).
+    pub description: String,
+}
+
+impl ApprovalRequest {
+    /// The request of an interrupt payload; `None` for a payload the agent did not write.
+    pub fn of(payload: &Value) -> Option<Self> {
+        serde_json::from_value(payload.clone()).ok()
+    }
+}
+
+/// The agent's state: the message log (append) and the values injected into tools
+/// (replace), plus the read-failure count of the current turn (replace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    /// Every message of the conversation, oldest first.
+    pub messages: Vec<Message>,
+    /// State values for injected tool arguments (e.g. `asignatura`).
+    #[serde(default)]
+    pub context: Map<String, Value>,
+    /// Rounds of failing read tools in the current turn.
+    #[serde(default)]
+    pub tool_failures: u32,
+}
+
+/// A partial update of [`AgentState`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentUpdate {
+    /// Messages to append.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<Message>,
+    /// New context, replacing the old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Map<String, Value>>,
+    /// Context values set over the (possibly replaced) context, keeping its other keys — e.g.
+    /// who is asking, which a service re-asserts on every turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_set: Option<Map<String, Value>>,
+    /// New failure count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_failures: Option<u32>,
+}
+
+impl State for AgentState {
+    type Update = AgentUpdate;
+    fn apply(&mut self, u: AgentUpdate) {
+        self.messages.extend(u.messages);
+        if let Some(c) = u.context {
+            self.context = c;
+        }
+        if let Some(set) = u.context_set {
+            self.context.extend(set);
+        }
+        if let Some(f) = u.tool_failures {
+            self.tool_failures = f;
+        }
+    }
+}
+
+impl AgentState {
+    /// The text of the last assistant message, if the conversation ends with one.
+    pub fn last_reply(&self) -> Option<&str> {
+        match self.messages.last() {
+            Some(Message::Assistant { content, tool_calls }) if tool_calls.is_empty() => Some(content),
+            _ => None,
+        }
+    }
+}
+
+/// The input of a user turn: the message, and context values when given (they replace the
+/// previous ones); the failure count restarts.
+pub fn user_turn(text: impl Into<String>, context: Option<Map<String, Value>>) -> AgentUpdate {
+    AgentUpdate { messages: vec![Message::user(text)], context, tool_failures: Some(0), ..Default::default() }
+}
+
+/// How an agent behaves.
+#[derive(Clone)]
+pub struct AgentSpec {
+    /// Name, for logs.
+    pub name: String,
+    /// System prompt.
+    pub system_prompt: String,
+    /// The tools the agent may call.
+    pub tools: ToolRegistry,
+    /// Rounds of failing read tools allowed per turn before giving up (the academy admin's
+    /// `SQL_MAX_RETRIES`). Default: 3.
+    pub max_tool_retries: u32,
+    /// Approximate token budget of the history sent to the model (0: no limit). Default: 6000.
+    pub history_budget: usize,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Most tokens the model may generate per call (`max_tokens`); `None` leaves the model
+    /// server's limit. A reply cut there is kept as it is.
+    pub max_tokens: Option<u32>,
+    /// Text appended to a final answer (streamed and stored with it), from this turn's tool
+    /// outputs and the answer — e.g. the sources a search returned that the answer does not
+    /// cite. Default: none.
+    pub answer_footer: Option<AnswerFooter>,
+    /// Text added to the system prompt for the turn's state context (its tenant, user …) —
+    /// e.g. the academy admin's tenant schema description, fetched from the backend. Asked before every
+    /// model call; `None` adds nothing. Default: none.
+    pub prompt_context: Option<PromptContext>,
+}
+
+/// See [`AgentSpec::answer_footer`]: `(this turn's tool outputs, answer) → text to append`.
+pub type AnswerFooter = Arc<dyn Fn(&[&str], &str) -> Option<String> + Send + Sync>;
+
+/// See [`AgentSpec::prompt_context`]: `(the turn's state context) → text for the system prompt`.
+pub type PromptContext =
+    Arc<dyn Fn(&Map<String, Value>) -> futures::future::BoxFuture<'static, Option<Arc<str>>> + Send + Sync>;
+
+impl AgentSpec {
+    /// An agent with defaults.
+    pub fn new(name: impl Into<String>, system_prompt: impl Into<String>, tools: ToolRegistry) -> Self {
+        Self {
+            name: name.into(),
+            system_prompt: system_prompt.into(),
+            tools,
+            max_tool_retries: 3,
+            history_budget: 6000,
+            temperature: None,
+            max_tokens: None,
+            answer_footer: None,
+            prompt_context: None,
+        }
+    }
+}
+
+/// What the agent's nodes use: the model, the tools, the settings.
+pub struct AgentDeps {
+    model: Arc<dyn ChatModel>,
+    spec: AgentSpec,
+    definitions: Vec<ToolDefinition>,
+}
+
+impl AgentDeps {
+    /// The agent's settings.
+    pub fn spec(&self) -> &AgentSpec {
+        &self.spec
+    }
+}
+
+/// The tool message of a rejected write action, and the reply that ends a turn whose
+/// every action was rejected: fixed texts, no model call (docs/service.md).
+pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not executed.";
+
+/// The reply of a turn in which every pending action was rejected.
+pub fn cancellation_text(descriptions: &[String]) -> String {
+    format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
+}
+
+/// What the model is told about `tools`: name, description and argument schema of each.
+pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
+    tools
+        .specs()
+        .map(|s| ToolDefinition {
+            name: s.name.clone(),
+            description: s.description.clone(),
+            parameters: s.parameters.clone(),
+        })
+        .collect()
+}
+
+/// Builds the agent graph over `model` and `checkpointer`.
+///
+/// # Errors
+/// Only if the fixed topology were invalid; covered by tests.
+pub fn build(
+    spec: AgentSpec,
+    model: Arc<dyn ChatModel>,
+    checkpointer: Arc<dyn Checkpointer>,
+) -> Result<CompiledGraph<AgentState, AgentDeps>, GraphBuildError> {
+    let definitions = tool_definitions(&spec.tools);
+    let max_retries = spec.max_tool_retries;
+    let deps = AgentDeps { model, spec, definitions };
+    let mut g = StateGraph::<AgentState, AgentDeps>::new();
+    let [model, tools, approved, give_up] =
+        [ReactNode::Model, ReactNode::Tools, ReactNode::Approved, ReactNode::GiveUp].map(ReactNode::name);
+    g.add_node(model, agent_node);
+    g.add_node(tools, tools_node);
+    g.add_node(approved, approved_node);
+    g.add_node(give_up, give_up_node);
+    g.add_edge(START, model);
+    g.add_conditional_edges(
+        model,
+        move |s: &AgentState| {
+            if pending_calls(s).is_empty() { END.into() } else { tools.into() }
+        },
+        [tools, END],
+    );
+    g.add_conditional_edges(
+        tools,
+        move |s: &AgentState| {
+            if s.tool_failures > max_retries { give_up.into() } else { model.into() }
+        },
+        [model, give_up],
+    );
+    g.add_conditional_edges(
+        approved,
+        move |s: &AgentState| {
+            if s.last_reply().is_some() { END.into() } else { model.into() }
+        },
+        [model, END],
+    );
+    g.add_edge(give_up, END);
+    g.add_resume(tools, approved);
+    g.compile(deps, checkpointer)
+}
+
+/// The agent's topology as a Mermaid flowchart (no model or store needed).
+pub fn mermaid() -> String {
+    struct NeverCalled;
+    #[async_trait::async_trait]
+    impl ChatModel for NeverCalled {
+        async fn stream(&self, _r: ChatRequest) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
+            Err(toolgraph_llm::LlmError::InvalidRequest("this graph is only drawn, never run".into()))
+        }
+        fn model_id(&self) -> &str {
+            "none"
+        }
+    }
+    let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
+    match build(AgentSpec::new("draw", "", ToolRegistry::new()), Arc::new(NeverCalled), store) {
+        Ok(g) => g.to_mermaid(),
+        Err(e) => format!("%% the agent graph does not compile: {e}"),
+    }
+}
+
+/// Tool calls of the last assistant message that have no tool message yet.
+fn pending_calls(s: &AgentState) -> Vec<ToolCall> {
+    let Some(pos) = s.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })) else {
+        return Vec::new();
+    };
+    let Message::Assistant { tool_calls, .. } = &s.messages[pos] else {
+        return Vec::new();
+    };
+    let answered: Vec<&str> = s.messages[pos + 1..]
+        .iter()
+        .filter_map(|m| if let Message::Tool { tool_call_id, .. } = m { Some(tool_call_id.as_str()) } else { None })
+        .collect();
+    tool_calls.iter().filter(|c| !answered.contains(&c.id.as_str())).cloned().collect()
+}
+
+/// The most recent messages that fit `budget` (≈ 4 characters a token), cut only where a
+/// user turn begins so a tool call is never separated from its result. The latest user
+/// turn is always included.
+pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
+    if budget == 0 {
+        return messages;
+    }
+    let mut used = 0usize;
+    let mut start = messages.len();
+    let mut cut = None;
+    for (i, m) in messages.iter().enumerate().rev() {
+        used += m.content().len() / 4 + 4;
+        if let Message::Assistant { tool_calls, .. } = m {
+            used += tool_calls.iter().map(|c| c.arguments.len() / 4 + 8).sum::<usize>();
+        }
+        if matches!(m, Message::User { .. }) {
+            if used > budget && cut.is_some() {
+                break;
+            }
+            cut = Some(i);
+            start = i;
+        }
+        if used > budget && cut.is_some() {
+            break;
+        }
+    }
+    &messages[start.min(messages.len())..]
+}
+
+async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+    let deps = ctx.deps();
+    let mut messages = Vec::with_capacity(s.messages.len() + 1);
+    let added = match &deps.spec.prompt_context {
+        Some(context) => context(&s.context).await,
+        None => None,
+    };
+    match added {
+        Some(added) if deps.spec.system_prompt.is_empty() => messages.push(Message::system(added.to_string())),
+        Some(added) => messages.push(Message::system(format!("{}\n\n{added}", deps.spec.system_prompt))),
+        None if !deps.spec.system_prompt.is_empty() => messages.push(Message::system(deps.spec.system_prompt.clone())),
+        None => {}
+    }
+    messages.extend_from_slice(history_window(&s.messages, deps.spec.history_budget));
+    let mut request = ChatRequest::new(messages).with_tools(deps.definitions.clone());
+    request.temperature = deps.spec.temperature;
+    request.max_tokens = deps.spec.max_tokens;
+    let model_error = |e: toolgraph_llm::LlmError| NodeError::new("model", e.to_string());
+    let mut stream = deps.model.stream(request).await.map_err(model_error)?;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event.map_err(model_error)? {
+            ChatEvent::TextDelta(t) => {
+                ctx.emit(RunEvent::TextDelta { text: t.clone() }).await;
+                content.push_str(&t);
+            }
+            ChatEvent::ToolCall(c) => tool_calls.push(c),
+            ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
+        }
+    }
+    if tool_calls.is_empty()
+        && let Some(footer) = &deps.spec.answer_footer
+        && let Some(text) = footer(&turn_tool_outputs(&s.messages), &content)
+    {
+        ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+        content.push_str(&text);
+    }
+    Ok(NodeOutput::Update(AgentUpdate {
+        messages: vec![Message::Assistant { content, tool_calls }],
+        ..Default::default()
+    }))
+}
+
+/// The outputs of the tools called since the last user message.
+fn turn_tool_outputs(history: &[Message]) -> Vec<&str> {
+    let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
+    history[turn_start..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
+    Message::tool(call.id.clone(), call.name.clone(), outcome.to_model_text())
+}
+
+/// Runs `call`; its tool sees the turn's context plus `toolCallId`, the model's id of the call
+/// (stable across a resumed run, so a tool with side effects can pass it on as an idempotency
+/// key).
+async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolCall) -> ToolOutcome {
+    let tools = tools.clone().set("toolCallId", Value::String(call.id.clone()));
+    let outcome = match ToolCallRequest::parse_arguments(&call.arguments) {
+        Ok(args) => ctx.deps().spec.tools.call(&tools, &call.name, &args).await,
+        Err(e) => ToolOutcome::Failure(e),
+    };
+    ctx.emit(RunEvent::ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        outcome: outcome.to_json(),
+        ok: outcome.is_success(),
+    })
+    .await;
+    outcome
+}
+
+async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+    let calls = pending_calls(&s);
+    let registry = &ctx.deps().spec.tools;
+    let tool_ctx = ToolContext::with_state(s.context.clone());
+    let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) =
+        calls.into_iter().partition(|c| registry.get(&c.name).is_some_and(|t| t.spec().class == ToolClass::Write));
+    for c in reads.iter().chain(&writes) {
+        let arguments = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
+        ctx.emit(RunEvent::ToolCall { call_id: c.id.clone(), name: c.name.clone(), arguments }).await;
+    }
+    let outcomes = futures::future::join_all(reads.iter().map(|c| run_tool(&ctx, &tool_ctx, c))).await;
+    let failed = outcomes.iter().any(|o| !o.is_success());
+    let mut update = AgentUpdate {
+        messages: reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)).collect(),
+        tool_failures: Some(s.tool_failures + u32::from(failed)),
+        ..Default::default()
+    };
+    if writes.is_empty() {
+        return Ok(NodeOutput::Update(update));
+    }
+    let mut requests = Vec::with_capacity(writes.len());
+    for c in &writes {
+        match ToolCallRequest::parse_arguments(&c.arguments) {
+            Ok(args) => {
+                let mut shown = args.clone();
+                if let (Some(tool), Value::Object(m)) = (registry.get(&c.name), &mut shown) {
+                    for k in &tool.spec().injected {
+                        if let Some(v) = s.context.get(k) {
+                            m.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+                let description = registry.get(&c.name).map(|t| t.describe(&shown)).unwrap_or_default();
+                let request =
+                    ApprovalRequest { call_id: c.id.clone(), tool: c.name.clone(), arguments: args, description };
+                requests.push(InterruptRequest {
+                    key: c.id.clone(),
+                    payload: serde_json::to_value(&request).unwrap_or(Value::Null),
+                });
+            }
+            // Unparseable arguments never reach a person: the model gets them back to repair.
+            Err(e) => update.messages.push(tool_message(c, &ToolOutcome::Failure(e))),
+        }
+    }
+    if requests.is_empty() {
+        return Ok(NodeOutput::Update(update));
+    }
+    Ok(NodeOutput::Interrupt { update, requests, resume_at: ReactNode::Approved.name().into() })
+}
+
+async fn approved_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+    let tool_ctx = ToolContext::with_state(s.context.clone());
+    let mut messages = Vec::new();
+    let mut rejected = Vec::new();
+    let mut any_approved = false;
+    for call in pending_calls(&s) {
+        match ctx.decisions().get(&call.id) {
+            Some(Decision::Approve) => {
+                any_approved = true;
+                let outcome = run_tool(&ctx, &tool_ctx, &call).await;
+                messages.push(tool_message(&call, &outcome));
+            }
+            Some(Decision::Reject) | None => {
+                let outcome = ToolOutcome::Failure(ToolError::denied(REJECTED_OUTCOME));
+                ctx.emit(RunEvent::ToolResult {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    outcome: outcome.to_json(),
+                    ok: false,
+                })
+                .await;
+                let args = ToolCallRequest::parse_arguments(&call.arguments).unwrap_or_default();
+                let description =
+                    ctx.deps().spec.tools.get(&call.name).map_or_else(|| call.name.clone(), |t| t.describe(&args));
+                rejected.push(description);
+                messages.push(tool_message(&call, &outcome));
+            }
+        }
+    }
+    if !any_approved && !rejected.is_empty() {
+        let text = cancellation_text(&rejected);
+        ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+        messages.push(Message::assistant(text));
+    }
+    Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
+}
+
+async fn give_up_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+    let last_error = s
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => serde_json::from_str::<Value>(content)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned)),
+            _ => None,
+        })
+        .unwrap_or_else(|| "unknown error".into());
+    let text = format!(
+        "I could not complete this request: the tools kept failing after {} attempts (last error: {last_error}).",
+        s.tool_failures
+    );
+    ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+    Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn set_values_join_a_kept_or_replaced_context() {
+        let mut state = AgentState { context: map(json!({"asignatura": "iv"})), ..Default::default() };
+        // A continuing turn: the stored context stays, the service's values join it.
+        state.apply(AgentUpdate { context_set: Some(map(json!({"tenantId": 1}))), ..Default::default() });
+        assert_eq!(Value::Object(state.context.clone()), json!({"asignatura": "iv", "tenantId": 1}));
+        // New context replaces the old first; the set values win over the client's.
+        state.apply(AgentUpdate {
+            context: Some(map(json!({"tema": 2, "tenantId": 99}))),
+            context_set: Some(map(json!({"tenantId": 1}))),
+            ..Default::default()
+        });
+        assert_eq!(Value::Object(state.context), json!({"tema": 2, "tenantId": 1}));
+    }
+}
+
+#[cfg(test)]
+mod footer_tests {
+    use super::*;
+
+    #[test]
+    fn only_this_turns_tool_outputs_count() {
+        let history = vec![
+            Message::user("first"),
+            Message::tool("c0", "rag_search", "old"),
+            Message::assistant("answered"),
+            Message::user("second"),
+            Message::tool("c1", "rag_search", "a"),
+            Message::tool("c2", "calculator", "b"),
+        ];
+        assert_eq!(turn_tool_outputs(&history), ["a", "b"]);
+        assert!(turn_tool_outputs(&history[..4]).is_empty());
+    }
+}

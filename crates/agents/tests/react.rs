@@ -1,0 +1,418 @@
+//! The prebuilt ReAct agent against the scripted model server over real HTTP.
+
+use schemars::JsonSchema;
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use toolgraph_agents::react::{self, AgentSpec, AgentState, REJECTED_OUTCOME, user_turn};
+use toolgraph_graph::*;
+use toolgraph_llm::{Message, OpenAiChatModel, OpenAiConfig, RetryPolicy};
+use toolgraph_tools::{ToolBuilder, ToolRegistry, builtin};
+
+#[derive(Deserialize, JsonSchema)]
+struct SmsArgs {
+    /// Recipient.
+    to: String,
+    /// Text.
+    text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct QueryArgs {
+    /// A read-only SQL SELECT.
+    sql: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct GuiaArgs {
+    /// Injected subject.
+    asignatura: Option<String>,
+    /// Section.
+    key: Option<String>,
+}
+
+struct Counters {
+    sms: AtomicUsize,
+    announcements: AtomicUsize,
+}
+
+fn tools(counters: Arc<Counters>) -> ToolRegistry {
+    let mut reg = builtin::registry(std::path::Path::new("/nonexistent")).unwrap();
+    let c = counters.clone();
+    reg.register(
+        ToolBuilder::<SmsArgs>::new("send_sms", "Send an SMS")
+            .write(|a| format!("Send an SMS to {}: \"{}\"", a.to, a.text))
+            .handler(move |_ctx, a| {
+                let c = c.clone();
+                async move {
+                    c.sms.fetch_add(1, Ordering::SeqCst);
+                    Ok(json!({"ok": true, "sent_to": a.to}))
+                }
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    let c = counters;
+    reg.register(
+        ToolBuilder::<SmsArgs>::new("create_announcement", "Publish an announcement")
+            .write(|a| format!("Publish the announcement \"{}\"", a.text))
+            .handler(move |_ctx, _a| {
+                let c = c.clone();
+                async move {
+                    c.announcements.fetch_add(1, Ordering::SeqCst);
+                    Ok(json!({"ok": true}))
+                }
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    reg.register(
+        ToolBuilder::<QueryArgs>::new("general_query", "Run a read-only SQL query")
+            .handler(|_ctx, a| async move {
+                if a.sql.to_lowercase().contains("students") {
+                    Ok(json!({"rows": [[42]]}))
+                } else {
+                    Err(toolgraph_tools::ToolError::invalid_arguments(format!(
+                        "relation in '{}' does not exist",
+                        a.sql
+                    )))
+                }
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    reg.register(
+        ToolBuilder::<GuiaArgs>::new("get_guia", "Teaching guide of the current subject")
+            .inject("asignatura")
+            .handler(|_ctx, a| async move { Ok(json!({"asignatura": a.asignatura, "key": a.key})) })
+            .unwrap(),
+    )
+    .unwrap();
+    reg.register(
+        ToolBuilder::<QueryArgs>::new("fragile", "Panics")
+            .handler(|_ctx, _a| async move {
+                if true {
+                    panic!("tool bug");
+                }
+                Ok(json!(null))
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    reg
+}
+
+struct Harness {
+    server: ScriptedModelServer,
+    graph: CompiledGraph<AgentState, react::AgentDeps>,
+    counters: Arc<Counters>,
+}
+
+async fn harness(script: Vec<Reply>) -> Harness {
+    harness_with(script, Arc::new(MemoryCheckpointer::new())).await
+}
+
+async fn harness_with(script: Vec<Reply>, store: Arc<dyn Checkpointer>) -> Harness {
+    harness_spec(script, store, |_| {}).await
+}
+
+async fn harness_spec(script: Vec<Reply>, store: Arc<dyn Checkpointer>, tweak: impl FnOnce(&mut AgentSpec)) -> Harness {
+    let server = ScriptedModelServer::start(script).await.unwrap();
+    let mut cfg = OpenAiConfig::new(server.base_url(), "scripted");
+    cfg.retry =
+        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(5), max_delay: Duration::from_millis(10) };
+    let model = Arc::new(OpenAiChatModel::new(cfg).unwrap());
+    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
+    let mut spec = AgentSpec::new("test", "You are Lumie's assistant.", tools(counters.clone()));
+    spec.max_tool_retries = 2;
+    tweak(&mut spec);
+    let graph = react::build(spec, model, store).unwrap();
+    Harness { server, graph, counters }
+}
+
+fn t(n: u32) -> ThreadId {
+    ThreadId::new(7, n)
+}
+
+fn texts(events: &[RunEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| if let RunEvent::TextDelta { text } = e { Some(text.as_str()) } else { None })
+        .collect()
+}
+
+#[tokio::test]
+async fn read_tool_then_streamed_answer() {
+    let h = harness(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text("The answer is 42."),
+    ])
+    .await;
+    let (events, out) =
+        h.graph.start(&t(1), user_turn("What is 6*7?", None), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.last_reply(), Some("The answer is 42."));
+    assert_eq!(texts(&events), "The answer is 42.");
+    assert!(events.iter().any(|e| matches!(e, RunEvent::ToolResult { name, ok: true, outcome, .. } if name == "calculator" && outcome["result"] == 42.0)));
+    let second = &h.server.requests()[1]["messages"];
+    assert_eq!(second[0]["role"], "system");
+    let tool_msg = second.as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool_msg["tool_call_id"], "c1");
+    assert!(tool_msg["content"].as_str().unwrap().contains("\"result\":42"));
+    // Tools were offered with generated schemas.
+    let requests = h.server.requests();
+    let offered: Vec<&str> =
+        requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(offered.contains(&"send_sms") && offered.contains(&"calculator"));
+    // Unset sampling settings are left to the model server.
+    assert!(requests.iter().all(|r| r.get("max_tokens").is_none() && r.get("temperature").is_none()));
+}
+
+#[tokio::test]
+async fn the_agents_temperature_and_token_limit_reach_every_model_call() {
+    let script =
+        vec![Reply::tool_calls(&[("c1", "calculator", json!({"expression": "1+1"}))]), Reply::text("It is 2.")];
+    let h = harness_spec(script, Arc::new(MemoryCheckpointer::new()), |spec| {
+        spec.temperature = Some(0.25);
+        spec.max_tokens = Some(300);
+    })
+    .await;
+    let (_, out) = h.graph.start(&t(1), user_turn("1+1?", None), RunOptions::default()).await.unwrap().collect().await;
+    assert!(matches!(out, RunOutcome::Completed { .. }), "{out:?}");
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 2, "a tool round and the answer");
+    for r in &requests {
+        assert_eq!(r["max_tokens"], 300, "{r}");
+        assert_eq!(r["temperature"], 0.25, "{r}");
+    }
+}
+
+#[tokio::test]
+async fn two_write_tools_pause_then_one_approved_runs_once_and_the_rejected_never() {
+    let store: Arc<dyn Checkpointer> =
+        Arc::new(SqliteCheckpointer::open(&tempfile::tempdir().unwrap().keep().join("t.db")).await.unwrap());
+    let h = harness_with(
+        vec![
+            Reply::tool_calls(&[
+                ("s1", "send_sms", json!({"to": "+34600111222", "text": "Exam moved to Friday"})),
+                ("a1", "create_announcement", json!({"to": "all", "text": "Exam moved"})),
+            ]),
+            Reply::text("Done: the SMS was sent; the announcement was not published."),
+        ],
+        store.clone(),
+    )
+    .await;
+    let (events, out) = h
+        .graph
+        .start(&t(2), user_turn("Tell everyone the exam moved", None), RunOptions::default())
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    assert_eq!(pending.len(), 2);
+    assert!(events.iter().any(|e| matches!(e, RunEvent::Interrupted { pending } if pending.len() == 2)));
+    let sms = pending.iter().find(|p| p.payload["tool"] == "send_sms").unwrap();
+    assert_eq!(sms.payload["description"], "Send an SMS to +34600111222: \"Exam moved to Friday\"");
+    let ann = pending.iter().find(|p| p.payload["tool"] == "create_announcement").unwrap();
+    assert_eq!(h.counters.sms.load(Ordering::SeqCst), 0, "write tools never run before approval");
+
+    // Decisions arrive one by one, as /confirm delivers them.
+    let r = h
+        .graph
+        .resume(&t(2), BTreeMap::from([(ann.id.clone(), Decision::Reject)]), RunOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(r, ResumeResult::Waiting { ref undecided } if undecided.len() == 1));
+    let r = h
+        .graph
+        .resume(&t(2), BTreeMap::from([(sms.id.clone(), Decision::Approve)]), RunOptions::default())
+        .await
+        .unwrap();
+    let ResumeResult::Started(run) = r else { panic!("should continue") };
+    let RunOutcome::Completed { state } = run.outcome().await else { panic!("completed") };
+    assert_eq!(state.last_reply(), Some("Done: the SMS was sent; the announcement was not published."));
+    assert_eq!(h.counters.sms.load(Ordering::SeqCst), 1);
+    assert_eq!(h.counters.announcements.load(Ordering::SeqCst), 0);
+    let rejected = state
+        .messages
+        .iter()
+        .find(|m| matches!(m, Message::Tool { tool_call_id, .. } if tool_call_id == "a1"))
+        .unwrap();
+    assert!(rejected.content().contains(REJECTED_OUTCOME));
+    // Replaying the approval changes nothing.
+    assert!(
+        h.graph
+            .resume(&t(2), BTreeMap::from([(sms.id.clone(), Decision::Approve)]), RunOptions::default())
+            .await
+            .is_err()
+    );
+    assert_eq!(h.counters.sms.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn all_rejected_ends_with_the_cancellation_text_and_no_model_call() {
+    let h = harness(vec![Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+1555", "text": "hi"}))])]).await;
+    let out = h.graph.start(&t(3), user_turn("text Bob", None), RunOptions::default()).await.unwrap().outcome().await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    let r = h
+        .graph
+        .resume(&t(3), BTreeMap::from([(pending[0].id.clone(), Decision::Reject)]), RunOptions::default())
+        .await
+        .unwrap();
+    let ResumeResult::Started(run) = r else { panic!() };
+    let (events, out) = run.collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    let expected = react::cancellation_text(&["Send an SMS to +1555: \"hi\"".to_string()]);
+    assert_eq!(state.last_reply(), Some(expected.as_str()));
+    assert_eq!(texts(&events), expected);
+    assert_eq!(h.server.request_count(), 1, "no model call after an all-rejected turn");
+    assert_eq!(h.counters.sms.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn failing_read_tool_is_repaired_a_bounded_number_of_times_then_gives_up() {
+    let bad = |id: &str| Reply::tool_calls(&[(id, "general_query", json!({"sql": "select * from nope"}))]);
+    let h = harness(vec![bad("q1"), bad("q2"), bad("q3"), Reply::text("unreachable")]).await;
+    let opts = RunOptions { recursion_limit: 20, ..RunOptions::default() };
+    let (events, out) =
+        h.graph.start(&t(4), user_turn("How many students?", None), opts).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    let reply = state.last_reply().unwrap();
+    assert!(reply.contains("after 3 attempts") && reply.contains("does not exist"), "{reply}");
+    assert_eq!(h.server.request_count(), 3, "max_tool_retries=2: the third failure gives up");
+    assert_eq!(events.iter().filter(|e| matches!(e, RunEvent::ToolResult { ok: false, .. })).count(), 3);
+}
+
+#[tokio::test]
+async fn a_repaired_query_succeeds() {
+    let h = harness(vec![
+        Reply::tool_calls(&[("q1", "general_query", json!({"sql": "select count(*) from studens"}))]),
+        Reply::tool_calls(&[("q2", "general_query", json!({"sql": "select count(*) from students"}))]),
+        Reply::text("42 students."),
+    ])
+    .await;
+    let out = h
+        .graph
+        .start(&t(5), user_turn("How many students?", None), RunOptions::default())
+        .await
+        .unwrap()
+        .outcome()
+        .await;
+    assert_eq!(out.state().last_reply(), Some("42 students."));
+    // The model saw the error it had to repair.
+    let msgs = h.server.requests()[1]["messages"].clone();
+    let tool = msgs.as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert!(tool["content"].as_str().unwrap().contains("\"kind\":\"invalid_arguments\""));
+}
+
+#[tokio::test]
+async fn unknown_tools_invalid_json_and_panics_become_tool_messages() {
+    let h = harness(vec![
+        Reply::tool_calls(&[("u1", "get_weather", json!({"city": "Granada"})), ("p1", "fragile", json!({"sql": "x"}))]),
+        Reply::Stream(vec![
+            scripted_llm::Step::ToolCallStart { index: 0, id: "j1".into(), name: "calculator".into() },
+            scripted_llm::Step::ToolArgs { index: 0, fragment: "{\"expression\": ".into() },
+            scripted_llm::Step::Finish("tool_calls".into()),
+            scripted_llm::Step::Done,
+        ]),
+        Reply::text("Sorry, I could not do that."),
+    ])
+    .await;
+    let out = h.graph.start(&t(6), user_turn("weather?", None), RunOptions::default()).await.unwrap().outcome().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    let tool_texts: Vec<String> =
+        state.messages.iter().filter(|m| matches!(m, Message::Tool { .. })).map(|m| m.content().to_owned()).collect();
+    assert!(tool_texts.iter().any(|t| t.contains("unknown tool 'get_weather'")), "{tool_texts:?}");
+    assert!(tool_texts.iter().any(|t| t.contains("tool bug") && t.contains("internal")), "{tool_texts:?}");
+    assert!(tool_texts.iter().any(|t| t.contains("not valid JSON")), "{tool_texts:?}");
+    assert_eq!(state.last_reply(), Some("Sorry, I could not do that."));
+}
+
+#[tokio::test]
+async fn injected_state_reaches_the_tool_but_not_the_model_schema() {
+    let h = harness(vec![Reply::tool_calls(&[("g1", "get_guia", json!({"key": "competencias"}))]), Reply::text("ok")])
+        .await;
+    let ctx = serde_json::Map::from_iter([("asignatura".to_string(), json!("iv"))]);
+    let (events, _) = h
+        .graph
+        .start(&t(7), user_turn("competencias?", Some(ctx)), RunOptions::default())
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let result = events
+        .iter()
+        .find_map(|e| if let RunEvent::ToolResult { outcome, .. } = e { Some(outcome.clone()) } else { None });
+    assert_eq!(result, Some(json!({"asignatura": "iv", "key": "competencias"})));
+    let guia = h.server.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "get_guia")
+        .cloned()
+        .unwrap();
+    assert!(guia["function"]["parameters"]["properties"].get("asignatura").is_none());
+}
+
+#[tokio::test]
+async fn a_failing_model_ends_the_run_with_an_error_outcome() {
+    let h = harness(vec![Reply::status(500, "boom"), Reply::status(503, "still boom")]).await;
+    let (events, out) =
+        h.graph.start(&t(8), user_turn("hi", None), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Failed { error, .. } = out else { panic!("{out:?}") };
+    assert!(error.to_string().contains("HTTP 503"), "{error}");
+    assert!(matches!(events.last(), Some(RunEvent::Error { message }) if message.contains("model endpoint")));
+    // The thread is usable again.
+    h.server.push([Reply::text("back")]);
+    let out = h.graph.start(&t(8), user_turn("hi again", None), RunOptions::default()).await.unwrap().outcome().await;
+    assert_eq!(out.state().last_reply(), Some("back"));
+}
+
+#[tokio::test]
+async fn a_model_that_never_stops_calling_tools_hits_the_recursion_limit() {
+    let call = |i: u32| Reply::tool_calls(&[(&format!("c{i}"), "calculator", json!({"expression": "1+1"}))]);
+    let h = harness((0..10).map(call).collect()).await;
+    let out = h.graph.start(&t(9), user_turn("loop", None), RunOptions::default()).await.unwrap().outcome().await;
+    assert!(matches!(out, RunOutcome::RecursionLimit { limit: 10, .. }), "{out:?}");
+}
+
+#[test]
+fn the_history_window_keeps_whole_recent_turns() {
+    let mut msgs = Vec::new();
+    for i in 0..50 {
+        msgs.push(Message::user(format!("question {i} {}", "x".repeat(200))));
+        msgs.push(Message::assistant(format!("answer {i} {}", "y".repeat(200))));
+    }
+    let w = react::history_window(&msgs, 1000);
+    assert!(matches!(w[0], Message::User { .. }), "starts at a user turn");
+    assert!(w.len() < msgs.len() && w.len() >= 2);
+    assert!(w.last().unwrap().content().starts_with("answer 49"));
+    let total: usize = w.iter().map(|m| m.content().len() / 4 + 4).sum();
+    assert!(total <= 1000 + 60, "{total}");
+    assert_eq!(react::history_window(&msgs, 0).len(), 100, "0 means no limit");
+    assert_eq!(react::history_window(&msgs[..1], 1).len(), 1, "the latest user turn always fits");
+}
+
+#[test]
+fn the_agent_graph_draws_as_mermaid() {
+    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new("http://127.0.0.1:9/v1", "m")).unwrap());
+    let g =
+        react::build(AgentSpec::new("a", "", ToolRegistry::new()), model, Arc::new(MemoryCheckpointer::new())).unwrap();
+    let m = g.to_mermaid();
+    assert!(m.starts_with("flowchart TD"));
+    for edge in [
+        "__start__ --> agent",
+        "agent -.-> tools",
+        "agent -.-> __end__",
+        "tools == \"approval\" ==> approved",
+        "give_up --> __end__",
+    ] {
+        assert!(m.contains(edge), "missing {edge}:\n{m}");
+    }
+    let _: Value = json!(m);
+}

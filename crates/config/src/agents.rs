@@ -1,0 +1,69 @@
+//! `[agents.NAME]`: the agents a process runs.
+
+use crate::{Check, ConfigError};
+use serde::{Deserialize, Serialize};
+
+/// `[agents.NAME]`: a prebuilt ReAct agent (docs/configuration.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSettings {
+    /// System prompt. Default: a short generic assistant prompt.
+    pub system_prompt: String,
+    /// Model name, overriding `llm.model` for this agent.
+    pub model: Option<String>,
+    /// Names of the tools the agent may call. Default: every built-in tool.
+    pub tools: Option<Vec<String>>,
+    /// State keys a request may set in its `context` (for state-injected tool arguments).
+    pub state_keys: Vec<String>,
+    /// Approximate token budget of the history the model sees (0: no limit). Default: 6000.
+    pub history_budget: usize,
+    /// Rounds of failing read tools per turn before giving up. Default: 3.
+    pub max_tool_retries: u32,
+    /// Most graph steps per run. Default: 10.
+    pub recursion_limit: u32,
+    /// Sampling temperature. Default: the model server's.
+    pub temperature: Option<f32>,
+    /// Most tokens the model may generate per call (sent as `max_tokens`). Default: the model
+    /// server's (512 for the in-process model).
+    pub max_tokens: Option<u32>,
+    /// When a turn's answer used search results (tool results with `metadata.citation`) but
+    /// cites none of them, append their citations to it (`citation::sources_footer` of the
+    /// retrieval crate). Default: true.
+    pub cite_sources: bool,
+}
+
+/// The system prompt of agents that set none.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Use the tools when they help; \
+say plainly when you do not know. Tools that change something ask the user for approval first.";
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        Self {
+            system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+            model: None,
+            tools: None,
+            state_keys: Vec::new(),
+            history_budget: 6000,
+            max_tool_retries: 3,
+            recursion_limit: 10,
+            temperature: None,
+            max_tokens: None,
+            cite_sources: true,
+        }
+    }
+}
+
+impl AgentSettings {
+    pub(crate) fn validate(&self, name: &str, check: &Check<'_>) -> Result<(), ConfigError> {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(check.invalid(&format!("agents.{name}"), "agent names use letters, digits, '_' and '-'".into()));
+        }
+        if self.recursion_limit == 0 {
+            return Err(check.invalid(&format!("agents.{name}.recursion_limit"), "must be greater than 0".into()));
+        }
+        if self.max_tokens == Some(0) {
+            return Err(check.invalid(&format!("agents.{name}.max_tokens"), "must be greater than 0".into()));
+        }
+        Ok(())
+    }
+}

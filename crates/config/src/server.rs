@@ -1,0 +1,186 @@
+//! `[server]`: `toolgraph serve` — store, auth, limits, the backend of the academy admin.
+
+use crate::{Check, ConfigError, Secret, is_http_url};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where conversations, pending actions and checkpoints are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// In process memory (tests, benchmarks); lost on exit.
+    Memory,
+    /// One SQLite file in the data directory (the default).
+    Sqlite,
+    /// The backend that fronts the service (the academy admin's deployment), through HMAC-signed `/internal/chatbot/**` calls
+    /// (`server.backend_url`, `server.backend_hmac_secret`); checkpoints stay in
+    /// `database_url` or the data directory's SQLite file.
+    Backend,
+}
+
+/// How the chat service authenticates requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    /// An internal service behind a backend: no credentials.
+    None,
+    /// `Authorization: Bearer <key>`, keys per tenant in `server.api_keys`.
+    ApiKey,
+    /// `X-Timestamp` + `X-Signature` (HMAC-SHA256 of `timestamp.body` with `server.hmac_secret`).
+    Hmac,
+}
+
+/// `[server]`: `toolgraph serve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Address to listen on. Default: `127.0.0.1`. Env: `TOOLGRAPH_SERVER_BIND`.
+    pub bind: String,
+    /// Port. Default: 8000. Env: `TOOLGRAPH_SERVER_PORT` (the CLI also reads `PORT`).
+    pub port: u16,
+    /// Store for conversations and checkpoints. Default: `sqlite`.
+    pub store: StoreKind,
+    /// Serve `/health` and `/metrics` on this `host:port` instead of the main address
+    /// (e.g. only reachable by the cluster's scraper). Default: unset (main address).
+    pub ops_bind: Option<String>,
+    /// Request authentication. Default: `none`.
+    pub auth: AuthKind,
+    /// Shared secret of `auth = "hmac"`. Env: `TOOLGRAPH_SERVER_HMAC_SECRET`.
+    pub hmac_secret: Option<Secret>,
+    /// `auth = "api_key"`: tenant slug → hex SHA-256 of its key (never the key itself).
+    pub api_keys: BTreeMap<String, String>,
+    /// `auth = "api_key"`: tenant slug → its numeric tenant id. A key then opens that tenant id
+    /// only (403 for another in a body, query or path); without it the ids are the client's word.
+    pub api_key_tenants: BTreeMap<String, i64>,
+    /// Most runs one tenant may have in flight; more get 429 + `Retry-After` (0: no limit).
+    /// Default: 64.
+    pub max_runs_per_tenant: usize,
+    /// `store = "backend"`: the backend's base URL (the Lumie worker's `LUMIE_BACKEND_URL`).
+    /// Env: `TOOLGRAPH_SERVER_BACKEND_URL`.
+    pub backend_url: Option<String>,
+    /// `store = "backend"`: the secret the calls are signed with (the Lumie worker's
+    /// `LUMIE_INTERNAL_HMAC_SECRET`). Env: `TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET`.
+    pub backend_hmac_secret: Option<Secret>,
+    /// `store = "backend"`: limit of one call in milliseconds. Default: 10000.
+    pub backend_timeout_ms: u64,
+    /// Largest request head (request line and headers) in bytes; larger ones get 431.
+    /// 8,192 to 1,048,576. Default: 8192. Also the most an open connection's read buffer grows to.
+    pub max_request_head_bytes: usize,
+    /// Time a client has to send a request head, in milliseconds; also the longest a keep-alive
+    /// connection may sit idle between requests. Default: 30000.
+    pub header_read_timeout_ms: u64,
+    /// After SIGTERM (runs already cancelled), how long open responses may take to finish before
+    /// their connections are closed and the stores close, in milliseconds. Default: 30000.
+    pub shutdown_drain_ms: u64,
+    /// `store = "backend"`: write tools the backend runs after approval (the academy admin's
+    /// `create_announcement`, `send_sms`, …), by name.
+    pub backend_tools: BTreeMap<String, BackendToolSettings>,
+}
+
+/// `[server.backend_tools.NAME]`: a write tool run by the backend
+/// (`POST /internal/chatbot/tools/NAME`) once a person approved the call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendToolSettings {
+    /// What the tool does, written for the model.
+    pub description: String,
+    /// JSON Schema (an object schema) of the arguments the model supplies.
+    pub parameters: serde_json::Value,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1".into(),
+            port: 8000,
+            store: StoreKind::Sqlite,
+            ops_bind: None,
+            auth: AuthKind::None,
+            hmac_secret: None,
+            api_keys: BTreeMap::new(),
+            api_key_tenants: BTreeMap::new(),
+            max_runs_per_tenant: 64,
+            backend_url: None,
+            backend_hmac_secret: None,
+            backend_timeout_ms: 10_000,
+            max_request_head_bytes: 8 * 1024,
+            header_read_timeout_ms: 30_000,
+            shutdown_drain_ms: 30_000,
+            backend_tools: BTreeMap::new(),
+        }
+    }
+}
+
+impl ServerSettings {
+    pub(crate) fn validate(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        // HMAC secrets (the service's own and the backend's): at least 16 bytes.
+        let is_long_enough = |s: Option<&Secret>| s.is_some_and(|s| s.expose().len() >= 16);
+        if !(8 * 1024..=1024 * 1024).contains(&self.max_request_head_bytes) {
+            return Err(check.invalid(
+                "server.max_request_head_bytes",
+                format!("{} is outside 8192..=1048576", self.max_request_head_bytes),
+            ));
+        }
+        if let Some(name) = self.backend_tools.keys().next()
+            && self.store != StoreKind::Backend
+        {
+            return Err(
+                check.invalid(&format!("server.backend_tools.{name}"), "backend tools need store = \"backend\"".into())
+            );
+        }
+        if let Some((name, _)) = self.backend_tools.iter().find(|(_, t)| t.description.trim().is_empty()) {
+            return Err(check
+                .invalid(&format!("server.backend_tools.{name}.description"), "the model needs a description".into()));
+        }
+        if self.header_read_timeout_ms == 0 {
+            return Err(check.invalid("server.header_read_timeout_ms", "must be greater than 0".into()));
+        }
+        if self.shutdown_drain_ms == 0 {
+            return Err(check.invalid("server.shutdown_drain_ms", "must be greater than 0".into()));
+        }
+        match self.auth {
+            AuthKind::Hmac if !is_long_enough(self.hmac_secret.as_ref()) => {
+                return Err(
+                    check.invalid("server.hmac_secret", "auth = \"hmac\" needs a secret of at least 16 bytes".into())
+                );
+            }
+            AuthKind::ApiKey if self.api_keys.is_empty() => {
+                return Err(check.invalid("server.api_keys", "auth = \"api_key\" needs at least one tenant key".into()));
+            }
+            _ => {}
+        }
+        if self.store == StoreKind::Backend {
+            if !is_http_url(self.backend_url.as_deref()) {
+                return Err(check
+                    .invalid("server.backend_url", "store = \"backend\" needs the backend's http(s) base URL".into()));
+            }
+            if !is_long_enough(self.backend_hmac_secret.as_ref()) {
+                return Err(check.invalid(
+                    "server.backend_hmac_secret",
+                    "store = \"backend\" needs the shared secret of the signed calls (at least 16 bytes)".into(),
+                ));
+            }
+            if self.backend_timeout_ms == 0 {
+                return Err(check.invalid("server.backend_timeout_ms", "must be greater than 0".into()));
+            }
+        }
+        for (slug, id) in &self.api_key_tenants {
+            let key = format!("server.api_key_tenants.{slug}");
+            if !self.api_keys.contains_key(slug) {
+                return Err(check.invalid(&key, format!("tenant '{slug}' has no key in server.api_keys")));
+            }
+            if *id <= 0 {
+                return Err(check.invalid(&key, format!("{id} is not a tenant id (ids are positive)")));
+            }
+        }
+        for (slug, digest) in &self.api_keys {
+            if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(check.invalid(
+                    &format!("server.api_keys.{slug}"),
+                    "must be the hex SHA-256 of the key (64 hex digits), e.g. from `printf %s KEY | sha256sum`".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! Loading and validating the configuration: sources, keys, origins in errors.
+// figment::Jail's closures return figment::Error; its size is not ours to choose.
+#![allow(clippy::result_large_err)]
+
+use crate::*;
+use figment::Jail;
+use std::path::{Path, PathBuf};
+use toolgraph_llm::Provider;
+
+#[test]
+fn defaults_are_sane() {
+    let c = Config::default();
+    assert_eq!(c.data_dir, PathBuf::from("./.toolgraph"));
+    assert_eq!(c.llm.max_retries, 3);
+    assert!(c.llm.base_url.is_none());
+}
+
+#[test]
+fn file_then_environment_override() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "toolgraph.toml",
+            "data_dir = \"/tmp/tg\"\n[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"from-file\"\nmax_retries = 1\n",
+        )?;
+        jail.set_env("TOOLGRAPH_LLM_MODEL", "from-env");
+        jail.set_env("TOOLGRAPH_LLM_API_KEY", "sk-secret-123");
+        jail.set_env("TOOLGRAPH_LLM__IDLE_TIMEOUT_MS", "1234");
+        let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/tg"));
+        assert_eq!(c.llm.model, "from-env");
+        assert_eq!(c.llm.max_retries, 1);
+        assert_eq!(c.llm.idle_timeout_ms, 1234);
+        assert_eq!(c.llm.api_key.as_ref().map(Secret::expose), Some("sk-secret-123"));
+        let shown = c.to_masked_toml();
+        assert!(!shown.contains("sk-secret-123"), "{shown}");
+        assert!(shown.contains("api_key = \"********\""), "{shown}");
+        Ok(())
+    });
+}
+
+#[test]
+fn the_documented_environment_names_reach_their_keys() {
+    Jail::expect_with(|jail| {
+        jail.create_file("toolgraph.toml", "[agents.tutor]\nsystem_prompt = \"x\"\n")?;
+        jail.set_env("TOOLGRAPH_AGENTS__TUTOR__MODEL", "qwen2.5");
+        jail.set_env("TOOLGRAPH_SERVER_OPS_BIND", "127.0.0.1:9100");
+        jail.set_env("TOOLGRAPH_SERVER_MAX_RUNS_PER_TENANT", "5");
+        jail.set_env("TOOLGRAPH_SERVER_MAX_REQUEST_HEAD_BYTES", "16384");
+        jail.set_env("TOOLGRAPH_SERVER_HEADER_READ_TIMEOUT_MS", "2500");
+        jail.set_env("TOOLGRAPH_SERVER_SHUTDOWN_DRAIN_MS", "1500");
+        jail.set_env("TOOLGRAPH_SERVER__API_KEYS__DEMO", "ab".repeat(32));
+        jail.set_env("TOOLGRAPH_SERVER__API_KEY_TENANTS__DEMO", "7");
+        jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
+        jail.set_env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos");
+        jail.set_env("TOOLGRAPH_RAG_TENANT", "ugr");
+        jail.set_env("TOOLGRAPH_RAG_FUSION", "dbsf");
+        let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
+        assert_eq!(c.rag.fusion, FusionMethod::Dbsf);
+        jail.set_env("TOOLGRAPH_RAG_SECOND_EMBEDDING", "minilm");
+        let with_second = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(with_second.rag.second_embedding, SecondEmbedding::Minilm);
+        assert_eq!(with_second.rag.second_embedding_languages, ["en"]);
+        jail.set_env("TOOLGRAPH_RAG_SECOND_EMBEDDING", "none");
+        jail.set_env("TOOLGRAPH_RAG_FUSION", "borda");
+        let err = Config::load(Some(Path::new("toolgraph.toml"))).unwrap_err().to_string();
+        assert!(err.contains("borda") && err.contains("rrf") && err.contains("dbsf"), "{err}");
+        assert_eq!(c.agents["tutor"].model.as_deref(), Some("qwen2.5"));
+        assert_eq!(c.server.ops_bind.as_deref(), Some("127.0.0.1:9100"));
+        assert_eq!(c.server.max_runs_per_tenant, 5);
+        assert_eq!((c.server.max_request_head_bytes, c.server.header_read_timeout_ms), (16384, 2500));
+        assert_eq!(c.server.shutdown_drain_ms, 1500);
+        assert_eq!(c.server.api_keys["demo"], "ab".repeat(32));
+        assert_eq!(c.server.api_key_tenants["demo"], 7);
+        assert_eq!(c.tools.sql_database.as_deref(), Some("sqlite::memory:"));
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_keys_name_the_file_and_the_key() {
+    Jail::expect_with(|jail| {
+        jail.create_file("toolgraph.toml", "[llm]\nmodle = \"x\"\n")?;
+        let err = Config::load(Some(Path::new("toolgraph.toml"))).unwrap_err().to_string();
+        assert!(err.contains("modle"), "{err}");
+        assert!(err.contains("toolgraph.toml"), "{err}");
+        Ok(())
+    });
+}
+
+#[test]
+fn unknown_environment_keys_are_refused() {
+    Jail::expect_with(|jail| {
+        jail.set_env("TOOLGRAPH_LLM_BASEURL", "http://x");
+        let err = Config::load(None).unwrap_err().to_string();
+        assert!(err.contains("baseurl"), "{err}");
+        assert!(err.to_lowercase().contains("environment"), "{err}");
+        Ok(())
+    });
+}
+
+#[test]
+fn wrong_types_name_the_key() {
+    let err = Config::from_toml_str("[llm]\nmax_retries = \"many\"\n").unwrap_err().to_string();
+    assert!(err.contains("max_retries"), "{err}");
+}
+
+#[test]
+fn bad_values_name_the_key_the_origin_and_the_reason() {
+    Jail::expect_with(|jail| {
+        jail.set_env("TOOLGRAPH_LLM_BASE_URL", "ftp://example.org");
+        jail.set_env("TOOLGRAPH_LLM_MODEL", "m");
+        let err = Config::load(None).unwrap_err().to_string();
+        assert!(err.contains("`llm.base_url`"), "{err}");
+        assert!(err.contains("TOOLGRAPH_"), "{err}");
+        assert!(err.contains("not http or https"), "{err}");
+        Ok(())
+    });
+    let err = Config::from_toml_str("[llm]\nbase_url = \"http://h/v1\"\n").unwrap_err().to_string();
+    assert!(err.contains("`llm.model`") && err.contains("required"), "{err}");
+    let err = Config::from_toml_str("[llm]\nidle_timeout_ms = 0\n").unwrap_err().to_string();
+    assert!(err.contains("greater than 0"), "{err}");
+    let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
+    assert!(err.contains("postgres://"), "{err}");
+    let err = Config::from_toml_str("[server]\nmax_request_head_bytes = 4096\n").unwrap_err().to_string();
+    assert!(err.contains("`server.max_request_head_bytes`") && err.contains("8192..=1048576"), "{err}");
+    let err = Config::from_toml_str("[server]\nheader_read_timeout_ms = 0\n").unwrap_err().to_string();
+    assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
+    let err = Config::from_toml_str("[server]\nshutdown_drain_ms = 0\n").unwrap_err().to_string();
+    assert!(err.contains("`server.shutdown_drain_ms`") && err.contains("greater than 0"), "{err}");
+    let err =
+        Config::from_toml_str("[rag]\nembedding = \"none\"\nsecond_embedding = \"minilm\"\n").unwrap_err().to_string();
+    assert!(err.contains("`rag.second_embedding`") && err.contains("needs a first one"), "{err}");
+    let err = Config::from_toml_str("[rag]\nsecond_embedding = \"minilm\"\nsecond_embedding_languages = [\"fr\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`rag.second_embedding_languages`") && err.contains("'fr'"), "{err}");
+    let err = Config::from_toml_str("[agents.a]\nmax_tokens = 0\n").unwrap_err().to_string();
+    assert!(err.contains("`agents.a.max_tokens`") && err.contains("greater than 0"), "{err}");
+    let c = Config::from_toml_str("[agents.a]\nmax_tokens = 300\n").unwrap();
+    assert_eq!(c.agents["a"].max_tokens, Some(300));
+}
+
+#[test]
+fn backend_tools_are_declared_with_a_description_and_a_schema() {
+    let backend =
+        "[server]\nstore = \"backend\"\nbackend_url = \"http://b:8080\"\nbackend_hmac_secret = \"0123456789abcdef\"\n";
+    let tool = "[server.backend_tools.send_sms]\ndescription = \"Send an SMS.\"\nparameters = { type = \"object\", properties = { text = { type = \"string\" } }, required = [\"text\"] }\n";
+    let c = Config::from_toml_str(&format!("{backend}{tool}")).unwrap();
+    let sms = &c.server.backend_tools["send_sms"];
+    assert_eq!(sms.parameters["properties"]["text"]["type"], "string");
+    assert_eq!(sms.parameters["required"][0], "text");
+    let err = Config::from_toml_str(tool).unwrap_err().to_string();
+    assert!(err.contains("server.backend_tools.send_sms") && err.contains("store = \"backend\""), "{err}");
+    let blank = tool.replace("Send an SMS.", " ");
+    let err = Config::from_toml_str(&format!("{backend}{blank}")).unwrap_err().to_string();
+    assert!(err.contains("server.backend_tools.send_sms.description"), "{err}");
+}
+
+#[test]
+fn the_backend_store_needs_its_url_and_secret() {
+    let err = Config::from_toml_str("[server]\nstore = \"backend\"\n").unwrap_err().to_string();
+    assert!(err.contains("`server.backend_url`"), "{err}");
+    let err = Config::from_toml_str("[server]\nstore = \"backend\"\nbackend_url = \"http://backend:8080\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`server.backend_hmac_secret`") && err.contains("16 bytes"), "{err}");
+    Jail::expect_with(|jail| {
+        jail.set_env("TOOLGRAPH_SERVER_STORE", "backend");
+        jail.set_env("TOOLGRAPH_SERVER_BACKEND_URL", "http://backend:8080");
+        jail.set_env("TOOLGRAPH_SERVER_BACKEND_HMAC_SECRET", "0123456789abcdef");
+        let c = Config::load(None).unwrap();
+        assert_eq!(c.server.store, StoreKind::Backend);
+        assert_eq!(c.server.backend_url.as_deref(), Some("http://backend:8080"));
+        assert_eq!(c.server.backend_hmac_secret.as_ref().map(|s| s.expose()), Some("0123456789abcdef"));
+        assert!(!c.to_masked_toml().contains("0123456789abcdef"), "the secret is masked");
+        Ok(())
+    });
+    // Without the backend store, its settings are not required.
+    assert!(Config::from_toml_str("[server]\nstore = \"memory\"\n").is_ok());
+}
+
+#[test]
+fn a_missing_config_file_is_an_error() {
+    let err = Config::load(Some(Path::new("/nonexistent/toolgraph.toml"))).unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/toolgraph.toml") && err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn agents_are_declared_in_tables() {
+    let c = Config::from_toml_str(
+        "default_agent = \"tutor\"\n[agents.tutor]\nsystem_prompt = \"Eres un tutor.\"\ntools = [\"calculator\"]\nstate_keys = [\"asignatura\"]\nhistory_budget = 2000\n",
+    )
+    .unwrap();
+    let t = &c.agents["tutor"];
+    assert_eq!(t.tools.as_deref(), Some(&["calculator".to_string()][..]));
+    assert_eq!(t.history_budget, 2000);
+    assert_eq!(t.max_tool_retries, 3, "defaults fill the rest");
+    assert_eq!(c.default_agent_name(), "tutor");
+    let err = Config::from_toml_str("default_agent = \"nope\"\n").unwrap_err().to_string();
+    assert!(err.contains("no agent named 'nope'"), "{err}");
+    let err = Config::from_toml_str("[agents.a]\nsytem_prompt = \"x\"\n").unwrap_err().to_string();
+    assert!(err.contains("sytem_prompt"), "{err}");
+    assert_eq!(Config::default().default_agent_name(), "assistant");
+}
+
+#[test]
+fn auth_modes_need_their_credentials() {
+    let err = Config::from_toml_str("[server]\nauth = \"hmac\"\n").unwrap_err().to_string();
+    assert!(err.contains("server.hmac_secret"), "{err}");
+    let err = Config::from_toml_str("[server]\nauth = \"api_key\"\n").unwrap_err().to_string();
+    assert!(err.contains("server.api_keys"), "{err}");
+    let err = Config::from_toml_str("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"plaintext-key\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("server.api_keys.demo") && err.contains("SHA-256"), "{err}");
+    let bound = format!("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{}\"\n", "ab".repeat(32));
+    let c = Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\ndemo = 7\n")).unwrap();
+    assert_eq!(c.server.api_key_tenants["demo"], 7);
+    let err = Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\nacme = 7\n")).unwrap_err().to_string();
+    assert!(err.contains("server.api_key_tenants.acme") && err.contains("no key"), "{err}");
+    let err = Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\ndemo = 0\n")).unwrap_err().to_string();
+    assert!(err.contains("server.api_key_tenants.demo") && err.contains("positive"), "{err}");
+    let ok = format!("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{}\"\n", "ab".repeat(32));
+    assert_eq!(Config::from_toml_str(&ok).unwrap().server.auth, AuthKind::ApiKey);
+}
+
+#[test]
+fn provider_names_are_kebab_case() {
+    let c = Config::from_toml_str("[llm]\nprovider = \"llama-cpp\"\n").unwrap();
+    assert_eq!(c.llm.provider, Some(Provider::LlamaCpp));
+    assert!(Config::from_toml_str("[llm]\nprovider = \"anthropic\"\n").is_err());
+}

@@ -1,0 +1,291 @@
+//! Conversation storage: the conversations a chat service holds, their messages, and the write
+//! actions awaiting a person's decision.
+//!
+//! Owns: the [`ConversationStore`] trait and its stores — [`MemoryConversationStore`] (tests and
+//! benchmarks), [`SqliteConversationStore`] (the embedded default, in the checkpoints' file),
+//! [`PostgresConversationStore`] (replicas share it) and [`backend::BackendConversationStore`]
+//! (a backend that keeps the conversation itself, through HMAC-signed calls); the
+//! [`ProjectingCheckpointer`], which writes what a graph step adds to its conversation in the
+//! same transaction as the step's checkpoint; and [`ConversationThread`], the one place a
+//! conversation's checkpoint thread id is written and read.
+//!
+//! Does not own: what a step adds to a conversation (the agent's [`Projector`], in the agents
+//! crate) or the HTTP routes (the server crate).
+//!
+//! Invariants live in the database so replicas can share it: conversation and message ids are
+//! allocated by the database, one running turn per conversation is a conditional update, and
+//! one decision per pending action is an update guarded by `decision IS NULL`.
+//!
+//! ```
+//! use toolgraph_conversations::ConversationThread;
+//! let thread = ConversationThread { tenant: 7, conversation: 10 }.thread_id();
+//! assert_eq!(ConversationThread::of(&thread), Some(ConversationThread { tenant: 7, conversation: 10 }));
+//! ```
+#![warn(missing_docs)]
+
+pub mod backend;
+mod memory;
+mod postgres;
+mod projection;
+mod sqlite;
+
+pub use memory::MemoryConversationStore;
+pub use postgres::PostgresConversationStore;
+pub use projection::{ProjectingCheckpointer, Projection, Projector};
+pub use sqlite::SqliteConversationStore;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolgraph_graph::ThreadId;
+
+/// A store failure (the database or the backend is down, or answered an error).
+#[derive(Debug, thiserror::Error)]
+#[error("conversation store: {0}")]
+pub struct StoreError(pub String);
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+impl From<toolgraph_graph::SqliteError> for StoreError {
+    fn from(e: toolgraph_graph::SqliteError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// A conversation's owner-visible facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// Id.
+    pub id: i64,
+    /// The agent it talks to.
+    pub agent: String,
+}
+
+/// Who a stored message is from, as it is stored (`user`, `assistant`, `tool`, `pending`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The person's message.
+    User,
+    /// The assistant's reply (not its tool-calling turns, which people do not read).
+    Assistant,
+    /// A tool's outcome.
+    Tool,
+    /// A write action awaiting a decision; its id is the pending action's message id.
+    Pending,
+}
+
+impl Role {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+            Self::Pending => "pending",
+        }
+    }
+
+    /// The role of a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "user" => Self::User,
+            "assistant" => Self::Assistant,
+            "tool" => Self::Tool,
+            "pending" => Self::Pending,
+            _ => return None,
+        })
+    }
+}
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    /// Id, allocated by the store.
+    pub id: i64,
+    /// Who it is from.
+    pub role: Role,
+    /// Its text (a tool message: the outcome as JSON).
+    pub content: String,
+}
+
+/// A write action to persist as awaiting a decision (its `pending` message is created with it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewPending {
+    /// Its conversation.
+    pub conversation_id: i64,
+    /// The run that paused for it (its group: decided together).
+    pub run_id: String,
+    /// The graph's interrupt id.
+    pub interrupt_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Human-readable action text.
+    pub description: String,
+    /// The tool arguments.
+    pub arguments: Value,
+}
+
+/// A write action awaiting (or having received) a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingAction {
+    /// The message id the contract exposes.
+    pub message_id: i64,
+    /// What was persisted.
+    #[serde(flatten)]
+    pub action: NewPending,
+    /// `Some(true)` approved, `Some(false)` rejected, `None` undecided.
+    pub decision: Option<bool>,
+    /// The final confirm response of its group, once the group was resumed.
+    pub response: Option<String>,
+}
+
+/// A pending action as its owner names it: it is found only if it belongs to that
+/// conversation, tenant and user (another's is not told apart from a missing one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingLookup {
+    /// The tenant asking.
+    pub tenant_id: i64,
+    /// The user asking.
+    pub user_id: i64,
+    /// The conversation it must belong to.
+    pub conversation_id: i64,
+    /// Its message id.
+    pub message_id: i64,
+}
+
+/// What recording a decision did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decided {
+    /// Newly recorded.
+    Recorded,
+    /// The same decision was already recorded.
+    Same,
+    /// The opposite decision was already recorded.
+    Conflict,
+}
+
+/// A conversation's checkpoint thread: the namespace is the tenant, so deleting a tenant's
+/// checkpoints is deleting a namespace. The one place the thread id of a conversation is
+/// written and read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConversationThread {
+    /// The tenant id.
+    pub tenant: i64,
+    /// The conversation id.
+    pub conversation: i64,
+}
+
+impl ConversationThread {
+    /// The checkpoint thread of the conversation (`tenant:conversation`).
+    pub fn thread_id(self) -> ThreadId {
+        ThreadId::new(self.tenant, self.conversation)
+    }
+
+    /// The conversation of a thread written by [`thread_id`](Self::thread_id); `None` for a
+    /// thread that is not a conversation's (a terminal chat's, a benchmark's).
+    pub fn of(thread: &ThreadId) -> Option<Self> {
+        let (tenant, conversation) = thread.as_str().split_once(':')?;
+        Some(Self { tenant: tenant.parse().ok()?, conversation: conversation.parse().ok()? })
+    }
+}
+
+/// Storage of conversations, messages and pending actions.
+#[async_trait]
+pub trait ConversationStore: Send + Sync + 'static {
+    /// Creates a conversation and returns its id.
+    async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError>;
+    /// The conversation if it exists and belongs to `tenant` and `user`.
+    async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError>;
+    /// Claims the conversation for `run_id`; `false` when another fresh run holds it.
+    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError>;
+    /// Releases the conversation if `run_id` holds it.
+    async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError>;
+    /// Appends a message; returns its id.
+    async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError>;
+    /// Persists a pending action and its message; returns the message id.
+    async fn add_pending(&self, pending: &NewPending) -> Result<i64, StoreError>;
+    /// The pending action `lookup` names, if it belongs to that conversation, tenant and user.
+    async fn pending(&self, lookup: &PendingLookup) -> Result<Option<PendingAction>, StoreError>;
+    /// Every pending action of one run, in message order.
+    async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError>;
+    /// Records a decision once.
+    async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError>;
+    /// Stores the final confirm response of a run's group, for idempotent replays.
+    async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError>;
+    /// Messages of a conversation, oldest first.
+    async fn messages(&self, conversation: i64) -> Result<Vec<StoredMessage>, StoreError>;
+    /// Deletes a conversation of `tenant`/`user`; whether it existed.
+    async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError>;
+    /// Deletes a user's conversations; their ids.
+    async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError>;
+    /// Deletes a tenant's conversations; their ids.
+    async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError>;
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversation_thread_reads_back_and_other_threads_are_not_conversations() {
+        let c = ConversationThread { tenant: 3, conversation: 42 };
+        assert_eq!(c.thread_id().as_str(), "3:42");
+        assert_eq!(ConversationThread::of(&c.thread_id()), Some(c));
+        assert_eq!(ConversationThread::of(&ThreadId::new("cli", "tutor")), None);
+        assert_eq!(ConversationThread::of(&ThreadId::new(3, "x")), None);
+    }
+
+    #[test]
+    fn roles_keep_their_stored_names() {
+        for role in [Role::User, Role::Assistant, Role::Tool, Role::Pending] {
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+            assert_eq!(serde_json::to_value(role).unwrap(), role.as_str());
+        }
+        assert_eq!(Role::parse("system"), None);
+    }
+
+    #[test]
+    fn a_pending_action_is_its_request_plus_the_decision_on_the_wire() {
+        let p = PendingAction {
+            message_id: 5,
+            action: NewPending {
+                conversation_id: 1,
+                run_id: "r".into(),
+                interrupt_id: "i".into(),
+                tool_name: "send_sms".into(),
+                description: "Send".into(),
+                arguments: serde_json::json!({"to": "+1"}),
+            },
+            decision: None,
+            response: None,
+        };
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"messageId": 5, "conversationId": 1, "runId": "r", "interruptId": "i",
+                "toolName": "send_sms", "description": "Send", "arguments": {"to": "+1"},
+                "decision": null, "response": null})
+        );
+        assert_eq!(serde_json::from_value::<PendingAction>(v).unwrap(), p);
+    }
+}

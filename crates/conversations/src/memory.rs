@@ -1,0 +1,175 @@
+//! [`MemoryConversationStore`]: conversations in process memory, for tests and benchmarks
+//! (the measured peer uses LangGraph's in-memory saver); lost on exit.
+
+use crate::{
+    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError,
+    StoredMessage, now_ms,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// An in-memory store.
+#[derive(Debug, Default)]
+pub struct MemoryConversationStore {
+    inner: Mutex<MemoryInner>,
+}
+
+/// A stored conversation: tenant, user, facts, and the run holding it since (ms).
+type MemoryConversation = (i64, i64, Conversation, Option<(String, i64)>);
+
+#[derive(Debug, Default)]
+struct MemoryInner {
+    next_id: i64,
+    conversations: HashMap<i64, MemoryConversation>,
+    /// `(conversation, message)`, in id order.
+    messages: Vec<(i64, StoredMessage)>,
+    pending: Vec<PendingAction>,
+}
+
+impl MemoryConversationStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    fn lock(&self) -> MutexGuard<'_, MemoryInner> {
+        // Nothing panics under this lock; recover rather than cascade if something did.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl MemoryInner {
+    fn id(&mut self) -> i64 {
+        self.next_id += 1;
+        self.next_id
+    }
+    fn owned(&self, tenant: i64, user: i64, id: i64) -> bool {
+        self.conversations.get(&id).is_some_and(|(t, u, _, _)| *t == tenant && *u == user)
+    }
+    fn push_message(&mut self, conversation: i64, role: Role, content: &str) -> i64 {
+        let id = self.id();
+        self.messages.push((conversation, StoredMessage { id, role, content: content.to_owned() }));
+        id
+    }
+    /// Removes the conversations matching `gone(id, tenant, user)` with everything in them.
+    fn remove_conversations(&mut self, gone: impl Fn(i64, i64, i64) -> bool) -> Vec<i64> {
+        let gone: Vec<i64> =
+            self.conversations.iter().filter(|(id, (t, u, _, _))| gone(**id, *t, *u)).map(|(id, _)| *id).collect();
+        for id in &gone {
+            self.conversations.remove(id);
+        }
+        self.messages.retain(|(c, _)| !gone.contains(c));
+        self.pending.retain(|p| !gone.contains(&p.action.conversation_id));
+        gone
+    }
+}
+
+#[async_trait]
+impl ConversationStore for MemoryConversationStore {
+    async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
+        let mut g = self.lock();
+        let id = g.id();
+        g.conversations.insert(id, (tenant, user, Conversation { id, agent: agent.to_owned() }, None));
+        Ok(id)
+    }
+
+    async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
+        let g = self.lock();
+        Ok(g.conversations.get(&id).filter(|(t, u, _, _)| *t == tenant && *u == user).map(|(_, _, c, _)| c.clone()))
+    }
+
+    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        let now = now_ms();
+        let Some(c) = g.conversations.get_mut(&conversation) else { return Ok(false) };
+        match &c.3 {
+            Some((_, since)) if *since >= now - stale_after_ms => Ok(false),
+            _ => {
+                c.3 = Some((run_id.to_owned(), now));
+                Ok(true)
+            }
+        }
+    }
+
+    async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        if let Some(c) = g.conversations.get_mut(&conversation)
+            && c.3.as_ref().is_some_and(|(r, _)| r == run_id)
+        {
+            c.3 = None;
+        }
+        Ok(())
+    }
+
+    async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {
+        Ok(self.lock().push_message(conversation, role, content))
+    }
+
+    async fn add_pending(&self, pending: &NewPending) -> Result<i64, StoreError> {
+        let mut g = self.lock();
+        let id = g.push_message(pending.conversation_id, Role::Pending, &pending.description);
+        g.pending.push(PendingAction { message_id: id, action: pending.clone(), decision: None, response: None });
+        Ok(id)
+    }
+
+    async fn pending(&self, lookup: &PendingLookup) -> Result<Option<PendingAction>, StoreError> {
+        let (g, l) = (self.lock(), lookup);
+        if !g.owned(l.tenant_id, l.user_id, l.conversation_id) {
+            return Ok(None);
+        }
+        Ok(g.pending
+            .iter()
+            .find(|p| p.message_id == l.message_id && p.action.conversation_id == l.conversation_id)
+            .cloned())
+    }
+
+    async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError> {
+        let g = self.lock();
+        Ok(g.pending
+            .iter()
+            .filter(|p| p.action.conversation_id == conversation && p.action.run_id == run_id)
+            .cloned()
+            .collect())
+    }
+
+    async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError> {
+        let mut g = self.lock();
+        let Some(p) = g.pending.iter_mut().find(|p| p.message_id == message_id) else {
+            return Err(StoreError(format!("no pending action {message_id}")));
+        };
+        Ok(match p.decision {
+            None => {
+                p.decision = Some(approve);
+                Decided::Recorded
+            }
+            Some(d) if d == approve => Decided::Same,
+            Some(_) => Decided::Conflict,
+        })
+    }
+
+    async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        for p in g.pending.iter_mut().filter(|p| p.action.conversation_id == conversation && p.action.run_id == run_id)
+        {
+            p.response = Some(response.to_owned());
+        }
+        Ok(())
+    }
+
+    async fn messages(&self, conversation: i64) -> Result<Vec<StoredMessage>, StoreError> {
+        let g = self.lock();
+        Ok(g.messages.iter().filter(|(c, _)| *c == conversation).map(|(_, m)| m.clone()).collect())
+    }
+
+    async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
+        Ok(self.lock().remove_conversations(|c, t, u| c == id && t == tenant && u == user).len() == 1)
+    }
+
+    async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(self.lock().remove_conversations(|_, t, u| t == tenant && u == user))
+    }
+
+    async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(self.lock().remove_conversations(|_, t, _| t == tenant))
+    }
+}

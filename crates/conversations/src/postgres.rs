@@ -1,0 +1,243 @@
+//! [`PostgresConversationStore`]: the conversation store in PostgreSQL, shared by replicas;
+//! its tables live beside the checkpoints, so a step's messages commit with its record.
+
+use crate::{
+    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError,
+    StoredMessage, now_ms,
+};
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgRow};
+
+/// Conversations, messages and pending actions in PostgreSQL (deletes cascade).
+#[derive(Debug, Clone)]
+pub struct PostgresConversationStore {
+    pool: PgPool,
+}
+
+impl PostgresConversationStore {
+    /// Migrates `pool` (shared with the checkpointer) and wraps it.
+    ///
+    /// # Errors
+    /// When the migrations fail.
+    pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
+        let mut m = sqlx::migrate!("./migrations/postgres");
+        // The checkpoint migrations share the migrations table.
+        m.set_ignore_missing(true);
+        m.run(&pool).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
+        Ok(Self { pool })
+    }
+}
+
+const PENDING_COLUMNS: &str = "message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments::text AS arguments, decision, response";
+
+fn pending_from_row(r: &PgRow) -> PendingAction {
+    PendingAction {
+        message_id: r.get("message_id"),
+        action: NewPending {
+            conversation_id: r.get("conversation_id"),
+            run_id: r.get("run_id"),
+            interrupt_id: r.get("interrupt_id"),
+            tool_name: r.get("tool_name"),
+            description: r.get("description"),
+            arguments: serde_json::from_str(r.get::<&str, _>("arguments")).unwrap_or(Value::Null),
+        },
+        decision: r.get("decision"),
+        response: r.get("response"),
+    }
+}
+
+/// Inserts a message through `conn` (a pooled connection or a caller's transaction).
+pub(crate) async fn insert_message(
+    conn: &mut sqlx::PgConnection,
+    conversation: i64,
+    role: Role,
+    content: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+    )
+    .bind(conversation)
+    .bind(role.as_str())
+    .bind(content)
+    .bind(now_ms())
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// Inserts a pending action and its message in one statement through `conn`.
+pub(crate) async fn insert_pending(conn: &mut sqlx::PgConnection, p: &NewPending) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH m AS (
+             INSERT INTO messages (conversation_id, role, content, created_at_ms)
+             VALUES ($1, 'pending', $5, $7) RETURNING id
+         )
+         INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
+         SELECT id, $1, $2, $3, $4, $5, $6::jsonb FROM m RETURNING message_id",
+    )
+    .bind(p.conversation_id)
+    .bind(&p.run_id)
+    .bind(&p.interrupt_id)
+    .bind(&p.tool_name)
+    .bind(&p.description)
+    .bind(p.arguments.to_string())
+    .bind(now_ms())
+    .fetch_one(&mut *conn)
+    .await
+}
+
+#[async_trait]
+impl ConversationStore for PostgresConversationStore {
+    async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(agent)
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
+        let row = sqlx::query("SELECT id, agent FROM conversations WHERE id = $1 AND tenant_id = $2 AND user_id = $3")
+            .bind(id)
+            .bind(tenant)
+            .bind(user)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| Conversation { id: r.get(0), agent: r.get(1) }))
+    }
+
+    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let n = sqlx::query(
+            "UPDATE conversations SET running_run = $1, running_since_ms = $2
+             WHERE id = $3 AND (running_run IS NULL OR running_since_ms < $4)",
+        )
+        .bind(run_id)
+        .bind(now)
+        .bind(conversation)
+        .bind(now - stale_after_ms)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE conversations SET running_run = NULL, running_since_ms = NULL WHERE id = $1 AND running_run = $2",
+        )
+        .bind(conversation)
+        .bind(run_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(insert_message(&mut conn, conversation, role, content).await?)
+    }
+
+    async fn add_pending(&self, pending: &NewPending) -> Result<i64, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(insert_pending(&mut conn, pending).await?)
+    }
+
+    async fn pending(&self, lookup: &PendingLookup) -> Result<Option<PendingAction>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {PENDING_COLUMNS} FROM pending_actions p
+             WHERE p.message_id = $1 AND p.conversation_id = $2
+               AND EXISTS (SELECT 1 FROM conversations c WHERE c.id = p.conversation_id AND c.tenant_id = $3 AND c.user_id = $4)"
+        ))
+        .bind(lookup.message_id)
+        .bind(lookup.conversation_id)
+        .bind(lookup.tenant_id)
+        .bind(lookup.user_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(pending_from_row))
+    }
+
+    async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PENDING_COLUMNS} FROM pending_actions WHERE conversation_id = $1 AND run_id = $2 ORDER BY message_id"
+        ))
+        .bind(conversation)
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(pending_from_row).collect())
+    }
+
+    async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError> {
+        let n = sqlx::query("UPDATE pending_actions SET decision = $1 WHERE message_id = $2 AND decision IS NULL")
+            .bind(approve)
+            .bind(message_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if n == 1 {
+            return Ok(Decided::Recorded);
+        }
+        let prev: Option<bool> = sqlx::query_scalar("SELECT decision FROM pending_actions WHERE message_id = $1")
+            .bind(message_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(if prev == Some(approve) { Decided::Same } else { Decided::Conflict })
+    }
+
+    async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE pending_actions SET response = $1 WHERE conversation_id = $2 AND run_id = $3")
+            .bind(response)
+            .bind(conversation)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn messages(&self, conversation: i64) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query("SELECT id, role, content FROM messages WHERE conversation_id = $1 ORDER BY id")
+            .bind(conversation)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let name: &str = r.get(1);
+                let role = Role::parse(name).ok_or_else(|| StoreError(format!("unknown message role '{name}'")))?;
+                Ok(StoredMessage { id: r.get(0), role, content: r.get(2) })
+            })
+            .collect()
+    }
+
+    async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
+        let n = sqlx::query("DELETE FROM conversations WHERE id = $1 AND tenant_id = $2 AND user_id = $3")
+            .bind(id)
+            .bind(tenant)
+            .bind(user)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 AND user_id = $2 RETURNING id")
+            .bind(tenant)
+            .bind(user)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 RETURNING id")
+            .bind(tenant)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+}

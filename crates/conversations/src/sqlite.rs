@@ -1,0 +1,261 @@
+//! [`SqliteConversationStore`]: the embedded default, in the same database file (and on the
+//! same connection thread) as the checkpoints, so a step's messages commit with its record.
+
+use crate::{
+    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError,
+    StoredMessage, now_ms,
+};
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, params};
+use serde_json::Value;
+use toolgraph_graph::SqliteDatabase;
+
+/// The SQLite store, in the same database file as the checkpoints.
+#[derive(Debug, Clone)]
+pub struct SqliteConversationStore {
+    db: SqliteDatabase,
+}
+
+impl SqliteConversationStore {
+    /// Migrates `db` (shared with the checkpointer) and wraps it.
+    ///
+    /// # Errors
+    /// When the migrations fail.
+    pub async fn new(db: SqliteDatabase) -> Result<Self, StoreError> {
+        // The checkpoint migrations share the migrations table.
+        db.migrate(sqlx::migrate!("./migrations/sqlite")).await?;
+        Ok(Self { db })
+    }
+
+    /// Runs `f` on the database's connection; one hand-off to its thread per operation.
+    async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<R> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        Ok(self.db.call(f).await??)
+    }
+}
+
+/// Inserts a message through `conn` (the connection, or a caller's transaction).
+pub(crate) fn insert_message(
+    conn: &rusqlite::Connection,
+    conversation: i64,
+    role: Role,
+    content: &str,
+) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO messages (conversation_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![conversation, role.as_str(), content, now_ms()])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Inserts a pending action and its message through `conn` (inside the caller's transaction).
+/// `arguments` is `pending.arguments` encoded: encoding is the caller's work, not the shared
+/// database thread's.
+pub(crate) fn insert_pending(
+    conn: &rusqlite::Connection,
+    pending: &NewPending,
+    arguments: &str,
+) -> rusqlite::Result<i64> {
+    let p = pending;
+    let id = insert_message(conn, p.conversation_id, Role::Pending, &p.description)?;
+    conn.prepare_cached(
+        "INSERT INTO pending_actions (message_id, conversation_id, run_id, interrupt_id, tool_name, description, arguments)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![id, p.conversation_id, p.run_id, p.interrupt_id, p.tool_name, p.description, arguments])?;
+    Ok(id)
+}
+
+const PENDING_COLUMNS: &str = "p.message_id, p.conversation_id, p.run_id, p.interrupt_id, p.tool_name, p.description, p.arguments, p.decision, p.response";
+
+fn pending_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingAction> {
+    Ok(PendingAction {
+        message_id: r.get(0)?,
+        action: NewPending {
+            conversation_id: r.get(1)?,
+            run_id: r.get(2)?,
+            interrupt_id: r.get(3)?,
+            tool_name: r.get(4)?,
+            description: r.get(5)?,
+            arguments: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or(Value::Null),
+        },
+        decision: r.get::<_, Option<i64>>(7)?.map(|d| d != 0),
+        response: r.get(8)?,
+    })
+}
+
+/// A stored role name as a [`Role`]; the schema only ever holds the four names.
+fn role_from(name: String, column: usize) -> rusqlite::Result<Role> {
+    Role::parse(&name).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            column,
+            rusqlite::types::Type::Text,
+            format!("unknown message role '{name}'").into(),
+        )
+    })
+}
+
+/// Deletes the conversations `selected` (a `WHERE` over `conversations` with its parameters)
+/// and, through the schema's `ON DELETE CASCADE` (foreign keys are on, see
+/// `SqliteDatabase`), their messages and pending actions, in one statement; returns their ids.
+fn delete_conversations(
+    conn: &mut rusqlite::Connection,
+    selected: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> rusqlite::Result<Vec<i64>> {
+    conn.prepare(&format!("DELETE FROM conversations WHERE {selected} RETURNING id"))?
+        .query_map(params, |r| r.get(0))?
+        .collect()
+}
+
+#[async_trait]
+impl ConversationStore for SqliteConversationStore {
+    async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
+        let agent = agent.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![tenant, user, agent, now_ms()])?;
+            Ok(c.last_insert_rowid())
+        })
+        .await
+    }
+
+    async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached("SELECT id, agent FROM conversations WHERE id = ?1 AND tenant_id = ?2 AND user_id = ?3")?
+                .query_row(params![id, tenant, user], |r| Ok(Conversation { id: r.get(0)?, agent: r.get(1)? }))
+                .optional()
+        })
+        .await
+    }
+
+    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
+        let run_id = run_id.to_owned();
+        let now = now_ms();
+        let n = self
+            .call(move |c| {
+                c.prepare_cached(
+                    "UPDATE conversations SET running_run = ?1, running_since_ms = ?2
+                     WHERE id = ?3 AND (running_run IS NULL OR running_since_ms < ?4)",
+                )?
+                .execute(params![run_id, now, conversation, now - stale_after_ms])
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
+        let run_id = run_id.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(
+                "UPDATE conversations SET running_run = NULL, running_since_ms = NULL
+                 WHERE id = ?1 AND running_run = ?2",
+            )?
+            .execute(params![conversation, run_id])
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {
+        let content = content.to_owned();
+        self.call(move |c| insert_message(c, conversation, role, &content)).await
+    }
+
+    async fn add_pending(&self, pending: &NewPending) -> Result<i64, StoreError> {
+        let arguments = pending.arguments.to_string();
+        let pending = pending.clone();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let id = insert_pending(&tx, &pending, &arguments)?;
+            tx.commit()?;
+            Ok(id)
+        })
+        .await
+    }
+
+    async fn pending(&self, lookup: &PendingLookup) -> Result<Option<PendingAction>, StoreError> {
+        let l = *lookup;
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {PENDING_COLUMNS} FROM pending_actions p JOIN conversations c ON c.id = p.conversation_id
+                 WHERE p.message_id = ?1 AND p.conversation_id = ?2 AND c.tenant_id = ?3 AND c.user_id = ?4"
+            ))?
+            .query_row(params![l.message_id, l.conversation_id, l.tenant_id, l.user_id], pending_from_row)
+            .optional()
+        })
+        .await
+    }
+
+    async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError> {
+        let run_id = run_id.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {PENDING_COLUMNS} FROM pending_actions p
+                 WHERE p.conversation_id = ?1 AND p.run_id = ?2 ORDER BY p.message_id"
+            ))?
+            .query_map(params![conversation, run_id], pending_from_row)?
+            .collect()
+        })
+        .await
+    }
+
+    async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError> {
+        self.call(move |c| {
+            let n = c
+                .prepare_cached("UPDATE pending_actions SET decision = ?1 WHERE message_id = ?2 AND decision IS NULL")?
+                .execute(params![i64::from(approve), message_id])?;
+            if n == 1 {
+                return Ok(Decided::Recorded);
+            }
+            let prev: Option<i64> =
+                c.query_row("SELECT decision FROM pending_actions WHERE message_id = ?1", [message_id], |r| r.get(0))?;
+            Ok(if prev.map(|d| d != 0) == Some(approve) { Decided::Same } else { Decided::Conflict })
+        })
+        .await
+    }
+
+    async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {
+        let (run_id, response) = (run_id.to_owned(), response.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "UPDATE pending_actions SET response = ?1 WHERE conversation_id = ?2 AND run_id = ?3",
+                params![response, conversation, run_id],
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn messages(&self, conversation: i64) -> Result<Vec<StoredMessage>, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached("SELECT id, role, content FROM messages WHERE conversation_id = ?1 ORDER BY id")?
+                .query_map([conversation], |r| {
+                    Ok(StoredMessage { id: r.get(0)?, role: role_from(r.get(1)?, 1)?, content: r.get(2)? })
+                })?
+                .collect()
+        })
+        .await
+    }
+
+    async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
+        let ids = self
+            .call(move |c| {
+                delete_conversations(c, "id = ?1 AND tenant_id = ?2 AND user_id = ?3", &[&id, &tenant, &user])
+            })
+            .await?;
+        Ok(ids.len() == 1)
+    }
+
+    async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
+        self.call(move |c| delete_conversations(c, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])).await
+    }
+
+    async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
+        self.call(move |c| delete_conversations(c, "tenant_id = ?1", &[&tenant])).await
+    }
+}

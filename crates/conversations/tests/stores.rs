@@ -1,0 +1,130 @@
+//! Every conversation store against one suite: what the chat service relies on — one running
+//! turn per conversation, pending actions found only by their owner and decided once, deletion
+//! that takes everything with it — holds in memory, in SQLite and in PostgreSQL alike.
+
+use serde_json::json;
+use std::sync::Arc;
+use toolgraph_conversations::{
+    ConversationStore, Decided, MemoryConversationStore, NewPending, PendingLookup, PostgresConversationStore, Role,
+    SqliteConversationStore,
+};
+use toolgraph_graph::{PostgresCheckpointer, SqliteCheckpointer};
+use toolgraph_testkit::PgSchema;
+
+/// A store of `kind` and what keeps its data alive; `None` when PostgreSQL is absent locally.
+async fn store(kind: &str) -> Option<(Arc<dyn ConversationStore>, Box<dyn std::any::Any>)> {
+    Some(match kind {
+        "memory" => (Arc::new(MemoryConversationStore::new()), Box::new(())),
+        "sqlite" => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let ckpt = SqliteCheckpointer::open(&dir.path().join("t.db")).await.expect("open");
+            let store = SqliteConversationStore::new(ckpt.database().clone()).await.expect("migrate");
+            (Arc::new(store), Box::new(dir))
+        }
+        "postgres" => {
+            let schema = PgSchema::create().await?;
+            let ckpt = PostgresCheckpointer::connect_with(schema.options()).await.expect("connect");
+            let store = PostgresConversationStore::new(ckpt.pool().clone()).await.expect("migrate");
+            (Arc::new(store), Box::new(schema))
+        }
+        other => panic!("unknown store {other}"),
+    })
+}
+
+fn pending(conversation: i64, run: &str, interrupt: &str) -> NewPending {
+    NewPending {
+        conversation_id: conversation,
+        run_id: run.into(),
+        interrupt_id: interrupt.into(),
+        tool_name: "send_sms".into(),
+        description: format!("Send an SMS ({interrupt})"),
+        arguments: json!({"to": "+34600111222", "text": "hola"}),
+    }
+}
+
+async fn one_turn_runs_at_a_time(store: &dyn ConversationStore) {
+    let conv = store.create_conversation(7, 1, "lumie").await.unwrap();
+    assert!(store.begin_turn(conv, "r1", 60_000).await.unwrap());
+    assert!(!store.begin_turn(conv, "r2", 60_000).await.unwrap(), "a fresh claim holds");
+    store.end_turn(conv, "r2").await.unwrap();
+    assert!(!store.begin_turn(conv, "r2", 60_000).await.unwrap(), "only the holder releases");
+    // A claim older than the staleness window is taken over (its run died).
+    assert!(store.begin_turn(conv, "r3", -1).await.unwrap());
+    store.end_turn(conv, "r3").await.unwrap();
+    assert!(store.begin_turn(conv, "r4", 60_000).await.unwrap());
+}
+
+async fn pending_actions_are_found_by_their_owner_and_decided_once(store: &dyn ConversationStore) {
+    let conv = store.create_conversation(7, 1, "lumie").await.unwrap();
+    let first = store.add_pending(&pending(conv, "run-a", "i1")).await.unwrap();
+    let second = store.add_pending(&pending(conv, "run-a", "i2")).await.unwrap();
+    let lookup = PendingLookup { tenant_id: 7, user_id: 1, conversation_id: conv, message_id: first };
+    let found = store.pending(&lookup).await.unwrap().expect("the owner finds it");
+    assert_eq!((found.message_id, found.action.clone()), (first, pending(conv, "run-a", "i1")));
+    assert_eq!(found.decision, None);
+    for stranger in [
+        PendingLookup { tenant_id: 8, ..lookup },
+        PendingLookup { user_id: 2, ..lookup },
+        PendingLookup { conversation_id: conv + 1, ..lookup },
+    ] {
+        assert_eq!(store.pending(&stranger).await.unwrap(), None, "{stranger:?}");
+    }
+    assert_eq!(store.decide(first, true).await.unwrap(), Decided::Recorded);
+    assert_eq!(store.decide(first, true).await.unwrap(), Decided::Same);
+    assert_eq!(store.decide(first, false).await.unwrap(), Decided::Conflict);
+    let group = store.run_pending(conv, "run-a").await.unwrap();
+    assert_eq!(group.iter().map(|p| p.message_id).collect::<Vec<_>>(), [first, second], "in message order");
+    assert_eq!(group.iter().map(|p| p.decision).collect::<Vec<_>>(), [Some(true), None]);
+    store.set_response(conv, "run-a", "{\"message\":\"done\"}").await.unwrap();
+    let again = store.pending(&lookup).await.unwrap().unwrap();
+    assert_eq!(again.response.as_deref(), Some("{\"message\":\"done\"}"));
+    // Each pending action is a message of the conversation too, with its description.
+    let messages = store.messages(conv).await.unwrap();
+    assert_eq!(
+        messages.iter().map(|m| (m.id, m.role)).collect::<Vec<_>>(),
+        [(first, Role::Pending), (second, Role::Pending)]
+    );
+    assert_eq!(messages[0].content, "Send an SMS (i1)");
+}
+
+async fn deleting_takes_messages_and_pending_actions_with_it(store: &dyn ConversationStore) {
+    let mine = store.create_conversation(7, 1, "lumie").await.unwrap();
+    let other_user = store.create_conversation(7, 2, "lumie").await.unwrap();
+    let other_tenant = store.create_conversation(9, 1, "lumie").await.unwrap();
+    let user = store.add_message(mine, Role::User, "hola").await.unwrap();
+    let reply = store.add_message(mine, Role::Assistant, "¿qué tal?").await.unwrap();
+    assert!(reply > user, "ids grow");
+    let action = store.add_pending(&pending(mine, "r", "i-mine")).await.unwrap();
+    assert!(!store.delete_conversation(7, 2, mine).await.unwrap(), "not another user's to delete");
+    assert!(store.delete_conversation(7, 1, mine).await.unwrap());
+    assert_eq!(store.conversation(7, 1, mine).await.unwrap(), None);
+    assert!(store.messages(mine).await.unwrap().is_empty());
+    let lookup = PendingLookup { tenant_id: 7, user_id: 1, conversation_id: mine, message_id: action };
+    assert_eq!(store.pending(&lookup).await.unwrap(), None);
+    assert_eq!(store.delete_user(7, 2).await.unwrap(), [other_user]);
+    assert_eq!(store.delete_tenant(9).await.unwrap(), [other_tenant]);
+    assert_eq!(store.conversation(9, 1, other_tenant).await.unwrap(), None);
+}
+
+macro_rules! suite {
+    ($kind:ident) => {
+        mod $kind {
+            macro_rules! case {
+                ($name:ident) => {
+                    #[tokio::test]
+                    async fn $name() {
+                        let Some((store, _keep)) = super::store(stringify!($kind)).await else { return };
+                        super::$name(store.as_ref()).await;
+                    }
+                };
+            }
+            case!(one_turn_runs_at_a_time);
+            case!(pending_actions_are_found_by_their_owner_and_decided_once);
+            case!(deleting_takes_messages_and_pending_actions_with_it);
+        }
+    };
+}
+
+suite!(memory);
+suite!(sqlite);
+suite!(postgres);

@@ -1,0 +1,167 @@
+//! The index stage: a tenant's named, persisted [`KnowledgeBase`] of chunks (tantivy BM25
+//! fields, stored vectors, filterable metadata) and the [`KbStore`] that finds them under the
+//! data directory. Search over it lives in `search`, filling it in `ingest`.
+//!
+//! Layout: `<root>/<tenant>/<kb>/kb.json` (the [`KbManifest`]: analyzer, chunking, record
+//! mapping, embedding settings) and `<root>/<tenant>/<kb>/index/` (tantivy). Every setting the
+//! manifest records is declared in this stage, so nothing here depends on a later one.
+
+mod analyzer;
+mod chunk;
+pub mod dense;
+mod manifest;
+pub(crate) mod mapping;
+pub(crate) mod schema;
+mod store;
+mod writer;
+
+pub use analyzer::Analyzer;
+pub(crate) use analyzer::terms;
+pub use chunk::{Chunk, ChunkingOptions};
+pub use dense::DenseOptions;
+pub use manifest::{KB_FORMAT, KbManifest, validate_name};
+pub use mapping::RecordMapping;
+pub use store::KbStore;
+pub use writer::KbWriter;
+
+use crate::RagError;
+use dense::DenseIndex;
+use schema::{Fields, register_tokenizers, schema};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::TermQuery;
+use tantivy::schema::{Field, IndexRecordOption, Value as _};
+use tantivy::tokenizer::TextAnalyzer;
+use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
+
+/// A persisted (or in-memory) knowledge base.
+pub struct KnowledgeBase {
+    pub(crate) manifest: KbManifest,
+    dir: Option<PathBuf>,
+    index: Index,
+    pub(crate) reader: IndexReader,
+    pub(crate) fields: Fields,
+    /// The knowledge base's analyzer, for the words of a query.
+    pub(crate) analyzer: TextAnalyzer,
+    dense_options: DenseOptions,
+    /// The dense indexes (one per embedding model) of the latest searcher generation they were
+    /// built for.
+    dense: Mutex<Option<(u64, Arc<Vec<DenseIndex>>)>>,
+}
+
+impl std::fmt::Debug for KnowledgeBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnowledgeBase").field("manifest", &self.manifest).field("dir", &self.dir).finish()
+    }
+}
+
+impl KnowledgeBase {
+    /// An in-memory knowledge base (evaluations, tests).
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn in_memory(manifest: KbManifest) -> Result<Self, RagError> {
+        let (schema, fields) = schema(manifest.analyzer);
+        let index = Index::create_in_ram(schema);
+        Self::finish_open(manifest, None, index, fields)
+    }
+
+    /// Opens (or creates) the tantivy index under `dir` for a manifest already read.
+    fn open_in(manifest: KbManifest, dir: PathBuf) -> Result<Self, RagError> {
+        let (schema, fields) = schema(manifest.analyzer);
+        let index_dir = dir.join("index");
+        std::fs::create_dir_all(&index_dir).map_err(|e| io_err(&index_dir, &e))?;
+        let directory = MmapDirectory::open(&index_dir)
+            .map_err(|e| RagError::Io { path: index_dir.display().to_string(), reason: e.to_string() })?;
+        let index = Index::open_or_create(directory, schema)?;
+        Self::finish_open(manifest, Some(dir), index, fields)
+    }
+
+    fn finish_open(manifest: KbManifest, dir: Option<PathBuf>, index: Index, fields: Fields) -> Result<Self, RagError> {
+        let analyzer = register_tokenizers(&index, manifest.analyzer);
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::OnCommitWithDelay).try_into()?;
+        Ok(Self {
+            manifest,
+            dir,
+            index,
+            reader,
+            fields,
+            analyzer,
+            dense_options: DenseOptions::default(),
+            dense: Mutex::new(None),
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &KbManifest {
+        &self.manifest
+    }
+
+    /// Number of chunks.
+    pub fn chunk_count(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The content hash recorded for a source, if it is indexed.
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn source_hash(&self, source: &str) -> Result<Option<String>, RagError> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(Term::from_field_text(self.fields.source, source), IndexRecordOption::Basic);
+        let top = searcher.search(&q, &TopDocs::with_limit(1))?;
+        let Some((_, addr)) = top.first() else { return Ok(None) };
+        let doc: TantivyDocument = searcher.doc(*addr)?;
+        Ok(doc.get_first(self.fields.source_hash).and_then(|v| v.as_str()).map(str::to_owned))
+    }
+
+    /// The chunk ids of a document, in order (for tests and tools).
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn chunks_of(&self, doc_id: &str) -> Result<Vec<Chunk>, RagError> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(Term::from_field_text(self.fields.doc_id, doc_id), IndexRecordOption::Basic);
+        let top = searcher.search(&q, &TopDocs::with_limit(10_000))?;
+        let mut out = Vec::with_capacity(top.len());
+        for (_, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            out.push(self.chunk_from(&doc));
+        }
+        out.sort_by_key(|c| natural_chunk_order(&c.id));
+        Ok(out)
+    }
+
+    /// The chunk a stored document holds (the inverse of [`KbWriter::replace_source`]).
+    pub(crate) fn chunk_from(&self, doc: &TantivyDocument) -> Chunk {
+        let f = &self.fields;
+        let s = |field: Field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+        let meta: Map<String, Value> = serde_json::from_str(&s(f.meta_json)).unwrap_or_default();
+        let headings: Vec<String> = serde_json::from_str(&s(f.headings)).unwrap_or_default();
+        let part = s(f.part);
+        let part = part.split_once('/').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).unwrap_or((0, 1));
+        Chunk {
+            id: s(f.chunk_id),
+            doc_id: s(f.doc_id),
+            title: s(f.doc_title),
+            headings,
+            text: s(f.text),
+            meta,
+            citation: s(f.citation),
+            part,
+        }
+    }
+}
+
+fn natural_chunk_order(id: &str) -> (u64, u64) {
+    let tail = id.rsplit("::").next().unwrap_or("");
+    let (u, p) = tail.split_once('.').unwrap_or((tail, "0"));
+    (u.parse().unwrap_or(0), p.parse().unwrap_or(0))
+}
+
+pub(crate) fn io_err(path: &Path, e: &std::io::Error) -> RagError {
+    RagError::Io { path: path.display().to_string(), reason: e.to_string() }
+}

@@ -1,0 +1,131 @@
+//! [`KbStore`]: finds, creates and caches the knowledge bases under one root directory,
+//! `<root>/<tenant>/<kb>/`. Tenants are directories, so one tenant's search can never see
+//! another's chunks; an open knowledge base is shared, so its reader and dense index are built once.
+
+use super::io_err;
+use super::manifest::{read_manifest, write_manifest};
+use crate::RagError;
+use crate::index::{DenseOptions, KbManifest, KnowledgeBase, validate_name};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Finds and opens knowledge bases under a root directory (`<data_dir>/kb`).
+#[derive(Debug)]
+pub struct KbStore {
+    root: PathBuf,
+    open: Mutex<HashMap<(String, String), Arc<KnowledgeBase>>>,
+    dense_options: DenseOptions,
+}
+
+impl KbStore {
+    /// A store rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into(), open: Mutex::new(HashMap::new()), dense_options: DenseOptions::default() }
+    }
+
+    /// Sets how knowledge bases opened from now on build their dense index.
+    #[must_use]
+    pub fn with_dense_options(mut self, options: DenseOptions) -> Self {
+        self.dense_options = options;
+        self
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn dir(&self, tenant: &str, name: &str) -> PathBuf {
+        self.root.join(tenant).join(name)
+    }
+
+    /// Opens an existing knowledge base (cached: later calls share one reader).
+    ///
+    /// # Errors
+    /// [`RagError::UnknownKb`], [`RagError::InvalidName`], or a manifest the build cannot read.
+    pub fn open(&self, tenant: &str, name: &str) -> Result<Arc<KnowledgeBase>, RagError> {
+        validate_name("tenant", tenant)?;
+        validate_name("knowledge base", name)?;
+        let key = (tenant.to_owned(), name.to_owned());
+        if let Some(kb) = self.lock().get(&key) {
+            return Ok(kb.clone());
+        }
+        let dir = self.dir(tenant, name);
+        let manifest = read_manifest(&dir, tenant, name)?;
+        let mut kb = KnowledgeBase::open_in(manifest, dir)?;
+        kb.set_dense_options(self.dense_options);
+        let kb = Arc::new(kb);
+        self.lock().insert(key, kb.clone());
+        Ok(kb)
+    }
+
+    /// Opens a knowledge base, creating it with `manifest` when it does not exist. An existing
+    /// one keeps its analyzer; asking for a different one is refused.
+    ///
+    /// # Errors
+    /// [`RagError::Mismatch`] when an explicit analyzer differs; I/O and index failures.
+    pub fn open_or_create(
+        &self,
+        manifest: KbManifest,
+        explicit_analyzer: bool,
+    ) -> Result<Arc<KnowledgeBase>, RagError> {
+        match self.open(&manifest.tenant, &manifest.name) {
+            Ok(kb) => {
+                if explicit_analyzer && kb.manifest.analyzer != manifest.analyzer {
+                    return Err(RagError::Mismatch(format!(
+                        "knowledge base `{}` was built with the {} analyzer, not {}; ingest into a new knowledge base to change it",
+                        manifest.name,
+                        kb.manifest.analyzer.code(),
+                        manifest.analyzer.code()
+                    )));
+                }
+                Ok(kb)
+            }
+            Err(RagError::UnknownKb { .. }) => {
+                let dir = self.dir(&manifest.tenant, &manifest.name);
+                std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, &e))?;
+                write_manifest(&dir, &manifest)?;
+                self.open(&manifest.tenant, &manifest.name)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records a new manifest (e.g. a changed record mapping) for an open knowledge base.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn update_manifest(&self, manifest: &KbManifest) -> Result<(), RagError> {
+        let dir = self.dir(&manifest.tenant, &manifest.name);
+        write_manifest(&dir, manifest)?;
+        self.lock().remove(&(manifest.tenant.clone(), manifest.name.clone()));
+        Ok(())
+    }
+
+    /// The knowledge bases of a tenant, by name.
+    ///
+    /// # Errors
+    /// I/O failures other than a missing directory.
+    pub fn list(&self, tenant: &str) -> Result<Vec<String>, RagError> {
+        validate_name("tenant", tenant)?;
+        let dir = self.root.join(tenant);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&dir, &e)),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join("kb.json").is_file())
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<KnowledgeBase>>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts).
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,406 @@
+//! [`ChatService`]: the chat contract without HTTP — start a turn, decide pending actions,
+//! replay a run, delete a conversation's, user's or tenant's data. The routes parse a request,
+//! call one method and turn its result (or [`ChatError`]) into an answer.
+//!
+//! A turn is a detached run: it is claimed in the store (one run per conversation, held by the
+//! database), started on the agent's graph, and driven on the service's task tracker, logging
+//! its frames for every reader; the request only subscribes to that log.
+
+use crate::error::ChatError;
+use crate::metrics::Metrics;
+use crate::runlog::{RunLog, RunLogs};
+use crate::turn::{self, Turn};
+use crate::wire::{ConfirmRequest, ConfirmResponse, PendingActionDto, StreamRequest};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolgraph_agents::react::{AgentDeps, AgentState, user_turn};
+use toolgraph_config::AgentSettings;
+use toolgraph_conversations::{ConversationStore, ConversationThread, Decided, PendingLookup};
+use toolgraph_graph::{Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions};
+
+/// A run that has held a conversation longer than this without finishing is taken to have
+/// died with its process, and the conversation is free again.
+pub const STALE_TURN: Duration = Duration::from_secs(600);
+
+/// One agent the service can run.
+pub struct ServedAgent {
+    /// Its graph.
+    pub graph: CompiledGraph<AgentState, AgentDeps>,
+    /// Its settings (state keys, recursion limit).
+    pub settings: AgentSettings,
+}
+
+/// Service-wide policies.
+pub struct ServiceOptions {
+    /// How requests are authenticated.
+    pub auth: crate::auth::Auth,
+    /// Most runs one tenant may have in flight; more get 429 with `Retry-After` (0: no limit).
+    pub max_runs_per_tenant: usize,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self { auth: crate::auth::Auth::None, max_runs_per_tenant: 0 }
+    }
+}
+
+/// What a confirm answers.
+#[derive(Debug)]
+pub enum Confirmed {
+    /// The group was already resumed: its stored response, as it was sent the first time.
+    Saved(String),
+    /// The response of this decision.
+    Reply(ConfirmResponse),
+}
+
+/// The chat service. Cheap to clone.
+#[derive(Clone)]
+pub struct ChatService(Arc<Inner>);
+
+struct Inner {
+    agents: BTreeMap<String, ServedAgent>,
+    default_agent: String,
+    store: Arc<dyn ConversationStore>,
+    checkpointer: Arc<dyn Checkpointer>,
+    runs: RunLogs,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    options: ServiceOptions,
+    tenant_slots: Mutex<HashMap<i64, Arc<Semaphore>>>,
+}
+
+/// The state context of a turn: the request's values plus `tenant` (the slug), which tools
+/// such as `rag_search` scope their reads by. Set by the service, never taken from the client;
+/// a continuing turn without new context keeps the stored one (it already has the tenant).
+fn turn_context(req: &StreamRequest, is_new: bool) -> Option<Map<String, Value>> {
+    if req.context.is_none() && !is_new {
+        return None;
+    }
+    let mut ctx = req.context.clone().unwrap_or_default();
+    ctx.insert("tenant".into(), req.tenant_slug.clone().into());
+    Some(ctx)
+}
+
+/// Who is asking, set over the turn's context on every turn (continuing ones too, whatever
+/// the stored context holds): `tenant` (the slug), `tenantId`, `userId` and `conversationId`,
+/// which the backend's tools act for. They overwrite any context value of the same name.
+fn turn_identity(req: &StreamRequest, conversation: i64) -> Map<String, Value> {
+    let mut ids = Map::new();
+    ids.insert("tenant".into(), req.tenant_slug.clone().into());
+    ids.insert("tenantId".into(), req.tenant_id.into());
+    ids.insert("userId".into(), req.user_id.into());
+    ids.insert("conversationId".into(), conversation.into());
+    ids
+}
+
+impl ChatService {
+    /// The service over `agents` (by name), `store` and the checkpoint store the agents use.
+    pub fn new(
+        agents: BTreeMap<String, ServedAgent>,
+        default_agent: String,
+        store: Arc<dyn ConversationStore>,
+        checkpointer: Arc<dyn Checkpointer>,
+        options: ServiceOptions,
+    ) -> Self {
+        Self(Arc::new(Inner {
+            agents,
+            default_agent,
+            store,
+            checkpointer,
+            runs: RunLogs::default(),
+            metrics: Metrics::default(),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            options,
+            tenant_slots: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// How requests are authenticated.
+    pub(crate) fn auth(&self) -> &crate::auth::Auth {
+        &self.0.options.auth
+    }
+
+    /// A run slot of `tenant`, held by the run until it ends.
+    fn admit(&self, tenant: i64) -> Result<Option<OwnedSemaphorePermit>, ChatError> {
+        let limit = self.0.options.max_runs_per_tenant;
+        if limit == 0 {
+            return Ok(None);
+        }
+        let slots = {
+            let mut map = self.0.tenant_slots.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(map.entry(tenant).or_insert_with(|| Arc::new(Semaphore::new(limit))))
+        };
+        slots.try_acquire_owned().map(Some).map_err(|_| ChatError::TooManyRuns { limit })
+    }
+
+    fn run_options(&self, agent: &ServedAgent) -> RunOptions {
+        RunOptions {
+            recursion_limit: agent.settings.recursion_limit,
+            cancel: self.0.shutdown.child_token(),
+            ..RunOptions::default()
+        }
+    }
+
+    /// Starts a turn of `req` (validated by the caller): a new conversation or the next turn of
+    /// the caller's, on its agent. Returns the run's id and its frame log, which the run fills
+    /// whether or not anyone reads it.
+    ///
+    /// # Errors
+    /// [`ChatError::NotFound`] for a conversation that is not the caller's; `Invalid` for an
+    /// agent or context key the conversation's agent does not take; `Conflict` while a turn
+    /// runs or decisions are pending; `TooManyRuns`; `Store`.
+    pub async fn start_turn(&self, req: &StreamRequest) -> Result<(String, Arc<RunLog>), ChatError> {
+        let store = &self.0.store;
+        let existing = match req.conversation_id {
+            Some(id) => Some(store.conversation(req.tenant_id, req.user_id, id).await?.ok_or(ChatError::NotFound)?),
+            None => None,
+        };
+        if let (Some(asked), Some(conv)) = (&req.agent, &existing)
+            && *asked != conv.agent
+        {
+            // Its checkpoints and pending actions belong to that agent's graph and tools.
+            return Err(ChatError::Invalid {
+                field: "agent".into(),
+                message: format!("conversation {} belongs to agent '{}'", conv.id, conv.agent),
+            });
+        }
+        let agent_name = req
+            .agent
+            .clone()
+            .or_else(|| existing.as_ref().map(|c| c.agent.clone()))
+            .unwrap_or_else(|| self.0.default_agent.clone());
+        let agent = self.0.agents.get(&agent_name).ok_or_else(|| ChatError::Invalid {
+            field: "agent".into(),
+            message: format!("no agent named '{agent_name}'"),
+        })?;
+        if let Some(ctx) = &req.context
+            && let Some(k) = ctx.keys().find(|k| !agent.settings.state_keys.contains(k))
+        {
+            return Err(ChatError::Invalid {
+                field: format!("context.{k}"),
+                message: format!("agent '{agent_name}' does not accept context key '{k}'"),
+            });
+        }
+        let is_new = existing.is_none();
+        let conversation = match existing {
+            Some(c) => c.id,
+            None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await?,
+        };
+        let permit = self.admit(req.tenant_id)?;
+        let run_id = uuid::Uuid::now_v7().to_string();
+        if !store.begin_turn(conversation, &run_id, STALE_TURN.as_millis() as i64).await? {
+            return Err(ChatError::conflict("a turn is already running on this conversation"));
+        }
+        let turn = Turn {
+            tenant: req.tenant_id,
+            conversation,
+            run_id: run_id.clone(),
+            agent: agent_name,
+            tool_events: req.tool_events,
+        };
+        // The user's message is committed with the run's first checkpoint (see the
+        // conversations crate's projection).
+        let thread = ConversationThread { tenant: req.tenant_id, conversation }.thread_id();
+        let mut input = user_turn(req.message.clone(), turn_context(req, is_new));
+        input.context_set = Some(turn_identity(req, conversation));
+        let run = match agent.graph.start(&thread, input, self.run_options(agent)).await {
+            Ok(run) => run,
+            Err(e) => {
+                let _ = store.end_turn(conversation, &run_id).await;
+                return Err(match e {
+                    GraphError::AwaitingDecision { .. } => {
+                        ChatError::conflict("this conversation has pending actions to confirm first")
+                    }
+                    GraphError::ConcurrentRun { .. } => {
+                        ChatError::conflict("a turn is already running on this conversation")
+                    }
+                    e => ChatError::Internal(e.to_string()),
+                });
+            }
+        };
+        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id));
+        let (service, task_log) = (self.clone(), Arc::clone(&log));
+        self.0.tasks.spawn(async move {
+            let _slot = permit;
+            turn::drive(&service, &turn, run, &task_log).await;
+        });
+        Ok((run_id, log))
+    }
+
+    /// Records the decision of `req` on one pending action. While others of its group are
+    /// undecided, answers the next one; once the last is decided, resumes the run and answers
+    /// its outcome (the final reply, or the next pending action). The same decision again
+    /// answers what the first did, without running anything twice.
+    ///
+    /// # Errors
+    /// `NotFound` for an action that is not the caller's; `Conflict` for the opposite decision
+    /// after one was recorded, or while the group is being resumed; `TooManyRuns`;
+    /// `RunFailed` when the resumed run ends without an answer; `Store`.
+    pub async fn confirm(&self, req: &ConfirmRequest) -> Result<Confirmed, ChatError> {
+        let store = &self.0.store;
+        let conv = req.conversation_id;
+        let lookup = PendingLookup {
+            tenant_id: req.tenant_id,
+            user_id: req.user_id,
+            conversation_id: conv,
+            message_id: req.message_id,
+        };
+        let row = store.pending(&lookup).await?.ok_or(ChatError::NotFound)?;
+        match store.decide(req.message_id, req.confirmed).await? {
+            Decided::Conflict => return Err(ChatError::conflict("this action was already decided the other way")),
+            Decided::Same => {
+                if let Some(saved) = row.response {
+                    return Ok(Confirmed::Saved(saved));
+                }
+            }
+            Decided::Recorded => {
+                self.0.metrics.hitl.with_label_values(&[if req.confirmed { "true" } else { "false" }]).inc();
+            }
+        }
+        let group_run = row.action.run_id;
+        let group = store.run_pending(conv, &group_run).await?;
+        if let Some(next) = group.iter().find(|p| p.decision.is_none()) {
+            let pending_action = Some(PendingActionDto::from(next));
+            return Ok(Confirmed::Reply(ConfirmResponse {
+                conversation_id: conv,
+                message: String::new(),
+                pending_action,
+            }));
+        }
+        let conversation = store.conversation(req.tenant_id, req.user_id, conv).await?.ok_or(ChatError::NotFound)?;
+        let agent = self
+            .0
+            .agents
+            .get(&conversation.agent)
+            .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conversation.agent)))?;
+        let permit = self.admit(req.tenant_id)?;
+        let run_id = uuid::Uuid::now_v7().to_string();
+        // Every action is decided and no answer is stored yet: resume, unless another request
+        // (or the turn that paused) holds the conversation right now. A retry after that turn
+        // ends resumes, so a decision recorded by a request that then failed is never stranded.
+        if !store.begin_turn(conv, &run_id, STALE_TURN.as_millis() as i64).await? {
+            return Err(ChatError::conflict("these decisions are being applied; retry shortly"));
+        }
+        let decisions: BTreeMap<InterruptId, Decision> = group
+            .iter()
+            .map(|p| {
+                let decision = if p.decision == Some(true) { Decision::Approve } else { Decision::Reject };
+                (InterruptId(p.action.interrupt_id.clone()), decision)
+            })
+            .collect();
+        let thread = ConversationThread { tenant: req.tenant_id, conversation: conv }.thread_id();
+        let run = match agent.graph.resume(&thread, decisions, self.run_options(agent)).await {
+            Ok(ResumeResult::Started(run)) => run,
+            Ok(ResumeResult::Waiting { .. }) | Err(_) => {
+                let _ = store.end_turn(conv, &run_id).await;
+                return Err(ChatError::conflict("these actions cannot be resumed now"));
+            }
+        };
+        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id));
+        // Nobody streams a confirm's run: its outcome is the response.
+        let turn =
+            Turn { tenant: req.tenant_id, conversation: conv, run_id, agent: conversation.agent, tool_events: false };
+        // Detached: the run finishes and persists even if this request goes away.
+        let service = self.clone();
+        let task = self.0.tasks.spawn(async move {
+            let _slot = permit;
+            let result = turn::drive(&service, &turn, run, &log).await;
+            let response = match (result.error, result.reply, result.pending.into_iter().next()) {
+                (Some(e), _, _) => Err(e),
+                (None, _, Some(p)) => {
+                    Ok(ConfirmResponse { conversation_id: conv, message: String::new(), pending_action: Some(p) })
+                }
+                (None, Some((_, text)), None) => {
+                    Ok(ConfirmResponse { conversation_id: conv, message: text, pending_action: None })
+                }
+                (None, None, None) => Err("the run ended without a reply".to_owned()),
+            };
+            if let Ok(r) = &response {
+                let text = serde_json::to_string(r).unwrap_or_default();
+                if let Err(e) = service.0.store.set_response(conv, &group_run, &text).await {
+                    tracing::error!(error = %e, "cannot save the confirm response");
+                }
+            }
+            response
+        });
+        match task.await {
+            Ok(Ok(r)) => Ok(Confirmed::Reply(r)),
+            Ok(Err(message)) => Err(ChatError::RunFailed(message)),
+            Err(e) => Err(ChatError::Internal(e.to_string())),
+        }
+    }
+
+    /// The frame log of run `run_id` if `owner` (tenant, user) may read it.
+    pub fn run_log(&self, run_id: &str, owner: (i64, i64)) -> Option<Arc<RunLog>> {
+        self.0.runs.get(run_id, owner)
+    }
+
+    /// Deletes a conversation of `tenant`/`user` and its checkpoints.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Store`; `Internal` when the checkpoints cannot go.
+    pub async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<(), ChatError> {
+        if !self.0.store.delete_conversation(tenant, user, id).await? {
+            return Err(ChatError::NotFound);
+        }
+        self.delete_checkpoints(tenant, &[id]).await
+    }
+
+    /// Deletes a user's conversations and their checkpoints; how many there were.
+    ///
+    /// # Errors
+    /// `Store`; `Internal` when the checkpoints cannot go.
+    pub async fn delete_user(&self, tenant: i64, user: i64) -> Result<usize, ChatError> {
+        let ids = self.0.store.delete_user(tenant, user).await?;
+        self.delete_checkpoints(tenant, &ids).await?;
+        Ok(ids.len())
+    }
+
+    /// Deletes a tenant's conversations and checkpoints; how many conversations there were.
+    ///
+    /// # Errors
+    /// `Store`; `Internal` when the checkpoints cannot go.
+    pub async fn delete_tenant(&self, tenant: i64) -> Result<usize, ChatError> {
+        let ids = self.0.store.delete_tenant(tenant).await?;
+        // A conversation's thread is namespaced by its tenant (ConversationThread).
+        self.0.checkpointer.delete_namespace(&tenant.to_string()).await.map_err(internal)?;
+        Ok(ids.len())
+    }
+
+    async fn delete_checkpoints(&self, tenant: i64, conversations: &[i64]) -> Result<(), ChatError> {
+        for &conversation in conversations {
+            let thread = ConversationThread { tenant, conversation }.thread_id();
+            self.0.checkpointer.delete_thread(&thread).await.map_err(internal)?;
+        }
+        Ok(())
+    }
+
+    /// The conversation store.
+    pub(crate) fn store(&self) -> &dyn ConversationStore {
+        self.0.store.as_ref()
+    }
+
+    /// Refuses new runs, cancels the ones in flight (each records why and releases its
+    /// conversation) and waits for them to end.
+    pub async fn shutdown(&self) {
+        self.0.shutdown.cancel();
+        self.0.tasks.close();
+        self.0.tasks.wait().await;
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ChatError {
+    ChatError::Internal(e.to_string())
+}
