@@ -210,6 +210,25 @@ impl AgentDeps {
 /// every action was rejected: fixed texts, no model call (docs/service.md).
 pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not executed.";
 
+/// The tool message of a call whose turn was cut short (the service stopped) before its
+/// result was recorded.
+pub const INTERRUPTED_CALL: &str =
+    "The turn was interrupted before this call's result was recorded; it may not have been carried out.";
+
+/// The reply that closes a turn cut short by a stop of the service.
+pub const INTERRUPTED_REPLY: &str = "This turn was interrupted before it finished (the service stopped), so \
+it has no answer. Please ask again.";
+
+/// The state of a turn whose run died mid-way, made whole: each call without a result gets
+/// one saying so, and the turn ends with [`INTERRUPTED_REPLY`], so the model never sees an
+/// unanswered call and the history says what happened.
+fn recover(s: &AgentState) -> Option<AgentUpdate> {
+    let interrupted = ToolOutcome::Failure(ToolError::unavailable(INTERRUPTED_CALL));
+    let mut messages: Vec<Message> = pending_calls(s).iter().map(|c| tool_message(c, &interrupted)).collect();
+    messages.push(Message::assistant(INTERRUPTED_REPLY));
+    Some(AgentUpdate { messages, tool_failures: Some(0), ..Default::default() })
+}
+
 /// The reply of a turn in which every pending action was rejected.
 pub fn cancellation_text(descriptions: &[String]) -> String {
     format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
@@ -270,6 +289,7 @@ pub fn build(
     );
     g.add_edge(give_up, END);
     g.add_resume(tools, approved);
+    g.set_recovery(recover);
     g.compile(deps, checkpointer)
 }
 

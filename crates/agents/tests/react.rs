@@ -416,3 +416,59 @@ fn the_agent_graph_draws_as_mermaid() {
     }
     let _: Value = json!(m);
 }
+
+/// A turn whose process died while a tool ran: the next turn, by the thread's owner, first
+/// closes it — the unanswered call gets a result saying it was interrupted and the turn a
+/// reply saying so — and the model then sees a whole history, never a call without a result.
+#[tokio::test]
+async fn a_turn_cut_while_a_tool_ran_is_closed_before_the_next_one() {
+    let store: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+    let hang = |spec: &mut AgentSpec| {
+        // A tool that does not return stands in for the process dying while it runs.
+        let tool = ToolBuilder::<QueryArgs>::new("slow_report", "Build a report")
+            .timeout(Duration::from_secs(3600))
+            .handler(|_ctx, _a| async move {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(json!(null))
+            })
+            .unwrap();
+        spec.tools.register(tool).unwrap();
+    };
+    let dying =
+        harness_spec(vec![Reply::tool_calls(&[("c1", "slow_report", json!({"sql": "all"}))])], store.clone(), hang)
+            .await;
+    let mut run =
+        dying.graph.start(&t(30), user_turn("the report, please", None), RunOptions::default()).await.unwrap();
+    while !matches!(run.next_event().await, Some(RunEvent::ToolCall { .. })) {}
+    // A new process over the same store, holding the conversation's lease.
+    let next = harness_spec(vec![Reply::text("Here it is.")], store, hang).await;
+    let opts = RunOptions { owns_thread: true, ..RunOptions::default() };
+    let (_, out) = next.graph.start(&t(30), user_turn("still there?", None), opts).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    let tail: Vec<(&str, &str)> = state.messages[1..]
+        .iter()
+        .map(|m| match m {
+            Message::Tool { tool_call_id, .. } => ("tool", tool_call_id.as_str()),
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => ("assistant-calls", ""),
+            Message::Assistant { content, .. } => ("assistant", content.as_str()),
+            Message::User { content } => ("user", content.as_str()),
+            Message::System { .. } => ("system", ""),
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            ("assistant-calls", ""),
+            ("tool", "c1"),
+            ("assistant", react::INTERRUPTED_REPLY),
+            ("user", "still there?"),
+            ("assistant", "Here it is.")
+        ]
+    );
+    let Message::Tool { content, .. } = &state.messages[2] else { panic!("{:?}", state.messages[2]) };
+    assert!(content.contains(react::INTERRUPTED_CALL) && content.contains("unavailable"), "{content}");
+    // The model's request holds the call's result: a history an OpenAI-style endpoint accepts.
+    let sent = &next.server.requests()[0]["messages"];
+    let answered = sent.as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["tool_call_id"] == "c1");
+    assert!(answered, "{sent}");
+}

@@ -133,6 +133,17 @@ async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -
     })
 }
 
+/// This machine's name, for the default instance id; `localhost` when it cannot be read.
+async fn hostname() -> String {
+    tokio::fs::read_to_string("/proc/sys/kernel/hostname")
+        .await
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let backend = assembly::backend(cfg)?;
     let Stores { checkpointer, conversations: store, closer, name: store_name } =
@@ -170,15 +181,26 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             auth
         }
     };
-    let options = ServiceOptions { auth, max_runs_per_tenant: cfg.server.max_runs_per_tenant };
-    let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
-    app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone(), retriever });
     let bind = args.bind.unwrap_or_else(|| cfg.server.bind.clone());
     let port = args.port.unwrap_or(cfg.server.port);
     let listener = tokio::net::TcpListener::bind((bind.as_str(), port))
         .await
         .with_context(|| format!("cannot listen on {bind}:{port}"))?;
     let addr = listener.local_addr()?;
+    let instance_id = match &cfg.server.instance_id {
+        Some(id) => id.clone(),
+        None => format!("{}:{}", hostname().await, addr.port()),
+    };
+    let options = ServiceOptions {
+        auth,
+        max_runs_per_tenant: cfg.server.max_runs_per_tenant,
+        instance_id,
+        turn_lease: std::time::Duration::from_millis(cfg.server.turn_lease_ms),
+    };
+    let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
+    app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone(), retriever });
+    // Turns this instance was running when it last stopped are closed before it serves.
+    app.chat().recover().await.context("cannot release this instance's earlier runs")?;
     if cfg.llm.base_url.is_none() && cfg.llm.local_model.is_some() && !crate::allocator::CommandAllocator::from_env() {
         tracing::warn!(
             "the in-process chat model runs on jemalloc, serve's default allocator for many open streams; \

@@ -1,6 +1,6 @@
 //! `toolgraph serve` as a real process: ready, a turn over HTTP, SIGTERM, clean exit.
 
-use scripted_llm::{Reply, ScriptedModelServer};
+use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -538,4 +538,127 @@ fn chat_url_without_a_service_says_so() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no toolgraph service answers at"), "{stderr}");
+}
+
+/// The first turn of `serve_crash_mid_turn`: a word, then the model stalls (the process is
+/// killed while it waits).
+fn stalled_reply() -> Reply {
+    Reply::Stream(vec![
+        Step::Text("Estoy ".into()),
+        Step::Pause(Duration::from_secs(120)),
+        Step::Text("pensando.".into()),
+        Step::Finish("stop".into()),
+        Step::Done,
+    ])
+}
+
+/// Starts a turn on a new conversation and returns once its first token arrived (the turn is
+/// running), with the response still open.
+async fn turn_in_flight(base: &str, message: &str) -> impl futures::Stream {
+    use futures::StreamExt;
+    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": message});
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut seen = String::new();
+    let mut chunks = response.bytes_stream();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.contains("event: token") {
+        assert!(Instant::now() < deadline, "no token within 20 s: {seen}");
+        let chunk = tokio::time::timeout(Duration::from_secs(20), chunks.next()).await.unwrap().unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    chunks
+}
+
+/// The text of an SSE body's `token` events, in order.
+fn streamed_text(body: &str) -> String {
+    body.split("\n\n")
+        .filter(|block| block.lines().any(|l| l == "event: token"))
+        .filter_map(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+        .filter_map(|v| v["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The messages of conversation 1 in the data directory's SQLite store, as `(role, content)`.
+async fn stored_messages(dir: &std::path::Path) -> Vec<(String, String)> {
+    use toolgraph_conversations::{ConversationStore, SqliteConversationStore};
+    let ckpt = toolgraph_graph::SqliteCheckpointer::open(&dir.join("toolgraph.db")).await.unwrap();
+    let store = SqliteConversationStore::new(ckpt.database().clone()).await.unwrap();
+    let messages = store.messages(1).await.unwrap();
+    ckpt.database().close().await;
+    messages.into_iter().map(|m| (m.role.as_str().to_owned(), m.content)).collect()
+}
+
+/// `toolgraph serve` killed with SIGKILL in the middle of a turn, then started again on the same
+/// data: the conversation is not wedged (no 409), the interrupted turn is closed with a reply
+/// saying so (persisted, and seen by the model), and the next turn runs. `same_instance`: the
+/// restarted process is the same instance (same port), which frees its earlier lease at start;
+/// otherwise another instance takes the lease over once it expires.
+async fn serve_crash_mid_turn(same_instance: bool) {
+    use toolgraph_agents::react::INTERRUPTED_REPLY;
+    let model = ScriptedModelServer::start(vec![stalled_reply(), Reply::text("Aquí estoy de nuevo.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, lease) = (free_port(), "1000");
+    let spawn = |port: u16| {
+        serve_command(dir.path(), &model, port)
+            .env("TOOLGRAPH_SERVER_TURN_LEASE_MS", lease)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn(port);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    // The client keeps the stream open: the turn is cut by the kill, not by a disconnect.
+    let _open = turn_in_flight(&base, "hola").await;
+    first.kill().unwrap(); // SIGKILL: no shutdown, no stop record, the lease still held
+    first.wait().unwrap();
+
+    let port = if same_instance { port } else { free_port() };
+    let mut second = spawn(port);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let started = Instant::now();
+    let text = loop {
+        let text = turn(&base, Some(1), "¿sigues ahí?").await;
+        // Another instance waits out the dead one's lease (1 s here); the same one never waits.
+        if same_instance || !text.contains("already running") || started.elapsed() > Duration::from_secs(10) {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(text.contains("event: done"), "{text}");
+    assert_eq!(streamed_text(&text), "Aquí estoy de nuevo.");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "the interrupted turn's model call is not repeated");
+    let seen = requests[1]["messages"].to_string();
+    assert!(seen.contains("This turn was interrupted"), "the model sees the turn closed: {seen}");
+    let _ = Command::new("kill").args(["-TERM", &second.id().to_string()]).status();
+    second.wait().unwrap();
+    let messages = stored_messages(dir.path()).await;
+    let expected = [
+        ("user", "hola"),
+        ("assistant", INTERRUPTED_REPLY),
+        ("user", "¿sigues ahí?"),
+        ("assistant", "Aquí estoy de nuevo."),
+    ];
+    let messages: Vec<(&str, &str)> = messages.iter().map(|(r, c)| (r.as_str(), c.as_str())).collect();
+    assert_eq!(messages, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_frees_the_turn_it_was_running() {
+    serve_crash_mid_turn(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_instance_takes_over_a_dead_instances_expired_lease() {
+    serve_crash_mid_turn(false).await;
 }

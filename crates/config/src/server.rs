@@ -72,6 +72,15 @@ pub struct ServerSettings {
     /// After SIGTERM (runs already cancelled), how long open responses may take to finish before
     /// their connections are closed and the stores close, in milliseconds. Default: 30000.
     pub shutdown_drain_ms: u64,
+    /// This instance's name in the run leases of the store: a restarted instance frees the
+    /// leases it held under this name (its turns died with it), so it must be stable across
+    /// restarts and unique among replicas sharing a database. Default: `HOSTNAME:PORT`.
+    /// Env: `TOOLGRAPH_SERVER_INSTANCE_ID`.
+    pub instance_id: Option<String>,
+    /// How long a run's lease on its conversation lasts without renewal, in milliseconds (it is
+    /// renewed every third of it): the longest a conversation stays blocked after the instance
+    /// running its turn died and did not come back. At least 1000. Default: 30000.
+    pub turn_lease_ms: u64,
     /// `store = "backend"`: write tools the backend runs after approval (the academy admin's
     /// `create_announcement`, `send_sms`, …), by name.
     pub backend_tools: BTreeMap<String, BackendToolSettings>,
@@ -106,6 +115,8 @@ impl Default for ServerSettings {
             max_request_head_bytes: 8 * 1024,
             header_read_timeout_ms: 30_000,
             shutdown_drain_ms: 30_000,
+            instance_id: None,
+            turn_lease_ms: 30_000,
             backend_tools: BTreeMap::new(),
         }
     }
@@ -137,6 +148,12 @@ impl ServerSettings {
         }
         if self.shutdown_drain_ms == 0 {
             return Err(check.invalid("server.shutdown_drain_ms", "must be greater than 0".into()));
+        }
+        if self.turn_lease_ms < 1000 {
+            return Err(check.invalid("server.turn_lease_ms", format!("{} is less than 1000", self.turn_lease_ms)));
+        }
+        if self.instance_id.as_deref().is_some_and(|i| i.trim().is_empty()) {
+            return Err(check.invalid("server.instance_id", "must not be empty".into()));
         }
         match self.auth {
             AuthKind::Hmac if !is_long_enough(self.hmac_secret.as_ref()) => {

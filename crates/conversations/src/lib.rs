@@ -167,6 +167,36 @@ pub struct PendingLookup {
     pub message_id: i64,
 }
 
+/// A run's claim on its conversation: one run at a time, held as a lease that its owner
+/// renews while the run works. An expired lease (its holder died or hung) may be taken over by
+/// anyone; a restarted owner frees what it held ([`ConversationStore::release_owner`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnClaim {
+    /// The run.
+    pub run_id: String,
+    /// Who runs it: the service instance (`server.instance_id`).
+    pub owner: String,
+    /// How long the claim lasts from now without a renewal, in milliseconds.
+    pub lease_ms: i64,
+}
+
+/// A conversation whose claim was freed because its owner restarted: the turn that held it
+/// was interrupted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasedTurn {
+    /// The tenant.
+    pub tenant_id: i64,
+    /// The conversation.
+    pub conversation_id: i64,
+    /// The agent it talks to.
+    pub agent: String,
+}
+
+/// A claim written by a build without leases counts as held for this long after it began.
+pub(crate) const LEGACY_CLAIM_MS: i64 = 600_000;
+
 /// What recording a decision did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -211,10 +241,16 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError>;
     /// The conversation if it exists and belongs to `tenant` and `user`.
     async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError>;
-    /// Claims the conversation for `run_id`; `false` when another fresh run holds it.
-    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError>;
+    /// Claims the conversation for `claim`'s run; `false` while another run's lease is live.
+    async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError>;
+    /// Extends `claim`'s lease by its `lease_ms` from now; `false` when the run no longer
+    /// holds the conversation (its lease expired and another run took it).
+    async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError>;
     /// Releases the conversation if `run_id` holds it.
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError>;
+    /// Frees every claim `owner` holds (a restarted instance: its runs died with it); returns
+    /// the conversations freed, whose interrupted turns the caller closes.
+    async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError>;
     /// Appends a message; returns its id.
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError>;
     /// Persists a pending action and its message; returns the message id.

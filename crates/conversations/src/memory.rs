@@ -2,8 +2,8 @@
 //! (the measured peer uses LangGraph's in-memory saver); lost on exit.
 
 use crate::{
-    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError,
-    StoredMessage, now_ms,
+    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, ReleasedTurn, Role, StoreError,
+    StoredMessage, TurnClaim, now_ms,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -15,8 +15,8 @@ pub struct MemoryConversationStore {
     inner: Mutex<MemoryInner>,
 }
 
-/// A stored conversation: tenant, user, facts, and the run holding it since (ms).
-type MemoryConversation = (i64, i64, Conversation, Option<(String, i64)>);
+/// A stored conversation: tenant, user, facts, and the claim holding it with its expiry (ms).
+type MemoryConversation = (i64, i64, Conversation, Option<(TurnClaim, i64)>);
 
 #[derive(Debug, Default)]
 struct MemoryInner {
@@ -78,27 +78,54 @@ impl ConversationStore for MemoryConversationStore {
         Ok(g.conversations.get(&id).filter(|(t, u, _, _)| *t == tenant && *u == user).map(|(_, _, c, _)| c.clone()))
     }
 
-    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
+    async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
         let mut g = self.lock();
         let now = now_ms();
         let Some(c) = g.conversations.get_mut(&conversation) else { return Ok(false) };
         match &c.3 {
-            Some((_, since)) if *since >= now - stale_after_ms => Ok(false),
+            Some((_, until)) if *until >= now => Ok(false),
             _ => {
-                c.3 = Some((run_id.to_owned(), now));
+                c.3 = Some((claim.clone(), now + claim.lease_ms));
                 Ok(true)
             }
+        }
+    }
+
+    async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        match g.conversations.get_mut(&conversation).and_then(|c| c.3.as_mut()) {
+            Some((held, until)) if held.run_id == claim.run_id => {
+                *until = now_ms() + claim.lease_ms;
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
 
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
         let mut g = self.lock();
         if let Some(c) = g.conversations.get_mut(&conversation)
-            && c.3.as_ref().is_some_and(|(r, _)| r == run_id)
+            && c.3.as_ref().is_some_and(|(held, _)| held.run_id == run_id)
         {
             c.3 = None;
         }
         Ok(())
+    }
+
+    async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let mut g = self.lock();
+        let mut released = Vec::new();
+        for (tenant, _, conversation, claim) in g.conversations.values_mut() {
+            if claim.as_ref().is_some_and(|(held, _)| held.owner == owner) {
+                *claim = None;
+                released.push(ReleasedTurn {
+                    tenant_id: *tenant,
+                    conversation_id: conversation.id,
+                    agent: conversation.agent.clone(),
+                });
+            }
+        }
+        Ok(released)
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {

@@ -2,8 +2,8 @@
 //! its tables live beside the checkpoints, so a step's messages commit with its record.
 
 use crate::{
-    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError,
-    StoredMessage, now_ms,
+    Conversation, ConversationStore, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction, PendingLookup, ReleasedTurn,
+    Role, StoreError, StoredMessage, TurnClaim, now_ms,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -111,31 +111,61 @@ impl ConversationStore for PostgresConversationStore {
         Ok(row.map(|r| Conversation { id: r.get(0), agent: r.get(1) }))
     }
 
-    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
-        let now = now_ms();
+    async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
         let n = sqlx::query(
-            "UPDATE conversations SET running_run = $1, running_since_ms = $2
-             WHERE id = $3 AND (running_run IS NULL OR running_since_ms < $4)",
+            "UPDATE conversations SET running_run = $1, running_owner = $2, running_since_ms = $3,
+                    running_until_ms = $3 + $4
+             WHERE id = $5 AND (running_run IS NULL OR COALESCE(running_until_ms, running_since_ms + $6) < $3)",
         )
-        .bind(run_id)
-        .bind(now)
+        .bind(&claim.run_id)
+        .bind(&claim.owner)
+        .bind(now_ms())
+        .bind(claim.lease_ms)
         .bind(conversation)
-        .bind(now - stale_after_ms)
+        .bind(LEGACY_CLAIM_MS)
         .execute(&self.pool)
         .await?
         .rows_affected();
         Ok(n == 1)
     }
 
+    async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let n = sqlx::query("UPDATE conversations SET running_until_ms = $1 WHERE id = $2 AND running_run = $3")
+            .bind(now_ms() + claim.lease_ms)
+            .bind(conversation)
+            .bind(&claim.run_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE conversations SET running_run = NULL, running_since_ms = NULL WHERE id = $1 AND running_run = $2",
+            "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
+                    running_until_ms = NULL
+             WHERE id = $1 AND running_run = $2",
         )
         .bind(conversation)
         .bind(run_id)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let rows = sqlx::query(
+            "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
+                    running_until_ms = NULL
+             WHERE running_owner = $1 RETURNING tenant_id, id, agent",
+        )
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ReleasedTurn { tenant_id: r.get(0), conversation_id: r.get(1), agent: r.get(2) })
+            .collect())
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {

@@ -2,8 +2,8 @@
 //! same connection thread) as the checkpoints, so a step's messages commit with its record.
 
 use crate::{
-    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError,
-    StoredMessage, now_ms,
+    Conversation, ConversationStore, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction, PendingLookup, ReleasedTurn,
+    Role, StoreError, StoredMessage, TurnClaim, now_ms,
 };
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
@@ -133,16 +133,35 @@ impl ConversationStore for SqliteConversationStore {
         .await
     }
 
-    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
-        let run_id = run_id.to_owned();
+    async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let claim = claim.clone();
         let now = now_ms();
         let n = self
             .call(move |c| {
                 c.prepare_cached(
-                    "UPDATE conversations SET running_run = ?1, running_since_ms = ?2
-                     WHERE id = ?3 AND (running_run IS NULL OR running_since_ms < ?4)",
+                    "UPDATE conversations SET running_run = ?1, running_owner = ?2, running_since_ms = ?3,
+                            running_until_ms = ?3 + ?4
+                     WHERE id = ?5 AND (running_run IS NULL OR COALESCE(running_until_ms, running_since_ms + ?6) < ?3)",
                 )?
-                .execute(params![run_id, now, conversation, now - stale_after_ms])
+                .execute(params![
+                    claim.run_id,
+                    claim.owner,
+                    now,
+                    claim.lease_ms,
+                    conversation,
+                    LEGACY_CLAIM_MS
+                ])
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let (run_id, until) = (claim.run_id.clone(), now_ms() + claim.lease_ms);
+        let n = self
+            .call(move |c| {
+                c.prepare_cached("UPDATE conversations SET running_until_ms = ?1 WHERE id = ?2 AND running_run = ?3")?
+                    .execute(params![until, conversation, run_id])
             })
             .await?;
         Ok(n == 1)
@@ -152,13 +171,30 @@ impl ConversationStore for SqliteConversationStore {
         let run_id = run_id.to_owned();
         self.call(move |c| {
             c.prepare_cached(
-                "UPDATE conversations SET running_run = NULL, running_since_ms = NULL
+                "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
+                        running_until_ms = NULL
                  WHERE id = ?1 AND running_run = ?2",
             )?
             .execute(params![conversation, run_id])
         })
         .await?;
         Ok(())
+    }
+
+    async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let owner = owner.to_owned();
+        self.call(move |c| {
+            c.prepare(
+                "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
+                        running_until_ms = NULL
+                 WHERE running_owner = ?1 RETURNING tenant_id, id, agent",
+            )?
+            .query_map([owner], |r| {
+                Ok(ReleasedTurn { tenant_id: r.get(0)?, conversation_id: r.get(1)?, agent: r.get(2)? })
+            })?
+            .collect()
+        })
+        .await
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {

@@ -5,8 +5,8 @@
 use serde_json::json;
 use std::sync::Arc;
 use toolgraph_conversations::{
-    ConversationStore, Decided, MemoryConversationStore, NewPending, PendingLookup, PostgresConversationStore, Role,
-    SqliteConversationStore,
+    ConversationStore, Decided, MemoryConversationStore, NewPending, PendingLookup, PostgresConversationStore,
+    ReleasedTurn, Role, SqliteConversationStore, TurnClaim,
 };
 use toolgraph_graph::{PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_testkit::PgSchema;
@@ -42,16 +42,52 @@ fn pending(conversation: i64, run: &str, interrupt: &str) -> NewPending {
     }
 }
 
+fn claim(run: &str, owner: &str, lease_ms: i64) -> TurnClaim {
+    TurnClaim { run_id: run.into(), owner: owner.into(), lease_ms }
+}
+
 async fn one_turn_runs_at_a_time(store: &dyn ConversationStore) {
     let conv = store.create_conversation(7, 1, "lumie").await.unwrap();
-    assert!(store.begin_turn(conv, "r1", 60_000).await.unwrap());
-    assert!(!store.begin_turn(conv, "r2", 60_000).await.unwrap(), "a fresh claim holds");
+    assert!(store.begin_turn(conv, &claim("r1", "a", 60_000)).await.unwrap());
+    assert!(!store.begin_turn(conv, &claim("r2", "b", 60_000)).await.unwrap(), "a live lease holds");
     store.end_turn(conv, "r2").await.unwrap();
-    assert!(!store.begin_turn(conv, "r2", 60_000).await.unwrap(), "only the holder releases");
-    // A claim older than the staleness window is taken over (its run died).
-    assert!(store.begin_turn(conv, "r3", -1).await.unwrap());
-    store.end_turn(conv, "r3").await.unwrap();
-    assert!(store.begin_turn(conv, "r4", 60_000).await.unwrap());
+    assert!(!store.begin_turn(conv, &claim("r2", "b", 60_000)).await.unwrap(), "only the holder releases");
+    assert!(store.renew_turn(conv, &claim("r1", "a", 60_000)).await.unwrap(), "the holder renews");
+    assert!(!store.renew_turn(conv, &claim("r2", "b", 60_000)).await.unwrap(), "another run cannot");
+    store.end_turn(conv, "r1").await.unwrap();
+    assert!(store.begin_turn(conv, &claim("r3", "b", 60_000)).await.unwrap());
+}
+
+async fn an_expired_lease_is_taken_over_and_its_holder_learns_it(store: &dyn ConversationStore) {
+    let conv = store.create_conversation(7, 1, "lumie").await.unwrap();
+    // A lease that ended (its holder stopped renewing: it died or hung).
+    assert!(store.begin_turn(conv, &claim("dead", "a", -1)).await.unwrap());
+    assert!(store.begin_turn(conv, &claim("next", "b", 60_000)).await.unwrap(), "an expired lease is taken over");
+    assert!(!store.renew_turn(conv, &claim("dead", "a", 60_000)).await.unwrap(), "the old holder lost it");
+    assert!(store.renew_turn(conv, &claim("next", "b", 60_000)).await.unwrap());
+}
+
+async fn a_restarted_owner_frees_what_it_held(store: &dyn ConversationStore) {
+    let first = store.create_conversation(7, 1, "lumie").await.unwrap();
+    let second = store.create_conversation(8, 2, "tutor").await.unwrap();
+    let elsewhere = store.create_conversation(7, 3, "lumie").await.unwrap();
+    for (conv, run, owner) in
+        [(first, "r1", "host-a:8000"), (second, "r2", "host-a:8000"), (elsewhere, "r3", "host-b:8000")]
+    {
+        assert!(store.begin_turn(conv, &claim(run, owner, 60_000)).await.unwrap());
+    }
+    let mut released = store.release_owner("host-a:8000").await.unwrap();
+    released.sort_by_key(|r| r.conversation_id);
+    assert_eq!(
+        released,
+        [
+            ReleasedTurn { tenant_id: 7, conversation_id: first, agent: "lumie".into() },
+            ReleasedTurn { tenant_id: 8, conversation_id: second, agent: "tutor".into() },
+        ]
+    );
+    assert!(store.begin_turn(first, &claim("again", "host-a:8000", 60_000)).await.unwrap(), "free at once");
+    assert!(!store.begin_turn(elsewhere, &claim("x", "host-a:8000", 60_000)).await.unwrap(), "another owner's stays");
+    assert!(store.release_owner("nobody").await.unwrap().is_empty());
 }
 
 async fn pending_actions_are_found_by_their_owner_and_decided_once(store: &dyn ConversationStore) {
@@ -119,6 +155,8 @@ macro_rules! suite {
                 };
             }
             case!(one_turn_runs_at_a_time);
+            case!(an_expired_lease_is_taken_over_and_its_holder_learns_it);
+            case!(a_restarted_owner_frees_what_it_held);
             case!(pending_actions_are_found_by_their_owner_and_decided_once);
             case!(deleting_takes_messages_and_pending_actions_with_it);
         }

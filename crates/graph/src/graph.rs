@@ -49,6 +49,7 @@ pub struct StateGraph<S: State, C> {
     nodes: Vec<(String, Arc<dyn Node<S, C>>)>,
     edges: Vec<(String, Edge<S>)>,
     resumes: Vec<(String, String)>,
+    recovery: Option<Recovery<S>>,
 }
 
 impl<S: State, C: Send + Sync + 'static> Default for StateGraph<S, C> {
@@ -60,7 +61,7 @@ impl<S: State, C: Send + Sync + 'static> Default for StateGraph<S, C> {
 impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// An empty graph.
     pub fn new() -> Self {
-        Self { nodes: Vec::new(), edges: Vec::new(), resumes: Vec::new() }
+        Self { nodes: Vec::new(), edges: Vec::new(), resumes: Vec::new(), recovery: None }
     }
 
     /// Adds a node.
@@ -88,6 +89,15 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     {
         let targets = targets.into_iter().map(Into::into).collect();
         self.edges.push((from.into(), Edge::Branch { router: Arc::new(router), targets }));
+        self
+    }
+
+    /// What to add to the state of a run that stopped mid-way (its process died) when the
+    /// thread is next used, so the state is whole again before anything else runs — e.g.
+    /// results for calls that were never answered, and a reply saying the turn was cut short.
+    /// Without it such a run is closed with no state change. See [`CompiledGraph::close_interrupted`].
+    pub fn set_recovery(&mut self, recovery: fn(&S) -> Option<S::Update>) -> &mut Self {
+        self.recovery = Some(recovery);
         self
     }
 
@@ -173,6 +183,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 deps: Arc::new(deps),
                 checkpointer,
                 heads: crate::heads::HeadCache::new(HEAD_CACHE_CAPACITY),
+                recovery: self.recovery,
                 mermaid,
             }),
         })
@@ -209,6 +220,9 @@ fn mermaid<S>(
     out
 }
 
+/// See [`StateGraph::set_recovery`].
+pub(crate) type Recovery<S> = fn(&S) -> Option<<S as State>::Update>;
+
 pub(crate) struct Inner<S: State, C> {
     pub(crate) nodes: HashMap<String, Arc<dyn Node<S, C>>>,
     pub(crate) edges: HashMap<String, Edge<S>>,
@@ -216,6 +230,7 @@ pub(crate) struct Inner<S: State, C> {
     pub(crate) deps: Arc<C>,
     pub(crate) checkpointer: Arc<dyn Checkpointer>,
     pub(crate) heads: crate::heads::HeadCache<S>,
+    pub(crate) recovery: Option<Recovery<S>>,
     mermaid: String,
 }
 

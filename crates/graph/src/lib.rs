@@ -42,6 +42,6 @@ pub use event::RunEvent;
 pub use graph::{CompiledGraph, END, START, StateGraph};
 pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};
 pub use node::{Node, NodeOutput, RunContext};
-pub use runner::{ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};
+pub use runner::{INTERRUPTED, ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};
 pub use sqlite::{SqliteDatabase, SqliteError};
 pub use state::State;

@@ -20,6 +20,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// The reason recorded when a run that stopped mid-way is closed.
+pub const INTERRUPTED: &str = "interrupted: the run stopped without finishing (its process ended)";
+
 /// Per-run settings.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -33,6 +36,10 @@ pub struct RunOptions {
     /// A thread whose last record is older than this while a run was in flight is taken to
     /// belong to a crashed run and may be superseded. Default: 10 minutes.
     pub stale_after: Duration,
+    /// The caller holds an exclusive claim on the thread (a lease in its own store, as the chat
+    /// service holds one per conversation), so a run found mid-way is dead whatever its age: it
+    /// is closed ([`CompiledGraph::close_interrupted`]) and this run goes ahead. Default: false.
+    pub owns_thread: bool,
 }
 
 impl Default for RunOptions {
@@ -42,6 +49,7 @@ impl Default for RunOptions {
             event_buffer: 256,
             cancel: CancellationToken::new(),
             stale_after: Duration::from_secs(600),
+            owns_thread: false,
         }
     }
 }
@@ -357,14 +365,18 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     ) -> Result<RunHandle<S>, GraphError> {
         // Taken, not copied: the run owns the head until it puts it back at its end.
         let cached = self.inner.heads.take(thread);
-        let head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::empty);
+        let mut head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::empty);
         let undecided = head.undecided().len();
         if undecided > 0 {
             self.inner.heads.put(thread.clone(), head);
             return Err(GraphError::AwaitingDecision { thread: thread.to_string(), pending: undecided });
         }
-        if head.next.is_some() && head.is_fresh(opts.stale_after) {
-            return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
+        if head.next.is_some() {
+            if head.is_fresh(opts.stale_after) && !opts.owns_thread {
+                return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
+            }
+            // The run that left the thread mid-way is dead: close it before this one starts.
+            head = self.close_dead_run(thread, head).await?;
         }
         let run_id = uuid::Uuid::now_v7().to_string();
         let mut state = head.state;
@@ -421,8 +433,10 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             if !undecided.is_empty() {
                 return Ok(ResumeResult::Waiting { undecided });
             }
-            // Everything was decided before: a run already took over, unless it died.
-            if head.is_fresh(opts.stale_after) {
+            // Everything was decided before: a run already took over, unless it died (a caller
+            // that owns the thread knows it did). Resuming again repeats what the dead run had
+            // not checkpointed, with the same call ids, so an idempotent tool runs once.
+            if head.is_fresh(opts.stale_after) && !opts.owns_thread {
                 return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
             }
         }
@@ -437,6 +451,49 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let decisions = head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d))).collect();
         let start = RunStart { run_id, state: head.state, version: rec.seq, next: resume_at, decisions };
         Ok(ResumeResult::Started(self.spawn(thread, start, opts)))
+    }
+
+    /// Closes a run that stopped mid-way on `thread` (its process died): writes a stop record
+    /// with what [`StateGraph::set_recovery`](crate::StateGraph::set_recovery) adds to the state,
+    /// so the thread is idle and whole again and its history says what happened. Returns whether
+    /// there was such a run; a thread that is idle, or paused awaiting decisions, is left alone.
+    ///
+    /// Only a caller that knows the run is dead may call this (one holding the thread's lease,
+    /// as the chat service does after a restart): a live run would find its thread moved on.
+    ///
+    /// # Errors
+    /// A store failure; [`GraphError::ConcurrentRun`] if another writer got there first.
+    pub async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError> {
+        let cached = self.inner.heads.take(thread);
+        let Some(head) = self.catch_up(thread, cached).await? else { return Ok(false) };
+        if head.next.is_none() || !head.undecided().is_empty() {
+            self.inner.heads.put(thread.clone(), head);
+            return Ok(false);
+        }
+        let head = self.close_dead_run(thread, head).await?;
+        self.inner.heads.put(thread.clone(), head);
+        Ok(true)
+    }
+
+    /// Writes the stop record of a dead run (with the recovery update) and returns the head after it.
+    async fn close_dead_run(&self, thread: &ThreadId, mut head: ThreadState<S>) -> Result<ThreadState<S>, GraphError> {
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let mut rec = record(head.version + 1, &run_id, RecordKind::Stop);
+        rec.reason = Some(INTERRUPTED.to_owned());
+        let update = self.inner.recovery.and_then(|recover| recover(&head.state));
+        if let Some(update) = update {
+            rec.updates.push(serde_json::value::to_raw_value(&update)?);
+            Arc::make_mut(&mut head.state).apply(update);
+        }
+        self.write(thread, &rec).await?;
+        tracing::warn!(%thread, "closed a run that stopped mid-way (its process died)");
+        head.version = rec.seq;
+        head.next = None;
+        head.pending.clear();
+        head.decisions.clear();
+        head.last_at_ms = rec.created_at_ms;
+        head.head_run = run_id;
+        Ok(head)
     }
 
     /// Runs `start` on its own task; the head it ends with goes back into the head cache,

@@ -88,8 +88,59 @@ fn approval_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
     g.compile(Deps::default(), store).unwrap()
 }
 
+/// user → work → END; `work` hangs on a message starting with "slow" (a process that dies
+/// there never finishes it) and echoes anything else. Recovery closes a cut turn with a note.
+fn hanging_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("work", |s: Arc<Chat>, _c: Ctx| async move {
+        let last = s.log.last().cloned().unwrap_or_default();
+        if last.starts_with("slow") {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Ok(NodeOutput::Update(say(&format!("done: {last}"))))
+    });
+    g.add_edge(START, "work").add_edge("work", END);
+    g.set_recovery(|s: &Chat| Some(say(&format!("cut short after {} entries", s.log.len()))));
+    g.compile(Deps::default(), store).unwrap()
+}
+
 fn thread(n: u32) -> ThreadId {
     ThreadId::new("tenant7", n)
+}
+
+async fn a_run_that_died_mid_way_is_closed_and_the_thread_goes_on(b: &Backend) {
+    let t = thread(21);
+    let dying = hanging_graph(b.open().await);
+    let mut run = dying.start(&t, say("slow question"), RunOptions::default()).await.unwrap();
+    // The run is inside its node when "the process dies": it never writes again.
+    while !matches!(run.next_event().await, Some(RunEvent::NodeStarted { .. })) {}
+    // A new process: a fresh graph over the same store.
+    let g = hanging_graph(b.open().await);
+    let refused = g.start(&t, say("next"), RunOptions::default()).await.err();
+    assert!(matches!(refused, Some(GraphError::ConcurrentRun { .. })), "a run looks alive to a caller without a claim");
+    // The thread's owner (the service, holding its lease) knows the run is dead.
+    assert!(g.close_interrupted(&t).await.unwrap(), "a dead run is closed");
+    assert!(!g.close_interrupted(&t).await.unwrap(), "an idle thread is left alone");
+    let (_, out) = g.start(&t, say("next"), opts_owned()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.log, ["slow question", "cut short after 1 entries", "next", "done: next"]);
+    let history = g.history(&t).await.unwrap();
+    assert_eq!(
+        history.iter().map(|c| c.kind).collect::<Vec<_>>(),
+        [RecordKind::Input, RecordKind::Stop, RecordKind::Input, RecordKind::Step]
+    );
+    // An owner starting a turn over a dead run closes it itself, the same way.
+    let dying = hanging_graph(b.open().await);
+    let mut run = dying.start(&t, say("slow again"), opts_owned()).await.unwrap();
+    while !matches!(run.next_event().await, Some(RunEvent::NodeStarted { .. })) {}
+    let g = hanging_graph(b.open().await);
+    let (_, out) = g.start(&t, say("and now"), opts_owned()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(&state.log[4..], ["slow again", "cut short after 5 entries", "and now", "done: and now"]);
+}
+
+fn opts_owned() -> RunOptions {
+    RunOptions { owns_thread: true, ..RunOptions::default() }
 }
 
 async fn multi_turn_persists_and_resumes_in_a_new_process(b: &Backend) {
@@ -370,6 +421,7 @@ macro_rules! suite {
                 };
             }
             case!(multi_turn_persists_and_resumes_in_a_new_process);
+            case!(a_run_that_died_mid_way_is_closed_and_the_thread_goes_on);
             case!(two_interrupts_resume_each_to_its_own_call_and_nothing_repeats);
             case!(recursion_limit_ends_the_run_with_a_defined_outcome);
             case!(a_panicking_node_fails_the_run_not_the_process);

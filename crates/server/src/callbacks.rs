@@ -37,7 +37,9 @@ pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVeri
         .route(path::CONVERSATIONS, post(create_conversation))
         .route(path::CONVERSATION_LOOKUP, post(conversation))
         .route(path::TURN_BEGIN, post(begin_turn))
+        .route(path::TURN_RENEW, post(renew_turn))
         .route(path::TURN_END, post(end_turn))
+        .route(path::TURN_RELEASE_OWNER, post(release_owner))
         .route(path::SAVE_MESSAGE, post(save_message))
         .route(path::PENDING_ACTION, post(save_pending))
         .route(path::PENDING_LOOKUP, post(pending))
@@ -76,9 +78,16 @@ async fn conversation(
     Ok(Json(wire::ConversationFound { conversation }))
 }
 
-async fn begin_turn(State(b): State<Backend>, Json(r): Json<wire::BeginTurn>) -> Answer<wire::Claimed> {
-    let claimed = b.store.begin_turn(r.conversation_id, &r.run_id, r.stale_after_ms).await?;
-    Ok(Json(wire::Claimed { claimed }))
+async fn begin_turn(State(b): State<Backend>, Json(r): Json<wire::TurnLease>) -> Answer<wire::Claimed> {
+    Ok(Json(wire::Claimed { claimed: b.store.begin_turn(r.conversation_id, &r.claim).await? }))
+}
+
+async fn renew_turn(State(b): State<Backend>, Json(r): Json<wire::TurnLease>) -> Answer<wire::Claimed> {
+    Ok(Json(wire::Claimed { claimed: b.store.renew_turn(r.conversation_id, &r.claim).await? }))
+}
+
+async fn release_owner(State(b): State<Backend>, Json(r): Json<wire::ReleaseOwner>) -> Answer<wire::Released> {
+    Ok(Json(wire::Released { released: b.store.release_owner(&r.owner).await? }))
 }
 
 async fn end_turn(State(b): State<Backend>, Json(r): Json<wire::RunRef>) -> Answer<wire::Empty> {

@@ -30,7 +30,7 @@ pub use error::ChatError;
 pub use listen::HttpServer;
 pub use metrics::Metrics;
 pub use routes::{api_router, ops_router, router};
-pub use service::{ChatService, Confirmed, STALE_TURN, ServedAgent, ServiceOptions};
+pub use service::{ChatService, Confirmed, ServedAgent, ServiceOptions};
 pub use wire::{ConfirmRequest, ConfirmResponse, Done, MAX_MESSAGE_CHARS, PendingActionDto, StreamRequest};
 
 use std::sync::Arc;

@@ -20,12 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolgraph_agents::react::{AgentDeps, AgentState, user_turn};
 use toolgraph_config::AgentSettings;
-use toolgraph_conversations::{ConversationStore, ConversationThread, Decided, PendingLookup};
+use toolgraph_conversations::{ConversationStore, ConversationThread, Decided, PendingLookup, TurnClaim};
 use toolgraph_graph::{Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions};
-
-/// A run that has held a conversation longer than this without finishing is taken to have
-/// died with its process, and the conversation is free again.
-pub const STALE_TURN: Duration = Duration::from_secs(600);
 
 /// One agent the service can run.
 pub struct ServedAgent {
@@ -41,11 +37,24 @@ pub struct ServiceOptions {
     pub auth: crate::auth::Auth,
     /// Most runs one tenant may have in flight; more get 429 with `Retry-After` (0: no limit).
     pub max_runs_per_tenant: usize,
+    /// This instance's name in the store's run leases: a restarted instance frees the leases it
+    /// held under it ([`ChatService::recover`]), so it must be stable across restarts and unique
+    /// among replicas. Default: `local`.
+    pub instance_id: String,
+    /// How long a run's lease on its conversation lasts without renewal (renewed every third of
+    /// it): the longest a conversation stays blocked after the instance running its turn died
+    /// without restarting. Default: 30 s.
+    pub turn_lease: Duration,
 }
 
 impl Default for ServiceOptions {
     fn default() -> Self {
-        Self { auth: crate::auth::Auth::None, max_runs_per_tenant: 0 }
+        Self {
+            auth: crate::auth::Auth::None,
+            max_runs_per_tenant: 0,
+            instance_id: "local".into(),
+            turn_lease: Duration::from_secs(30),
+        }
     }
 }
 
@@ -145,12 +154,54 @@ impl ChatService {
         slots.try_acquire_owned().map(Some).map_err(|_| ChatError::TooManyRuns { limit })
     }
 
-    fn run_options(&self, agent: &ServedAgent) -> RunOptions {
+    /// A lease on a conversation for a new run of this instance.
+    fn claim(&self) -> TurnClaim {
+        TurnClaim {
+            run_id: uuid::Uuid::now_v7().to_string(),
+            owner: self.0.options.instance_id.clone(),
+            lease_ms: self.0.options.turn_lease.as_millis() as i64,
+        }
+    }
+
+    /// A run's options: it holds its conversation's lease, so a run found dead mid-way on the
+    /// thread is closed rather than waited for.
+    fn run_options(&self, agent: &ServedAgent, cancel: &CancellationToken) -> RunOptions {
         RunOptions {
             recursion_limit: agent.settings.recursion_limit,
-            cancel: self.0.shutdown.child_token(),
+            cancel: cancel.clone(),
+            owns_thread: true,
             ..RunOptions::default()
         }
+    }
+
+    /// Frees the leases this instance held before it restarted and closes the turns they
+    /// belonged to, so their conversations are usable at once and their history says the turn
+    /// was interrupted. Run before the service reports ready; returns how many turns it closed.
+    ///
+    /// # Errors
+    /// `Store` when the leases cannot be read; a turn that cannot be closed is logged and left
+    /// for its conversation's next turn, which closes it too.
+    pub async fn recover(&self) -> Result<usize, ChatError> {
+        let released = self.0.store.release_owner(&self.0.options.instance_id).await?;
+        let mut closed = 0;
+        for r in released {
+            let Some(agent) = self.0.agents.get(&r.agent) else {
+                tracing::warn!(conversation = r.conversation_id, agent = %r.agent, "an interrupted turn's agent is gone");
+                continue;
+            };
+            let thread = ConversationThread { tenant: r.tenant_id, conversation: r.conversation_id }.thread_id();
+            match agent.graph.close_interrupted(&thread).await {
+                Ok(true) => closed += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(conversation = r.conversation_id, error = %e, "cannot close an interrupted turn")
+                }
+            }
+        }
+        if closed > 0 {
+            tracing::warn!(closed, "closed turns interrupted when this instance last stopped");
+        }
+        Ok(closed)
     }
 
     /// Starts a turn of `req` (validated by the caller): a new conversation or the next turn of
@@ -199,15 +250,18 @@ impl ChatService {
             None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await?,
         };
         let permit = self.admit(req.tenant_id)?;
-        let run_id = uuid::Uuid::now_v7().to_string();
-        if !store.begin_turn(conversation, &run_id, STALE_TURN.as_millis() as i64).await? {
+        let claim = self.claim();
+        if !store.begin_turn(conversation, &claim).await? {
             return Err(ChatError::conflict("a turn is already running on this conversation"));
         }
+        let run_id = claim.run_id.clone();
+        let cancel = self.0.shutdown.child_token();
         let turn = Turn {
             tenant: req.tenant_id,
             conversation,
-            run_id: run_id.clone(),
             agent: agent_name,
+            claim,
+            cancel: cancel.clone(),
             tool_events: req.tool_events,
         };
         // The user's message is committed with the run's first checkpoint (see the
@@ -215,7 +269,7 @@ impl ChatService {
         let thread = ConversationThread { tenant: req.tenant_id, conversation }.thread_id();
         let mut input = user_turn(req.message.clone(), turn_context(req, is_new));
         input.context_set = Some(turn_identity(req, conversation));
-        let run = match agent.graph.start(&thread, input, self.run_options(agent)).await {
+        let run = match agent.graph.start(&thread, input, self.run_options(agent, &cancel)).await {
             Ok(run) => run,
             Err(e) => {
                 let _ = store.end_turn(conversation, &run_id).await;
@@ -286,11 +340,11 @@ impl ChatService {
             .get(&conversation.agent)
             .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conversation.agent)))?;
         let permit = self.admit(req.tenant_id)?;
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let claim = self.claim();
         // Every action is decided and no answer is stored yet: resume, unless another request
         // (or the turn that paused) holds the conversation right now. A retry after that turn
         // ends resumes, so a decision recorded by a request that then failed is never stranded.
-        if !store.begin_turn(conv, &run_id, STALE_TURN.as_millis() as i64).await? {
+        if !store.begin_turn(conv, &claim).await? {
             return Err(ChatError::conflict("these decisions are being applied; retry shortly"));
         }
         let decisions: BTreeMap<InterruptId, Decision> = group
@@ -301,17 +355,24 @@ impl ChatService {
             })
             .collect();
         let thread = ConversationThread { tenant: req.tenant_id, conversation: conv }.thread_id();
-        let run = match agent.graph.resume(&thread, decisions, self.run_options(agent)).await {
+        let cancel = self.0.shutdown.child_token();
+        let run = match agent.graph.resume(&thread, decisions, self.run_options(agent, &cancel)).await {
             Ok(ResumeResult::Started(run)) => run,
             Ok(ResumeResult::Waiting { .. }) | Err(_) => {
-                let _ = store.end_turn(conv, &run_id).await;
+                let _ = store.end_turn(conv, &claim.run_id).await;
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
-        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id));
+        let log = self.0.runs.create(&claim.run_id, (req.tenant_id, req.user_id));
         // Nobody streams a confirm's run: its outcome is the response.
-        let turn =
-            Turn { tenant: req.tenant_id, conversation: conv, run_id, agent: conversation.agent, tool_events: false };
+        let turn = Turn {
+            tenant: req.tenant_id,
+            conversation: conv,
+            agent: conversation.agent,
+            claim,
+            cancel,
+            tool_events: false,
+        };
         // Detached: the run finishes and persists even if this request goes away.
         let service = self.clone();
         let task = self.0.tasks.spawn(async move {

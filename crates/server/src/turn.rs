@@ -7,24 +7,35 @@ use crate::service::ChatService;
 use crate::wire::{Done, PendingActionDto, TokenEvent, ToolCallEvent, ToolResultEvent};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 use toolgraph_agents::react::{AgentState, ApprovalRequest, ReactNode};
-use toolgraph_conversations::Role;
+use toolgraph_conversations::{Role, TurnClaim};
 use toolgraph_graph::{DerivedRows, GraphError, RunEvent, RunHandle, RunOutcome};
 
 /// The reply of a run that hit the recursion limit (the academy-admin contract's text).
 pub const RECURSION_FALLBACK: &str =
     "Sorry, I could not finish this request within the allowed number of steps. Please try rephrasing it.";
 
-/// Who a turn belongs to.
+/// Who a turn belongs to, and its hold on the conversation.
 #[derive(Debug, Clone)]
 pub struct Turn {
     pub tenant: i64,
     pub conversation: i64,
-    pub run_id: String,
     pub agent: String,
+    /// The turn's lease on its conversation (its `run_id` is the turn's); renewed while the run
+    /// works.
+    pub claim: TurnClaim,
+    /// Cancels the run (it is the run's own token): used when the lease is lost.
+    pub cancel: CancellationToken,
     /// Stream `tool_call` / `tool_result` events too (the request's `toolEvents`).
     pub tool_events: bool,
+}
+
+impl Turn {
+    fn run_id(&self) -> &str {
+        &self.claim.run_id
+    }
 }
 
 /// How a turn ended, for the confirm response.
@@ -59,7 +70,7 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
         tenant.id = turn.tenant,
         conversation.id = turn.conversation,
         agent = %turn.agent,
-        run.id = %turn.run_id,
+        run.id = %turn.run_id(),
         outcome = tracing::field::Empty,
     );
     let mut model_started: Option<(Instant, tracing::Span)> = None;
@@ -67,7 +78,19 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     // The ids the store gave to what the latest step wrote (its messages, its pending actions),
     // handed over by the run: nothing is read back.
     let mut written = DerivedRows::default();
-    while let Some(event) = run.next_event().await {
+    // The lease is renewed three times per lease period while the run works, so one slow
+    // renewal does not lose it.
+    let lease = Duration::from_millis(turn.claim.lease_ms.max(3) as u64);
+    let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + lease / 3, lease / 3);
+    loop {
+        let event = tokio::select! {
+            event = run.next_event() => event,
+            _ = renewal.tick() => {
+                renew(service, turn).await;
+                continue;
+            }
+        };
+        let Some(event) = event else { break };
         match event {
             RunEvent::TextDelta { text } => log.push("token", &TokenEvent { content: &text }),
             RunEvent::NodeStarted { node, .. } if ReactNode::of(&node) == Some(ReactNode::Model) => {
@@ -110,7 +133,7 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
                 // which reported its message id; listed in the order the run raised them.
                 for p in &pending {
                     let Some(message_id) = written.interrupt(&p.id) else {
-                        tracing::warn!(run = %turn.run_id, interrupt = %p.id.0, "a pending action was not stored");
+                        tracing::warn!(run = %turn.run_id(), interrupt = %p.id.0, "a pending action was not stored");
                         continue;
                     };
                     let request = ApprovalRequest::of(&p.payload).unwrap_or_default();
@@ -144,7 +167,7 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
         }
         RunOutcome::Failed { error, .. } => {
             m.errors.with_label_values(&["exception"]).inc();
-            tracing::warn!(run = %turn.run_id, %error, "run failed");
+            tracing::warn!(run = %turn.run_id(), %error, "run failed");
             result.error = Some(public_error(error));
             ("error", false, None)
         }
@@ -167,18 +190,18 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     }
     // Released before the last frame goes out: a client that confirms as soon as it sees
     // `done` must find the conversation free.
-    if let Err(e) = store.end_turn(turn.conversation, &turn.run_id).await {
+    if let Err(e) = store.end_turn(turn.conversation, turn.run_id()).await {
         tracing::error!(error = %e, "cannot release the conversation");
     }
     match (&result.error, &result.reply, result.pending.first()) {
         (Some(message), _, _) => {
-            tracing::warn!(run = %turn.run_id, conversation = turn.conversation, %message, "turn ended with an error frame");
+            tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, %message, "turn ended with an error frame");
             log.push("error", &json!({ "message": message }))
         }
         (None, Some((id, _)), _) => push_done(log, turn.conversation, *id),
         (None, None, Some(p)) => push_done(log, turn.conversation, p.message_id),
         (None, None, None) => {
-            tracing::warn!(run = %turn.run_id, conversation = turn.conversation, "run ended without a reply");
+            tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, "run ended without a reply");
             log.push("error", &json!({ "message": "the run ended without a reply" }))
         }
     }
@@ -186,6 +209,20 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     m.stream_duration.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
     log.finish();
     result
+}
+
+/// Renews the turn's lease; a run that lost it (it expired and another run took the
+/// conversation) is cancelled, so two runs never work on one conversation.
+async fn renew(service: &ChatService, turn: &Turn) {
+    match service.store().renew_turn(turn.conversation, &turn.claim).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::error!(run = %turn.run_id(), conversation = turn.conversation, "lost the conversation's lease; cancelling the run");
+            turn.cancel.cancel();
+        }
+        // The store is unreachable: the run goes on, and the next renewal tries again.
+        Err(e) => tracing::warn!(run = %turn.run_id(), error = %e, "cannot renew the conversation's lease"),
+    }
 }
 
 fn push_done(log: &RunLog, conversation_id: i64, message_id: i64) {

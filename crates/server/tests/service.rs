@@ -17,7 +17,7 @@ use toolgraph_agents::react::{self, AgentSpec};
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_conversations::{
-    ConversationStore, PostgresConversationStore, ProjectingCheckpointer, SqliteConversationStore,
+    ConversationStore, PostgresConversationStore, ProjectingCheckpointer, SqliteConversationStore, TurnClaim,
 };
 use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_graph::{Checkpointer, PostgresCheckpointer};
@@ -430,7 +430,8 @@ async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry(b: &str)
     let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
     let msg = pending.data["messageId"].as_i64().unwrap();
     // Another replica holds the conversation when the decision arrives.
-    assert!(s.store.begin_turn(conv, "other-replica", 60_000).await.unwrap());
+    let other = TurnClaim { run_id: "other-replica".into(), owner: "replica-b".into(), lease_ms: 60_000 };
+    assert!(s.store.begin_turn(conv, &other).await.unwrap());
     assert_eq!(confirm(&s, 7, 101, conv, msg, true).await.0, 409);
     assert_eq!(s.sms_sent.load(Ordering::SeqCst), 0);
     s.store.end_turn(conv, "other-replica").await.unwrap();

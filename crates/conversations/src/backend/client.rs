@@ -3,7 +3,8 @@
 use super::signing::signature_headers;
 use super::wire::{self, path};
 use crate::{
-    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, Role, StoreError, StoredMessage,
+    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, ReleasedTurn, Role, StoreError,
+    StoredMessage, TurnClaim,
 };
 use async_trait::async_trait;
 use serde::Serialize;
@@ -213,14 +214,24 @@ impl ConversationStore for BackendConversationStore {
         Ok(self.post::<_, wire::ConversationFound>(path::CONVERSATION_LOOKUP, &body).await?.conversation)
     }
 
-    async fn begin_turn(&self, conversation: i64, run_id: &str, stale_after_ms: i64) -> Result<bool, StoreError> {
-        let body = wire::BeginTurn { conversation_id: conversation, run_id: run_id.to_owned(), stale_after_ms };
+    async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let body = wire::TurnLease { conversation_id: conversation, claim: claim.clone() };
         Ok(self.post::<_, wire::Claimed>(path::TURN_BEGIN, &body).await?.claimed)
+    }
+
+    async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let body = wire::TurnLease { conversation_id: conversation, claim: claim.clone() };
+        Ok(self.post::<_, wire::Claimed>(path::TURN_RENEW, &body).await?.claimed)
     }
 
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
         let body = wire::RunRef { conversation_id: conversation, run_id: run_id.to_owned() };
         self.post::<_, wire::Empty>(path::TURN_END, &body).await.map(|_| ())
+    }
+
+    async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let body = wire::ReleaseOwner { owner: owner.to_owned() };
+        Ok(self.post::<_, wire::Released>(path::TURN_RELEASE_OWNER, &body).await?.released)
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {

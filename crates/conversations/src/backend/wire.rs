@@ -3,7 +3,7 @@
 //! fields are documented where the call is ([`path`]).
 #![allow(missing_docs)]
 
-use crate::{Conversation, Decided, NewPending, PendingAction, StoredMessage};
+use crate::{Conversation, Decided, NewPending, PendingAction, ReleasedTurn, StoredMessage, TurnClaim};
 use serde::{Deserialize, Serialize};
 
 /// Every path of the surface, relative to the backend's base URL.
@@ -12,8 +12,12 @@ pub mod path {
     pub const CONVERSATIONS: &str = "/internal/chatbot/conversations";
     /// Look up a conversation of a tenant and user.
     pub const CONVERSATION_LOOKUP: &str = "/internal/chatbot/conversations/lookup";
-    /// Claim a conversation for a run.
+    /// Claim a conversation for a run (a lease).
     pub const TURN_BEGIN: &str = "/internal/chatbot/turns/begin";
+    /// Extend a run's lease.
+    pub const TURN_RENEW: &str = "/internal/chatbot/turns/renew";
+    /// Free every claim of a restarted service instance.
+    pub const TURN_RELEASE_OWNER: &str = "/internal/chatbot/turns/release-owner";
     /// Release a run's claim.
     pub const TURN_END: &str = "/internal/chatbot/turns/end";
     /// Persist a user, assistant or tool message (named by the contract).
@@ -117,17 +121,28 @@ pub struct ConversationFound {
     pub conversation: Option<Conversation>,
 }
 
-/// `turns/begin`.
+/// `turns/begin` and `turns/renew`: a run's claim (lease) on a conversation.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct BeginTurn {
+pub struct TurnLease {
     pub conversation_id: i64,
-    pub run_id: String,
-    /// A claim older than this is stale (its replica died) and may be taken over.
-    pub stale_after_ms: i64,
+    #[serde(flatten)]
+    pub claim: TurnClaim,
 }
 
-/// The answer of `turns/begin`.
+/// `turns/release-owner`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReleaseOwner {
+    pub owner: String,
+}
+
+/// The answer of `turns/release-owner`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Released {
+    pub released: Vec<ReleasedTurn>,
+}
+
+/// The answer of `turns/begin` and `turns/renew`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claimed {
     pub claimed: bool,
