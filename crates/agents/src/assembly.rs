@@ -55,8 +55,9 @@ pub fn model(
 }
 
 /// Every tool the configuration enables: the built-ins, `rag_search` over `kb` through
-/// `retriever`, `general_query` over `tools.sql_database`, and the backend's tools when
-/// `backend` is given (the client of [`backend`], shared with the store and the schema prompt).
+/// `retriever`, `general_query` over `tools.sql_database`, the plugins below `plugins.dirs`,
+/// and the backend's tools when `backend` is given (the client of [`backend`], shared with the
+/// store and the schema prompt).
 ///
 /// # Errors
 /// A SQL database that cannot be opened, a backend tool whose schema is invalid, two tools
@@ -72,6 +73,13 @@ pub async fn all_tools(
     if let Some(db) = &cfg.tools.sql_database {
         all.register(crate::academy::sql::general_query(db).await?)?;
     }
+    for tool in plugin_tools(cfg).await {
+        let name = tool.spec().name.clone();
+        // A plugin never replaces a tool of toolgraph's own: it is refused, the others load.
+        if let Err(e) = all.register(tool) {
+            tracing::error!(plugin = %name, "plugin not loaded: {e}");
+        }
+    }
     if let Some(backend) = backend {
         // The backend runs the model's SQL and the approved writes; the service opens no
         // tenant database.
@@ -86,6 +94,22 @@ pub async fn all_tools(
         }
     }
     Ok(all)
+}
+
+/// The tools of the plugins below `plugins.dirs` (each load and each refusal logged). Reads
+/// the plugin directories on a blocking thread.
+async fn plugin_tools(cfg: &Config) -> Vec<Arc<dyn toolgraph_tools::Tool>> {
+    if cfg.plugins.dirs.is_empty() {
+        return Vec::new();
+    }
+    let (dirs, locale) = (cfg.plugins.dirs.clone(), cfg.plugins.locale.clone());
+    match tokio::task::spawn_blocking(move || toolgraph_plugins::load(&dirs, &locale)).await {
+        Ok(loaded) => loaded.plugins.into_iter().map(|p| p.tool).collect(),
+        Err(e) => {
+            tracing::error!(error = %e, "the plugin loader failed");
+            Vec::new()
+        }
+    }
 }
 
 /// The client of the backend of `server.backend_*` when `server.store = "backend"`: one per

@@ -11,6 +11,7 @@ mod config_cmd;
 mod eval_cmd;
 mod graph_cmd;
 mod kb_cmd;
+mod plugins_cmd;
 mod remote_chat;
 mod retrieval;
 mod serve_cmd;
@@ -63,6 +64,9 @@ enum Command {
     Ingest(kb_cmd::IngestArgs),
     /// Search a knowledge base (BM25 with metadata filters).
     Search(kb_cmd::SearchArgs),
+    /// List the plugins of the configured (or given) directories, or check them.
+    #[command(subcommand)]
+    Plugins(plugins_cmd::PluginsCommand),
     /// Inspect agent graphs.
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
@@ -80,7 +84,8 @@ enum Command {
 /// The stderr log's filter: `TOOLGRAPH_LOG`, else the one of the verbosity.
 fn log_filter(verbose: u8) -> String {
     let default = match verbose {
-        0 => "warn",
+        // Which plugins loaded, and why one did not, is always worth a line.
+        0 => "warn,toolgraph_plugins=info",
         1 => "toolgraph=debug,toolgraph_tools=debug,toolgraph_llm=debug,info",
         _ => "trace",
     };
@@ -105,6 +110,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(args) => chat_cmd::run(args, &cfg).await,
         Command::Ingest(args) => kb_cmd::ingest_cmd(args, &cfg).await,
         Command::Search(args) => kb_cmd::search_cmd(args, &cfg).await,
+        Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
         Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Eval(cmd) => eval_cmd::run(cmd, &cfg).await,

@@ -410,3 +410,35 @@ async fn ingest_and_search_with_an_openai_compatible_embedding_server() {
     let inputs: usize = server.embedding_requests().iter().map(|r| r["input"].as_array().unwrap().len()).sum();
     assert_eq!(inputs, 3, "two chunks at ingest, one query at search");
 }
+
+#[test]
+fn plugins_check_names_each_problem_and_list_shows_what_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins");
+    let examples = examples.to_str().unwrap();
+    let out = toolgraph(dir.path(), &["plugins", "check", examples]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("2 plugin(s) load, 0 error(s)"), "{}", stdout(&out));
+    let out = toolgraph(dir.path(), &["plugins", "list", examples]);
+    let listed = stdout(&out);
+    assert!(listed.contains("bad_calculator") && listed.contains("1.0.0") && listed.contains("exec"), "{listed}");
+    // A broken plugin beside a good one: check fails naming file, line and field; the good
+    // one still loads.
+    let broken = dir.path().join("mine/broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(
+        broken.join("plugin.toml"),
+        "name = \"broken\"\nversion = \"1.0\"\ndescription = \"x\"\nkind = \"exec\"\n",
+    )
+    .unwrap();
+    let out = toolgraph(dir.path(), &["plugins", "check", examples, dir.path().join("mine").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("broken/plugin.toml:2: field `version`: '1.0' is not a semver version"), "{err}");
+    assert!(stdout(&out).contains("2 plugin(s) load, 1 error(s)"), "{}", stdout(&out));
+    // With [plugins] dirs configured, the agent's tools include them.
+    std::fs::write(dir.path().join("toolgraph.toml"), format!("[plugins]\ndirs = [{examples:?}]\n")).unwrap();
+    let out = toolgraph(dir.path(), &["tools", "list", "--json"]);
+    let specs: Vec<Value> = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    assert!(specs.iter().any(|s| s["name"] == "bad_calculator" && s["displayName"] == "Bad calculator"));
+}

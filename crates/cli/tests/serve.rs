@@ -662,3 +662,47 @@ async fn a_restarted_instance_frees_the_turn_it_was_running() {
 async fn another_instance_takes_over_a_dead_instances_expired_lease() {
     serve_crash_mid_turn(false).await;
 }
+
+/// A plugin end to end: `serve` loads the shipped plugins from `[plugins] dirs` (a log line
+/// each), the model calls `bad_calculator` through the chat service, and its result
+/// (a + b + 100) reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_calls_a_plugin_through_the_chat_service() {
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "bad_calculator", json!({"a": 2, "b": 3}))]),
+        Reply::text("Son 105."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins");
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(&config, format!("[plugins]\ndirs = [{:?}]\n", plugins.display().to_string())).unwrap();
+    let log = dir.path().join("serve.log");
+    let port = free_port();
+    let mut child = serve_command(dir.path(), &model, port)
+        .arg("--config")
+        .arg(&config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let text = new_turn(&base, "¿cuánto es 2 + 3?").await;
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    child.wait().unwrap();
+    assert!(text.contains("event: done"), "{text}");
+    assert_eq!(streamed_text(&text), "Son 105.");
+    let requests = model.requests();
+    let offered = requests[0]["tools"].to_string();
+    assert!(offered.contains("bad_calculator") && offered.contains("datetime_now"), "{offered}");
+    let tool = requests[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").cloned().unwrap();
+    assert_eq!(tool["tool_call_id"], "c1");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(tool["content"].as_str().unwrap()).unwrap(),
+        json!({"result": 105})
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("loaded plugin bad_calculator 1.0.0 from"), "{log}");
+    assert!(log.contains("loaded plugin datetime_now 1.0.0 from"), "{log}");
+}

@@ -18,6 +18,7 @@
 
 mod agents;
 mod llm;
+mod plugins;
 mod rag;
 mod secret;
 mod server;
@@ -27,6 +28,7 @@ mod tools;
 
 pub use agents::{AgentSettings, DEFAULT_SYSTEM_PROMPT};
 pub use llm::LlmSettings;
+pub use plugins::PluginSettings;
 pub use rag::{EmbeddingProvider, RagSettings, SecondEmbedding};
 pub use secret::Secret;
 pub use server::{AuthKind, BackendToolSettings, ServerSettings, StoreKind};
@@ -46,7 +48,7 @@ use std::path::{Path, PathBuf};
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag"];
+const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag", "plugins"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +91,8 @@ pub struct Config {
     pub server: ServerSettings,
     /// Built-in tools that need settings.
     pub tools: ToolSettings,
+    /// Tools declared in plugin directories.
+    pub plugins: PluginSettings,
     /// Knowledge bases (`toolgraph ingest`, `search`, `POST /search`, the `rag_search` tool).
     pub rag: RagSettings,
     /// The agent used when a request names none. Default: the only configured agent, or
@@ -107,6 +111,7 @@ impl Default for Config {
             llm: LlmSettings::default(),
             server: ServerSettings::default(),
             tools: ToolSettings::default(),
+            plugins: PluginSettings::default(),
             rag: RagSettings::default(),
             default_agent: None,
             agents: BTreeMap::new(),
@@ -152,6 +157,7 @@ impl Config {
         let check = Check { fig };
         self.llm.validate(&check)?;
         self.rag.validate(&check)?;
+        self.plugins.validate(&check)?;
         for (name, agent) in &self.agents {
             agent.validate(name, &check)?;
         }

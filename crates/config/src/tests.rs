@@ -128,6 +128,10 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("`server.header_read_timeout_ms`") && err.contains("greater than 0"), "{err}");
     let err = Config::from_toml_str("[server]\nshutdown_drain_ms = 0\n").unwrap_err().to_string();
     assert!(err.contains("`server.shutdown_drain_ms`") && err.contains("greater than 0"), "{err}");
+    let err = Config::from_toml_str("[plugins]\nlocale = \"../x\"\n").unwrap_err().to_string();
+    assert!(err.contains("`plugins.locale`"), "{err}");
+    let c = Config::from_toml_str("[plugins]\ndirs = [\"plugins\", \"/opt/tg\"]\nlocale = \"es\"\n").unwrap();
+    assert_eq!(c.plugins.dirs, [PathBuf::from("plugins"), PathBuf::from("/opt/tg")]);
     let err = Config::from_toml_str("[server]\nturn_lease_ms = 10\n").unwrap_err().to_string();
     assert!(err.contains("`server.turn_lease_ms`") && err.contains("less than 1000"), "{err}");
     let err = Config::from_toml_str("[server]\ninstance_id = \" \"\n").unwrap_err().to_string();

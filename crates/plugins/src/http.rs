@@ -1,0 +1,157 @@
+//! `http` plugins: one request built from the arguments — `{param}` in the URL replaced by
+//! that argument (percent-encoded), the other arguments as a JSON body for `POST`, `PUT` and
+//! `PATCH`, headers whose `${NAME}` come from the environment at each call (so secrets live in
+//! the environment, never in a manifest) — and the response, or the part a JSON pointer names,
+//! as the result. Statuses become the outcome kinds a model can act on.
+
+use crate::manifest::{HttpSpec, ManifestError, env_references, placeholders};
+use crate::tool::{Common, Runner};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use std::time::Duration;
+use toolgraph_tools::ToolError;
+
+/// Most of a response read.
+const MAX_RESPONSE: usize = 1024 * 1024;
+
+/// Most of an error response quoted to the model.
+const QUOTED: usize = 300;
+
+/// Runs a plugin's request.
+pub struct HttpRunner {
+    http: reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: bool,
+    result: Option<String>,
+}
+
+impl HttpRunner {
+    /// The runner of `spec`, whose calls last at most `limit`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built, or a header names an unset environment variable.
+    pub fn new(limit: Duration, spec: &HttpSpec) -> Result<Self, ManifestError> {
+        let fail = |field: &str, message: String| ManifestError {
+            path: crate::manifest::MANIFEST.into(),
+            line: None,
+            field: Some(field.to_owned()),
+            message,
+        };
+        for (header, value) in &spec.headers {
+            for var in env_references(value) {
+                if std::env::var_os(var).is_none() {
+                    return Err(fail(
+                        &format!("http.headers.{header}"),
+                        format!("environment variable {var} is not set"),
+                    ));
+                }
+            }
+        }
+        let method =
+            reqwest::Method::from_bytes(spec.method.as_bytes()).map_err(|e| fail("http.method", e.to_string()))?;
+        let body = spec.body.unwrap_or(matches!(spec.method.as_str(), "POST" | "PUT" | "PATCH"));
+        let http = reqwest::Client::builder()
+            .timeout(limit)
+            .connect_timeout(limit.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| fail("http", e.to_string()))?;
+        Ok(Self {
+            http,
+            method,
+            url: spec.url.clone(),
+            headers: spec.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            body,
+            result: spec.result.clone(),
+        })
+    }
+
+    /// The URL with its placeholders filled, and the arguments it did not use.
+    fn url_and_rest(&self, arguments: &Value) -> Result<(String, Map<String, Value>), ToolError> {
+        let mut rest = arguments.as_object().cloned().unwrap_or_default();
+        let mut url = self.url.clone();
+        for name in placeholders(&self.url) {
+            let value = match rest.remove(name) {
+                Some(Value::String(s)) => s,
+                Some(Value::Null) | None => {
+                    return Err(ToolError::invalid_arguments(format!("'{name}' is needed to build the URL")));
+                }
+                Some(other) => other.to_string(),
+            };
+            let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            url = url.replace(&format!("{{{name}}}"), &encoded.replace('+', "%20"));
+        }
+        Ok((url, rest))
+    }
+}
+
+/// A header value with its `${NAME}` replaced by the environment's values now.
+fn expand(value: &str) -> String {
+    let mut out = value.to_owned();
+    for var in env_references(value) {
+        out = out.replace(&format!("${{{var}}}"), &std::env::var(var).unwrap_or_default());
+    }
+    out
+}
+
+#[async_trait]
+impl Runner for HttpRunner {
+    async fn run(&self, common: &Common, arguments: Value) -> Result<Value, ToolError> {
+        let name = common.name();
+        let (url, rest) = self.url_and_rest(&arguments)?;
+        let mut req = self.http.request(self.method.clone(), &url);
+        for (header, value) in &self.headers {
+            req = req.header(header, expand(value));
+        }
+        if self.body {
+            req = req.json(&Value::Object(rest));
+        }
+        let response = req.send().await.map_err(|e| {
+            if e.is_timeout() {
+                ToolError::timeout(format!("plugin '{name}': the service did not answer in time"))
+            } else {
+                ToolError::unavailable(format!("plugin '{name}': the service cannot be reached"))
+            }
+        })?;
+        let status = response.status();
+        let mut text = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| ToolError::unavailable(format!("plugin '{name}': {e}")))?;
+            if text.len() + chunk.len() > MAX_RESPONSE {
+                return Err(ToolError::unavailable(format!(
+                    "plugin '{name}': the answer is over {MAX_RESPONSE} bytes"
+                )));
+            }
+            text.extend_from_slice(&chunk);
+        }
+        let body: Value = serde_json::from_slice(&text)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&text).into_owned()));
+        if !status.is_success() {
+            let shown: String = match &body {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }
+            .chars()
+            .take(QUOTED)
+            .collect();
+            let message = format!("plugin '{name}': the service answered {status}: {shown}");
+            return Err(match status.as_u16() {
+                400 | 422 => ToolError::invalid_arguments(message),
+                401 | 403 => ToolError::denied(message),
+                404 => ToolError::not_found(message),
+                408 | 504 => ToolError::timeout(message),
+                _ => ToolError::unavailable(message),
+            });
+        }
+        match &self.result {
+            Some(pointer) => body
+                .pointer(pointer)
+                .cloned()
+                .ok_or_else(|| ToolError::unavailable(format!("plugin '{name}': the answer has nothing at {pointer}"))),
+            None => Ok(body),
+        }
+    }
+}
