@@ -5,7 +5,7 @@
 //! person's approval) and what its turns add to a conversation ([`conversation`]); agents from
 //! `[agents.NAME]` ([`assembly`]); the example agents' own tools and contracts — the course
 //! tutor's retrieval ([`course`]) and the academy admin's SQL, backend tools and schema prompt
-//! ([`academy`]).
+//! ([`academy`]); and what `toolgraph mcp` exports ([`mcp`]).
 //!
 //! Does not own: the graph runtime (the graph crate, which knows no model or tool), the model
 //! client, tools in general or retrieval (the llm, tools and rag crates, below this one), or
@@ -22,6 +22,7 @@ pub mod academy;
 pub mod assembly;
 pub mod conversation;
 pub mod course;
+pub mod mcp;
 pub mod react;
 
 /// An agent that cannot be assembled.

@@ -11,6 +11,7 @@ mod config_cmd;
 mod eval_cmd;
 mod graph_cmd;
 mod kb_cmd;
+mod mcp_cmd;
 mod plugins_cmd;
 mod remote_chat;
 mod retrieval;
@@ -64,6 +65,8 @@ enum Command {
     Ingest(kb_cmd::IngestArgs),
     /// Search a knowledge base (BM25 with metadata filters).
     Search(kb_cmd::SearchArgs),
+    /// Serve the read tools, the documents and the agents' prompts over MCP on stdio.
+    Mcp,
     /// List the plugins of the configured (or given) directories, or check them.
     #[command(subcommand)]
     Plugins(plugins_cmd::PluginsCommand),
@@ -111,6 +114,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ingest(args) => kb_cmd::ingest_cmd(args, &cfg).await,
         Command::Search(args) => kb_cmd::search_cmd(args, &cfg).await,
         Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
+        Command::Mcp => mcp_cmd::run(&cfg).await,
         Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Eval(cmd) => eval_cmd::run(cmd, &cfg).await,

@@ -25,6 +25,7 @@
 pub mod exec;
 pub mod http;
 pub mod manifest;
+pub mod mcp_server;
 pub mod tool;
 
 pub use manifest::{Class, Kind, Manifest, ManifestError};

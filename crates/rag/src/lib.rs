@@ -30,8 +30,8 @@ pub mod search;
 pub use embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings, OpenAiEmbedder, passage_text};
 pub use eval::{BeirDataset, Document, EmbeddingCache, EvalOptions, EvalReport, evaluate, evaluate_bm25};
 pub use index::{
-    Analyzer, Chunk, ChunkingOptions, DenseOptions, KB_FORMAT, KbManifest, KbStore, KbWriter, KnowledgeBase,
-    RecordMapping, validate_name,
+    Analyzer, Chunk, ChunkingOptions, DenseOptions, DocumentInfo, KB_FORMAT, KbManifest, KbStore, KbWriter,
+    KnowledgeBase, RecordMapping, validate_name,
 };
 pub use ingest::{
     IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, Section, SkippedFile, SourceDocument, ingest,

@@ -37,6 +37,17 @@ use tantivy::schema::{Field, IndexRecordOption, Value as _};
 use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
+/// A document as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentInfo {
+    /// Its id (the source path, or the record id).
+    pub doc_id: String,
+    /// Its title.
+    pub title: String,
+    /// How many chunks it was cut into.
+    pub chunks: usize,
+}
+
 /// A persisted (or in-memory) knowledge base.
 pub struct KnowledgeBase {
     pub(crate) manifest: KbManifest,
@@ -118,7 +129,28 @@ impl KnowledgeBase {
         Ok(doc.get_first(self.fields.source_hash).and_then(|v| v.as_str()).map(str::to_owned))
     }
 
-    /// The chunk ids of a document, in order (for tests and tools).
+    /// Every document of the knowledge base: its id, its title and how many chunks it has, in id
+    /// order. Reads every stored chunk: for listings, not for search.
+    ///
+    /// # Errors
+    /// When tantivy fails.
+    pub fn documents(&self) -> Result<Vec<DocumentInfo>, RagError> {
+        let searcher = self.reader.searcher();
+        let mut docs: std::collections::BTreeMap<String, DocumentInfo> = std::collections::BTreeMap::new();
+        for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+            for doc_id in segment.doc_ids_alive() {
+                let doc: TantivyDocument = searcher.doc(tantivy::DocAddress::new(ord as u32, doc_id))?;
+                let s = |field: Field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+                let id = s(self.fields.doc_id);
+                docs.entry(id.clone())
+                    .or_insert_with(|| DocumentInfo { doc_id: id, title: s(self.fields.doc_title), chunks: 0 })
+                    .chunks += 1;
+            }
+        }
+        Ok(docs.into_values().collect())
+    }
+
+    /// The chunks of a document, in order (for tests and tools).
     ///
     /// # Errors
     /// When tantivy fails.
