@@ -96,20 +96,14 @@ pub async fn all_tools(
     Ok(all)
 }
 
-/// The tools of the plugins below `plugins.dirs` (each load and each refusal logged). Reads
-/// the plugin directories on a blocking thread.
+/// The tools of the plugins below `plugins.dirs`, MCP servers' included (each load and each
+/// refusal logged).
 async fn plugin_tools(cfg: &Config) -> Vec<Arc<dyn toolgraph_tools::Tool>> {
     if cfg.plugins.dirs.is_empty() {
         return Vec::new();
     }
-    let (dirs, locale) = (cfg.plugins.dirs.clone(), cfg.plugins.locale.clone());
-    match tokio::task::spawn_blocking(move || toolgraph_plugins::load(&dirs, &locale)).await {
-        Ok(loaded) => loaded.plugins.into_iter().map(|p| p.tool).collect(),
-        Err(e) => {
-            tracing::error!(error = %e, "the plugin loader failed");
-            Vec::new()
-        }
-    }
+    let loaded = toolgraph_plugins::load_all(&cfg.plugins.dirs, &cfg.plugins.locale).await;
+    loaded.plugins.into_iter().flat_map(|p| p.tools).collect()
 }
 
 /// The client of the backend of `server.backend_*` when `server.store = "backend"`: one per

@@ -28,8 +28,7 @@ async fn load(dirs: Vec<PathBuf>, cfg: &Config) -> anyhow::Result<(Vec<PathBuf>,
     if dirs.is_empty() {
         anyhow::bail!("no plugin directory: give one, or set [plugins] dirs in toolgraph.toml");
     }
-    let (searched, locale) = (dirs.clone(), cfg.plugins.locale.clone());
-    let loaded = tokio::task::spawn_blocking(move || toolgraph_plugins::load(&searched, &locale)).await?;
+    let loaded = toolgraph_plugins::load_all(&dirs, &cfg.plugins.locale).await;
     Ok((dirs, loaded))
 }
 
@@ -47,7 +46,7 @@ pub async fn run(cmd: PluginsCommand, cfg: &Config) -> anyhow::Result<ExitCode> 
                             "version": p.version.to_string(),
                             "kind": format!("{:?}", p.kind).to_lowercase(),
                             "dir": p.dir,
-                            "spec": p.tool.spec(),
+                            "tools": p.tools.iter().map(|t| t.spec()).collect::<Vec<_>>(),
                         })
                     })
                     .collect();
@@ -55,9 +54,18 @@ pub async fn run(cmd: PluginsCommand, cfg: &Config) -> anyhow::Result<ExitCode> 
                 println!("{}", serde_json::to_string_pretty(&serde_json::json!({"plugins": rows, "errors": errors}))?);
             } else {
                 for p in &loaded.plugins {
-                    let class = format!("{:?}", p.tool.spec().class).to_lowercase();
                     let kind = format!("{:?}", p.kind).to_lowercase();
-                    println!("{:<24} {:<10} {:<5} {:<6} {}", p.name, p.version, kind, class, p.dir.display());
+                    for t in &p.tools {
+                        let class = format!("{:?}", t.spec().class).to_lowercase();
+                        println!(
+                            "{:<32} {:<10} {:<5} {:<6} {}",
+                            t.spec().name,
+                            p.version,
+                            kind,
+                            class,
+                            p.dir.display()
+                        );
+                    }
                 }
                 for s in &loaded.superseded {
                     println!("{:<24} {:<10} (superseded by {}) {}", s.name, s.version, s.by, s.dir.display());

@@ -73,13 +73,12 @@ impl ExecRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        #[cfg(unix)]
-        cmd.process_group(0);
+        isolate(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| {
             ToolError::unavailable(format!("plugin '{name}' cannot start {}: {e}", self.command.display()))
         })?;
         // Whatever happens from here on (time limit, cancellation), the group goes with this guard.
-        let _group = ProcessGroup(child.id());
+        let _group = ProcessGroup::of(&child);
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -122,9 +121,40 @@ async fn read_bounded(stream: impl tokio::io::AsyncRead + Unpin) -> Result<Vec<u
     Ok(buf)
 }
 
+/// Starts `cmd` in a process group of its own (so its whole group can be killed).
+pub(crate) fn isolate(cmd: &mut tokio::process::Command) {
+    #[cfg(unix)]
+    cmd.process_group(0);
+}
+
+/// [`isolate`], and on Linux the child also gets SIGKILL when the thread that started it ends:
+/// toolgraph starts long-lived servers from its runtime's worker threads, which live as long as
+/// the process, so a server dies with toolgraph even when toolgraph itself is killed.
+pub(crate) fn isolate_for_life(cmd: &mut tokio::process::Command) {
+    isolate(cmd);
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+    // which is async-signal-safe, with constant arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Kills a plugin's whole process group when dropped (a group whose leader already exited and
 /// was reaped is gone, or holds only its orphans, which go too).
-struct ProcessGroup(Option<u32>);
+pub(crate) struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    /// The group `child` leads (it was started through [`isolate`]).
+    pub(crate) fn of(child: &tokio::process::Child) -> Self {
+        Self(child.id())
+    }
+}
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {

@@ -6,25 +6,30 @@
 //! resolving `$t:key` display text from the plugin's locale files, and running them as tools
 //! — `exec` plugins as a program without a shell ([`exec`]: JSON in on stdin, JSON out on
 //! stdout, killed with its process group past its time limit, an environment cleared but for
-//! an allow-list) and `http` plugins as one request ([`http`]), each a [`tool::PluginTool`].
+//! an allow-list) and `http` plugins as one request ([`http`]), each a [`tool::PluginTool`];
+//! `mcp` plugins, an MCP server's tools through one long-lived session ([`mcp_client`]); and
+//! toolgraph as an MCP server ([`mcp_server`]).
 //!
 //! Does not own: approval of write plugins (the graph pauses for it, as for every write tool)
 //! or where the tools go (the agents crate registers them).
 //!
 //! ```no_run
-//! let loaded = toolgraph_plugins::load(&["examples/plugins".into()], "en");
+//! # async fn demo() {
+//! let loaded = toolgraph_plugins::load_all(&["examples/plugins".into()], "en").await;
 //! for p in &loaded.plugins {
 //!     println!("loaded plugin {} {} from {}", p.name, p.version, p.dir.display());
 //! }
 //! for e in &loaded.errors {
 //!     eprintln!("{e}");
 //! }
+//! # }
 //! ```
 #![warn(missing_docs)]
 
 pub mod exec;
 pub mod http;
 pub mod manifest;
+pub mod mcp_client;
 pub mod mcp_server;
 pub mod tool;
 
@@ -39,7 +44,7 @@ use toolgraph_tools::{ParamDisplay, Tool, ToolClass, ToolDisplay, ToolSpec};
 /// A plugin that loaded.
 #[derive(Clone)]
 pub struct LoadedPlugin {
-    /// Its name (the tool's).
+    /// Its name (the tool's; an MCP server's tools are named after it).
     pub name: String,
     /// Its version.
     pub version: semver::Version,
@@ -47,8 +52,8 @@ pub struct LoadedPlugin {
     pub kind: Kind,
     /// Its directory.
     pub dir: PathBuf,
-    /// The tool.
-    pub tool: Arc<dyn Tool>,
+    /// Its tools: one, or an MCP server's.
+    pub tools: Vec<Arc<dyn Tool>>,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -85,11 +90,64 @@ pub struct Loaded {
     pub superseded: Vec<Superseded>,
     /// Plugins that did not load, each with the reason.
     pub errors: Vec<ManifestError>,
+    /// MCP servers found by [`load`], connected by [`load_all`].
+    mcp: Vec<(Manifest, PathBuf, PathBuf)>,
+}
+
+/// [`load`], then connects to the MCP servers it found (concurrently, each within its time
+/// limit), whose tools join the plugins. Run from async code: the directory reading goes to a
+/// blocking thread.
+pub async fn load_all(dirs: &[PathBuf], locale: &str) -> Loaded {
+    let (dirs, locale) = (dirs.to_vec(), locale.to_owned());
+    let mut loaded = match tokio::task::spawn_blocking(move || load(&dirs, &locale)).await {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            tracing::error!(error = %e, "the plugin loader failed");
+            return Loaded::default();
+        }
+    };
+    let servers = std::mem::take(&mut loaded.mcp);
+    let connected = futures::future::join_all(servers.into_iter().map(|(m, dir, path)| async move {
+        let spec = m.mcp.clone();
+        let result = match &spec {
+            Some(spec) => mcp_client::connect(&m, spec, &dir).await,
+            None => Err(error(&path, Some("mcp"), "kind \"mcp\" needs an [mcp] table".into())),
+        };
+        (m, dir, path, result)
+    }))
+    .await;
+    for (m, dir, path, result) in connected {
+        match result {
+            Ok(tools) => {
+                tracing::info!(
+                    "loaded plugin {} {} from {} (MCP: {} tools)",
+                    m.name,
+                    m.version,
+                    dir.display(),
+                    tools.len()
+                );
+                loaded.plugins.push(LoadedPlugin {
+                    name: m.name.clone(),
+                    version: m.semver(),
+                    kind: Kind::Mcp,
+                    dir,
+                    tools,
+                });
+            }
+            Err(mut e) => {
+                e.path = path;
+                tracing::error!("plugin not loaded: {e}");
+                loaded.errors.push(e);
+            }
+        }
+    }
+    loaded.plugins.sort_by(|a, b| a.name.cmp(&b.name));
+    loaded
 }
 
 /// Finds and loads every plugin below `dirs` (searched recursively), resolving `$t:key`
-/// display text from each plugin's `locales/<locale>.json`. Reads files: call it from a
-/// blocking context.
+/// display text from each plugin's `locales/<locale>.json`; MCP servers are found but not
+/// connected (see [`load_all`]). Reads files: call it from a blocking context.
 pub fn load(dirs: &[PathBuf], locale: &str) -> Loaded {
     let mut loaded = Loaded::default();
     let mut found: Vec<(Manifest, PathBuf, PathBuf)> = Vec::new();
@@ -147,10 +205,18 @@ pub fn load(dirs: &[PathBuf], locale: &str) -> Loaded {
             ));
             continue;
         }
+        if newest.kind == Kind::Mcp {
+            loaded.mcp.push((newest, dir, path));
+            continue;
+        }
         match tool(&newest, &dir, locale) {
-            Ok(tool) => {
-                loaded.plugins.push(LoadedPlugin { name, version: newest_version, kind: newest.kind, dir, tool })
-            }
+            Ok(tool) => loaded.plugins.push(LoadedPlugin {
+                name,
+                version: newest_version,
+                kind: newest.kind,
+                dir,
+                tools: vec![tool],
+            }),
             Err(mut e) => {
                 e.path = path;
                 loaded.errors.push(e);
@@ -227,7 +293,7 @@ fn tool(m: &Manifest, dir: &Path, locale: &str) -> Result<Arc<dyn Tool>, Manifes
             Ok(Arc::new(tool::PluginTool::new(common, runner)))
         }
         // Checked when the manifest was parsed.
-        _ => Err(error(dir, Some("kind"), "the plugin's kind has no table".into())),
+        _ => Err(error(dir, Some("kind"), "the plugin's kind has no table here".into())),
     }
 }
 

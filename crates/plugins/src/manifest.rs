@@ -57,6 +57,32 @@ pub struct Manifest {
     /// `kind = "http"`: the request.
     #[serde(default)]
     pub http: Option<HttpSpec>,
+    /// `kind = "mcp"`: the server.
+    #[serde(default)]
+    pub mcp: Option<McpSpec>,
+}
+
+/// `[mcp]`: an MCP server whose tools join toolgraph's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSpec {
+    /// A server on stdio: its program (a path relative to the plugin's directory, or a name
+    /// looked up in `PATH`).
+    #[serde(default)]
+    pub command: Option<PathBuf>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// A server over streamable HTTP (not available in this build yet).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Put before each of the server's tool names. Default: the plugin's name and `_`.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// The server's tools that run without a person's approval (read tools); every other tool
+    /// of the server pauses for approval, whatever hints the server gives. Default: none.
+    #[serde(default)]
+    pub read_tools: Vec<String>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -82,7 +108,7 @@ pub enum Kind {
     Exec,
     /// An HTTP request built from the arguments; the response (or a part of it) is the result.
     Http,
-    /// An MCP server's tools (not available in this build yet).
+    /// An MCP server's tools, through a long-lived session.
     Mcp,
 }
 
@@ -216,20 +242,33 @@ impl Manifest {
                 return Err(fail(&field, "the model needs a description".into()));
             }
         }
-        let (exec, http) = (self.exec.is_some(), self.http.is_some());
+        let (exec, http, mcp) = (self.exec.is_some(), self.http.is_some(), self.mcp.is_some());
         match self.kind {
             Kind::Exec if !exec => return Err(fail("exec", "kind \"exec\" needs an [exec] table".into())),
             Kind::Http if !http => return Err(fail("http", "kind \"http\" needs an [http] table".into())),
-            Kind::Mcp => {
-                return Err(fail(
-                    "kind",
-                    "kind \"mcp\" (an MCP server's tools) is not available in this build yet".into(),
-                ));
-            }
+            Kind::Mcp if !mcp => return Err(fail("mcp", "kind \"mcp\" needs an [mcp] table".into())),
             _ => {}
         }
-        if exec && http {
-            return Err(fail("kind", "a plugin has either an [exec] or an [http] table, not both".into()));
+        if usize::from(exec) + usize::from(http) + usize::from(mcp) > 1 {
+            return Err(fail("kind", "a plugin has one of [exec], [http] or [mcp], not several".into()));
+        }
+        if let Some(m) = &self.mcp {
+            if !self.parameters.is_empty() {
+                return Err(fail("parameters", "an MCP server's tools bring their own parameters".into()));
+            }
+            match (&m.command, &m.url) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(fail("mcp", "a server has either a command (stdio) or a url".into()));
+                }
+                (None, Some(_)) => {
+                    return Err(fail("mcp.url", "MCP servers over HTTP are not available in this build yet".into()));
+                }
+                (Some(_), None) => {}
+            }
+            let bad_prefix = |p: &str| !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if m.prefix.as_deref().is_some_and(bad_prefix) {
+                return Err(fail("mcp.prefix", "a prefix uses a-z, A-Z, 0-9, _ and -".into()));
+            }
         }
         if let Some(h) = &self.http {
             if !matches!(h.method.as_str(), "GET" | "POST" | "PUT" | "PATCH" | "DELETE") {
@@ -400,7 +439,7 @@ command = "bad_calculator.py"
         let e = parse(&GOOD.replace("kind = \"exec\"", "kind = \"http\"")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("http"), "{e}");
         let e = parse(&GOOD.replace("kind = \"exec\"", "kind = \"mcp\"")).unwrap_err();
-        assert!(e.message.contains("not available"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("mcp"), "{e}");
         let e = parse(&GOOD.replace("name = \"bad_calculator\"", "name = \"bad calculator\"")).unwrap_err();
         assert_eq!((e.line, e.field.as_deref()), (Some(2), Some("name")), "{e}");
     }

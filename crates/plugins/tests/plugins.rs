@@ -37,8 +37,8 @@ fn registry(dirs: &[PathBuf]) -> ToolRegistry {
     let loaded = load(dirs, "en");
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let mut reg = ToolRegistry::new();
-    for p in loaded.plugins {
-        reg.register(p.tool).unwrap();
+    for tool in loaded.plugins.into_iter().flat_map(|p| p.tools) {
+        reg.register(tool).unwrap();
     }
     reg
 }
@@ -59,7 +59,7 @@ async fn the_shipped_plugins_load_and_bad_calculator_adds_a_hundred() {
     assert_eq!(names, ["bad_calculator", "datetime_now"]);
     let calc = &loaded.plugins[0];
     assert_eq!((calc.version.to_string().as_str(), calc.kind), ("1.0.0", Kind::Exec));
-    let spec = calc.tool.spec();
+    let spec = calc.tools[0].spec();
     // Display text comes from the locale file; the model-facing text stays as written.
     assert_eq!(spec.display.name.as_deref(), Some("Calculadora errónea"));
     assert_eq!(spec.display.parameters["a"].description, "El primer número");
@@ -80,7 +80,7 @@ async fn the_shipped_plugins_load_and_bad_calculator_adds_a_hundred() {
     assert_eq!(call(&reg, "bad_calculator", json!({"a": 0, "b": 0})).await.unwrap(), json!({"result": 100}));
     // Without a locale file for the language, a display key falls back to the key itself.
     let loaded = load(&[examples()], "vi");
-    assert_eq!(loaded.plugins[0].tool.spec().display.name.as_deref(), Some("bad_calculator.name"));
+    assert_eq!(loaded.plugins[0].tools[0].spec().display.name.as_deref(), Some("bad_calculator.name"));
 }
 
 #[test]
