@@ -64,15 +64,8 @@ impl ExecRunner {
     /// Runs the program once with `input` on stdin; returns its stdout.
     async fn output(&self, common: &Common, input: Vec<u8>) -> Result<Vec<u8>, ToolError> {
         let name = common.name();
-        let mut cmd = tokio::process::Command::new(&self.command);
-        cmd.args(&self.args)
-            .current_dir(&self.dir)
-            .env_clear()
-            .envs(self.env.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let mut cmd = plugin_command(&self.command, &self.args, &self.dir, &self.env);
+        cmd.stderr(Stdio::piped());
         isolate(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| {
             ToolError::unavailable(format!("plugin '{name}' cannot start {}: {e}", self.command.display()))
@@ -119,6 +112,20 @@ async fn read_bounded(stream: impl tokio::io::AsyncRead + Unpin) -> Result<Vec<u
         return Err(ToolError::internal(format!("the plugin wrote more than {MAX_OUTPUT} bytes")));
     }
     Ok(buf)
+}
+
+/// A plugin's program as it runs: no shell, in `dir`, an environment cleared but for the
+/// variables named in `env`, stdin and stdout piped, killed if its handle is dropped.
+pub(crate) fn plugin_command(program: &Path, args: &[String], dir: &Path, env: &[String]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .envs(env.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
 }
 
 /// Starts `cmd` in a process group of its own (so its whole group can be killed).

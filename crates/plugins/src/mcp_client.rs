@@ -89,15 +89,8 @@ impl McpServer {
 
     /// Starts the server and initializes a session (within the time limit).
     async fn start(&self) -> Result<Session, String> {
-        let mut cmd = tokio::process::Command::new(&self.command);
-        cmd.args(&self.args)
-            .current_dir(&self.dir)
-            .env_clear()
-            .envs(self.env.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
+        let mut cmd = crate::exec::plugin_command(&self.command, &self.args, &self.dir, &self.env);
+        cmd.stderr(Stdio::null());
         crate::exec::isolate_for_life(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", self.command.display()))?;
         let group = crate::exec::ProcessGroup::of(&child);
