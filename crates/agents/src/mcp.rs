@@ -1,33 +1,33 @@
-//! What `toolgraph mcp` exports: the read tools of the configuration, the documents of the
-//! knowledge bases of `rag.tenant` as resources, and each agent's instructions as a prompt.
+//! What toolgraph exports over MCP (`toolgraph mcp`, `/mcp` on `serve`): the read tools of the
+//! configuration, the documents of a tenant's knowledge bases as resources, and each agent's
+//! instructions as a prompt.
 
 use std::sync::Arc;
 use toolgraph_config::Config;
 use toolgraph_plugins::mcp_server::{ExportedPrompt, McpExport, ResourceInfo, ResourceSource};
 use toolgraph_rag::KbStore;
-use toolgraph_tools::{ToolContext, ToolRegistry};
+use toolgraph_tools::ToolRegistry;
 
 /// The scheme of the documents' URIs: `toolgraph://kb/<knowledge base>/<document id>`.
 const PREFIX: &str = "toolgraph://kb/";
 
-/// The documents of one tenant's knowledge bases.
+/// The documents of the knowledge bases, per tenant.
 pub struct KbResources {
     store: Arc<KbStore>,
-    tenant: String,
 }
 
 impl KbResources {
-    /// The documents of `tenant`'s knowledge bases in `store`.
-    pub fn new(store: Arc<KbStore>, tenant: String) -> Self {
-        Self { store, tenant }
+    /// The documents of the knowledge bases in `store`.
+    pub fn new(store: Arc<KbStore>) -> Self {
+        Self { store }
     }
 }
 
 impl ResourceSource for KbResources {
-    fn list(&self) -> Vec<ResourceInfo> {
+    fn list(&self, tenant: &str) -> Vec<ResourceInfo> {
         let mut out = Vec::new();
-        for name in self.store.list(&self.tenant).unwrap_or_default() {
-            let Ok(kb) = self.store.open(&self.tenant, &name) else { continue };
+        for name in self.store.list(tenant).unwrap_or_default() {
+            let Ok(kb) = self.store.open(tenant, &name) else { continue };
             for d in kb.documents().unwrap_or_default() {
                 out.push(ResourceInfo {
                     uri: format!("{PREFIX}{name}/{}", d.doc_id),
@@ -42,9 +42,9 @@ impl ResourceSource for KbResources {
 
     /// The document as indexed: its passages in order, each under its citation (consecutive
     /// passages of a long section overlap by a few dozen words).
-    fn read(&self, uri: &str) -> Option<String> {
+    fn read(&self, tenant: &str, uri: &str) -> Option<String> {
         let (kb, doc_id) = uri.strip_prefix(PREFIX)?.split_once('/')?;
-        let chunks = self.store.open(&self.tenant, kb).ok()?.chunks_of(doc_id).ok()?;
+        let chunks = self.store.open(tenant, kb).ok()?.chunks_of(doc_id).ok()?;
         if chunks.is_empty() {
             return None;
         }
@@ -52,8 +52,9 @@ impl ResourceSource for KbResources {
     }
 }
 
-/// The MCP export of `cfg`: the read tools of `tools` (searching `rag.tenant`), the documents of
-/// that tenant's knowledge bases in `kb`, and one prompt per agent (its system prompt).
+/// The MCP export of `cfg`: the read tools of `tools`, the documents of the knowledge bases in
+/// `kb` — both for the tenant a request over HTTP was authenticated for, else `rag.tenant` —
+/// and one prompt per agent (its system prompt).
 pub fn export(cfg: &Config, tools: ToolRegistry, kb: Arc<KbStore>) -> McpExport {
     let prompts = cfg
         .effective_agents()
@@ -64,6 +65,5 @@ pub fn export(cfg: &Config, tools: ToolRegistry, kb: Arc<KbStore>) -> McpExport 
             text: settings.system_prompt,
         })
         .collect();
-    let context = ToolContext::default().set("tenant", cfg.rag.tenant.clone().into());
-    McpExport::new(tools, Arc::new(KbResources::new(kb, cfg.rag.tenant.clone())), prompts, context)
+    McpExport::new(tools, Arc::new(KbResources::new(kb)), prompts, cfg.rag.tenant.clone())
 }

@@ -28,33 +28,47 @@ fn toolgraph(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_toolgraph")).args(args).output().expect("the binary runs")
 }
 
-#[test]
-fn the_official_python_client_lists_calls_reads_and_gets_prompts_over_stdio() {
-    let Some(python) = mcp_python() else { return };
+/// A configuration with the example plugins (and `extra`), and the example corpus ingested as
+/// knowledge base `docs` of `tenant`: (temp dir, config path, data dir).
+fn setup(extra: &str, tenant: &str) -> (tempfile::TempDir, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let config = dir.path().join("toolgraph.toml");
     let plugins = root.join("examples/plugins");
     std::fs::write(
         &config,
-        format!("[rag]\nembedding = \"none\"\n[plugins]\ndirs = [{:?}]\n", plugins.display().to_string()),
+        format!("[rag]\nembedding = \"none\"\n[plugins]\ndirs = [{:?}]\n{extra}", plugins.display().to_string()),
     )
     .unwrap();
-    let (config, data) = (config.to_str().unwrap(), dir.path().join("data"));
-    let data = data.to_str().unwrap();
+    let (config, data) = (config.to_str().unwrap().to_owned(), dir.path().join("data").to_str().unwrap().to_owned());
     let corpus = root.join("examples/corpus");
-    let ingest =
-        toolgraph(&["--config", config, "--data-dir", data, "ingest", corpus.to_str().unwrap(), "--kb", "docs"]);
+    let ingest = toolgraph(&[
+        "--config",
+        &config,
+        "--data-dir",
+        &data,
+        "ingest",
+        corpus.to_str().unwrap(),
+        "--kb",
+        "docs",
+        "--tenant",
+        tenant,
+    ]);
     assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
-    let client = root.join("crates/cli/tests/interop/mcp_client.py");
-    let out = Command::new(&python)
-        .arg(&client)
-        .args([env!("CARGO_BIN_EXE_toolgraph"), config, data])
-        .output()
-        .expect("python runs");
+    (dir, config, data)
+}
+
+/// Runs the Python client with `args`; what it saw.
+fn python_client(python: &std::path::Path, args: &[&str]) -> Value {
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mcp_client.py");
+    let out = Command::new(python).arg(&client).args(args).output().expect("python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// What the client saw is the whole export of [`setup`]'s configuration, working.
+fn assert_full_export(seen: &Value) {
     assert_eq!(seen["server"], "toolgraph");
     // Read tools only (note_write needs a person's approval inside toolgraph); plugins included.
     assert_eq!(seen["tools"], json!(["bad_calculator", "calculator", "datetime_now", "note_list", "rag_search"]));
@@ -80,4 +94,79 @@ fn the_official_python_client_lists_calls_reads_and_gets_prompts_over_stdio() {
     assert!(seen["missing"].as_str().unwrap().contains("no resource"), "{seen}");
     assert_eq!(seen["prompts"], json!(["assistant"]));
     assert!(seen["prompt"].as_str().unwrap().starts_with("You are a helpful assistant"), "{seen}");
+}
+
+#[test]
+fn the_official_python_client_lists_calls_reads_and_gets_prompts_over_stdio() {
+    let Some(python) = mcp_python() else { return };
+    // `toolgraph mcp` acts for `rag.tenant`, by default `default`.
+    let (_dir, config, data) = setup("", "default");
+    let seen = python_client(&python, &["stdio", env!("CARGO_BIN_EXE_toolgraph"), &config, &data]);
+    assert_full_export(&seen);
+}
+
+/// Kills the service when the test ends, passing or not.
+struct Service(std::process::Child);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_official_python_client_works_over_http_on_serve_with_an_api_key() {
+    let Some(python) = mcp_python() else { return };
+    let hash = toolgraph_server::auth::hash_api_key;
+    let server = format!(
+        "[server]\nauth = \"api_key\"\nmcp = true\n[server.api_keys]\nacme = \"{}\"\nother = \"{}\"\n",
+        hash("k-acme"),
+        hash("k-other")
+    );
+    // The default tenant (`rag.tenant`) has no knowledge base: what the client sees is acme's.
+    let (dir, config, data) = setup(&server, "acme");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _service = Service(
+        Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+            .args(["--config", &config, "--data-dir", &data, "serve", "--port", &port.to_string()])
+            .current_dir(dir.path())
+            // No model is asked over MCP; the service still wants one configured.
+            .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+            .env("TOOLGRAPH_LLM_MODEL", "none")
+            .env("TOOLGRAPH_RAG_TENANT", "nobody")
+            .env_remove("TOOLGRAPH_DATABASE_URL")
+            .env_remove("PORT")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (base, started) = (format!("http://127.0.0.1:{port}"), std::time::Instant::now());
+    while !reqwest::get(format!("{base}/ready")).await.is_ok_and(|r| r.status() == 200) {
+        assert!(started.elapsed().as_secs() < 20, "the service never became ready");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = format!("{base}/mcp");
+    let seen = python_client(&python, &["http", &url, "X-Tenant-Slug=acme", "Authorization=Bearer k-acme"]);
+    assert_full_export(&seen);
+
+    // Another tenant's key opens nothing of acme's; no key opens nothing at all.
+    let list = |slug: &'static str, key: Option<&'static str>| {
+        let mut req = reqwest::Client::new()
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("X-Tenant-Slug", slug)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}));
+        if let Some(key) = key {
+            req = req.bearer_auth(key);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, other) = list("other", Some("k-other")).await;
+    assert_eq!((status, &other["result"]["resources"]), (200, &json!([])), "{other}");
+    assert_eq!(list("acme", Some("k-other")).await.0, 401);
+    assert_eq!(list("acme", None).await.0, 401);
 }

@@ -1,7 +1,8 @@
 //! toolgraph as an MCP server ([`McpExport`]): an MCP client (an IDE, a desktop assistant,
 //! another agent) lists and calls toolgraph's read tools, reads documents as resources, and
 //! gets the agents' prompts, over any transport of the official Rust SDK (`toolgraph mcp`
-//! serves it on stdio).
+//! serves it on stdio, `toolgraph serve` on `/mcp` over streamable HTTP, each request scoped
+//! to the tenant the service authenticated: [`TenantScope`]).
 //!
 //! Only read tools are exported: a write tool pauses for a person's approval inside toolgraph,
 //! and a client that cannot show that approval must not get around it. A tool's failure is a
@@ -33,24 +34,38 @@ pub struct ResourceInfo {
     pub mime_type: String,
 }
 
-/// Where the exported documents come from (the knowledge bases, for `toolgraph mcp`).
+/// Where the exported documents come from (the knowledge bases): per tenant.
 pub trait ResourceSource: Send + Sync + 'static {
-    /// Every document a client may read.
-    fn list(&self) -> Vec<ResourceInfo>;
-    /// The text of document `uri`; `None` when there is no such document.
-    fn read(&self, uri: &str) -> Option<String>;
+    /// Every document of `tenant` a client may read.
+    fn list(&self, tenant: &str) -> Vec<ResourceInfo>;
+    /// The text of `tenant`'s document `uri`; `None` when there is no such document.
+    fn read(&self, tenant: &str, uri: &str) -> Option<String>;
 }
 
 /// No documents.
 pub struct NoResources;
 
 impl ResourceSource for NoResources {
-    fn list(&self) -> Vec<ResourceInfo> {
+    fn list(&self, _tenant: &str) -> Vec<ResourceInfo> {
         Vec::new()
     }
-    fn read(&self, _uri: &str) -> Option<String> {
+    fn read(&self, _tenant: &str, _uri: &str) -> Option<String> {
         None
     }
+}
+
+/// The tenant an MCP request over HTTP acts for, set by the service that authenticated it (an
+/// extension of the HTTP request). Without it the export's default tenant applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantScope(pub String);
+
+/// The tenant of a request: its [`TenantScope`] when it came over HTTP with one, else `default`.
+fn tenant_of<'a>(context: &'a RequestContext<RoleServer>, default: &'a str) -> String {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<TenantScope>())
+        .map_or_else(|| default.to_owned(), |t| t.0.clone())
 }
 
 /// A prompt a client may get: an agent's instructions.
@@ -70,19 +85,20 @@ pub struct McpExport {
     tools: ToolRegistry,
     resources: Arc<dyn ResourceSource>,
     prompts: Arc<Vec<ExportedPrompt>>,
-    context: ToolContext,
+    tenant: String,
 }
 
 impl McpExport {
-    /// Exports the read tools of `tools` (called with `context`, e.g. the tenant the knowledge
-    /// bases are searched for), the documents of `resources`, and `prompts`.
+    /// Exports the read tools of `tools`, the documents of `resources`, and `prompts`; tools and
+    /// documents act for the request's [`TenantScope`], else for `tenant` (the `tenant` value of
+    /// the tools' context, which searches are scoped by).
     pub fn new(
         tools: ToolRegistry,
         resources: Arc<dyn ResourceSource>,
         prompts: Vec<ExportedPrompt>,
-        context: ToolContext,
+        tenant: String,
     ) -> Self {
-        Self { tools, resources, prompts: Arc::new(prompts), context }
+        Self { tools, resources, prompts: Arc::new(prompts), tenant }
     }
 
     /// The names of the exported tools.
@@ -132,7 +148,7 @@ impl ServerHandler for McpExport {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
         if !self.exported().any(|s| s.name == name) {
@@ -144,7 +160,8 @@ impl ServerHandler for McpExport {
             return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
         }
         let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Object(Default::default()));
-        let outcome = self.tools.call(&self.context, &name, &arguments).await;
+        let scope = ToolContext::default().set("tenant", tenant_of(&context, &self.tenant).into());
+        let outcome = self.tools.call(&scope, &name, &arguments).await;
         let value = outcome.to_json();
         let text = serde_json::to_string(&value).unwrap_or_default();
         Ok(if outcome.is_success() {
@@ -160,11 +177,11 @@ impl ServerHandler for McpExport {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let source = Arc::clone(&self.resources);
+        let (source, tenant) = (Arc::clone(&self.resources), tenant_of(&context, &self.tenant));
         // Listing reads the knowledge bases from disk: off the async workers.
-        let list = tokio::task::spawn_blocking(move || source.list())
+        let list = tokio::task::spawn_blocking(move || source.list(&tenant))
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         let resources = list
@@ -183,10 +200,11 @@ impl ServerHandler for McpExport {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let (source, uri) = (Arc::clone(&self.resources), request.uri.clone());
-        let text = tokio::task::spawn_blocking(move || source.read(&uri))
+        let (source, uri, tenant) =
+            (Arc::clone(&self.resources), request.uri.clone(), tenant_of(&context, &self.tenant));
+        let text = tokio::task::spawn_blocking(move || source.read(&tenant, &uri))
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         match text {

@@ -18,6 +18,7 @@ mod callbacks;
 mod error;
 mod extract;
 mod listen;
+mod mcp;
 mod metrics;
 mod routes;
 mod runlog;
@@ -28,6 +29,7 @@ mod wire;
 pub use callbacks::callback_router;
 pub use error::ChatError;
 pub use listen::HttpServer;
+pub use mcp::McpEndpoint;
 pub use metrics::Metrics;
 pub use routes::{api_router, ops_router, router};
 pub use service::{ChatService, Confirmed, ServedAgent, ServiceOptions};
@@ -45,6 +47,7 @@ struct Inner {
     chat: ChatService,
     ready: AtomicBool,
     search: std::sync::OnceLock<SearchService>,
+    mcp: std::sync::OnceLock<McpEndpoint>,
 }
 
 /// The knowledge bases `POST /search` answers from.
@@ -62,7 +65,12 @@ impl AppState {
     /// The HTTP layer over `chat`. It answers 503 on `/ready` and the chat routes until
     /// [`AppState::set_ready`].
     pub fn new(chat: ChatService) -> Self {
-        Self(Arc::new(Inner { chat, ready: AtomicBool::new(false), search: std::sync::OnceLock::new() }))
+        Self(Arc::new(Inner {
+            chat,
+            ready: AtomicBool::new(false),
+            search: std::sync::OnceLock::new(),
+            mcp: std::sync::OnceLock::new(),
+        }))
     }
 
     /// The chat service the routes call.
@@ -74,6 +82,12 @@ impl AppState {
     /// `{ok:false}`). Only the first call has an effect.
     pub fn enable_search(&self, search: SearchService) {
         let _ = self.0.search.set(search);
+    }
+
+    /// Serves MCP on `/mcp` from `endpoint` (without it, the route answers 404). Only the first
+    /// call has an effect.
+    pub fn enable_mcp(&self, endpoint: McpEndpoint) {
+        let _ = self.0.mcp.set(endpoint);
     }
 
     /// Marks start-up finished.

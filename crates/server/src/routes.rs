@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
@@ -34,6 +34,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/stream", post(stream))
         .route("/api/chatbot/confirm", post(confirm))
         .route("/search", post(search))
+        .route("/mcp", any(mcp))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
     Router::new()
         .route("/ready", get(ready))
@@ -71,11 +72,12 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
 }
 
 /// Largest request body accepted (a 4,000-character message is at most 16 KB).
-const MAX_BODY: usize = 64 * 1024;
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 
 /// Authenticates `/api` routes; the body is read here (bounded) because HMAC signs it.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if !req.uri().path().starts_with("/api/") && req.uri().path() != "/search" {
+    let path = req.uri().path();
+    if !path.starts_with("/api/") && path != "/search" && path != "/mcp" {
         return Ok(next.run(req).await);
     }
     let auth = app.chat().auth();
@@ -96,6 +98,16 @@ async fn require_ready(State(app): State<AppState>, req: Request, next: Next) ->
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     }
     ApiError::not_ready().into_response()
+}
+
+/// MCP over streamable HTTP, for the tenant of `X-Tenant-Slug` (authenticated by then when
+/// auth is `api_key`; without the header, the export's default tenant).
+async fn mcp(State(app): State<AppState>, req: Request) -> Response {
+    let Some(endpoint) = app.0.mcp.get() else {
+        return crate::mcp::McpUnavailable.into_response();
+    };
+    let tenant = req.headers().get("x-tenant-slug").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    endpoint.handle(req, tenant).await
 }
 
 async fn ready(State(app): State<AppState>) -> Response {

@@ -1,0 +1,58 @@
+//! `/mcp`: the service's MCP export ([`McpExport`]) over streamable HTTP, for MCP clients that
+//! reach toolgraph over the network instead of starting it (docs/plugins.md).
+//!
+//! It is served stateless — every POST answered on its own, no session kept between requests —
+//! so replicas behind a load balancer serve it alike and idle clients hold no memory here. The
+//! service's authentication has run before a request gets here; this layer scopes the request
+//! to the tenant it was authenticated for (`X-Tenant-Slug`) and hands it to the official SDK.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use std::sync::Arc;
+pub use toolgraph_plugins::mcp_server::{McpExport, TenantScope};
+use tower_service::Service;
+
+/// The MCP endpoint: an [`McpExport`] behind the SDK's streamable HTTP transport.
+#[derive(Clone)]
+pub struct McpEndpoint {
+    service: StreamableHttpService<McpExport, LocalSessionManager>,
+}
+
+impl McpEndpoint {
+    /// Serves `export`, answering requests whose `Host` is one of `allowed_hosts` (others get 403:
+    /// a web page the user visits must not reach a local server by DNS rebinding).
+    pub fn new(export: McpExport, allowed_hosts: &[String]) -> Self {
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_allowed_hosts(allowed_hosts.iter().cloned())
+            .with_max_request_body_bytes(crate::routes::MAX_BODY);
+        let service =
+            StreamableHttpService::new(move || Ok(export.clone()), Arc::new(LocalSessionManager::default()), config);
+        Self { service }
+    }
+
+    /// Answers one HTTP request, scoped to `tenant` when the caller named one.
+    pub async fn handle(&self, mut req: Request, tenant: Option<String>) -> Response {
+        if let Some(tenant) = tenant {
+            req.extensions_mut().insert(TenantScope(tenant));
+        }
+        let mut service = self.service.clone();
+        match service.call(req).await {
+            Ok(resp) => resp.map(Body::new),
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl IntoResponse for McpUnavailable {
+    fn into_response(self) -> Response {
+        (axum::http::StatusCode::NOT_FOUND, "MCP is not enabled on this service (server.mcp)").into_response()
+    }
+}
+
+/// `/mcp` on a service without [`McpEndpoint`].
+pub(crate) struct McpUnavailable;

@@ -1,0 +1,162 @@
+//! `/mcp`: the MCP export over streamable HTTP behind the service's authentication, each request
+//! scoped to its caller's tenant — a real listener, real knowledge bases on disk, JSON-RPC over
+//! HTTP. (The official Python SDK's client drives it in the CLI's tests.)
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use toolgraph_conversations::{MemoryConversationStore, ProjectingCheckpointer};
+use toolgraph_graph::MemoryCheckpointer;
+use toolgraph_plugins::mcp_server::McpExport;
+use toolgraph_rag::{IngestOptions, KbStore, NoProgress, ingest};
+use toolgraph_server::auth::{Auth, hash_api_key};
+use toolgraph_server::{AppState, ChatService, McpEndpoint, ServiceOptions};
+use toolgraph_tools::ToolRegistry;
+
+struct Service {
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+/// A service whose knowledge bases hold one document for tenant `ugr` and one for `academia`;
+/// `mcp` says whether `/mcp` is enabled.
+async fn start(auth: Auth, ready: bool, mcp: bool) -> Service {
+    let dir = tempfile::tempdir().unwrap();
+    let kb = Arc::new(KbStore::new(dir.path().join("kb")));
+    let write = |rel: &str, body: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    let ugr = write("src/ugr/guia.md", "# Guía IV\n## Evaluación\nEl examen final de IV es en enero.\n");
+    ingest(&kb, "ugr", "cursos", &[ugr], &IngestOptions::default(), &NoProgress).unwrap();
+    let other = write("src/academia/secreto.md", "# Secreto\nEl examen final secreto de otra academia.\n");
+    ingest(&kb, "academia", "cursos", &[other], &IngestOptions::default(), &NoProgress).unwrap();
+
+    let mut tools = ToolRegistry::new();
+    tools
+        .register(toolgraph_agents::course::rag_search_tool(
+            kb.clone(),
+            Default::default(),
+            "nobody".into(),
+            "cursos".into(),
+        ))
+        .unwrap();
+    let export =
+        McpExport::new(tools, Arc::new(toolgraph_agents::mcp::KbResources::new(kb)), Vec::new(), "nobody".into());
+    let store = Arc::new(MemoryConversationStore::new());
+    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
+        MemoryCheckpointer::new(),
+        store.clone(),
+        toolgraph_agents::conversation::project,
+    ));
+    let options = ServiceOptions { auth, ..ServiceOptions::default() };
+    let app = AppState::new(ChatService::new(BTreeMap::new(), "none".into(), store, ckpt, options));
+    if mcp {
+        app.enable_mcp(McpEndpoint::new(export, &["127.0.0.1".to_string()]));
+    }
+    if ready {
+        app.set_ready();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, toolgraph_server::router(app)).await });
+    Service { base, _dir: dir }
+}
+
+/// One JSON-RPC request to `/mcp` with `headers`; the status and the JSON answer (`Null` when the
+/// body is not JSON).
+async fn rpc(s: &Service, headers: &[(&str, &str)], method: &str, params: Value) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/mcp", s.base))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
+}
+
+fn uris(listed: &Value) -> Vec<String> {
+    listed["result"]["resources"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn each_tenant_sees_and_searches_its_own_knowledge_bases_only() {
+    let s = start(Auth::None, true, true).await;
+    let (status, ugr) = rpc(&s, &[("X-Tenant-Slug", "ugr")], "resources/list", json!({})).await;
+    assert_eq!(status, 200, "{ugr}");
+    assert_eq!(uris(&ugr), ["toolgraph://kb/cursos/guia.md"]);
+    let (_, academia) = rpc(&s, &[("X-Tenant-Slug", "academia")], "resources/list", json!({})).await;
+    assert_eq!(uris(&academia), ["toolgraph://kb/cursos/secreto.md"]);
+
+    // Another tenant's document is not there for this one, even by its exact URI.
+    let uri = json!({"uri": "toolgraph://kb/cursos/secreto.md"});
+    let (_, read) = rpc(&s, &[("X-Tenant-Slug", "ugr")], "resources/read", uri.clone()).await;
+    assert!(read["error"]["message"].as_str().unwrap().contains("no resource"), "{read}");
+    let (_, read) = rpc(&s, &[("X-Tenant-Slug", "academia")], "resources/read", uri).await;
+    assert!(read["result"]["contents"][0]["text"].as_str().unwrap().contains("secreto"), "{read}");
+
+    let search = json!({"name": "rag_search", "arguments": {"query": "examen final"}});
+    let (_, found) = rpc(&s, &[("X-Tenant-Slug", "ugr")], "tools/call", search.clone()).await;
+    let hits = &found["result"]["structuredContent"]["results"];
+    assert_eq!(hits.as_array().map(Vec::len), Some(1), "{found}");
+    assert!(hits[0]["content"].as_str().unwrap().contains("IV"), "{found}");
+    // Without a tenant, the export's default one (here with no knowledge base at all).
+    let (_, none) = rpc(&s, &[], "tools/call", search).await;
+    assert_eq!(none["result"]["isError"], true, "{none}");
+    assert!(none["result"]["content"][0]["text"].as_str().unwrap().contains("tenant `nobody`"), "{none}");
+}
+
+#[tokio::test]
+async fn api_key_mode_guards_mcp_and_scopes_it_to_the_keys_tenant() {
+    let auth = Auth::api_keys(&BTreeMap::from([
+        ("ugr".to_string(), hash_api_key("k-ugr")),
+        ("academia".into(), hash_api_key("k-ac")),
+    ]))
+    .unwrap();
+    let s = start(auth, true, true).await;
+    let list = |headers: &'static [(&'static str, &'static str)]| rpc(&s, headers, "resources/list", json!({}));
+    assert_eq!(list(&[]).await.0, 401, "no key");
+    assert_eq!(list(&[("X-Tenant-Slug", "ugr")]).await.0, 401, "no key");
+    assert_eq!(
+        list(&[("X-Tenant-Slug", "ugr"), ("Authorization", "Bearer k-ac")]).await.0,
+        401,
+        "another tenant's key"
+    );
+    let (status, ugr) = list(&[("X-Tenant-Slug", "ugr"), ("Authorization", "Bearer k-ugr")]).await;
+    assert_eq!((status, uris(&ugr)), (200, vec!["toolgraph://kb/cursos/guia.md".to_string()]));
+}
+
+#[tokio::test]
+async fn mcp_refuses_foreign_hosts_and_answers_only_when_enabled_and_ready() {
+    let s = start(Auth::None, true, true).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/mcp", s.base))
+        .header("Host", "evil.example")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403, "DNS rebinding: a Host not on the list");
+    let (status, malformed) = {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/mcp", s.base))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body("{\"jsonrpc\": ")
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    };
+    assert!((400..500).contains(&status), "malformed JSON-RPC is the client's error: {status} {malformed}");
+
+    let disabled = start(Auth::None, true, false).await;
+    assert_eq!(rpc(&disabled, &[], "resources/list", json!({})).await.0, 404);
+    let starting = start(Auth::None, false, true).await;
+    assert_eq!(rpc(&starting, &[], "resources/list", json!({})).await.0, 503);
+}
