@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use toolgraph_tools::ToolError;
+use toolgraph_tools::{ToolContext, ToolError};
 
 /// Most output read from a plugin, per stream.
 const MAX_OUTPUT: usize = 1024 * 1024;
@@ -178,7 +178,7 @@ impl Drop for ProcessGroup {
 
 #[async_trait]
 impl Runner for ExecRunner {
-    async fn run(&self, common: &Common, arguments: Value) -> Result<Value, ToolError> {
+    async fn run(&self, common: &Common, _ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         let input = serde_json::to_vec(&arguments).map_err(|e| ToolError::internal(e.to_string()))?;
         let out = self.output(common, input).await?;
         serde_json::from_slice(&out).map_err(|e| {

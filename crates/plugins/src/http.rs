@@ -4,13 +4,14 @@
 //! the environment, never in a manifest) — and the response, or the part a JSON pointer names,
 //! as the result. Statuses become the outcome kinds a model can act on.
 
-use crate::manifest::{HttpSpec, ManifestError, env_references, placeholders};
+use crate::manifest::{HttpSpec, ManifestError, placeholders};
+use crate::template::env_references;
 use crate::tool::{Common, Runner};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::time::Duration;
-use toolgraph_tools::ToolError;
+use toolgraph_tools::{ToolContext, ToolError};
 
 /// Most of a response read.
 const MAX_RESPONSE: usize = 1024 * 1024;
@@ -87,23 +88,17 @@ impl HttpRunner {
     }
 }
 
-/// A header value with its `${NAME}` replaced by the environment's values now.
-fn expand(value: &str) -> String {
-    let mut out = value.to_owned();
-    for var in env_references(value) {
-        out = out.replace(&format!("${{{var}}}"), &std::env::var(var).unwrap_or_default());
-    }
-    out
-}
-
 #[async_trait]
 impl Runner for HttpRunner {
-    async fn run(&self, common: &Common, arguments: Value) -> Result<Value, ToolError> {
+    async fn run(&self, common: &Common, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         let name = common.name();
         let (url, rest) = self.url_and_rest(&arguments)?;
         let mut req = self.http.request(self.method.clone(), &url);
         for (header, value) in &self.headers {
-            req = req.header(header, expand(value));
+            let value = crate::template::fill(value, ctx).map_err(|key| {
+                ToolError::denied(format!("plugin '{name}' needs the turn's {key}, and this turn has none"))
+            })?;
+            req = req.header(header, value);
         }
         if self.body {
             req = req.json(&Value::Object(rest));

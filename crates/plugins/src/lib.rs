@@ -31,6 +31,7 @@ pub mod http;
 pub mod manifest;
 pub mod mcp_client;
 pub mod mcp_server;
+mod template;
 pub mod tool;
 
 pub use manifest::{Class, Kind, Manifest, ManifestError};

@@ -4,6 +4,7 @@
 //! strict: an unknown key, a bad value or a missing required field is an error that names the
 //! file, the line and the field.
 
+use crate::template::{context_references, env_references};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -73,9 +74,22 @@ pub struct McpSpec {
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// A server over streamable HTTP (not available in this build yet).
+    /// A stdio server's environment beyond the variables `env` passes on: name → value, each
+    /// value a template (`${NAME}` from toolgraph's environment, `{ctx.KEY}` from the turn).
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+    /// A server over streamable HTTP: its endpoint (`http://` or `https://`).
     #[serde(default)]
     pub url: Option<String>,
+    /// An HTTP server's request headers: name → template (`${NAME}` from toolgraph's
+    /// environment, listed in `env`; `{ctx.KEY}` from the turn, e.g. the user it acts for).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Most sessions kept at once. Values filled from the turn (`{ctx.KEY}`) open one session
+    /// per distinct set of values — one per user, say — and past this many the least recently
+    /// used one is closed. Default: 16.
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: usize,
     /// Put before each of the server's tool names. Default: the plugin's name and `_`.
     #[serde(default)]
     pub prefix: Option<String>,
@@ -83,6 +97,10 @@ pub struct McpSpec {
     /// of the server pauses for approval, whatever hints the server gives. Default: none.
     #[serde(default)]
     pub read_tools: Vec<String>,
+}
+
+fn default_max_sessions() -> usize {
+    16
 }
 
 fn default_timeout_ms() -> u64 {
@@ -218,6 +236,16 @@ impl Manifest {
             field: Some(field.to_owned()),
             message,
         };
+        // A header or environment value: its variables listed in `env`, its context keys named.
+        let check_template = |field: &str, value: &str| {
+            if let Some(var) = env_references(value).find(|var| !self.env.iter().any(|e| e == var)) {
+                return Err(fail(field, format!("${{{var}}} is not listed in `env`")));
+            }
+            if context_references(value).any(str::is_empty) {
+                return Err(fail(field, "{ctx.} names no context key".into()));
+            }
+            Ok(())
+        };
         if !toolgraph_tools::valid_tool_name(&self.name) {
             return Err(fail("name", format!("'{}' is not a tool name (1-64 of a-z, A-Z, 0-9, _ and -)", self.name)));
         }
@@ -260,10 +288,42 @@ impl Manifest {
                 (Some(_), Some(_)) | (None, None) => {
                     return Err(fail("mcp", "a server has either a command (stdio) or a url".into()));
                 }
-                (None, Some(_)) => {
-                    return Err(fail("mcp.url", "MCP servers over HTTP are not available in this build yet".into()));
+                (None, Some(url)) => {
+                    if !url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                        return Err(fail("mcp.url", format!("'{url}' is not an http(s) URL")));
+                    }
+                    if !m.environment.is_empty() {
+                        return Err(fail("mcp.environment", "an HTTP server gets headers, not an environment".into()));
+                    }
                 }
-                (Some(_), None) => {}
+                (Some(_), None) => {
+                    if !m.headers.is_empty() {
+                        return Err(fail("mcp.headers", "a stdio server gets an environment, not headers".into()));
+                    }
+                }
+            }
+            if !(1..=1024).contains(&m.max_sessions) {
+                return Err(fail("mcp.max_sessions", format!("{} is not in 1..=1024", m.max_sessions)));
+            }
+            for (header, value) in &m.headers {
+                let field = format!("mcp.headers.{header}");
+                if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                    return Err(fail(&field, "not a header name".into()));
+                }
+                // The transport sets these itself.
+                const RESERVED: [&str; 5] =
+                    ["accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
+                if RESERVED.iter().any(|r| header.eq_ignore_ascii_case(r)) {
+                    return Err(fail(&field, "the MCP transport sets this header itself".into()));
+                }
+                check_template(&field, value)?;
+            }
+            for (name, value) in &m.environment {
+                let field = format!("mcp.environment.{name}");
+                if name.is_empty() || name.contains(['=', '\0']) {
+                    return Err(fail(&field, "not an environment variable name".into()));
+                }
+                check_template(&field, value)?;
             }
             let bad_prefix = |p: &str| !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if m.prefix.as_deref().is_some_and(bad_prefix) {
@@ -288,14 +348,7 @@ impl Manifest {
                 return Err(fail("http.result", format!("'{pointer}' is not a JSON pointer (it starts with /)")));
             }
             for (header, value) in &h.headers {
-                for var in env_references(value) {
-                    if !self.env.iter().any(|e| e == var) {
-                        return Err(fail(
-                            &format!("http.headers.{header}"),
-                            format!("${{{var}}} is not listed in `env`"),
-                        ));
-                    }
-                }
+                check_template(&format!("http.headers.{header}"), value)?;
             }
         }
         if let Some(template) = &self.describe {
@@ -340,11 +393,6 @@ impl Manifest {
 /// The `{name}` placeholders of a template.
 pub(crate) fn placeholders(template: &str) -> impl Iterator<Item = &str> {
     template.split('{').skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
-}
-
-/// The `${NAME}` environment references of a header value.
-pub(crate) fn env_references(value: &str) -> impl Iterator<Item = &str> {
-    value.split("${").skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
 }
 
 /// The 1-based line of byte `offset`.
@@ -473,5 +521,36 @@ result = "/current"
         assert_eq!(e.field.as_deref(), Some("http.result"), "{e}");
         let e = parse(&http.replace("\"GET\"", "\"TRACE\"")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("http.method"), "{e}");
+    }
+
+    #[test]
+    fn mcp_servers_are_stdio_or_http_with_the_values_each_takes() {
+        let http = r#"
+name = "docs"
+version = "1.0.0"
+description = "A docs server."
+kind = "mcp"
+env = ["DOCS_TOKEN"]
+
+[mcp]
+url = "https://docs.example.com/mcp"
+max_sessions = 4
+headers = { Authorization = "Bearer ${DOCS_TOKEN}", "X-User" = "{ctx.userId}" }
+"#;
+        let m = parse(http).unwrap();
+        assert_eq!(m.mcp.as_ref().map(|s| s.max_sessions), Some(4));
+        let field = |text: &str| parse(text).unwrap_err().field;
+        let field_of = |from: &str, to: &str| field(&http.replace(from, to));
+        assert_eq!(field_of("https://docs", "ftp://docs").as_deref(), Some("mcp.url"));
+        assert_eq!(field_of("${DOCS_TOKEN}", "${OTHER}").as_deref(), Some("mcp.headers.Authorization"));
+        assert_eq!(field_of("{ctx.userId}", "{ctx.}").as_deref(), Some("mcp.headers.X-User"));
+        assert_eq!(field_of("\"X-User\"", "\"Mcp-Session-Id\"").as_deref(), Some("mcp.headers.Mcp-Session-Id"));
+        assert_eq!(field_of("max_sessions = 4", "max_sessions = 0").as_deref(), Some("mcp.max_sessions"));
+        assert_eq!(field_of("headers =", "environment =").as_deref(), Some("mcp.environment"));
+        let stdio = http.replace("url = \"https://docs.example.com/mcp\"", "command = \"docs-server\"");
+        assert_eq!(field(&stdio).as_deref(), Some("mcp.headers"), "a stdio server takes no headers");
+        assert!(parse(&stdio.replace("headers =", "environment =")).is_ok());
+        let both = http.replace("[mcp]\n", "[mcp]\ncommand = \"docs-server\"\n");
+        assert_eq!(field(&both).as_deref(), Some("mcp"));
     }
 }

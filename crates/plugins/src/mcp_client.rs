@@ -1,14 +1,16 @@
-//! `mcp` plugins: an MCP server's tools as toolgraph tools, through the official Rust SDK.
+//! `mcp` plugins: an MCP server's tools as toolgraph tools, through the official Rust SDK, on
+//! stdio or over streamable HTTP.
 //!
 //! One long-lived session per server, shared by all its tools and every conversation (the
-//! server keeps its state between calls). The server runs as a child on stdio, in a process
-//! group of its own with a cleared environment (the manifest's `env` only), killed with its
-//! whole group when the session goes and — on Linux — when toolgraph itself dies, so no server
-//! is left behind. A call that finds the session gone starts it again (with back-off after a
-//! failed start); while the server cannot be reached its tools answer `unavailable` and the
-//! run goes on. Each call has the manifest's time limit (`timeout`). The tool list is read when
-//! the session starts and again when the server says it changed; a tool that went away answers
-//! `not_found`.
+//! server keeps its state between calls) — or, when the manifest fills headers or environment
+//! from the turn (`{ctx.userId}`), one per distinct set of those values, the least recently used
+//! closed past `max_sessions`. A stdio server runs as a child in a process group of its own with
+//! a cleared environment (the manifest's `env` and `environment` only), killed with its whole
+//! group when its session goes and — on Linux — when toolgraph itself dies, so no server is left
+//! behind. A call that finds its session gone opens it again (with back-off after a failed
+//! start); while the server cannot be reached its tools answer `unavailable` and the run goes
+//! on. Each call has the manifest's time limit (`timeout`). The tool list is read when a session
+//! starts and again when the server says it changed; a tool that went away answers `not_found`.
 //!
 //! A server's own read-only hints are not trusted: a tool runs without a person's approval
 //! only if the manifest lists it in `read_tools`.
@@ -18,11 +20,14 @@ use crate::tool::Common;
 use async_trait::async_trait;
 use rmcp::model::{CallToolRequestParams, ContentBlock, Tool as McpTool};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolgraph_tools::{ArgumentSchema, ParamDisplay, Tool, ToolClass, ToolContext, ToolDisplay, ToolError, ToolSpec};
@@ -32,107 +37,205 @@ const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Notes the server's `tools/list_changed`, so the next call reads the list again.
 struct Listener {
-    stale: Arc<std::sync::atomic::AtomicBool>,
+    stale: Arc<AtomicBool>,
 }
 
 impl ClientHandler for Listener {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stale.store(true, Ordering::SeqCst);
     }
 }
 
-/// A live session: the SDK's client and the server's process group.
+/// A live session: the SDK's client and, for a stdio server, its process group.
 struct Session {
     client: RunningService<RoleClient, Listener>,
-    _group: crate::exec::ProcessGroup,
+    _group: Option<crate::exec::ProcessGroup>,
+}
+
+/// How the server is reached.
+enum Transport {
+    /// A child process on stdio.
+    Stdio { command: PathBuf, args: Vec<String>, dir: PathBuf, env: Vec<String>, environment: Vec<(String, String)> },
+    /// An endpoint over streamable HTTP.
+    Http { url: Arc<str>, headers: Vec<(String, String)>, client: reqwest013::Client },
+}
+
+impl Transport {
+    /// The header or environment templates whose values tell sessions apart.
+    fn templates(&self) -> &[(String, String)] {
+        match self {
+            Self::Stdio { environment, .. } => environment,
+            Self::Http { headers, .. } => headers,
+        }
+    }
+}
+
+/// The values a session is opened with (headers or environment), filled for one turn.
+type Credentials = Vec<(String, String)>;
+
+/// One session and what is known about it.
+#[derive(Default)]
+struct Slot {
+    session: tokio::sync::Mutex<Option<Session>>,
+    /// When a start last failed.
+    failed_at: Mutex<Option<Instant>>,
+    /// The server's tool names as last listed in this session.
+    offered: Mutex<BTreeSet<String>>,
+    stale: Arc<AtomicBool>,
 }
 
 /// One MCP server, as its tools share it.
 pub struct McpServer {
     name: String,
-    command: PathBuf,
-    args: Vec<String>,
-    dir: PathBuf,
-    env: Vec<String>,
+    transport: Transport,
     limit: Duration,
-    session: tokio::sync::Mutex<Option<Session>>,
-    /// When a start last failed.
-    failed_at: Mutex<Option<Instant>>,
-    /// The server's tool names as last listed.
-    offered: Mutex<BTreeSet<String>>,
-    stale: Arc<std::sync::atomic::AtomicBool>,
+    max_sessions: usize,
+    /// Sessions by the values they were opened with, and when each was last used.
+    slots: Mutex<HashMap<Credentials, (Arc<Slot>, Instant)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl McpServer {
     fn new(m: &Manifest, spec: &McpSpec, dir: &Path) -> Result<Self, ManifestError> {
-        let fail = |message: String| ManifestError {
+        let fail = |field: &str, message: String| ManifestError {
             path: dir.join(crate::manifest::MANIFEST),
             line: None,
-            field: Some("mcp.command".into()),
+            field: Some(field.to_owned()),
             message,
         };
-        let Some(command) = &spec.command else { return Err(fail("a stdio server needs a command".into())) };
-        let command = resolve_command(command, dir, &m.env).map_err(fail)?;
+        let limit = Duration::from_millis(m.timeout_ms);
+        let transport = match (&spec.command, &spec.url) {
+            (Some(command), _) => Transport::Stdio {
+                command: resolve_command(command, dir, &m.env).map_err(|e| fail("mcp.command", e))?,
+                args: spec.args.clone(),
+                dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned()),
+                env: m.env.clone(),
+                environment: spec.environment.clone().into_iter().collect(),
+            },
+            (None, Some(url)) => Transport::Http {
+                url: url.as_str().into(),
+                headers: spec.headers.clone().into_iter().collect(),
+                client: http_client(limit).map_err(|e| fail("mcp.url", e))?,
+            },
+            (None, None) => return Err(fail("mcp", "a server has either a command (stdio) or a url".into())),
+        };
         Ok(Self {
             name: m.name.clone(),
-            command,
-            args: spec.args.clone(),
-            dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned()),
-            env: m.env.clone(),
-            limit: Duration::from_millis(m.timeout_ms),
-            session: tokio::sync::Mutex::new(None),
-            failed_at: Mutex::new(None),
-            offered: Mutex::new(BTreeSet::new()),
-            stale: Arc::default(),
+            transport,
+            limit,
+            max_sessions: spec.max_sessions.max(1),
+            slots: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Starts the server and initializes a session (within the time limit).
-    async fn start(&self) -> Result<Session, String> {
-        let mut cmd = crate::exec::plugin_command(&self.command, &self.args, &self.dir, &self.env);
-        cmd.stderr(Stdio::null());
-        crate::exec::isolate_for_life(&mut cmd);
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", self.command.display()))?;
-        let group = crate::exec::ProcessGroup::of(&child);
-        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-            return Err("the server's pipes are missing".into());
-        };
-        // The child is owned by the group guard from here on; tokio reaps it when it exits.
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-        });
-        let listener = Listener { stale: Arc::clone(&self.stale) };
-        let client = tokio::time::timeout(self.limit, listener.serve((stdout, stdin)))
-            .await
-            .map_err(|_| format!("the server did not initialize within {} ms", self.limit.as_millis()))?
-            .map_err(|e| format!("the server did not initialize: {e}"))?;
-        Ok(Session { client, _group: group })
+    /// The values to open a session for `ctx` with; without a turn (`None`: listing the tools
+    /// at load), the values that need one are left out.
+    fn credentials(&self, ctx: Option<&ToolContext>) -> Result<Credentials, ToolError> {
+        let empty = ToolContext::default();
+        let mut out = Vec::new();
+        for (name, template) in self.transport.templates() {
+            match crate::template::fill(template, ctx.unwrap_or(&empty)) {
+                Ok(value) => out.push((name.clone(), value)),
+                Err(_) if ctx.is_none() => {}
+                Err(key) => {
+                    return Err(ToolError::denied(format!(
+                        "the MCP server '{}' needs the turn's {key}, and this turn has none",
+                        self.name
+                    )));
+                }
+            }
+        }
+        Ok(out)
     }
 
-    /// The live session, started (again) if needed; its tools listed when new or stale.
-    async fn session(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Session>>, ToolError> {
-        let mut guard = self.session.lock().await;
+    /// The slot of `credentials`, made if new; past `max_sessions`, the least recently used
+    /// other slot is dropped (its session closes once no call holds it).
+    fn slot(&self, credentials: Credentials) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        let now = Instant::now();
+        if let Some((slot, used)) = slots.get_mut(&credentials) {
+            *used = now;
+            return Arc::clone(slot);
+        }
+        while slots.len() >= self.max_sessions {
+            let Some(oldest) = slots.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) else { break };
+            slots.remove(&oldest);
+            tracing::info!(server = %self.name, "closed the least recently used MCP session");
+        }
+        let slot = Arc::new(Slot::default());
+        slots.insert(credentials, (Arc::clone(&slot), now));
+        slot
+    }
+
+    /// Opens a session with `credentials` (within the time limit).
+    async fn start(&self, credentials: &Credentials, stale: &Arc<AtomicBool>) -> Result<Session, String> {
+        let listener = Listener { stale: Arc::clone(stale) };
+        let initialized = |r: Result<Result<_, _>, _>| {
+            r.map_err(|_| format!("the server did not initialize within {} ms", self.limit.as_millis()))?
+                .map_err(|e| format!("the server did not initialize: {e}"))
+        };
+        match &self.transport {
+            Transport::Stdio { command, args, dir, env, .. } => {
+                let mut cmd = crate::exec::plugin_command(command, args, dir, env);
+                cmd.envs(credentials.iter().map(|(k, v)| (k, v))).stderr(Stdio::null());
+                crate::exec::isolate_for_life(&mut cmd);
+                let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", command.display()))?;
+                let group = crate::exec::ProcessGroup::of(&child);
+                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                    return Err("the server's pipes are missing".into());
+                };
+                // The child is owned by the group guard from here on; tokio reaps it when it exits.
+                tokio::spawn(async move {
+                    let _ = child.wait().await;
+                });
+                let client = initialized(tokio::time::timeout(self.limit, listener.serve((stdout, stdin))).await)?;
+                Ok(Session { client, _group: Some(group) })
+            }
+            Transport::Http { url, client, .. } => {
+                let mut headers = HashMap::new();
+                for (name, value) in credentials {
+                    let name =
+                        http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("header {name}: {e}"))?;
+                    let value = http::HeaderValue::from_str(value).map_err(|e| format!("header {name}: {e}"))?;
+                    headers.insert(name, value);
+                }
+                let config = StreamableHttpClientTransportConfig::with_uri(Arc::clone(url)).custom_headers(headers);
+                let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
+                let client = initialized(tokio::time::timeout(self.limit, listener.serve(transport)).await)?;
+                Ok(Session { client, _group: None })
+            }
+        }
+    }
+
+    /// The live session of `slot`, opened (again) if needed; its tools listed when new or stale.
+    async fn session<'a>(
+        &self,
+        slot: &'a Slot,
+        credentials: &Credentials,
+    ) -> Result<tokio::sync::MutexGuard<'a, Option<Session>>, ToolError> {
+        let mut guard = slot.session.lock().await;
         if guard.as_ref().is_some_and(|s| s.client.is_closed() || s.client.peer().is_transport_closed()) {
-            tracing::warn!(server = %self.name, "the MCP server's session ended; starting it again");
+            tracing::warn!(server = %self.name, "the MCP server's session ended; opening it again");
             *guard = None;
         }
         if guard.is_none() {
-            let recent =
-                self.failed_at.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| t.elapsed() < RETRY_AFTER);
-            if recent {
+            if lock(&slot.failed_at).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
                 return Err(ToolError::unavailable(format!(
                     "the MCP server '{}' cannot be reached; try again later",
                     self.name
                 )));
             }
-            match self.start().await {
+            match self.start(credentials, &slot.stale).await {
                 Ok(s) => {
                     *guard = Some(s);
-                    self.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+                    slot.stale.store(true, Ordering::SeqCst);
                 }
                 Err(e) => {
-                    *self.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-                    tracing::warn!(server = %self.name, error = %e, "cannot start the MCP server");
+                    *lock(&slot.failed_at) = Some(Instant::now());
+                    tracing::warn!(server = %self.name, error = %e, "cannot reach the MCP server");
                     return Err(ToolError::unavailable(format!(
                         "the MCP server '{}' cannot be reached: {e}",
                         self.name
@@ -140,35 +243,39 @@ impl McpServer {
                 }
             }
         }
-        if self.stale.swap(false, std::sync::atomic::Ordering::SeqCst)
+        if slot.stale.swap(false, Ordering::SeqCst)
             && let Some(s) = guard.as_ref()
             && let Ok(Ok(tools)) = tokio::time::timeout(self.limit, s.client.list_all_tools()).await
         {
-            *self.offered.lock().unwrap_or_else(|e| e.into_inner()) =
-                tools.iter().map(|t| t.name.to_string()).collect();
+            *lock(&slot.offered) = tools.iter().map(|t| t.name.to_string()).collect();
         }
         Ok(guard)
     }
 
-    /// The server's tools, listed at once (what the plugin offers is decided at load).
+    /// The server's tools, listed at once without a turn (what the plugin offers is decided at
+    /// load).
     async fn list(&self) -> Result<Vec<McpTool>, String> {
-        let guard = self.session().await.map_err(|e| e.message)?;
+        let credentials = self.credentials(None).map_err(|e| e.message)?;
+        let slot = self.slot(credentials.clone());
+        let guard = self.session(&slot, &credentials).await.map_err(|e| e.message)?;
         let Some(s) = guard.as_ref() else { return Err("no session".into()) };
         let tools = tokio::time::timeout(self.limit, s.client.list_all_tools())
             .await
             .map_err(|_| format!("the server did not list its tools within {} ms", self.limit.as_millis()))?
             .map_err(|e| format!("the server did not list its tools: {e}"))?;
-        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = tools.iter().map(|t| t.name.to_string()).collect();
+        *lock(&slot.offered) = tools.iter().map(|t| t.name.to_string()).collect();
         Ok(tools)
     }
 
-    /// Calls tool `name` of the server.
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
-        let guard = self.session().await?;
+    /// Calls tool `name` of the server for the turn of `ctx`.
+    async fn call(&self, ctx: &ToolContext, name: &str, arguments: Value) -> Result<Value, ToolError> {
+        let credentials = self.credentials(Some(ctx))?;
+        let slot = self.slot(credentials.clone());
+        let guard = self.session(&slot, &credentials).await?;
         let Some(s) = guard.as_ref() else {
             return Err(ToolError::unavailable(format!("the MCP server '{}' cannot be reached", self.name)));
         };
-        if !self.offered.lock().unwrap_or_else(|e| e.into_inner()).contains(name) {
+        if !lock(&slot.offered).contains(name) {
             return Err(ToolError::not_found(format!("the MCP server '{}' no longer offers '{name}'", self.name)));
         }
         let mut params = CallToolRequestParams::new(name.to_owned());
@@ -190,8 +297,8 @@ impl McpServer {
             Err(e) => {
                 tracing::warn!(server = %self.name, error = %e, "MCP call failed");
                 if matches!(e, rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)) {
-                    // The server is gone: the next call starts it again.
-                    *self.session.lock().await = None;
+                    // The server is gone: the next call opens the session again.
+                    *slot.session.lock().await = None;
                 }
                 return Err(ToolError::unavailable(format!("the MCP server '{}' failed: {e}", self.name)));
             }
@@ -205,6 +312,23 @@ impl McpServer {
             None => serde_json::from_str::<Value>(&text).ok().filter(Value::is_object).unwrap_or(Value::String(text)),
         })
     }
+}
+
+/// The HTTP client of MCP servers over streamable HTTP: the SDK's (reqwest 0.13) on the same
+/// rustls and ring as the rest of toolgraph, with the webpki roots.
+fn http_client(limit: Duration) -> Result<reqwest013::Client, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest013::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .connect_timeout(limit.min(Duration::from_secs(5)))
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// The text of a result's content blocks, one per line (other kinds named, not inlined).
@@ -263,8 +387,8 @@ impl Tool for McpToolProxy {
         self.common.limit() * 2 + Duration::from_secs(1)
     }
 
-    async fn invoke(&self, _ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
-        self.server.call(&self.remote, arguments).await
+    async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        self.server.call(ctx, &self.remote, arguments).await
     }
 }
 

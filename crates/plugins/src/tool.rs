@@ -34,8 +34,8 @@ impl Common {
 /// Runs one call of a plugin whose arguments passed the schema.
 #[async_trait]
 pub trait Runner: Send + Sync + 'static {
-    /// The call's result, or the failure the model reads.
-    async fn run(&self, common: &Common, arguments: Value) -> Result<Value, ToolError>;
+    /// The call's result, or the failure the model reads; `ctx` is the turn's context.
+    async fn run(&self, common: &Common, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError>;
 }
 
 /// A plugin as a tool.
@@ -74,7 +74,7 @@ impl<R: Runner> Tool for PluginTool<R> {
         }
     }
 
-    async fn invoke(&self, _ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
-        self.runner.run(&self.common, arguments).await
+    async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        self.runner.run(&self.common, ctx, arguments).await
     }
 }

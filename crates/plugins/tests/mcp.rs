@@ -1,8 +1,8 @@
 //! Interoperability: toolgraph's MCP client (`kind = "mcp"` plugins) against an implementation
 //! nobody here wrote, the official reference server `@modelcontextprotocol/server-everything`
-//! (npm, installed by `scripts/interop-deps`), over stdio: list, call, schema checks, a call
-//! past its time limit, the server killed mid-session and started again, and no process left
-//! behind.
+//! (npm, installed by `scripts/interop-deps`), over stdio and streamable HTTP: list, call,
+//! schema checks, a long-running call, a call past its time limit, sessions per user, the server
+//! killed mid-session and started again, and no process left behind.
 
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -37,7 +37,16 @@ fn running(marker: &str) -> usize {
 }
 
 async fn call(reg: &ToolRegistry, name: &str, args: Value) -> Result<Value, (ToolErrorKind, String)> {
-    let outcome = reg.call(&ToolContext::default(), name, &args).await;
+    call_as(reg, &ToolContext::default(), name, args).await
+}
+
+async fn call_as(
+    reg: &ToolRegistry,
+    ctx: &ToolContext,
+    name: &str,
+    args: Value,
+) -> Result<Value, (ToolErrorKind, String)> {
+    let outcome = reg.call(ctx, name, &args).await;
     match outcome.error() {
         Some(e) => Err((e.kind, e.message.clone())),
         None => Ok(outcome.to_json()),
@@ -112,4 +121,110 @@ async fn the_reference_server_over_stdio_through_one_long_lived_session() {
         assert!(Instant::now() < deadline, "the server outlived its plugin");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The reference server over streamable HTTP on `port`, its stdout (one line per session it
+/// opens) in `log`; killed when dropped.
+struct HttpServer(std::process::Child);
+
+impl HttpServer {
+    async fn start(script: &std::path::Path, port: u16, log: &std::path::Path) -> Self {
+        let child = Command::new("node")
+            .arg(script)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::fs::File::create(log).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < deadline, "the reference server did not listen");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self(child)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How many sessions the reference server opened, by its log.
+fn sessions_opened(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log).unwrap_or_default().matches("Session initialized with ID").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_over_streamable_http_with_a_session_per_user() {
+    let Some(script) = everything() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let server = HttpServer::start(&script, port, &log).await;
+    // Well past the 10 s others cut slow tools off at; the user's id tells sessions apart.
+    let manifest = format!(
+        "name = \"everything\"\nversion = \"1.0.0\"\ndescription = \"The MCP reference server.\"\nkind = \"mcp\"\n\
+         timeout_ms = 20000\n\n[mcp]\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"ev_\"\n\
+         read_tools = [\"echo\", \"trigger-long-running-operation\"]\nmax_sessions = 2\n\
+         [mcp.headers]\nX-Toolgraph-User = \"{{ctx.userId}}\"\n"
+    );
+    std::fs::create_dir_all(dir.path().join("everything")).unwrap();
+    std::fs::write(dir.path().join("everything/plugin.toml"), manifest).unwrap();
+    let loaded = toolgraph_plugins::load_all(&[dir.path().to_path_buf()], "en").await;
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let mut reg = ToolRegistry::new();
+    for t in &loaded.plugins[0].tools {
+        reg.register(t.clone()).unwrap();
+    }
+    assert!(reg.get("ev_get-sum").is_some(), "{reg:?}");
+    assert_eq!(sessions_opened(&log), 1, "listing at load");
+
+    let user = |id: i64| ToolContext::default().set("userId", json!(id));
+    let echoed = call_as(&reg, &user(1), "ev_echo", json!({"message": "hola"})).await.unwrap();
+    assert!(echoed.to_string().contains("hola"), "{echoed}");
+    let sum = call_as(&reg, &user(1), "ev_get-sum", json!({"a": 2, "b": 3})).await.unwrap();
+    assert!(sum.to_string().contains('5'), "{sum}");
+    assert_eq!(sessions_opened(&log), 2, "user 1's session, kept for both calls");
+    // A call that needs the user but has none is refused, not sent.
+    let err = call(&reg, "ev_echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(err.0, ToolErrorKind::Denied, "{err:?}");
+    assert!(err.1.contains("userId"), "{err:?}");
+
+    // Eleven seconds of work with progress along the way: it finishes.
+    let started = Instant::now();
+    let long = call_as(&reg, &user(2), "ev_trigger-long-running-operation", json!({"duration": 11, "steps": 2})).await;
+    let long = long.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(11), "{:?}", started.elapsed());
+    assert!(long.to_string().contains("completed"), "{long}");
+    assert_eq!(sessions_opened(&log), 3, "user 2's own session");
+    call_as(&reg, &user(2), "ev_echo", json!({"message": "otra vez"})).await.unwrap();
+    assert_eq!(sessions_opened(&log), 3, "reused");
+    // max_sessions = 2: a third user's session closes the least recently used one (user 1's).
+    call_as(&reg, &user(3), "ev_echo", json!({"message": "tres"})).await.unwrap();
+    call_as(&reg, &user(2), "ev_echo", json!({"message": "dos"})).await.unwrap();
+    assert_eq!(sessions_opened(&log), 4, "user 2's session was kept");
+    call_as(&reg, &user(1), "ev_echo", json!({"message": "uno"})).await.unwrap();
+    assert_eq!(sessions_opened(&log), 5, "user 1's session was closed and opened again");
+
+    // The server dies and comes back on the same address: calls fail as unavailable, then work.
+    drop(server);
+    let err = call_as(&reg, &user(1), "ev_echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(err.0, ToolErrorKind::Unavailable, "{err:?}");
+    let _server = HttpServer::start(&script, port, &log).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let again = loop {
+        match call_as(&reg, &user(1), "ev_echo", json!({"message": "de vuelta"})).await {
+            Ok(v) => break v,
+            Err((kind, message)) => {
+                assert_eq!(kind, ToolErrorKind::Unavailable, "{message}");
+                assert!(Instant::now() < deadline, "no new session: {message}");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    };
+    assert!(again.to_string().contains("de vuelta"), "{again}");
 }

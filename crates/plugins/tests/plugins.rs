@@ -174,11 +174,12 @@ async fn http_plugins_build_the_request_and_map_the_answer() {
         .route(
             "/weather/{city}",
             get(|UrlPath(city): UrlPath<String>, headers: HeaderMap| async move {
-                let key = headers.get("x-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                 if city == "Atlantis" {
                     return (StatusCode::NOT_FOUND, Json(json!({"error": "no such city"})));
                 }
-                (StatusCode::OK, Json(json!({"data": {"city": city, "temp_c": 21.5, "key": key}})))
+                let (key, user) = (header("x-key"), header("x-user"));
+                (StatusCode::OK, Json(json!({"data": {"city": city, "temp_c": 21.5, "key": key, "user": user}})))
             }),
         )
         .route("/notes", post(|Json(body): Json<Value>| async move { Json(json!({"stored": body})) }));
@@ -189,7 +190,7 @@ async fn http_plugins_build_the_request_and_map_the_answer() {
     let weather = format!(
         "name = \"weather\"\nversion = \"1.0.0\"\ndescription = \"Weather.\"\nkind = \"http\"\nenv = [\"HOME\"]\n\
          [parameters.city]\ntype = \"string\"\ndescription = \"City\"\nrequired = true\n\
-         [http]\nmethod = \"GET\"\nurl = \"{base}/weather/{{city}}\"\nheaders = {{ \"X-Key\" = \"k-${{HOME}}\" }}\nresult = \"/data\"\n"
+         [http]\nmethod = \"GET\"\nurl = \"{base}/weather/{{city}}\"\nheaders = {{ \"X-Key\" = \"k-${{HOME}}\", \"X-User\" = \"{{ctx.userId}}\" }}\nresult = \"/data\"\n"
     );
     plugin(root.path(), "weather", &weather, None);
     let note = format!(
@@ -201,9 +202,14 @@ async fn http_plugins_build_the_request_and_map_the_answer() {
     plugin(root.path(), "note", &note, None);
     let reg = registry(&[root.path().to_path_buf()]);
     let home = std::env::var("HOME").unwrap_or_default();
-    let out = call(&reg, "weather", json!({"city": "São Paulo"})).await.unwrap();
-    assert_eq!(out, json!({"city": "São Paulo", "temp_c": 21.5, "key": format!("k-{home}")}));
-    let err = call(&reg, "weather", json!({"city": "Atlantis"})).await.unwrap_err();
+    // The turn's user fills `{ctx.userId}`; a turn without one is refused before any request.
+    let turn = ToolContext::default().set("userId", json!(42));
+    let out = reg.call(&turn, "weather", &json!({"city": "São Paulo"})).await.to_json();
+    assert_eq!(out, json!({"city": "São Paulo", "temp_c": 21.5, "key": format!("k-{home}"), "user": "42"}));
+    let err = call(&reg, "weather", json!({"city": "São Paulo"})).await.unwrap_err();
+    assert_eq!(err.0, ToolErrorKind::Denied, "{err:?}");
+    let outcome = reg.call(&turn, "weather", &json!({"city": "Atlantis"})).await;
+    let err = outcome.error().map(|e| (e.kind, e.message.clone())).unwrap();
     assert_eq!(err.0, ToolErrorKind::NotFound);
     assert!(err.1.contains("404") && err.1.contains("no such city"), "{err:?}");
     let save = reg.get("save_note").unwrap();
@@ -216,5 +222,6 @@ async fn http_plugins_build_the_request_and_map_the_answer() {
     let dir = tempfile::tempdir().unwrap();
     plugin(dir.path(), "weather", &dead, None);
     let reg = registry(&[dir.path().to_path_buf()]);
-    assert_eq!(call(&reg, "weather", json!({"city": "Lima"})).await.unwrap_err().0, ToolErrorKind::Unavailable);
+    let outcome = reg.call(&turn, "weather", &json!({"city": "Lima"})).await;
+    assert_eq!(outcome.error().map(|e| e.kind), Some(ToolErrorKind::Unavailable));
 }

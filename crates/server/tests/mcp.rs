@@ -160,3 +160,37 @@ async fn mcp_refuses_foreign_hosts_and_answers_only_when_enabled_and_ready() {
     let starting = start(Auth::None, false, true).await;
     assert_eq!(rpc(&starting, &[], "resources/list", json!({})).await.0, 503);
 }
+
+/// toolgraph's MCP client (a `kind = "mcp"` plugin) on this service's `/mcp`, the tenant header
+/// filled from each turn: each tenant's calls search that tenant's knowledge bases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_on_mcp_acts_for_the_turns_tenant() {
+    let s = start(Auth::None, true, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("courses")).unwrap();
+    std::fs::write(
+        dir.path().join("courses/plugin.toml"),
+        format!(
+            "name = \"courses\"\nversion = \"1.0.0\"\ndescription = \"Another toolgraph's knowledge bases.\"\n\
+             kind = \"mcp\"\n[mcp]\nurl = \"{}/mcp\"\nread_tools = [\"rag_search\"]\n\
+             [mcp.headers]\nX-Tenant-Slug = \"{{ctx.tenant}}\"\n",
+            s.base
+        ),
+    )
+    .unwrap();
+    let loaded = toolgraph_plugins::load_all(&[dir.path().to_path_buf()], "en").await;
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let mut reg = ToolRegistry::new();
+    for t in &loaded.plugins[0].tools {
+        reg.register(t.clone()).unwrap();
+    }
+    let search = |tenant: &'static str| {
+        let ctx = toolgraph_tools::ToolContext::default().set("tenant", json!(tenant));
+        let reg = reg.clone();
+        async move { reg.call(&ctx, "courses_rag_search", &json!({"query": "examen final"})).await.to_json() }
+    };
+    let ugr = search("ugr").await;
+    assert!(ugr.to_string().contains("IV es en enero") && !ugr.to_string().contains("secreto"), "{ugr}");
+    let academia = search("academia").await;
+    assert!(academia.to_string().contains("secreto") && !academia.to_string().contains("IV"), "{academia}");
+}
