@@ -73,11 +73,12 @@ pub async fn all_tools(
     if let Some(db) = &cfg.tools.sql_database {
         all.register(crate::academy::sql::general_query(db).await?)?;
     }
-    for tool in plugin_tools(cfg).await {
-        let name = tool.spec().name.clone();
-        // A plugin never replaces a tool of toolgraph's own: it is refused, the others load.
-        if let Err(e) = all.register(tool) {
-            tracing::error!(plugin = %name, "plugin not loaded: {e}");
+    if !cfg.plugins.dirs.is_empty() {
+        for plugin in toolgraph_plugins::load_all(&cfg.plugins.dirs, &cfg.plugins.locale).await.plugins {
+            // A plugin never replaces a tool of toolgraph's own: it is refused, the others load.
+            if let Err(e) = plugin.register_into(&mut all) {
+                tracing::error!(plugin = %plugin.name, "plugin not loaded: {e}");
+            }
         }
     }
     if let Some(backend) = backend {
@@ -94,16 +95,6 @@ pub async fn all_tools(
         }
     }
     Ok(all)
-}
-
-/// The tools of the plugins below `plugins.dirs`, MCP servers' included (each load and each
-/// refusal logged).
-async fn plugin_tools(cfg: &Config) -> Vec<Arc<dyn toolgraph_tools::Tool>> {
-    if cfg.plugins.dirs.is_empty() {
-        return Vec::new();
-    }
-    let loaded = toolgraph_plugins::load_all(&cfg.plugins.dirs, &cfg.plugins.locale).await;
-    loaded.plugins.into_iter().flat_map(|p| p.tools).collect()
 }
 
 /// The client of the backend of `server.backend_*` when `server.store = "backend"`: one per

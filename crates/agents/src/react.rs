@@ -196,13 +196,29 @@ impl AgentSpec {
 pub struct AgentDeps {
     model: Arc<dyn ChatModel>,
     spec: AgentSpec,
-    definitions: Vec<ToolDefinition>,
+    /// What the model is told about the tools, and the registry generation it was read at
+    /// (tool sets, such as an MCP server's, change while the agent runs).
+    definitions: std::sync::RwLock<(u64, Vec<ToolDefinition>)>,
 }
 
 impl AgentDeps {
     /// The agent's settings.
     pub fn spec(&self) -> &AgentSpec {
         &self.spec
+    }
+
+    /// The tool definitions for the next model call, read again when the tools changed.
+    fn definitions(&self) -> Vec<ToolDefinition> {
+        let generation = self.spec.tools.generation();
+        {
+            let cached = self.definitions.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cached.0 == generation {
+                return cached.1.clone();
+            }
+        }
+        let fresh = tool_definitions(&self.spec.tools);
+        *self.definitions.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (generation, fresh.clone());
+        fresh
     }
 }
 
@@ -238,11 +254,8 @@ pub fn cancellation_text(descriptions: &[String]) -> String {
 pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
     tools
         .specs()
-        .map(|s| ToolDefinition {
-            name: s.name.clone(),
-            description: s.description.clone(),
-            parameters: s.parameters.clone(),
-        })
+        .into_iter()
+        .map(|s| ToolDefinition { name: s.name, description: s.description, parameters: s.parameters })
         .collect()
 }
 
@@ -255,7 +268,7 @@ pub fn build(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, GraphBuildError> {
-    let definitions = tool_definitions(&spec.tools);
+    let definitions = std::sync::RwLock::new((spec.tools.generation(), tool_definitions(&spec.tools)));
     let max_retries = spec.max_tool_retries;
     let deps = AgentDeps { model, spec, definitions };
     let mut g = StateGraph::<AgentState, AgentDeps>::new();
@@ -370,7 +383,7 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
         None => {}
     }
     messages.extend_from_slice(history_window(&s.messages, deps.spec.history_budget));
-    let mut request = ChatRequest::new(messages).with_tools(deps.definitions.clone());
+    let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
     request.temperature = deps.spec.temperature;
     request.max_tokens = deps.spec.max_tokens;
     let model_error = |e: toolgraph_llm::LlmError| NodeError::new("model", e.to_string());

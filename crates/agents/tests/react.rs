@@ -191,6 +191,51 @@ async fn the_agents_temperature_and_token_limit_reach_every_model_call() {
     }
 }
 
+/// A tool set (an MCP server's) that changes between two model calls of one turn: the second
+/// call offers the new member, and the model can call it.
+#[tokio::test]
+async fn a_tool_set_that_changes_is_offered_as_it_is_at_each_model_call() {
+    let set = Arc::new(toolgraph_tools::ToolSet::new("remote", Vec::new()));
+    let grow = Arc::clone(&set);
+    let script = vec![
+        Reply::tool_calls(&[("c1", "grow", json!({"sql": "x"}))]),
+        Reply::tool_calls(&[("c2", "remote_echo", json!({"sql": "hola"}))]),
+        Reply::text("Done."),
+    ];
+    let h = harness_spec(script, Arc::new(MemoryCheckpointer::new()), |spec| {
+        let echo = ToolBuilder::<QueryArgs>::new("remote_echo", "Echo")
+            .handler(|_ctx, a| async move { Ok(json!({"echo": a.sql})) })
+            .unwrap();
+        // A local tool that makes the set grow, as a server does after some call.
+        let grow_tool = ToolBuilder::<QueryArgs>::new("grow", "Grow the remote tools")
+            .handler(move |_ctx, _a| {
+                let (set, echo) = (Arc::clone(&grow), Arc::clone(&echo));
+                async move {
+                    set.replace(vec![echo]);
+                    Ok(json!({"ok": true}))
+                }
+            })
+            .unwrap();
+        let mut tools = ToolRegistry::new();
+        tools.register(grow_tool).unwrap();
+        tools.register_set(Arc::clone(&set)).unwrap();
+        spec.tools = tools;
+    })
+    .await;
+    let (events, out) =
+        h.graph.start(&t(1), user_turn("go", None), RunOptions::default()).await.unwrap().collect().await;
+    assert!(matches!(out, RunOutcome::Completed { .. }), "{out:?}");
+    let offered = |i: usize| -> Vec<String> {
+        h.server.requests()[i]["tools"]
+            .as_array()
+            .map(|a| a.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(offered(0), ["grow"]);
+    assert_eq!(offered(1), ["grow", "remote_echo"]);
+    assert!(events.iter().any(|e| matches!(e, RunEvent::ToolResult { name, ok: true, outcome, .. } if name == "remote_echo" && outcome["echo"] == "hola")));
+}
+
 #[tokio::test]
 async fn two_write_tools_pause_then_one_approved_runs_once_and_the_rejected_never() {
     let store: Arc<dyn Checkpointer> =

@@ -48,7 +48,7 @@ pub async fn run(cmd: ToolsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
 
 fn list(registry: &ToolRegistry, json: bool) -> anyhow::Result<()> {
     if json {
-        let specs: Vec<_> = registry.specs().collect();
+        let specs = registry.specs();
         println!("{}", serde_json::to_string_pretty(&specs)?);
         return Ok(());
     }

@@ -5,24 +5,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The Python with the MCP SDK: `TOOLGRAPH_MCP_PYTHON`, else the virtualenv `scripts/interop-deps`
-/// makes. `None` (with a message) only when it is missing and `CI` is unset.
-fn mcp_python() -> Option<PathBuf> {
-    let python = std::env::var_os("TOOLGRAPH_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-        cache.join("toolgraph/mcp-venv/bin/python")
-    });
-    let works = Command::new(&python).args(["-c", "import mcp"]).output().is_ok_and(|o| o.status.success());
-    if works {
-        return Some(python);
-    }
-    let why = format!("{} with the `mcp` package is missing (run scripts/interop-deps)", python.display());
-    assert!(std::env::var_os("CI").is_none(), "{why}: required under CI");
-    eprintln!("SKIPPED: {why}; set CI=true to make this a failure");
-    None
-}
+use toolgraph_testkit::interop::mcp_python;
 
 fn toolgraph(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_toolgraph")).args(args).output().expect("the binary runs")

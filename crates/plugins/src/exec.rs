@@ -37,16 +37,17 @@ impl ExecRunner {
     /// # Errors
     /// When the program does not exist or is not an executable file.
     pub fn new(dir: &Path, spec: &ExecSpec, env: &[String]) -> Result<Self, ManifestError> {
-        let command = if spec.command.is_absolute() { spec.command.clone() } else { dir.join(&spec.command) };
         let fail = |message: String| ManifestError {
             path: dir.join(crate::manifest::MANIFEST),
             line: None,
             field: Some("exec.command".into()),
             message,
         };
-        // Absolute, so the program is found whatever directory it runs in (its plugin's).
-        let command = std::fs::canonicalize(&command).map_err(|e| fail(format!("{}: {e}", command.display())))?;
         let dir = std::fs::canonicalize(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+        // Absolute, so the program is found whatever directory it runs in (its plugin's), but not
+        // canonicalized: a launcher that is a symlink (a virtualenv's `python`) finds its
+        // environment by the path it was started as.
+        let command = if spec.command.is_absolute() { spec.command.clone() } else { dir.join(&spec.command) };
         let meta = std::fs::metadata(&command).map_err(|e| fail(format!("{}: {e}", command.display())))?;
         if !meta.is_file() {
             return Err(fail(format!("{} is not a file", command.display())));

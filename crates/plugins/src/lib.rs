@@ -40,7 +40,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use toolgraph_tools::{ParamDisplay, Tool, ToolClass, ToolDisplay, ToolSpec};
+use toolgraph_tools::{ParamDisplay, Tool, ToolClass, ToolDisplay, ToolRegistry, ToolSet, ToolSpec};
 
 /// A plugin that loaded.
 #[derive(Clone)]
@@ -53,8 +53,25 @@ pub struct LoadedPlugin {
     pub kind: Kind,
     /// Its directory.
     pub dir: PathBuf,
-    /// Its tools: one, or an MCP server's.
+    /// Its tools when it loaded: one, or an MCP server's.
     pub tools: Vec<Arc<dyn Tool>>,
+    /// An MCP server's tools as they change while it runs (enabled as a whole by the plugin's
+    /// name); `None` for the other kinds.
+    pub set: Option<Arc<ToolSet>>,
+}
+
+impl LoadedPlugin {
+    /// Adds the plugin's tools to `registry`: an MCP server's as a set that follows the
+    /// server, the others one by one.
+    ///
+    /// # Errors
+    /// A name already taken.
+    pub fn register_into(&self, registry: &mut ToolRegistry) -> Result<(), toolgraph_tools::RegistryError> {
+        match &self.set {
+            Some(set) => registry.register_set(Arc::clone(set)),
+            None => self.tools.iter().try_for_each(|t| registry.register(Arc::clone(t))),
+        }
+    }
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -119,7 +136,8 @@ pub async fn load_all(dirs: &[PathBuf], locale: &str) -> Loaded {
     .await;
     for (m, dir, path, result) in connected {
         match result {
-            Ok(tools) => {
+            Ok(set) => {
+                let tools = set.members().to_vec();
                 tracing::info!(
                     "loaded plugin {} {} from {} (MCP: {} tools)",
                     m.name,
@@ -133,6 +151,7 @@ pub async fn load_all(dirs: &[PathBuf], locale: &str) -> Loaded {
                     kind: Kind::Mcp,
                     dir,
                     tools,
+                    set: Some(set),
                 });
             }
             Err(mut e) => {
@@ -217,6 +236,7 @@ pub fn load(dirs: &[PathBuf], locale: &str) -> Loaded {
                 kind: newest.kind,
                 dir,
                 tools: vec![tool],
+                set: None,
             }),
             Err(mut e) => {
                 e.path = path;

@@ -30,19 +30,40 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use toolgraph_tools::{ArgumentSchema, ParamDisplay, Tool, ToolClass, ToolContext, ToolDisplay, ToolError, ToolSpec};
+use toolgraph_tools::{
+    ArgumentSchema, ParamDisplay, Tool, ToolClass, ToolContext, ToolDisplay, ToolError, ToolSet, ToolSpec,
+};
 
 /// The least time between two attempts to start a server that failed to start.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
-/// Notes the server's `tools/list_changed`, so the next call reads the list again.
+/// How long notifications of a changed tool list are gathered before the list is read again.
+const DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// Hears the server's `tools/list_changed`: the list is read again a moment later (one read
+/// for a burst of notifications) and the plugin's tools follow it.
 struct Listener {
-    stale: Arc<AtomicBool>,
+    server: std::sync::Weak<McpServer>,
+    slot: std::sync::Weak<Slot>,
 }
 
 impl ClientHandler for Listener {
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.stale.store(true, Ordering::SeqCst);
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let (Some(server), Some(slot)) = (self.server.upgrade(), self.slot.upgrade()) else { return };
+        slot.stale.store(true, Ordering::SeqCst);
+        if server.refreshing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let peer = context.peer.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(DEBOUNCE).await;
+            server.refreshing.store(false, Ordering::SeqCst);
+            slot.stale.store(false, Ordering::SeqCst);
+            match tokio::time::timeout(server.limit, peer.list_all_tools()).await {
+                Ok(Ok(tools)) => server.learn(&slot, &tools),
+                _ => slot.stale.store(true, Ordering::SeqCst),
+            }
+        });
     }
 }
 
@@ -81,7 +102,8 @@ struct Slot {
     failed_at: Mutex<Option<Instant>>,
     /// The server's tool names as last listed in this session.
     offered: Mutex<BTreeSet<String>>,
-    stale: Arc<AtomicBool>,
+    /// The server said its list changed, and it was not read since.
+    stale: AtomicBool,
 }
 
 /// One MCP server, as its tools share it.
@@ -89,7 +111,18 @@ pub struct McpServer {
     name: String,
     transport: Transport,
     limit: Duration,
+    timeout_ms: u64,
     max_sessions: usize,
+    /// Put before each of the server's tool names.
+    prefix: String,
+    /// The server's tools that run without approval.
+    read_tools: Vec<String>,
+    /// This server, for the tools it makes.
+    me: std::sync::Weak<McpServer>,
+    /// The plugin's tools, following the server's list (set once connected).
+    set: std::sync::OnceLock<std::sync::Weak<ToolSet>>,
+    /// A re-read of the list is scheduled.
+    refreshing: AtomicBool,
     /// Sessions by the values they were opened with, and when each was last used.
     slots: Mutex<HashMap<Credentials, (Arc<Slot>, Instant)>>,
 }
@@ -99,7 +132,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl McpServer {
-    fn new(m: &Manifest, spec: &McpSpec, dir: &Path) -> Result<Self, ManifestError> {
+    fn new(m: &Manifest, spec: &McpSpec, dir: &Path) -> Result<Arc<Self>, ManifestError> {
         let fail = |field: &str, message: String| ManifestError {
             path: dir.join(crate::manifest::MANIFEST),
             line: None,
@@ -122,13 +155,19 @@ impl McpServer {
             },
             (None, None) => return Err(fail("mcp", "a server has either a command (stdio) or a url".into())),
         };
-        Ok(Self {
+        Ok(Arc::new_cyclic(|me| Self {
             name: m.name.clone(),
             transport,
             limit,
+            timeout_ms: m.timeout_ms,
             max_sessions: spec.max_sessions.max(1),
+            prefix: spec.prefix.clone().unwrap_or_else(|| format!("{}_", m.name)),
+            read_tools: spec.read_tools.clone(),
+            me: me.clone(),
+            set: std::sync::OnceLock::new(),
+            refreshing: AtomicBool::new(false),
             slots: Mutex::new(HashMap::new()),
-        })
+        }))
     }
 
     /// The values to open a session for `ctx` with; without a turn (`None`: listing the tools
@@ -170,9 +209,64 @@ impl McpServer {
         slot
     }
 
-    /// Opens a session with `credentials` (within the time limit).
-    async fn start(&self, credentials: &Credentials, stale: &Arc<AtomicBool>) -> Result<Session, String> {
-        let listener = Listener { stale: Arc::clone(stale) };
+    /// The toolgraph tools of the server's `listed` tools, named `prefix + tool`; the ones that
+    /// cannot be offered, each with why.
+    fn proxies(&self, listed: &[McpTool]) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+        let (mut tools, mut skipped) = (Vec::new(), Vec::new());
+        let Some(server) = self.me.upgrade() else { return (tools, skipped) };
+        for t in listed {
+            let name = format!("{}{}", self.prefix, t.name);
+            if !toolgraph_tools::valid_tool_name(&name) {
+                skipped.push(format!("'{}': its name cannot be offered to models", t.name));
+                continue;
+            }
+            let schema = Value::Object((*t.input_schema).clone());
+            let arguments = match ArgumentSchema::from_value(&name, schema, &[]) {
+                Ok(a) => a,
+                Err(e) => {
+                    skipped.push(format!("'{}': {e}", t.name));
+                    continue;
+                }
+            };
+            let read = self.read_tools.iter().any(|r| *r == t.name);
+            let spec = ToolSpec {
+                name: name.clone(),
+                description: t.description.as_deref().unwrap_or(&t.name).to_owned(),
+                class: if read { ToolClass::Read } else { ToolClass::Write },
+                parameters: arguments.model_facing().clone(),
+                injected: Vec::new(),
+                display: ToolDisplay {
+                    name: t.title.clone().or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),
+                    description: None,
+                    parameters: std::collections::BTreeMap::<String, ParamDisplay>::new(),
+                },
+            };
+            let common = Common { spec, schema: arguments, describe: None, timeout_ms: self.timeout_ms };
+            tools.push(Arc::new(McpToolProxy { common, remote: t.name.to_string(), server: Arc::clone(&server) })
+                as Arc<dyn Tool>);
+        }
+        (tools, skipped)
+    }
+
+    /// Takes in the server's tool list as `slot`'s session read it: what that session may call,
+    /// and the plugin's tools when they changed.
+    fn learn(&self, slot: &Slot, listed: &[McpTool]) {
+        *lock(&slot.offered) = listed.iter().map(|t| t.name.to_string()).collect();
+        let Some(set) = self.set.get().and_then(std::sync::Weak::upgrade) else { return };
+        let (tools, skipped) = self.proxies(listed);
+        for why in &skipped {
+            tracing::warn!(server = %self.name, "an MCP tool was skipped: {why}");
+        }
+        let specs = |tools: &[Arc<dyn Tool>]| tools.iter().map(|t| t.spec().clone()).collect::<Vec<_>>();
+        if specs(&set.members()) != specs(&tools) {
+            tracing::info!(server = %self.name, tools = tools.len(), "the MCP server's tools changed");
+            set.replace(tools);
+        }
+    }
+
+    /// Opens a session with `credentials` for `slot` (within the time limit).
+    async fn start(&self, credentials: &Credentials, slot: &Arc<Slot>) -> Result<Session, String> {
+        let listener = Listener { server: self.me.clone(), slot: Arc::downgrade(slot) };
         let initialized = |r: Result<Result<_, _>, _>| {
             r.map_err(|_| format!("the server did not initialize within {} ms", self.limit.as_millis()))?
                 .map_err(|e| format!("the server did not initialize: {e}"))
@@ -213,7 +307,7 @@ impl McpServer {
     /// The live session of `slot`, opened (again) if needed; its tools listed when new or stale.
     async fn session<'a>(
         &self,
-        slot: &'a Slot,
+        slot: &'a Arc<Slot>,
         credentials: &Credentials,
     ) -> Result<tokio::sync::MutexGuard<'a, Option<Session>>, ToolError> {
         let mut guard = slot.session.lock().await;
@@ -228,7 +322,7 @@ impl McpServer {
                     self.name
                 )));
             }
-            match self.start(credentials, &slot.stale).await {
+            match self.start(credentials, slot).await {
                 Ok(s) => {
                     *guard = Some(s);
                     slot.stale.store(true, Ordering::SeqCst);
@@ -247,7 +341,7 @@ impl McpServer {
             && let Some(s) = guard.as_ref()
             && let Ok(Ok(tools)) = tokio::time::timeout(self.limit, s.client.list_all_tools()).await
         {
-            *lock(&slot.offered) = tools.iter().map(|t| t.name.to_string()).collect();
+            self.learn(slot, &tools);
         }
         Ok(guard)
     }
@@ -263,7 +357,7 @@ impl McpServer {
             .await
             .map_err(|_| format!("the server did not list its tools within {} ms", self.limit.as_millis()))?
             .map_err(|e| format!("the server did not list its tools: {e}"))?;
-        *lock(&slot.offered) = tools.iter().map(|t| t.name.to_string()).collect();
+        self.learn(&slot, &tools);
         Ok(tools)
     }
 
@@ -354,7 +448,13 @@ fn content_text(blocks: &[ContentBlock]) -> String {
 fn resolve_command(command: &Path, dir: &Path, env: &[String]) -> Result<PathBuf, String> {
     if command.components().count() > 1 || command.is_absolute() {
         let path = if command.is_absolute() { command.to_owned() } else { dir.join(command) };
-        return std::fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()));
+        // Not canonicalized: a launcher that is a symlink (a virtualenv's `python`) finds its
+        // environment by the path it was started as.
+        return match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(path),
+            Ok(_) => Err(format!("{} is not a file", path.display())),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        };
     }
     let path = if env.iter().any(|e| e == "PATH") { std::env::var_os("PATH") } else { None }
         .or_else(|| std::env::var_os("PATH"))
@@ -392,44 +492,24 @@ impl Tool for McpToolProxy {
     }
 }
 
-/// Connects to the server of an `mcp` manifest and returns its tools, named `prefix + tool`.
+/// Connects to the server of an `mcp` manifest: its tools, named `prefix + tool`, as a set that
+/// follows the server's list while it runs.
 ///
 /// # Errors
-/// The server cannot be started or listed, or a tool's schema is not usable.
-pub async fn connect(m: &Manifest, spec: &McpSpec, dir: &Path) -> Result<Vec<Arc<dyn Tool>>, ManifestError> {
-    let fail = |field: &str, message: String| ManifestError {
+/// The server cannot be started or listed.
+pub async fn connect(m: &Manifest, spec: &McpSpec, dir: &Path) -> Result<Arc<ToolSet>, ManifestError> {
+    let server = McpServer::new(m, spec, dir)?;
+    let listed = server.list().await.map_err(|message| ManifestError {
         path: dir.join(crate::manifest::MANIFEST),
         line: None,
-        field: Some(field.to_owned()),
+        field: Some("mcp".into()),
         message,
-    };
-    let server = Arc::new(McpServer::new(m, spec, dir)?);
-    let tools = server.list().await.map_err(|e| fail("mcp", e))?;
-    let prefix = spec.prefix.clone().unwrap_or_else(|| format!("{}_", m.name));
-    let mut out: Vec<Arc<dyn Tool>> = Vec::new();
-    for t in tools {
-        let name = format!("{prefix}{}", t.name);
-        if !toolgraph_tools::valid_tool_name(&name) {
-            tracing::warn!(server = %m.name, tool = %t.name, "an MCP tool whose name cannot be offered to models was skipped");
-            continue;
-        }
-        let schema = Value::Object((*t.input_schema).clone());
-        let arguments = ArgumentSchema::from_value(&name, schema, &[]).map_err(|e| fail("mcp", e.to_string()))?;
-        let read = spec.read_tools.iter().any(|r| *r == t.name);
-        let spec = ToolSpec {
-            name: name.clone(),
-            description: t.description.as_deref().unwrap_or(&t.name).to_owned(),
-            class: if read { ToolClass::Read } else { ToolClass::Write },
-            parameters: arguments.model_facing().clone(),
-            injected: Vec::new(),
-            display: ToolDisplay {
-                name: t.title.clone().or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),
-                description: None,
-                parameters: std::collections::BTreeMap::<String, ParamDisplay>::new(),
-            },
-        };
-        let common = Common { spec, schema: arguments, describe: None, timeout_ms: m.timeout_ms };
-        out.push(Arc::new(McpToolProxy { common, remote: t.name.to_string(), server: Arc::clone(&server) }));
+    })?;
+    let (tools, skipped) = server.proxies(&listed);
+    for why in &skipped {
+        tracing::warn!(server = %m.name, "an MCP tool was skipped: {why}");
     }
-    Ok(out)
+    let set = Arc::new(ToolSet::new(&m.name, tools));
+    let _ = server.set.set(Arc::downgrade(&set));
+    Ok(set)
 }

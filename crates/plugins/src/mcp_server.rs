@@ -103,11 +103,12 @@ impl McpExport {
 
     /// The names of the exported tools.
     pub fn tool_names(&self) -> Vec<String> {
-        self.exported().map(|s| s.name.clone()).collect()
+        self.exported().into_iter().map(|s| s.name).collect()
     }
 
-    fn exported(&self) -> impl Iterator<Item = &toolgraph_tools::ToolSpec> {
-        self.tools.specs().filter(|s| s.class == ToolClass::Read)
+    /// The specs of the exported tools now.
+    fn exported(&self) -> Vec<toolgraph_tools::ToolSpec> {
+        self.tools.specs().into_iter().filter(|s| s.class == ToolClass::Read).collect()
     }
 }
 
@@ -129,6 +130,7 @@ impl ServerHandler for McpExport {
     ) -> Result<ListToolsResult, McpError> {
         let tools = self
             .exported()
+            .into_iter()
             .map(|s| {
                 let schema = match &s.parameters {
                     Value::Object(m) => m.clone(),
@@ -137,7 +139,7 @@ impl ServerHandler for McpExport {
                 let mut annotations = ToolAnnotations::default();
                 annotations.read_only_hint = Some(true);
                 annotations.title = s.display.name.clone();
-                let mut tool = McpTool::new(s.name.clone(), s.description.clone(), Arc::new(schema));
+                let mut tool = McpTool::new(s.name, s.description, Arc::new(schema));
                 tool.annotations = Some(annotations);
                 tool
             })
@@ -151,7 +153,7 @@ impl ServerHandler for McpExport {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
-        if !self.exported().any(|s| s.name == name) {
+        if !self.exported().iter().any(|s| s.name == name) {
             let why = if self.tools.get(&name).is_some() {
                 format!("'{name}' changes things and needs a person's approval in toolgraph; it is not exported")
             } else {

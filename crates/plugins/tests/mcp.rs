@@ -5,30 +5,11 @@
 //! killed mid-session and started again, and no process left behind.
 
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use toolgraph_tools::{ToolClass, ToolContext, ToolErrorKind, ToolRegistry};
 
-/// The reference server's entry point: `TOOLGRAPH_MCP_EVERYTHING`, else where
-/// `scripts/interop-deps` installs it. `None` (with a message) only when it or `node` is missing
-/// and `CI` is unset.
-fn everything() -> Option<PathBuf> {
-    let script = std::env::var_os("TOOLGRAPH_MCP_EVERYTHING").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-        cache.join("toolgraph/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-    });
-    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
-    if node && script.is_file() {
-        return Some(script);
-    }
-    let why = format!("node or {} is missing (run scripts/interop-deps)", script.display());
-    assert!(std::env::var_os("CI").is_none(), "{why}: required under CI");
-    eprintln!("SKIPPED: {why}; set CI=true to make this a failure");
-    None
-}
+use toolgraph_testkit::interop::{mcp_everything as everything, mcp_python};
 
 /// Processes whose command line holds `marker`.
 fn running(marker: &str) -> usize {
@@ -227,4 +208,61 @@ async fn the_reference_server_over_streamable_http_with_a_session_per_user() {
         }
     };
     assert!(again.to_string().contains("de vuelta"), "{again}");
+}
+
+/// Polls `reg` until `name` is there (`present`) or gone; the registry generation it saw then.
+async fn until_listed(reg: &ToolRegistry, name: &str, present: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reg.get(name).is_some() != present {
+        assert!(Instant::now() < deadline, "'{name}' never {}: {reg:?}", if present { "appeared" } else { "went" });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A server on the official Python SDK whose tool list changes while it runs
+/// (`tests/interop/changing_server.py`): toolgraph's tools follow `tools/list_changed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_follow_the_servers_list_changed() {
+    let Some(python) = mcp_python() else { return };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/changing_server.py");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = format!(
+        "name = \"changing\"\nversion = \"1.0.0\"\ndescription = \"Tools that come and go.\"\nkind = \"mcp\"\n\
+         timeout_ms = 10000\n[mcp]\ncommand = {:?}\nargs = [{:?}]\nprefix = \"ch_\"\n\
+         read_tools = [\"ping\", \"triple\"]\n",
+        python.display().to_string(),
+        script.display().to_string()
+    );
+    std::fs::create_dir_all(dir.path().join("changing")).unwrap();
+    std::fs::write(dir.path().join("changing/plugin.toml"), manifest).unwrap();
+    let loaded = toolgraph_plugins::load_all(&[dir.path().to_path_buf()], "en").await;
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let mut all = ToolRegistry::new();
+    loaded.plugins[0].register_into(&mut all).unwrap();
+    // An agent enabling the plugin by its name gets its tools of the moment, later ones included.
+    let reg = all.subset(["changing"]).unwrap();
+    assert_eq!(reg.names(), ["ch_add_tool", "ch_ping", "ch_remove_tool"]);
+    let before = reg.generation();
+
+    let added = call(&reg, "ch_add_tool", json!({"name": "triple", "factor": 3})).await.unwrap();
+    assert!(added.to_string().contains("added triple"), "{added}");
+    until_listed(&reg, "ch_triple", true).await;
+    assert_ne!(reg.generation(), before, "whoever caches the definitions sees the change");
+    let triple = reg.get("ch_triple").unwrap();
+    assert_eq!(triple.spec().class, ToolClass::Read, "listed in read_tools");
+    assert_eq!(triple.spec().parameters["required"], json!(["x"]), "{:?}", triple.spec().parameters);
+    let tripled = call(&reg, "ch_triple", json!({"x": 4})).await.unwrap();
+    assert!(tripled.to_string().contains("12"), "{tripled}");
+    // A tool the manifest does not list as read still needs approval.
+    call(&reg, "ch_add_tool", json!({"name": "double", "factor": 2})).await.unwrap();
+    until_listed(&reg, "ch_double", true).await;
+    assert_eq!(reg.get("ch_double").unwrap().spec().class, ToolClass::Write);
+
+    call(&reg, "ch_remove_tool", json!({"name": "triple"})).await.unwrap();
+    until_listed(&reg, "ch_triple", false).await;
+    // A call with the tool in hand from before the change (a model that saw it) is told it went.
+    let err = triple.invoke(&ToolContext::default(), json!({"x": 1})).await.unwrap_err();
+    assert_eq!(err.kind, ToolErrorKind::NotFound, "{err:?}");
+    let err = call(&reg, "ch_triple", json!({"x": 1})).await.unwrap_err();
+    assert_eq!(err.0, ToolErrorKind::NotFound, "{err:?}");
 }

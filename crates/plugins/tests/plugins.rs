@@ -135,7 +135,12 @@ async fn exec_plugins_fail_clearly_and_never_outlive_their_time_limit() {
         marker.display().to_string()
     );
     plugin(r, "hangs", &exec_manifest("hangs", "1.0.0", "timeout_ms = 700"), Some(&hang));
+    // The program is a symlink (as a virtualenv's `python` is): it runs as the link, not its target.
+    let linked = exec_manifest("linked", "1.0.0", "").replace("command = \"run.py\"", "command = \"launcher\"");
+    let d = plugin(r, "linked", &linked, Some("print(json.dumps(os.path.basename(sys.argv[0])))"));
+    std::os::unix::fs::symlink(d.join("run.py"), d.join("launcher")).unwrap();
     let reg = registry(&[r.to_path_buf()]);
+    assert_eq!(call(&reg, "linked", json!({})).await.unwrap(), json!("launcher"));
     let err = call(&reg, "exits", json!({})).await.unwrap_err();
     assert_eq!(err.0, ToolErrorKind::Internal);
     assert!(err.1.contains("exited with 3") && err.1.contains("no such record"), "{err:?}");

@@ -2,8 +2,11 @@
 //!
 //! Owns: a PostgreSQL schema of its own per test ([`PgSchema`], dropped afterwards) with the
 //! suite's rule for a missing server (skip with a message locally, fail under `CI`), and the
-//! checkpoint stores a suite is instantiated for ([`Backend`]). The scripted model server is the
-//! `scripted-llm` crate.
+//! checkpoint stores a suite is instantiated for ([`Backend`]), and the other implementations
+//! interoperability tests drive ([`interop`]). The scripted model server is the `scripted-llm`
+//! crate.
+
+pub mod interop;
 
 use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;

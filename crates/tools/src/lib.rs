@@ -46,6 +46,7 @@ mod context;
 mod outcome;
 mod registry;
 mod schema;
+mod set;
 mod spec;
 mod tool;
 
@@ -53,5 +54,6 @@ pub use context::ToolContext;
 pub use outcome::{ToolError, ToolErrorKind, ToolOutcome};
 pub use registry::{RegistryError, ToolCallRequest, ToolRegistry};
 pub use schema::{ArgumentSchema, SchemaError};
+pub use set::ToolSet;
 pub use spec::{ParamDisplay, ToolClass, ToolDisplay, ToolSpec, valid_tool_name};
 pub use tool::{DEFAULT_TOOL_TIMEOUT, Tool, ToolBuilder};

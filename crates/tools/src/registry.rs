@@ -2,6 +2,7 @@
 
 use crate::context::ToolContext;
 use crate::outcome::{ToolError, ToolOutcome};
+use crate::set::ToolSet;
 use crate::spec::ToolSpec;
 use crate::tool::{Tool, execute};
 use serde_json::Value;
@@ -55,14 +56,20 @@ impl ToolCallRequest {
 
 /// Tools by name. Cloning is cheap (tools are shared), so each agent can hold its own
 /// enabled subset ([`ToolRegistry::subset`]).
+///
+/// Besides single tools it holds [`ToolSet`]s, whose members change while the process runs:
+/// every lookup sees a set's members of the moment. A tool registered on its own wins over a
+/// set member of the same name (a plugin never replaces a tool of toolgraph's), and an earlier
+/// set over a later one.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    sets: Vec<Arc<ToolSet>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.tools.keys()).finish()
+        f.debug_list().entries(self.names()).finish()
     }
 }
 
@@ -78,51 +85,98 @@ impl ToolRegistry {
     /// [`RegistryError::Duplicate`] when the name is taken.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let name = tool.spec().name.clone();
-        if self.tools.contains_key(&name) {
+        if self.get(&name).is_some() || self.sets.iter().any(|s| s.name() == name) {
             return Err(RegistryError::Duplicate { name });
         }
         self.tools.insert(name, tool);
         Ok(())
     }
 
-    /// The tool called `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
-    }
-
-    /// Specs of every tool, ordered by name.
-    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.tools.values().map(|t| t.spec())
-    }
-
-    /// Names of every tool, ordered.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.keys().map(String::as_str)
-    }
-
-    /// How many tools are registered.
-    pub fn len(&self) -> usize {
-        self.tools.len()
-    }
-
-    /// Whether no tool is registered.
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
-    }
-
-    /// The registry restricted to `names` (an agent's enabled tools).
+    /// Adds a set whose members may change later.
     ///
     /// # Errors
-    /// [`RegistryError::Unknown`] for the first name that is not registered.
+    /// [`RegistryError::Duplicate`] when the set's name, or a present member's, is taken.
+    pub fn register_set(&mut self, set: Arc<ToolSet>) -> Result<(), RegistryError> {
+        let taken = |name: &str| self.get(name).is_some() || self.sets.iter().any(|s| s.name() == name);
+        if taken(set.name()) {
+            return Err(RegistryError::Duplicate { name: set.name().to_owned() });
+        }
+        if let Some(member) = set.members().iter().find(|t| taken(&t.spec().name)) {
+            return Err(RegistryError::Duplicate { name: member.spec().name.clone() });
+        }
+        self.sets.push(set);
+        Ok(())
+    }
+
+    /// The tool called `name` now.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(Arc::clone(tool));
+        }
+        self.sets.iter().find_map(|s| s.members().iter().find(|t| t.spec().name == name).cloned())
+    }
+
+    /// Every tool now, ordered by name.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut all = self.tools.clone();
+        for set in &self.sets {
+            for tool in set.members().iter() {
+                all.entry(tool.spec().name.clone()).or_insert_with(|| Arc::clone(tool));
+            }
+        }
+        all.into_values().collect()
+    }
+
+    /// Specs of every tool now, ordered by name.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools().iter().map(|t| t.spec().clone()).collect()
+    }
+
+    /// Names of every tool now, ordered.
+    pub fn names(&self) -> Vec<String> {
+        if self.sets.is_empty() {
+            return self.tools.keys().cloned().collect();
+        }
+        self.tools().iter().map(|t| t.spec().name.clone()).collect()
+    }
+
+    /// How many tools there are now.
+    pub fn len(&self) -> usize {
+        if self.sets.is_empty() { self.tools.len() } else { self.tools().len() }
+    }
+
+    /// Whether there is no tool now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Changes whenever a set's members change: compare it to know when what the tools look
+    /// like (the definitions sent to a model) must be read again.
+    pub fn generation(&self) -> u64 {
+        self.sets.iter().fold(0u64, |sum, s| sum.wrapping_add(s.generation()))
+    }
+
+    /// The registry restricted to `names` (an agent's enabled tools): a tool's name enables
+    /// that tool; a set's name enables the whole set, members that come later included.
+    ///
+    /// # Errors
+    /// [`RegistryError::Unknown`] for the first name that is neither.
     pub fn subset<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> Result<Self, RegistryError> {
         let mut out = Self::new();
         for name in names {
             let name = name.as_ref();
-            let tool = self.tools.get(name).ok_or_else(|| RegistryError::Unknown {
-                name: name.to_owned(),
-                available: self.names().collect::<Vec<_>>().join(", "),
+            if let Some(set) = self.sets.iter().find(|s| s.name() == name) {
+                if !out.sets.iter().any(|s| Arc::ptr_eq(s, set)) {
+                    out.sets.push(Arc::clone(set));
+                }
+                continue;
+            }
+            let tool = self.get(name).ok_or_else(|| {
+                let mut available = self.names();
+                available.extend(self.sets.iter().map(|s| format!("{} (all of it)", s.name())));
+                RegistryError::Unknown { name: name.to_owned(), available: available.join(", ") }
             })?;
-            out.tools.insert(name.to_owned(), Arc::clone(tool));
+            out.tools.insert(name.to_owned(), tool);
         }
         Ok(out)
     }
@@ -130,11 +184,11 @@ impl ToolRegistry {
     /// Calls tool `name`. An unknown name is an outcome the model can read, not an error of
     /// the run (as the academy admin's contract asks: the tool node records a tool message saying so).
     pub async fn call(&self, ctx: &ToolContext, name: &str, arguments: &Value) -> ToolOutcome {
-        match self.tools.get(name) {
+        match self.get(name) {
             Some(tool) => execute(tool.as_ref(), ctx, arguments).await,
             None => ToolOutcome::Failure(ToolError::not_found(format!(
                 "unknown tool '{name}'; available tools: {}",
-                self.names().collect::<Vec<_>>().join(", ")
+                self.names().join(", ")
             ))),
         }
     }
@@ -275,7 +329,7 @@ mod tests {
         reg.register(guia()).unwrap();
         assert_eq!(reg.register(guia()), Err(RegistryError::Duplicate { name: "get_guia".into() }));
         let sub = reg.subset(["get_guia"]).unwrap();
-        assert_eq!(sub.names().collect::<Vec<_>>(), vec!["get_guia"]);
+        assert_eq!(sub.names(), vec!["get_guia"]);
         assert!(matches!(reg.subset(["nope"]), Err(RegistryError::Unknown { .. })));
     }
 
@@ -294,5 +348,40 @@ mod tests {
         reg.register(guia()).unwrap();
         let out = reg.call(&ToolContext::default(), "get_guia", &json!([1, 2])).await;
         assert!(out.error().unwrap().message.contains("must be a JSON object"));
+    }
+
+    fn named(name: &str) -> Arc<dyn Tool> {
+        ToolBuilder::<Empty>::new(name, "A tool").handler(|_ctx, _a| async move { Ok(json!(null)) }).unwrap()
+    }
+
+    #[test]
+    fn a_set_is_seen_as_it_is_now_and_never_replaces_a_single_tool() {
+        let set = Arc::new(ToolSet::new("remote", vec![named("remote_a")]));
+        let mut reg = ToolRegistry::new();
+        reg.register(guia()).unwrap();
+        reg.register_set(Arc::clone(&set)).unwrap();
+        let by_name = reg.subset(["remote"]).unwrap();
+        let by_member = reg.subset(["remote_a"]).unwrap();
+        assert_eq!(reg.names(), ["get_guia", "remote_a"]);
+        let generation = reg.generation();
+
+        set.replace(vec![named("remote_b"), named("get_guia")]);
+        assert_ne!(reg.generation(), generation);
+        assert_eq!(reg.names(), ["get_guia", "remote_b"], "the single tool wins over a member of its name");
+        assert!(Arc::ptr_eq(
+            &reg.get("get_guia").unwrap(),
+            &reg.subset(["get_guia"]).unwrap().get("get_guia").unwrap()
+        ));
+        assert_eq!(by_name.names(), ["get_guia", "remote_b"], "enabled by the set's name: its members now");
+        assert_eq!(by_member.names(), ["remote_a"], "enabled by a member's name: that tool");
+
+        // Names are unique across tools and sets.
+        let clash = Arc::new(ToolSet::new("get_guia", Vec::new()));
+        assert_eq!(reg.register_set(clash), Err(RegistryError::Duplicate { name: "get_guia".into() }));
+        let clash = Arc::new(ToolSet::new("other", vec![named("remote_b")]));
+        assert_eq!(reg.register_set(clash), Err(RegistryError::Duplicate { name: "remote_b".into() }));
+        assert_eq!(reg.register(named("remote")), Err(RegistryError::Duplicate { name: "remote".into() }));
+        let err = reg.subset(["nope"]).unwrap_err().to_string();
+        assert!(err.contains("remote (all of it)"), "{err}");
     }
 }

@@ -38,7 +38,7 @@ pub struct ParamDisplay {
 }
 
 /// Everything needed to offer a tool to a model and show it in a UI.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolSpec {
     /// Unique name the model calls the tool by (`^[a-zA-Z0-9_-]{1,64}$`).
     pub name: String,

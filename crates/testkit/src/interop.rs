@@ -1,0 +1,53 @@
+//! The implementations nobody here wrote that interoperability tests drive — the official MCP
+//! SDKs, installed by `scripts/interop-deps` — found with the suite's rule for a missing part:
+//! skip with a message locally, fail under `CI`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `$XDG_CACHE_HOME/toolgraph` (else `~/.cache/toolgraph`), where `scripts/interop-deps` installs.
+fn cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
+        .join("toolgraph")
+}
+
+/// `None` with a message, or a panic under `CI`.
+fn missing<T>(why: &str) -> Option<T> {
+    assert!(std::env::var_os("CI").is_none(), "{why}: required under CI");
+    eprintln!("SKIPPED: {why}; set CI=true to make this a failure");
+    None
+}
+
+/// The Python with the official MCP SDK (PyPI `mcp`): `TOOLGRAPH_MCP_PYTHON`, else the
+/// virtualenv `scripts/interop-deps` makes.
+///
+/// # Panics
+/// Under `CI` when it is missing.
+pub fn mcp_python() -> Option<PathBuf> {
+    let python =
+        std::env::var_os("TOOLGRAPH_MCP_PYTHON").map_or_else(|| cache().join("mcp-venv/bin/python"), PathBuf::from);
+    let works = Command::new(&python).args(["-c", "import mcp"]).output().is_ok_and(|o| o.status.success());
+    if works {
+        return Some(python);
+    }
+    missing(&format!("{} with the `mcp` package is missing (run scripts/interop-deps)", python.display()))
+}
+
+/// The entry point of the official reference server `@modelcontextprotocol/server-everything`
+/// (npm), run with `node`: `TOOLGRAPH_MCP_EVERYTHING`, else where `scripts/interop-deps` puts it.
+///
+/// # Panics
+/// Under `CI` when it or `node` is missing.
+pub fn mcp_everything() -> Option<PathBuf> {
+    let script = std::env::var_os("TOOLGRAPH_MCP_EVERYTHING").map_or_else(
+        || cache().join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        PathBuf::from,
+    );
+    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if node && script.is_file() {
+        return Some(script);
+    }
+    missing(&format!("node or {} is missing (run scripts/interop-deps)", script.display()))
+}
