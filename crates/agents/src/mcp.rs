@@ -52,10 +52,14 @@ impl ResourceSource for KbResources {
     }
 }
 
-/// The MCP export of `cfg`: the read tools of `tools`, the documents of the knowledge bases in
-/// `kb` — both for the tenant a request over HTTP was authenticated for, else `rag.tenant` —
-/// and one prompt per agent (its system prompt).
-pub fn export(cfg: &Config, tools: ToolRegistry, kb: Arc<KbStore>) -> McpExport {
+/// The MCP export of `cfg`: the read tools of `tools` and the write tools of `mcp.write_tools`
+/// (behind the person's approval), the documents of the knowledge bases in `kb` — both for the
+/// tenant a request over HTTP was authenticated for, else `rag.tenant` — and one prompt per
+/// agent (its system prompt).
+///
+/// # Errors
+/// A name in `mcp.write_tools` that is not a write tool.
+pub fn export(cfg: &Config, tools: ToolRegistry, kb: Arc<KbStore>) -> Result<McpExport, String> {
     let prompts = cfg
         .effective_agents()
         .into_iter()
@@ -66,4 +70,6 @@ pub fn export(cfg: &Config, tools: ToolRegistry, kb: Arc<KbStore>) -> McpExport 
         })
         .collect();
     McpExport::new(tools, Arc::new(KbResources::new(kb)), prompts, cfg.rag.tenant.clone())
+        .with_write_tools(&cfg.mcp.write_tools)
+        .map_err(|e| format!("mcp.write_tools: {e}"))
 }

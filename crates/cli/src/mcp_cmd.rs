@@ -8,7 +8,8 @@ use toolgraph_config::Config;
 
 pub async fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
     let tools = crate::agent::all_tools(cfg).await?;
-    let export = toolgraph_agents::mcp::export(cfg, tools, crate::retrieval::kb_store(cfg));
+    let export =
+        toolgraph_agents::mcp::export(cfg, tools, crate::retrieval::kb_store(cfg)).map_err(anyhow::Error::msg)?;
     tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on stdio");
     let service = export.serve(rmcp::transport::stdio()).await.context("the MCP client did not initialize")?;
     // Until the client closes stdin (or the process is stopped).

@@ -198,10 +198,11 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         turn_lease: std::time::Duration::from_millis(cfg.server.turn_lease_ms),
     };
     let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
-    if cfg.server.mcp {
-        let export = toolgraph_agents::mcp::export(cfg, shared.tools.clone(), Arc::clone(&kb));
+    if cfg.mcp.http {
+        let export =
+            toolgraph_agents::mcp::export(cfg, shared.tools.clone(), Arc::clone(&kb)).map_err(anyhow::Error::msg)?;
         tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on /mcp");
-        app.enable_mcp(McpEndpoint::new(export, &cfg.server.mcp_allowed_hosts));
+        app.enable_mcp(McpEndpoint::new(export, &cfg.mcp.allowed_hosts));
     }
     app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone(), retriever });
     // Turns this instance was running when it last stopped are closed before it serves.

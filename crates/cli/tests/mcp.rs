@@ -41,9 +41,9 @@ fn setup(extra: &str, tenant: &str) -> (tempfile::TempDir, String, String) {
     (dir, config, data)
 }
 
-/// Runs the Python client with `args`; what it saw.
-fn python_client(python: &std::path::Path, args: &[&str]) -> Value {
-    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mcp_client.py");
+/// Runs `tests/interop/<script>` with `args`; what it saw.
+fn python_script(python: &std::path::Path, script: &str, args: &[&str]) -> Value {
+    let client = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop").join(script);
     let out = Command::new(python).arg(&client).args(args).output().expect("python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -84,12 +84,71 @@ fn the_official_python_client_lists_calls_reads_and_gets_prompts_over_stdio() {
     let Some(python) = mcp_python() else { return };
     // `toolgraph mcp` acts for `rag.tenant`, by default `default`.
     let (_dir, config, data) = setup("", "default");
-    let seen = python_client(&python, &["stdio", env!("CARGO_BIN_EXE_toolgraph"), &config, &data]);
+    let seen = python_script(&python, "mcp_client.py", &["stdio", env!("CARGO_BIN_EXE_toolgraph"), &config, &data]);
     assert_full_export(&seen);
 }
 
-/// Kills the service when the test ends, passing or not.
-struct Service(std::process::Child);
+/// What an approval run of `mcp_approval.py` saw is right: the person was asked about the
+/// approved, unticked and declined calls (not the invalid one), and only the approved note exists.
+fn assert_approvals(seen: &Value) {
+    assert_eq!(seen["write_read_only_hint"], false, "{seen}");
+    assert_eq!(seen["approved"]["is_error"], false, "{seen}");
+    for refused in ["unticked", "declined"] {
+        assert_eq!(seen[refused]["is_error"], true, "{seen}");
+        assert!(seen[refused]["text"].as_str().unwrap().contains("rejected"), "{seen}");
+    }
+    assert!(seen["invalid"]["text"].as_str().unwrap().contains("invalid arguments"), "{seen}");
+    let asked = seen["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 3, "{seen}");
+    assert!(asked[0].as_str().unwrap().contains("Save the note \"approved\""), "{seen}");
+    let notes: Vec<&str> =
+        seen["notes"]["notes"].as_array().unwrap().iter().map(|n| n["title"].as_str().unwrap()).collect();
+    assert_eq!(notes, ["approved"], "{seen}");
+}
+
+/// `mcp.write_tools`: the official Python client calls the exported `note_write`, and the person
+/// it asks decides — by a request to the client on the initialize handshake's protocol, by an
+/// `input_required` answer on 2026-07-28.
+#[test]
+fn an_exported_write_tool_runs_only_when_the_person_at_the_client_approves() {
+    let Some(python) = mcp_python() else { return };
+    for mode in ["legacy", "auto"] {
+        let (_dir, config, data) = setup("[mcp]\nwrite_tools = [\"note_write\"]\n", "default");
+        let args = [mode, "stdio", env!("CARGO_BIN_EXE_toolgraph"), &config, &data];
+        let seen = python_script(&python, "mcp_approval.py", &args);
+        let expected = if mode == "legacy" { "2025-11-25" } else { "2026-07-28" };
+        assert_eq!(seen["protocol"], expected, "{seen}");
+        assert_approvals(&seen);
+    }
+}
+
+/// `toolgraph serve` with `config` on a free port, ready; killed when the test ends, passing or not.
+struct Service(std::process::Child, String);
+
+impl Service {
+    async fn start(config: &str, data: &str, dir: &std::path::Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+            .args(["--config", config, "--data-dir", data, "serve", "--port", &port.to_string()])
+            .current_dir(dir)
+            // No model is asked over MCP; the service still wants one configured.
+            .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+            .env("TOOLGRAPH_LLM_MODEL", "none")
+            .env("TOOLGRAPH_RAG_TENANT", "nobody")
+            .env_remove("TOOLGRAPH_DATABASE_URL")
+            .env_remove("PORT")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let service = Self(child, format!("http://127.0.0.1:{port}"));
+        let started = std::time::Instant::now();
+        while !reqwest::get(format!("{}/ready", service.1)).await.is_ok_and(|r| r.status() == 200) {
+            assert!(started.elapsed().as_secs() < 20, "the service never became ready");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        service
+    }
+}
 
 impl Drop for Service {
     fn drop(&mut self) {
@@ -103,34 +162,17 @@ async fn the_official_python_client_works_over_http_on_serve_with_an_api_key() {
     let Some(python) = mcp_python() else { return };
     let hash = toolgraph_server::auth::hash_api_key;
     let server = format!(
-        "[server]\nauth = \"api_key\"\nmcp = true\n[server.api_keys]\nacme = \"{}\"\nother = \"{}\"\n",
+        "[mcp]\nhttp = true\n[server]\nauth = \"api_key\"\n[server.api_keys]\nacme = \"{}\"\nother = \"{}\"\n",
         hash("k-acme"),
         hash("k-other")
     );
     // The default tenant (`rag.tenant`) has no knowledge base: what the client sees is acme's.
     let (dir, config, data) = setup(&server, "acme");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let _service = Service(
-        Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-            .args(["--config", &config, "--data-dir", &data, "serve", "--port", &port.to_string()])
-            .current_dir(dir.path())
-            // No model is asked over MCP; the service still wants one configured.
-            .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
-            .env("TOOLGRAPH_LLM_MODEL", "none")
-            .env("TOOLGRAPH_RAG_TENANT", "nobody")
-            .env_remove("TOOLGRAPH_DATABASE_URL")
-            .env_remove("PORT")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let (base, started) = (format!("http://127.0.0.1:{port}"), std::time::Instant::now());
-    while !reqwest::get(format!("{base}/ready")).await.is_ok_and(|r| r.status() == 200) {
-        assert!(started.elapsed().as_secs() < 20, "the service never became ready");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let service = Service::start(&config, &data, dir.path()).await;
+    let base = service.1.clone();
     let url = format!("{base}/mcp");
-    let seen = python_client(&python, &["http", &url, "X-Tenant-Slug=acme", "Authorization=Bearer k-acme"]);
+    let seen =
+        python_script(&python, "mcp_client.py", &["http", &url, "X-Tenant-Slug=acme", "Authorization=Bearer k-acme"]);
     assert_full_export(&seen);
 
     // Another tenant's key opens nothing of acme's; no key opens nothing at all.
@@ -152,4 +194,39 @@ async fn the_official_python_client_works_over_http_on_serve_with_an_api_key() {
     assert_eq!((status, &other["result"]["resources"]), (200, &json!([])), "{other}");
     assert_eq!(list("acme", Some("k-other")).await.0, 401);
     assert_eq!(list("acme", None).await.0, 401);
+}
+
+/// The same over `/mcp` of `toolgraph serve`: on 2026-07-28 the approval round-trips through
+/// `input_required` with no session; on the handshake's protocol the stateless endpoint cannot
+/// ask, so the write tool is refused and nothing is written.
+#[tokio::test]
+async fn an_exported_write_tool_over_http_is_asked_about_or_refused() {
+    let Some(python) = mcp_python() else { return };
+    let (dir, config, data) = setup("[mcp]\nhttp = true\nwrite_tools = [\"note_write\"]\n", "default");
+    let service = Service::start(&config, &data, dir.path()).await;
+    let url = format!("{}/mcp", service.1);
+    let seen = python_script(&python, "mcp_approval.py", &["auto", "http", &url]);
+    assert_eq!(seen["protocol"], "2026-07-28", "{seen}");
+    assert_approvals(&seen);
+    let seen = python_script(&python, "mcp_approval.py", &["legacy", "http", &url]);
+    assert_eq!(seen["asked"], json!([]), "{seen}");
+    for call in ["approved", "unticked", "declined"] {
+        assert!(seen[call]["text"].as_str().unwrap().contains("cannot ask"), "{seen}");
+    }
+    let notes: Vec<&str> =
+        seen["notes"]["notes"].as_array().unwrap().iter().map(|n| n["title"].as_str().unwrap()).collect();
+    assert_eq!(notes, ["approved"], "only the approval over 2026-07-28 wrote: {seen}");
+}
+
+#[test]
+fn write_tools_that_are_not_write_tools_are_refused_at_start() {
+    for (listed, why) in
+        [("calculator", "'calculator' is a read tool"), ("launch_rocket", "no tool named 'launch_rocket'")]
+    {
+        let (_dir, config, data) = setup(&format!("[mcp]\nwrite_tools = [\"{listed}\"]\n"), "default");
+        let out = toolgraph(&["--config", &config, "--data-dir", &data, "mcp"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("mcp.write_tools") && stderr.contains(why), "{stderr}");
+    }
 }

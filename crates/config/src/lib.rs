@@ -18,6 +18,7 @@
 
 mod agents;
 mod llm;
+mod mcp;
 mod plugins;
 mod rag;
 mod secret;
@@ -28,6 +29,7 @@ mod tools;
 
 pub use agents::{AgentSettings, DEFAULT_SYSTEM_PROMPT};
 pub use llm::LlmSettings;
+pub use mcp::McpSettings;
 pub use plugins::PluginSettings;
 pub use rag::{EmbeddingProvider, RagSettings, SecondEmbedding};
 pub use secret::Secret;
@@ -93,6 +95,8 @@ pub struct Config {
     pub tools: ToolSettings,
     /// Tools declared in plugin directories.
     pub plugins: PluginSettings,
+    /// toolgraph as an MCP server.
+    pub mcp: McpSettings,
     /// Knowledge bases (`toolgraph ingest`, `search`, `POST /search`, the `rag_search` tool).
     pub rag: RagSettings,
     /// The agent used when a request names none. Default: the only configured agent, or
@@ -112,6 +116,7 @@ impl Default for Config {
             server: ServerSettings::default(),
             tools: ToolSettings::default(),
             plugins: PluginSettings::default(),
+            mcp: McpSettings::default(),
             rag: RagSettings::default(),
             default_agent: None,
             agents: BTreeMap::new(),
@@ -162,6 +167,7 @@ impl Config {
             agent.validate(name, &check)?;
         }
         self.server.validate(&check)?;
+        self.mcp.validate(&check, self.server.auth)?;
         if let Some(d) = &self.default_agent
             && !self.agents.contains_key(d)
         {

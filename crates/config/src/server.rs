@@ -72,14 +72,6 @@ pub struct ServerSettings {
     /// After SIGTERM (runs already cancelled), how long open responses may take to finish before
     /// their connections are closed and the stores close, in milliseconds. Default: 30000.
     pub shutdown_drain_ms: u64,
-    /// Serve MCP over streamable HTTP on `/mcp` (the read tools, the knowledge bases'
-    /// documents and the agents' prompts of the request's tenant, `X-Tenant-Slug`; the
-    /// service's auth applies — `none` or `api_key`, not `hmac`). Default: false.
-    /// Env: `TOOLGRAPH_SERVER_MCP`.
-    pub mcp: bool,
-    /// `mcp = true`: the `Host` names `/mcp` answers (others get 403, against DNS rebinding).
-    /// Default: `localhost`, `127.0.0.1`, `::1`.
-    pub mcp_allowed_hosts: Vec<String>,
     /// This instance's name in the run leases of the store: a restarted instance frees the
     /// leases it held under this name (its turns died with it), so it must be stable across
     /// restarts and unique among replicas sharing a database. Default: `HOSTNAME:PORT`.
@@ -123,8 +115,6 @@ impl Default for ServerSettings {
             max_request_head_bytes: 8 * 1024,
             header_read_timeout_ms: 30_000,
             shutdown_drain_ms: 30_000,
-            mcp: false,
-            mcp_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             instance_id: None,
             turn_lease_ms: 30_000,
             backend_tools: BTreeMap::new(),
@@ -158,18 +148,6 @@ impl ServerSettings {
         }
         if self.shutdown_drain_ms == 0 {
             return Err(check.invalid("server.shutdown_drain_ms", "must be greater than 0".into()));
-        }
-        if self.mcp && self.auth == AuthKind::Hmac {
-            return Err(check.invalid(
-                "server.mcp",
-                "MCP clients cannot sign requests: use auth = \"api_key\" (or \"none\") to serve /mcp".into(),
-            ));
-        }
-        if self.mcp && self.mcp_allowed_hosts.iter().all(|h| h.trim().is_empty()) {
-            return Err(check.invalid(
-                "server.mcp_allowed_hosts",
-                "is empty: list the host names MCP clients reach this service by".into(),
-            ));
         }
         if self.turn_lease_ms < 1000 {
             return Err(check.invalid("server.turn_lease_ms", format!("{} is less than 1000", self.turn_lease_ms)));

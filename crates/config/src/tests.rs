@@ -133,15 +133,16 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     let c = Config::from_toml_str("[plugins]\ndirs = [\"plugins\", \"/opt/tg\"]\nlocale = \"es\"\n").unwrap();
     assert_eq!(c.plugins.dirs, [PathBuf::from("plugins"), PathBuf::from("/opt/tg")]);
     let hmac = "[server]\nauth = \"hmac\"\nhmac_secret = \"a-secret-of-at-least-32-bytes-xyz\"\n";
-    assert!(!Config::from_toml_str(hmac).unwrap().server.mcp, "MCP is off by default");
-    let err = Config::from_toml_str(&format!("{hmac}mcp = true\n")).unwrap_err().to_string();
-    assert!(err.contains("`server.mcp`") && err.contains("api_key"), "{err}");
-    let err = Config::from_toml_str("[server]\nmcp = true\nmcp_allowed_hosts = []\n").unwrap_err().to_string();
-    assert!(err.contains("`server.mcp_allowed_hosts`"), "{err}");
-    let c = Config::from_toml_str("[server]\nmcp = true\nmcp_allowed_hosts = [\"tg.example.com\"]\n").unwrap();
+    assert!(!Config::from_toml_str(hmac).unwrap().mcp.http, "/mcp is off by default");
+    let err = Config::from_toml_str(&format!("{hmac}[mcp]\nhttp = true\n")).unwrap_err().to_string();
+    assert!(err.contains("`mcp.http`") && err.contains("api_key"), "{err}");
+    let err = Config::from_toml_str("[mcp]\nhttp = true\nallowed_hosts = []\n").unwrap_err().to_string();
+    assert!(err.contains("`mcp.allowed_hosts`"), "{err}");
+    let text = "[mcp]\nhttp = true\nallowed_hosts = [\"tg.example.com\"]\nwrite_tools = [\"note_write\"]\n";
+    let c = Config::from_toml_str(text).unwrap();
     assert_eq!(
-        (c.server.mcp, c.server.mcp_allowed_hosts.as_slice()),
-        (true, ["tg.example.com".to_string()].as_slice())
+        (c.mcp.http, c.mcp.allowed_hosts.as_slice(), c.mcp.write_tools.as_slice()),
+        (true, ["tg.example.com".to_string()].as_slice(), ["note_write".to_string()].as_slice())
     );
     let err = Config::from_toml_str("[server]\nturn_lease_ms = 10\n").unwrap_err().to_string();
     assert!(err.contains("`server.turn_lease_ms`") && err.contains("less than 1000"), "{err}");

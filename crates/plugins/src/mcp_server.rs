@@ -4,21 +4,28 @@
 //! serves it on stdio, `toolgraph serve` on `/mcp` over streamable HTTP, each request scoped
 //! to the tenant the service authenticated: [`TenantScope`]).
 //!
-//! Only read tools are exported: a write tool pauses for a person's approval inside toolgraph,
-//! and a client that cannot show that approval must not get around it. A tool's failure is a
-//! tool result with `isError` (the client's model reads it and may repair its call), never a
-//! protocol error.
+//! Read tools are exported; a write tool only when configured, and then each call asks the
+//! person at the client for approval — an elicitation the client shows them (on protocol
+//! `2026-07-28` and later an `input_required` result the client answers and calls again with; on
+//! earlier versions a request to the client) — and runs only if they approve. A client that
+//! cannot ask gets a refusal: inside toolgraph a write tool pauses for a person, and an MCP
+//! client must not get around it. A tool's failure is a tool result with `isError` (the client's
+//! model reads it and may repair its call), never a protocol error.
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, Role, ServerCapabilities, ServerConfig, Tool as McpTool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, ElicitRequestParams,
+    ElicitationAction, ElicitationSchema, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
+    InputRequest, InputRequiredResult, ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    Prompt, PromptMessage, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, Tool as McpTool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 use toolgraph_tools::{ToolClass, ToolContext, ToolRegistry};
 
 /// A document a client may read.
@@ -86,7 +93,18 @@ pub struct McpExport {
     resources: Arc<dyn ResourceSource>,
     prompts: Arc<Vec<ExportedPrompt>>,
     tenant: String,
+    /// Write tools exported behind the person's approval.
+    write_tools: Arc<BTreeSet<String>>,
 }
+
+/// How long a person has to answer an approval asked over a live session.
+const APPROVAL_WAIT: Duration = Duration::from_secs(600);
+
+/// The key of the approval among an `input_required` result's requests.
+const APPROVAL: &str = "approval";
+
+/// The answer recorded when a person did not approve (as inside toolgraph).
+const REJECTED: &str = "The user rejected this action; it was not executed.";
 
 impl McpExport {
     /// Exports the read tools of `tools`, the documents of `resources`, and `prompts`; tools and
@@ -98,7 +116,23 @@ impl McpExport {
         prompts: Vec<ExportedPrompt>,
         tenant: String,
     ) -> Self {
-        Self { tools, resources, prompts: Arc::new(prompts), tenant }
+        Self { tools, resources, prompts: Arc::new(prompts), tenant, write_tools: Arc::default() }
+    }
+
+    /// Exports the write tools `names` too, each call behind the person's approval.
+    ///
+    /// # Errors
+    /// A name that is not a write tool of the export's tools.
+    pub fn with_write_tools(mut self, names: &[String]) -> Result<Self, String> {
+        for name in names {
+            match self.tools.get(name) {
+                Some(t) if t.spec().class == ToolClass::Write => {}
+                Some(_) => return Err(format!("'{name}' is a read tool: it is exported anyway")),
+                None => return Err(format!("no tool named '{name}'")),
+            }
+        }
+        self.write_tools = Arc::new(names.iter().cloned().collect());
+        Ok(self)
     }
 
     /// The names of the exported tools.
@@ -108,7 +142,60 @@ impl McpExport {
 
     /// The specs of the exported tools now.
     fn exported(&self) -> Vec<toolgraph_tools::ToolSpec> {
-        self.tools.specs().into_iter().filter(|s| s.class == ToolClass::Read).collect()
+        let exported = |s: &toolgraph_tools::ToolSpec| s.class == ToolClass::Read || self.write_tools.contains(&s.name);
+        self.tools.specs().into_iter().filter(exported).collect()
+    }
+
+    /// Whether the person at the client approves `description`: `Ok(true)` or `Ok(false)`, or the
+    /// result to answer instead (the question, on protocol `2026-07-28` and later; a refusal when
+    /// the client cannot ask).
+    async fn approved(
+        &self,
+        request: &CallToolRequestParams,
+        arguments: &Value,
+        description: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<bool, CallToolResponse> {
+        let schema = ElicitationSchema::builder()
+            .required_bool_with("approve", |b| b.title("Approve").description("Run this action"))
+            .build()
+            .map_err(|e| CallToolResult::error(vec![ContentBlock::text(e.to_string())]))?;
+        let message = format!("toolgraph wants to: {description}. Approve?");
+        let question = ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: schema };
+        let modern = context.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let answer = if modern {
+            // The approval must be of these arguments: the state names them, and a retry with
+            // other arguments is asked again.
+            let state = approval_state(&request.name, arguments);
+            let answered = request.request_state.as_deref() == Some(state.as_str());
+            match request.input_responses.as_ref().and_then(|r| r.get(APPROVAL)).filter(|_| answered) {
+                Some(answer) => answer.clone(),
+                None => {
+                    let asks = [(APPROVAL.to_owned(), InputRequest::Elicitation(ElicitRequest::new(question)))];
+                    return Err(InputRequiredResult::new(Some(asks.into_iter().collect()), Some(state)).into());
+                }
+            }
+        } else {
+            let can_ask = context.peer.peer_info().is_some_and(|i| i.capabilities.elicitation.is_some());
+            if !can_ask {
+                let why = format!(
+                    "'{}' changes things and runs only when a person approves, and this connection cannot ask \
+                     one: the client has no elicitation, or speaks a protocol before 2026-07-28 over HTTP",
+                    request.name
+                );
+                return Err(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+            }
+            match context.peer.create_elicitation_with_timeout(question, Some(APPROVAL_WAIT)).await {
+                Ok(result) => serde_json::to_value(result).unwrap_or_default(),
+                Err(e) => {
+                    let why = format!("the approval of '{}' was not answered: {e}", request.name);
+                    return Err(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+                }
+            }
+        };
+        let accepted = answer.get("action").and_then(|a| serde_json::from_value(a.clone()).ok())
+            == Some(ElicitationAction::Accept);
+        Ok(accepted && answer.pointer("/content/approve") == Some(&Value::Bool(true)))
     }
 }
 
@@ -137,7 +224,7 @@ impl ServerHandler for McpExport {
                     _ => serde_json::Map::new(),
                 };
                 let mut annotations = ToolAnnotations::default();
-                annotations.read_only_hint = Some(true);
+                annotations.read_only_hint = Some(s.class == ToolClass::Read);
                 annotations.title = s.display.name.clone();
                 let mut tool = McpTool::new(s.name, s.description, Arc::new(schema));
                 tool.annotations = Some(annotations);
@@ -161,7 +248,21 @@ impl ServerHandler for McpExport {
             };
             return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
         }
-        let arguments = request.arguments.map(Value::Object).unwrap_or(Value::Object(Default::default()));
+        let arguments = request.arguments.clone().map(Value::Object).unwrap_or(Value::Object(Default::default()));
+        if self.write_tools.contains(&name)
+            && let Some(tool) = self.tools.get(&name)
+        {
+            // Arguments that would fail anyway are not put to the person.
+            if let Err(why) = tool.arguments().check(&arguments) {
+                let text = format!("invalid arguments for '{name}': {why}");
+                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+            }
+            match self.approved(&request, &arguments, &tool.describe(&arguments), &context).await {
+                Ok(true) => {}
+                Ok(false) => return Ok(CallToolResult::error(vec![ContentBlock::text(REJECTED)]).into()),
+                Err(answer) => return Ok(answer),
+            }
+        }
         let scope = ToolContext::default().set("tenant", tenant_of(&context, &self.tenant).into());
         let outcome = self.tools.call(&scope, &name, &arguments).await;
         let value = outcome.to_json();
@@ -237,4 +338,14 @@ impl ServerHandler for McpExport {
         result.description = Some(p.description.clone());
         Ok(result.into())
     }
+}
+
+/// The state an approval question carries: the digest of the tool and its arguments, so the
+/// answer counts for exactly the call it was asked about.
+fn approval_state(tool: &str, arguments: &Value) -> String {
+    let mut digest = Sha256::new();
+    digest.update(tool.as_bytes());
+    digest.update([0]);
+    digest.update(serde_json::to_vec(arguments).unwrap_or_default());
+    format!("approve:{:x}", digest.finalize())
 }

@@ -50,7 +50,7 @@ impl McpEndpoint {
 
 impl IntoResponse for McpUnavailable {
     fn into_response(self) -> Response {
-        (axum::http::StatusCode::NOT_FOUND, "MCP is not enabled on this service (server.mcp)").into_response()
+        (axum::http::StatusCode::NOT_FOUND, "MCP is not enabled on this service (mcp.http)").into_response()
     }
 }
 
