@@ -34,8 +34,17 @@ use toolgraph_tools::{
     ArgumentSchema, ParamDisplay, Tool, ToolClass, ToolContext, ToolDisplay, ToolError, ToolSet, ToolSpec,
 };
 
-/// The least time between two attempts to start a server that failed to start.
+/// The wait after a failed start before the next attempt, doubled with each failure in a row
+/// up to [`MAX_RETRY_AFTER`].
 const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// The longest wait between two attempts to reach a server.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The wait after `failures` failed starts in a row.
+fn retry_after(failures: u32) -> Duration {
+    RETRY_AFTER.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(MAX_RETRY_AFTER)
+}
 
 /// How long notifications of a changed tool list are gathered before the list is read again.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -98,8 +107,8 @@ type Credentials = Vec<(String, String)>;
 #[derive(Default)]
 struct Slot {
     session: tokio::sync::Mutex<Option<Session>>,
-    /// When a start last failed.
-    failed_at: Mutex<Option<Instant>>,
+    /// When a start last failed, and how many failed in a row.
+    failed: Mutex<Option<(Instant, u32)>>,
     /// The server's tool names as last listed in this session.
     offered: Mutex<BTreeSet<String>>,
     /// The server said its list changed, and it was not read since.
@@ -316,19 +325,25 @@ impl McpServer {
             *guard = None;
         }
         if guard.is_none() {
-            if lock(&slot.failed_at).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+            let failed = *lock(&slot.failed);
+            if let Some((at, failures)) = failed
+                && at.elapsed() < retry_after(failures)
+            {
+                let wait = retry_after(failures).saturating_sub(at.elapsed()).as_secs() + 1;
                 return Err(ToolError::unavailable(format!(
-                    "the MCP server '{}' cannot be reached; try again later",
+                    "the MCP server '{}' cannot be reached; the next attempt is in {wait} s",
                     self.name
                 )));
             }
             match self.start(credentials, slot).await {
                 Ok(s) => {
                     *guard = Some(s);
+                    *lock(&slot.failed) = None;
                     slot.stale.store(true, Ordering::SeqCst);
                 }
                 Err(e) => {
-                    *lock(&slot.failed_at) = Some(Instant::now());
+                    let failures = failed.map_or(1, |(_, n)| n.saturating_add(1));
+                    *lock(&slot.failed) = Some((Instant::now(), failures));
                     tracing::warn!(server = %self.name, error = %e, "cannot reach the MCP server");
                     return Err(ToolError::unavailable(format!(
                         "the MCP server '{}' cannot be reached: {e}",
@@ -512,4 +527,16 @@ pub async fn connect(m: &Manifest, spec: &McpSpec, dir: &Path) -> Result<Arc<Too
     let set = Arc::new(ToolSet::new(&m.name, tools));
     let _ = server.set.set(Arc::downgrade(&set));
     Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_between_attempts_doubles_up_to_a_minute() {
+        let waits: Vec<u64> = (1..=7).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(retry_after(u32::MAX), MAX_RETRY_AFTER);
+    }
 }
