@@ -3,6 +3,8 @@
 
 use crate::AgentError;
 use crate::academy::{BackendWriteTool, backend_general_query, tenant_schema_prompt};
+use crate::course::guides::GuideStore;
+use crate::course::test_gen::{Grounding, TestGenerator};
 use crate::react::{self, AgentDeps, AgentSpec, AgentState, PromptContext};
 use std::sync::Arc;
 use toolgraph_config::{AgentSettings, Config, StoreKind};
@@ -54,22 +56,48 @@ pub fn model(
     Ok(Arc::new(OpenAiChatModel::new(client)?))
 }
 
-/// Every tool the configuration enables: the built-ins, `rag_search` over `kb` through
-/// `retriever`, `general_query` over `tools.sql_database`, the plugins below `plugins.dirs`,
-/// and the backend's tools when `backend` is given (the client of [`backend`], shared with the
-/// store and the schema prompt).
+/// Where the teaching guides are: PostgreSQL when `database_url` is set, else
+/// `<data_dir>/guides.db`.
 ///
 /// # Errors
-/// A SQL database that cannot be opened, a backend tool whose schema is invalid, two tools
-/// with one name.
+/// When the database cannot be opened.
+pub async fn guide_store(cfg: &Config) -> Result<GuideStore, AgentError> {
+    Ok(match &cfg.database_url {
+        Some(url) => GuideStore::open_postgres(url.expose()).await?,
+        None => GuideStore::open_sqlite(&cfg.data_dir.join("guides.db")).await?,
+    })
+}
+
+/// Every tool the configuration enables: the built-ins, `rag_search` over `kb` through
+/// `retriever`, the course tutor's `get_guia` and `generate_test` (written by `model`) with
+/// `[tools.course]`, `general_query` over `tools.sql_database`, the plugins below
+/// `plugins.dirs`, and the backend's tools when `backend` is given (the client of [`backend`],
+/// shared with the store and the schema prompt).
+///
+/// # Errors
+/// A database that cannot be opened, a backend tool whose schema is invalid, two tools with
+/// one name.
 pub async fn all_tools(
     cfg: &Config,
     kb: Arc<KbStore>,
     retriever: Retriever,
     backend: Option<&BackendConversationStore>,
+    model: Option<Arc<dyn ChatModel>>,
 ) -> Result<ToolRegistry, AgentError> {
     let mut all = builtin::registry(&cfg.data_dir)?;
-    all.register(crate::course::rag_search_tool(kb, retriever, cfg.rag.tenant.clone(), cfg.rag.default_kb.clone()))?;
+    let (tenant, default_kb) = (cfg.rag.tenant.clone(), cfg.rag.default_kb.clone());
+    all.register(crate::course::rag_search_tool(
+        Arc::clone(&kb),
+        retriever.clone(),
+        tenant.clone(),
+        default_kb.clone(),
+    ))?;
+    if let Some(course) = &cfg.tools.course {
+        all.register(crate::course::guia::get_guia_tool(Arc::new(guide_store(cfg).await?), tenant.clone()))?;
+        let grounding = Grounding { store: kb, retriever, kb: default_kb };
+        let generator = TestGenerator::new(model, course.backend_url.clone(), tenant).grounded_in(grounding);
+        all.register(crate::course::test_gen::generate_test_tool(generator))?;
+    }
     if let Some(db) = &cfg.tools.sql_database {
         all.register(crate::academy::sql::general_query(db).await?)?;
     }

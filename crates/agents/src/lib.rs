@@ -73,6 +73,9 @@ pub enum AgentError {
     /// The backend client cannot be built.
     #[error("cannot build the backend client: {0}")]
     Backend(String),
+    /// The teaching guides cannot be opened.
+    #[error("cannot open the teaching guides: {0}")]
+    Guides(#[from] course::guides::GuideError),
     /// The agent's graph does not compile.
     #[error("cannot build the agent graph: {0}")]
     Graph(#[from] toolgraph_graph::GraphBuildError),

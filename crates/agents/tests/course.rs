@@ -51,6 +51,8 @@ fn search_contract_shapes_and_errors() {
     assert!(r["score"].as_f64().unwrap() > 0.0);
     assert_eq!(r["metadata"]["citation"], "Evaluación", "the first H1 titles the document");
     assert_eq!(r["metadata"]["tipo_documento"], "guia");
+    // The tutor's own metadata: the document's file name and its subject.
+    assert_eq!((&r["metadata"]["source"], &r["metadata"]["asignatura"]), (&json!("guia.md"), &json!("iv")));
     let none = search_json(
         &store,
         &Retriever::default(),

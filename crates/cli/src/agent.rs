@@ -46,11 +46,70 @@ async fn load_local(_: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
     anyhow::bail!("llm.local_model needs a build with the `local-models` feature")
 }
 
+/// The model tools write with (`generate_test`): `local` when the process has loaded one,
+/// else the endpoint, else the in-process model loaded on the first call (a command that only
+/// lists tools never pays for loading it); `None` when no model is configured.
+pub fn tool_model(cfg: &Config, local: Option<&Arc<dyn ChatModel>>) -> Option<Arc<dyn ChatModel>> {
+    if let Some(m) = local {
+        return Some(Arc::clone(m));
+    }
+    if let Ok(m) = toolgraph_agents::assembly::model(cfg, &Default::default(), None) {
+        return Some(m);
+    }
+    let name = cfg.llm.local_model.clone()?;
+    Some(Arc::new(LocalOnFirstUse { name, model: tokio::sync::OnceCell::new() }))
+}
+
+/// The in-process model, loaded when first asked.
+struct LocalOnFirstUse {
+    name: String,
+    model: tokio::sync::OnceCell<Arc<dyn ChatModel>>,
+}
+
+impl LocalOnFirstUse {
+    async fn get(&self) -> Result<&Arc<dyn ChatModel>, toolgraph_llm::LlmError> {
+        self.model
+            .get_or_try_init(|| async {
+                match load_local(self.name.clone()).await {
+                    Ok(Some(m)) => Ok(m),
+                    Ok(None) => Err(toolgraph_llm::LlmError::Connect {
+                        endpoint: "llm.local_model".into(),
+                        reason: "no local model".into(),
+                    }),
+                    Err(e) => Err(toolgraph_llm::LlmError::Connect {
+                        endpoint: "llm.local_model".into(),
+                        reason: format!("{e:#}"),
+                    }),
+                }
+            })
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for LocalOnFirstUse {
+    async fn stream(
+        &self,
+        request: toolgraph_llm::ChatRequest,
+    ) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
+        self.get().await?.stream(request).await
+    }
+
+    fn model_id(&self) -> &str {
+        &self.name
+    }
+}
+
 /// Every tool the configuration enables, over the configured knowledge bases and backend
-/// (what a command that only lists, calls or evaluates tools needs).
-pub async fn all_tools(cfg: &Config) -> anyhow::Result<toolgraph_tools::ToolRegistry> {
+/// (what a command that only lists, calls or evaluates tools needs); `local` is the process's
+/// in-process model when it loaded one.
+pub async fn all_tools(
+    cfg: &Config,
+    local: Option<&Arc<dyn ChatModel>>,
+) -> anyhow::Result<toolgraph_tools::ToolRegistry> {
     let backend = toolgraph_agents::assembly::backend(cfg)?;
     let kb = crate::retrieval::kb_store(cfg);
     let retriever = crate::retrieval::retriever(cfg);
-    Ok(toolgraph_agents::assembly::all_tools(cfg, kb, retriever, backend.as_ref()).await?)
+    let model = tool_model(cfg, local);
+    Ok(toolgraph_agents::assembly::all_tools(cfg, kb, retriever, backend.as_ref(), model).await?)
 }

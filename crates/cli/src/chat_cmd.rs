@@ -145,11 +145,9 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     }
     let store = agent::checkpointer(cfg).await?;
     // A terminal conversation has no tenant, so no tenant schema in its prompt.
-    let shared = SharedParts {
-        tools: agent::all_tools(cfg).await?,
-        local_model: agent::local_model(cfg).await?,
-        schema_prompt: None,
-    };
+    let local_model = agent::local_model(cfg).await?;
+    let shared =
+        SharedParts { tools: agent::all_tools(cfg, local_model.as_ref()).await?, local_model, schema_prompt: None };
     let agent = assembly::build(cfg, args.agent.as_deref(), store, &shared)?;
     let context = parse_context(&agent, &args.context)?;
     let last_file = cfg.data_dir.join("chat").join(format!("{}.last-thread", agent.name));

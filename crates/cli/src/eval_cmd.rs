@@ -96,7 +96,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", cases.display(), i + 1)))
         .collect::<anyhow::Result<_>>()?;
-    let all = crate::agent::all_tools(cfg).await?;
+    let all = crate::agent::all_tools(cfg, None).await?;
     let name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
     let agents = cfg.effective_agents();
     let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;

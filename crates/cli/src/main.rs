@@ -10,6 +10,7 @@ mod chat_cmd;
 mod config_cmd;
 mod eval_cmd;
 mod graph_cmd;
+mod guides_cmd;
 mod kb_cmd;
 mod mcp_cmd;
 mod plugins_cmd;
@@ -70,6 +71,9 @@ enum Command {
     /// List the plugins of the configured (or given) directories, or check them.
     #[command(subcommand)]
     Plugins(plugins_cmd::PluginsCommand),
+    /// The course tutor's teaching guides: import JSON guides, show one, list them.
+    #[command(subcommand)]
+    Guides(guides_cmd::GuidesCommand),
     /// Inspect agent graphs.
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
@@ -115,6 +119,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Search(args) => kb_cmd::search_cmd(args, &cfg).await,
         Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
         Command::Mcp => mcp_cmd::run(&cfg).await,
+        Command::Guides(cmd) => guides_cmd::run(cmd, &cfg).await,
         Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Eval(cmd) => eval_cmd::run(cmd, &cfg).await,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use toolgraph_config::Config;
 
 pub async fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
-    let tools = crate::agent::all_tools(cfg).await?;
+    let tools = crate::agent::all_tools(cfg, None).await?;
     let export =
         toolgraph_agents::mcp::export(cfg, tools, crate::retrieval::kb_store(cfg)).map_err(anyhow::Error::msg)?;
     tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on stdio");

@@ -151,9 +151,11 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
+    let local_model = agent::local_model(cfg).await?;
+    let tool_model = agent::tool_model(cfg, local_model.as_ref());
     let shared = SharedParts {
-        tools: assembly::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref()).await?,
-        local_model: agent::local_model(cfg).await?,
+        tools: assembly::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref(), tool_model).await?,
+        local_model,
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
     };
     let mut agents = BTreeMap::new();

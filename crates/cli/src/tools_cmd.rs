@@ -36,7 +36,7 @@ pub enum ToolsCommand {
 }
 
 pub async fn run(cmd: ToolsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
-    let registry = crate::agent::all_tools(cfg).await.context("cannot assemble the built-in tools")?;
+    let registry = crate::agent::all_tools(cfg, None).await.context("cannot assemble the built-in tools")?;
     match cmd {
         ToolsCommand::List { json } => {
             list(&registry, json)?;

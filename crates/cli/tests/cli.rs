@@ -442,3 +442,33 @@ fn plugins_check_names_each_problem_and_list_shows_what_loads() {
     let specs: Vec<Value> = serde_json::from_str(&stdout(&out)).expect("valid JSON");
     assert!(specs.iter().any(|s| s["name"] == "bad_calculator" && s["displayName"] == "Bad calculator"));
 }
+
+#[test]
+fn guides_import_checks_every_file_first_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/course/guides");
+    let (iv, dai) = (shipped.join("iv.json"), shipped.join("dai.json"));
+    let (iv, dai) = (iv.to_str().unwrap(), dai.to_str().unwrap());
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"subject": "fisica", "asignatura": "Física", "competencias": 3}"#).unwrap();
+    // One bad file: nothing is stored, and the error names the file and the field.
+    let out = toolgraph(dir.path(), &["guides", "import", iv, bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bad.json") && stderr(&out).contains("`competencias`"), "{}", stderr(&out));
+    assert_eq!(stdout(&toolgraph(dir.path(), &["guides", "list"])), "");
+
+    let out = toolgraph(dir.path(), &["guides", "import", iv, dai]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("added: iv") && stdout(&out).contains("added: dai"), "{}", stdout(&out));
+    let again = toolgraph(dir.path(), &["guides", "import", iv, dai]);
+    assert_eq!(stdout(&again).matches("unchanged:").count(), 2, "{}", stdout(&again));
+    assert_eq!(stdout(&toolgraph(dir.path(), &["guides", "list"])), "dai\niv\n");
+
+    let out = toolgraph(dir.path(), &["guides", "show", "iv"]);
+    let summary: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!((summary["subject"].as_str(), summary["curso"].as_str()), (Some("iv"), Some("4º")));
+    let out = toolgraph(dir.path(), &["guides", "show", "iv", "--key", "sistema_de_evaluación.ordinaria.proyecto"]);
+    assert_eq!(stdout(&out).trim(), "\"60 %\"");
+    let out = toolgraph(dir.path(), &["guides", "show", "fisica"]);
+    assert!(!out.status.success() && stderr(&out).contains("no guide for subject 'fisica'"), "{}", stderr(&out));
+}

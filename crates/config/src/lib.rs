@@ -36,7 +36,7 @@ pub use secret::Secret;
 pub use server::{AuthKind, BackendToolSettings, ServerSettings, StoreKind};
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
 pub use toolgraph_rag::FusionMethod;
-pub use tools::ToolSettings;
+pub use tools::{CourseToolSettings, ToolSettings};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -163,6 +163,7 @@ impl Config {
         self.llm.validate(&check)?;
         self.rag.validate(&check)?;
         self.plugins.validate(&check)?;
+        self.tools.validate(&check)?;
         for (name, agent) in &self.agents {
             agent.validate(name, &check)?;
         }

@@ -144,6 +144,11 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
         (c.mcp.http, c.mcp.allowed_hosts.as_slice(), c.mcp.write_tools.as_slice()),
         (true, ["tg.example.com".to_string()].as_slice(), ["note_write".to_string()].as_slice())
     );
+    assert_eq!(Config::default().tools.course, None, "the course tools are off by default");
+    let c = Config::from_toml_str("[tools.course]\n").unwrap();
+    assert_eq!(c.tools.course, Some(Default::default()), "the table alone turns them on");
+    let err = Config::from_toml_str("[tools.course]\nbackend_url = \"backend:80\"\n").unwrap_err().to_string();
+    assert!(err.contains("`tools.course.backend_url`"), "{err}");
     let err = Config::from_toml_str("[server]\nturn_lease_ms = 10\n").unwrap_err().to_string();
     assert!(err.contains("`server.turn_lease_ms`") && err.contains("less than 1000"), "{err}");
     let err = Config::from_toml_str("[server]\ninstance_id = \" \"\n").unwrap_err().to_string();

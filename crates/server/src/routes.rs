@@ -48,11 +48,13 @@ pub fn api_router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Liveness and metrics: `/health` and `/metrics`.
+/// Liveness and metrics: `/health` and `/metrics` (also `/metrics/`, the path a Prometheus
+/// ServiceMonitor written for the academy-admin worker scrapes).
 pub fn ops_router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(|| async { axum::Json(json!({ "status": "ok" })) }))
         .route("/metrics", get(metrics))
+        .route("/metrics/", get(metrics))
         .with_state(state)
 }
 

@@ -339,6 +339,7 @@ async fn two_write_tools_pause_and_are_confirmed_one_by_one(b: &str) {
     assert_eq!(s.announced.load(Ordering::SeqCst), 0);
     assert_eq!(s.model.request_count(), 2, "replays do not call the model");
     let m = metrics(&s).await;
+    assert!(m.contains("chatbot_stream_duration_seconds_count{outcome=\"interrupted\"} 1"), "{m}");
     assert!(m.contains("chatbot_hitl_total{confirmed=\"true\"} 1"), "{m}");
     assert!(m.contains("chatbot_hitl_total{confirmed=\"false\"} 1"), "{m}");
 }
@@ -388,7 +389,27 @@ async fn a_failing_model_sends_an_error_event_and_counts_it(b: &str) {
     assert_eq!(status, 200);
     assert_eq!(events.last().unwrap().event, "error");
     assert!(events.last().unwrap().data["message"].as_str().unwrap().contains("model endpoint failed"));
-    assert!(metrics(&s).await.contains("chatbot_errors_total{error_type=\"exception\"} 1"));
+    let m = metrics(&s).await;
+    assert!(m.contains("chatbot_errors_total{error_type=\"exception\"} 1"), "{m}");
+    assert!(m.contains("chatbot_stream_duration_seconds_count{outcome=\"error\"} 1"), "{m}");
+}
+
+async fn a_failed_read_tool_is_counted_as_a_retry_of_its_tenant(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::tool_calls(&[("c1", "calculator", json!({"expression": "2 +"}))]),
+            Reply::tool_calls(&[("c2", "calculator", json!({"expression": "2 + 2"}))]),
+            Reply::text("4"),
+        ],
+    )
+    .await;
+    let (_, events) = stream(&s, &body(None, "2 + 2?")).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    // The path the academy-admin ServiceMonitor scrapes, with its trailing slash.
+    let m = reqwest::get(format!("{}/metrics/", s.base)).await.unwrap().text().await.unwrap();
+    assert!(m.contains("chatbot_sql_retries_total{tenant=\"7\"} 1"), "{m}");
+    assert!(m.contains("chatbot_stream_duration_seconds_count{outcome=\"completed\"} 1"), "{m}");
 }
 
 async fn the_recursion_limit_persists_a_fallback_message(b: &str) {
@@ -703,6 +724,7 @@ on_every_store!(
     two_write_tools_pause_and_are_confirmed_one_by_one,
     a_client_disconnect_does_not_lose_the_reply_and_reconnect_replays_the_gap,
     a_failing_model_sends_an_error_event_and_counts_it,
+    a_failed_read_tool_is_counted_as_a_retry_of_its_tenant,
     the_recursion_limit_persists_a_fallback_message,
     deleting_a_conversation_removes_it_for_good,
     a_final_decision_that_could_not_resume_is_resumed_by_its_retry,

@@ -147,7 +147,16 @@ struct Worker {
 /// a code fence (the forms `ToolCallTextParser` accepts).
 fn opens_call(token: &str) -> bool {
     let t = token.trim_start();
-    !t.is_empty() && (opens_json(t) || "<tool_call>".starts_with(t) || t.starts_with("<tool_call>"))
+    // Only the openings the call parser reads: a bare `{` (then `"name"`), a code fence or the
+    // tag. `{{`, `{}` or `{%` start prose or templates; counted as openers, they let a reply begin
+    // with a "call" that is printed as text.
+    let bare_object = t.strip_prefix('{').is_some_and(|rest| {
+        let rest = rest.trim_start();
+        rest.is_empty() || "\"name\":".starts_with(rest) || rest.starts_with("\"name\":")
+    });
+    bare_object
+        || t.starts_with("```")
+        || (!t.is_empty() && ("<tool_call>".starts_with(t) || t.starts_with("<tool_call>")))
 }
 
 /// Whether a token starts a JSON object or a code fence.
@@ -256,7 +265,7 @@ impl Worker {
             if generated == 0 && !request.tools.is_empty() {
                 match request.messages.last() {
                     Some(Message::User { .. }) => {
-                        prefer_call(&mut logits, &self.call_openers, self.call_threshold);
+                        prefer_call(&mut logits, &self.call_openers, &self.json_openers, self.call_threshold);
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
@@ -302,28 +311,29 @@ impl Worker {
     }
 }
 
-/// At a reply's first token: if the call openers together have at least `threshold` of the
-/// probability, keeps only them (see [`LocalChatOptions::call_threshold`]). Returns whether
-/// it did.
-fn prefer_call(logits: &mut [f32], openers: &[bool], threshold: f32) -> bool {
+/// At a reply's first token: if the tokens that start a call or a JSON object together have
+/// at least `threshold` of the probability, keeps only the call openers the parser reads (see
+/// [`LocalChatOptions::call_threshold`]); otherwise still drops the JSON-like tokens that are no
+/// call opener (`{{`), which would print a would-be call as text. Returns whether it chose a call.
+fn prefer_call(logits: &mut [f32], openers: &[bool], json_like: &[bool], threshold: f32) -> bool {
+    let at = |mask: &[bool], i: usize| mask.get(i).copied().unwrap_or(false);
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let (mut total, mut calls) = (0f32, 0f32);
-    for (l, opener) in logits.iter().zip(openers.iter().chain(std::iter::repeat(&false))) {
+    for (i, l) in logits.iter().enumerate() {
         let p = (l - max).exp();
         total += p;
-        if *opener {
+        if at(openers, i) || at(json_like, i) {
             calls += p;
         }
     }
-    if total <= 0.0 || calls / total < threshold {
-        return false;
-    }
-    for (l, opener) in logits.iter_mut().zip(openers.iter().chain(std::iter::repeat(&false))) {
-        if !opener {
+    let call = total > 0.0 && calls / total >= threshold;
+    for (i, l) in logits.iter_mut().enumerate() {
+        let keep = if call { at(openers, i) } else { at(openers, i) || !at(json_like, i) };
+        if !keep {
             *l = f32::NEG_INFINITY;
         }
     }
-    true
+    call
 }
 
 /// Keeps a reply from starting as a JSON object or a code fence (the tag `<tool_call>` stays).
@@ -367,7 +377,10 @@ mod tests {
         for t in ["<tool_call>", "<", "<tool", " {\"", "{\n", "{", "```", "```json"] {
             assert!(opens_call(t), "{t:?}");
         }
-        for t in ["The", "¡", "3", " ", "", "<div", "[", "\""] {
+        for t in [" {\"name", "{\"name\":"] {
+            assert!(opens_call(t), "{t:?}");
+        }
+        for t in ["The", "¡", "3", " ", "", "<div", "[", "\"", "{{", " {{", "{}", "{%", "{\"topic"] {
             assert!(!opens_call(t), "{t:?}");
         }
     }
@@ -388,14 +401,32 @@ mod tests {
         let probs: [f32; 4] = [0.35, 0.25, 0.2, 0.2];
         let mut logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
         let openers = [false, true, true, true];
-        assert!(prefer_call(&mut logits, &openers, 0.5));
+        let json_like = [false, true, false, false];
+        assert!(prefer_call(&mut logits, &openers, &json_like, 0.5));
         assert_eq!(argmax(&logits), 1, "the likeliest opener, not the likeliest token");
         // The same call mass under a stricter threshold leaves greedy decoding alone.
         let mut logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
-        assert!(!prefer_call(&mut logits, &openers, 0.7));
+        assert!(!prefer_call(&mut logits, &openers, &json_like, 0.7));
         assert_eq!(argmax(&logits), 0);
         // A greeting: hardly any call mass.
         let mut logits: Vec<f32> = [0.9f32, 0.05, 0.03, 0.02].iter().map(|p| p.ln()).collect();
-        assert!(!prefer_call(&mut logits, &openers, 0.5));
+        assert!(!prefer_call(&mut logits, &openers, &json_like, 0.5));
+    }
+
+    #[test]
+    fn a_reply_never_opens_with_json_the_parser_cannot_read() {
+        // Tokens: "{{" (0.5, JSON-like but no opener), "{\"" (0.2), "Hola" (0.3).
+        let vocab = ["{{", "{\"", "Hola"];
+        let openers: Vec<bool> = vocab.iter().map(|t| opens_call(t)).collect();
+        let json_like: Vec<bool> = vocab.iter().map(|t| opens_json(t)).collect();
+        let probs = [0.5f32, 0.2, 0.3];
+        // The would-be call's mass counts toward a call, which opens the way the parser reads.
+        let mut logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        assert!(prefer_call(&mut logits, &openers, &json_like, 0.5));
+        assert_eq!(argmax(&logits), 1);
+        // Below the threshold, prose wins rather than "{{".
+        let mut logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        assert!(!prefer_call(&mut logits, &openers, &json_like, 0.8));
+        assert_eq!(argmax(&logits), 2);
     }
 }

@@ -169,7 +169,8 @@ impl GgufChatAssets {
             if e.kind() == std::io::ErrorKind::NotFound {
                 LocalModelError::Missing {
                     path: path.display().to_string(),
-                    fetch: "chat-0.5b",
+                    // The hint names the download that provides this file.
+                    fetch: if path.ends_with(super::QWEN_1_5B_FILE) { "chat-1.5b" } else { "chat-0.5b" },
                     alternative: ", or point TOOLGRAPH_LLM_BASE_URL at any OpenAI-compatible server",
                 }
             } else {

@@ -4,7 +4,8 @@
 //! the conversation's state, never chosen by the model) and `tipo_documento` (the kind of
 //! document) — which here become metadata filters of a generic knowledge-base search; the
 //! result keeps the normalized shape `{ok, query, total_results, results: [{content, metadata,
-//! score}]}` (docs/retrieval.md).
+//! score}]}` (docs/retrieval.md), each result's metadata with the tutor's `source` and
+//! `asignatura`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -93,7 +94,23 @@ impl CourseSearch {
         let mut query = self.without_filters();
         query.check()?;
         query.filters = self.filters().map_err(|e| (SearchFailure::Invalid, e))?;
-        search_json(store, retriever, tenant, default_kb, &query)
+        let mut found = search_json(store, retriever, tenant, default_kb, &query)?;
+        self.tutor_metadata(&mut found);
+        Ok(found)
+    }
+
+    /// Each result's metadata as the tutor reads it: `source` (the document's file name, unless
+    /// the document says otherwise) and `asignatura` (the document's, else the subject searched,
+    /// else null).
+    fn tutor_metadata(&self, found: &mut Value) {
+        let subject = self.asignatura.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let Some(results) = found.get_mut("results").and_then(Value::as_array_mut) else { return };
+        for meta in results.iter_mut().filter_map(|r| r.get_mut("metadata")).filter_map(Value::as_object_mut) {
+            let doc_id = meta.get("doc_id").and_then(Value::as_str).unwrap_or_default();
+            let file = doc_id.rsplit('/').next().unwrap_or(doc_id).to_owned();
+            meta.entry("source").or_insert(Value::String(file));
+            meta.entry("asignatura").or_insert(subject.map_or(Value::Null, |s| Value::String(s.to_owned())));
+        }
     }
 }
 
