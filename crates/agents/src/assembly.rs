@@ -181,6 +181,9 @@ pub fn build(
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
     spec.max_tokens = settings.max_tokens;
+    if let Some(kb) = &settings.kb {
+        spec.tool_context.insert("kb".into(), kb.clone().into());
+    }
     if spec.tools.get("general_query").is_some() {
         spec.prompt_context = shared.schema_prompt.clone();
     }

@@ -166,6 +166,10 @@ pub struct AgentSpec {
     /// e.g. the academy admin's tenant schema description, fetched from the backend. Asked before every
     /// model call; `None` adds nothing. Default: none.
     pub prompt_context: Option<PromptContext>,
+    /// Values every tool call of this agent sees in its context, over the turn's state: set by
+    /// whoever runs the agent, never by the client — e.g. `kb`, the knowledge base its searches
+    /// read. Default: none.
+    pub tool_context: Map<String, Value>,
 }
 
 /// See [`AgentSpec::answer_footer`]: `(this turn's tool outputs, answer) → text to append`.
@@ -188,6 +192,7 @@ impl AgentSpec {
             max_tokens: None,
             answer_footer: None,
             prompt_context: None,
+            tool_context: Map::new(),
         }
     }
 }
@@ -448,10 +453,17 @@ async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolC
     outcome
 }
 
+/// The context of this turn's tool calls: the state's, then the agent's own values over it.
+fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
+    let mut values = s.context.clone();
+    values.extend(spec.tool_context.iter().map(|(k, v)| (k.clone(), v.clone())));
+    ToolContext::with_state(values)
+}
+
 async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let calls = pending_calls(&s);
     let registry = &ctx.deps().spec.tools;
-    let tool_ctx = ToolContext::with_state(s.context.clone());
+    let tool_ctx = tool_context(&s, &ctx.deps().spec);
     let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) =
         calls.into_iter().partition(|c| registry.get(&c.name).is_some_and(|t| t.spec().class == ToolClass::Write));
     for c in reads.iter().chain(&writes) {
@@ -499,7 +511,7 @@ async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
 }
 
 async fn approved_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
-    let tool_ctx = ToolContext::with_state(s.context.clone());
+    let tool_ctx = tool_context(&s, &ctx.deps().spec);
     let mut messages = Vec::new();
     let mut rejected = Vec::new();
     let mut any_approved = false;

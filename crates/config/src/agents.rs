@@ -21,6 +21,9 @@ pub struct AgentSettings {
     pub max_tool_retries: u32,
     /// Most graph steps per run. Default: 10.
     pub recursion_limit: u32,
+    /// The knowledge base this agent's `rag_search` (and `generate_test`'s grounding) reads.
+    /// Default: `rag.default_kb`.
+    pub kb: Option<String>,
     /// Sampling temperature. Default: the model server's.
     pub temperature: Option<f32>,
     /// Most tokens the model may generate per call (sent as `max_tokens`). Default: the model
@@ -46,6 +49,7 @@ impl Default for AgentSettings {
             history_budget: 6000,
             max_tool_retries: 3,
             recursion_limit: 10,
+            kb: None,
             temperature: None,
             max_tokens: None,
             cite_sources: true,
@@ -60,6 +64,19 @@ impl AgentSettings {
         }
         if self.recursion_limit == 0 {
             return Err(check.invalid(&format!("agents.{name}.recursion_limit"), "must be greater than 0".into()));
+        }
+        if let Some(kb) = &self.kb {
+            // The knowledge base's name becomes a directory: the rules of `toolgraph ingest --kb`.
+            let ok = !kb.is_empty()
+                && kb.len() <= 64
+                && !kb.starts_with('.')
+                && kb.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !ok {
+                return Err(check.invalid(
+                    &format!("agents.{name}.kb"),
+                    format!("`{kb}`: use 1-64 letters, digits, `_`, `-` or `.`, not starting with `.`"),
+                ));
+            }
         }
         if self.max_tokens == Some(0) {
             return Err(check.invalid(&format!("agents.{name}.max_tokens"), "must be greater than 0".into()));

@@ -162,6 +162,10 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("`rag.second_embedding_languages`") && err.contains("'fr'"), "{err}");
     let err = Config::from_toml_str("[agents.a]\nmax_tokens = 0\n").unwrap_err().to_string();
     assert!(err.contains("`agents.a.max_tokens`") && err.contains("greater than 0"), "{err}");
+    let err = Config::from_toml_str("[agents.a]\nkb = \"../leyes\"\n").unwrap_err().to_string();
+    assert!(err.contains("`agents.a.kb`") && err.contains("letters, digits"), "{err}");
+    let c = Config::from_toml_str("[agents.a]\nkb = \"leyes\"\n").unwrap();
+    assert_eq!(c.agents["a"].kb.as_deref(), Some("leyes"));
     let c = Config::from_toml_str("[agents.a]\nmax_tokens = 300\n").unwrap();
     assert_eq!(c.agents["a"].max_tokens, Some(300));
 }

@@ -16,8 +16,9 @@ pub struct StreamRequest {
     #[serde(default)]
     pub conversation_id: Option<i64>,
     pub message: String,
-    /// Extension: the agent to talk to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Extension: the agent to talk to (`agentId` is accepted too, in the contract's style of
+    /// names).
+    #[serde(default, alias = "agentId", skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// Extension: state values for injected tool arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]

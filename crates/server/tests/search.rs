@@ -48,6 +48,12 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     ingest(&kb, "ugr", "cursos", &[iv, dai], &IngestOptions::default(), &NoProgress).unwrap();
     let other = write(dir.path(), "src/other/secret.md", "# Secreto\nEl examen final secreto de otra academia.\n");
     ingest(&kb, "academia", "cursos", &[other], &IngestOptions::default(), &NoProgress).unwrap();
+    let law = write(
+        dir.path(),
+        "src/leyes/trafico.md",
+        "# Ley de Tráfico\n## Artículo 5\nEl examen final de conducir es práctico.\n",
+    );
+    ingest(&kb, "ugr", "leyes", &[law], &IngestOptions::default(), &NoProgress).unwrap();
 
     let model = ScriptedModelServer::start(script).await.unwrap();
     let llm = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(model.base_url(), "scripted")).unwrap());
@@ -69,9 +75,17 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     let mut spec = AgentSpec::new("tutor", "Cite sources.", tools);
     // As `toolgraph serve` builds agents with `cite_sources` (the default).
     spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
+    // A second agent on the same tools that searches its own knowledge base (`[agents.NAME] kb`).
+    let mut jurist = spec.clone();
+    jurist.name = "jurista".into();
+    jurist.tool_context.insert("kb".into(), json!("leyes"));
+    let jurist = react::build(jurist, llm.clone(), ckpt.clone()).unwrap();
     let graph = react::build(spec, llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
-    let agents = BTreeMap::from([("tutor".to_string(), ServedAgent { graph, settings })]);
+    let agents = BTreeMap::from([
+        ("tutor".to_string(), ServedAgent { graph, settings: settings.clone() }),
+        ("jurista".to_string(), ServedAgent { graph: jurist, settings }),
+    ]);
     let app = AppState::new(ChatService::new(agents, "tutor".into(), store.clone(), ckpt, options));
     app.enable_search(SearchService { store: kb, default_kb: "cursos".into(), retriever: Default::default() });
     if ready {
@@ -245,4 +259,39 @@ async fn an_answer_that_cites_nothing_gets_its_sources_appended() {
     use toolgraph_conversations::ConversationStore;
     let stored = s.store.messages(done["conversationId"].as_i64().unwrap()).await.unwrap();
     assert_eq!(stored.last().unwrap().content, "El examen final es en enero.\n\n[Guía IV › Evaluación]");
+}
+
+/// Two agents of one service, each searching its own knowledge base with the same tool.
+#[tokio::test]
+async fn each_agent_searches_its_own_knowledge_base() {
+    let search = || Reply::tool_calls(&[("c1", "rag_search", json!({"query": "examen final"}))]);
+    let script = vec![search(), Reply::text("Es práctico."), search(), Reply::text("En enero.")];
+    let s = start(ServiceOptions::default(), true, script).await;
+    let mut citations = Vec::new();
+    // `agentId` is the alias of `agent`.
+    for (field, agent) in [("agent", "jurista"), ("agentId", "tutor")] {
+        let mut body = json!({"tenantSlug": "ugr", "tenantId": 1, "userId": 2, "conversationId": null,
+                          "message": "¿Cómo es el examen final?", "toolEvents": true});
+        body[field] = json!(agent);
+        let resp = reqwest::Client::new()
+            .post(format!("{}/api/chatbot/stream", s.base))
+            .header("X-Tenant-Slug", "ugr")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let events = common::parse_sse(&resp.text().await.unwrap());
+        let result = events.iter().find(|e| e.event == "tool_result").expect("a tool result");
+        assert_eq!(result.data["ok"], true, "{agent}: {:?}", result.data);
+        let found: Vec<String> = result.data["outcome"]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["metadata"]["citation"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        citations.push(found);
+    }
+    assert_eq!(citations[0], ["Artículo 5, Ley de Tráfico"], "the jurist reads `leyes` only");
+    assert!(!citations[1].is_empty(), "the tutor reads `cursos`");
+    assert!(citations[1].iter().all(|c| c.starts_with("Guía")), "{:?}", citations[1]);
 }

@@ -134,8 +134,9 @@ pub struct RagSearchArgs {
     pub top_k: Option<usize>,
 }
 
-/// The `rag_search` read tool over knowledge base `kb`. The tenant is the conversation's
-/// (`tenant` in the tool context, which the service sets), else `default_tenant`.
+/// The `rag_search` read tool over knowledge base `kb` — or the agent's own (`kb` in the tool
+/// context, [`AgentSpec::tool_context`](crate::react::AgentSpec::tool_context)). The tenant is the
+/// conversation's (`tenant` in the tool context, which the service sets), else `default_tenant`.
 pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant: String, kb: String) -> Arc<dyn Tool> {
     ToolBuilder::<RagSearchArgs>::new(
         "rag_search",
@@ -148,7 +149,7 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
         let store = store.clone();
         let retriever = retriever.clone();
         let tenant = ctx.get("tenant").and_then(Value::as_str).map_or_else(|| default_tenant.clone(), str::to_owned);
-        let kb = kb.clone();
+        let kb = ctx.get("kb").and_then(Value::as_str).map_or_else(|| kb.clone(), str::to_owned);
         async move {
             let request = CourseSearch {
                 query: args.query,

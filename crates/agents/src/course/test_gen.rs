@@ -171,8 +171,9 @@ impl TestGenerator {
         }
     }
 
-    /// Passages of `tenant`'s knowledge base about `topic` (in `subject`), to ground the questions.
-    async fn ground(&self, tenant: &str, topic: &str, subject: Option<&str>) -> Option<String> {
+    /// Passages of `tenant`'s knowledge base (`kb`, else the configured one) about `topic` (in
+    /// `subject`), to ground the questions.
+    async fn ground(&self, tenant: &str, kb: Option<&str>, topic: &str, subject: Option<&str>) -> Option<String> {
         let g = self.grounding.clone()?;
         let request = CourseSearch {
             query: topic.to_owned(),
@@ -180,15 +181,16 @@ impl TestGenerator {
             top_k: Some(4),
             ..CourseSearch::default()
         };
-        let tenant = tenant.to_owned();
-        let found = tokio::task::spawn_blocking(move || request.run(&g.store, &g.retriever, &tenant, &g.kb)).await;
+        let (tenant, kb) = (tenant.to_owned(), kb.map_or_else(|| g.kb.clone(), str::to_owned));
+        let found = tokio::task::spawn_blocking(move || request.run(&g.store, &g.retriever, &tenant, &kb)).await;
         let results = found.ok()?.ok()?;
         let passages: Vec<&str> = results["results"].as_array()?.iter().filter_map(|r| r["content"].as_str()).collect();
         (!passages.is_empty()).then(|| passages.join("\n\n"))
     }
 
-    /// The questions for `args` (the fallback when anything fails).
-    pub async fn generate(&self, tenant: &str, args: TestGenerationInput) -> Value {
+    /// The questions for `args` (the fallback when anything fails), grounded in `tenant`'s
+    /// knowledge base `kb` (else the configured one) when the call brings no context.
+    pub async fn generate(&self, tenant: &str, kb: Option<&str>, args: TestGenerationInput) -> Value {
         let topic = args.topic.trim().to_owned();
         let subject = args.asignatura.as_deref().map(str::trim).filter(|s| !s.is_empty());
         let prefs = if args.num_questions.is_none() || args.difficulty.is_none() {
@@ -204,7 +206,7 @@ impl TestGenerator {
         };
         let context = match args.context.filter(|c| !c.trim().is_empty()) {
             Some(c) => Some(c),
-            None => self.ground(tenant, &topic, subject).await,
+            None => self.ground(tenant, kb, &topic, subject).await,
         };
         let started = Instant::now();
         let mut questions: Vec<String> = Vec::new();
@@ -361,7 +363,9 @@ pub fn generate_test_tool(generator: TestGenerator) -> Arc<dyn Tool> {
         let generator = Arc::clone(&generator);
         let tenant =
             ctx.get("tenant").and_then(Value::as_str).map_or_else(|| generator.default_tenant.clone(), str::to_owned);
-        async move { Ok(generator.generate(&tenant, args).await) }
+        // The agent's own knowledge base, when it has one (`AgentSpec::tool_context`).
+        let kb = ctx.get("kb").and_then(Value::as_str).map(str::to_owned);
+        async move { Ok(generator.generate(&tenant, kb.as_deref(), args).await) }
     })
     // The builder's only failure is a schema or name error, fixed at compile time here.
     .expect("generate_test's schema is valid")
