@@ -5,6 +5,7 @@
 //! `invalid_arguments` outcome the model can repair — and the connection itself is
 //! read-only (`PRAGMA query_only`), so the database refuses writes whatever the text says.
 
+use futures::TryStreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,6 +18,8 @@ use toolgraph_tools::{Tool, ToolBuilder, ToolError};
 
 /// Most rows returned to the model.
 const MAX_ROWS: usize = 200;
+/// Most rows counted for `rowCount`; a query with more stops there (`truncated: true`).
+const MAX_COUNTED: usize = 100_000;
 
 /// Arguments of `general_query`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -38,25 +41,84 @@ pub struct SqlError {
 
 /// Whether `sql` is exactly one SELECT (or WITH) statement; the error says why not.
 ///
+/// Comments are read as SQLite reads them (`--` to the end of the line, `/* … */`), so a quote
+/// inside a comment cannot hide the `;` of a second statement (such as `PRAGMA query_only = 0`,
+/// which would lift the connection's own guard).
+///
 /// # Errors
 /// A readable reason for the model.
 pub fn check_read_only_select(sql: &str) -> Result<(), String> {
-    let body = sql.trim().trim_end_matches(';').trim();
+    let code = strip_comments(sql)?;
+    let body = code.trim().trim_end_matches(';').trim();
     let first = body.split_whitespace().next().unwrap_or_default().to_ascii_lowercase();
-    if first != "select" && first != "with" {
+    let keyword: String = first.chars().take_while(char::is_ascii_alphabetic).collect();
+    if keyword != "select" && keyword != "with" {
         return Err(format!("only a single read-only SELECT statement is allowed, got '{}'", first.to_uppercase()));
     }
     // A `;` outside quotes means a second statement.
-    let (mut single, mut double) = (false, false);
+    let mut quote: Option<char> = None;
     for c in body.chars() {
-        match c {
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            ';' if !single && !double => return Err("only one statement is allowed".into()),
+        match (quote, c) {
+            (None, '\'' | '"' | '`' | '[') => quote = Some(if c == '[' { ']' } else { c }),
+            (Some(q), c) if c == q => quote = None,
+            (None, ';') => return Err("only one statement is allowed".into()),
             _ => {}
         }
     }
+    if quote.is_some() {
+        return Err("a quoted string or name is not closed".into());
+    }
     Ok(())
+}
+
+/// `sql` with its comments replaced by spaces, quotes kept as they are. SQLite's quoting: `'…'`
+/// strings, `"…"`, `` `…` `` and `[…]` names; a doubled quote inside one is read as two
+/// toggles, which leaves the state right.
+fn strip_comments(sql: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match quote {
+            Some(q) => {
+                if c == q {
+                    quote = None;
+                }
+                out.push(c);
+            }
+            None if c == '-' && chars.peek() == Some(&'-') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                out.push('\n');
+            }
+            None if c == '/' && chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut closed = false;
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        closed = true;
+                        break;
+                    }
+                    last = c;
+                }
+                if !closed {
+                    return Err("a /* comment is not closed".into());
+                }
+                out.push(' ');
+            }
+            None => {
+                if matches!(c, '\'' | '"' | '`' | '[') {
+                    quote = Some(if c == '[' { ']' } else { c });
+                }
+                out.push(c);
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn cell(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {
@@ -97,17 +159,34 @@ pub async fn general_query(database: &str) -> Result<Arc<dyn Tool>, SqlError> {
         let pool = pool.clone();
         async move {
             check_read_only_select(&a.sql).map_err(ToolError::invalid_arguments)?;
-            let rows = sqlx::query(&a.sql).fetch_all(&pool).await.map_err(|e| match e {
+            let refused = |e: sqlx::Error| match e {
                 sqlx::Error::Database(d) => {
                     ToolError::invalid_arguments(format!("the database refused the query: {}", d.message()))
                 }
                 other => ToolError::unavailable(format!("the database is unavailable: {other}")),
-            })?;
-            let columns: Vec<String> =
-                rows.first().map(|r| r.columns().iter().map(|c| c.name().to_owned()).collect()).unwrap_or_default();
-            let data: Vec<Vec<Value>> =
-                rows.iter().take(MAX_ROWS).map(|r| (0..r.columns().len()).map(|i| cell(r, i)).collect()).collect();
-            Ok(json!({ "columns": columns, "rows": data, "rowCount": rows.len(), "sql": a.sql }))
+            };
+            // Rows are read as a stream: the first MAX_ROWS are kept, the rest only counted, up
+            // to MAX_COUNTED — a query without end (a recursive CTE) holds no memory.
+            let mut stream = sqlx::query(&a.sql).fetch(&pool);
+            let (mut columns, mut data, mut count, mut truncated) = (Vec::new(), Vec::new(), 0usize, false);
+            while let Some(row) = stream.try_next().await.map_err(refused)? {
+                if count == 0 {
+                    columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
+                }
+                if count < MAX_ROWS {
+                    data.push((0..row.columns().len()).map(|i| cell(&row, i)).collect::<Vec<Value>>());
+                }
+                count += 1;
+                if count >= MAX_COUNTED {
+                    truncated = true;
+                    break;
+                }
+            }
+            let mut out = json!({ "columns": columns, "rows": data, "rowCount": count, "sql": a.sql });
+            if truncated {
+                out["truncated"] = json!(true);
+            }
+            Ok(out)
         }
     })
     .map_err(|e| err(e.to_string()))?;
@@ -126,6 +205,68 @@ mod tests {
         assert!(check_read_only_select("select ';' as x").is_ok(), "a quoted ; is data");
         assert!(check_read_only_select("delete from t").unwrap_err().contains("DELETE"));
         assert!(check_read_only_select("select 1; drop table t").unwrap_err().contains("one statement"));
+        assert!(check_read_only_select("select 1 -- a ';' here is a comment\n").is_ok());
+        assert!(check_read_only_select("select 1 /* ; */ as x").is_ok());
+        assert!(check_read_only_select("select 'it''s' as x").is_ok(), "a doubled quote stays inside");
+        let hidden = "select 1 -- '\n; pragma query_only = 0";
+        assert!(check_read_only_select(hidden).unwrap_err().contains("one statement"));
+    }
+
+    async fn academy_db(dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("academy.db");
+        let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path).create_if_missing(true))
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE students (name TEXT, age INTEGER, gpa REAL)").execute(&pool).await.unwrap();
+        sqlx::query("INSERT INTO students VALUES ('Ana', 20, 3.5), ('Minh', 22, NULL)").execute(&pool).await.unwrap();
+        pool.close().await;
+        path
+    }
+
+    /// The committed list of hostile statements (`testdata/hostile-sql.txt`): each refused, and
+    /// afterwards the database is as it was.
+    #[tokio::test]
+    async fn every_hostile_statement_is_refused_and_nothing_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = academy_db(dir.path()).await;
+        let mut reg = ToolRegistry::new();
+        reg.register(general_query(path.to_str().unwrap()).await.unwrap()).unwrap();
+        let ctx = ToolContext::default();
+        let list = include_str!("../../testdata/hostile-sql.txt");
+        let hostile: Vec<String> = list
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| l.replace("\\n", "\n"))
+            .collect();
+        assert!(hostile.len() >= 40, "{}", hostile.len());
+        for sql in &hostile {
+            let out = reg.call(&ctx, "general_query", &json!({ "sql": sql })).await;
+            assert!(out.error().is_some(), "not refused: {sql:?} → {:?}", out.to_json());
+        }
+        // The same data, the same schema, and the connection still read-only.
+        let out = reg.call(&ctx, "general_query", &json!({"sql": "select count(*), sum(age) from students"})).await;
+        assert_eq!(out.to_json()["rows"], json!([[2, 42]]));
+        let out =
+            reg.call(&ctx, "general_query", &json!({"sql": "select name from sqlite_master order by name"})).await;
+        assert_eq!(out.to_json()["rows"], json!([["students"]]));
+        let out = reg.call(&ctx, "general_query", &json!({"sql": "select * from pragma_query_only"})).await;
+        assert_eq!(out.to_json()["rows"], json!([[1]]));
+        assert!(!dir.path().join("stolen.db").exists() && !std::path::Path::new("stolen.db").exists());
+    }
+
+    /// A query without end returns its first rows and stops counting at the bound.
+    #[tokio::test]
+    async fn an_endless_query_is_cut_off_with_bounded_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = academy_db(dir.path()).await;
+        let mut reg = ToolRegistry::new();
+        reg.register(general_query(path.to_str().unwrap()).await.unwrap()).unwrap();
+        let sql = "with recursive c(x) as (select 1 union all select x + 1 from c) select x from c";
+        let out = reg.call(&ToolContext::default(), "general_query", &json!({ "sql": sql })).await.to_json();
+        assert_eq!(out["truncated"], true, "{}", out["rowCount"]);
+        assert_eq!(out["rowCount"], MAX_COUNTED);
+        assert_eq!(out["rows"].as_array().unwrap().len(), MAX_ROWS);
+        assert_eq!(out["rows"][MAX_ROWS - 1], json!([MAX_ROWS]));
     }
 
     #[tokio::test]
