@@ -79,7 +79,14 @@ fn arguments() -> impl Strategy<Value = Map<String, Value>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // A fixed seed keeps CI reproducible (PROPTEST_RNG_SEED explores others); no failure files
+    // are written into the source tree.
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7001_6a9f),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// Any text, any chunking: no panic, and the result does not depend on the chunking.
     #[test]
@@ -88,10 +95,11 @@ proptest! {
         prop_assert_eq!(run(&text, &cuts), whole);
     }
 
-    /// Prose comes out exactly as it went in, however it was cut.
+    /// Prose comes out exactly as it went in, however it was cut (a reply of nothing but
+    /// whitespace is no text at all: it was waiting for a call that never came).
     #[test]
     fn prose_is_never_lost(text in prose(), cuts in prop::collection::vec(0usize..100, 0..12)) {
-        let expected = if text.is_empty() { vec![] } else { vec![TextEvent::Text(text.clone())] };
+        let expected = if text.trim().is_empty() { vec![] } else { vec![TextEvent::Text(text.clone())] };
         prop_assert_eq!(run(&text, &cuts), expected);
     }
 
