@@ -226,6 +226,23 @@ async fn bad_requests_get_clear_errors(b: &str) {
         .unwrap();
     assert_eq!(resp.status(), 400);
     assert!(resp.json::<Value>().await.unwrap()["error"].as_str().unwrap().starts_with("malformed JSON"));
+    // JSON nested 10,000 deep (20 KB) is refused as malformed, without exhausting the stack.
+    let nested = format!(
+        "{{\"tenantSlug\": \"demo\", \"tenantId\": 7, \"userId\": 101, \"message\": \"x\", \"context\": {{\"a\": {}{}}}}}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/chatbot/stream", s.base))
+        .header("X-Tenant-Slug", "demo")
+        .header("content-type", "application/json")
+        .body(nested)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let err = resp.json::<Value>().await.unwrap();
+    assert!(err["error"].as_str().unwrap().starts_with("malformed JSON"), "{err}");
     // Bodies over 64 KiB are refused before they are parsed.
     let big = post(&s, "/api/chatbot/stream", "demo", &body(None, &"a".repeat(70 * 1024))).await;
     assert_eq!(big.status(), 413);
