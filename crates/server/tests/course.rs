@@ -93,16 +93,7 @@ async fn start(script: Vec<Reply>, backend: Option<String>) -> Service {
 async fn turn(s: &Service, subject: &str, message: &str) -> Vec<common::SseEvent> {
     let body = json!({"tenantSlug": "ugr", "tenantId": 1, "userId": 2, "conversationId": null,
                       "message": message, "context": {"asignatura": subject}, "toolEvents": true});
-    let text = reqwest::Client::new()
-        .post(format!("{}/api/chatbot/stream", s.base))
-        .header("X-Tenant-Slug", "ugr")
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = common::stream_text(&s.base, "ugr", &body).await;
     let events = common::parse_sse(&text);
     assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"), "{text}");
     events

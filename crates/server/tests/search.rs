@@ -241,16 +241,7 @@ async fn an_answer_that_cites_nothing_gets_its_sources_appended() {
     let s = start(ServiceOptions::default(), true, script).await;
     let body = json!({"tenantSlug": "ugr", "tenantId": 1, "userId": 2, "conversationId": null,
                       "message": "¿Cuándo es el examen?", "context": {"asignatura": "iv"}});
-    let text = reqwest::Client::new()
-        .post(format!("{}/api/chatbot/stream", s.base))
-        .header("X-Tenant-Slug", "ugr")
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = common::stream_text(&s.base, "ugr", &body).await;
     let events = common::parse_sse(&text);
     let tokens: String =
         events.iter().filter(|e| e.event == "token").map(|e| e.data["content"].as_str().unwrap()).collect();
@@ -273,14 +264,7 @@ async fn each_agent_searches_its_own_knowledge_base() {
         let mut body = json!({"tenantSlug": "ugr", "tenantId": 1, "userId": 2, "conversationId": null,
                           "message": "¿Cómo es el examen final?", "toolEvents": true});
         body[field] = json!(agent);
-        let resp = reqwest::Client::new()
-            .post(format!("{}/api/chatbot/stream", s.base))
-            .header("X-Tenant-Slug", "ugr")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let events = common::parse_sse(&resp.text().await.unwrap());
+        let events = common::parse_sse(&common::stream_text(&s.base, "ugr", &body).await);
         let result = events.iter().find(|e| e.event == "tool_result").expect("a tool result");
         assert_eq!(result.data["ok"], true, "{agent}: {:?}", result.data);
         let found: Vec<String> = result.data["outcome"]["results"]

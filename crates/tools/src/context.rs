@@ -32,6 +32,11 @@ impl ToolContext {
         self.state.get(key)
     }
 
+    /// A state value that is a string.
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.state.get(key).and_then(Value::as_str)
+    }
+
     /// All state values.
     pub fn state(&self) -> &Map<String, Value> {
         &self.state

@@ -44,9 +44,7 @@ fn tool_limit(backend: &BackendConversationStore) -> Duration {
 /// the service sets on every turn. Missing ones are the service's fault, not the model's.
 fn caller(ctx: &ToolContext) -> Result<Caller, ToolError> {
     let id = |key: &str| ctx.get(key).and_then(Value::as_i64);
-    let (Some(slug), Some(tenant_id), Some(user_id)) =
-        (ctx.get("tenant").and_then(Value::as_str), id("tenantId"), id("userId"))
-    else {
+    let (Some(slug), Some(tenant_id), Some(user_id)) = (ctx.get_str("tenant"), id("tenantId"), id("userId")) else {
         return Err(ToolError::internal("the turn carries no tenant and user to act for"));
     };
     Ok(Caller { tenant_slug: slug.to_owned(), tenant_id, user_id, conversation_id: id("conversationId") })
@@ -157,7 +155,7 @@ impl Tool for BackendWriteTool {
     }
 
     async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
-        let call_id = ctx.get("toolCallId").and_then(Value::as_str).map(str::to_owned);
+        let call_id = ctx.get_str("toolCallId").map(str::to_owned);
         let body = RunTool { caller: caller(ctx)?, call_id, arguments };
         let target = format!("{}/{}", path::TOOLS, self.spec.name);
         let answer = self.backend.post_for_tenant(&target, &body.caller.tenant_slug, &body).await;

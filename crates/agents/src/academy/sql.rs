@@ -41,84 +41,71 @@ pub struct SqlError {
 
 /// Whether `sql` is exactly one SELECT (or WITH) statement; the error says why not.
 ///
-/// Comments are read as SQLite reads them (`--` to the end of the line, `/* … */`), so a quote
-/// inside a comment cannot hide the `;` of a second statement (such as `PRAGMA query_only = 0`,
-/// which would lift the connection's own guard).
+/// The text is read as SQLite reads it — `'…'` strings, `"…"`, `` `…` `` and `[…]` names,
+/// `--` and `/* */` comments — so a quote inside a comment cannot hide the `;` of a second
+/// statement (such as `PRAGMA query_only = 0`, which would lift the connection's own guard).
 ///
 /// # Errors
 /// A readable reason for the model.
 pub fn check_read_only_select(sql: &str) -> Result<(), String> {
-    let code = strip_comments(sql)?;
-    let body = code.trim().trim_end_matches(';').trim();
-    let first = body.split_whitespace().next().unwrap_or_default().to_ascii_lowercase();
+    let (code, statements) = read_code(sql)?;
+    let first = code.split_whitespace().next().unwrap_or_default().to_ascii_lowercase();
     let keyword: String = first.chars().take_while(char::is_ascii_alphabetic).collect();
     if keyword != "select" && keyword != "with" {
         return Err(format!("only a single read-only SELECT statement is allowed, got '{}'", first.to_uppercase()));
     }
-    // A `;` outside quotes means a second statement.
-    let mut quote: Option<char> = None;
-    for c in body.chars() {
-        match (quote, c) {
-            (None, '\'' | '"' | '`' | '[') => quote = Some(if c == '[' { ']' } else { c }),
-            (Some(q), c) if c == q => quote = None,
-            (None, ';') => return Err("only one statement is allowed".into()),
-            _ => {}
+    if statements > 1 {
+        return Err("only one statement is allowed".into());
+    }
+    Ok(())
+}
+
+/// `sql` with its comments blanked, and how many statements it holds (text after a `;` outside
+/// quotes and comments starts another; a final `;` does not). A doubled quote inside a quoted
+/// string reads as two toggles, which leaves the state right.
+fn read_code(sql: &str) -> Result<(String, usize), String> {
+    let mut code = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    let (mut quote, mut statements, mut ended) = (None::<char>, 0usize, true);
+    while let Some(c) = chars.next() {
+        if let Some(q) = quote {
+            quote = (c != q).then_some(q);
+            code.push(c);
+            continue;
+        }
+        match c {
+            '-' if chars.peek() == Some(&'-') => {
+                chars.by_ref().find(|&c| c == '\n');
+                code.push('\n');
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                if !chars.by_ref().any(|c| std::mem::replace(&mut last, c) == '*' && c == '/') {
+                    return Err("a /* comment is not closed".into());
+                }
+                code.push(' ');
+            }
+            ';' => {
+                ended = true;
+                code.push(c);
+            }
+            c => {
+                if ended && !c.is_whitespace() {
+                    statements += 1;
+                    ended = false;
+                }
+                if matches!(c, '\'' | '"' | '`' | '[') {
+                    quote = Some(if c == '[' { ']' } else { c });
+                }
+                code.push(c);
+            }
         }
     }
     if quote.is_some() {
         return Err("a quoted string or name is not closed".into());
     }
-    Ok(())
-}
-
-/// `sql` with its comments replaced by spaces, quotes kept as they are. SQLite's quoting: `'…'`
-/// strings, `"…"`, `` `…` `` and `[…]` names; a doubled quote inside one is read as two
-/// toggles, which leaves the state right.
-fn strip_comments(sql: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    let mut quote: Option<char> = None;
-    while let Some(c) = chars.next() {
-        match quote {
-            Some(q) => {
-                if c == q {
-                    quote = None;
-                }
-                out.push(c);
-            }
-            None if c == '-' && chars.peek() == Some(&'-') => {
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        break;
-                    }
-                }
-                out.push('\n');
-            }
-            None if c == '/' && chars.peek() == Some(&'*') => {
-                chars.next();
-                let mut closed = false;
-                let mut last = ' ';
-                for c in chars.by_ref() {
-                    if last == '*' && c == '/' {
-                        closed = true;
-                        break;
-                    }
-                    last = c;
-                }
-                if !closed {
-                    return Err("a /* comment is not closed".into());
-                }
-                out.push(' ');
-            }
-            None => {
-                if matches!(c, '\'' | '"' | '`' | '[') {
-                    quote = Some(if c == '[' { ']' } else { c });
-                }
-                out.push(c);
-            }
-        }
-    }
-    Ok(out)
+    Ok((code, statements))
 }
 
 fn cell(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {

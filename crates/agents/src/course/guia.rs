@@ -66,7 +66,7 @@ pub fn get_guia_tool(store: Arc<GuideStore>, default_tenant: String) -> Arc<dyn 
     .display_name("Teaching guide")
     .handler(move |ctx, args: GuiaArgs| {
         let store = Arc::clone(&store);
-        let tenant = ctx.get("tenant").and_then(Value::as_str).map_or_else(|| default_tenant.clone(), str::to_owned);
+        let tenant = ctx.get_str("tenant").unwrap_or(&default_tenant).to_owned();
         async move {
             let Some(subject) = args.asignatura.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
                 return Ok(Value::String("No guia found for subject".into()));

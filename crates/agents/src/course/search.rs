@@ -148,8 +148,8 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
     .handler(move |ctx, args: RagSearchArgs| {
         let store = store.clone();
         let retriever = retriever.clone();
-        let tenant = ctx.get("tenant").and_then(Value::as_str).map_or_else(|| default_tenant.clone(), str::to_owned);
-        let kb = ctx.get("kb").and_then(Value::as_str).map_or_else(|| kb.clone(), str::to_owned);
+        let tenant = ctx.get_str("tenant").unwrap_or(&default_tenant).to_owned();
+        let kb = ctx.get_str("kb").unwrap_or(&kb).to_owned();
         async move {
             let request = CourseSearch {
                 query: args.query,

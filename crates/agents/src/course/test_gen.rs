@@ -144,8 +144,19 @@ impl TestGenerator {
     /// The professor's preferences for `subject`, else the defaults (on any failure, logged).
     pub async fn preferences(&self, subject: Option<&str>) -> Preferences {
         let (Some(base), Some(subject)) = (&self.backend_url, subject) else { return Preferences::default() };
-        let encoded: String = url::form_urlencoded::byte_serialize(subject.as_bytes()).collect();
-        let url = format!("{}/users/subject/{encoded}/preferences", base.trim_end_matches('/'));
+        // The subject is one path segment, percent-encoded as such (`a b` → `a%20b`, `a/b` → `a%2Fb`).
+        let url = match url::Url::parse(base) {
+            Ok(mut url) if !url.cannot_be_a_base() => {
+                if let Ok(mut path) = url.path_segments_mut() {
+                    path.pop_if_empty().extend(["users", "subject", subject, "preferences"]);
+                }
+                url.to_string()
+            }
+            _ => {
+                tracing::warn!(%base, "the backend URL is not a base URL; using the default test preferences");
+                return Preferences::default();
+            }
+        };
         let answer = async {
             let resp = self.http.get(&url).send().await.map_err(|e| e.to_string())?;
             if !resp.status().is_success() {
@@ -361,10 +372,9 @@ pub fn generate_test_tool(generator: TestGenerator) -> Arc<dyn Tool> {
     .timeout(TOOL_TIMEOUT)
     .handler(move |ctx, args: TestGenerationInput| {
         let generator = Arc::clone(&generator);
-        let tenant =
-            ctx.get("tenant").and_then(Value::as_str).map_or_else(|| generator.default_tenant.clone(), str::to_owned);
+        let tenant = ctx.get_str("tenant").unwrap_or(&generator.default_tenant).to_owned();
         // The agent's own knowledge base, when it has one (`AgentSpec::tool_context`).
-        let kb = ctx.get("kb").and_then(Value::as_str).map(str::to_owned);
+        let kb = ctx.get_str("kb").map(str::to_owned);
         async move { Ok(generator.generate(&tenant, kb.as_deref(), args).await) }
     })
     // The builder's only failure is a schema or name error, fixed at compile time here.

@@ -12,6 +12,22 @@ pub async fn serve(app: AppState) -> String {
     base
 }
 
+/// Posts `body` to `{base}/api/chatbot/stream` for the tenant `slug`; the whole SSE body.
+// Not every test binary that includes this module streams turns this way.
+#[allow(dead_code)]
+pub async fn stream_text(base: &str, slug: &str, body: &Value) -> String {
+    reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", slug)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// One server-sent event of a response body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
