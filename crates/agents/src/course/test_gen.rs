@@ -385,6 +385,28 @@ pub fn generate_test_tool(generator: TestGenerator) -> Arc<dyn Tool> {
 mod tests {
     use super::*;
 
+    /// The subject is one path segment, percent-encoded, under the backend URL's own path.
+    #[tokio::test]
+    async fn preferences_are_asked_for_the_subject_as_one_path_segment() {
+        use axum::{Json, Router, http::Uri, routing::get};
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        let app = Router::new().fallback(get(move |uri: Uri| {
+            let record = Arc::clone(&record);
+            async move {
+                record.lock().unwrap().push(uri.path().to_owned());
+                Json(json!({"default_test_questions": 3, "default_test_difficulty": "hard"}))
+            }
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/api/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let generator = TestGenerator::new(None, Some(base), "t".into());
+        let prefs = generator.preferences(Some("física 1/b")).await;
+        assert_eq!(prefs, Preferences { questions: 3, difficulty: Difficulty::Hard });
+        assert_eq!(*seen.lock().unwrap(), ["/api/users/subject/f%C3%ADsica%201%2Fb/preferences"]);
+    }
+
     #[test]
     fn answers_are_read_leniently_and_repeats_dropped() {
         let fenced = "```json\n{\"questions\": [{\"question_text\": \"¿Qué es Docker?\", \"difficulty\": \"easy\"}, \
