@@ -4,10 +4,13 @@
 //! START → agent ─(tool calls)→ tools ─→ agent … ─(no tool calls)→ END
 //!                               │ write tools: pause for approval, resume at `approved`
 //!                               │ read failures past `max_tool_retries`: `give_up` → END
-//!           approved ─(any approved)→ agent;  (all rejected) → cancellation text → END
+//!           approved ─(any approved)→ execute → agent;  (all rejected) → cancellation text → END
 //! ```
 //! Read tools run at once and concurrently; write tools never run before a person approved
-//! them, and a rejected one never runs at all. An unknown tool name becomes a tool message
+//! them, and a rejected one never runs at all. `approved` only records which calls were
+//! approved, so a run that dies before that record leaves them confirmable; `execute` runs
+//! them, so a run that dies there leaves each call's outcome unknown and it is never repeated
+//! (docs/reliability.md). An unknown tool name becomes a tool message
 //! saying so. Model errors end the run as a failure. The model sees a token-budgeted window
 //! of the conversation; the checkpoints keep all of it.
 
@@ -17,7 +20,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use toolgraph_graph::{
     Checkpointer, CompiledGraph, Decision, END, GraphBuildError, InterruptRequest, NodeError, NodeOutput, RunContext,
-    RunEvent, START, State, StateGraph,
+    RunEvent, START, State, StateGraph, StopCause,
 };
 use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, ToolDefinition};
 use toolgraph_tools::{ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry};
@@ -30,8 +33,11 @@ pub enum ReactNode {
     Model,
     /// Runs read tools, pauses write tools for approval (`tools`).
     Tools,
-    /// Runs what a person approved once every decision is in (`approved`).
+    /// Records what a person approved (and answers what they rejected) once every decision
+    /// is in (`approved`).
     Approved,
+    /// Runs the approved write calls (`execute`).
+    Execute,
     /// Ends a turn whose read tools kept failing (`give_up`).
     GiveUp,
 }
@@ -43,13 +49,14 @@ impl ReactNode {
             Self::Model => "agent",
             Self::Tools => "tools",
             Self::Approved => "approved",
+            Self::Execute => "execute",
             Self::GiveUp => "give_up",
         }
     }
 
     /// The node named `name`, if it is one of the agent's.
     pub fn of(name: &str) -> Option<Self> {
-        [Self::Model, Self::Tools, Self::Approved, Self::GiveUp].into_iter().find(|n| n.name() == name)
+        [Self::Model, Self::Tools, Self::Approved, Self::Execute, Self::GiveUp].into_iter().find(|n| n.name() == name)
     }
 }
 
@@ -87,6 +94,9 @@ pub struct AgentState {
     /// Rounds of failing read tools in the current turn.
     #[serde(default)]
     pub tool_failures: u32,
+    /// The write calls a person approved that `execute` has yet to run (call ids).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved: Vec<String>,
 }
 
 /// A partial update of [`AgentState`].
@@ -105,6 +115,9 @@ pub struct AgentUpdate {
     /// New failure count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_failures: Option<u32>,
+    /// New approved calls, replacing the old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<Vec<String>>,
 }
 
 impl State for AgentState {
@@ -119,6 +132,9 @@ impl State for AgentState {
         }
         if let Some(f) = u.tool_failures {
             self.tool_failures = f;
+        }
+        if let Some(a) = u.approved {
+            self.approved = a;
         }
     }
 }
@@ -240,14 +256,21 @@ pub const INTERRUPTED_CALL: &str =
 pub const INTERRUPTED_REPLY: &str = "This turn was interrupted before it finished (the service stopped), so \
 it has no answer. Please ask again.";
 
-/// The state of a turn whose run died mid-way, made whole: each call without a result gets
-/// one saying so, and the turn ends with [`INTERRUPTED_REPLY`], so the model never sees an
-/// unanswered call and the history says what happened.
-fn recover(s: &AgentState) -> Option<AgentUpdate> {
+/// The state of a turn whose run stopped mid-way, made whole: each call without a result gets
+/// one saying so (its outcome is unknown, and it is never run again), so the model never sees
+/// an unanswered call. A turn whose process died, or that was cancelled, also ends with
+/// [`INTERRUPTED_REPLY`], so the history says what happened; a failed one's client was sent
+/// the error instead.
+fn recover(s: &AgentState, cause: StopCause) -> Option<AgentUpdate> {
     let interrupted = ToolOutcome::Failure(ToolError::unavailable(INTERRUPTED_CALL));
     let mut messages: Vec<Message> = pending_calls(s).iter().map(|c| tool_message(c, &interrupted)).collect();
-    messages.push(Message::assistant(INTERRUPTED_REPLY));
-    Some(AgentUpdate { messages, tool_failures: Some(0), ..Default::default() })
+    if cause == StopCause::Died {
+        messages.push(Message::assistant(INTERRUPTED_REPLY));
+    }
+    if messages.is_empty() {
+        return None;
+    }
+    Some(AgentUpdate { messages, tool_failures: Some(0), approved: Some(Vec::new()), ..Default::default() })
 }
 
 /// The reply of a turn in which every pending action was rejected.
@@ -277,11 +300,13 @@ pub fn build(
     let max_retries = spec.max_tool_retries;
     let deps = AgentDeps { model, spec, definitions };
     let mut g = StateGraph::<AgentState, AgentDeps>::new();
-    let [model, tools, approved, give_up] =
-        [ReactNode::Model, ReactNode::Tools, ReactNode::Approved, ReactNode::GiveUp].map(ReactNode::name);
+    let [model, tools, approved, execute, give_up] =
+        [ReactNode::Model, ReactNode::Tools, ReactNode::Approved, ReactNode::Execute, ReactNode::GiveUp]
+            .map(ReactNode::name);
     g.add_node(model, agent_node);
     g.add_node(tools, tools_node);
     g.add_node(approved, approved_node);
+    g.add_node(execute, execute_node);
     g.add_node(give_up, give_up_node);
     g.add_edge(START, model);
     g.add_conditional_edges(
@@ -301,10 +326,17 @@ pub fn build(
     g.add_conditional_edges(
         approved,
         move |s: &AgentState| {
-            if s.last_reply().is_some() { END.into() } else { model.into() }
+            if !s.approved.is_empty() {
+                execute.into()
+            } else if s.last_reply().is_some() {
+                END.into()
+            } else {
+                model.into()
+            }
         },
-        [model, END],
+        [execute, model, END],
     );
+    g.add_edge(execute, model);
     g.add_edge(give_up, END);
     g.add_resume(tools, approved);
     g.set_recovery(recover);
@@ -510,41 +542,49 @@ async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
     Ok(NodeOutput::Interrupt { update, requests, resume_at: ReactNode::Approved.name().into() })
 }
 
+/// Answers the rejected calls and records the approved ones for `execute`; runs nothing, so
+/// its checkpoint is the line between "decided" (a dead run leaves the actions confirmable)
+/// and "running" (a dead run leaves their outcome unknown).
 async fn approved_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
-    let tool_ctx = tool_context(&s, &ctx.deps().spec);
     let mut messages = Vec::new();
     let mut rejected = Vec::new();
-    let mut any_approved = false;
+    let mut approved = Vec::new();
     for call in pending_calls(&s) {
-        match ctx.decisions().get(&call.id) {
-            Some(Decision::Approve) => {
-                any_approved = true;
-                let outcome = run_tool(&ctx, &tool_ctx, &call).await;
-                messages.push(tool_message(&call, &outcome));
-            }
-            Some(Decision::Reject) | None => {
-                let outcome = ToolOutcome::Failure(ToolError::denied(REJECTED_OUTCOME));
-                ctx.emit(RunEvent::ToolResult {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    outcome: outcome.to_json(),
-                    ok: false,
-                })
-                .await;
-                let args = ToolCallRequest::parse_arguments(&call.arguments).unwrap_or_default();
-                let description =
-                    ctx.deps().spec.tools.get(&call.name).map_or_else(|| call.name.clone(), |t| t.describe(&args));
-                rejected.push(description);
-                messages.push(tool_message(&call, &outcome));
-            }
+        if ctx.decisions().get(&call.id) == Some(&Decision::Approve) {
+            approved.push(call.id);
+            continue;
         }
+        let outcome = ToolOutcome::Failure(ToolError::denied(REJECTED_OUTCOME));
+        ctx.emit(RunEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            outcome: outcome.to_json(),
+            ok: false,
+        })
+        .await;
+        let args = ToolCallRequest::parse_arguments(&call.arguments).unwrap_or_default();
+        let description =
+            ctx.deps().spec.tools.get(&call.name).map_or_else(|| call.name.clone(), |t| t.describe(&args));
+        rejected.push(description);
+        messages.push(tool_message(&call, &outcome));
     }
-    if !any_approved && !rejected.is_empty() {
+    if approved.is_empty() && !rejected.is_empty() {
         let text = cancellation_text(&rejected);
         ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
         messages.push(Message::assistant(text));
     }
-    Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
+    Ok(NodeOutput::Update(AgentUpdate { messages, approved: Some(approved), ..Default::default() }))
+}
+
+/// Runs the calls `approved` recorded, one after another in the model's order.
+async fn execute_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+    let tool_ctx = tool_context(&s, &ctx.deps().spec);
+    let mut messages = Vec::new();
+    for call in pending_calls(&s).iter().filter(|c| s.approved.contains(&c.id)) {
+        let outcome = run_tool(&ctx, &tool_ctx, call).await;
+        messages.push(tool_message(call, &outcome));
+    }
+    Ok(NodeOutput::Update(AgentUpdate { messages, approved: Some(Vec::new()), ..Default::default() }))
 }
 
 async fn give_up_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {

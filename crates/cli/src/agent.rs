@@ -10,9 +10,11 @@ use toolgraph_llm::ChatModel;
 /// The checkpoint store: PostgreSQL when `database_url` is set, else SQLite in the data dir.
 pub async fn checkpointer(cfg: &Config) -> anyhow::Result<Arc<dyn Checkpointer>> {
     Ok(match &cfg.database_url {
-        Some(url) => {
-            Arc::new(PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?)
-        }
+        Some(url) => Arc::new(
+            PostgresCheckpointer::connect(url.expose())
+                .await
+                .with_context(|| format!("cannot open the PostgreSQL store at {}", url.redacted_url()))?,
+        ),
         None => {
             let path = cfg.data_dir.join("toolgraph.db");
             Arc::new(SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?)

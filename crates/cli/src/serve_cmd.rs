@@ -76,7 +76,9 @@ impl Database {
 async fn open_database(cfg: &Config) -> anyhow::Result<Database> {
     Ok(match &cfg.database_url {
         Some(url) => Database::Postgres(
-            PostgresCheckpointer::connect(url.expose()).await.context("cannot open the PostgreSQL store")?,
+            PostgresCheckpointer::connect(url.expose())
+                .await
+                .with_context(|| format!("cannot open the PostgreSQL store at {}", url.redacted_url()))?,
         ),
         None => {
             let path = cfg.data_dir.join("toolgraph.db");

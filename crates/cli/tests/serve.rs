@@ -1,30 +1,12 @@
 //! `toolgraph serve` as a real process: ready, a turn over HTTP, SIGTERM, clean exit.
 
+mod common;
+use common::{free_port, serve_command, wait_ready, wait_ready_within};
+
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `toolgraph serve` on `port` over `data_dir`, talking to `model`, with no PostgreSQL and no
-/// `PORT` from the environment.
-fn serve_command(data_dir: &std::path::Path, model: &ScriptedModelServer, port: u16) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
-    cmd.args(["serve", "--port", &port.to_string(), "--data-dir"])
-        .arg(data_dir)
-        .current_dir(data_dir)
-        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
-        .env("TOOLGRAPH_LLM_MODEL", "scripted")
-        .env_remove("TOOLGRAPH_DATABASE_URL")
-        .env_remove("TOOLGRAPH_ALLOCATOR")
-        .env_remove("PORT")
-        .stdout(Stdio::null());
-    cmd
-}
-
-/// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// The secret the backend tests sign their callbacks with.
 const BACKEND_SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
@@ -66,25 +48,6 @@ async fn serve_with_backend(
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
     (child, base)
-}
-
-/// Polls `/ready` until it answers 200 (at most 20 s).
-async fn wait_ready(base: &str) {
-    wait_ready_within(base, Duration::from_secs(20)).await;
-}
-
-/// Polls `/ready` until it answers 200 (at most `limit`).
-async fn wait_ready_within(base: &str, limit: Duration) {
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = reqwest::get(format!("{base}/ready")).await
-            && r.status() == 200
-        {
-            return;
-        }
-        assert!(started.elapsed() < limit, "the service never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The whole SSE body of a first turn for tenant `demo`, user 1.

@@ -73,8 +73,9 @@ pub enum GraphError {
         /// The thread.
         thread: String,
     },
-    /// The thread waits for decisions; decide them before starting a new turn.
-    #[error("thread '{thread}' is waiting for {pending} decision(s)")]
+    /// The thread is paused for decisions (undecided, or decided and to be applied by
+    /// resuming); resume it before starting a new turn.
+    #[error("thread '{thread}' is paused for {pending} decision(s) to be applied")]
     AwaitingDecision {
         /// The thread.
         thread: String,

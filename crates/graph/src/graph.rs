@@ -92,11 +92,13 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
         self
     }
 
-    /// What to add to the state of a run that stopped mid-way (its process died) when the
-    /// thread is next used, so the state is whole again before anything else runs — e.g.
-    /// results for calls that were never answered, and a reply saying the turn was cut short.
-    /// Without it such a run is closed with no state change. See [`CompiledGraph::close_interrupted`].
-    pub fn set_recovery(&mut self, recovery: fn(&S) -> Option<S::Update>) -> &mut Self {
+    /// What to add to the stored state of a run that stopped mid-way, so the state is whole
+    /// again before anything else runs — e.g. results for calls that were never answered, and
+    /// a reply saying the turn was cut short. Called with [`StopCause::Died`] when the thread
+    /// is next used after its process died (see [`CompiledGraph::close_interrupted`]) or when
+    /// the run is cancelled, and with [`StopCause::Failed`] when the run fails. Without it such
+    /// a run is closed with no state change.
+    pub fn set_recovery(&mut self, recovery: fn(&S, StopCause) -> Option<S::Update>) -> &mut Self {
         self.recovery = Some(recovery);
         self
     }
@@ -221,7 +223,17 @@ fn mermaid<S>(
 }
 
 /// See [`StateGraph::set_recovery`].
-pub(crate) type Recovery<S> = fn(&S) -> Option<<S as State>::Update>;
+pub(crate) type Recovery<S> = fn(&S, StopCause) -> Option<<S as State>::Update>;
+
+/// Why [`StateGraph::set_recovery`]'s function is closing a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// The run stopped without finishing its step: its process died (found when the thread
+    /// is next used), or it was cancelled (the service is shutting down).
+    Died,
+    /// The run failed: a node returned an error, or the store refused a checkpoint.
+    Failed,
+}
 
 pub(crate) struct Inner<S: State, C> {
     pub(crate) nodes: HashMap<String, Arc<dyn Node<S, C>>>,

@@ -39,7 +39,7 @@ pub use checkpoint::{
 };
 pub use error::{GraphBuildError, GraphError, NodeError};
 pub use event::RunEvent;
-pub use graph::{CompiledGraph, END, START, StateGraph};
+pub use graph::{CompiledGraph, END, START, StateGraph, StopCause};
 pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};
 pub use node::{Node, NodeOutput, RunContext};
 pub use runner::{INTERRUPTED, ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};

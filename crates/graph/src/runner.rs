@@ -8,6 +8,7 @@
 use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointRecord, DerivedRows, RecordKind, ThreadId, now_ms};
 use crate::error::{GraphError, NodeError};
 use crate::event::RunEvent;
+use crate::graph::StopCause;
 use crate::graph::{CompiledGraph, END};
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use crate::node::{NodeOutput, RunContext};
@@ -284,6 +285,11 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         self.catch_up(thread, cached).await
     }
 
+    /// The state as the store has it, read whole (a failed run's memory may hold more).
+    async fn stored_state(&self, thread: &ThreadId) -> Result<Option<Arc<S>>, GraphError> {
+        Ok(self.load_whole(thread).await?.map(|head| head.state))
+    }
+
     /// Brings a cached head up to date with the store, or loads it whole when there is no
     /// cached head or the store no longer has the record it ends at (deleted, recreated).
     async fn catch_up(
@@ -366,10 +372,13 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         // Taken, not copied: the run owns the head until it puts it back at its end.
         let cached = self.inner.heads.take(thread);
         let mut head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::empty);
-        let undecided = head.undecided().len();
-        if undecided > 0 {
+        // A pause stays until its resume node checkpoints — also once every decision is in:
+        // a run that died before that point did nothing yet, so its decisions are applied by
+        // resuming again, never dropped by a new turn.
+        if !head.pending.is_empty() {
+            let pending = head.pending.len();
             self.inner.heads.put(thread.clone(), head);
-            return Err(GraphError::AwaitingDecision { thread: thread.to_string(), pending: undecided });
+            return Err(GraphError::AwaitingDecision { thread: thread.to_string(), pending });
         }
         if head.next.is_some() {
             if head.is_fresh(opts.stale_after) && !opts.owns_thread {
@@ -456,7 +465,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     /// Closes a run that stopped mid-way on `thread` (its process died): writes a stop record
     /// with what [`StateGraph::set_recovery`](crate::StateGraph::set_recovery) adds to the state,
     /// so the thread is idle and whole again and its history says what happened. Returns whether
-    /// there was such a run; a thread that is idle, or paused awaiting decisions, is left alone.
+    /// there was such a run; a thread that is idle, or paused (awaiting decisions, or decided
+    /// but not yet past its resume node, which resuming again applies), is left alone.
     ///
     /// Only a caller that knows the run is dead may call this (one holding the thread's lease,
     /// as the chat service does after a restart): a live run would find its thread moved on.
@@ -466,7 +476,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     pub async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError> {
         let cached = self.inner.heads.take(thread);
         let Some(head) = self.catch_up(thread, cached).await? else { return Ok(false) };
-        if head.next.is_none() || !head.undecided().is_empty() {
+        if head.next.is_none() || !head.pending.is_empty() {
             self.inner.heads.put(thread.clone(), head);
             return Ok(false);
         }
@@ -480,7 +490,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let run_id = uuid::Uuid::now_v7().to_string();
         let mut rec = record(head.version + 1, &run_id, RecordKind::Stop);
         rec.reason = Some(INTERRUPTED.to_owned());
-        let update = self.inner.recovery.and_then(|recover| recover(&head.state));
+        let update = self.inner.recovery.and_then(|recover| recover(&head.state, StopCause::Died));
         if let Some(update) = update {
             rec.updates.push(serde_json::value::to_raw_value(&update)?);
             Arc::make_mut(&mut head.state).apply(update);
@@ -509,6 +519,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             state: start.state,
             version: start.version,
             steps: 0,
+            resumed_from: (!start.decisions.is_empty()).then_some(start.version),
             opts,
             events: tx,
         };
@@ -561,6 +572,9 @@ struct Run<S: State, C> {
     version: u64,
     /// Nodes executed so far (the recursion limit counts these).
     steps: u32,
+    /// For a run that resumes a pause: the sequence number of the decisions' record. While
+    /// `version` is still this, the run has recorded nothing and the pause stands.
+    resumed_from: Option<u64>,
     opts: RunOptions,
     events: crate::event::EventSender,
 }
@@ -701,7 +715,10 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     }
 
     async fn cancelled(&mut self) -> RunOutcome<S> {
-        self.stop("cancelled").await;
+        // A resumed run cancelled before its first checkpoint leaves the pause to be resumed.
+        if self.resumed_from != Some(self.version) {
+            self.stop_whole("cancelled", StopCause::Died).await;
+        }
         self.emit(RunEvent::Cancelled).await;
         RunOutcome::Cancelled { state: Arc::clone(&self.state) }
     }
@@ -709,18 +726,45 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     /// Marks the run stopped so the thread is idle again; a failure to do so only logs,
     /// because the stale-run rule frees the thread eventually.
     async fn stop(&mut self, reason: &str) {
+        self.write_stop(reason, None).await;
+    }
+
+    async fn write_stop(&mut self, reason: &str, update: Option<Box<serde_json::value::RawValue>>) {
         let mut rec = record(self.version + 1, &self.id, RecordKind::Stop);
         rec.reason = Some(reason.to_owned());
+        rec.updates.extend(update);
         match self.graph.write(&self.thread, &rec).await {
             Ok(_) => self.version = rec.seq,
             Err(e) => tracing::warn!(thread = %self.thread, error = %e, "could not mark the run stopped"),
         }
     }
 
+    /// Stops a run that may have left its step half done, with the recovery's update over the
+    /// *stored* state: a step whose checkpoint failed is in this run's memory but not in the
+    /// store, so its effects (a tool that ran, say) get the recovery's answer there.
+    async fn stop_whole(&mut self, reason: &str, cause: StopCause) {
+        let update = match self.graph.inner.recovery {
+            Some(recover) => match self.graph.stored_state(&self.thread).await {
+                Ok(Some(stored)) => recover(&stored, cause).and_then(|u| serde_json::value::to_raw_value(&u).ok()),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(thread = %self.thread, error = %e, "cannot read the stored state to close the run");
+                    None
+                }
+            },
+            None => None,
+        };
+        self.write_stop(reason, update).await;
+    }
+
     async fn fail(&mut self, error: GraphError) -> RunOutcome<S> {
-        // A conflict means another run owns the thread now: leave its records alone.
-        if !matches!(error, GraphError::ConcurrentRun { .. }) {
-            self.stop(&error.to_string()).await;
+        match &error {
+            // Another run owns the thread now: leave its records alone.
+            GraphError::ConcurrentRun { .. } => {}
+            // The store refused a resumed run's first checkpoint: nothing of the run is
+            // recorded, so the pause and its decisions stand and resuming again applies them.
+            GraphError::Checkpoint(_) if self.resumed_from == Some(self.version) => {}
+            _ => self.stop_whole(&error.to_string(), StopCause::Failed).await,
         }
         tracing::warn!(thread = %self.thread, %error, "run failed");
         self.emit(RunEvent::Error { message: error.to_string() }).await;

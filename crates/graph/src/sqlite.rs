@@ -75,10 +75,16 @@ impl SqliteDatabase {
         }
         let owned = path.to_path_buf();
         let failed = |e: &dyn std::fmt::Display| SqliteError::Open(format!("cannot open {}: {e}", path.display()));
-        let conn = tokio::task::spawn_blocking(move || connect(&owned))
-            .await
-            .map_err(|e| failed(&e))?
-            .map_err(|e| failed(&e))?;
+        let conn = tokio::task::spawn_blocking(move || {
+            connect(&owned).map_err(|e| match why_not_writable(&owned) {
+                // SQLite says only "unable to open database file"; the OS says why.
+                Some(why) => format!("{e} ({why})"),
+                None => e.to_string(),
+            })
+        })
+        .await
+        .map_err(|e| failed(&e))?
+        .map_err(|e| failed(&e))?;
         let (commands, queue) = mpsc::channel(QUEUE);
         std::thread::Builder::new()
             .name("toolgraph-sqlite".into())
@@ -180,6 +186,25 @@ fn serve(mut conn: rusqlite::Connection, mut queue: mpsc::Receiver<Command>) {
             }
         }
     }
+}
+
+/// Why the database file (or, before it exists, its directory) cannot be written — e.g. "Read-only
+/// file system (os error 30)" — if it cannot.
+fn why_not_writable(path: &Path) -> Option<String> {
+    let probe = if path.exists() {
+        std::fs::OpenOptions::new().append(true).open(path).err()
+    } else {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        tempfile_probe(dir).err()
+    };
+    probe.map(|e| format!("cannot write there: {e}"))
+}
+
+/// Creates and removes a file in `dir`.
+fn tempfile_probe(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".toolgraph-write-probe-{}", std::process::id()));
+    std::fs::File::create(&probe)?;
+    std::fs::remove_file(&probe)
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ fn hanging_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
         Ok(NodeOutput::Update(say(&format!("done: {last}"))))
     });
     g.add_edge(START, "work").add_edge("work", END);
-    g.set_recovery(|s: &Chat| Some(say(&format!("cut short after {} entries", s.log.len()))));
+    g.set_recovery(|s: &Chat, _| Some(say(&format!("cut short after {} entries", s.log.len()))));
     g.compile(Deps::default(), store).unwrap()
 }
 
@@ -405,6 +405,57 @@ async fn cached_heads_see_other_replicas_and_deletions(b: &Backend) {
     assert_eq!(out.state().log, ["fresh", "echo: fresh", "again", "echo: again"], "no stale cached state");
 }
 
+/// A resumed run whose first checkpoint the store refuses has recorded nothing: the pause
+/// and its decisions stand (a new turn is refused, recovery leaves it), and resuming again
+/// applies them.
+async fn a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply(b: &Backend) {
+    use toolgraph_testkit::faulty_store::{FaultyCheckpointer, WriteFault};
+    let t = thread(31);
+    let store = Arc::new(FaultyCheckpointer::new(b.open().await));
+    let g = approval_graph(store.clone());
+    let (_, out) = g.start(&t, say("plan"), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    let decisions: BTreeMap<InterruptId, Decision> =
+        pending.iter().map(|p| (p.id.clone(), Decision::Approve)).collect();
+    // The decisions' record is written; the resume node's step is refused.
+    store.set(WriteFault::Nth(2));
+    let ResumeResult::Started(run) = g.resume(&t, decisions.clone(), opts_owned()).await.unwrap() else {
+        panic!("every interrupt was decided")
+    };
+    let (_, out) = run.collect().await;
+    assert!(matches!(out, RunOutcome::Failed { error: GraphError::Checkpoint(_), .. }), "{out:?}");
+    store.set(WriteFault::None);
+    let refused = g.start(&t, say("next"), opts_owned()).await.err();
+    assert!(matches!(refused, Some(GraphError::AwaitingDecision { pending: 2, .. })), "{refused:?}");
+    assert!(!g.close_interrupted(&t).await.unwrap(), "decided but not applied: not closed");
+    let ResumeResult::Started(run) = g.resume(&t, decisions, opts_owned()).await.unwrap() else {
+        panic!("the decisions stand")
+    };
+    let (_, out) = run.collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.decided.len(), 2, "applied once, as recorded: {:?}", state.decided);
+}
+
+/// A run that fails is closed with the recovery's update over the state the store has — not
+/// over its memory, which holds the step whose checkpoint failed.
+async fn a_failed_run_is_closed_over_the_stored_state(b: &Backend) {
+    use toolgraph_testkit::faulty_store::{FaultyCheckpointer, WriteFault};
+    let t = thread(32);
+    let store = Arc::new(FaultyCheckpointer::new(b.open().await));
+    let mut g = StateGraph::<Chat, Deps>::new();
+    g.add_node("work", |_s: Arc<Chat>, _c: Ctx| async move { Ok(NodeOutput::Update(say("worked"))) });
+    g.add_edge(START, "work").add_edge("work", END);
+    g.set_recovery(|s: &Chat, cause| Some(say(&format!("{cause:?} after {}", s.log.join("+")))));
+    let g = g.compile(Deps::default(), store.clone()).unwrap();
+    // The input is written; the step is refused.
+    store.set(WriteFault::Nth(2));
+    let (_, out) = g.start(&t, say("hola"), RunOptions::default()).await.unwrap().collect().await;
+    assert!(matches!(out, RunOutcome::Failed { .. }), "{out:?}");
+    let state = g.thread_state(&t).await.unwrap().unwrap();
+    assert_eq!(state.state.log, ["hola", "Failed after hola"]);
+    assert!(state.next.is_none(), "the thread is idle");
+}
+
 macro_rules! suite {
     ($backend:ident) => {
         mod $backend {
@@ -432,6 +483,8 @@ macro_rules! suite {
             case!(tenant_data_can_be_deleted);
             case!(records_of_an_older_format_still_load_and_newer_ones_are_refused);
             case!(cached_heads_see_other_replicas_and_deletions);
+            case!(a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply);
+            case!(a_failed_run_is_closed_over_the_stored_state);
         }
     };
 }

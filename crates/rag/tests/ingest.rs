@@ -348,3 +348,77 @@ fn alqac_law_json_ingests_through_its_mapping() {
     let again = ingest(&store, "demo", "luat", &[law], &IngestOptions::default(), &NoProgress).unwrap();
     assert_eq!((again.unchanged, again.indexed), (1, 0), "the stored mapping is reused and nothing changed");
 }
+
+/// Hostile files for every document parser (docs/reliability.md): any bytes, any text and
+/// damaged PDFs give documents or a readable reason — never a panic, never an empty document.
+mod parser_props {
+    use proptest::prelude::*;
+    use toolgraph_rag::RecordMapping;
+    use toolgraph_rag::ingest::formats::{Format, parse};
+
+    const FORMATS: [Format; 6] =
+        [Format::Markdown, Format::Text, Format::Html, Format::Pdf, Format::Json, Format::JsonLines];
+
+    fn judged(format: Format, bytes: &[u8]) {
+        match parse(format, bytes, "doc", "Doc", &RecordMapping::default()) {
+            Ok(docs) => assert!(
+                docs.iter().any(|d| !d.title.trim().is_empty() || d.sections.iter().any(|s| !s.text.trim().is_empty())),
+                "{format:?}: an empty document was accepted"
+            ),
+            Err(reason) => assert!(!reason.is_empty(), "{format:?}: an error without a reason"),
+        }
+    }
+
+    /// Markdown-ish and HTML-ish text: headings, fences, front matter, tags, entities.
+    fn structured_text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("# ".to_owned()),
+            Just("## ".to_owned()),
+            Just("\n".to_owned()),
+            Just("---\n".to_owned()),
+            Just("+++\n".to_owned()),
+            Just("```".to_owned()),
+            Just("===\n".to_owned()),
+            Just("<h1>".to_owned()),
+            Just("</p>".to_owned()),
+            Just("<script>".to_owned()),
+            Just("&amp;&#x1F600;&bogus;".to_owned()),
+            Just("title: x\n".to_owned()),
+            ".{0,12}",
+        ];
+        prop::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_bytes_in_any_format(bytes in prop::collection::vec(any::<u8>(), 0..512), f in 0..FORMATS.len()) {
+            judged(FORMATS[f], &bytes);
+        }
+
+        #[test]
+        fn structured_text_as_markdown_html_and_text(text in structured_text()) {
+            for format in [Format::Markdown, Format::Html, Format::Text, Format::Json, Format::JsonLines] {
+                judged(format, text.as_bytes());
+            }
+        }
+    }
+
+    proptest! {
+        // A PDF parse is slower: fewer cases.
+        #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn damaged_pdfs(cuts in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8), truncate in any::<prop::sample::Index>()) {
+            let mut bytes = super::pdf(&["Kubernetes orquesta contenedores."]);
+            for (at, byte) in cuts {
+                let i = at.index(bytes.len());
+                bytes[i] = byte;
+            }
+            let keep = truncate.index(bytes.len()).max(bytes.len() / 2);
+            bytes.truncate(keep);
+            judged(Format::Pdf, &bytes);
+        }
+    }
+}

@@ -148,6 +148,7 @@ fn split_in(s: &str, parts: usize) -> Vec<String> {
 #[derive(Default)]
 struct Shared {
     script: VecDeque<Reply>,
+    responder: Option<Responder>,
     requests: Vec<Value>,
     embedding_requests: Vec<Value>,
 }
@@ -201,6 +202,10 @@ async fn embeddings(State(state): State<AppState>, body: Bytes) -> Response {
     axum::Json(json!({"object": "list", "model": req["model"], "data": data})).into_response()
 }
 
+/// Answers a request once the script is used up, from the request's body: for tests whose
+/// number of model calls varies (faults, load), where a fixed order cannot line up.
+pub type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 /// A running scripted server; it stops when dropped.
 pub struct ScriptedModelServer {
     addr: SocketAddr,
@@ -237,6 +242,11 @@ impl ScriptedModelServer {
     /// Appends replies to the script.
     pub fn push(&self, replies: impl IntoIterator<Item = Reply>) {
         self.state.lock().script.extend(replies);
+    }
+
+    /// Answers with `responder` whenever the script is empty.
+    pub fn set_responder(&self, responder: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
+        self.state.lock().responder = Some(Arc::new(responder));
     }
 
     /// Bodies of every request received so far.
@@ -276,8 +286,9 @@ async fn chat(State(state): State<AppState>, body: Bytes) -> Response {
     let streaming = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let reply = {
         let mut s = state.lock();
+        let reply = s.script.pop_front().or_else(|| s.responder.as_ref().map(|r| r(&request)));
         s.requests.push(request);
-        s.script.pop_front()
+        reply
     };
     let Some(reply) = reply else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "scripted model server: no reply left in the script")

@@ -56,3 +56,78 @@ mod tests {
         assert!(e.message.starts_with("malformed JSON"), "{}", e.message);
     }
 }
+
+/// Hostile request bodies: any bytes, and any JSON with the contract's field names at any type,
+/// give a 400 or a 422 naming a field — never a panic, never a 5xx — and what passes parsing
+/// is judged by `validate`, which never panics either.
+#[cfg(test)]
+mod body_props {
+    use super::*;
+    use crate::wire::{ConfirmRequest, StreamRequest};
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            ".{0,40}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,8}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    const FIELDS: [&str; 10] = [
+        "tenantSlug",
+        "tenantId",
+        "userId",
+        "conversationId",
+        "message",
+        "agent",
+        "agentId",
+        "context",
+        "toolEvents",
+        "messageId",
+    ];
+
+    /// An object over the contract's names (some missing, some of the wrong type) plus noise.
+    fn body() -> impl Strategy<Value = Value> {
+        (prop::collection::btree_map(prop::sample::select(&FIELDS[..]), json(), 0..10), json()).prop_map(
+            |(fields, noise)| {
+                let mut m: Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+                m.insert("noise".into(), noise);
+                Value::Object(m)
+            },
+        )
+    }
+
+    fn judged(result: Result<(), ApiError>) {
+        if let Err(e) = result {
+            assert!(matches!(e.status.as_u16(), 400 | 413 | 422), "{} {}", e.status, e.message);
+            assert!(!e.message.is_empty());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            judged(json_body::<StreamRequest>(&bytes).and_then(|r| r.validate().map_err(ApiError::from)));
+            judged(json_body::<ConfirmRequest>(&bytes).and_then(|r| r.validate().map_err(ApiError::from)));
+        }
+
+        #[test]
+        fn any_json_with_the_contracts_names(v in body()) {
+            let bytes = serde_json::to_vec(&v).unwrap_or_default();
+            judged(json_body::<StreamRequest>(&bytes).and_then(|r| r.validate().map_err(ApiError::from)));
+            judged(json_body::<ConfirmRequest>(&bytes).and_then(|r| r.validate().map_err(ApiError::from)));
+        }
+    }
+}

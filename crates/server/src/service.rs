@@ -448,6 +448,26 @@ impl ChatService {
         Ok(())
     }
 
+    /// Releases `conversation` from run `run_id` once the store lets it: retried every 500 ms
+    /// for at most `lease` (by then the lease has run out and anyone may take it anyway), or
+    /// until the service shuts down.
+    pub(crate) fn release_later(&self, conversation: i64, run_id: String, lease: Duration) {
+        let (store, shutdown) = (Arc::clone(&self.0.store), self.0.shutdown.clone());
+        self.0.tasks.spawn(async move {
+            let deadline = tokio::time::Instant::now() + lease;
+            while tokio::time::Instant::now() < deadline {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+                if store.end_turn(conversation, &run_id).await.is_ok() {
+                    tracing::info!(conversation, run = %run_id, "released the conversation once the store was back");
+                    return;
+                }
+            }
+        });
+    }
+
     /// The conversation store.
     pub(crate) fn store(&self) -> &dyn ConversationStore {
         self.0.store.as_ref()

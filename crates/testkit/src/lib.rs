@@ -2,11 +2,18 @@
 //!
 //! Owns: a PostgreSQL schema of its own per test ([`PgSchema`], dropped afterwards) with the
 //! suite's rule for a missing server (skip with a message locally, fail under `CI`), and the
-//! checkpoint stores a suite is instantiated for ([`Backend`]), and the other implementations
-//! interoperability tests drive ([`interop`]). The scripted model server is the `scripted-llm`
+//! checkpoint stores a suite is instantiated for ([`Backend`]), the other implementations
+//! interoperability tests drive ([`interop`]), and what the fault scenarios use: a fault
+//! proxy ([`fault_proxy`]), a checkpoint store that fails chosen writes ([`faulty_store`]), a
+//! PostgreSQL server of a test's own to crash ([`private_pg`]) and the invariant checker
+//! ([`invariants`]). The scripted model server is the `scripted-llm`
 //! crate.
 
+pub mod fault_proxy;
+pub mod faulty_store;
 pub mod interop;
+pub mod invariants;
+pub mod private_pg;
 
 use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;

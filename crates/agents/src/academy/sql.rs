@@ -20,6 +20,9 @@ use toolgraph_tools::{Tool, ToolBuilder, ToolError};
 const MAX_ROWS: usize = 200;
 /// Most rows counted for `rowCount`; a query with more stops there (`truncated: true`).
 const MAX_COUNTED: usize = 100_000;
+/// Largest string or blob a query may make (SQLite's `SQLITE_LIMIT_LENGTH`, 1 GB by default):
+/// `randomblob(1e9)` or a `replace(zeroblob(…))` would otherwise allocate that much.
+const MAX_VALUE_BYTES: i32 = 1 << 20;
 
 /// Arguments of `general_query`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -132,6 +135,16 @@ pub async fn general_query(database: &str) -> Result<Arc<dyn Tool>, SqlError> {
     let pool: SqlitePool = SqlitePoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(5))
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                let mut handle = conn.lock_handle().await?;
+                let db = handle.as_raw_handle().as_ptr();
+                // SAFETY: `db` is this connection's open handle, held locked for the call;
+                // sqlite3_limit only reads and sets a per-connection limit.
+                unsafe { rusqlite::ffi::sqlite3_limit(db, rusqlite::ffi::SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES) };
+                Ok(())
+            })
+        })
         .connect_with(options)
         .await
         .map_err(|e| err(e.to_string()))?;
@@ -239,6 +252,22 @@ mod tests {
         let out = reg.call(&ctx, "general_query", &json!({"sql": "select * from pragma_query_only"})).await;
         assert_eq!(out.to_json()["rows"], json!([[1]]));
         assert!(!dir.path().join("stolen.db").exists() && !std::path::Path::new("stolen.db").exists());
+    }
+
+    /// Values beyond the limit are refused by the database, not allocated; values within it
+    /// still work.
+    #[tokio::test]
+    async fn a_huge_value_is_refused_and_a_large_one_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = academy_db(dir.path()).await;
+        let mut reg = ToolRegistry::new();
+        reg.register(general_query(path.to_str().unwrap()).await.unwrap()).unwrap();
+        let ctx = ToolContext::default();
+        let out = reg.call(&ctx, "general_query", &json!({"sql": "select randomblob(1000000000)"})).await;
+        let error = out.error().expect("refused").to_string();
+        assert!(error.contains("too big"), "{error}");
+        let out = reg.call(&ctx, "general_query", &json!({"sql": "select length(randomblob(500000))"})).await;
+        assert_eq!(out.to_json()["rows"], json!([[500000]]));
     }
 
     /// A query without end returns its first rows and stops counting at the bound.

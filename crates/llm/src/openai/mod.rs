@@ -149,7 +149,7 @@ impl OpenAiChatModel {
         Err(LlmError::Status {
             endpoint: self.endpoint.clone(),
             status: status.as_u16(),
-            body: truncate(&body, 500),
+            body: truncate(&redact(&body, self.config.api_key.as_deref()), 500),
             retry_after,
         })
     }
@@ -189,6 +189,16 @@ impl OpenAiChatModel {
         tracing::warn!(endpoint = %self.endpoint, attempt, delay_ms = delay.as_millis() as u64, error = %err, "model call failed; retrying");
         tokio::time::sleep(delay).await;
         Ok(())
+    }
+}
+
+/// `text` without `secret`: some servers quote the key they refused in their error body, and
+/// that body goes into errors and logs.
+fn redact(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        // A very short "key" would redact ordinary words; real keys are long.
+        Some(key) if key.len() >= 8 && text.contains(key) => text.replace(key, "[redacted]"),
+        _ => text.to_owned(),
     }
 }
 
@@ -430,5 +440,87 @@ impl ChunkParser {
         }
         out.push(ChatEvent::Finished(reason));
         Ok(out)
+    }
+}
+
+/// The model-stream parser under hostile and split input (docs/reliability.md): any `data:`
+/// payload is an event, nothing, or an error — never a panic; a reply and a tool call cut into
+/// fragments at any points come out whole.
+#[cfg(test)]
+mod chunk_props {
+    use super::*;
+    use crate::types::ToolCall;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// `text` cut at the given points (as char boundaries).
+    fn cut(text: &str, points: &[prop::sample::Index]) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut at: Vec<usize> = points.iter().map(|p| p.index(chars.len() + 1)).collect();
+        at.extend([0, chars.len()]);
+        at.sort_unstable();
+        at.dedup();
+        at.windows(2).map(|w| chars[w[0]..w[1]].iter().collect()).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_payload_is_judged(data in prop::collection::vec(".{0,80}", 1..6)) {
+            let mut p = ChunkParser::new("test".into());
+            for d in &data {
+                if let Ok(Step::Done(_)) | Err(_) = p.feed(d) {
+                    break;
+                }
+            }
+            let _ = p.finish();
+        }
+
+        #[test]
+        fn split_text_and_tool_calls_come_out_whole(
+            text in ".{0,60}",
+            text_cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+            args in prop::collection::btree_map("[a-z]{1,6}", ".{0,12}", 0..4),
+            arg_cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+            indexed in any::<bool>(),
+        ) {
+            let mut p = ChunkParser::new("test".into());
+            let mut got_text = String::new();
+            let mut events = Vec::new();
+            for piece in cut(&text, &text_cuts) {
+                let chunk = json!({"choices": [{"delta": {"content": piece}}]});
+                events.extend(match p.feed(&chunk.to_string()) { Ok(Step::Events(e)) => e, other => panic!("{:?}", other.is_ok()) });
+            }
+            let arguments = serde_json::to_string(&args).unwrap();
+            for (i, piece) in cut(&arguments, &arg_cuts).into_iter().enumerate() {
+                // OpenAI: index on every fragment, id and name on the first; some servers send
+                // neither index nor id after the first.
+                let mut call = json!({"function": {"arguments": piece}});
+                if indexed {
+                    call["index"] = json!(0);
+                }
+                if i == 0 {
+                    call["id"] = json!("call-1");
+                    call["function"]["name"] = json!("get_guia");
+                }
+                let chunk = json!({"choices": [{"delta": {"tool_calls": [call]}}]});
+                events.extend(match p.feed(&chunk.to_string()) { Ok(Step::Events(e)) => e, other => panic!("{:?}", other.is_ok()) });
+            }
+            let finish = json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]});
+            prop_assert!(p.feed(&finish.to_string()).is_ok());
+            let Ok(Step::Done(closing)) = p.feed("[DONE]") else { panic!("[DONE] closes the stream") };
+            for e in &events {
+                if let ChatEvent::TextDelta(t) = e {
+                    got_text.push_str(t);
+                }
+            }
+            prop_assert_eq!(got_text, text);
+            let calls: Vec<&ToolCall> = closing.iter().filter_map(|e| if let ChatEvent::ToolCall(c) = e { Some(c) } else { None }).collect();
+            prop_assert_eq!(calls.len(), 1);
+            prop_assert_eq!(&calls[0].id, "call-1");
+            prop_assert_eq!(&calls[0].name, "get_guia");
+            prop_assert_eq!(&calls[0].arguments, &arguments);
+        }
     }
 }

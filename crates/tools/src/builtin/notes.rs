@@ -215,3 +215,27 @@ mod tests {
         assert_eq!(out.error().unwrap().kind, ToolErrorKind::InvalidArguments);
     }
 }
+
+/// Path traversal through a note's title (docs/reliability.md): whatever the model writes, the
+/// file lands directly inside the notes directory.
+#[cfg(test)]
+mod slug_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_title_names_a_file_inside_the_notes_directory(
+            title in prop_oneof![".{0,200}", "(\\.\\./|\\.\\.\\\\|/|~|%2e%2e%2f|\u{0}|[a-z]{1,4}){1,12}"],
+        ) {
+            let name = slug(&title);
+            prop_assert!(!name.contains(['/', '\\', '.', '\0', '~', '%']), "{:?} -> {:?}", title, name);
+            prop_assert!(name.chars().count() <= 80);
+            let dir = Path::new("/data/notes");
+            let path = dir.join(format!("{name}.md"));
+            prop_assert_eq!(path.parent(), Some(dir));
+        }
+    }
+}

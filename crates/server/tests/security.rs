@@ -1,0 +1,259 @@
+//! The security of the service's surfaces as a table (docs/reliability.md): every endpoint that
+//! reads or changes a tenant's data, tried with another user's and another tenant's ids in each
+//! auth mode, and — where the mode has credentials — with the owner's ids but the wrong
+//! credentials. Each cell is the status the service answered; afterwards the owner's
+//! conversation, its pending action and its run are checked untouched.
+//!
+//! `cargo test -p toolgraph-server --test security -- --nocapture` prints the table.
+
+mod common;
+use common::parse_sse;
+
+use reqwest::Method;
+use schemars::JsonSchema;
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use toolgraph_agents::conversation::project;
+use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_config::AgentSettings;
+use toolgraph_conversations::backend::signing::{HmacVerifier, signature_headers};
+use toolgraph_conversations::{ConversationStore, PendingLookup, ProjectingCheckpointer, SqliteConversationStore};
+use toolgraph_graph::SqliteCheckpointer;
+use toolgraph_llm::{OpenAiChatModel, OpenAiConfig};
+use toolgraph_server::auth::{Auth, hash_api_key};
+use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+use toolgraph_tools::ToolBuilder;
+
+const OWNER_TENANT: i64 = 7;
+const OWNER_USER: i64 = 101;
+const HMAC_SECRET: &[u8] = b"the-backend-signing-secret-0123";
+
+#[derive(Deserialize, JsonSchema)]
+struct SmsArgs {
+    /// Recipient.
+    to: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    None,
+    ApiKey,
+    Hmac,
+}
+
+/// Who asks: the slug header, the ids they name, and their credentials.
+#[derive(Clone, Copy)]
+struct Caller {
+    label: &'static str,
+    slug: &'static str,
+    tenant: i64,
+    user: i64,
+    /// The API key sent (`api_key` mode).
+    key: Option<&'static str>,
+    /// Signed by the backend (`hmac` mode).
+    signed: bool,
+}
+
+struct Owned {
+    conversation: i64,
+    pending: i64,
+    run: String,
+}
+
+async fn service(mode: Mode) -> (String, Arc<dyn ConversationStore>, tempfile::TempDir, ScriptedModelServer) {
+    let dir = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModelServer::start(vec![Reply::tool_calls(&[("c1", "send_sms", json!({"to": "ana"}))])]).await.unwrap();
+    let llm = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(model.base_url(), "scripted")).unwrap());
+    let mut tools = toolgraph_tools::ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::<SmsArgs>::new("send_sms", "Sends a text.")
+                .write(|a| format!("send_sms to {}", a.to))
+                .handler(|_c, _a| async { Ok(json!({"sent": true})) })
+                .unwrap(),
+        )
+        .unwrap();
+    let ckpt = SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
+    let store: Arc<dyn ConversationStore> =
+        Arc::new(SqliteConversationStore::new(ckpt.database().clone()).await.unwrap());
+    let ckpt = Arc::new(ProjectingCheckpointer::sqlite(ckpt, project));
+    let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
+    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings: AgentSettings::default() })]);
+    let auth = match mode {
+        Mode::None => Auth::None,
+        Mode::ApiKey => Auth::api_keys([
+            (&"demo".to_string(), &hash_api_key("demo-key")),
+            (&"acme".to_string(), &hash_api_key("acme-key")),
+        ])
+        .unwrap()
+        .bind_tenant_ids([(&"demo".to_string(), &7), (&"acme".to_string(), &8)])
+        .unwrap(),
+        Mode::Hmac => Auth::Hmac(HmacVerifier::new(HMAC_SECRET.to_vec())),
+    };
+    let options = ServiceOptions { auth, ..ServiceOptions::default() };
+    let app = AppState::new(ChatService::new(agents, "lumie".into(), store.clone(), ckpt, options));
+    app.set_ready();
+    let base = common::serve(app).await;
+    (base, store, dir, model)
+}
+
+async fn send(base: &str, c: &Caller, method: Method, target: &str, body: Option<Value>) -> (u16, String) {
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{base}{target}"))
+        .header("X-Tenant-Slug", c.slug)
+        .header("Content-Type", "application/json")
+        .timeout(Duration::from_secs(20))
+        .body(bytes.clone());
+    if let Some(key) = c.key {
+        req = req.header("Authorization", format!("Bearer {key}"));
+    }
+    if c.signed {
+        for (name, value) in signature_headers(HMAC_SECRET, target, bytes.as_bytes()) {
+            req = req.header(name, value);
+        }
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
+/// The owner's turn: a conversation paused on a write action.
+async fn owners_data(base: &str, owner: &Caller) -> Owned {
+    let body = json!({"tenantSlug": owner.slug, "tenantId": owner.tenant, "userId": owner.user, "conversationId": null, "message": "escribe a ana"});
+    let (status, text) = send(base, owner, Method::POST, "/api/chatbot/stream", Some(body)).await;
+    assert_eq!(status, 200, "{text}");
+    let events = parse_sse(&text);
+    let pending = events.iter().find(|e| e.event == "pending").expect("a pending action");
+    let done = events.iter().find(|e| e.event == "done").expect("done");
+    Owned {
+        conversation: done.data["conversationId"].as_i64().unwrap(),
+        pending: pending.data["messageId"].as_i64().unwrap(),
+        run: done.id.rsplit_once(':').unwrap().0.to_owned(),
+    }
+}
+
+/// One endpoint tried by `c`: the status.
+async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
+    let ids = format!("tenantId={}&userId={}", c.tenant, c.user);
+    let (method, target, body) = match endpoint {
+        "stream" => (
+            Method::POST,
+            "/api/chatbot/stream".to_owned(),
+            Some(
+                json!({"tenantSlug": c.slug, "tenantId": c.tenant, "userId": c.user, "conversationId": o.conversation, "message": "hola"}),
+            ),
+        ),
+        "confirm" => (
+            Method::POST,
+            "/api/chatbot/confirm".to_owned(),
+            Some(
+                json!({"tenantSlug": c.slug, "tenantId": c.tenant, "userId": c.user, "conversationId": o.conversation, "messageId": o.pending, "confirmed": true}),
+            ),
+        ),
+        "run events" => (Method::GET, format!("/api/chatbot/runs/{}/events?{ids}", o.run), None),
+        "delete conversation" => (Method::DELETE, format!("/api/chatbot/conversations/{}?{ids}", o.conversation), None),
+        "delete user" => (Method::DELETE, format!("/api/chatbot/users/{OWNER_USER}?tenantId={}", c.tenant), None),
+        "delete tenant" => (Method::DELETE, format!("/api/chatbot/tenants/{OWNER_TENANT}"), None),
+        other => panic!("no endpoint {other}"),
+    };
+    send(base, c, method, &target, body).await.0
+}
+
+const ENDPOINTS: [&str; 6] = ["stream", "confirm", "run events", "delete conversation", "delete user", "delete tenant"];
+
+/// The callers each mode is tried with, and what each endpoint must answer them (`None`: not
+/// tried — the mode trusts the caller's word for it by design).
+fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 6])> {
+    let base = Caller { label: "", slug: "demo", tenant: OWNER_TENANT, user: 102, key: None, signed: false };
+    // Another user of the owner's tenant, another tenant naming its own id.
+    let other_user = Caller { label: "another user", ..base };
+    let other_tenant = Caller { label: "another tenant", slug: "acme", tenant: 8, user: OWNER_USER, ..base };
+    // Deleting a user's or a tenant's data is the tenant's own admin call: the owner's tenant
+    // may; another tenant naming its own id deletes nothing of the owner's (200, 0 deleted).
+    let scoped = [Some(404), Some(404), Some(404), Some(404), None, None];
+    let other = [Some(404), Some(404), Some(404), Some(404), Some(200), None];
+    match mode {
+        Mode::None => vec![(other_user, scoped), (other_tenant, other)],
+        Mode::ApiKey => {
+            let k = |c: Caller, key| Caller { key: Some(key), ..c };
+            let claims = Caller {
+                label: "another tenant's key, the owner's ids",
+                slug: "acme",
+                tenant: OWNER_TENANT,
+                user: OWNER_USER,
+                key: Some("acme-key"),
+                signed: false,
+            };
+            let no_key = Caller { label: "the owner's ids, no key", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
+            vec![
+                (k(other_user, "demo-key"), scoped),
+                (k(other_tenant, "acme-key"), [Some(404), Some(404), Some(404), Some(404), Some(200), Some(403)]),
+                (claims, [Some(403); 6]),
+                (no_key, [Some(401); 6]),
+            ]
+        }
+        Mode::Hmac => {
+            let s = |c: Caller| Caller { signed: true, ..c };
+            let unsigned =
+                Caller { label: "the owner's ids, unsigned", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
+            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 6])]
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
+    let mut table = String::from(
+        "| auth mode | caller | stream | confirm | run events | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut wrong = Vec::new();
+    for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
+        let (base, store, _dir, _model) = service(mode).await;
+        let owner = Caller {
+            label: "owner",
+            slug: "demo",
+            tenant: OWNER_TENANT,
+            user: OWNER_USER,
+            key: (mode == Mode::ApiKey).then_some("demo-key"),
+            signed: mode == Mode::Hmac,
+        };
+        let owned = owners_data(&base, &owner).await;
+        let before = store.messages(owned.conversation).await.unwrap();
+        for (caller, expected) in callers(mode) {
+            let mut row = format!("| {mode:?} | {} |", caller.label);
+            for (endpoint, want) in ENDPOINTS.iter().zip(expected) {
+                let Some(want) = want else {
+                    row.push_str(" (by design) |");
+                    continue;
+                };
+                let got = attempt(&base, endpoint, &caller, &owned).await;
+                row.push_str(&format!(" {got} |"));
+                if got != want {
+                    wrong.push(format!("{mode:?} / {} / {endpoint}: {got}, expected {want}", caller.label));
+                }
+            }
+            table.push_str(&row);
+            table.push('\n');
+        }
+        // Nothing of the owner's moved.
+        assert_eq!(store.messages(owned.conversation).await.unwrap(), before, "{mode:?}: the owner's messages");
+        let lookup = PendingLookup {
+            tenant_id: OWNER_TENANT,
+            user_id: OWNER_USER,
+            conversation_id: owned.conversation,
+            message_id: owned.pending,
+        };
+        let pending = store.pending(&lookup).await.unwrap().expect("the pending action stays");
+        assert_eq!(pending.decision, None, "{mode:?}: nobody decided it");
+        let events = attempt(&base, "run events", &owner, &owned).await;
+        assert_eq!(events, 200, "{mode:?}: the owner still reads the run");
+    }
+    println!("{table}");
+    assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
+}
