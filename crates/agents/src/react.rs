@@ -247,8 +247,8 @@ impl AgentDeps {
 /// every action was rejected: fixed texts, no model call (docs/service.md).
 pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not executed.";
 
-/// The tool message of a call whose turn was cut short (the service stopped) before its
-/// result was recorded.
+/// The tool message of a call whose turn was cut short (the service stopped, or the run
+/// failed) before its result was recorded.
 pub const INTERRUPTED_CALL: &str =
     "The turn was interrupted before this call's result was recorded; it may not have been carried out.";
 

@@ -171,20 +171,45 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         && let Some(head) = agent.graph.thread_state(&thread).await?
     {
         eprintln!("(continuing: {} earlier messages)", head.state.messages.len());
-        let undecided = head.undecided();
-        if !undecided.is_empty() {
-            approve_and_resume(&agent, &thread, undecided, &mut lines).await?;
-        }
+        settle_pause(&agent, &thread, &mut lines).await?;
     }
     while let Some(line) = next_message(&mut lines, interactive).await {
-        let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };
-        match agent.graph.start(&thread, user_turn(line, context.clone()), opts).await {
+        let turn = || agent.graph.start(&thread, user_turn(line.clone(), context.clone()), owned(&agent));
+        let started = match turn().await {
+            // A pause from before (undecided, or decided but not applied when the last run
+            // stopped): settled first, then the message goes.
+            Err(GraphError::AwaitingDecision { .. }) => {
+                settle_pause(&agent, &thread, &mut lines).await?;
+                turn().await
+            }
+            other => other,
+        };
+        match started {
             Ok(run) => drive(&agent, &thread, run, &mut lines).await?,
             Err(e @ GraphError::AwaitingDecision { .. }) => eprintln!("{e}"),
             Err(e) => eprintln!("error: {e}"),
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run options of the terminal chat: the only process on its thread, so a run it finds
+/// stopped mid-way is dead.
+fn owned(agent: &Agent) -> RunOptions {
+    RunOptions { recursion_limit: agent.settings.recursion_limit, owns_thread: true, ..RunOptions::default() }
+}
+
+/// Settles the thread's pause, if it has one: asks for the undecided actions (decisions made
+/// earlier stand) and applies them, driving the run to its end.
+async fn settle_pause(agent: &Agent, thread: &ThreadId, lines: &mut mpsc::Receiver<String>) -> anyhow::Result<()> {
+    let Some(head) = agent.graph.thread_state(thread).await? else { return Ok(()) };
+    if head.pending.is_empty() {
+        return Ok(());
+    }
+    if let Some(run) = approve_and_resume(agent, thread, head.undecided(), lines).await? {
+        drive(agent, thread, run, lines).await?;
+    }
+    Ok(())
 }
 
 /// `chat --url`: the conversation through a running service's HTTP API. The service checks
@@ -282,8 +307,7 @@ async fn approve_and_resume(
         };
         decisions.insert(p.id.clone(), if yes { Decision::Approve } else { Decision::Reject });
     }
-    let opts = RunOptions { recursion_limit: agent.settings.recursion_limit, ..RunOptions::default() };
-    match agent.graph.resume(thread, decisions, opts).await? {
+    match agent.graph.resume(thread, decisions, owned(agent)).await? {
         ResumeResult::Started(run) => Ok(Some(run)),
         ResumeResult::Waiting { undecided } => {
             eprintln!("still waiting for {} decision(s)", undecided.len());

@@ -1,7 +1,7 @@
 //! Secrets never reach logs, errors, answers or printed configuration (docs/reliability.md):
-//! `serve` runs at the most verbose log level with a model API key, a backend signing secret and
-//! a PostgreSQL password set, is driven into failures that involve each of them, and every
-//! byte it printed or answered is searched for them.
+//! `serve` runs at the most verbose log level into failures that involve the model's API key
+//! and a PostgreSQL password, `config show` prints all three (with the backend's signing
+//! secret), and every byte printed or answered is searched for them.
 
 mod common;
 use common::{free_port, serve_command, wait_ready};

@@ -96,8 +96,10 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// again before anything else runs — e.g. results for calls that were never answered, and
     /// a reply saying the turn was cut short. Called with [`StopCause::Died`] when the thread
     /// is next used after its process died (see [`CompiledGraph::close_interrupted`]) or when
-    /// the run is cancelled, and with [`StopCause::Failed`] when the run fails. Without it such
-    /// a run is closed with no state change.
+    /// the run is cancelled (shutdown, a lost lease), and with [`StopCause::Failed`] when the
+    /// run fails or hits the recursion limit. A resumed run that stops before its first
+    /// checkpoint is not closed at all: its pause and decisions stand. Without it such a run
+    /// is closed with no state change. (A fork taken mid-run is closed without it.)
     pub fn set_recovery(&mut self, recovery: fn(&S, StopCause) -> Option<S::Update>) -> &mut Self {
         self.recovery = Some(recovery);
         self
@@ -229,9 +231,11 @@ pub(crate) type Recovery<S> = fn(&S, StopCause) -> Option<<S as State>::Update>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
     /// The run stopped without finishing its step: its process died (found when the thread
-    /// is next used), or it was cancelled (the service is shutting down).
+    /// is next used), or it was cancelled (the service is shutting down, or its lease on the
+    /// thread was lost).
     Died,
-    /// The run failed: a node returned an error, or the store refused a checkpoint.
+    /// The run failed: a node returned an error, the store refused a checkpoint, or the
+    /// recursion limit was reached.
     Failed,
 }
 

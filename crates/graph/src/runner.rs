@@ -84,7 +84,8 @@ pub enum RunOutcome<S> {
     },
     /// A node or the store failed.
     Failed {
-        /// State after the last successful step.
+        /// State in the run's memory: it may hold a step whose checkpoint failed. The store's
+        /// state (with the recovery's update, [`crate::StateGraph::set_recovery`]) is the truth.
         state: Arc<S>,
         /// The failure.
         error: GraphError,
@@ -527,10 +528,14 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             let started = RunEvent::RunStarted { run_id: start.run_id.clone(), thread: run.thread.to_string() };
             run.emit(started).await;
             let (outcome, next) = run.drive(start.next, start.decisions).await;
+            // Only a run that ended as it meant to knows the head: one that failed, was
+            // cancelled or hit the limit may differ from the store (a step that was not
+            // written, the recovery's update, a stop record that failed), which is then
+            // reloaded on next use.
             let pending = match &outcome {
-                RunOutcome::Failed { .. } => return outcome,
                 RunOutcome::Interrupted { pending, .. } => pending.clone(),
-                _ => Vec::new(),
+                RunOutcome::Completed { .. } => Vec::new(),
+                _ => return outcome,
             };
             let head = ThreadState {
                 state: outcome.shared_state(),
@@ -617,7 +622,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
             }
             let limit = self.opts.recursion_limit;
             if self.steps >= limit {
-                self.stop("recursion limit").await;
+                self.stop_whole("recursion limit", StopCause::Failed).await;
                 self.emit(RunEvent::RecursionLimit { limit }).await;
                 return (RunOutcome::RecursionLimit { state: Arc::clone(&self.state), limit }, None);
             }
@@ -725,10 +730,6 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
 
     /// Marks the run stopped so the thread is idle again; a failure to do so only logs,
     /// because the stale-run rule frees the thread eventually.
-    async fn stop(&mut self, reason: &str) {
-        self.write_stop(reason, None).await;
-    }
-
     async fn write_stop(&mut self, reason: &str, update: Option<Box<serde_json::value::RawValue>>) {
         let mut rec = record(self.version + 1, &self.id, RecordKind::Stop);
         rec.reason = Some(reason.to_owned());
@@ -742,17 +743,30 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     /// Stops a run that may have left its step half done, with the recovery's update over the
     /// *stored* state: a step whose checkpoint failed is in this run's memory but not in the
     /// store, so its effects (a tool that ran, say) get the recovery's answer there.
+    ///
+    /// When the stored state cannot be read (or the update cannot be encoded), nothing is
+    /// written: a bare stop record would leave what the recovery mends (a call without a
+    /// result) for good, while a thread left mid-run is closed with the recovery by its next
+    /// owner ([`CompiledGraph::close_interrupted`], or the next start).
     async fn stop_whole(&mut self, reason: &str, cause: StopCause) {
-        let update = match self.graph.inner.recovery {
-            Some(recover) => match self.graph.stored_state(&self.thread).await {
-                Ok(Some(stored)) => recover(&stored, cause).and_then(|u| serde_json::value::to_raw_value(&u).ok()),
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::warn!(thread = %self.thread, error = %e, "cannot read the stored state to close the run");
-                    None
+        let Some(recover) = self.graph.inner.recovery else {
+            return self.write_stop(reason, None).await;
+        };
+        let update = match self.graph.stored_state(&self.thread).await {
+            Ok(Some(stored)) => {
+                match recover(&stored, cause).map(|u| serde_json::value::to_raw_value(&u)).transpose() {
+                    Ok(update) => update,
+                    Err(e) => {
+                        tracing::warn!(thread = %self.thread, error = %e, "cannot encode the recovery; the run stays open");
+                        return;
+                    }
                 }
-            },
-            None => None,
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(thread = %self.thread, error = %e, "cannot read the stored state; the run stays open");
+                return;
+            }
         };
         self.write_stop(reason, update).await;
     }

@@ -283,6 +283,12 @@ async fn chat(State(state): State<AppState>, body: Bytes) -> Response {
             return (StatusCode::BAD_REQUEST, format!("request body is not JSON: {e}")).into_response();
         }
     };
+    if let Err(message) = check_history(&request) {
+        // As OpenAI answers such a history; the request is still recorded.
+        state.lock().requests.push(request);
+        let body = json!({"error": {"message": message, "type": "invalid_request_error"}});
+        return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    }
     let streaming = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let reply = {
         let mut s = state.lock();
@@ -306,6 +312,34 @@ async fn chat(State(state): State<AppState>, body: Bytes) -> Response {
         Reply::Stream(steps) if streaming => sse(steps),
         Reply::Stream(steps) => whole(steps).await,
     }
+}
+
+/// Refuses what real servers refuse: an assistant message with `tool_calls` not followed by a
+/// `tool` message for each of its ids, or a `tool` message answering no call of the assistant
+/// message before it.
+fn check_history(request: &Value) -> Result<(), String> {
+    let mut outstanding: Vec<&str> = Vec::new();
+    for m in request["messages"].as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or_default();
+        if role == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap_or_default();
+            let Some(at) = outstanding.iter().position(|c| *c == id) else {
+                return Err(format!("a 'tool' message answers '{id}', which the preceding message did not call"));
+            };
+            outstanding.remove(at);
+            continue;
+        }
+        if !outstanding.is_empty() {
+            return Err(format!(
+                "an assistant message with 'tool_calls' must be followed by tool messages responding to each \
+                 'tool_call_id'; missing: {outstanding:?}"
+            ));
+        }
+        if role == "assistant" {
+            outstanding = m["tool_calls"].as_array().into_iter().flatten().filter_map(|c| c["id"].as_str()).collect();
+        }
+    }
+    Ok(())
 }
 
 fn chunk(delta: Value, finish: Option<&str>) -> String {

@@ -272,7 +272,7 @@ impl ChatService {
         let run = match agent.graph.start(&thread, input, self.run_options(agent, &cancel)).await {
             Ok(run) => run,
             Err(e) => {
-                let _ = store.end_turn(conversation, &run_id).await;
+                self.release(conversation, &run_id).await;
                 return Err(match e {
                     GraphError::AwaitingDecision { .. } => {
                         ChatError::conflict("this conversation has pending actions to confirm first")
@@ -359,7 +359,7 @@ impl ChatService {
         let run = match agent.graph.resume(&thread, decisions, self.run_options(agent, &cancel)).await {
             Ok(ResumeResult::Started(run)) => run,
             Ok(ResumeResult::Waiting { .. }) | Err(_) => {
-                let _ = store.end_turn(conv, &claim.run_id).await;
+                self.release(conv, &claim.run_id).await;
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
@@ -446,6 +446,15 @@ impl ChatService {
             self.0.checkpointer.delete_thread(&thread).await.map_err(internal)?;
         }
         Ok(())
+    }
+
+    /// Releases `conversation` from run `run_id` now, or (the store is down) as soon as the
+    /// store is back.
+    async fn release(&self, conversation: i64, run_id: &str) {
+        if let Err(e) = self.0.store.end_turn(conversation, run_id).await {
+            tracing::warn!(conversation, error = %e, "cannot release the conversation; retrying in the background");
+            self.release_later(conversation, run_id.to_owned(), self.0.options.turn_lease);
+        }
     }
 
     /// Releases `conversation` from run `run_id` once the store lets it: retried every 500 ms

@@ -62,7 +62,14 @@ fn respond(req: &Value) -> Reply {
     let last = messages.last().cloned().unwrap_or(Value::Null);
     let turns = messages.iter().filter(|m| m["role"] == "user").count();
     match last["role"].as_str() {
+        // `lookup` keeps asking for more: a turn only the recursion limit ends.
+        Some("tool") if last["name"] == "lookup" => {
+            Reply::tool_calls(&[(&format!("look-{}", messages.len()), "lookup", json!({"to": "ana", "text": "más"}))])
+        }
         Some("tool") => Reply::text("Mensaje enviado."),
+        Some("user") if last["content"].as_str().is_some_and(|c| c.starts_with("busca")) => {
+            Reply::tool_calls(&[(&format!("look-{turns}"), "lookup", json!({"to": "ana", "text": "algo"}))])
+        }
         Some("user") if last["content"].as_str().is_some_and(|c| c.starts_with("escribe")) => {
             Reply::tool_calls(&[(&format!("sms-{turns}"), "send_sms", json!({"to": "ana", "text": "hola"}))])
         }
@@ -90,6 +97,10 @@ enum Stores {
 }
 
 async fn rig(stores: Stores) -> Rig {
+    rig_with(stores, AgentSettings::default()).await
+}
+
+async fn rig_with(stores: Stores, settings: AgentSettings) -> Rig {
     let model = ScriptedModelServer::start(vec![]).await.unwrap();
     model.set_responder(respond);
     let model_addr: std::net::SocketAddr = model.base_url()[7..].trim_end_matches("/v1").parse().unwrap();
@@ -117,6 +128,13 @@ async fn rig(stores: Stores) -> Rig {
                 .unwrap(),
         )
         .unwrap();
+    tools
+        .register(
+            ToolBuilder::<SmsArgs>::new("lookup", "Looks something up.")
+                .handler(|_ctx, a| async move { Ok(json!({"found": a.text})) })
+                .unwrap(),
+        )
+        .unwrap();
     let (projecting, store): (Arc<dyn Checkpointer>, Arc<dyn ConversationStore>) = match stores {
         Stores::Sqlite(path) => {
             let ckpt = SqliteCheckpointer::open(&path).await.unwrap();
@@ -131,7 +149,7 @@ async fn rig(stores: Stores) -> Rig {
     };
     let faulty = Arc::new(FaultyCheckpointer::new(projecting.clone()));
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, faulty.clone()).unwrap();
-    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings: AgentSettings::default() })]);
+    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings })]);
     let service = ChatService::new(agents, "lumie".into(), store.clone(), faulty.clone(), ServiceOptions::default());
     let app = AppState::new(service);
     app.set_ready();
@@ -224,7 +242,7 @@ async fn model_fault(fault: Fault, expect_tokens: bool) {
 
     r.proxy.set(fault);
     // Pooled connections were made before the fault: they go, so the turn dials anew.
-    r.proxy.reset_all();
+    r.proxy.cut_all();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
     let faulted = turn(&r, Some(conversation), "¿y ahora?").await;
@@ -465,14 +483,14 @@ async fn postgres_connections_reset_mid_run_and_refused() {
     // dead connection.
     let running = spawn_turn(&r, conversation, "despacio");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    db_proxy.reset_all();
+    db_proxy.cut_all();
     let mid = running.await.unwrap();
     assert!(mid.ended_in("done") || mid.ended_in("error") || mid.status >= 500, "{mid:?}");
     errors += usize::from(!mid.ended_in("done"));
 
     // The database refuses every connection for a while.
     db_proxy.set(Fault::Refuse);
-    db_proxy.reset_all();
+    db_proxy.cut_all();
     let refused = turn(&r, Some(conversation), "¿hay base de datos?").await;
     assert!(refused.status >= 500 || refused.ended_in("error"), "{refused:?}");
     errors += 1;
@@ -528,5 +546,23 @@ async fn answers_again_and_holds(r: &Rig, conversation: i64, mut errors: usize, 
     assert!(after.ended_in("done"), "{after:?}");
     let seen = Observed { tenant: TENANT, user: USER, conversation, errors_seen: errors, ..Default::default() };
     let v = verdict(r, &[seen]).await;
+    assert!(v.holds(), "{v}");
+}
+
+/// A turn the recursion limit cuts right after the model asked for a tool (an odd limit):
+/// the call gets a result in the stored history, so the next turn's history is one a model
+/// server accepts (the scripted one refuses a call without a result, as real ones do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cut_by_the_recursion_limit_leaves_no_call_unanswered() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = AgentSettings { recursion_limit: 3, ..AgentSettings::default() };
+    let mut r = rig_with(Stores::Sqlite(dir.path().join("toolgraph.db")), settings).await;
+    r._dir = Some(dir);
+    let cut = turn(&r, None, "busca todo").await;
+    assert!(cut.ended_in("done"), "the limit's fallback reply: {cut:?}");
+    let conversation = cut.conversation().unwrap();
+    let next = turn(&r, Some(conversation), "hola").await;
+    assert!(next.ended_in("done"), "{next:?}");
+    let v = verdict(&r, &[Observed { tenant: TENANT, user: USER, conversation, ..Default::default() }]).await;
     assert!(v.holds(), "{v}");
 }

@@ -1,7 +1,7 @@
 //! [`FaultProxy`]: a TCP proxy between the service and a server it depends on (the model
 //! server, PostgreSQL) that injects network faults — latency, a stall, a reset or a clean cut
 //! after so many bytes of the answer, a refused connection, a half-open one — chosen per
-//! connection, and that can reset every open connection at once (a server restart as the
+//! connection, and that can drop every open connection at once (a server restart as the
 //! client sees it).
 //!
 //! It knows nothing of the protocol it carries: "after N bytes" counts bytes of the upstream's
@@ -25,12 +25,15 @@ pub enum Fault {
     /// The request reaches the upstream; its answer never comes back and the connection stays
     /// open (a hung server).
     Stall,
-    /// The answer passes until this many bytes, then both sides are reset (RST).
+    /// The answer passes until this many bytes, then the client's connection is reset (RST)
+    /// and the upstream's dropped.
     ResetAfter(usize),
-    /// The answer passes until this many bytes, then both sides are closed cleanly (FIN): the
-    /// stream just ends.
+    /// The answer passes until this many bytes, then the client's connection is closed (FIN,
+    /// or RST if the client still had unread bytes in flight): the stream just ends.
     CutAfter(usize),
-    /// Accepted and reset at once, before a byte (a refused connection, as a client sees it).
+    /// Accepted and reset at once, before a byte: the client connects, then reads a reset
+    /// (`ECONNRESET`, not `ECONNREFUSED`: a listener cannot refuse one connection and take the
+    /// next).
     Refuse,
     /// Accepted and read from, never answered, never closed; the upstream is never reached.
     HalfOpen,
@@ -68,7 +71,11 @@ impl FaultProxy {
                     _ = s.cancelled() => break,
                     conn = listener.accept() => conn,
                 };
-                let Ok((client, _)) = conn else { continue };
+                let Ok((client, _)) = conn else {
+                    // Out of descriptors, say: wait rather than spin.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
                 let n = a.fetch_add(1, Ordering::SeqCst);
                 let fault = (lock(&p))(n);
                 let reset = lock(&l).clone();
@@ -105,8 +112,9 @@ impl FaultProxy {
         *lock(&self.plan) = Arc::new(plan);
     }
 
-    /// Resets every open connection now (new ones are proxied as the plan says).
-    pub fn reset_all(&self) {
+    /// Drops every open connection now (the client sees its connection end, as when a server
+    /// restarts); new ones are proxied as the plan says.
+    pub fn cut_all(&self) {
         let old = std::mem::replace(&mut *lock(&self.live), CancellationToken::new());
         old.cancel();
     }
@@ -271,14 +279,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn reset_all_cuts_open_connections_and_later_ones_pass() {
+    async fn cut_all_cuts_open_connections_and_later_ones_pass() {
         let up = upstream(b"ok").await;
         let proxy = FaultProxy::start(up).await.unwrap();
         proxy.set(Fault::Stall);
         let mut held = TcpStream::connect(proxy.addr()).await.unwrap();
         held.write_all(b"hi").await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        proxy.reset_all();
+        proxy.cut_all();
         let mut buf = [0u8; 4];
         let read = tokio::time::timeout(Duration::from_secs(2), held.read(&mut buf)).await.unwrap();
         assert!(matches!(read, Ok(0) | Err(_)), "the held connection ends: {read:?}");

@@ -6,7 +6,8 @@
 //! 1. a conversation ends at a complete checkpoint: idle, or paused for decisions — never a run
 //!    stopped mid-way that nobody closed;
 //! 2. no duplicated or half-written message: the conversation's messages and its checkpoints
-//!    agree (they are written in one transaction), no call is answered twice, no reply is
+//!    agree (they are written in one transaction), no call is answered twice or left without
+//!    an answer (outside an open pause: model servers refuse such a history), no reply is
 //!    empty;
 //! 3. a write tool ran at most once per `(conversationId, callId)`;
 //! 4. every approved action ran once, or is still confirmable, or its tool message says that
@@ -152,6 +153,14 @@ async fn check_one(
     let mut users = 0usize;
     let mut replies = Vec::new();
     let mut tool_answers: BTreeMap<String, String> = BTreeMap::new(); // call id → content
+    // Calls of the latest assistant message still without a result, in history order.
+    let mut outstanding: Vec<String> = Vec::new();
+    fn unanswered(outstanding: &mut Vec<String>, v: &mut Vec<String>, before: &str) {
+        if !outstanding.is_empty() {
+            v.push(format!("call(s) {outstanding:?} left without a result before {before}"));
+            outstanding.clear();
+        }
+    }
     for r in &records {
         for u in &r.updates {
             let Ok(update) = serde_json::from_str::<Value>(u.get()) else {
@@ -160,16 +169,34 @@ async fn check_one(
             };
             for m in update["messages"].as_array().into_iter().flatten() {
                 let content = m["content"].as_str().unwrap_or_default();
+                let calls: Vec<String> = m["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                    .collect();
                 match m["role"].as_str() {
-                    Some("user") => users += 1,
-                    Some("assistant") if m["tool_calls"].as_array().is_none_or(Vec::is_empty) => {
+                    Some("user") => {
+                        unanswered(&mut outstanding, v, "the next user message");
+                        users += 1;
+                    }
+                    Some("assistant") if calls.is_empty() => {
+                        unanswered(&mut outstanding, v, "a reply");
                         if content.trim().is_empty() {
                             v.push(format!("checkpoint {} holds an empty reply", r.seq));
                         }
                         replies.push(content.to_owned());
                     }
+                    Some("assistant") => {
+                        unanswered(&mut outstanding, v, "the next model turn");
+                        outstanding = calls;
+                    }
                     Some("tool") => {
                         let id = m["tool_call_id"].as_str().unwrap_or_default().to_owned();
+                        if !outstanding.contains(&id) {
+                            v.push(format!("a result for call {id}, which the model turn before it did not make"));
+                        }
+                        outstanding.retain(|c| *c != id);
                         if tool_answers.insert(id.clone(), content.to_owned()).is_some() {
                             v.push(format!("call {id} is answered twice"));
                         }
@@ -179,6 +206,10 @@ async fn check_one(
             }
         }
     }
+    // Calls may wait for their results only in the open pause.
+    let paused_calls: Vec<&String> = open.iter().filter_map(|id| pending_calls.get(id)).collect();
+    outstanding.retain(|c| !paused_calls.contains(&c));
+    unanswered(&mut outstanding, v, "the end of the thread (outside a pause)");
     let stored_users = messages.iter().filter(|m| m.role == Role::User).count();
     if stored_users != users {
         v.push(format!("{stored_users} user messages stored but {users} in the checkpoints"));
@@ -250,6 +281,10 @@ async fn check_one(
         let unknown = answer.is_some_and(|a| a.contains(UNKNOWN_OUTCOME));
         let executed = ran.map(|r| r.contains_key(&(o.conversation, call.as_str())));
         match (executed, answer) {
+            // Confirming again would run it a second time.
+            (Some(true), _) if confirmable => {
+                v.push(format!("approved call {call} ran but is still confirmable"));
+            }
             _ if confirmable => {}
             (Some(true), Some(_)) | (None, Some(_)) => {}
             (Some(true), None) => v.push(format!("approved call {call} ran but its result is not recorded")),

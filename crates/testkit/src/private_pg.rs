@@ -1,6 +1,6 @@
 //! [`PrivatePostgres`]: a PostgreSQL server of a test's own (`initdb` + `pg_ctl` in a temporary
 //! directory, on a free loopback port), so the test can crash it (`pg_ctl stop -m immediate`:
-//! no checkpoint, no goodbye to clients) and start it again mid-run. The binaries come from
+//! no shutdown checkpoint) and start it again mid-run. The binaries come from
 //! `TOOLGRAPH_PG_BINDIR`, else the newest `/usr/lib/postgresql/*/bin`. As root (PostgreSQL
 //! refuses to run as root) the server runs as the `postgres` user.
 
@@ -58,8 +58,8 @@ impl PrivatePostgres {
         self.port
     }
 
-    /// Stops the server as a crash would: every backend killed at once, no shutdown checkpoint
-    /// (the next start runs crash recovery).
+    /// Stops the server as a crash would (`-m immediate`): its backends quit at once, without a
+    /// shutdown checkpoint, so the next start runs crash recovery.
     ///
     /// # Panics
     /// When `pg_ctl` fails.
@@ -76,7 +76,7 @@ impl PrivatePostgres {
     /// When the server does not start.
     pub fn start_again(&self) {
         let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off",
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{}' -c fsync=off -c full_page_writes=off",
             self.port,
             self.data.path().display()
         );
@@ -121,7 +121,7 @@ impl Drop for PrivatePostgres {
 
 fn bindir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("TOOLGRAPH_PG_BINDIR") {
-        return Some(PathBuf::from(dir)).filter(|d| d.join("initdb").exists());
+        return Some(PathBuf::from(dir)).filter(|d| d.join("initdb").exists() && d.join("pg_ctl").exists());
     }
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
