@@ -117,8 +117,12 @@ pub async fn all_tools(
         }
         for (name, tool) in &cfg.server.backend_tools {
             let what = format!("server.backend_tools.{name}");
-            let tool = BackendWriteTool::new(backend.clone(), name, &tool.description, tool.parameters.clone())
+            let mut built = BackendWriteTool::new(backend.clone(), name, &tool.description, tool.parameters.clone())
                 .map_err(AgentError::tool(&what))?;
+            if let Some(template) = &tool.describe {
+                built = built.with_describe(template).map_err(AgentError::tool(&what))?;
+            }
+            let tool = built;
             all.register(Arc::new(tool)).map_err(AgentError::tool(&what))?;
         }
     }

@@ -130,6 +130,6 @@ mod tests {
         let f = fusion(&cfg);
         assert_eq!(f.method, toolgraph_rag::FusionMethod::Dbsf);
         assert_eq!((f.k, f.bm25_weight, f.dense_weight), (20.0, 0.5, 1.0));
-        assert_eq!(fusion(&Config::default()).method, toolgraph_rag::FusionMethod::Rrf);
+        assert_eq!(fusion(&Config::default()).method, toolgraph_rag::FusionMethod::Dbsf);
     }
 }

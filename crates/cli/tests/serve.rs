@@ -268,6 +268,7 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
         .unwrap_or_else(|| panic!("no pending event: {text}"));
     assert_eq!(pending["toolName"], "send_sms");
     assert_eq!(pending["arguments"], sms);
+    assert_eq!(pending["description"], "Send an SMS to +34600000000: Mañana no hay clase", "the example's describe");
     assert!(calls.lock().unwrap().is_empty(), "the write ran before approval");
 
     let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": 1,

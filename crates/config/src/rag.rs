@@ -44,7 +44,7 @@ pub struct RagSettings {
     /// Hybrid search: how the keyword and dense lists are combined: `rrf` (reciprocal-rank
     /// fusion: ranks, `fusion_k` and the weights) or `dbsf` (distribution-based score fusion:
     /// each list's scores mapped from mean ± 3σ onto [0, 1], weighted and summed). Default:
-    /// `rrf`. Env: `TOOLGRAPH_RAG_FUSION`.
+    /// `dbsf` (better on every evaluation set, docs/retrieval.md). Env: `TOOLGRAPH_RAG_FUSION`.
     pub fusion: FusionMethod,
     /// Hybrid search: the RRF rank constant. Default 60.
     pub fusion_k: f32,
@@ -94,7 +94,7 @@ impl Default for RagSettings {
             embedding_passage_prefix: String::new(),
             second_embedding: SecondEmbedding::None,
             second_embedding_languages: vec!["en".into()],
-            fusion: FusionMethod::Rrf,
+            fusion: FusionMethod::Dbsf,
             fusion_k: 60.0,
             bm25_weight: 1.0,
             dense_weight: 1.0,

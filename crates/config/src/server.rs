@@ -95,6 +95,11 @@ pub struct BackendToolSettings {
     pub description: String,
     /// JSON Schema (an object schema) of the arguments the model supplies.
     pub parameters: serde_json::Value,
+    /// The action as the person approving it reads it, filled from the arguments: `{name}`
+    /// (a list of strings joined by ", ") and `{#name}` (how many items), e.g. `"Send an SMS to
+    /// {#recipients} recipients: {message}"`. Default: the tool's name and its arguments as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub describe: Option<String>,
 }
 
 impl Default for ServerSettings {

@@ -341,21 +341,6 @@ fn resolve(text: &str, strings: &Map<String, Value>) -> String {
     }
 }
 
-/// A `describe` template filled from the arguments: `{param}` becomes its value (strings
-/// without quotes).
-pub(crate) fn fill(template: &str, arguments: &Value) -> String {
-    let mut out = template.to_owned();
-    for name in manifest::placeholders(template) {
-        let value = match arguments.get(name) {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => v.to_string(),
-            None => String::new(),
-        };
-        out = out.replace(&format!("{{{name}}}"), &value);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +357,7 @@ mod tests {
     #[test]
     fn describe_templates_take_the_arguments() {
         let args = json!({"to": "+34600", "count": 3});
+        let fill = toolgraph_tools::describe::fill_describe;
         assert_eq!(fill("Send {count} SMS to {to}", &args), "Send 3 SMS to +34600");
     }
 }

@@ -352,7 +352,7 @@ impl Manifest {
             }
         }
         if let Some(template) = &self.describe {
-            for placeholder in placeholders(template) {
+            for placeholder in toolgraph_tools::describe::placeholders(template) {
                 if !self.parameters.contains_key(placeholder) {
                     return Err(fail("describe", format!("{{{placeholder}}} is not a parameter")));
                 }

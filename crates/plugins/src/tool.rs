@@ -69,7 +69,7 @@ impl<R: Runner> Tool for PluginTool<R> {
 
     fn describe(&self, arguments: &Value) -> String {
         match &self.common.describe {
-            Some(template) => crate::fill(template, arguments),
+            Some(template) => toolgraph_tools::describe::fill_describe(template, arguments),
             None => format!("Run {} with {}", self.common.spec.name, arguments),
         }
     }

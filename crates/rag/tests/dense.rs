@@ -22,6 +22,11 @@ struct Server {
     _rt: tokio::runtime::Runtime,
 }
 
+/// RRF fusion with the default k and weights.
+fn rrf() -> toolgraph_rag::Fusion {
+    toolgraph_rag::Fusion { method: toolgraph_rag::FusionMethod::Rrf, ..Default::default() }
+}
+
 fn server() -> Server {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let inner = rt.block_on(scripted_llm::ScriptedModelServer::start(Vec::new())).unwrap();
@@ -128,7 +133,8 @@ fn vectors_are_stored_at_ingest_and_search_embeds_only_the_query() {
     let kb = store.open("t", "notes").unwrap();
     assert_eq!(kb.manifest().embedding.as_ref().unwrap().model, "bow");
     let before = s.inner.embedding_requests().len();
-    let retriever = Retriever::new(Some(embedder(&s, "bow")), Default::default());
+    // RRF, whose fused score the test recomputes from the ranks (the default is DBSF).
+    let retriever = Retriever::new(Some(embedder(&s, "bow")), rrf());
     let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 3 };
     let hits = retriever.search(&kb, &req, Some(SearchMode::Dense)).unwrap();
     let requests = s.inner.embedding_requests();
@@ -334,7 +340,7 @@ fn a_knowledge_base_with_two_models_keeps_a_dense_list_per_model() {
     assert_eq!((built.model.as_str(), built.dimension), ("bow+trigrams", scripted_llm::EMBEDDING_DIM + 32));
     assert_eq!(built.parts.iter().map(|p| p.model.as_str()).collect::<Vec<_>>(), ["bow", "trigrams"]);
 
-    let retriever = Retriever::new(Some(both.clone()), Default::default());
+    let retriever = Retriever::new(Some(both.clone()), rrf());
     let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 5 };
     let hits = retriever.search(&kb, &req, None).unwrap();
     let top = &hits[0];

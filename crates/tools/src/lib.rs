@@ -43,6 +43,7 @@
 
 pub mod builtin;
 mod context;
+pub mod describe;
 mod outcome;
 mod registry;
 mod schema;

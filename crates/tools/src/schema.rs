@@ -31,6 +31,14 @@ pub enum SchemaError {
         /// The schema that was generated.
         schema: String,
     },
+    /// A describe template names an argument the tool does not have.
+    #[error("the describe text of tool '{tool}' uses {{{argument}}}, which is not one of its parameters")]
+    UnknownPlaceholder {
+        /// The tool.
+        tool: String,
+        /// The placeholder's argument name.
+        argument: String,
+    },
     /// An injected argument names no property of the arguments type.
     #[error("tool '{tool}' injects argument '{argument}', which its arguments type does not have")]
     UnknownInjected {

@@ -110,6 +110,8 @@ pub struct BackendWriteTool {
     spec: ToolSpec,
     schema: ArgumentSchema,
     backend: BackendConversationStore,
+    /// The approval text's template (`toolgraph_tools::describe`).
+    describe: Option<String>,
 }
 
 impl BackendWriteTool {
@@ -136,7 +138,22 @@ impl BackendWriteTool {
             injected: Vec::new(),
             display: ToolDisplay::default(),
         };
-        Ok(Self { spec, schema, backend })
+        Ok(Self { spec, schema, backend, describe: None })
+    }
+
+    /// The action text a person approves, from `template` (`toolgraph_tools::describe`).
+    ///
+    /// # Errors
+    /// A placeholder that names no parameter.
+    pub fn with_describe(mut self, template: &str) -> Result<Self, SchemaError> {
+        let properties = self.spec.parameters.get("properties").and_then(Value::as_object);
+        if let Some(unknown) =
+            toolgraph_tools::describe::placeholders(template).find(|p| !properties.is_some_and(|m| m.contains_key(*p)))
+        {
+            return Err(SchemaError::UnknownPlaceholder { tool: self.spec.name.clone(), argument: unknown.to_owned() });
+        }
+        self.describe = Some(template.to_owned());
+        Ok(self)
     }
 }
 
@@ -152,6 +169,13 @@ impl Tool for BackendWriteTool {
 
     fn timeout(&self) -> Duration {
         tool_limit(&self.backend)
+    }
+
+    fn describe(&self, arguments: &Value) -> String {
+        match &self.describe {
+            Some(template) => toolgraph_tools::describe::fill_describe(template, arguments),
+            None => format!("Run {} with {}", self.spec.name, arguments),
+        }
     }
 
     async fn invoke(&self, ctx: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
@@ -228,6 +252,14 @@ mod tests {
     async fn write_tools_need_an_object_schema_a_valid_name_and_a_tenant() {
         let store = backend().await;
         let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
+        let sms_schema = json!({"type": "object", "properties": {
+            "recipients": {"type": "array", "items": {"type": "string"}}, "message": {"type": "string"}}});
+        let sms = BackendWriteTool::new(store.clone(), "send_sms", "x", sms_schema).unwrap();
+        let sms = sms.with_describe("Send an SMS to {#recipients} parents: {message}").unwrap();
+        let args = json!({"recipients": ["Ana", "Luis", "Mai"], "message": "Mañana no hay clase"});
+        assert_eq!(sms.describe(&args), "Send an SMS to 3 parents: Mañana no hay clase");
+        let bad = BackendWriteTool::new(store.clone(), "send_sms", "x", schema.clone()).unwrap().with_describe("{to}");
+        assert!(bad.err().is_some_and(|e| e.to_string().contains("{to}")), "a placeholder that is no parameter");
         assert!(BackendWriteTool::new(store.clone(), "send sms", "x", schema.clone()).is_err(), "a space in the name");
         assert!(BackendWriteTool::new(store.clone(), "send_sms", "x", json!({"type": "string"})).is_err());
         let tool = Arc::new(BackendWriteTool::new(store, "send_sms", "Send an SMS.", schema).unwrap());
