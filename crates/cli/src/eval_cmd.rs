@@ -3,9 +3,12 @@
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use toolgraph_config::Config;
+use toolgraph_llm::{ChatModel, ToolDefinition};
 use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EmbeddingCache, EvalOptions, SearchMode, evaluate};
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +71,10 @@ pub struct RetrievalArgs {
 
 #[derive(Debug, serde::Deserialize)]
 struct ToolCase {
+    /// The agent whose prompt and tools the case runs with; default: `--agent`, else the
+    /// default agent.
+    #[serde(default)]
+    agent: Option<String>,
     lang: String,
     prompt: String,
     tool: Option<String>,
@@ -75,8 +82,16 @@ struct ToolCase {
     args: serde_json::Map<String, serde_json::Value>,
 }
 
+/// An agent as `eval tools` runs its cases: its system prompt, its tools' definitions, its model.
+struct EvalAgent {
+    prompt: String,
+    definitions: Vec<ToolDefinition>,
+    model: Arc<dyn ChatModel>,
+}
+
 #[derive(Debug, serde::Serialize)]
 struct ToolCaseResult {
+    agent: String,
     lang: String,
     prompt: String,
     expected: Option<String>,
@@ -97,20 +112,32 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", cases.display(), i + 1)))
         .collect::<anyhow::Result<_>>()?;
     let all = crate::agent::all_tools(cfg, None).await?;
-    let name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
+    let default_name = agent_name.unwrap_or_else(|| cfg.default_agent_name());
     let agents = cfg.effective_agents();
-    let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;
-    let tools = match &settings.tools {
-        None => all.clone(),
-        Some(names) => all.subset(names).context("the agent enables a tool that does not exist")?,
-    };
-    let definitions = toolgraph_agents::react::tool_definitions(&tools);
     let local = crate::agent::local_model(cfg).await?;
-    let model = toolgraph_agents::assembly::model(cfg, &settings, local.as_ref())?;
+    // Each agent the cases name, built once.
+    let mut built: BTreeMap<String, EvalAgent> = BTreeMap::new();
+    for name in cases.iter().map(|c| c.agent.clone().unwrap_or_else(|| default_name.clone())) {
+        if built.contains_key(&name) {
+            continue;
+        }
+        let settings = agents.get(&name).cloned().with_context(|| format!("no agent named '{name}'"))?;
+        let tools = match &settings.tools {
+            None => all.clone(),
+            Some(names) => {
+                all.subset(names).with_context(|| format!("agent '{name}' enables a tool that does not exist"))?
+            }
+        };
+        let definitions = toolgraph_agents::react::tool_definitions(&tools);
+        let model = toolgraph_agents::assembly::model(cfg, &settings, local.as_ref())?;
+        built.insert(name, EvalAgent { prompt: settings.system_prompt.clone(), definitions, model });
+    }
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {
+        let agent = case.agent.clone().unwrap_or_else(|| default_name.clone());
+        let Some(EvalAgent { prompt, definitions, model }) = built.get(&agent) else { continue };
         let request = ChatRequest {
-            messages: vec![Message::system(settings.system_prompt.clone()), Message::user(case.prompt.clone())],
+            messages: vec![Message::system(prompt.clone()), Message::user(case.prompt.clone())],
             tools: definitions.clone(),
             tool_choice: None,
             response_format: None,
@@ -134,6 +161,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
             got.contains(&want.as_str().map_or_else(|| want.to_string(), str::to_owned).to_lowercase())
         });
         results.push(ToolCaseResult {
+            agent,
             lang: case.lang,
             prompt: case.prompt,
             expected: case.tool,
@@ -144,14 +172,31 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
             seconds: started.elapsed().as_secs_f64(),
         });
     }
-    let n = results.len().max(1) as f64;
-    let accuracy = results.iter().filter(|r| r.right).count() as f64 / n;
-    let tool_accuracy = results.iter().filter(|r| r.right_tool).count() as f64 / n;
+    let score = |of: &[&ToolCaseResult]| {
+        let n = of.len().max(1) as f64;
+        let right = of.iter().filter(|r| r.right).count() as f64 / n;
+        (right, of.iter().filter(|r| r.right_tool).count() as f64 / n)
+    };
+    let everything: Vec<&ToolCaseResult> = results.iter().collect();
+    let (accuracy, tool_accuracy) = score(&everything);
+    let per_agent: BTreeMap<&str, Vec<&ToolCaseResult>> = results.iter().fold(BTreeMap::new(), |mut m, r| {
+        m.entry(r.agent.as_str()).or_insert_with(Vec::new).push(r);
+        m
+    });
+    let model_ids: Vec<&str> = built.values().map(|a| a.model.model_id()).collect();
+    let model_id = model_ids.first().copied().unwrap_or("none");
     if json {
+        let agents: serde_json::Map<String, serde_json::Value> = per_agent
+            .iter()
+            .map(|(name, of)| {
+                let (a, t) = score(of);
+                ((*name).to_owned(), serde_json::json!({"cases": of.len(), "accuracy": a, "tool_accuracy": t}))
+            })
+            .collect();
         println!(
             "{}",
-            serde_json::json!({"model": model.model_id(), "cases": results.len(), "accuracy": accuracy,
-                               "tool_accuracy": tool_accuracy, "results": results})
+            serde_json::json!({"model": model_id, "cases": results.len(), "accuracy": accuracy,
+                               "tool_accuracy": tool_accuracy, "agents": agents, "results": results})
         );
     } else {
         for r in &results {
@@ -172,9 +217,15 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
             let of: Vec<&ToolCaseResult> = results.iter().filter(|r| r.lang == lang).collect();
             println!("{lang}: {}/{} right", of.iter().filter(|r| r.right).count(), of.len());
         }
+        if per_agent.len() > 1 {
+            for (name, of) in &per_agent {
+                let (a, t) = score(of);
+                println!("agent {name}: {:.0}% right, {:.0}% right tool ({} cases)", a * 100.0, t * 100.0, of.len());
+            }
+        }
         println!(
             "{}: {:.0}% right tool and arguments, {:.0}% right tool ({} cases)",
-            model.model_id(),
+            model_id,
             accuracy * 100.0,
             tool_accuracy * 100.0,
             results.len()

@@ -371,6 +371,71 @@ async fn eval_tools_scores_tool_choice_and_arguments() {
     assert!(offered.contains(&"rag_search".to_owned()) && offered.contains(&"calculator".to_owned()), "{offered:?}");
 }
 
+/// `eval tools` with cases for two agents: each case runs with its agent's prompt and tools,
+/// and the report scores each agent apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_tools_runs_each_case_with_its_agent_and_reports_per_agent() {
+    use scripted_llm::{Reply, ScriptedModelServer};
+    let server = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "calculator", serde_json::json!({"expression": "1234 * 5678"}))]),
+        Reply::tool_calls(&[("c2", "rag_search", serde_json::json!({"query": "docker"}))]),
+        Reply::text("¡Hola!"),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(
+        &config,
+        "default_agent = \"tutor\"\n[agents.calc]\nsystem_prompt = \"You compute.\"\ntools = [\"calculator\"]\n\
+         [agents.tutor]\nsystem_prompt = \"You tutor.\"\ntools = [\"rag_search\"]\n",
+    )
+    .unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"agent\":\"calc\",\"lang\":\"en\",\"prompt\":\"1234*5678?\",\"tool\":\"calculator\",\"args\":{\"expression\":\"1234\"}}\n\
+         {\"lang\":\"es\",\"prompt\":\"¿Cuándo es el examen?\",\"tool\":\"rag_search\",\"args\":{\"query\":\"examen\"}}\n\
+         {\"agent\":\"tutor\",\"lang\":\"es\",\"prompt\":\"¡Hola!\",\"tool\":null}\n",
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking({
+        let (base, cases, config, d) = (server.base_url(), cases.clone(), config.clone(), dir.path().to_owned());
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+                .args(["eval", "tools", "--json", "--cases"])
+                .arg(&cases)
+                .arg("--config")
+                .arg(&config)
+                .arg("--data-dir")
+                .arg(&d)
+                .env("TOOLGRAPH_LLM_BASE_URL", base)
+                .env("TOOLGRAPH_LLM_MODEL", "scripted")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["agents"]["calc"], serde_json::json!({"cases": 1, "accuracy": 1.0, "tool_accuracy": 1.0}), "{v}");
+    assert_eq!(v["agents"]["tutor"], serde_json::json!({"cases": 2, "accuracy": 0.5, "tool_accuracy": 1.0}), "{v}");
+    assert_eq!(v["results"][1]["agent"], "tutor", "a case without an agent runs with the default one");
+    let requests = server.requests();
+    let offered = |i: usize| -> Vec<String> {
+        requests[i]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!((offered(0), offered(1)), (vec!["calculator".to_owned()], vec!["rag_search".to_owned()]));
+    assert_eq!(requests[0]["messages"][0]["content"], "You compute.");
+    assert_eq!(requests[1]["messages"][0]["content"], "You tutor.");
+}
+
 /// `rag.embedding = "openai"`: ingest and hybrid search through an OpenAI-compatible
 /// `/v1/embeddings` server over HTTP (the blocking client is built off the async runtime).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
