@@ -240,7 +240,7 @@ impl ChatModel for OpenAiChatModel {
                     }
                 };
                 let mut events = resp.bytes_stream().eventsource();
-                let mut parser = ChunkParser::new(this.endpoint.clone());
+                let mut parser = ChunkParser::new(this.endpoint.clone()).redacting(this.config.api_key.clone());
                 let mut yielded = false;
                 let end = loop {
                     let limit = if yielded || parser.saw_data { this.config.idle_timeout } else { this.config.first_byte_timeout };
@@ -368,11 +368,18 @@ struct ChunkParser {
     usage: Option<Usage>,
     /// Any chunk arrived (even one with nothing for the caller, like a role-only delta).
     saw_data: bool,
+    /// The API key, kept out of the errors a chunk's text goes into.
+    secret: Option<String>,
 }
 
 impl ChunkParser {
     fn new(endpoint: String) -> Self {
-        Self { endpoint, calls: ToolCallAssembler::new(), finish: None, usage: None, saw_data: false }
+        Self { endpoint, calls: ToolCallAssembler::new(), finish: None, usage: None, saw_data: false, secret: None }
+    }
+
+    fn redacting(mut self, secret: Option<String>) -> Self {
+        self.secret = secret;
+        self
     }
 
     fn feed(&mut self, data: &str) -> Result<Step, LlmError> {
@@ -386,12 +393,13 @@ impl ChunkParser {
         }
         let chunk: StreamChunk = serde_json::from_str(data).map_err(|e| LlmError::Malformed {
             endpoint: self.endpoint.clone(),
-            detail: format!("{e} in chunk {}", truncate(data, 200)),
+            detail: format!("{e} in chunk {}", truncate(&redact(data, self.secret.as_deref()), 200)),
         })?;
         if let Some(err) = chunk.error {
+            let message = err.message.unwrap_or_else(|| "no message".into());
             return Err(LlmError::Provider {
                 endpoint: self.endpoint.clone(),
-                message: err.message.unwrap_or_else(|| "no message".into()),
+                message: redact(&message, self.secret.as_deref()),
             });
         }
         let mut out = Vec::new();
@@ -465,6 +473,17 @@ mod chunk_props {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_key_never_reaches_an_error(prefix in ".{0,20}") {
+            let key = "sk-test-0123456789";
+            let mut p = ChunkParser::new("test".into()).redacting(Some(key.into()));
+            let quoted = json!({"error": {"message": format!("{prefix}bad key {key}")}}).to_string();
+            let Err(e) = p.feed(&quoted) else { panic!("an in-stream error is an error") };
+            prop_assert!(!e.to_string().contains(key), "{}", e);
+            let Err(e) = p.feed(&format!("{{not json {key}")) else { panic!("malformed") };
+            prop_assert!(!e.to_string().contains(key), "{}", e);
+        }
 
         #[test]
         fn any_payload_is_judged(data in prop::collection::vec(".{0,80}", 1..6)) {
