@@ -71,6 +71,56 @@ async fn a_rejected_write_never_runs_and_gets_the_cancellation_text() {
     assert_eq!(server.request_count(), 1, "no model call after the rejection");
 }
 
+/// A pause whose decision was recorded but never applied (the process died right after):
+/// `chat --continue` applies it — the note is written once — before the next message, instead
+/// of refusing every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_pause_left_by_a_dead_process_is_applied_on_continue() {
+    use toolgraph_graph::{CheckpointRecord, Checkpointer, RecordKind, SqliteCheckpointer, ThreadId};
+    let server = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Docker", "body": "Volumes persist data."}))]),
+        Reply::text("Saved your note about Docker."),
+        Reply::text("You saved a note titled Docker."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    // The input ends at the approval question: the thread stays paused, undecided.
+    let out = tokio::task::block_in_place(|| chat(&server, &data, &[], "Save a note about Docker volumes\n"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!data.join("notes/docker.md").exists());
+
+    // The approval is recorded, as a process that died right after recording it leaves it.
+    let last = std::fs::read_dir(data.join("chat")).unwrap().next().unwrap().unwrap().path();
+    let thread = ThreadId::new("cli", std::fs::read_to_string(&last).unwrap().trim());
+    let store = SqliteCheckpointer::open(&data.join("toolgraph.db")).await.unwrap();
+    let records = store.load(&thread, None).await.unwrap();
+    let pause = records.last().unwrap().clone();
+    assert_eq!(pause.kind, RecordKind::Interrupt);
+    let decision = CheckpointRecord {
+        seq: pause.seq + 1,
+        run_id: "decided-then-died".into(),
+        kind: RecordKind::Decision,
+        node: None,
+        updates: Vec::new(),
+        interrupts: Vec::new(),
+        decisions: pause.interrupts.iter().map(|i| (i.id.clone(), toolgraph_graph::Decision::Approve)).collect(),
+        reason: None,
+        ..pause
+    };
+    store.append(&thread, &decision).await.unwrap();
+    store.database().close().await;
+
+    let out = tokio::task::block_in_place(|| chat(&server, &data, &["--continue"], "What did I save?\n"));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(data.join("notes/docker.md").exists(), "the recorded approval was applied: {stderr}");
+    assert!(stdout.contains("Saved your note about Docker."), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("You saved a note titled Docker."), "the next message ran: {stdout}\n{stderr}");
+    assert_eq!(server.request_count(), 3);
+}
+
 #[test]
 fn chat_without_a_model_endpoint_says_how_to_configure_one() {
     let dir = tempfile::tempdir().unwrap();
