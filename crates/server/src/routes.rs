@@ -40,6 +40,8 @@ pub fn api_router(state: AppState) -> Router {
         .route("/ready", get(ready))
         .route("/api/chatbot/runs/{run_id}/events", get(run_events))
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
+        .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
+        .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
         .merge(working)
@@ -235,6 +237,23 @@ async fn delete_conversation(
 ) -> Result<StatusCode, ApiError> {
     app.chat().delete_conversation(owner.tenant_id, owner.user_id, id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn checkpoints(
+    State(app): State<AppState>,
+    Path(id): Path<i64>,
+    Query(owner): Query<Owner>,
+) -> Result<Response, ApiError> {
+    let list = app.chat().checkpoints(owner.tenant_id, owner.user_id, id).await?;
+    Ok(axum::Json(json!({ "conversationId": id, "checkpoints": list })).into_response())
+}
+
+async fn checkpoint(
+    State(app): State<AppState>,
+    Path((id, seq)): Path<(i64, u64)>,
+    Query(owner): Query<Owner>,
+) -> Result<Response, ApiError> {
+    Ok(axum::Json(app.chat().checkpoint(owner.tenant_id, owner.user_id, id, seq).await?).into_response())
 }
 
 #[derive(Deserialize)]

@@ -21,7 +21,9 @@ use tokio_util::task::TaskTracker;
 use toolgraph_agents::react::{AgentDeps, AgentState, user_turn};
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{ConversationStore, ConversationThread, Decided, PendingLookup, TurnClaim};
-use toolgraph_graph::{Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions};
+use toolgraph_graph::{
+    CheckpointMeta, Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions,
+};
 
 /// One agent the service can run.
 pub struct ServedAgent {
@@ -406,6 +408,54 @@ impl ChatService {
     /// The frame log of run `run_id` if `owner` (tenant, user) may read it.
     pub fn run_log(&self, run_id: &str, owner: (i64, i64)) -> Option<Arc<RunLog>> {
         self.0.runs.get(run_id, owner)
+    }
+
+    /// The checkpoints of a conversation of `tenant`/`user`, oldest first: what each step of
+    /// its runs recorded (for an inspector; docs/service.md).
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Internal` when the store fails.
+    pub async fn checkpoints(&self, tenant: i64, user: i64, id: i64) -> Result<Vec<CheckpointMeta>, ChatError> {
+        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+        agent.graph.history(&thread).await.map_err(internal)
+    }
+
+    /// The state of a conversation of `tenant`/`user` as checkpoint `seq` left it: the agent's
+    /// state, the node that runs next, the pause's interrupts and decisions.
+    ///
+    /// # Errors
+    /// `NotFound` when the conversation is not theirs or has no such checkpoint; `Internal`.
+    pub async fn checkpoint(&self, tenant: i64, user: i64, id: i64, seq: u64) -> Result<Value, ChatError> {
+        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+        let head = match agent.graph.state_at(&thread, seq).await {
+            Ok(head) => head,
+            Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
+            Err(e) => return Err(internal(e)),
+        };
+        Ok(serde_json::json!({
+            "conversationId": id,
+            "seq": head.version,
+            "next": head.next,
+            "pending": head.pending,
+            "decisions": head.decisions,
+            "state": head.state,
+        }))
+    }
+
+    /// The served agent and checkpoint thread of a conversation of `tenant`/`user`.
+    async fn conversation_thread(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: i64,
+    ) -> Result<(&ServedAgent, toolgraph_graph::ThreadId), ChatError> {
+        let conv = self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
+        let agent = self
+            .0
+            .agents
+            .get(&conv.agent)
+            .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conv.agent)))?;
+        Ok((agent, ConversationThread { tenant, conversation: id }.thread_id()))
     }
 
     /// Deletes a conversation of `tenant`/`user` and its checkpoints.

@@ -157,6 +157,12 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
             ),
         ),
         "run events" => (Method::GET, format!("/api/chatbot/runs/{}/events?{ids}", o.run), None),
+        "checkpoints" => {
+            (Method::GET, format!("/api/chatbot/conversations/{}/checkpoints?{ids}", o.conversation), None)
+        }
+        "checkpoint state" => {
+            (Method::GET, format!("/api/chatbot/conversations/{}/checkpoints/1?{ids}", o.conversation), None)
+        }
         "delete conversation" => (Method::DELETE, format!("/api/chatbot/conversations/{}?{ids}", o.conversation), None),
         "delete user" => (Method::DELETE, format!("/api/chatbot/users/{OWNER_USER}?tenantId={}", c.tenant), None),
         "delete tenant" => (Method::DELETE, format!("/api/chatbot/tenants/{OWNER_TENANT}"), None),
@@ -165,19 +171,28 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 6] = ["stream", "confirm", "run events", "delete conversation", "delete user", "delete tenant"];
+const ENDPOINTS: [&str; 8] = [
+    "stream",
+    "confirm",
+    "run events",
+    "checkpoints",
+    "checkpoint state",
+    "delete conversation",
+    "delete user",
+    "delete tenant",
+];
 
 /// The callers each mode is tried with, and what each endpoint must answer them (`None`: not
 /// tried — the mode trusts the caller's word for it by design).
-fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 6])> {
+fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 8])> {
     let base = Caller { label: "", slug: "demo", tenant: OWNER_TENANT, user: 102, key: None, signed: false };
     // Another user of the owner's tenant, another tenant naming its own id.
     let other_user = Caller { label: "another user", ..base };
     let other_tenant = Caller { label: "another tenant", slug: "acme", tenant: 8, user: OWNER_USER, ..base };
     // Deleting a user's or a tenant's data is the tenant's own admin call: the owner's tenant
     // may; another tenant naming its own id deletes nothing of the owner's (200, 0 deleted).
-    let scoped = [Some(404), Some(404), Some(404), Some(404), None, None];
-    let other = [Some(404), Some(404), Some(404), Some(404), Some(200), None];
+    let scoped = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), None, None];
+    let other = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), None];
     match mode {
         Mode::None => vec![(other_user, scoped), (other_tenant, other)],
         Mode::ApiKey => {
@@ -193,16 +208,19 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 6])> {
             let no_key = Caller { label: "the owner's ids, no key", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
             vec![
                 (k(other_user, "demo-key"), scoped),
-                (k(other_tenant, "acme-key"), [Some(404), Some(404), Some(404), Some(404), Some(200), Some(403)]),
-                (claims, [Some(403); 6]),
-                (no_key, [Some(401); 6]),
+                (
+                    k(other_tenant, "acme-key"),
+                    [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), Some(403)],
+                ),
+                (claims, [Some(403); 8]),
+                (no_key, [Some(401); 8]),
             ]
         }
         Mode::Hmac => {
             let s = |c: Caller| Caller { signed: true, ..c };
             let unsigned =
                 Caller { label: "the owner's ids, unsigned", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
-            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 6])]
+            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 8])]
         }
     }
 }
@@ -210,7 +228,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 6])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | confirm | run events | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | confirm | run events | checkpoints | checkpoint state | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
@@ -253,6 +271,23 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
         assert_eq!(pending.decision, None, "{mode:?}: nobody decided it");
         let events = attempt(&base, "run events", &owner, &owned).await;
         assert_eq!(events, 200, "{mode:?}: the owner still reads the run");
+        // The owner reads the conversation's checkpoints and the state at the pause.
+        let ids = format!("tenantId={OWNER_TENANT}&userId={OWNER_USER}");
+        let list = format!("/api/chatbot/conversations/{}/checkpoints?{ids}", owned.conversation);
+        let (status, body) = send(&base, &owner, Method::GET, &list, None).await;
+        assert_eq!(status, 200, "{body}");
+        let list: Value = serde_json::from_str(&body).unwrap();
+        let kinds: Vec<&str> =
+            list["checkpoints"].as_array().unwrap().iter().filter_map(|c| c["kind"].as_str()).collect();
+        assert_eq!(kinds, ["input", "step", "interrupt"], "{mode:?}: {list}");
+        let at = format!("/api/chatbot/conversations/{}/checkpoints/3?{ids}", owned.conversation);
+        let (status, body) = send(&base, &owner, Method::GET, &at, None).await;
+        let state: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert_eq!((status, &state["next"]), (200, &json!("approved")), "{mode:?}: {body}");
+        assert_eq!(state["pending"][0]["payload"]["tool"], "send_sms", "{state}");
+        assert_eq!(state["state"]["messages"][0]["content"], "escribe a ana", "{state}");
+        let beyond = format!("/api/chatbot/conversations/{}/checkpoints/99?{ids}", owned.conversation);
+        assert_eq!(send(&base, &owner, Method::GET, &beyond, None).await.0, 404, "{mode:?}: no such checkpoint");
     }
     println!("{table}");
     assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
