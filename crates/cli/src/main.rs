@@ -12,6 +12,7 @@ mod eval_cmd;
 mod graph_cmd;
 mod guides_cmd;
 mod kb_cmd;
+mod limits;
 mod mcp_cmd;
 mod plugins_cmd;
 mod remote_chat;

@@ -147,6 +147,13 @@ async fn hostname() -> String {
 }
 
 pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    match crate::limits::raise_open_files() {
+        Some((before, after)) if after > before => {
+            tracing::info!(before, after, "raised the open-files limit (two sockets per open stream)")
+        }
+        Some((_, after)) => tracing::debug!(limit = after, "open-files limit"),
+        None => tracing::debug!("the open-files limit is the system's"),
+    }
     let backend = assembly::backend(cfg)?;
     let Stores { checkpointer, conversations: store, closer, name: store_name } =
         open_stores(cfg, backend.as_ref()).await?;

@@ -72,6 +72,43 @@ async fn serve_answers_a_turn_and_stops_cleanly_on_sigterm() {
     serve_round_trip(None).await;
 }
 
+/// Started with a low soft open-files limit (many systems start processes at 1,024), `serve`
+/// raises it to the hard limit: it holds two sockets per open stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_raises_its_soft_open_files_limit_to_the_hard_one() {
+    let limits = |pid: u32| -> (String, String) {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let line = text.lines().find(|l| l.starts_with("Max open files")).unwrap().to_owned();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields[3].to_owned(), fields[4].to_owned())
+    };
+    let (_, hard) = limits(std::process::id());
+    // `serve` goes at most to 2^20 (an unlimited hard limit cannot be a descriptor count).
+    let expected = hard.parse::<u64>().map_or(1 << 20, |h| h.min(1 << 20)).to_string();
+    assert!(expected.parse::<u64>().unwrap() > 256, "this test lowers the soft limit to 256 first");
+    let model = ScriptedModelServer::start(vec![]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = serve_command(dir.path(), &model, port);
+    let program = serve.get_program().to_owned();
+    let args: Vec<_> = serve.get_args().map(|a| a.to_owned()).collect();
+    // The same command line, started by a shell that lowered the soft limit first.
+    let mut shell = Command::new("bash");
+    shell.arg("-c").arg("ulimit -Sn 256 && exec \"$0\" \"$@\"").arg(program).args(args);
+    for (k, v) in serve.get_envs() {
+        match v {
+            Some(v) => shell.env(k, v),
+            None => shell.env_remove(k),
+        };
+    }
+    let mut child = shell.current_dir(dir.path()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_ready(&format!("http://127.0.0.1:{port}")).await;
+    let (soft, _) = limits(child.id());
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    child.wait().unwrap();
+    assert_eq!(soft, expected, "the soft limit was raised from 256");
+}
+
 /// `server.ops_bind`: `/health` and `/metrics` on their own address, not on the main one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_metrics_can_live_on_a_separate_address() {
