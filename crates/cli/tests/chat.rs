@@ -24,15 +24,20 @@ fn chat(server: &ScriptedModelServer, data: &std::path::Path, extra: &[&str], in
     child.wait_with_output().expect("the binary finishes")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chat_streams_asks_before_writing_and_continues_in_a_new_process() {
-    let server = ScriptedModelServer::start(vec![
+/// A model that asks to write a note about Docker, then confirms it, then recalls it.
+async fn docker_note_server() -> ScriptedModelServer {
+    ScriptedModelServer::start(vec![
         Reply::tool_calls(&[("n1", "note_write", json!({"title": "Docker", "body": "Volumes persist data."}))]),
         Reply::text("Saved your note about Docker."),
         Reply::text("You saved a note titled Docker."),
     ])
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_streams_asks_before_writing_and_continues_in_a_new_process() {
+    let server = docker_note_server().await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_path_buf();
 
@@ -77,13 +82,7 @@ async fn a_rejected_write_never_runs_and_gets_the_cancellation_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decided_pause_left_by_a_dead_process_is_applied_on_continue() {
     use toolgraph_graph::{CheckpointRecord, Checkpointer, RecordKind, SqliteCheckpointer, ThreadId};
-    let server = ScriptedModelServer::start(vec![
-        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Docker", "body": "Volumes persist data."}))]),
-        Reply::text("Saved your note about Docker."),
-        Reply::text("You saved a note titled Docker."),
-    ])
-    .await
-    .unwrap();
+    let server = docker_note_server().await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_path_buf();
     // The input ends at the approval question: the thread stays paused, undecided.

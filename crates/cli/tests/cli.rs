@@ -321,6 +321,25 @@ fn eval_retrieval_prints_the_metrics_as_json() {
 
 /// `eval tools` against a scripted model over HTTP: a right call, a call with the wrong
 /// arguments and a right "no tool" give 2 of 3, and the request offers the agent's tools.
+/// `toolgraph eval tools --json` on `cases` against the scripted `server` (with `config`, if
+/// given); its report.
+async fn eval_tools_json(
+    server: &scripted_llm::ScriptedModelServer,
+    cases: &std::path::Path,
+    data: &std::path::Path,
+    config: Option<&std::path::Path>,
+) -> Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+    cmd.args(["eval", "tools", "--json", "--cases"]).arg(cases).arg("--data-dir").arg(data);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.env("TOOLGRAPH_LLM_BASE_URL", server.base_url()).env("TOOLGRAPH_LLM_MODEL", "scripted");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(stdout(&out).trim()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_tools_scores_tool_choice_and_arguments() {
     use scripted_llm::{Reply, ScriptedModelServer};
@@ -340,24 +359,7 @@ async fn eval_tools_scores_tool_choice_and_arguments() {
          {\"lang\":\"es\",\"prompt\":\"¡Hola!\",\"tool\":null}\n",
     )
     .unwrap();
-    let out = tokio::task::spawn_blocking({
-        let (base, cases, d) = (server.base_url(), cases.clone(), dir.path().to_owned());
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-                .args(["eval", "tools", "--json", "--cases"])
-                .arg(&cases)
-                .arg("--data-dir")
-                .arg(&d)
-                .env("TOOLGRAPH_LLM_BASE_URL", base)
-                .env("TOOLGRAPH_LLM_MODEL", "scripted")
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let v = eval_tools_json(&server, &cases, dir.path(), None).await;
     assert_eq!(v["cases"], 3);
     assert!((v["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{v}");
     assert_eq!(v["tool_accuracy"], 1.0, "{v}");
@@ -399,26 +401,7 @@ async fn eval_tools_runs_each_case_with_its_agent_and_reports_per_agent() {
          {\"agent\":\"tutor\",\"lang\":\"es\",\"prompt\":\"¡Hola!\",\"tool\":null}\n",
     )
     .unwrap();
-    let out = tokio::task::spawn_blocking({
-        let (base, cases, config, d) = (server.base_url(), cases.clone(), config.clone(), dir.path().to_owned());
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-                .args(["eval", "tools", "--json", "--cases"])
-                .arg(&cases)
-                .arg("--config")
-                .arg(&config)
-                .arg("--data-dir")
-                .arg(&d)
-                .env("TOOLGRAPH_LLM_BASE_URL", base)
-                .env("TOOLGRAPH_LLM_MODEL", "scripted")
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let v = eval_tools_json(&server, &cases, dir.path(), Some(&config)).await;
     assert_eq!(v["agents"]["calc"], serde_json::json!({"cases": 1, "accuracy": 1.0, "tool_accuracy": 1.0}), "{v}");
     assert_eq!(v["agents"]["tutor"], serde_json::json!({"cases": 2, "accuracy": 0.5, "tool_accuracy": 1.0}), "{v}");
     assert_eq!(v["results"][1]["agent"], "tutor", "a case without an agent runs with the default one");

@@ -147,17 +147,7 @@ fn events(body: &str) -> Vec<(String, Value)> {
 }
 
 async fn turn(base: &str, conversation: Option<i64>, message: &str) -> Vec<(String, Value)> {
-    let body =
-        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/api/chatbot/stream"))
-        .header("X-Tenant-Slug", "demo")
-        .json(&body)
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .unwrap();
-    events(&resp.text().await.unwrap())
+    events(&common::turn(base, conversation, message).await)
 }
 
 async fn confirm(base: &str, conversation: i64, message: i64) -> (u16, Value) {

@@ -4,10 +4,9 @@
 //! secret), and every byte printed or answered is searched for them.
 
 mod common;
-use common::{free_port, serve_command, wait_ready};
+use common::{free_port, serve_command, turn, wait_ready};
 
 use scripted_llm::{Reply, ScriptedModelServer};
-use serde_json::json;
 use std::process::{Command, Stdio};
 
 const LLM_KEY: &str = "sk-live-LLMKEY-0f1e2d3c4b5a";
@@ -46,15 +45,7 @@ async fn a_turn_failing_on_the_models_key_logs_and_answers_no_secret() {
     wait_ready(&base).await;
     let mut answers = String::new();
     for _ in 0..2 {
-        let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null, "message": "hola"});
-        let resp = reqwest::Client::new()
-            .post(format!("{base}/api/chatbot/stream"))
-            .header("X-Tenant-Slug", "demo")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        answers.push_str(&resp.text().await.unwrap());
+        answers.push_str(&turn(&base, None, "hola").await);
     }
     answers.push_str(&reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap());
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();

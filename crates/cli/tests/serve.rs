@@ -1,7 +1,7 @@
 //! `toolgraph serve` as a real process: ready, a turn over HTTP, SIGTERM, clean exit.
 
 mod common;
-use common::{free_port, serve_command, wait_ready, wait_ready_within};
+use common::{free_port, serve_command, turn, wait_ready, wait_ready_within};
 
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::json;
@@ -53,18 +53,6 @@ async fn serve_with_backend(
 /// The whole SSE body of a first turn for tenant `demo`, user 1.
 async fn new_turn(base: &str, message: &str) -> String {
     turn(base, None, message).await
-}
-
-/// The whole SSE body of a turn for tenant `demo`, user 1, in `conversation` (a new one: `None`).
-async fn turn(base: &str, conversation: Option<i64>, message: &str) -> String {
-    let body =
-        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
-    let response = reqwest::Client::new()
-        .post(format!("{base}/api/chatbot/stream"))
-        .header("X-Tenant-Slug", "demo")
-        .json(&body)
-        .send();
-    response.await.unwrap().text().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -498,9 +498,9 @@ impl ChatService {
         Ok(())
     }
 
-    /// Releases `conversation` from run `run_id` now, or (the store is down) as soon as the
-    /// store is back.
-    async fn release(&self, conversation: i64, run_id: &str) {
+    /// Releases `conversation` from run `run_id` now, or — the store is down — as soon as the
+    /// store is back, rather than when the lease runs out.
+    pub(crate) async fn release(&self, conversation: i64, run_id: &str) {
         if let Err(e) = self.0.store.end_turn(conversation, run_id).await {
             tracing::warn!(conversation, error = %e, "cannot release the conversation; retrying in the background");
             self.release_later(conversation, run_id.to_owned(), self.0.options.turn_lease);
@@ -510,7 +510,7 @@ impl ChatService {
     /// Releases `conversation` from run `run_id` once the store lets it: retried every 500 ms
     /// for at most `lease` (by then the lease has run out and anyone may take it anyway), or
     /// until the service shuts down.
-    pub(crate) fn release_later(&self, conversation: i64, run_id: String, lease: Duration) {
+    fn release_later(&self, conversation: i64, run_id: String, lease: Duration) {
         let (store, shutdown) = (Arc::clone(&self.0.store), self.0.shutdown.clone());
         self.0.tasks.spawn(async move {
             let deadline = tokio::time::Instant::now() + lease;

@@ -190,12 +190,7 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     }
     // Released before the last frame goes out: a client that confirms as soon as it sees
     // `done` must find the conversation free.
-    if let Err(e) = store.end_turn(turn.conversation, turn.run_id()).await {
-        // The store is down: keep trying, so the conversation is free as soon as it is back
-        // rather than when the lease runs out.
-        tracing::error!(error = %e, "cannot release the conversation; retrying in the background");
-        service.release_later(turn.conversation, turn.run_id().to_owned(), lease);
-    }
+    service.release(turn.conversation, turn.run_id()).await;
     match (&result.error, &result.reply, result.pending.first()) {
         (Some(message), _, _) => {
             tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, %message, "turn ended with an error frame");

@@ -44,3 +44,15 @@ pub async fn wait_ready_within(base: &str, limit: Duration) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The whole SSE body of a turn for tenant `demo`, user 1, in `conversation` (a new one: `None`).
+pub async fn turn(base: &str, conversation: Option<i64>, message: &str) -> String {
+    let body = serde_json::json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&body)
+        .timeout(Duration::from_secs(60))
+        .send();
+    response.await.unwrap().text().await.unwrap()
+}
