@@ -7,7 +7,7 @@ use crate::course::guides::GuideStore;
 use crate::course::test_gen::{Grounding, TestGenerator};
 use crate::react::{self, AgentDeps, AgentSpec, AgentState, PromptContext};
 use std::sync::Arc;
-use toolgraph_config::{AgentSettings, Config, StoreKind};
+use toolgraph_config::{AgentGraph, AgentSettings, Config, StoreKind};
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_graph::{Checkpointer, CompiledGraph};
 use toolgraph_llm::{ChatModel, OpenAiChatModel};
@@ -94,9 +94,27 @@ pub async fn all_tools(
     ))?;
     if let Some(course) = &cfg.tools.course {
         all.register(crate::course::guia::get_guia_tool(Arc::new(guide_store(cfg).await?), tenant.clone()))?;
-        let grounding = Grounding { store: kb, retriever, kb: default_kb };
-        let generator = TestGenerator::new(model, course.backend_url.clone(), tenant).grounded_in(grounding);
+        let grounding = Grounding { store: Arc::clone(&kb), retriever: retriever.clone(), kb: default_kb };
+        let generator =
+            TestGenerator::new(model.clone(), course.backend_url.clone(), tenant.clone()).grounded_in(grounding);
         all.register(crate::course::test_gen::generate_test_tool(generator))?;
+    }
+    if let Some(legal) = &cfg.tools.legal {
+        let library = crate::legal::LawLibrary {
+            store: Arc::clone(&kb),
+            retriever: retriever.clone(),
+            kb: legal.kb.clone(),
+            default_tenant: tenant.clone(),
+            url_template: legal.url.clone(),
+        };
+        all.register(crate::legal::tools::retrieve_laws_tool(library))?;
+        all.register(crate::legal::tools::generate_answer_tool(crate::legal::AnswerWriter { model: model.clone() }))?;
+        all.register(crate::legal::tools::format_citation_tool())?;
+    }
+    if let Some(crisis) = &cfg.tools.crisis {
+        let finder = crate::crisis::ResourceFinder::from_settings(crisis, model.clone())
+            .map_err(AgentError::tool("tools.crisis"))?;
+        all.register(crate::crisis::find_local_crisis_resources_tool(Arc::new(finder)))?;
     }
     if let Some(db) = &cfg.tools.sql_database {
         all.register(crate::academy::sql::general_query(db).await?)?;
@@ -158,6 +176,20 @@ pub fn schema_prompt(cfg: &Config, backend: Option<&BackendConversationStore>) -
     Some(tenant_schema_prompt(backend.clone()))
 }
 
+/// An agent whose graph calls `needed` tools must have them: else an error naming what
+/// provides them.
+fn need_tools(agent: &str, tools: &ToolRegistry, needed: &[&str], provider: &str) -> Result<(), AgentError> {
+    match needed.iter().find(|n| tools.get(n).is_none()) {
+        None => Ok(()),
+        Some(missing) => Err(AgentError::Tool {
+            what: format!("agents.{agent}"),
+            message: format!(
+                "its graph calls `{missing}`: add {provider} to the configuration and the tool to its `tools`"
+            ),
+        }),
+    }
+}
+
 /// Builds agent `name` (or the default agent) over `store`, its tools out of `shared`.
 ///
 /// # Errors
@@ -194,6 +226,79 @@ pub fn build(
     if settings.cite_sources {
         spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
     }
-    let graph = react::build(spec, model(cfg, &settings, shared.local_model.as_ref())?, store)?;
+    let model = model(cfg, &settings, shared.local_model.as_ref())?;
+    let graph = match settings.graph {
+        AgentGraph::React => react::build(spec, model, store)?,
+        AgentGraph::LegalPipeline => {
+            need_tools(&name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;
+            crate::legal::pipeline::build(spec, model, store)?
+        }
+        AgentGraph::CrisisCompanion => {
+            need_tools(&name, &spec.tools, &[crate::crisis::TOOL_NAME], "[tools.crisis]")?;
+            crate::crisis::graph::build(spec, model, store)?
+        }
+    };
     Ok(Agent { name, settings, graph })
+}
+
+/// The topology of an agent on `kind` as a Mermaid flowchart (no model, tools or store needed).
+pub fn mermaid(kind: AgentGraph) -> String {
+    struct NeverCalled;
+    #[async_trait::async_trait]
+    impl ChatModel for NeverCalled {
+        async fn stream(
+            &self,
+            _r: toolgraph_llm::ChatRequest,
+        ) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
+            Err(toolgraph_llm::LlmError::InvalidRequest("this graph is only drawn, never run".into()))
+        }
+        fn model_id(&self) -> &str {
+            "none"
+        }
+    }
+    let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
+    let spec = AgentSpec::new("draw", "", ToolRegistry::new());
+    let model: Arc<dyn ChatModel> = Arc::new(NeverCalled);
+    let graph = match kind {
+        AgentGraph::React => react::build(spec, model, store),
+        AgentGraph::LegalPipeline => crate::legal::pipeline::build(spec, model, store),
+        AgentGraph::CrisisCompanion => crate::crisis::graph::build(spec, model, store),
+    };
+    match graph {
+        Ok(g) => g.to_mermaid(),
+        Err(e) => format!("%% the {} graph does not compile: {e}", kind.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_agent_graph_compiles_and_draws_its_nodes() {
+        assert!(mermaid(AgentGraph::React).contains("give_up"));
+        let legal = mermaid(AgentGraph::LegalPipeline);
+        for node in ["retrieve", "generate", "cite"] {
+            assert!(legal.contains(node), "{legal}");
+        }
+        let crisis = mermaid(AgentGraph::CrisisCompanion);
+        for node in ["crisis_gate", "crisis_response", "agent"] {
+            assert!(crisis.contains(node), "{crisis}");
+        }
+        assert!(!crisis.contains("does not compile") && !legal.contains("does not compile"));
+    }
+
+    #[test]
+    fn a_graph_whose_tools_are_not_enabled_is_refused_by_name() {
+        let text = "[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n\
+                    [agents.luat]\ngraph = \"legal_pipeline\"\ntools = []\n\
+                    [agents.care]\ngraph = \"crisis_companion\"\ntools = []\n";
+        let cfg = Config::from_toml_str(text).unwrap();
+        let shared = SharedParts { tools: ToolRegistry::new(), local_model: None, schema_prompt: None };
+        let store = || Arc::new(toolgraph_graph::MemoryCheckpointer::new());
+        let err = build(&cfg, Some("luat"), store(), &shared).err().unwrap().to_string();
+        assert!(err.contains("agents.luat") && err.contains("retrieve_laws") && err.contains("[tools.legal]"), "{err}");
+        let err = build(&cfg, Some("care"), store(), &shared).err().unwrap().to_string();
+        assert!(err.contains("find_local_crisis_resources") && err.contains("[tools.crisis]"), "{err}");
+    }
 }

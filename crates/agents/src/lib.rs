@@ -22,6 +22,8 @@ pub mod academy;
 pub mod assembly;
 pub mod conversation;
 pub mod course;
+pub mod crisis;
+pub mod legal;
 pub mod mcp;
 pub mod react;
 

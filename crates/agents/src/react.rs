@@ -223,6 +223,17 @@ pub struct AgentDeps {
 }
 
 impl AgentDeps {
+    /// The dependencies of an agent of `spec` on `model`.
+    pub(crate) fn new(spec: AgentSpec, model: Arc<dyn ChatModel>) -> Self {
+        let definitions = std::sync::RwLock::new((spec.tools.generation(), tool_definitions(&spec.tools)));
+        Self { model, spec, definitions }
+    }
+
+    /// The agent's model.
+    pub(crate) fn model(&self) -> &Arc<dyn ChatModel> {
+        &self.model
+    }
+
     /// The agent's settings.
     pub fn spec(&self) -> &AgentSpec {
         &self.spec
@@ -261,7 +272,7 @@ it has no answer. Please ask again.";
 /// an unanswered call. A turn whose process died, or that was cancelled, also ends with
 /// [`INTERRUPTED_REPLY`], so the history says what happened; a failed one's client was sent
 /// the error instead.
-fn recover(s: &AgentState, cause: StopCause) -> Option<AgentUpdate> {
+pub(crate) fn recover(s: &AgentState, cause: StopCause) -> Option<AgentUpdate> {
     let interrupted = ToolOutcome::Failure(ToolError::unavailable(INTERRUPTED_CALL));
     let mut messages: Vec<Message> = pending_calls(s).iter().map(|c| tool_message(c, &interrupted)).collect();
     if cause == StopCause::Died {
@@ -296,9 +307,8 @@ pub fn build(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, GraphBuildError> {
-    let definitions = std::sync::RwLock::new((spec.tools.generation(), tool_definitions(&spec.tools)));
     let max_retries = spec.max_tool_retries;
-    let deps = AgentDeps { model, spec, definitions };
+    let deps = AgentDeps::new(spec, model);
     let mut g = StateGraph::<AgentState, AgentDeps>::new();
     let [model, tools, approved, execute, give_up] =
         [ReactNode::Model, ReactNode::Tools, ReactNode::Approved, ReactNode::Execute, ReactNode::GiveUp]
@@ -345,21 +355,7 @@ pub fn build(
 
 /// The agent's topology as a Mermaid flowchart (no model or store needed).
 pub fn mermaid() -> String {
-    struct NeverCalled;
-    #[async_trait::async_trait]
-    impl ChatModel for NeverCalled {
-        async fn stream(&self, _r: ChatRequest) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
-            Err(toolgraph_llm::LlmError::InvalidRequest("this graph is only drawn, never run".into()))
-        }
-        fn model_id(&self) -> &str {
-            "none"
-        }
-    }
-    let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
-    match build(AgentSpec::new("draw", "", ToolRegistry::new()), Arc::new(NeverCalled), store) {
-        Ok(g) => g.to_mermaid(),
-        Err(e) => format!("%% the agent graph does not compile: {e}"),
-    }
+    crate::assembly::mermaid(toolgraph_config::AgentGraph::React)
 }
 
 /// Tool calls of the last assistant message that have no tool message yet.
@@ -462,14 +458,14 @@ fn turn_tool_outputs(history: &[Message]) -> Vec<&str> {
         .collect()
 }
 
-fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
+pub(crate) fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
     Message::tool(call.id.clone(), call.name.clone(), outcome.to_model_text())
 }
 
 /// Runs `call`; its tool sees the turn's context plus `toolCallId`, the model's id of the call
 /// (stable across a resumed run, so a tool with side effects can pass it on as an idempotency
 /// key).
-async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolCall) -> ToolOutcome {
+pub(crate) async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolCall) -> ToolOutcome {
     let tools = tools.clone().set("toolCallId", Value::String(call.id.clone()));
     let outcome = match ToolCallRequest::parse_arguments(&call.arguments) {
         Ok(args) => ctx.deps().spec.tools.call(&tools, &call.name, &args).await,
@@ -486,7 +482,7 @@ async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolC
 }
 
 /// The context of this turn's tool calls: the state's, then the agent's own values over it.
-fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
+pub(crate) fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
     let mut values = s.context.clone();
     values.extend(spec.tool_context.iter().map(|(k, v)| (k.clone(), v.clone())));
     ToolContext::with_state(values)

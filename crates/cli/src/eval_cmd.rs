@@ -19,6 +19,9 @@ pub enum EvalCommand {
     /// Tool-calling accuracy of the configured model: each case is a prompt with the tool it
     /// should call (or none) and substrings its arguments must contain (JSON lines:
     /// `{"lang", "prompt", "tool": name|null, "args": {key: substring}}`).
+    /// The legal Q&A agent's tools on the ALQAC questions: recall@k of the gold article, and
+    /// with a model, citation correctness and true/false and multiple-choice accuracy.
+    Legal(crate::eval_legal::LegalArgs),
     Tools {
         /// The cases, e.g. examples/eval/tool-cases.jsonl.
         #[arg(long, value_name = "FILE")]
@@ -248,6 +251,7 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
         json,
     } = match cmd {
         EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
+        EvalCommand::Legal(args) => return crate::eval_legal::run(args, cfg).await,
         EvalCommand::Retrieval(args) => args,
     };
     if max_words == 0 || overlap_words >= max_words {

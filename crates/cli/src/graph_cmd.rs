@@ -2,16 +2,29 @@
 
 use clap::Subcommand;
 use std::process::ExitCode;
+use toolgraph_config::Config;
 
 #[derive(Debug, Subcommand)]
 pub enum GraphCommand {
-    /// Print the prebuilt agent's graph as a Mermaid flowchart.
-    Show,
+    /// Print an agent's graph as a Mermaid flowchart (default: the default agent's).
+    Show {
+        /// The agent (`[agents.NAME]`).
+        #[arg(long)]
+        agent: Option<String>,
+    },
 }
 
-pub fn run(cmd: GraphCommand) -> ExitCode {
+pub fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
     match cmd {
-        GraphCommand::Show => print!("{}", toolgraph_agents::react::mermaid()),
+        GraphCommand::Show { agent } => {
+            let name = agent.unwrap_or_else(|| cfg.default_agent_name());
+            let agents = cfg.effective_agents();
+            let Some(settings) = agents.get(&name) else {
+                let known = agents.keys().cloned().collect::<Vec<_>>().join(", ");
+                anyhow::bail!("no agent named '{name}'; configured agents: {known}");
+            };
+            print!("{}", toolgraph_agents::assembly::mermaid(settings.graph));
+        }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

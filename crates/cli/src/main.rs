@@ -9,6 +9,7 @@ mod bench_cmd;
 mod chat_cmd;
 mod config_cmd;
 mod eval_cmd;
+mod eval_legal;
 mod graph_cmd;
 mod guides_cmd;
 mod kb_cmd;
@@ -121,7 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
         Command::Mcp => mcp_cmd::run(&cfg).await,
         Command::Guides(cmd) => guides_cmd::run(cmd, &cfg).await,
-        Command::Graph(cmd) => Ok(graph_cmd::run(cmd)),
+        Command::Graph(cmd) => graph_cmd::run(cmd, &cfg),
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Eval(cmd) => eval_cmd::run(cmd, &cfg).await,
         Command::Config(cmd) => config_cmd::run(cmd, &cfg),

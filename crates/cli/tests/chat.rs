@@ -142,4 +142,21 @@ fn graph_show_prints_the_agent_as_mermaid() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("flowchart TD"), "{text}");
     assert!(text.contains("tools == \"approval\" ==> approved"), "{text}");
+    // Another agent's graph, from the configuration.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/legal/toolgraph.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .arg("--config")
+        .arg(&example)
+        .args(["graph", "show", "--agent", "luat"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("retrieve") && text.contains("cite") && !text.contains("give_up"), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .arg("--config")
+        .arg(&example)
+        .args(["graph", "show", "--agent", "nope"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("luat_react"));
 }

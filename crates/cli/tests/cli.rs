@@ -520,3 +520,84 @@ fn guides_import_checks_every_file_first_and_is_idempotent() {
     let out = toolgraph(dir.path(), &["guides", "show", "fisica"]);
     assert!(!out.status.success() && stderr(&out).contains("no guide for subject 'fisica'"), "{}", stderr(&out));
 }
+
+/// `eval legal` on a small ALQAC-shaped set (two laws, four articles, a true/false and a
+/// multiple-choice question), its knowledge base ingested with the ALQAC mapping, the answers
+/// written by a scripted model over HTTP: recall, citation correctness and verdicts are scored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_legal_scores_retrieval_citations_and_verdicts() {
+    use scripted_llm::{Reply, ScriptedModelServer};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let laws = serde_json::json!([
+        {"id": "Luật Du lịch", "articles": [
+            {"id": "39", "text": "Hợp đồng lữ hành\nHợp đồng lữ hành phải được lập thành văn bản."},
+            {"id": "40", "text": "Quyền của khách du lịch\nKhách du lịch được lựa chọn dịch vụ du lịch."}]},
+        {"id": "Luật Điện ảnh", "articles": [
+            {"id": "45", "text": "Trách nhiệm quản lý nhà nước về điện ảnh\nChính phủ thống nhất quản lý nhà nước về điện ảnh."},
+            {"id": "46", "text": "Phổ biến phim\nPhim được phổ biến trên không gian mạng."}]}
+    ]);
+    std::fs::write(d.join("law.json"), laws.to_string()).unwrap();
+    std::fs::write(
+        d.join("queries.jsonl"),
+        "{\"_id\":\"DS-1\",\"text\":\"Hợp đồng lữ hành không cần lập thành văn bản, đúng hay sai?\",\"question_type\":\"Đúng/Sai\",\"choices\":null,\"answer\":\"Sai\"}\n\
+         {\"_id\":\"TN-1\",\"text\":\"Cơ quan nào thống nhất quản lý nhà nước về điện ảnh?\",\"question_type\":\"Trắc nghiệm\",\"choices\":{\"A\":\"Quốc hội\",\"B\":\"Chính phủ\"},\"answer\":\"B\"}\n",
+    )
+    .unwrap();
+    std::fs::create_dir(d.join("qrels")).unwrap();
+    std::fs::write(
+        d.join("qrels/test.tsv"),
+        "query-id\tcorpus-id\tscore\nDS-1\tLuật Du lịch#39\t1\nTN-1\tLuật Điện ảnh#45\t1\n",
+    )
+    .unwrap();
+    let mapping = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kb/alqac-mapping.toml");
+    let data = d.join("data");
+    let tg = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+        c.arg("--data-dir").arg(&data).args(args).env_remove("TOOLGRAPH_DATABASE_URL");
+        c
+    };
+    let out = tg(&["ingest", "--kb", "luat", "--keyword-only", "--mapping"])
+        .arg(&mapping)
+        .arg(d.join("law.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Retrieval only.
+    let out = tg(&["eval", "legal", "--no-model", "--json", "--top-k", "1", "--dataset"]).arg(d).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!((v["questions"].as_u64(), v["recall_at_k"].as_f64()), (Some(2), Some(1.0)), "{v}");
+    assert!(v.get("citation_correctness").is_none(), "no model, no citation figure: {v}");
+
+    // With a model: the scripted answers restate each gold article; one verdict is right.
+    let server = ScriptedModelServer::start(vec![
+        Reply::text("Sai. Hợp đồng lữ hành phải được lập thành văn bản."),
+        Reply::text("A. Chính phủ thống nhất quản lý nhà nước về điện ảnh."),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = tg(&["eval", "legal", "--json", "--dataset"]);
+    cmd.arg(d).env("TOOLGRAPH_LLM_BASE_URL", server.base_url()).env("TOOLGRAPH_LLM_MODEL", "scripted");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["cited_share"], 1.0, "{v}");
+    assert_eq!(v["citation_correctness"], 1.0, "{v}");
+    assert_eq!(v["verdict_accuracy"]["Đúng/Sai"], 1.0, "{v}");
+    assert_eq!(v["verdict_accuracy"]["Trắc nghiệm"], 0.0, "the scripted A is wrong: {v}");
+    assert_eq!(v["outcomes"][0]["cited"], serde_json::json!(["Điều 39, Luật Du lịch"]), "{v}");
+    // The model read the choices of the multiple-choice question.
+    let asked = server.requests()[1]["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(asked.contains("A. Quốc hội\nB. Chính phủ"), "{asked}");
+
+    // A knowledge base that does not exist is named, with the command that makes it.
+    let out = tg(&["eval", "legal", "--no-model", "--kb", "nope", "--dataset"]).arg(d).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("knowledge base 'nope' not found") && stderr(&out).contains("toolgraph ingest"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -33,6 +33,34 @@ pub struct AgentSettings {
     /// cites none of them, append their citations to it (`citation::sources_footer` of the
     /// retrieval crate). Default: true.
     pub cite_sources: bool,
+    /// The agent's graph: `react` (a model that picks tools, the default), `legal_pipeline`
+    /// (retrieve the laws, answer from them, cite them: a fixed pipeline, docs/legal.md) or
+    /// `crisis_companion` (a safety gate before every reply, docs/crisis.md).
+    pub graph: AgentGraph,
+}
+
+/// Which graph an agent runs ([`AgentSettings::graph`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentGraph {
+    /// The ReAct agent: the model calls tools until it answers.
+    #[default]
+    React,
+    /// `retrieve_laws` → `generate_answer` → `format_citation`, with no tool choice by the model.
+    LegalPipeline,
+    /// `crisis_gate` → (on risk) `crisis_response`, else the reply.
+    CrisisCompanion,
+}
+
+impl AgentGraph {
+    /// The name used in configuration.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::React => "react",
+            Self::LegalPipeline => "legal_pipeline",
+            Self::CrisisCompanion => "crisis_companion",
+        }
+    }
 }
 
 /// The system prompt of agents that set none.
@@ -53,6 +81,7 @@ impl Default for AgentSettings {
             temperature: None,
             max_tokens: None,
             cite_sources: true,
+            graph: AgentGraph::React,
         }
     }
 }

@@ -27,7 +27,7 @@ mod server;
 mod tests;
 mod tools;
 
-pub use agents::{AgentSettings, DEFAULT_SYSTEM_PROMPT};
+pub use agents::{AgentGraph, AgentSettings, DEFAULT_SYSTEM_PROMPT};
 pub use llm::LlmSettings;
 pub use mcp::McpSettings;
 pub use plugins::PluginSettings;
@@ -36,7 +36,7 @@ pub use secret::Secret;
 pub use server::{AuthKind, BackendToolSettings, ServerSettings, StoreKind};
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
 pub use toolgraph_rag::FusionMethod;
-pub use tools::{CourseToolSettings, ToolSettings};
+pub use tools::{CourseToolSettings, CrisisToolSettings, LegalToolSettings, SearchProvider, ToolSettings};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};

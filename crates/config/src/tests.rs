@@ -260,3 +260,32 @@ fn provider_names_are_kebab_case() {
     assert_eq!(c.llm.provider, Some(Provider::LlamaCpp));
     assert!(Config::from_toml_str("[llm]\nprovider = \"anthropic\"\n").is_err());
 }
+
+#[test]
+fn the_legal_and_crisis_tools_and_agent_graphs_are_configured_and_checked() {
+    let c =
+        Config::from_toml_str("[tools.legal]\n[tools.crisis]\n[agents.luat]\ngraph = \"legal_pipeline\"\n").unwrap();
+    assert_eq!(c.tools.legal.as_ref().map(|l| l.kb.as_str()), Some("luat"), "the table alone turns them on");
+    let crisis = c.tools.crisis.clone().unwrap();
+    assert_eq!((crisis.search_provider, crisis.search_timeout_ms), (crate::SearchProvider::None, 15_000));
+    assert_eq!(c.agents["luat"].graph, crate::AgentGraph::LegalPipeline);
+    assert_eq!(AgentSettings::default().graph, crate::AgentGraph::React);
+    let text = "[tools.crisis]\nsearch_provider = \"gemini\"\nsearch_api_key = \"AIza-secret\"\n";
+    let c = Config::from_toml_str(text).unwrap();
+    let crisis = c.tools.crisis.unwrap();
+    assert_eq!(crisis.search_provider, crate::SearchProvider::Gemini);
+    assert!(!format!("{crisis:?}").contains("AIza-secret"), "the key never prints");
+    for (text, key) in [
+        ("[agents.a]\ngraph = \"plan_and_execute\"\n", "graph"),
+        ("[tools.crisis]\nsearch_provider = \"bing\"\n", "search_provider"),
+        ("[tools.crisis]\nsearch_base_url = \"api:80\"\n", "`tools.crisis.search_base_url`"),
+        ("[tools.crisis]\nsearch_timeout_ms = 0\n", "`tools.crisis.search_timeout_ms`"),
+        ("[tools.legal]\nkb = \"\"\n", "`tools.legal.kb`"),
+        ("[tools.legal]\nurl = \"laws/{law}\"\n", "`tools.legal.url`"),
+    ] {
+        let err = Config::from_toml_str(text).unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    let c = Config::from_toml_str("[tools.legal]\nurl = \"https://laws.example/s?q={law}&a={article}\"\n").unwrap();
+    assert!(c.tools.legal.unwrap().url.is_some());
+}

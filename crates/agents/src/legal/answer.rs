@@ -1,0 +1,157 @@
+//! `generate_answer`: the model answers a question from the given articles of law alone, and
+//! says so when they do not hold the answer.
+
+use super::Chunk;
+use std::sync::Arc;
+use std::time::Duration;
+use toolgraph_llm::{ChatModel, ChatRequest, LlmError, Message};
+
+/// The sentence an answer gives when the articles do not hold the answer; it is never cited.
+pub const NO_ANSWER: &str = "Các điều luật tìm được không chứa câu trả lời cho câu hỏi này.";
+
+/// How much of one article the model reads (long articles are cut here; the retrieval's best
+/// chunk of an article comes first).
+const MAX_CHUNK_CHARS: usize = 2_400;
+
+/// How long one answer may take (a local model reads a few thousand tokens of law first).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// What `generate_answer` writes with.
+#[derive(Clone)]
+pub struct AnswerWriter {
+    /// The model; `None`: every call fails as unavailable, saying why.
+    pub model: Option<Arc<dyn ChatModel>>,
+}
+
+/// Why no answer was written.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// No model is configured.
+    #[error("no model is configured to write answers")]
+    NoModel,
+    /// The model failed.
+    #[error("the model failed: {0}")]
+    Model(#[from] LlmError),
+    /// The model took too long.
+    #[error("the model did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl AnswerWriter {
+    /// The model's answer to `question` from `chunks`; [`NO_ANSWER`] without calling the
+    /// model when there are no chunks.
+    ///
+    /// # Errors
+    /// See [`AnswerError`].
+    pub async fn generate(&self, question: &str, chunks: &[Chunk]) -> Result<String, AnswerError> {
+        if chunks.is_empty() {
+            return Ok(NO_ANSWER.to_owned());
+        }
+        let model = self.model.as_ref().ok_or(AnswerError::NoModel)?;
+        let reply = tokio::time::timeout(ANSWER_TIMEOUT, model.complete(request(question, chunks)))
+            .await
+            .map_err(|_| AnswerError::Timeout(ANSWER_TIMEOUT))??;
+        Ok(reply.content.trim().to_owned())
+    }
+}
+
+/// The request that answers `question` from `chunks`: deterministic (temperature 0), the
+/// articles numbered with their labels, the rules in the system prompt.
+pub fn request(question: &str, chunks: &[Chunk]) -> ChatRequest {
+    let mut articles = String::new();
+    for (i, c) in chunks.iter().enumerate() {
+        let text = match c.text.char_indices().nth(MAX_CHUNK_CHARS) {
+            Some((cut, _)) => format!("{} …", &c.text[..cut]),
+            None => c.text.clone(),
+        };
+        articles.push_str(&format!("[{}] {}\n{}\n\n", i + 1, c.meta.label(), text.trim()));
+    }
+    let system = format!(
+        "Bạn là trợ lý pháp lý. Chỉ trả lời dựa trên các điều luật được cung cấp, không dùng hiểu biết nào \
+         khác. Nếu các điều luật không chứa câu trả lời, chỉ trả lời: \"{NO_ANSWER}\"\n\
+         Trả lời ngắn gọn (tối đa 3 câu), bằng ngôn ngữ của câu hỏi, và nêu lại quy định làm căn cứ.\n\
+         Câu hỏi đúng/sai: câu đầu tiên chỉ là \"Đúng.\" hoặc \"Sai.\".\n\
+         Câu hỏi trắc nghiệm: câu đầu tiên chỉ là chữ cái của phương án đúng, ví dụ \"B.\"."
+    );
+    let user = format!("Các điều luật:\n\n{articles}Câu hỏi: {}", question.trim());
+    let mut request = ChatRequest::new(vec![Message::system(system), Message::user(user)]);
+    request.temperature = Some(0.0);
+    request.max_tokens = Some(300);
+    request
+}
+
+/// The verdict of an answer to a true-or-false question: the first of "đúng" (true), "sai"
+/// or "không đúng" (false) it says, as a word ("Sai. …", "Câu hỏi đúng.", "**Đúng**"); `None`
+/// when it says neither.
+pub fn true_or_false(answer: &str) -> Option<bool> {
+    let lower = answer.to_lowercase();
+    let first = |word: &str| word_positions(&lower, word).next();
+    let candidates = [(first("không đúng"), false), (first("đúng"), true), (first("sai"), false)];
+    // "không đúng" starts before the "đúng" inside it, so it wins that tie.
+    candidates.into_iter().filter_map(|(at, v)| Some((at?, v))).min_by_key(|(at, _)| *at).map(|(_, v)| v)
+}
+
+/// The choice an answer to a multiple-choice question names: the first letter A–D standing
+/// alone ("B.", "đúng: C", "(D)"); `None` when there is none.
+pub fn choice(answer: &str) -> Option<char> {
+    ["A", "B", "C", "D"]
+        .iter()
+        .filter_map(|l| word_positions(answer, l).next().map(|at| (at, *l)))
+        .min_by_key(|(at, _)| *at)
+        .and_then(|(_, l)| l.chars().next())
+}
+
+/// Where `word` occurs in `text` with no letter or digit on either side.
+fn word_positions<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    text.match_indices(word).map(|(i, _)| i).filter(move |&i| {
+        let before = text[..i].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
+        let after = text[i + word.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric());
+        before && after
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::legal::ChunkMeta;
+
+    #[test]
+    fn true_or_false_is_the_first_verdict_said() {
+        assert_eq!(true_or_false("Đúng. Theo …"), Some(true));
+        assert_eq!(true_or_false("**Sai**, vì … đúng"), Some(false));
+        assert_eq!(true_or_false("Câu hỏi đúng."), Some(true));
+        assert_eq!(true_or_false("Câu hỏi không đúng, vì …"), Some(false));
+        assert_eq!(true_or_false("Sai lầm"), Some(false), "'sai' alone is a word here");
+        assert_eq!(true_or_false("Chính phủ."), None);
+        assert_eq!(true_or_false("đúngđắn"), None);
+    }
+
+    #[test]
+    fn a_choice_is_a_letter_standing_alone() {
+        assert_eq!(choice("B. Dịch vụ ăn uống"), Some('B'));
+        assert_eq!(choice("Câu trả lời đúng là: C. 03 tháng"), Some('C'), "the C of 'Câu' is no choice");
+        assert_eq!(choice("(D) Cả 3 phương án"), Some('D'));
+        assert_eq!(choice("Chính phủ."), None);
+    }
+
+    #[test]
+    fn the_request_numbers_the_articles_and_cuts_long_ones() {
+        let long = "x".repeat(MAX_CHUNK_CHARS + 100);
+        let chunks = [Chunk {
+            text: long,
+            meta: ChunkMeta { doc_id: "L#1".into(), article_number: "1".into(), law: "L".into(), ..Default::default() },
+        }];
+        let r = request("Hỏi?", &chunks);
+        let user = r.messages[1].content();
+        assert!(user.contains("[1] Điều 1, L\n"), "{user}");
+        assert!(user.contains(" …") && user.len() < MAX_CHUNK_CHARS + 200, "the article was not cut");
+        assert_eq!(r.temperature, Some(0.0));
+    }
+
+    #[tokio::test]
+    async fn no_chunks_means_no_answer_and_no_model_means_an_error() {
+        let writer = AnswerWriter { model: None };
+        assert_eq!(writer.generate("q", &[]).await.unwrap(), NO_ANSWER);
+        assert!(matches!(writer.generate("q", &[Chunk::default()]).await, Err(AnswerError::NoModel)));
+    }
+}

@@ -1,0 +1,332 @@
+//! `format_citation`: each sentence of an answer attributed to the article of law that
+//! supports it, as `Theo [Điều 5, Luật Giao thông 2008], …`.
+//!
+//! Attribution is lexical and deterministic: a sentence goes to the chunk that shares the most
+//! syllable pairs with it (pairs rather than single syllables, because Vietnamese words are
+//! several syllables and single ones like "của" or "người" are everywhere; pairs of two such
+//! common syllables, like "quy định" or "điều luật", do not count), weighted by how few of the
+//! chunks hold each pair; a sentence that shares fewer than two pairs with every chunk gets no
+//! citation. Labels come only from the chunks, so an article absent from them is never
+//! cited; a bracketed citation the answer already has is kept when it names one of the chunks
+//! (and then decides the attribution) and removed when it does not.
+
+use super::Chunk;
+use super::answer::NO_ANSWER;
+use std::collections::{HashMap, HashSet};
+
+/// Fewest shared syllable pairs for a sentence to be attributed.
+const MIN_SHARED_PAIRS: usize = 2;
+
+/// The answer with its citations (see the module docs).
+pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
+    let labels: Vec<String> = chunks.iter().map(|c| c.meta.label()).collect();
+    let pairs: Vec<HashSet<String>> = chunks.iter().map(|c| syllable_pairs(&c.text)).collect();
+    let mut df: HashMap<&str, usize> = HashMap::new();
+    for set in &pairs {
+        for p in set {
+            *df.entry(p.as_str()).or_default() += 1;
+        }
+    }
+    let mut out = String::with_capacity(answer.len() + 64);
+    let mut previous: Option<usize> = None;
+    for (sentence, gap) in sentences(answer) {
+        let (text, hinted) = strip_citations(sentence, &labels);
+        let text = text.trim();
+        if text.is_empty() {
+            out.push_str(gap);
+            continue;
+        }
+        let source = hinted.or_else(|| best_chunk(text, &pairs, &df));
+        match source.filter(|_| !text.contains(NO_ANSWER)) {
+            Some(i) if previous == Some(i) => out.push_str(text),
+            Some(i) => out.push_str(&attributed(text, &labels[i])),
+            None => out.push_str(text),
+        }
+        previous = source;
+        out.push_str(gap);
+    }
+    out.trim_end().to_owned()
+}
+
+/// `Theo [label], text`; a sentence that already begins with "Theo" keeps its words and takes
+/// the label before its final punctuation.
+fn attributed(text: &str, label: &str) -> String {
+    let starts_with_theo = text.get(..5).is_some_and(|w| w.eq_ignore_ascii_case("theo "));
+    if !starts_with_theo {
+        return format!("Theo [{label}], {text}");
+    }
+    let end = text.trim_end_matches(['.', '!', '?', '…', ':', ';']);
+    format!("{end} [{label}]{}", &text[end.len()..])
+}
+
+/// The chunk that supports `text` best, if any shares enough with it.
+fn best_chunk(text: &str, pairs: &[HashSet<String>], df: &HashMap<&str, usize>) -> Option<usize> {
+    let mine = syllable_pairs(text);
+    let n = pairs.len() as f64;
+    let mut best: Option<(usize, f64)> = None;
+    for (i, theirs) in pairs.iter().enumerate() {
+        let shared: Vec<&String> = mine.iter().filter(|p| theirs.contains(*p)).collect();
+        if shared.len() < MIN_SHARED_PAIRS {
+            continue;
+        }
+        let score: f64 = shared.iter().map(|p| (1.0 + n / df.get(p.as_str()).copied().unwrap_or(1) as f64).ln()).sum();
+        // Ties go to the better-ranked chunk (the earlier one).
+        if best.is_none_or(|(_, s)| score > s) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// Syllables every legal text and every answer about one is full of: a pair of two of them
+/// ("quy định", "điều luật", "câu hỏi", "không đúng") is evidence of nothing.
+const COMMON: &[&str] = &[
+    "của",
+    "và",
+    "các",
+    "là",
+    "được",
+    "có",
+    "không",
+    "trong",
+    "theo",
+    "với",
+    "cho",
+    "này",
+    "đó",
+    "những",
+    "một",
+    "khi",
+    "thì",
+    "để",
+    "về",
+    "từ",
+    "đến",
+    "do",
+    "bị",
+    "hoặc",
+    "tại",
+    "trên",
+    "quy",
+    "định",
+    "điều",
+    "luật",
+    "khoản",
+    "câu",
+    "hỏi",
+    "trả",
+    "lời",
+    "đúng",
+    "sai",
+    "phải",
+    "nếu",
+    "đã",
+    "sẽ",
+    "như",
+    "mà",
+    "vì",
+    "nào",
+    "gì",
+    "căn",
+    "cứ",
+    "pháp",
+    "trường",
+    "hợp",
+    "án",
+    "phương",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "a",
+];
+
+/// Lowercased word pairs of `text` (letters and digits; everything else separates words),
+/// without the pairs of two [`COMMON`] syllables.
+fn syllable_pairs(text: &str) -> HashSet<String> {
+    let words: Vec<String> =
+        text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    words
+        .windows(2)
+        .filter(|w| !(COMMON.contains(&w[0].as_str()) && COMMON.contains(&w[1].as_str())))
+        .map(|w| format!("{} {}", w[0], w[1]))
+        .collect()
+}
+
+/// The sentences of `text`, each with the whitespace after it: a sentence ends at `.`, `!`,
+/// `?` or `…` followed by whitespace, or at a line break.
+fn sentences(text: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next_is_space = chars.peek().is_some_and(|(_, n)| n.is_whitespace());
+        let ends = c == '\n' || (matches!(c, '.' | '!' | '?' | '…') && (next_is_space || chars.peek().is_none()));
+        if !ends {
+            continue;
+        }
+        let end = if c == '\n' { i } else { i + c.len_utf8() };
+        let mut gap_end = if c == '\n' { i + 1 } else { end };
+        while let Some(&(j, n)) = chars.peek() {
+            if !n.is_whitespace() {
+                break;
+            }
+            gap_end = j + n.len_utf8();
+            chars.next();
+        }
+        out.push((&text[start..end], &text[end..gap_end]));
+        start = gap_end;
+    }
+    if start < text.len() {
+        out.push((&text[start..], ""));
+    }
+    out
+}
+
+/// `sentence` without its bracketed citations, and the chunk the first one that names a chunk
+/// names. A bracket counts as a citation when it holds "Điều" or "Article"; "Theo " before a
+/// removed one and ", " after it go with it.
+fn strip_citations(sentence: &str, labels: &[String]) -> (String, Option<usize>) {
+    let mut out = String::with_capacity(sentence.len());
+    let mut hinted = None;
+    let mut rest = sentence;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+        let inside = &rest[open + 1..close];
+        let lower = inside.to_lowercase();
+        if !(lower.contains("điều") || lower.contains("article")) {
+            out.push_str(&rest[..=close]);
+            rest = &rest[close + 1..];
+            continue;
+        }
+        let mut before = &rest[..open];
+        let lead = before.trim_end();
+        if lead.len() >= 4 && lead[lead.len() - 4..].eq_ignore_ascii_case("theo") {
+            before = &lead[..lead.len() - 4];
+        }
+        out.push_str(before);
+        let wanted = normalize(inside);
+        if hinted.is_none() {
+            hinted = labels.iter().position(|l| normalize(l) == wanted);
+        }
+        rest = rest[close + 1..].trim_start_matches([',', ' ']);
+        if rest.starts_with(['.', ',', ';', ':', '!', '?']) {
+            out.truncate(out.trim_end().len());
+        }
+    }
+    out.push_str(rest);
+    (out, hinted)
+}
+
+/// A label compared without case, spacing or punctuation.
+fn normalize(label: &str) -> String {
+    label.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ").to_lowercase()
+}
+
+/// The labels of the bracketed citations in `text` (`[Điều 5, Luật X]` → `Điều 5, Luật X`), in order.
+pub fn cited_labels(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+        let inside = rest[open + 1..close].trim();
+        if inside.to_lowercase().contains("điều") || inside.to_lowercase().contains("article") {
+            out.push(inside.to_owned());
+        }
+        rest = &rest[close + 1..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::legal::ChunkMeta;
+
+    fn chunk(law: &str, n: &str, text: &str) -> Chunk {
+        Chunk {
+            text: text.into(),
+            meta: ChunkMeta {
+                doc_id: format!("{law}#{n}"),
+                article_number: n.into(),
+                law: law.into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn chunks() -> Vec<Chunk> {
+        vec![
+            chunk(
+                "Luật Điện ảnh",
+                "45",
+                "Trách nhiệm quản lý nhà nước về điện ảnh\n1. Chính phủ thống nhất quản lý nhà nước về điện ảnh.",
+            ),
+            chunk("Luật Du lịch", "39", "Hợp đồng lữ hành\n1. Hợp đồng lữ hành phải được lập thành văn bản."),
+        ]
+    }
+
+    #[test]
+    fn each_sentence_goes_to_the_article_that_supports_it() {
+        let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh. Hợp đồng lữ hành phải được lập thành văn bản.";
+        assert_eq!(
+            cite(answer, &chunks()),
+            "Theo [Điều 45, Luật Điện ảnh], Chính phủ thống nhất quản lý nhà nước về điện ảnh. \
+             Theo [Điều 39, Luật Du lịch], Hợp đồng lữ hành phải được lập thành văn bản."
+        );
+    }
+
+    #[test]
+    fn consecutive_sentences_of_one_article_are_cited_once_and_unsupported_ones_not_at_all() {
+        let answer = "Sai. Hợp đồng lữ hành phải được lập thành văn bản. Hợp đồng lữ hành không thể miệng.\nTôi hy vọng giúp được.";
+        let cited = cite(answer, &chunks());
+        assert_eq!(
+            cited,
+            "Sai. Theo [Điều 39, Luật Du lịch], Hợp đồng lữ hành phải được lập thành văn bản. Hợp đồng lữ hành \
+             không thể miệng.\nTôi hy vọng giúp được."
+        );
+        assert_eq!(cited_labels(&cited), ["Điều 39, Luật Du lịch"]);
+    }
+
+    #[test]
+    fn an_article_absent_from_the_chunks_is_never_cited() {
+        let answer = "Theo [Điều 99, Luật Giao thông 2008], Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+        let cited = cite(answer, &chunks());
+        assert_eq!(cited, "Theo [Điều 45, Luật Điện ảnh], Chính phủ thống nhất quản lý nhà nước về điện ảnh.");
+        // A correct bracket decides the attribution even where the words would not.
+        let answer = "Việc này thuộc về Chính phủ [Điều 45, Luật Điện ảnh].";
+        assert_eq!(cite(answer, &chunks()), "Theo [Điều 45, Luật Điện ảnh], Việc này thuộc về Chính phủ.");
+    }
+
+    #[test]
+    fn the_no_answer_sentence_and_empty_input_get_no_citation() {
+        let answer = format!("{NO_ANSWER} Chính phủ thống nhất quản lý nhà nước về điện ảnh.");
+        assert!(cite(&answer, &chunks()).starts_with(NO_ANSWER), "{}", cite(&answer, &chunks()));
+        assert_eq!(cite("", &chunks()), "");
+        assert_eq!(cite("Chính phủ thống nhất quản lý.", &[]), "Chính phủ thống nhất quản lý.");
+    }
+
+    #[test]
+    fn a_sentence_opening_with_theo_takes_the_label_at_its_end() {
+        let answer = "Theo quy định, hợp đồng lữ hành phải được lập thành văn bản.";
+        assert_eq!(
+            cite(answer, &chunks()),
+            "Theo quy định, hợp đồng lữ hành phải được lập thành văn bản [Điều 39, Luật Du lịch]."
+        );
+    }
+
+    #[test]
+    fn sentences_about_the_question_itself_are_not_attributed() {
+        // Everything here is said of every article: none supports it.
+        let answer = "Câu hỏi không đúng với quy định của các điều luật.";
+        assert_eq!(cite(answer, &chunks()), answer);
+    }
+
+    #[test]
+    fn sentences_keep_their_separators() {
+        assert_eq!(sentences("A. B?\n\nC"), [("A.", " "), ("B?", "\n\n"), ("C", "")]);
+        assert_eq!(sentences("Điều 5.3 nói"), [("Điều 5.3 nói", "")]);
+    }
+}

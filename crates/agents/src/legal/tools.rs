@@ -1,0 +1,109 @@
+//! The legal Q&A tools as a model calls them: `retrieve_laws`, `generate_answer`,
+//! `format_citation` (the contract's names, parameters and result shapes).
+
+use super::answer::{AnswerError, AnswerWriter};
+use super::{Chunk, LawLibrary, MAX_TOP_K, cite};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+use toolgraph_tools::{Tool, ToolBuilder, ToolError};
+
+/// Arguments of `retrieve_laws`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RetrieveLawsInput {
+    /// The legal question, in the user's words.
+    #[schemars(length(min = 1, max = 2000))]
+    pub question: String,
+    /// How many articles to return (default 5).
+    #[serde(default = "default_top_k")]
+    #[schemars(range(min = 1, max = 20))]
+    pub top_k: usize,
+}
+
+fn default_top_k() -> usize {
+    5
+}
+
+/// Arguments of `generate_answer`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GenerateAnswerInput {
+    /// The legal question.
+    #[schemars(length(min = 1, max = 2000))]
+    pub question: String,
+    /// The articles `retrieve_laws` returned.
+    #[schemars(length(max = 20))]
+    pub chunks: Vec<Chunk>,
+}
+
+/// Arguments of `format_citation`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct FormatCitationInput {
+    /// The answer to attribute.
+    #[schemars(length(min = 1, max = 8000))]
+    pub answer: String,
+    /// The articles the answer was written from.
+    #[schemars(length(max = 20))]
+    pub chunks: Vec<Chunk>,
+}
+
+/// `retrieve_laws` over `library`: the tenant is the conversation's (`tenant` in the tool
+/// context), the knowledge base the agent's (`kb`), else the library's.
+pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
+    ToolBuilder::<RetrieveLawsInput>::new(
+        "retrieve_laws",
+        "Find the articles of law that bear on a legal question. Returns a list of chunks {text, meta: {doc_id, \
+         section_title, article_number, url, law, citation}}, best first.",
+    )
+    .display_name("Law search")
+    .handler(move |ctx, args: RetrieveLawsInput| {
+        let library = library.clone();
+        let tenant = ctx.get_str("tenant").unwrap_or(&library.default_tenant).to_owned();
+        let kb = ctx.get_str("kb").map(str::to_owned);
+        async move {
+            if args.top_k > MAX_TOP_K {
+                return Err(ToolError::invalid_arguments(format!("top_k must be 1-{MAX_TOP_K}")));
+            }
+            library.retrieve(&tenant, kb.as_deref(), &args.question, args.top_k).await
+        }
+    })
+    // The builder's only failure is a schema or name error, fixed at compile time here.
+    .expect("retrieve_laws's schema is valid")
+}
+
+/// `generate_answer` on `writer`'s model: `{answer}`; a model that fails or is missing is an
+/// `unavailable` failure.
+pub fn generate_answer_tool(writer: AnswerWriter) -> Arc<dyn Tool> {
+    ToolBuilder::<GenerateAnswerInput>::new(
+        "generate_answer",
+        "Answer a legal question from the given articles of law only (the chunks retrieve_laws returned). \
+         Returns {answer}; says so when the articles do not hold the answer.",
+    )
+    .display_name("Answer from the law")
+    .timeout(super::answer::ANSWER_TIMEOUT + std::time::Duration::from_secs(5))
+    .handler(move |_ctx, args: GenerateAnswerInput| {
+        let writer = writer.clone();
+        async move {
+            match writer.generate(&args.question, &args.chunks).await {
+                Ok(answer) => Ok(json!({ "answer": answer })),
+                Err(AnswerError::Timeout(t)) => Err(ToolError::timeout(format!("no answer within {t:?}"))),
+                Err(e) => Err(ToolError::unavailable(e.to_string())),
+            }
+        }
+    })
+    .expect("generate_answer's schema is valid")
+}
+
+/// `format_citation`: `{cited_answer}` (see [`cite`]).
+pub fn format_citation_tool() -> Arc<dyn Tool> {
+    ToolBuilder::<FormatCitationInput>::new(
+        "format_citation",
+        "Attribute each sentence of an answer to the article of law that supports it, as \"Theo [Điều 5, Luật \
+         Giao thông 2008], …\". Only articles among the chunks are ever cited. Returns {cited_answer}.",
+    )
+    .display_name("Cite the law")
+    .handler(|_ctx, args: FormatCitationInput| async move {
+        Ok(json!({ "cited_answer": cite(&args.answer, &args.chunks) }))
+    })
+    .expect("format_citation's schema is valid")
+}

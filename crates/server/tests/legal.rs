@@ -1,0 +1,228 @@
+//! The legal Q&A agent through the HTTP service: the ALQAC laws (real data: 17 laws, 2,131
+//! articles) in a knowledge base on disk, the scripted model as the answer writer, and the three
+//! tools both as the fixed pipeline and as tools a ReAct agent calls.
+
+mod common;
+
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use toolgraph_agents::legal::{self, AnswerWriter, LawLibrary, answer::NO_ANSWER};
+use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_config::{AgentGraph, AgentSettings};
+use toolgraph_conversations::{ConversationStore, MemoryConversationStore, ProjectingCheckpointer};
+use toolgraph_graph::MemoryCheckpointer;
+use toolgraph_llm::{ChatModel, OpenAiChatModel, OpenAiConfig};
+use toolgraph_rag::{IngestOptions, KbStore, NoProgress, RecordMapping, ingest};
+use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+use toolgraph_tools::ToolRegistry;
+
+const QUESTION: &str = "Cơ quan nào có trách nhiệm thống nhất quản lý nhà nước về điện ảnh?";
+const GOLD: &str = "Luật Điện ảnh#45";
+
+/// The evaluation data (`TOOLGRAPH_EVAL_DATA`, default `../shared/data`); absent: a failure under
+/// `CI=true`, a skip with a message otherwise.
+fn eval_data() -> Option<PathBuf> {
+    let dir = std::env::var("TOOLGRAPH_EVAL_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
+    if dir.join("alqac/raw_2023/law.json").is_file() {
+        return Some(dir);
+    }
+    assert!(std::env::var_os("CI").is_none(), "ALQAC laws not found under {} (set TOOLGRAPH_EVAL_DATA)", dir.display());
+    eprintln!("SKIPPED: ALQAC laws not found under {}; set TOOLGRAPH_EVAL_DATA", dir.display());
+    None
+}
+
+/// The ALQAC laws ingested once for the whole test binary (keyword index, as the demo does).
+fn laws() -> Option<Arc<KbStore>> {
+    static KB: OnceLock<Option<(tempfile::TempDir, Arc<KbStore>)>> = OnceLock::new();
+    KB.get_or_init(|| {
+        let data = eval_data()?;
+        let dir = tempfile::tempdir().unwrap();
+        let kb = Arc::new(KbStore::new(dir.path().join("kb")));
+        let mapping =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kb/alqac-mapping.toml"))
+                .unwrap();
+        let opts =
+            IngestOptions { mapping: Some(RecordMapping::from_toml(&mapping).unwrap()), ..IngestOptions::default() };
+        let report = ingest(&kb, "vn", "luat", &[data.join("alqac/raw_2023/law.json")], &opts, &NoProgress).unwrap();
+        assert_eq!(report.indexed, 1, "{report:?}");
+        Some((dir, kb))
+    })
+    .as_ref()
+    .map(|(_, kb)| Arc::clone(kb))
+}
+
+struct Service {
+    base: String,
+    model: ScriptedModelServer,
+    store: Arc<MemoryConversationStore>,
+}
+
+/// The legal agent on `graph` over the laws, with the three tools; `kb` overrides the library's.
+async fn start(kb: Arc<KbStore>, graph: AgentGraph, agent_kb: Option<&str>, script: Vec<Reply>) -> Service {
+    let model = ScriptedModelServer::start(script).await.unwrap();
+    let llm: Arc<dyn ChatModel> =
+        Arc::new(OpenAiChatModel::new(OpenAiConfig::new(model.base_url(), "scripted")).unwrap());
+    let library = LawLibrary {
+        store: kb,
+        retriever: Default::default(),
+        kb: "luat".into(),
+        default_tenant: "nobody".into(),
+        url_template: Some("https://laws.example/search?law={law}&article={article}".into()),
+    };
+    let mut tools = ToolRegistry::new();
+    tools.register(legal::tools::retrieve_laws_tool(library)).unwrap();
+    tools.register(legal::tools::generate_answer_tool(AnswerWriter { model: Some(Arc::clone(&llm)) })).unwrap();
+    tools.register(legal::tools::format_citation_tool()).unwrap();
+    let store = Arc::new(MemoryConversationStore::new());
+    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
+        MemoryCheckpointer::new(),
+        store.clone(),
+        toolgraph_agents::conversation::project,
+    ));
+    let mut spec = AgentSpec::new("luat", "Bạn là trợ lý pháp lý.", tools);
+    if let Some(kb) = agent_kb {
+        spec.tool_context.insert("kb".into(), kb.into());
+    }
+    let graph_built = match graph {
+        AgentGraph::LegalPipeline => legal::pipeline::build(spec, llm, ckpt.clone()).unwrap(),
+        _ => react::build(spec, llm, ckpt.clone()).unwrap(),
+    };
+    let settings = AgentSettings { graph, ..AgentSettings::default() };
+    let agents = BTreeMap::from([("luat".to_string(), ServedAgent { graph: graph_built, settings })]);
+    let app = AppState::new(ChatService::new(agents, "luat".into(), store.clone(), ckpt, ServiceOptions::default()));
+    app.set_ready();
+    Service { base: common::serve(app).await, model, store }
+}
+
+async fn turn(s: &Service, message: &str) -> Vec<common::SseEvent> {
+    let body = json!({"tenantSlug": "vn", "tenantId": 1, "userId": 2, "conversationId": null,
+                      "message": message, "toolEvents": true});
+    common::parse_sse(&common::stream_text(&s.base, "vn", &body).await)
+}
+
+fn tokens(events: &[common::SseEvent]) -> String {
+    events.iter().filter(|e| e.event == "token").map(|e| e.data["content"].as_str().unwrap_or_default()).collect()
+}
+
+fn results(events: &[common::SseEvent], tool: &str) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e.event == "tool_result" && e.data["name"] == tool)
+        .map(|e| e.data["outcome"].clone())
+        .collect()
+}
+
+async fn last_stored(s: &Service, events: &[common::SseEvent]) -> String {
+    let id = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    s.store.messages(id).await.unwrap().last().unwrap().content.clone()
+}
+
+#[tokio::test]
+async fn the_pipeline_retrieves_answers_from_the_articles_and_cites_them() {
+    let Some(kb) = laws() else { return };
+    let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+    let s = start(kb, AgentGraph::LegalPipeline, None, vec![Reply::text(answer)]).await;
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let calls: Vec<&str> =
+        events.iter().filter(|e| e.event == "tool_call").filter_map(|e| e.data["name"].as_str()).collect();
+    assert_eq!(calls, ["retrieve_laws", "generate_answer", "format_citation"]);
+
+    // retrieve_laws: the contract's chunk shape, distinct articles, the gold one among them.
+    let chunks = results(&events, "retrieve_laws")[0].as_array().unwrap().clone();
+    assert_eq!(chunks.len(), 5, "{chunks:?}");
+    let gold = chunks.iter().position(|c| c["meta"]["doc_id"] == GOLD).expect("the gold article was retrieved");
+    let meta = &chunks[gold]["meta"];
+    assert_eq!(meta["article_number"], "45");
+    assert_eq!(meta["url"], "https://laws.example/search?law=Lu%E1%BA%ADt+%C4%90i%E1%BB%87n+%E1%BA%A3nh&article=45");
+    assert!(meta["section_title"].as_str().unwrap().contains("quản lý nhà nước"), "{meta}");
+    let ids: std::collections::HashSet<&str> = chunks.iter().map(|c| c["meta"]["doc_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), chunks.len(), "an article came back twice");
+
+    // generate_answer: the model read the articles, numbered and labelled, and the question.
+    let requests = s.model.requests();
+    assert_eq!(requests.len(), 1);
+    let prompt = requests[0]["messages"][1]["content"].as_str().unwrap();
+    let label = format!("[{}] Điều 45, Luật Điện ảnh\n", gold + 1);
+    assert!(prompt.contains(&label) && prompt.contains(QUESTION), "{prompt}");
+    assert_eq!(results(&events, "generate_answer")[0], json!({"answer": answer}));
+
+    // format_citation: the answer attributed to the article it came from; streamed and stored.
+    let cited = format!("Theo [Điều 45, Luật Điện ảnh], {answer}");
+    assert_eq!(results(&events, "format_citation")[0], json!({"cited_answer": cited}));
+    assert_eq!(tokens(&events), cited);
+    assert_eq!(last_stored(&s, &events).await, cited);
+}
+
+#[tokio::test]
+async fn no_matching_article_answers_so_without_a_model_call() {
+    let Some(kb) = laws() else { return };
+    let s = start(kb, AgentGraph::LegalPipeline, None, vec![]).await;
+    let events = turn(&s, "zzqx wvyk qqjj").await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    assert_eq!(results(&events, "retrieve_laws")[0], json!([]));
+    assert_eq!(tokens(&events), NO_ANSWER);
+    assert_eq!(s.model.request_count(), 0);
+}
+
+#[tokio::test]
+async fn a_missing_knowledge_base_is_said_in_the_reply() {
+    let Some(kb) = laws() else { return };
+    let s = start(kb, AgentGraph::LegalPipeline, Some("khong-co"), vec![]).await;
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    assert_eq!(results(&events, "retrieve_laws")[0]["kind"], "not_found");
+    let reply = tokens(&events);
+    assert!(reply.starts_with("Không tra cứu được văn bản luật") && reply.contains("khong-co"), "{reply}");
+    assert_eq!(last_stored(&s, &events).await, reply);
+}
+
+#[tokio::test]
+async fn a_failing_model_ends_the_turn_with_an_error_event() {
+    let Some(kb) = laws() else { return };
+    let s =
+        start(kb, AgentGraph::LegalPipeline, None, vec![Reply::status(400, r#"{"error":{"message":"bad"}}"#)]).await;
+    let events = turn(&s, QUESTION).await;
+    let last = events.last().unwrap();
+    assert_eq!(last.event, "error", "{events:?}");
+    assert!(tokens(&events).is_empty(), "no answer was streamed");
+    // The conversation stays usable: the next turn answers.
+    s.model.push([Reply::text("Chính phủ.")]);
+    let again = turn(&s, QUESTION).await;
+    assert_eq!(again.last().unwrap().event, "done", "{again:?}");
+}
+
+#[tokio::test]
+async fn a_react_agent_calls_the_tools_and_their_results_reach_the_model() {
+    let Some(kb) = laws() else { return };
+    let script = vec![
+        Reply::tool_calls(&[("r1", "retrieve_laws", json!({"question": QUESTION, "top_k": 50}))]),
+        Reply::tool_calls(&[("r2", "retrieve_laws", json!({"question": QUESTION}))]),
+        // Filled in below from the retrieved chunks.
+    ];
+    let s = start(kb, AgentGraph::React, None, script).await;
+    s.model.set_responder(|request| {
+        let last = request["messages"].as_array().unwrap().last().unwrap();
+        let content: Value = serde_json::from_str(last["content"].as_str().unwrap_or_default()).unwrap_or_default();
+        if let Value::Array(chunks) = content {
+            let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+            Reply::tool_calls(&[("c1", "format_citation", json!({"answer": answer, "chunks": chunks}))])
+        } else {
+            Reply::text(content["cited_answer"].as_str().unwrap_or("no citation came back"))
+        }
+    });
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let retrieved = results(&events, "retrieve_laws");
+    assert_eq!(retrieved[0]["kind"], "invalid_arguments", "top_k 50 is refused: {}", retrieved[0]);
+    assert_eq!(retrieved[1].as_array().unwrap().len(), 5, "top_k defaults to 5");
+    let requests = s.model.requests();
+    let tool_msg = requests[2]["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(tool_msg.contains(GOLD), "the chunks reached the model: {tool_msg}");
+    assert_eq!(tokens(&events), "Theo [Điều 45, Luật Điện ảnh], Chính phủ thống nhất quản lý nhà nước về điện ảnh.");
+}
