@@ -26,6 +26,7 @@ pub mod crisis;
 pub mod legal;
 pub mod mcp;
 pub mod react;
+mod words;
 
 /// An agent that cannot be assembled.
 #[derive(Debug, thiserror::Error)]

@@ -115,14 +115,7 @@ impl Directory {
 
 /// Whether `word` occurs in `text` as whole words ("uk" in "london, uk", not in "ukraine").
 fn contains_word(text: &str, word: &str) -> bool {
-    if word.is_empty() {
-        return false;
-    }
-    text.match_indices(word).any(|(i, _)| {
-        let before = text[..i].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
-        let after = text[i + word.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric());
-        before && after
-    })
+    crate::words::positions(text, word).next().is_some()
 }
 
 #[cfg(test)]

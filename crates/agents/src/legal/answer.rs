@@ -85,7 +85,7 @@ pub fn request(question: &str, chunks: &[Chunk]) -> ChatRequest {
 /// when it says neither.
 pub fn true_or_false(answer: &str) -> Option<bool> {
     let lower = answer.to_lowercase();
-    let first = |word: &str| word_positions(&lower, word).next();
+    let first = |word: &str| crate::words::positions(&lower, word).next();
     let candidates = [(first("không đúng"), false), (first("đúng"), true), (first("sai"), false)];
     // "không đúng" starts before the "đúng" inside it, so it wins that tie.
     candidates.into_iter().filter_map(|(at, v)| Some((at?, v))).min_by_key(|(at, _)| *at).map(|(_, v)| v)
@@ -96,18 +96,9 @@ pub fn true_or_false(answer: &str) -> Option<bool> {
 pub fn choice(answer: &str) -> Option<char> {
     ["A", "B", "C", "D"]
         .iter()
-        .filter_map(|l| word_positions(answer, l).next().map(|at| (at, *l)))
+        .filter_map(|l| crate::words::positions(answer, l).next().map(|at| (at, *l)))
         .min_by_key(|(at, _)| *at)
         .and_then(|(_, l)| l.chars().next())
-}
-
-/// Where `word` occurs in `text` with no letter or digit on either side.
-fn word_positions<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
-    text.match_indices(word).map(|(i, _)| i).filter(move |&i| {
-        let before = text[..i].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
-        let after = text[i + word.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric());
-        before && after
-    })
 }
 
 #[cfg(test)]
