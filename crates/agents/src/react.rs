@@ -481,6 +481,24 @@ pub(crate) async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, c
     outcome
 }
 
+/// Calls `tool` with `arguments` on behalf of a node (not the model), recorded like a model's
+/// call: the events of a tool call, and the update's messages — an assistant message with the
+/// call and the tool message with its result — so clients, checkpoints and recovery see it as
+/// any other call. Its id is unique within the conversation, and the same if the step runs again.
+pub(crate) async fn recorded_call(
+    s: &AgentState,
+    ctx: &RunContext<AgentDeps>,
+    tool: &str,
+    arguments: Value,
+) -> (ToolOutcome, Vec<Message>) {
+    let call =
+        ToolCall { id: format!("{tool}-{}", s.messages.len()), name: tool.into(), arguments: arguments.to_string() };
+    ctx.emit(RunEvent::ToolCall { call_id: call.id.clone(), name: call.name.clone(), arguments }).await;
+    let outcome = run_tool(ctx, &tool_context(s, ctx.deps().spec()), &call).await;
+    let result = tool_message(&call, &outcome);
+    (outcome, vec![Message::Assistant { content: String::new(), tool_calls: vec![call] }, result])
+}
+
 /// The context of this turn's tool calls: the state's, then the agent's own values over it.
 pub(crate) fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
     let mut values = s.context.clone();

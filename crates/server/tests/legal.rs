@@ -7,7 +7,7 @@ mod common;
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use toolgraph_agents::legal::{self, AnswerWriter, LawLibrary, answer::NO_ANSWER};
 use toolgraph_agents::react::{self, AgentSpec};
@@ -22,25 +22,11 @@ use toolgraph_tools::ToolRegistry;
 const QUESTION: &str = "Cơ quan nào có trách nhiệm thống nhất quản lý nhà nước về điện ảnh?";
 const GOLD: &str = "Luật Điện ảnh#45";
 
-/// The evaluation data (`TOOLGRAPH_EVAL_DATA`, default `../shared/data`); absent: a failure under
-/// `CI=true`, a skip with a message otherwise.
-fn eval_data() -> Option<PathBuf> {
-    let dir = std::env::var("TOOLGRAPH_EVAL_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
-    if dir.join("alqac/raw_2023/law.json").is_file() {
-        return Some(dir);
-    }
-    assert!(std::env::var_os("CI").is_none(), "ALQAC laws not found under {} (set TOOLGRAPH_EVAL_DATA)", dir.display());
-    eprintln!("SKIPPED: ALQAC laws not found under {}; set TOOLGRAPH_EVAL_DATA", dir.display());
-    None
-}
-
 /// The ALQAC laws ingested once for the whole test binary (keyword index, as the demo does).
 fn laws() -> Option<Arc<KbStore>> {
     static KB: OnceLock<Option<(tempfile::TempDir, Arc<KbStore>)>> = OnceLock::new();
     KB.get_or_init(|| {
-        let data = eval_data()?;
+        let data = toolgraph_testkit::eval_data("alqac/raw_2023/law.json")?;
         let dir = tempfile::tempdir().unwrap();
         let kb = Arc::new(KbStore::new(dir.path().join("kb")));
         let mapping =

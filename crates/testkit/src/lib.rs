@@ -20,6 +20,28 @@ use std::str::FromStr;
 use std::sync::Arc;
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer};
 
+/// The evaluation data: `TOOLGRAPH_EVAL_DATA`, else the configuration's default `eval_data`
+/// taken from the repository root (docs/configuration.md) — when `probe` exists below it.
+/// Absent: `None` with a printed reason, and a failure under `CI` (the suite must not pass by
+/// skipping).
+///
+/// # Panics
+/// Under `CI` when `probe` is not there.
+pub fn eval_data(probe: &str) -> Option<std::path::PathBuf> {
+    let dir = match std::env::var_os("TOOLGRAPH_EVAL_DATA") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(toolgraph_config::Config::default().eval_data),
+    };
+    if dir.join(probe).exists() {
+        return Some(dir);
+    }
+    assert!(std::env::var_os("CI").is_none(), "{probe} not found under {} (set TOOLGRAPH_EVAL_DATA)", dir.display());
+    eprintln!("SKIPPED: {probe} not found under {}; set TOOLGRAPH_EVAL_DATA", dir.display());
+    None
+}
+
 /// The PostgreSQL server the suite runs against (this machine's, as CI's):
 /// `TOOLGRAPH_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`.
 pub fn pg_url() -> String {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use toolgraph_graph::{
     Checkpointer, CompiledGraph, END, GraphBuildError, NodeError, NodeOutput, RunContext, RunEvent, START, StateGraph,
 };
-use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall};
+use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message};
 
 /// The state key of the gate's verdict.
 pub const VERDICT_KEY: &str = "crisis_gate";
@@ -90,17 +90,7 @@ async fn gate_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<Nod
 
 async fn response_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let arguments = json!({ "conversation": recent_user_text(&s) });
-    let call = ToolCall {
-        id: format!("{TOOL_NAME}-{}", s.messages.len()),
-        name: TOOL_NAME.into(),
-        arguments: arguments.to_string(),
-    };
-    ctx.emit(RunEvent::ToolCall { call_id: call.id.clone(), name: call.name.clone(), arguments }).await;
-    let outcome = react::run_tool(&ctx, &react::tool_context(&s, ctx.deps().spec()), &call).await;
-    let messages = vec![
-        Message::Assistant { content: String::new(), tool_calls: vec![call.clone()] },
-        react::tool_message(&call, &outcome),
-    ];
+    let (_, messages) = react::recorded_call(&s, &ctx, TOOL_NAME, arguments).await;
     Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
 }
 

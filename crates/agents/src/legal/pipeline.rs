@@ -17,7 +17,7 @@ use std::sync::Arc;
 use toolgraph_graph::{
     Checkpointer, CompiledGraph, END, GraphBuildError, NodeError, NodeOutput, RunContext, RunEvent, START, StateGraph,
 };
-use toolgraph_llm::{ChatModel, Message, ToolCall};
+use toolgraph_llm::{ChatModel, Message};
 use toolgraph_tools::ToolOutcome;
 
 /// The tools the pipeline calls; an agent on it must enable all three.
@@ -63,27 +63,6 @@ fn question(s: &AgentState) -> String {
         .unwrap_or_default()
 }
 
-/// Calls `tool` with `arguments` as a recorded tool call: the call and its result become
-/// messages of the update, with the usual tool events.
-async fn call(
-    s: &AgentState,
-    ctx: &RunContext<AgentDeps>,
-    tool: &str,
-    arguments: Value,
-) -> (ToolOutcome, Vec<Message>) {
-    // Unique within the conversation, and the same if this step runs again after a crash.
-    let call =
-        ToolCall { id: format!("{tool}-{}", s.messages.len()), name: tool.into(), arguments: arguments.to_string() };
-    ctx.emit(RunEvent::ToolCall { call_id: call.id.clone(), name: call.name.clone(), arguments }).await;
-    let tool_ctx = react::tool_context(s, ctx.deps().spec());
-    let outcome = react::run_tool(ctx, &tool_ctx, &call).await;
-    let messages = vec![
-        Message::Assistant { content: String::new(), tool_calls: vec![call.clone()] },
-        react::tool_message(&call, &outcome),
-    ];
-    (outcome, messages)
-}
-
 /// The chunks the last `retrieve_laws` call of the conversation returned.
 fn retrieved(s: &AgentState) -> Vec<Chunk> {
     s.messages
@@ -114,7 +93,7 @@ async fn reply(ctx: &RunContext<AgentDeps>, mut messages: Vec<Message>, text: St
 
 async fn retrieve_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let args = json!({ "question": question(&s), "top_k": TOP_K });
-    let (outcome, messages) = call(&s, &ctx, "retrieve_laws", args).await;
+    let (outcome, messages) = react::recorded_call(&s, &ctx, "retrieve_laws", args).await;
     match outcome {
         ToolOutcome::Success(Value::Array(found)) if !found.is_empty() => {
             Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
@@ -126,7 +105,7 @@ async fn retrieve_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result
 
 async fn generate_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let args = json!({ "question": question(&s), "chunks": retrieved(&s) });
-    let (outcome, messages) = call(&s, &ctx, "generate_answer", args).await;
+    let (outcome, messages) = react::recorded_call(&s, &ctx, "generate_answer", args).await;
     match outcome {
         ToolOutcome::Success(_) => Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() })),
         // The model failing fails the turn, as in the ReAct agent: the client gets the error.
@@ -139,7 +118,7 @@ async fn cite_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<Nod
         .filter(|a| !a.trim().is_empty())
         .unwrap_or_else(|| NO_ANSWER.to_owned());
     let args = json!({ "answer": answer, "chunks": retrieved(&s) });
-    let (outcome, messages) = call(&s, &ctx, "format_citation", args).await;
+    let (outcome, messages) = react::recorded_call(&s, &ctx, "format_citation", args).await;
     let text = match &outcome {
         ToolOutcome::Success(v) => v["cited_answer"].as_str().map_or_else(|| answer.clone(), str::to_owned),
         // An answer without citations is still the answer.
