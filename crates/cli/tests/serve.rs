@@ -242,49 +242,48 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     assert_eq!(schema_calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the schema is cached per tenant");
 }
 
-/// `examples/lumie` (the academy admin, whose `send_sms` is a `[server.backend_tools]`
-/// write tool): the model's call pauses for approval, nothing reaches the backend until it is
-/// approved, then `POST /internal/chatbot/tools/send_sms` runs once, signed, for the asking
-/// tenant and user; a repeated confirm replays the answer.
+/// `examples/lumie` against its reference backend (`examples/lumie/backend`): the model's
+/// SQL runs on the asking tenant's academy and its rows reach the model; its `send_sms` pauses
+/// for approval with the example's description, nothing is sent until it is approved, then
+/// the backend queues one SMS per parent of the class, once, however often the confirm is
+/// repeated; the conversation is kept in the backend's store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
-    use axum::http::{HeaderMap, StatusCode};
-    use std::sync::{Arc, Mutex};
-    use toolgraph_conversations::MemoryConversationStore;
+async fn the_academy_admin_example_runs_against_its_reference_backend() {
+    use academy_backend::academy::Academy;
+    use std::sync::Arc;
+    use toolgraph_conversations::{ConversationStore, MemoryConversationStore};
     use toolgraph_server::auth::HmacVerifier;
-    use toolgraph_server::callback_router;
-    let calls: Arc<Mutex<Vec<(String, String, serde_json::Value)>>> = Arc::default();
-    let verifier = Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec()));
-    let seen = Arc::clone(&calls);
-    let run_tool = axum::routing::post(
-        move |axum::extract::Path(name): axum::extract::Path<String>, headers: HeaderMap, body: axum::body::Bytes| {
-            let (seen, verifier) = (Arc::clone(&seen), Arc::clone(&verifier));
-            async move {
-                if !backend_signed(&verifier, &headers, &format!("/internal/chatbot/tools/{name}"), &body) {
-                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad signature"})));
-                }
-                let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                seen.lock().unwrap().push((name, slug, serde_json::from_slice(&body).unwrap()));
-                (StatusCode::OK, axum::Json(json!({"sent": true, "id": "sms-1"})))
-            }
-        },
-    );
+    let backend_dir = tempfile::tempdir().unwrap();
+    let academy = Arc::new(Academy::open(backend_dir.path()).await.unwrap());
     let store = Arc::new(MemoryConversationStore::new());
-    let router = callback_router(store, Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec())))
-        .route("/internal/chatbot/tools/{name}", run_tool);
+    let verifier = Arc::new(HmacVerifier::new(BACKEND_SECRET.as_bytes().to_vec()));
+    let router = academy_backend::router(Arc::clone(&academy), store.clone(), verifier);
+    let outbox = {
+        let academy = Arc::clone(&academy);
+        move || {
+            let pool = academy.tenant(1, "demo").unwrap().pool.clone();
+            async move {
+                sqlx::query_as::<_, (String, String)>("SELECT address, body FROM messages_sent ORDER BY id")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap()
+            }
+        }
+    };
 
-    let sms = json!({"recipients": ["+34600000000"], "message": "Mañana no hay clase"});
+    let sql = "SELECT s.parent_name FROM students s JOIN classes c ON c.id = s.class_id WHERE c.name = '5A'";
+    let sms = json!({"to": "5A", "audience": "parents", "message": "Mañana no hay clase"});
     let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("q1", "general_query", json!({ "sql": sql }))]),
         Reply::tool_calls(&[("s1", "send_sms", sms.clone())]),
-        Reply::text("SMS enviado."),
+        Reply::text("SMS enviado a 4 familias."),
     ])
     .await
     .unwrap();
-    // The shipped example of the academy admin, pointed at this backend and model.
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/toolgraph.toml");
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = serve_with_backend(router, &model, dir.path(), Some(&example)).await;
-    let text = new_turn(&base, "Avisa por SMS que mañana no hay clase").await;
+    let text = new_turn(&base, "Avisa por SMS a los padres de 5A que mañana no hay clase").await;
     let pending = text
         .split("\n\n")
         .find(|frame| frame.contains("event: pending"))
@@ -293,8 +292,11 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
         .unwrap_or_else(|| panic!("no pending event: {text}"));
     assert_eq!(pending["toolName"], "send_sms");
     assert_eq!(pending["arguments"], sms);
-    assert_eq!(pending["description"], "Send an SMS to +34600000000: Mañana no hay clase", "the example's describe");
-    assert!(calls.lock().unwrap().is_empty(), "the write ran before approval");
+    assert_eq!(
+        pending["description"], "Send an SMS to the parents of 5A: Mañana no hay clase",
+        "the example's describe"
+    );
+    assert!(outbox().await.is_empty(), "the write ran before approval");
 
     let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": 1,
         "messageId": pending["messageId"], "confirmed": true});
@@ -313,24 +315,30 @@ async fn serve_runs_an_approved_write_tool_on_the_backend_once() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(answers[0]["message"], "SMS enviado.", "{answers:?}");
+    assert_eq!(answers[0]["message"], "SMS enviado a 4 familias.", "{answers:?}");
     assert_eq!(answers[0], answers[1], "a repeated confirm replays the answer");
-    let calls = calls.lock().unwrap().clone();
-    assert_eq!(calls.len(), 1, "the approved write ran exactly once: {calls:?}");
-    let (name, slug, body) = &calls[0];
-    assert_eq!((name.as_str(), slug.as_str()), ("send_sms", "demo"));
-    assert_eq!(body["arguments"], sms);
-    assert_eq!((body["tenantId"].as_i64(), body["userId"].as_i64()), (Some(1), Some(1)), "{body}");
-    assert_eq!(body["conversationId"].as_i64(), Some(1), "{body}");
-    // The backend's answer went back to the model as the tool's result.
-    let tool_texts: Vec<String> = model
-        .requests()
+    let sent = outbox().await;
+    assert_eq!(sent.len(), 4, "one SMS per parent of 5A, once: {sent:?}");
+    assert!(sent.iter().all(|(_, body)| body == "Mañana no hay clase"), "{sent:?}");
+    assert_eq!(sent[0].0, "+821030000001");
+
+    // The academy's rows and the backend's answer reached the model, with the tenant's schema.
+    let requests = model.requests();
+    let tool_texts: Vec<String> = requests
         .iter()
         .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].to_string())
         .collect();
-    assert!(tool_texts.iter().any(|t| t.contains("sms-1")), "{tool_texts:?}");
+    assert!(tool_texts.iter().any(|t| t.contains("Kim Soyeon") && t.contains("Choi Dongwook")), "{tool_texts:?}");
+    assert!(tool_texts.iter().any(|t| t.contains("\\\"queued\\\":4")), "{tool_texts:?}");
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(system.contains("Hanbit Academy") && system.contains("parent_phone"), "{system}");
+    // The conversation lives in the backend's store: the request, the pause, the reply.
+    let messages = store.messages(1).await.unwrap();
+    assert_eq!(messages.first().map(|m| m.role.as_str()), Some("user"), "{messages:?}");
+    assert_eq!(messages.last().map(|m| m.content.as_str()), Some("SMS enviado a 4 familias."));
+    academy.close().await;
 }
 
 /// Without its URL and secret the backend store is refused at start, naming the setting.

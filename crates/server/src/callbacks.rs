@@ -23,7 +23,6 @@ const MAX_BODY: usize = 1024 * 1024;
 #[derive(Clone)]
 struct Backend {
     store: Arc<dyn ConversationStore>,
-    verifier: Arc<HmacVerifier>,
 }
 
 /// A call's answer; failures are `{"error": "..."}` as the service's own, a failing store 503.
@@ -32,8 +31,7 @@ type Answer<T> = Result<Json<T>, ApiError>;
 /// The `/internal/chatbot/**` surface over `store`; every call must carry a valid, fresh,
 /// unreplayed signature of `verifier`'s secret, else it is answered 401 and not executed.
 pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVerifier>) -> Router {
-    let state = Backend { store, verifier };
-    Router::new()
+    let router = Router::new()
         .route(path::CONVERSATIONS, post(create_conversation))
         .route(path::CONVERSATION_LOOKUP, post(conversation))
         .route(path::TURN_BEGIN, post(begin_turn))
@@ -50,14 +48,25 @@ pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVeri
         .route(path::DELETE_CONVERSATION, post(delete_conversation))
         .route(path::DELETE_USER, post(delete_user))
         .route(path::DELETE_TENANT, post(delete_tenant))
-        .route_layer(middleware::from_fn_with_state(state.clone(), verify))
-        .with_state(state)
+        .with_state(Backend { store });
+    require_signature(router, verifier)
+}
+
+/// `router` with every route behind the backend's signature check: a call without a valid,
+/// fresh, unreplayed signature of `verifier`'s secret is answered 401 before its handler runs.
+/// A backend puts its own calls (`query`, `tools/{toolName}`, `schema`) behind it; give them
+/// the same verifier as [`callback_router`] so a signature is accepted once across both.
+pub fn require_signature<S: Clone + Send + Sync + 'static>(
+    router: Router<S>,
+    verifier: Arc<HmacVerifier>,
+) -> Router<S> {
+    router.route_layer(middleware::from_fn_with_state(verifier, verify))
 }
 
 /// Checks the signature over the whole request before any handler runs.
-async fn verify(State(b): State<Backend>, req: Request, next: Next) -> Result<Response, ApiError> {
+async fn verify(State(verifier): State<Arc<HmacVerifier>>, req: Request, next: Next) -> Result<Response, ApiError> {
     let req = check_whole_request(req, MAX_BODY, |headers, target, body| {
-        b.verifier.verify_request(headers, target, body, now_secs()).map_err(bad_signature)
+        verifier.verify_request(headers, target, body, now_secs()).map_err(bad_signature)
     })
     .await?;
     Ok(next.run(req).await)

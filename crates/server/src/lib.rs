@@ -26,7 +26,7 @@ mod service;
 mod turn;
 mod wire;
 
-pub use callbacks::callback_router;
+pub use callbacks::{callback_router, require_signature};
 pub use error::ChatError;
 pub use listen::HttpServer;
 pub use mcp::McpEndpoint;

@@ -86,6 +86,7 @@ impl LocalChatModel {
             vocab: Vec::new(),
             call_openers: Vec::new(),
             json_openers: Vec::new(),
+            template_tag_tokens: Vec::new(),
             call_threshold: options.call_threshold,
         };
         std::thread::Builder::new()
@@ -140,6 +141,8 @@ struct Worker {
     call_openers: Vec<bool>,
     /// Per token id: whether it starts a bare JSON object or a code fence.
     json_openers: Vec<bool>,
+    /// Tokens that hold a tag only the template writes ([`template_tag_tokens`]).
+    template_tag_tokens: Vec<u32>,
     call_threshold: f32,
 }
 
@@ -210,6 +213,7 @@ impl Worker {
         self.vocab = (0..size).map(|id| tokenizer.decode(&[id], false).unwrap_or_default()).collect();
         self.call_openers = self.vocab.iter().map(|t| opens_call(t)).collect();
         self.json_openers = self.vocab.iter().map(|t| opens_json(t)).collect();
+        self.template_tag_tokens = template_tag_tokens(&self.vocab);
     }
 
     fn run(&mut self, job: Job) -> Result<(), LlmError> {
@@ -261,6 +265,10 @@ impl Worker {
             let (mut logits, _) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
             if guide.active() {
                 guide.mask(&self.vocab, &mut logits);
+            }
+            if !self.vocab.is_empty() {
+                forbid_template_tags(&text, &self.vocab, &self.template_tag_tokens, &mut logits);
+                complete_call_tag(&text, &self.vocab, &mut logits);
             }
             if generated == 0 && !request.tools.is_empty() {
                 match request.messages.last() {
@@ -336,6 +344,54 @@ fn prefer_call(logits: &mut [f32], openers: &[bool], json_like: &[bool], thresho
     call
 }
 
+/// What only the template writes: the tags around a tool's result, up to where they part from
+/// `<tool_call>`. A small model that has seen results in its history may open its reply with
+/// `<tool_response>` and make a result up; the GGUF's tokenizer spells the tag in several
+/// tokens, so the text so far decides.
+const TEMPLATE_ONLY: [&str; 2] = ["<tool_r", "</tool_r"];
+
+/// The ids of the tokens that hold a [`TEMPLATE_ONLY`] tag whole.
+fn template_tag_tokens(vocab: &[String]) -> Vec<u32> {
+    (0..vocab.len() as u32).filter(|&i| TEMPLATE_ONLY.iter().any(|tag| vocab[i as usize].contains(tag))).collect()
+}
+
+/// Forbids the tokens that would make `text` go on into a [`TEMPLATE_ONLY`] tag: those that
+/// hold one whole (`tag_tokens`), and while `text` ends inside such a tag's opening (`<`,
+/// `<tool`, `</tool_`, …) the ones that continue it (the vocabulary is scanned only then).
+fn forbid_template_tags(text: &str, vocab: &[String], tag_tokens: &[u32], logits: &mut [f32]) {
+    for &id in tag_tokens {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    let Some(at) = text.rfind('<') else { return };
+    let tail = &text[at..];
+    for tag in TEMPLATE_ONLY {
+        let Some(rest) = tag.strip_prefix(tail) else { continue };
+        for (l, token) in logits.iter_mut().zip(vocab) {
+            if token.starts_with(rest) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+/// Makes a reply that opens with a beginning of `<tool_call>` (`<`, `<tool`, …) write the
+/// whole tag: chosen as a call's opener, `<` must not turn into a made-up tag such as
+/// `<tool Response>`.
+fn complete_call_tag(text: &str, vocab: &[String], logits: &mut [f32]) {
+    const CALL_TAG: &str = "<tool_call>";
+    let start = text.trim_start();
+    let Some(rest) = CALL_TAG.strip_prefix(start).filter(|rest| !start.is_empty() && !rest.is_empty()) else {
+        return;
+    };
+    for (l, token) in logits.iter_mut().zip(vocab) {
+        if !(token.starts_with(rest) || (!token.is_empty() && rest.starts_with(token.as_str()))) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
 /// Keeps a reply from starting as a JSON object or a code fence (the tag `<tool_call>` stays).
 fn forbid_bare_json(logits: &mut [f32], json_openers: &[bool]) {
     for (l, &opens) in logits.iter_mut().zip(json_openers) {
@@ -371,6 +427,44 @@ fn sample(logits: &mut [f32], temperature: f32, rng: &mut u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_cannot_write_the_tags_of_a_tool_result() {
+        let vocab: Vec<String> =
+            ["<", "tool", "_response", "_call", "_", "r", "response", ">", "hola", "/", "<tool_response>"]
+                .map(str::to_owned)
+                .to_vec();
+        let banned = |text: &str| -> Vec<&str> {
+            let mut logits = vec![0.0f32; vocab.len()];
+            forbid_template_tags(text, &vocab, &template_tag_tokens(&vocab), &mut logits);
+            vocab.iter().zip(&logits).filter(|(_, l)| l.is_infinite()).map(|(t, _)| t.as_str()).collect()
+        };
+        let whole = "<tool_response>";
+        assert_eq!(banned(""), [whole], "a tag in one token, always");
+        assert_eq!(banned("Hola"), [whole]);
+        assert_eq!(banned("<tool"), ["_response", whole], "`_call` and `_` stay: `<tool_call>` is the model's own");
+        assert_eq!(banned("<tool_"), ["r", "response", whole]);
+        assert_eq!(banned("sí </tool_"), ["r", "response", whole]);
+        assert_eq!(banned("<tool_call>"), [whole]);
+        assert_eq!(banned("a < b"), [whole]);
+    }
+
+    #[test]
+    fn a_reply_that_opens_a_tag_writes_the_call_tag() {
+        let vocab: Vec<String> =
+            ["<", "tool", " Response", "_call", "_", "call", ">", "\n", "hola", "_call>\n"].map(str::to_owned).to_vec();
+        let allowed = |text: &str| -> Vec<&str> {
+            let mut logits = vec![0.0f32; vocab.len()];
+            complete_call_tag(text, &vocab, &mut logits);
+            vocab.iter().zip(&logits).filter(|(_, l)| l.is_finite()).map(|(t, _)| t.as_str()).collect()
+        };
+        assert_eq!(allowed("").len(), vocab.len(), "an empty reply may start with anything");
+        assert_eq!(allowed("<"), ["tool"]);
+        assert_eq!(allowed("\n<tool"), ["_call", "_", "_call>\n"]);
+        assert_eq!(allowed("<tool_call"), [">"]);
+        assert_eq!(allowed("<tool_call>").len(), vocab.len(), "the tag is written: the call guide takes over");
+        assert_eq!(allowed("Hola <").len(), vocab.len(), "only the reply's opening is held to it");
+    }
 
     #[test]
     fn call_openers_are_the_forms_the_parser_accepts() {
