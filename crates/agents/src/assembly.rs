@@ -7,9 +7,9 @@ use crate::course::guides::GuideStore;
 use crate::course::test_gen::{Grounding, TestGenerator};
 use crate::react::{self, AgentDeps, AgentSpec, AgentState, PromptContext};
 use std::sync::Arc;
-use toolgraph_config::{AgentGraph, AgentSettings, Config, StoreKind};
+use toolgraph_config::{AgentGraph, AgentSettings, Config, DatabasePooling, StoreKind};
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
-use toolgraph_graph::{Checkpointer, CompiledGraph};
+use toolgraph_graph::{Checkpointer, CompiledGraph, PgDatabase, PgPooling};
 use toolgraph_llm::{ChatModel, OpenAiChatModel};
 use toolgraph_rag::{KbStore, Retriever};
 use toolgraph_tools::{ToolRegistry, builtin};
@@ -62,10 +62,42 @@ pub fn model(
 /// # Errors
 /// When the database cannot be opened.
 pub async fn guide_store(cfg: &Config) -> Result<GuideStore, AgentError> {
-    Ok(match &cfg.database_url {
-        Some(url) => GuideStore::open_postgres(url.expose()).await?,
+    Ok(match postgres_database(cfg, 4).await? {
+        Some(db) => GuideStore::open_postgres_database(db).await?,
         None => GuideStore::open_sqlite(&cfg.data_dir.join("guides.db")).await?,
     })
+}
+
+/// The PostgreSQL database of `database_url`, reached as `database_pooling` says (migrations
+/// over `database_migration_url` when set), with a pool of at most `max_connections`; `None`
+/// without `database_url`.
+///
+/// # Errors
+/// An invalid URL, or a server that cannot be reached within 5 s.
+pub async fn postgres_database(cfg: &Config, max_connections: u32) -> Result<Option<PgDatabase>, AgentError> {
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use std::str::FromStr;
+    let Some(url) = &cfg.database_url else { return Ok(None) };
+    let err = |e: sqlx::Error| AgentError::Database(format!("{}: {e}", url.redacted_url()));
+    let options = PgConnectOptions::from_str(url.expose()).map_err(err)?;
+    let migrations = match &cfg.database_migration_url {
+        Some(m) => Some(
+            PgConnectOptions::from_str(m.expose())
+                .map_err(|e| AgentError::Database(format!("{} (database_migration_url): {e}", m.redacted_url())))?,
+        ),
+        None => None,
+    };
+    let pooling = match cfg.database_pooling {
+        DatabasePooling::Session => PgPooling::Session,
+        DatabasePooling::Transaction => PgPooling::Transaction,
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_with(options)
+        .await
+        .map_err(err)?;
+    Ok(Some(PgDatabase::new(pool, pooling, migrations)))
 }
 
 /// Every tool the configuration enables: the built-ins, `rag_search` over `kb` through

@@ -82,6 +82,9 @@ pub enum AgentError {
     /// The agent's graph does not compile.
     #[error("cannot build the agent graph: {0}")]
     Graph(#[from] toolgraph_graph::GraphBuildError),
+    /// The PostgreSQL database of `database_url` cannot be reached.
+    #[error("cannot open the PostgreSQL database at {0}")]
+    Database(String),
 }
 
 impl AgentError {

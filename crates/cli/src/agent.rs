@@ -9,17 +9,23 @@ use toolgraph_llm::ChatModel;
 
 /// The checkpoint store: PostgreSQL when `database_url` is set, else SQLite in the data dir.
 pub async fn checkpointer(cfg: &Config) -> anyhow::Result<Arc<dyn Checkpointer>> {
-    Ok(match &cfg.database_url {
-        Some(url) => Arc::new(
-            PostgresCheckpointer::connect(url.expose())
-                .await
-                .with_context(|| format!("cannot open the PostgreSQL store at {}", url.redacted_url()))?,
-        ),
+    Ok(match postgres_checkpointer(cfg).await? {
+        Some(checkpointer) => Arc::new(checkpointer),
         None => {
             let path = cfg.data_dir.join("toolgraph.db");
             Arc::new(SqliteCheckpointer::open(&path).await.with_context(|| format!("cannot open {}", path.display()))?)
         }
     })
+}
+
+/// The checkpoints in PostgreSQL when `database_url` is set (reached as
+/// `database_pooling` says), migrated.
+pub async fn postgres_checkpointer(cfg: &Config) -> anyhow::Result<Option<PostgresCheckpointer>> {
+    let Some(db) = toolgraph_agents::assembly::postgres_database(cfg, 8).await? else { return Ok(None) };
+    let url = cfg.database_url.as_ref().map(|u| u.redacted_url()).unwrap_or_default();
+    let checkpointer =
+        PostgresCheckpointer::open(db).await.with_context(|| format!("cannot open the PostgreSQL store at {url}"))?;
+    Ok(Some(checkpointer))
 }
 
 /// The in-process chat model of `llm.local_model`, when no endpoint is configured. Loading

@@ -74,12 +74,8 @@ impl Database {
 }
 
 async fn open_database(cfg: &Config) -> anyhow::Result<Database> {
-    Ok(match &cfg.database_url {
-        Some(url) => Database::Postgres(
-            PostgresCheckpointer::connect(url.expose())
-                .await
-                .with_context(|| format!("cannot open the PostgreSQL store at {}", url.redacted_url()))?,
-        ),
+    Ok(match crate::agent::postgres_checkpointer(cfg).await? {
+        Some(checkpointer) => Database::Postgres(checkpointer),
         None => {
             let path = cfg.data_dir.join("toolgraph.db");
             Database::Sqlite(
@@ -125,7 +121,7 @@ async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -
     let closer = db.closer();
     Ok(match db {
         Database::Postgres(c) => {
-            let store = PostgresConversationStore::new(c.pool().clone()).await.context(prepared)?;
+            let store = PostgresConversationStore::open(c.database().clone()).await.context(prepared)?;
             stores(ProjectingCheckpointer::postgres(c, project), Arc::new(store), closer, "postgres")
         }
         Database::Sqlite(c) => {

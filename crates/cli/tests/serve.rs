@@ -135,6 +135,74 @@ async fn serve_on_postgresql() {
     let _ = c.close().await;
 }
 
+/// `serve` on PostgreSQL behind PgBouncer in transaction mode (`database_pooling =
+/// "transaction"`, migrations over the direct URL), two server connections for every client
+/// connection: concurrent turns, a write paused for approval and confirmed, everything
+/// persisted — where the driver's named prepared statements would collide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_postgresql_behind_pgbouncer_in_transaction_mode() {
+    use sqlx::Connection;
+    let Some(pooler) = toolgraph_testkit::pgbouncer::TransactionPooler::start(2).await else { return };
+    let mut replies: Vec<Reply> = (0..4).map(|i| Reply::text(&format!("Hola {i}."))).collect();
+    replies.push(Reply::tool_calls(&[("n1", "note_write", json!({"title": "Repaso", "body": "Redes."}))]));
+    replies.push(Reply::text("Nota guardada."));
+    let model = ScriptedModelServer::start(replies).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = serve_command(dir.path(), &model, port)
+        .env("TOOLGRAPH_DATABASE_URL", pooler.pooled_url())
+        .env("TOOLGRAPH_DATABASE_POOLING", "transaction")
+        .env("TOOLGRAPH_DATABASE_MIGRATION_URL", pooler.direct_url())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let turns: Vec<String> = futures::future::join_all((0..4).map(|_| new_turn(&base, "hola"))).await;
+    for text in &turns {
+        assert!(text.contains("event: done"), "{text}");
+    }
+    let text = new_turn(&base, "Guarda una nota de repaso").await;
+    let pending = text
+        .split("\n\n")
+        .find(|frame| frame.contains("event: pending"))
+        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
+        .unwrap_or_else(|| panic!("no pending event: {text}"));
+    let done = text
+        .split("\n\n")
+        .find(|frame| frame.contains("event: done"))
+        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
+        .unwrap_or_else(|| panic!("no done event: {text}"));
+    let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": done["conversationId"], "messageId": pending["messageId"], "confirmed": true});
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/confirm"))
+        .header("X-Tenant-Slug", "demo")
+        .json(&confirm)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answer["message"], "Nota guardada.", "{answer}");
+    let mut c = sqlx::PgConnection::connect(&pooler.direct_url()).await.unwrap();
+    let counts: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM conversations), (SELECT COUNT(*) FROM messages WHERE role = 'assistant'),
+                (SELECT COUNT(*) FROM pending_actions WHERE decision)",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    let _ = c.close().await;
+    assert_eq!(counts, (5, 5, 1), "five conversations, five replies, one approved action");
+    assert_eq!(std::fs::read_dir(dir.path().join("notes")).unwrap().count(), 1, "the approved write ran once");
+}
+
 /// `store = "backend"`: the binary keeps the conversation in a backend (here the
 /// library's receiving side over a memory store) through signed calls, and `general_query`
 /// runs on the backend (`POST /internal/chatbot/query`) for the asking tenant and user: a

@@ -85,6 +85,15 @@ pub struct Config {
     /// PostgreSQL URL for checkpoints and conversations; unset means SQLite in the data
     /// directory. Env: `TOOLGRAPH_DATABASE_URL`.
     pub database_url: Option<Secret>,
+    /// How `database_url` reaches PostgreSQL: `session` (directly, or through a pooler in
+    /// session mode; the default) or `transaction` (through a pooler such as PgBouncer with
+    /// `pool_mode = transaction`: no named prepared statements, each operation in one
+    /// transaction). Env: `TOOLGRAPH_DATABASE_POOLING`.
+    pub database_pooling: DatabasePooling,
+    /// A direct (or session-pooled) PostgreSQL URL the migrations run over at start: they hold
+    /// a session-level lock, which a transaction pooler cannot keep. Required with
+    /// `database_pooling = "transaction"`. Env: `TOOLGRAPH_DATABASE_MIGRATION_URL`.
+    pub database_migration_url: Option<Secret>,
     /// Evaluation data directory. Default: `../shared/data`. Env: `TOOLGRAPH_EVAL_DATA`.
     pub eval_data: PathBuf,
     /// The model endpoint.
@@ -111,6 +120,8 @@ impl Default for Config {
         Self {
             data_dir: PathBuf::from("./.toolgraph"),
             database_url: None,
+            database_pooling: DatabasePooling::Session,
+            database_migration_url: None,
             eval_data: PathBuf::from("../shared/data"),
             llm: LlmSettings::default(),
             server: ServerSettings::default(),
@@ -174,10 +185,27 @@ impl Config {
         {
             return Err(check.invalid("default_agent", format!("no agent named '{d}' is configured")));
         }
-        if let Some(db) = &self.database_url
-            && !(db.expose().starts_with("postgres://") || db.expose().starts_with("postgresql://"))
+        let postgres =
+            |url: &Secret| url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://");
+        for (key, url) in
+            [("database_url", &self.database_url), ("database_migration_url", &self.database_migration_url)]
         {
-            return Err(check.invalid("database_url", "must be a postgres:// or postgresql:// URL".into()));
+            if url.as_ref().is_some_and(|u| !postgres(u)) {
+                return Err(check.invalid(key, "must be a postgres:// or postgresql:// URL".into()));
+            }
+        }
+        if self.database_pooling == DatabasePooling::Transaction {
+            if self.database_url.is_none() {
+                return Err(check.invalid("database_pooling", "\"transaction\" needs database_url".into()));
+            }
+            if self.database_migration_url.is_none() {
+                return Err(check.invalid(
+                    "database_migration_url",
+                    "database_pooling = \"transaction\" needs a direct URL for the migrations (they hold a \
+                     session lock a transaction pooler cannot keep)"
+                        .into(),
+                ));
+            }
         }
         Ok(())
     }
@@ -186,6 +214,17 @@ impl Config {
     pub fn to_masked_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
     }
+}
+
+/// How `database_url` reaches PostgreSQL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatabasePooling {
+    /// Directly, or through a pooler in session mode.
+    #[default]
+    Session,
+    /// Through a pooler in transaction mode (PgBouncer `pool_mode = transaction`).
+    Transaction,
 }
 
 /// What a section's validation needs: where each value came from, for the error.

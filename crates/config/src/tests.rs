@@ -122,6 +122,15 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("greater than 0"), "{err}");
     let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
     assert!(err.contains("postgres://"), "{err}");
+    let pooled = "database_url = \"postgres://pgbouncer:6432/app\"\ndatabase_pooling = \"transaction\"\n";
+    let err = Config::from_toml_str(pooled).unwrap_err().to_string();
+    assert!(err.contains("`database_migration_url`") && err.contains("session lock"), "{err}");
+    let ok = Config::from_toml_str(&format!("{pooled}database_migration_url = \"postgres://db:5432/app\"\n")).unwrap();
+    assert_eq!(ok.database_pooling, crate::DatabasePooling::Transaction);
+    let err = Config::from_toml_str("database_pooling = \"transaction\"\n").unwrap_err().to_string();
+    assert!(err.contains("needs database_url"), "{err}");
+    let err = Config::from_toml_str("database_pooling = \"statement\"\n").unwrap_err().to_string();
+    assert!(err.contains("statement"), "{err}");
     let err = Config::from_toml_str("[server]\nmax_request_head_bytes = 4096\n").unwrap_err().to_string();
     assert!(err.contains("`server.max_request_head_bytes`") && err.contains("8192..=1048576"), "{err}");
     let err = Config::from_toml_str("[server]\nheader_read_timeout_ms = 0\n").unwrap_err().to_string();

@@ -9,24 +9,34 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
+use toolgraph_graph::PgDatabase;
 
 /// Conversations, messages and pending actions in PostgreSQL (deletes cascade).
 #[derive(Debug, Clone)]
 pub struct PostgresConversationStore {
-    pool: PgPool,
+    db: PgDatabase,
 }
 
 impl PostgresConversationStore {
-    /// Migrates `pool` (shared with the checkpointer) and wraps it.
+    /// Migrates `pool` (direct connections, shared with the checkpointer) and wraps it.
     ///
     /// # Errors
     /// When the migrations fail.
     pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
+        Self::open(PgDatabase::direct(pool)).await
+    }
+
+    /// Migrates `db` (shared with the checkpointer; possibly behind a pooler in transaction
+    /// mode) and wraps it.
+    ///
+    /// # Errors
+    /// When the migrations fail.
+    pub async fn open(db: PgDatabase) -> Result<Self, StoreError> {
         let mut m = sqlx::migrate!("./migrations/postgres");
         // The checkpoint migrations share the migrations table.
         m.set_ignore_missing(true);
-        m.run(&pool).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
-        Ok(Self { pool })
+        db.migrate(&m).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
+        Ok(Self { db })
     }
 }
 
@@ -48,9 +58,11 @@ fn pending_from_row(r: &PgRow) -> PendingAction {
     }
 }
 
-/// Inserts a message through `conn` (a pooled connection or a caller's transaction).
+/// Inserts a message through `conn` (a pooled connection or a caller's transaction);
+/// `persistent` as [`PgDatabase::persistent`] says.
 pub(crate) async fn insert_message(
     conn: &mut sqlx::PgConnection,
+    persistent: bool,
     conversation: i64,
     role: Role,
     content: &str,
@@ -62,12 +74,17 @@ pub(crate) async fn insert_message(
     .bind(role.as_str())
     .bind(content)
     .bind(now_ms())
+    .persistent(persistent)
     .fetch_one(&mut *conn)
     .await
 }
 
 /// Inserts a pending action and its message in one statement through `conn`.
-pub(crate) async fn insert_pending(conn: &mut sqlx::PgConnection, p: &NewPending) -> Result<i64, sqlx::Error> {
+pub(crate) async fn insert_pending(
+    conn: &mut sqlx::PgConnection,
+    persistent: bool,
+    p: &NewPending,
+) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "WITH m AS (
              INSERT INTO messages (conversation_id, role, content, created_at_ms)
@@ -83,6 +100,7 @@ pub(crate) async fn insert_pending(conn: &mut sqlx::PgConnection, p: &NewPending
     .bind(&p.description)
     .bind(p.arguments.to_string())
     .bind(now_ms())
+    .persistent(persistent)
     .fetch_one(&mut *conn)
     .await
 }
@@ -90,28 +108,36 @@ pub(crate) async fn insert_pending(conn: &mut sqlx::PgConnection, p: &NewPending
 #[async_trait]
 impl ConversationStore for PostgresConversationStore {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
+        let mut s = self.db.session().await?;
+        let id = sqlx::query_scalar(
             "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
         )
         .bind(tenant)
         .bind(user)
         .bind(agent)
         .bind(now_ms())
-        .fetch_one(&self.pool)
-        .await?)
+        .persistent(self.db.persistent())
+        .fetch_one(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(id)
     }
 
     async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
+        let mut s = self.db.session().await?;
         let row = sqlx::query("SELECT id, agent FROM conversations WHERE id = $1 AND tenant_id = $2 AND user_id = $3")
             .bind(id)
             .bind(tenant)
             .bind(user)
-            .fetch_optional(&self.pool)
+            .persistent(self.db.persistent())
+            .fetch_optional(&mut *s)
             .await?;
+        s.finish().await?;
         Ok(row.map(|r| Conversation { id: r.get(0), agent: r.get(1) }))
     }
 
     async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
         let n = sqlx::query(
             "UPDATE conversations SET running_run = $1, running_owner = $2, running_since_ms = $3,
                     running_until_ms = $3 + $4
@@ -123,24 +149,30 @@ impl ConversationStore for PostgresConversationStore {
         .bind(claim.lease_ms)
         .bind(conversation)
         .bind(LEGACY_CLAIM_MS)
-        .execute(&self.pool)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
         .await?
         .rows_affected();
+        s.finish().await?;
         Ok(n == 1)
     }
 
     async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
         let n = sqlx::query("UPDATE conversations SET running_until_ms = $1 WHERE id = $2 AND running_run = $3")
             .bind(now_ms() + claim.lease_ms)
             .bind(conversation)
             .bind(&claim.run_id)
-            .execute(&self.pool)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
             .await?
             .rows_affected();
+        s.finish().await?;
         Ok(n == 1)
     }
 
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError> {
+        let mut s = self.db.session().await?;
         sqlx::query(
             "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
                     running_until_ms = NULL
@@ -148,20 +180,25 @@ impl ConversationStore for PostgresConversationStore {
         )
         .bind(conversation)
         .bind(run_id)
-        .execute(&self.pool)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
         .await?;
+        s.finish().await?;
         Ok(())
     }
 
     async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let mut s = self.db.session().await?;
         let rows = sqlx::query(
             "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
                     running_until_ms = NULL
              WHERE running_owner = $1 RETURNING tenant_id, id, agent",
         )
         .bind(owner)
-        .fetch_all(&self.pool)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
         .await?;
+        s.finish().await?;
         Ok(rows
             .iter()
             .map(|r| ReleasedTurn { tenant_id: r.get(0), conversation_id: r.get(1), agent: r.get(2) })
@@ -169,16 +206,21 @@ impl ConversationStore for PostgresConversationStore {
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        Ok(insert_message(&mut conn, conversation, role, content).await?)
+        let mut s = self.db.session().await?;
+        let id = insert_message(&mut s, self.db.persistent(), conversation, role, content).await?;
+        s.finish().await?;
+        Ok(id)
     }
 
     async fn add_pending(&self, pending: &NewPending) -> Result<i64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        Ok(insert_pending(&mut conn, pending).await?)
+        let mut s = self.db.session().await?;
+        let id = insert_pending(&mut s, self.db.persistent(), pending).await?;
+        s.finish().await?;
+        Ok(id)
     }
 
     async fn pending(&self, lookup: &PendingLookup) -> Result<Option<PendingAction>, StoreError> {
+        let mut s = self.db.session().await?;
         let row = sqlx::query(&format!(
             "SELECT {PENDING_COLUMNS} FROM pending_actions p
              WHERE p.message_id = $1 AND p.conversation_id = $2
@@ -188,54 +230,70 @@ impl ConversationStore for PostgresConversationStore {
         .bind(lookup.conversation_id)
         .bind(lookup.tenant_id)
         .bind(lookup.user_id)
-        .fetch_optional(&self.pool)
+        .persistent(self.db.persistent())
+            .fetch_optional(&mut *s)
         .await?;
+        s.finish().await?;
         Ok(row.as_ref().map(pending_from_row))
     }
 
     async fn run_pending(&self, conversation: i64, run_id: &str) -> Result<Vec<PendingAction>, StoreError> {
+        let mut s = self.db.session().await?;
         let rows = sqlx::query(&format!(
             "SELECT {PENDING_COLUMNS} FROM pending_actions WHERE conversation_id = $1 AND run_id = $2 ORDER BY message_id"
         ))
         .bind(conversation)
         .bind(run_id)
-        .fetch_all(&self.pool)
+        .persistent(self.db.persistent())
+            .fetch_all(&mut *s)
         .await?;
+        s.finish().await?;
         Ok(rows.iter().map(pending_from_row).collect())
     }
 
     async fn decide(&self, message_id: i64, approve: bool) -> Result<Decided, StoreError> {
+        let mut s = self.db.session().await?;
         let n = sqlx::query("UPDATE pending_actions SET decision = $1 WHERE message_id = $2 AND decision IS NULL")
             .bind(approve)
             .bind(message_id)
-            .execute(&self.pool)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
             .await?
             .rows_affected();
         if n == 1 {
+            s.finish().await?;
             return Ok(Decided::Recorded);
         }
         let prev: Option<bool> = sqlx::query_scalar("SELECT decision FROM pending_actions WHERE message_id = $1")
             .bind(message_id)
-            .fetch_one(&self.pool)
+            .persistent(self.db.persistent())
+            .fetch_one(&mut *s)
             .await?;
+        s.finish().await?;
         Ok(if prev == Some(approve) { Decided::Same } else { Decided::Conflict })
     }
 
     async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError> {
+        let mut s = self.db.session().await?;
         sqlx::query("UPDATE pending_actions SET response = $1 WHERE conversation_id = $2 AND run_id = $3")
             .bind(response)
             .bind(conversation)
             .bind(run_id)
-            .execute(&self.pool)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
             .await?;
+        s.finish().await?;
         Ok(())
     }
 
     async fn messages(&self, conversation: i64) -> Result<Vec<StoredMessage>, StoreError> {
+        let mut s = self.db.session().await?;
         let rows = sqlx::query("SELECT id, role, content FROM messages WHERE conversation_id = $1 ORDER BY id")
             .bind(conversation)
-            .fetch_all(&self.pool)
+            .persistent(self.db.persistent())
+            .fetch_all(&mut *s)
             .await?;
+        s.finish().await?;
         rows.iter()
             .map(|r| {
                 let name: &str = r.get(1);
@@ -246,28 +304,39 @@ impl ConversationStore for PostgresConversationStore {
     }
 
     async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
         let n = sqlx::query("DELETE FROM conversations WHERE id = $1 AND tenant_id = $2 AND user_id = $3")
             .bind(id)
             .bind(tenant)
             .bind(user)
-            .execute(&self.pool)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
             .await?
             .rows_affected();
+        s.finish().await?;
         Ok(n == 1)
     }
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 AND user_id = $2 RETURNING id")
+        let mut s = self.db.session().await?;
+        let ids = sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 AND user_id = $2 RETURNING id")
             .bind(tenant)
             .bind(user)
-            .fetch_all(&self.pool)
-            .await?)
+            .persistent(self.db.persistent())
+            .fetch_all(&mut *s)
+            .await?;
+        s.finish().await?;
+        Ok(ids)
     }
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 RETURNING id")
+        let mut s = self.db.session().await?;
+        let ids = sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 RETURNING id")
             .bind(tenant)
-            .fetch_all(&self.pool)
-            .await?)
+            .persistent(self.db.persistent())
+            .fetch_all(&mut *s)
+            .await?;
+        s.finish().await?;
+        Ok(ids)
     }
 }

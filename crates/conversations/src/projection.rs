@@ -147,15 +147,18 @@ impl Checkpointer for ProjectingCheckpointer {
             }
             Backend::Postgres(c) => {
                 let mut tx = c.pool().begin().await.map_err(pg_error)?;
+                let persistent = c.database().persistent();
                 let written = async {
-                    PostgresCheckpointer::append_with(&mut *tx, thread, record).await?;
+                    PostgresCheckpointer::append_with(&mut *tx, persistent, thread, record).await?;
                     let mut message_ids = Vec::with_capacity(projection.messages.len());
                     for (role, content) in &projection.messages {
-                        message_ids.push(pg_insert_message(&mut tx, conv, *role, content).await.map_err(pg_error)?);
+                        let id =
+                            pg_insert_message(&mut tx, persistent, conv, *role, content).await.map_err(pg_error)?;
+                        message_ids.push(id);
                     }
                     let mut pending_ids = Vec::with_capacity(projection.pending.len());
                     for p in &projection.pending {
-                        pending_ids.push(pg_insert_pending(&mut tx, p).await.map_err(pg_error)?);
+                        pending_ids.push(pg_insert_pending(&mut tx, persistent, p).await.map_err(pg_error)?);
                     }
                     Ok::<_, CheckpointError>(derived(message_ids, &projection.pending, pending_ids))
                 }

@@ -1,15 +1,19 @@
 //! Every conversation store against one suite: what the chat service relies on — one running
 //! turn per conversation, pending actions found only by their owner and decided once, deletion
-//! that takes everything with it — holds in memory, in SQLite and in PostgreSQL alike.
+//! that takes everything with it — holds in memory, in SQLite and in PostgreSQL alike, and in
+//! PostgreSQL behind PgBouncer in transaction mode (`postgres_pooled`, one server connection
+//! shared by every client connection, as a busy pooler has it).
 
 use serde_json::json;
+use std::str::FromStr;
 use std::sync::Arc;
 use toolgraph_conversations::{
     ConversationStore, Decided, MemoryConversationStore, NewPending, PendingLookup, PostgresConversationStore,
     ReleasedTurn, Role, SqliteConversationStore, TurnClaim,
 };
-use toolgraph_graph::{PostgresCheckpointer, SqliteCheckpointer};
+use toolgraph_graph::{PgPooling, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_testkit::PgSchema;
+use toolgraph_testkit::pgbouncer::TransactionPooler;
 
 /// A store of `kind` and what keeps its data alive; `None` when PostgreSQL is absent locally.
 async fn store(kind: &str) -> Option<(Arc<dyn ConversationStore>, Box<dyn std::any::Any>)> {
@@ -26,6 +30,17 @@ async fn store(kind: &str) -> Option<(Arc<dyn ConversationStore>, Box<dyn std::a
             let ckpt = PostgresCheckpointer::connect_with(schema.options()).await.expect("connect");
             let store = PostgresConversationStore::new(ckpt.pool().clone()).await.expect("migrate");
             (Arc::new(store), Box::new(schema))
+        }
+        "postgres_pooled" => {
+            let pooler = TransactionPooler::start(1).await?;
+            let (pooled, direct) = (pooler.pooled_url(), pooler.direct_url());
+            let options = |url: &str| sqlx::postgres::PgConnectOptions::from_str(url).expect("url");
+            let ckpt =
+                PostgresCheckpointer::connect_pooled(options(&pooled), PgPooling::Transaction, Some(options(&direct)))
+                    .await
+                    .expect("connect through the pooler");
+            let store = PostgresConversationStore::open(ckpt.database().clone()).await.expect("migrate");
+            (Arc::new(store), Box::new(pooler))
         }
         other => panic!("unknown store {other}"),
     })
@@ -166,3 +181,31 @@ macro_rules! suite {
 suite!(memory);
 suite!(sqlite);
 suite!(postgres);
+suite!(postgres_pooled);
+
+/// The pooled suite does not pass by luck: the same store through the same pooler, but with
+/// the driver's named prepared statements (`PgPooling::Session`), fails as soon as two client
+/// connections share the server connection.
+#[tokio::test]
+async fn named_statements_break_behind_a_transaction_pooler() {
+    let Some(pooler) = TransactionPooler::start(1).await else { return };
+    let options = |url: &str| sqlx::postgres::PgConnectOptions::from_str(url).expect("url");
+    let ckpt = PostgresCheckpointer::connect_pooled(
+        options(&pooler.pooled_url()),
+        PgPooling::Session,
+        Some(options(&pooler.direct_url())),
+    )
+    .await
+    .expect("connect");
+    let store = Arc::new(PostgresConversationStore::open(ckpt.database().clone()).await.expect("migrate"));
+    let mut calls = tokio::task::JoinSet::new();
+    for user in 0..16 {
+        let store = Arc::clone(&store);
+        calls.spawn(async move { store.create_conversation(1, user, "a").await });
+    }
+    let results = calls.join_all().await;
+    assert!(
+        results.iter().any(|r| r.as_ref().is_err_and(|e| e.0.contains("prepared statement"))),
+        "named statements went through a transaction pooler unharmed: {results:?}"
+    );
+}

@@ -61,13 +61,13 @@ async fn postgres_checkpoint_commits_and_rolls_back_with_the_callers_transaction
 
     let mut tx = store.pool().begin().await.unwrap();
     sqlx::query("INSERT INTO messages VALUES ('hi')").execute(&mut *tx).await.unwrap();
-    PostgresCheckpointer::append_with(&mut *tx, &t, &record(1)).await.unwrap();
+    PostgresCheckpointer::append_with(&mut *tx, true, &t, &record(1)).await.unwrap();
     tx.rollback().await.unwrap();
     assert!(store.load(&t, None).await.unwrap().is_empty(), "rolled back with the caller");
 
     let mut tx = store.pool().begin().await.unwrap();
     sqlx::query("INSERT INTO messages VALUES ('hi')").execute(&mut *tx).await.unwrap();
-    PostgresCheckpointer::append_with(&mut *tx, &t, &record(1)).await.unwrap();
+    PostgresCheckpointer::append_with(&mut *tx, true, &t, &record(1)).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(store.load(&t, None).await.unwrap().len(), 1);
     store.pool().close().await;

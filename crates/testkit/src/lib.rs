@@ -13,6 +13,7 @@ pub mod fault_proxy;
 pub mod faulty_store;
 pub mod interop;
 pub mod invariants;
+pub mod pgbouncer;
 pub mod private_pg;
 
 use sqlx::postgres::PgConnectOptions;
@@ -59,7 +60,7 @@ pub struct PgSchema {
 ///
 /// # Panics
 /// Under `CI` without a reachable server: the suite must not pass by skipping.
-async fn connect_or_skip() -> Option<sqlx::PgConnection> {
+pub(crate) async fn connect_or_skip() -> Option<sqlx::PgConnection> {
     use sqlx::Connection;
     let connect = tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(&pg_url()));
     match connect.await.map_err(|_| sqlx::Error::PoolTimedOut).and_then(|r| r) {

@@ -133,6 +133,6 @@ fn bindir() -> Option<PathBuf> {
     found.pop()
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }

@@ -4,10 +4,11 @@
 //! files twice changes nothing.
 
 use serde_json::{Map, Value};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
+use toolgraph_graph::PgDatabase;
 use toolgraph_graph::SqliteDatabase;
 
 /// The largest guide accepted: a real one is 20–60 KB of JSON.
@@ -169,7 +170,7 @@ pub enum GuideStore {
     /// A SQLite file (`<data_dir>/guides.db`); JSON as text.
     Sqlite(SqliteDatabase),
     /// PostgreSQL; JSON as `jsonb`.
-    Postgres(PgPool),
+    Postgres(PgDatabase),
 }
 
 const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS guides (
@@ -218,8 +219,18 @@ impl GuideStore {
             .connect_with(options)
             .await
             .map_err(store_error)?;
-        sqlx::query(POSTGRES_SCHEMA).execute(&pool).await.map_err(store_error)?;
-        Ok(Self::Postgres(pool))
+        Self::open_postgres_database(PgDatabase::direct(pool)).await
+    }
+
+    /// The guides in `db` (possibly behind a pooler in transaction mode), the table made if
+    /// needed.
+    ///
+    /// # Errors
+    /// When the table cannot be made.
+    pub async fn open_postgres_database(db: PgDatabase) -> Result<Self, GuideError> {
+        // The simple query protocol: no statement to prepare, whatever the pooling.
+        sqlx::raw_sql(POSTGRES_SCHEMA).execute(db.pool()).await.map_err(store_error)?;
+        Ok(Self::Postgres(db))
     }
 
     /// Stores `guide` for `tenant`, replacing the subject's previous guide.
@@ -245,7 +256,8 @@ impl GuideStore {
                 .map_err(store_error)?
                 .map_err(store_error)?;
             }
-            Self::Postgres(pool) => {
+            Self::Postgres(db) => {
+                let mut s = db.session().await.map_err(store_error)?;
                 sqlx::query(
                     "INSERT INTO toolgraph_guides (tenant, subject, doc) VALUES ($1, $2, $3::jsonb)
                      ON CONFLICT (tenant, subject) DO UPDATE SET doc = excluded.doc, updated_at = now()",
@@ -253,9 +265,11 @@ impl GuideStore {
                 .bind(tenant)
                 .bind(subject)
                 .bind(text)
-                .execute(pool)
+                .persistent(db.persistent())
+                .execute(&mut *s)
                 .await
                 .map_err(store_error)?;
+                s.finish().await.map_err(store_error)?;
             }
         }
         Ok(if before.is_some() { Upserted::Updated } else { Upserted::Inserted })
@@ -281,13 +295,18 @@ impl GuideStore {
                 .await
                 .map_err(store_error)?
                 .map_err(store_error)?,
-            Self::Postgres(pool) => {
-                sqlx::query_scalar("SELECT doc::text FROM toolgraph_guides WHERE tenant = $1 AND subject = $2")
-                    .bind(tenant)
-                    .bind(subject)
-                    .fetch_optional(pool)
-                    .await
-                    .map_err(store_error)?
+            Self::Postgres(db) => {
+                let mut s = db.session().await.map_err(store_error)?;
+                let text =
+                    sqlx::query_scalar("SELECT doc::text FROM toolgraph_guides WHERE tenant = $1 AND subject = $2")
+                        .bind(tenant)
+                        .bind(subject)
+                        .persistent(db.persistent())
+                        .fetch_optional(&mut *s)
+                        .await
+                        .map_err(store_error)?;
+                s.finish().await.map_err(store_error)?;
+                text
             }
         };
         text.map(|t| serde_json::from_str(&t).map_err(store_error)).transpose()
@@ -309,12 +328,17 @@ impl GuideStore {
                 .await
                 .map_err(store_error)?
                 .map_err(store_error),
-            Self::Postgres(pool) => {
-                sqlx::query_scalar("SELECT subject FROM toolgraph_guides WHERE tenant = $1 ORDER BY subject")
-                    .bind(tenant)
-                    .fetch_all(pool)
-                    .await
-                    .map_err(store_error)
+            Self::Postgres(db) => {
+                let mut s = db.session().await.map_err(store_error)?;
+                let subjects =
+                    sqlx::query_scalar("SELECT subject FROM toolgraph_guides WHERE tenant = $1 ORDER BY subject")
+                        .bind(tenant)
+                        .persistent(db.persistent())
+                        .fetch_all(&mut *s)
+                        .await
+                        .map_err(store_error)?;
+                s.finish().await.map_err(store_error)?;
+                Ok(subjects)
             }
         }
     }
@@ -378,7 +402,27 @@ mod tests {
     #[tokio::test]
     async fn upserts_are_idempotent_and_per_tenant() {
         let dir = tempfile::tempdir().unwrap();
-        let store = GuideStore::open_sqlite(&dir.path().join("guides.db")).await.unwrap();
+        upserts_on(&GuideStore::open_sqlite(&dir.path().join("guides.db")).await.unwrap()).await;
+    }
+
+    /// The same behind PgBouncer in transaction mode, one server connection for all clients.
+    #[tokio::test]
+    async fn upserts_work_behind_a_transaction_pooler() {
+        use toolgraph_graph::PgPooling;
+        let Some(pooler) = toolgraph_testkit::pgbouncer::TransactionPooler::start(1).await else { return };
+        let options = |url: &str| PgConnectOptions::from_str(url).unwrap();
+        let pool = PgPoolOptions::new().max_connections(4).connect_with(options(&pooler.pooled_url())).await.unwrap();
+        let db = PgDatabase::new(pool, PgPooling::Transaction, Some(options(&pooler.direct_url())));
+        let store = GuideStore::open_postgres_database(db).await.unwrap();
+        upserts_on(&store).await;
+        // Concurrent readers: several client connections on the one server connection.
+        let reads = (0..8).map(|_| store.get("ugr", "iv"));
+        for read in futures::future::join_all(reads).await {
+            assert_eq!(read.unwrap().unwrap()["curso"], "3º");
+        }
+    }
+
+    async fn upserts_on(store: &GuideStore) {
         let g = Guide::from_json(guide()).unwrap();
         assert_eq!(store.upsert("ugr", &g).await.unwrap(), Upserted::Inserted);
         assert_eq!(store.upsert("ugr", &g).await.unwrap(), Upserted::Unchanged);

@@ -1,6 +1,7 @@
 //! [`PostgresCheckpointer`]: checkpoints in PostgreSQL, shared by many worker replicas.
 
 use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, ThreadId, decode, like_prefix};
+use crate::pg::{PgDatabase, PgPooling};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Executor, Postgres, Row};
@@ -16,7 +17,7 @@ fn backend_error(e: sqlx::Error) -> CheckpointError {
 /// Checkpoints in PostgreSQL; the primary key enforces one writer per step across replicas.
 #[derive(Debug, Clone)]
 pub struct PostgresCheckpointer {
-    pool: PgPool,
+    db: PgDatabase,
 }
 
 impl PostgresCheckpointer {
@@ -34,41 +35,69 @@ impl PostgresCheckpointer {
     /// # Errors
     /// See [`PostgresCheckpointer::connect`].
     pub async fn connect_with(options: PgConnectOptions) -> Result<Self, CheckpointError> {
+        Self::connect_pooled(options, PgPooling::Session, None).await
+    }
+
+    /// Connects with `options` to a server reached as `pooling` says (behind a pooler in
+    /// transaction mode: [`PgPooling::Transaction`]), migrating over `migrations` (a direct
+    /// connection) when given.
+    ///
+    /// # Errors
+    /// See [`PostgresCheckpointer::connect`].
+    pub async fn connect_pooled(
+        options: PgConnectOptions,
+        pooling: PgPooling,
+        migrations: Option<PgConnectOptions>,
+    ) -> Result<Self, CheckpointError> {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await
             .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("cannot connect: {e}") })?;
-        Self::from_pool(pool).await
+        Self::open(PgDatabase::new(pool, pooling, migrations)).await
     }
 
-    /// Uses an existing pool and migrates it.
+    /// Uses an existing pool of direct connections and migrates it.
     ///
     /// # Errors
     /// When the migrations fail.
     pub async fn from_pool(pool: PgPool) -> Result<Self, CheckpointError> {
+        Self::open(PgDatabase::direct(pool)).await
+    }
+
+    /// Uses `db` and migrates it.
+    ///
+    /// # Errors
+    /// When the migrations fail.
+    pub async fn open(db: PgDatabase) -> Result<Self, CheckpointError> {
         let mut migrator = sqlx::migrate!("./migrations/postgres");
         // Other layers (the conversation store) keep their migrations in the same table.
         migrator.set_ignore_missing(true);
-        migrator
-            .run(&pool)
+        db.migrate(&migrator)
             .await
             .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("migration failed: {e}") })?;
-        Ok(Self { pool })
+        Ok(Self { db })
     }
 
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.db.pool()
     }
 
-    /// Appends through `executor`, so the write can join a caller's transaction.
+    /// The pool and how it reaches the server.
+    pub fn database(&self) -> &PgDatabase {
+        &self.db
+    }
+
+    /// Appends through `executor`, so the write can join a caller's transaction; `persistent`
+    /// as [`PgDatabase::persistent`] says.
     ///
     /// # Errors
     /// [`CheckpointError::Conflict`] when the head is not `record.seq - 1`.
     pub async fn append_with<'e, E: Executor<'e, Database = Postgres>>(
         executor: E,
+        persistent: bool,
         thread: &ThreadId,
         record: &CheckpointRecord,
     ) -> Result<(), CheckpointError> {
@@ -90,6 +119,7 @@ impl PostgresCheckpointer {
         .bind(record.kind.as_str())
         .bind(record.created_at_ms)
         .bind(body)
+        .persistent(persistent)
         .execute(executor)
         .await;
         match result {
@@ -101,15 +131,18 @@ impl PostgresCheckpointer {
     }
     /// Records with `from <= seq <= upto`, ascending.
     async fn range(&self, thread: &ThreadId, from: u64, upto: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
         let rows = sqlx::query(
             "SELECT seq, format, body::text FROM checkpoints WHERE thread_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
         )
         .bind(thread.as_str())
         .bind(i64::try_from(from).unwrap_or(i64::MAX))
         .bind(i64::try_from(upto).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
         .await
         .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
         rows.iter()
             .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i32, _>(1) as u32, r.get::<&str, _>(2)))
             .collect()
@@ -119,7 +152,9 @@ impl PostgresCheckpointer {
 #[async_trait]
 impl Checkpointer for PostgresCheckpointer {
     async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<DerivedRows, CheckpointError> {
-        Self::append_with(&self.pool, thread, record).await?;
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        Self::append_with(&mut *s, self.db.persistent(), thread, record).await?;
+        s.finish().await.map_err(backend_error)?;
         Ok(DerivedRows::default())
     }
 
@@ -128,11 +163,14 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
         let row = sqlx::query("SELECT seq, run_id FROM checkpoints WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
             .bind(thread.as_str())
-            .fetch_optional(&self.pool)
+            .persistent(self.db.persistent())
+            .fetch_optional(&mut *s)
             .await
             .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
         Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<String, _>(1))))
     }
 
@@ -141,9 +179,10 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
-        let mut tx = self.pool.begin().await.map_err(backend_error)?;
+        let mut tx = self.db.pool().begin().await.map_err(backend_error)?;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE thread_id = $1")
             .bind(to.as_str())
+            .persistent(self.db.persistent())
             .fetch_one(&mut *tx)
             .await
             .map_err(backend_error)?;
@@ -160,6 +199,7 @@ impl Checkpointer for PostgresCheckpointer {
         .bind(to.as_str())
         .bind(from.as_str())
         .bind(at as i64)
+        .persistent(self.db.persistent())
         .execute(&mut *tx)
         .await
         .map_err(backend_error)?
@@ -169,28 +209,39 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn delete_thread(&self, thread: &ThreadId) -> Result<u64, CheckpointError> {
-        Ok(sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1")
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        let n = sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1")
             .bind(thread.as_str())
-            .execute(&self.pool)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
             .await
             .map_err(backend_error)?
-            .rows_affected())
+            .rows_affected();
+        s.finish().await.map_err(backend_error)?;
+        Ok(n)
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<u64, CheckpointError> {
-        Ok(sqlx::query("DELETE FROM checkpoints WHERE thread_id LIKE $1 ESCAPE '\\'")
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        let n = sqlx::query("DELETE FROM checkpoints WHERE thread_id LIKE $1 ESCAPE '\\'")
             .bind(like_prefix(namespace))
-            .execute(&self.pool)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
             .await
             .map_err(backend_error)?
-            .rows_affected())
+            .rows_affected();
+        s.finish().await.map_err(backend_error)?;
+        Ok(n)
     }
 
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
         let n: Option<i64> = sqlx::query_scalar("SELECT pg_total_relation_size('checkpoints')")
-            .fetch_one(&self.pool)
+            .persistent(self.db.persistent())
+            .fetch_one(&mut *s)
             .await
             .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
         Ok(n.unwrap_or(0) as u64)
     }
 }
