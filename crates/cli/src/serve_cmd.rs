@@ -250,6 +250,13 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             toolgraph_server::api_router(app.clone())
         }
     };
+    let router = if cfg.server.playground {
+        let agents: Vec<String> = cfg.effective_agents().keys().cloned().collect();
+        eprintln!("toolgraph serve: the playground is at http://{addr}/");
+        router.merge(toolgraph_server::playground_router(&agents, &cfg.default_agent_name(), &cfg.rag.tenant))
+    } else {
+        router
+    };
     let stopping = app.clone();
     http.serve(listener, router, async move {
         shutdown_signal().await;

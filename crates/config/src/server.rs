@@ -43,6 +43,9 @@ pub struct ServerSettings {
     /// Serve `/health` and `/metrics` on this `host:port` instead of the main address
     /// (e.g. only reachable by the cluster's scraper). Default: unset (main address).
     pub ops_bind: Option<String>,
+    /// Serve the playground (a chat page in the browser) at `/`. Default: false. Env:
+    /// `TOOLGRAPH_SERVER_PLAYGROUND`.
+    pub playground: bool,
     /// Request authentication. Default: `none`.
     pub auth: AuthKind,
     /// Shared secret of `auth = "hmac"`. Env: `TOOLGRAPH_SERVER_HMAC_SECRET`.
@@ -109,6 +112,7 @@ impl Default for ServerSettings {
             port: 8000,
             store: StoreKind::Sqlite,
             ops_bind: None,
+            playground: false,
             auth: AuthKind::None,
             hmac_secret: None,
             api_keys: BTreeMap::new(),

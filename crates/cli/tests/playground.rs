@@ -1,0 +1,265 @@
+//! The playground in a real browser (Debian's `chromium` through `chromedriver`, driven over
+//! WebDriver by `fantoccini`), against `toolgraph serve` with the scripted model: a message's
+//! tokens stream in; a tool call shows as a card with its outcome; two pending write actions
+//! are approved and rejected one by one, each showing its outcome; a service error is shown
+//! as a message; a stream cut mid-reply is followed from its last frame, the reply completed
+//! without a token lost or doubled. Screenshots of each step go to `target/playground/`.
+
+mod common;
+
+use common::{free_port, serve_command, wait_ready};
+use fantoccini::{Client, ClientBuilder, Locator};
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// chromedriver on a free port, killed when dropped.
+struct Driver(Child, u16);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `None` (with a printed reason) only when the browser is absent and `CI` is unset.
+fn chromedriver() -> Option<Driver> {
+    let (driver, browser) = (std::path::Path::new("/usr/bin/chromedriver"), std::path::Path::new("/usr/bin/chromium"));
+    if !driver.exists() || !browser.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium and chromium-driver are required under CI (scripts/system-deps)"
+        );
+        eprintln!("SKIPPED: chromium or chromedriver is not installed (scripts/system-deps installs them)");
+        return None;
+    }
+    let port = free_port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(10), "chromedriver did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Driver(child, port))
+}
+
+async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--window-size=1100,900", format!("--user-data-dir={}", profile.display())],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.1))
+        .await
+        .expect("a browser session")
+}
+
+/// Waits until `css` matches an element whose text contains `text`; its text.
+async fn wait_text(c: &Client, css: &str, text: &str) -> String {
+    let started = Instant::now();
+    loop {
+        if let Ok(elements) = c.find_all(Locator::Css(css)).await {
+            for e in elements {
+                if let Ok(t) = e.text().await
+                    && t.contains(text)
+                {
+                    return t;
+                }
+            }
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let state = c
+                .execute("return document.getElementById('status').outerHTML + ' | ' + document.getElementById('log').lastElementChild.outerHTML.slice(0, 400)", vec![])
+                .await;
+            panic!("no `{css}` with text {text:?}; the page: {state:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/playground");
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+async fn say(c: &Client, text: &str) {
+    let input = c.find(Locator::Id("message")).await.expect("the message box");
+    input.send_keys(text).await.expect("type");
+    c.find(Locator::Id("send")).await.expect("send").click().await.expect("click send");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
+    let Some(driver) = chromedriver() else { return };
+    let model = ScriptedModelServer::start(vec![
+        Reply::text("Hola desde el playground."),
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text("Son 42."),
+        Reply::tool_calls(&[
+            ("n1", "note_write", json!({"title": "Uno", "body": "Primera nota."})),
+            ("n2", "note_write", json!({"title": "Dos", "body": "Segunda nota."})),
+        ]),
+        Reply::text("Guardé la primera; la segunda no."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = serve_command(dir.path(), &model, port)
+        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    c.goto(&base).await.expect("open the playground");
+    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+
+    // A message and its streamed reply.
+    say(&c, "hola").await;
+    wait_text(&c, "#log .msg.assistant", "Hola desde el playground.").await;
+    wait_text(&c, "#conversation-label", "Conversation 1").await;
+    screenshot(&c, "1-streamed-reply").await;
+
+    // A tool call as a card with its outcome, then the reply.
+    say(&c, "¿Cuánto es 6 por 7?").await;
+    wait_text(&c, "#log .card.tool", "calculator").await;
+    let card = wait_text(&c, "#log .card.tool .outcome.ok", "42").await;
+    assert!(card.starts_with("ok"), "{card}");
+    wait_text(&c, "#log .msg.assistant", "Son 42.").await;
+    screenshot(&c, "2-tool-card").await;
+
+    // Two pending actions: approve one, reject the other, each on its own.
+    say(&c, "Guarda dos notas").await;
+    wait_text(&c, "#log .card.pending", "Save the note \"Dos\"").await;
+    let cards = c.find_all(Locator::Css("#log .card.pending")).await.unwrap();
+    assert_eq!(cards.len(), 2, "two pending actions");
+    screenshot(&c, "3-two-pending").await;
+    cards[0].find(Locator::Css(".approve")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#log .card.pending .decision", "Approved").await;
+    cards[1].find(Locator::Css(".reject")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#log .card.pending .decision", "Rejected").await;
+    // The calls' own cards say what became of them.
+    wait_text(&c, "#log .card.tool[data-tool=note_write] .outcome", "approved").await;
+    wait_text(&c, "#log .card.tool[data-tool=note_write] .outcome", "rejected").await;
+    wait_text(&c, "#log .msg.assistant", "Guardé la primera; la segunda no.").await;
+    screenshot(&c, "4-decided").await;
+    let notes: Vec<String> = std::fs::read_dir(dir.path().join("notes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(notes, ["uno.md"], "the approved note only");
+
+    // A service error is shown as a message: a message over the service's limit.
+    let long = "x".repeat(4001);
+    c.execute("document.getElementById('message').value = arguments[0];", vec![json!(long)]).await.unwrap();
+    c.find(Locator::Id("send")).await.unwrap().click().await.unwrap();
+    let error = wait_text(&c, "#status", "The service answered 422").await;
+    assert!(error.contains("4000"), "{error}");
+    screenshot(&c, "5-error").await;
+
+    c.close().await.unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// Off by default; on, the page and its assets come with a policy that lets it run only what
+/// it shipped, and the page names the configured agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_playground_is_served_only_when_configured() {
+    let model = ScriptedModelServer::start(vec![]).await.unwrap();
+    for on in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut cmd = serve_command(dir.path(), &model, port);
+        if on {
+            cmd.env("TOOLGRAPH_SERVER_PLAYGROUND", "true");
+        }
+        let mut server = cmd.stderr(Stdio::null()).spawn().unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        wait_ready(&base).await;
+        let page = reqwest::get(format!("{base}/")).await.unwrap();
+        let script = reqwest::get(format!("{base}/playground/app.js")).await.unwrap();
+        let _ = server.kill();
+        let _ = server.wait();
+        if !on {
+            assert_eq!((page.status().as_u16(), script.status().as_u16()), (404, 404));
+            continue;
+        }
+        assert_eq!(page.status(), 200);
+        let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+        assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"), "{csp}");
+        assert_eq!(script.headers()["content-type"], "text/javascript; charset=utf-8");
+        let html = page.text().await.unwrap();
+        assert!(
+            html.contains(r#"{"agents":["assistant"],"defaultAgent":"assistant","tenantSlug":"default"}"#),
+            "{html}"
+        );
+    }
+}
+
+/// The connection cut mid-reply (every open connection dropped by a proxy between browser and
+/// service): the page follows the run from its last frame (`Last-Event-ID`) and the reply ends
+/// whole, each word once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_mid_reply_is_completed_after_reconnecting() {
+    use scripted_llm::Step;
+    let Some(driver) = chromedriver() else { return };
+    let model = ScriptedModelServer::start(vec![Reply::Stream(vec![
+        Step::Text("Primera ".into()),
+        Step::Text("parte.".into()),
+        Step::Pause(Duration::from_millis(1500)),
+        Step::Text(" Segunda ".into()),
+        Step::Text("parte.".into()),
+        Step::Finish("stop".into()),
+        Step::Done,
+    ])])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = serve_command(dir.path(), &model, port)
+        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(&format!("http://127.0.0.1:{port}")).await;
+    let proxy = toolgraph_testkit::fault_proxy::FaultProxy::start(([127, 0, 0, 1], port).into()).await.unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    c.goto(&proxy.http_url()).await.expect("open the playground");
+    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+    say(&c, "cuéntame").await;
+    wait_text(&c, "#log .msg.assistant", "Primera parte.").await;
+    let before = proxy.accepted();
+    proxy.cut_all();
+    let whole = wait_text(&c, "#log .msg.assistant", "Segunda parte.").await;
+    assert_eq!(whole, "Primera parte. Segunda parte.", "each word once");
+    wait_text(&c, "#conversation-label", "Conversation 1").await;
+    assert!(proxy.accepted() > before, "the page connected again");
+    let status = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
+    assert_eq!(status, "", "no error shown");
+    screenshot(&c, "6-reconnected").await;
+    c.close().await.unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+}

@@ -1,0 +1,297 @@
+// The playground: talks to this service's own HTTP API (same origin, no build step).
+// POST streams are read with fetch() and an SSE parser: EventSource cannot POST or send headers.
+
+const $ = (id) => document.getElementById(id);
+const config = JSON.parse($("playground-config").textContent || "{}");
+let conversationId = null;
+let busy = false;
+
+function who() {
+  return {
+    tenantSlug: $("tenant-slug").value.trim(),
+    tenantId: Number($("tenant-id").value),
+    userId: Number($("user-id").value),
+  };
+}
+
+/** `key=value, key=value` → an object; `null` when empty. */
+function context() {
+  const pairs = $("context").value.split(",").map((p) => p.trim()).filter(Boolean);
+  if (!pairs.length) return null;
+  const out = {};
+  for (const p of pairs) {
+    const at = p.indexOf("=");
+    if (at > 0) out[p.slice(0, at).trim()] = p.slice(at + 1).trim();
+  }
+  return out;
+}
+
+function headers() {
+  const h = { "Content-Type": "application/json", "X-Tenant-Slug": who().tenantSlug };
+  const key = $("api-key").value.trim();
+  if (key) h.Authorization = `Bearer ${key}`;
+  return h;
+}
+
+function showError(text) {
+  const s = $("status");
+  s.textContent = text;
+  s.hidden = !text;
+}
+
+function item(className, text) {
+  const li = document.createElement("li");
+  li.className = className;
+  if (text !== undefined) li.textContent = text;
+  $("log").append(li);
+  li.scrollIntoView({ block: "nearest" });
+  return li;
+}
+
+function setConversation(id) {
+  conversationId = id;
+  $("conversation-label").textContent = id == null ? "A new conversation" : `Conversation ${id}`;
+}
+
+/** Why a response failed, from its `{error}` body when it has one. */
+async function failure(response) {
+  let detail = "";
+  try {
+    const body = await response.json();
+    detail = body.error || JSON.stringify(body);
+  } catch (_) {
+    detail = response.statusText;
+  }
+  const retry = response.headers.get("Retry-After");
+  return `The service answered ${response.status}: ${detail}${retry ? ` (retry after ${retry} s)` : ""}`;
+}
+
+/** Reads SSE frames from a fetch response; calls onFrame({event, data, id}) per frame. */
+async function readFrames(response, onFrame) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const frame = { event: "message", data: "", id: null };
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") frame.event = value;
+        else if (field === "data") data.push(value);
+        else if (field === "id") frame.id = value;
+      }
+      frame.data = data.join("\n");
+      if (frame.data || frame.event !== "message") onFrame(frame);
+    }
+  }
+}
+
+/** One turn's rendering: the assistant's text, tool cards and pending actions. */
+class Turn {
+  constructor() {
+    this.text = null;
+    this.tools = new Map();
+    this.lastId = null;
+    this.finished = false;
+  }
+
+  frame({ event, data, id }) {
+    if (id) this.lastId = id;
+    let d = {};
+    try { d = data ? JSON.parse(data) : {}; } catch (_) { d = { raw: data }; }
+    switch (event) {
+      case "token":
+        if (!this.text) this.text = item("msg assistant", "");
+        this.text.textContent += d.content || "";
+        break;
+      case "tool_call": {
+        const card = item("card tool");
+        card.dataset.tool = d.name;
+        card.innerHTML = `<div><span class="name"></span> <span class="muted">called</span></div><pre class="args"></pre><div class="outcome muted">running…</div>`;
+        card.querySelector(".name").textContent = d.name;
+        card.querySelector(".args").textContent = JSON.stringify(d.arguments, null, 1);
+        card.dataset.args = JSON.stringify(d.arguments);
+        card.started = performance.now();
+        this.tools.set(d.callId || d.call_id || d.name, card);
+        this.text = null;
+        break;
+      }
+      case "tool_result": {
+        const card = this.tools.get(d.callId || d.call_id || d.name) || item("card tool");
+        const out = card.querySelector(".outcome") || card.appendChild(document.createElement("div"));
+        const ms = card.started ? ` · ${Math.round(performance.now() - card.started)} ms` : "";
+        out.className = `outcome ${d.ok ? "ok" : "error"}`;
+        out.textContent = `${d.ok ? "ok" : "error"}${ms}: ${JSON.stringify(d.outcome).slice(0, 600)}`;
+        break;
+      }
+      case "pending": {
+        // The call's own card waits for the decision; the pending card tells it the outcome.
+        const args = JSON.stringify(d.arguments);
+        const call = [...this.tools.values()].find(
+          (c) => c.dataset.tool === d.toolName && c.dataset.args === args && !c.dataset.pending,
+        );
+        if (call) {
+          call.dataset.pending = "true";
+          call.querySelector(".outcome").textContent = "waiting for your approval";
+        }
+        pendingCard(d, call);
+        this.text = null;
+        break;
+      }
+      case "done":
+        if (d.conversationId != null) setConversation(d.conversationId);
+        this.finished = true;
+        break;
+      case "error":
+        showError(`The turn failed: ${d.message || data}`);
+        this.finished = true;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+/** A pending write action with its own Approve and Reject. */
+function pendingCard(action, call) {
+  const card = item("card pending");
+  card.dataset.messageId = action.messageId;
+  card.innerHTML = `<div><span class="name"></span> <span class="muted">needs your approval</span></div>
+    <div class="description"></div><pre class="args"></pre>
+    <div class="actions"><button type="button" class="approve">Approve</button><button type="button" class="reject">Reject</button></div>
+    <div class="decision" aria-live="polite"></div>`;
+  card.querySelector(".name").textContent = action.toolName;
+  card.querySelector(".description").textContent = action.description;
+  card.querySelector(".args").textContent = JSON.stringify(action.arguments, null, 1);
+  card.querySelector(".approve").addEventListener("click", () => decide(card, action, true, call));
+  card.querySelector(".reject").addEventListener("click", () => decide(card, action, false, call));
+}
+
+async function decide(card, action, confirmed, call) {
+  const buttons = card.querySelectorAll("button");
+  buttons.forEach((b) => { b.disabled = true; });
+  const note = card.querySelector(".decision");
+  note.textContent = confirmed ? "Approving…" : "Rejecting…";
+  showError("");
+  try {
+    const response = await fetch("/api/chatbot/confirm", {
+      method: "POST",
+      headers: headers(),
+      body: JSON.stringify({ ...who(), conversationId, messageId: action.messageId, confirmed }),
+    });
+    if (!response.ok) {
+      note.textContent = "";
+      buttons.forEach((b) => { b.disabled = false; });
+      showError(await failure(response));
+      return;
+    }
+    const answer = await response.json();
+    note.textContent = confirmed ? "Approved" : "Rejected";
+    card.classList.add(confirmed ? "approved" : "rejected");
+    if (call) {
+      const out = call.querySelector(".outcome");
+      out.className = `outcome ${confirmed ? "ok" : "error"}`;
+      out.textContent = confirmed ? "approved: it runs once the turn goes on" : "rejected: it did not run";
+    }
+    if (answer.message) item("msg assistant", answer.message);
+    if (answer.pendingAction && !document.querySelector(`[data-message-id="${answer.pendingAction.messageId}"]`)) {
+      pendingCard(answer.pendingAction);
+    }
+  } catch (e) {
+    note.textContent = "";
+    buttons.forEach((b) => { b.disabled = false; });
+    showError(`The service cannot be reached: ${e.message}`);
+  }
+}
+
+/** Follows a run's frames after `lastId` (a dropped stream), once per drop. */
+async function resume(turn) {
+  const [runId] = turn.lastId.split(":");
+  const { tenantId, userId } = who();
+  const url = `/api/chatbot/runs/${encodeURIComponent(runId)}/events?tenantId=${tenantId}&userId=${userId}`;
+  const response = await fetch(url, { headers: { ...headers(), "Last-Event-ID": turn.lastId } });
+  if (!response.ok) throw new Error(await failure(response));
+  await readFrames(response, (f) => turn.frame(f));
+}
+
+async function send(message) {
+  busy = true;
+  $("send").disabled = true;
+  showError("");
+  item("msg user", message);
+  const turn = new Turn();
+  const body = { ...who(), conversationId, message, agent: $("agent").value || undefined, toolEvents: true };
+  const ctx = context();
+  if (ctx) body.context = ctx;
+  try {
+    const response = await fetch("/api/chatbot/stream", { method: "POST", headers: headers(), body: JSON.stringify(body) });
+    if (!response.ok) {
+      showError(await failure(response));
+      return;
+    }
+    let attempts = 0;
+    for (;;) {
+      try {
+        if (attempts === 0) await readFrames(response, (f) => turn.frame(f));
+        else await resume(turn);
+      } catch (e) {
+        if (!turn.lastId || attempts >= 3) throw e;
+      }
+      if (turn.finished || !turn.lastId || attempts >= 3) break;
+      attempts += 1;
+      $("conversation-label").textContent = "Reconnecting…";
+      await new Promise((r) => setTimeout(r, 300 * attempts));
+    }
+    if (!turn.finished) showError("The stream ended before the turn finished.");
+  } catch (e) {
+    showError(`The service cannot be reached: ${e.message}`);
+  } finally {
+    setConversation(conversationId);
+    busy = false;
+    $("send").disabled = false;
+  }
+}
+
+function start() {
+  const select = $("agent");
+  if (config.tenantSlug) $("tenant-slug").value = config.tenantSlug;
+  for (const name of config.agents || []) {
+    const option = document.createElement("option");
+    option.value = name;
+    option.textContent = name;
+    if (name === config.defaultAgent) option.selected = true;
+    select.append(option);
+  }
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = $("message").value.trim();
+    if (!text || busy) return;
+    $("message").value = "";
+    send(text);
+  });
+  $("message").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  $("new-conversation").addEventListener("click", () => {
+    setConversation(null);
+    $("log").replaceChildren();
+    showError("");
+    $("message").focus();
+  });
+  document.body.dataset.ready = "true";
+}
+
+start();
