@@ -169,13 +169,33 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
         .collect();
     assert_eq!(notes, ["uno.md"], "the approved note only");
 
+    // The inspector: the conversation's checkpoints as a timeline, the state at one with what
+    // it added; then the same conversation asked for as another tenant is refused.
+    c.find(Locator::Css("#inspector summary")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("load-checkpoints")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#checkpoints .checkpoint", "decision").await;
+    let rows = c.find_all(Locator::Css("#checkpoints .checkpoint")).await.unwrap();
+    assert!(rows.len() >= 6, "three turns and two decisions make at least six steps: {}", rows.len());
+    let first = rows[0].text().await.unwrap();
+    assert!(first.starts_with("#1 input"), "{first}");
+    rows[1].click().await.unwrap();
+    let state = wait_text(&c, "#checkpoint-state", "Checkpoint #2").await;
+    assert!(state.contains("Added since #1") && state.contains("hola"), "{state}");
+    screenshot(&c, "5-inspector").await;
+    c.find(Locator::Id("tenant-id")).await.unwrap().clear().await.unwrap();
+    c.find(Locator::Id("tenant-id")).await.unwrap().send_keys("2").await.unwrap();
+    c.find(Locator::Id("load-checkpoints")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#status", "The service answered 404").await;
+    c.find(Locator::Id("tenant-id")).await.unwrap().clear().await.unwrap();
+    c.find(Locator::Id("tenant-id")).await.unwrap().send_keys("1").await.unwrap();
+
     // A service error is shown as a message: a message over the service's limit.
     let long = "x".repeat(4001);
     c.execute("document.getElementById('message').value = arguments[0];", vec![json!(long)]).await.unwrap();
     c.find(Locator::Id("send")).await.unwrap().click().await.unwrap();
     let error = wait_text(&c, "#status", "The service answered 422").await;
     assert!(error.contains("4000"), "{error}");
-    screenshot(&c, "5-error").await;
+    screenshot(&c, "6-error").await;
 
     c.close().await.unwrap();
     let _ = server.kill();
@@ -258,7 +278,7 @@ async fn a_stream_cut_mid_reply_is_completed_after_reconnecting() {
     assert!(proxy.accepted() > before, "the page connected again");
     let status = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
     assert_eq!(status, "", "no error shown");
-    screenshot(&c, "6-reconnected").await;
+    screenshot(&c, "7-reconnected").await;
     c.close().await.unwrap();
     let _ = server.kill();
     let _ = server.wait();

@@ -262,6 +262,74 @@ async function send(message) {
   }
 }
 
+/** The inspector: the conversation's checkpoints as a timeline, and the state at each. */
+function ownerQuery() {
+  const { tenantId, userId } = who();
+  return `tenantId=${tenantId}&userId=${userId}`;
+}
+
+/** A checkpoint's next node(s) as text. */
+const nextText = (next) => (Array.isArray(next) ? next.join(", ") : next || "");
+
+async function loadCheckpoints() {
+  const list = $("checkpoints");
+  const view = $("checkpoint-state");
+  list.replaceChildren();
+  view.textContent = "";
+  showError("");
+  if (conversationId == null) {
+    list.append(Object.assign(document.createElement("li"), { textContent: "No conversation yet." }));
+    return;
+  }
+  try {
+    const response = await fetch(`/api/chatbot/conversations/${conversationId}/checkpoints?${ownerQuery()}`, { headers: headers() });
+    if (!response.ok) {
+      showError(await failure(response));
+      return;
+    }
+    const { checkpoints } = await response.json();
+    checkpoints.forEach((cp, i) => {
+      const next = checkpoints[i + 1];
+      const ms = next && next.run_id === cp.run_id ? next.created_at_ms - cp.created_at_ms : null;
+      const li = document.createElement("li");
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "checkpoint";
+      button.dataset.seq = cp.seq;
+      button.textContent = `#${cp.seq} ${cp.kind}${cp.node ? ` · ${cp.node}` : ""}${nextText(cp.next) ? ` → ${nextText(cp.next)}` : ""}${ms != null ? ` · ${ms} ms` : ""}`;
+      button.addEventListener("click", () => showCheckpoint(cp.seq));
+      li.append(button);
+      list.append(li);
+    });
+  } catch (e) {
+    showError(`The service cannot be reached: ${e.message}`);
+  }
+}
+
+async function fetchCheckpoint(seq) {
+  const response = await fetch(`/api/chatbot/conversations/${conversationId}/checkpoints/${seq}?${ownerQuery()}`, { headers: headers() });
+  if (!response.ok) throw new Error(await failure(response));
+  return response.json();
+}
+
+/** The state at `seq`, and what it added to the one before. */
+async function showCheckpoint(seq) {
+  const view = $("checkpoint-state");
+  showError("");
+  try {
+    const cp = await fetchCheckpoint(seq);
+    const before = seq > 1 ? await fetchCheckpoint(seq - 1).catch(() => null) : null;
+    const now = (cp.state && cp.state.messages) || [];
+    const was = (before && before.state && before.state.messages) || [];
+    const added = now.slice(was.length);
+    view.textContent = `Checkpoint #${seq}${nextText(cp.next) ? `, next: ${nextText(cp.next)}` : ""}\n` +
+      `Added since #${seq - 1}: ${added.length} message(s)\n${added.map((m) => `+ ${JSON.stringify(m)}`).join("\n")}\n\n` +
+      `State:\n${JSON.stringify(cp.state, null, 1)}`;
+  } catch (e) {
+    showError(e.message);
+  }
+}
+
 function start() {
   const select = $("agent");
   if (config.tenantSlug) $("tenant-slug").value = config.tenantSlug;
@@ -291,6 +359,7 @@ function start() {
     showError("");
     $("message").focus();
   });
+  $("load-checkpoints").addEventListener("click", loadCheckpoints);
   document.body.dataset.ready = "true";
 }
 
