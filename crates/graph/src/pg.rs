@@ -84,7 +84,14 @@ impl PgDatabase {
     pub async fn migrate(&self, migrator: &sqlx::migrate::Migrator) -> Result<(), sqlx::migrate::MigrateError> {
         match &self.migrations {
             Some(options) => {
-                let mut conn = PgConnection::connect_with(options.as_ref()).await?;
+                let connect = PgConnection::connect_with(options.as_ref());
+                let mut conn =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), connect).await.map_err(|_| {
+                        sqlx::Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "connecting to database_migration_url took over 10 s",
+                        ))
+                    })??;
                 let result = migrator.run(&mut conn).await;
                 let _ = conn.close().await;
                 result
