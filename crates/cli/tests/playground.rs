@@ -176,6 +176,21 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     wait_text(&c, "#checkpoints .checkpoint", "decision").await;
     let rows = c.find_all(Locator::Css("#checkpoints .checkpoint")).await.unwrap();
     assert!(rows.len() >= 6, "three turns and two decisions make at least six steps: {}", rows.len());
+    // The agent's graph, the nodes the last run went through marked: the run resumed by the
+    // decisions went approved → execute → agent (`tools` ran in the run that paused).
+    let ran = c.find_all(Locator::Css("#graph svg g.node.ran")).await.unwrap();
+    let mut marked = Vec::new();
+    for n in ran {
+        marked.push(n.attr("data-node").await.unwrap().unwrap_or_default());
+    }
+    marked.sort();
+    assert_eq!(marked, ["agent", "approved", "execute"], "the last run's nodes");
+    let mut drawn = Vec::new();
+    for n in c.find_all(Locator::Css("#graph svg g.node")).await.unwrap() {
+        drawn.push(n.attr("data-node").await.unwrap().unwrap_or_default());
+    }
+    drawn.sort();
+    assert_eq!(drawn, ["__end__", "__start__", "agent", "approved", "execute", "give_up", "tools"], "every node drawn");
     let first = rows[0].text().await.unwrap();
     assert!(first.starts_with("#1 input"), "{first}");
     rows[1].click().await.unwrap();
@@ -279,6 +294,76 @@ async fn a_stream_cut_mid_reply_is_completed_after_reconnecting() {
     let status = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
     assert_eq!(status, "", "no error shown");
     screenshot(&c, "7-reconnected").await;
+    c.close().await.unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// A reply's citation is a marker that opens the cited chunk's text and source: the model
+/// searches a real knowledge base (the course corpus, keyword index) and cites its first result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_citation_opens_the_cited_chunk() {
+    let Some(driver) = chromedriver() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/corpus");
+    let toolgraph = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+            .env_remove("TOOLGRAPH_LLM_BASE_URL")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let corpus = corpus.to_string_lossy();
+    toolgraph(&[
+        "ingest",
+        &corpus,
+        "--kb",
+        "cursos",
+        "--keyword-only",
+        "--path-meta",
+        "{asignatura}/{tipo_documento}/**",
+    ]);
+    let found: serde_json::Value =
+        serde_json::from_str(toolgraph(&["search", "examen final", "--kb", "cursos", "--json"]).trim()).unwrap();
+    let label = found["results"][0]["metadata"]["citation"].as_str().unwrap().to_owned();
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("r1", "rag_search", json!({"query": "examen final"}))]),
+        Reply::text(&format!("El examen final vale el 40 % de la nota [{label}].")),
+    ])
+    .await
+    .unwrap();
+    let port = free_port();
+    let mut server = serve_command(dir.path(), &model, port)
+        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
+        .env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos")
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    c.goto(&base).await.expect("open the playground");
+    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+    say(&c, "¿Cuánto vale el examen final?").await;
+    let marker = wait_text(&c, "#log .msg.assistant button.cite", &label).await;
+    assert_eq!(marker, format!("[{label}]"));
+    c.find(Locator::Css("#log .msg.assistant button.cite")).await.unwrap().click().await.unwrap();
+    let quote = wait_text(&c, "#log blockquote.cited", &label).await;
+    assert!(quote.to_lowercase().contains("examen"), "the cited chunk's text: {quote}");
+    screenshot(&c, "8-citation").await;
+    c.find(Locator::Css("#log .msg.assistant button.cite")).await.unwrap().click().await.unwrap();
+    let started = Instant::now();
+    while !c.find_all(Locator::Css("#log blockquote.cited")).await.unwrap().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "a second click hides the chunk");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     c.close().await.unwrap();
     let _ = server.kill();
     let _ = server.wait();

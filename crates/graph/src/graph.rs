@@ -3,6 +3,7 @@
 use crate::checkpoint::Checkpointer;
 use crate::error::GraphBuildError;
 use crate::node::Node;
+use crate::shape::{EdgeKind, GraphShape, ShapeEdge};
 use crate::state::State;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -179,6 +180,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
             return Err(GraphBuildError::Unreachable((*n).clone()));
         }
         let mermaid = mermaid(&names, &entry, &edges, &self.resumes);
+        let shape = shape(&names, &entry, &edges, &self.resumes);
         Ok(CompiledGraph {
             inner: Arc::new(Inner {
                 nodes,
@@ -189,9 +191,36 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 heads: crate::heads::HeadCache::new(HEAD_CACHE_CAPACITY),
                 recovery: self.recovery,
                 mermaid,
+                shape,
             }),
         })
     }
+}
+
+fn shape<S>(
+    names: &[&String],
+    entry: &Edge<S>,
+    edges: &HashMap<String, Edge<S>>,
+    resumes: &[(String, String)],
+) -> GraphShape {
+    let mut out = Vec::new();
+    let mut add = |from: &str, edge: &Edge<S>| {
+        let kind = if matches!(edge, Edge::Branch { .. }) { EdgeKind::Branch } else { EdgeKind::Direct };
+        out.extend(edge.targets().into_iter().map(|to| ShapeEdge { from: from.to_owned(), to: to.to_owned(), kind }));
+    };
+    add(START, entry);
+    for n in names {
+        if let Some(e) = edges.get(n.as_str()) {
+            add(n, e);
+        }
+    }
+    out.extend(resumes.iter().map(|(from, to)| ShapeEdge {
+        from: from.clone(),
+        to: to.clone(),
+        kind: EdgeKind::Approval,
+    }));
+    let nodes = std::iter::once(START.to_owned()).chain(names.iter().map(|n| (*n).clone())).chain([END.to_owned()]);
+    GraphShape { nodes: nodes.collect(), edges: out }
 }
 
 fn mermaid<S>(
@@ -248,6 +277,7 @@ pub(crate) struct Inner<S: State, C> {
     pub(crate) heads: crate::heads::HeadCache<S>,
     pub(crate) recovery: Option<Recovery<S>>,
     mermaid: String,
+    shape: GraphShape,
 }
 
 /// A validated graph bound to its dependencies and checkpoint store. Cheap to clone.
@@ -265,6 +295,11 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     /// The graph as a Mermaid flowchart.
     pub fn to_mermaid(&self) -> String {
         self.inner.mermaid.clone()
+    }
+
+    /// The graph's nodes and edges, for drawing it ([`GraphShape::to_svg`]).
+    pub fn shape(&self) -> &GraphShape {
+        &self.inner.shape
     }
 
     /// The checkpoint store.

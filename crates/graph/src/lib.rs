@@ -31,6 +31,7 @@ mod interrupt;
 mod node;
 pub mod pg;
 mod runner;
+mod shape;
 pub mod sqlite;
 mod state;
 
@@ -45,5 +46,6 @@ pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};
 pub use node::{Node, NodeOutput, RunContext};
 pub use pg::{PgDatabase, PgPooling, PgSession};
 pub use runner::{INTERRUPTED, ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};
+pub use shape::{EdgeKind, GraphShape, ShapeEdge};
 pub use sqlite::{SqliteDatabase, SqliteError};
 pub use state::State;

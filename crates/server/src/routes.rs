@@ -42,6 +42,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
+        .route("/api/chatbot/agents/{agent}/graph.svg", get(agent_graph))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
         .merge(working)
@@ -228,6 +229,12 @@ async fn run_events(
         .and_then(|(_, seq)| seq.parse::<u64>().ok())
         .unwrap_or(0);
     Ok(sse(run_id, log, after))
+}
+
+/// The agent's graph as an SVG picture; 404 for an agent the service does not serve.
+async fn agent_graph(State(app): State<AppState>, Path(agent): Path<String>) -> Result<Response, ApiError> {
+    let svg = app.chat().agent_graph_svg(&agent).ok_or_else(ApiError::not_found)?;
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml"), (header::X_CONTENT_TYPE_OPTIONS, "nosniff")], svg).into_response())
 }
 
 async fn delete_conversation(

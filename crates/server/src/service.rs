@@ -420,6 +420,12 @@ impl ChatService {
         agent.graph.history(&thread).await.map_err(internal)
     }
 
+    /// The graph of the agent `name` as an SVG picture (its nodes carry `data-node`), if it is
+    /// served.
+    pub fn agent_graph_svg(&self, name: &str) -> Option<String> {
+        self.0.agents.get(name).map(|a| a.graph.shape().to_svg())
+    }
+
     /// The state of a conversation of `tenant`/`user` as checkpoint `seq` left it: the agent's
     /// state, the node that runs next, the pause's interrupts and decisions.
     ///

@@ -103,6 +103,19 @@ class Turn {
     this.tools = new Map();
     this.lastId = null;
     this.finished = false;
+    this.bubbles = [];
+    this.sources = new Map();
+  }
+
+  /** Remembers the cited chunks a tool returned (`results[].metadata.citation`). */
+  collectSources(outcome) {
+    const results = outcome && Array.isArray(outcome.results) ? outcome.results : [];
+    for (const r of results) {
+      const m = r.metadata || {};
+      if (m.citation && !this.sources.has(m.citation)) {
+        this.sources.set(m.citation, { content: r.content || "", source: m.source || m.title || m.doc_id || "" });
+      }
+    }
   }
 
   frame({ event, data, id }) {
@@ -111,7 +124,10 @@ class Turn {
     try { d = data ? JSON.parse(data) : {}; } catch (_) { d = { raw: data }; }
     switch (event) {
       case "token":
-        if (!this.text) this.text = item("msg assistant", "");
+        if (!this.text) {
+          this.text = item("msg assistant", "");
+          this.bubbles.push(this.text);
+        }
         this.text.textContent += d.content || "";
         break;
       case "tool_call": {
@@ -132,6 +148,7 @@ class Turn {
         const ms = card.started ? ` · ${Math.round(performance.now() - card.started)} ms` : "";
         out.className = `outcome ${d.ok ? "ok" : "error"}`;
         out.textContent = `${d.ok ? "ok" : "error"}${ms}: ${JSON.stringify(d.outcome).slice(0, 600)}`;
+        if (d.ok) this.collectSources(d.outcome);
         break;
       }
       case "pending": {
@@ -150,6 +167,7 @@ class Turn {
       }
       case "done":
         if (d.conversationId != null) setConversation(d.conversationId);
+        for (const bubble of this.bubbles) linkCitations(bubble, this.sources);
         this.finished = true;
         break;
       case "error":
@@ -160,6 +178,53 @@ class Turn {
         break;
     }
   }
+}
+
+/**
+ * Turns each `[label]` in `bubble` that names a chunk of `sources` into a marker; the marker
+ * shows the chunk's text and source below the reply, and hides them again.
+ */
+function linkCitations(bubble, sources) {
+  if (!sources.size) return;
+  const text = bubble.textContent;
+  const parts = [];
+  let last = 0;
+  for (const m of text.matchAll(/\[([^\[\]]+)\]/g)) {
+    const source = sources.get(m[1]);
+    if (!source) continue;
+    parts.push(document.createTextNode(text.slice(last, m.index)));
+    const marker = document.createElement("button");
+    marker.type = "button";
+    marker.className = "cite";
+    marker.textContent = m[0];
+    marker.setAttribute("aria-expanded", "false");
+    marker.addEventListener("click", () => toggleCited(bubble, marker, m[1], source));
+    parts.push(marker);
+    last = m.index + m[0].length;
+  }
+  if (!parts.length) return;
+  parts.push(document.createTextNode(text.slice(last)));
+  bubble.replaceChildren(...parts);
+}
+
+function toggleCited(bubble, marker, label, source) {
+  const open = bubble.querySelector(`blockquote.cited[data-label="${CSS.escape(label)}"]`);
+  if (open) {
+    open.remove();
+    marker.setAttribute("aria-expanded", "false");
+    return;
+  }
+  const quote = document.createElement("blockquote");
+  quote.className = "cited";
+  quote.dataset.label = label;
+  const head = document.createElement("div");
+  head.className = "muted";
+  head.textContent = `${label}${source.source ? ` · ${source.source}` : ""}`;
+  const body = document.createElement("div");
+  body.textContent = source.content;
+  quote.append(head, body);
+  bubble.append(quote);
+  marker.setAttribute("aria-expanded", "true");
 }
 
 /** A pending write action with its own Approve and Reject. */
@@ -288,6 +353,8 @@ async function loadCheckpoints() {
       return;
     }
     const { checkpoints } = await response.json();
+    const last = checkpoints.length ? checkpoints[checkpoints.length - 1].run_id : null;
+    await drawGraph(new Set(checkpoints.filter((cp) => cp.run_id === last && cp.node).map((cp) => cp.node)));
     checkpoints.forEach((cp, i) => {
       const next = checkpoints[i + 1];
       const ms = next && next.run_id === cp.run_id ? next.created_at_ms - cp.created_at_ms : null;
@@ -304,6 +371,24 @@ async function loadCheckpoints() {
   } catch (e) {
     showError(`The service cannot be reached: ${e.message}`);
   }
+}
+
+/** The agent's graph, the nodes of `ran` (the last run's) marked. */
+async function drawGraph(ran) {
+  const box = $("graph");
+  const agent = $("agent").value;
+  if (!agent) return;
+  const response = await fetch(`/api/chatbot/agents/${encodeURIComponent(agent)}/graph.svg`, { headers: headers() });
+  if (!response.ok) {
+    showError(await failure(response));
+    return;
+  }
+  const doc = new DOMParser().parseFromString(await response.text(), "image/svg+xml");
+  const svg = document.importNode(doc.documentElement, true);
+  for (const node of svg.querySelectorAll("g.node")) {
+    if (ran.has(node.dataset.node)) node.classList.add("ran");
+  }
+  box.replaceChildren(svg);
 }
 
 async function fetchCheckpoint(seq) {
