@@ -117,6 +117,7 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
             ("n2", "note_write", json!({"title": "Dos", "body": "Segunda nota."})),
         ]),
         Reply::text("Guardé la primera; la segunda no."),
+        Reply::text("Seguimos desde el saludo."),
     ])
     .await
     .unwrap();
@@ -203,6 +204,23 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     wait_text(&c, "#status", "The service answered 404").await;
     c.find(Locator::Id("tenant-id")).await.unwrap().clear().await.unwrap();
     c.find(Locator::Id("tenant-id")).await.unwrap().send_keys("1").await.unwrap();
+
+    // Fork from checkpoint #2 (the end of the first turn) and go on there.
+    c.find(Locator::Id("load-checkpoints")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#checkpoints .checkpoint", "#2").await;
+    c.find(Locator::Css("#checkpoints .checkpoint[data-seq='2']")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#checkpoint-state", "Checkpoint #2").await;
+    c.find(Locator::Id("fork")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#log .fork-note", "Forked from conversation 1 at checkpoint #2").await;
+    let label = wait_text(&c, "#conversation-label", "Conversation ").await;
+    assert_ne!(label, "Conversation 1", "a new conversation");
+    let shown = c.find_all(Locator::Css("#log .msg")).await.unwrap();
+    assert_eq!(shown.len(), 2, "the first turn's two messages");
+    say(&c, "sigamos").await;
+    wait_text(&c, "#log .msg.assistant", "Seguimos desde el saludo.").await;
+    let sent = model.requests().last().unwrap()["messages"].to_string();
+    assert!(sent.contains("sigamos") && !sent.contains("Guarda dos notas"), "the fork's history only: {sent}");
+    screenshot(&c, "5b-forked").await;
 
     // A service error is shown as a message: a message over the service's limit.
     let long = "x".repeat(4001);
@@ -300,7 +318,8 @@ async fn a_stream_cut_mid_reply_is_completed_after_reconnecting() {
 }
 
 /// A reply's citation is a marker that opens the cited chunk's text and source: the model
-/// searches a real knowledge base (the course corpus, keyword index) and cites its first result.
+/// searches a real knowledge base (the course corpus, keyword index) and cites its first result;
+/// the retrieval view shows the same result first with its BM25 rank.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_citation_opens_the_cited_chunk() {
     let Some(driver) = chromedriver() else { return };
@@ -364,6 +383,18 @@ async fn a_citation_opens_the_cited_chunk() {
         assert!(started.elapsed() < Duration::from_secs(5), "a second click hides the chunk");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The retrieval view: the same query, keyword list only, each result's BM25 rank and score.
+    c.find(Locator::Css("#retrieval summary")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("search-query")).await.unwrap().send_keys("examen final").await.unwrap();
+    c.find(Locator::Css("#search-mode option[value=bm25]")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("search")).await.unwrap().click().await.unwrap();
+    let first = wait_text(&c, "#search-results tbody tr", &label).await;
+    assert!(first.starts_with("1 "), "the first result cites the label: {first}");
+    let rows = c.find_all(Locator::Css("#search-results tbody tr")).await.unwrap();
+    let bm25 = rows[0].find(Locator::Css("td:nth-child(3)")).await.unwrap().text().await.unwrap();
+    let dense = rows[0].find(Locator::Css("td:nth-child(4)")).await.unwrap().text().await.unwrap();
+    assert!(bm25.starts_with("1 · ") && dense == "—", "bm25 {bm25:?}, dense {dense:?}");
+    screenshot(&c, "9-retrieval").await;
     c.close().await.unwrap();
     let _ = server.kill();
     let _ = server.wait();

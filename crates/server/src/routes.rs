@@ -43,6 +43,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
         .route("/api/chatbot/agents/{agent}/graph.svg", get(agent_graph))
+        .route("/api/chatbot/conversations/{id}/fork", post(fork))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
         .merge(working)
@@ -229,6 +230,30 @@ async fn run_events(
         .and_then(|(_, seq)| seq.parse::<u64>().ok())
         .unwrap_or(0);
     Ok(sse(run_id, log, after))
+}
+
+/// `POST /api/chatbot/conversations/{id}/fork`'s body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ForkRequest {
+    tenant_slug: String,
+    tenant_id: i64,
+    user_id: i64,
+    seq: u64,
+}
+
+/// Forks a conversation at a checkpoint into a new one: 201 `{conversationId, forkedFrom}`.
+async fn fork(
+    State(app): State<AppState>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: ForkRequest = json_body(&body)?;
+    check_tenant_header(&headers, &req.tenant_slug)?;
+    let new_id = app.chat().fork(req.tenant_id, req.user_id, id, req.seq).await?;
+    let body = json!({ "conversationId": new_id, "forkedFrom": { "conversationId": id, "seq": req.seq } });
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
 /// The agent's graph as an SVG picture; 404 for an agent the service does not serve.

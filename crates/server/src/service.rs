@@ -420,6 +420,48 @@ impl ChatService {
         agent.graph.history(&thread).await.map_err(internal)
     }
 
+    /// Forks conversation `id` of `tenant`/`user` at checkpoint `seq` into a new conversation
+    /// of theirs with the same agent: the checkpoints up to `seq` and the messages they hold,
+    /// ready for the next message (a turn cut at `seq` mid-run is closed there). The original is
+    /// left as it is. Returns the new conversation's id.
+    ///
+    /// # Errors
+    /// `NotFound` when the conversation is not theirs or has no such checkpoint; `Conflict` for
+    /// a pause waiting for decisions (its pending actions belong to the original); `Store`,
+    /// `Internal`.
+    pub async fn fork(&self, tenant: i64, user: i64, id: i64, seq: u64) -> Result<i64, ChatError> {
+        let conv = self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
+        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+        let head = match agent.graph.state_at(&thread, seq).await {
+            Ok(head) => head,
+            Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
+            Err(e) => return Err(internal(e)),
+        };
+        if !head.undecided().is_empty() {
+            return Err(ChatError::Conflict(format!(
+                "checkpoint {seq} is a pause waiting for decisions; fork from a checkpoint before or after it"
+            )));
+        }
+        let records = agent.graph.checkpointer().load(&thread, Some(seq)).await.map_err(internal)?;
+        let new_id = self.0.store.create_conversation(tenant, user, &conv.agent).await?;
+        let copied = async {
+            // The messages first: a checkpoint never refers to messages the store lacks.
+            for record in &records {
+                for (role, content) in toolgraph_agents::conversation::project(new_id, record).messages {
+                    self.0.store.add_message(new_id, role, &content).await?;
+                }
+            }
+            let to = ConversationThread { tenant, conversation: new_id }.thread_id();
+            agent.graph.fork(&thread, seq, &to).await.map_err(internal)
+        };
+        if let Err(e) = copied.await {
+            // Nothing half-made stays: the new conversation goes with what it got.
+            let _ = self.delete_conversation(tenant, user, new_id).await;
+            return Err(e);
+        }
+        Ok(new_id)
+    }
+
     /// The graph of the agent `name` as an SVG picture (its nodes carry `data-node`), if it is
     /// served.
     pub fn agent_graph_svg(&self, name: &str) -> Option<String> {

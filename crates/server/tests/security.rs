@@ -163,6 +163,11 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
         "checkpoint state" => {
             (Method::GET, format!("/api/chatbot/conversations/{}/checkpoints/1?{ids}", o.conversation), None)
         }
+        "fork" => (
+            Method::POST,
+            format!("/api/chatbot/conversations/{}/fork", o.conversation),
+            Some(json!({"tenantSlug": c.slug, "tenantId": c.tenant, "userId": c.user, "seq": 1})),
+        ),
         "delete conversation" => (Method::DELETE, format!("/api/chatbot/conversations/{}?{ids}", o.conversation), None),
         "delete user" => (Method::DELETE, format!("/api/chatbot/users/{OWNER_USER}?tenantId={}", c.tenant), None),
         "delete tenant" => (Method::DELETE, format!("/api/chatbot/tenants/{OWNER_TENANT}"), None),
@@ -171,12 +176,13 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 8] = [
+const ENDPOINTS: [&str; 9] = [
     "stream",
     "confirm",
     "run events",
     "checkpoints",
     "checkpoint state",
+    "fork",
     "delete conversation",
     "delete user",
     "delete tenant",
@@ -184,15 +190,15 @@ const ENDPOINTS: [&str; 8] = [
 
 /// The callers each mode is tried with, and what each endpoint must answer them (`None`: not
 /// tried — the mode trusts the caller's word for it by design).
-fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 8])> {
+fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 9])> {
     let base = Caller { label: "", slug: "demo", tenant: OWNER_TENANT, user: 102, key: None, signed: false };
     // Another user of the owner's tenant, another tenant naming its own id.
     let other_user = Caller { label: "another user", ..base };
     let other_tenant = Caller { label: "another tenant", slug: "acme", tenant: 8, user: OWNER_USER, ..base };
     // Deleting a user's or a tenant's data is the tenant's own admin call: the owner's tenant
     // may; another tenant naming its own id deletes nothing of the owner's (200, 0 deleted).
-    let scoped = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), None, None];
-    let other = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), None];
+    let scoped = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), None, None];
+    let other = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), None];
     match mode {
         Mode::None => vec![(other_user, scoped), (other_tenant, other)],
         Mode::ApiKey => {
@@ -210,17 +216,17 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 8])> {
                 (k(other_user, "demo-key"), scoped),
                 (
                     k(other_tenant, "acme-key"),
-                    [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), Some(403)],
+                    [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), Some(403)],
                 ),
-                (claims, [Some(403); 8]),
-                (no_key, [Some(401); 8]),
+                (claims, [Some(403); 9]),
+                (no_key, [Some(401); 9]),
             ]
         }
         Mode::Hmac => {
             let s = |c: Caller| Caller { signed: true, ..c };
             let unsigned =
                 Caller { label: "the owner's ids, unsigned", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
-            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 8])]
+            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 9])]
         }
     }
 }
@@ -228,7 +234,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 8])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | confirm | run events | checkpoints | checkpoint state | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {

@@ -718,6 +718,68 @@ mod backend {
     }
 }
 
+/// `POST /api/chatbot/conversations/{id}/fork`: a new conversation from a checkpoint of the
+/// first turn holds that turn's messages, goes on without the original's second turn, and
+/// leaves the original as it was; another user's fork, a missing checkpoint and a pause are
+/// refused.
+async fn a_conversation_forks_at_a_checkpoint_and_goes_its_own_way(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::text("Uno."),
+            Reply::text("Dos."),
+            Reply::text("Otro dos."),
+            Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+82101234", "text": "hola"}))]),
+        ],
+    )
+    .await;
+    let (_, events) = stream(&s, &body(None, "primero")).await;
+    let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    stream(&s, &body(Some(conv), "segundo")).await;
+    let list = |conv: i64| {
+        let url = format!("{}/api/chatbot/conversations/{conv}/checkpoints?tenantId=7&userId=101", s.base);
+        async move { reqwest::get(url).await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let checkpoints = list(conv).await;
+    let kinds: Vec<&str> =
+        checkpoints["checkpoints"].as_array().unwrap().iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    let second_input = kinds.iter().rposition(|k| *k == "input").unwrap();
+    let end_of_first = checkpoints["checkpoints"][second_input - 1]["seq"].as_u64().unwrap();
+    let fork = |user: i64, seq: u64| {
+        let body = json!({"tenantSlug": "demo", "tenantId": 7, "userId": user, "seq": seq});
+        let s = &s;
+        async move {
+            let resp = post(s, &format!("/api/chatbot/conversations/{conv}/fork"), "demo", &body).await;
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, forked) = fork(101, end_of_first).await;
+    assert_eq!(status, 201, "{forked}");
+    let new = forked["conversationId"].as_i64().unwrap();
+    assert_ne!(new, conv);
+    assert_eq!(forked["forkedFrom"], json!({"conversationId": conv, "seq": end_of_first}));
+    let texts = |m: Vec<toolgraph_conversations::StoredMessage>| m.into_iter().map(|m| m.content).collect::<Vec<_>>();
+    assert_eq!(texts(s.store.messages(new).await.unwrap()), ["primero", "Uno."]);
+
+    let (_, events) = stream(&s, &body(Some(new), "otro segundo")).await;
+    let reply: String =
+        events.iter().filter(|e| e.event == "token").filter_map(|e| e.data["content"].as_str()).collect();
+    assert_eq!(reply, "Otro dos.");
+    let sent = s.model.requests()[2]["messages"].to_string();
+    assert!(sent.contains("primero") && !sent.contains("\"segundo\""), "the fork's model call: {sent}");
+    assert_eq!(texts(s.store.messages(new).await.unwrap()), ["primero", "Uno.", "otro segundo", "Otro dos."]);
+    assert_eq!(texts(s.store.messages(conv).await.unwrap()), ["primero", "Uno.", "segundo", "Dos."], "the original");
+
+    assert_eq!(fork(102, end_of_first).await.0, 404, "another user's conversation");
+    assert_eq!(fork(101, 999).await.0, 404, "no such checkpoint");
+    let (_, events) = stream(&s, &body(Some(conv), "manda un sms")).await;
+    assert!(events.iter().any(|e| e.event == "pending"), "{events:?}");
+    let pause = list(conv).await["checkpoints"].as_array().unwrap().last().unwrap()["seq"].as_u64().unwrap();
+    let (status, refused) = fork(101, pause).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["error"].as_str().unwrap_or_default().contains("pause"), "{refused}");
+}
+
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -744,6 +806,7 @@ on_every_store!(
     a_failed_read_tool_is_counted_as_a_retry_of_its_tenant,
     the_recursion_limit_persists_a_fallback_message,
     deleting_a_conversation_removes_it_for_good,
+    a_conversation_forks_at_a_checkpoint_and_goes_its_own_way,
     a_final_decision_that_could_not_resume_is_resumed_by_its_retry,
     api_key_mode_rejects_missing_wrong_and_foreign_keys,
     hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests,

@@ -14,9 +14,9 @@ function who() {
   };
 }
 
-/** `key=value, key=value` → an object; `null` when empty. */
-function context() {
-  const pairs = $("context").value.split(",").map((p) => p.trim()).filter(Boolean);
+/** `key=value, key=value` in the field `id` → an object; `null` when empty. */
+function pairsOf(id) {
+  const pairs = $(id).value.split(",").map((p) => p.trim()).filter(Boolean);
   if (!pairs.length) return null;
   const out = {};
   for (const p of pairs) {
@@ -25,6 +25,8 @@ function context() {
   }
   return out;
 }
+
+const context = () => pairsOf("context");
 
 function headers() {
   const h = { "Content-Type": "application/json", "X-Tenant-Slug": who().tenantSlug };
@@ -341,6 +343,8 @@ async function loadCheckpoints() {
   const view = $("checkpoint-state");
   list.replaceChildren();
   view.textContent = "";
+  $("fork").hidden = true;
+  shownSeq = null;
   showError("");
   if (conversationId == null) {
     list.append(Object.assign(document.createElement("li"), { textContent: "No conversation yet." }));
@@ -373,6 +377,38 @@ async function loadCheckpoints() {
   }
 }
 
+/** The retrieval view: `POST /search`, each result with its rank and score in every list. */
+async function search() {
+  const table = $("search-results");
+  const rows = table.querySelector("tbody");
+  showError("");
+  const body = { query: $("search-query").value.trim(), top_k: Number($("search-top").value) || 5 };
+  if ($("search-kb").value.trim()) body.kb = $("search-kb").value.trim();
+  if ($("search-mode").value) body.mode = $("search-mode").value;
+  const filters = pairsOf("search-filters");
+  if (filters) body.filters = filters;
+  try {
+    const response = await fetch("/search", { method: "POST", headers: headers(), body: JSON.stringify(body) });
+    const answer = await response.json().catch(() => ({}));
+    if (!response.ok || answer.ok === false) {
+      showError(`The search failed (${response.status}): ${answer.error || response.statusText}`);
+      return;
+    }
+    const cell = (text) => Object.assign(document.createElement("td"), { textContent: text });
+    const rank = (r) => (r ? `${r.rank} · ${Number(r.score).toFixed(3)}` : "—");
+    rows.replaceChildren(...(answer.results || []).map((r, i) => {
+      const tr = document.createElement("tr");
+      const ranks = r.ranks || {};
+      tr.append(cell(String(i + 1)), cell(Number(r.score).toFixed(4)), cell(rank(ranks.bm25)), cell(rank(ranks.dense)),
+        cell((r.metadata && r.metadata.citation) || ""), cell((r.content || "").slice(0, 240)));
+      return tr;
+    }));
+    table.hidden = false;
+  } catch (e) {
+    showError(`The service cannot be reached: ${e.message}`);
+  }
+}
+
 /** The agent's graph, the nodes of `ran` (the last run's) marked. */
 async function drawGraph(ran) {
   const box = $("graph");
@@ -397,12 +433,16 @@ async function fetchCheckpoint(seq) {
   return response.json();
 }
 
+let shownSeq = null;
+
 /** The state at `seq`, and what it added to the one before. */
 async function showCheckpoint(seq) {
   const view = $("checkpoint-state");
   showError("");
   try {
     const cp = await fetchCheckpoint(seq);
+    shownSeq = seq;
+    $("fork").hidden = false;
     const before = seq > 1 ? await fetchCheckpoint(seq - 1).catch(() => null) : null;
     const now = (cp.state && cp.state.messages) || [];
     const was = (before && before.state && before.state.messages) || [];
@@ -412,6 +452,41 @@ async function showCheckpoint(seq) {
       `State:\n${JSON.stringify(cp.state, null, 1)}`;
   } catch (e) {
     showError(e.message);
+  }
+}
+
+/** Forks the conversation at the checkpoint shown into a new one and continues there. */
+async function forkHere() {
+  if (conversationId == null || shownSeq == null) return;
+  showError("");
+  const from = conversationId;
+  const seq = shownSeq;
+  try {
+    const response = await fetch(`/api/chatbot/conversations/${from}/fork`, {
+      method: "POST",
+      headers: headers(),
+      body: JSON.stringify({ ...who(), seq }),
+    });
+    if (!response.ok) {
+      showError(await failure(response));
+      return;
+    }
+    const { conversationId: forked } = await response.json();
+    const cp = await fetchCheckpoint(seq).catch(() => null);
+    $("log").replaceChildren();
+    setConversation(forked);
+    item("muted fork-note", `Forked from conversation ${from} at checkpoint #${seq}; the next message continues from here.`);
+    const messages = (cp && cp.state && cp.state.messages) || [];
+    for (const m of messages) {
+      if ((m.role === "user" || m.role === "assistant") && m.content) item(`msg ${m.role}`, m.content);
+    }
+    $("checkpoints").replaceChildren();
+    $("checkpoint-state").textContent = "";
+    $("fork").hidden = true;
+    shownSeq = null;
+    $("message").focus();
+  } catch (e) {
+    showError(`The service cannot be reached: ${e.message}`);
   }
 }
 
@@ -445,6 +520,11 @@ function start() {
     $("message").focus();
   });
   $("load-checkpoints").addEventListener("click", loadCheckpoints);
+  $("fork").addEventListener("click", forkHere);
+  $("search-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    search();
+  });
   document.body.dataset.ready = "true";
 }
 
