@@ -222,6 +222,32 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     assert!(sent.contains("sigamos") && !sent.contains("Guarda dos notas"), "the fork's history only: {sent}");
     screenshot(&c, "5b-forked").await;
 
+    // The conversation list: the fork (newest) and the original; open the original, delete
+    // the fork.
+    let listed = wait_text(&c, "#conversation-list li[data-conversation='1'] .open", "#1 hola").await;
+    assert!(listed.ends_with("· assistant"), "titled by its first message, with its agent: {listed}");
+    let items = c.find_all(Locator::Css("#conversation-list li")).await.unwrap();
+    assert_eq!(items.len(), 2, "the original and its fork");
+    let fork_id = items[0].attr("data-conversation").await.unwrap().unwrap_or_default();
+    assert_ne!(fork_id, "1", "newest first");
+    c.find(Locator::Css("#conversation-list li[data-conversation='1'] .open")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#conversation-label", "Conversation 1").await;
+    wait_text(&c, "#log .msg.assistant", "Guardé la primera; la segunda no.").await;
+    c.find(Locator::Css(&format!("#conversation-list li[data-conversation='{fork_id}'] .delete")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while c.find_all(Locator::Css("#conversation-list li")).await.unwrap().len() != 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the fork was not deleted from the list");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = reqwest::get(format!("{base}/api/chatbot/conversations?tenantId=1&userId=1")).await.unwrap();
+    let left: serde_json::Value = left.json().await.unwrap();
+    assert_eq!(left["conversations"].as_array().unwrap().len(), 1, "deleted in the service too: {left}");
+
     // A service error is shown as a message: a message over the service's limit.
     let long = "x".repeat(4001);
     c.execute("document.getElementById('message').value = arguments[0];", vec![json!(long)]).await.unwrap();

@@ -71,6 +71,26 @@ pub struct Conversation {
     pub agent: String,
 }
 
+/// One of a user's conversations, as a list shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationSummary {
+    /// Id.
+    pub id: i64,
+    /// The agent it talks to.
+    pub agent: String,
+    /// Its first user message, cut at [`SUMMARY_TITLE_CHARS`] characters (empty before one).
+    pub title: String,
+}
+
+/// How much of the first message a [`ConversationSummary`] keeps.
+pub const SUMMARY_TITLE_CHARS: usize = 80;
+
+/// `text` cut at [`SUMMARY_TITLE_CHARS`] characters.
+pub(crate) fn summary_title(text: &str) -> String {
+    text.chars().take(SUMMARY_TITLE_CHARS).collect()
+}
+
 /// Who a stored message is from, as it is stored (`user`, `assistant`, `tool`, `pending`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -265,6 +285,13 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn set_response(&self, conversation: i64, run_id: &str, response: &str) -> Result<(), StoreError>;
     /// Messages of a conversation, oldest first.
     async fn messages(&self, conversation: i64) -> Result<Vec<StoredMessage>, StoreError>;
+    /// `tenant`/`user`'s conversations, newest first, at most `limit`.
+    async fn list_conversations(
+        &self,
+        tenant: i64,
+        user: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationSummary>, StoreError>;
     /// Deletes a conversation of `tenant`/`user`; whether it existed.
     async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError>;
     /// Deletes a user's conversations; their ids.

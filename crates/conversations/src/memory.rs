@@ -2,8 +2,8 @@
 //! (the measured peer uses LangGraph's in-memory saver); lost on exit.
 
 use crate::{
-    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, ReleasedTurn, Role, StoreError,
-    StoredMessage, TurnClaim, now_ms,
+    Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
+    ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim, now_ms, summary_title,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -76,6 +76,27 @@ impl ConversationStore for MemoryConversationStore {
     async fn conversation(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Conversation>, StoreError> {
         let g = self.lock();
         Ok(g.conversations.get(&id).filter(|(t, u, _, _)| *t == tenant && *u == user).map(|(_, _, c, _)| c.clone()))
+    }
+
+    async fn list_conversations(
+        &self,
+        tenant: i64,
+        user: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationSummary>, StoreError> {
+        let g = self.lock();
+        let mut mine: Vec<&Conversation> =
+            g.conversations.values().filter(|(t, u, _, _)| *t == tenant && *u == user).map(|(_, _, c, _)| c).collect();
+        mine.sort_by_key(|c| std::cmp::Reverse(c.id));
+        Ok(mine
+            .into_iter()
+            .take(limit)
+            .map(|c| {
+                let first = g.messages.iter().find(|(conv, m)| *conv == c.id && m.role == Role::User);
+                let title = first.map(|(_, m)| summary_title(&m.content)).unwrap_or_default();
+                ConversationSummary { id: c.id, agent: c.agent.clone(), title }
+            })
+            .collect())
     }
 
     async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {

@@ -2,8 +2,8 @@
 //! its tables live beside the checkpoints, so a step's messages commit with its record.
 
 use crate::{
-    Conversation, ConversationStore, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction, PendingLookup, ReleasedTurn,
-    Role, StoreError, StoredMessage, TurnClaim, now_ms,
+    Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
+    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim, now_ms, summary_title,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -134,6 +134,35 @@ impl ConversationStore for PostgresConversationStore {
             .await?;
         s.finish().await?;
         Ok(row.map(|r| Conversation { id: r.get(0), agent: r.get(1) }))
+    }
+
+    async fn list_conversations(
+        &self,
+        tenant: i64,
+        user: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationSummary>, StoreError> {
+        let mut s = self.db.session().await?;
+        let rows = sqlx::query(
+            "SELECT c.id, c.agent, (SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'
+                                    ORDER BY m.id LIMIT 1)
+             FROM conversations c WHERE c.tenant_id = $1 AND c.user_id = $2 ORDER BY c.id DESC LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(rows
+            .iter()
+            .map(|r| ConversationSummary {
+                id: r.get(0),
+                agent: r.get(1),
+                title: summary_title(&r.get::<Option<String>, _>(2).unwrap_or_default()),
+            })
+            .collect())
     }
 
     async fn begin_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError> {

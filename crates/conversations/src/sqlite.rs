@@ -2,8 +2,8 @@
 //! same connection thread) as the checkpoints, so a step's messages commit with its record.
 
 use crate::{
-    Conversation, ConversationStore, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction, PendingLookup, ReleasedTurn,
-    Role, StoreError, StoredMessage, TurnClaim, now_ms,
+    Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
+    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim, now_ms, summary_title,
 };
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
@@ -129,6 +129,28 @@ impl ConversationStore for SqliteConversationStore {
             c.prepare_cached("SELECT id, agent FROM conversations WHERE id = ?1 AND tenant_id = ?2 AND user_id = ?3")?
                 .query_row(params![id, tenant, user], |r| Ok(Conversation { id: r.get(0)?, agent: r.get(1)? }))
                 .optional()
+        })
+        .await
+    }
+
+    async fn list_conversations(
+        &self,
+        tenant: i64,
+        user: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationSummary>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(move |c| {
+            let mut st = c.prepare_cached(
+                "SELECT c.id, c.agent, (SELECT m.content FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'
+                                        ORDER BY m.id LIMIT 1)
+                 FROM conversations c WHERE c.tenant_id = ?1 AND c.user_id = ?2 ORDER BY c.id DESC LIMIT ?3",
+            )?;
+            let rows = st.query_map(params![tenant, user, limit], |r| {
+                let first: Option<String> = r.get(2)?;
+                Ok(ConversationSummary { id: r.get(0)?, agent: r.get(1)?, title: summary_title(&first.unwrap_or_default()) })
+            })?;
+            rows.collect()
         })
         .await
     }

@@ -157,6 +157,28 @@ async fn deleting_takes_messages_and_pending_actions_with_it(store: &dyn Convers
     assert_eq!(store.conversation(9, 1, other_tenant).await.unwrap(), None);
 }
 
+async fn conversations_are_listed_for_their_owner_newest_first(store: &dyn ConversationStore) {
+    let first = store.create_conversation(7, 1, "tutor").await.unwrap();
+    store.add_message(first, Role::User, &"¿Cuándo es el examen final de la asignatura? ".repeat(4)).await.unwrap();
+    store.add_message(first, Role::Assistant, "El 20 de enero.").await.unwrap();
+    store.add_message(first, Role::User, "¿Y cuánto vale?").await.unwrap();
+    let second = store.create_conversation(7, 1, "academy").await.unwrap();
+    let other_user = store.create_conversation(7, 2, "tutor").await.unwrap();
+    let other_tenant = store.create_conversation(8, 1, "tutor").await.unwrap();
+    store.add_message(other_user, Role::User, "not yours").await.unwrap();
+    let listed = store.list_conversations(7, 1, 10).await.unwrap();
+    let ids: Vec<i64> = listed.iter().map(|c| c.id).collect();
+    assert_eq!(ids, [second, first], "the owner's only, newest first");
+    assert_eq!((listed[0].agent.as_str(), listed[0].title.as_str()), ("academy", ""), "no message yet");
+    assert_eq!(listed[1].title.chars().count(), toolgraph_conversations::SUMMARY_TITLE_CHARS);
+    assert!(listed[1].title.starts_with("¿Cuándo es el examen final"), "{:?}", listed[1].title);
+    assert_eq!(store.list_conversations(7, 1, 1).await.unwrap().len(), 1, "the limit holds");
+    assert_eq!(
+        store.list_conversations(8, 1, 10).await.unwrap().iter().map(|c| c.id).collect::<Vec<_>>(),
+        [other_tenant]
+    );
+}
+
 macro_rules! suite {
     ($kind:ident) => {
         mod $kind {
@@ -174,6 +196,7 @@ macro_rules! suite {
             case!(a_restarted_owner_frees_what_it_held);
             case!(pending_actions_are_found_by_their_owner_and_decided_once);
             case!(deleting_takes_messages_and_pending_actions_with_it);
+            case!(conversations_are_listed_for_their_owner_newest_first);
         }
     };
 }

@@ -34,6 +34,7 @@ pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVeri
     let router = Router::new()
         .route(path::CONVERSATIONS, post(create_conversation))
         .route(path::CONVERSATION_LOOKUP, post(conversation))
+        .route(path::CONVERSATION_LIST, post(list_conversations))
         .route(path::TURN_BEGIN, post(begin_turn))
         .route(path::TURN_RENEW, post(renew_turn))
         .route(path::TURN_END, post(end_turn))
@@ -150,6 +151,14 @@ async fn delete_conversation(
 ) -> Answer<wire::Deleted> {
     let deleted = b.store.delete_conversation(r.tenant_id, r.user_id, r.conversation_id).await?;
     Ok(Json(wire::Deleted { deleted }))
+}
+
+async fn list_conversations(
+    State(b): State<Backend>,
+    Json(r): Json<wire::ListConversations>,
+) -> Answer<wire::ConversationList> {
+    let limit = r.limit.min(crate::service::MAX_LISTED_CONVERSATIONS);
+    Ok(Json(wire::ConversationList { conversations: b.store.list_conversations(r.tenant_id, r.user_id, limit).await? }))
 }
 
 async fn delete_user(State(b): State<Backend>, Json(r): Json<wire::UserRef>) -> Answer<wire::DeletedConversations> {

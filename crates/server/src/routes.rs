@@ -39,6 +39,7 @@ pub fn api_router(state: AppState) -> Router {
     Router::new()
         .route("/ready", get(ready))
         .route("/api/chatbot/runs/{run_id}/events", get(run_events))
+        .route("/api/chatbot/conversations", get(list_conversations))
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
@@ -230,6 +231,21 @@ async fn run_events(
         .and_then(|(_, seq)| seq.parse::<u64>().ok())
         .unwrap_or(0);
     Ok(sse(run_id, log, after))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    tenant_id: i64,
+    user_id: i64,
+    limit: Option<usize>,
+}
+
+/// `GET /api/chatbot/conversations?tenantId=&userId=[&limit=]`: `{conversations: [{id, agent,
+/// title}]}`, newest first (20 unless `limit`, at most 100).
+async fn list_conversations(State(app): State<AppState>, Query(q): Query<ListQuery>) -> Result<Response, ApiError> {
+    let list = app.chat().list_conversations(q.tenant_id, q.user_id, q.limit.unwrap_or(20)).await?;
+    Ok(axum::Json(json!({ "conversations": list })).into_response())
 }
 
 /// `POST /api/chatbot/conversations/{id}/fork`'s body.

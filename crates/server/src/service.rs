@@ -33,6 +33,9 @@ pub struct ServedAgent {
     pub settings: AgentSettings,
 }
 
+/// Most conversations one listing answers.
+pub const MAX_LISTED_CONVERSATIONS: usize = 100;
+
 /// Service-wide policies.
 pub struct ServiceOptions {
     /// How requests are authenticated.
@@ -418,6 +421,20 @@ impl ChatService {
     pub async fn checkpoints(&self, tenant: i64, user: i64, id: i64) -> Result<Vec<CheckpointMeta>, ChatError> {
         let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
         agent.graph.history(&thread).await.map_err(internal)
+    }
+
+    /// `tenant`/`user`'s conversations, newest first, at most `limit` (capped at
+    /// [`MAX_LISTED_CONVERSATIONS`]).
+    ///
+    /// # Errors
+    /// `Store` when the store fails.
+    pub async fn list_conversations(
+        &self,
+        tenant: i64,
+        user: i64,
+        limit: usize,
+    ) -> Result<Vec<toolgraph_conversations::ConversationSummary>, ChatError> {
+        Ok(self.0.store.list_conversations(tenant, user, limit.min(MAX_LISTED_CONVERSATIONS)).await?)
     }
 
     /// Forks conversation `id` of `tenant`/`user` at checkpoint `seq` into a new conversation

@@ -780,6 +780,31 @@ async fn a_conversation_forks_at_a_checkpoint_and_goes_its_own_way(b: &str) {
     assert!(refused["error"].as_str().unwrap_or_default().contains("pause"), "{refused}");
 }
 
+/// `GET /api/chatbot/conversations`: the caller's conversations, newest first, titled by their
+/// first message; another user or tenant sees none of them.
+async fn conversations_are_listed_for_their_owner(b: &str) {
+    let s = service(b, vec![Reply::text("Uno."), Reply::text("Dos.")]).await;
+    let (_, events) = stream(&s, &body(None, "primera conversación")).await;
+    let first = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let (_, events) = stream(&s, &body(None, "segunda")).await;
+    let second = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let list = |tenant: i64, user: i64| {
+        let url = format!("{}/api/chatbot/conversations?tenantId={tenant}&userId={user}", s.base);
+        async move {
+            let resp = reqwest::Client::new().get(url).header("X-Tenant-Slug", "demo").send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, mine) = list(7, 101).await;
+    assert_eq!(status, 200, "{mine}");
+    assert_eq!(
+        mine["conversations"],
+        json!([{"id": second, "agent": "lumie", "title": "segunda"}, {"id": first, "agent": "lumie", "title": "primera conversación"}])
+    );
+    assert_eq!(list(7, 102).await.1["conversations"], json!([]), "another user");
+    assert_eq!(list(8, 101).await.1["conversations"], json!([]), "another tenant");
+}
+
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -807,6 +832,7 @@ on_every_store!(
     the_recursion_limit_persists_a_fallback_message,
     deleting_a_conversation_removes_it_for_good,
     a_conversation_forks_at_a_checkpoint_and_goes_its_own_way,
+    conversations_are_listed_for_their_owner,
     a_final_decision_that_could_not_resume_is_resumed_by_its_retry,
     api_key_mode_rejects_missing_wrong_and_foreign_keys,
     hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests,

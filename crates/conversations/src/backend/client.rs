@@ -3,8 +3,8 @@
 use super::signing::signature_headers;
 use super::wire::{self, path};
 use crate::{
-    Conversation, ConversationStore, Decided, NewPending, PendingAction, PendingLookup, ReleasedTurn, Role, StoreError,
-    StoredMessage, TurnClaim,
+    Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
+    ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim,
 };
 use async_trait::async_trait;
 use serde::Serialize;
@@ -280,6 +280,16 @@ impl ConversationStore for BackendConversationStore {
     async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<bool, StoreError> {
         let body = wire::OwnedConversation { tenant_id: tenant, user_id: user, conversation_id: id };
         Ok(self.post::<_, wire::Deleted>(path::DELETE_CONVERSATION, &body).await?.deleted)
+    }
+
+    async fn list_conversations(
+        &self,
+        tenant: i64,
+        user: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationSummary>, StoreError> {
+        let body = wire::ListConversations { tenant_id: tenant, user_id: user, limit };
+        Ok(self.post::<_, wire::ConversationList>(path::CONVERSATION_LIST, &body).await?.conversations)
     }
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {

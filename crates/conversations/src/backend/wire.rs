@@ -38,6 +38,8 @@ pub mod path {
     pub const DELETE_CONVERSATION: &str = "/internal/chatbot/delete/conversation";
     /// Delete a user's conversations.
     pub const DELETE_USER: &str = "/internal/chatbot/delete/user";
+    /// A user's conversations, newest first.
+    pub const CONVERSATION_LIST: &str = "/internal/chatbot/conversations/list";
     /// Delete a tenant's conversations.
     pub const DELETE_TENANT: &str = "/internal/chatbot/delete/tenant";
     /// Run the model's read-only SQL for a tenant and user (the `general_query` tool).
@@ -215,6 +217,21 @@ pub struct RunResponse {
     pub conversation_id: i64,
     pub run_id: String,
     pub response: String,
+}
+
+/// `conversations/list`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListConversations {
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub limit: usize,
+}
+
+/// The answer of `conversations/list`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConversationList {
+    pub conversations: Vec<crate::ConversationSummary>,
 }
 
 /// `delete/user`.

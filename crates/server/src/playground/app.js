@@ -169,6 +169,7 @@ class Turn {
       }
       case "done":
         if (d.conversationId != null) setConversation(d.conversationId);
+        refreshConversations();
         for (const bubble of this.bubbles) linkCitations(bubble, this.sources);
         this.finished = true;
         break;
@@ -484,10 +485,84 @@ async function forkHere() {
     $("checkpoint-state").textContent = "";
     $("fork").hidden = true;
     shownSeq = null;
+    refreshConversations();
     $("message").focus();
   } catch (e) {
     showError(`The service cannot be reached: ${e.message}`);
   }
+}
+
+/** The user's conversations, newest first: each opens (to continue it) or is deleted. */
+async function refreshConversations() {
+  const list = $("conversation-list");
+  try {
+    const response = await fetch(`/api/chatbot/conversations?${ownerQuery()}&limit=20`, { headers: headers() });
+    if (!response.ok) return;
+    const { conversations } = await response.json();
+    list.replaceChildren(...conversations.map((c) => {
+      const li = document.createElement("li");
+      li.dataset.conversation = c.id;
+      if (c.id === conversationId) li.classList.add("current");
+      const open = document.createElement("button");
+      open.type = "button";
+      open.className = "open";
+      open.textContent = `#${c.id} ${c.title || "(no message yet)"} · ${c.agent}`;
+      open.addEventListener("click", () => openConversation(c));
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.className = "delete";
+      remove.textContent = "Delete";
+      remove.setAttribute("aria-label", `Delete conversation ${c.id}`);
+      remove.addEventListener("click", () => deleteConversation(c.id));
+      li.append(open, remove);
+      return li;
+    }));
+  } catch (_) {
+    // The list is a convenience: a failed refresh leaves the last one.
+  }
+}
+
+/** Shows conversation `c`'s messages (from its last checkpoint) and continues it. */
+async function openConversation(c) {
+  showError("");
+  setConversation(c.id);
+  if ([...$("agent").options].some((o) => o.value === c.agent)) $("agent").value = c.agent;
+  $("log").replaceChildren();
+  try {
+    const response = await fetch(`/api/chatbot/conversations/${c.id}/checkpoints?${ownerQuery()}`, { headers: headers() });
+    if (!response.ok) {
+      showError(await failure(response));
+      return;
+    }
+    const { checkpoints } = await response.json();
+    if (checkpoints.length) {
+      const cp = await fetchCheckpoint(checkpoints[checkpoints.length - 1].seq);
+      for (const m of (cp.state && cp.state.messages) || []) {
+        if ((m.role === "user" || m.role === "assistant") && m.content) item(`msg ${m.role}`, m.content);
+      }
+    }
+  } catch (e) {
+    showError(e.message);
+  }
+  refreshConversations();
+}
+
+async function deleteConversation(id) {
+  showError("");
+  try {
+    const response = await fetch(`/api/chatbot/conversations/${id}?${ownerQuery()}`, { method: "DELETE", headers: headers() });
+    if (!response.ok && response.status !== 404) {
+      showError(await failure(response));
+      return;
+    }
+    if (id === conversationId) {
+      setConversation(null);
+      $("log").replaceChildren();
+    }
+  } catch (e) {
+    showError(`The service cannot be reached: ${e.message}`);
+  }
+  refreshConversations();
 }
 
 function start() {
@@ -517,8 +592,11 @@ function start() {
     setConversation(null);
     $("log").replaceChildren();
     showError("");
+    refreshConversations();
     $("message").focus();
   });
+  for (const id of ["tenant-slug", "tenant-id", "user-id", "api-key"]) $(id).addEventListener("change", refreshConversations);
+  refreshConversations();
   $("load-checkpoints").addEventListener("click", loadCheckpoints);
   $("fork").addEventListener("click", forkHere);
   $("search-form").addEventListener("submit", (e) => {
