@@ -402,6 +402,29 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
     &messages[start.min(messages.len())..]
 }
 
+/// Computes ahead what every first turn of this agent starts with — its system prompt and
+/// tool definitions — so a model that keeps the longest prompt prefix it computed (the
+/// in-process one) has it ready: a fresh service's first answer does not pay for it. One model
+/// call of a single token, for a placeholder message.
+///
+/// # Errors
+/// When the model fails.
+pub async fn warm_up(deps: &AgentDeps) -> Result<(), toolgraph_llm::LlmError> {
+    let mut messages = Vec::with_capacity(2);
+    if !deps.spec.system_prompt.is_empty() {
+        messages.push(Message::system(deps.spec.system_prompt.clone()));
+    }
+    messages.push(Message::user("."));
+    let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
+    request.temperature = deps.spec.temperature;
+    request.max_tokens = Some(1);
+    let mut stream = deps.model.stream(request).await?;
+    while let Some(event) = stream.next().await {
+        event?;
+    }
+    Ok(())
+}
+
 async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let deps = ctx.deps();
     let mut messages = Vec::with_capacity(s.messages.len() + 1);

@@ -517,3 +517,21 @@ async fn a_turn_cut_while_a_tool_ran_is_closed_before_the_next_one() {
     let answered = sent.as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["tool_call_id"] == "c1");
     assert!(answered, "{sent}");
 }
+
+/// `warm_up` asks the model for one token of a placeholder turn that starts as every first
+/// turn of the agent does — its system prompt and its tools — and writes nothing to a thread.
+#[tokio::test]
+async fn warming_up_computes_the_agents_prompt_with_one_token() {
+    let h = harness(vec![Reply::text("Hola.")]).await;
+    react::warm_up(h.graph.deps()).await.unwrap();
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r["max_tokens"], 1, "{r}");
+    assert_eq!(r["messages"][0], json!({"role": "system", "content": "You are Lumie's assistant."}));
+    assert_eq!(r["messages"].as_array().unwrap().len(), 2, "the system prompt and a placeholder: {r}");
+    let tools: Vec<&str> =
+        r["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(tools.contains(&"send_sms") && tools.contains(&"calculator"), "{tools:?}");
+    assert!(h.graph.history(&t(1)).await.unwrap().is_empty(), "no thread was written");
+}

@@ -204,6 +204,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         instance_id,
         turn_lease: std::time::Duration::from_millis(cfg.server.turn_lease_ms),
     };
+    // With the in-process model, the default agent's prompt is computed before the service
+    // is ready, so the first turn does not pay for it.
+    let warm =
+        shared.local_model.as_ref().and(agents.get(&cfg.default_agent_name())).map(|a| Arc::clone(a.graph.deps()));
     let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
     if cfg.mcp.http {
         let export =
@@ -211,6 +215,17 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on /mcp");
         app.enable_mcp(McpEndpoint::new(export, &cfg.mcp.allowed_hosts));
     }
+    // The query embedder of the default knowledge base is loaded before the service is ready
+    // too (else the first search pays for it); a model that cannot load is reported by the
+    // searches that need it.
+    let embedder_ahead = {
+        let (r, kb, tenant, name) =
+            (retriever.clone(), Arc::clone(&kb), cfg.rag.tenant.clone(), cfg.rag.default_kb.clone());
+        tokio::task::spawn_blocking(move || match kb.open(&tenant, &name) {
+            Ok(base) if base.manifest().embedding.is_some() => r.embedder().map(|_| ()),
+            _ => Ok(()),
+        })
+    };
     app.enable_search(SearchService { store: kb, default_kb: cfg.rag.default_kb.clone(), retriever });
     // Turns this instance was running when it last stopped are closed before it serves.
     app.chat().recover().await.context("cannot release this instance's earlier runs")?;
@@ -220,6 +235,20 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
              TOOLGRAPH_ALLOCATOR=mimalloc favours model work instead (embedding ran 1.8x faster on it, \
              docs/configuration.md)"
         );
+    }
+    if let Ok(Err(e)) = embedder_ahead.await {
+        tracing::warn!(error = %e, "cannot load the query embedding model ahead; the first search will try");
+    }
+    if let Some(deps) = warm {
+        let started = std::time::Instant::now();
+        match toolgraph_agents::react::warm_up(&deps).await {
+            Ok(()) => eprintln!(
+                "toolgraph serve: the {} agent's prompt computed ahead in {:.1} s",
+                cfg.default_agent_name(),
+                started.elapsed().as_secs_f64()
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot compute the agent's prompt ahead; the first turn will"),
+        }
     }
     app.set_ready();
     eprintln!(

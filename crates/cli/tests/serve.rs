@@ -524,6 +524,9 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     // serve's default allocator suits many streams; the log says how to favour the model.
     assert!(err.contains("allocator: jemalloc") && err.contains("TOOLGRAPH_ALLOCATOR=mimalloc"), "{err}");
+    // The default agent's prompt was computed before the service said it was ready.
+    let (ahead, ready) = (err.find("agent's prompt computed ahead in"), err.find("listening on"));
+    assert!(ahead.is_some_and(|a| ready.is_some_and(|r| a < r)), "{err}");
     assert!(text.matches("event: token").count() > 1, "{text}");
     assert!(text.contains("event: done"), "{text}");
     assert!(text.to_lowercase().contains("hola"), "{text}");
