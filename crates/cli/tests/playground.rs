@@ -155,6 +155,10 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     let cards = c.find_all(Locator::Css("#log .card.pending")).await.unwrap();
     assert_eq!(cards.len(), 2, "two pending actions");
     screenshot(&c, "3-two-pending").await;
+    // A message meanwhile is refused: the 409 names the same two actions, shown once.
+    say(&c, "¿y ahora?").await;
+    wait_text(&c, "#status", "pending actions to confirm first").await;
+    assert_eq!(c.find_all(Locator::Css("#log .card.pending")).await.unwrap().len(), 2, "no duplicate cards");
     cards[0].find(Locator::Css(".approve")).await.unwrap().click().await.unwrap();
     wait_text(&c, "#log .card.pending .decision", "Approved").await;
     cards[1].find(Locator::Css(".reject")).await.unwrap().click().await.unwrap();

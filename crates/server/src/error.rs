@@ -11,21 +11,26 @@ pub struct ApiError {
     pub message: String,
     pub field: Option<String>,
     pub retry_after: Option<u64>,
+    /// The actions waiting for a decision, when that is why the request was refused.
+    pub pending_actions: Option<Vec<crate::wire::PendingActionDto>>,
 }
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct Body<'a> {
     error: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending_actions: Option<&'a [crate::wire::PendingActionDto]>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), field: None, retry_after: None }
+        Self { status, message: message.into(), field: None, retry_after: None, pending_actions: None }
     }
     pub fn field(status: StatusCode, field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), field: Some(field.into()), retry_after: None }
+        Self { status, message: message.into(), field: Some(field.into()), retry_after: None, pending_actions: None }
     }
     pub fn not_found() -> Self {
         // Existence of other tenants' objects is never revealed: one message for all.
@@ -50,7 +55,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body { error: &self.message, field: self.field.as_deref() };
+        let body = Body {
+            error: &self.message,
+            field: self.field.as_deref(),
+            pending_actions: self.pending_actions.as_deref(),
+        };
         let mut resp = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -76,10 +85,13 @@ pub enum ChatError {
     /// two are not told apart).
     #[error("not found")]
     NotFound,
-    /// The request cannot be carried out now (a turn is running, decisions are pending, the
-    /// action was decided the other way).
+    /// The request cannot be carried out now (a turn is running, the action was decided the
+    /// other way).
     #[error("{0}")]
     Conflict(String),
+    /// A new turn while the conversation's last run waits for decisions: these actions.
+    #[error("this conversation has pending actions to confirm first")]
+    AwaitingDecision(Vec<crate::wire::PendingActionDto>),
     /// The tenant has as many runs in flight as it may.
     #[error("this tenant already has {limit} runs in flight")]
     TooManyRuns {
@@ -110,6 +122,10 @@ impl From<ChatError> for ApiError {
             ChatError::Invalid { field, message } => Self::field(StatusCode::UNPROCESSABLE_ENTITY, field, message),
             ChatError::NotFound => Self::not_found(),
             ChatError::Conflict(message) => Self::new(StatusCode::CONFLICT, message),
+            ChatError::AwaitingDecision(pending) => Self {
+                pending_actions: Some(pending),
+                ..Self::new(StatusCode::CONFLICT, "this conversation has pending actions to confirm first")
+            },
             e @ ChatError::TooManyRuns { .. } => {
                 let mut answer = Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string());
                 answer.retry_after = Some(1);
@@ -124,6 +140,7 @@ impl From<ChatError> for ApiError {
                     message: "the conversation store is unavailable; try again".into(),
                     field: None,
                     retry_after: Some(1),
+                    pending_actions: None,
                 }
             }
             ChatError::Internal(cause) => Self::internal(cause),

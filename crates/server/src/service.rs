@@ -280,7 +280,7 @@ impl ChatService {
                 self.release(conversation, &run_id).await;
                 return Err(match e {
                     GraphError::AwaitingDecision { .. } => {
-                        ChatError::conflict("this conversation has pending actions to confirm first")
+                        ChatError::AwaitingDecision(self.undecided_actions(agent, &thread, conversation).await)
                     }
                     GraphError::ConcurrentRun { .. } => {
                         ChatError::conflict("a turn is already running on this conversation")
@@ -296,6 +296,25 @@ impl ChatService {
             turn::drive(&service, &turn, run, &task_log).await;
         });
         Ok((run_id, log))
+    }
+
+    /// The actions of the conversation's paused run still waiting for a decision, in message
+    /// order (empty when they cannot be read: the refusal stands without them).
+    async fn undecided_actions(
+        &self,
+        agent: &ServedAgent,
+        thread: &toolgraph_graph::ThreadId,
+        conversation: i64,
+    ) -> Vec<PendingActionDto> {
+        let Ok(history) = agent.graph.history(thread).await else { return Vec::new() };
+        let Some(head) = history.last() else { return Vec::new() };
+        match self.0.store.run_pending(conversation, &head.run_id).await {
+            Ok(rows) => rows.iter().filter(|p| p.decision.is_none()).map(PendingActionDto::from).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, conversation, "cannot list the pending actions for the refusal");
+                Vec::new()
+            }
+        }
     }
 
     /// Records the decision of `req` on one pending action. While others of its group are

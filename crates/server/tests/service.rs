@@ -339,6 +339,18 @@ async fn two_write_tools_pause_and_are_confirmed_one_by_one(b: &str) {
     assert_eq!(confirm(&s, 8, 101, conv, sms, true).await.0, 404);
     assert_eq!(confirm(&s, 7, 101, conv, 424242, true).await.0, 404);
 
+    // A new turn meanwhile is refused, naming the actions to decide.
+    let refused = || async {
+        let resp = post(&s, "/api/chatbot/stream", "demo", &body(Some(conv), "¿y ahora?")).await;
+        (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    let (status, r) = refused().await;
+    assert_eq!(status, 409, "{r}");
+    let ids: Vec<i64> =
+        r["pendingActions"].as_array().unwrap().iter().filter_map(|p| p["messageId"].as_i64()).collect();
+    assert_eq!(ids, [sms, ann], "{r}");
+    assert_eq!(r["pendingActions"][0]["toolName"], "send_sms");
+
     // First decision: the other is still pending.
     let (status, r) = confirm(&s, 7, 101, conv, ann, false).await;
     assert_eq!(status, 200);
@@ -346,6 +358,9 @@ async fn two_write_tools_pause_and_are_confirmed_one_by_one(b: &str) {
     assert_eq!(r["pendingAction"]["messageId"], sms);
     assert_eq!(confirm(&s, 7, 101, conv, ann, true).await.0, 409, "contradicting decision");
     assert_eq!(confirm(&s, 7, 101, conv, ann, false).await, (200, r.clone()), "same decision replays");
+    let (status, r2) = refused().await;
+    assert_eq!((status, r2["pendingActions"].as_array().map(Vec::len)), (409, Some(1)), "only the undecided one: {r2}");
+    assert_eq!(r2["pendingActions"][0]["messageId"], sms);
 
     // Last decision: the run resumes; the approved tool runs once, the rejected never.
     let (status, r) = confirm(&s, 7, 101, conv, sms, true).await;

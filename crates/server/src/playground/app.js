@@ -55,12 +55,16 @@ function setConversation(id) {
   $("conversation-label").textContent = id == null ? "A new conversation" : `Conversation ${id}`;
 }
 
-/** Why a response failed, from its `{error}` body when it has one. */
+/** Why a response failed, from its `{error}` body when it has one; the actions it names as
+ * waiting for a decision (a 409 `pendingActions`) are shown as cards. */
 async function failure(response) {
   let detail = "";
   try {
     const body = await response.json();
     detail = body.error || JSON.stringify(body);
+    for (const action of body.pendingActions || []) {
+      if (!document.querySelector(`[data-message-id="${action.messageId}"]`)) pendingCard(action);
+    }
   } catch (_) {
     detail = response.statusText;
   }
