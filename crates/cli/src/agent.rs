@@ -42,7 +42,12 @@ pub async fn local_model(cfg: &Config) -> anyhow::Result<Option<Arc<dyn ChatMode
 async fn load_local(name: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
     use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, named_model};
     let path = named_model(&name).unwrap_or_else(|| std::path::PathBuf::from(&name));
-    let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
+    // Prompt prefixes computed ahead are kept beside the weights, for the next start.
+    let options = LocalChatOptions {
+        prefix_dir: Some(toolgraph_local_models::models_dir().join("prefix-cache")),
+        ..LocalChatOptions::default()
+    };
+    let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options))
         .await
         .context("the model loading task failed")?
         .context("cannot load the local chat model (llm.local_model)")?;

@@ -61,8 +61,27 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     assert_eq!(argmax(&logits), argmax(&fresh), "cached and fresh prefill agree");
     let max_diff = logits.iter().zip(&fresh).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     assert!(max_diff < 0.05, "logits differ by {max_diff}");
-    let (answer, _, _) = generate(&mut model, second, 12);
+    let (answer, _, _) = generate(&mut model, second.clone(), 12);
     assert!(answer.contains("Madrid"), "{answer:?}");
+
+    // A prefix kept on disk and loaded into a cleared cache is the state that was computed:
+    // the rest of the prompt then gives exactly the logits it gives after the computed prefix.
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("prefix.safetensors");
+    let head = second.len() - 3;
+    model.clear_cache();
+    model.next_logits(&second[..head]).unwrap();
+    model.save_prefix(&kept, head).unwrap();
+    let (computed_logits, _) = model.next_logits(&second).unwrap();
+    model.clear_cache();
+    assert_eq!(model.load_prefix(&kept).unwrap(), head);
+    let (loaded_logits, computed) = model.next_logits(&second).unwrap();
+    assert_eq!(computed, 3, "only the tokens after the kept prefix are computed");
+    assert_eq!(computed_logits, loaded_logits, "the kept state is the computed one, bit for bit");
+    // A file that is no prefix is refused, the cache left as it was.
+    std::fs::write(&kept, b"not a prefix").unwrap();
+    assert!(model.load_prefix(&kept).is_err());
+    assert_eq!(model.cached_len(), second.len());
 }
 
 mod chat_model {
@@ -167,5 +186,36 @@ mod chat_model {
         let err = third.err().expect("a full queue refuses");
         assert_eq!(err.status(), Some(429), "{err}");
         drop((first, second));
+    }
+
+    /// A warm-up (one token, no answer in the prompt yet) keeps its prompt's state in
+    /// `prefix_dir`; an ordinary request does not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_warm_up_keeps_its_prompt_on_disk() {
+        let path = models_dir().join(QWEN_0_5B_FILE);
+        if !path.exists() && std::env::var_os("CI").is_none() {
+            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let options = LocalChatOptions { prefix_dir: Some(dir.path().to_owned()), ..LocalChatOptions::default() };
+        let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options)).await.unwrap().unwrap();
+        let drain = |r: ChatRequest| {
+            let model = &model;
+            async move {
+                let mut s = model.stream(r).await.unwrap();
+                while let Some(e) = s.next().await {
+                    e.unwrap();
+                }
+            }
+        };
+        let kept =
+            || std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect::<Vec<_>>();
+        drain(request("Hello", vec![calculator()])).await;
+        assert!(kept().is_empty(), "an answer is not a warm-up: {:?}", kept());
+        drain(ChatRequest { max_tokens: Some(1), ..request(".", vec![calculator()]) }).await;
+        let files = kept();
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert!(files[0].to_string_lossy().starts_with("qwen2.5-coder-0.5b"), "named by the weights: {files:?}");
     }
 }

@@ -24,7 +24,7 @@ use toolgraph_llm::{
 };
 
 /// How the local model is run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LocalChatOptions {
     /// Requests that may wait while one runs; more are refused with 429.
     pub queue: usize,
@@ -38,11 +38,16 @@ pub struct LocalChatOptions {
     /// decoding compares single tokens, and a call's probability is spread over several
     /// openers; 0.5 picks the likelier of the two kinds of reply. Above 1: never.
     pub call_threshold: f32,
+    /// Where computed prompt prefixes are kept between processes (one file per model). A
+    /// one-token request of system prompt, tools and user messages only (a warm-up) writes its
+    /// prompt's state there; a model started later loads it, so its warm-up computes almost
+    /// nothing. `None`: nothing is kept.
+    pub prefix_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for LocalChatOptions {
     fn default() -> Self {
-        Self { queue: 8, max_context: 4096, default_max_tokens: 512, call_threshold: 0.5 }
+        Self { queue: 8, max_context: 4096, default_max_tokens: 512, call_threshold: 0.5, prefix_dir: None }
     }
 }
 
@@ -74,8 +79,17 @@ impl LocalChatModel {
         let mut reader = std::fs::File::open(path)
             .map_err(|e| LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() })?;
         let max_context = options.max_context.min(assets.context_length).max(256);
-        let model = Qwen2::load(&content, &mut reader, max_context)?;
+        let mut model = Qwen2::load(&content, &mut reader, max_context)?;
         let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("local").to_owned();
+        // One prefix file per weights file: its name and size say which.
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let prefix_file = options.prefix_dir.as_ref().map(|d| d.join(format!("{id}-{size}.safetensors")));
+        if let Some(file) = prefix_file.as_ref().filter(|f| f.exists()) {
+            match model.load_prefix(file) {
+                Ok(n) => tracing::info!(tokens = n, file = %file.display(), "loaded a computed prompt prefix"),
+                Err(e) => tracing::warn!(error = %e, "cannot use the kept prompt prefix; it is computed again"),
+            }
+        }
         let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(options.queue);
         let mut worker = Worker {
             model,
@@ -88,6 +102,7 @@ impl LocalChatModel {
             json_openers: Vec::new(),
             template_tag_tokens: Vec::new(),
             call_threshold: options.call_threshold,
+            prefix_file,
         };
         std::thread::Builder::new()
             .name("toolgraph-local-chat".into())
@@ -144,6 +159,8 @@ struct Worker {
     /// Tokens that hold a tag only the template writes ([`template_tag_tokens`]).
     template_tag_tokens: Vec<u32>,
     call_threshold: f32,
+    /// Where a warm-up's prompt state is kept ([`LocalChatOptions::prefix_dir`]).
+    prefix_file: Option<std::path::PathBuf>,
 }
 
 /// Whether a token can be the first of a tool call written as text: the tag, a JSON object or
@@ -315,8 +332,24 @@ impl Worker {
         if send(ChatEvent::Usage(usage)) {
             send(ChatEvent::Finished(finish));
         }
+        if is_warm_up(&request)
+            && let Some(file) = &self.prefix_file
+            && self.model.cached_len() >= prompt_tokens
+        {
+            // The warm-up's answer went out first; keeping its prompt is best effort.
+            if let Err(e) = self.model.save_prefix(file, prompt_tokens) {
+                tracing::warn!(error = %e, "cannot keep the computed prompt prefix");
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether `request` computes a prompt ahead rather than answering: one token, and nothing in
+/// it yet but the system prompt and users' messages.
+fn is_warm_up(request: &ChatRequest) -> bool {
+    request.max_tokens == Some(1)
+        && request.messages.iter().all(|m| matches!(m, Message::System { .. } | Message::User { .. }))
 }
 
 /// At a reply's first token: if the tokens that start a call or a JSON object together have

@@ -9,6 +9,8 @@
 use crate::LocalModelError;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{DType, Device, Module, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
 
 struct Layer {
     attn_norm: Tensor,
@@ -236,6 +238,69 @@ impl Qwen2 {
             })
             .sum();
         layers + qm(&self.lm_head) + dense(&self.norm) + self.shape.hidden * DType::F16.size_in_bytes()
+    }
+
+    /// Writes the first `len` cached tokens and their KV state to `path` (safetensors), so a
+    /// later process can [`load_prefix`](Self::load_prefix) them instead of computing them.
+    /// Written to a temporary file and renamed: a reader never sees half a file.
+    ///
+    /// # Errors
+    /// Fewer than `len` tokens cached; the file cannot be written.
+    pub fn save_prefix(&self, path: &Path, len: usize) -> Result<(), LocalModelError> {
+        if len == 0 || len > self.cached_tokens.len() {
+            return Err(LocalModelError::Input(format!("{len} tokens asked, {} cached", self.cached_tokens.len())));
+        }
+        let mut tensors = HashMap::new();
+        tensors.insert("tokens".to_owned(), Tensor::new(&self.cached_tokens[..len], &self.device)?);
+        for (i, slot) in self.cache.iter().enumerate() {
+            let Some((k, v)) = slot else {
+                return Err(LocalModelError::Input(format!("layer {i} has no cached state")));
+            };
+            tensors.insert(format!("k.{i}"), k.narrow(2, 0, len)?.contiguous()?);
+            tensors.insert(format!("v.{i}"), v.narrow(2, 0, len)?.contiguous()?);
+        }
+        let io = |e: std::io::Error| LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let partial = path.with_extension(format!("partial-{}", std::process::id()));
+        candle_core::safetensors::save(&tensors, &partial)?;
+        std::fs::rename(&partial, path).map_err(io)
+    }
+
+    /// Replaces the KV cache with the prefix [`save_prefix`](Self::save_prefix) wrote to
+    /// `path`; returns how many tokens it holds. The next prompt reuses them as far as it shares
+    /// them (the tokens are compared, so a prefix of other text is simply not reused).
+    ///
+    /// # Errors
+    /// An unreadable file, or one whose state does not fit this model's shape.
+    pub fn load_prefix(&mut self, path: &Path) -> Result<usize, LocalModelError> {
+        let mut tensors = candle_core::safetensors::load(path, &self.device)?;
+        let bad = |why: String| LocalModelError::Format(format!("{}: {why}", path.display()));
+        let tokens: Vec<u32> = tensors.remove("tokens").ok_or_else(|| bad("no tokens".into()))?.to_vec1()?;
+        let s = self.shape;
+        let expected = [1, s.kv_heads, tokens.len(), s.hidden / s.heads];
+        let mut cache = Vec::with_capacity(s.layers);
+        for i in 0..s.layers {
+            let (Some(k), Some(v)) = (tensors.remove(&format!("k.{i}")), tensors.remove(&format!("v.{i}"))) else {
+                return Err(bad(format!("layer {i} missing")));
+            };
+            if k.dims() != expected || v.dims() != expected {
+                return Err(bad(format!("layer {i} is {:?}, this model needs {expected:?}", k.dims())));
+            }
+            cache.push(Some((k, v)));
+        }
+        if tokens.is_empty() || tokens.len() >= s.max_context {
+            return Err(bad(format!("{} tokens", tokens.len())));
+        }
+        self.cache = cache;
+        self.cached_tokens = tokens;
+        Ok(self.cached_tokens.len())
+    }
+
+    /// How many tokens the KV cache holds.
+    pub fn cached_len(&self) -> usize {
+        self.cached_tokens.len()
     }
 
     /// Forgets the KV cache.
