@@ -196,6 +196,8 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     }
     drawn.sort();
     assert_eq!(drawn, ["__end__", "__start__", "agent", "approved", "execute", "give_up", "tools"], "every node drawn");
+    let times = wait_text(&c, "#run-times", "Last run, time per node:").await;
+    assert!(times.contains("approved ") && times.contains("execute ") && times.contains("agent "), "{times}");
     let first = rows[0].text().await.unwrap();
     assert!(first.starts_with("#1 input"), "{first}");
     rows[1].click().await.unwrap();

@@ -364,6 +364,18 @@ async function loadCheckpoints() {
     const { checkpoints } = await response.json();
     const last = checkpoints.length ? checkpoints[checkpoints.length - 1].run_id : null;
     await drawGraph(new Set(checkpoints.filter((cp) => cp.run_id === last && cp.node).map((cp) => cp.node)));
+    // Where the last run's time went, node by node: the time from a checkpoint to the next
+    // one of the same run is the next node's (for the ReAct agent, `agent` is the model's time
+    // and `tools` the tools').
+    const spent = new Map();
+    checkpoints.forEach((cp, i) => {
+      const next = checkpoints[i + 1];
+      if (cp.run_id !== last || !next || next.run_id !== last || !next.node) return;
+      spent.set(next.node, (spent.get(next.node) || 0) + (next.created_at_ms - cp.created_at_ms));
+    });
+    $("run-times").textContent = spent.size
+      ? `Last run, time per node: ${[...spent].map(([n, ms]) => `${n} ${ms} ms`).join(" · ")}`
+      : "";
     checkpoints.forEach((cp, i) => {
       const next = checkpoints[i + 1];
       const ms = next && next.run_id === cp.run_id ? next.created_at_ms - cp.created_at_ms : null;
