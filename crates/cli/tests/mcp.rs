@@ -127,7 +127,7 @@ struct Service(std::process::Child, String);
 
 impl Service {
     async fn start(config: &str, data: &str, dir: &std::path::Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = toolgraph_testkit::process_port();
         let child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
             .args(["--config", config, "--data-dir", data, "serve", "--port", &port.to_string()])
             .current_dir(dir)

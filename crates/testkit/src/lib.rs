@@ -43,6 +43,25 @@ pub fn eval_data(probe: &str) -> Option<std::path::PathBuf> {
     None
 }
 
+/// A loopback port nothing listens on right now, for a server process a test starts.
+///
+/// Taken below the kernel's ephemeral range (32768 and up), from a sequence of this process's
+/// own: a port of `bind(0)`, released for the process to bind, could be handed to a listener
+/// another test opens meanwhile (a scripted model, another service) — a service loads its
+/// model or migrates first — and the test would then talk to that one.
+pub fn process_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(97);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = 20_000 + (start.wrapping_add(n) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// The PostgreSQL server the suite runs against (this machine's, as CI's):
 /// `TOOLGRAPH_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`.
 pub fn pg_url() -> String {

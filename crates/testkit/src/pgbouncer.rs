@@ -47,7 +47,7 @@ impl TransactionPooler {
         let options = PgConnectOptions::from_str(&pg_url()).expect("valid url");
         let server = (options.get_host().to_owned(), options.get_port(), options.get_username().to_owned());
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let port = crate::process_port();
         let config = format!(
             "[databases]\n{database} = host={} port={} dbname={database}\n\n[pgbouncer]\n\
              listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\

@@ -35,7 +35,7 @@ impl PrivatePostgres {
             let ok = Command::new("chown").args(["-R", "postgres:postgres"]).arg(data.path()).status();
             assert!(ok.is_ok_and(|s| s.success()), "chown of the private data directory");
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let port = crate::process_port();
         let pg = Self { bin, data, port, as_postgres };
         let out = pg
             .command("initdb")

@@ -21,23 +21,10 @@ pub fn serve_command(data_dir: &std::path::Path, model: &ScriptedModelServer, po
     cmd
 }
 
-/// A loopback port nothing listens on right now, for a process the test starts.
-///
-/// Taken below the kernel's ephemeral range (32768 and up), from a sequence of this process's
-/// own: a port of `bind(0)` could be handed to a listener another test opens (a scripted model,
-/// another service) in the seconds before the process binds it — a local model loads first —
-/// and the test would then talk to that one.
+/// A loopback port nothing listens on right now, for a process the test starts
+/// ([`toolgraph_testkit::process_port`]: not one `bind(0)` could hand to another listener).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(97);
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let port = 20_000 + (start.wrapping_add(n) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    toolgraph_testkit::process_port()
 }
 
 /// Polls `/ready` until it answers 200 (at most 20 s).
