@@ -403,9 +403,9 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
 }
 
 /// Computes ahead what every first turn of this agent starts with — its system prompt and
-/// tool definitions — so a model that keeps the longest prompt prefix it computed (the
-/// in-process one) has it ready: a fresh service's first answer does not pay for it. One model
-/// call of a single token, for a placeholder message.
+/// tool definitions, before a placeholder message — through [`ChatModel::prepare`], so a model
+/// that keeps computed prompt state has it ready: a fresh service's first answer does not pay
+/// for it.
 ///
 /// # Errors
 /// When the model fails.
@@ -417,12 +417,7 @@ pub async fn warm_up(deps: &AgentDeps) -> Result<(), toolgraph_llm::LlmError> {
     messages.push(Message::user("."));
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
     request.temperature = deps.spec.temperature;
-    request.max_tokens = Some(1);
-    let mut stream = deps.model.stream(request).await?;
-    while let Some(event) = stream.next().await {
-        event?;
-    }
-    Ok(())
+    deps.model.prepare(request).await
 }
 
 async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {

@@ -108,6 +108,10 @@ impl ChatModel for LocalOnFirstUse {
         self.get().await?.stream(request).await
     }
 
+    async fn prepare(&self, request: toolgraph_llm::ChatRequest) -> Result<(), toolgraph_llm::LlmError> {
+        self.get().await?.prepare(request).await
+    }
+
     fn model_id(&self) -> &str {
         &self.name
     }

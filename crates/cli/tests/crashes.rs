@@ -136,18 +136,8 @@ impl Serve {
     }
 }
 
-fn events(body: &str) -> Vec<(String, Value)> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let event = block.lines().find_map(|l| l.strip_prefix("event: "))?;
-            let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("null");
-            Some((event.to_owned(), serde_json::from_str(data).unwrap_or(Value::Null)))
-        })
-        .collect()
-}
-
 async fn turn(base: &str, conversation: Option<i64>, message: &str) -> Vec<(String, Value)> {
-    events(&common::turn(base, conversation, message).await)
+    common::sse_events(&common::turn(base, conversation, message).await)
 }
 
 async fn confirm(base: &str, conversation: i64, message: i64) -> (u16, Value) {

@@ -50,7 +50,11 @@ fn chromedriver() -> Option<Driver> {
     Some(Driver(child, port))
 }
 
-async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
+/// A headless browser on `url`, once the page has started; its profile directory goes when the
+/// returned one is dropped.
+async fn open_page(driver: &Driver, url: &str) -> (Client, tempfile::TempDir) {
+    let profile = tempfile::tempdir().unwrap();
+    let profile_dir = profile.path();
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -58,15 +62,37 @@ async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
             "binary": "/usr/bin/chromium",
             "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--window-size=1100,900", format!("--user-data-dir={}", profile.display())],
+                     "--window-size=1100,900", format!("--user-data-dir={}", profile_dir.display())],
         }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    ClientBuilder::new(connector)
+    let c = ClientBuilder::new(connector)
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", driver.1))
         .await
-        .expect("a browser session")
+        .expect("a browser session");
+    c.goto(url).await.expect("open the playground");
+    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+    (c, profile)
+}
+
+/// `toolgraph serve` with the playground over `dir`, talking to `model`, with `env` added, once
+/// ready: the process, its base URL and its port.
+async fn serve_playground(
+    dir: &std::path::Path,
+    model: &ScriptedModelServer,
+    env: &[(&str, &str)],
+) -> (Child, String, u16) {
+    let port = free_port();
+    let child = serve_command(dir, model, port)
+        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
+        .envs(env.iter().copied())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    (child, base, port)
 }
 
 /// Waits until `css` matches an element whose text contains `text`; its text.
@@ -122,18 +148,8 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = serve_command(dir.path(), &model, port)
-        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
-    let profile = tempfile::tempdir().unwrap();
-    let c = browser(&driver, profile.path()).await;
-    c.goto(&base).await.expect("open the playground");
-    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+    let (mut server, base, _) = serve_playground(dir.path(), &model, &[]).await;
+    let (c, _profile) = open_page(&driver, &base).await;
 
     // A message and its streamed reply.
     say(&c, "hola").await;
@@ -321,18 +337,9 @@ async fn a_stream_cut_mid_reply_is_completed_after_reconnecting() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = serve_command(dir.path(), &model, port)
-        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_ready(&format!("http://127.0.0.1:{port}")).await;
+    let (mut server, _, port) = serve_playground(dir.path(), &model, &[]).await;
     let proxy = toolgraph_testkit::fault_proxy::FaultProxy::start(([127, 0, 0, 1], port).into()).await.unwrap();
-    let profile = tempfile::tempdir().unwrap();
-    let c = browser(&driver, profile.path()).await;
-    c.goto(&proxy.http_url()).await.expect("open the playground");
-    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+    let (c, _profile) = open_page(&driver, &proxy.http_url()).await;
     say(&c, "cuéntame").await;
     wait_text(&c, "#log .msg.assistant", "Primera parte.").await;
     let before = proxy.accepted();
@@ -388,20 +395,9 @@ async fn a_citation_opens_the_cited_chunk() {
     ])
     .await
     .unwrap();
-    let port = free_port();
-    let mut server = serve_command(dir.path(), &model, port)
-        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
-        .env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos")
-        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
-    let profile = tempfile::tempdir().unwrap();
-    let c = browser(&driver, profile.path()).await;
-    c.goto(&base).await.expect("open the playground");
-    c.wait().for_element(Locator::Css("body[data-ready=true]")).await.expect("the page started");
+    let env = [("TOOLGRAPH_RAG_DEFAULT_KB", "cursos"), ("TOOLGRAPH_RAG_EMBEDDING", "none")];
+    let (mut server, base, _) = serve_playground(dir.path(), &model, &env).await;
+    let (c, _profile) = open_page(&driver, &base).await;
     say(&c, "¿Cuánto vale el examen final?").await;
     let marker = wait_text(&c, "#log .msg.assistant button.cite", &label).await;
     assert_eq!(marker, format!("[{label}]"));

@@ -1,7 +1,7 @@
 //! `toolgraph serve` as a real process: ready, a turn over HTTP, SIGTERM, clean exit.
 
 mod common;
-use common::{free_port, serve_command, turn, wait_ready, wait_ready_within};
+use common::{event_data, free_port, serve_command, sse_events, turn, wait_ready, wait_ready_within};
 
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::json;
@@ -163,18 +163,8 @@ async fn serve_on_postgresql_behind_pgbouncer_in_transaction_mode() {
         assert!(text.contains("event: done"), "{text}");
     }
     let text = new_turn(&base, "Guarda una nota de repaso").await;
-    let pending = text
-        .split("\n\n")
-        .find(|frame| frame.contains("event: pending"))
-        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
-        .unwrap_or_else(|| panic!("no pending event: {text}"));
-    let done = text
-        .split("\n\n")
-        .find(|frame| frame.contains("event: done"))
-        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
-        .unwrap_or_else(|| panic!("no done event: {text}"));
+    let pending = event_data(&text, "pending");
+    let done = event_data(&text, "done");
     let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
         "conversationId": done["conversationId"], "messageId": pending["messageId"], "confirmed": true});
     let answer: serde_json::Value = reqwest::Client::new()
@@ -352,12 +342,7 @@ async fn the_academy_admin_example_runs_against_its_reference_backend() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, base) = serve_with_backend(router, &model, dir.path(), Some(&example)).await;
     let text = new_turn(&base, "Avisa por SMS a los padres de 5A que mañana no hay clase").await;
-    let pending = text
-        .split("\n\n")
-        .find(|frame| frame.contains("event: pending"))
-        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
-        .unwrap_or_else(|| panic!("no pending event: {text}"));
+    let pending = event_data(&text, "pending");
     assert_eq!(pending["toolName"], "send_sms");
     assert_eq!(pending["arguments"], sms);
     assert_eq!(
@@ -646,11 +631,10 @@ async fn turn_in_flight(base: &str, message: &str) -> impl futures::Stream {
 
 /// The text of an SSE body's `token` events, in order.
 fn streamed_text(body: &str) -> String {
-    body.split("\n\n")
-        .filter(|block| block.lines().any(|l| l == "event: token"))
-        .filter_map(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
-        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
-        .filter_map(|v| v["content"].as_str().map(str::to_owned))
+    sse_events(body)
+        .into_iter()
+        .filter(|(event, _)| event == "token")
+        .filter_map(|(_, data)| data["content"].as_str().map(str::to_owned))
         .collect()
 }
 

@@ -26,6 +26,22 @@ pub trait ChatModel: Send + Sync {
         collect_response(self.stream(request).await?).await
     }
 
+    /// Computes `request`'s prompt ahead of the turns that will start with it, so a model that
+    /// keeps computed prompt state (a server with a prefix cache, the in-process model) answers
+    /// them sooner. The default asks for one token and drops it; the in-process model computes
+    /// the prompt without generating and keeps it on disk.
+    ///
+    /// # Errors
+    /// As [`ChatModel::stream`].
+    async fn prepare(&self, mut request: ChatRequest) -> Result<(), LlmError> {
+        request.max_tokens = Some(1);
+        let mut stream = self.stream(request).await?;
+        while let Some(event) = stream.next().await {
+            event?;
+        }
+        Ok(())
+    }
+
     /// The model's identifier, for logs and metrics.
     fn model_id(&self) -> &str;
 }

@@ -188,8 +188,7 @@ mod chat_model {
         drop((first, second));
     }
 
-    /// A warm-up (one token, no answer in the prompt yet) keeps its prompt's state in
-    /// `prefix_dir`; an ordinary request does not.
+    /// `prepare` keeps its prompt's state in `prefix_dir`; an ordinary request does not.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_warm_up_keeps_its_prompt_on_disk() {
         let path = models_dir().join(QWEN_0_5B_FILE);
@@ -212,8 +211,8 @@ mod chat_model {
         let kept =
             || std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect::<Vec<_>>();
         drain(request("Hello", vec![calculator()])).await;
-        assert!(kept().is_empty(), "an answer is not a warm-up: {:?}", kept());
-        drain(ChatRequest { max_tokens: Some(1), ..request(".", vec![calculator()]) }).await;
+        assert!(kept().is_empty(), "an answer is not a prepared prompt: {:?}", kept());
+        model.prepare(request(".", vec![calculator()])).await.unwrap();
         let files = kept();
         assert_eq!(files.len(), 1, "{files:?}");
         assert!(files[0].to_string_lossy().starts_with("qwen2.5-coder-0.5b"), "named by the weights: {files:?}");

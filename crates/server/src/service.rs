@@ -306,9 +306,8 @@ impl ChatService {
         thread: &toolgraph_graph::ThreadId,
         conversation: i64,
     ) -> Vec<PendingActionDto> {
-        let Ok(history) = agent.graph.history(thread).await else { return Vec::new() };
-        let Some(head) = history.last() else { return Vec::new() };
-        match self.0.store.run_pending(conversation, &head.run_id).await {
+        let Ok(Some((_, head_run))) = agent.graph.checkpointer().head(thread).await else { return Vec::new() };
+        match self.0.store.run_pending(conversation, &head_run).await {
             Ok(rows) => rows.iter().filter(|p| p.decision.is_none()).map(PendingActionDto::from).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, conversation, "cannot list the pending actions for the refusal");

@@ -57,3 +57,26 @@ pub async fn turn(base: &str, conversation: Option<i64>, message: &str) -> Strin
         .send();
     response.await.unwrap().text().await.unwrap()
 }
+
+/// The events of a whole SSE body, in order, as `(event, data)`: the data parsed as JSON
+/// (`null` when absent or not JSON).
+pub fn sse_events(body: &str) -> Vec<(String, serde_json::Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let event = block.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("null");
+            Some((event.to_owned(), serde_json::from_str(data).unwrap_or(serde_json::Value::Null)))
+        })
+        .collect()
+}
+
+/// The data of the first `event` of an SSE body.
+///
+/// # Panics
+/// When there is none, showing the body.
+pub fn event_data(body: &str, event: &str) -> serde_json::Value {
+    sse_events(body)
+        .into_iter()
+        .find_map(|(name, data)| (name == event).then_some(data))
+        .unwrap_or_else(|| panic!("no {event} event: {body}"))
+}

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use std::path::Path;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
+use tokio_stream::StreamExt;
 use toolgraph_llm::text_tools::{TextEvent, ToolCallTextParser};
 use toolgraph_llm::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, LlmError, Message, SchemaDialect, ToolCall,
@@ -38,10 +39,9 @@ pub struct LocalChatOptions {
     /// decoding compares single tokens, and a call's probability is spread over several
     /// openers; 0.5 picks the likelier of the two kinds of reply. Above 1: never.
     pub call_threshold: f32,
-    /// Where computed prompt prefixes are kept between processes (one file per model). A
-    /// one-token request of system prompt, tools and user messages only (a warm-up) writes its
-    /// prompt's state there; a model started later loads it, so its warm-up computes almost
-    /// nothing. `None`: nothing is kept.
+    /// Where computed prompt prefixes are kept between processes (one file per model):
+    /// [`ChatModel::prepare`] writes its prompt's state there, and a model started later loads
+    /// it, so its own `prepare` computes almost nothing. `None`: nothing is kept.
     pub prefix_dir: Option<std::path::PathBuf>,
 }
 
@@ -54,6 +54,8 @@ impl Default for LocalChatOptions {
 struct Job {
     request: ChatRequest,
     events: tokio::sync::mpsc::Sender<Result<ChatEvent, LlmError>>,
+    /// Compute the prompt and keep it ([`ChatModel::prepare`]) rather than answer.
+    prepare: bool,
 }
 
 /// A local GGUF chat model.
@@ -122,8 +124,27 @@ impl LocalChatModel {
 #[async_trait]
 impl ChatModel for LocalChatModel {
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, LlmError> {
+        self.submit(request, false)
+    }
+
+    /// Computes the prompt without generating and keeps its state in `prefix_dir`.
+    async fn prepare(&self, request: ChatRequest) -> Result<(), LlmError> {
+        let mut done = self.submit(request, true)?;
+        while let Some(event) = done.next().await {
+            event?;
+        }
+        Ok(())
+    }
+
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl LocalChatModel {
+    fn submit(&self, request: ChatRequest, prepare: bool) -> Result<ChatStream, LlmError> {
         let (tx, rx) = tokio::sync::mpsc::channel(256);
-        match self.jobs.try_send(Job { request, events: tx }) {
+        match self.jobs.try_send(Job { request, events: tx, prepare }) {
             Ok(()) => Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))),
             Err(TrySendError::Full(_)) => Err(LlmError::Status {
                 endpoint: format!("local:{}", self.id),
@@ -136,10 +157,6 @@ impl ChatModel for LocalChatModel {
                 message: "the model worker stopped".into(),
             }),
         }
-    }
-
-    fn model_id(&self) -> &str {
-        &self.id
     }
 }
 
@@ -233,22 +250,46 @@ impl Worker {
         self.template_tag_tokens = template_tag_tokens(&self.vocab);
     }
 
-    fn run(&mut self, job: Job) -> Result<(), LlmError> {
-        let Job { request, events } = job;
-        if !request.tools.is_empty() {
-            self.ensure_vocab();
-        }
-        // The schemas as any local server would get them: no `$schema`, no type names as
-        // titles, no `$ref`s (a small model copies such words into its arguments). Once per
-        // request: the template and the call guide read the same ones.
-        let tools: Vec<ToolDefinition> = request
+    /// The request's tools as any local server would get them: no `$schema`, no type names as
+    /// titles, no `$ref`s (a small model copies such words into its arguments). Once per
+    /// request: the template and the call guide read the same ones.
+    fn normalized_tools(request: &ChatRequest) -> Vec<ToolDefinition> {
+        request
             .tools
             .iter()
             .map(|t| ToolDefinition {
                 parameters: normalize_schema(&t.parameters, SchemaDialect::Generic),
                 ..t.clone()
             })
-            .collect();
+            .collect()
+    }
+
+    /// Computes `request`'s prompt into the KV cache, without generating, and keeps its state
+    /// in the prefix file when there is one.
+    fn prepare(&mut self, request: &ChatRequest) -> Result<(), LlmError> {
+        let tools = Self::normalized_tools(request);
+        let ids = self.prompt(request, &tools, 1)?;
+        self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+        if let Some(file) = &self.prefix_file {
+            // The state is in memory already; keeping it for the next start is best effort.
+            if let Err(e) = self.model.save_prefix(file, ids.len()) {
+                tracing::warn!(error = %e, "cannot keep the computed prompt prefix");
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, job: Job) -> Result<(), LlmError> {
+        let Job { request, events, prepare } = job;
+        if prepare {
+            self.prepare(&request)?;
+            let _ = events.blocking_send(Ok(ChatEvent::Finished(FinishReason::Stop)));
+            return Ok(());
+        }
+        if !request.tools.is_empty() {
+            self.ensure_vocab();
+        }
+        let tools = Self::normalized_tools(&request);
         let mut guide =
             ToolCallGuide::new(tools.iter().map(|t| GuidedTool::from_schema(&t.name, &t.parameters)).collect());
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
@@ -332,24 +373,8 @@ impl Worker {
         if send(ChatEvent::Usage(usage)) {
             send(ChatEvent::Finished(finish));
         }
-        if is_warm_up(&request)
-            && let Some(file) = &self.prefix_file
-            && self.model.cached_len() >= prompt_tokens
-        {
-            // The warm-up's answer went out first; keeping its prompt is best effort.
-            if let Err(e) = self.model.save_prefix(file, prompt_tokens) {
-                tracing::warn!(error = %e, "cannot keep the computed prompt prefix");
-            }
-        }
         Ok(())
     }
-}
-
-/// Whether `request` computes a prompt ahead rather than answering: one token, and nothing in
-/// it yet but the system prompt and users' messages.
-fn is_warm_up(request: &ChatRequest) -> bool {
-    request.max_tokens == Some(1)
-        && request.messages.iter().all(|m| matches!(m, Message::System { .. } | Message::User { .. }))
 }
 
 /// At a reply's first token: if the tokens that start a call or a JSON object together have

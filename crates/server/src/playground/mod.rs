@@ -27,7 +27,8 @@ pub fn playground_router<S: Clone + Send + Sync + 'static>(
     let config = json!({ "agents": agents, "defaultAgent": default_agent, "tenantSlug": tenant })
         .to_string()
         .replace('<', "\\u003c");
-    let page = INDEX.replace("{{CONFIG}}", &config);
+    // Made once; each answer shares it (a clone of `Bytes` copies no text).
+    let page = axum::body::Bytes::from(INDEX.replace("{{CONFIG}}", &config));
     Router::new()
         .route("/", get(move || std::future::ready(asset(page.clone(), "text/html; charset=utf-8"))))
         .route("/playground/app.js", get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }))

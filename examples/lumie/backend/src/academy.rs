@@ -9,9 +9,8 @@ use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
-use toolgraph_tools::Tool;
+use toolgraph_tools::ToolRegistry;
 
 /// One academy using the assistant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,14 +147,15 @@ pub enum AcademyError {
 }
 
 /// A tenant's data: a read-write pool for the approved actions, and `general_query` over the
-/// same file, read-only.
+/// same file, read-only, in a registry of its own (which checks its arguments, bounds its time
+/// and catches its failures).
 pub struct TenantData {
     /// Which tenant.
     pub tenant: Tenant,
     /// Read-write; only the write tools use it.
     pub pool: SqlitePool,
-    /// The read-only SQL tool the model's queries run through.
-    pub general_query: Arc<dyn Tool>,
+    /// The read-only SQL tool the model's queries run through, alone in its registry.
+    pub general_query: ToolRegistry,
 }
 
 /// Every tenant's data, opened (and on first start created) under a directory.
@@ -185,7 +185,10 @@ impl Academy {
                 .await
                 .map_err(err)?;
             fill(&pool, tenant).await.map_err(err)?;
-            let general_query = toolgraph_agents::academy::sql::general_query(&path.display().to_string()).await?;
+            let mut general_query = ToolRegistry::new();
+            let tool = toolgraph_agents::academy::sql::general_query(&path.display().to_string()).await?;
+            // A new registry holds no other tool: the name cannot clash.
+            general_query.register(tool).expect("one tool in an empty registry"); // invariant
             tenants.insert(tenant.id, TenantData { tenant: *tenant, pool, general_query });
         }
         Ok(Self { tenants })

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use toolgraph_conversations::ConversationStore;
 use toolgraph_server::auth::HmacVerifier;
 use toolgraph_server::{callback_router, require_signature};
-use toolgraph_tools::{ToolContext, ToolErrorKind};
+use toolgraph_tools::{ToolContext, ToolErrorKind, ToolOutcome};
 
 /// A refused or failed call: its status and `{"error": …}`.
 type Refusal = (StatusCode, Json<Value>);
@@ -84,18 +84,18 @@ async fn query(
     Json(call): Json<QueryCall>,
 ) -> Result<Json<Value>, Refusal> {
     let tenant = caller(&academy, &headers, Some(&call.tenant_slug), call.tenant_id, Some(call.user_id))?;
-    let tool = &tenant.general_query;
-    let ctx = ToolContext::default();
-    match tokio::time::timeout(tool.timeout(), tool.invoke(&ctx, json!({ "sql": call.sql }))).await {
-        Ok(Ok(rows)) => Ok(Json(rows)),
-        Ok(Err(e)) if e.kind == ToolErrorKind::InvalidArguments => {
-            Err(refuse(StatusCode::UNPROCESSABLE_ENTITY, e.message))
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(tenant = tenant.tenant.slug, error = %e.message, "a query failed");
-            Err(refuse(StatusCode::SERVICE_UNAVAILABLE, e.message))
-        }
-        Err(_) => Err(refuse(StatusCode::GATEWAY_TIMEOUT, "the query took too long; narrow it down")),
+    let outcome =
+        tenant.general_query.call(&ToolContext::default(), "general_query", &json!({ "sql": call.sql })).await;
+    match outcome {
+        ToolOutcome::Success(rows) => Ok(Json(rows)),
+        ToolOutcome::Failure(e) => match e.kind {
+            ToolErrorKind::InvalidArguments => Err(refuse(StatusCode::UNPROCESSABLE_ENTITY, e.message)),
+            ToolErrorKind::Timeout => Err(refuse(StatusCode::GATEWAY_TIMEOUT, e.message)),
+            _ => {
+                tracing::warn!(tenant = tenant.tenant.slug, error = %e.message, "a query failed");
+                Err(refuse(StatusCode::SERVICE_UNAVAILABLE, e.message))
+            }
+        },
     }
 }
 
