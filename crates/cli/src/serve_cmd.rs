@@ -7,13 +7,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::conversation::project;
-use toolgraph_config::{AuthKind, Config, StoreKind};
+use toolgraph_config::{AuthKind, Config, RunEventsKind, StoreKind};
 use toolgraph_conversations::backend::BackendConversationStore;
 use toolgraph_conversations::{
-    ConversationStore, MemoryConversationStore, PostgresConversationStore, ProjectingCheckpointer,
-    SqliteConversationStore,
+    ConversationStore, MemoryConversationStore, PostgresConversationStore, PostgresRunEvents, ProjectingCheckpointer,
+    RunEventStore, SqliteConversationStore,
 };
-use toolgraph_graph::{Checkpointer, MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase};
+use toolgraph_graph::{
+    Checkpointer, MemoryCheckpointer, PgDatabase, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase,
+};
 use toolgraph_server::HttpServer;
 use toolgraph_server::auth::{Auth, HmacVerifier};
 use toolgraph_server::{AppState, ChatService, McpEndpoint, SearchService, ServedAgent, ServiceOptions};
@@ -90,23 +92,30 @@ struct Stores {
     checkpointer: Arc<dyn Checkpointer>,
     conversations: Arc<dyn ConversationStore>,
     closer: StoreCloser,
+    /// The PostgreSQL database, when the checkpoints are there (replicas share it).
+    postgres: Option<PgDatabase>,
     /// For the start-up line.
     name: &'static str,
 }
 
 async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -> anyhow::Result<Stores> {
-    let stores = |checkpointer: ProjectingCheckpointer, conversations, closer, name| Stores {
+    let stores = |checkpointer: ProjectingCheckpointer, conversations, closer, postgres, name| Stores {
         checkpointer: Arc::new(checkpointer),
         conversations,
         closer,
+        postgres,
         name,
     };
     if cfg.server.store == StoreKind::Memory && cfg.database_url.is_none() {
         let store: Arc<dyn ConversationStore> = Arc::new(MemoryConversationStore::new());
         let ckpt = ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), Arc::clone(&store), project);
-        return Ok(stores(ckpt, store, StoreCloser::None, "memory"));
+        return Ok(stores(ckpt, store, StoreCloser::None, None, "memory"));
     }
     let db = open_database(cfg).await?;
+    let postgres = match &db {
+        Database::Postgres(c) => Some(c.database().clone()),
+        Database::Sqlite(_) => None,
+    };
     if let Some(backend) = backend {
         // The backend keeps the conversation; the checkpoints stay with the service.
         let store: Arc<dyn ConversationStore> = Arc::new(backend.clone());
@@ -115,20 +124,39 @@ async fn open_stores(cfg: &Config, backend: Option<&BackendConversationStore>) -
             Database::Postgres(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store), project),
             Database::Sqlite(c) => ProjectingCheckpointer::forwarding(c, Arc::clone(&store), project),
         };
-        return Ok(stores(ckpt, store, closer, "backend callbacks"));
+        return Ok(stores(ckpt, store, closer, postgres, "backend callbacks"));
     }
     let prepared = "cannot prepare the conversation store";
     let closer = db.closer();
     Ok(match db {
         Database::Postgres(c) => {
             let store = PostgresConversationStore::open(c.database().clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::postgres(c, project), Arc::new(store), closer, "postgres")
+            stores(ProjectingCheckpointer::postgres(c, project), Arc::new(store), closer, postgres, "postgres")
         }
         Database::Sqlite(c) => {
             let store = SqliteConversationStore::new(c.database().clone()).await.context(prepared)?;
-            stores(ProjectingCheckpointer::sqlite(c, project), Arc::new(store), closer, "sqlite")
+            stores(ProjectingCheckpointer::sqlite(c, project), Arc::new(store), closer, None, "sqlite")
         }
     })
+}
+
+/// Where runs' frames are shared with other replicas (`server.run_events`): PostgreSQL's
+/// `run_events` table, listened to over a direct connection (`database_migration_url` when
+/// the pool goes through a transaction pooler, which cannot keep a `LISTEN`).
+async fn run_events(cfg: &Config, db: Option<&PgDatabase>) -> anyhow::Result<Option<Arc<dyn RunEventStore>>> {
+    use std::str::FromStr;
+    let db = match (cfg.server.run_events, db) {
+        (RunEventsKind::Process, _) | (RunEventsKind::Auto, None) => return Ok(None),
+        (_, Some(db)) => db.clone(),
+        (RunEventsKind::Postgres, None) => anyhow::bail!("server.run_events = \"postgres\" needs database_url"),
+    };
+    let url = cfg.database_migration_url.as_ref().or(cfg.database_url.as_ref()).context("database_url is not set")?;
+    let listen = sqlx::postgres::PgConnectOptions::from_str(url.expose())
+        .with_context(|| format!("{} is not a valid URL", url.redacted_url()))?;
+    let events = PostgresRunEvents::open(db, listen)
+        .await
+        .context("cannot share run events through PostgreSQL (server.run_events)")?;
+    Ok(Some(Arc::new(events)))
 }
 
 /// This machine's name, for the default instance id; `localhost` when it cannot be read.
@@ -151,8 +179,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         None => tracing::debug!("the open-files limit is the system's"),
     }
     let backend = assembly::backend(cfg)?;
-    let Stores { checkpointer, conversations: store, closer, name: store_name } =
+    let Stores { checkpointer, conversations: store, closer, postgres, name: store_name } =
         open_stores(cfg, backend.as_ref()).await?;
+    let run_events = run_events(cfg, postgres.as_ref()).await?;
+    let shares_runs = run_events.is_some();
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
@@ -203,6 +233,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         max_runs_per_tenant: cfg.server.max_runs_per_tenant,
         instance_id,
         turn_lease: std::time::Duration::from_millis(cfg.server.turn_lease_ms),
+        run_events,
+        // Other processes share the store: one that died leaves its turns to be taken over.
+        takeover_every: (postgres.is_some() || cfg.server.store == StoreKind::Backend)
+            .then(|| std::time::Duration::from_millis(cfg.server.turn_lease_ms / 3)),
     };
     // With the in-process model, the default agent's prompt is computed before the service
     // is ready, so the first turn does not pay for it.
@@ -252,7 +286,8 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     }
     app.set_ready();
     eprintln!(
-        "toolgraph serve: listening on http://{addr} (store: {store_name}, agents: {}, allocator: {})",
+        "toolgraph serve: listening on http://{addr} (store: {store_name}, run events: {}, agents: {}, allocator: {})",
+        if shares_runs { "postgres" } else { "process" },
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", "),
         crate::allocator::CommandAllocator::name()
     );

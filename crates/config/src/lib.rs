@@ -33,7 +33,7 @@ pub use mcp::McpSettings;
 pub use plugins::PluginSettings;
 pub use rag::{EmbeddingProvider, RagSettings, SecondEmbedding};
 pub use secret::Secret;
-pub use server::{AuthKind, BackendToolSettings, ServerSettings, StoreKind};
+pub use server::{AuthKind, BackendToolSettings, RunEventsKind, ServerSettings, StoreKind};
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
 pub use toolgraph_rag::FusionMethod;
 pub use tools::{CourseToolSettings, CrisisToolSettings, LegalToolSettings, SearchProvider, ToolSettings};
@@ -193,6 +193,9 @@ impl Config {
             if url.as_ref().is_some_and(|u| !postgres(u)) {
                 return Err(check.invalid(key, "must be a postgres:// or postgresql:// URL".into()));
             }
+        }
+        if self.server.run_events == RunEventsKind::Postgres && self.database_url.is_none() {
+            return Err(check.invalid("server.run_events", "\"postgres\" needs database_url".into()));
         }
         if self.database_pooling == DatabasePooling::Transaction {
             if self.database_url.is_none() {

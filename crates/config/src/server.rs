@@ -18,6 +18,20 @@ pub enum StoreKind {
     Backend,
 }
 
+/// Where the frames runs stream are kept, for clients that resume a stream
+/// (docs/service.md, "Replicas").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunEventsKind {
+    /// `postgres` when `database_url` is set, else `process`.
+    Auto,
+    /// In this process: a stream resumes only on the instance that runs it.
+    Process,
+    /// The `run_events` table of `database_url`, with `LISTEN/NOTIFY`: a stream resumes on
+    /// any replica.
+    Postgres,
+}
+
 /// How the chat service authenticates requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,6 +98,10 @@ pub struct ServerSettings {
     /// renewed every third of it): the longest a conversation stays blocked after the instance
     /// running its turn died and did not come back. At least 1000. Default: 30000.
     pub turn_lease_ms: u64,
+    /// Where runs' frames are kept for resuming streams: `auto` (PostgreSQL when
+    /// `database_url` is set), `process` or `postgres`. Default: `auto`.
+    /// Env: `TOOLGRAPH_SERVER_RUN_EVENTS`.
+    pub run_events: RunEventsKind,
     /// `store = "backend"`: write tools the backend runs after approval (the academy admin's
     /// `create_announcement`, `send_sms`, …), by name.
     pub backend_tools: BTreeMap<String, BackendToolSettings>,
@@ -126,6 +144,7 @@ impl Default for ServerSettings {
             shutdown_drain_ms: 30_000,
             instance_id: None,
             turn_lease_ms: 30_000,
+            run_events: RunEventsKind::Auto,
             backend_tools: BTreeMap::new(),
         }
     }

@@ -7,7 +7,8 @@
 //! (a backend that keeps the conversation itself, through HMAC-signed calls); the
 //! [`ProjectingCheckpointer`], which writes what a graph step adds to its conversation in the
 //! same transaction as the step's checkpoint; and [`ConversationThread`], the one place a
-//! conversation's checkpoint thread id is written and read.
+//! conversation's checkpoint thread id is written and read; and the [`RunEventStore`], where
+//! replicas keep what their runs streamed so a client can resume on any of them.
 //!
 //! Does not own: what a step adds to a conversation (the agent's [`Projector`], in the agents
 //! crate) or the HTTP routes (the server crate).
@@ -27,11 +28,15 @@ pub mod backend;
 mod memory;
 mod postgres;
 mod projection;
+pub mod run_events;
 mod sqlite;
 
 pub use memory::MemoryConversationStore;
 pub use postgres::PostgresConversationStore;
 pub use projection::{ProjectingCheckpointer, Projection, Projector};
+pub use run_events::{
+    MemoryRunEvents, PostgresRunEvents, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore,
+};
 pub use sqlite::SqliteConversationStore;
 
 use async_trait::async_trait;
@@ -201,8 +206,8 @@ pub struct TurnClaim {
     pub lease_ms: i64,
 }
 
-/// A conversation whose claim was freed because its owner restarted: the turn that held it
-/// was interrupted.
+/// A conversation whose claim was freed (its owner restarted) or taken over (its lease
+/// expired): the turn that held it was interrupted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasedTurn {
@@ -212,6 +217,13 @@ pub struct ReleasedTurn {
     pub conversation_id: i64,
     /// The agent it talks to.
     pub agent: String,
+    /// The conversation's user (0 from a backend that does not say).
+    #[serde(default)]
+    pub user_id: i64,
+    /// The interrupted run, whose stream is ended with an `error` event ("" from a backend
+    /// that does not say).
+    #[serde(default)]
+    pub run_id: String,
 }
 
 /// A claim written by a build without leases counts as held for this long after it began.
@@ -271,6 +283,11 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// Frees every claim `owner` holds (a restarted instance: its runs died with it); returns
     /// the conversations freed, whose interrupted turns the caller closes.
     async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError>;
+    /// Takes over at most `limit` conversations whose run's lease expired (its holder died or
+    /// hung): each is claimed for `claim` (one run id for the batch; the taker ends each claim
+    /// once it closed that turn). Returns them with the expired runs, which the caller closes.
+    /// Replicas that sweep at once never take the same conversation.
+    async fn take_over_expired(&self, claim: &TurnClaim, limit: usize) -> Result<Vec<ReleasedTurn>, StoreError>;
     /// Appends a message; returns its id.
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError>;
     /// Persists a pending action and its message; returns the message id.

@@ -136,17 +136,43 @@ impl ConversationStore for MemoryConversationStore {
     async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
         let mut g = self.lock();
         let mut released = Vec::new();
-        for (tenant, _, conversation, claim) in g.conversations.values_mut() {
-            if claim.as_ref().is_some_and(|(held, _)| held.owner == owner) {
-                *claim = None;
+        for (tenant, user, conversation, claim) in g.conversations.values_mut() {
+            if let Some((held, _)) = claim.take_if(|(held, _)| held.owner == owner) {
                 released.push(ReleasedTurn {
                     tenant_id: *tenant,
                     conversation_id: conversation.id,
                     agent: conversation.agent.clone(),
+                    user_id: *user,
+                    run_id: held.run_id,
                 });
             }
         }
         Ok(released)
+    }
+
+    async fn take_over_expired(&self, claim: &TurnClaim, limit: usize) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let mut g = self.lock();
+        let now = now_ms();
+        let mut taken = Vec::new();
+        let mut ids: Vec<i64> = g.conversations.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if taken.len() >= limit {
+                break;
+            }
+            let Some((tenant, user, conversation, held)) = g.conversations.get_mut(&id) else { continue };
+            if let Some((expired, _)) = held.take_if(|(_, until)| *until < now) {
+                *held = Some((claim.clone(), now + claim.lease_ms));
+                taken.push(ReleasedTurn {
+                    tenant_id: *tenant,
+                    conversation_id: conversation.id,
+                    agent: conversation.agent.clone(),
+                    user_id: *user,
+                    run_id: expired.run_id,
+                });
+            }
+        }
+        Ok(taken)
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {

@@ -105,6 +105,17 @@ pub(crate) async fn insert_pending(
     .await
 }
 
+/// A freed or taken-over claim: tenant, conversation, agent, user, the run that held it.
+fn released_turn(r: &PgRow) -> ReleasedTurn {
+    ReleasedTurn {
+        tenant_id: r.get(0),
+        conversation_id: r.get(1),
+        agent: r.get(2),
+        user_id: r.get(3),
+        run_id: r.get::<Option<String>, _>(4).unwrap_or_default(),
+    }
+}
+
 #[async_trait]
 impl ConversationStore for PostgresConversationStore {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
@@ -221,17 +232,43 @@ impl ConversationStore for PostgresConversationStore {
         let rows = sqlx::query(
             "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
                     running_until_ms = NULL
-             WHERE running_owner = $1 RETURNING tenant_id, id, agent",
+             FROM (SELECT id, running_run FROM conversations WHERE running_owner = $1 FOR UPDATE) old
+             WHERE conversations.id = old.id
+             RETURNING conversations.tenant_id, conversations.id, conversations.agent, conversations.user_id,
+                       old.running_run",
         )
         .bind(owner)
         .persistent(self.db.persistent())
         .fetch_all(&mut *s)
         .await?;
         s.finish().await?;
-        Ok(rows
-            .iter()
-            .map(|r| ReleasedTurn { tenant_id: r.get(0), conversation_id: r.get(1), agent: r.get(2) })
-            .collect())
+        Ok(rows.iter().map(released_turn).collect())
+    }
+
+    async fn take_over_expired(&self, claim: &TurnClaim, limit: usize) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let mut s = self.db.session().await?;
+        // SKIP LOCKED: replicas sweeping at once split the expired conversations between them.
+        let rows = sqlx::query(
+            "UPDATE conversations SET running_run = $1, running_owner = $2, running_since_ms = $3,
+                    running_until_ms = $3 + $4
+             FROM (SELECT id, running_run FROM conversations
+                   WHERE running_run IS NOT NULL AND COALESCE(running_until_ms, running_since_ms + $5) < $3
+                   ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED) old
+             WHERE conversations.id = old.id
+             RETURNING conversations.tenant_id, conversations.id, conversations.agent, conversations.user_id,
+                       old.running_run",
+        )
+        .bind(&claim.run_id)
+        .bind(&claim.owner)
+        .bind(now_ms())
+        .bind(claim.lease_ms)
+        .bind(LEGACY_CLAIM_MS)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(rows.iter().map(released_turn).collect())
     }
 
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {

@@ -110,6 +110,17 @@ fn delete_conversations(
         .collect()
 }
 
+/// A freed or taken-over claim from `tenant_id, id, agent, user_id, running_run`.
+fn released_turn(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReleasedTurn> {
+    Ok(ReleasedTurn {
+        tenant_id: r.get(0)?,
+        conversation_id: r.get(1)?,
+        agent: r.get(2)?,
+        user_id: r.get(3)?,
+        run_id: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
+    })
+}
+
 #[async_trait]
 impl ConversationStore for SqliteConversationStore {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
@@ -206,15 +217,50 @@ impl ConversationStore for SqliteConversationStore {
     async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError> {
         let owner = owner.to_owned();
         self.call(move |c| {
-            c.prepare(
+            let tx = c.transaction()?;
+            let released: Vec<ReleasedTurn> = tx
+                .prepare(
+                    "SELECT tenant_id, id, agent, user_id, running_run FROM conversations
+                     WHERE running_owner = ?1 ORDER BY id",
+                )?
+                .query_map([&owner], released_turn)?
+                .collect::<Result<_, _>>()?;
+            tx.execute(
                 "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
                         running_until_ms = NULL
-                 WHERE running_owner = ?1 RETURNING tenant_id, id, agent",
-            )?
-            .query_map([owner], |r| {
-                Ok(ReleasedTurn { tenant_id: r.get(0)?, conversation_id: r.get(1)?, agent: r.get(2)? })
-            })?
-            .collect()
+                 WHERE running_owner = ?1",
+                [&owner],
+            )?;
+            tx.commit()?;
+            Ok(released)
+        })
+        .await
+    }
+
+    async fn take_over_expired(&self, claim: &TurnClaim, limit: usize) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let claim = claim.clone();
+        let now = now_ms();
+        self.call(move |c| {
+            // One transaction: SQLite has one writer, so nobody takes the same rows meanwhile.
+            let tx = c.transaction()?;
+            let expired: Vec<ReleasedTurn> = tx
+                .prepare(
+                    "SELECT tenant_id, id, agent, user_id, running_run FROM conversations
+                     WHERE running_run IS NOT NULL AND COALESCE(running_until_ms, running_since_ms + ?1) < ?2
+                     ORDER BY id LIMIT ?3",
+                )?
+                .query_map(params![LEGACY_CLAIM_MS, now, i64::try_from(limit).unwrap_or(i64::MAX)], released_turn)?
+                .collect::<Result<_, _>>()?;
+            for t in &expired {
+                tx.execute(
+                    "UPDATE conversations SET running_run = ?1, running_owner = ?2, running_since_ms = ?3,
+                            running_until_ms = ?3 + ?4
+                     WHERE id = ?5",
+                    params![claim.run_id, claim.owner, now, claim.lease_ms, t.conversation_id],
+                )?;
+            }
+            tx.commit()?;
+            Ok(expired)
         })
         .await
     }

@@ -96,13 +96,56 @@ async fn a_restarted_owner_frees_what_it_held(store: &dyn ConversationStore) {
     assert_eq!(
         released,
         [
-            ReleasedTurn { tenant_id: 7, conversation_id: first, agent: "lumie".into() },
-            ReleasedTurn { tenant_id: 8, conversation_id: second, agent: "tutor".into() },
+            ReleasedTurn {
+                tenant_id: 7,
+                conversation_id: first,
+                agent: "lumie".into(),
+                user_id: 1,
+                run_id: "r1".into()
+            },
+            ReleasedTurn {
+                tenant_id: 8,
+                conversation_id: second,
+                agent: "tutor".into(),
+                user_id: 2,
+                run_id: "r2".into()
+            },
         ]
     );
     assert!(store.begin_turn(first, &claim("again", "host-a:8000", 60_000)).await.unwrap(), "free at once");
     assert!(!store.begin_turn(elsewhere, &claim("x", "host-a:8000", 60_000)).await.unwrap(), "another owner's stays");
     assert!(store.release_owner("nobody").await.unwrap().is_empty());
+}
+
+async fn a_sweeping_replica_takes_over_expired_leases_only(store: &dyn ConversationStore) {
+    let dead = store.create_conversation(7, 1, "lumie").await.unwrap();
+    let live = store.create_conversation(7, 2, "lumie").await.unwrap();
+    let idle = store.create_conversation(8, 3, "tutor").await.unwrap();
+    let dead_too = store.create_conversation(8, 4, "tutor").await.unwrap();
+    assert!(store.begin_turn(dead, &claim("dead-1", "host-a", -1)).await.unwrap());
+    assert!(store.begin_turn(live, &claim("live", "host-b", 60_000)).await.unwrap());
+    assert!(store.begin_turn(dead_too, &claim("dead-2", "host-a", -1)).await.unwrap());
+    let _ = idle;
+    let taker = claim("sweep-1", "host-c", 60_000);
+    // A bounded batch: one now, the other on the next sweep.
+    let first = store.take_over_expired(&taker, 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!((first[0].conversation_id, first[0].run_id.as_str(), first[0].user_id), (dead, "dead-1", 1));
+    let rest = store.take_over_expired(&taker, 10).await.unwrap();
+    assert_eq!(
+        rest.iter().map(|r| (r.tenant_id, r.conversation_id, r.agent.as_str(), r.run_id.as_str())).collect::<Vec<_>>(),
+        [(8, dead_too, "tutor", "dead-2")]
+    );
+    assert!(store.take_over_expired(&taker, 10).await.unwrap().is_empty(), "taken ones are held now");
+    // The taker holds them: the dead holder cannot renew, nobody else can begin, and the taker's
+    // own end frees them.
+    assert!(!store.renew_turn(dead, &claim("dead-1", "host-a", 60_000)).await.unwrap());
+    assert!(!store.begin_turn(dead, &claim("other", "host-b", 60_000)).await.unwrap());
+    assert!(store.renew_turn(live, &claim("live", "host-b", 60_000)).await.unwrap(), "a live lease is left");
+    store.end_turn(dead, "sweep-1").await.unwrap();
+    store.end_turn(dead_too, "sweep-1").await.unwrap();
+    assert!(store.begin_turn(dead, &claim("next", "host-b", 60_000)).await.unwrap());
+    assert!(store.begin_turn(dead_too, &claim("next", "host-b", 60_000)).await.unwrap());
 }
 
 async fn pending_actions_are_found_by_their_owner_and_decided_once(store: &dyn ConversationStore) {
@@ -194,6 +237,7 @@ macro_rules! suite {
             case!(one_turn_runs_at_a_time);
             case!(an_expired_lease_is_taken_over_and_its_holder_learns_it);
             case!(a_restarted_owner_frees_what_it_held);
+            case!(a_sweeping_replica_takes_over_expired_leases_only);
             case!(pending_actions_are_found_by_their_owner_and_decided_once);
             case!(deleting_takes_messages_and_pending_actions_with_it);
             case!(conversations_are_listed_for_their_owner_newest_first);

@@ -39,6 +39,7 @@ pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVeri
         .route(path::TURN_RENEW, post(renew_turn))
         .route(path::TURN_END, post(end_turn))
         .route(path::TURN_RELEASE_OWNER, post(release_owner))
+        .route(path::TURN_TAKE_OVER, post(take_over))
         .route(path::SAVE_MESSAGE, post(save_message))
         .route(path::PENDING_ACTION, post(save_pending))
         .route(path::PENDING_LOOKUP, post(pending))
@@ -98,6 +99,11 @@ async fn renew_turn(State(b): State<Backend>, Json(r): Json<wire::TurnLease>) ->
 
 async fn release_owner(State(b): State<Backend>, Json(r): Json<wire::ReleaseOwner>) -> Answer<wire::Released> {
     Ok(Json(wire::Released { released: b.store.release_owner(&r.owner).await? }))
+}
+
+async fn take_over(State(b): State<Backend>, Json(r): Json<wire::TakeOver>) -> Answer<wire::Released> {
+    // A caller asks for a bounded batch; the bound is the receiver's too.
+    Ok(Json(wire::Released { released: b.store.take_over_expired(&r.claim, r.limit.min(1000)).await? }))
 }
 
 async fn end_turn(State(b): State<Backend>, Json(r): Json<wire::RunRef>) -> Answer<wire::Empty> {

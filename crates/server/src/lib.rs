@@ -24,6 +24,7 @@ mod playground;
 mod routes;
 mod runlog;
 mod service;
+mod shared_runs;
 mod turn;
 mod wire;
 
@@ -34,7 +35,7 @@ pub use mcp::McpEndpoint;
 pub use metrics::Metrics;
 pub use playground::playground_router;
 pub use routes::{api_router, ops_router, router};
-pub use service::{ChatService, Confirmed, MAX_LISTED_CONVERSATIONS, ServedAgent, ServiceOptions};
+pub use service::{ChatService, Confirmed, INTERRUPTED_ERROR, MAX_LISTED_CONVERSATIONS, ServedAgent, ServiceOptions};
 pub use wire::{ConfirmRequest, ConfirmResponse, Done, MAX_MESSAGE_CHARS, PendingActionDto, StreamRequest};
 
 use std::sync::Arc;

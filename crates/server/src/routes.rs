@@ -143,7 +143,12 @@ fn sse(run_id: String, log: Arc<RunLog>, after: u64) -> Response {
             log.changed(after).await;
         }
     });
-    let events = frames.flat_map(futures::stream::iter).map(move |f| {
+    sse_frames(run_id, frames.flat_map(futures::stream::iter))
+}
+
+/// An SSE response of a run's frames, each with its id `<runId>:<seq>`.
+fn sse_frames(run_id: String, frames: impl futures::Stream<Item = crate::runlog::Frame> + Send + 'static) -> Response {
+    let events = frames.map(move |f| {
         Ok::<Event, Infallible>(Event::default().event(f.event).id(format!("{run_id}:{}", f.seq)).data(f.data))
     });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
@@ -222,7 +227,7 @@ async fn run_events(
     Query(owner): Query<Owner>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let log = app.chat().run_log(&run_id, (owner.tenant_id, owner.user_id)).ok_or_else(ApiError::not_found)?;
+    let owner = (owner.tenant_id, owner.user_id);
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -230,7 +235,22 @@ async fn run_events(
         .filter(|(run, _)| *run == run_id)
         .and_then(|(_, seq)| seq.parse::<u64>().ok())
         .unwrap_or(0);
-    Ok(sse(run_id, log, after))
+    if let Some(log) = app.chat().run_log(&run_id, owner) {
+        return Ok(sse(run_id, log, after));
+    }
+    // Not run here: another replica's, read from the shared store.
+    let shared = app.chat().shared_runs().ok_or_else(ApiError::not_found)?;
+    match shared.follow(&run_id, owner, after).await {
+        Ok(Some(frames)) => Ok(sse_frames(run_id, frames)),
+        Ok(None) => Err(ApiError::not_found()),
+        Err(e) => {
+            tracing::warn!(run = %run_id, error = %e, "cannot read a run's events");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the run's events cannot be read right now; retry shortly",
+            ))
+        }
+    }
 }
 
 #[derive(Deserialize)]

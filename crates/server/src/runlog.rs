@@ -6,12 +6,17 @@
 //! more than [`FRAMES_KEPT`] frames behind loses the oldest ones; finished runs stay
 //! replayable for [`RETAIN_FINISHED`].
 //!
+//! With replicas, every frame is also published to the shared run-event store (see
+//! [`crate::shared_runs`]): a pushed frame marks its log [`Unpublished`], and the relay copies
+//! what the log holds past its last published frame.
+//!
 //! A log is held for every open stream, so it is stored compactly: each frame's JSON is
 //! encoded straight onto the end of one buffer, with a small index entry per frame. (A
 //! `String` per frame cost ~8 KB per 40-token answer, most of it the spare capacity of each
 //! frame's encoder buffer.)
 
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -27,8 +32,8 @@ pub const RETAIN_FINISHED: Duration = Duration::from_secs(300);
 pub struct Frame {
     /// Position in the run, from 1; the SSE id is `<runId>:<seq>`.
     pub seq: u64,
-    /// `token`, `pending`, `done` or `error`.
-    pub event: &'static str,
+    /// `token`, `pending`, `done` or `error` (or `tool_call`, `tool_result`).
+    pub event: Cow<'static, str>,
     /// JSON data.
     pub data: String,
 }
@@ -49,6 +54,10 @@ struct LogInner {
     frames: VecDeque<FrameEntry>,
     next_seq: u64,
     finished: Option<Instant>,
+    /// The last frame the relay published (replicas only).
+    published: u64,
+    /// Whether frames were pushed since the relay last took them.
+    dirty: bool,
 }
 
 /// Frames dropped at once when the log is over [`FRAMES_KEPT`]: dropping moves the kept
@@ -89,10 +98,35 @@ impl LogInner {
         for (i, f) in self.frames.iter().enumerate().skip(skip) {
             // serde_json writes UTF-8 and frames are cut only at their ends, so nothing is lost.
             let data = String::from_utf8_lossy(&self.data[start..f.end]).into_owned();
-            out.push(Frame { seq: first_kept + i as u64, event: f.event, data });
+            out.push(Frame { seq: first_kept + i as u64, event: Cow::Borrowed(f.event), data });
             start = f.end;
         }
         out
+    }
+}
+
+/// The runs whose logs have frames the relay has not published yet.
+#[derive(Debug, Default)]
+pub struct Unpublished {
+    runs: Mutex<Vec<Arc<str>>>,
+    wake: Notify,
+}
+
+impl Unpublished {
+    fn mark(&self, run: &Arc<str>) {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(run));
+        // `notify_one` keeps a permit when nobody waits, so a mark is never missed.
+        self.wake.notify_one();
+    }
+
+    /// The marked runs, each once; the marks are cleared.
+    pub fn take(&self) -> Vec<Arc<str>> {
+        std::mem::take(&mut *self.runs.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Waits until a run is marked.
+    pub async fn wait(&self) {
+        self.wake.notified().await;
     }
 }
 
@@ -101,8 +135,11 @@ impl LogInner {
 pub struct RunLog {
     /// Owner: tenant and user.
     pub owner: (i64, i64),
+    run_id: Arc<str>,
     inner: Mutex<LogInner>,
     notify: Notify,
+    /// Where a log with new frames is marked for the relay (replicas only).
+    unpublished: Option<Arc<Unpublished>>,
 }
 
 impl RunLog {
@@ -113,8 +150,37 @@ impl RunLog {
 
     /// Appends a frame, `data` encoded as JSON, and wakes readers.
     pub fn push(&self, event: &'static str, data: &impl Serialize) {
-        self.lock().push(event, data);
+        let mark = {
+            let mut g = self.lock();
+            g.push(event, data);
+            self.unpublished.is_some() && !std::mem::replace(&mut g.dirty, true)
+        };
+        if let Some(unpublished) = self.unpublished.as_ref().filter(|_| mark) {
+            unpublished.mark(&self.run_id);
+        }
         self.notify.notify_waiters();
+    }
+
+    /// The frames the relay has not published yet (clearing the mark: a frame pushed after
+    /// this marks the log again).
+    pub(crate) fn take_unpublished(&self) -> Vec<Frame> {
+        let mut g = self.lock();
+        g.dirty = false;
+        g.since(g.published)
+    }
+
+    /// Records that the relay published the frames up to `seq`.
+    pub(crate) fn set_published(&self, seq: u64) {
+        let mut g = self.lock();
+        g.published = g.published.max(seq);
+    }
+
+    /// Marks the log for the relay again (its last publication failed).
+    pub(crate) fn mark_unpublished(&self) {
+        let mark = !std::mem::replace(&mut self.lock().dirty, true);
+        if let Some(unpublished) = self.unpublished.as_ref().filter(|_| mark) {
+            unpublished.mark(&self.run_id);
+        }
     }
 
     /// Marks the run finished: readers end after the last frame.
@@ -149,6 +215,8 @@ impl RunLog {
 #[derive(Debug, Default)]
 pub struct RunLogs {
     runs: Mutex<Runs>,
+    /// Set when runs are published for other replicas.
+    unpublished: Option<Arc<Unpublished>>,
 }
 
 #[derive(Debug, Default)]
@@ -163,9 +231,21 @@ struct Runs {
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl RunLogs {
+    /// Logs whose frames are also published: each log with new frames is marked in
+    /// `unpublished`.
+    pub fn published(unpublished: Arc<Unpublished>) -> Self {
+        Self { runs: Mutex::default(), unpublished: Some(unpublished) }
+    }
+
     /// A new log for `run_id`; drops logs of runs finished longer ago than [`RETAIN_FINISHED`].
     pub fn create(&self, run_id: &str, owner: (i64, i64)) -> Arc<RunLog> {
-        let log = Arc::new(RunLog { owner, inner: Mutex::new(LogInner::default()), notify: Notify::new() });
+        let log = Arc::new(RunLog {
+            owner,
+            run_id: Arc::from(run_id),
+            inner: Mutex::new(LogInner::default()),
+            notify: Notify::new(),
+            unpublished: self.unpublished.clone(),
+        });
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         if runs.swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
             runs.by_id.retain(|_, l| l.lock().finished.is_none_or(|t| t.elapsed() < RETAIN_FINISHED));
@@ -180,6 +260,11 @@ impl RunLogs {
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         runs.by_id.get(run_id).filter(|l| l.owner == owner).cloned()
     }
+
+    /// The log of `run_id`, whoever owns it (for the relay).
+    pub(crate) fn any(&self, run_id: &str) -> Option<Arc<RunLog>> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).by_id.get(run_id).cloned()
+    }
 }
 
 #[cfg(test)]
@@ -193,7 +278,7 @@ mod tests {
         log.push("token", &serde_json::json!({ "content": "a" }));
         log.push("token", &serde_json::json!({ "content": "b" }));
         let (frames, done) = log.since(1);
-        assert_eq!(frames, vec![Frame { seq: 2, event: "token", data: "{\"content\":\"b\"}".into() }]);
+        assert_eq!(frames, vec![Frame { seq: 2, event: "token".into(), data: "{\"content\":\"b\"}".into() }]);
         assert_eq!(
             log.since(0).0.iter().map(|f| f.data.as_str()).collect::<Vec<_>>(),
             ["{\"content\":\"a\"}", "{\"content\":\"b\"}"]

@@ -9,6 +9,7 @@
 use crate::error::ChatError;
 use crate::metrics::Metrics;
 use crate::runlog::{RunLog, RunLogs};
+use crate::shared_runs::SharedRuns;
 use crate::turn::{self, Turn};
 use crate::wire::{ConfirmRequest, ConfirmResponse, PendingActionDto, StreamRequest};
 use serde_json::{Map, Value};
@@ -20,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolgraph_agents::react::{AgentDeps, AgentState, user_turn};
 use toolgraph_config::AgentSettings;
-use toolgraph_conversations::{ConversationStore, ConversationThread, Decided, PendingLookup, TurnClaim};
+use toolgraph_conversations::{
+    ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, TurnClaim,
+};
 use toolgraph_graph::{
     CheckpointMeta, Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions,
 };
@@ -50,6 +53,12 @@ pub struct ServiceOptions {
     /// it): the longest a conversation stays blocked after the instance running its turn died
     /// without restarting. Default: 30 s.
     pub turn_lease: Duration,
+    /// Where runs' frames are shared with other replicas, so a stream resumes on any of them
+    /// (docs/service.md, "Replicas"). Default: none, runs are read where they run.
+    pub run_events: Option<Arc<dyn RunEventStore>>,
+    /// Look for expired leases (their replica died) this often and close their turns
+    /// ([`ChatService::take_over_expired`]). Default: off, for a store no other process shares.
+    pub takeover_every: Option<Duration>,
 }
 
 impl Default for ServiceOptions {
@@ -59,9 +68,18 @@ impl Default for ServiceOptions {
             max_runs_per_tenant: 0,
             instance_id: "local".into(),
             turn_lease: Duration::from_secs(30),
+            run_events: None,
+            takeover_every: None,
         }
     }
 }
+
+/// The `error` a client following a turn gets when the turn's replica died mid-way.
+pub const INTERRUPTED_ERROR: &str =
+    "this turn was interrupted (the service running it stopped); its conversation is free, please ask again";
+
+/// Most expired turns one sweep takes over.
+const TAKEOVER_BATCH: usize = 100;
 
 /// What a confirm answers.
 #[derive(Debug)]
@@ -81,7 +99,11 @@ struct Inner {
     default_agent: String,
     store: Arc<dyn ConversationStore>,
     checkpointer: Arc<dyn Checkpointer>,
-    runs: RunLogs,
+    runs: Arc<RunLogs>,
+    /// Set when runs are shared with other replicas.
+    shared: Option<Arc<SharedRuns>>,
+    /// The relay publishing this replica's frames, awaited at shutdown.
+    relay: Mutex<Option<tokio::task::JoinHandle<()>>>,
     metrics: Metrics,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -115,6 +137,8 @@ fn turn_identity(req: &StreamRequest, conversation: i64) -> Map<String, Value> {
 
 impl ChatService {
     /// The service over `agents` (by name), `store` and the checkpoint store the agents use.
+    /// Called inside a Tokio runtime: with replicas, it starts the relay that publishes runs
+    /// and the sweep that takes over expired turns.
     pub fn new(
         agents: BTreeMap<String, ServedAgent>,
         default_agent: String,
@@ -122,18 +146,101 @@ impl ChatService {
         checkpointer: Arc<dyn Checkpointer>,
         options: ServiceOptions,
     ) -> Self {
-        Self(Arc::new(Inner {
+        let shared = options.run_events.clone().map(|events| Arc::new(SharedRuns::new(events)));
+        let runs = Arc::new(match &shared {
+            Some(shared) => RunLogs::published(shared.unpublished()),
+            None => RunLogs::default(),
+        });
+        let relay = shared.as_ref().map(|s| tokio::spawn(Arc::clone(s).relay(Arc::clone(&runs))));
+        let takeover_every = options.takeover_every;
+        let service = Self(Arc::new(Inner {
             agents,
             default_agent,
             store,
             checkpointer,
-            runs: RunLogs::default(),
+            runs,
+            shared,
+            relay: Mutex::new(relay),
             metrics: Metrics::default(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             options,
             tenant_slots: Mutex::new(HashMap::new()),
-        }))
+        }));
+        if let Some(every) = takeover_every {
+            service.sweep_expired(every);
+        }
+        service
+    }
+
+    /// Takes over expired turns every `every` until shutdown. Holds the service weakly: the
+    /// sweep never keeps a dropped service alive.
+    fn sweep_expired(&self, every: Duration) {
+        let (weak, shutdown) = (Arc::downgrade(&self.0), self.0.shutdown.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every.max(Duration::from_millis(50)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                if let Err(e) = ChatService(inner).take_over_expired().await {
+                    tracing::warn!(error = %e, "cannot look for expired turns");
+                }
+            }
+        });
+    }
+
+    /// Takes over the turns whose lease expired (the replica running them died, or hung past
+    /// its lease) and closes each: its conversation's history says the turn was interrupted,
+    /// a client following it gets an `error`, and the conversation is free. A write action
+    /// in flight is never run again: the closed turn records it as possibly not carried out.
+    /// Returns how many turns it closed.
+    ///
+    /// # Errors
+    /// `Store` when the leases cannot be read.
+    pub async fn take_over_expired(&self) -> Result<usize, ChatError> {
+        let claim = self.claim();
+        let taken = self.0.store.take_over_expired(&claim, TAKEOVER_BATCH).await?;
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let mut closed = 0;
+        for t in &taken {
+            tracing::warn!(conversation = t.conversation_id, run = %t.run_id, "took over a turn whose lease expired");
+            if self.close_turn(t).await {
+                closed += 1;
+            }
+            self.release(t.conversation_id, &claim.run_id).await;
+        }
+        Ok(closed)
+    }
+
+    /// Closes an interrupted turn: a stop record with the interrupted reply in its graph, and
+    /// an `error` ending its stream for readers on any replica. Whether the graph had a run to
+    /// close.
+    async fn close_turn(&self, t: &ReleasedTurn) -> bool {
+        self.0.metrics.errors.with_label_values(&["interrupted"]).inc();
+        if let Some(shared) = &self.0.shared
+            && !t.run_id.is_empty()
+            && let Err(e) = shared.end_run(&t.run_id, (t.tenant_id, t.user_id), INTERRUPTED_ERROR).await
+        {
+            tracing::warn!(run = %t.run_id, error = %e, "cannot end an interrupted turn's stream");
+        }
+        let Some(agent) = self.0.agents.get(&t.agent) else {
+            tracing::warn!(conversation = t.conversation_id, agent = %t.agent, "an interrupted turn's agent is gone");
+            return false;
+        };
+        let thread = ConversationThread { tenant: t.tenant_id, conversation: t.conversation_id }.thread_id();
+        match agent.graph.close_interrupted(&thread).await {
+            Ok(closed) => closed,
+            Err(e) => {
+                tracing::warn!(conversation = t.conversation_id, error = %e, "cannot close an interrupted turn");
+                false
+            }
+        }
     }
 
     /// The metrics registry.
@@ -189,18 +296,9 @@ impl ChatService {
     pub async fn recover(&self) -> Result<usize, ChatError> {
         let released = self.0.store.release_owner(&self.0.options.instance_id).await?;
         let mut closed = 0;
-        for r in released {
-            let Some(agent) = self.0.agents.get(&r.agent) else {
-                tracing::warn!(conversation = r.conversation_id, agent = %r.agent, "an interrupted turn's agent is gone");
-                continue;
-            };
-            let thread = ConversationThread { tenant: r.tenant_id, conversation: r.conversation_id }.thread_id();
-            match agent.graph.close_interrupted(&thread).await {
-                Ok(true) => closed += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(conversation = r.conversation_id, error = %e, "cannot close an interrupted turn")
-                }
+        for r in &released {
+            if self.close_turn(r).await {
+                closed += 1;
             }
         }
         if closed > 0 {
@@ -431,6 +529,11 @@ impl ChatService {
         self.0.runs.get(run_id, owner)
     }
 
+    /// Where runs of other replicas are read, when runs are shared.
+    pub(crate) fn shared_runs(&self) -> Option<&SharedRuns> {
+        self.0.shared.as_deref()
+    }
+
     /// The checkpoints of a conversation of `tenant`/`user`, oldest first: what each step of
     /// its runs recorded (for an inspector; docs/service.md).
     ///
@@ -621,6 +724,16 @@ impl ChatService {
         self.0.shutdown.cancel();
         self.0.tasks.close();
         self.0.tasks.wait().await;
+        // The runs' last frames (their `error` on cancellation) reach the other replicas.
+        if let Some(shared) = &self.0.shared {
+            shared.stop();
+            let relay = self.0.relay.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(relay) = relay
+                && tokio::time::timeout(Duration::from_secs(6), relay).await.is_err()
+            {
+                tracing::warn!("publishing the last run events took over 6 s");
+            }
+        }
     }
 }
 

@@ -494,6 +494,28 @@ async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry(b: &str)
     assert_eq!(s.sms_sent.load(Ordering::SeqCst), 1);
 }
 
+/// A turn whose replica died (its lease expired unrenewed) is taken over through the store the
+/// service uses: the dead replica's claim is gone, the taker's is released, and the
+/// conversation takes the next turn.
+async fn an_expired_turn_is_taken_over_and_its_conversation_freed(b: &str) {
+    let s = service(b, vec![Reply::text("hola"), Reply::text("otra vez")]).await;
+    let (_, events) = stream(&s, &body(None, "hola")).await;
+    let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let dead = TurnClaim { run_id: "dead-run".into(), owner: "replica-dead".into(), lease_ms: -1 };
+    assert!(s.store.begin_turn(conv, &dead).await.unwrap());
+    let live = s.store.create_conversation(7, 101, "lumie").await.unwrap();
+    let held = TurnClaim { run_id: "live-run".into(), owner: "replica-live".into(), lease_ms: 60_000 };
+    assert!(s.store.begin_turn(live, &held).await.unwrap());
+    // No run of the graph stopped mid-way here (its record says the turn ended), so nothing
+    // is closed; the claim is taken and released all the same.
+    assert_eq!(s.app.chat().take_over_expired().await.unwrap(), 0);
+    assert!(!s.store.renew_turn(conv, &dead).await.unwrap(), "the dead replica's claim is gone");
+    assert!(s.store.renew_turn(live, &held).await.unwrap(), "a live claim is left alone");
+    let (status, events) = stream(&s, &body(Some(conv), "sigue")).await;
+    assert_eq!(status, 200);
+    assert_eq!(events.last().unwrap().event, "done", "the conversation takes the next turn");
+}
+
 fn api_key_options(slug: &str, key: &str) -> ServiceOptions {
     let digest = toolgraph_server::auth::hash_api_key(key);
     ServiceOptions {
@@ -849,6 +871,7 @@ on_every_store!(
     a_conversation_forks_at_a_checkpoint_and_goes_its_own_way,
     conversations_are_listed_for_their_owner,
     a_final_decision_that_could_not_resume_is_resumed_by_its_retry,
+    an_expired_turn_is_taken_over_and_its_conversation_freed,
     api_key_mode_rejects_missing_wrong_and_foreign_keys,
     hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests,
     the_per_tenant_run_limit_answers_429_with_retry_after

@@ -234,6 +234,11 @@ impl ConversationStore for BackendConversationStore {
         Ok(self.post::<_, wire::Released>(path::TURN_RELEASE_OWNER, &body).await?.released)
     }
 
+    async fn take_over_expired(&self, claim: &TurnClaim, limit: usize) -> Result<Vec<ReleasedTurn>, StoreError> {
+        let body = wire::TakeOver { claim: claim.clone(), limit };
+        Ok(self.post::<_, wire::Released>(path::TURN_TAKE_OVER, &body).await?.released)
+    }
+
     async fn add_message(&self, conversation: i64, role: Role, content: &str) -> Result<i64, StoreError> {
         let body = wire::SaveMessage {
             conversation_id: conversation,

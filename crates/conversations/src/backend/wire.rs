@@ -18,6 +18,8 @@ pub mod path {
     pub const TURN_RENEW: &str = "/internal/chatbot/turns/renew";
     /// Free every claim of a restarted service instance.
     pub const TURN_RELEASE_OWNER: &str = "/internal/chatbot/turns/release-owner";
+    /// Take over conversations whose run's lease expired.
+    pub const TURN_TAKE_OVER: &str = "/internal/chatbot/turns/take-over";
     /// Release a run's claim.
     pub const TURN_END: &str = "/internal/chatbot/turns/end";
     /// Persist a user, assistant or tool message (named by the contract).
@@ -138,7 +140,14 @@ pub struct ReleaseOwner {
     pub owner: String,
 }
 
-/// The answer of `turns/release-owner`.
+/// `turns/take-over`: at most `limit` expired claims, each taken for `claim`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TakeOver {
+    pub claim: TurnClaim,
+    pub limit: usize,
+}
+
+/// The answer of `turns/release-owner` and `turns/take-over`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Released {
     pub released: Vec<ReleasedTurn>,
