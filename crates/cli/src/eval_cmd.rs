@@ -286,6 +286,7 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
             fusion: crate::retrieval::fusion(&cfg),
             cache,
             run_file,
+            qdrant: crate::retrieval::qdrant(&cfg),
         };
         let bar = if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             ProgressBar::hidden()
@@ -335,7 +336,7 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
             "nDCG@10 {:.4} · recall@5 {:.4} · recall@10 {:.4} · recall@100 {:.4} · MRR@10 {:.4}",
             r.ndcg_at_10, r.recall_at_5, r.recall_at_10, r.recall_at_100, r.mrr_at_10
         );
-        println!("query latency p50 {:.2} ms · p99 {:.2} ms", r.latency_p50_ms, r.latency_p99_ms);
+        println!("query latency ({} index) p50 {:.2} ms · p99 {:.2} ms", r.index, r.latency_p50_ms, r.latency_p99_ms);
     }
     Ok(ExitCode::SUCCESS)
 }

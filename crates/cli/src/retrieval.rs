@@ -9,14 +9,32 @@ use anyhow::Context;
 use anyhow::bail;
 use std::sync::Arc;
 use std::time::Duration;
-use toolgraph_config::{Config, EmbeddingProvider, SecondEmbedding};
+use toolgraph_config::{Config, EmbeddingProvider, KbBackend, SecondEmbedding};
 use toolgraph_rag::embed::CombinedEmbedder;
-use toolgraph_rag::{Analyzer, DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, Retriever};
+use toolgraph_rag::{
+    Analyzer, DenseOptions, Embedder, EmbeddingSettings, Fusion, KbStore, OpenAiEmbedder, QdrantOptions, Retriever,
+};
 
-/// The knowledge bases under `<data_dir>/kb`.
+/// The knowledge bases: under `<data_dir>/kb`, or on the Qdrant server with
+/// `rag.backend = "qdrant"`.
 pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
     let dense = DenseOptions { exact_below: cfg.rag.dense_exact_below, ..DenseOptions::default() };
-    Arc::new(KbStore::new(cfg.data_dir.join("kb")).with_dense_options(dense))
+    let store = KbStore::new(cfg.data_dir.join("kb")).with_dense_options(dense);
+    Arc::new(match qdrant(cfg) {
+        Some(q) => store.with_qdrant(q),
+        None => store,
+    })
+}
+
+/// The Qdrant server knowledge bases live on, with `rag.backend = "qdrant"`.
+pub fn qdrant(cfg: &Config) -> Option<QdrantOptions> {
+    if cfg.rag.backend != KbBackend::Qdrant {
+        return None;
+    }
+    // Config validation requires the URL with this backend.
+    let mut options = QdrantOptions::new(cfg.qdrant_url.clone().unwrap_or_default());
+    options.api_key = cfg.qdrant_api_key.as_ref().map(|k| k.expose().to_owned());
+    Some(options)
 }
 
 /// The configured embedding model; `None` for `rag.embedding = "none"`. With

@@ -31,7 +31,7 @@ pub use agents::{AgentGraph, AgentSettings, DEFAULT_SYSTEM_PROMPT};
 pub use llm::LlmSettings;
 pub use mcp::McpSettings;
 pub use plugins::PluginSettings;
-pub use rag::{EmbeddingProvider, RagSettings, SecondEmbedding};
+pub use rag::{EmbeddingProvider, KbBackend, RagSettings, SecondEmbedding};
 pub use secret::Secret;
 pub use server::{AuthKind, BackendToolSettings, RunEventsKind, ServerSettings, StoreKind};
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
@@ -94,6 +94,11 @@ pub struct Config {
     /// a session-level lock, which a transaction pooler cannot keep. Required with
     /// `database_pooling = "transaction"`. Env: `TOOLGRAPH_DATABASE_MIGRATION_URL`.
     pub database_migration_url: Option<Secret>,
+    /// The Qdrant server's REST URL (e.g. `http://qdrant:6333`) for `rag.backend = "qdrant"`.
+    /// Env: `TOOLGRAPH_QDRANT_URL`.
+    pub qdrant_url: Option<String>,
+    /// The Qdrant server's API key, when it wants one. Env: `TOOLGRAPH_QDRANT_API_KEY`.
+    pub qdrant_api_key: Option<Secret>,
     /// Evaluation data directory. Default: `../shared/data`. Env: `TOOLGRAPH_EVAL_DATA`.
     pub eval_data: PathBuf,
     /// The model endpoint.
@@ -122,6 +127,8 @@ impl Default for Config {
             database_url: None,
             database_pooling: DatabasePooling::Session,
             database_migration_url: None,
+            qdrant_url: None,
+            qdrant_api_key: None,
             eval_data: PathBuf::from("../shared/data"),
             llm: LlmSettings::default(),
             server: ServerSettings::default(),
@@ -193,6 +200,12 @@ impl Config {
             if url.as_ref().is_some_and(|u| !postgres(u)) {
                 return Err(check.invalid(key, "must be a postgres:// or postgresql:// URL".into()));
             }
+        }
+        if self.qdrant_url.is_some() && !is_http_url(self.qdrant_url.as_deref()) {
+            return Err(check.invalid("qdrant_url", "must be an http(s) URL, e.g. http://qdrant:6333".into()));
+        }
+        if self.rag.backend == KbBackend::Qdrant && self.qdrant_url.is_none() {
+            return Err(check.invalid("rag.backend", "\"qdrant\" needs qdrant_url (TOOLGRAPH_QDRANT_URL)".into()));
         }
         if self.server.run_events == RunEventsKind::Postgres && self.database_url.is_none() {
             return Err(check.invalid("server.run_events", "\"postgres\" needs database_url".into()));

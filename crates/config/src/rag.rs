@@ -10,6 +10,11 @@ pub struct RagSettings {
     /// The knowledge base searched when a request or tool names none. Default: `docs`.
     /// Env: `TOOLGRAPH_RAG_DEFAULT_KB`.
     pub default_kb: String,
+    /// Where knowledge bases live: `embedded` (an index per knowledge base under the data
+    /// directory) or `qdrant` (a collection per tenant and knowledge base on the Qdrant server
+    /// of `qdrant_url`, which every replica shares). Default: `embedded`.
+    /// Env: `TOOLGRAPH_RAG_BACKEND`.
+    pub backend: KbBackend,
     /// The tenant the command line (`ingest`, `search`, `chat`) works for. The service always
     /// uses the request's tenant slug. Default: `default`. Env: `TOOLGRAPH_RAG_TENANT`.
     pub tenant: String,
@@ -68,6 +73,17 @@ pub enum SecondEmbedding {
     Minilm,
 }
 
+/// `rag.backend`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KbBackend {
+    /// tantivy and the dense index under the data directory.
+    #[default]
+    Embedded,
+    /// A Qdrant server (`qdrant_url`).
+    Qdrant,
+}
+
 /// `rag.embedding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,6 +100,7 @@ impl Default for RagSettings {
     fn default() -> Self {
         Self {
             default_kb: "docs".into(),
+            backend: KbBackend::Embedded,
             tenant: "default".into(),
             embedding: EmbeddingProvider::Local,
             embedding_base_url: None,

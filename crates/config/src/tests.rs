@@ -160,6 +160,12 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("`tools.course.backend_url`"), "{err}");
     let err = Config::from_toml_str("[server]\nturn_lease_ms = 10\n").unwrap_err().to_string();
     assert!(err.contains("`server.turn_lease_ms`") && err.contains("less than 1000"), "{err}");
+    let err = Config::from_toml_str("[rag]\nbackend = \"qdrant\"\n").unwrap_err().to_string();
+    assert!(err.contains("`rag.backend`") && err.contains("needs qdrant_url"), "{err}");
+    let err = Config::from_toml_str("qdrant_url = \"qdrant:6333\"\n").unwrap_err().to_string();
+    assert!(err.contains("`qdrant_url`") && err.contains("http(s) URL"), "{err}");
+    let c = Config::from_toml_str("qdrant_url = \"http://q:6333\"\n[rag]\nbackend = \"qdrant\"\n").unwrap();
+    assert_eq!((c.rag.backend, c.qdrant_url.as_deref()), (crate::KbBackend::Qdrant, Some("http://q:6333")));
     let err = Config::from_toml_str("[server]\nrun_events = \"postgres\"\n").unwrap_err().to_string();
     assert!(err.contains("`server.run_events`") && err.contains("needs database_url"), "{err}");
     let c = Config::from_toml_str("database_url = \"postgres://db/x\"\n[server]\nrun_events = \"process\"\n").unwrap();

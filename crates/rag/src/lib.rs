@@ -31,7 +31,7 @@ pub use embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings, OpenAiEmbedd
 pub use eval::{BeirDataset, Document, EmbeddingCache, EvalOptions, EvalReport, evaluate, evaluate_bm25};
 pub use index::{
     Analyzer, Chunk, ChunkingOptions, DenseOptions, DocumentInfo, KB_FORMAT, KbManifest, KbStore, KbWriter,
-    KnowledgeBase, RecordMapping, validate_name,
+    KnowledgeBase, QdrantOptions, RecordMapping, validate_name,
 };
 pub use ingest::{
     IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, Section, SkippedFile, SourceDocument, ingest,
@@ -95,6 +95,9 @@ pub enum RagError {
     /// The embedding model failed or is not available.
     #[error("embeddings: {0}")]
     Embedding(String),
+    /// The Qdrant server failed, refused, or is unreachable.
+    #[error("qdrant: {0}")]
+    Qdrant(String),
     /// The index failed.
     #[error("keyword index: {0}")]
     Index(#[from] tantivy::TantivyError),

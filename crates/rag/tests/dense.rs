@@ -3,6 +3,8 @@
 //! bag-of-words vectors): vectors stored at ingest and never recomputed, filters applied
 //! during the dense search (exact and HNSW), fusion ranks, a knowledge base refusing a model
 //! it was not built with, and knowledge bases embedded with two models (a dense list each).
+//! The tests of what a knowledge base keeps and finds run on both backends: the embedded index
+//! and a real Qdrant server (`qdrant::…`).
 
 use serde_json::json;
 use std::path::Path;
@@ -14,6 +16,8 @@ use toolgraph_rag::{
     NoProgress, OpenAiEmbedder, RagError, Retriever, SearchMode, SearchRequest, ingest, passage_text,
 };
 use toolgraph_rag::{SearchQuery, search_json};
+
+mod common;
 
 /// The scripted model server on its own runtime thread (these tests are synchronous, like
 /// every caller of the blocking embedder).
@@ -77,11 +81,19 @@ fn corpus(dir: &Path) {
     }
 }
 
-/// A scripted server, the notes corpus in a temporary folder, and a store beside it.
+/// Makes the store under test at a directory: embedded, or on a Qdrant server.
+type StoreAt = dyn Fn(&Path) -> KbStore;
+
+/// A scripted server, the notes corpus in a temporary folder, and an embedded store beside it.
 fn setup() -> (Server, tempfile::TempDir, KbStore, [std::path::PathBuf; 1]) {
+    setup_at(&|dir| KbStore::new(dir))
+}
+
+/// [`setup`] with the store `store_at` makes.
+fn setup_at(store_at: &StoreAt) -> (Server, tempfile::TempDir, KbStore, [std::path::PathBuf; 1]) {
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path());
-    let store = KbStore::new(dir.path().join("kb"));
+    let store = store_at(&dir.path().join("kb"));
     let notes = [dir.path().join("notes")];
     (server(), dir, store, notes)
 }
@@ -115,12 +127,11 @@ fn the_openai_client_keeps_order_normalises_prefixes_and_reports_failures() {
     assert!(matches!(down.embed(&["x"], EmbedKind::Query).map_err(RagError::from), Err(RagError::Embedding(_))));
 }
 
-#[test]
-fn vectors_are_stored_at_ingest_and_search_embeds_only_the_query() {
+fn vectors_are_stored_at_ingest_and_search_embeds_only_the_query(store_at: &StoreAt) {
     let s = server();
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path());
-    let store = KbStore::new(dir.path().join("kb"));
+    let store = store_at(&dir.path().join("kb"));
     let report =
         ingest(&store, "t", "notes", &[dir.path().join("notes")], &options(Some(embedder(&s, "bow"))), &NoProgress)
             .unwrap();
@@ -129,7 +140,7 @@ fn vectors_are_stored_at_ingest_and_search_embeds_only_the_query() {
     assert_eq!(passages, 12);
 
     // A fresh store (another process) searches from the stored vectors.
-    let store = KbStore::new(dir.path().join("kb"));
+    let store = store_at(&dir.path().join("kb"));
     let kb = store.open("t", "notes").unwrap();
     assert_eq!(kb.manifest().embedding.as_ref().unwrap().model, "bow");
     let before = s.inner.embedding_requests().len();
@@ -206,9 +217,8 @@ fn mismatch<T: std::fmt::Debug>(r: Result<T, RagError>) -> String {
     }
 }
 
-#[test]
-fn a_knowledge_base_refuses_a_model_it_was_not_built_with() {
-    let (s, _dir, store, notes) = setup();
+fn a_knowledge_base_refuses_a_model_it_was_not_built_with(store_at: &StoreAt) {
+    let (s, _dir, store, notes) = setup_at(store_at);
     ingest(&store, "t", "embedded", &notes, &options(Some(embedder(&s, "bow"))), &NoProgress).unwrap();
     ingest(&store, "t", "keywords", &notes, &options(None), &NoProgress).unwrap();
 
@@ -234,9 +244,8 @@ fn a_knowledge_base_refuses_a_model_it_was_not_built_with() {
     assert!(err.contains("no embedding model is configured"), "{err}");
 }
 
-#[test]
-fn re_ingesting_a_changed_file_replaces_its_vectors() {
-    let (s, dir, store, notes) = setup();
+fn re_ingesting_a_changed_file_replaces_its_vectors(store_at: &StoreAt) {
+    let (s, dir, store, notes) = setup_at(store_at);
     let e = embedder(&s, "bow");
     ingest(&store, "t", "notes", &notes, &options(Some(e.clone())), &NoProgress).unwrap();
     write(
@@ -390,9 +399,8 @@ fn a_knowledge_base_with_two_models_keeps_a_dense_list_per_model() {
     assert!(err.contains("add up to 104") && err.contains("kb.json"), "{err}");
 }
 
-#[test]
-fn the_second_model_is_used_only_for_its_languages_and_never_forced_on_an_existing_base() {
-    let (s, dir, store, notes) = setup();
+fn the_second_model_is_used_only_for_its_languages_and_never_forced_on_an_existing_base(store_at: &StoreAt) {
+    let (s, dir, store, notes) = setup_at(store_at);
     let both = two_models(&s);
     // A Spanish knowledge base gets the first model alone (the second is meant for English).
     let spanish = IngestOptions { analyzer: Some(Analyzer::Spanish), ..options(Some(both.clone())) };
@@ -413,3 +421,62 @@ fn the_second_model_is_used_only_for_its_languages_and_never_forced_on_an_existi
         assert!(hits.iter().all(|h| h.more_dense.is_empty()));
     }
 }
+
+/// Two models and dense filters on Qdrant: a dense list per model (each its own named
+/// vector), filters inside every list, hybrid ranks fused as the embedded index fuses them.
+fn two_models_and_filters(store_at: &StoreAt) {
+    let (s, _dir, store, notes) = setup_at(store_at);
+    let both = two_models(&s);
+    ingest(&store, "t", "notes", &notes, &options(Some(both.clone())), &NoProgress).unwrap();
+    let kb = store.open("t", "notes").unwrap();
+    let retriever = Retriever::new(Some(both), rrf());
+    let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 5 };
+    let hits = retriever.search(&kb, &req, None).unwrap();
+    let top = &hits[0];
+    assert!(top.chunk.doc_id.contains("docker"), "{:?}", top.chunk.doc_id);
+    let (b, d, t) = (top.bm25.unwrap(), top.dense.unwrap(), top.more_dense[0].unwrap());
+    let rrf: f32 = [b.rank, d.rank, t.rank].iter().map(|&r| 1.0 / (60.0 + r as f32)).sum();
+    assert!((top.score - rrf).abs() < 1e-6, "three lists fused: {} vs {rrf}", top.score);
+    for h in &hits {
+        if let Some(t) = h.more_dense[0] {
+            let passage = passage_text(&h.chunk);
+            let want: f32 =
+                Trigrams::vector(&passage).iter().zip(Trigrams::vector(req.query)).map(|(a, b)| a * b).sum();
+            assert!((t.score - want).abs() < 1e-4, "trigram cosine {} vs {want}", t.score);
+        }
+    }
+    let filters = [Filter::parse("year=2024").unwrap()];
+    let dense = SearchRequest { query: "docker containers images", filters: &filters, top_k: 4 };
+    let hits = retriever.search(&kb, &dense, Some(SearchMode::Dense)).unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.chunk.doc_id.as_str()).collect();
+    assert_eq!(hits.len(), 4, "{ids:?}");
+    assert!(ids.iter().all(|id| id.ends_with("-2024.md")) && ids[0].contains("docker"), "{ids:?}");
+    let range = [Filter::parse("year<2023").unwrap()];
+    let hybrid = retriever.search(&kb, &SearchRequest { query: "exam", filters: &range, top_k: 10 }, None).unwrap();
+    assert_eq!(hybrid.len(), 4);
+    assert!(hybrid.iter().all(|h| h.chunk.doc_id.ends_with("-2022.md")));
+}
+
+/// The backend-independent tests, once per backend.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[test] fn $name() { super::$name(&|dir| toolgraph_rag::KbStore::new(dir)) })*
+        }
+        mod qdrant {
+            $(#[test] fn $name() {
+                let Some(server) = super::common::QdrantServer::start() else { return };
+                let options = server.options();
+                super::$name(&move |dir| toolgraph_rag::KbStore::new(dir).with_qdrant(options.clone()))
+            })*
+        }
+    };
+}
+
+on_both_backends!(
+    vectors_are_stored_at_ingest_and_search_embeds_only_the_query,
+    a_knowledge_base_refuses_a_model_it_was_not_built_with,
+    re_ingesting_a_changed_file_replaces_its_vectors,
+    the_second_model_is_used_only_for_its_languages_and_never_forced_on_an_existing_base,
+    two_models_and_filters,
+);

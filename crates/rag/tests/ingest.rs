@@ -1,5 +1,7 @@
 //! Ingestion into persisted knowledge bases: every format, the ALQAC mapping, sub-chunks,
-//! filters, tenant isolation, incremental re-ingest, malformed files, and crash safety.
+//! filters, tenant isolation, incremental re-ingest, malformed files, and crash safety. The
+//! tests of what a knowledge base keeps and finds run on both backends: the embedded index and
+//! a real Qdrant server (`qdrant::…`).
 
 mod common;
 
@@ -16,6 +18,9 @@ fn write(dir: &Path, rel: &str, body: impl AsRef<[u8]>) -> PathBuf {
     std::fs::write(&path, body).unwrap();
     path
 }
+
+/// Makes the store under test at a directory: embedded, or on a Qdrant server.
+type StoreAt = dyn Fn(&Path) -> KbStore;
 
 fn search(store: &KbStore, tenant: &str, kb: &str, q: &str, filters: &[Filter]) -> Vec<toolgraph_rag::Hit> {
     store.open(tenant, kb).unwrap().search(&SearchRequest { query: q, filters, top_k: 10 }).unwrap()
@@ -59,8 +64,7 @@ fn pdf(pages: &[&str]) -> Vec<u8> {
     out
 }
 
-#[test]
-fn every_format_ingests_and_a_malformed_file_is_skipped_with_its_reason() {
+fn every_format_ingests_and_a_malformed_file_is_skipped_with_its_reason(store_at: &StoreAt) {
     let tmp = tempfile::tempdir().unwrap();
     let docs = tmp.path().join("iv");
     write(
@@ -92,7 +96,7 @@ fn every_format_ingests_and_a_malformed_file_is_skipped_with_its_reason() {
     write(&docs, "records/broken.json", "[{\"id\": \"x\", ");
     write(&docs, "apuntes/notes.docx", "PK binary");
 
-    let store = KbStore::new(tmp.path().join("kb"));
+    let store = store_at(&tmp.path().join("kb"));
     let options = IngestOptions {
         path_patterns: vec![PathPattern::parse("{tipo_documento}/**").unwrap()],
         meta: serde_json::from_value(json!({"asignatura": "iv"})).unwrap(),
@@ -132,8 +136,7 @@ fn every_format_ingests_and_a_malformed_file_is_skipped_with_its_reason() {
     assert_eq!(search(&store, "ugr", "iv", "Vagrant", &[])[0].chunk.meta["year"], 2024);
 }
 
-#[test]
-fn filters_select_by_equality_any_of_and_range_inside_the_query() {
+fn filters_select_by_equality_any_of_and_range_inside_the_query(store_at: &StoreAt) {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("c");
     for (i, (asig, tipo, year)) in
@@ -147,7 +150,7 @@ fn filters_select_by_equality_any_of_and_range_inside_the_query() {
             json!({"id": format!("d{i}"), "text": "contenedores docker y despliegue", "asignatura": asig, "tipo_documento": tipo, "year": year, "score": 0.5 + i as f64, "tags": if i == 0 { json!(["Docker", "ci"]) } else { json!(["vagrant"]) }}).to_string(),
         );
     }
-    let store = KbStore::new(tmp.path().join("kb"));
+    let store = store_at(&tmp.path().join("kb"));
     ingest(&store, "t", "k", &[src], &IngestOptions::default(), &NoProgress).unwrap();
     let ids = |filters: &[&str]| -> Vec<String> {
         let f: Vec<Filter> = filters.iter().map(|f| Filter::parse(f).unwrap()).collect();
@@ -169,11 +172,10 @@ fn filters_select_by_equality_any_of_and_range_inside_the_query() {
     assert_eq!(ids(&["tags=docker"]), ["d0"]);
 }
 
-#[test]
-fn tenants_are_isolated() {
+fn tenants_are_isolated(store_at: &StoreAt) {
     let tmp = tempfile::tempdir().unwrap();
     let a = write(tmp.path(), "a/secret.txt", "El presupuesto de la academia A es confidencial.");
-    let store = KbStore::new(tmp.path().join("kb"));
+    let store = store_at(&tmp.path().join("kb"));
     ingest(&store, "tenant-a", "docs", &[a], &IngestOptions::default(), &NoProgress).unwrap();
     assert_eq!(search(&store, "tenant-a", "docs", "presupuesto", &[]).len(), 1);
     assert!(matches!(store.open("tenant-b", "docs"), Err(RagError::UnknownKb { .. })));
@@ -184,13 +186,12 @@ fn tenants_are_isolated() {
     assert_eq!(store.list("tenant-a").unwrap(), ["docs"]);
 }
 
-#[test]
-fn re_ingest_is_incremental_and_changed_files_replace_their_chunks() {
+fn re_ingest_is_incremental_and_changed_files_replace_their_chunks(store_at: &StoreAt) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("notes");
     write(&dir, "a.md", "# Docker\nDocker usa imágenes.");
     write(&dir, "b.md", "# Vagrant\nVagrant usa cajas.");
-    let store = KbStore::new(tmp.path().join("kb"));
+    let store = store_at(&tmp.path().join("kb"));
     let r1 = ingest(&store, "t", "k", std::slice::from_ref(&dir), &IngestOptions::default(), &NoProgress).unwrap();
     assert_eq!((r1.indexed, r1.unchanged, r1.total_chunks), (2, 0, 2));
     let r2 = ingest(&store, "t", "k", std::slice::from_ref(&dir), &IngestOptions::default(), &NoProgress).unwrap();
@@ -276,12 +277,11 @@ fn an_uncommitted_ingest_leaves_the_previous_index_usable_and_analyzers_are_fixe
     assert!(err.to_string().contains("built with the vi analyzer"), "{err}");
 }
 
-#[test]
-fn korean_text_is_searchable_by_bigrams() {
+fn korean_text_is_searchable_by_bigrams(store_at: &StoreAt) {
     let tmp = tempfile::tempdir().unwrap();
     let f =
         write(tmp.path(), "k/ko.txt", "도커는 컨테이너로 애플리케이션을 패키징합니다.\n\n기말 시험은 1월에 있습니다.");
-    let store = KbStore::new(tmp.path().join("kb"));
+    let store = store_at(&tmp.path().join("kb"));
     let r = ingest(&store, "t", "ko", &[f], &IngestOptions::default(), &NoProgress).unwrap();
     assert_eq!(r.analyzer, "ko");
     assert_eq!(search(&store, "t", "ko", "컨테이너 패키징", &[]).len(), 1);
@@ -422,3 +422,27 @@ mod parser_props {
         }
     }
 }
+
+/// The backend-independent tests, once per backend.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[test] fn $name() { super::$name(&|dir| toolgraph_rag::KbStore::new(dir)) })*
+        }
+        mod qdrant {
+            $(#[test] fn $name() {
+                let Some(server) = super::common::QdrantServer::start() else { return };
+                let options = server.options();
+                super::$name(&move |dir| toolgraph_rag::KbStore::new(dir).with_qdrant(options.clone()))
+            })*
+        }
+    };
+}
+
+on_both_backends!(
+    every_format_ingests_and_a_malformed_file_is_skipped_with_its_reason,
+    filters_select_by_equality_any_of_and_range_inside_the_query,
+    tenants_are_isolated,
+    re_ingest_is_incremental_and_changed_files_replace_their_chunks,
+    korean_text_is_searchable_by_bigrams,
+);

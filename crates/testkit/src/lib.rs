@@ -15,6 +15,7 @@ pub mod interop;
 pub mod invariants;
 pub mod pgbouncer;
 pub mod private_pg;
+pub mod qdrant;
 
 use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;

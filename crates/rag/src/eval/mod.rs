@@ -48,6 +48,8 @@ pub struct EvalReport {
     pub queries: usize,
     /// Retrieval mode.
     pub mode: &'static str,
+    /// Where the corpus was indexed: `embedded` or `qdrant`.
+    pub index: &'static str,
     /// How the lists were fused (hybrid mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fusion: Option<FusionMethod>,
@@ -90,6 +92,9 @@ pub struct EvalOptions<'a> {
     /// Where to write the ranked documents of every query as a TREC run file
     /// (`qid Q0 doc rank score tag`, the format `trec_eval`, pytrec_eval and ranx read).
     pub run_file: Option<PathBuf>,
+    /// Index the corpus on this Qdrant server (in a collection made for the run and dropped
+    /// after it) instead of in memory.
+    pub qdrant: Option<crate::index::QdrantOptions>,
 }
 
 impl EvalOptions<'_> {
@@ -104,6 +109,7 @@ impl EvalOptions<'_> {
             fusion: Fusion::default(),
             cache: None,
             run_file: None,
+            qdrant: None,
         }
     }
 }
@@ -142,7 +148,25 @@ pub fn evaluate(
     let mut manifest = KbManifest::new("eval", "eval", options.analyzer);
     manifest.chunking = options.chunking;
     manifest.embedding = embedder.map(|e| e.settings().clone());
-    let kb = KnowledgeBase::in_memory(manifest)?;
+    let kb = match &options.qdrant {
+        None => KnowledgeBase::in_memory(manifest)?,
+        Some(q) => {
+            // A collection of this run's own (the process and the time name it).
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            manifest.name = format!("eval-{}-{nanos}", std::process::id());
+            KnowledgeBase::on_qdrant(manifest, q)?
+        }
+    };
+    // The run's collection goes with the run, whatever the outcome.
+    struct DropRemote<'a>(&'a KnowledgeBase);
+    impl Drop for DropRemote<'_> {
+        fn drop(&mut self) {
+            if let Err(e) = self.0.drop_remote() {
+                tracing::warn!(error = %e, "cannot delete the evaluation's Qdrant collection");
+            }
+        }
+    }
+    let _drop_remote = DropRemote(&kb);
     let per_doc: Vec<Vec<Chunk>> = ds
         .corpus
         .iter()
@@ -257,6 +281,7 @@ pub fn evaluate(
         latency_p99_ms: pct(0.99),
         queries: queries.len(),
         mode: options.mode.as_str(),
+        index: if options.qdrant.is_some() { "qdrant" } else { "embedded" },
         fusion: (options.mode == SearchMode::Hybrid).then_some(options.fusion.method),
         embedding_model: embedder.map(|e| e.settings().model.clone()),
         embedded_texts,

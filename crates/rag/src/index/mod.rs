@@ -2,6 +2,9 @@
 //! fields, stored vectors, filterable metadata) and the [`KbStore`] that finds them under the
 //! data directory. Search over it lives in `search`, filling it in `ingest`.
 //!
+//! With a Qdrant server configured ([`KbStore::with_qdrant`]) a knowledge base is a
+//! collection there instead ([`qdrant`]), and every read and write goes to it.
+//!
 //! Layout: `<root>/<tenant>/<kb>/kb.json` (the [`KbManifest`]: analyzer, chunking, record
 //! mapping, embedding settings) and `<root>/<tenant>/<kb>/index/` (tantivy). Every setting the
 //! manifest records is declared in this stage, so nothing here depends on a later one.
@@ -11,6 +14,7 @@ mod chunk;
 pub mod dense;
 mod manifest;
 pub(crate) mod mapping;
+pub(crate) mod qdrant;
 pub(crate) mod schema;
 mod store;
 mod writer;
@@ -21,6 +25,7 @@ pub use chunk::{Chunk, ChunkingOptions};
 pub use dense::DenseOptions;
 pub use manifest::{KB_FORMAT, KbManifest, validate_name};
 pub use mapping::RecordMapping;
+pub use qdrant::QdrantOptions;
 pub use store::KbStore;
 pub use writer::KbWriter;
 
@@ -61,6 +66,9 @@ pub struct KnowledgeBase {
     /// The dense indexes (one per embedding model) of the latest searcher generation they were
     /// built for.
     dense: Mutex<Option<(u64, Arc<Vec<DenseIndex>>)>>,
+    /// The Qdrant collection holding this knowledge base, when it lives there (the tantivy
+    /// index then stays empty).
+    pub(crate) remote: Option<qdrant::QdrantIndex>,
 }
 
 impl std::fmt::Debug for KnowledgeBase {
@@ -103,7 +111,34 @@ impl KnowledgeBase {
             analyzer,
             dense_options: DenseOptions::default(),
             dense: Mutex::new(None),
+            remote: None,
         })
+    }
+
+    /// A knowledge base that lives in a new Qdrant collection made for `manifest` (evaluations;
+    /// [`KbStore::with_qdrant`] for persisted ones). Drop the collection with
+    /// [`KnowledgeBase::drop_remote`].
+    ///
+    /// # Errors
+    /// [`RagError::Qdrant`] when the collection cannot be made.
+    pub fn on_qdrant(manifest: KbManifest, options: &QdrantOptions) -> Result<Self, RagError> {
+        let remote = qdrant::QdrantIndex::create(options, &manifest)?;
+        let mut kb = Self::in_memory(manifest)?;
+        kb.remote = Some(remote);
+        Ok(kb)
+    }
+
+    /// Deletes the Qdrant collection of a knowledge base that lives there (nothing otherwise).
+    ///
+    /// # Errors
+    /// [`RagError::Qdrant`].
+    pub fn drop_remote(&self) -> Result<(), RagError> {
+        self.remote.as_ref().map_or(Ok(()), qdrant::QdrantIndex::drop_collection)
+    }
+
+    /// Whether the knowledge base lives on a Qdrant server.
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// The manifest.
@@ -111,9 +146,15 @@ impl KnowledgeBase {
         &self.manifest
     }
 
-    /// Number of chunks.
+    /// Number of chunks (0, with a warning, when Qdrant cannot be asked).
     pub fn chunk_count(&self) -> u64 {
-        self.reader.searcher().num_docs()
+        match &self.remote {
+            Some(remote) => remote.count().unwrap_or_else(|e| {
+                tracing::warn!(kb = %self.manifest.name, error = %e, "cannot count the chunks");
+                0
+            }),
+            None => self.reader.searcher().num_docs(),
+        }
     }
 
     /// The content hash recorded for a source, if it is indexed.
@@ -121,6 +162,9 @@ impl KnowledgeBase {
     /// # Errors
     /// When tantivy fails.
     pub fn source_hash(&self, source: &str) -> Result<Option<String>, RagError> {
+        if let Some(remote) = &self.remote {
+            return remote.source_hash(source);
+        }
         let searcher = self.reader.searcher();
         let q = TermQuery::new(Term::from_field_text(self.fields.source, source), IndexRecordOption::Basic);
         let top = searcher.search(&q, &TopDocs::with_limit(1))?;
@@ -135,6 +179,9 @@ impl KnowledgeBase {
     /// # Errors
     /// When tantivy fails.
     pub fn documents(&self) -> Result<Vec<DocumentInfo>, RagError> {
+        if let Some(remote) = &self.remote {
+            return remote.documents();
+        }
         let searcher = self.reader.searcher();
         let mut docs: std::collections::BTreeMap<String, DocumentInfo> = std::collections::BTreeMap::new();
         for (ord, segment) in searcher.segment_readers().iter().enumerate() {
@@ -155,6 +202,11 @@ impl KnowledgeBase {
     /// # Errors
     /// When tantivy fails.
     pub fn chunks_of(&self, doc_id: &str) -> Result<Vec<Chunk>, RagError> {
+        if let Some(remote) = &self.remote {
+            let mut out = remote.chunks_of(doc_id)?;
+            out.sort_by_key(|c| natural_chunk_order(&c.id));
+            return Ok(out);
+        }
         let searcher = self.reader.searcher();
         let q = TermQuery::new(Term::from_field_text(self.fields.doc_id, doc_id), IndexRecordOption::Basic);
         let top = searcher.search(&q, &TopDocs::with_limit(10_000))?;

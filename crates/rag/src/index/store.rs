@@ -1,11 +1,14 @@
 //! [`KbStore`]: finds, creates and caches the knowledge bases under one root directory,
 //! `<root>/<tenant>/<kb>/`. Tenants are directories, so one tenant's search can never see
 //! another's chunks; an open knowledge base is shared, so its reader and dense index are built once.
+//! With Qdrant configured, knowledge bases are collections there instead (every replica sees
+//! the same), found by name.
 
 use super::io_err;
 use super::manifest::{read_manifest, write_manifest};
 use crate::RagError;
-use crate::index::{DenseOptions, KbManifest, KnowledgeBase, validate_name};
+use crate::index::qdrant::QdrantIndex;
+use crate::index::{DenseOptions, KbManifest, KnowledgeBase, QdrantOptions, validate_name};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,12 +19,30 @@ pub struct KbStore {
     root: PathBuf,
     open: Mutex<HashMap<(String, String), Arc<KnowledgeBase>>>,
     dense_options: DenseOptions,
+    qdrant: Option<QdrantOptions>,
 }
 
 impl KbStore {
     /// A store rooted at `root` (created on first write).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), open: Mutex::new(HashMap::new()), dense_options: DenseOptions::default() }
+        Self {
+            root: root.into(),
+            open: Mutex::new(HashMap::new()),
+            dense_options: DenseOptions::default(),
+            qdrant: None,
+        }
+    }
+
+    /// Keeps knowledge bases on the Qdrant server of `options` instead of under the root.
+    #[must_use]
+    pub fn with_qdrant(mut self, options: QdrantOptions) -> Self {
+        self.qdrant = Some(options);
+        self
+    }
+
+    /// The Qdrant server knowledge bases live on, if any.
+    pub fn qdrant(&self) -> Option<&QdrantOptions> {
+        self.qdrant.as_ref()
     }
 
     /// Sets how knowledge bases opened from now on build their dense index.
@@ -50,6 +71,16 @@ impl KbStore {
         let key = (tenant.to_owned(), name.to_owned());
         if let Some(kb) = self.lock().get(&key) {
             return Ok(kb.clone());
+        }
+        if let Some(options) = &self.qdrant {
+            let Some((remote, manifest)) = QdrantIndex::open(options, tenant, name)? else {
+                return Err(RagError::UnknownKb { tenant: tenant.to_owned(), name: name.to_owned() });
+            };
+            let mut kb = KnowledgeBase::in_memory(manifest)?;
+            kb.remote = Some(remote);
+            let kb = Arc::new(kb);
+            self.lock().insert(key, kb.clone());
+            return Ok(kb);
         }
         let dir = self.dir(tenant, name);
         let manifest = read_manifest(&dir, tenant, name)?;
@@ -82,6 +113,11 @@ impl KbStore {
                 }
                 Ok(kb)
             }
+            Err(RagError::UnknownKb { .. }) if self.qdrant.is_some() => {
+                let options = self.qdrant.as_ref().ok_or_else(|| RagError::Qdrant("not configured".into()))?;
+                QdrantIndex::create(options, &manifest)?;
+                self.open(&manifest.tenant, &manifest.name)
+            }
             Err(RagError::UnknownKb { .. }) => {
                 let dir = self.dir(&manifest.tenant, &manifest.name);
                 std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, &e))?;
@@ -97,6 +133,14 @@ impl KbStore {
     /// # Errors
     /// I/O failures.
     pub fn update_manifest(&self, manifest: &KbManifest) -> Result<(), RagError> {
+        if self.qdrant.is_some() {
+            let kb = self.open(&manifest.tenant, &manifest.name)?;
+            if let Some(remote) = &kb.remote {
+                remote.update_manifest(manifest)?;
+            }
+            self.lock().remove(&(manifest.tenant.clone(), manifest.name.clone()));
+            return Ok(());
+        }
         let dir = self.dir(&manifest.tenant, &manifest.name);
         write_manifest(&dir, manifest)?;
         self.lock().remove(&(manifest.tenant.clone(), manifest.name.clone()));
@@ -109,6 +153,11 @@ impl KbStore {
     /// I/O failures other than a missing directory.
     pub fn list(&self, tenant: &str) -> Result<Vec<String>, RagError> {
         validate_name("tenant", tenant)?;
+        if let Some(options) = &self.qdrant {
+            let mut names = QdrantIndex::list(options, tenant)?;
+            names.sort();
+            return Ok(names);
+        }
         let dir = self.root.join(tenant);
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,

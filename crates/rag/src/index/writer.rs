@@ -1,9 +1,11 @@
 //! [`KbWriter`]: one ingest's changes to a knowledge base, made visible by a single tantivy
 //! commit, so a crash part-way leaves the previous index as it was. Only one writer may exist
 //! per knowledge base, across processes (tantivy's lock), which is how concurrent ingests are
-//! refused.
+//! refused. A knowledge base on Qdrant gathers the ingest's changes and sends them at commit
+//! (there, concurrent ingests of one knowledge base are not refused: the last one wins).
 
 use crate::RagError;
+use crate::index::qdrant::SourceUpdate;
 use crate::index::schema::{encode_vector, filterable};
 use crate::index::{Chunk, KnowledgeBase};
 use tantivy::{IndexWriter, TantivyDocument, Term};
@@ -14,18 +16,25 @@ impl KnowledgeBase {
     /// # Errors
     /// [`RagError::Busy`] when another ingest holds the knowledge base.
     pub fn writer(&self) -> Result<KbWriter<'_>, RagError> {
+        if self.remote.is_some() {
+            return Ok(KbWriter { kb: self, writer: None, updates: Vec::new(), removed: Vec::new() });
+        }
         let writer = self.index.writer_with_num_threads(2, 96_000_000).map_err(|e| match e {
             tantivy::TantivyError::LockFailure(..) => RagError::Busy(self.manifest.name.clone()),
             other => RagError::Index(other),
         })?;
-        Ok(KbWriter { kb: self, writer })
+        Ok(KbWriter { kb: self, writer: Some(writer), updates: Vec::new(), removed: Vec::new() })
     }
 }
 
 /// One ingest's changes; nothing is visible until [`KbWriter::commit`].
 pub struct KbWriter<'a> {
     kb: &'a KnowledgeBase,
-    writer: IndexWriter,
+    /// The tantivy writer; `None` for a knowledge base on Qdrant.
+    writer: Option<IndexWriter>,
+    /// What goes to Qdrant at commit.
+    updates: Vec<SourceUpdate>,
+    removed: Vec<String>,
 }
 
 impl KbWriter<'_> {
@@ -68,7 +77,16 @@ impl KbWriter<'_> {
                 )));
             }
         }
-        self.writer.delete_term(Term::from_field_text(f.source, source));
+        let Some(writer) = self.writer.as_mut() else {
+            self.updates.push(SourceUpdate {
+                source: source.to_owned(),
+                hash: hash.to_owned(),
+                chunks: chunks.to_vec(),
+                vectors: vectors.map(<[Vec<f32>]>::to_vec),
+            });
+            return Ok(());
+        };
+        writer.delete_term(Term::from_field_text(f.source, source));
         for (i, c) in chunks.iter().enumerate() {
             let mut doc = TantivyDocument::default();
             doc.add_text(f.chunk_id, &c.id);
@@ -88,28 +106,38 @@ impl KbWriter<'_> {
             if let Some(v) = vectors.and_then(|v| v.get(i)) {
                 doc.add_bytes(f.vector, &encode_vector(v));
             }
-            self.writer.add_document(doc)?;
+            writer.add_document(doc)?;
         }
         Ok(())
     }
 
     /// Removes every chunk of `source`.
     pub fn remove_source(&mut self, source: &str) {
-        self.writer.delete_term(Term::from_field_text(self.kb.fields.source, source));
+        match self.writer.as_mut() {
+            Some(writer) => {
+                writer.delete_term(Term::from_field_text(self.kb.fields.source, source));
+            }
+            None => self.removed.push(source.to_owned()),
+        }
     }
 
     /// Makes the ingest durable and visible, atomically.
     ///
     /// # Errors
     /// When tantivy fails (the previous index stays as it was).
-    pub fn commit(mut self) -> Result<(), RagError> {
-        self.writer.commit()?;
+    pub fn commit(self) -> Result<(), RagError> {
+        let Some(mut writer) = self.writer else {
+            let Some(remote) = &self.kb.remote else { return Ok(()) };
+            let mut analyzer = self.kb.analyzer.clone();
+            return remote.apply(&self.updates, &self.removed, &mut analyzer, &self.kb.manifest);
+        };
+        writer.commit()?;
         // One segment searches fastest; knowledge bases are small enough to merge whole.
         let segments = self.kb.index.searchable_segment_ids()?;
         if segments.len() > 1 {
-            self.writer.merge(&segments).wait()?;
+            writer.merge(&segments).wait()?;
         }
-        self.writer.wait_merging_threads()?;
+        writer.wait_merging_threads()?;
         self.kb.reader.reload()?;
         Ok(())
     }

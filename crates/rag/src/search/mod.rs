@@ -87,6 +87,9 @@ impl KnowledgeBase {
     /// [`RagError::Mismatch`] for a dense search of a knowledge base without vectors or with a
     /// query vector of another dimension; tantivy failures.
     pub fn search_ranked(&self, req: &SearchRequest<'_>, ranking: Ranking<'_>) -> Result<Vec<Hit>, RagError> {
+        if let Some(remote) = &self.remote {
+            return self.remote_hits(remote, req, ranking, false);
+        }
         let searcher = self.reader.searcher();
         let ranked = self.rank(&searcher, req, ranking)?;
         let mut hits = Vec::with_capacity(ranked.len());
@@ -113,6 +116,10 @@ impl KnowledgeBase {
         req: &SearchRequest<'_>,
         ranking: Ranking<'_>,
     ) -> Result<Vec<(String, f32)>, RagError> {
+        if let Some(remote) = &self.remote {
+            let hits = self.remote_hits(remote, req, ranking, true)?;
+            return Ok(hits.into_iter().map(|h| (h.chunk.doc_id, h.score)).collect());
+        }
         let searcher = self.reader.searcher();
         let ranked = self.rank(&searcher, req, ranking)?;
         let mut columns: HashMap<u32, tantivy::columnar::StrColumn> = HashMap::new();
@@ -204,22 +211,7 @@ impl KnowledgeBase {
         k: usize,
         all: bool,
     ) -> Result<Vec<Vec<(DocAddress, f32)>>, RagError> {
-        let Some(embedding) = &self.manifest.embedding else {
-            return Err(RagError::Mismatch(format!(
-                "knowledge base `{}` has no embeddings (it was ingested for keyword search only): search it with \
-                 mode bm25, or re-ingest it with an embedding model",
-                self.manifest.name
-            )));
-        };
-        if vector.len() != embedding.dimension {
-            return Err(RagError::Mismatch(format!(
-                "query vector has {} dimensions; knowledge base `{}` holds {}-dimension vectors of {}",
-                vector.len(),
-                self.manifest.name,
-                embedding.dimension,
-                embedding.model
-            )));
-        }
+        let embedding = self.check_query_vector(vector)?;
         let indexes = self.dense_indexes(searcher, embedding)?;
         let filter_rows = if filters.is_empty() {
             None
@@ -239,6 +231,115 @@ impl KnowledgeBase {
             lists.push(index.search(part, k, allowed.as_ref()));
         }
         Ok(lists)
+    }
+
+    /// The knowledge base's embedding settings, when `vector` can search them.
+    fn check_query_vector(&self, vector: &[f32]) -> Result<&toolgraph_embed::EmbeddingSettings, RagError> {
+        let Some(embedding) = &self.manifest.embedding else {
+            return Err(RagError::Mismatch(format!(
+                "knowledge base `{}` has no embeddings (it was ingested for keyword search only): search it with \
+                 mode bm25, or re-ingest it with an embedding model",
+                self.manifest.name
+            )));
+        };
+        if vector.len() != embedding.dimension {
+            return Err(RagError::Mismatch(format!(
+                "query vector has {} dimensions; knowledge base `{}` holds {}-dimension vectors of {}",
+                vector.len(),
+                self.manifest.name,
+                embedding.dimension,
+                embedding.model
+            )));
+        }
+        Ok(embedding)
+    }
+
+    /// A search of a knowledge base on Qdrant: its lists read there, fused here as the
+    /// embedded index fuses its own.
+    fn remote_hits(
+        &self,
+        remote: &crate::index::qdrant::QdrantIndex,
+        req: &SearchRequest<'_>,
+        ranking: Ranking<'_>,
+        ids_only: bool,
+    ) -> Result<Vec<Hit>, RagError> {
+        let top_k = req.top_k.max(1);
+        let mut analyzer = self.analyzer.clone();
+        let words = terms(&mut analyzer, req.query);
+        let query = |terms, vector, depth, all_models| crate::index::qdrant::ListsQuery {
+            terms,
+            vector,
+            filters: req.filters,
+            depth,
+            all_models,
+            ids_only,
+        };
+        let as_hits = |list: Vec<(String, f32)>, chunks: &mut HashMap<String, Chunk>, bm25: bool| -> Vec<Hit> {
+            list.into_iter()
+                .take(top_k)
+                .enumerate()
+                .filter_map(|(i, (id, score))| {
+                    let rank = Some(ListRank { rank: i + 1, score });
+                    let (b, d) = if bm25 { (rank, None) } else { (None, rank) };
+                    Some(Hit { chunk: chunks.remove(&id)?, score, bm25: b, dense: d, more_dense: Vec::new() })
+                })
+                .collect()
+        };
+        match ranking {
+            Ranking::Bm25 => {
+                if words.is_empty() {
+                    return Err(RagError::EmptyQuery);
+                }
+                let crate::index::qdrant::Lists { keyword, mut chunks, .. } =
+                    remote.lists(&query(Some(&words), None, top_k, false), &self.manifest)?;
+                Ok(as_hits(keyword.unwrap_or_default(), &mut chunks, true))
+            }
+            Ranking::Dense(vector) => {
+                self.check_query_vector(vector)?;
+                let crate::index::qdrant::Lists { dense, mut chunks, .. } =
+                    remote.lists(&query(None, Some(vector), top_k, false), &self.manifest)?;
+                Ok(as_hits(dense.into_iter().next().unwrap_or_default(), &mut chunks, false))
+            }
+            Ranking::Hybrid(vector, fusion) => {
+                self.check_query_vector(vector)?;
+                let depth = fusion.depth.max(top_k);
+                // A query of stopwords only still has a meaning: rank it by the dense lists alone.
+                let keywords = (!words.is_empty()).then_some(words.as_slice());
+                let crate::index::qdrant::Lists { keyword, dense, mut chunks } =
+                    remote.lists(&query(keywords, Some(vector), depth, true), &self.manifest)?;
+                // Fused on small integer keys: each point id's place in `ids`.
+                let mut ids: Vec<String> = Vec::new();
+                let mut index: HashMap<String, usize> = HashMap::new();
+                let mut keyed = |list: Vec<(String, f32)>| -> Vec<(usize, f32)> {
+                    list.into_iter()
+                        .map(|(id, score)| {
+                            let next = ids.len();
+                            let k = *index.entry(id.clone()).or_insert_with(|| {
+                                ids.push(id);
+                                next
+                            });
+                            (k, score)
+                        })
+                        .collect()
+                };
+                let keyword = keyed(keyword.unwrap_or_default());
+                let dense: Vec<Vec<(usize, f32)>> = dense.into_iter().map(&mut keyed).collect();
+                let dense: Vec<&[(usize, f32)]> = dense.iter().map(Vec::as_slice).collect();
+                Ok(fuse_many(&keyword, &dense, &fusion)
+                    .into_iter()
+                    .take(top_k)
+                    .filter_map(|f| {
+                        Some(Hit {
+                            chunk: chunks.remove(ids.get(f.key)?)?,
+                            score: f.score,
+                            bm25: f.bm25,
+                            dense: f.dense,
+                            more_dense: f.more_dense,
+                        })
+                    })
+                    .collect())
+            }
+        }
     }
 
     fn build_query(&self, req: &SearchRequest<'_>) -> Result<Box<dyn Query>, RagError> {

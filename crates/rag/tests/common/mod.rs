@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
+#![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::PathBuf;
 
@@ -16,4 +17,17 @@ pub fn eval_data() -> Option<PathBuf> {
     }
     eprintln!("SKIPPED: evaluation data not found at {}; set TOOLGRAPH_EVAL_DATA", dir.display());
     None
+}
+
+/// The Qdrant server of the tests: the testkit's file, included (the testkit depends on this
+/// crate through the configuration crate, so this crate's tests cannot depend on it).
+#[path = "../../../testkit/src/qdrant.rs"]
+mod qdrant_server;
+pub use qdrant_server::QdrantServer;
+
+impl QdrantServer {
+    /// Options for this server.
+    pub fn options(&self) -> toolgraph_rag::QdrantOptions {
+        toolgraph_rag::QdrantOptions::new(self.url.clone())
+    }
 }
