@@ -202,20 +202,22 @@ impl ChatService {
     /// # Errors
     /// `Store` when the leases cannot be read.
     pub async fn take_over_expired(&self) -> Result<usize, ChatError> {
-        let claim = self.claim();
-        let taken = self.0.store.take_over_expired(&claim, TAKEOVER_BATCH).await?;
-        if taken.is_empty() {
-            return Ok(0);
-        }
         let mut closed = 0;
-        for t in &taken {
-            tracing::warn!(conversation = t.conversation_id, run = %t.run_id, "took over a turn whose lease expired");
-            if self.close_turn(t).await {
-                closed += 1;
+        // Batch after batch until none is left: a dead replica may have held thousands.
+        loop {
+            let claim = self.claim();
+            let taken = self.0.store.take_over_expired(&claim, TAKEOVER_BATCH).await?;
+            for t in &taken {
+                tracing::warn!(conversation = t.conversation_id, run = %t.run_id, "took over a turn whose lease expired");
+                if self.close_turn(t).await {
+                    closed += 1;
+                }
+                self.release(t.conversation_id, &claim.run_id).await;
             }
-            self.release(t.conversation_id, &claim.run_id).await;
+            if taken.len() < TAKEOVER_BATCH || self.0.shutdown.is_cancelled() {
+                return Ok(closed);
+            }
         }
-        Ok(closed)
     }
 
     /// Closes an interrupted turn: a stop record with the interrupted reply in its graph, and

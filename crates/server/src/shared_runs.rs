@@ -6,17 +6,23 @@
 //! copies every marked log's new frames to the store in one batch per round (a few ms apart),
 //! retrying a failed batch (the store keeps the first copy of a frame, so a retry is harmless).
 //! A reader of another replica's run reads the store, then waits for a notice (or polls once a
-//! second, should notices be lost) and reads again, until the run's `done` or `error`.
+//! second, should notices be lost) and reads again, until the run's `done` or `error`. Notices
+//! reach only the readers of their run: one task takes every notice of the store and wakes
+//! the run's watchers, so thousands of readers do not each look at every notice.
 
 use crate::runlog::{Frame, RunLogs, Unpublished};
 use futures::Stream;
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolgraph_conversations::run_events::is_terminal;
 use toolgraph_conversations::{RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore};
+
 
 /// How long the relay gathers frames before publishing a batch.
 const GATHER: Duration = Duration::from_millis(5);
@@ -42,17 +48,101 @@ pub const RETAIN_UNENDED: Duration = Duration::from_secs(3600);
 /// resuming after one of those must still see the end. At least the frames a log keeps.
 pub const TAKEOVER_SEQ_GAP: u64 = crate::runlog::FRAMES_KEPT as u64 + 1;
 
+/// The readers waiting for each run's next frames: a counter per run that the notice task
+/// bumps, with how many readers watch it.
+#[derive(Default)]
+struct Watchers(Mutex<HashMap<String, (watch::Sender<u64>, usize)>>);
+
+impl Watchers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (watch::Sender<u64>, usize)>> {
+        // Nothing panics under this lock; recover rather than cascade if something did.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn watch(self: &Arc<Self>, run: &str) -> Watch {
+        let mut g = self.lock();
+        let entry = g.entry(run.to_owned()).or_insert_with(|| (watch::channel(0).0, 0));
+        entry.1 += 1;
+        Watch { rx: entry.0.subscribe(), run: run.to_owned(), watchers: Arc::clone(self) }
+    }
+
+    fn poke(&self, run: &str) {
+        if let Some((tx, _)) = self.lock().get(run) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn poke_all(&self) {
+        for (tx, _) in self.lock().values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// One reader's interest in a run; gone with the reader.
+struct Watch {
+    rx: watch::Receiver<u64>,
+    run: String,
+    watchers: Arc<Watchers>,
+}
+
+impl Watch {
+    /// Waits for the next notice of the run (or a resync) since the last one seen.
+    async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            // The sender lives while this watch does; should it not, the poll still reads.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut g = self.watchers.lock();
+        if let Some(entry) = g.get_mut(&self.run) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                g.remove(&self.run);
+            }
+        }
+    }
+}
+
+/// Takes every notice of the store and wakes the watchers of its run (all of them on a
+/// resync, or when notices were dropped for a slow task).
+async fn dispatch(
+    mut notices: tokio::sync::broadcast::Receiver<RunEventNotice>,
+    watchers: Arc<Watchers>,
+    stop: CancellationToken,
+) {
+    loop {
+        let notice = tokio::select! {
+            _ = stop.cancelled() => return,
+            n = notices.recv() => n,
+        };
+        match notice {
+            Ok(RunEventNotice::Appended(run)) => watchers.poke(&run),
+            Ok(RunEventNotice::Resync) | Err(RecvError::Lagged(_)) => watchers.poke_all(),
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
 /// The shared store and what this replica has not published to it yet.
 pub struct SharedRuns {
     store: Arc<dyn RunEventStore>,
     unpublished: Arc<Unpublished>,
+    watchers: Arc<Watchers>,
     stop: CancellationToken,
 }
 
 impl SharedRuns {
-    /// Runs shared through `store`.
+    /// Runs shared through `store`. Called inside a Tokio runtime: starts the task that hands
+    /// the store's notices to the readers of each run.
     pub fn new(store: Arc<dyn RunEventStore>) -> Self {
-        Self { store, unpublished: Arc::default(), stop: CancellationToken::new() }
+        let (watchers, stop) = (Arc::<Watchers>::default(), CancellationToken::new());
+        tokio::spawn(dispatch(store.subscribe(), Arc::clone(&watchers), stop.clone()));
+        Self { store, unpublished: Arc::default(), watchers, stop }
     }
 
     /// Where this replica's logs mark new frames.
@@ -152,7 +242,7 @@ impl SharedRuns {
         }
     }
 
-    /// Stops the relay after one last publication.
+    /// Stops the relay after one last publication, and the notices to readers.
     pub fn stop(&self) {
         self.stop.cancel();
     }
@@ -186,8 +276,8 @@ impl SharedRuns {
         owner: (i64, i64),
         after: u64,
     ) -> Result<Option<impl Stream<Item = Frame> + Send + 'static>, String> {
-        // Subscribed before the first read, so nothing appended in between goes unnoticed.
-        let mut notices = self.store.subscribe();
+        // Watched before the first read, so nothing appended in between goes unnoticed.
+        let mut watch = self.watchers.watch(run_id);
         let read = |after| {
             let (store, run_id) = (Arc::clone(&self.store), run_id.to_owned());
             async move {
@@ -203,16 +293,7 @@ impl SharedRuns {
                 break first;
             }
             // Wait for this run's first notice (or a resync), within the grace.
-            let wait = async {
-                loop {
-                    match notices.recv().await {
-                        Ok(RunEventNotice::Appended(id)) if id != run_id => continue,
-                        Err(RecvError::Closed) => std::future::pending::<()>().await,
-                        _ => return,
-                    }
-                }
-            };
-            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+            if tokio::time::timeout_at(deadline, watch.changed()).await.is_err() {
                 return Ok(None);
             }
         };
@@ -232,18 +313,10 @@ impl SharedRuns {
                     break;
                 }
                 if !full {
-                    // Wait for this run's notice, a resync, or the poll.
-                    let poll = tokio::time::sleep(POLL_EVERY);
-                    tokio::pin!(poll);
-                    loop {
-                        tokio::select! {
-                            notice = notices.recv() => match notice {
-                                Ok(RunEventNotice::Appended(id)) if id != run_id => continue,
-                                Ok(_) | Err(RecvError::Lagged(_)) => break,
-                                Err(RecvError::Closed) => { poll.as_mut().await; break }
-                            },
-                            _ = poll.as_mut() => break,
-                        }
+                    // This run's notice, a resync, or the poll.
+                    tokio::select! {
+                        _ = watch.changed() => {}
+                        _ = tokio::time::sleep(POLL_EVERY) => {}
                     }
                 }
                 match tokio::time::timeout(STORE_TIMEOUT, store.read(&run_id, owner, after, READ_FRAMES)).await {
@@ -267,6 +340,13 @@ mod tests {
     use super::*;
     use futures::StreamExt;
     use toolgraph_conversations::MemoryRunEvents;
+
+    impl SharedRuns {
+        /// Runs some reader watches.
+        fn watched(&self) -> usize {
+            self.watchers.lock().len()
+        }
+    }
 
     /// Two replicas' views of one store: frames pushed into a log of "A" reach a reader of "B",
     /// in order and each once, live, and the reader ends with the run.
@@ -304,6 +384,7 @@ mod tests {
         // A reader that resumes after frame 2 gets the rest only.
         let rest: Vec<Frame> = b.follow("run-1", (7, 1), 2).await.unwrap().unwrap().collect().await;
         assert_eq!(rest.iter().map(|f| f.seq).collect::<Vec<_>>(), [3, 4]);
+        assert_eq!(b.watched(), 0, "a reader that ended watches nothing");
         a.stop();
         relay.await.unwrap();
     }
