@@ -49,6 +49,9 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Held streams across replicas, one of them killed midway: how every turn ends, turn
+    /// times and each replica's memory.
+    Streams(crate::bench_streams::StreamsArgs),
     /// Embedding throughput of the local e5 model on a BEIR corpus's first N documents.
     Embed {
         /// A BEIR corpus (corpus.jsonl or .jsonl.gz), e.g. ../shared/data/scifact/corpus.jsonl.gz.
@@ -390,6 +393,12 @@ async fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        BenchCommand::Streams(args) => {
+            let json = args.json;
+            let report = crate::bench_streams::run(args).await?;
+            crate::bench_streams::print(&report, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Chat { model, tokens, json } => {
             let r = tokio::task::spawn_blocking(move || chat_bench(&model, tokens.max(1))).await??;
             if json {

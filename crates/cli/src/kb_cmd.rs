@@ -1,4 +1,5 @@
-//! `toolgraph ingest` and `toolgraph search`: knowledge bases from the command line.
+//! `toolgraph ingest`, `toolgraph search` and `toolgraph kb list|delete`: knowledge bases from
+//! the command line.
 
 use crate::retrieval::{embedder, kb_store, retriever};
 use anyhow::{Context, bail};
@@ -254,4 +255,82 @@ pub async fn search_cmd(args: SearchArgs, cfg: &Config) -> anyhow::Result<ExitCo
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `toolgraph kb`: the knowledge bases themselves.
+#[derive(Debug, clap::Subcommand)]
+pub enum KbCommand {
+    /// The tenant's knowledge bases, with their documents and chunks.
+    List {
+        /// Tenant (default: rag.tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a knowledge base with everything in it (its directory, or its Qdrant collection).
+    Delete {
+        /// Its name.
+        name: String,
+        /// Tenant (default: rag.tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+}
+
+pub async fn kb_cmd(cmd: KbCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
+    let store = kb_store(cfg);
+    match cmd {
+        KbCommand::List { tenant, json } => {
+            let tenant = tenant.unwrap_or_else(|| cfg.rag.tenant.clone());
+            let listed = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Value>> {
+                let mut out = Vec::new();
+                for name in store.list(&tenant)? {
+                    let kb = store.open(&tenant, &name)?;
+                    let m = kb.manifest();
+                    out.push(serde_json::json!({
+                        "name": name,
+                        "analyzer": m.analyzer.code(),
+                        "embedding": m.embedding.as_ref().map(|e| e.model.clone()),
+                        "documents": kb.documents()?.len(),
+                        "chunks": kb.chunk_count(),
+                        "backend": if kb.is_remote() { "qdrant" } else { "embedded" },
+                    }));
+                }
+                Ok(out)
+            })
+            .await
+            .context("the listing task failed")??;
+            if json {
+                println!("{}", Value::Array(listed));
+            } else if listed.is_empty() {
+                println!("no knowledge bases");
+            } else {
+                for kb in &listed {
+                    println!(
+                        "{}  ({}, {} documents, {} chunks, {}{})",
+                        kb["name"].as_str().unwrap_or_default(),
+                        kb["backend"].as_str().unwrap_or_default(),
+                        kb["documents"],
+                        kb["chunks"],
+                        kb["analyzer"].as_str().unwrap_or_default(),
+                        kb["embedding"].as_str().map(|e| format!(", {e}")).unwrap_or_default()
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KbCommand::Delete { name, tenant } => {
+            let tenant = tenant.unwrap_or_else(|| cfg.rag.tenant.clone());
+            let (t, n) = (tenant.clone(), name.clone());
+            let existed =
+                tokio::task::spawn_blocking(move || store.delete(&t, &n)).await.context("the delete task failed")??;
+            if !existed {
+                bail!("no knowledge base `{name}` for tenant `{tenant}`");
+            }
+            println!("deleted knowledge base `{name}` of tenant `{tenant}`");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

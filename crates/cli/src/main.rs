@@ -6,6 +6,7 @@
 mod agent;
 mod allocator;
 mod bench_cmd;
+mod bench_streams;
 mod chat_cmd;
 mod config_cmd;
 mod eval_cmd;
@@ -68,6 +69,9 @@ enum Command {
     Ingest(kb_cmd::IngestArgs),
     /// Search a knowledge base (BM25 with metadata filters).
     Search(kb_cmd::SearchArgs),
+    /// List or delete knowledge bases.
+    #[command(subcommand)]
+    Kb(kb_cmd::KbCommand),
     /// Serve the read tools, the documents and the agents' prompts over MCP on stdio.
     Mcp,
     /// List the plugins of the configured (or given) directories, or check them.
@@ -119,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(args) => chat_cmd::run(args, &cfg).await,
         Command::Ingest(args) => kb_cmd::ingest_cmd(args, &cfg).await,
         Command::Search(args) => kb_cmd::search_cmd(args, &cfg).await,
+        Command::Kb(cmd) => kb_cmd::kb_cmd(cmd, &cfg).await,
         Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
         Command::Mcp => mcp_cmd::run(&cfg).await,
         Command::Guides(cmd) => guides_cmd::run(cmd, &cfg).await,

@@ -24,6 +24,16 @@ fn env(cmd: &mut Command, qdrant: &QdrantServer, model: &ScriptedModelServer) {
         .env("TOOLGRAPH_RAG_TENANT", "demo");
 }
 
+/// `toolgraph ARGS --json` in `dir` against Qdrant: its standard output as JSON.
+fn toolgraph(dir: &std::path::Path, args: &[&str], qdrant: &QdrantServer, model: &ScriptedModelServer) -> Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+    cmd.args(args).arg("--data-dir").arg(dir).stdin(Stdio::null());
+    env(&mut cmd, qdrant, model);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
 fn ingest(dir: &std::path::Path, src: &std::path::Path, qdrant: &QdrantServer, model: &ScriptedModelServer) -> Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
     cmd.args(["ingest"]).arg(src).args(["--kb", "guias", "--json", "--data-dir"]).arg(dir).stdin(Stdio::null());
@@ -144,4 +154,15 @@ async fn every_replica_searches_the_one_knowledge_base_on_qdrant() {
         let (_, old) = search(&r.base, json!({"query": "kubernetes", "kb": "guias", "mode": "bm25"})).await;
         assert_eq!(old["total_results"], 0, "the replaced chunk is gone: {old}");
     }
+
+    // Listed and deleted from any machine.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let listed = toolgraph(elsewhere.path(), &["kb", "list", "--json"], &qdrant, &model);
+    assert_eq!(listed[0]["name"], "guias", "{listed}");
+    assert_eq!((listed[0]["documents"].as_u64(), listed[0]["chunks"].as_u64()), (Some(2), Some(3)), "{listed}");
+    assert_eq!((listed[0]["backend"].as_str(), listed[0]["embedding"].as_str()), (Some("qdrant"), Some("bow")));
+    toolgraph(elsewhere.path(), &["kb", "delete", "guias"], &qdrant, &model);
+    assert_eq!(toolgraph(elsewhere.path(), &["kb", "list", "--json"], &qdrant, &model), json!([]));
+    let (status, _) = search(&a.base, ask).await;
+    assert_eq!(status, 404, "a deleted knowledge base is gone for every replica");
 }

@@ -184,6 +184,13 @@ fn tenants_are_isolated(store_at: &StoreAt) {
     assert!(search(&store, "tenant-b", "docs", "presupuesto", &[]).is_empty(), "B never sees A's chunks");
     assert!(matches!(store.open("../tenant-a", "docs"), Err(RagError::InvalidName(_))));
     assert_eq!(store.list("tenant-a").unwrap(), ["docs"]);
+    // Deleting one tenant's knowledge base leaves the other's, and a fresh store agrees.
+    assert!(store.delete("tenant-a", "docs").unwrap());
+    assert!(!store.delete("tenant-a", "docs").unwrap(), "already gone");
+    let fresh = store_at(&tmp.path().join("kb"));
+    assert!(matches!(fresh.open("tenant-a", "docs"), Err(RagError::UnknownKb { .. })));
+    assert!(fresh.list("tenant-a").unwrap().is_empty());
+    assert_eq!(search(&fresh, "tenant-b", "docs", "horario", &[]).len(), 1);
 }
 
 fn re_ingest_is_incremental_and_changed_files_replace_their_chunks(store_at: &StoreAt) {

@@ -12,6 +12,7 @@ use crate::runlog::{RunLog, RunLogs};
 use crate::shared_runs::SharedRuns;
 use crate::turn::{self, Turn};
 use crate::wire::{ConfirmRequest, ConfirmResponse, PendingActionDto, StreamRequest};
+use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -78,8 +79,10 @@ impl Default for ServiceOptions {
 pub const INTERRUPTED_ERROR: &str =
     "this turn was interrupted (the service running it stopped); its conversation is free, please ask again";
 
-/// Most expired turns one sweep takes over.
+/// Most expired turns one store call takes over.
 const TAKEOVER_BATCH: usize = 100;
+/// Taken-over turns closed at once.
+const TAKEOVER_CONCURRENCY: usize = 16;
 
 /// What a confirm answers.
 #[derive(Debug)]
@@ -207,14 +210,20 @@ impl ChatService {
         loop {
             let claim = self.claim();
             let taken = self.0.store.take_over_expired(&claim, TAKEOVER_BATCH).await?;
-            for t in &taken {
-                tracing::warn!(conversation = t.conversation_id, run = %t.run_id, "took over a turn whose lease expired");
-                if self.close_turn(t).await {
-                    closed += 1;
+            let batch = taken.len();
+            // Closed several at a time: each is a few store round trips, and their clients wait.
+            let closing = futures::stream::iter(taken).map(|t| {
+                let (service, run) = (self.clone(), claim.run_id.clone());
+                async move {
+                    tracing::warn!(conversation = t.conversation_id, run = %t.run_id, "took over a turn whose lease expired");
+                    let was_open = service.close_turn(&t).await;
+                    service.release(t.conversation_id, &run).await;
+                    was_open
                 }
-                self.release(t.conversation_id, &claim.run_id).await;
-            }
-            if taken.len() < TAKEOVER_BATCH || self.0.shutdown.is_cancelled() {
+            });
+            let closing: Vec<bool> = closing.buffer_unordered(TAKEOVER_CONCURRENCY).collect().await;
+            closed += closing.into_iter().filter(|c| *c).count();
+            if batch < TAKEOVER_BATCH || self.0.shutdown.is_cancelled() {
                 return Ok(closed);
             }
         }

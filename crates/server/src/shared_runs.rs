@@ -23,7 +23,6 @@ use tokio_util::sync::CancellationToken;
 use toolgraph_conversations::run_events::is_terminal;
 use toolgraph_conversations::{RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore};
 
-
 /// How long the relay gathers frames before publishing a batch.
 const GATHER: Duration = Duration::from_millis(5);
 /// Most frames in one published batch (the rest go in the next).

@@ -69,6 +69,8 @@ pub struct KnowledgeBase {
     /// The Qdrant collection holding this knowledge base, when it lives there (the tantivy
     /// index then stays empty).
     pub(crate) remote: Option<qdrant::QdrantIndex>,
+    /// When it was opened.
+    pub(crate) opened: std::time::Instant,
 }
 
 impl std::fmt::Debug for KnowledgeBase {
@@ -112,6 +114,7 @@ impl KnowledgeBase {
             dense_options: DenseOptions::default(),
             dense: Mutex::new(None),
             remote: None,
+            opened: std::time::Instant::now(),
         })
     }
 

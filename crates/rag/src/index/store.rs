@@ -13,6 +13,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// How long an open knowledge base on Qdrant is reused before its collection is read again:
+/// another process may have re-created it with another manifest, or deleted it.
+const REMOTE_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Finds and opens knowledge bases under a root directory (`<data_dir>/kb`).
 #[derive(Debug)]
 pub struct KbStore {
@@ -69,8 +73,11 @@ impl KbStore {
         validate_name("tenant", tenant)?;
         validate_name("knowledge base", name)?;
         let key = (tenant.to_owned(), name.to_owned());
-        if let Some(kb) = self.lock().get(&key) {
-            return Ok(kb.clone());
+        let cached = self.lock().get(&key).cloned();
+        if let Some(kb) = cached
+            && (!kb.is_remote() || kb.opened.elapsed() < REMOTE_FRESH)
+        {
+            return Ok(kb);
         }
         if let Some(options) = &self.qdrant {
             let Some((remote, manifest)) = QdrantIndex::open(options, tenant, name)? else {
@@ -145,6 +152,34 @@ impl KbStore {
         write_manifest(&dir, manifest)?;
         self.lock().remove(&(manifest.tenant.clone(), manifest.name.clone()));
         Ok(())
+    }
+
+    /// Deletes a tenant's knowledge base with everything in it (its directory, or its Qdrant
+    /// collection); whether it existed.
+    ///
+    /// # Errors
+    /// [`RagError::InvalidName`]; [`RagError::Busy`] while an ingest writes it (embedded);
+    /// I/O and Qdrant failures.
+    pub fn delete(&self, tenant: &str, name: &str) -> Result<bool, RagError> {
+        validate_name("tenant", tenant)?;
+        validate_name("knowledge base", name)?;
+        let kb = match self.open(tenant, name) {
+            Ok(kb) => kb,
+            Err(RagError::UnknownKb { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        self.lock().remove(&(tenant.to_owned(), name.to_owned()));
+        if kb.is_remote() {
+            kb.drop_remote()?;
+            return Ok(true);
+        }
+        // Holding the writer's lock while the files go: an ingest running elsewhere is refused
+        // rather than left writing into a deleted directory.
+        let writer = kb.writer()?;
+        let dir = self.dir(tenant, name);
+        std::fs::remove_dir_all(&dir).map_err(|e| io_err(&dir, &e))?;
+        drop(writer);
+        Ok(true)
     }
 
     /// The knowledge bases of a tenant, by name.

@@ -88,7 +88,7 @@ impl KnowledgeBase {
     /// query vector of another dimension; tantivy failures.
     pub fn search_ranked(&self, req: &SearchRequest<'_>, ranking: Ranking<'_>) -> Result<Vec<Hit>, RagError> {
         if let Some(remote) = &self.remote {
-            return self.remote_hits(remote, req, ranking, false);
+            return self.remote_hits(remote, req, ranking, false).map_err(|e| self.gone(e));
         }
         let searcher = self.reader.searcher();
         let ranked = self.rank(&searcher, req, ranking)?;
@@ -117,7 +117,7 @@ impl KnowledgeBase {
         ranking: Ranking<'_>,
     ) -> Result<Vec<(String, f32)>, RagError> {
         if let Some(remote) = &self.remote {
-            let hits = self.remote_hits(remote, req, ranking, true)?;
+            let hits = self.remote_hits(remote, req, ranking, true).map_err(|e| self.gone(e))?;
             return Ok(hits.into_iter().map(|h| (h.chunk.doc_id, h.score)).collect());
         }
         let searcher = self.reader.searcher();
@@ -231,6 +231,17 @@ impl KnowledgeBase {
             lists.push(index.search(part, k, allowed.as_ref()));
         }
         Ok(lists)
+    }
+
+    /// A Qdrant 404 (the collection was deleted meanwhile, by another process) as the unknown
+    /// knowledge base it now is.
+    fn gone(&self, e: RagError) -> RagError {
+        match e {
+            RagError::Qdrant(m) if m.starts_with("404") => {
+                RagError::UnknownKb { tenant: self.manifest.tenant.clone(), name: self.manifest.name.clone() }
+            }
+            other => other,
+        }
     }
 
     /// The knowledge base's embedding settings, when `vector` can search them.
