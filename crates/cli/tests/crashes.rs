@@ -8,47 +8,16 @@
 //! `conversationId:toolCallId` as its `Idempotency-Key`: the ledger is what the world saw.
 
 mod common;
-use common::{free_port, serve_command, wait_ready};
+use common::{SmsBackend, free_port, serve_command, sms_data_dir, start_sms_backend, wait_ready};
 
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use toolgraph_agents::react::{INTERRUPTED_CALL, INTERRUPTED_REPLY};
 use toolgraph_testkit::invariants::{self, Observed, WriteLedger};
-
-/// The backend the `send_sms` plugin calls: records each call's key; while `hold` is set it
-/// answers nothing (the process is killed while it waits).
-#[derive(Clone, Default)]
-struct Backend {
-    ledger: Arc<Mutex<WriteLedger>>,
-    hold: Arc<AtomicBool>,
-    arrived: Arc<tokio::sync::Notify>,
-}
-
-async fn start_backend(backend: Backend) -> String {
-    let app = axum::Router::new().route(
-        "/sms",
-        axum::routing::post(
-            |axum::extract::State(b): axum::extract::State<Backend>, headers: axum::http::HeaderMap| async move {
-                let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-                let (conversation, call) = key.split_once(':').unwrap_or(("-1", ""));
-                b.ledger.lock().unwrap().push((conversation.parse().unwrap_or(-1), call.to_owned()));
-                b.arrived.notify_one();
-                if b.hold.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                }
-                axum::Json(json!({"sent": true}))
-            },
-        ),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app.with_state(backend)).await });
-    url
-}
 
 /// How the model answers a tool's result: at once, or a word and then a stall.
 const REPLY_NOW: u8 = 0;
@@ -72,44 +41,6 @@ fn model_responder(mode: Arc<AtomicU8>) -> impl Fn(&Value) -> Reply + Send + Syn
             _ => Reply::text("De nada."),
         }
     }
-}
-
-/// A data directory with the `send_sms` plugin pointing at `backend_url`, and its config.
-fn data_dir(backend_url: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let plugin = dir.path().join("plugins/send_sms");
-    std::fs::create_dir_all(&plugin).unwrap();
-    std::fs::write(
-        plugin.join("plugin.toml"),
-        format!(
-            r#"name = "send_sms"
-version = "1.0.0"
-description = "Sends a text message."
-kind = "http"
-class = "write"
-describe = "Send {{text}} to {{to}}"
-
-[parameters.to]
-type = "string"
-description = "Recipient."
-required = true
-
-[parameters.text]
-type = "string"
-description = "Text."
-required = true
-
-[http]
-url = "{backend_url}/sms"
-headers = {{ "Idempotency-Key" = "{{ctx.conversationId}}:{{ctx.toolCallId}}" }}
-"#
-        ),
-    )
-    .unwrap();
-    let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, format!("[plugins]\ndirs = [{:?}]\n", dir.path().join("plugins").display().to_string()))
-        .unwrap();
-    (dir, config)
 }
 
 struct Serve {
@@ -188,7 +119,7 @@ async fn messages(dir: &std::path::Path, conversation: i64) -> Vec<(String, Stri
 /// A running `serve` with the `send_sms` plugin, its backend and model, and a conversation
 /// whose write action awaits its decision.
 struct Scene {
-    backend: Backend,
+    backend: SmsBackend,
     model: ScriptedModelServer,
     dir: tempfile::TempDir,
     config: std::path::PathBuf,
@@ -199,11 +130,11 @@ struct Scene {
 }
 
 async fn scene(mode: Arc<AtomicU8>) -> Scene {
-    let backend = Backend::default();
-    let url = start_backend(backend.clone()).await;
+    let backend = SmsBackend::default();
+    let url = start_sms_backend(backend.clone()).await;
     let model = ScriptedModelServer::start(vec![]).await.unwrap();
     model.set_responder(model_responder(mode));
-    let (dir, config) = data_dir(&url);
+    let (dir, config) = sms_data_dir(&url);
     let port = free_port();
     let serve = start_serve(dir.path(), &config, &model, port).await;
     let (conversation, pending) = ask_for_the_action(&serve.base).await;

@@ -6,54 +6,22 @@
 //! PostgreSQL drops and comes back loses no event of the runs it relays.
 
 mod common;
-use common::{free_port, serve_command, wait_ready};
+use common::{SmsBackend, free_port, serve_command, sms_data_dir, start_sms_backend, wait_ready};
 
 use futures::StreamExt;
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::{Value, json};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use toolgraph_agents::react::{INTERRUPTED_CALL, INTERRUPTED_REPLY};
 use toolgraph_testkit::PgSchema;
 use toolgraph_testkit::fault_proxy::{Fault, FaultProxy};
-use toolgraph_testkit::invariants::{self, Observed, WriteLedger};
+use toolgraph_testkit::invariants::{self, Observed};
 
 /// Words of the counting reply, streamed 120 ms apart.
 const COUNT: [&str; 12] =
     ["uno ", "dos ", "tres ", "cuatro ", "cinco ", "seis ", "siete ", "ocho ", "nueve ", "diez ", "once ", "doce"];
-
-/// The backend the `send_sms` plugin calls: a ledger of each call's key; while `hold` is set it
-/// answers nothing (the replica is killed while it waits).
-#[derive(Clone, Default)]
-struct Backend {
-    ledger: Arc<Mutex<WriteLedger>>,
-    hold: Arc<AtomicBool>,
-    arrived: Arc<tokio::sync::Notify>,
-}
-
-async fn start_backend(backend: Backend) -> String {
-    let app = axum::Router::new().route(
-        "/sms",
-        axum::routing::post(
-            |axum::extract::State(b): axum::extract::State<Backend>, headers: axum::http::HeaderMap| async move {
-                let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-                let (conversation, call) = key.split_once(':').unwrap_or(("-1", ""));
-                b.ledger.lock().unwrap().push((conversation.parse().unwrap_or(-1), call.to_owned()));
-                b.arrived.notify_one();
-                if b.hold.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                }
-                axum::Json(json!({"sent": true}))
-            },
-        ),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app.with_state(backend)).await });
-    url
-}
 
 /// "escribe …" → `send_sms`; "cuenta" → the counting reply, word by word; "cuelga" → a word,
 /// then nothing (the replica is killed meanwhile); a tool result → "Enviado."; else "De nada.".
@@ -81,44 +49,6 @@ fn responder(req: &Value) -> Reply {
         }
         _ => Reply::text("De nada."),
     }
-}
-
-/// A data directory with the `send_sms` plugin calling `backend_url`, and its config.
-fn data_dir(backend_url: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let plugin = dir.path().join("plugins/send_sms");
-    std::fs::create_dir_all(&plugin).unwrap();
-    std::fs::write(
-        plugin.join("plugin.toml"),
-        format!(
-            r#"name = "send_sms"
-version = "1.0.0"
-description = "Sends a text message."
-kind = "http"
-class = "write"
-describe = "Send {{text}} to {{to}}"
-
-[parameters.to]
-type = "string"
-description = "Recipient."
-required = true
-
-[parameters.text]
-type = "string"
-description = "Text."
-required = true
-
-[http]
-url = "{backend_url}/sms"
-headers = {{ "Idempotency-Key" = "{{ctx.conversationId}}:{{ctx.toolCallId}}" }}
-"#
-        ),
-    )
-    .unwrap();
-    let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, format!("[plugins]\ndirs = [{:?}]\n", dir.path().join("plugins").display().to_string()))
-        .unwrap();
-    (dir, config)
 }
 
 /// The URL of the test's schema on the server at `host:port`.
@@ -162,7 +92,7 @@ impl Drop for Replica {
 struct Cluster {
     schema: PgSchema,
     model: ScriptedModelServer,
-    backend: Backend,
+    backend: SmsBackend,
     dir: tempfile::TempDir,
     config: std::path::PathBuf,
 }
@@ -173,8 +103,8 @@ impl Cluster {
         let schema = PgSchema::create().await?;
         let model = ScriptedModelServer::start(vec![]).await.unwrap();
         model.set_responder(responder);
-        let backend = Backend::default();
-        let (dir, config) = data_dir(&start_backend(backend.clone()).await);
+        let backend = SmsBackend::default();
+        let (dir, config) = sms_data_dir(&start_sms_backend(backend.clone()).await);
         Some(Self { schema, model, backend, dir, config })
     }
 

@@ -17,6 +17,7 @@ use toolgraph_rag::{
 };
 use toolgraph_rag::{SearchQuery, search_json};
 
+#[macro_use]
 mod common;
 
 /// The scripted model server on its own runtime thread (these tests are synchronous, like
@@ -455,22 +456,6 @@ fn two_models_and_filters(store_at: &StoreAt) {
     let hybrid = retriever.search(&kb, &SearchRequest { query: "exam", filters: &range, top_k: 10 }, None).unwrap();
     assert_eq!(hybrid.len(), 4);
     assert!(hybrid.iter().all(|h| h.chunk.doc_id.ends_with("-2022.md")));
-}
-
-/// The backend-independent tests, once per backend.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(#[test] fn $name() { super::$name(&|dir| toolgraph_rag::KbStore::new(dir)) })*
-        }
-        mod qdrant {
-            $(#[test] fn $name() {
-                let Some(server) = super::common::QdrantServer::start() else { return };
-                let options = server.options();
-                super::$name(&move |dir| toolgraph_rag::KbStore::new(dir).with_qdrant(options.clone()))
-            })*
-        }
-    };
 }
 
 on_both_backends!(

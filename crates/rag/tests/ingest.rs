@@ -3,6 +3,7 @@
 //! tests of what a knowledge base keeps and finds run on both backends: the embedded index and
 //! a real Qdrant server (`qdrant::…`).
 
+#[macro_use]
 mod common;
 
 use common::eval_data;
@@ -428,22 +429,6 @@ mod parser_props {
             judged(Format::Pdf, &bytes);
         }
     }
-}
-
-/// The backend-independent tests, once per backend.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(#[test] fn $name() { super::$name(&|dir| toolgraph_rag::KbStore::new(dir)) })*
-        }
-        mod qdrant {
-            $(#[test] fn $name() {
-                let Some(server) = super::common::QdrantServer::start() else { return };
-                let options = server.options();
-                super::$name(&move |dir| toolgraph_rag::KbStore::new(dir).with_qdrant(options.clone()))
-            })*
-        }
-    };
 }
 
 on_both_backends!(

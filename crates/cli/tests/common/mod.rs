@@ -80,3 +80,75 @@ pub fn event_data(body: &str, event: &str) -> serde_json::Value {
         .find_map(|(name, data)| (name == event).then_some(data))
         .unwrap_or_else(|| panic!("no {event} event: {body}"))
 }
+
+/// The backend an `http` write plugin (`send_sms`) calls in the crash and replica tests: a
+/// ledger of each call's `Idempotency-Key` (`conversationId:toolCallId`), what the world saw;
+/// while `hold` is set it answers nothing (the process is killed while it waits).
+#[derive(Clone, Default)]
+pub struct SmsBackend {
+    pub ledger: std::sync::Arc<std::sync::Mutex<toolgraph_testkit::invariants::WriteLedger>>,
+    pub hold: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub arrived: std::sync::Arc<tokio::sync::Notify>,
+}
+
+/// Serves `backend` on a loopback port; its base URL.
+pub async fn start_sms_backend(backend: SmsBackend) -> String {
+    use std::sync::atomic::Ordering;
+    let app = axum::Router::new().route(
+        "/sms",
+        axum::routing::post(
+            |axum::extract::State(b): axum::extract::State<SmsBackend>, headers: axum::http::HeaderMap| async move {
+                let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                let (conversation, call) = key.split_once(':').unwrap_or(("-1", ""));
+                b.ledger.lock().unwrap().push((conversation.parse().unwrap_or(-1), call.to_owned()));
+                b.arrived.notify_one();
+                if b.hold.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                axum::Json(serde_json::json!({"sent": true}))
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app.with_state(backend)).await });
+    url
+}
+
+/// A data directory with the `send_sms` plugin pointing at `backend_url`, and its config.
+pub fn sms_data_dir(backend_url: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("plugins/send_sms");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::write(
+        plugin.join("plugin.toml"),
+        format!(
+            r#"name = "send_sms"
+version = "1.0.0"
+description = "Sends a text message."
+kind = "http"
+class = "write"
+describe = "Send {{text}} to {{to}}"
+
+[parameters.to]
+type = "string"
+description = "Recipient."
+required = true
+
+[parameters.text]
+type = "string"
+description = "Text."
+required = true
+
+[http]
+url = "{backend_url}/sms"
+headers = {{ "Idempotency-Key" = "{{ctx.conversationId}}:{{ctx.toolCallId}}" }}
+"#
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(&config, format!("[plugins]\ndirs = [{:?}]\n", dir.path().join("plugins").display().to_string()))
+        .unwrap();
+    (dir, config)
+}

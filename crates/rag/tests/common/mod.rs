@@ -31,3 +31,22 @@ impl QdrantServer {
         toolgraph_rag::QdrantOptions::new(self.url.clone())
     }
 }
+
+/// Instantiates the named backend-independent tests once per backend: `embedded::NAME` on the
+/// embedded index, `qdrant::NAME` on a real Qdrant server. Each test takes the function that
+/// makes its store at a directory.
+#[allow(unused_macros)] // each test binary uses its own subset
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[test] fn $name() { super::$name(&|dir| toolgraph_rag::KbStore::new(dir)) })*
+        }
+        mod qdrant {
+            $(#[test] fn $name() {
+                let Some(server) = super::common::QdrantServer::start() else { return };
+                let options = server.options();
+                super::$name(&move |dir| toolgraph_rag::KbStore::new(dir).with_qdrant(options.clone()))
+            })*
+        }
+    };
+}
