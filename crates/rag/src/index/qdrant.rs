@@ -45,7 +45,7 @@ pub struct QdrantOptions {
     pub api_key: Option<String>,
     /// Time limit of each request.
     pub timeout: Duration,
-    /// Prefix of collection names (`<prefix><tenant>__<kb>`).
+    /// Prefix of collection names (`<prefix><tenant length>_<tenant>_<kb>`).
     pub prefix: String,
 }
 
@@ -55,12 +55,11 @@ impl QdrantOptions {
         Self { url: url.into(), api_key: None, timeout: Duration::from_secs(30), prefix: "tg_".into() }
     }
 
-    /// The collection of a tenant's knowledge base.
+    /// The collection of a tenant's knowledge base. The tenant's length comes first: names
+    /// may contain `_` (validate_name), and without it tenant `a` with knowledge base `b_c` and
+    /// tenant `a_b` with `c` would share a collection.
     pub fn collection(&self, tenant: &str, kb: &str) -> String {
-        // Tenant and knowledge-base names are letters, digits, `-` and `_` (validate_name):
-        // `__` cannot be mistaken for part of either... except a name with `__` in it, which
-        // the prefix listing below parses from the left, as it was written.
-        format!("{}{tenant}__{kb}", self.prefix)
+        format!("{}{}_{tenant}_{kb}", self.prefix, tenant.len())
     }
 }
 
@@ -288,6 +287,12 @@ impl QdrantIndex {
         let manifest: KbManifest = serde_json::from_value(meta["manifest"].clone()).map_err(|e| {
             RagError::Qdrant(format!("collection `{collection}` has no toolgraph manifest in its metadata: {e}"))
         })?;
+        if manifest.tenant != tenant || manifest.name != name {
+            return Err(RagError::Qdrant(format!(
+                "collection `{collection}` holds knowledge base `{}` of tenant `{}`, not `{name}` of `{tenant}`",
+                manifest.name, manifest.tenant
+            )));
+        }
         let stats = serde_json::from_value(meta["stats"].clone()).unwrap_or_default();
         let index = Self::with(http, options, collection, tenant, &manifest, stats);
         Ok(Some((index, manifest)))
@@ -699,5 +704,9 @@ mod tests {
         assert_ne!(a, point_id("tg_t__kb2", "doc::1.0"));
         assert_eq!(a.len(), 36);
         assert_eq!(vector_name("intfloat/multilingual-e5-small"), "intfloat_multilingual-e5-small");
+        // Names with `_` never share a collection.
+        let o = QdrantOptions::new("http://q");
+        assert_ne!(o.collection("a", "b_c"), o.collection("a_b", "c"));
+        assert_eq!(o.collection("demo", "guias"), "tg_4_demo_guias");
     }
 }
