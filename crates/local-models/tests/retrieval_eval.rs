@@ -95,6 +95,38 @@ fn alqac_sub_corpus_dense_and_hybrid() {
     check("alqac", &ds, Analyzer::Vietnamese, &e5, ALQAC);
 }
 
+/// The same dense and hybrid (DBSF) runs on a Qdrant server score within half a point of
+/// nDCG@10 of the embedded index, with the same vectors (from the cache).
+#[test]
+fn dense_and_hybrid_on_qdrant_stay_within_half_a_point_of_the_embedded_index() {
+    let (Some(dir), Some(e5)) = (eval_data(), embedder()) else { return };
+    let Some(server) = toolgraph_testkit::qdrant::QdrantServer::start() else { return };
+    let qdrant = toolgraph_rag::QdrantOptions::new(server.url.clone());
+    for (set, analyzer) in [("scifact", Analyzer::English), ("alqac/beir_format", Analyzer::Vietnamese)] {
+        let ds = BeirDataset::load(&dir.join(set)).unwrap().sub_corpus(100, 300);
+        for mode in [SearchMode::Dense, SearchMode::Hybrid] {
+            let options = EvalOptions {
+                mode,
+                embedder: Some(&e5),
+                fusion: Fusion { method: FusionMethod::Dbsf, ..Fusion::default() },
+                cache: Some(EmbeddingCache::new(EmbeddingCache::default_dir())),
+                ..EvalOptions::bm25(analyzer)
+            };
+            let embedded = evaluate(&ds, &options, &mut |_, _| {}).unwrap();
+            let on_qdrant =
+                evaluate(&ds, &EvalOptions { qdrant: Some(qdrant.clone()), ..options }, &mut |_, _| {}).unwrap();
+            eprintln!("{set} {mode:?}: embedded {:.4}, qdrant {:.4}", embedded.ndcg_at_10, on_qdrant.ndcg_at_10);
+            assert_eq!(on_qdrant.index, "qdrant");
+            assert!(
+                (on_qdrant.ndcg_at_10 - embedded.ndcg_at_10).abs() <= 0.005,
+                "{set} {mode:?}: nDCG@10 on Qdrant {:.4} vs embedded {:.4}",
+                on_qdrant.ndcg_at_10,
+                embedded.ndcg_at_10
+            );
+        }
+    }
+}
+
 /// e5 and MiniLM side by side, as `rag.second_embedding = "minilm"` configures them.
 fn two_models() -> Option<CombinedEmbedder> {
     let minilm = common::weights_or_skip("the MiniLM weights", MiniLmEmbedder::load_default())?;
