@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use toolgraph_agents::legal::answer::{choice, true_or_false};
 use toolgraph_agents::legal::{AnswerWriter, Chunk, LawLibrary, cite, cited_labels};
 use toolgraph_config::Config;
@@ -145,7 +146,12 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let kb =
         args.kb.clone().or_else(|| cfg.tools.legal.as_ref().map(|l| l.kb.clone())).unwrap_or_else(|| "luat".into());
     let store = crate::retrieval::kb_store(cfg);
-    if store.open(&cfg.rag.tenant, &kb).is_err() {
+    // Blocking: opening a knowledge base on Qdrant is an HTTP call.
+    let found = {
+        let (store, tenant, kb) = (Arc::clone(&store), cfg.rag.tenant.clone(), kb.clone());
+        tokio::task::spawn_blocking(move || store.open(&tenant, &kb).is_ok()).await.context("the open task failed")?
+    };
+    if !found {
         bail!(
             "knowledge base '{kb}' not found for tenant '{}': ingest the laws first, e.g. toolgraph ingest \
              law.json --kb {kb} --mapping examples/kb/alqac-mapping.toml",

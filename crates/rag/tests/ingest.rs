@@ -20,6 +20,40 @@ fn write(dir: &Path, rel: &str, body: impl AsRef<[u8]>) -> PathBuf {
     path
 }
 
+/// On Qdrant, an ingest that failed part-way (its points left incomplete) is done again by
+/// the next one, which leaves one copy of each chunk; and records of the same id in two files
+/// are two chunks, as in the embedded index.
+#[test]
+fn qdrant_redoes_an_ingest_that_failed_part_way_and_keeps_same_id_records_apart() {
+    let Some(server) = common::QdrantServer::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("notes");
+    write(&dir, "a.md", "# Docker\nDocker usa imágenes.");
+    write(&dir, "b.md", "# Vagrant\nVagrant usa cajas.");
+    write(&dir, "r1.json", r#"[{"id": "1", "text": "Ansible configura servidores."}]"#);
+    write(&dir, "r2.json", r#"[{"id": "1", "text": "Terraform describe infraestructura."}]"#);
+    let store = KbStore::new(tmp.path().join("kb")).with_qdrant(server.options());
+    let run = || ingest(&store, "t", "k", std::slice::from_ref(&dir), &IngestOptions::default(), &NoProgress).unwrap();
+    assert_eq!(run().total_chunks, 4);
+    assert_eq!(search(&store, "t", "k", "ansible", &[]).len(), 1);
+    assert_eq!(search(&store, "t", "k", "terraform", &[]).len(), 1, "both records with id 1 are kept");
+    // As an ingest that died before marking its points complete leaves them.
+    let collection = server.options().collection("t", "k");
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/collections/{collection}/points/payload?wait=true", server.url))
+        .json(
+            &json!({"payload": {"complete": false}, "filter": {"must": [{"key": "tenant", "match": {"value": "t"}}]}}),
+        )
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let again = run();
+    assert_eq!((again.indexed, again.unchanged, again.total_chunks), (4, 0, 4), "every source done again, once");
+    let unchanged = run();
+    assert_eq!((unchanged.indexed, unchanged.unchanged), (0, 4), "and then complete");
+    assert_eq!(search(&store, "t", "k", "docker imágenes", &[]).len(), 1, "one copy of each chunk");
+}
+
 /// Makes the store under test at a directory: embedded, or on a Qdrant server.
 type StoreAt = dyn Fn(&Path) -> KbStore;
 

@@ -113,10 +113,16 @@ pub struct Unpublished {
 }
 
 impl Unpublished {
-    fn mark(&self, run: &Arc<str>) {
+    /// Marks `run` (again): its log has frames to publish.
+    pub(crate) fn mark(&self, run: &Arc<str>) {
         self.runs.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(run));
         // `notify_one` keeps a permit when nobody waits, so a mark is never missed.
         self.wake.notify_one();
+    }
+
+    /// Whether no run is marked.
+    pub fn is_empty(&self) -> bool {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
     /// The marked runs, each once; the marks are cleared.

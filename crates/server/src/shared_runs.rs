@@ -163,7 +163,8 @@ impl SharedRuns {
             if !stopping {
                 tokio::time::sleep(GATHER).await;
             }
-            match self.publish(&logs).await {
+            let published = if stopping { self.publish_all(&logs).await } else { self.publish(&logs).await };
+            match published {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(e) if stopping => {
                     tracing::warn!(error = %e, "cannot publish the last run events before stopping");
@@ -187,8 +188,17 @@ impl SharedRuns {
         }
     }
 
-    /// Publishes every marked log's new frames in one batch. A log left over (past the batch
-    /// size) or whose batch failed is marked again.
+    /// Publishes batch after batch until no log is marked (stopping: what every run streamed
+    /// last, its `error` among it, must reach the other replicas).
+    async fn publish_all(&self, logs: &RunLogs) -> Result<(), String> {
+        while !self.unpublished.is_empty() {
+            self.publish(logs).await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes the marked logs' new frames in one batch of at most [`BATCH_FRAMES`] (a
+    /// log's frames go whole). A log left over, or whose batch failed, is marked again.
     async fn publish(&self, logs: &RunLogs) -> Result<(), String> {
         let mut batch = Vec::new();
         let mut published = Vec::new();
@@ -196,7 +206,8 @@ impl SharedRuns {
         for run in self.unpublished.take() {
             let Some(log) = logs.any(&run) else { continue };
             if frames_in_batch >= BATCH_FRAMES {
-                log.mark_unpublished();
+                // Untaken, its log is still marked dirty: only the list needs it back.
+                self.unpublished.mark(&run);
                 continue;
             }
             let frames = log.take_unpublished();
@@ -407,6 +418,35 @@ mod tests {
         assert_eq!((frames[0].seq, frames[0].event.as_ref()), (2 + TAKEOVER_SEQ_GAP, "error"));
         assert_eq!(frames[0].data, "{\"message\":\"interrupted\"}");
         assert_eq!(store.last("r").await.unwrap(), Some((2 + TAKEOVER_SEQ_GAP, true)), "ended once");
+    }
+
+    /// More frames than one batch holds: the logs left over go in the next rounds, and every
+    /// run's frames arrive, its later frames too.
+    #[tokio::test]
+    async fn logs_past_a_full_batch_are_published_in_the_next_rounds() {
+        let store = Arc::new(MemoryRunEvents::default());
+        let shared = Arc::new(SharedRuns::new(store.clone()));
+        let logs = Arc::new(RunLogs::published(shared.unpublished()));
+        let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
+        let runs = 3 * BATCH_FRAMES / 100;
+        let all: Vec<_> = (0..runs).map(|i| logs.create(&format!("r{i}"), (1, 1))).collect();
+        for log in &all {
+            for n in 0..100 {
+                log.push("token", &n);
+            }
+        }
+        for log in &all {
+            log.push("done", &serde_json::json!({}));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        for i in 0..runs {
+            while store.last(&format!("r{i}")).await.unwrap() != Some((101, true)) {
+                assert!(tokio::time::Instant::now() < deadline, "run r{i} never fully published");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        shared.stop();
+        relay.await.unwrap();
     }
 
     /// A failed publication is retried, and the frames arrive once.

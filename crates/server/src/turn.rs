@@ -82,11 +82,14 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     // renewal does not lose it.
     let lease = Duration::from_millis(turn.claim.lease_ms.max(3) as u64);
     let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + lease / 3, lease / 3);
+    let mut renewed_at = Instant::now();
     loop {
         let event = tokio::select! {
             event = run.next_event() => event,
             _ = renewal.tick() => {
-                renew(service, turn).await;
+                if renew(service, turn, renewed_at.elapsed() >= lease).await {
+                    renewed_at = Instant::now();
+                }
                 continue;
             }
         };
@@ -209,17 +212,28 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     result
 }
 
-/// Renews the turn's lease; a run that lost it (it expired and another run took the
-/// conversation) is cancelled, so two runs never work on one conversation.
-async fn renew(service: &ChatService, turn: &Turn) {
+/// Renews the turn's lease; whether it did. A run that lost it (it expired and another run
+/// took the conversation) is cancelled, so two runs never work on one conversation; so is one
+/// whose lease ran out (`expired`) while the store could not be reached, since another replica
+/// may be taking its turn over right now.
+async fn renew(service: &ChatService, turn: &Turn, expired: bool) -> bool {
     match service.store().renew_turn(turn.conversation, &turn.claim).await {
-        Ok(true) => {}
+        Ok(true) => true,
         Ok(false) => {
             tracing::error!(run = %turn.run_id(), conversation = turn.conversation, "lost the conversation's lease; cancelling the run");
             turn.cancel.cancel();
+            false
+        }
+        Err(e) if expired => {
+            tracing::error!(run = %turn.run_id(), error = %e, "the conversation's lease ran out unrenewed; cancelling the run");
+            turn.cancel.cancel();
+            false
         }
         // The store is unreachable: the run goes on, and the next renewal tries again.
-        Err(e) => tracing::warn!(run = %turn.run_id(), error = %e, "cannot renew the conversation's lease"),
+        Err(e) => {
+            tracing::warn!(run = %turn.run_id(), error = %e, "cannot renew the conversation's lease");
+            false
+        }
     }
 }
 

@@ -107,10 +107,11 @@ fn term_index(term: &str) -> u32 {
     h
 }
 
-/// A point id for a chunk: a UUID from the hash of its knowledge base and id.
-fn point_id(collection: &str, chunk_id: &str) -> String {
+/// A point id for a chunk: a UUID from the hash of its knowledge base, source and id (two
+/// sources may hold records with the same id, which the embedded index keeps apart too).
+fn point_id(collection: &str, source: &str, chunk_id: &str) -> String {
     use sha2::Digest;
-    let d = sha2::Sha256::digest(format!("{collection}\u{0}{chunk_id}").as_bytes());
+    let d = sha2::Sha256::digest(format!("{collection}\u{0}{source}\u{0}{chunk_id}").as_bytes());
     let h = hex::encode(&d[..16]);
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
@@ -341,6 +342,8 @@ impl QdrantIndex {
             ("tenant", json!({ "type": "keyword", "is_tenant": true })),
             ("source", json!("keyword")),
             ("doc_id", json!("keyword")),
+            ("ingest", json!("keyword")),
+            ("complete", json!("bool")),
         ] {
             let body = json!({ "field_name": field, "field_schema": schema });
             let path = format!("/collections/{collection}/index?wait=true");
@@ -403,15 +406,20 @@ impl QdrantIndex {
         analyzer: &mut tantivy::tokenizer::TextAnalyzer,
         manifest: &KbManifest,
     ) -> Result<(), RagError> {
-        let sources: Vec<&str> =
-            updates.iter().map(|u| u.source.as_str()).chain(removed.iter().map(String::as_str)).collect();
-        if !sources.is_empty() {
+        // This ingest's points carry its id and `complete: false` until every one is written;
+        // then the sources' other points (their previous versions, or an earlier ingest's that
+        // failed part-way) go, and the new ones are marked complete. A source whose hash is read
+        // only from complete points is ingested again after any failure on the way.
+        let ingest_id = {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            format!("{}-{nanos}", std::process::id())
+        };
+        if !removed.is_empty() {
             let filter = json!({ "must": [
                 { "key": "tenant", "match": { "value": self.tenant } },
-                { "key": "source", "match": { "any": sources } },
+                { "key": "source", "match": { "any": removed } },
             ]});
-            let path = format!("/collections/{}/points/delete?wait=true", self.collection);
-            self.call(reqwest::Method::POST, &path, Some(&json!({ "filter": filter })))?;
+            self.delete_points(&filter)?;
         }
         // Terms of every chunk's two keyword fields, as the embedded index analyses them.
         let mut analysed = Vec::new();
@@ -451,7 +459,7 @@ impl QdrantIndex {
                     }
                 }
                 points.push(json!({
-                    "id": point_id(&self.collection, &c.id),
+                    "id": point_id(&self.collection, &u.source, &c.id),
                     "vector": vector,
                     "payload": {
                         "tenant": self.tenant,
@@ -459,6 +467,8 @@ impl QdrantIndex {
                         "doc_id": c.doc_id,
                         "source": u.source,
                         "source_hash": u.hash,
+                        "ingest": ingest_id,
+                        "complete": false,
                         "title": c.title,
                         "headings": c.headings,
                         "text": c.text,
@@ -476,8 +486,26 @@ impl QdrantIndex {
         if !points.is_empty() {
             self.upsert(points)?;
         }
+        let sources: Vec<&str> = updates.iter().map(|u| u.source.as_str()).collect();
+        if !sources.is_empty() {
+            let tenant = json!({ "key": "tenant", "match": { "value": self.tenant } });
+            let of_sources = json!({ "key": "source", "match": { "any": sources } });
+            let this_ingest = json!({ "key": "ingest", "match": { "value": ingest_id } });
+            self.delete_points(
+                &json!({ "must": [tenant.clone(), of_sources.clone()], "must_not": [this_ingest.clone()] }),
+            )?;
+            let body =
+                json!({ "payload": { "complete": true }, "filter": { "must": [tenant, of_sources, this_ingest] } });
+            let path = format!("/collections/{}/points/payload?wait=true", self.collection);
+            self.call(reqwest::Method::POST, &path, Some(&body))?;
+        }
         *self.stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = stats;
         self.write_metadata(manifest, stats)
+    }
+
+    fn delete_points(&self, filter: &Value) -> Result<(), RagError> {
+        let path = format!("/collections/{}/points/delete?wait=true", self.collection);
+        self.call(reqwest::Method::POST, &path, Some(&json!({ "filter": filter }))).map(|_| ())
     }
 
     fn upsert(&self, points: Vec<Value>) -> Result<(), RagError> {
@@ -601,9 +629,11 @@ impl QdrantIndex {
     /// # Errors
     /// [`RagError::Qdrant`].
     pub(crate) fn source_hash(&self, source: &str) -> Result<Option<String>, RagError> {
+        // Only a complete point's: an ingest that failed part-way left its points incomplete.
         let body = json!({ "filter": { "must": [
             { "key": "tenant", "match": { "value": self.tenant } },
             { "key": "source", "match": { "value": source } },
+            { "key": "complete", "match": { "value": true } },
         ] }, "limit": 1, "with_payload": ["source_hash"] });
         let r =
             self.call(reqwest::Method::POST, &format!("/collections/{}/points/scroll", self.collection), Some(&body))?;
@@ -699,9 +729,10 @@ mod tests {
 
     #[test]
     fn point_ids_are_stable_uuids_per_knowledge_base() {
-        let a = point_id("tg_t__kb", "doc::1.0");
-        assert_eq!(a, point_id("tg_t__kb", "doc::1.0"));
-        assert_ne!(a, point_id("tg_t__kb2", "doc::1.0"));
+        let a = point_id("tg_t__kb", "a.json", "doc::1.0");
+        assert_eq!(a, point_id("tg_t__kb", "a.json", "doc::1.0"));
+        assert_ne!(a, point_id("tg_t__kb2", "a.json", "doc::1.0"));
+        assert_ne!(a, point_id("tg_t__kb", "b.json", "doc::1.0"), "records of the same id in two files");
         assert_eq!(a.len(), 36);
         assert_eq!(vector_name("intfloat/multilingual-e5-small"), "intfloat_multilingual-e5-small");
         // Names with `_` never share a collection.
