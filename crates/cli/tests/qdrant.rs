@@ -163,6 +163,13 @@ async fn every_replica_searches_the_one_knowledge_base_on_qdrant() {
     assert_eq!((listed[0]["backend"].as_str(), listed[0]["embedding"].as_str()), (Some("qdrant"), Some("bow")));
     toolgraph(elsewhere.path(), &["kb", "delete", "guias"], &qdrant, &model);
     assert_eq!(toolgraph(elsewhere.path(), &["kb", "list", "--json"], &qdrant, &model), json!([]));
-    let (status, _) = search(&a.base, ask).await;
+    let (status, _) = search(&a.base, ask.clone()).await;
     assert_eq!(status, 404, "a deleted knowledge base is gone for every replica");
+
+    // Qdrant down: an error answer (the cause stays in the service's log), not a hang or an
+    // empty result list.
+    drop(qdrant);
+    let (status, down) = search(&b.base, ask).await;
+    assert_eq!((status, down["ok"].as_bool()), (500, Some(false)), "{down}");
+    assert!(down["error"].as_str().is_some_and(|e| !e.is_empty()), "{down}");
 }

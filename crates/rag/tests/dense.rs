@@ -334,6 +334,14 @@ impl Embedder for Trigrams {
     }
 }
 
+/// The top hit is a docker note, ranked by every list, its score their RRF.
+fn assert_top_is_docker_fused_from_three_lists(top: &toolgraph_rag::Hit) {
+    assert!(top.chunk.doc_id.contains("docker"), "{:?}", top.chunk.doc_id);
+    let (b, d, t) = (top.bm25.unwrap(), top.dense.unwrap(), top.more_dense[0].unwrap());
+    let rrf: f32 = [b.rank, d.rank, t.rank].iter().map(|&r| 1.0 / (60.0 + r as f32)).sum();
+    assert!((top.score - rrf).abs() < 1e-6, "three lists fused: {} vs {rrf}", top.score);
+}
+
 fn two_models(s: &Server) -> Arc<dyn Embedder> {
     let parts: Vec<Arc<dyn Embedder>> = vec![embedder(s, "bow"), Arc::new(Trigrams::new())];
     Arc::new(CombinedEmbedder::new(parts, Some(vec![Analyzer::English])).unwrap())
@@ -353,11 +361,7 @@ fn a_knowledge_base_with_two_models_keeps_a_dense_list_per_model() {
     let retriever = Retriever::new(Some(both.clone()), rrf());
     let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 5 };
     let hits = retriever.search(&kb, &req, None).unwrap();
-    let top = &hits[0];
-    assert!(top.chunk.doc_id.contains("docker"), "{:?}", top.chunk.doc_id);
-    let (b, d, t) = (top.bm25.unwrap(), top.dense.unwrap(), top.more_dense[0].unwrap());
-    let rrf: f32 = [b.rank, d.rank, t.rank].iter().map(|&r| 1.0 / (60.0 + r as f32)).sum();
-    assert!((top.score - rrf).abs() < 1e-6, "three lists fused: {} vs {rrf}", top.score);
+    assert_top_is_docker_fused_from_three_lists(&hits[0]);
     // Each dense list scores with its own model's half of the stored vector.
     for h in &hits {
         let passage = passage_text(&h.chunk);
@@ -433,11 +437,7 @@ fn two_models_and_filters(store_at: &StoreAt) {
     let retriever = Retriever::new(Some(both), rrf());
     let req = SearchRequest { query: "docker images dependencies", filters: &[], top_k: 5 };
     let hits = retriever.search(&kb, &req, None).unwrap();
-    let top = &hits[0];
-    assert!(top.chunk.doc_id.contains("docker"), "{:?}", top.chunk.doc_id);
-    let (b, d, t) = (top.bm25.unwrap(), top.dense.unwrap(), top.more_dense[0].unwrap());
-    let rrf: f32 = [b.rank, d.rank, t.rank].iter().map(|&r| 1.0 / (60.0 + r as f32)).sum();
-    assert!((top.score - rrf).abs() < 1e-6, "three lists fused: {} vs {rrf}", top.score);
+    assert_top_is_docker_fused_from_three_lists(&hits[0]);
     for h in &hits {
         if let Some(t) = h.more_dense[0] {
             let passage = passage_text(&h.chunk);

@@ -241,7 +241,7 @@ impl SharedRuns {
     }
 
     async fn sweep(&self) {
-        let now = toolgraph_now_ms();
+        let now = now_ms();
         let ended_before = now - crate::runlog::RETAIN_FINISHED.as_millis() as i64;
         let any_before = now - RETAIN_UNENDED.as_millis() as i64;
         match tokio::time::timeout(STORE_TIMEOUT, self.store.sweep(ended_before, any_before)).await {
@@ -341,7 +341,7 @@ impl SharedRuns {
     }
 }
 
-fn toolgraph_now_ms() -> i64 {
+fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 

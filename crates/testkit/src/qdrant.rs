@@ -1,6 +1,7 @@
 //! [`QdrantServer`]: a real Qdrant server started for one test from the binary built from the
-//! official v1.18.3 source (`TOOLGRAPH_QDRANT_BIN`, default `../shared/bin/qdrant` beside the
-//! clone): a temporary storage directory, ports of its own, telemetry off; killed when dropped.
+//! official v1.18.3 source (`TOOLGRAPH_QDRANT_BIN`; its default place is in docs/retrieval.md,
+//! "Knowledge bases on Qdrant"): a temporary storage directory, ports of its own, telemetry
+//! off; killed when dropped.
 //! Its absence fails under `CI=true` and skips with a message otherwise.
 //!
 //! Standard library only, so the retrieval crate's tests (which cannot depend on this crate)

@@ -126,6 +126,11 @@ impl KnowledgeBase {
     /// [`RagError::Qdrant`] when the collection cannot be made.
     pub fn on_qdrant(manifest: KbManifest, options: &QdrantOptions) -> Result<Self, RagError> {
         let remote = qdrant::QdrantIndex::create(options, &manifest)?;
+        Self::in_collection(manifest, remote)
+    }
+
+    /// The knowledge base `manifest` describes, living in the collection `remote`.
+    pub(crate) fn in_collection(manifest: KbManifest, remote: qdrant::QdrantIndex) -> Result<Self, RagError> {
         let mut kb = Self::in_memory(manifest)?;
         kb.remote = Some(remote);
         Ok(kb)

@@ -83,9 +83,7 @@ impl KbStore {
             let Some((remote, manifest)) = QdrantIndex::open(options, tenant, name)? else {
                 return Err(RagError::UnknownKb { tenant: tenant.to_owned(), name: name.to_owned() });
             };
-            let mut kb = KnowledgeBase::in_memory(manifest)?;
-            kb.remote = Some(remote);
-            let kb = Arc::new(kb);
+            let kb = Arc::new(KnowledgeBase::in_collection(manifest, remote)?);
             self.lock().insert(key, kb.clone());
             return Ok(kb);
         }
