@@ -80,6 +80,9 @@ struct EmbedBench {
 #[derive(Debug, Serialize)]
 struct ChatBench {
     model: String,
+    /// The kernels the products ran on (`avx2`, `portable`) and on how many threads.
+    kernels: String,
+    threads: usize,
     load_s: f64,
     requantised_tensors: usize,
     prompt_tokens: usize,
@@ -96,6 +99,10 @@ struct ChatBench {
     memory_read_gb_per_s: f64,
     /// The generation speed if reading the weights were the only cost.
     bandwidth_bound_tokens_per_s: f64,
+    /// The prompt's token ids and the greedy reply's, so another engine can be run on exactly
+    /// this prompt and its reply compared (`scripts/bench-llama-cpp`).
+    prompt_ids: Vec<u32>,
+    generated_ids: Vec<u32>,
 }
 
 #[cfg(feature = "local-models")]
@@ -151,6 +158,8 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     let bandwidth = toolgraph_local_models::chat::memory_read_gb_per_s();
     Ok(ChatBench {
         model: file,
+        kernels: qwen.kernels().to_owned(),
+        threads: toolgraph_local_models::chat::kernels::WorkerPool::global().threads(),
         load_s,
         requantised_tensors: qwen.requantised,
         prompt_tokens: first.len(),
@@ -164,6 +173,8 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
         weight_bytes_per_token: per_token,
         memory_read_gb_per_s: bandwidth,
         bandwidth_bound_tokens_per_s: bandwidth * 1e9 / per_token as f64,
+        generated_ids: ids[first.len()..].to_vec(),
+        prompt_ids: first,
     })
 }
 
@@ -405,10 +416,12 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "{}: load {:.1} s ({} tensors re-quantised to Q8_0); prompt {} tokens at {:.1} tokens/s; \
+                    "{} ({} kernels, {} threads): load {:.1} s ({} tensors re-quantised to Q8_0); prompt {} tokens at {:.1} tokens/s; \
                      generation {} tokens at {:.2} tokens/s; a second prompt sharing {} prefix tokens computed {} in {:.0} ms; \
                      {:.0} MB of weights read per token at {:.1} GB/s: at most {:.1} tokens/s",
                     r.model,
+                    r.kernels,
+                    r.threads,
                     r.load_s,
                     r.requantised_tensors,
                     r.prompt_tokens,

@@ -45,9 +45,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// `TOOLGRAPH_*` variables that are not configuration keys: the config file path, the log
-/// filter, the model cache of `scripts/fetch-models` (read by the local models), and the
-/// allocator (read by the binary before `main`).
-const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator"];
+/// filter, the model cache of `scripts/fetch-models` (read by the local models), the
+/// allocator (read by the binary before `main`), and the local models' thread count.
+const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator", "threads"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
 const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag", "plugins"];

@@ -308,3 +308,21 @@ fn the_legal_and_crisis_tools_and_agent_graphs_are_configured_and_checked() {
     let c = Config::from_toml_str("[tools.legal]\nurl = \"https://laws.example/s?q={law}&a={article}\"\n").unwrap();
     assert!(c.tools.legal.unwrap().url.is_some());
 }
+
+#[test]
+fn variables_read_by_the_binary_are_not_configuration_keys() {
+    // Each would otherwise stop every command with "unknown field".
+    Jail::expect_with(|jail| {
+        jail.create_file("toolgraph.toml", "")?;
+        for (name, value) in [
+            ("TOOLGRAPH_THREADS", "2"),
+            ("TOOLGRAPH_ALLOCATOR", "mimalloc"),
+            ("TOOLGRAPH_LOG", "info"),
+            ("TOOLGRAPH_MODELS_DIR", "/tmp/models"),
+        ] {
+            jail.set_env(name, value);
+        }
+        Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        Ok(())
+    });
+}

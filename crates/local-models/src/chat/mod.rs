@@ -5,6 +5,7 @@
 //! decoded under the offered tools' names and parameters: [`call_guide`]).
 
 mod call_guide;
+pub mod kernels;
 mod model;
 pub mod qwen2;
 mod stop;

@@ -85,7 +85,8 @@ impl LocalChatModel {
         let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("local").to_owned();
         // One prefix file per weights file: its name and size say which.
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let prefix_file = options.prefix_dir.as_ref().map(|d| d.join(format!("{id}-{size}.safetensors")));
+        let prefix_file =
+            options.prefix_dir.as_ref().map(|d| d.join(format!("{id}-{size}-{}.safetensors", Qwen2::STATE_VERSION)));
         if let Some(file) = prefix_file.as_ref().filter(|f| f.exists()) {
             match model.load_prefix(file) {
                 Ok(n) => tracing::info!(tokens = n, file = %file.display(), "loaded a computed prompt prefix"),

@@ -1,30 +1,35 @@
-//! A Qwen2 decoder over GGUF weights, on candle's quantised matrix kernels.
+//! A Qwen2 decoder over GGUF weights, on our own quantised kernels ([`super::kernels`]).
 //!
-//! Written here rather than taken from `candle-transformers` for two reasons the local chat
-//! model needs: the KV cache is ours, so a new prompt reuses the cached state of the prefix it
-//! shares with the previous one (system prompt + tool list) and only the rest is computed; and
-//! tensors in formats without a SIMD kernel (Q5_0, which the 0.5B model uses for 133 tensors
-//! because its width 896 is not a multiple of 256) are re-quantised to Q8_0 at load.
+//! Written here rather than taken from `candle-transformers` because the local chat model needs
+//! what a generic implementation does not give: the KV cache is ours, so a new prompt reuses the
+//! cached state of the prefix it shares with the previous one (system prompt + tool list) and
+//! only the rest is computed, and the state of a prefix can be kept on disk; and a generated
+//! token allocates nothing and runs its products on the compact weights, fused where they read
+//! the same input, which is what makes generation fast (docs/benchmarks.md). candle reads the
+//! GGUF file and dequantises the small tensors at load.
 
+use super::kernels::{Kernels, QMatrix, QuantizedActivations, WorkerPool, matmul};
 use crate::LocalModelError;
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::quantized::{QTensor, gguf_file};
+use candle_core::{DType, Device, Tensor};
+use half::f16;
 use std::collections::HashMap;
 use std::path::Path;
+use toolgraph_embed::dot;
 
 struct Layer {
-    attn_norm: Tensor,
-    q: QMatMul,
-    k: QMatMul,
-    v: QMatMul,
-    q_bias: Tensor,
-    k_bias: Tensor,
-    v_bias: Tensor,
-    o: QMatMul,
-    ffn_norm: Tensor,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    attn_norm: Vec<f32>,
+    q: QMatrix,
+    k: QMatrix,
+    v: QMatrix,
+    q_bias: Vec<f32>,
+    k_bias: Vec<f32>,
+    v_bias: Vec<f32>,
+    o: QMatrix,
+    ffn_norm: Vec<f32>,
+    gate: QMatrix,
+    up: QMatrix,
+    down: QMatrix,
 }
 
 /// Model shape from the GGUF metadata.
@@ -46,18 +51,52 @@ pub struct Qwen2Shape {
     pub max_context: usize,
 }
 
+impl Qwen2Shape {
+    fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+
+    fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim()
+    }
+}
+
+/// The buffers one forward pass works in, kept across calls: a generated token allocates
+/// nothing.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attended: Vec<f32>,
+    projected: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    logits: Vec<f32>,
+    quantized: QuantizedActivations,
+}
+
 /// A loaded Qwen2 model with its KV cache.
 pub struct Qwen2 {
     shape: Qwen2Shape,
-    embed: Tensor,
+    /// The token embedding table, `vocab × hidden` (`f16` halves it against `f32`).
+    embed: Vec<f16>,
     layers: Vec<Layer>,
-    norm: Tensor,
-    lm_head: QMatMul,
-    cos: Tensor,
-    sin: Tensor,
-    cache: Vec<Option<(Tensor, Tensor)>>,
+    norm: Vec<f32>,
+    lm_head: QMatrix,
+    /// `max_context × head_dim / 2` rotary tables.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// Per layer, the keys and values of every cached token, token-major
+    /// (`[token][kv_head][head_dim]`): appending a token is a copy to the end.
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
     cached_tokens: Vec<u32>,
-    device: Device,
+    kernels: Kernels,
+    pool: &'static WorkerPool,
+    scratch: Scratch,
     /// Tensors re-quantised to Q8_0 at load.
     pub requantised: usize,
 }
@@ -83,11 +122,24 @@ fn md_f32(ct: &gguf_file::Content, key: &str) -> Result<f32, LocalModelError> {
         .ok_or_else(|| LocalModelError::Format(format!("GGUF metadata lacks {key}")))
 }
 
+/// A 1-D tensor as `f32` values of the expected length.
+fn vector(qt: QTensor, name: &str, len: usize) -> Result<Vec<f32>, LocalModelError> {
+    let v = qt.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+    if v.len() != len {
+        return Err(LocalModelError::Format(format!("{name} has {} values, the model needs {len}", v.len())));
+    }
+    Ok(v)
+}
+
 impl Qwen2 {
+    /// Names the numerics of the kept KV state: a prefix computed by another version of the
+    /// kernels is computed again rather than mixed with this one's.
+    pub const STATE_VERSION: &'static str = "kv2";
+
     /// Loads the weights of `ct` from `reader`, with rotary tables for `max_context` tokens.
     ///
     /// # Errors
-    /// Missing tensors or metadata, or I/O failures.
+    /// Missing tensors or metadata, shapes that do not fit the metadata, or I/O failures.
     pub fn load<R: std::io::Read + std::io::Seek>(
         ct: &gguf_file::Content,
         reader: &mut R,
@@ -107,76 +159,84 @@ impl Qwen2 {
             || shape.kv_heads == 0
             || !shape.hidden.is_multiple_of(shape.heads)
             || !shape.heads.is_multiple_of(shape.kv_heads)
+            || !shape.head_dim().is_multiple_of(2)
         {
             return Err(LocalModelError::Format(format!("unsupported attention shape {shape:?}")));
         }
+        let (hidden, kv_dim) = (shape.hidden, shape.kv_dim());
         let mut requantised = 0;
         let mut raw = |name: &str| -> Result<QTensor, LocalModelError> {
             ct.tensor(reader, name, &device).map_err(|e| LocalModelError::Format(format!("tensor {name}: {e}")))
         };
-        let matmul = |qt: QTensor, count: &mut usize| -> Result<QMatMul, LocalModelError> {
-            // candle's Q5_0 dot product is scalar; Q8_0 has an AVX2 kernel and keeps the precision.
-            let qt = if qt.dtype() == GgmlDType::Q5_0 {
-                *count += 1;
-                QTensor::quantize(&qt.dequantize(&device)?, GgmlDType::Q8_0)?
-            } else {
-                qt
-            };
-            Ok(QMatMul::from_qtensor(qt)?)
-        };
         let embed_q = raw("token_embd.weight")?;
-        // f16 halves the table (151,936 × 896) against f32; rows are widened per lookup.
-        let embed = embed_q.dequantize(&device)?.to_dtype(DType::F16)?;
+        let embed = embed_q.dequantize(&device)?.to_dtype(DType::F16)?.flatten_all()?.to_vec1::<f16>()?;
+        if embed.is_empty() || !embed.len().is_multiple_of(hidden) {
+            return Err(LocalModelError::Format(format!("token_embd.weight is not vocab × {hidden}")));
+        }
         let lm_head = match ct.tensor_infos.contains_key("output.weight") {
-            true => matmul(raw("output.weight")?, &mut requantised)?,
-            false => matmul(embed_q, &mut requantised)?,
+            true => QMatrix::from_qtensor(raw("output.weight")?, "output.weight", &mut requantised)?,
+            false => QMatrix::from_qtensor(embed_q, "token_embd.weight", &mut requantised)?,
         };
-        let norm = raw("output_norm.weight")?.dequantize(&device)?;
+        let norm = vector(raw("output_norm.weight")?, "output_norm.weight", hidden)?;
         let mut layers = Vec::with_capacity(shape.layers);
         for i in 0..shape.layers {
             let p = |s: &str| format!("blk.{i}.{s}");
-            let vec = |raw: &mut dyn FnMut(&str) -> Result<QTensor, LocalModelError>,
-                       s: &str|
-             -> Result<Tensor, LocalModelError> { Ok(raw(&p(s))?.dequantize(&device)?) };
-            let attn_norm = vec(&mut raw, "attn_norm.weight")?;
-            let ffn_norm = vec(&mut raw, "ffn_norm.weight")?;
-            let q_bias = vec(&mut raw, "attn_q.bias")?;
-            let k_bias = vec(&mut raw, "attn_k.bias")?;
-            let v_bias = vec(&mut raw, "attn_v.bias")?;
+            let mut vec = |s: &str, len: usize| vector(raw(&p(s))?, &p(s), len);
+            let (attn_norm, ffn_norm) = (vec("attn_norm.weight", hidden)?, vec("ffn_norm.weight", hidden)?);
+            let (q_bias, k_bias, v_bias) =
+                (vec("attn_q.bias", hidden)?, vec("attn_k.bias", kv_dim)?, vec("attn_v.bias", kv_dim)?);
+            let gate = QMatrix::from_qtensor(raw(&p("ffn_gate.weight"))?, &p("ffn_gate.weight"), &mut requantised)?;
+            let ffn = gate.rows();
+            let mut matrix = |s: &str, rows: usize, cols: usize| -> Result<QMatrix, LocalModelError> {
+                let m = QMatrix::from_qtensor(raw(&p(s))?, &p(s), &mut requantised)?;
+                if (m.rows(), m.cols()) != (rows, cols) {
+                    return Err(LocalModelError::Format(format!(
+                        "{} is {} × {}, the model needs {rows} × {cols}",
+                        p(s),
+                        m.rows(),
+                        m.cols()
+                    )));
+                }
+                Ok(m)
+            };
             layers.push(Layer {
                 attn_norm,
-                q: matmul(raw(&p("attn_q.weight"))?, &mut requantised)?,
-                k: matmul(raw(&p("attn_k.weight"))?, &mut requantised)?,
-                v: matmul(raw(&p("attn_v.weight"))?, &mut requantised)?,
+                q: matrix("attn_q.weight", hidden, hidden)?,
+                k: matrix("attn_k.weight", kv_dim, hidden)?,
+                v: matrix("attn_v.weight", kv_dim, hidden)?,
                 q_bias,
                 k_bias,
                 v_bias,
-                o: matmul(raw(&p("attn_output.weight"))?, &mut requantised)?,
+                o: matrix("attn_output.weight", hidden, hidden)?,
                 ffn_norm,
-                gate: matmul(raw(&p("ffn_gate.weight"))?, &mut requantised)?,
-                up: matmul(raw(&p("ffn_up.weight"))?, &mut requantised)?,
-                down: matmul(raw(&p("ffn_down.weight"))?, &mut requantised)?,
+                up: matrix("ffn_up.weight", ffn, hidden)?,
+                down: matrix("ffn_down.weight", hidden, ffn)?,
+                gate,
             });
         }
-        let head_dim = shape.hidden / shape.heads;
+        if lm_head.cols() != hidden || lm_head.rows() * hidden != embed.len() {
+            return Err(LocalModelError::Format("the output head does not fit the embedding table".into()));
+        }
+        let half = shape.head_dim() / 2;
         let inv: Vec<f32> =
-            (0..head_dim / 2).map(|i| 1.0 / shape.rope_theta.powf(2.0 * i as f32 / head_dim as f32)).collect();
-        let inv = Tensor::from_vec(inv, (1, head_dim / 2), &device)?;
-        let t = Tensor::arange(0u32, shape.max_context as u32, &device)?
-            .to_dtype(DType::F32)?
-            .reshape((shape.max_context, 1))?;
-        let freqs = t.matmul(&inv)?;
+            (0..half).map(|i| 1.0 / shape.rope_theta.powf(2.0 * i as f32 / shape.head_dim() as f32)).collect();
+        let angles = |f: fn(f32) -> f32| -> Vec<f32> {
+            (0..shape.max_context).flat_map(|p| inv.iter().map(move |w| f(p as f32 * w))).collect()
+        };
         Ok(Self {
-            cos: freqs.cos()?,
-            sin: freqs.sin()?,
-            cache: vec![None; shape.layers],
+            cos: angles(f32::cos),
+            sin: angles(f32::sin),
+            keys: vec![Vec::new(); shape.layers],
+            values: vec![Vec::new(); shape.layers],
             cached_tokens: Vec::new(),
             shape,
             embed,
             layers,
             norm,
             lm_head,
-            device,
+            kernels: Kernels::detect(),
+            pool: WorkerPool::global(),
+            scratch: Scratch::default(),
             requantised,
         })
     }
@@ -186,12 +246,18 @@ impl Qwen2 {
         self.shape
     }
 
+    /// Which kernels the products run on (`avx2`, `portable`).
+    pub fn kernels(&self) -> &'static str {
+        self.kernels.name
+    }
+
     /// Logits for the token after `tokens` (the whole prompt so far). The KV state of the
     /// longest prefix shared with the previous call is reused; returns the logits and how
     /// many tokens had to be computed.
     ///
     /// # Errors
-    /// When the prompt is empty or longer than the context, or candle fails.
+    /// When the prompt is empty or longer than the context, or holds a token outside the
+    /// vocabulary.
     pub fn next_logits(&mut self, tokens: &[u32]) -> Result<(Vec<f32>, usize), LocalModelError> {
         if tokens.is_empty() || tokens.len() > self.shape.max_context {
             return Err(LocalModelError::Input(format!(
@@ -200,49 +266,51 @@ impl Qwen2 {
                 self.shape.max_context
             )));
         }
+        let vocab = self.embed.len() / self.shape.hidden;
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(LocalModelError::Input(format!("token {bad} is outside the vocabulary of {vocab}")));
+        }
         // Keep at least the last token to compute, so there are logits to return.
         let shared = self.cached_tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(tokens.len() - 1);
-        if shared < self.cached_tokens.len() {
-            for slot in &mut self.cache {
-                if let Some((k, v)) = slot.take() {
-                    *slot = if shared == 0 { None } else { Some((k.narrow(2, 0, shared)?, v.narrow(2, 0, shared)?)) };
-                }
-            }
-            self.cached_tokens.truncate(shared);
-        }
+        self.truncate_cache(shared);
         let new = &tokens[shared..];
-        let logits = self.forward(new, shared)?;
+        self.forward(new, shared);
         self.cached_tokens.extend_from_slice(new);
-        Ok((logits, new.len()))
+        Ok((self.scratch.logits.clone(), new.len()))
+    }
+
+    fn truncate_cache(&mut self, len: usize) {
+        let kv_dim = self.shape.kv_dim();
+        for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
+            k.truncate(len * kv_dim);
+            v.truncate(len * kv_dim);
+        }
+        self.cached_tokens.truncate(len);
     }
 
     /// Bytes of weights one generated token reads: every projection matrix of every layer and
     /// the output head in their stored (quantised) form, the norms and biases, and one row of
     /// the embedding table. Decoding is bound by reading these once per token.
     pub fn weight_bytes_per_token(&self) -> usize {
-        fn qm(m: &QMatMul) -> usize {
-            match m {
-                QMatMul::QTensor(t) => t.storage_size_in_bytes(),
-                QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.elem_count() * t.dtype().size_in_bytes(),
-            }
-        }
-        fn dense(t: &Tensor) -> usize {
-            t.elem_count() * t.dtype().size_in_bytes()
-        }
+        let floats = |v: &Vec<f32>| v.len() * 4;
         let layers: usize = self
             .layers
             .iter()
             .map(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(qm).sum::<usize>()
-                    + [&l.attn_norm, &l.ffn_norm, &l.q_bias, &l.k_bias, &l.v_bias].into_iter().map(dense).sum::<usize>()
+                [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(QMatrix::bytes).sum::<usize>()
+                    + [&l.attn_norm, &l.ffn_norm, &l.q_bias, &l.k_bias, &l.v_bias]
+                        .into_iter()
+                        .map(floats)
+                        .sum::<usize>()
             })
             .sum();
-        layers + qm(&self.lm_head) + dense(&self.norm) + self.shape.hidden * DType::F16.size_in_bytes()
+        layers + self.lm_head.bytes() + floats(&self.norm) + self.shape.hidden * 2
     }
 
-    /// Writes the first `len` cached tokens and their KV state to `path` (safetensors), so a
-    /// later process can [`load_prefix`](Self::load_prefix) them instead of computing them.
-    /// Written to a temporary file and renamed: a reader never sees half a file.
+    /// Writes the first `len` cached tokens and their KV state to `path` (safetensors, each
+    /// layer's keys and values as `[1, kv_heads, len, head_dim]`), so a later process can
+    /// [`load_prefix`](Self::load_prefix) them instead of computing them. Written to a
+    /// temporary file and renamed: a reader never sees half a file.
     ///
     /// # Errors
     /// Fewer than `len` tokens cached; the file cannot be written.
@@ -250,14 +318,23 @@ impl Qwen2 {
         if len == 0 || len > self.cached_tokens.len() {
             return Err(LocalModelError::Input(format!("{len} tokens asked, {} cached", self.cached_tokens.len())));
         }
+        let s = self.shape;
+        let (hd, kv_dim) = (s.head_dim(), s.kv_dim());
+        // Token-major in memory, head-major in the file.
+        let head_major = |cache: &[f32]| -> Result<Tensor, LocalModelError> {
+            let mut out = Vec::with_capacity(len * kv_dim);
+            for head in 0..s.kv_heads {
+                for t in 0..len {
+                    out.extend_from_slice(&cache[t * kv_dim + head * hd..t * kv_dim + (head + 1) * hd]);
+                }
+            }
+            Ok(Tensor::from_vec(out, (1, s.kv_heads, len, hd), &Device::Cpu)?)
+        };
         let mut tensors = HashMap::new();
-        tensors.insert("tokens".to_owned(), Tensor::new(&self.cached_tokens[..len], &self.device)?);
-        for (i, slot) in self.cache.iter().enumerate() {
-            let Some((k, v)) = slot else {
-                return Err(LocalModelError::Input(format!("layer {i} has no cached state")));
-            };
-            tensors.insert(format!("k.{i}"), k.narrow(2, 0, len)?.contiguous()?);
-            tensors.insert(format!("v.{i}"), v.narrow(2, 0, len)?.contiguous()?);
+        tensors.insert("tokens".to_owned(), Tensor::new(&self.cached_tokens[..len], &Device::Cpu)?);
+        for (i, (k, v)) in self.keys.iter().zip(&self.values).enumerate() {
+            tensors.insert(format!("k.{i}"), head_major(k)?);
+            tensors.insert(format!("v.{i}"), head_major(v)?);
         }
         let io = |e: std::io::Error| LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() };
         if let Some(dir) = path.parent() {
@@ -273,27 +350,42 @@ impl Qwen2 {
     /// them (the tokens are compared, so a prefix of other text is simply not reused).
     ///
     /// # Errors
-    /// An unreadable file, or one whose state does not fit this model's shape.
+    /// An unreadable file, or one whose state does not fit this model's shape; the cache is
+    /// then left as it was.
     pub fn load_prefix(&mut self, path: &Path) -> Result<usize, LocalModelError> {
-        let mut tensors = candle_core::safetensors::load(path, &self.device)?;
+        let mut tensors = candle_core::safetensors::load(path, &Device::Cpu)?;
         let bad = |why: String| LocalModelError::Format(format!("{}: {why}", path.display()));
         let tokens: Vec<u32> = tensors.remove("tokens").ok_or_else(|| bad("no tokens".into()))?.to_vec1()?;
         let s = self.shape;
-        let expected = [1, s.kv_heads, tokens.len(), s.hidden / s.heads];
-        let mut cache = Vec::with_capacity(s.layers);
+        if tokens.is_empty() || tokens.len() >= s.max_context {
+            return Err(bad(format!("{} tokens", tokens.len())));
+        }
+        let (hd, kv_dim, len) = (s.head_dim(), s.kv_dim(), tokens.len());
+        let expected = [1, s.kv_heads, len, hd];
+        let token_major = |t: &Tensor| -> Result<Vec<f32>, LocalModelError> {
+            let head_major = t.flatten_all()?.to_vec1::<f32>()?;
+            let mut out = vec![0f32; len * kv_dim];
+            for head in 0..s.kv_heads {
+                for t in 0..len {
+                    out[t * kv_dim + head * hd..t * kv_dim + (head + 1) * hd]
+                        .copy_from_slice(&head_major[(head * len + t) * hd..(head * len + t + 1) * hd]);
+                }
+            }
+            Ok(out)
+        };
+        let (mut keys, mut values) = (Vec::with_capacity(s.layers), Vec::with_capacity(s.layers));
         for i in 0..s.layers {
             let (Some(k), Some(v)) = (tensors.remove(&format!("k.{i}")), tensors.remove(&format!("v.{i}"))) else {
                 return Err(bad(format!("layer {i} missing")));
             };
-            if k.dims() != expected || v.dims() != expected {
-                return Err(bad(format!("layer {i} is {:?}, this model needs {expected:?}", k.dims())));
+            if k.dims() != expected || v.dims() != expected || k.dtype() != DType::F32 || v.dtype() != DType::F32 {
+                return Err(bad(format!("layer {i} is {:?}, this model needs {expected:?} f32", k.dims())));
             }
-            cache.push(Some((k, v)));
+            keys.push(token_major(&k)?);
+            values.push(token_major(&v)?);
         }
-        if tokens.is_empty() || tokens.len() >= s.max_context {
-            return Err(bad(format!("{} tokens", tokens.len())));
-        }
-        self.cache = cache;
+        self.keys = keys;
+        self.values = values;
         self.cached_tokens = tokens;
         Ok(self.cached_tokens.len())
     }
@@ -305,64 +397,191 @@ impl Qwen2 {
 
     /// Forgets the KV cache.
     pub fn clear_cache(&mut self) {
-        self.cache.iter_mut().for_each(|c| *c = None);
-        self.cached_tokens.clear();
+        self.truncate_cache(0);
     }
 
-    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>, LocalModelError> {
+    /// Runs `tokens` at positions `pos..`, appending their keys and values to the cache, and
+    /// leaves the logits of the last one in `scratch.logits`.
+    fn forward(&mut self, tokens: &[u32], pos: usize) {
         let s = self.shape;
-        let (t, head_dim) = (tokens.len(), s.hidden / s.heads);
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.to_dtype(DType::F32)?.unsqueeze(0)?;
-        let cos = self.cos.narrow(0, pos, t)?;
-        let sin = self.sin.narrow(0, pos, t)?;
-        let mask = (t > 1)
-            .then(|| {
-                let m: Vec<f32> = (0..t)
-                    .flat_map(|i| (0..pos + t).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-                    .collect();
-                Tensor::from_vec(m, (1, 1, t, pos + t), &self.device)
-            })
-            .transpose()?;
-        let group = s.heads / s.kv_heads;
-        let scale = 1.0 / (head_dim as f64).sqrt();
-        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, s.eps as f32)?;
-            let q = layer.q.forward(&h)?.broadcast_add(&layer.q_bias)?;
-            let k = layer.k.forward(&h)?.broadcast_add(&layer.k_bias)?;
-            let v = layer.v.forward(&h)?.broadcast_add(&layer.v_bias)?;
-            let q = q.reshape((1, t, s.heads, head_dim))?.transpose(1, 2)?.contiguous()?;
-            let k = k.reshape((1, t, s.kv_heads, head_dim))?.transpose(1, 2)?.contiguous()?;
-            let v = v.reshape((1, t, s.kv_heads, head_dim))?.transpose(1, 2)?.contiguous()?;
-            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
-            let (k, v) = match cache.take() {
-                Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-                None => (k, v),
-            };
-            let total = k.dim(2)?;
-            // Grouped-query attention without copying the cache per query head: query head
-            // `kv * group + g` reads key/value head `kv`, so the `group` query heads of one kv
-            // head become extra rows of one product against that head's keys and values.
-            let q = q.reshape((1, s.kv_heads, group * t, head_dim))?;
-            let mut att = (q.matmul(&k.t()?)? * scale)?;
-            if let Some(m) = &mask {
-                att = att.reshape((1, s.kv_heads, group, t, total))?.broadcast_add(&m.unsqueeze(1)?)?;
-            }
-            let att = candle_nn::ops::softmax_last_dim(&att)?.reshape((1, s.kv_heads, group * t, total))?;
-            let out = att.matmul(&v)?.reshape((1, s.heads, t, head_dim))?.transpose(1, 2)?.reshape((1, t, s.hidden))?;
-            *cache = Some((k, v));
-            x = (x + layer.o.forward(&out)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, s.eps as f32)?;
-            let ffn =
-                layer.down.forward(&(candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?)?;
-            x = (x + ffn)?;
+        let (t, hidden, hd, kv_dim) = (tokens.len(), s.hidden, s.head_dim(), s.kv_dim());
+        let eps = s.eps as f32;
+        let (pool, kernels) = (self.pool, &self.kernels);
+        let sc = &mut self.scratch;
+        sc.x.clear();
+        for &token in tokens {
+            let row = &self.embed[token as usize * hidden..(token as usize + 1) * hidden];
+            sc.x.extend(row.iter().map(|v| v.to_f32()));
         }
-        let last = x.narrow(1, t - 1, 1)?;
-        let last = candle_nn::ops::rms_norm(&last, &self.norm, s.eps as f32)?;
-        let logits = self.lm_head.forward(&last)?.squeeze(0)?.squeeze(0)?;
-        Ok(logits.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        resize(&mut sc.h, t * hidden);
+        resize(&mut sc.q, t * hidden);
+        resize(&mut sc.k, t * kv_dim);
+        resize(&mut sc.v, t * kv_dim);
+        resize(&mut sc.attended, t * hidden);
+        resize(&mut sc.projected, t * hidden);
+        let ffn = self.layers.first().map_or(0, |l| l.gate.rows());
+        resize(&mut sc.gate, t * ffn);
+        resize(&mut sc.up, t * ffn);
+        for ((layer, keys), values) in self.layers.iter().zip(&mut self.keys).zip(&mut self.values) {
+            rms_norm(&sc.x, &layer.attn_norm, eps, &mut sc.h);
+            matmul(
+                pool,
+                kernels,
+                &mut sc.quantized,
+                &sc.h,
+                t,
+                &mut [(&layer.q, &mut sc.q[..]), (&layer.k, &mut sc.k[..]), (&layer.v, &mut sc.v[..])],
+            );
+            add_rows(&mut sc.q, &layer.q_bias);
+            add_rows(&mut sc.k, &layer.k_bias);
+            add_rows(&mut sc.v, &layer.v_bias);
+            for i in 0..t {
+                let (cos, sin) = (&self.cos[(pos + i) * hd / 2..], &self.sin[(pos + i) * hd / 2..]);
+                sc.q[i * hidden..(i + 1) * hidden].chunks_exact_mut(hd).for_each(|h| rope(h, cos, sin));
+                sc.k[i * kv_dim..(i + 1) * kv_dim].chunks_exact_mut(hd).for_each(|h| rope(h, cos, sin));
+            }
+            keys.extend_from_slice(&sc.k);
+            values.extend_from_slice(&sc.v);
+            attention(pool, s, &sc.q, keys, values, pos, t, &mut sc.attended);
+            matmul(pool, kernels, &mut sc.quantized, &sc.attended, t, &mut [(&layer.o, &mut sc.projected[..])]);
+            add_to(&mut sc.x, &sc.projected);
+            rms_norm(&sc.x, &layer.ffn_norm, eps, &mut sc.h);
+            matmul(
+                pool,
+                kernels,
+                &mut sc.quantized,
+                &sc.h,
+                t,
+                &mut [(&layer.gate, &mut sc.gate[..]), (&layer.up, &mut sc.up[..])],
+            );
+            swiglu(pool, &mut sc.gate, &sc.up);
+            matmul(pool, kernels, &mut sc.quantized, &sc.gate, t, &mut [(&layer.down, &mut sc.projected[..])]);
+            add_to(&mut sc.x, &sc.projected);
+        }
+        let last = &sc.x[(t - 1) * hidden..];
+        resize(&mut sc.h, hidden);
+        rms_norm(last, &self.norm, eps, &mut sc.h);
+        resize(&mut sc.logits, self.lm_head.rows());
+        matmul(pool, kernels, &mut sc.quantized, &sc.h, 1, &mut [(&self.lm_head, &mut sc.logits[..])]);
     }
+}
+
+/// Sets `v`'s length to `len`; its contents are overwritten before they are read.
+fn resize(v: &mut Vec<f32>, len: usize) {
+    v.resize(len, 0.0);
+}
+
+/// `out[i] = x[i] / rms(x's row) · weight`, row by row.
+fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = weight.len();
+    for (row, out) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let mean = dot(row, row) / n as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for ((o, x), w) in out.iter_mut().zip(row).zip(weight) {
+            *o = x * scale * w;
+        }
+    }
+}
+
+/// Adds `bias` to every row of `x`.
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+    }
+}
+
+fn add_to(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
+}
+
+/// Rotates one head by its position's angles (the halves layout Qwen2 uses).
+fn rope(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = head.len() / 2;
+    let (a, b) = head.split_at_mut(half);
+    for i in 0..half {
+        let (x1, x2) = (a[i], b[i]);
+        a[i] = x1 * cos[i] - x2 * sin[i];
+        b[i] = x1 * sin[i] + x2 * cos[i];
+    }
+}
+
+/// A buffer the pool's threads write disjoint parts of at once.
+#[derive(Clone, Copy)]
+struct Shared(*mut f32);
+
+impl Shared {
+    /// The element at `i`. A method rather than the field, so closures capture the whole
+    /// `Shared` (which is `Sync`) rather than its pointer.
+    fn at(self, i: usize) -> *mut f32 {
+        // SAFETY of later use is the caller's; computing the address is in bounds by contract.
+        self.0.wrapping_add(i)
+    }
+}
+// SAFETY: every user writes only the part its work item owns, and the pool's caller waits for
+// all items before it reads the buffer.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+/// Causal attention of the `t` new queries (positions `pos..pos + t`) over every cached key,
+/// one work item per query head and token.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    pool: &WorkerPool,
+    s: Qwen2Shape,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    pos: usize,
+    t: usize,
+    out: &mut [f32],
+) {
+    let (hd, kv_dim, hidden, group) = (s.head_dim(), s.kv_dim(), s.hidden, s.heads / s.kv_heads);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let target = Shared(out.as_mut_ptr());
+    thread_local! {
+        static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    pool.for_each(s.heads * t, &|item| {
+        let (i, head) = (item / s.heads, item % s.heads);
+        let kv = head / group;
+        let query = &q[i * hidden + head * hd..i * hidden + (head + 1) * hd];
+        let visible = pos + i + 1;
+        // SAFETY: item (i, head) owns `out[i * hidden + head * hd..][..hd]` alone.
+        let out = unsafe { std::slice::from_raw_parts_mut(target.at(i * hidden + head * hd), hd) };
+        SCORES.with_borrow_mut(|scores| {
+            scores.clear();
+            scores.extend(
+                (0..visible).map(|j| dot(query, &keys[j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd]) * scale),
+            );
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0.0;
+            for v in scores.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            out.fill(0.0);
+            for (j, p) in scores.iter().enumerate() {
+                let p = p / sum;
+                let value = &values[j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd];
+                out.iter_mut().zip(value).for_each(|(o, v)| *o += p * v);
+            }
+        });
+    });
+}
+
+/// `gate = silu(gate) · up`, element-wise, in chunks across the pool.
+fn swiglu(pool: &WorkerPool, gate: &mut [f32], up: &[f32]) {
+    const CHUNK: usize = 2048;
+    let n = gate.len();
+    let target = Shared(gate.as_mut_ptr());
+    pool.for_each(n.div_ceil(CHUNK), &|c| {
+        let range = c * CHUNK..((c + 1) * CHUNK).min(n);
+        // SAFETY: chunk `c` owns this range of `gate` alone.
+        let g = unsafe { std::slice::from_raw_parts_mut(target.at(range.start), range.len()) };
+        for (g, u) in g.iter_mut().zip(&up[range]) {
+            *g = *g / (1.0 + (-*g).exp()) * u;
+        }
+    });
 }
 
 /// The index of the largest logit (greedy decoding).

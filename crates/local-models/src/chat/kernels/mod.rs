@@ -1,0 +1,341 @@
+//! Quantised matrix products for the chat decoder: GGUF's Q4_K, Q6_K and Q8_0 weight rows times
+//! activations quantised to 8 bits, on the file's own compact layout.
+//!
+//! Why our own rather than candle's: generation reads every weight once per token, so it is
+//! bound by memory — candle's x86 path repacks Q4_K with its scales widened to `f32` (a third
+//! more bytes to read per token) and waits on a pool of spinning threads besides the caller's
+//! (three spinners on two cores). Here the weights stay as the file has them, the caller works
+//! as one of the [`WorkerPool`]'s threads, and matrices that read the same input (query, key and
+//! value; gate and up) run as one dispatch. Prompts (many tokens) go through the same kernels,
+//! each weight row kept in cache while a tile of tokens passes over it.
+//!
+//! The SIMD kernels (AVX2 with FMA) are chosen at run time; the portable ones in [`scalar`] are
+//! the reference the tests hold them to, and what runs on other CPUs.
+
+mod blocks;
+mod pool;
+pub(crate) mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use blocks::{BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K};
+pub use pool::WorkerPool;
+
+use crate::LocalModelError;
+use candle_core::quantized::{GgmlDType, QTensor};
+
+/// The stored form of a [`QMatrix`]'s rows.
+enum Rows {
+    Q4K(Vec<BlockQ4K>),
+    Q6K(Vec<BlockQ6K>),
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+/// A weight matrix of `rows × cols` in one of the formats the kernels read. Row `r` holds
+/// output feature `r`: the product with an activation row is one dot product per row.
+pub struct QMatrix {
+    rows: usize,
+    cols: usize,
+    data: Rows,
+}
+
+/// Which quantised form of the activations a matrix's kernel reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ActivationForm {
+    /// 256-value blocks with per-16 sums, for the k-quants.
+    Q8K,
+    /// 32-value blocks, for Q8_0.
+    Q8x32,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QMatrix({} × {}, {})", self.rows, self.cols, self.format())
+    }
+}
+
+/// Copies `bytes` into blocks of `T` (candle's storage is not ours to keep), in one copy.
+fn blocks_of<T: blocks::Block>(bytes: &[u8], name: &str) -> Result<Vec<T>, LocalModelError> {
+    let size = std::mem::size_of::<T>();
+    if !bytes.len().is_multiple_of(size) {
+        return Err(LocalModelError::Format(format!("{name}: {} bytes is no whole number of blocks", bytes.len())));
+    }
+    let n = bytes.len() / size;
+    let mut blocks = Vec::<T>::with_capacity(n);
+    // SAFETY: the vector has room for `n` blocks (`n · size` bytes), and any bytes are a valid
+    // `T` (`Block`'s contract), so all `n` are initialised once copied.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), blocks.as_mut_ptr().cast::<u8>(), n * size);
+        blocks.set_len(n);
+    }
+    Ok(blocks)
+}
+
+impl QMatrix {
+    /// The matrix of a 2-D GGUF tensor (`[rows, cols]`). Formats without a kernel here (Q5_0 in
+    /// the 0.5B model, `f16`/`f32`, the other k-quants) are re-quantised to Q8_0, which keeps
+    /// their precision; `requantised` counts them.
+    ///
+    /// # Errors
+    /// A tensor that is not 2-D, whose width is not a whole number of blocks, or that candle
+    /// cannot dequantise.
+    pub fn from_qtensor(qt: QTensor, name: &str, requantised: &mut usize) -> Result<Self, LocalModelError> {
+        let (rows, cols) = qt
+            .shape()
+            .dims2()
+            .map_err(|_| LocalModelError::Format(format!("{name}: a matrix must be 2-D, is {:?}", qt.shape())))?;
+        let qt = match qt.dtype() {
+            GgmlDType::Q4K | GgmlDType::Q6K | GgmlDType::Q8_0 => qt,
+            _ => {
+                *requantised += 1;
+                let dense = qt.dequantize(&candle_core::Device::Cpu)?;
+                QTensor::quantize(&dense, GgmlDType::Q8_0)?
+            }
+        };
+        let block = match qt.dtype() {
+            GgmlDType::Q8_0 => 32,
+            _ => QK_K,
+        };
+        if !cols.is_multiple_of(block) {
+            return Err(LocalModelError::Format(format!("{name}: width {cols} is not a multiple of {block}")));
+        }
+        let bytes = qt.data()?;
+        let data = match qt.dtype() {
+            GgmlDType::Q4K => Rows::Q4K(blocks_of(&bytes, name)?),
+            GgmlDType::Q6K => Rows::Q6K(blocks_of(&bytes, name)?),
+            _ => Rows::Q8_0(blocks_of(&bytes, name)?),
+        };
+        let matrix = Self { rows, cols, data };
+        if matrix.block_count() != rows * cols / block {
+            return Err(LocalModelError::Format(format!(
+                "{name}: {} blocks for {rows} × {cols}",
+                matrix.block_count()
+            )));
+        }
+        Ok(matrix)
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The stored format's GGUF name.
+    pub fn format(&self) -> &'static str {
+        match self.data {
+            Rows::Q4K(_) => "Q4_K",
+            Rows::Q6K(_) => "Q6_K",
+            Rows::Q8_0(_) => "Q8_0",
+        }
+    }
+
+    /// Bytes the weights take (what one product over all rows reads).
+    pub fn bytes(&self) -> usize {
+        match &self.data {
+            Rows::Q4K(b) => std::mem::size_of_val(b.as_slice()),
+            Rows::Q6K(b) => std::mem::size_of_val(b.as_slice()),
+            Rows::Q8_0(b) => std::mem::size_of_val(b.as_slice()),
+        }
+    }
+
+    fn block_count(&self) -> usize {
+        match &self.data {
+            Rows::Q4K(b) => b.len(),
+            Rows::Q6K(b) => b.len(),
+            Rows::Q8_0(b) => b.len(),
+        }
+    }
+
+    fn form(&self) -> ActivationForm {
+        match self.data {
+            Rows::Q8_0(_) => ActivationForm::Q8x32,
+            _ => ActivationForm::Q8K,
+        }
+    }
+
+    /// `out[t][r] = row r · x[t]` for `rows` in `[first, end)` and every token of `x`.
+    fn rows_times(&self, kernels: &Kernels, x: &QuantizedActivations, first: usize, end: usize, out: Out) {
+        let out = out.starting_at_row(first);
+        // SAFETY (all three): `kernels` were chosen for this CPU, and `out` covers
+        // `tokens × stride` floats (checked in `matmul`) of which these rows are this call's.
+        match &self.data {
+            Rows::Q4K(b) => {
+                let n = self.cols / QK_K;
+                unsafe { (kernels.q4k)(&b[first * n..end * n], &x.q8k[..x.tokens * n], n, out) }
+            }
+            Rows::Q6K(b) => {
+                let n = self.cols / QK_K;
+                unsafe { (kernels.q6k)(&b[first * n..end * n], &x.q8k[..x.tokens * n], n, out) }
+            }
+            Rows::Q8_0(b) => {
+                let n = self.cols / 32;
+                unsafe { (kernels.q8_0)(&b[first * n..end * n], &x.q8x32[..x.tokens * n], n, out) }
+            }
+        }
+    }
+
+    /// Bytes of one row.
+    fn row_bytes(&self) -> usize {
+        self.bytes() / self.rows.max(1)
+    }
+}
+
+/// Where a product's results go: a token-major buffer shared by the pool's threads, each of
+/// which writes its own rows. A raw pointer because the threads write disjoint elements of one
+/// slice at once.
+#[derive(Clone, Copy)]
+pub(crate) struct Out {
+    ptr: *mut f32,
+    stride: usize,
+    offset: usize,
+}
+
+// SAFETY: the threads that share an `Out` write disjoint elements (each row of a matrix is
+// given to one thread) and the caller waits for all of them before reading.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The same buffer with row 0 at row `first`.
+    fn starting_at_row(self, first: usize) -> Self {
+        Self { offset: self.offset + first, ..self }
+    }
+
+    /// Writes token `t`'s value for row `r`.
+    ///
+    /// # Safety
+    /// `t * stride + offset + r` is inside the buffer and no other thread writes it.
+    pub(crate) unsafe fn write(self, t: usize, r: usize, value: f32) {
+        unsafe { *self.ptr.add(t * self.stride + self.offset + r) = value };
+    }
+}
+
+/// Rows (each `n` blocks, laid end to end) times every token's activations (each `n` blocks),
+/// written to `out` (row 0 of the slice at `out`'s row 0).
+///
+/// # Safety
+/// The kernel's CPU features are present, and `out` holds every (token, row) written.
+type RowsTimes<W, X> = unsafe fn(&[W], &[X], usize, Out);
+
+/// The dot products this CPU runs best, chosen once.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    q4k: RowsTimes<BlockQ4K, BlockQ8K>,
+    q6k: RowsTimes<BlockQ6K, BlockQ8K>,
+    q8_0: RowsTimes<BlockQ8_0, BlockQ8x32>,
+    quantize_q8k: fn(&[f32], &mut [BlockQ8K]),
+    /// What was chosen, for logs and the benchmark's report.
+    pub name: &'static str,
+}
+
+impl Kernels {
+    /// The fastest kernels the CPU supports.
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = x86::kernels() {
+            return k;
+        }
+        Self::portable()
+    }
+
+    /// The portable kernels.
+    pub fn portable() -> Self {
+        Self {
+            q4k: scalar::rows_times::<BlockQ4K, BlockQ8K>,
+            q6k: scalar::rows_times::<BlockQ6K, BlockQ8K>,
+            q8_0: scalar::rows_times::<BlockQ8_0, BlockQ8x32>,
+            quantize_q8k: scalar::quantize_q8k,
+            name: "portable",
+        }
+    }
+}
+
+/// Activation rows quantised for the kernels: buffers kept across calls so a generated token
+/// allocates nothing.
+#[derive(Default)]
+pub struct QuantizedActivations {
+    tokens: usize,
+    cols: usize,
+    q8k: Vec<BlockQ8K>,
+    q8x32: Vec<BlockQ8x32>,
+    has_q8k: bool,
+    has_q8x32: bool,
+}
+
+impl QuantizedActivations {
+    /// Quantises `tokens` rows of `x` (each `cols` wide) in the forms `matrices` read.
+    fn prepare(&mut self, kernels: &Kernels, x: &[f32], tokens: usize, cols: usize, matrices: &[&QMatrix]) {
+        debug_assert_eq!(x.len(), tokens * cols);
+        self.tokens = tokens;
+        self.cols = cols;
+        self.has_q8k = matrices.iter().any(|m| m.form() == ActivationForm::Q8K);
+        self.has_q8x32 = matrices.iter().any(|m| m.form() == ActivationForm::Q8x32);
+        if self.has_q8k {
+            let n = cols / QK_K;
+            self.q8k.resize(tokens * n, BlockQ8K::ZERO);
+            for (row, out) in x.chunks_exact(cols).zip(self.q8k.chunks_exact_mut(n)) {
+                (kernels.quantize_q8k)(row, out);
+            }
+        }
+        if self.has_q8x32 {
+            let n = cols / 32;
+            self.q8x32.resize(tokens * n, BlockQ8x32::ZERO);
+            for (row, out) in x.chunks_exact(cols).zip(self.q8x32.chunks_exact_mut(n)) {
+                scalar::quantize_q8x32(row, out);
+            }
+        }
+    }
+}
+
+/// Multiplies `x` (`tokens × cols`, token-major) by each matrix of `products` on `pool`: the
+/// matrices read the same input, which is quantised once, and run as one dispatch. Each
+/// product's output is `tokens × rows`, token-major.
+///
+/// # Panics
+/// When a matrix's width is not `cols` or an output is not `tokens × rows` long: the decoder
+/// sizes both from the model's shape, so a mismatch is a bug, not bad input.
+pub fn matmul(
+    pool: &WorkerPool,
+    kernels: &Kernels,
+    scratch: &mut QuantizedActivations,
+    x: &[f32],
+    tokens: usize,
+    products: &mut [(&QMatrix, &mut [f32])],
+) {
+    let cols = products.first().map_or(0, |(m, _)| m.cols);
+    assert_eq!(x.len(), tokens * cols, "input is not tokens × cols");
+    let matrices: Vec<&QMatrix> = products.iter().map(|(m, _)| *m).collect();
+    scratch.prepare(kernels, x, tokens, cols, &matrices);
+    // Work items are chunks of rows of one matrix, small enough that the threads finish
+    // together, large enough that taking one costs nothing against its work.
+    // One token: ~16 items per thread, each a multiple of 16 rows (a cache line of output),
+    // so handing them out (an atomic add on a shared line) stays negligible. A prompt: as many
+    // rows as fit in 16 KB, half of L1, so they stay there while every token passes over them.
+    let total_rows: usize = products.iter().map(|(m, _)| m.rows).sum();
+    let mut items = Vec::new();
+    for (i, (m, out)) in products.iter_mut().enumerate() {
+        assert_eq!(m.cols, cols, "matrices of one dispatch read the same input");
+        assert_eq!(out.len(), tokens * m.rows, "output is not tokens × rows");
+        let chunk = match tokens {
+            1 => (total_rows / (pool.threads() * 16)).max(16).next_multiple_of(16),
+            _ => (16 * 1024 / m.row_bytes().max(1)).clamp(2, 16),
+        };
+        let target = Out { ptr: out.as_mut_ptr(), stride: m.rows, offset: 0 };
+        for first in (0..m.rows).step_by(chunk) {
+            items.push((i, first, (first + chunk).min(m.rows), target));
+        }
+    }
+    let scratch = &*scratch;
+    pool.for_each(items.len(), &|item| {
+        let (i, first, end, out) = items[item];
+        matrices[i].rows_times(kernels, scratch, first, end, out);
+    });
+}
+
+#[cfg(test)]
+mod tests;
