@@ -4,9 +4,10 @@
 //! what a generic implementation does not give: the KV cache is ours, so a new prompt reuses the
 //! cached state of the prefix it shares with the previous one (system prompt + tool list) and
 //! only the rest is computed, and the state of a prefix can be kept on disk; and a generated
-//! token allocates nothing and runs its products on the compact weights, fused where they read
-//! the same input, which is what makes generation fast (docs/benchmarks.md). candle reads the
-//! GGUF file and dequantises the small tensors at load.
+//! token allocates only the logits it returns (and, now and then, room for the KV cache to
+//! grow) and runs its products on the compact weights, fused where they read the same input,
+//! which is what makes generation fast (docs/benchmarks.md). candle reads the GGUF file and
+//! dequantises the small tensors at load.
 
 use super::kernels::{Kernels, QMatrix, QuantizedActivations, WorkerPool, matmul};
 use crate::LocalModelError;
@@ -61,8 +62,8 @@ impl Qwen2Shape {
     }
 }
 
-/// The buffers one forward pass works in, kept across calls: a generated token allocates
-/// nothing.
+/// The buffers one forward pass works in, kept across calls, so a generated token does not
+/// allocate them again.
 #[derive(Default)]
 struct Scratch {
     x: Vec<f32>,

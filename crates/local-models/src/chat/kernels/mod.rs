@@ -263,26 +263,22 @@ pub struct QuantizedActivations {
     cols: usize,
     q8k: Vec<BlockQ8K>,
     q8x32: Vec<BlockQ8x32>,
-    has_q8k: bool,
-    has_q8x32: bool,
 }
 
 impl QuantizedActivations {
-    /// Quantises `tokens` rows of `x` (each `cols` wide) in the forms `matrices` read.
-    fn prepare(&mut self, kernels: &Kernels, x: &[f32], tokens: usize, cols: usize, matrices: &[&QMatrix]) {
+    /// Quantises `tokens` rows of `x` (each `cols` wide) in the forms asked for.
+    fn prepare(&mut self, kernels: &Kernels, x: &[f32], tokens: usize, cols: usize, q8k: bool, q8x32: bool) {
         debug_assert_eq!(x.len(), tokens * cols);
         self.tokens = tokens;
         self.cols = cols;
-        self.has_q8k = matrices.iter().any(|m| m.form() == ActivationForm::Q8K);
-        self.has_q8x32 = matrices.iter().any(|m| m.form() == ActivationForm::Q8x32);
-        if self.has_q8k {
+        if q8k {
             let n = cols / QK_K;
             self.q8k.resize(tokens * n, BlockQ8K::ZERO);
             for (row, out) in x.chunks_exact(cols).zip(self.q8k.chunks_exact_mut(n)) {
                 (kernels.quantize_q8k)(row, out);
             }
         }
-        if self.has_q8x32 {
+        if q8x32 {
             let n = cols / 32;
             self.q8x32.resize(tokens * n, BlockQ8x32::ZERO);
             for (row, out) in x.chunks_exact(cols).zip(self.q8x32.chunks_exact_mut(n)) {
@@ -309,32 +305,50 @@ pub fn matmul(
 ) {
     let cols = products.first().map_or(0, |(m, _)| m.cols);
     assert_eq!(x.len(), tokens * cols, "input is not tokens × cols");
-    let matrices: Vec<&QMatrix> = products.iter().map(|(m, _)| *m).collect();
-    scratch.prepare(kernels, x, tokens, cols, &matrices);
+    assert!(products.len() <= MAX_PRODUCTS, "at most {MAX_PRODUCTS} matrices per dispatch");
+    let reads = |form| products.iter().any(|(m, _)| m.form() == form);
+    scratch.prepare(kernels, x, tokens, cols, reads(ActivationForm::Q8K), reads(ActivationForm::Q8x32));
     // Work items are chunks of rows of one matrix, small enough that the threads finish
     // together, large enough that taking one costs nothing against its work.
     // One token: ~16 items per thread, each a multiple of 16 rows (a cache line of output),
     // so handing them out (an atomic add on a shared line) stays negligible. A prompt: as many
     // rows as fit in 16 KB, half of L1, so they stay there while every token passes over them.
+    // Each matrix's items follow the previous one's: `first_item` says where its own begin, so
+    // the items need no list (a generated token allocates nothing here).
     let total_rows: usize = products.iter().map(|(m, _)| m.rows).sum();
-    let mut items = Vec::new();
-    for (i, (m, out)) in products.iter_mut().enumerate() {
+    let mut parts: [Option<Part>; MAX_PRODUCTS] = [None; MAX_PRODUCTS];
+    let mut items = 0;
+    for ((m, out), part) in products.iter_mut().zip(&mut parts) {
         assert_eq!(m.cols, cols, "matrices of one dispatch read the same input");
         assert_eq!(out.len(), tokens * m.rows, "output is not tokens × rows");
         let chunk = match tokens {
             1 => (total_rows / (pool.threads() * 16)).max(16).next_multiple_of(16),
             _ => (16 * 1024 / m.row_bytes().max(1)).clamp(2, 16),
         };
-        let target = Out { ptr: out.as_mut_ptr(), stride: m.rows, offset: 0 };
-        for first in (0..m.rows).step_by(chunk) {
-            items.push((i, first, (first + chunk).min(m.rows), target));
-        }
+        let out = Out { ptr: out.as_mut_ptr(), stride: m.rows, offset: 0 };
+        *part = Some(Part { matrix: m, out, chunk, first_item: items });
+        items += m.rows.div_ceil(chunk);
     }
     let scratch = &*scratch;
-    pool.for_each(items.len(), &|item| {
-        let (i, first, end, out) = items[item];
-        matrices[i].rows_times(kernels, scratch, first, end, out);
+    pool.for_each(items, &|item| {
+        // The last part whose items begin at or before `item` holds it.
+        let Some(p) = parts.iter().flatten().rev().find(|p| p.first_item <= item) else { return };
+        let first = (item - p.first_item) * p.chunk;
+        p.matrix.rows_times(kernels, scratch, first, (first + p.chunk).min(p.matrix.rows), p.out);
     });
+}
+
+/// The most matrices one [`matmul`] runs (the decoder's largest dispatch is query, key and value).
+const MAX_PRODUCTS: usize = 4;
+
+/// One matrix of a dispatch: where its output goes, its rows per work item, and the index of
+/// its first work item.
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    matrix: &'a QMatrix,
+    out: Out,
+    chunk: usize,
+    first_item: usize,
 }
 
 #[cfg(test)]

@@ -169,10 +169,33 @@ fn q6k_group_scale(paired: __m256i, k: usize) -> __m256i {
     _mm256_shuffle_epi8(paired, pick)
 }
 
+/// The four groups of 32 values in half `half` (values 128·half..) of a Q6_K block, each value
+/// as an unsigned byte (0..64): the low four bits from `ql`, the high two from `qh`.
 #[target_feature(enable = "avx2,fma")]
-fn dot_q6k_q8k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
+#[inline]
+fn q6k_groups(w: &BlockQ6K, half: usize) -> [__m256i; 4] {
     let nibble = _mm256_set1_epi8(0xF);
     let two_bits = _mm256_set1_epi8(3);
+    // SAFETY: `ql` is 128 bytes and `qh` 64: offsets 64·half + 32 and 32·half stay inside.
+    let (ql0, ql1, qh) = unsafe {
+        (
+            load(w.ql.as_ptr().add(64 * half)),
+            load(w.ql.as_ptr().add(64 * half + 32)),
+            load(w.qh.as_ptr().add(32 * half)),
+        )
+    };
+    let lows = [
+        _mm256_and_si256(ql0, nibble),
+        _mm256_and_si256(ql1, nibble),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), nibble),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), nibble),
+    ];
+    let highs = [qh, _mm256_srli_epi16::<2>(qh), _mm256_srli_epi16::<4>(qh), _mm256_srli_epi16::<6>(qh)];
+    [0, 1, 2, 3].map(|g| _mm256_or_si256(lows[g], _mm256_slli_epi16::<4>(_mm256_and_si256(highs[g], two_bits))))
+}
+
+#[target_feature(enable = "avx2,fma")]
+fn dot_q6k_q8k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (w, x) in w.iter().zip(x) {
         // The −32 offset of every value, once per block: 32 · Σ scale_i · (sum of x over 16 i).
@@ -183,29 +206,7 @@ fn dot_q6k_q8k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
         let paired = q6k_paired_scales(w);
         let mut sums = _mm256_setzero_si256();
         for half in 0..2 {
-            // SAFETY: `ql` is 128 bytes, `qh` 64 and `x.qs` 256: every offset below stays inside.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    load(w.ql.as_ptr().add(64 * half)),
-                    load(w.ql.as_ptr().add(64 * half + 32)),
-                    load(w.qh.as_ptr().add(32 * half)),
-                )
-            };
-            let groups = [
-                _mm256_or_si256(_mm256_and_si256(ql0, nibble), _mm256_slli_epi16::<4>(_mm256_and_si256(qh, two_bits))),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, nibble),
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), two_bits)),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), nibble),
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), two_bits)),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), nibble),
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), two_bits)),
-                ),
-            ];
+            let groups = q6k_groups(w, half);
             for (g, q) in groups.into_iter().enumerate() {
                 let first = 128 * half + 32 * g;
                 // SAFETY: `first + 32 ≤ 256`.
@@ -287,38 +288,15 @@ fn dot_q4k_q8k_x4(w: &[BlockQ4K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
 /// [`dot_q6k_q8k`] of one weight row with four activation rows, unpacking the row once.
 #[target_feature(enable = "avx2,fma")]
 fn dot_q6k_q8k_x4(w: &[BlockQ6K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-    let nibble = _mm256_set1_epi8(0xF);
-    let two_bits = _mm256_set1_epi8(3);
     let mut acc = [_mm256_setzero_ps(); 4];
     for (b, w) in w.iter().enumerate() {
         // SAFETY: `scales` is 16 bytes.
         let scales16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) });
         let paired = q6k_paired_scales(w);
         // Group k holds values 32k..32k + 32 as unsigned 6-bit values, scale per 16.
-        let mut q = [_mm256_setzero_si256(); 8];
-        let mut s = [_mm256_setzero_si256(); 8];
-        for half in 0..2 {
-            // SAFETY: `ql` is 128 bytes and `qh` 64: every offset below stays inside.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    load(w.ql.as_ptr().add(64 * half)),
-                    load(w.ql.as_ptr().add(64 * half + 32)),
-                    load(w.qh.as_ptr().add(32 * half)),
-                )
-            };
-            let lows = [
-                _mm256_and_si256(ql0, nibble),
-                _mm256_and_si256(ql1, nibble),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), nibble),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), nibble),
-            ];
-            let highs = [qh, _mm256_srli_epi16::<2>(qh), _mm256_srli_epi16::<4>(qh), _mm256_srli_epi16::<6>(qh)];
-            for g in 0..4 {
-                let k = 4 * half + g;
-                q[k] = _mm256_or_si256(lows[g], _mm256_slli_epi16::<4>(_mm256_and_si256(highs[g], two_bits)));
-                s[k] = q6k_group_scale(paired, k);
-            }
-        }
+        let (low, high) = (q6k_groups(w, 0), q6k_groups(w, 1));
+        let q = [low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]];
+        let s: [__m256i; 8] = std::array::from_fn(|k| q6k_group_scale(paired, k));
         let d = f16_bits(w.d);
         for t in 0..4 {
             let x = &x[t][b];
