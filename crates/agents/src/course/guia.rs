@@ -58,9 +58,10 @@ fn check_section(key: &str) -> Result<(), ToolError> {
 pub fn get_guia_tool(store: Arc<GuideStore>, default_tenant: String) -> Arc<dyn Tool> {
     ToolBuilder::<GuiaArgs>::new(
         "get_guia",
-        "Look up a section of the current subject's teaching guide (syllabus, guía docente): competences \
-         (competencias), objectives (objetivos), contents, teaching methods, assessment (sistema_de_evaluación), \
-         bibliography, teachers (profesorado). Without a key it returns the summary.",
+        "Look up a section of the current subject's teaching guide (syllabus, guía docente, đề cương): the \
+         competences it develops (competencias), objectives (objetivos), contents, teaching methods, how the \
+         subject is assessed and graded (sistema_de_evaluación), bibliography, teachers (profesorado). Without a \
+         key it returns the summary.",
     )
     .inject("asignatura")
     .display_name("Teaching guide")

@@ -364,8 +364,9 @@ pub fn generate_test_tool(generator: TestGenerator) -> Arc<dyn Tool> {
     let generator = Arc::new(generator);
     ToolBuilder::<TestGenerationInput>::new(
         "generate_test",
-        "Write review questions on a topic of the subject, for the student to test themselves. Pass passages \
-         found by rag_search as context when you have them.",
+        "Write practice questions (a quiz) on a topic, for the student to test themselves, when they ask for \
+         questions. Not for questions about the subject itself, such as how it is assessed (get_guia). Pass \
+         passages found by rag_search as context when you have them.",
     )
     .inject("asignatura")
     .display_name("Review questions")

@@ -82,8 +82,11 @@ struct Scratch {
 /// A loaded Qwen2 model with its KV cache.
 pub struct Qwen2 {
     shape: Qwen2Shape,
-    /// The token embedding table, `vocab × hidden` (`f16` halves it against `f32`).
-    embed: Vec<f16>,
+    /// The token embedding table, `vocab × hidden`, quantised as the file stores it; `None`
+    /// when it is the output head's (tied weights, as in the Qwen2.5 models shipped). A token's
+    /// row is dequantised when it is read: a table of floats would take 0.5–0.9 GB and seconds
+    /// of every load.
+    embed: Option<QMatrix>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
     lm_head: QMatrix,
@@ -169,14 +172,13 @@ impl Qwen2 {
         let mut raw = |name: &str| -> Result<QTensor, LocalModelError> {
             ct.tensor(reader, name, &device).map_err(|e| LocalModelError::Format(format!("tensor {name}: {e}")))
         };
-        let embed_q = raw("token_embd.weight")?;
-        let embed = embed_q.dequantize(&device)?.to_dtype(DType::F16)?.flatten_all()?.to_vec1::<f16>()?;
-        if embed.is_empty() || !embed.len().is_multiple_of(hidden) {
+        let table = QMatrix::from_qtensor(raw("token_embd.weight")?, "token_embd.weight", &mut requantised)?;
+        if table.rows() == 0 || table.cols() != hidden {
             return Err(LocalModelError::Format(format!("token_embd.weight is not vocab × {hidden}")));
         }
-        let lm_head = match ct.tensor_infos.contains_key("output.weight") {
-            true => QMatrix::from_qtensor(raw("output.weight")?, "output.weight", &mut requantised)?,
-            false => QMatrix::from_qtensor(embed_q, "token_embd.weight", &mut requantised)?,
+        let (embed, lm_head) = match ct.tensor_infos.contains_key("output.weight") {
+            true => (Some(table), QMatrix::from_qtensor(raw("output.weight")?, "output.weight", &mut requantised)?),
+            false => (None, table),
         };
         let norm = vector(raw("output_norm.weight")?, "output_norm.weight", hidden)?;
         let mut layers = Vec::with_capacity(shape.layers);
@@ -215,7 +217,7 @@ impl Qwen2 {
                 gate,
             });
         }
-        if lm_head.cols() != hidden || lm_head.rows() * hidden != embed.len() {
+        if lm_head.cols() != hidden || embed.as_ref().is_some_and(|e| e.rows() != lm_head.rows()) {
             return Err(LocalModelError::Format("the output head does not fit the embedding table".into()));
         }
         let half = shape.head_dim() / 2;
@@ -267,7 +269,7 @@ impl Qwen2 {
                 self.shape.max_context
             )));
         }
-        let vocab = self.embed.len() / self.shape.hidden;
+        let vocab = self.lm_head.rows();
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(LocalModelError::Input(format!("token {bad} is outside the vocabulary of {vocab}")));
         }
@@ -305,7 +307,7 @@ impl Qwen2 {
                         .sum::<usize>()
             })
             .sum();
-        layers + self.lm_head.bytes() + floats(&self.norm) + self.shape.hidden * 2
+        layers + self.lm_head.bytes() + floats(&self.norm) + self.embed.as_ref().unwrap_or(&self.lm_head).row_bytes()
     }
 
     /// Writes the first `len` cached tokens and their KV state to `path` (safetensors, each
@@ -411,8 +413,15 @@ impl Qwen2 {
         let sc = &mut self.scratch;
         sc.x.clear();
         for &token in tokens {
-            let row = &self.embed[token as usize * hidden..(token as usize + 1) * hidden];
-            sc.x.extend(row.iter().map(|v| v.to_f32()));
+            let start = sc.x.len();
+            sc.x.resize(start + hidden, 0.0);
+            let row = &mut sc.x[start..];
+            // In range: `next_logits` checked every token against the vocabulary.
+            self.embed.as_ref().unwrap_or(&self.lm_head).row_to_f32(token as usize, row);
+            // Rounded to f16, as the table of floats this replaced held it: the numerics the
+            // tool-call accuracy in docs/benchmarks.md was measured with. (Full f32 rows flip
+            // greedy choices at the margin: the demo's first call took other arguments.)
+            row.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
         }
         resize(&mut sc.h, t * hidden);
         resize(&mut sc.q, t * hidden);

@@ -22,6 +22,7 @@ pub use blocks::{BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K};
 pub use pool::WorkerPool;
 
 use crate::LocalModelError;
+use blocks::f16_bits;
 use candle_core::quantized::{GgmlDType, QTensor};
 
 /// The stored form of a [`QMatrix`]'s rows.
@@ -179,8 +180,55 @@ impl QMatrix {
         }
     }
 
+    /// Row `r` as `f32` into `out` (`cols` long), each weight computed as the format defines it
+    /// (as llama.cpp's and candle's dequantisation do): a token's embedding read from the
+    /// quantised table, so the table is never held as floats.
+    ///
+    /// # Panics
+    /// When `r` is not a row or `out` is not `cols` long: the caller checks the token id
+    /// against [`QMatrix::rows`] first.
+    pub fn row_to_f32(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.rows && out.len() == self.cols, "row {r} of {self:?} into {} floats", out.len());
+        match &self.data {
+            Rows::Q4K(b) => {
+                let n = self.cols / QK_K;
+                for (block, out) in b[r * n..(r + 1) * n].iter().zip(out.chunks_exact_mut(QK_K)) {
+                    let (d, dmin) = (f16_bits(block.d), f16_bits(block.dmin));
+                    for j in 0..QK_K / 32 {
+                        let (scale, min) = block.scale_min(j);
+                        let (scale, min) = (d * f32::from(scale), dmin * f32::from(min));
+                        let q = &block.qs[32 * (j / 2)..32 * (j / 2) + 32];
+                        let shift = 4 * (j % 2);
+                        for (o, &q) in out[32 * j..32 * j + 32].iter_mut().zip(q) {
+                            *o = scale * f32::from((q >> shift) & 0xF) - min;
+                        }
+                    }
+                }
+            }
+            Rows::Q6K(b) => {
+                let n = self.cols / QK_K;
+                for (block, out) in b[r * n..(r + 1) * n].iter().zip(out.chunks_exact_mut(QK_K)) {
+                    let d = f16_bits(block.d);
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let q = i32::from(scalar::q6k_value(block, i)) - 32;
+                        *o = d * f32::from(block.scales[i / 16]) * q as f32;
+                    }
+                }
+            }
+            Rows::Q8_0(b) => {
+                let n = self.cols / 32;
+                for (block, out) in b[r * n..(r + 1) * n].iter().zip(out.chunks_exact_mut(32)) {
+                    let d = f16_bits(block.d);
+                    for (o, &q) in out.iter_mut().zip(&block.qs) {
+                        *o = d * f32::from(q);
+                    }
+                }
+            }
+        }
+    }
+
     /// Bytes of one row.
-    fn row_bytes(&self) -> usize {
+    pub fn row_bytes(&self) -> usize {
         self.bytes() / self.rows.max(1)
     }
 }

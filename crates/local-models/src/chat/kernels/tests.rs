@@ -162,3 +162,19 @@ fn a_tokens_result_does_not_depend_on_the_tokens_computed_with_it() {
         }
     }
 }
+
+#[test]
+fn a_row_reads_as_candle_dequantises_it() {
+    let (rows, cols) = (5, 512);
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
+        let (m, exact) = matrix(dtype, rows, cols, 3);
+        let mut row = vec![f32::NAN; cols];
+        for r in 0..rows {
+            m.row_to_f32(r, &mut row);
+            let want = &exact[r * cols..(r + 1) * cols];
+            // The same products in the same order as candle's: the same floats, bit for bit.
+            let differ = row.iter().zip(want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "{dtype:?} row {r}: {differ} values differ");
+        }
+    }
+}
