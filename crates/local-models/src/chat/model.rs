@@ -320,8 +320,12 @@ impl Worker {
             }
             true
         };
+        let started = std::time::Instant::now();
+        // Prompt tokens not found in the KV cache: what this reply's prompt cost to read.
+        let mut computed_prompt = None;
         while generated < max_new {
-            let (mut logits, _) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+            let (mut logits, computed) = self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+            computed_prompt.get_or_insert(computed);
             if guide.active() {
                 guide.mask(&self.vocab, &mut logits);
             }
@@ -370,6 +374,13 @@ impl Worker {
         if calls > 0 {
             finish = FinishReason::ToolCalls;
         }
+        tracing::debug!(
+            prompt_tokens,
+            computed_prompt_tokens = computed_prompt.unwrap_or(0),
+            generated,
+            seconds = started.elapsed().as_secs_f64(),
+            "local model reply"
+        );
         let usage = Usage { prompt_tokens: prompt_tokens as u32, completion_tokens: generated as u32 };
         if send(ChatEvent::Usage(usage)) {
             send(ChatEvent::Finished(finish));

@@ -9,7 +9,7 @@
 //! which is what makes generation fast (docs/benchmarks.md). candle reads the GGUF file and
 //! dequantises the small tensors at load.
 
-use super::kernels::{Kernels, QMatrix, QuantizedActivations, WorkerPool, matmul};
+use super::kernels::{Kernels, QMatrix, QuantizedActivations, SharedMut, WorkerPool, matmul};
 use crate::LocalModelError;
 use candle_core::quantized::{QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
@@ -84,8 +84,8 @@ pub struct Qwen2 {
     shape: Qwen2Shape,
     /// The token embedding table, `vocab × hidden`, quantised as the file stores it; `None`
     /// when it is the output head's (tied weights, as in the Qwen2.5 models shipped). A token's
-    /// row is dequantised when it is read: a table of floats would take 0.5–0.9 GB and seconds
-    /// of every load.
+    /// row is dequantised when it is read: a table of `f16` would take 0.27 GB (0.5B) to 0.47 GB
+    /// (1.5B), twice that while made, and seconds of every load (docs/benchmarks.md).
     embed: Option<QMatrix>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
@@ -418,9 +418,8 @@ impl Qwen2 {
             let row = &mut sc.x[start..];
             // In range: `next_logits` checked every token against the vocabulary.
             self.embed.as_ref().unwrap_or(&self.lm_head).row_to_f32(token as usize, row);
-            // Rounded to f16, as the table of floats this replaced held it: the numerics the
-            // tool-call accuracy in docs/benchmarks.md was measured with. (Full f32 rows flip
-            // greedy choices at the margin: the demo's first call took other arguments.)
+            // Rounded to f16: the numerics the tool-call accuracy in docs/benchmarks.md was
+            // measured with, when the table was kept as f16.
             row.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
         }
         resize(&mut sc.h, t * hidden);
@@ -515,23 +514,6 @@ fn rope(head: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// A buffer the pool's threads write disjoint parts of at once.
-#[derive(Clone, Copy)]
-struct Shared(*mut f32);
-
-impl Shared {
-    /// The element at `i`. A method rather than the field, so closures capture the whole
-    /// `Shared` (which is `Sync`) rather than its pointer.
-    fn at(self, i: usize) -> *mut f32 {
-        // SAFETY of later use is the caller's; computing the address is in bounds by contract.
-        self.0.wrapping_add(i)
-    }
-}
-// SAFETY: every user writes only the part its work item owns, and the pool's caller waits for
-// all items before it reads the buffer.
-unsafe impl Send for Shared {}
-unsafe impl Sync for Shared {}
-
 /// Causal attention of the `t` new queries (positions `pos..pos + t`) over every cached key,
 /// one work item per query head and token.
 #[allow(clippy::too_many_arguments)]
@@ -547,7 +529,7 @@ fn attention(
 ) {
     let (hd, kv_dim, hidden, group) = (s.head_dim(), s.kv_dim(), s.hidden, s.heads / s.kv_heads);
     let scale = 1.0 / (hd as f32).sqrt();
-    let target = Shared(out.as_mut_ptr());
+    let target = SharedMut::new(out);
     thread_local! {
         static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -557,7 +539,7 @@ fn attention(
         let query = &q[i * hidden + head * hd..i * hidden + (head + 1) * hd];
         let visible = pos + i + 1;
         // SAFETY: item (i, head) owns `out[i * hidden + head * hd..][..hd]` alone.
-        let out = unsafe { std::slice::from_raw_parts_mut(target.at(i * hidden + head * hd), hd) };
+        let out = unsafe { target.slice(i * hidden + head * hd, hd) };
         SCORES.with_borrow_mut(|scores| {
             scores.clear();
             scores.extend(
@@ -583,11 +565,11 @@ fn attention(
 fn swiglu(pool: &WorkerPool, gate: &mut [f32], up: &[f32]) {
     const CHUNK: usize = 2048;
     let n = gate.len();
-    let target = Shared(gate.as_mut_ptr());
+    let target = SharedMut::new(gate);
     pool.for_each(n.div_ceil(CHUNK), &|c| {
         let range = c * CHUNK..((c + 1) * CHUNK).min(n);
         // SAFETY: chunk `c` owns this range of `gate` alone.
-        let g = unsafe { std::slice::from_raw_parts_mut(target.at(range.start), range.len()) };
+        let g = unsafe { target.slice(range.start, range.len()) };
         for (g, u) in g.iter_mut().zip(&up[range]) {
             *g = *g / (1.0 + (-*g).exp()) * u;
         }

@@ -19,6 +19,7 @@ pub(crate) mod scalar;
 mod x86;
 
 pub use blocks::{BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K};
+pub(crate) use pool::SharedMut;
 pub use pool::WorkerPool;
 
 use crate::LocalModelError;
@@ -234,19 +235,13 @@ impl QMatrix {
 }
 
 /// Where a product's results go: a token-major buffer shared by the pool's threads, each of
-/// which writes its own rows. A raw pointer because the threads write disjoint elements of one
-/// slice at once.
+/// which writes its own rows (each row of a matrix is given to one work item).
 #[derive(Clone, Copy)]
 pub(crate) struct Out {
-    ptr: *mut f32,
+    buffer: SharedMut,
     stride: usize,
     offset: usize,
 }
-
-// SAFETY: the threads that share an `Out` write disjoint elements (each row of a matrix is
-// given to one thread) and the caller waits for all of them before reading.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
 
 impl Out {
     /// The same buffer with row 0 at row `first`.
@@ -259,7 +254,7 @@ impl Out {
     /// # Safety
     /// `t * stride + offset + r` is inside the buffer and no other thread writes it.
     pub(crate) unsafe fn write(self, t: usize, r: usize, value: f32) {
-        unsafe { *self.ptr.add(t * self.stride + self.offset + r) = value };
+        unsafe { self.buffer.write(t * self.stride + self.offset + r, value) };
     }
 }
 
@@ -308,7 +303,6 @@ impl Kernels {
 #[derive(Default)]
 pub struct QuantizedActivations {
     tokens: usize,
-    cols: usize,
     q8k: Vec<BlockQ8K>,
     q8x32: Vec<BlockQ8x32>,
 }
@@ -318,7 +312,6 @@ impl QuantizedActivations {
     fn prepare(&mut self, kernels: &Kernels, x: &[f32], tokens: usize, cols: usize, q8k: bool, q8x32: bool) {
         debug_assert_eq!(x.len(), tokens * cols);
         self.tokens = tokens;
-        self.cols = cols;
         if q8k {
             let n = cols / QK_K;
             self.q8k.resize(tokens * n, BlockQ8K::ZERO);
@@ -373,7 +366,7 @@ pub fn matmul(
             1 => (total_rows / (pool.threads() * 16)).max(16).next_multiple_of(16),
             _ => (16 * 1024 / m.row_bytes().max(1)).clamp(2, 16),
         };
-        let out = Out { ptr: out.as_mut_ptr(), stride: m.rows, offset: 0 };
+        let out = Out { buffer: SharedMut::new(out), stride: m.rows, offset: 0 };
         *part = Some(Part { matrix: m, out, chunk, first_item: items });
         items += m.rows.div_ceil(chunk);
     }

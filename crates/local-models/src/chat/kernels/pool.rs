@@ -42,6 +42,41 @@ struct Shared {
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
+/// A buffer the pool's threads write disjoint parts of at once (a raw pointer: one `&mut`
+/// slice cannot be handed to several threads).
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMut(*mut f32);
+
+// SAFETY: every user writes only the part its work item owns, and the pool's caller waits for
+// all items (`for_each` returns) before it reads the buffer.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// The buffer of `slice`, for a job's items to write their own parts of.
+    pub(crate) fn new(slice: &mut [f32]) -> Self {
+        Self(slice.as_mut_ptr())
+    }
+
+    /// The `len` elements from `start`. A method rather than the field, so closures capture
+    /// the whole `SharedMut` (which is `Sync`) rather than its pointer.
+    ///
+    /// # Safety
+    /// The range lies inside the buffer, the buffer outlives the returned slice, and no other
+    /// thread touches the range meanwhile.
+    pub(crate) unsafe fn slice<'a>(self, start: usize, len: usize) -> &'a mut [f32] {
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+
+    /// Writes element `i`.
+    ///
+    /// # Safety
+    /// `i` lies inside the buffer and no other thread touches it meanwhile.
+    pub(crate) unsafe fn write(self, i: usize, value: f32) {
+        unsafe { *self.0.add(i) = value };
+    }
+}
+
 /// A fixed set of threads that run one data-parallel job at a time.
 pub struct WorkerPool {
     shared: Arc<Shared>,
