@@ -139,9 +139,10 @@ pub async fn all_tools(
             default_tenant: tenant.clone(),
             url_template: legal.url.clone(),
         };
-        all.register(crate::legal::tools::retrieve_laws_tool(library))?;
-        all.register(crate::legal::tools::generate_answer_tool(crate::legal::AnswerWriter { model: model.clone() }))?;
-        all.register(crate::legal::tools::format_citation_tool())?;
+        all.register(crate::legal::tools::retrieve_laws_tool(library.clone()))?;
+        let writer = crate::legal::AnswerWriter { model: model.clone() };
+        all.register(crate::legal::tools::generate_answer_tool(writer, library.clone()))?;
+        all.register(crate::legal::tools::format_citation_tool(library))?;
     }
     if let Some(crisis) = &cfg.tools.crisis {
         let finder = crate::crisis::ResourceFinder::from_settings(crisis, model.clone())

@@ -22,7 +22,7 @@ use toolgraph_graph::{
     Checkpointer, CompiledGraph, Decision, END, GraphBuildError, InterruptRequest, NodeError, NodeOutput, RunContext,
     RunEvent, START, State, StateGraph, StopCause,
 };
-use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, ToolDefinition};
+use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, ToolChoice, ToolDefinition};
 use toolgraph_tools::{ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry};
 
 /// The nodes of the agent's graph; their names are what [`RunEvent::NodeStarted`] and the
@@ -298,6 +298,30 @@ pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
         .collect()
 }
 
+/// The tools the model may call at this point of the turn, when that is not all of them: a
+/// tool with [`offered_after`](toolgraph_tools::ToolSpec::offered_after) only once one of
+/// those tools has returned since the user's last message. `None`: every tool.
+pub fn callable_tools(tools: &ToolRegistry, history: &[Message]) -> Option<Vec<String>> {
+    let specs = tools.specs();
+    if specs.iter().all(|s| s.offered_after.is_empty()) {
+        return None;
+    }
+    let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
+    let returned: Vec<&str> = history[turn_start..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let callable: Vec<String> = specs
+        .iter()
+        .filter(|s| s.offered_after.is_empty() || s.offered_after.iter().any(|t| returned.contains(&t.as_str())))
+        .map(|s| s.name.clone())
+        .collect();
+    (callable.len() < specs.len()).then_some(callable)
+}
+
 /// Builds the agent graph over `model` and `checkpointer`.
 ///
 /// # Errors
@@ -329,9 +353,15 @@ pub fn build(
     g.add_conditional_edges(
         tools,
         move |s: &AgentState| {
-            if s.tool_failures > max_retries { give_up.into() } else { model.into() }
+            if s.last_reply().is_some() {
+                END.into()
+            } else if s.tool_failures > max_retries {
+                give_up.into()
+            } else {
+                model.into()
+            }
         },
-        [model, give_up],
+        [model, give_up, END],
     );
     g.add_conditional_edges(
         approved,
@@ -435,6 +465,7 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
     }
     messages.extend_from_slice(history_window(&s.messages, deps.spec.history_budget));
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
+    request.tool_choice = callable_tools(&deps.spec.tools, &s.messages).map(ToolChoice::Allowed);
     request.temperature = deps.spec.temperature;
     request.max_tokens = deps.spec.max_tokens;
     let model_error = |e: toolgraph_llm::LlmError| NodeError::new("model", e.to_string());
@@ -525,22 +556,46 @@ pub(crate) fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
 }
 
 async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
-    let calls = pending_calls(&s);
     let registry = &ctx.deps().spec.tools;
+    // A call to a tool not on offer yet (a model that ignored the narrowed choice) is answered
+    // with why, and never run.
+    let callable = callable_tools(registry, &s.messages);
+    let on_offer =
+        |c: &ToolCall| callable.as_ref().is_none_or(|names| names.contains(&c.name) || registry.get(&c.name).is_none());
+    let (calls, early): (Vec<ToolCall>, Vec<ToolCall>) = pending_calls(&s).into_iter().partition(on_offer);
     let tool_ctx = tool_context(&s, &ctx.deps().spec);
     let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) =
         calls.into_iter().partition(|c| registry.get(&c.name).is_some_and(|t| t.spec().class == ToolClass::Write));
-    for c in reads.iter().chain(&writes) {
+    for c in early.iter().chain(&reads).chain(&writes) {
         let arguments = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
         ctx.emit(RunEvent::ToolCall { call_id: c.id.clone(), name: c.name.clone(), arguments }).await;
     }
+    let mut messages = Vec::with_capacity(early.len() + reads.len());
+    for c in &early {
+        let after = registry.get(&c.name).map(|t| t.spec().offered_after.join(" or ")).unwrap_or_default();
+        let why = format!("{} can be called only after {after} has returned in this turn: call {after} first", c.name);
+        let outcome = ToolOutcome::Failure(ToolError::invalid_arguments(why));
+        let (call_id, name, outcome_json) = (c.id.clone(), c.name.clone(), outcome.to_json());
+        ctx.emit(RunEvent::ToolResult { call_id, name, outcome: outcome_json, ok: false }).await;
+        messages.push(tool_message(c, &outcome));
+    }
     let outcomes = futures::future::join_all(reads.iter().map(|c| run_tool(&ctx, &tool_ctx, c))).await;
-    let failed = outcomes.iter().any(|o| !o.is_success());
-    let mut update = AgentUpdate {
-        messages: reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)).collect(),
-        tool_failures: Some(s.tool_failures + u32::from(failed)),
-        ..Default::default()
-    };
+    let failed = !early.is_empty() || outcomes.iter().any(|o| !o.is_success());
+    messages.extend(reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)));
+    // A result that is the finished answer ends the turn with it (no write waiting).
+    let direct = reads.iter().zip(&outcomes).rev().find_map(|(c, o)| {
+        let field = registry.get(&c.name)?.spec().answer_field.clone()?;
+        match o {
+            ToolOutcome::Success(v) => v.get(&field)?.as_str().map(str::to_owned),
+            ToolOutcome::Failure(_) => None,
+        }
+    });
+    if let Some(answer) = direct.filter(|_| writes.is_empty() && !failed) {
+        ctx.emit(RunEvent::TextDelta { text: answer.clone() }).await;
+        messages.push(Message::assistant(answer));
+    }
+    let mut update =
+        AgentUpdate { messages, tool_failures: Some(s.tool_failures + u32::from(failed)), ..Default::default() };
     if writes.is_empty() {
         return Ok(NodeOutput::Update(update));
     }
@@ -680,5 +735,53 @@ mod footer_tests {
         ];
         assert_eq!(turn_tool_outputs(&history), ["a", "b"]);
         assert!(turn_tool_outputs(&history[..4]).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod offer_tests {
+    use super::*;
+    use toolgraph_tools::ToolBuilder;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct NoArgs {}
+
+    fn registry() -> ToolRegistry {
+        let tool = |name: &str, after: &[&str]| {
+            ToolBuilder::<NoArgs>::new(name, name)
+                .offered_after(after.iter().copied())
+                .handler(|_, _: NoArgs| async { Ok(Value::Null) })
+                .expect("valid tool")
+        };
+        let mut r = ToolRegistry::new();
+        for t in [tool("search", &[]), tool("cite", &["search"]), tool("answer", &["search", "lookup"])] {
+            r.register(t).expect("distinct names");
+        }
+        r
+    }
+
+    fn sorted(v: Option<Vec<String>>) -> Option<Vec<String>> {
+        v.map(|mut v| {
+            v.sort();
+            v
+        })
+    }
+
+    #[test]
+    fn a_tool_is_offered_once_one_it_follows_has_returned_in_the_turn() {
+        let r = registry();
+        let mut history = vec![Message::user("q")];
+        assert_eq!(callable_tools(&r, &history), Some(vec!["search".to_owned()]));
+        history.push(Message::tool("c1", "search", "[]"));
+        assert_eq!(callable_tools(&r, &history), None, "everything once search returned");
+        // A new turn starts over, whatever the last one returned.
+        history.push(Message::assistant("a"));
+        history.push(Message::user("again"));
+        assert_eq!(callable_tools(&r, &history), Some(vec!["search".to_owned()]));
+        // Any one of the listed tools suffices.
+        history.push(Message::tool("c2", "lookup", "{}"));
+        assert_eq!(sorted(callable_tools(&r, &history)), Some(vec!["answer".to_owned(), "search".to_owned()]));
+        // Tools without prerequisites: no narrowing at all.
+        assert_eq!(callable_tools(&r.subset(["search"]).unwrap(), &[Message::user("q")]), None);
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_config::Config;
-use toolgraph_llm::{ChatModel, ToolDefinition};
+use toolgraph_llm::{ChatModel, ChatRequest, Message, ToolDefinition};
 use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EmbeddingCache, EvalOptions, SearchMode, evaluate};
 
 #[derive(Debug, Subcommand)]
@@ -85,10 +85,12 @@ struct ToolCase {
     args: serde_json::Map<String, serde_json::Value>,
 }
 
-/// An agent as `eval tools` runs its cases: its system prompt, its tools' definitions, its model.
+/// An agent as `eval tools` runs its cases: its system prompt, its tools' definitions, the
+/// ones callable at the start of a turn (`None`: all), its model.
 struct EvalAgent {
     prompt: String,
     definitions: Vec<ToolDefinition>,
+    callable: Option<Vec<String>>,
     model: Arc<dyn ChatModel>,
 }
 
@@ -106,7 +108,6 @@ struct ToolCaseResult {
 }
 
 async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg: &Config) -> anyhow::Result<ExitCode> {
-    use toolgraph_llm::{ChatRequest, Message};
     let text = tokio::fs::read_to_string(&cases).await.with_context(|| format!("cannot read {}", cases.display()))?;
     let cases: Vec<ToolCase> = text
         .lines()
@@ -132,17 +133,19 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
             }
         };
         let definitions = toolgraph_agents::react::tool_definitions(&tools);
+        // As the agent's first call of a turn offers them.
+        let callable = toolgraph_agents::react::callable_tools(&tools, &[Message::user("")]);
         let model = toolgraph_agents::assembly::model(cfg, &settings, local.as_ref())?;
-        built.insert(name, EvalAgent { prompt: settings.system_prompt.clone(), definitions, model });
+        built.insert(name, EvalAgent { prompt: settings.system_prompt.clone(), definitions, callable, model });
     }
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {
         let agent = case.agent.clone().unwrap_or_else(|| default_name.clone());
-        let Some(EvalAgent { prompt, definitions, model }) = built.get(&agent) else { continue };
+        let Some(EvalAgent { prompt, definitions, callable, model }) = built.get(&agent) else { continue };
         let request = ChatRequest {
             messages: vec![Message::system(prompt.clone()), Message::user(case.prompt.clone())],
             tools: definitions.clone(),
-            tool_choice: None,
+            tool_choice: callable.clone().map(toolgraph_llm::ToolChoice::Allowed),
             response_format: None,
             temperature: Some(0.0),
             max_tokens: Some(256),

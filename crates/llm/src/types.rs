@@ -99,6 +99,23 @@ pub enum ToolChoice {
     Required,
     /// This tool.
     Tool(String),
+    /// The model decides, among these of the offered tools only (or none). A local model
+    /// keeps every offered tool in its prompt, so the prompt's computed prefix stays valid
+    /// while the choice narrows, and is kept from calling the others; a server is sent only
+    /// these (OpenAI-compatible servers do not all know OpenAI's `allowed_tools`).
+    Allowed(Vec<String>),
+}
+
+impl ChatRequest {
+    /// The tools the model may call: the offered ones, narrowed by [`ToolChoice::Allowed`],
+    /// none for [`ToolChoice::None`].
+    pub fn callable_tools(&self) -> Vec<&ToolDefinition> {
+        match &self.tool_choice {
+            Some(ToolChoice::None) => Vec::new(),
+            Some(ToolChoice::Allowed(names)) => self.tools.iter().filter(|t| names.contains(&t.name)).collect(),
+            _ => self.tools.iter().collect(),
+        }
+    }
 }
 
 /// Shape of the reply.

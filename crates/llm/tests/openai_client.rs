@@ -227,6 +227,31 @@ async fn non_streaming_completion_with_tools_choice_and_structured_output() {
 }
 
 #[tokio::test]
+async fn a_narrowed_tool_choice_sends_only_the_allowed_tools() {
+    let server = ScriptedModelServer::start(vec![Reply::text("a"), Reply::text("b")]).await.unwrap();
+    let model = client(&server);
+    let tool = |name: &str| ToolDefinition {
+        name: name.into(),
+        description: name.into(),
+        parameters: json!({"type": "object", "properties": {}}),
+    };
+    let mut req = request().with_tools(vec![tool("search"), tool("cite")]);
+    req.tool_choice = Some(ToolChoice::Allowed(vec!["search".into()]));
+    model.complete(req.clone()).await.unwrap();
+    let sent = &server.requests()[0];
+    let names: Vec<&str> =
+        sent["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["search"]);
+    assert!(sent.get("tool_choice").is_none(), "the narrowed list is the choice: {sent}");
+
+    // Nothing allowed: no tools at all (an empty list is refused by OpenAI).
+    req.tool_choice = Some(ToolChoice::Allowed(Vec::new()));
+    model.complete(req).await.unwrap();
+    let sent = &server.requests()[1];
+    assert!(sent.get("tools").is_none() && sent.get("tool_choice").is_none(), "{sent}");
+}
+
+#[tokio::test]
 async fn tool_history_is_sent_in_the_openai_shape() {
     let server = ScriptedModelServer::start(vec![Reply::text("done")]).await.unwrap();
     let req = ChatRequest::new(vec![

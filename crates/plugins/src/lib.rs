@@ -300,6 +300,8 @@ fn tool(m: &Manifest, dir: &Path, locale: &str) -> Result<Arc<dyn Tool>, Manifes
         },
         parameters: m.schema(),
         injected: Vec::new(),
+        offered_after: Vec::new(),
+        answer_field: None,
         display,
     };
     let schema = toolgraph_tools::ArgumentSchema::from_value(&m.name, spec.parameters.clone(), &[])

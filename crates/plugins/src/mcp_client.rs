@@ -244,6 +244,8 @@ impl McpServer {
                 class: if read { ToolClass::Read } else { ToolClass::Write },
                 parameters: arguments.model_facing().clone(),
                 injected: Vec::new(),
+                offered_after: Vec::new(),
+                answer_field: None,
                 display: ToolDisplay {
                     name: t.title.clone().or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),
                     description: None,

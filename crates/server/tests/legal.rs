@@ -61,9 +61,10 @@ async fn start(kb: Arc<KbStore>, graph: AgentGraph, agent_kb: Option<&str>, scri
         url_template: Some("https://laws.example/search?law={law}&article={article}".into()),
     };
     let mut tools = ToolRegistry::new();
-    tools.register(legal::tools::retrieve_laws_tool(library)).unwrap();
-    tools.register(legal::tools::generate_answer_tool(AnswerWriter { model: Some(Arc::clone(&llm)) })).unwrap();
-    tools.register(legal::tools::format_citation_tool()).unwrap();
+    tools.register(legal::tools::retrieve_laws_tool(library.clone())).unwrap();
+    let writer = AnswerWriter { model: Some(Arc::clone(&llm)) };
+    tools.register(legal::tools::generate_answer_tool(writer, library.clone())).unwrap();
+    tools.register(legal::tools::format_citation_tool(library)).unwrap();
     let store = Arc::new(MemoryConversationStore::new());
     let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
         MemoryCheckpointer::new(),
@@ -211,4 +212,83 @@ async fn a_react_agent_calls_the_tools_and_their_results_reach_the_model() {
     let tool_msg = requests[2]["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
     assert!(tool_msg.contains(GOLD), "the chunks reached the model: {tool_msg}");
     assert_eq!(tokens(&events), "Theo [Điều 45, Luật Điện ảnh], Chính phủ thống nhất quản lý nhà nước về điện ảnh.");
+}
+
+#[tokio::test]
+async fn chunks_a_model_invents_or_alters_are_refused_or_read_from_the_knowledge_base() {
+    let Some(kb) = laws() else { return };
+    let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+    let invented = json!([{"text": "Bộ Công an quản lý điện ảnh.", "meta": {"doc_id": "Luật Bịa#1", "citation": "Điều 1, Luật Bịa"}}]);
+    // The gold article's id, with words and a label the article does not have.
+    let altered = json!([{"text": "Bộ Công an thống nhất quản lý nhà nước về điện ảnh.",
+                          "meta": {"doc_id": GOLD, "citation": "Điều 99, Luật Bịa"}}]);
+    let script = vec![
+        Reply::tool_calls(&[("r1", "retrieve_laws", json!({"question": QUESTION}))]),
+        Reply::tool_calls(&[("c1", "format_citation", json!({"answer": answer, "chunks": invented}))]),
+        Reply::tool_calls(&[("g1", "generate_answer", json!({"question": QUESTION, "chunks": altered}))]),
+        Reply::text(answer),
+        Reply::tool_calls(&[("c2", "format_citation", json!({"answer": answer, "chunks": altered}))]),
+    ];
+    let s = start(kb, AgentGraph::React, None, script).await;
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+
+    // An article the knowledge base lacks is refused, named, and never cited.
+    let cited = results(&events, "format_citation");
+    assert_eq!(cited[0]["kind"], "invalid_arguments", "{}", cited[0]);
+    let message = cited[0].to_string();
+    assert!(message.contains("Luật Bịa#1") && message.contains("retrieve_laws"), "{message}");
+
+    // A real article's id with altered words: the answer writer reads the article's own words.
+    let requests = s.model.requests();
+    let prompt = requests[3]["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("[1] Điều 45, Luật Điện ảnh"), "{prompt}");
+    assert!(!prompt.contains("Bộ Công an") && !prompt.contains("Luật Bịa"), "{prompt}");
+
+    // ... and the citation carries the article's own label.
+    assert_eq!(cited[1], json!({"cited_answer": format!("Theo [Điều 45, Luật Điện ảnh], {answer}")}));
+}
+
+#[tokio::test]
+async fn the_tools_that_take_chunks_are_offered_once_retrieve_laws_has_returned() {
+    let Some(kb) = laws() else { return };
+    let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+    let chunks = json!([{"text": answer, "meta": {"doc_id": GOLD}}]);
+    let script = vec![
+        // A model that ignores what it was offered and cites before searching.
+        Reply::tool_calls(&[("c1", "format_citation", json!({"answer": answer, "chunks": chunks}))]),
+        Reply::tool_calls(&[("r1", "retrieve_laws", json!({"question": QUESTION}))]),
+        Reply::tool_calls(&[("c2", "format_citation", json!({"answer": answer, "chunks": chunks}))]),
+    ];
+    let s = start(kb, AgentGraph::React, None, script).await;
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let offered = |i: usize| -> Vec<String> {
+        s.model.requests()[i]["tools"]
+            .as_array()
+            .map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    // Before the search only the search is offered; the early call is refused, not run.
+    assert_eq!(offered(0), ["retrieve_laws"]);
+    let cited = results(&events, "format_citation");
+    assert_eq!(cited[0]["kind"], "invalid_arguments", "{}", cited[0]);
+    assert!(cited[0]["error"].as_str().unwrap().contains("only after retrieve_laws"), "{}", cited[0]);
+    assert_eq!(offered(1), ["retrieve_laws"], "a refused call makes nothing available");
+    // Once it has returned, the tools that take its chunks are offered, and the call runs.
+    let mut after = offered(2);
+    after.sort();
+    assert_eq!(after, ["format_citation", "generate_answer", "retrieve_laws"]);
+    let cited_answer = format!("Theo [Điều 45, Luật Điện ảnh], {answer}");
+    assert_eq!(cited[1], json!({"cited_answer": cited_answer}));
+    // The cited answer is the reply, streamed and stored, with no model call after it.
+    assert_eq!(s.model.request_count(), 3);
+    assert_eq!(tokens(&events), cited_answer);
+    assert_eq!(last_stored(&s, &events).await, cited_answer);
+    // The next turn starts over: nothing but the search again.
+    s.model.push([Reply::text("chào")]);
+    let id = events.last().unwrap().data["conversationId"].clone();
+    let body = json!({"tenantSlug": "vn", "tenantId": 1, "userId": 2, "conversationId": id, "message": "Cảm ơn!"});
+    common::stream_text(&s.base, "vn", &body).await;
+    assert_eq!(offered(3), ["retrieve_laws"]);
 }

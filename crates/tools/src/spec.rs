@@ -51,6 +51,18 @@ pub struct ToolSpec {
     /// Argument names filled from the call context instead of by the model.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub injected: Vec<String>,
+    /// Tools one of which must have returned in the current turn before the model may call
+    /// this one (empty: always): a tool whose arguments are another's results — citing the
+    /// articles a search found — is not offered before there are any, so a model cannot make
+    /// them up.
+    #[serde(rename = "offeredAfter", skip_serializing_if = "Vec::is_empty")]
+    pub offered_after: Vec<String>,
+    /// When set, a successful call whose result has this text field ends the turn with that
+    /// text as the answer, without another model call (LangChain's `return_direct`): for a
+    /// tool whose result is the finished answer — an answer with its citations — which a model
+    /// could only restate, and a small one restates badly.
+    #[serde(rename = "answerField", skip_serializing_if = "Option::is_none")]
+    pub answer_field: Option<String>,
     /// UI text.
     #[serde(flatten)]
     pub display: ToolDisplay,

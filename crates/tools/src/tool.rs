@@ -146,6 +146,8 @@ pub struct ToolBuilder<A> {
     class: ToolClass,
     describe: Option<DescribeFn<A>>,
     injected: Vec<String>,
+    offered_after: Vec<String>,
+    answer_field: Option<String>,
     display: ToolDisplay,
     timeout: Duration,
     _args: PhantomData<fn() -> A>,
@@ -163,6 +165,8 @@ where
             class: ToolClass::Read,
             describe: None,
             injected: Vec::new(),
+            offered_after: Vec::new(),
+            answer_field: None,
             display: ToolDisplay::default(),
             timeout: DEFAULT_TOOL_TIMEOUT,
             _args: PhantomData,
@@ -181,6 +185,19 @@ where
     /// it disappears from the schema the model sees.
     pub fn inject(mut self, name: impl Into<String>) -> Self {
         self.injected.push(name.into());
+        self
+    }
+
+    /// Offers the tool only once one of `tools` has returned in the current turn
+    /// ([`ToolSpec::offered_after`]).
+    pub fn offered_after<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        self.offered_after.extend(tools.into_iter().map(Into::into));
+        self
+    }
+
+    /// A successful call's result field `field` is the turn's answer ([`ToolSpec::answer_field`]).
+    pub fn answers_with(mut self, field: impl Into<String>) -> Self {
+        self.answer_field = Some(field.into());
         self
     }
 
@@ -233,6 +250,8 @@ where
             class: self.class,
             parameters: schema.model_facing().clone(),
             injected: self.injected,
+            offered_after: self.offered_after,
+            answer_field: self.answer_field,
             display: self.display,
         };
         Ok(Arc::new(FnTool { spec, schema, describe: self.describe, timeout: self.timeout, f, _args: PhantomData }))

@@ -136,6 +136,8 @@ impl BackendWriteTool {
             class: ToolClass::Write,
             parameters: schema.model_facing().clone(),
             injected: Vec::new(),
+            offered_after: Vec::new(),
+            answer_field: None,
             display: ToolDisplay::default(),
         };
         Ok(Self { spec, schema, backend, describe: None })

@@ -41,6 +41,9 @@ pub struct ChunkMeta {
     #[serde(default)]
     pub law: String,
     /// The label a citation shows (`Điều 5, Luật Giao thông 2008`).
+    // The schema a model reads says it without a real-looking law, which a small model copies
+    // into answers written from memory.
+    #[schemars(description = "The label a citation shows: \"Điều <number>, <law>\".")]
     #[serde(default)]
     pub citation: String,
 }
@@ -130,7 +133,9 @@ impl LawLibrary {
         })?;
         let mut chunks: Vec<Chunk> = Vec::with_capacity(top_k);
         for result in found["results"].as_array().into_iter().flatten() {
-            let chunk = self.chunk_of(result);
+            let empty = serde_json::Map::new();
+            let meta = result["metadata"].as_object().unwrap_or(&empty);
+            let chunk = self.chunk_of(result["content"].as_str().unwrap_or_default(), meta);
             if chunks.iter().any(|c| c.meta.doc_id == chunk.meta.doc_id) {
                 continue;
             }
@@ -142,16 +147,59 @@ impl LawLibrary {
         Ok(chunks)
     }
 
-    /// A search result as a chunk of law: the metadata an ingest with the ALQAC mapping
+    /// `chunks` as the knowledge base holds them, so that a model which copies chunks into
+    /// `generate_answer` or `format_citation` can neither cite an article the knowledge base
+    /// lacks nor change what an article says: each chunk's `doc_id` must name an article of
+    /// `tenant`'s knowledge base `kb` (else the library's), and the chunk becomes the stored
+    /// passage of that article that shares the most words with the text sent (a model that
+    /// shortens or retypes a passage still gets the article's own words and label).
+    ///
+    /// # Errors
+    /// A `doc_id` the knowledge base does not hold (invalid arguments, naming it and saying
+    /// where chunks come from), a knowledge base that does not exist (not found), an index that
+    /// fails (unavailable).
+    pub async fn verified(&self, tenant: &str, kb: Option<&str>, chunks: Vec<Chunk>) -> Result<Vec<Chunk>, ToolError> {
+        if chunks.is_empty() {
+            return Ok(chunks);
+        }
+        let (store, library) = (Arc::clone(&self.store), self.clone());
+        let (tenant, kb) = (tenant.to_owned(), kb.unwrap_or(&self.kb).to_owned());
+        // Index reads touch the disk: off the async workers.
+        tokio::task::spawn_blocking(move || {
+            let base = store.open(&tenant, &kb).map_err(|e| match e {
+                toolgraph_rag::RagError::UnknownKb { .. } => ToolError::not_found(e.to_string()),
+                e => ToolError::unavailable(e.to_string()),
+            })?;
+            let mut out = Vec::with_capacity(chunks.len());
+            for (i, sent) in chunks.into_iter().enumerate() {
+                let stored = base.chunks_of(&sent.meta.doc_id).map_err(|e| ToolError::unavailable(e.to_string()))?;
+                let Some(best) = closest(&sent.text, &stored) else {
+                    return Err(ToolError::invalid_arguments(format!(
+                        "chunks[{i}]: '{}' is not an article of the knowledge base '{kb}'; pass the chunks \
+                         retrieve_laws returned, unchanged",
+                        sent.meta.doc_id
+                    )));
+                };
+                let mut meta = best.meta.clone();
+                meta.insert("doc_id".into(), best.doc_id.clone().into());
+                meta.insert("citation".into(), best.citation.clone().into());
+                out.push(library.chunk_of(&best.text, &meta));
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("lookup task failed: {e}")))?
+    }
+
+    /// A stored passage as a chunk of law: the metadata an ingest with the ALQAC mapping
     /// (`law`, `article_number`, `article_title`) or the BEIR corpus (`law_id`,
     /// `section_title`) wrote.
-    fn chunk_of(&self, result: &Value) -> Chunk {
-        let meta = &result["metadata"];
+    fn chunk_of(&self, text: &str, meta: &serde_json::Map<String, Value>) -> Chunk {
         let text_of = |keys: &[&str]| {
             keys.iter()
-                .find_map(|k| match &meta[*k] {
-                    Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
-                    Value::Number(n) => Some(n.to_string()),
+                .find_map(|k| match meta.get(*k) {
+                    Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+                    Some(Value::Number(n)) => Some(n.to_string()),
                     _ => None,
                 })
                 .unwrap_or_default()
@@ -176,8 +224,25 @@ impl LawLibrary {
             url,
             law,
         };
-        Chunk { text: result["content"].as_str().unwrap_or_default().to_owned(), meta }
+        Chunk { text: text.to_owned(), meta }
     }
+}
+
+/// The passage of `stored` (one article's) that shares the most distinct words with `sent`;
+/// the first on a tie or when `sent` is empty; `None` when there is none.
+fn closest<'a>(sent: &str, stored: &'a [toolgraph_rag::Chunk]) -> Option<&'a toolgraph_rag::Chunk> {
+    let words = |t: &str| -> std::collections::HashSet<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    };
+    let mine = words(sent);
+    let mut best: Option<(&toolgraph_rag::Chunk, usize)> = None;
+    for c in stored {
+        let shared = words(&c.text).intersection(&mine).count();
+        if best.is_none_or(|(_, s)| shared > s) {
+            best = Some((c, shared));
+        }
+    }
+    best.map(|(c, _)| c)
 }
 
 /// `template` with `{law}`, `{article}` and `{doc_id}` replaced by the percent-encoded values.

@@ -71,20 +71,25 @@ pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
     .expect("retrieve_laws's schema is valid")
 }
 
-/// `generate_answer` on `writer`'s model: `{answer}`; a model that fails or is missing is an
-/// `unavailable` failure.
-pub fn generate_answer_tool(writer: AnswerWriter) -> Arc<dyn Tool> {
+/// `generate_answer` on `writer`'s model: `{answer}`, from the chunks as `library` holds them
+/// ([`LawLibrary::verified`]: an article it lacks is refused); a model that fails or is missing
+/// is an `unavailable` failure.
+pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dyn Tool> {
     ToolBuilder::<GenerateAnswerInput>::new(
         "generate_answer",
         "Answer a legal question from the given articles of law only (the chunks retrieve_laws returned). \
          Returns {answer}; says so when the articles do not hold the answer.",
     )
     .display_name("Answer from the law")
+    .offered_after(["retrieve_laws"])
     .timeout(super::answer::ANSWER_TIMEOUT + std::time::Duration::from_secs(5))
-    .handler(move |_ctx, args: GenerateAnswerInput| {
-        let writer = writer.clone();
+    .handler(move |ctx, args: GenerateAnswerInput| {
+        let (writer, library) = (writer.clone(), library.clone());
+        let tenant = ctx.get_str("tenant").unwrap_or(&library.default_tenant).to_owned();
+        let kb = ctx.get_str("kb").map(str::to_owned);
         async move {
-            match writer.generate(&args.question, &args.chunks).await {
+            let chunks = library.verified(&tenant, kb.as_deref(), args.chunks).await?;
+            match writer.generate(&args.question, &chunks).await {
                 Ok(answer) => Ok(json!({ "answer": answer })),
                 Err(AnswerError::Timeout(t)) => Err(ToolError::timeout(format!("no answer within {t:?}"))),
                 Err(e) => Err(ToolError::unavailable(e.to_string())),
@@ -94,16 +99,29 @@ pub fn generate_answer_tool(writer: AnswerWriter) -> Arc<dyn Tool> {
     .expect("generate_answer's schema is valid")
 }
 
-/// `format_citation`: `{cited_answer}` (see [`cite`]).
-pub fn format_citation_tool() -> Arc<dyn Tool> {
+/// `format_citation`: `{cited_answer}` (see [`cite`]) against the chunks as `library` holds
+/// them ([`LawLibrary::verified`]: an article it lacks is refused, never cited).
+pub fn format_citation_tool(library: LawLibrary) -> Arc<dyn Tool> {
     ToolBuilder::<FormatCitationInput>::new(
         "format_citation",
-        "Attribute each sentence of an answer to the article of law that supports it, as \"Theo [Điều 5, Luật \
-         Giao thông 2008], …\". Only articles among the chunks are ever cited. Returns {cited_answer}.",
+        // Placeholders, not a real article: a small model copies an example citation into
+        // answers it writes from memory.
+        "Attribute each sentence of an answer to the article of law that supports it, as \"Theo [Điều <number>, \
+         <law>], …\", using the chunks retrieve_laws returned. Only articles among the chunks are ever cited. \
+         Returns {cited_answer}.",
     )
     .display_name("Cite the law")
-    .handler(|_ctx, args: FormatCitationInput| async move {
-        Ok(json!({ "cited_answer": cite(&args.answer, &args.chunks) }))
+    .offered_after(["retrieve_laws"])
+    // The cited answer is the reply: a model restating it could only lose or garble citations.
+    .answers_with("cited_answer")
+    .handler(move |ctx, args: FormatCitationInput| {
+        let library = library.clone();
+        let tenant = ctx.get_str("tenant").unwrap_or(&library.default_tenant).to_owned();
+        let kb = ctx.get_str("kb").map(str::to_owned);
+        async move {
+            let chunks = library.verified(&tenant, kb.as_deref(), args.chunks).await?;
+            Ok(json!({ "cited_answer": cite(&args.answer, &chunks) }))
+        }
     })
     .expect("format_citation's schema is valid")
 }

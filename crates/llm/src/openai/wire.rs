@@ -21,11 +21,15 @@ pub(crate) fn request_body(
     if stream && include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    if !req.tools.is_empty() {
+    // A narrowed choice is sent as the narrowed list itself, which every server understands.
+    let offered = match &req.tool_choice {
+        Some(ToolChoice::Allowed(_)) => req.callable_tools(),
+        _ => req.tools.iter().collect(),
+    };
+    if !offered.is_empty() {
         let strict = strict_tools && provider == Provider::OpenAi;
         let dialect = if strict { SchemaDialect::OpenAiStrict } else { provider.tool_dialect() };
-        let tools: Vec<Value> = req
-            .tools
+        let tools: Vec<Value> = offered
             .iter()
             .map(|t| {
                 let mut f = json!({
@@ -40,18 +44,15 @@ pub(crate) fn request_body(
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
-        if let Some(choice) = &req.tool_choice {
-            body.insert(
-                "tool_choice".into(),
-                match choice {
-                    ToolChoice::Auto => json!("auto"),
-                    ToolChoice::None => json!("none"),
-                    ToolChoice::Required => json!("required"),
-                    ToolChoice::Tool(name) => {
-                        json!({"type": "function", "function": {"name": name}})
-                    }
-                },
-            );
+        let choice = match &req.tool_choice {
+            None | Some(ToolChoice::Allowed(_)) => None,
+            Some(ToolChoice::Auto) => Some(json!("auto")),
+            Some(ToolChoice::None) => Some(json!("none")),
+            Some(ToolChoice::Required) => Some(json!("required")),
+            Some(ToolChoice::Tool(name)) => Some(json!({"type": "function", "function": {"name": name}})),
+        };
+        if let Some(choice) = choice {
+            body.insert("tool_choice".into(), choice);
         }
     }
     if let Some(format) = &req.response_format {

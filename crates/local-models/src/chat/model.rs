@@ -291,8 +291,16 @@ impl Worker {
             self.ensure_vocab();
         }
         let tools = Self::normalized_tools(&request);
-        let mut guide =
-            ToolCallGuide::new(tools.iter().map(|t| GuidedTool::from_schema(&t.name, &t.parameters)).collect());
+        // Every offered tool is in the prompt (its computed prefix stays valid); the guide
+        // lets the model name only the ones it may call now.
+        let callable: Vec<&str> = request.callable_tools().iter().map(|t| t.name.as_str()).collect();
+        let mut guide = ToolCallGuide::new(
+            tools
+                .iter()
+                .filter(|t| callable.contains(&t.name.as_str()))
+                .map(|t| GuidedTool::from_schema(&t.name, &t.parameters))
+                .collect(),
+        );
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
         let mut ids = self.prompt(&request, &tools, max_new)?;
         let prompt_tokens = ids.len();
@@ -333,7 +341,7 @@ impl Worker {
                 forbid_template_tags(&text, &self.vocab, &self.template_tag_tokens, &mut logits);
                 complete_call_tag(&text, &self.vocab, &mut logits);
             }
-            if generated == 0 && !request.tools.is_empty() {
+            if generated == 0 && !callable.is_empty() {
                 match request.messages.last() {
                     Some(Message::User { .. }) => {
                         prefer_call(&mut logits, &self.call_openers, &self.json_openers, self.call_threshold);
@@ -405,6 +413,7 @@ fn prefer_call(logits: &mut [f32], openers: &[bool], json_like: &[bool], thresho
         }
     }
     let call = total > 0.0 && calls / total >= threshold;
+    tracing::debug!(call_probability = calls / total.max(f32::MIN_POSITIVE), call, "a reply's first token");
     for (i, l) in logits.iter_mut().enumerate() {
         let keep = if call { at(openers, i) } else { at(openers, i) || !at(json_like, i) };
         if !keep {
