@@ -83,6 +83,17 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     std::fs::write(&kept, b"not a prefix").unwrap();
     assert!(model.load_prefix(&kept).is_err());
     assert_eq!(model.cached_len(), second.len());
+
+    // A probe computes another prompt's logits and leaves the cache as it was.
+    let (before, _) = model.next_logits(&second).unwrap();
+    let probed = model.probe_logits(&first).unwrap();
+    assert_eq!(model.cached_len(), second.len());
+    let (after, computed) = model.next_logits(&second).unwrap();
+    assert_eq!(computed, 1, "the cached prompt is still there");
+    assert!(before == after, "the probe changed the cached state");
+    model.clear_cache();
+    let (fresh_first, _) = model.next_logits(&first).unwrap();
+    assert!(probed == fresh_first, "the probe's logits are the prompt's own");
 }
 
 mod chat_model {

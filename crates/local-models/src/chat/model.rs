@@ -280,6 +280,33 @@ impl Worker {
         Ok(())
     }
 
+    /// Whether the latest user message, read alone after the system prompt and tools, opens
+    /// a tool call. A small model that answered earlier turns in prose tends to keep to prose
+    /// (a legal question after a greeting: 0.09 of the probability on a call, against 0.59
+    /// for the same question alone), so a user turn after earlier ones is also asked this way
+    /// — the system prompt and tools are the cached prefix, so it costs the message's tokens —
+    /// and a call it opens is opened in the real reply, which is written with the whole history.
+    fn standalone_call(
+        &mut self,
+        request: &ChatRequest,
+        tools: &[ToolDefinition],
+        callable: &[&str],
+    ) -> Result<bool, LlmError> {
+        let Some(last @ Message::User { .. }) = request.messages.last() else { return Ok(false) };
+        let earlier = request.messages.iter().filter(|m| !matches!(m, Message::System { .. })).count() > 1;
+        if callable.is_empty() || !earlier {
+            return Ok(false);
+        }
+        let mut alone: Vec<Message> =
+            request.messages.first().filter(|m| matches!(m, Message::System { .. })).cloned().into_iter().collect();
+        alone.push(last.clone());
+        let ids = self.encode(&alone, tools)?;
+        let logits = self.model.probe_logits(&ids).map_err(|e| self.err(e.to_string()))?;
+        let share = call_share(&logits, &self.call_openers, &self.json_openers);
+        tracing::debug!(call_probability = share, "the latest message alone");
+        Ok(share >= self.call_threshold)
+    }
+
     fn run(&mut self, job: Job) -> Result<(), LlmError> {
         let Job { request, events, prepare } = job;
         if prepare {
@@ -304,6 +331,7 @@ impl Worker {
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
         let mut ids = self.prompt(&request, &tools, max_new)?;
         let prompt_tokens = ids.len();
+        let threshold = if self.standalone_call(&request, &tools, &callable)? { 0.0 } else { self.call_threshold };
         let temperature = request.temperature.unwrap_or(0.0);
         let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ prompt_tokens as u64;
         let mut parser = ToolCallTextParser::new();
@@ -344,7 +372,7 @@ impl Worker {
             if generated == 0 && !callable.is_empty() {
                 match request.messages.last() {
                     Some(Message::User { .. }) => {
-                        prefer_call(&mut logits, &self.call_openers, &self.json_openers, self.call_threshold);
+                        prefer_call(&mut logits, &self.call_openers, &self.json_openers, threshold);
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
@@ -403,6 +431,21 @@ impl Worker {
 /// call opener (`{{`), which would print a would-be call as text. Returns whether it chose a call.
 fn prefer_call(logits: &mut [f32], openers: &[bool], json_like: &[bool], threshold: f32) -> bool {
     let at = |mask: &[bool], i: usize| mask.get(i).copied().unwrap_or(false);
+    let share = call_share(logits, openers, json_like);
+    let call = share >= threshold;
+    tracing::debug!(call_probability = share, call, "a reply's first token");
+    for (i, l) in logits.iter_mut().enumerate() {
+        let keep = if call { at(openers, i) } else { at(openers, i) || !at(json_like, i) };
+        if !keep {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+    call
+}
+
+/// The probability the tokens that open a call or a JSON object hold together.
+fn call_share(logits: &[f32], openers: &[bool], json_like: &[bool]) -> f32 {
+    let at = |mask: &[bool], i: usize| mask.get(i).copied().unwrap_or(false);
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let (mut total, mut calls) = (0f32, 0f32);
     for (i, l) in logits.iter().enumerate() {
@@ -412,15 +455,7 @@ fn prefer_call(logits: &mut [f32], openers: &[bool], json_like: &[bool], thresho
             calls += p;
         }
     }
-    let call = total > 0.0 && calls / total >= threshold;
-    tracing::debug!(call_probability = calls / total.max(f32::MIN_POSITIVE), call, "a reply's first token");
-    for (i, l) in logits.iter_mut().enumerate() {
-        let keep = if call { at(openers, i) } else { at(openers, i) || !at(json_like, i) };
-        if !keep {
-            *l = f32::NEG_INFINITY;
-        }
-    }
-    call
+    if total > 0.0 { calls / total } else { 0.0 }
 }
 
 /// What only the template writes: the tags around a tool's result, up to where they part from
@@ -457,10 +492,21 @@ fn forbid_template_tags(text: &str, vocab: &[String], tag_tokens: &[u32], logits
 
 /// Makes a reply that opens with a beginning of `<tool_call>` (`<`, `<tool`, …) write the
 /// whole tag: chosen as a call's opener, `<` must not turn into a made-up tag such as
-/// `<tool Response>`.
+/// `<tool Response>`. After the whole tag, the call is the JSON object the template showed
+/// (then the call guide takes over), not the XML a model may have learned elsewhere
+/// (`<name>retrieve_laws</name>`), which no parser reads.
 fn complete_call_tag(text: &str, vocab: &[String], logits: &mut [f32]) {
     const CALL_TAG: &str = "<tool_call>";
     let start = text.trim_start();
+    if start.strip_prefix(CALL_TAG).is_some_and(|after| after.trim().is_empty()) {
+        for (l, token) in logits.iter_mut().zip(vocab) {
+            let opens_object = token.trim_start().starts_with('{');
+            if !(opens_object || (!token.is_empty() && token.trim().is_empty())) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        return;
+    }
     let Some(rest) = CALL_TAG.strip_prefix(start).filter(|rest| !start.is_empty() && !rest.is_empty()) else {
         return;
     };
@@ -541,8 +587,17 @@ mod tests {
         assert_eq!(allowed("<"), ["tool"]);
         assert_eq!(allowed("\n<tool"), ["_call", "_", "_call>\n"]);
         assert_eq!(allowed("<tool_call"), [">"]);
-        assert_eq!(allowed("<tool_call>").len(), vocab.len(), "the tag is written: the call guide takes over");
         assert_eq!(allowed("Hola <").len(), vocab.len(), "only the reply's opening is held to it");
+        // After the tag: the JSON object, not XML (then the call guide takes over).
+        let vocab: Vec<String> = ["\n", "{", "\n{\"", "<", "\n<", " name", "{\""].map(str::to_owned).to_vec();
+        let allowed = |text: &str| -> Vec<&str> {
+            let mut logits = vec![0.0f32; vocab.len()];
+            complete_call_tag(text, &vocab, &mut logits);
+            vocab.iter().zip(&logits).filter(|(_, l)| l.is_finite()).map(|(t, _)| t.as_str()).collect()
+        };
+        assert_eq!(allowed("<tool_call>"), ["\n", "{", "\n{\"", "{\""]);
+        assert_eq!(allowed("<tool_call>\n"), ["\n", "{", "\n{\"", "{\""]);
+        assert_eq!(allowed("<tool_call>\n{").len(), vocab.len(), "the object is open: the guide's turn");
     }
 
     #[test]

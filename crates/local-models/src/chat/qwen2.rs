@@ -282,6 +282,32 @@ impl Qwen2 {
         Ok((self.scratch.logits.clone(), new.len()))
     }
 
+    /// The logits after `tokens`, leaving the cache as it was: the cached tokens past the
+    /// part `tokens` shares are set aside, `tokens` computed, then the cache put back. Costs
+    /// the tokens past the shared part, and a copy of the cached rows after it.
+    ///
+    /// # Errors
+    /// As [`Self::next_logits`].
+    pub fn probe_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LocalModelError> {
+        let shared = self.cached_tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        let kv_dim = self.shape.kv_dim();
+        let kept_tokens = self.cached_tokens[shared..].to_vec();
+        let kept: Vec<(Vec<f32>, Vec<f32>)> = self
+            .keys
+            .iter()
+            .zip(&self.values)
+            .map(|(k, v)| (k[shared * kv_dim..].to_vec(), v[shared * kv_dim..].to_vec()))
+            .collect();
+        let result = self.next_logits(tokens).map(|(logits, _)| logits);
+        self.truncate_cache(shared);
+        for ((k, v), (kk, kv)) in self.keys.iter_mut().zip(&mut self.values).zip(kept) {
+            k.extend_from_slice(&kk);
+            v.extend_from_slice(&kv);
+        }
+        self.cached_tokens.extend_from_slice(&kept_tokens);
+        result
+    }
+
     fn truncate_cache(&mut self, len: usize) {
         let kv_dim = self.shape.kv_dim();
         for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
