@@ -38,7 +38,7 @@ pub enum EvalCommand {
 /// `toolgraph eval retrieval`.
 #[derive(Debug, clap::Args)]
 pub struct RetrievalArgs {
-    /// The data set folder, e.g. ../shared/data/scifact.
+    /// The data set folder in the BEIR layout (corpus.jsonl, queries.jsonl, qrels/), e.g. scifact/.
     #[arg(long, value_name = "DIR")]
     pub dataset: PathBuf,
     /// `bm25`, `dense` or `hybrid` (dense and hybrid embed with rag.embedding, and for an
@@ -79,18 +79,27 @@ struct ToolCase {
     #[serde(default)]
     agent: Option<String>,
     lang: String,
+    /// Earlier turns of the conversation, before `prompt` (`{"role": "user"|"assistant"|"tool",
+    /// …}` messages): a case of a later turn.
+    #[serde(default)]
+    history: Vec<Message>,
+    /// The user's message of the turn.
     prompt: String,
+    /// This turn's messages after `prompt` (the model's call and the tool's result): a case of
+    /// the step that follows a result.
+    #[serde(default)]
+    after: Vec<Message>,
     tool: Option<String>,
     #[serde(default)]
     args: serde_json::Map<String, serde_json::Value>,
 }
 
-/// An agent as `eval tools` runs its cases: its system prompt, its tools' definitions, the
-/// ones callable at the start of a turn (`None`: all), its model.
+/// An agent as `eval tools` runs its cases: its system prompt, its tools and their
+/// definitions, its model.
 struct EvalAgent {
     prompt: String,
+    tools: toolgraph_tools::ToolRegistry,
     definitions: Vec<ToolDefinition>,
-    callable: Option<Vec<String>>,
     model: Arc<dyn ChatModel>,
 }
 
@@ -133,19 +142,23 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
             }
         };
         let definitions = toolgraph_agents::react::tool_definitions(&tools);
-        // As the agent's first call of a turn offers them.
-        let callable = toolgraph_agents::react::callable_tools(&tools, &[Message::user("")]);
         let model = toolgraph_agents::assembly::model(cfg, &settings, local.as_ref())?;
-        built.insert(name, EvalAgent { prompt: settings.system_prompt.clone(), definitions, callable, model });
+        built.insert(name, EvalAgent { prompt: settings.system_prompt.clone(), tools, definitions, model });
     }
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {
         let agent = case.agent.clone().unwrap_or_else(|| default_name.clone());
-        let Some(EvalAgent { prompt, definitions, callable, model }) = built.get(&agent) else { continue };
+        let Some(EvalAgent { prompt, tools, definitions, model }) = built.get(&agent) else { continue };
+        let mut messages = vec![Message::system(prompt.clone())];
+        messages.extend(case.history.iter().cloned());
+        messages.push(Message::user(case.prompt.clone()));
+        messages.extend(case.after.iter().cloned());
+        // What the agent offers at this point of the turn.
+        let callable = toolgraph_agents::react::callable_tools(tools, &messages);
         let request = ChatRequest {
-            messages: vec![Message::system(prompt.clone()), Message::user(case.prompt.clone())],
+            messages,
             tools: definitions.clone(),
-            tool_choice: callable.clone().map(toolgraph_llm::ToolChoice::Allowed),
+            tool_choice: callable.map(toolgraph_llm::ToolChoice::Allowed),
             response_format: None,
             temperature: Some(0.0),
             max_tokens: Some(256),
@@ -342,4 +355,33 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
         println!("query latency ({} index) p50 {:.2} ms · p99 {:.2} ms", r.index, r.latency_p50_ms, r.latency_p99_ms);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shipped case file reads as cases: a malformed line would stop `eval tools` at once.
+    #[test]
+    fn the_shipped_cases_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/eval");
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            files += 1;
+            for (i, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+                let case: ToolCase =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{} line {}: {e}", path.display(), i + 1));
+                assert!(!case.prompt.trim().is_empty() && !case.lang.is_empty(), "{} line {}", path.display(), i + 1);
+                // A step after a result ends on the result.
+                if let Some(last) = case.after.last() {
+                    assert!(matches!(last, Message::Tool { .. }), "{} line {}", path.display(), i + 1);
+                }
+            }
+        }
+        assert_eq!(files, 4, "the case files of examples/eval");
+    }
 }

@@ -340,6 +340,11 @@ async fn eval_tools_json(
     serde_json::from_str(stdout(&out).trim()).unwrap()
 }
 
+/// The names of the tools a model request offers, in its order.
+fn offered_tools(request: &Value) -> Vec<String> {
+    request["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_tools_scores_tool_choice_and_arguments() {
     use scripted_llm::{Reply, ScriptedModelServer};
@@ -364,12 +369,7 @@ async fn eval_tools_scores_tool_choice_and_arguments() {
     assert!((v["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{v}");
     assert_eq!(v["tool_accuracy"], 1.0, "{v}");
     assert_eq!(v["results"][1]["right"], false);
-    let offered: Vec<String> = server.requests()[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-        .collect();
+    let offered = offered_tools(&server.requests()[0]);
     assert!(offered.contains(&"rag_search".to_owned()) && offered.contains(&"calculator".to_owned()), "{offered:?}");
 }
 
@@ -406,17 +406,60 @@ async fn eval_tools_runs_each_case_with_its_agent_and_reports_per_agent() {
     assert_eq!(v["agents"]["tutor"], serde_json::json!({"cases": 2, "accuracy": 0.5, "tool_accuracy": 1.0}), "{v}");
     assert_eq!(v["results"][1]["agent"], "tutor", "a case without an agent runs with the default one");
     let requests = server.requests();
-    let offered = |i: usize| -> Vec<String> {
-        requests[i]["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let offered = |i: usize| offered_tools(&requests[i]);
     assert_eq!((offered(0), offered(1)), (vec!["calculator".to_owned()], vec!["rag_search".to_owned()]));
     assert_eq!(requests[0]["messages"][0]["content"], "You compute.");
     assert_eq!(requests[1]["messages"][0]["content"], "You tutor.");
+}
+
+/// `eval tools` cases of a later turn (`history`) and of the step after a result (`after`):
+/// the messages reach the model in order, and the tools offered are those the agent offers
+/// there (`format_citation` only once `retrieve_laws` has returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_tools_replays_earlier_turns_and_a_tools_result() {
+    use scripted_llm::{Reply, ScriptedModelServer};
+    use serde_json::json;
+    let server = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "retrieve_laws", json!({"question": "điện ảnh"}))]),
+        Reply::tool_calls(&[("c2", "format_citation", json!({"answer": "a", "chunks": []}))]),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(
+        &config,
+        "default_agent = \"law\"\n[tools.legal]\nkb = \"luat\"\n[agents.law]\nsystem_prompt = \"You cite.\"\n\
+         tools = [\"retrieve_laws\", \"format_citation\"]\n",
+    )
+    .unwrap();
+    let history = json!([{"role": "user", "content": "Chào bạn!"}, {"role": "assistant", "content": "Chào!"}]);
+    let after = json!([
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "r1", "name": "retrieve_laws", "arguments": "{}"}]},
+        {"role": "tool", "tool_call_id": "r1", "name": "retrieve_laws", "content": "[]"}
+    ]);
+    let cases = dir.path().join("cases.jsonl");
+    let lines = [
+        json!({"lang": "vi", "history": history, "prompt": "Luật?", "tool": "retrieve_laws", "args": {"question": "điện"}}),
+        json!({"lang": "vi", "prompt": "Luật?", "after": after, "tool": "format_citation"}),
+    ];
+    std::fs::write(&cases, lines.map(|l| l.to_string()).join("\n")).unwrap();
+    let v = eval_tools_json(&server, &cases, dir.path(), Some(&config)).await;
+    assert_eq!(v["accuracy"], 1.0, "{v}");
+    let requests = server.requests();
+    let roles = |i: usize| -> Vec<String> {
+        requests[i]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect()
+    };
+    let offered = |i: usize| {
+        let mut names = offered_tools(&requests[i]);
+        names.sort();
+        names
+    };
+    assert_eq!(roles(0), ["system", "user", "assistant", "user"]);
+    assert_eq!(requests[0]["messages"][1]["content"], "Chào bạn!");
+    assert_eq!(offered(0), ["retrieve_laws"], "nothing has returned in this turn yet");
+    assert_eq!(roles(1), ["system", "user", "assistant", "tool"]);
+    assert_eq!(offered(1), ["format_citation", "retrieve_laws"]);
 }
 
 /// `rag.embedding = "openai"`: ingest and hybrid search through an OpenAI-compatible
