@@ -376,7 +376,11 @@ impl Worker {
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
-                    Some(Message::Tool { .. }) => forbid_bare_json(&mut logits, &self.json_openers),
+                    Some(Message::Tool { .. }) => {
+                        let share = call_share(&logits, &self.call_openers, &self.json_openers);
+                        tracing::debug!(call_probability = share, "a reply's first token after a tool result");
+                        forbid_bare_json(&mut logits, &self.json_openers);
+                    }
                     _ => {}
                 }
             }
