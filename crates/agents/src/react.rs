@@ -302,7 +302,9 @@ pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
 /// tool with [`offered_after`](toolgraph_tools::ToolSpec::offered_after) only once one of
 /// those tools has returned since the user's last message. `None`: every tool.
 pub fn callable_tools(tools: &ToolRegistry, history: &[Message]) -> Option<Vec<String>> {
-    let specs = tools.specs();
+    // Asked before every model call: the specs are read in place, not cloned.
+    let tools = tools.tools();
+    let specs: Vec<&toolgraph_tools::ToolSpec> = tools.iter().map(|t| t.spec()).collect();
     if specs.iter().all(|s| s.offered_after.is_empty()) {
         return None;
     }

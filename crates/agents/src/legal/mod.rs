@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
 use toolgraph_rag::{KbStore, Retriever, SearchFailure, SearchQuery, search_json};
-use toolgraph_tools::ToolError;
+use toolgraph_tools::{ToolContext, ToolError};
 
 pub use answer::AnswerWriter;
 pub use citation::{cite, cited_labels};
@@ -147,6 +147,13 @@ impl LawLibrary {
         Ok(chunks)
     }
 
+    /// The tenant and knowledge base a tool call reads: the conversation's tenant (`tenant`
+    /// in the tool context, else the library's) and the agent's knowledge base (`kb`), if set.
+    pub fn scope(&self, ctx: &ToolContext) -> (String, Option<String>) {
+        let tenant = ctx.get_str("tenant").unwrap_or(&self.default_tenant).to_owned();
+        (tenant, ctx.get_str("kb").map(str::to_owned))
+    }
+
     /// `chunks` as the knowledge base holds them, so that a model which copies chunks into
     /// `generate_answer` or `format_citation` can neither cite an article the knowledge base
     /// lacks nor change what an article says: each chunk's `doc_id` must name an article of
@@ -162,11 +169,11 @@ impl LawLibrary {
         if chunks.is_empty() {
             return Ok(chunks);
         }
-        let (store, library) = (Arc::clone(&self.store), self.clone());
+        let library = self.clone();
         let (tenant, kb) = (tenant.to_owned(), kb.unwrap_or(&self.kb).to_owned());
         // Index reads touch the disk: off the async workers.
         tokio::task::spawn_blocking(move || {
-            let base = store.open(&tenant, &kb).map_err(|e| match e {
+            let base = library.store.open(&tenant, &kb).map_err(|e| match e {
                 toolgraph_rag::RagError::UnknownKb { .. } => ToolError::not_found(e.to_string()),
                 e => ToolError::unavailable(e.to_string()),
             })?;

@@ -58,8 +58,7 @@ pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
     .display_name("Law search")
     .handler(move |ctx, args: RetrieveLawsInput| {
         let library = library.clone();
-        let tenant = ctx.get_str("tenant").unwrap_or(&library.default_tenant).to_owned();
-        let kb = ctx.get_str("kb").map(str::to_owned);
+        let (tenant, kb) = library.scope(&ctx);
         async move {
             if args.top_k > MAX_TOP_K {
                 return Err(ToolError::invalid_arguments(format!("top_k must be 1-{MAX_TOP_K}")));
@@ -85,8 +84,7 @@ pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dy
     .timeout(super::answer::ANSWER_TIMEOUT + std::time::Duration::from_secs(5))
     .handler(move |ctx, args: GenerateAnswerInput| {
         let (writer, library) = (writer.clone(), library.clone());
-        let tenant = ctx.get_str("tenant").unwrap_or(&library.default_tenant).to_owned();
-        let kb = ctx.get_str("kb").map(str::to_owned);
+        let (tenant, kb) = library.scope(&ctx);
         async move {
             let chunks = library.verified(&tenant, kb.as_deref(), args.chunks).await?;
             match writer.generate(&args.question, &chunks).await {
@@ -116,8 +114,7 @@ pub fn format_citation_tool(library: LawLibrary) -> Arc<dyn Tool> {
     .answers_with("cited_answer")
     .handler(move |ctx, args: FormatCitationInput| {
         let library = library.clone();
-        let tenant = ctx.get_str("tenant").unwrap_or(&library.default_tenant).to_owned();
-        let kb = ctx.get_str("kb").map(str::to_owned);
+        let (tenant, kb) = library.scope(&ctx);
         async move {
             let chunks = library.verified(&tenant, kb.as_deref(), args.chunks).await?;
             Ok(json!({ "cited_answer": cite(&args.answer, &chunks) }))

@@ -280,31 +280,24 @@ impl Worker {
         Ok(())
     }
 
-    /// Whether the latest user message, read alone after the system prompt and tools, opens
-    /// a tool call. A small model that answered earlier turns in prose tends to keep to prose
-    /// (a legal question after a greeting: 0.09 of the probability on a call, against 0.59
-    /// for the same question alone), so a user turn after earlier ones is also asked this way
-    /// — the system prompt and tools are the cached prefix, so it costs the message's tokens —
-    /// and a call it opens is opened in the real reply, which is written with the whole history.
-    fn standalone_call(
-        &mut self,
-        request: &ChatRequest,
-        tools: &[ToolDefinition],
-        callable: &[&str],
-    ) -> Result<bool, LlmError> {
-        let Some(last @ Message::User { .. }) = request.messages.last() else { return Ok(false) };
+    /// The prompt of the latest user message read alone — the system prompt, the tools and
+    /// that message — when the request is a user turn after earlier ones; `None` otherwise.
+    /// A small model that answered earlier turns in prose tends to keep to prose (a legal
+    /// question after a greeting: 0.09 of the probability on a call, against 0.67 for the
+    /// same question alone), so such a turn whose reply would not open a call is also asked
+    /// this way, and a call it opens is opened in the real reply, written with the whole
+    /// history. The system prompt and tools are the cached prefix: it costs the message's
+    /// tokens and a copy of the cached rows after the prefix ([`Qwen2::probe_logits`]).
+    fn latest_alone(&self, request: &ChatRequest, tools: &[ToolDefinition]) -> Result<Option<Vec<u32>>, LlmError> {
+        let Some(last @ Message::User { .. }) = request.messages.last() else { return Ok(None) };
         let earlier = request.messages.iter().filter(|m| !matches!(m, Message::System { .. })).count() > 1;
-        if callable.is_empty() || !earlier {
-            return Ok(false);
+        if !earlier {
+            return Ok(None);
         }
         let mut alone: Vec<Message> =
             request.messages.first().filter(|m| matches!(m, Message::System { .. })).cloned().into_iter().collect();
         alone.push(last.clone());
-        let ids = self.encode(&alone, tools)?;
-        let logits = self.model.probe_logits(&ids).map_err(|e| self.err(e.to_string()))?;
-        let share = call_share(&logits, &self.call_openers, &self.json_openers);
-        tracing::debug!(call_probability = share, "the latest message alone");
-        Ok(share >= self.call_threshold)
+        self.encode(&alone, tools).map(Some)
     }
 
     fn run(&mut self, job: Job) -> Result<(), LlmError> {
@@ -331,7 +324,6 @@ impl Worker {
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
         let mut ids = self.prompt(&request, &tools, max_new)?;
         let prompt_tokens = ids.len();
-        let threshold = if self.standalone_call(&request, &tools, &callable)? { 0.0 } else { self.call_threshold };
         let temperature = request.temperature.unwrap_or(0.0);
         let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ prompt_tokens as u64;
         let mut parser = ToolCallTextParser::new();
@@ -372,13 +364,26 @@ impl Worker {
             if generated == 0 && !callable.is_empty() {
                 match request.messages.last() {
                     Some(Message::User { .. }) => {
+                        let mut threshold = self.call_threshold;
+                        if call_share(&logits, &self.call_openers, &self.json_openers) < threshold
+                            && let Some(alone) = self.latest_alone(&request, &tools)?
+                        {
+                            let probe = self.model.probe_logits(&alone).map_err(|e| self.err(e.to_string()))?;
+                            let share = call_share(&probe, &self.call_openers, &self.json_openers);
+                            tracing::debug!(call_probability = share, "the latest message alone");
+                            if share >= threshold {
+                                threshold = 0.0;
+                            }
+                        }
                         prefer_call(&mut logits, &self.call_openers, &self.json_openers, threshold);
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
                     Some(Message::Tool { .. }) => {
-                        let share = call_share(&logits, &self.call_openers, &self.json_openers);
-                        tracing::debug!(call_probability = share, "a reply's first token after a tool result");
+                        if tracing::enabled!(tracing::Level::DEBUG) {
+                            let share = call_share(&logits, &self.call_openers, &self.json_openers);
+                            tracing::debug!(call_probability = share, "a reply's first token after a tool result");
+                        }
                         forbid_bare_json(&mut logits, &self.json_openers);
                     }
                     _ => {}
