@@ -298,6 +298,12 @@ pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
         .collect()
 }
 
+/// The messages of the current turn: those after the user's last message.
+fn this_turn(history: &[Message]) -> &[Message] {
+    let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
+    &history[turn_start..]
+}
+
 /// The tools the model may call at this point of the turn, when that is not all of them: a
 /// tool with [`offered_after`](toolgraph_tools::ToolSpec::offered_after) only once one of
 /// those tools has returned since the user's last message. `None`: every tool.
@@ -308,8 +314,7 @@ pub fn callable_tools(tools: &ToolRegistry, history: &[Message]) -> Option<Vec<S
     if specs.iter().all(|s| s.offered_after.is_empty()) {
         return None;
     }
-    let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
-    let returned: Vec<&str> = history[turn_start..]
+    let returned: Vec<&str> = this_turn(history)
         .iter()
         .filter_map(|m| match m {
             Message::Tool { name, .. } => Some(name.as_str()),
@@ -322,6 +327,34 @@ pub fn callable_tools(tools: &ToolRegistry, history: &[Message]) -> Option<Vec<S
         .map(|s| s.name.clone())
         .collect();
     (callable.len() < specs.len()).then_some(callable)
+}
+
+/// The tool choice for the model's next step: the tool that must come next
+/// ([`required_after`](toolgraph_tools::ToolSpec::required_after): one it follows has returned
+/// in this turn without failing, and it has not been called since), else the
+/// [callable tools](callable_tools) when that is not all of them; `None`: the model decides
+/// among all.
+pub fn tool_choice(tools: &ToolRegistry, history: &[Message]) -> Option<ToolChoice> {
+    let turn = this_turn(history);
+    let registered = tools.tools();
+    let due = registered.iter().map(|t| t.spec()).filter(|s| !s.required_after.is_empty()).find(|spec| {
+        let followed = turn.iter().rposition(|m| match m {
+            Message::Tool { name, content, .. } => spec.required_after.contains(name) && !failed(content),
+            _ => false,
+        });
+        followed
+            .is_some_and(|at| !turn[at..].iter().any(|m| matches!(m, Message::Tool { name, .. } if *name == spec.name)))
+    });
+    match due {
+        Some(spec) => Some(ToolChoice::Tool(spec.name.clone())),
+        None => callable_tools(tools, history).map(ToolChoice::Allowed),
+    }
+}
+
+/// Whether a tool message reports a failure (`{"ok": false, …}`, docs/tools.md).
+fn failed(content: &str) -> bool {
+    content.contains("\"ok\":false")
+        && serde_json::from_str::<Value>(content).is_ok_and(|v| v.get("ok") == Some(&Value::Bool(false)))
 }
 
 /// Builds the agent graph over `model` and `checkpointer`.
@@ -467,7 +500,7 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
     }
     messages.extend_from_slice(history_window(&s.messages, deps.spec.history_budget));
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
-    request.tool_choice = callable_tools(&deps.spec.tools, &s.messages).map(ToolChoice::Allowed);
+    request.tool_choice = tool_choice(&deps.spec.tools, &s.messages);
     request.temperature = deps.spec.temperature;
     request.max_tokens = deps.spec.max_tokens;
     let model_error = |e: toolgraph_llm::LlmError| NodeError::new("model", e.to_string());
@@ -499,8 +532,7 @@ async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
 
 /// The outputs of the tools called since the last user message.
 fn turn_tool_outputs(history: &[Message]) -> Vec<&str> {
-    let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
-    history[turn_start..]
+    this_turn(history)
         .iter()
         .filter_map(|m| match m {
             Message::Tool { content, .. } => Some(content.as_str()),
@@ -550,11 +582,22 @@ pub(crate) async fn recorded_call(
     (outcome, vec![Message::Assistant { content: String::new(), tool_calls: vec![call] }, result])
 }
 
-/// The context of this turn's tool calls: the state's, then the agent's own values over it.
+/// The context of this turn's tool calls: the state's, then the agent's own values over it,
+/// and the results of the tools called so far in the turn (a result that is not JSON as text).
 pub(crate) fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
     let mut values = s.context.clone();
     values.extend(spec.tool_context.iter().map(|(k, v)| (k.clone(), v.clone())));
-    ToolContext::with_state(values)
+    let results = this_turn(&s.messages)
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { name, content, .. } => {
+                let value = serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.clone()));
+                Some((name.clone(), value))
+            }
+            _ => None,
+        })
+        .collect();
+    ToolContext::with_state(values).with_turn_results(results)
 }
 
 async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
@@ -785,5 +828,32 @@ mod offer_tests {
         assert_eq!(sorted(callable_tools(&r, &history)), Some(vec!["answer".to_owned(), "search".to_owned()]));
         // Tools without prerequisites: no narrowing at all.
         assert_eq!(callable_tools(&r.subset(["search"]).unwrap(), &[Message::user("q")]), None);
+    }
+    #[test]
+    fn a_required_tool_is_the_next_call_after_the_one_it_follows_until_it_is_called() {
+        let mut r = registry();
+        let cite = ToolBuilder::<NoArgs>::new("must_cite", "cite")
+            .required_after(["search"])
+            .handler(|_, _: NoArgs| async { Ok(Value::Null) })
+            .expect("valid tool");
+        r.register(cite).expect("distinct names");
+        let mut history = vec![Message::user("q")];
+        assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Allowed(vec!["search".to_owned()])));
+        history.push(Message::tool("s1", "search", "[]"));
+        assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Tool("must_cite".into())));
+        // Another tool's result in between does not lift it.
+        history.push(Message::tool("c1", "cite", "{}"));
+        assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Tool("must_cite".into())));
+        // Once called (even if it failed), the model decides again: no loop on a failing call.
+        history.push(Message::tool("m1", "must_cite", r#"{"ok":false}"#));
+        assert_eq!(tool_choice(&r, &history), None, "everything is callable now");
+        // A search that fails asks for nothing; a second one that returns makes it due again.
+        history.push(Message::tool("s2", "search", r#"{"error":"down","kind":"unavailable","ok":false}"#));
+        assert_eq!(tool_choice(&r, &history), None);
+        history.push(Message::tool("s3", "search", "[]"));
+        assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Tool("must_cite".into())));
+        // A new turn starts over.
+        history.push(Message::user("again"));
+        assert!(matches!(tool_choice(&r, &history), Some(ToolChoice::Allowed(_))));
     }
 }

@@ -154,11 +154,11 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         messages.push(Message::user(case.prompt.clone()));
         messages.extend(case.after.iter().cloned());
         // What the agent offers at this point of the turn.
-        let callable = toolgraph_agents::react::callable_tools(tools, &messages);
+        let tool_choice = toolgraph_agents::react::tool_choice(tools, &messages);
         let request = ChatRequest {
             messages,
             tools: definitions.clone(),
-            tool_choice: callable.map(toolgraph_llm::ToolChoice::Allowed),
+            tool_choice,
             response_format: None,
             temperature: Some(0.0),
             max_tokens: Some(256),

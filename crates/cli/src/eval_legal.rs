@@ -36,6 +36,10 @@ pub struct LegalArgs {
     /// Retrieval only: no model calls.
     #[arg(long)]
     pub no_model: bool,
+    /// Re-scores the answers of an earlier `--json` run (its `model_answer` per question)
+    /// instead of asking the model again: citation changes measured in seconds.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_model")]
+    pub answers: Option<PathBuf>,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -60,6 +64,8 @@ struct Outcome {
     id: String,
     question_type: String,
     retrieved_gold: bool,
+    /// The labels of the retrieved articles, best first.
+    retrieved: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cited: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,9 +74,35 @@ struct Outcome {
     expected: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     verdict: Option<String>,
+    /// The answer with its citations.
     #[serde(skip_serializing_if = "Option::is_none")]
     answer: Option<String>,
+    /// The model's answer before citing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_answer: Option<String>,
     seconds: f64,
+}
+
+/// The model's answers of an earlier run, by question id.
+fn earlier_answers(path: &Path) -> anyhow::Result<HashMap<String, String>> {
+    #[derive(Deserialize)]
+    struct Earlier {
+        outcomes: Vec<EarlierOutcome>,
+    }
+    #[derive(Deserialize)]
+    struct EarlierOutcome {
+        id: String,
+        model_answer: Option<String>,
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let earlier: Earlier = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not the --json report of `toolgraph eval legal`", path.display()))?;
+    let answers: HashMap<String, String> =
+        earlier.outcomes.into_iter().filter_map(|o| Some((o.id, o.model_answer?))).collect();
+    if answers.is_empty() {
+        bail!("{} holds no model_answer to re-score (written before they were recorded?)", path.display());
+    }
+    Ok(answers)
 }
 
 /// What the command prints.
@@ -165,13 +197,17 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         default_tenant: cfg.rag.tenant.clone(),
         url_template: None,
     };
-    let model = if args.no_model {
+    let replayed = args.answers.as_deref().map(earlier_answers).transpose()?;
+    let model = if args.no_model || replayed.is_some() {
         None
     } else {
         let local = crate::agent::local_model(cfg).await?;
         crate::agent::tool_model(cfg, local.as_ref())
     };
-    let model_id = model.as_ref().map(|m| m.model_id().to_owned());
+    let model_id = match &args.answers {
+        Some(path) => Some(format!("answers of {}", path.display())),
+        None => model.as_ref().map(|m| m.model_id().to_owned()),
+    };
     let writer = AnswerWriter { model };
     let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new(questions.len() as u64) };
     bar.set_style(
@@ -191,16 +227,24 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             id: q.id.clone(),
             question_type: q.question_type.clone(),
             retrieved_gold,
+            retrieved: chunks.iter().map(|c| c.meta.label()).collect(),
             cited: None,
             citation_correct: None,
             expected: None,
             verdict: None,
             answer: None,
+            model_answer: None,
             seconds: 0.0,
         };
-        if writer.model.is_some() {
-            let read = &chunks[..chunks.len().min(args.answer_chunks)];
-            let answer = writer.generate(&asked(q), read).await.with_context(|| format!("answering {}", q.id))?;
+        let read = &chunks[..chunks.len().min(args.answer_chunks)];
+        let answer = match &replayed {
+            Some(answers) => answers.get(&q.id).cloned(),
+            None if writer.model.is_some() => {
+                Some(writer.generate(&asked(q), read).await.with_context(|| format!("answering {}", q.id))?)
+            }
+            None => None,
+        };
+        if let Some(answer) = answer {
             let cited_answer = cite(&answer, read);
             let labels = cited_labels(&cited_answer);
             // A label names a chunk: the chunk's document is the cited article.
@@ -220,6 +264,7 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 _ => {}
             }
             outcome.answer = Some(cited_answer);
+            outcome.model_answer = Some(answer);
         }
         outcome.seconds = started.elapsed().as_secs_f64();
         outcomes.push(outcome);

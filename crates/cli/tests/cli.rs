@@ -634,6 +634,30 @@ async fn eval_legal_scores_retrieval_citations_and_verdicts() {
     // The model read the choices of the multiple-choice question.
     let asked = server.requests()[1]["messages"][1]["content"].as_str().unwrap().to_owned();
     assert!(asked.contains("A. Quốc hội\nB. Chính phủ"), "{asked}");
+    assert_eq!(v["outcomes"][0]["retrieved"][0], "Điều 39, Luật Du lịch", "{v}");
+    assert_eq!(v["outcomes"][0]["model_answer"], "Sai. Hợp đồng lữ hành phải được lập thành văn bản.", "{v}");
+
+    // The same answers re-scored from the report, no model asked; one changed to open with the
+    // other article retrieved for it, which is then the one cited (and not a gold one).
+    let mut earlier = v.clone();
+    earlier["outcomes"][0]["model_answer"] =
+        "Sai. Theo Điều 46, Luật Điện ảnh, hợp đồng lữ hành phải được lập thành văn bản.".into();
+    std::fs::write(d.join("earlier.json"), earlier.to_string()).unwrap();
+    let out = tg(&["eval", "legal", "--json", "--answers"])
+        .arg(d.join("earlier.json"))
+        .arg("--dataset")
+        .arg(d)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let again: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(server.request_count(), 2, "no model call when re-scoring");
+    assert_eq!(again["outcomes"][0]["cited"], serde_json::json!(["Điều 46, Luật Điện ảnh"]), "{again}");
+    assert_eq!(again["outcomes"][1]["cited"], v["outcomes"][1]["cited"], "{again}");
+    assert_eq!(again["citation_correctness"], 0.5, "{again}");
+    std::fs::write(d.join("old.json"), r#"{"outcomes": [{"id": "DS-1"}]}"#).unwrap();
+    let out = tg(&["eval", "legal", "--answers"]).arg(d.join("old.json")).arg("--dataset").arg(d).output().unwrap();
+    assert!(!out.status.success() && stderr(&out).contains("no model_answer"), "{}", stderr(&out));
 
     // A knowledge base that does not exist is named, with the command that makes it.
     let out = tg(&["eval", "legal", "--no-model", "--kb", "nope", "--dataset"]).arg(d).output().unwrap();

@@ -107,12 +107,18 @@ pub enum ToolChoice {
 }
 
 impl ChatRequest {
-    /// The tools the model may call: the offered ones, narrowed by [`ToolChoice::Allowed`],
-    /// none for [`ToolChoice::None`].
+    /// Whether the reply must be a tool call ([`ToolChoice::Required`] or [`ToolChoice::Tool`]).
+    pub fn call_required(&self) -> bool {
+        matches!(self.tool_choice, Some(ToolChoice::Required | ToolChoice::Tool(_)))
+    }
+
+    /// The tools the model may call: the offered ones, narrowed by [`ToolChoice::Allowed`] or
+    /// [`ToolChoice::Tool`], none for [`ToolChoice::None`].
     pub fn callable_tools(&self) -> Vec<&ToolDefinition> {
         match &self.tool_choice {
             Some(ToolChoice::None) => Vec::new(),
             Some(ToolChoice::Allowed(names)) => self.tools.iter().filter(|t| names.contains(&t.name)).collect(),
+            Some(ToolChoice::Tool(name)) => self.tools.iter().filter(|t| &t.name == name).collect(),
             _ => self.tools.iter().collect(),
         }
     }

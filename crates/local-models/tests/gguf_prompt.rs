@@ -28,6 +28,8 @@ fn the_gguf_tokenizer_round_trips_and_keeps_markers_whole() {
     assert_eq!(ids.first(), a.tokenizer.token_to_id("<|im_start|>").as_ref());
     assert_eq!(ids.last(), Some(&im_end));
     assert!(a.stop_tokens.contains(&im_end));
+    // A reply that opens the next message has ended.
+    assert!(a.stop_tokens.contains(&ids[0]), "<|im_start|> stops a reply");
     assert!(a.context_length >= 4096, "{}", a.context_length);
 }
 

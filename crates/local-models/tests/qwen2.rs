@@ -99,7 +99,7 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
 mod chat_model {
     use futures::StreamExt;
     use serde_json::json;
-    use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ToolDefinition};
+    use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ToolChoice, ToolDefinition};
     use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, QWEN_0_5B_FILE};
     use toolgraph_local_models::models_dir;
 
@@ -171,6 +171,29 @@ mod chat_model {
         }
         assert!(deltas > 1 && reply.to_lowercase().contains("hola"), "{deltas} deltas: {reply:?}");
         assert_eq!(finish, Some(FinishReason::Stop));
+
+        // A reply told to call a tool is exactly one call to it, even where the model would
+        // answer in prose, and no text carries it.
+        let weather = ToolDefinition {
+            name: "weather".into(),
+            description: "The weather in a city.".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        };
+        let mut told = request("Say hello in Spanish, in one short sentence.", vec![calculator(), weather]);
+        told.tool_choice = Some(ToolChoice::Tool("weather".into()));
+        let mut s = model.stream(told).await.unwrap();
+        let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), None);
+        while let Some(e) = s.next().await {
+            match e.unwrap() {
+                ChatEvent::TextDelta(t) => text.push_str(&t),
+                ChatEvent::ToolCall(c) => calls.push(c),
+                ChatEvent::Finished(f) => finish = Some(f),
+                _ => {}
+            }
+        }
+        assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["weather"], "text {text:?}");
+        assert!(text.trim().is_empty(), "leaked: {text:?}");
+        assert_eq!(finish, Some(FinishReason::ToolCalls));
 
         // A stop sequence several tokens long ends the reply, and none of it is streamed, not
         // even the pieces that arrived before it was complete.

@@ -301,6 +301,7 @@ fn tool(m: &Manifest, dir: &Path, locale: &str) -> Result<Arc<dyn Tool>, Manifes
         parameters: m.schema(),
         injected: Vec::new(),
         offered_after: Vec::new(),
+        required_after: Vec::new(),
         answer_field: None,
         display,
     };

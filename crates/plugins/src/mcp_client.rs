@@ -245,6 +245,7 @@ impl McpServer {
                 parameters: arguments.model_facing().clone(),
                 injected: Vec::new(),
                 offered_after: Vec::new(),
+                required_after: Vec::new(),
                 answer_field: None,
                 display: ToolDisplay {
                     name: t.title.clone().or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),

@@ -292,3 +292,31 @@ async fn the_tools_that_take_chunks_are_offered_once_retrieve_laws_has_returned(
     common::stream_text(&s.base, "vn", &body).await;
     assert_eq!(offered(3), ["retrieve_laws"]);
 }
+
+#[tokio::test]
+async fn generate_answer_reads_the_articles_retrieve_laws_returned_when_the_model_leaves_them_out() {
+    let Some(kb) = laws() else { return };
+    let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+    let script = vec![
+        Reply::tool_calls(&[("r1", "retrieve_laws", json!({"question": QUESTION}))]),
+        // The question alone: the model is not shown `chunks` and does not copy the articles.
+        Reply::tool_calls(&[("g1", "generate_answer", json!({"question": QUESTION}))]),
+        Reply::text(answer),
+        Reply::text("Chính phủ."),
+    ];
+    let s = start(kb, AgentGraph::React, None, script).await;
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let requests = s.model.requests();
+    let generate = requests[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "generate_answer")
+        .expect("generate_answer is offered once retrieve_laws has returned");
+    assert!(generate["function"]["parameters"]["properties"].get("chunks").is_none(), "{generate}");
+    // The answer writer read the articles the search found, the gold one among them.
+    let prompt = requests[2]["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("Điều 45, Luật Điện ảnh") && prompt.contains("Chính phủ thống nhất"), "{prompt}");
+    assert_eq!(results(&events, "generate_answer")[0], json!({"answer": answer}));
+}

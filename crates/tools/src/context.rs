@@ -1,23 +1,41 @@
 //! Values a tool call may draw on that the model does not choose.
 //!
 //! State-injected arguments (the course tutor's `asignatura` comes from graph state) are filled from
-//! [`ToolContext::state`] at call time, after the model's own arguments were validated.
+//! [`ToolContext::state`] at call time, after the model's own arguments were validated. The
+//! results of the tools called earlier in the same turn ([`ToolContext::turn_result`]) let a tool
+//! default an argument to what another returned (the articles a search found), so a model need
+//! not copy them into its call.
 
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
-/// Per-call context handed to every tool: state values for injected arguments.
+/// Per-call context handed to every tool: state values for injected arguments, and the results
+/// of the tools called earlier in the turn.
 ///
-/// Cheap to clone (the state is shared).
+/// Cheap to clone (both are shared).
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {
     state: Arc<Map<String, Value>>,
+    turn: Arc<Vec<(String, Value)>>,
 }
 
 impl ToolContext {
     /// A context with the given state values.
     pub fn with_state(state: Map<String, Value>) -> Self {
-        Self { state: Arc::new(state) }
+        Self { state: Arc::new(state), turn: Arc::default() }
+    }
+
+    /// The same context with `results`: the tools called earlier in this turn, oldest first,
+    /// each by name with the value it returned (a failure's `{"ok": false, …}` included).
+    #[must_use]
+    pub fn with_turn_results(mut self, results: Vec<(String, Value)>) -> Self {
+        self.turn = Arc::new(results);
+        self
+    }
+
+    /// What `tool` returned the last time it was called in this turn, if it was.
+    pub fn turn_result(&self, tool: &str) -> Option<&Value> {
+        self.turn.iter().rev().find(|(name, _)| name == tool).map(|(_, v)| v)
     }
 
     /// Adds or replaces one state value.
@@ -40,5 +58,25 @@ impl ToolContext {
     /// All state values.
     pub fn state(&self) -> &Map<String, Value> {
         &self.state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_latest_result_of_a_tool_in_the_turn_is_found() {
+        let ctx = ToolContext::default().with_turn_results(vec![
+            ("search".into(), json!([1])),
+            ("calculator".into(), json!(4)),
+            ("search".into(), json!([2])),
+        ]);
+        assert_eq!(ctx.turn_result("search"), Some(&json!([2])));
+        assert_eq!(ctx.turn_result("calculator"), Some(&json!(4)));
+        assert_eq!(ctx.turn_result("notes"), None);
+        let with_state = ctx.clone().set("k", json!("v"));
+        assert_eq!(with_state.turn_result("search"), Some(&json!([2])), "setting state keeps the results");
     }
 }

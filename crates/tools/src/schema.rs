@@ -47,6 +47,14 @@ pub enum SchemaError {
         /// The missing property.
         argument: String,
     },
+    /// An argument hidden from the model is not an optional property of the arguments type.
+    #[error("tool '{tool}' hides argument '{argument}' from the model, which must then be an optional parameter")]
+    HiddenNotOptional {
+        /// The tool.
+        tool: String,
+        /// The argument.
+        argument: String,
+    },
     /// The JSON Schema validator rejected the schema.
     #[error("the schema of tool '{tool}' does not compile: {reason}")]
     Compile {
@@ -115,6 +123,33 @@ impl ArgumentSchema {
         let validator = jsonschema::validator_for(&schema)
             .map_err(|e| SchemaError::Compile { tool: tool.to_owned(), reason: e.to_string() })?;
         Ok(Self { model_facing: schema, validator })
+    }
+
+    /// The same schema without the optional arguments `hidden` in what the model is shown;
+    /// they are still checked when a caller passes them (a graph node that has them at hand,
+    /// where a model would only copy them, garbled and slowly).
+    ///
+    /// # Errors
+    /// A hidden name that is not an optional property.
+    pub fn hiding(mut self, tool: &str, hidden: &[String]) -> Result<Self, SchemaError> {
+        let required: Vec<&str> = self
+            .model_facing
+            .get("required")
+            .and_then(Value::as_array)
+            .map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
+        let not_optional = hidden.iter().find(|h| required.contains(&h.as_str()));
+        let props = self.model_facing.get_mut("properties").and_then(Value::as_object_mut);
+        if let Some(name) = not_optional {
+            return Err(SchemaError::HiddenNotOptional { tool: tool.to_owned(), argument: name.clone() });
+        }
+        if let Some(props) = props {
+            for name in hidden {
+                if props.remove(name).is_none() {
+                    return Err(SchemaError::HiddenNotOptional { tool: tool.to_owned(), argument: name.clone() });
+                }
+            }
+        }
+        Ok(self)
     }
 
     /// The schema shown to the model.
@@ -198,6 +233,25 @@ mod tests {
         let s = ArgumentSchema::of::<TestGenerationInput>("generate_test", &["asignatura".into()]).unwrap();
         assert!(s.model_facing()["properties"].get("asignatura").is_none());
         assert!(s.model_facing()["properties"].get("topic").is_some());
+    }
+
+    #[test]
+    fn a_hidden_argument_leaves_the_model_schema_but_is_still_checked() {
+        let s = ArgumentSchema::of::<TestGenerationInput>("generate_test", &[])
+            .unwrap()
+            .hiding("generate_test", &["num_questions".into()])
+            .unwrap();
+        assert!(s.model_facing()["properties"].get("num_questions").is_none());
+        assert!(s.check(&json!({"topic": "t", "num_questions": 3})).is_ok());
+        let problem = s.check(&json!({"topic": "t", "num_questions": 99})).unwrap_err();
+        assert!(problem.contains("num_questions"), "{problem}");
+        for name in ["topic", "no_such_field"] {
+            let err = ArgumentSchema::of::<TestGenerationInput>("generate_test", &[])
+                .unwrap()
+                .hiding("generate_test", &[name.into()])
+                .unwrap_err();
+            assert!(matches!(err, SchemaError::HiddenNotOptional { .. }), "{name}: {err}");
+        }
     }
 
     #[test]

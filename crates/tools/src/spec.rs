@@ -57,6 +57,12 @@ pub struct ToolSpec {
     /// them up.
     #[serde(rename = "offeredAfter", skip_serializing_if = "Vec::is_empty")]
     pub offered_after: Vec<String>,
+    /// Tools after whose result in the turn the model's next step is a call to this one, until
+    /// it has been called (it is offered then too): a tool that finishes what another began
+    /// (citing the answer written from the articles a search found), which a reply must not
+    /// skip. A model told to call a tool cannot drift into prose that only describes it.
+    #[serde(rename = "requiredAfter", skip_serializing_if = "Vec::is_empty")]
+    pub required_after: Vec<String>,
     /// When set, a successful call whose result has this text field ends the turn with that
     /// text as the answer, without another model call (LangChain's `return_direct`): for a
     /// tool whose result is the finished answer — an answer with its citations — which a model

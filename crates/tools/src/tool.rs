@@ -146,7 +146,9 @@ pub struct ToolBuilder<A> {
     class: ToolClass,
     describe: Option<DescribeFn<A>>,
     injected: Vec<String>,
+    hidden: Vec<String>,
     offered_after: Vec<String>,
+    required_after: Vec<String>,
     answer_field: Option<String>,
     display: ToolDisplay,
     timeout: Duration,
@@ -165,7 +167,9 @@ where
             class: ToolClass::Read,
             describe: None,
             injected: Vec::new(),
+            hidden: Vec::new(),
             offered_after: Vec::new(),
+            required_after: Vec::new(),
             answer_field: None,
             display: ToolDisplay::default(),
             timeout: DEFAULT_TOOL_TIMEOUT,
@@ -188,11 +192,27 @@ where
         self
     }
 
+    /// Leaves the optional argument `name` out of the schema the model sees: the tool fills it
+    /// itself when it is missing (from what another tool returned earlier in the turn), and a
+    /// caller that has it at hand (a graph node) may still pass it, checked as usual.
+    pub fn hide(mut self, name: impl Into<String>) -> Self {
+        self.hidden.push(name.into());
+        self
+    }
+
     /// Offers the tool only once one of `tools` has returned in the current turn
     /// ([`ToolSpec::offered_after`]).
     pub fn offered_after<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
         self.offered_after.extend(tools.into_iter().map(Into::into));
         self
+    }
+
+    /// Once one of `tools` has returned in the current turn, offers the tool and makes it the
+    /// model's next call ([`ToolSpec::required_after`]).
+    pub fn required_after<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        let tools: Vec<String> = tools.into_iter().map(Into::into).collect();
+        self.required_after.extend(tools.iter().cloned());
+        self.offered_after(tools)
     }
 
     /// A successful call's result field `field` is the turn's answer ([`ToolSpec::answer_field`]).
@@ -239,7 +259,7 @@ where
         if !valid_tool_name(&self.name) {
             return Err(SchemaError::InvalidName { tool: self.name });
         }
-        let schema = ArgumentSchema::of::<A>(&self.name, &self.injected)?;
+        let schema = ArgumentSchema::of::<A>(&self.name, &self.injected)?.hiding(&self.name, &self.hidden)?;
         let full_props = SchemaPropertyNames::of::<A>();
         if let Some(unknown) = self.display.parameters.keys().find(|p| !full_props.contains(p)) {
             return Err(SchemaError::UnknownParameter { tool: self.name.clone(), argument: unknown.clone() });
@@ -251,6 +271,7 @@ where
             parameters: schema.model_facing().clone(),
             injected: self.injected,
             offered_after: self.offered_after,
+            required_after: self.required_after,
             answer_field: self.answer_field,
             display: self.display,
         };

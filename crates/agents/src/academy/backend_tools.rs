@@ -137,6 +137,7 @@ impl BackendWriteTool {
             parameters: schema.model_facing().clone(),
             injected: Vec::new(),
             offered_after: Vec::new(),
+            required_after: Vec::new(),
             answer_field: None,
             display: ToolDisplay::default(),
         };

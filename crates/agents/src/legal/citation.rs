@@ -8,7 +8,9 @@
 //! chunks hold each pair; a sentence that shares fewer than two pairs with every chunk gets no
 //! citation. Labels come only from the chunks, so an article absent from them is never
 //! cited; a bracketed citation the answer already has is kept when it names one of the chunks
-//! (and then decides the attribution) and removed when it does not.
+//! (and then decides the attribution) and removed when it does not. A sentence that opens by
+//! naming a chunk without brackets ("Theo Điều 46, Luật Điện ảnh, …", as a small model writes
+//! it) is attributed to that chunk, and the opening becomes the bracketed citation.
 
 use super::Chunk;
 use super::answer::NO_ANSWER;
@@ -30,8 +32,11 @@ pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
     let mut out = String::with_capacity(answer.len() + 64);
     let mut previous: Option<usize> = None;
     for (sentence, gap) in sentences(answer) {
-        let (text, hinted) = strip_citations(sentence, &labels);
-        let text = text.trim();
+        let (stripped, hinted) = strip_citations(sentence, &labels);
+        let (text, hinted) = match (hinted, leading_citation(stripped.trim(), &labels)) {
+            (None, Some((i, rest))) => (rest, Some(i)),
+            (hinted, _) => (stripped.trim(), hinted),
+        };
         if text.is_empty() {
             out.push_str(gap);
             continue;
@@ -57,6 +62,41 @@ fn attributed(text: &str, label: &str) -> String {
     }
     let end = text.trim_end_matches(['.', '!', '?', '…', ':', ';']);
     format!("{end} [{label}]{}", &text[end.len()..])
+}
+
+/// When `text` opens with "Theo " and a chunk's label without brackets ("Theo Điều 46, Luật
+/// Điện ảnh, Bộ …"): that chunk, and the text after the label and its comma.
+fn leading_citation<'a>(text: &'a str, labels: &[String]) -> Option<(usize, &'a str)> {
+    let after = text.get(..5).filter(|w| w.eq_ignore_ascii_case("theo ")).map(|_| &text[5..])?;
+    // The words of `after` with where each ends, as far as the longest label reaches.
+    let mut words: Vec<(String, usize)> = Vec::new();
+    let mut start = None;
+    for (i, c) in after.char_indices().chain(std::iter::once((after.len(), ' '))) {
+        match (c.is_alphanumeric(), start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                words.push((after[s..i].to_lowercase(), i));
+                start = None;
+                if words.len() >= 16 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let named = labels.iter().enumerate().filter_map(|(i, label)| {
+        let wanted: Vec<String> =
+            label.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+        let matches = !wanted.is_empty()
+            && wanted.len() <= words.len()
+            && wanted.iter().zip(&words).all(|(w, (got, _))| w == got);
+        matches.then(|| (i, words[wanted.len() - 1].1))
+    });
+    // The longest label that matches ("Điều 4, Luật X" is no prefix of "Điều 45, …", but a
+    // law's name may be of another's).
+    let (i, end) = named.max_by_key(|&(_, end)| end)?;
+    let rest = after[end..].trim_start_matches([',', ':', ' ']);
+    (!rest.is_empty()).then_some((i, rest))
 }
 
 /// The chunk that supports `text` best, if any shares enough with it.
@@ -314,6 +354,18 @@ mod tests {
         assert_eq!(
             cite(answer, &chunks()),
             "Theo quy định, hợp đồng lữ hành phải được lập thành văn bản [Điều 39, Luật Du lịch]."
+        );
+    }
+
+    #[test]
+    fn a_sentence_opening_with_a_chunk_unbracketed_is_attributed_to_it() {
+        let answer = "Theo Điều 45, Luật Điện ảnh, Bộ Văn hóa phối hợp.";
+        assert_eq!(cite(answer, &chunks()), "Theo [Điều 45, Luật Điện ảnh], Bộ Văn hóa phối hợp.");
+        // An article that is not among the chunks is no such opening.
+        let answer = "Theo Điều 4, Luật Điện ảnh, Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+        assert_eq!(
+            cite(answer, &chunks()),
+            "Theo Điều 4, Luật Điện ảnh, Chính phủ thống nhất quản lý nhà nước về điện ảnh [Điều 45, Luật Điện ảnh]."
         );
     }
 

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
-use toolgraph_tools::{Tool, ToolBuilder, ToolError};
+use toolgraph_tools::{Tool, ToolBuilder, ToolContext, ToolError};
 
 /// Arguments of `retrieve_laws`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -31,9 +31,10 @@ pub struct GenerateAnswerInput {
     /// The legal question.
     #[schemars(length(min = 1, max = 2000))]
     pub question: String,
-    /// The articles `retrieve_laws` returned.
+    /// The articles `retrieve_laws` returned; leave out to use those it returned in this turn.
+    #[serde(default)]
     #[schemars(length(max = 20))]
-    pub chunks: Vec<Chunk>,
+    pub chunks: Option<Vec<Chunk>>,
 }
 
 /// Arguments of `format_citation`.
@@ -45,6 +46,22 @@ pub struct FormatCitationInput {
     /// The articles the answer was written from.
     #[schemars(length(max = 20))]
     pub chunks: Vec<Chunk>,
+}
+
+/// The chunks a call gave, else the articles `retrieve_laws` returned earlier in the turn (so
+/// a model need not copy them into its call).
+///
+/// # Errors
+/// Neither: invalid arguments, saying where chunks come from.
+fn given_or_retrieved(ctx: &ToolContext, given: Option<Vec<Chunk>>) -> Result<Vec<Chunk>, ToolError> {
+    if let Some(chunks) = given {
+        return Ok(chunks);
+    }
+    ctx.turn_result("retrieve_laws").and_then(|v| Vec::<Chunk>::deserialize(v).ok()).ok_or_else(|| {
+        ToolError::invalid_arguments(
+            "chunks: none given, and retrieve_laws has returned no articles in this turn; call retrieve_laws first",
+        )
+    })
 }
 
 /// `retrieve_laws` over `library`: the tenant is the conversation's (`tenant` in the tool
@@ -76,17 +93,19 @@ pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
 pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dyn Tool> {
     ToolBuilder::<GenerateAnswerInput>::new(
         "generate_answer",
-        "Answer a legal question from the given articles of law only (the chunks retrieve_laws returned). \
-         Returns {answer}; says so when the articles do not hold the answer.",
+        "Answer a legal question from the articles of law retrieve_laws returned only. Returns {answer}; says \
+         so when the articles do not hold the answer.",
     )
     .display_name("Answer from the law")
+    .hide("chunks")
     .offered_after(["retrieve_laws"])
     .timeout(super::answer::ANSWER_TIMEOUT + std::time::Duration::from_secs(5))
     .handler(move |ctx, args: GenerateAnswerInput| {
         let (writer, library) = (writer.clone(), library.clone());
         let (tenant, kb) = library.scope(&ctx);
+        let chunks = given_or_retrieved(&ctx, args.chunks);
         async move {
-            let chunks = library.verified(&tenant, kb.as_deref(), args.chunks).await?;
+            let chunks = library.verified(&tenant, kb.as_deref(), chunks?).await?;
             match writer.generate(&args.question, &chunks).await {
                 Ok(answer) => Ok(json!({ "answer": answer })),
                 Err(AnswerError::Timeout(t)) => Err(ToolError::timeout(format!("no answer within {t:?}"))),
@@ -121,4 +140,30 @@ pub fn format_citation_tool(library: LawLibrary) -> Arc<dyn Tool> {
         }
     })
     .expect("format_citation's schema is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_left_out_are_the_ones_retrieve_laws_returned_in_the_turn() {
+        let chunk = json!({"text": "Chính phủ thống nhất quản lý.", "meta": {"doc_id": "Luật Điện ảnh#45"}});
+        let ctx = ToolContext::default()
+            .with_turn_results(vec![("retrieve_laws".into(), json!([chunk])), ("other".into(), json!(1))]);
+        let found = given_or_retrieved(&ctx, None).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].meta.doc_id, "Luật Điện ảnh#45");
+        // Chunks given win over the turn's.
+        assert!(given_or_retrieved(&ctx, Some(Vec::new())).unwrap().is_empty());
+        // Without a search in the turn, or after a failed one, the call says what to do.
+        for ctx in [
+            ToolContext::default(),
+            ToolContext::default().with_turn_results(vec![("retrieve_laws".into(), json!({"ok": false}))]),
+        ] {
+            let e = given_or_retrieved(&ctx, None).unwrap_err();
+            assert_eq!(e.kind, toolgraph_tools::ToolErrorKind::InvalidArguments);
+            assert!(e.message.contains("call retrieve_laws first"), "{}", e.message);
+        }
+    }
 }

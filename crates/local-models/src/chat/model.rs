@@ -21,7 +21,7 @@ use tokio_stream::StreamExt;
 use toolgraph_llm::text_tools::{TextEvent, ToolCallTextParser};
 use toolgraph_llm::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, LlmError, Message, SchemaDialect, ToolCall,
-    ToolDefinition, Usage, normalize_schema,
+    ToolChoice, ToolDefinition, Usage, normalize_schema,
 };
 
 /// How the local model is run.
@@ -363,6 +363,13 @@ impl Worker {
             }
             if generated == 0 && !callable.is_empty() {
                 match request.messages.last() {
+                    // A call was asked for: the reply opens the template's call tag (a bare
+                    // JSON object after a tool result tends to echo the result), and the guide
+                    // lets it name only the callable tools.
+                    _ if request.call_required() => {
+                        prefer_call(&mut logits, &self.call_openers, &self.json_openers, 0.0);
+                        forbid_bare_json(&mut logits, &self.json_openers);
+                    }
                     Some(Message::User { .. }) => {
                         let mut threshold = self.call_threshold;
                         if call_share(&logits, &self.call_openers, &self.json_openers) < threshold
@@ -402,6 +409,11 @@ impl Worker {
             let released = stops.push(&piece);
             if !released.text.is_empty() && !emit(parser.push(&released.text), &mut calls) {
                 return Ok(()); // the caller went away: stop generating
+            }
+            // A reply asked to call one named tool is that one call: a small model forced
+            // into a call tends to repeat it until it runs out of tokens.
+            if calls > 0 && matches!(request.tool_choice, Some(ToolChoice::Tool(_))) {
+                break;
             }
             if released.stopped {
                 finish = FinishReason::Stop;

@@ -143,8 +143,10 @@ impl GgufChatAssets {
             .parse()
             .map_err(|e: tokenizers::Error| LocalModelError::Format(format!("GGUF tokenizer: {e}")))?;
         let template = ChatTemplate::new(meta(ct, "tokenizer.chat_template")?.to_string().map_err(bad)?)?;
+        // `<|im_start|>` opens the next message: a reply that writes it has ended (printed, it
+        // is a template marker in the answer).
         let mut stop_tokens: Vec<u32> =
-            ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| tokenizer.token_to_id(t)).collect();
+            ["<|im_end|>", "<|endoftext|>", "<|im_start|>"].iter().filter_map(|t| tokenizer.token_to_id(t)).collect();
         if let Some(eos) = ct.metadata.get("tokenizer.ggml.eos_token_id").and_then(|v| v.to_u32().ok())
             && !stop_tokens.contains(&eos)
         {
