@@ -23,7 +23,7 @@ use toolgraph_graph::{
     RunEvent, START, State, StateGraph, StopCause,
 };
 use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, ToolChoice, ToolDefinition};
-use toolgraph_tools::{ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry};
+use toolgraph_tools::{Tool, ToolCallRequest, ToolClass, ToolContext, ToolError, ToolOutcome, ToolRegistry};
 
 /// The nodes of the agent's graph; their names are what [`RunEvent::NodeStarted`] and the
 /// checkpoints carry.
@@ -308,25 +308,28 @@ fn this_turn(history: &[Message]) -> &[Message] {
 /// tool with [`offered_after`](toolgraph_tools::ToolSpec::offered_after) only once one of
 /// those tools has returned since the user's last message. `None`: every tool.
 pub fn callable_tools(tools: &ToolRegistry, history: &[Message]) -> Option<Vec<String>> {
-    // Asked before every model call: the specs are read in place, not cloned.
-    let tools = tools.tools();
-    let specs: Vec<&toolgraph_tools::ToolSpec> = tools.iter().map(|t| t.spec()).collect();
-    if specs.iter().all(|s| s.offered_after.is_empty()) {
+    callable_among(&tools.tools(), this_turn(history))
+}
+
+/// [`callable_tools`] over the registry's tools, read in place (asked before every model call).
+fn callable_among(tools: &[Arc<dyn Tool>], turn: &[Message]) -> Option<Vec<String>> {
+    if tools.iter().all(|t| t.spec().offered_after.is_empty()) {
         return None;
     }
-    let returned: Vec<&str> = this_turn(history)
+    let returned: Vec<&str> = turn
         .iter()
         .filter_map(|m| match m {
             Message::Tool { name, .. } => Some(name.as_str()),
             _ => None,
         })
         .collect();
-    let callable: Vec<String> = specs
+    let callable: Vec<String> = tools
         .iter()
+        .map(|t| t.spec())
         .filter(|s| s.offered_after.is_empty() || s.offered_after.iter().any(|t| returned.contains(&t.as_str())))
         .map(|s| s.name.clone())
         .collect();
-    (callable.len() < specs.len()).then_some(callable)
+    (callable.len() < tools.len()).then_some(callable)
 }
 
 /// The tool choice for the model's next step: the tool that must come next
@@ -335,8 +338,7 @@ pub fn callable_tools(tools: &ToolRegistry, history: &[Message]) -> Option<Vec<S
 /// [callable tools](callable_tools) when that is not all of them; `None`: the model decides
 /// among all.
 pub fn tool_choice(tools: &ToolRegistry, history: &[Message]) -> Option<ToolChoice> {
-    let turn = this_turn(history);
-    let registered = tools.tools();
+    let (registered, turn) = (tools.tools(), this_turn(history));
     let due = registered.iter().map(|t| t.spec()).filter(|s| !s.required_after.is_empty()).find(|spec| {
         let followed = turn.iter().rposition(|m| match m {
             Message::Tool { name, content, .. } => spec.required_after.contains(name) && !failed(content),
@@ -347,7 +349,7 @@ pub fn tool_choice(tools: &ToolRegistry, history: &[Message]) -> Option<ToolChoi
     });
     match due {
         Some(spec) => Some(ToolChoice::Tool(spec.name.clone())),
-        None => callable_tools(tools, history).map(ToolChoice::Allowed),
+        None => callable_among(&registered, turn).map(ToolChoice::Allowed),
     }
 }
 
@@ -583,17 +585,14 @@ pub(crate) async fn recorded_call(
 }
 
 /// The context of this turn's tool calls: the state's, then the agent's own values over it,
-/// and the results of the tools called so far in the turn (a result that is not JSON as text).
+/// and the results of the tools called so far in the turn.
 pub(crate) fn tool_context(s: &AgentState, spec: &AgentSpec) -> ToolContext {
     let mut values = s.context.clone();
     values.extend(spec.tool_context.iter().map(|(k, v)| (k.clone(), v.clone())));
     let results = this_turn(&s.messages)
         .iter()
         .filter_map(|m| match m {
-            Message::Tool { name, content, .. } => {
-                let value = serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.clone()));
-                Some((name.clone(), value))
-            }
+            Message::Tool { name, content, .. } => Some((name.clone(), content.clone())),
             _ => None,
         })
         .collect();

@@ -345,16 +345,21 @@ fn offered_tools(request: &Value) -> Vec<String> {
     request["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eval_tools_scores_tool_choice_and_arguments() {
+/// A scripted model that calls the calculator, then searches, then says hello.
+async fn calculator_search_hello() -> scripted_llm::ScriptedModelServer {
     use scripted_llm::{Reply, ScriptedModelServer};
-    let server = ScriptedModelServer::start(vec![
+    ScriptedModelServer::start(vec![
         Reply::tool_calls(&[("c1", "calculator", serde_json::json!({"expression": "1234 * 5678"}))]),
         Reply::tool_calls(&[("c2", "rag_search", serde_json::json!({"query": "docker"}))]),
         Reply::text("¡Hola!"),
     ])
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_tools_scores_tool_choice_and_arguments() {
+    let server = calculator_search_hello().await;
     let dir = tempfile::tempdir().unwrap();
     let cases = dir.path().join("cases.jsonl");
     std::fs::write(
@@ -377,14 +382,7 @@ async fn eval_tools_scores_tool_choice_and_arguments() {
 /// and the report scores each agent apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_tools_runs_each_case_with_its_agent_and_reports_per_agent() {
-    use scripted_llm::{Reply, ScriptedModelServer};
-    let server = ScriptedModelServer::start(vec![
-        Reply::tool_calls(&[("c1", "calculator", serde_json::json!({"expression": "1234 * 5678"}))]),
-        Reply::tool_calls(&[("c2", "rag_search", serde_json::json!({"query": "docker"}))]),
-        Reply::text("¡Hola!"),
-    ])
-    .await
-    .unwrap();
+    let server = calculator_search_hello().await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolgraph.toml");
     std::fs::write(

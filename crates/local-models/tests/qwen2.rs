@@ -99,7 +99,9 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
 mod chat_model {
     use futures::StreamExt;
     use serde_json::json;
-    use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, FinishReason, Message, ToolChoice, ToolDefinition};
+    use toolgraph_llm::{
+        ChatEvent, ChatModel, ChatRequest, ChatStream, FinishReason, Message, ToolCall, ToolChoice, ToolDefinition,
+    };
     use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, QWEN_0_5B_FILE};
     use toolgraph_local_models::models_dir;
 
@@ -113,6 +115,20 @@ mod chat_model {
             max_tokens: Some(64),
             stop: Vec::new(),
         }
+    }
+
+    /// A streamed reply's text, tool calls and finish reason.
+    async fn reply_of(mut s: ChatStream) -> (String, Vec<ToolCall>, Option<FinishReason>) {
+        let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), None);
+        while let Some(e) = s.next().await {
+            match e.unwrap() {
+                ChatEvent::TextDelta(t) => text.push_str(&t),
+                ChatEvent::ToolCall(c) => calls.push(c),
+                ChatEvent::Finished(f) => finish = Some(f),
+                _ => {}
+            }
+        }
+        (text, calls, finish)
     }
 
     fn calculator() -> ToolDefinition {
@@ -138,17 +154,9 @@ mod chat_model {
         .unwrap();
 
         // A tool call: it arrives as a ToolCall event and no text carries any of it.
-        let mut s =
+        let s =
             model.stream(request("What is 1234 * 5678? Use the calculator tool.", vec![calculator()])).await.unwrap();
-        let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), None);
-        while let Some(e) = s.next().await {
-            match e.unwrap() {
-                ChatEvent::TextDelta(t) => text.push_str(&t),
-                ChatEvent::ToolCall(c) => calls.push(c),
-                ChatEvent::Finished(f) => finish = Some(f),
-                _ => {}
-            }
-        }
+        let (text, calls, finish) = reply_of(s).await;
         assert_eq!(calls.len(), 1, "text {text:?}");
         assert_eq!(calls[0].name, "calculator");
         let args: serde_json::Value = serde_json::from_str(&calls[0].arguments).unwrap();
@@ -181,16 +189,7 @@ mod chat_model {
         };
         let mut told = request("Say hello in Spanish, in one short sentence.", vec![calculator(), weather]);
         told.tool_choice = Some(ToolChoice::Tool("weather".into()));
-        let mut s = model.stream(told).await.unwrap();
-        let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), None);
-        while let Some(e) = s.next().await {
-            match e.unwrap() {
-                ChatEvent::TextDelta(t) => text.push_str(&t),
-                ChatEvent::ToolCall(c) => calls.push(c),
-                ChatEvent::Finished(f) => finish = Some(f),
-                _ => {}
-            }
-        }
+        let (text, calls, finish) = reply_of(model.stream(told).await.unwrap()).await;
         assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["weather"], "text {text:?}");
         assert!(text.trim().is_empty(), "leaked: {text:?}");
         assert_eq!(finish, Some(FinishReason::ToolCalls));

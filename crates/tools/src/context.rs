@@ -16,7 +16,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {
     state: Arc<Map<String, Value>>,
-    turn: Arc<Vec<(String, Value)>>,
+    /// Name and text of each earlier result, as the tool messages hold them; read as JSON only
+    /// when a tool asks, so a turn whose tools never do parses nothing.
+    turn: Arc<Vec<(String, String)>>,
 }
 
 impl ToolContext {
@@ -26,16 +28,19 @@ impl ToolContext {
     }
 
     /// The same context with `results`: the tools called earlier in this turn, oldest first,
-    /// each by name with the value it returned (a failure's `{"ok": false, …}` included).
+    /// each by name with the text of its result as the model read it (a failure's
+    /// `{"ok": false, …}` included).
     #[must_use]
-    pub fn with_turn_results(mut self, results: Vec<(String, Value)>) -> Self {
+    pub fn with_turn_results(mut self, results: Vec<(String, String)>) -> Self {
         self.turn = Arc::new(results);
         self
     }
 
-    /// What `tool` returned the last time it was called in this turn, if it was.
-    pub fn turn_result(&self, tool: &str) -> Option<&Value> {
-        self.turn.iter().rev().find(|(name, _)| name == tool).map(|(_, v)| v)
+    /// What `tool` returned the last time it was called in this turn, if it was: its JSON, or
+    /// the text itself for a result that is not JSON.
+    pub fn turn_result(&self, tool: &str) -> Option<Value> {
+        let (_, text) = self.turn.iter().rev().find(|(name, _)| name == tool)?;
+        Some(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())))
     }
 
     /// Adds or replaces one state value.
@@ -69,14 +74,16 @@ mod tests {
     #[test]
     fn the_latest_result_of_a_tool_in_the_turn_is_found() {
         let ctx = ToolContext::default().with_turn_results(vec![
-            ("search".into(), json!([1])),
-            ("calculator".into(), json!(4)),
-            ("search".into(), json!([2])),
+            ("search".into(), "[1]".into()),
+            ("calculator".into(), "4".into()),
+            ("search".into(), "[2]".into()),
+            ("notes".into(), "plain text".into()),
         ]);
-        assert_eq!(ctx.turn_result("search"), Some(&json!([2])));
-        assert_eq!(ctx.turn_result("calculator"), Some(&json!(4)));
-        assert_eq!(ctx.turn_result("notes"), None);
+        assert_eq!(ctx.turn_result("search"), Some(json!([2])));
+        assert_eq!(ctx.turn_result("calculator"), Some(json!(4)));
+        assert_eq!(ctx.turn_result("notes"), Some(json!("plain text")), "a text result is its text");
+        assert_eq!(ctx.turn_result("weather"), None);
         let with_state = ctx.clone().set("k", json!("v"));
-        assert_eq!(with_state.turn_result("search"), Some(&json!([2])), "setting state keeps the results");
+        assert_eq!(with_state.turn_result("search"), Some(json!([2])), "setting state keeps the results");
     }
 }

@@ -132,21 +132,12 @@ impl ArgumentSchema {
     /// # Errors
     /// A hidden name that is not an optional property.
     pub fn hiding(mut self, tool: &str, hidden: &[String]) -> Result<Self, SchemaError> {
-        let required: Vec<&str> = self
-            .model_facing
-            .get("required")
-            .and_then(Value::as_array)
-            .map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
-        let not_optional = hidden.iter().find(|h| required.contains(&h.as_str()));
-        let props = self.model_facing.get_mut("properties").and_then(Value::as_object_mut);
-        if let Some(name) = not_optional {
-            return Err(SchemaError::HiddenNotOptional { tool: tool.to_owned(), argument: name.clone() });
-        }
-        if let Some(props) = props {
-            for name in hidden {
-                if props.remove(name).is_none() {
-                    return Err(SchemaError::HiddenNotOptional { tool: tool.to_owned(), argument: name.clone() });
-                }
+        let required = self.model_facing.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+        for name in hidden {
+            let removed =
+                self.model_facing.get_mut("properties").and_then(Value::as_object_mut).and_then(|p| p.remove(name));
+            if removed.is_none() || required.iter().any(|r| r.as_str() == Some(name.as_str())) {
+                return Err(SchemaError::HiddenNotOptional { tool: tool.to_owned(), argument: name.clone() });
             }
         }
         Ok(self)

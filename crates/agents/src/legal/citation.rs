@@ -85,12 +85,11 @@ fn leading_citation<'a>(text: &'a str, labels: &[String]) -> Option<(usize, &'a 
         }
     }
     let named = labels.iter().enumerate().filter_map(|(i, label)| {
-        let wanted: Vec<String> =
-            label.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
-        let matches = !wanted.is_empty()
-            && wanted.len() <= words.len()
-            && wanted.iter().zip(&words).all(|(w, (got, _))| w == got);
-        matches.then(|| (i, words[wanted.len() - 1].1))
+        let wanted = normalize(label);
+        let n = wanted.split(' ').count();
+        let matches =
+            !wanted.is_empty() && n <= words.len() && wanted.split(' ').zip(&words).all(|(w, (got, _))| w == got);
+        matches.then(|| (i, words[n - 1].1))
     });
     // The longest label that matches ("Điều 4, Luật X" is no prefix of "Điều 45, …", but a
     // law's name may be of another's).

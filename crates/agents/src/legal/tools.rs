@@ -57,7 +57,7 @@ fn given_or_retrieved(ctx: &ToolContext, given: Option<Vec<Chunk>>) -> Result<Ve
     if let Some(chunks) = given {
         return Ok(chunks);
     }
-    ctx.turn_result("retrieve_laws").and_then(|v| Vec::<Chunk>::deserialize(v).ok()).ok_or_else(|| {
+    ctx.turn_result("retrieve_laws").and_then(|v| serde_json::from_value::<Vec<Chunk>>(v).ok()).ok_or_else(|| {
         ToolError::invalid_arguments(
             "chunks: none given, and retrieve_laws has returned no articles in this turn; call retrieve_laws first",
         )
@@ -149,8 +149,10 @@ mod tests {
     #[test]
     fn chunks_left_out_are_the_ones_retrieve_laws_returned_in_the_turn() {
         let chunk = json!({"text": "Chính phủ thống nhất quản lý.", "meta": {"doc_id": "Luật Điện ảnh#45"}});
-        let ctx = ToolContext::default()
-            .with_turn_results(vec![("retrieve_laws".into(), json!([chunk])), ("other".into(), json!(1))]);
+        let ctx = ToolContext::default().with_turn_results(vec![
+            ("retrieve_laws".into(), json!([chunk]).to_string()),
+            ("other".into(), "1".into()),
+        ]);
         let found = given_or_retrieved(&ctx, None).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].meta.doc_id, "Luật Điện ảnh#45");
@@ -159,7 +161,7 @@ mod tests {
         // Without a search in the turn, or after a failed one, the call says what to do.
         for ctx in [
             ToolContext::default(),
-            ToolContext::default().with_turn_results(vec![("retrieve_laws".into(), json!({"ok": false}))]),
+            ToolContext::default().with_turn_results(vec![("retrieve_laws".into(), r#"{"ok": false}"#.into())]),
         ] {
             let e = given_or_retrieved(&ctx, None).unwrap_err();
             assert_eq!(e.kind, toolgraph_tools::ToolErrorKind::InvalidArguments);
