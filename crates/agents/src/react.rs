@@ -339,18 +339,32 @@ fn callable_among(tools: &[Arc<dyn Tool>], turn: &[Message]) -> Option<Vec<Strin
 /// among all.
 pub fn tool_choice(tools: &ToolRegistry, history: &[Message]) -> Option<ToolChoice> {
     let (registered, turn) = (tools.tools(), this_turn(history));
-    let due = registered.iter().map(|t| t.spec()).filter(|s| !s.required_after.is_empty()).find(|spec| {
-        let followed = turn.iter().rposition(|m| match m {
-            Message::Tool { name, content, .. } => spec.required_after.contains(name) && !failed(content),
-            _ => false,
-        });
-        followed
-            .is_some_and(|at| !turn[at..].iter().any(|m| matches!(m, Message::Tool { name, .. } if *name == spec.name)))
-    });
-    match due {
+    match registered.iter().map(|t| t.spec()).find(|spec| due(&spec.name, &spec.required_after, turn)) {
         Some(spec) => Some(ToolChoice::Tool(spec.name.clone())),
         None => callable_among(&registered, turn).map(ToolChoice::Allowed),
     }
+}
+
+/// The tool the agent calls itself now, with no arguments and no model call
+/// ([`runs_after`](toolgraph_tools::ToolSpec::runs_after): one it follows has returned in this
+/// turn without failing, and it has not been called since).
+pub fn step_due(tools: &ToolRegistry, history: &[Message]) -> Option<String> {
+    let turn = this_turn(history);
+    tools.tools().iter().map(|t| t.spec()).find(|spec| due(&spec.name, &spec.runs_after, turn)).map(|s| s.name.clone())
+}
+
+/// Whether `tool` is due: one of `after` has returned something in `turn` (neither a failure
+/// nor an empty list: a search that found nothing leaves the model to say so), and `tool` has
+/// not returned since.
+fn due(tool: &str, after: &[String], turn: &[Message]) -> bool {
+    if after.is_empty() {
+        return false;
+    }
+    let followed = turn.iter().rposition(|m| match m {
+        Message::Tool { name, content, .. } => after.contains(name) && !failed(content) && content.trim() != "[]",
+        _ => false,
+    });
+    followed.is_some_and(|at| !turn[at..].iter().any(|m| matches!(m, Message::Tool { name, .. } if name == tool)))
 }
 
 /// Whether a tool message reports a failure (`{"ok": false, …}`, docs/tools.md).
@@ -489,6 +503,14 @@ pub async fn warm_up(deps: &AgentDeps) -> Result<(), toolgraph_llm::LlmError> {
 
 async fn agent_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let deps = ctx.deps();
+    // A fixed step: the call is the agent's, the tools node runs it as any other.
+    if let Some(tool) = step_due(&deps.spec.tools, &s.messages) {
+        let call = ToolCall { id: format!("{tool}-{}", s.messages.len()), name: tool, arguments: "{}".into() };
+        return Ok(NodeOutput::Update(AgentUpdate {
+            messages: vec![Message::Assistant { content: String::new(), tool_calls: vec![call] }],
+            ..Default::default()
+        }));
+    }
     let mut messages = Vec::with_capacity(s.messages.len() + 1);
     let added = match &deps.spec.prompt_context {
         Some(context) => context(&s.context).await,
@@ -839,6 +861,8 @@ mod offer_tests {
         let mut history = vec![Message::user("q")];
         assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Allowed(vec!["search".to_owned()])));
         history.push(Message::tool("s1", "search", "[]"));
+        assert_eq!(tool_choice(&r, &history), None, "an empty result asks for nothing");
+        history.push(Message::tool("s1b", "search", r#"[{"text": "found"}]"#));
         assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Tool("must_cite".into())));
         // Another tool's result in between does not lift it.
         history.push(Message::tool("c1", "cite", "{}"));
@@ -849,10 +873,33 @@ mod offer_tests {
         // A search that fails asks for nothing; a second one that returns makes it due again.
         history.push(Message::tool("s2", "search", r#"{"error":"down","kind":"unavailable","ok":false}"#));
         assert_eq!(tool_choice(&r, &history), None);
-        history.push(Message::tool("s3", "search", "[]"));
+        history.push(Message::tool("s3", "search", r#"[{"text": "found"}]"#));
         assert_eq!(tool_choice(&r, &history), Some(ToolChoice::Tool("must_cite".into())));
         // A new turn starts over.
         history.push(Message::user("again"));
         assert!(matches!(tool_choice(&r, &history), Some(ToolChoice::Allowed(_))));
+    }
+
+    #[test]
+    fn a_step_the_agent_runs_is_due_after_the_one_it_follows_until_it_has_run() {
+        let mut r = registry();
+        let cite = ToolBuilder::<NoArgs>::new("cite_it", "cite")
+            .runs_after(["search"])
+            .handler(|_, _: NoArgs| async { Ok(Value::Null) })
+            .expect("valid tool");
+        r.register(cite).expect("distinct names");
+        let mut history = vec![Message::user("q")];
+        assert_eq!(step_due(&r, &history), None);
+        history.push(Message::tool("s1", "search", r#"{"ok":false,"kind":"unavailable","error":"down"}"#));
+        assert_eq!(step_due(&r, &history), None, "not after a failure");
+        history.push(Message::tool("s2", "search", "[]"));
+        assert_eq!(step_due(&r, &history), None, "not after an empty result");
+        history.push(Message::tool("s3", "search", r#"[{"text": "found"}]"#));
+        assert_eq!(step_due(&r, &history).as_deref(), Some("cite_it"));
+        assert_eq!(tool_choice(&r, &history), None, "the model is not asked for it");
+        history.push(Message::tool("c1", "cite_it", r#"{"ok":false}"#));
+        assert_eq!(step_due(&r, &history), None, "once run, even if it failed: no loop");
+        history.push(Message::user("again"));
+        assert_eq!(step_due(&r, &history), None, "a new turn starts over");
     }
 }

@@ -35,16 +35,17 @@ pub async fn local_model(cfg: &Config) -> anyhow::Result<Option<Arc<dyn ChatMode
         return Ok(None);
     }
     let Some(name) = cfg.llm.local_model.clone() else { return Ok(None) };
-    load_local(name).await
+    load_local(name, cfg.llm.local_cache_slots).await
 }
 
 #[cfg(feature = "local-models")]
-async fn load_local(name: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+async fn load_local(name: String, cache_slots: usize) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
     use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, named_model};
     let path = named_model(&name).unwrap_or_else(|| std::path::PathBuf::from(&name));
     // Prompt prefixes computed ahead are kept beside the weights, for the next start.
     let options = LocalChatOptions {
         prefix_dir: Some(toolgraph_local_models::models_dir().join("prefix-cache")),
+        cache_slots,
         ..LocalChatOptions::default()
     };
     let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options))
@@ -55,7 +56,7 @@ async fn load_local(name: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> 
 }
 
 #[cfg(not(feature = "local-models"))]
-async fn load_local(_: String) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+async fn load_local(_: String, _: usize) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
     anyhow::bail!("llm.local_model needs a build with the `local-models` feature")
 }
 
@@ -70,12 +71,17 @@ pub fn tool_model(cfg: &Config, local: Option<&Arc<dyn ChatModel>>) -> Option<Ar
         return Some(m);
     }
     let name = cfg.llm.local_model.clone()?;
-    Some(Arc::new(LocalOnFirstUse { name, model: tokio::sync::OnceCell::new() }))
+    Some(Arc::new(LocalOnFirstUse {
+        name,
+        cache_slots: cfg.llm.local_cache_slots,
+        model: tokio::sync::OnceCell::new(),
+    }))
 }
 
 /// The in-process model, loaded when first asked.
 struct LocalOnFirstUse {
     name: String,
+    cache_slots: usize,
     model: tokio::sync::OnceCell<Arc<dyn ChatModel>>,
 }
 
@@ -83,7 +89,7 @@ impl LocalOnFirstUse {
     async fn get(&self) -> Result<&Arc<dyn ChatModel>, toolgraph_llm::LlmError> {
         self.model
             .get_or_try_init(|| async {
-                match load_local(self.name.clone()).await {
+                match load_local(self.name.clone(), self.cache_slots).await {
                     Ok(Some(m)) => Ok(m),
                     Ok(None) => Err(toolgraph_llm::LlmError::Connect {
                         endpoint: "llm.local_model".into(),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_config::Config;
-use toolgraph_llm::{ChatModel, ChatRequest, Message, ToolDefinition};
+use toolgraph_llm::{ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolDefinition};
 use toolgraph_rag::{Analyzer, BeirDataset, ChunkingOptions, EmbeddingCache, EvalOptions, SearchMode, evaluate};
 
 #[derive(Debug, Subcommand)]
@@ -153,19 +153,30 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         messages.extend(case.history.iter().cloned());
         messages.push(Message::user(case.prompt.clone()));
         messages.extend(case.after.iter().cloned());
-        // What the agent offers at this point of the turn.
-        let tool_choice = toolgraph_agents::react::tool_choice(tools, &messages);
-        let request = ChatRequest {
-            messages,
-            tools: definitions.clone(),
-            tool_choice,
-            response_format: None,
-            temperature: Some(0.0),
-            max_tokens: Some(256),
-            stop: Vec::new(),
-        };
         let started = std::time::Instant::now();
-        let reply = model.complete(request).await?;
+        // A step the agent takes itself (no model call) is what it does at this point.
+        let reply = if let Some(tool) = toolgraph_agents::react::step_due(tools, &messages) {
+            let call = ToolCall { id: "step".into(), name: tool, arguments: "{}".into() };
+            ChatResponse {
+                content: String::new(),
+                tool_calls: vec![call],
+                finish_reason: FinishReason::ToolCalls,
+                usage: None,
+            }
+        } else {
+            // What the agent offers at this point of the turn.
+            let tool_choice = toolgraph_agents::react::tool_choice(tools, &messages);
+            let request = ChatRequest {
+                messages,
+                tools: definitions.clone(),
+                tool_choice,
+                response_format: None,
+                temperature: Some(0.0),
+                max_tokens: Some(256),
+                stop: Vec::new(),
+            };
+            model.complete(request).await?
+        };
         let call = reply.tool_calls.first();
         let called = call.map(|c| c.name.clone());
         let right_tool = called == case.tool;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::conversation::project;
-use toolgraph_config::{AuthKind, Config, RunEventsKind, StoreKind};
+use toolgraph_agents::react::AgentDeps;
+use toolgraph_config::{AgentGraph, AuthKind, Config, RunEventsKind, StoreKind};
 use toolgraph_conversations::backend::BackendConversationStore;
 use toolgraph_conversations::{
     ConversationStore, MemoryConversationStore, PostgresConversationStore, PostgresRunEvents, ProjectingCheckpointer,
@@ -238,10 +239,16 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         takeover_every: (postgres.is_some() || cfg.server.store == StoreKind::Backend)
             .then(|| std::time::Duration::from_millis(cfg.server.turn_lease_ms / 3)),
     };
-    // With the in-process model, the default agent's prompt is computed before the service
-    // is ready, so the first turn does not pay for it.
-    let warm =
-        shared.local_model.as_ref().and(agents.get(&cfg.default_agent_name())).map(|a| Arc::clone(a.graph.deps()));
+    // With the in-process model, each ReAct agent's prompt is computed before the service is
+    // ready, so no first turn pays for it; the model's KV cache keeps several side by side
+    // (docs/models.md). The default agent goes last: the most recently used stays longest.
+    let default_agent = cfg.default_agent_name();
+    let mut warm: Vec<(String, Arc<AgentDeps>)> = agents
+        .iter()
+        .filter(|(_, a)| shared.local_model.is_some() && a.settings.graph == AgentGraph::React)
+        .map(|(name, a)| (name.clone(), Arc::clone(a.graph.deps())))
+        .collect();
+    warm.sort_by_key(|(name, _)| *name == default_agent);
     let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
     if cfg.mcp.http {
         let export =
@@ -273,15 +280,16 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     if let Ok(Err(e)) = embedder_ahead.await {
         tracing::warn!(error = %e, "cannot load the query embedding model ahead; the first search will try");
     }
-    if let Some(deps) = warm {
+    for (name, deps) in warm {
         let started = std::time::Instant::now();
         match toolgraph_agents::react::warm_up(&deps).await {
             Ok(()) => eprintln!(
-                "toolgraph serve: the {} agent's prompt computed ahead in {:.1} s",
-                cfg.default_agent_name(),
+                "toolgraph serve: the {name} agent's prompt computed ahead in {:.1} s",
                 started.elapsed().as_secs_f64()
             ),
-            Err(e) => tracing::warn!(error = %e, "cannot compute the agent's prompt ahead; the first turn will"),
+            Err(e) => {
+                tracing::warn!(agent = %name, error = %e, "cannot compute the agent's prompt ahead; its first turn will")
+            }
         }
     }
     app.set_ready();

@@ -473,7 +473,8 @@ async fn serve_round_trip(database_url: Option<String>) {
 }
 
 /// `TOOLGRAPH_LLM_LOCAL_MODEL=0.5b` and no endpoint: the service answers a turn with the
-/// in-process model (weights from `scripts/fetch-models chat-0.5b`), streamed as tokens.
+/// in-process model (weights from `scripts/fetch-models chat-0.5b`), streamed as tokens, and
+/// computed the prompt of each of its two agents before it said it was ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
     let weights = std::env::var_os("TOOLGRAPH_MODELS_DIR")
@@ -485,6 +486,11 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolgraph.toml"),
+        "default_agent = \"assistant\"\n[agents.assistant]\n[agents.tutor]\nsystem_prompt = \"Eres un tutor de redes.\"\n",
+    )
+    .unwrap();
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["serve", "--port", &port.to_string(), "--data-dir"])
@@ -509,9 +515,12 @@ async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     // serve's default allocator suits many streams; the log says how to favour the model.
     assert!(err.contains("allocator: jemalloc") && err.contains("TOOLGRAPH_ALLOCATOR=mimalloc"), "{err}");
-    // The default agent's prompt was computed before the service said it was ready.
-    let (ahead, ready) = (err.find("agent's prompt computed ahead in"), err.find("listening on"));
-    assert!(ahead.is_some_and(|a| ready.is_some_and(|r| a < r)), "{err}");
+    // Each agent's prompt was computed before the service said it was ready, the default
+    // agent's last (it stays cached longest).
+    let ready = err.find("listening on").expect("serve said it was ready");
+    let tutor = err.find("the tutor agent's prompt computed ahead in").expect("the tutor's prompt");
+    let assistant = err.find("the assistant agent's prompt computed ahead in").expect("the default agent's");
+    assert!(tutor < assistant && assistant < ready, "{err}");
     assert!(text.matches("event: token").count() > 1, "{text}");
     assert!(text.contains("event: done"), "{text}");
     assert!(text.to_lowercase().contains("hola"), "{text}");

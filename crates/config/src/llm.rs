@@ -34,6 +34,11 @@ pub struct LlmSettings {
     /// Qwen2.5-Coder files of `scripts/fetch-models`) or a path to a GGUF file. Unset: none.
     /// Env: `TOOLGRAPH_LLM_LOCAL_MODEL`.
     pub local_model: Option<String>,
+    /// Prompts the in-process model keeps computed at once (its KV cache's slots: each agent's
+    /// prompt, and those of tools that ask the same model); each holds up to 4,096 tokens of
+    /// keys and values (the 1.5B: 57 kB a token). Default: 4. Env:
+    /// `TOOLGRAPH_LLM_LOCAL_CACHE_SLOTS`.
+    pub local_cache_slots: usize,
 }
 
 impl Default for LlmSettings {
@@ -50,6 +55,7 @@ impl Default for LlmSettings {
             max_retries: 3,
             strict_tools: false,
             local_model: None,
+            local_cache_slots: 4,
         }
     }
 }
@@ -99,6 +105,9 @@ impl LlmSettings {
         }
         if self.max_retries > 10 {
             return Err(check.invalid("llm.max_retries", format!("{} is more than the allowed 10", self.max_retries)));
+        }
+        if !(1..=64).contains(&self.local_cache_slots) {
+            return Err(check.invalid("llm.local_cache_slots", format!("{} is not 1-64", self.local_cache_slots)));
         }
         Ok(())
     }

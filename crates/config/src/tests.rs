@@ -13,6 +13,7 @@ fn defaults_are_sane() {
     assert_eq!(c.data_dir, PathBuf::from("./.toolgraph"));
     assert_eq!(c.llm.max_retries, 3);
     assert!(c.llm.base_url.is_none());
+    assert_eq!(c.llm.local_cache_slots, 4);
 }
 
 #[test]
@@ -54,7 +55,9 @@ fn the_documented_environment_names_reach_their_keys() {
         jail.set_env("TOOLGRAPH_RAG_DEFAULT_KB", "cursos");
         jail.set_env("TOOLGRAPH_RAG_TENANT", "ugr");
         jail.set_env("TOOLGRAPH_RAG_FUSION", "dbsf");
+        jail.set_env("TOOLGRAPH_LLM_LOCAL_CACHE_SLOTS", "2");
         let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.llm.local_cache_slots, 2);
         assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
         assert_eq!(c.rag.fusion, FusionMethod::Dbsf);
         jail.set_env("TOOLGRAPH_RAG_SECOND_EMBEDDING", "minilm");
@@ -120,6 +123,8 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("`llm.model`") && err.contains("required"), "{err}");
     let err = Config::from_toml_str("[llm]\nidle_timeout_ms = 0\n").unwrap_err().to_string();
     assert!(err.contains("greater than 0"), "{err}");
+    let err = Config::from_toml_str("[llm]\nlocal_cache_slots = 0\n").unwrap_err().to_string();
+    assert!(err.contains("`llm.local_cache_slots`") && err.contains("not 1-64"), "{err}");
     let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
     assert!(err.contains("postgres://"), "{err}");
     let pooled = "database_url = \"postgres://pgbouncer:6432/app\"\ndatabase_pooling = \"transaction\"\n";

@@ -1,6 +1,7 @@
 //! The Qwen2 decoder with the real 0.5B weights (`scripts/fetch-models chat-0.5b`): greedy
-//! generation answers a factual question, Q5_0 tensors are re-quantised, and a second prompt
-//! that shares the first one's prefix computes only its new tokens with identical results.
+//! generation answers a factual question, Q5_0 tensors are re-quantised, a second prompt that
+//! shares the first one's prefix computes only its new tokens with identical results, and the
+//! KV cache's slots keep alternating prompts apart.
 
 mod common;
 
@@ -94,6 +95,46 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     model.clear_cache();
     let (fresh_first, _) = model.next_logits(&first).unwrap();
     assert!(probed == fresh_first, "the probe's logits are the prompt's own");
+
+    // With two cache slots, prompts that alternate keep their own state: a conversation,
+    // another prompt (a tool asking the same model, with its own system prompt), then the
+    // conversation going on computes only its new tokens, with the logits of a fresh run.
+    let other = {
+        let text = assets
+            .template
+            .render(&[Message::system("Translate into Spanish."), Message::user("Good morning")], &[])
+            .unwrap();
+        assets.tokenizer.encode(text.as_str(), false).unwrap().get_ids().to_vec()
+    };
+    let common = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let longer: Vec<u32> = second.iter().chain(&first[shared..]).copied().collect();
+    let alternate = |model: &mut Qwen2| -> (usize, Vec<f32>) {
+        model.clear_cache();
+        assert_eq!(model.next_logits(&second).unwrap().1, second.len());
+        let (_, computed) = model.next_logits(&other).unwrap();
+        assert_eq!(computed, other.len() - common(&other, &second), "the shared template start is reused");
+        let (logits, computed) = model.next_logits(&longer).unwrap();
+        (computed, logits)
+    };
+    model.set_cache_slots(2);
+    let (computed, kept_logits) = alternate(&mut model);
+    assert_eq!(computed, longer.len() - second.len(), "the conversation's slot survived the other prompt");
+    model.set_cache_slots(1);
+    let (computed, one_slot_logits) = alternate(&mut model);
+    assert_eq!(computed, longer.len() - common(&longer, &other), "one slot: the other prompt replaced it");
+    assert!(kept_logits == one_slot_logits, "a slot's kept state is the computed one, bit for bit");
+
+    // A prompt that leaves a slot's tokens part way (the same system prompt, another
+    // question) is computed in another slot from a copy of the shared part, and the first
+    // slot still holds its whole prompt.
+    model.set_cache_slots(2);
+    model.clear_cache();
+    model.next_logits(&second).unwrap();
+    assert_eq!(model.next_logits(&first).unwrap().1, first.len() - shared, "the shared prefix was copied");
+    assert_eq!(model.next_logits(&longer).unwrap().1, longer.len() - second.len(), "the first slot is intact");
+    let (again, computed) = model.next_logits(&first).unwrap();
+    assert_eq!(computed, 1, "so is the second");
+    assert!(again == fresh_first, "a copied prefix gives the logits of a fresh run");
 }
 
 mod chat_model {
@@ -222,7 +263,8 @@ mod chat_model {
         drop((first, second));
     }
 
-    /// `prepare` keeps its prompt's state in `prefix_dir`; an ordinary request does not.
+    /// `prepare` keeps its prompt's state in `prefix_dir`, a file per prompt and no more files
+    /// than cache slots; an ordinary request keeps nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_warm_up_keeps_its_prompt_on_disk() {
         let path = models_dir().join(QWEN_0_5B_FILE);
@@ -231,7 +273,8 @@ mod chat_model {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let options = LocalChatOptions { prefix_dir: Some(dir.path().to_owned()), ..LocalChatOptions::default() };
+        let options =
+            LocalChatOptions { prefix_dir: Some(dir.path().to_owned()), cache_slots: 2, ..LocalChatOptions::default() };
         let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options)).await.unwrap().unwrap();
         let drain = |r: ChatRequest| {
             let model = &model;
@@ -250,5 +293,21 @@ mod chat_model {
         let files = kept();
         assert_eq!(files.len(), 1, "{files:?}");
         assert!(files[0].to_string_lossy().starts_with("qwen2.5-coder-0.5b"), "named by the weights: {files:?}");
+        // The same prompt again: the same file. Other prompts: a file each, the oldest removed
+        // past the two slots.
+        model.prepare(request(".", vec![calculator()])).await.unwrap();
+        assert_eq!(kept(), files);
+        let with_system = |system: &str| {
+            let mut r = request(".", vec![calculator()]);
+            r.messages[0] = Message::system(system);
+            r
+        };
+        model.prepare(with_system("You answer questions about law.")).await.unwrap();
+        assert_eq!(kept().len(), 2, "{:?}", kept());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        model.prepare(with_system("You are a course tutor.")).await.unwrap();
+        let now = kept();
+        assert_eq!(now.len(), 2, "{now:?}");
+        assert!(!now.contains(&files[0]), "the oldest prompt's file was removed: {now:?}");
     }
 }

@@ -302,6 +302,7 @@ fn tool(m: &Manifest, dir: &Path, locale: &str) -> Result<Arc<dyn Tool>, Manifes
         injected: Vec::new(),
         offered_after: Vec::new(),
         required_after: Vec::new(),
+        runs_after: Vec::new(),
         answer_field: None,
         display,
     };

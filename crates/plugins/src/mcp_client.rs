@@ -246,6 +246,7 @@ impl McpServer {
                 injected: Vec::new(),
                 offered_after: Vec::new(),
                 required_after: Vec::new(),
+                runs_after: Vec::new(),
                 answer_field: None,
                 display: ToolDisplay {
                     name: t.title.clone().or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),

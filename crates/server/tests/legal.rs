@@ -227,11 +227,18 @@ async fn chunks_a_model_invents_or_alters_are_refused_or_read_from_the_knowledge
         Reply::tool_calls(&[("c1", "format_citation", json!({"answer": answer, "chunks": invented}))]),
         Reply::tool_calls(&[("g1", "generate_answer", json!({"question": QUESTION, "chunks": altered}))]),
         Reply::text(answer),
+        // format_citation then runs by itself; a later turn passes it the altered chunks.
+        Reply::tool_calls(&[("r2", "retrieve_laws", json!({"question": QUESTION}))]),
         Reply::tool_calls(&[("c2", "format_citation", json!({"answer": answer, "chunks": altered}))]),
     ];
     let s = start(kb, AgentGraph::React, None, script).await;
     let events = turn(&s, QUESTION).await;
     assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let id = events.last().unwrap().data["conversationId"].clone();
+    let body = json!({"tenantSlug": "vn", "tenantId": 1, "userId": 2, "conversationId": id, "message": QUESTION,
+                      "toolEvents": true});
+    let later = common::parse_sse(&common::stream_text(&s.base, "vn", &body).await);
+    assert_eq!(later.last().unwrap().event, "done", "{later:?}");
 
     // An article the knowledge base lacks is refused, named, and never cited.
     let cited = results(&events, "format_citation");
@@ -246,7 +253,9 @@ async fn chunks_a_model_invents_or_alters_are_refused_or_read_from_the_knowledge
     assert!(!prompt.contains("Bộ Công an") && !prompt.contains("Luật Bịa"), "{prompt}");
 
     // ... and the citation carries the article's own label.
-    assert_eq!(cited[1], json!({"cited_answer": format!("Theo [Điều 45, Luật Điện ảnh], {answer}")}));
+    let expected = json!({"cited_answer": format!("Theo [Điều 45, Luật Điện ảnh], {answer}")});
+    assert_eq!(cited[1], expected, "the step after generate_answer");
+    assert_eq!(results(&later, "format_citation")[0], expected, "the altered chunks given to format_citation");
 }
 
 #[tokio::test]
@@ -302,12 +311,13 @@ async fn generate_answer_reads_the_articles_retrieve_laws_returned_when_the_mode
         // The question alone: the model is not shown `chunks` and does not copy the articles.
         Reply::tool_calls(&[("g1", "generate_answer", json!({"question": QUESTION}))]),
         Reply::text(answer),
-        Reply::text("Chính phủ."),
     ];
     let s = start(kb, AgentGraph::React, None, script).await;
     let events = turn(&s, QUESTION).await;
     assert_eq!(events.last().unwrap().event, "done", "{events:?}");
     let requests = s.model.requests();
+    // Once the articles are in, the model is told to call generate_answer.
+    assert_eq!(requests[1]["tool_choice"], json!({"type": "function", "function": {"name": "generate_answer"}}));
     let generate = requests[1]["tools"]
         .as_array()
         .unwrap()
@@ -319,4 +329,38 @@ async fn generate_answer_reads_the_articles_retrieve_laws_returned_when_the_mode
     let prompt = requests[2]["messages"][1]["content"].as_str().unwrap();
     assert!(prompt.contains("Điều 45, Luật Điện ảnh") && prompt.contains("Chính phủ thống nhất"), "{prompt}");
     assert_eq!(results(&events, "generate_answer")[0], json!({"answer": answer}));
+    // Then the agent cites that answer itself, with no arguments and no model call: the model
+    // was asked three times (search, answer call, the answer writer), and the cited answer is
+    // the reply, streamed and stored.
+    let calls: Vec<(&str, &Value)> = events
+        .iter()
+        .filter(|e| e.event == "tool_call")
+        .map(|e| (e.data["name"].as_str().unwrap(), &e.data["arguments"]))
+        .collect();
+    assert_eq!(calls[2], ("format_citation", &json!({})), "{calls:?}");
+    assert_eq!(s.model.request_count(), 3);
+    let cited = format!("Theo [Điều 45, Luật Điện ảnh], {answer}");
+    assert_eq!(results(&events, "format_citation")[0], json!({"cited_answer": cited}));
+    assert_eq!(tokens(&events), cited);
+    assert_eq!(last_stored(&s, &events).await, cited);
+}
+
+#[tokio::test]
+async fn a_search_that_finds_nothing_leaves_the_reply_to_the_model() {
+    let Some(kb) = laws() else { return };
+    let script = vec![
+        Reply::tool_calls(&[("r1", "retrieve_laws", json!({"question": "zzqx wvyk qqjj"}))]),
+        Reply::text("Tôi không tìm thấy điều luật nào."),
+    ];
+    let s = start(kb, AgentGraph::React, None, script).await;
+    let events = turn(&s, "zzqx wvyk qqjj").await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    assert_eq!(results(&events, "retrieve_laws")[0], json!([]));
+    // No forced answer from no articles: the model is free to reply.
+    assert!(
+        s.model.requests()[1].get("tool_choice").is_none_or(|c| c["type"] != "function"),
+        "{:?}",
+        s.model.requests()[1]["tool_choice"]
+    );
+    assert_eq!(tokens(&events), "Tôi không tìm thấy điều luật nào.");
 }

@@ -55,6 +55,14 @@ pub enum SchemaError {
         /// The argument.
         argument: String,
     },
+    /// A tool the agent calls with no arguments (`runs_after`) has a required argument.
+    #[error("tool '{tool}' runs with no arguments after another tool, so its argument '{argument}' must be optional")]
+    RunsWithRequiredArgument {
+        /// The tool.
+        tool: String,
+        /// The argument.
+        argument: String,
+    },
     /// The JSON Schema validator rejected the schema.
     #[error("the schema of tool '{tool}' does not compile: {reason}")]
     Compile {

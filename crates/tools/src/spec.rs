@@ -63,6 +63,12 @@ pub struct ToolSpec {
     /// skip. A model told to call a tool cannot drift into prose that only describes it.
     #[serde(rename = "requiredAfter", skip_serializing_if = "Vec::is_empty")]
     pub required_after: Vec<String>,
+    /// Tools after whose result in the turn the agent calls this one itself, with no
+    /// arguments, until it has been called: a fixed step that needs nothing a model would
+    /// write (its arguments default to what earlier tools of the turn returned), so no model
+    /// call is spent on it and no model can copy its inputs wrong.
+    #[serde(rename = "runsAfter", skip_serializing_if = "Vec::is_empty")]
+    pub runs_after: Vec<String>,
     /// When set, a successful call whose result has this text field ends the turn with that
     /// text as the answer, without another model call (LangChain's `return_direct`): for a
     /// tool whose result is the finished answer — an answer with its citations — which a model

@@ -149,6 +149,7 @@ pub struct ToolBuilder<A> {
     hidden: Vec<String>,
     offered_after: Vec<String>,
     required_after: Vec<String>,
+    runs_after: Vec<String>,
     answer_field: Option<String>,
     display: ToolDisplay,
     timeout: Duration,
@@ -170,6 +171,7 @@ where
             hidden: Vec::new(),
             offered_after: Vec::new(),
             required_after: Vec::new(),
+            runs_after: Vec::new(),
             answer_field: None,
             display: ToolDisplay::default(),
             timeout: DEFAULT_TOOL_TIMEOUT,
@@ -215,6 +217,14 @@ where
         self.offered_after(tools)
     }
 
+    /// Once one of `tools` has returned in the current turn, the agent calls this tool itself
+    /// with no arguments ([`ToolSpec::runs_after`]); every argument must then be optional.
+    pub fn runs_after<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        let tools: Vec<String> = tools.into_iter().map(Into::into).collect();
+        self.runs_after.extend(tools.iter().cloned());
+        self.offered_after(tools)
+    }
+
     /// A successful call's result field `field` is the turn's answer ([`ToolSpec::answer_field`]).
     pub fn answers_with(mut self, field: impl Into<String>) -> Self {
         self.answer_field = Some(field.into());
@@ -248,8 +258,8 @@ where
     /// Finishes the tool with its implementation.
     ///
     /// # Errors
-    /// An invalid name, an injected or displayed parameter the arguments type lacks, or a
-    /// schema that does not compile.
+    /// An invalid name, an injected or displayed parameter the arguments type lacks, a
+    /// required argument of a tool that `runs_after` others, or a schema that does not compile.
     pub fn handler<F, Fut, O>(self, f: F) -> Result<Arc<dyn Tool>, SchemaError>
     where
         F: Fn(ToolContext, A) -> Fut + Send + Sync + 'static,
@@ -260,6 +270,12 @@ where
             return Err(SchemaError::InvalidName { tool: self.name });
         }
         let schema = ArgumentSchema::of::<A>(&self.name, &self.injected)?.hiding(&self.name, &self.hidden)?;
+        if !self.runs_after.is_empty()
+            && let Some(required) = schema.model_facing()["required"].as_array().and_then(|r| r.first())
+        {
+            let argument = required.as_str().unwrap_or_default().to_owned();
+            return Err(SchemaError::RunsWithRequiredArgument { tool: self.name, argument });
+        }
         let full_props = SchemaPropertyNames::of::<A>();
         if let Some(unknown) = self.display.parameters.keys().find(|p| !full_props.contains(p)) {
             return Err(SchemaError::UnknownParameter { tool: self.name.clone(), argument: unknown.clone() });
@@ -272,6 +288,7 @@ where
             injected: self.injected,
             offered_after: self.offered_after,
             required_after: self.required_after,
+            runs_after: self.runs_after,
             answer_field: self.answer_field,
             display: self.display,
         };
@@ -336,5 +353,42 @@ where
         serde_json::to_value(output).map_err(|e| {
             ToolError::internal(format!("tool '{}' produced output that is not JSON: {e}", self.spec.name))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Cite {
+        #[allow(dead_code)]
+        answer: Option<String>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Ask {
+        #[allow(dead_code)]
+        question: String,
+    }
+
+    #[test]
+    fn a_tool_the_agent_runs_after_another_takes_no_required_argument() {
+        let tool = ToolBuilder::<Cite>::new("cite", "Cite the answer.")
+            .runs_after(["answer"])
+            .handler(|_, _: Cite| async { Ok::<_, ToolError>(1) })
+            .unwrap();
+        assert_eq!(tool.spec().runs_after, ["answer"]);
+        assert_eq!(tool.spec().offered_after, ["answer"], "offered only then, too");
+        let err = ToolBuilder::<Ask>::new("ask", "Ask.")
+            .runs_after(["search"])
+            .handler(|_, _: Ask| async { Ok::<_, ToolError>(1) })
+            .err()
+            .expect("a required argument is refused");
+        assert!(
+            matches!(&err, SchemaError::RunsWithRequiredArgument { argument, .. } if argument == "question"),
+            "{err}"
+        );
     }
 }

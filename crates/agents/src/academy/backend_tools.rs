@@ -138,6 +138,7 @@ impl BackendWriteTool {
             injected: Vec::new(),
             offered_after: Vec::new(),
             required_after: Vec::new(),
+            runs_after: Vec::new(),
             answer_field: None,
             display: ToolDisplay::default(),
         };

@@ -16,9 +16,9 @@ pub struct RetrieveLawsInput {
     #[schemars(length(min = 1, max = 2000))]
     pub question: String,
     /// How many articles to return (default 5).
-    #[serde(default = "default_top_k")]
+    #[serde(default)]
     #[schemars(range(min = 1, max = 20))]
-    pub top_k: usize,
+    pub top_k: Option<usize>,
 }
 
 fn default_top_k() -> usize {
@@ -40,12 +40,15 @@ pub struct GenerateAnswerInput {
 /// Arguments of `format_citation`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct FormatCitationInput {
-    /// The answer to attribute.
+    /// The answer to attribute; leave out to use the one generate_answer gave in this turn.
+    #[serde(default)]
     #[schemars(length(min = 1, max = 8000))]
-    pub answer: String,
-    /// The articles the answer was written from.
+    pub answer: Option<String>,
+    /// The articles the answer was written from; leave out to use those retrieve_laws
+    /// returned in this turn.
+    #[serde(default)]
     #[schemars(length(max = 20))]
-    pub chunks: Vec<Chunk>,
+    pub chunks: Option<Vec<Chunk>>,
 }
 
 /// The chunks a call gave, else the articles `retrieve_laws` returned earlier in the turn (so
@@ -64,6 +67,23 @@ fn given_or_retrieved(ctx: &ToolContext, given: Option<Vec<Chunk>>) -> Result<Ve
     })
 }
 
+/// The answer a call gave, else the one `generate_answer` returned earlier in the turn.
+///
+/// # Errors
+/// Neither: invalid arguments, saying where an answer comes from.
+fn given_or_generated(ctx: &ToolContext, given: Option<String>) -> Result<String, ToolError> {
+    if let Some(answer) = given {
+        return Ok(answer);
+    }
+    ctx.turn_result("generate_answer")
+        .and_then(|v| v.get("answer").and_then(serde_json::Value::as_str).map(str::to_owned))
+        .ok_or_else(|| {
+            ToolError::invalid_arguments(
+                "answer: none given, and generate_answer has not answered in this turn; give the answer to cite",
+            )
+        })
+}
+
 /// `retrieve_laws` over `library`: the tenant is the conversation's (`tenant` in the tool
 /// context), the knowledge base the agent's (`kb`), else the library's.
 pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
@@ -73,14 +93,16 @@ pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
          section_title, article_number, url, law, citation}}, best first.",
     )
     .display_name("Law search")
+    .hide("top_k")
     .handler(move |ctx, args: RetrieveLawsInput| {
         let library = library.clone();
         let (tenant, kb) = library.scope(&ctx);
         async move {
-            if args.top_k > MAX_TOP_K {
+            let top_k = args.top_k.unwrap_or_else(default_top_k);
+            if top_k > MAX_TOP_K {
                 return Err(ToolError::invalid_arguments(format!("top_k must be 1-{MAX_TOP_K}")));
             }
-            library.retrieve(&tenant, kb.as_deref(), &args.question, args.top_k).await
+            library.retrieve(&tenant, kb.as_deref(), &args.question, top_k).await
         }
     })
     // The builder's only failure is a schema or name error, fixed at compile time here.
@@ -98,7 +120,9 @@ pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dy
     )
     .display_name("Answer from the law")
     .hide("chunks")
-    .offered_after(["retrieve_laws"])
+    // The answer is the articles' to give, never the caller's memory: once they are in, the
+    // next step is this one (docs/legal.md).
+    .required_after(["retrieve_laws"])
     .timeout(super::answer::ANSWER_TIMEOUT + std::time::Duration::from_secs(5))
     .handler(move |ctx, args: GenerateAnswerInput| {
         let (writer, library) = (writer.clone(), library.clone());
@@ -129,14 +153,18 @@ pub fn format_citation_tool(library: LawLibrary) -> Arc<dyn Tool> {
     )
     .display_name("Cite the law")
     .offered_after(["retrieve_laws"])
+    // After generate_answer, citing needs nothing the model would write: the agent calls it.
+    .runs_after(["generate_answer"])
     // The cited answer is the reply: a model restating it could only lose or garble citations.
     .answers_with("cited_answer")
     .handler(move |ctx, args: FormatCitationInput| {
         let library = library.clone();
         let (tenant, kb) = library.scope(&ctx);
+        let (answer, chunks) = (given_or_generated(&ctx, args.answer), given_or_retrieved(&ctx, args.chunks));
         async move {
-            let chunks = library.verified(&tenant, kb.as_deref(), args.chunks).await?;
-            Ok(json!({ "cited_answer": cite(&args.answer, &chunks) }))
+            let (answer, chunks) = (answer?, chunks?);
+            let chunks = library.verified(&tenant, kb.as_deref(), chunks).await?;
+            Ok(json!({ "cited_answer": cite(&answer, &chunks) }))
         }
     })
     .expect("format_citation's schema is valid")

@@ -39,15 +39,74 @@ pub struct LocalChatOptions {
     /// decoding compares single tokens, and a call's probability is spread over several
     /// openers; 0.5 picks the likelier of the two kinds of reply. Above 1: never.
     pub call_threshold: f32,
-    /// Where computed prompt prefixes are kept between processes (one file per model):
-    /// [`ChatModel::prepare`] writes its prompt's state there, and a model started later loads
-    /// it, so its own `prepare` computes almost nothing. `None`: nothing is kept.
+    /// Where computed prompt prefixes are kept between processes (a file per prompt, named by
+    /// the weights file and the prompt's tokens): [`ChatModel::prepare`] writes its prompt's
+    /// state there, and a model started later loads the newest `cache_slots` of them, so its
+    /// own `prepare` computes almost nothing. `None`: nothing is kept.
     pub prefix_dir: Option<std::path::PathBuf>,
+    /// Token sequences the KV cache keeps at once ([`Qwen2::set_cache_slots`]): each agent's
+    /// prompt, and the prompts of tools that ask the same model (the legal agent's answer
+    /// writer), stay computed beside one another. Each holds up to `max_context` tokens of
+    /// keys and values (the 1.5B: 57 kB a token).
+    pub cache_slots: usize,
 }
 
 impl Default for LocalChatOptions {
     fn default() -> Self {
-        Self { queue: 8, max_context: 4096, default_max_tokens: 512, call_threshold: 0.5, prefix_dir: None }
+        Self {
+            queue: 8,
+            max_context: 4096,
+            default_max_tokens: 512,
+            call_threshold: 0.5,
+            prefix_dir: None,
+            cache_slots: 4,
+        }
+    }
+}
+
+/// The computed prompt prefixes of one weights file kept in a directory:
+/// `{weights}-{size}-{state version}-{hash of the tokens}.safetensors`, at most `keep` of them
+/// (the oldest are removed).
+struct PrefixStore {
+    dir: std::path::PathBuf,
+    stem: String,
+    keep: usize,
+}
+
+impl PrefixStore {
+    /// This model's files, oldest first.
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut files: Vec<(std::time::SystemTime, std::path::PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(&self.stem) && name.ends_with(".safetensors")
+            })
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+            .collect();
+        files.sort();
+        files.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// The file of the prefix `tokens`.
+    fn path(&self, tokens: &[u32]) -> std::path::PathBuf {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        tokens.iter().for_each(|t| hash.update(t.to_le_bytes()));
+        let digest = hex::encode(hash.finalize());
+        self.dir.join(format!("{}-{}.safetensors", self.stem, &digest[..16]))
+    }
+
+    /// Removes the oldest files past `keep`.
+    fn prune(&self) {
+        let files = self.files();
+        for old in &files[..files.len().saturating_sub(self.keep)] {
+            if let Err(e) = std::fs::remove_file(old) {
+                tracing::warn!(error = %e, file = %old.display(), "cannot remove an old prompt prefix");
+            }
+        }
     }
 }
 
@@ -82,15 +141,23 @@ impl LocalChatModel {
             .map_err(|e| LocalModelError::Io { path: path.display().to_string(), reason: e.to_string() })?;
         let max_context = options.max_context.min(assets.context_length).max(256);
         let mut model = Qwen2::load(&content, &mut reader, max_context)?;
+        model.set_cache_slots(options.cache_slots);
         let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("local").to_owned();
-        // One prefix file per weights file: its name and size say which.
+        // The weights file's name and size say which model a kept prefix was computed by.
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let prefix_file =
-            options.prefix_dir.as_ref().map(|d| d.join(format!("{id}-{size}-{}.safetensors", Qwen2::STATE_VERSION)));
-        if let Some(file) = prefix_file.as_ref().filter(|f| f.exists()) {
-            match model.load_prefix(file) {
-                Ok(n) => tracing::info!(tokens = n, file = %file.display(), "loaded a computed prompt prefix"),
-                Err(e) => tracing::warn!(error = %e, "cannot use the kept prompt prefix; it is computed again"),
+        let prefixes = options.prefix_dir.as_ref().map(|dir| PrefixStore {
+            dir: dir.clone(),
+            stem: format!("{id}-{size}-{}", Qwen2::STATE_VERSION),
+            keep: model.cache_slots(),
+        });
+        if let Some(store) = &prefixes {
+            let files = store.files();
+            // The newest last, so it is the most recently used slot.
+            for file in &files[files.len().saturating_sub(model.cache_slots())..] {
+                match model.load_prefix(file) {
+                    Ok(n) => tracing::info!(tokens = n, file = %file.display(), "loaded a computed prompt prefix"),
+                    Err(e) => tracing::warn!(error = %e, "cannot use a kept prompt prefix; it is computed again"),
+                }
             }
         }
         let (jobs, queue) = std::sync::mpsc::sync_channel::<Job>(options.queue);
@@ -105,7 +172,7 @@ impl LocalChatModel {
             json_openers: Vec::new(),
             template_tag_tokens: Vec::new(),
             call_threshold: options.call_threshold,
-            prefix_file,
+            prefixes,
         };
         std::thread::Builder::new()
             .name("toolgraph-local-chat".into())
@@ -178,7 +245,7 @@ struct Worker {
     template_tag_tokens: Vec<u32>,
     call_threshold: f32,
     /// Where a warm-up's prompt state is kept ([`LocalChatOptions::prefix_dir`]).
-    prefix_file: Option<std::path::PathBuf>,
+    prefixes: Option<PrefixStore>,
 }
 
 /// Whether a token can be the first of a tool call written as text: the tag, a JSON object or
@@ -266,16 +333,27 @@ impl Worker {
     }
 
     /// Computes `request`'s prompt into the KV cache, without generating, and keeps its state
-    /// in the prefix file when there is one.
+    /// in the prefix directory when there is one (unless it is there already).
     fn prepare(&mut self, request: &ChatRequest) -> Result<(), LlmError> {
         let tools = Self::normalized_tools(request);
         let ids = self.prompt(request, &tools, 1)?;
         self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
-        if let Some(file) = &self.prefix_file {
+        if let Some(store) = &self.prefixes {
+            let file = store.path(&ids);
             // The state is in memory already; keeping it for the next start is best effort.
-            if let Err(e) = self.model.save_prefix(file, ids.len()) {
+            if file.exists() {
+                // Marks it as recently used, so pruning keeps it.
+                let touched = std::fs::File::options()
+                    .append(true)
+                    .open(&file)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                if let Err(e) = touched {
+                    tracing::debug!(error = %e, "cannot mark a kept prompt prefix as used");
+                }
+            } else if let Err(e) = self.model.save_prefix(&file, ids.len()) {
                 tracing::warn!(error = %e, "cannot keep the computed prompt prefix");
             }
+            store.prune();
         }
         Ok(())
     }

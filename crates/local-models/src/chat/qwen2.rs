@@ -2,8 +2,9 @@
 //!
 //! Written here rather than taken from `candle-transformers` because the local chat model needs
 //! what a generic implementation does not give: the KV cache is ours, so a new prompt reuses the
-//! cached state of the prefix it shares with the previous one (system prompt + tool list) and
-//! only the rest is computed, and the state of a prefix can be kept on disk; and a generated
+//! cached state of the longest prefix it shares with a cached one (system prompt + tool list)
+//! and only the rest is computed, several prompts stay cached side by side (slots), and the
+//! state of a prefix can be kept on disk; and a generated
 //! token allocates only the logits it returns (and, now and then, room for the KV cache to
 //! grow) and runs its products on the compact weights, fused where they read the same input,
 //! which is what makes generation fast (docs/benchmarks.md). candle reads the GGUF file and
@@ -93,11 +94,12 @@ pub struct Qwen2 {
     /// `max_context × head_dim / 2` rotary tables.
     cos: Vec<f32>,
     sin: Vec<f32>,
-    /// Per layer, the keys and values of every cached token, token-major
-    /// (`[token][kv_head][head_dim]`): appending a token is a copy to the end.
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
-    cached_tokens: Vec<u32>,
+    /// The KV cache: one or more cached token sequences ([`Self::set_cache_slots`]).
+    slots: Vec<KvSlot>,
+    /// The slot the last prompt was computed in.
+    active: usize,
+    /// Counts slot uses, for least-recently-used eviction.
+    clock: u64,
     kernels: Kernels,
     pool: &'static WorkerPool,
     scratch: Scratch,
@@ -105,9 +107,49 @@ pub struct Qwen2 {
     pub requantised: usize,
 }
 
+/// One cached token sequence and, per layer, the keys and values of each of its tokens,
+/// token-major (`[token][kv_head][head_dim]`): appending a token is a copy to the end.
+#[derive(Default)]
+struct KvSlot {
+    tokens: Vec<u32>,
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    /// The model's clock when the slot was last computed in; 0: never.
+    used: u64,
+}
+
+impl KvSlot {
+    fn empty(layers: usize) -> Self {
+        Self { tokens: Vec::new(), keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers], used: 0 }
+    }
+
+    /// How many of `tokens` this slot holds from the start.
+    fn shared_with(&self, tokens: &[u32]) -> usize {
+        self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count()
+    }
+
+    fn truncate(&mut self, len: usize, kv_dim: usize) {
+        for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
+            k.truncate(len * kv_dim);
+            v.truncate(len * kv_dim);
+        }
+        self.tokens.truncate(len);
+    }
+
+    /// Makes this slot hold `other`'s first `len` tokens (its buffers reused).
+    fn copy_prefix(&mut self, other: &KvSlot, len: usize, kv_dim: usize) {
+        self.truncate(0, kv_dim);
+        for ((k, v), (ok, ov)) in self.keys.iter_mut().zip(&mut self.values).zip(other.keys.iter().zip(&other.values)) {
+            k.extend_from_slice(&ok[..len * kv_dim]);
+            v.extend_from_slice(&ov[..len * kv_dim]);
+        }
+        self.tokens.extend_from_slice(&other.tokens[..len]);
+    }
+}
+
 impl std::fmt::Debug for Qwen2 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Qwen2").field("shape", &self.shape).field("cached", &self.cached_tokens.len()).finish()
+        f.debug_struct("Qwen2").field("shape", &self.shape).field("cached", &self.cached_len()).finish()
     }
 }
 
@@ -229,9 +271,9 @@ impl Qwen2 {
         Ok(Self {
             cos: angles(f32::cos),
             sin: angles(f32::sin),
-            keys: vec![Vec::new(); shape.layers],
-            values: vec![Vec::new(); shape.layers],
-            cached_tokens: Vec::new(),
+            slots: vec![KvSlot::empty(shape.layers)],
+            active: 0,
+            clock: 0,
             shape,
             embed,
             layers,
@@ -254,14 +296,39 @@ impl Qwen2 {
         self.kernels.name
     }
 
+    /// How many token sequences the KV cache keeps (at least 1; a model loads with 1). With
+    /// more, prompts that alternate — an agent and a tool that asks the same model, two agents
+    /// of one service — each find their own state instead of computing over the other's.
+    /// Fewer than before drops the least recently used.
+    pub fn set_cache_slots(&mut self, slots: usize) {
+        let slots = slots.max(1);
+        self.slots.sort_by_key(|s| std::cmp::Reverse(s.used));
+        self.slots.truncate(slots);
+        let layers = self.shape.layers;
+        self.slots.resize_with(slots, || KvSlot::empty(layers));
+        // The most recently used, first after the sort.
+        self.active = 0;
+    }
+
+    /// How many token sequences the KV cache keeps.
+    pub fn cache_slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Logits for the token after `tokens` (the whole prompt so far). The KV state of the
-    /// longest prefix shared with the previous call is reused; returns the logits and how
+    /// longest prefix any cache slot shares with it is reused; returns the logits and how
     /// many tokens had to be computed.
     ///
     /// # Errors
     /// When the prompt is empty or longer than the context, or holds a token outside the
     /// vocabulary.
     pub fn next_logits(&mut self, tokens: &[u32]) -> Result<(Vec<f32>, usize), LocalModelError> {
+        self.check(tokens)?;
+        let slot = self.slot_for(tokens);
+        Ok(self.extend(slot, tokens))
+    }
+
+    fn check(&self, tokens: &[u32]) -> Result<(), LocalModelError> {
         if tokens.is_empty() || tokens.len() > self.shape.max_context {
             return Err(LocalModelError::Input(format!(
                 "prompt of {} tokens (the context holds {})",
@@ -273,48 +340,91 @@ impl Qwen2 {
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(LocalModelError::Input(format!("token {bad} is outside the vocabulary of {vocab}")));
         }
-        // Keep at least the last token to compute, so there are logits to return.
-        let shared = self.cached_tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(tokens.len() - 1);
-        self.truncate_cache(shared);
-        let new = &tokens[shared..];
-        self.forward(new, shared);
-        self.cached_tokens.extend_from_slice(new);
-        Ok((self.scratch.logits.clone(), new.len()))
+        Ok(())
     }
 
-    /// The logits after `tokens`, leaving the cache as it was: the cached tokens past the
-    /// part `tokens` shares are set aside, `tokens` computed, then the cache put back. Costs
-    /// the tokens past the shared part, and a copy of the cached rows after it.
+    /// The slot holding the longest prefix of `tokens` (the most recently used among equals),
+    /// and that prefix's length.
+    fn best_slot(&self, tokens: &[u32]) -> (usize, usize) {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.shared_with(tokens), s.used))
+            .max_by_key(|&(_, shared, used)| (shared, used))
+            .map_or((0, 0), |(i, shared, _)| (i, shared))
+    }
+
+    /// The slot `tokens` is computed in, holding the longest prefix of them that any slot
+    /// holds. A slot whose tokens go on past that prefix (another conversation, or the tool
+    /// call this one is continuing after) is left as it is: the prefix is copied into the
+    /// least recently used slot, a copy of memory where computing it would take seconds.
+    fn slot_for(&mut self, tokens: &[u32]) -> usize {
+        let kv_dim = self.shape.kv_dim();
+        let (best, shared) = self.best_slot(tokens);
+        // The last token is always computed (its logits are the answer).
+        let shared = shared.min(tokens.len() - 1);
+        // Losing one token (the same prompt again, or one token changed) is not worth a slot.
+        let diverges = self.slots[best].tokens.len() > shared + 1;
+        let lru = self.slots.iter().enumerate().min_by_key(|(_, s)| s.used).map_or(best, |(i, _)| i);
+        let target = if diverges { lru } else { best };
+        if target == best {
+            self.slots[best].truncate(shared, kv_dim);
+        } else {
+            let (src, dst) = if best < target {
+                let (a, b) = self.slots.split_at_mut(target);
+                (&a[best], &mut b[0])
+            } else {
+                let (a, b) = self.slots.split_at_mut(best);
+                (&b[0], &mut a[target])
+            };
+            dst.copy_prefix(src, shared, kv_dim);
+        }
+        self.clock += 1;
+        self.slots[target].used = self.clock;
+        self.active = target;
+        target
+    }
+
+    /// Computes `tokens` in `slot` after the prefix it shares with them (all but the last at
+    /// most); returns the logits and how many tokens were computed.
+    fn extend(&mut self, slot: usize, tokens: &[u32]) -> (Vec<f32>, usize) {
+        let kv_dim = self.shape.kv_dim();
+        let shared = self.slots[slot].shared_with(tokens).min(tokens.len() - 1);
+        self.slots[slot].truncate(shared, kv_dim);
+        let new = &tokens[shared..];
+        self.forward(slot, new, shared);
+        self.slots[slot].tokens.extend_from_slice(new);
+        (self.scratch.logits.clone(), new.len())
+    }
+
+    /// The logits after `tokens`, leaving the cache as it was: in the slot holding most of
+    /// them, the cached tokens past the part `tokens` shares are set aside, `tokens` computed,
+    /// then the slot put back. Costs the tokens past the shared part, and a copy of the cached
+    /// rows after it.
     ///
     /// # Errors
     /// As [`Self::next_logits`].
     pub fn probe_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, LocalModelError> {
-        let shared = self.cached_tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        self.check(tokens)?;
+        let (slot, shared) = self.best_slot(tokens);
         let kv_dim = self.shape.kv_dim();
-        let kept_tokens = self.cached_tokens[shared..].to_vec();
-        let kept: Vec<(Vec<f32>, Vec<f32>)> = self
+        let s = &self.slots[slot];
+        let kept_tokens = s.tokens[shared..].to_vec();
+        let kept: Vec<(Vec<f32>, Vec<f32>)> = s
             .keys
             .iter()
-            .zip(&self.values)
+            .zip(&s.values)
             .map(|(k, v)| (k[shared * kv_dim..].to_vec(), v[shared * kv_dim..].to_vec()))
             .collect();
-        let result = self.next_logits(tokens).map(|(logits, _)| logits);
-        self.truncate_cache(shared);
-        for ((k, v), (kk, kv)) in self.keys.iter_mut().zip(&mut self.values).zip(kept) {
+        let (logits, _) = self.extend(slot, tokens);
+        let s = &mut self.slots[slot];
+        s.truncate(shared, kv_dim);
+        for ((k, v), (kk, kv)) in s.keys.iter_mut().zip(&mut s.values).zip(kept) {
             k.extend_from_slice(&kk);
             v.extend_from_slice(&kv);
         }
-        self.cached_tokens.extend_from_slice(&kept_tokens);
-        result
-    }
-
-    fn truncate_cache(&mut self, len: usize) {
-        let kv_dim = self.shape.kv_dim();
-        for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
-            k.truncate(len * kv_dim);
-            v.truncate(len * kv_dim);
-        }
-        self.cached_tokens.truncate(len);
+        s.tokens.extend_from_slice(&kept_tokens);
+        Ok(logits)
     }
 
     /// Bytes of weights one generated token reads: every projection matrix of every layer and
@@ -344,8 +454,9 @@ impl Qwen2 {
     /// # Errors
     /// Fewer than `len` tokens cached; the file cannot be written.
     pub fn save_prefix(&self, path: &Path, len: usize) -> Result<(), LocalModelError> {
-        if len == 0 || len > self.cached_tokens.len() {
-            return Err(LocalModelError::Input(format!("{len} tokens asked, {} cached", self.cached_tokens.len())));
+        let slot = &self.slots[self.active];
+        if len == 0 || len > slot.tokens.len() {
+            return Err(LocalModelError::Input(format!("{len} tokens asked, {} cached", slot.tokens.len())));
         }
         let s = self.shape;
         let (hd, kv_dim) = (s.head_dim(), s.kv_dim());
@@ -360,8 +471,8 @@ impl Qwen2 {
             Ok(Tensor::from_vec(out, (1, s.kv_heads, len, hd), &Device::Cpu)?)
         };
         let mut tensors = HashMap::new();
-        tensors.insert("tokens".to_owned(), Tensor::new(&self.cached_tokens[..len], &Device::Cpu)?);
-        for (i, (k, v)) in self.keys.iter().zip(&self.values).enumerate() {
+        tensors.insert("tokens".to_owned(), Tensor::new(&slot.tokens[..len], &Device::Cpu)?);
+        for (i, (k, v)) in slot.keys.iter().zip(&slot.values).enumerate() {
             tensors.insert(format!("k.{i}"), head_major(k)?);
             tensors.insert(format!("v.{i}"), head_major(v)?);
         }
@@ -374,8 +485,8 @@ impl Qwen2 {
         std::fs::rename(&partial, path).map_err(io)
     }
 
-    /// Replaces the KV cache with the prefix [`save_prefix`](Self::save_prefix) wrote to
-    /// `path`; returns how many tokens it holds. The next prompt reuses them as far as it shares
+    /// Puts the prefix [`save_prefix`](Self::save_prefix) wrote to `path` in the least
+    /// recently used cache slot, as the most recent; returns how many tokens it holds. The next prompt reuses them as far as it shares
     /// them (the tokens are compared, so a prefix of other text is simply not reused).
     ///
     /// # Errors
@@ -413,25 +524,30 @@ impl Qwen2 {
             keys.push(token_major(&k)?);
             values.push(token_major(&v)?);
         }
-        self.keys = keys;
-        self.values = values;
-        self.cached_tokens = tokens;
-        Ok(self.cached_tokens.len())
+        let lru = self.slots.iter().enumerate().min_by_key(|(_, s)| s.used).map_or(0, |(i, _)| i);
+        self.clock += 1;
+        self.slots[lru] = KvSlot { tokens, keys, values, used: self.clock };
+        self.active = lru;
+        Ok(len)
     }
 
-    /// How many tokens the KV cache holds.
+    /// How many tokens the cache slot of the last prompt holds.
     pub fn cached_len(&self) -> usize {
-        self.cached_tokens.len()
+        self.slots[self.active].tokens.len()
     }
 
-    /// Forgets the KV cache.
+    /// Forgets the KV cache, every slot of it.
     pub fn clear_cache(&mut self) {
-        self.truncate_cache(0);
+        let kv_dim = self.shape.kv_dim();
+        for slot in &mut self.slots {
+            slot.truncate(0, kv_dim);
+            slot.used = 0;
+        }
     }
 
-    /// Runs `tokens` at positions `pos..`, appending their keys and values to the cache, and
-    /// leaves the logits of the last one in `scratch.logits`.
-    fn forward(&mut self, tokens: &[u32], pos: usize) {
+    /// Runs `tokens` at positions `pos..`, appending their keys and values to cache slot
+    /// `slot`, and leaves the logits of the last one in `scratch.logits`.
+    fn forward(&mut self, slot: usize, tokens: &[u32], pos: usize) {
         let s = self.shape;
         let (t, hidden, hd, kv_dim) = (tokens.len(), s.hidden, s.head_dim(), s.kv_dim());
         let eps = s.eps as f32;
@@ -457,7 +573,8 @@ impl Qwen2 {
         let ffn = self.layers.first().map_or(0, |l| l.gate.rows());
         resize(&mut sc.gate, t * ffn);
         resize(&mut sc.up, t * ffn);
-        for ((layer, keys), values) in self.layers.iter().zip(&mut self.keys).zip(&mut self.values) {
+        let slot = &mut self.slots[slot];
+        for ((layer, keys), values) in self.layers.iter().zip(&mut slot.keys).zip(&mut slot.values) {
             rms_norm(&sc.x, &layer.attn_norm, eps, &mut sc.h);
             matmul(
                 pool,
