@@ -353,18 +353,23 @@ pub fn step_due(tools: &ToolRegistry, history: &[Message]) -> Option<String> {
     tools.tools().iter().map(|t| t.spec()).find(|spec| due(&spec.name, &spec.runs_after, turn)).map(|s| s.name.clone())
 }
 
-/// Whether `tool` is due: one of `after` has returned something in `turn` (neither a failure
-/// nor an empty list: a search that found nothing leaves the model to say so), and `tool` has
-/// not returned since.
+/// Whether `tool` is due: one of `after` has [found something](found) in `turn`, and `tool`
+/// has not returned since.
 fn due(tool: &str, after: &[String], turn: &[Message]) -> bool {
     if after.is_empty() {
         return false;
     }
     let followed = turn.iter().rposition(|m| match m {
-        Message::Tool { name, content, .. } => after.contains(name) && !failed(content) && content.trim() != "[]",
+        Message::Tool { name, content, .. } => after.contains(name) && found(content),
         _ => false,
     });
     followed.is_some_and(|at| !turn[at..].iter().any(|m| matches!(m, Message::Tool { name, .. } if name == tool)))
+}
+
+/// Whether a tool message carries a result to go on with: neither a failure nor an empty list
+/// (a search that found nothing leaves the model to say so).
+fn found(content: &str) -> bool {
+    !failed(content) && content.trim() != "[]"
 }
 
 /// Whether a tool message reports a failure (`{"ok": false, …}`, docs/tools.md).

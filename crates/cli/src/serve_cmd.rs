@@ -243,13 +243,16 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     // ready, so no first turn pays for it; the model's KV cache keeps several side by side
     // (docs/models.md). The default agent goes last: the most recently used stays longest.
     let default_agent = cfg.default_agent_name();
-    let mut warm: Vec<(String, Arc<AgentDeps>)> = agents
-        .iter()
-        .filter(|(_, a)| shared.local_model.is_some() && a.settings.graph == AgentGraph::React)
-        .map(|(name, a)| (name.clone(), Arc::clone(a.graph.deps())))
-        .collect();
+    let mut warm: Vec<(String, Arc<AgentDeps>)> = match &shared.local_model {
+        Some(_) => agents
+            .iter()
+            .filter(|(_, a)| a.settings.graph == AgentGraph::React)
+            .map(|(name, a)| (name.clone(), Arc::clone(a.graph.deps())))
+            .collect(),
+        None => Vec::new(),
+    };
     warm.sort_by_key(|(name, _)| *name == default_agent);
-    let app = AppState::new(ChatService::new(agents, cfg.default_agent_name(), store, checkpointer, options));
+    let app = AppState::new(ChatService::new(agents, default_agent, store, checkpointer, options));
     if cfg.mcp.http {
         let export =
             toolgraph_agents::mcp::export(cfg, shared.tools.clone(), Arc::clone(&kb)).map_err(anyhow::Error::msg)?;

@@ -96,8 +96,6 @@ pub struct Qwen2 {
     sin: Vec<f32>,
     /// The KV cache: one or more cached token sequences ([`Self::set_cache_slots`]).
     slots: Vec<KvSlot>,
-    /// The slot the last prompt was computed in.
-    active: usize,
     /// Counts slot uses, for least-recently-used eviction.
     clock: u64,
     kernels: Kernels,
@@ -272,7 +270,6 @@ impl Qwen2 {
             cos: angles(f32::cos),
             sin: angles(f32::sin),
             slots: vec![KvSlot::empty(shape.layers)],
-            active: 0,
             clock: 0,
             shape,
             embed,
@@ -306,8 +303,6 @@ impl Qwen2 {
         self.slots.truncate(slots);
         let layers = self.shape.layers;
         self.slots.resize_with(slots, || KvSlot::empty(layers));
-        // The most recently used, first after the sort.
-        self.active = 0;
     }
 
     /// How many token sequences the KV cache keeps.
@@ -365,8 +360,7 @@ impl Qwen2 {
         let shared = shared.min(tokens.len() - 1);
         // Losing one token (the same prompt again, or one token changed) is not worth a slot.
         let diverges = self.slots[best].tokens.len() > shared + 1;
-        let lru = self.slots.iter().enumerate().min_by_key(|(_, s)| s.used).map_or(best, |(i, _)| i);
-        let target = if diverges { lru } else { best };
+        let target = if diverges { self.least_recent() } else { best };
         if target == best {
             self.slots[best].truncate(shared, kv_dim);
         } else {
@@ -381,8 +375,18 @@ impl Qwen2 {
         }
         self.clock += 1;
         self.slots[target].used = self.clock;
-        self.active = target;
         target
+    }
+
+    /// The least recently used slot (a never used one first).
+    fn least_recent(&self) -> usize {
+        self.slots.iter().enumerate().min_by_key(|(_, s)| s.used).map_or(0, |(i, _)| i)
+    }
+
+    /// The slot the last prompt was computed in (or loaded into).
+    fn most_recent(&self) -> &KvSlot {
+        // At least one slot: `set_cache_slots` keeps one, and `load` makes one.
+        self.slots.iter().max_by_key(|s| s.used).expect("the cache has a slot")
     }
 
     /// Computes `tokens` in `slot` after the prefix it shares with them (all but the last at
@@ -454,7 +458,7 @@ impl Qwen2 {
     /// # Errors
     /// Fewer than `len` tokens cached; the file cannot be written.
     pub fn save_prefix(&self, path: &Path, len: usize) -> Result<(), LocalModelError> {
-        let slot = &self.slots[self.active];
+        let slot = self.most_recent();
         if len == 0 || len > slot.tokens.len() {
             return Err(LocalModelError::Input(format!("{len} tokens asked, {} cached", slot.tokens.len())));
         }
@@ -524,16 +528,15 @@ impl Qwen2 {
             keys.push(token_major(&k)?);
             values.push(token_major(&v)?);
         }
-        let lru = self.slots.iter().enumerate().min_by_key(|(_, s)| s.used).map_or(0, |(i, _)| i);
+        let lru = self.least_recent();
         self.clock += 1;
         self.slots[lru] = KvSlot { tokens, keys, values, used: self.clock };
-        self.active = lru;
         Ok(len)
     }
 
     /// How many tokens the cache slot of the last prompt holds.
     pub fn cached_len(&self) -> usize {
-        self.slots[self.active].tokens.len()
+        self.most_recent().tokens.len()
     }
 
     /// Forgets the KV cache, every slot of it.
