@@ -252,23 +252,35 @@ fn strip_fence(text: &str) -> &str {
 }
 
 /// `{"name": …, "arguments": {…} | "…json…"}` (or `parameters`) → a call.
+///
+/// An arguments object keeps the exact text the model wrote (its key order and spacing), so
+/// the call rendered back into a later prompt reads as the model wrote it — what a local
+/// model's cache of computed tokens can then reuse — and as OpenAI-compatible servers return
+/// arguments, as text.
 fn parse_call(body: &str) -> Option<TextEvent> {
     let v: Value = serde_json::from_str(body.trim()).ok()?;
     let name = v.get("name")?.as_str()?.trim();
     if name.is_empty() {
         return None;
     }
-    let args = v.get("arguments").or_else(|| v.get("parameters"));
-    let arguments = match args {
+    let key = if v.get("arguments").is_some() { "arguments" } else { "parameters" };
+    let arguments = match v.get(key) {
         None | Some(Value::Null) => "{}".to_owned(),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
             Ok(inner @ Value::Object(_)) => inner.to_string(),
             _ => return None,
         },
-        Some(obj @ Value::Object(_)) => obj.to_string(),
+        Some(obj @ Value::Object(_)) => raw_member(body.trim(), key).unwrap_or_else(|| obj.to_string()),
         Some(_) => return None,
     };
     Some(TextEvent::ToolCall { name: name.to_owned(), arguments })
+}
+
+/// The text of the member `key` of the JSON object `body` as written (the last one when a
+/// key repeats, as [`Value`] keeps it); `None` when it cannot be read.
+fn raw_member(body: &str, key: &str) -> Option<String> {
+    let members: std::collections::HashMap<String, &serde_json::value::RawValue> = serde_json::from_str(body).ok()?;
+    members.get(key).map(|raw| raw.get().to_owned())
 }
 
 fn merge_text(events: Vec<TextEvent>) -> Vec<TextEvent> {
@@ -322,12 +334,11 @@ mod tests {
             "  \n{\"name\": \"rag_search\", \"parameters\": \"{\\\"query\\\": \\\"examen\\\"}\"}",
         ];
         for case in cases {
+            // An object keeps the text the model wrote; arguments given as a string of JSON
+            // are read and written anew.
+            let arguments = if case.contains(r#"": "{"#) { r#"{"query":"examen"}"# } else { r#"{"query": "examen"}"# };
             for size in [1, 2, 3, 7, 1000] {
-                assert_eq!(
-                    run(case, size),
-                    [call("rag_search", r#"{"query":"examen"}"#)],
-                    "{case:?} in pieces of {size}"
-                );
+                assert_eq!(run(case, size), [call("rag_search", arguments)], "{case:?} in pieces of {size}");
             }
         }
     }
@@ -369,7 +380,7 @@ mod tests {
     #[test]
     fn several_calls_and_broken_endings() {
         let two = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {\"x\": 1}}</tool_call>";
-        assert_eq!(run(two, 6), [call("a", "{}"), call("b", r#"{"x":1}"#)]);
+        assert_eq!(run(two, 6), [call("a", "{}"), call("b", r#"{"x": 1}"#)]);
         // The model stopped before the closing tag, JSON complete: still a call.
         assert_eq!(run("<tool_call>{\"name\": \"a\", \"arguments\": {}}", 4), [call("a", "{}")]);
         // Truncated JSON: shown as text, not lost and not executed.
@@ -378,7 +389,16 @@ mod tests {
         // A brace inside a string does not end the object early.
         assert_eq!(
             run("{\"name\": \"calculator\", \"arguments\": {\"expression\": \"{1}\"}}", 2),
-            [call("calculator", r#"{"expression":"{1}"}"#)]
+            [call("calculator", r#"{"expression": "{1}"}"#)]
         );
+    }
+
+    #[test]
+    fn arguments_keep_the_order_and_spacing_the_model_wrote() {
+        let reply = "<tool_call>\n{\"name\": \"rag_search\", \"arguments\": {\"top_k\": 1, \"query\": \"l'examen\"}}\n</tool_call>";
+        assert_eq!(run(reply, 3), [call("rag_search", r#"{"top_k": 1, "query": "l'examen"}"#)]);
+        // A repeated key: the last one, as the parsed value has it.
+        let twice = "{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"arguments\": {\"x\": 2}}";
+        assert_eq!(run(twice, 1000), [call("a", r#"{"x": 2}"#)]);
     }
 }

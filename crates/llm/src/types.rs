@@ -209,6 +209,10 @@ pub struct Usage {
     pub prompt_tokens: u32,
     /// Generated tokens.
     pub completion_tokens: u32,
+    /// Of the prompt tokens, those a cache of computed prompts already held (OpenAI's
+    /// `prompt_tokens_details.cached_tokens`; 0 when not reported).
+    #[serde(default)]
+    pub cached_prompt_tokens: u32,
 }
 
 /// One event of a streamed reply, in order: deltas, then the assembled [`ChatEvent::ToolCall`]s,

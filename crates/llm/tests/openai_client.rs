@@ -57,7 +57,11 @@ async fn streams_interleaved_text_and_two_parallel_tool_calls() {
             &ToolCall { id: "call_b".into(), name: "calculator".into(), arguments: "{\"expression\":\"6*7\"}".into() },
         ]
     );
-    assert!(events.contains(&ChatEvent::Usage(toolgraph_llm::Usage { prompt_tokens: 31, completion_tokens: 17 })));
+    assert!(events.contains(&ChatEvent::Usage(toolgraph_llm::Usage {
+        prompt_tokens: 31,
+        completion_tokens: 17,
+        cached_prompt_tokens: 0
+    })));
     assert_eq!(events.last(), Some(&ChatEvent::Finished(FinishReason::ToolCalls)));
     // The request asked for usage in the stream.
     assert_eq!(server.requests()[0]["stream_options"], json!({"include_usage": true}));

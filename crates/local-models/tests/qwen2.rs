@@ -172,6 +172,17 @@ mod chat_model {
         (text, calls, finish)
     }
 
+    /// A streamed reply's token counts.
+    async fn usage_of(mut s: ChatStream) -> toolgraph_llm::Usage {
+        let mut usage = None;
+        while let Some(e) = s.next().await {
+            if let ChatEvent::Usage(u) = e.unwrap() {
+                usage = Some(u);
+            }
+        }
+        usage.expect("the local model reports its usage")
+    }
+
     fn calculator() -> ToolDefinition {
         ToolDefinition {
             name: "calculator".into(),
@@ -204,6 +215,22 @@ mod chat_model {
         assert!(args["expression"].as_str().unwrap().contains("1234"), "{args}");
         assert!(!text.contains("tool_call") && !text.contains("\"name\""), "leaked: {text:?}");
         assert_eq!(finish, Some(FinishReason::ToolCalls));
+
+        // The call and its result in the next prompt: the call reads as the model wrote it, so
+        // the tokens computed while writing it are reused, not computed again.
+        let mut asked = request("What is 1234 * 5678? Use the calculator tool.", vec![calculator()]);
+        let first = usage_of(model.stream(asked.clone()).await.unwrap()).await;
+        asked.messages.push(Message::Assistant { content: String::new(), tool_calls: calls.clone() });
+        asked.messages.push(Message::Tool {
+            tool_call_id: calls[0].id.clone(),
+            name: "calculator".into(),
+            content: r#"{"result": 7006652}"#.into(),
+        });
+        let next = usage_of(model.stream(asked).await.unwrap()).await;
+        assert!(
+            next.cached_prompt_tokens >= first.prompt_tokens + first.completion_tokens - 1,
+            "the call's tokens were computed again: {first:?} then {next:?}"
+        );
 
         // Prose streams as several deltas and finishes with Stop.
         let mut s = model.stream(request("Say hello in Spanish, in one short sentence.", Vec::new())).await.unwrap();

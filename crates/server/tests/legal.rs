@@ -134,7 +134,7 @@ async fn the_pipeline_retrieves_answers_from_the_articles_and_cites_them() {
     // generate_answer: the model read the articles, numbered and labelled, and the question.
     let requests = s.model.requests();
     assert_eq!(requests.len(), 1);
-    let prompt = requests[0]["messages"][1]["content"].as_str().unwrap();
+    let prompt = question_asked(&requests[0]);
     let label = format!("[{}] Điều 45, Luật Điện ảnh\n", gold + 1);
     assert!(prompt.contains(&label) && prompt.contains(QUESTION), "{prompt}");
     assert_eq!(results(&events, "generate_answer")[0], json!({"answer": answer}));
@@ -248,7 +248,7 @@ async fn chunks_a_model_invents_or_alters_are_refused_or_read_from_the_knowledge
 
     // A real article's id with altered words: the answer writer reads the article's own words.
     let requests = s.model.requests();
-    let prompt = requests[3]["messages"][1]["content"].as_str().unwrap();
+    let prompt = question_asked(&requests[3]);
     assert!(prompt.contains("[1] Điều 45, Luật Điện ảnh"), "{prompt}");
     assert!(!prompt.contains("Bộ Công an") && !prompt.contains("Luật Bịa"), "{prompt}");
 
@@ -326,7 +326,7 @@ async fn generate_answer_reads_the_articles_retrieve_laws_returned_when_the_mode
         .expect("generate_answer is offered once retrieve_laws has returned");
     assert!(generate["function"]["parameters"]["properties"].get("chunks").is_none(), "{generate}");
     // The answer writer read the articles the search found, the gold one among them.
-    let prompt = requests[2]["messages"][1]["content"].as_str().unwrap();
+    let prompt = question_asked(&requests[2]);
     assert!(prompt.contains("Điều 45, Luật Điện ảnh") && prompt.contains("Chính phủ thống nhất"), "{prompt}");
     assert_eq!(results(&events, "generate_answer")[0], json!({"answer": answer}));
     // Then the agent cites that answer itself, with no arguments and no model call: the model
@@ -363,4 +363,10 @@ async fn a_search_that_finds_nothing_leaves_the_reply_to_the_model() {
         s.model.requests()[1]["tool_choice"]
     );
     assert_eq!(tokens(&events), "Tôi không tìm thấy điều luật nào.");
+}
+
+/// The last message of a request the answer writer sent: the question and its articles (the
+/// worked examples come before it).
+fn question_asked(request: &Value) -> &str {
+    request["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).expect("a message")
 }

@@ -343,9 +343,7 @@ impl ChatModel for OpenAiChatModel {
             content: choice.message.content.unwrap_or_default(),
             tool_calls,
             finish_reason,
-            usage: parsed
-                .usage
-                .map(|u| Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }),
+            usage: parsed.usage.map(Usage::from),
         })
     }
 
@@ -404,7 +402,7 @@ impl ChunkParser {
         }
         let mut out = Vec::new();
         if let Some(u) = chunk.usage {
-            self.usage = Some(Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+            self.usage = Some(Usage::from(u));
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {

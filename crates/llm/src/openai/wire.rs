@@ -160,6 +160,25 @@ pub(crate) struct WireUsage {
     pub prompt_tokens: u32,
     #[serde(default)]
     pub completion_tokens: u32,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+impl From<WireUsage> for crate::Usage {
+    fn from(u: WireUsage) -> Self {
+        Self {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            cached_prompt_tokens: u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+        }
+    }
+}
+
+/// `usage.prompt_tokens_details`: how many prompt tokens the server's cache held.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct WirePromptDetails {
+    #[serde(default)]
+    pub cached_tokens: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,4 +209,21 @@ pub(crate) struct CompletionMessage {
     pub content: Option<String>,
     #[serde(default)]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_reads_the_cached_prompt_tokens_when_the_server_reports_them() {
+        let with: WireUsage = serde_json::from_str(
+            r#"{"prompt_tokens": 1200, "completion_tokens": 80, "prompt_tokens_details": {"cached_tokens": 1024}}"#,
+        )
+        .unwrap();
+        let u = crate::Usage::from(with);
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens), (1200, 80, 1024));
+        let without: WireUsage = serde_json::from_str(r#"{"prompt_tokens": 5, "completion_tokens": 1}"#).unwrap();
+        assert_eq!(crate::Usage::from(without).cached_prompt_tokens, 0);
+    }
 }

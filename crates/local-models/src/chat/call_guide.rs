@@ -140,6 +140,12 @@ impl ToolCallGuide {
         matches!(self.phase, Phase::Name(_) | Phase::Args(..))
     }
 
+    /// Whether the reply is inside a call the guide follows: its name, what comes before its
+    /// arguments, or the arguments (until their object closes).
+    pub fn in_call(&self) -> bool {
+        self.phase != Phase::Outside
+    }
+
     /// Follows the reply: `text` is everything generated so far, `piece` its newest part.
     pub fn observe(&mut self, text: &str, piece: &str) {
         if self.tools.is_empty() {

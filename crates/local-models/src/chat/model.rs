@@ -171,6 +171,7 @@ impl LocalChatModel {
             call_openers: Vec::new(),
             json_openers: Vec::new(),
             template_tag_tokens: Vec::new(),
+            call_head: Vec::new(),
             call_threshold: options.call_threshold,
             prefixes,
         };
@@ -243,6 +244,10 @@ struct Worker {
     json_openers: Vec<bool>,
     /// Tokens that hold a tag only the template writes ([`template_tag_tokens`]).
     template_tag_tokens: Vec<u32>,
+    /// The tokens of a call's head as the template writes it ([`CALL_HEAD`]), as the tokenizer
+    /// splits that text: a call written in them reads the same when the template renders it
+    /// into the next prompt, so the tokens computed for it are reused there.
+    call_head: Vec<u32>,
     call_threshold: f32,
     /// Where a warm-up's prompt state is kept ([`LocalChatOptions::prefix_dir`]).
     prefixes: Option<PrefixStore>,
@@ -276,8 +281,42 @@ impl Worker {
     }
 
     fn encode(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<Vec<u32>, LlmError> {
-        let text = self.assets.template.render(messages, tools).map_err(|e| LlmError::InvalidRequest(e.to_string()))?;
-        Ok(self.assets.tokenizer.encode(text.as_str(), false).map_err(|e| self.err(e.to_string()))?.get_ids().to_vec())
+        self.tokenize(&self.render(messages, tools)?)
+    }
+
+    fn render(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<String, LlmError> {
+        self.assets.template.render(messages, tools).map_err(|e| LlmError::InvalidRequest(e.to_string()))
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>, LlmError> {
+        Ok(self.assets.tokenizer.encode(text, false).map_err(|e| self.err(e.to_string()))?.get_ids().to_vec())
+    }
+
+    /// The prompt `text` spelled, as far as it can be, in the tokens of a sequence the KV cache
+    /// holds, then the rest tokenized: `None` when no cached sequence reads as more of it than
+    /// `ids` (its own tokens) already share with one. A reply the model wrote comes back in
+    /// the next prompt as text, and the tokenizer may split that text otherwise than the
+    /// model's tokens did (`"}}` then `\n` written, `"}}\n` read back); the text being the
+    /// same, the model's own tokens are as good a reading of it, and their keys and values
+    /// are already computed.
+    fn as_cached(&self, text: &str, ids: &[u32]) -> Result<Option<Vec<u32>>, LlmError> {
+        let mut best: Option<(usize, usize, &[u32])> = None;
+        let mut shared_best = 0;
+        for cached in self.model.cached_sequences() {
+            let shared = cached.iter().zip(ids).take_while(|(a, b)| a == b).count();
+            shared_best = shared_best.max(shared);
+            if shared == cached.len() {
+                continue; // all of it is reused as it is
+            }
+            let (tokens, bytes) = text_prefix(&self.assets.tokenizer, cached, text);
+            if tokens > best.map_or(0, |(t, ..)| t) {
+                best = Some((tokens, bytes, cached));
+            }
+        }
+        let Some((tokens, bytes, cached)) = best.filter(|&(tokens, ..)| tokens > shared_best) else { return Ok(None) };
+        let mut spliced = cached[..tokens].to_vec();
+        spliced.extend(self.tokenize(&text[bytes..])?);
+        Ok(Some(spliced))
     }
 
     /// The prompt, dropping the oldest turns after the system message until prompt and reply
@@ -285,9 +324,13 @@ impl Worker {
     fn prompt(&self, request: &ChatRequest, tools: &[ToolDefinition], max_new: usize) -> Result<Vec<u32>, LlmError> {
         let mut messages = request.messages.clone();
         loop {
-            let ids = self.encode(&messages, tools)?;
+            let text = self.render(&messages, tools)?;
+            let ids = self.tokenize(&text)?;
             if ids.len() + max_new <= self.max_context {
-                return Ok(ids);
+                return Ok(match self.as_cached(&text, &ids)? {
+                    Some(spliced) if spliced.len() + max_new <= self.max_context => spliced,
+                    _ => ids,
+                });
             }
             let first = usize::from(matches!(messages.first(), Some(Message::System { .. })));
             // Keep at least the newest message.
@@ -316,6 +359,13 @@ impl Worker {
         self.call_openers = self.vocab.iter().map(|t| opens_call(t)).collect();
         self.json_openers = self.vocab.iter().map(|t| opens_json(t)).collect();
         self.template_tag_tokens = template_tag_tokens(&self.vocab);
+        self.call_head = match self.assets.tokenizer.encode(CALL_HEAD, false) {
+            Ok(encoding) => encoding.get_ids().to_vec(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tokenize a call's head; calls are written freely");
+                Vec::new()
+            }
+        };
     }
 
     /// The request's tools as any local server would get them: no `$schema`, no type names as
@@ -402,6 +452,9 @@ impl Worker {
         let max_new = request.max_tokens.map_or(self.default_max_tokens, |m| m as usize).max(1);
         let mut ids = self.prompt(&request, &tools, max_new)?;
         let prompt_tokens = ids.len();
+        let reply_start = ids.len();
+        // Whether the reply is a call written from [`CALL_HEAD`] whose end is still to come.
+        let mut in_call = false;
         let temperature = request.temperature.unwrap_or(0.0);
         let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ prompt_tokens as u64;
         let mut parser = ToolCallTextParser::new();
@@ -447,6 +500,7 @@ impl Worker {
                     _ if request.call_required() => {
                         prefer_call(&mut logits, &self.call_openers, &self.json_openers, 0.0);
                         forbid_bare_json(&mut logits, &self.json_openers);
+                        only(&mut logits, self.call_head.first().copied());
                     }
                     Some(Message::User { .. }) => {
                         let mut threshold = self.call_threshold;
@@ -460,7 +514,15 @@ impl Worker {
                                 threshold = 0.0;
                             }
                         }
-                        prefer_call(&mut logits, &self.call_openers, &self.json_openers, threshold);
+                        // A chosen call opens with the template's own tag, as an asked-for one
+                        // does: the template renders past calls that way, so the tokens
+                        // computed for this one stay valid in the next prompt (the 1.5B
+                        // otherwise writes a fenced block, and the prompt after the tool's
+                        // result was computed again from the call on).
+                        if prefer_call(&mut logits, &self.call_openers, &self.json_openers, threshold) {
+                            forbid_bare_json(&mut logits, &self.json_openers);
+                            only(&mut logits, self.call_head.first().copied());
+                        }
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
@@ -474,6 +536,18 @@ impl Worker {
                     _ => {}
                 }
             }
+            // A call written from the head ends as the template ends it, once its arguments
+            // closed (a model used to fences closes with "```" instead, and the call is lost).
+            if in_call && !guide.in_call() && !self.vocab.is_empty() {
+                match call_tail(&text) {
+                    Some(rest) if !rest.is_empty() => continue_with(&rest, &self.vocab, &mut logits),
+                    _ => in_call = false,
+                }
+            }
+            // A call opened with the head's first token goes on in the head's tokens.
+            if generated > 0 && ids[reply_start..] == self.call_head[..generated.min(self.call_head.len())] {
+                only(&mut logits, self.call_head.get(generated).copied());
+            }
             let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&mut logits, temperature, &mut rng) };
             if self.assets.stop_tokens.contains(&next) {
                 finish = FinishReason::Stop;
@@ -484,6 +558,7 @@ impl Worker {
             let Some(piece) = decoder.step(next).map_err(|e| self.err(e.to_string()))? else { continue };
             text.push_str(&piece);
             guide.observe(&text, &piece);
+            in_call |= guide.in_call() && text.starts_with(CALL_HEAD);
             let released = stops.push(&piece);
             if !released.text.is_empty() && !emit(parser.push(&released.text), &mut calls) {
                 return Ok(()); // the caller went away: stop generating
@@ -516,7 +591,11 @@ impl Worker {
             seconds = started.elapsed().as_secs_f64(),
             "local model reply"
         );
-        let usage = Usage { prompt_tokens: prompt_tokens as u32, completion_tokens: generated as u32 };
+        let usage = Usage {
+            prompt_tokens: prompt_tokens as u32,
+            completion_tokens: generated as u32,
+            cached_prompt_tokens: prompt_tokens.saturating_sub(computed_prompt.unwrap_or(0)) as u32,
+        };
         if send(ChatEvent::Usage(usage)) {
             send(ChatEvent::Finished(finish));
         }
@@ -589,28 +668,74 @@ fn forbid_template_tags(text: &str, vocab: &[String], tag_tokens: &[u32], logits
     }
 }
 
-/// Makes a reply that opens with a beginning of `<tool_call>` (`<`, `<tool`, …) write the
-/// whole tag: chosen as a call's opener, `<` must not turn into a made-up tag such as
-/// `<tool Response>`. After the whole tag, the call is the JSON object the template showed
-/// (then the call guide takes over), not the XML a model may have learned elsewhere
-/// (`<name>retrieve_laws</name>`), which no parser reads.
-fn complete_call_tag(text: &str, vocab: &[String], logits: &mut [f32]) {
-    const CALL_TAG: &str = "<tool_call>";
-    let start = text.trim_start();
-    if start.strip_prefix(CALL_TAG).is_some_and(|after| after.trim().is_empty()) {
-        for (l, token) in logits.iter_mut().zip(vocab) {
-            let opens_object = token.trim_start().starts_with('{');
-            if !(opens_object || (!token.is_empty() && token.trim().is_empty())) {
-                *l = f32::NEG_INFINITY;
+/// How many of `cached`'s tokens read as the start of `text`, and how many bytes of `text`
+/// they read as (a token that ends inside a character counts once the character is whole).
+fn text_prefix(tokenizer: &tokenizers::Tokenizer, cached: &[u32], text: &str) -> (usize, usize) {
+    let mut stream = tokenizer.decode_stream(false);
+    let (mut best, mut at) = ((0, 0), 0);
+    for (i, &id) in cached.iter().enumerate() {
+        match stream.step(id) {
+            Ok(Some(piece)) if text[at..].starts_with(piece.as_str()) => {
+                at += piece.len();
+                best = (i + 1, at);
             }
+            Ok(None) => {} // bytes held back until they form a character
+            _ => break,
         }
-        return;
     }
-    let Some(rest) = CALL_TAG.strip_prefix(start).filter(|rest| !start.is_empty() && !rest.is_empty()) else {
+    best
+}
+
+/// How the template writes a call's head; a call is written the same way.
+const CALL_HEAD: &str = "<tool_call>\n{\"name\": \"";
+
+/// Makes a reply that opens with a beginning of `<tool_call>` (`<`, `<tool`, …) write the
+/// call's head as the template writes it, `<tool_call>\n{"name": "`: chosen as a call's opener,
+/// `<` must not turn into a made-up tag such as `<tool Response>`, and after the tag comes the
+/// JSON object the template showed (then the call guide takes over), not the XML a model may
+/// have learned elsewhere (`<name>retrieve_laws</name>`) nor other keys (`{"function": …}`),
+/// which no parser reads. Written the template's way, the call also reads the same when the
+/// template renders it into the next prompt, so the tokens computed for it are reused.
+fn complete_call_tag(text: &str, vocab: &[String], logits: &mut [f32]) {
+    let start = text.trim_start();
+    let Some(rest) = CALL_HEAD.strip_prefix(start).filter(|rest| !start.is_empty() && !rest.is_empty()) else {
         return;
     };
     for (l, token) in logits.iter_mut().zip(vocab) {
         if !(token.starts_with(rest) || (!token.is_empty() && rest.starts_with(token.as_str()))) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// What is left to write of a call that `text` holds from [`CALL_HEAD`] on and whose arguments
+/// have closed: `}` and `\n</tool_call>`, or what of them has not been written; `None` when
+/// the text went another way (then it is left alone).
+fn call_tail(text: &str) -> Option<String> {
+    const END: &str = "\n</tool_call>";
+    let body = text.strip_prefix("<tool_call>")?;
+    let mut objects = serde_json::Deserializer::from_str(body).into_iter::<serde::de::IgnoredAny>();
+    match objects.next() {
+        Some(Ok(_)) => END.strip_prefix(&body[objects.byte_offset()..]).map(str::to_owned),
+        Some(Err(e)) if e.is_eof() => Some(format!("}}{END}")),
+        _ => None,
+    }
+}
+
+/// Keeps only the tokens that go on writing `rest`.
+fn continue_with(rest: &str, vocab: &[String], logits: &mut [f32]) {
+    for (l, token) in logits.iter_mut().zip(vocab) {
+        if token.is_empty() || !rest.starts_with(token.as_str()) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// Leaves `token` the only choice (`None`: leaves the logits as they are).
+fn only(logits: &mut [f32], token: Option<u32>) {
+    let Some(token) = token.filter(|&t| (t as usize) < logits.len()) else { return };
+    for (i, l) in logits.iter_mut().enumerate() {
+        if i != token as usize {
             *l = f32::NEG_INFINITY;
         }
     }
@@ -653,6 +778,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_cached_reply_reads_as_the_text_it_wrote_however_the_tokenizer_splits_it() {
+        // Byte-level BPE as the GGUF models have it: "a" "b" merge, "\n" is "Ċ", "é" is the
+        // two bytes "Ã" "©".
+        let spec = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+                "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": {"a": 0, "b": 1, "c": 2, "Ċ": 3, "d": 4, "ab": 5, "Ã": 6, "©": 7, "!": 8},
+                "merges": ["a b"]}
+        });
+        let tokenizer: tokenizers::Tokenizer = spec.to_string().parse().expect("a valid tokenizer");
+        assert_eq!(tokenizer.encode("abc\nd", false).unwrap().get_ids(), [5, 2, 3, 4], "the canonical split");
+        // The model wrote "a", "b", "c" apart: all three read as the text's start.
+        assert_eq!(text_prefix(&tokenizer, &[0, 1, 2], "abc\nd"), (3, 3));
+        assert_eq!(text_prefix(&tokenizer, &[0, 2], "abc"), (1, 1), "the text went another way");
+        // A character spelled in two tokens counts once whole.
+        assert_eq!(text_prefix(&tokenizer, &[6, 7, 8], "é!c"), (3, 3));
+        assert_eq!(text_prefix(&tokenizer, &[6, 7], "ex"), (0, 0));
+    }
+
+    #[test]
     fn a_reply_cannot_write_the_tags_of_a_tool_result() {
         let vocab: Vec<String> =
             ["<", "tool", "_response", "_call", "_", "r", "response", ">", "hola", "/", "<tool_response>"]
@@ -687,16 +837,39 @@ mod tests {
         assert_eq!(allowed("\n<tool"), ["_call", "_", "_call>\n"]);
         assert_eq!(allowed("<tool_call"), [">"]);
         assert_eq!(allowed("Hola <").len(), vocab.len(), "only the reply's opening is held to it");
-        // After the tag: the JSON object, not XML (then the call guide takes over).
-        let vocab: Vec<String> = ["\n", "{", "\n{\"", "<", "\n<", " name", "{\""].map(str::to_owned).to_vec();
+        // After the tag: the object's head as the template writes it, not XML nor other keys
+        // (then the call guide takes over, at the name).
+        let vocab: Vec<String> = ["\n", "{", "\n{\"", "<", "\n<", " name", "{\"", "name", "function", ": \"", "\":"]
+            .map(str::to_owned)
+            .to_vec();
         let allowed = |text: &str| -> Vec<&str> {
             let mut logits = vec![0.0f32; vocab.len()];
             complete_call_tag(text, &vocab, &mut logits);
             vocab.iter().zip(&logits).filter(|(_, l)| l.is_finite()).map(|(t, _)| t.as_str()).collect()
         };
-        assert_eq!(allowed("<tool_call>"), ["\n", "{", "\n{\"", "{\""]);
-        assert_eq!(allowed("<tool_call>\n"), ["\n", "{", "\n{\"", "{\""]);
-        assert_eq!(allowed("<tool_call>\n{").len(), vocab.len(), "the object is open: the guide's turn");
+        assert_eq!(allowed("<tool_call>"), ["\n", "\n{\""]);
+        assert_eq!(allowed("<tool_call>\n"), ["{", "{\""]);
+        assert_eq!(allowed("<tool_call>\n{\""), ["name"]);
+        assert_eq!(allowed("<tool_call>\n{\"name"), ["\":"]);
+        assert_eq!(allowed("<tool_call>\n{\"name\""), [": \""]);
+        assert_eq!(allowed("<tool_call>\n{\"name\": \"").len(), vocab.len(), "the name: the guide's turn");
+    }
+
+    #[test]
+    fn a_call_whose_arguments_closed_ends_as_the_template_ends_it() {
+        let head = "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}";
+        assert_eq!(call_tail(head).as_deref(), Some("}\n</tool_call>"));
+        assert_eq!(call_tail(&format!("{head}}}")).as_deref(), Some("\n</tool_call>"));
+        assert_eq!(call_tail(&format!("{head}}}\n</tool")).as_deref(), Some("_call>"));
+        assert_eq!(call_tail(&format!("{head}}}\n</tool_call>")).as_deref(), Some(""));
+        // A fence where the tag's end belongs: no longer a call to finish.
+        assert_eq!(call_tail(&format!("{head}}}\n```")), None);
+        let vocab: Vec<String> = ["}", "}\n", "```", "\n", "</", "tool_call>"].map(str::to_owned).to_vec();
+        let mut logits = vec![0.0f32; vocab.len()];
+        continue_with("}\n</tool_call>", &vocab, &mut logits);
+        let kept: Vec<&str> =
+            vocab.iter().zip(&logits).filter(|(_, l)| l.is_finite()).map(|(t, _)| t.as_str()).collect();
+        assert_eq!(kept, ["}", "}\n"]);
     }
 
     #[test]

@@ -310,6 +310,11 @@ impl Qwen2 {
         self.slots.len()
     }
 
+    /// The token sequences the KV cache holds (empty slots left out).
+    pub fn cached_sequences(&self) -> impl Iterator<Item = &[u32]> {
+        self.slots.iter().map(|s| s.tokens.as_slice()).filter(|t| !t.is_empty())
+    }
+
     /// Logits for the token after `tokens` (the whole prompt so far). The KV state of the
     /// longest prefix any cache slot shares with it is reused; returns the logits and how
     /// many tokens had to be computed.

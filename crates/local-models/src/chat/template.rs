@@ -34,6 +34,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
+        env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_owned())
             .map_err(|e| LocalModelError::Format(format!("chat template: {e}")))?;
         Ok(Self { env })
@@ -44,13 +45,13 @@ impl ChatTemplate {
     /// # Errors
     /// [`LocalModelError::Input`] when the template rejects the conversation.
     pub fn render(&self, messages: &[Message], tools: &[ToolDefinition]) -> Result<String, LocalModelError> {
-        let messages: Vec<Value> = messages.iter().map(message_json).collect();
+        let messages: Vec<minijinja::Value> = messages.iter().map(message_value).collect();
         let tools: Vec<Value> = tools
             .iter()
             .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
             .collect();
         let ctx = minijinja::context! {
-            messages => minijinja::Value::from_serialize(&messages),
+            messages => messages,
             tools => if tools.is_empty() { minijinja::Value::UNDEFINED } else { minijinja::Value::from_serialize(&tools) },
             add_generation_prompt => true,
         };
@@ -59,28 +60,91 @@ impl ChatTemplate {
     }
 }
 
-fn message_json(m: &Message) -> Value {
+/// A message as the template reads it.
+fn message_value(m: &Message) -> minijinja::Value {
+    use minijinja::Value as V;
+    let map = |pairs: Vec<(&str, V)>| -> V { pairs.into_iter().collect() };
     match m {
-        Message::System { content } => json!({"role": "system", "content": content}),
-        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::System { content } => map(vec![("role", V::from("system")), ("content", V::from(content.as_str()))]),
+        Message::User { content } => map(vec![("role", V::from("user")), ("content", V::from(content.as_str()))]),
         Message::Assistant { content, tool_calls } => {
-            let calls: Vec<Value> = tool_calls
+            let calls: Vec<V> = tool_calls
                 .iter()
                 .map(|c| {
-                    // Templates print `arguments` with `tojson`: give them the object, not text.
-                    let args = serde_json::from_str::<Value>(&c.arguments).unwrap_or_else(|_| json!({}));
-                    json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": args}})
+                    let function =
+                        map(vec![("name", V::from(c.name.as_str())), ("arguments", arguments_value(&c.arguments))]);
+                    map(vec![("id", V::from(c.id.as_str())), ("type", V::from("function")), ("function", function)])
                 })
                 .collect();
-            if calls.is_empty() {
-                json!({"role": "assistant", "content": content})
-            } else {
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
+            let mut pairs = vec![("role", V::from("assistant")), ("content", V::from(content.as_str()))];
+            if !calls.is_empty() {
+                pairs.push(("tool_calls", V::from(calls)));
             }
+            map(pairs)
         }
-        Message::Tool { tool_call_id, name, content } => {
-            json!({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
+        Message::Tool { tool_call_id, name, content } => map(vec![
+            ("role", V::from("tool")),
+            ("tool_call_id", V::from(tool_call_id.as_str())),
+            ("name", V::from(name.as_str())),
+            ("content", V::from(content.as_str())),
+        ]),
+    }
+}
+
+/// A call's arguments for the template: a mapping (templates print it with `tojson`, or read
+/// its keys) that `tojson` prints as the text the model wrote, so a past call reads in the
+/// prompt exactly as the model wrote it and the tokens computed for it stay valid. Text that
+/// is not a JSON object becomes `{}`.
+fn arguments_value(text: &str) -> minijinja::Value {
+    match serde_json::from_str::<Value>(text) {
+        Ok(parsed @ Value::Object(_)) => minijinja::Value::from_object(WrittenArguments {
+            text: text.trim().to_owned(),
+            parsed: minijinja::Value::from_serialize(&parsed),
+        }),
+        _ => minijinja::Value::from_serialize(json!({})),
+    }
+}
+
+/// A JSON object of arguments and the text it was written as.
+#[derive(Debug)]
+struct WrittenArguments {
+    text: String,
+    parsed: minijinja::Value,
+}
+
+impl minijinja::value::Object for WrittenArguments {
+    fn repr(self: &std::sync::Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Map
+    }
+
+    fn get_value(self: &std::sync::Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
+        self.parsed.get_item(key).ok().filter(|v| !v.is_undefined())
+    }
+
+    fn enumerate(self: &std::sync::Arc<Self>) -> minijinja::value::Enumerator {
+        match self.parsed.try_iter() {
+            Ok(keys) => minijinja::value::Enumerator::Values(keys.collect()),
+            Err(_) => minijinja::value::Enumerator::Empty,
         }
+    }
+}
+
+/// The `tojson` filter: minijinja's, except that written arguments print as they were written.
+fn tojson(
+    value: &minijinja::Value,
+    indent: Option<minijinja::Value>,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<minijinja::Value, minijinja::Error> {
+    let indent = match indent {
+        Some(i) => Some(i),
+        None => kwargs.get::<Option<minijinja::Value>>("indent")?,
+    };
+    kwargs.assert_all_used()?;
+    let none = || minijinja::value::Kwargs::from_iter(std::iter::empty::<(&str, minijinja::Value)>());
+    match value.downcast_object_ref::<WrittenArguments>() {
+        Some(written) if indent.is_none() => Ok(minijinja::Value::from_safe_string(written.text.clone())),
+        Some(written) => minijinja::filters::tojson(&written.parsed, indent, none()),
+        None => minijinja::filters::tojson(value, indent, none()),
     }
 }
 
@@ -250,13 +314,40 @@ mod tests {
         assert!(prompt.starts_with("<|im_start|>system\nEres un tutor."), "{prompt}");
         assert!(prompt.contains(r#"{"function":{"description":"Search documents","name":"rag_search""#), "{prompt}");
         assert!(
-            prompt.contains("<tool_call>\n{\"name\": \"rag_search\", \"arguments\": {\"query\":\"examen final\"}}")
+            prompt.contains("<tool_call>\n{\"name\": \"rag_search\", \"arguments\": {\"query\":\"examen final\"}}"),
+            "{prompt}"
         );
         assert!(prompt.contains("<tool_response>\n20 de enero\n</tool_response>"));
         assert!(prompt.ends_with("<|im_start|>assistant"), "{prompt}");
         // Without tools the system message is an ordinary turn.
         let plain = t.render(&messages[..2], &[]).unwrap();
         assert!(!plain.contains("<tools>") && plain.contains("<|im_start|>system\nEres un tutor.<|im_end|>"));
+    }
+
+    #[test]
+    fn a_past_call_reads_as_the_model_wrote_it() {
+        let call = |arguments: &str| Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall { id: "c1".into(), name: "rag_search".into(), arguments: arguments.into() }],
+        };
+        let t = ChatTemplate::new(QWEN_LIKE).unwrap();
+        // Key order, spacing and an apostrophe stay as written (minijinja's own `tojson`
+        // would sort the keys, drop the spaces and escape the apostrophe).
+        let written = r#"{"top_k": 1, "query": "l'examen final"}"#;
+        let prompt = t.render(&[Message::user("?"), call(written)], &[]).unwrap();
+        assert!(prompt.contains(&format!("\"arguments\": {written}}}")), "{prompt}");
+        // Text that is no object renders as `{}`.
+        let prompt = t.render(&[Message::user("?"), call("not json")], &[]).unwrap();
+        assert!(prompt.contains("\"arguments\": {}}"), "{prompt}");
+        // Templates that read the arguments' keys, or indent them, still can.
+        let keys = ChatTemplate::new(
+            "{% for m in messages %}{% for c in m.tool_calls %}{% for k in c.function.arguments %}{{ k }}={{ \
+             c.function.arguments[k] }};{% endfor %}{{ c.function.arguments | tojson(indent=1) }}{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let out = keys.render(&[call(written)], &[]).unwrap();
+        assert!(out.starts_with("query=l'examen final;top_k=1;"), "{out}");
+        assert!(out.contains("{\n \"query\": \"l\\u0027examen final\",\n \"top_k\": 1\n}"), "{out}");
     }
 
     #[test]
