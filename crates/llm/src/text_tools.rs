@@ -8,6 +8,7 @@
 //! to be a call is released as the text it was.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 const OPEN_TAG: &str = "<tool_call>";
 const CLOSE_TAG: &str = "</tool_call>";
@@ -258,29 +259,27 @@ fn strip_fence(text: &str) -> &str {
 /// model's cache of computed tokens can then reuse — and as OpenAI-compatible servers return
 /// arguments, as text.
 fn parse_call(body: &str) -> Option<TextEvent> {
-    let v: Value = serde_json::from_str(body.trim()).ok()?;
-    let name = v.get("name")?.as_str()?.trim();
+    // Each member as written; a repeated key keeps its last value, as a parsed object would.
+    let members: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body.trim()).ok()?;
+    let name: String = serde_json::from_str(members.get("name")?.get()).ok()?;
+    let name = name.trim();
     if name.is_empty() {
         return None;
     }
-    let key = if v.get("arguments").is_some() { "arguments" } else { "parameters" };
-    let arguments = match v.get(key) {
-        None | Some(Value::Null) => "{}".to_owned(),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(inner @ Value::Object(_)) => inner.to_string(),
-            _ => return None,
-        },
-        Some(obj @ Value::Object(_)) => raw_member(body.trim(), key).unwrap_or_else(|| obj.to_string()),
+    let arguments = match members.get("arguments").or_else(|| members.get("parameters")).map(|raw| raw.get()) {
+        None | Some("null") => "{}".to_owned(),
+        // A JSON object (the raw value is valid JSON), kept as written.
+        Some(raw) if raw.starts_with('{') => raw.to_owned(),
+        Some(raw) if raw.starts_with('"') => {
+            let text: String = serde_json::from_str(raw).ok()?;
+            match serde_json::from_str::<Value>(&text) {
+                Ok(inner @ Value::Object(_)) => inner.to_string(),
+                _ => return None,
+            }
+        }
         Some(_) => return None,
     };
     Some(TextEvent::ToolCall { name: name.to_owned(), arguments })
-}
-
-/// The text of the member `key` of the JSON object `body` as written (the last one when a
-/// key repeats, as [`Value`] keeps it); `None` when it cannot be read.
-fn raw_member(body: &str, key: &str) -> Option<String> {
-    let members: std::collections::HashMap<String, &serde_json::value::RawValue> = serde_json::from_str(body).ok()?;
-    members.get(key).map(|raw| raw.get().to_owned())
 }
 
 fn merge_text(events: Vec<TextEvent>) -> Vec<TextEvent> {

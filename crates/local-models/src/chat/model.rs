@@ -292,6 +292,19 @@ impl Worker {
         Ok(self.assets.tokenizer.encode(text, false).map_err(|e| self.err(e.to_string()))?.get_ids().to_vec())
     }
 
+    /// At a reply's first token, opens a call when the call tokens hold at least `threshold`
+    /// of the probability ([`prefer_call`]). A chosen call opens with the template's own tag:
+    /// the template renders past calls that way, so the tokens computed for this one stay
+    /// valid in the next prompt (the 1.5B otherwise writes a fenced block, and the prompt after
+    /// the tool's result was computed again from the call on). Without the tag's token, any
+    /// call opener but a bare JSON object.
+    fn choose_call(&self, logits: &mut [f32], threshold: f32) {
+        if prefer_call(logits, &self.call_openers, &self.json_openers, threshold) {
+            forbid_bare_json(logits, &self.json_openers);
+            only(logits, self.call_head.first().copied());
+        }
+    }
+
     /// The prompt `text` spelled, as far as it can be, in the tokens of a sequence the KV cache
     /// holds, then the rest tokenized: `None` when no cached sequence reads as more of it than
     /// `ids` (its own tokens) already share with one. A reply the model wrote comes back in
@@ -300,20 +313,17 @@ impl Worker {
     /// same, the model's own tokens are as good a reading of it, and their keys and values
     /// are already computed.
     fn as_cached(&self, text: &str, ids: &[u32]) -> Result<Option<Vec<u32>>, LlmError> {
-        let mut best: Option<(usize, usize, &[u32])> = None;
-        let mut shared_best = 0;
-        for cached in self.model.cached_sequences() {
-            let shared = cached.iter().zip(ids).take_while(|(a, b)| a == b).count();
-            shared_best = shared_best.max(shared);
-            if shared == cached.len() {
-                continue; // all of it is reused as it is
-            }
-            let (tokens, bytes) = text_prefix(&self.assets.tokenizer, cached, text);
-            if tokens > best.map_or(0, |(t, ..)| t) {
-                best = Some((tokens, bytes, cached));
-            }
-        }
-        let Some((tokens, bytes, cached)) = best.filter(|&(tokens, ..)| tokens > shared_best) else { return Ok(None) };
+        let shared = self.model.cached_prefix(ids);
+        // Only a sequence longer than what `ids` already share can read as more of the text.
+        let best = self
+            .model
+            .cached_sequences()
+            .filter(|cached| cached.len() > shared)
+            .map(|cached| (text_prefix(&self.assets.tokenizer, cached, text), cached))
+            .max_by_key(|&((tokens, _), _)| tokens);
+        let Some(((tokens, bytes), cached)) = best.filter(|&((tokens, _), _)| tokens > shared) else {
+            return Ok(None);
+        };
         let mut spliced = cached[..tokens].to_vec();
         spliced.extend(self.tokenize(&text[bytes..])?);
         Ok(Some(spliced))
@@ -497,11 +507,7 @@ impl Worker {
                     // A call was asked for: the reply opens the template's call tag (a bare
                     // JSON object after a tool result tends to echo the result), and the guide
                     // lets it name only the callable tools.
-                    _ if request.call_required() => {
-                        prefer_call(&mut logits, &self.call_openers, &self.json_openers, 0.0);
-                        forbid_bare_json(&mut logits, &self.json_openers);
-                        only(&mut logits, self.call_head.first().copied());
-                    }
+                    _ if request.call_required() => self.choose_call(&mut logits, 0.0),
                     Some(Message::User { .. }) => {
                         let mut threshold = self.call_threshold;
                         if call_share(&logits, &self.call_openers, &self.json_openers) < threshold
@@ -514,15 +520,7 @@ impl Worker {
                                 threshold = 0.0;
                             }
                         }
-                        // A chosen call opens with the template's own tag, as an asked-for one
-                        // does: the template renders past calls that way, so the tokens
-                        // computed for this one stay valid in the next prompt (the 1.5B
-                        // otherwise writes a fenced block, and the prompt after the tool's
-                        // result was computed again from the call on).
-                        if prefer_call(&mut logits, &self.call_openers, &self.json_openers, threshold) {
-                            forbid_bare_json(&mut logits, &self.json_openers);
-                            only(&mut logits, self.call_head.first().copied());
-                        }
+                        self.choose_call(&mut logits, threshold);
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.

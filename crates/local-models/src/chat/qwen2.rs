@@ -315,6 +315,12 @@ impl Qwen2 {
         self.slots.iter().map(|s| s.tokens.as_slice()).filter(|t| !t.is_empty())
     }
 
+    /// How many of `tokens`, from the start, the KV cache holds: what [`Self::next_logits`]
+    /// would not compute (but the last).
+    pub fn cached_prefix(&self, tokens: &[u32]) -> usize {
+        self.best_slot(tokens).1
+    }
+
     /// Logits for the token after `tokens` (the whole prompt so far). The KV state of the
     /// longest prefix any cache slot shares with it is reused; returns the logits and how
     /// many tokens had to be computed.
