@@ -80,7 +80,7 @@ struct EmbedBench {
 #[derive(Debug, Serialize)]
 struct ChatBench {
     model: String,
-    /// The kernels the products ran on (`avx2`, `portable`) and on how many threads.
+    /// The kernels the products ran on (`avx512-vnni`, `avx2`, `portable`) and on how many threads.
     kernels: String,
     threads: usize,
     load_s: f64,

@@ -46,8 +46,8 @@ use std::path::{Path, PathBuf};
 
 /// `TOOLGRAPH_*` variables that are not configuration keys: the config file path, the log
 /// filter, the model cache of `scripts/fetch-models` (read by the local models), the
-/// allocator (read by the binary before `main`), and the local models' thread count.
-const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator", "threads"];
+/// allocator (read by the binary before `main`), and the local models' thread count and kernels.
+const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator", "threads", "kernels"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
 const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag", "plugins"];

@@ -321,6 +321,7 @@ fn variables_read_by_the_binary_are_not_configuration_keys() {
         jail.create_file("toolgraph.toml", "")?;
         for (name, value) in [
             ("TOOLGRAPH_THREADS", "2"),
+            ("TOOLGRAPH_KERNELS", "avx2"),
             ("TOOLGRAPH_ALLOCATOR", "mimalloc"),
             ("TOOLGRAPH_LOG", "info"),
             ("TOOLGRAPH_MODELS_DIR", "/tmp/models"),

@@ -143,11 +143,13 @@ impl LocalChatModel {
         let mut model = Qwen2::load(&content, &mut reader, max_context)?;
         model.set_cache_slots(options.cache_slots);
         let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or("local").to_owned();
-        // The weights file's name and size say which model a kept prefix was computed by.
+        // The weights file's name and size say which model a kept prefix was computed by, the
+        // kernel set and its version with which numerics (a state of other numerics is computed
+        // again, not mixed with this one's).
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let prefixes = options.prefix_dir.as_ref().map(|dir| PrefixStore {
             dir: dir.clone(),
-            stem: format!("{id}-{size}-{}", Qwen2::STATE_VERSION),
+            stem: format!("{id}-{size}-{}-{}", Qwen2::STATE_VERSION, model.kernels()),
             keep: model.cache_slots(),
         });
         if let Some(store) = &prefixes {

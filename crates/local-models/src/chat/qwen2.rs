@@ -288,7 +288,7 @@ impl Qwen2 {
         self.shape
     }
 
-    /// Which kernels the products run on (`avx2`, `portable`).
+    /// Which kernels the products run on (`avx512-vnni`, `avx2`, `portable`).
     pub fn kernels(&self) -> &'static str {
         self.kernels.name
     }

@@ -108,6 +108,83 @@ impl BlockQ8x32 {
     pub const ZERO: Self = Self { d: 0.0, qs: [0; 32] };
 }
 
+/// Tokens per tile: one per 32-bit lane of a 512-bit register.
+pub const TILE_TOKENS: usize = 16;
+
+/// One [`BlockQ8K`] of each of [`TILE_TOKENS`] tokens, regrouped so that four values of a weight
+/// row meet the same four values of every token in one 512-bit multiply: lane `l` of each row
+/// below is token `l`'s. Lanes past the prompt's last token are zero.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct TileQ8K {
+    /// Values `4k..4k + 4` of each token, four bytes per lane.
+    pub qs: [[u32; TILE_TOKENS]; QK_K / 4],
+    /// Sums of values `32p..32p + 16` and `32p + 16..32p + 32` of each token, two `i16` per lane.
+    pub bsums: [[u32; TILE_TOKENS]; QK_K / 32],
+    /// Each token's scale.
+    pub d: [f32; TILE_TOKENS],
+}
+
+impl TileQ8K {
+    /// An all-zero tile.
+    pub const ZERO: Self =
+        Self { qs: [[0; TILE_TOKENS]; QK_K / 4], bsums: [[0; TILE_TOKENS]; QK_K / 32], d: [0.0; TILE_TOKENS] };
+}
+
+/// One [`BlockQ8x32`] of each of [`TILE_TOKENS`] tokens, regrouped as [`TileQ8K`] is, the values
+/// offset by +128 to unsigned bytes (the multiply takes one side unsigned; Q8_0 weights are
+/// signed, so the activations carry the offset and the kernel subtracts `128 · Σ w`).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+pub struct TileQ8x32 {
+    /// Values `4k..4k + 4` of each token plus 128, four bytes per lane.
+    pub qs: [[u32; TILE_TOKENS]; 8],
+    /// Each token's scale.
+    pub d: [f32; TILE_TOKENS],
+}
+
+impl TileQ8x32 {
+    /// An all-zero tile.
+    pub const ZERO: Self = Self { qs: [[0; TILE_TOKENS]; 8], d: [0.0; TILE_TOKENS] };
+}
+
+/// Regroups `tokens` tokens' activations (`n` blocks each, token-major) into tiles, `n` per
+/// group of [`TILE_TOKENS`] tokens (group-major), the last group's missing lanes zero.
+pub fn tile_q8k(blocks: &[BlockQ8K], tokens: usize, n: usize, tiles: &mut Vec<TileQ8K>) {
+    let groups = tokens.div_ceil(TILE_TOKENS);
+    tiles.clear();
+    tiles.resize(groups * n, TileQ8K::ZERO);
+    for (t, row) in blocks[..tokens * n].chunks_exact(n).enumerate() {
+        let (g, l) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (x, tile) in row.iter().zip(&mut tiles[g * n..(g + 1) * n]) {
+            for (k, q) in x.qs.chunks_exact(4).enumerate() {
+                tile.qs[k][l] = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
+            }
+            for (p, s) in x.bsums.chunks_exact(2).enumerate() {
+                tile.bsums[p][l] = u32::from(s[0] as u16) | (u32::from(s[1] as u16) << 16);
+            }
+            tile.d[l] = x.d;
+        }
+    }
+}
+
+/// [`tile_q8k`] for Q8_0's activations.
+pub fn tile_q8x32(blocks: &[BlockQ8x32], tokens: usize, n: usize, tiles: &mut Vec<TileQ8x32>) {
+    let groups = tokens.div_ceil(TILE_TOKENS);
+    tiles.clear();
+    tiles.resize(groups * n, TileQ8x32::ZERO);
+    let biased = |v: i8| (i16::from(v) + 128) as u8;
+    for (t, row) in blocks[..tokens * n].chunks_exact(n).enumerate() {
+        let (g, l) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (x, tile) in row.iter().zip(&mut tiles[g * n..(g + 1) * n]) {
+            for (k, q) in x.qs.chunks_exact(4).enumerate() {
+                tile.qs[k][l] = u32::from_le_bytes([biased(q[0]), biased(q[1]), biased(q[2]), biased(q[3])]);
+            }
+            tile.d[l] = x.d;
+        }
+    }
+}
+
 /// An `f16` bit pattern as `f32`.
 #[inline]
 pub fn f16_bits(bits: u16) -> f32 {

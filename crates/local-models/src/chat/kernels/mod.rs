@@ -9,16 +9,20 @@
 //! value; gate and up) run as one dispatch. Prompts (many tokens) go through the same kernels,
 //! each weight row kept in cache while a tile of tokens passes over it.
 //!
-//! The SIMD kernels (AVX2 with FMA) are chosen at run time; the portable ones in [`scalar`] are
-//! the reference the tests hold them to, and what runs on other CPUs.
+//! The SIMD kernels are chosen at run time: AVX-512 VNNI where the CPU has it ([`avx512`]: a
+//! prompt's tokens regrouped sixteen to a register, so one instruction multiplies four weights
+//! with sixteen tokens), else AVX2 with FMA; the portable ones in [`scalar`] are the reference
+//! the tests hold them to, and what runs on other CPUs.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod blocks;
 mod pool;
 pub(crate) mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use blocks::{BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K};
+pub use blocks::{BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K, TILE_TOKENS, TileQ8K, TileQ8x32};
 pub(crate) use pool::SharedMut;
 pub use pool::WorkerPool;
 
@@ -163,8 +167,27 @@ impl QMatrix {
     /// `out[t][r] = row r · x[t]` for `rows` in `[first, end)` and every token of `x`.
     fn rows_times(&self, kernels: &Kernels, x: &QuantizedActivations, first: usize, end: usize, out: Out) {
         let out = out.starting_at_row(first);
-        // SAFETY (all three): `kernels` were chosen for this CPU, and `out` covers
-        // `tokens × stride` floats (checked in `matmul`) of which these rows are this call's.
+        // SAFETY (all six): `kernels` were chosen for this CPU, and `out` covers
+        // `tokens × stride` floats (checked in `matmul`) of which these rows are this call's;
+        // the tiles, when built, hold the same tokens as the blocks.
+        if let (Some(tiled), true) = (kernels.tiled, x.tiled) {
+            let tokens = x.tokens;
+            match &self.data {
+                Rows::Q4K(b) => {
+                    let n = self.cols / QK_K;
+                    unsafe { (tiled.q4k)(&b[first * n..end * n], &x.q8k_tiles, n, tokens, out) }
+                }
+                Rows::Q6K(b) => {
+                    let n = self.cols / QK_K;
+                    unsafe { (tiled.q6k)(&b[first * n..end * n], &x.q8k_tiles, n, tokens, out) }
+                }
+                Rows::Q8_0(b) => {
+                    let n = self.cols / 32;
+                    unsafe { (tiled.q8_0)(&b[first * n..end * n], &x.q8x32_tiles, n, tokens, out) }
+                }
+            }
+            return;
+        }
         match &self.data {
             Rows::Q4K(b) => {
                 let n = self.cols / QK_K;
@@ -265,6 +288,27 @@ impl Out {
 /// The kernel's CPU features are present, and `out` holds every (token, row) written.
 type RowsTimes<W, X> = unsafe fn(&[W], &[X], usize, Out);
 
+/// Rows (each `n` blocks) times the first `tokens` tokens of `tiles` (`n` tiles per group of
+/// [`TILE_TOKENS`] tokens), written to `out` as [`RowsTimes`] writes.
+///
+/// # Safety
+/// As [`RowsTimes`].
+type TilesTimes<W, T> = unsafe fn(&[W], &[T], usize, usize, Out);
+
+/// Kernels that read a prompt's tokens as tiles, and must give every token the result the same
+/// set's one-token kernels give it, bit for bit (a prompt computed in pieces, a reused prefix
+/// and the rest, must equal the prompt computed at once).
+#[derive(Clone, Copy)]
+struct TiledKernels {
+    q4k: TilesTimes<BlockQ4K, TileQ8K>,
+    q6k: TilesTimes<BlockQ6K, TileQ8K>,
+    q8_0: TilesTimes<BlockQ8_0, TileQ8x32>,
+}
+
+/// Prompts of at least this many tokens go through the tiled kernels: below it, a tile's empty
+/// lanes would cost more than the one-token kernels do.
+const TILED_FROM: usize = 8;
+
 /// The dot products this CPU runs best, chosen once.
 #[derive(Clone, Copy)]
 pub struct Kernels {
@@ -272,18 +316,46 @@ pub struct Kernels {
     q6k: RowsTimes<BlockQ6K, BlockQ8K>,
     q8_0: RowsTimes<BlockQ8_0, BlockQ8x32>,
     quantize_q8k: fn(&[f32], &mut [BlockQ8K]),
+    tiled: Option<TiledKernels>,
     /// What was chosen, for logs and the benchmark's report.
     pub name: &'static str,
 }
 
 impl Kernels {
-    /// The fastest kernels the CPU supports.
+    /// The fastest kernels the CPU supports, or the set `TOOLGRAPH_KERNELS` names (`avx512-vnni`,
+    /// `avx2`, `portable`: for comparing them on one machine) when this CPU supports it.
     pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(k) = x86::kernels() {
-            return k;
+        Self::choose(&Self::available(), std::env::var("TOOLGRAPH_KERNELS").ok().as_deref())
+    }
+
+    /// The set named `wanted` among `available` (fastest first, never empty), else the fastest,
+    /// with a warning when a name was given.
+    fn choose(available: &[Self], wanted: Option<&str>) -> Self {
+        let fastest = available[0];
+        let Some(wanted) = wanted else { return fastest };
+        match available.iter().find(|k| k.name == wanted.trim()) {
+            Some(k) => *k,
+            None => {
+                let names: Vec<_> = available.iter().map(|k| k.name).collect();
+                tracing::warn!(
+                    "TOOLGRAPH_KERNELS={wanted:?} is not a kernel set this CPU runs ({}); using {}",
+                    names.join(", "),
+                    fastest.name
+                );
+                fastest
+            }
         }
-        Self::portable()
+    }
+
+    /// Every set this CPU supports, fastest first, the portable one last.
+    pub fn available() -> Vec<Self> {
+        let mut sets = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        sets.extend(avx512::kernels());
+        #[cfg(target_arch = "x86_64")]
+        sets.extend(x86::kernels());
+        sets.push(Self::portable());
+        sets
     }
 
     /// The portable kernels.
@@ -293,6 +365,7 @@ impl Kernels {
             q6k: scalar::rows_times::<BlockQ6K, BlockQ8K>,
             q8_0: scalar::rows_times::<BlockQ8_0, BlockQ8x32>,
             quantize_q8k: scalar::quantize_q8k,
+            tiled: None,
             name: "portable",
         }
     }
@@ -305,6 +378,11 @@ pub struct QuantizedActivations {
     tokens: usize,
     q8k: Vec<BlockQ8K>,
     q8x32: Vec<BlockQ8x32>,
+    /// Whether the tiles below hold this input (the kernels read tiles, and the input has at
+    /// least [`TILED_FROM`] tokens).
+    tiled: bool,
+    q8k_tiles: Vec<TileQ8K>,
+    q8x32_tiles: Vec<TileQ8x32>,
 }
 
 impl QuantizedActivations {
@@ -312,11 +390,15 @@ impl QuantizedActivations {
     fn prepare(&mut self, kernels: &Kernels, x: &[f32], tokens: usize, cols: usize, q8k: bool, q8x32: bool) {
         debug_assert_eq!(x.len(), tokens * cols);
         self.tokens = tokens;
+        self.tiled = kernels.tiled.is_some() && tokens >= TILED_FROM;
         if q8k {
             let n = cols / QK_K;
             self.q8k.resize(tokens * n, BlockQ8K::ZERO);
             for (row, out) in x.chunks_exact(cols).zip(self.q8k.chunks_exact_mut(n)) {
                 (kernels.quantize_q8k)(row, out);
+            }
+            if self.tiled {
+                blocks::tile_q8k(&self.q8k, tokens, n, &mut self.q8k_tiles);
             }
         }
         if q8x32 {
@@ -324,6 +406,9 @@ impl QuantizedActivations {
             self.q8x32.resize(tokens * n, BlockQ8x32::ZERO);
             for (row, out) in x.chunks_exact(cols).zip(self.q8x32.chunks_exact_mut(n)) {
                 scalar::quantize_q8x32(row, out);
+            }
+            if self.tiled {
+                blocks::tile_q8x32(&self.q8x32, tokens, n, &mut self.q8x32_tiles);
             }
         }
     }
@@ -364,6 +449,10 @@ pub fn matmul(
         assert_eq!(out.len(), tokens * m.rows, "output is not tokens × rows");
         let chunk = match tokens {
             1 => (total_rows / (pool.threads() * 16)).max(16).next_multiple_of(16),
+            // The tiled kernels unpack an item's rows once for all its tokens and pass over
+            // them four at a time: 16 rows (at most 16 × 8,960 bytes unpacked, in L2), fewer
+            // where a matrix would otherwise give each thread under four items.
+            _ if scratch.tiled => (m.rows / (pool.threads() * 4)).clamp(4, 16) / 4 * 4,
             _ => (16 * 1024 / m.row_bytes().max(1)).clamp(2, 16),
         };
         let out = Out { buffer: SharedMut::new(out), stride: m.rows, offset: 0 };

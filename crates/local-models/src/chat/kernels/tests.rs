@@ -73,10 +73,11 @@ fn every_format_matches_the_dequantised_product() {
     let (rows, cols) = (40, 512);
     for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
         let (m, w) = matrix(dtype, rows, cols, 7);
+        // One token, a few (one-token kernels), and a prompt: four full tiles and a partial one.
         for tokens in [1, 3, 70] {
             let x = values(tokens * cols, 11 + tokens as u64);
             let want = reference(dtype, &w, &x, rows, cols, tokens);
-            for kernels in [Kernels::portable(), Kernels::detect()] {
+            for kernels in Kernels::available() {
                 let got = run(&kernels, &pool, &m, &x, tokens);
                 // The integer sums are exact; only f32 rounding of scales and partial sums is
                 // left (a block read from the wrong place would be off by the output's size).
@@ -90,31 +91,59 @@ fn every_format_matches_the_dequantised_product() {
 #[test]
 fn the_simd_kernels_compute_what_the_portable_ones_do() {
     let pool = WorkerPool::new(2);
+    // 33 rows: passes of four rows end with a partial one.
     let (rows, cols) = (33, 1536);
-    // Six tokens: four through the four-token kernels, two through the one-token ones.
-    let x = values(6 * cols, 5);
-    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
-        let (m, _) = matrix(dtype, rows, cols, 3);
-        let fast = run(&Kernels::detect(), &pool, &m, &x, 6);
-        let portable = run(&Kernels::portable(), &pool, &m, &x, 6);
-        // Integer sums are exact in both; only the order of the f32 additions differs.
-        let err = relative_error(&fast, &portable);
-        assert!(err < 1e-5, "{dtype:?}: {err}");
+    // Six tokens: AVX2's four-token kernels and one-token ones; twenty: a full tile and a
+    // partial one.
+    for tokens in [6, 20] {
+        let x = values(tokens * cols, 5);
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
+            let (m, _) = matrix(dtype, rows, cols, 3);
+            let portable = run(&Kernels::portable(), &pool, &m, &x, tokens);
+            for kernels in Kernels::available() {
+                let fast = run(&kernels, &pool, &m, &x, tokens);
+                // Integer sums are exact in both; only the order of the f32 additions differs.
+                let err = relative_error(&fast, &portable);
+                assert!(err < 1e-5, "{dtype:?} {} {tokens} tokens: {err}", kernels.name);
+            }
+        }
     }
 }
 
 #[test]
 fn simd_quantisation_matches_the_portable_one() {
     let x = values(1024, 9);
-    let (mut a, mut b) = (vec![BlockQ8K::ZERO; 4], vec![BlockQ8K::ZERO; 4]);
-    (Kernels::detect().quantize_q8k)(&x, &mut a);
-    scalar::quantize_q8k(&x, &mut b);
-    for (a, b) in a.iter().zip(&b) {
-        assert_eq!((a.d, a.qs, a.bsums), (b.d, b.qs, b.bsums));
+    for kernels in Kernels::available() {
+        let (mut a, mut b) = (vec![BlockQ8K::ZERO; 4], vec![BlockQ8K::ZERO; 4]);
+        (kernels.quantize_q8k)(&x, &mut a);
+        scalar::quantize_q8k(&x, &mut b);
+        for (a, b) in a.iter().zip(&b) {
+            assert_eq!((a.d, a.qs, a.bsums), (b.d, b.qs, b.bsums), "{}", kernels.name);
+        }
+        // An all-zero block quantises to zeros rather than dividing by zero.
+        (kernels.quantize_q8k)(&[0.0; 256], &mut a[..1]);
+        assert_eq!((a[0].d, a[0].qs), (0.0, [0; 256]));
     }
-    // An all-zero block quantises to zeros rather than dividing by zero.
-    (Kernels::detect().quantize_q8k)(&[0.0; 256], &mut a[..1]);
-    assert_eq!((a[0].d, a[0].qs), (0.0, [0; 256]));
+}
+
+#[test]
+fn this_cpus_fastest_kernels_are_chosen_and_can_be_named() {
+    let available = Kernels::available();
+    assert_eq!(available.last().map(|k| k.name), Some("portable"));
+    assert_eq!(Kernels::detect().name, available[0].name);
+    // On x86-64, the AVX-512 VNNI set comes only with the AVX2 one (it uses its quantiser).
+    let names: Vec<_> = available.iter().map(|k| k.name).collect();
+    if names.contains(&"avx512-vnni") {
+        assert_eq!(names, ["avx512-vnni", "avx2", "portable"]);
+    }
+    // `TOOLGRAPH_KERNELS` picks any of them by name; a name this CPU cannot run, or no set at
+    // all, leaves the fastest (with a warning for the unknown name).
+    for k in &available {
+        assert_eq!(Kernels::choose(&available, Some(k.name)).name, k.name);
+    }
+    assert_eq!(Kernels::choose(&available, Some("portable ")).name, "portable");
+    assert_eq!(Kernels::choose(&available, Some("neon")).name, available[0].name);
+    assert_eq!(Kernels::choose(&available, None).name, available[0].name);
 }
 
 #[test]
@@ -123,12 +152,15 @@ fn outputs_of_one_dispatch_go_to_their_own_matrices() {
     let cols = 256;
     let (a, wa) = matrix(GgmlDType::Q4K, 24, cols, 1);
     let (b, wb) = matrix(GgmlDType::Q8_0, 8, cols, 2);
-    let x = values(2 * cols, 4);
-    let (mut oa, mut ob) = (vec![0f32; 2 * 24], vec![0f32; 2 * 8]);
-    let mut scratch = QuantizedActivations::default();
-    matmul(&pool, &Kernels::detect(), &mut scratch, &x, 2, &mut [(&a, &mut oa), (&b, &mut ob)]);
-    assert!(relative_error(&oa, &reference(GgmlDType::Q4K, &wa, &x, 24, cols, 2)) < 1e-4);
-    assert!(relative_error(&ob, &reference(GgmlDType::Q8_0, &wb, &x, 8, cols, 2)) < 1e-4);
+    // Two tokens through the one-token kernels, ten through tiles where the kernels read them.
+    for tokens in [2, 10] {
+        let x = values(tokens * cols, 4);
+        let (mut oa, mut ob) = (vec![0f32; tokens * 24], vec![0f32; tokens * 8]);
+        let mut scratch = QuantizedActivations::default();
+        matmul(&pool, &Kernels::detect(), &mut scratch, &x, tokens, &mut [(&a, &mut oa), (&b, &mut ob)]);
+        assert!(relative_error(&oa, &reference(GgmlDType::Q4K, &wa, &x, 24, cols, tokens)) < 1e-4);
+        assert!(relative_error(&ob, &reference(GgmlDType::Q8_0, &wb, &x, 8, cols, tokens)) < 1e-4);
+    }
 }
 
 #[test]
@@ -150,15 +182,25 @@ fn a_tokens_result_does_not_depend_on_the_tokens_computed_with_it() {
     // Tokens go through the four-token kernels in groups and the one-token kernels alone; the
     // two must agree to the bit, or a prompt computed in pieces (a reused prefix) would differ
     // from the same prompt computed at once.
+    // Five tokens: AVX2's groups of four and a lone one; twenty: a full tile and a partial one
+    // where the kernels read tiles; split 13 + 7, a tile's worth and too few for one.
+    // Q8_0 rows of 15 blocks: an odd one, where kernels that take blocks in pairs end alone.
     let pool = WorkerPool::new(2);
-    let cols = 512;
-    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
-        let (m, _) = matrix(dtype, 24, cols, 21);
-        let x = values(5 * cols, 22);
-        let together = run(&Kernels::detect(), &pool, &m, &x, 5);
-        for t in 0..5 {
-            let alone = run(&Kernels::detect(), &pool, &m, &x[t * cols..(t + 1) * cols], 1);
-            assert_eq!(alone, together[t * 24..(t + 1) * 24], "{dtype:?} token {t}");
+    for kernels in Kernels::available() {
+        for (dtype, cols) in [(GgmlDType::Q4K, 512), (GgmlDType::Q6K, 512), (GgmlDType::Q8_0, 480)] {
+            let (m, _) = matrix(dtype, 24, cols, 21);
+            for tokens in [5, 20] {
+                let x = values(tokens * cols, 22);
+                let together = run(&kernels, &pool, &m, &x, tokens);
+                for t in 0..tokens {
+                    let alone = run(&kernels, &pool, &m, &x[t * cols..(t + 1) * cols], 1);
+                    assert_eq!(alone, together[t * 24..(t + 1) * 24], "{dtype:?} {} token {t}", kernels.name);
+                }
+                let split = 13.min(tokens);
+                let mut pieces = run(&kernels, &pool, &m, &x[..split * cols], split);
+                pieces.extend(run(&kernels, &pool, &m, &x[split * cols..], tokens - split));
+                assert_eq!(pieces, together, "{dtype:?} {} in two pieces", kernels.name);
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ pub(super) fn kernels() -> Option<Kernels> {
         q8_0: q8_0_rows,
         // SAFETY: AVX2 and FMA were detected just above.
         quantize_q8k: |x, out| unsafe { quantize_q8k(x, out) },
+        tiled: None,
         name: "avx2",
     })
 }
@@ -79,7 +80,7 @@ fn hsum_ps(v: __m256) -> f32 {
 /// `p` points at 32 readable bytes.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p.cast()) }
 }
 
@@ -87,7 +88,7 @@ unsafe fn load(p: *const u8) -> __m256i {
 /// fields with word operations rather than byte by byte.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn q4k_scales_mins(w: &BlockQ4K) -> (__m128i, __m128i) {
+pub(super) fn q4k_scales_mins(w: &BlockQ4K) -> (__m128i, __m128i) {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
     const TOP2: u32 = 0x0303_0303;
@@ -105,7 +106,7 @@ fn q4k_scales_mins(w: &BlockQ4K) -> (__m128i, __m128i) {
 /// `Σ min_j · (sum of x over sub-block j)` for one Q4_K block: four 32-bit partial sums.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn q4k_mins_dot(mins: __m128i, x: &BlockQ8K) -> __m128i {
+pub(super) fn q4k_mins_dot(mins: __m128i, x: &BlockQ8K) -> __m128i {
     // SAFETY: `bsums` is 16 i16: two 16-byte loads.
     let (lo, hi) =
         unsafe { (_mm_loadu_si128(x.bsums.as_ptr().cast()), _mm_loadu_si128(x.bsums.as_ptr().add(8).cast())) };
@@ -173,7 +174,7 @@ fn q6k_group_scale(paired: __m256i, k: usize) -> __m256i {
 /// as an unsigned byte (0..64): the low four bits from `ql`, the high two from `qh`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn q6k_groups(w: &BlockQ6K, half: usize) -> [__m256i; 4] {
+pub(super) fn q6k_groups(w: &BlockQ6K, half: usize) -> [__m256i; 4] {
     let nibble = _mm256_set1_epi8(0xF);
     let two_bits = _mm256_set1_epi8(3);
     // SAFETY: `ql` is 128 bytes and `qh` 64: offsets 64·half + 32 and 32·half stay inside.
@@ -332,7 +333,7 @@ fn dot_q8_0_q8x32_x4(w: &[BlockQ8_0], x: [&[BlockQ8x32]; 4]) -> [f32; 4] {
 }
 
 #[target_feature(enable = "avx2,fma")]
-fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+pub(super) fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
     for (block, out) in x.chunks_exact(QK_K).zip(out) {
         let mut max = _mm256_setzero_ps();
