@@ -10,7 +10,8 @@
 //!
 //! A token's result is computed in one order whether it comes through a tile or alone: per
 //! block, the integer sums (exact in any order) become one float each, added to the token's
-//! running sum by the same fused multiply-adds, block after block.
+//! running sum by the same fused multiply-adds, block after block (Q8_0's short blocks two at
+//! a time).
 
 use super::blocks::{
     BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K, TILE_TOKENS, TileQ8K, TileQ8x32, f16_bits,
