@@ -706,14 +706,14 @@ fn attention(
         let heads = first..(first + per_part).min((kv + 1) * group);
         let visible = pos + i + 1;
         let query = |head: usize| &q[i * hidden + head * hd..i * hidden + (head + 1) * hd];
+        // Position j's row of this key-value head, in the keys or the values.
+        let row = |j: usize| j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd;
         SCORES.with_borrow_mut(|scores| {
             scores.clear();
             scores.resize(heads.len() * visible, 0.0);
             for j in 0..visible {
-                let key = &keys[j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd];
-                if let Some(ahead) =
-                    keys.get((j + PREFETCH) * kv_dim + kv * hd..(j + PREFETCH) * kv_dim + (kv + 1) * hd)
-                {
+                let key = &keys[row(j)];
+                if let Some(ahead) = keys.get(row(j + PREFETCH)) {
                     prefetch(ahead);
                 }
                 for (h, head) in heads.clone().enumerate() {
@@ -730,10 +730,8 @@ fn attention(
             let out = unsafe { target.slice(i * hidden + heads.start * hd, heads.len() * hd) };
             out.fill(0.0);
             for j in 0..visible {
-                let value = &values[j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd];
-                if let Some(ahead) =
-                    values.get((j + PREFETCH) * kv_dim + kv * hd..(j + PREFETCH) * kv_dim + (kv + 1) * hd)
-                {
+                let value = &values[row(j)];
+                if let Some(ahead) = values.get(row(j + PREFETCH)) {
                     prefetch(ahead);
                 }
                 for (h, out) in out.chunks_exact_mut(hd).enumerate() {

@@ -246,14 +246,33 @@ fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ8x32]) -> f32 {
     acc
 }
 
-/// What a Q4_K block's tile kernel needs besides its values.
+/// What a k-quant block's tile kernel needs besides its values, one byte each.
 #[derive(Clone, Copy, Default)]
-struct Q4KScales {
-    scales: [i32; 8],
-    /// Each min twice, as two `i16` (for `dpwssd` against a tile's pairs of per-16 sums).
-    mins: [i32; 8],
+struct BlockScales {
+    /// The scale of each group of values (Q4_K: 8 groups of 32; Q6_K: 16 of 16).
+    scales: [i32; 16],
+    /// Two `i16` per lane, multiplied with a tile's pairs of per-16 sums: Q4_K's min of each
+    /// 32 twice, Q6_K's scales 2p and 2p + 1.
+    pairs: [i32; 8],
     d: f32,
+    /// Q4_K's scale of the mins (Q6_K has none).
     dmin: f32,
+}
+
+/// How a block's two integer sums — `A = Σ scale · (values · x)` and `P = Σ pair · (x's sums)`
+/// — become its float, as the one-token kernels make it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Offset {
+    /// Q4_K: `d·A`, then `− dmin·P`, two fused adds.
+    Mins,
+    /// Q6_K: `d·(A − 32·P)`, one.
+    ThirtyTwo,
+}
+
+thread_local! {
+    /// A work item's rows unpacked to a byte per value, and their blocks' scales: kept per
+    /// thread, so a prompt's many work items do not allocate them again.
+    static UNPACKED: std::cell::Cell<(Vec<u8>, Vec<BlockScales>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
 }
 
 /// Q4_K rows times tiles of tokens.
@@ -262,10 +281,10 @@ struct Q4KScales {
 /// AVX-512 F, BW, VL, VNNI, AVX2 and FMA are present; `out` holds every (token, row) written.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn q4k_tiles(w: &[BlockQ4K], tiles: &[TileQ8K], n: usize, tokens: usize, out: Out) {
-    let rows = w.len() / n;
     let nibble = _mm256_set1_epi8(0xF);
-    let mut values = vec![0u8; w.len() * QK_K];
-    let mut scales = vec![Q4KScales::default(); w.len()];
+    let (mut values, mut scales) = UNPACKED.take();
+    values.resize(w.len() * QK_K, 0);
+    scales.resize(w.len(), BlockScales::default());
     for ((block, v), s) in w.iter().zip(values.chunks_exact_mut(QK_K)).zip(&mut scales) {
         for j in 0..4 {
             // SAFETY: `qs` has 128 bytes and `v` 256: offsets 32j + 32 and 64j + 64 stay inside.
@@ -279,64 +298,13 @@ unsafe fn q4k_tiles(w: &[BlockQ4K], tiles: &[TileQ8K], n: usize, tokens: usize, 
         for j in 0..8 {
             let (scale, min) = block.scale_min(j);
             s.scales[j] = i32::from(scale);
-            s.mins[j] = i32::from(min) * 0x0001_0001;
+            s.pairs[j] = i32::from(min) * 0x0001_0001;
         }
         (s.d, s.dmin) = (f16_bits(block.d), f16_bits(block.dmin));
     }
-    for (g, group) in tiles.chunks_exact(n).enumerate() {
-        for first in (0..rows).step_by(ROWS) {
-            let r = pass_rows(first, rows);
-            let mut acc = [_mm512_setzero_ps(); ROWS];
-            for (b, tile) in group.iter().enumerate() {
-                let at = r.map(|r| (r * n + b) * QK_K);
-                let s = r.map(|r| scales[r * n + b]);
-                let mut sums = [_mm512_setzero_si512(); ROWS];
-                for j in 0..8 {
-                    let mut sub = [_mm512_setzero_si512(); ROWS];
-                    for k in 0..8 {
-                        // SAFETY: `tile.qs` has 64 rows of 64 bytes; each row's values are 256
-                        // bytes from `at`, of which 32j + 4k + 4 stays inside.
-                        let xv = unsafe { load64(tile.qs[8 * j + k].as_ptr().cast()) };
-                        for i in 0..ROWS {
-                            let wv = unsafe { broadcast4(values.as_ptr().add(at[i] + 32 * j + 4 * k)) };
-                            sub[i] = _mm512_dpbusd_epi32(sub[i], wv, xv);
-                        }
-                    }
-                    for i in 0..ROWS {
-                        sums[i] =
-                            _mm512_add_epi32(sums[i], _mm512_mullo_epi32(sub[i], _mm512_set1_epi32(s[i].scales[j])));
-                    }
-                }
-                let mut mins = [_mm512_setzero_si512(); ROWS];
-                for (p, pairs) in tile.bsums.iter().enumerate() {
-                    // SAFETY: a row of 16 lanes is 64 bytes.
-                    let pairs = unsafe { load64(pairs.as_ptr().cast()) };
-                    for i in 0..ROWS {
-                        mins[i] = _mm512_dpwssd_epi32(mins[i], pairs, _mm512_set1_epi32(s[i].mins[p]));
-                    }
-                }
-                // SAFETY: sixteen floats.
-                let dx = unsafe { _mm512_loadu_ps(tile.d.as_ptr()) };
-                for i in 0..ROWS {
-                    let scaled = _mm512_mul_ps(dx, _mm512_set1_ps(s[i].d));
-                    acc[i] = _mm512_fmadd_ps(scaled, _mm512_cvtepi32_ps(sums[i]), acc[i]);
-                    let scaled = _mm512_mul_ps(dx, _mm512_set1_ps(s[i].dmin));
-                    acc[i] = _mm512_fnmadd_ps(scaled, _mm512_cvtepi32_ps(mins[i]), acc[i]);
-                }
-            }
-            // SAFETY: the caller's.
-            unsafe { write_tile(out, &acc, first, rows, g * TILE_TOKENS, tokens) };
-        }
-    }
-}
-
-/// What a Q6_K block's tile kernel needs besides its values.
-#[derive(Clone, Copy, Default)]
-struct Q6KScales {
-    scales: [i32; 16],
-    /// Scales 2p and 2p + 1 as two `i16`.
-    pairs: [i32; 8],
-    d: f32,
+    // SAFETY: the caller's.
+    unsafe { kquant_tiles::<32>(&values, &scales, Offset::Mins, tiles, n, tokens, out) };
+    UNPACKED.set((values, scales));
 }
 
 /// Q6_K rows times tiles of tokens.
@@ -345,9 +313,9 @@ struct Q6KScales {
 /// As [`q4k_tiles`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn q6k_tiles(w: &[BlockQ6K], tiles: &[TileQ8K], n: usize, tokens: usize, out: Out) {
-    let rows = w.len() / n;
-    let mut values = vec![0u8; w.len() * QK_K];
-    let mut scales = vec![Q6KScales::default(); w.len()];
+    let (mut values, mut scales) = UNPACKED.take();
+    values.resize(w.len() * QK_K, 0);
+    scales.resize(w.len(), BlockScales::default());
     for ((block, v), s) in w.iter().zip(values.chunks_exact_mut(QK_K)).zip(&mut scales) {
         for half in 0..2 {
             for (g, q) in q6k_groups(block, half).into_iter().enumerate() {
@@ -364,21 +332,44 @@ unsafe fn q6k_tiles(w: &[BlockQ6K], tiles: &[TileQ8K], n: usize, tokens: usize, 
         }
         s.d = f16_bits(block.d);
     }
+    // SAFETY: the caller's.
+    unsafe { kquant_tiles::<16>(&values, &scales, Offset::ThirtyTwo, tiles, n, tokens, out) };
+    UNPACKED.set((values, scales));
+}
+
+/// Rows of unpacked k-quant blocks (`values`, a byte per value, and `scales`, `n` blocks per
+/// row) times tiles of tokens, groups of `GROUP` values sharing a scale.
+///
+/// # Safety
+/// As [`q4k_tiles`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn kquant_tiles<const GROUP: usize>(
+    values: &[u8],
+    scales: &[BlockScales],
+    offset: Offset,
+    tiles: &[TileQ8K],
+    n: usize,
+    tokens: usize,
+    out: Out,
+) {
+    let rows = scales.len() / n;
     for (g, group) in tiles.chunks_exact(n).enumerate() {
         for first in (0..rows).step_by(ROWS) {
             let r = pass_rows(first, rows);
             let mut acc = [_mm512_setzero_ps(); ROWS];
             for (b, tile) in group.iter().enumerate() {
                 let at = r.map(|r| (r * n + b) * QK_K);
-                let s = r.map(|r| scales[r * n + b]);
+                let s = r.map(|r| &scales[r * n + b]);
                 let mut sums = [_mm512_setzero_si512(); ROWS];
-                for part in 0..16 {
+                for part in 0..QK_K / GROUP {
                     let mut sub = [_mm512_setzero_si512(); ROWS];
-                    for k in 0..4 {
-                        // SAFETY: as in `q4k_tiles`; 16·part + 4k + 4 ≤ 256.
-                        let xv = unsafe { load64(tile.qs[4 * part + k].as_ptr().cast()) };
+                    for k in 0..GROUP / 4 {
+                        let at_value = GROUP * part + 4 * k;
+                        // SAFETY: `tile.qs` has 64 rows of 64 bytes; each row's values are 256
+                        // bytes from `at`, of which `at_value + 4` stays inside.
+                        let xv = unsafe { load64(tile.qs[at_value / 4].as_ptr().cast()) };
                         for i in 0..ROWS {
-                            let wv = unsafe { broadcast4(values.as_ptr().add(at[i] + 16 * part + 4 * k)) };
+                            let wv = unsafe { broadcast4(values.as_ptr().add(at[i] + at_value)) };
                             sub[i] = _mm512_dpbusd_epi32(sub[i], wv, xv);
                         }
                     }
@@ -387,20 +378,26 @@ unsafe fn q6k_tiles(w: &[BlockQ6K], tiles: &[TileQ8K], n: usize, tokens: usize, 
                         sums[i] = _mm512_add_epi32(sums[i], scaled);
                     }
                 }
-                let mut offsets = [_mm512_setzero_si512(); ROWS];
+                let mut paired = [_mm512_setzero_si512(); ROWS];
                 for (p, pairs) in tile.bsums.iter().enumerate() {
                     // SAFETY: a row of 16 lanes is 64 bytes.
                     let pairs = unsafe { load64(pairs.as_ptr().cast()) };
                     for i in 0..ROWS {
-                        offsets[i] = _mm512_dpwssd_epi32(offsets[i], pairs, _mm512_set1_epi32(s[i].pairs[p]));
+                        paired[i] = _mm512_dpwssd_epi32(paired[i], pairs, _mm512_set1_epi32(s[i].pairs[p]));
                     }
                 }
                 // SAFETY: sixteen floats.
                 let dx = unsafe { _mm512_loadu_ps(tile.d.as_ptr()) };
                 for i in 0..ROWS {
-                    let total = _mm512_sub_epi32(sums[i], _mm512_slli_epi32::<5>(offsets[i]));
                     let scaled = _mm512_mul_ps(dx, _mm512_set1_ps(s[i].d));
-                    acc[i] = _mm512_fmadd_ps(scaled, _mm512_cvtepi32_ps(total), acc[i]);
+                    if offset == Offset::Mins {
+                        acc[i] = _mm512_fmadd_ps(scaled, _mm512_cvtepi32_ps(sums[i]), acc[i]);
+                        let mins = _mm512_mul_ps(dx, _mm512_set1_ps(s[i].dmin));
+                        acc[i] = _mm512_fnmadd_ps(mins, _mm512_cvtepi32_ps(paired[i]), acc[i]);
+                    } else {
+                        let total = _mm512_sub_epi32(sums[i], _mm512_slli_epi32::<5>(paired[i]));
+                        acc[i] = _mm512_fmadd_ps(scaled, _mm512_cvtepi32_ps(total), acc[i]);
+                    }
                 }
             }
             // SAFETY: the caller's.
