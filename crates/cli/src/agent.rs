@@ -35,17 +35,23 @@ pub async fn local_model(cfg: &Config) -> anyhow::Result<Option<Arc<dyn ChatMode
         return Ok(None);
     }
     let Some(name) = cfg.llm.local_model.clone() else { return Ok(None) };
-    load_local(name, cfg.llm.local_cache_slots).await
+    load_local(name, cfg.llm.local_cache_slots, cfg.llm.local_draft_tokens).await
 }
 
 #[cfg(feature = "local-models")]
-async fn load_local(name: String, cache_slots: usize) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+async fn load_local(
+    name: String,
+    cache_slots: usize,
+    draft_tokens: usize,
+) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+    use toolgraph_local_models::chat::draft::PromptLookup;
     use toolgraph_local_models::chat::{LocalChatModel, LocalChatOptions, named_model};
     let path = named_model(&name).unwrap_or_else(|| std::path::PathBuf::from(&name));
     // Prompt prefixes computed ahead are kept beside the weights, for the next start.
     let options = LocalChatOptions {
         prefix_dir: Some(toolgraph_local_models::models_dir().join("prefix-cache")),
         cache_slots,
+        lookup: PromptLookup { max_tokens: draft_tokens, ..PromptLookup::default() },
         ..LocalChatOptions::default()
     };
     let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options))
@@ -56,7 +62,7 @@ async fn load_local(name: String, cache_slots: usize) -> anyhow::Result<Option<A
 }
 
 #[cfg(not(feature = "local-models"))]
-async fn load_local(_: String, _: usize) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+async fn load_local(_: String, _: usize, _: usize) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
     anyhow::bail!("llm.local_model needs a build with the `local-models` feature")
 }
 
@@ -74,6 +80,7 @@ pub fn tool_model(cfg: &Config, local: Option<&Arc<dyn ChatModel>>) -> Option<Ar
     Some(Arc::new(LocalOnFirstUse {
         name,
         cache_slots: cfg.llm.local_cache_slots,
+        draft_tokens: cfg.llm.local_draft_tokens,
         model: tokio::sync::OnceCell::new(),
     }))
 }
@@ -82,6 +89,7 @@ pub fn tool_model(cfg: &Config, local: Option<&Arc<dyn ChatModel>>) -> Option<Ar
 struct LocalOnFirstUse {
     name: String,
     cache_slots: usize,
+    draft_tokens: usize,
     model: tokio::sync::OnceCell<Arc<dyn ChatModel>>,
 }
 
@@ -89,7 +97,7 @@ impl LocalOnFirstUse {
     async fn get(&self) -> Result<&Arc<dyn ChatModel>, toolgraph_llm::LlmError> {
         self.model
             .get_or_try_init(|| async {
-                match load_local(self.name.clone(), self.cache_slots).await {
+                match load_local(self.name.clone(), self.cache_slots, self.draft_tokens).await {
                     Ok(Some(m)) => Ok(m),
                     Ok(None) => Err(toolgraph_llm::LlmError::Connect {
                         endpoint: "llm.local_model".into(),

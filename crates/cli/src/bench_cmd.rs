@@ -103,6 +103,65 @@ struct ChatBench {
     /// this prompt and its reply compared (`scripts/bench-llama-cpp`).
     prompt_ids: Vec<u32>,
     generated_ids: Vec<u32>,
+    /// Milliseconds of one pass over the last generated token and a draft of `k` tokens after
+    /// it (`[k, ms]`, the best of three): what checking a draft costs against one token.
+    draft_pass_ms: Vec<(usize, f64)>,
+    /// A reply that quotes a passage of its prompt, generated one token per pass and with
+    /// prompt-lookup drafts (the same tokens, checked): tokens, tokens/s each way, passes and
+    /// drafted tokens taken of those drafted.
+    quoting: QuotingBench,
+}
+
+#[derive(Debug, Serialize)]
+struct QuotingBench {
+    tokens: usize,
+    plain_tokens_per_s: f64,
+    drafted_tokens_per_s: f64,
+    passes: usize,
+    drafted: usize,
+    taken: usize,
+}
+
+/// A reply generated greedily after `prompt` (computed already, so each run starts from the
+/// same cache), with `lookup`'s drafts: its tokens, seconds, passes, tokens drafted and taken.
+#[cfg(feature = "local-models")]
+fn generate_with_drafts(
+    qwen: &mut toolgraph_local_models::chat::qwen2::Qwen2,
+    prompt: &[u32],
+    max: usize,
+    stop: &[u32],
+    lookup: toolgraph_local_models::chat::draft::PromptLookup,
+) -> anyhow::Result<(Vec<u32>, f64, usize, usize, usize)> {
+    use toolgraph_local_models::chat::draft::Lookahead;
+    use toolgraph_local_models::chat::qwen2::argmax;
+    let vocab = qwen.vocab();
+    let mut ids = prompt.to_vec();
+    let mut ahead = Lookahead::default();
+    let (mut passes, mut drafted, mut taken) = (0, 0, 0);
+    let t = Instant::now();
+    while ids.len() - prompt.len() < max {
+        let next = match ahead.row(&ids) {
+            Some(row) => {
+                taken += 1;
+                argmax(row)
+            }
+            None => {
+                let generated = ids.len() - prompt.len();
+                let draft = if generated == 0 { Vec::new() } else { lookup.draft(&ids, max - generated - 1).to_vec() };
+                let (rows, _) = qwen.draft_logits(&ids, &draft)?;
+                passes += 1;
+                drafted += draft.len();
+                let next = argmax(&rows[..vocab]);
+                ahead.set(ids.len(), &draft, rows, vocab);
+                next
+            }
+        };
+        if stop.contains(&next) {
+            break;
+        }
+        ids.push(next);
+    }
+    Ok((ids[prompt.len()..].to_vec(), t.elapsed().as_secs_f64(), passes, drafted, taken))
 }
 
 #[cfg(feature = "local-models")]
@@ -154,6 +213,37 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     let t = Instant::now();
     let (_, computed) = qwen.next_logits(&second)?;
     let second_ms = t.elapsed().as_secs_f64() * 1e3;
+    // A pass over the last generated token and k drafted ones (any tokens: the cost is the
+    // same whichever they are), each from the same cached prompt.
+    let mut draft_pass_ms = Vec::new();
+    for k in [0usize, 1, 2, 3, 4, 6, 8, 12, 16] {
+        let draft: Vec<u32> = ids.iter().rev().take(k).copied().collect();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t = Instant::now();
+            qwen.draft_logits(&ids, &draft)?;
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        draft_pass_ms.push((k, best));
+    }
+    let quoting = {
+        use toolgraph_local_models::chat::draft::PromptLookup;
+        let prompt = encode(QUOTING_QUESTION)?;
+        qwen.next_logits(&prompt)?;
+        let stop = &assets.stop_tokens;
+        let (plain, plain_s, ..) = generate_with_drafts(&mut qwen, &prompt, tokens, stop, PromptLookup::OFF)?;
+        let (reply, drafted_s, passes, drafted, taken) =
+            generate_with_drafts(&mut qwen, &prompt, tokens, stop, PromptLookup::default())?;
+        anyhow::ensure!(plain == reply, "the reply with drafts differs from the reply without");
+        QuotingBench {
+            tokens: reply.len(),
+            plain_tokens_per_s: plain.len() as f64 / plain_s.max(1e-9),
+            drafted_tokens_per_s: reply.len() as f64 / drafted_s.max(1e-9),
+            passes,
+            drafted,
+            taken,
+        }
+    };
     let per_token = qwen.weight_bytes_per_token();
     let bandwidth = toolgraph_local_models::chat::memory_read_gb_per_s();
     Ok(ChatBench {
@@ -175,8 +265,18 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
         bandwidth_bound_tokens_per_s: bandwidth * 1e9 / per_token as f64,
         generated_ids: ids[first.len()..].to_vec(),
         prompt_ids: first,
+        draft_pass_ms,
+        quoting,
     })
 }
+
+/// A question whose answer quotes the passage it gives, as a reply after a search does.
+#[cfg(feature = "local-models")]
+const QUOTING_QUESTION: &str = "Según la guía docente: «La evaluación continua supone el 40 % de la nota final y \
+    consiste en cuatro prácticas entregadas en el repositorio de la asignatura antes de las fechas publicadas en \
+    el calendario. El examen final, que supone el 60 % restante, se celebra en la convocatoria ordinaria de enero \
+    y es necesario obtener al menos un 4 sobre 10 en él para aprobar la asignatura.» ¿Cómo se evalúa la \
+    asignatura? Responde citando la guía.";
 
 #[cfg(not(feature = "local-models"))]
 fn chat_bench(_: &str, _: usize) -> anyhow::Result<ChatBench> {
@@ -418,7 +518,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 println!(
                     "{} ({} kernels, {} threads): load {:.1} s ({} tensors re-quantised to Q8_0); prompt {} tokens at {:.1} tokens/s; \
                      generation {} tokens at {:.2} tokens/s; a second prompt sharing {} prefix tokens computed {} in {:.0} ms; \
-                     {:.0} MB of weights read per token at {:.1} GB/s: at most {:.1} tokens/s",
+                     {:.0} MB of weights read per token at {:.1} GB/s: at most {:.1} tokens/s; \
+                     a quoting reply of {} tokens at {:.2} tokens/s, {:.2} with prompt-lookup drafts ({} passes, {} of {} drafted tokens taken); \
+                     a pass over one token and k drafted (k: ms): {}",
                     r.model,
                     r.kernels,
                     r.threads,
@@ -433,7 +535,14 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                     r.second_prompt_ms,
                     r.weight_bytes_per_token as f64 / 1e6,
                     r.memory_read_gb_per_s,
-                    r.bandwidth_bound_tokens_per_s
+                    r.bandwidth_bound_tokens_per_s,
+                    r.quoting.tokens,
+                    r.quoting.plain_tokens_per_s,
+                    r.quoting.drafted_tokens_per_s,
+                    r.quoting.passes,
+                    r.quoting.taken,
+                    r.quoting.drafted,
+                    r.draft_pass_ms.iter().map(|(k, ms)| format!("{k}: {ms:.1}")).collect::<Vec<_>>().join(", "),
                 );
             }
             Ok(ExitCode::SUCCESS)

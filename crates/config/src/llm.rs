@@ -39,6 +39,11 @@ pub struct LlmSettings {
     /// keys and values (the 1.5B: 57 kB a token). Default: 4. Env:
     /// `TOOLGRAPH_LLM_LOCAL_CACHE_SLOTS`.
     pub local_cache_slots: usize,
+    /// Most tokens the in-process model drafts ahead from the prompt (speculative decoding by
+    /// prompt lookup): a reply that quotes a passage or the user's words is written several
+    /// tokens per pass over the weights, the same tokens as without; 0: off. Default: 15. Env:
+    /// `TOOLGRAPH_LLM_LOCAL_DRAFT_TOKENS`.
+    pub local_draft_tokens: usize,
 }
 
 impl Default for LlmSettings {
@@ -56,6 +61,7 @@ impl Default for LlmSettings {
             strict_tools: false,
             local_model: None,
             local_cache_slots: 4,
+            local_draft_tokens: 15,
         }
     }
 }
@@ -108,6 +114,9 @@ impl LlmSettings {
         }
         if !(1..=64).contains(&self.local_cache_slots) {
             return Err(check.invalid("llm.local_cache_slots", format!("{} is not 1-64", self.local_cache_slots)));
+        }
+        if self.local_draft_tokens > 32 {
+            return Err(check.invalid("llm.local_draft_tokens", format!("{} is not 0-32", self.local_draft_tokens)));
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ fn defaults_are_sane() {
     assert_eq!(c.llm.max_retries, 3);
     assert!(c.llm.base_url.is_none());
     assert_eq!(c.llm.local_cache_slots, 4);
+    assert_eq!(c.llm.local_draft_tokens, 15);
 }
 
 #[test]
@@ -56,8 +57,10 @@ fn the_documented_environment_names_reach_their_keys() {
         jail.set_env("TOOLGRAPH_RAG_TENANT", "ugr");
         jail.set_env("TOOLGRAPH_RAG_FUSION", "dbsf");
         jail.set_env("TOOLGRAPH_LLM_LOCAL_CACHE_SLOTS", "2");
+        jail.set_env("TOOLGRAPH_LLM_LOCAL_DRAFT_TOKENS", "0");
         let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
         assert_eq!(c.llm.local_cache_slots, 2);
+        assert_eq!(c.llm.local_draft_tokens, 0);
         assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
         assert_eq!(c.rag.fusion, FusionMethod::Dbsf);
         jail.set_env("TOOLGRAPH_RAG_SECOND_EMBEDDING", "minilm");
@@ -125,6 +128,8 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("greater than 0"), "{err}");
     let err = Config::from_toml_str("[llm]\nlocal_cache_slots = 0\n").unwrap_err().to_string();
     assert!(err.contains("`llm.local_cache_slots`") && err.contains("not 1-64"), "{err}");
+    let err = Config::from_toml_str("[llm]\nlocal_draft_tokens = 33\n").unwrap_err().to_string();
+    assert!(err.contains("`llm.local_draft_tokens`") && err.contains("not 0-32"), "{err}");
     let err = Config::from_toml_str("database_url = \"mysql://x\"\n").unwrap_err().to_string();
     assert!(err.contains("postgres://"), "{err}");
     let pooled = "database_url = \"postgres://pgbouncer:6432/app\"\ndatabase_pooling = \"transaction\"\n";

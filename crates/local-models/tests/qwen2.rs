@@ -135,6 +135,28 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     let (again, computed) = model.next_logits(&first).unwrap();
     assert_eq!(computed, 1, "so is the second");
     assert!(again == fresh_first, "a copied prefix gives the logits of a fresh run");
+
+    // A draft's rows are, bit for bit, the logits each longer prompt gives computed alone.
+    let draft = &first[first.len() - 5..];
+    model.clear_cache();
+    let (rows, computed) = model.draft_logits(&second, draft).unwrap();
+    assert_eq!(computed, second.len(), "the draft is not counted as prompt");
+    let vocab = model.vocab();
+    assert_eq!(rows.len(), (draft.len() + 1) * vocab);
+    // A prompt that takes two drafted tokens and parts from the third goes on in the same
+    // slot: only its last token is computed, and no copy of the prefix is made.
+    let parted: Vec<u32> = second.iter().chain(&draft[..2]).chain(&[draft[2] + 1]).copied().collect();
+    let (parted_logits, computed) = model.next_logits(&parted).unwrap();
+    assert_eq!(computed, 1, "the taken drafted tokens are reused");
+    assert_eq!(model.cached_sequences().count(), 1, "a draft the prompt left is no other sequence");
+    for i in 0..=draft.len() {
+        let longer: Vec<u32> = second.iter().chain(&draft[..i]).copied().collect();
+        model.clear_cache();
+        let (alone, _) = model.next_logits(&longer).unwrap();
+        assert!(rows[i * vocab..(i + 1) * vocab] == alone[..], "row {i} differs from the prompt computed alone");
+    }
+    model.clear_cache();
+    assert!(model.next_logits(&parted).unwrap().0 == parted_logits, "after a draft, the logits of a fresh run");
 }
 
 mod chat_model {
@@ -336,5 +358,44 @@ mod chat_model {
         let now = kept();
         assert_eq!(now.len(), 2, "{now:?}");
         assert!(!now.contains(&files[0]), "the oldest prompt's file was removed: {now:?}");
+    }
+
+    /// Drafts read from the prompt change how soon a reply is written, not what it says: a
+    /// reply that quotes its prompt, greedy and sampled, and a tool call are the same with
+    /// drafts and without, and with drafts the replies took drafted tokens.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn drafts_from_the_prompt_write_the_same_replies() {
+        use toolgraph_local_models::chat::draft::PromptLookup;
+        let path = models_dir().join(QWEN_0_5B_FILE);
+        if !path.exists() && std::env::var_os("CI").is_none() {
+            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
+            return;
+        }
+        let load = |lookup: PromptLookup| {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || {
+                LocalChatModel::load(&path, LocalChatOptions { lookup, ..LocalChatOptions::default() }).unwrap()
+            })
+        };
+        let (with, without) = (load(PromptLookup::default()).await.unwrap(), load(PromptLookup::OFF).await.unwrap());
+        let quote = "Copy this sentence exactly, then say which month the exam is in: \
+                     «El examen final supone el 60 % de la nota y se celebra en la convocatoria ordinaria de enero; \
+                     para aprobar hace falta al menos un 4 sobre 10 en él.»";
+        let mut asked = Vec::new();
+        for temperature in [None, Some(0.8)] {
+            let mut r = request(quote, Vec::new());
+            (r.temperature, r.max_tokens) = (temperature, Some(80));
+            asked.push(r);
+        }
+        asked.push(request("What is 1234 * 5678? Use the calculator tool.", vec![calculator()]));
+        for r in asked {
+            let drafted = reply_of(with.stream(r.clone()).await.unwrap()).await;
+            let plain = reply_of(without.stream(r.clone()).await.unwrap()).await;
+            assert_eq!(drafted, plain, "temperature {:?}", r.temperature);
+            assert!(!drafted.0.is_empty() || !drafted.1.is_empty());
+        }
+        let (drafted, taken) = with.draft_counts();
+        assert!(taken >= 20 && taken <= drafted, "{taken} of {drafted} drafted tokens taken");
+        assert_eq!(without.draft_counts(), (0, 0));
     }
 }

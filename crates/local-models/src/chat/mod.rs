@@ -2,9 +2,11 @@
 //! template with tools offered in its format, and the tokenizer rebuilt from its metadata — and
 //! the decoder ([`qwen2`]) with a prefix-reusing KV cache — and [`LocalChatModel`], the
 //! `ChatModel` around them (bounded queue, streaming, tool calls parsed from the text, and
-//! decoded under the offered tools' names and parameters: [`call_guide`]).
+//! decoded under the offered tools' names and parameters: [`call_guide`]; quoting replies
+//! written sooner with drafts read from the prompt: [`draft`]).
 
 mod call_guide;
+pub mod draft;
 pub mod kernels;
 mod model;
 pub mod qwen2;

@@ -112,13 +112,27 @@ struct KvSlot {
     tokens: Vec<u32>,
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
+    /// How many of the last tokens are a draft ([`Qwen2::draft_logits`]) the caller has not
+    /// taken yet: a prompt that parts from them goes on in this slot rather than in a copy.
+    drafted: usize,
     /// The model's clock when the slot was last computed in; 0: never.
     used: u64,
 }
 
 impl KvSlot {
     fn empty(layers: usize) -> Self {
-        Self { tokens: Vec::new(), keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers], used: 0 }
+        Self {
+            tokens: Vec::new(),
+            keys: vec![Vec::new(); layers],
+            values: vec![Vec::new(); layers],
+            drafted: 0,
+            used: 0,
+        }
+    }
+
+    /// The tokens that are no draft.
+    fn committed(&self) -> usize {
+        self.tokens.len() - self.drafted
     }
 
     /// How many of `tokens` this slot holds from the start.
@@ -131,6 +145,7 @@ impl KvSlot {
             k.truncate(len * kv_dim);
             v.truncate(len * kv_dim);
         }
+        self.drafted = self.drafted.saturating_sub(self.tokens.len().saturating_sub(len));
         self.tokens.truncate(len);
     }
 
@@ -142,6 +157,7 @@ impl KvSlot {
             v.extend_from_slice(&ov[..len * kv_dim]);
         }
         self.tokens.extend_from_slice(&other.tokens[..len]);
+        self.drafted = other.drafted.saturating_sub(other.tokens.len() - len);
     }
 }
 
@@ -289,6 +305,11 @@ impl Qwen2 {
         self.shape
     }
 
+    /// The vocabulary's size: the width of a row of logits.
+    pub fn vocab(&self) -> usize {
+        self.lm_head.rows()
+    }
+
     /// Which kernels the products run on (`avx512-vnni`, `avx2`, `portable`).
     pub fn kernels(&self) -> &'static str {
         self.kernels.name
@@ -332,7 +353,30 @@ impl Qwen2 {
     pub fn next_logits(&mut self, tokens: &[u32]) -> Result<(Vec<f32>, usize), LocalModelError> {
         self.check(tokens)?;
         let slot = self.slot_for(tokens);
-        Ok(self.extend(slot, tokens))
+        Ok(self.extend(slot, tokens, 0))
+    }
+
+    /// Logits for the token after `tokens` and for the token after each longer prompt
+    /// `tokens + draft[..i]`, `i = 1..=draft.len()`, computed in one pass: rows of the
+    /// vocabulary's width, row `i` bit for bit what [`Self::next_logits`] gives for that prompt
+    /// (every token's arithmetic is the same however many are computed together). One pass
+    /// over a few tokens reads the weights once, as one token does, so a draft that is right
+    /// gives its tokens for little more than one token's time (speculative decoding). The
+    /// drafted tokens stay in the cache until a prompt parts from them; returns the rows and
+    /// how many of `tokens` were computed.
+    ///
+    /// # Errors
+    /// As [`Self::next_logits`], for `tokens` and `draft` together.
+    pub fn draft_logits(&mut self, tokens: &[u32], draft: &[u32]) -> Result<(Vec<f32>, usize), LocalModelError> {
+        let mut all = Vec::with_capacity(tokens.len() + draft.len());
+        all.extend_from_slice(tokens);
+        all.extend_from_slice(draft);
+        if tokens.is_empty() {
+            return Err(LocalModelError::Input("an empty prompt".into()));
+        }
+        self.check(&all)?;
+        let slot = self.slot_for(tokens);
+        Ok(self.extend(slot, &all, draft.len()))
     }
 
     fn check(&self, tokens: &[u32]) -> Result<(), LocalModelError> {
@@ -371,7 +415,8 @@ impl Qwen2 {
         // The last token is always computed (its logits are the answer).
         let shared = shared.min(tokens.len() - 1);
         // Losing one token (the same prompt again, or one token changed) is not worth a slot.
-        let diverges = self.slots[best].tokens.len() > shared + 1;
+        // A draft the prompt did not take is no other sequence.
+        let diverges = self.slots[best].committed() > shared + 1;
         let target = if diverges { self.least_recent() } else { best };
         if target == best {
             self.slots[best].truncate(shared, kv_dim);
@@ -401,16 +446,20 @@ impl Qwen2 {
         self.slots.iter().max_by_key(|s| s.used).expect("the cache has a slot")
     }
 
-    /// Computes `tokens` in `slot` after the prefix it shares with them (all but the last at
-    /// most); returns the logits and how many tokens were computed.
-    fn extend(&mut self, slot: usize, tokens: &[u32]) -> (Vec<f32>, usize) {
+    /// Computes `tokens` in `slot` after the prefix it shares with them (all but the last
+    /// `drafted + 1` at most); returns the logits of the last `drafted + 1` and how many tokens
+    /// before the draft were computed.
+    fn extend(&mut self, slot: usize, tokens: &[u32], drafted: usize) -> (Vec<f32>, usize) {
         let kv_dim = self.shape.kv_dim();
-        let shared = self.slots[slot].shared_with(tokens).min(tokens.len() - 1);
+        let committed = tokens.len() - drafted;
+        let shared = self.slots[slot].shared_with(&tokens[..committed]).min(committed - 1);
         self.slots[slot].truncate(shared, kv_dim);
         let new = &tokens[shared..];
-        self.forward(slot, new, shared);
-        self.slots[slot].tokens.extend_from_slice(new);
-        (self.scratch.logits.clone(), new.len())
+        self.forward(slot, new, shared, drafted + 1);
+        let s = &mut self.slots[slot];
+        s.tokens.extend_from_slice(new);
+        s.drafted = drafted;
+        (self.scratch.logits.clone(), committed - shared)
     }
 
     /// The logits after `tokens`, leaving the cache as it was: in the slot holding most of
@@ -425,14 +474,14 @@ impl Qwen2 {
         let (slot, shared) = self.best_slot(tokens);
         let kv_dim = self.shape.kv_dim();
         let s = &self.slots[slot];
-        let kept_tokens = s.tokens[shared..].to_vec();
+        let (kept_tokens, drafted) = (s.tokens[shared..].to_vec(), s.drafted);
         let kept: Vec<(Vec<f32>, Vec<f32>)> = s
             .keys
             .iter()
             .zip(&s.values)
             .map(|(k, v)| (k[shared * kv_dim..].to_vec(), v[shared * kv_dim..].to_vec()))
             .collect();
-        let (logits, _) = self.extend(slot, tokens);
+        let (logits, _) = self.extend(slot, tokens, 0);
         let s = &mut self.slots[slot];
         s.truncate(shared, kv_dim);
         for ((k, v), (kk, kv)) in s.keys.iter_mut().zip(&mut s.values).zip(kept) {
@@ -440,6 +489,7 @@ impl Qwen2 {
             v.extend_from_slice(&kv);
         }
         s.tokens.extend_from_slice(&kept_tokens);
+        s.drafted = drafted;
         Ok(logits)
     }
 
@@ -542,7 +592,7 @@ impl Qwen2 {
         }
         let lru = self.least_recent();
         self.clock += 1;
-        self.slots[lru] = KvSlot { tokens, keys, values, used: self.clock };
+        self.slots[lru] = KvSlot { tokens, keys, values, drafted: 0, used: self.clock };
         Ok(len)
     }
 
@@ -561,8 +611,9 @@ impl Qwen2 {
     }
 
     /// Runs `tokens` at positions `pos..`, appending their keys and values to cache slot
-    /// `slot`, and leaves the logits of the last one in `scratch.logits`.
-    fn forward(&mut self, slot: usize, tokens: &[u32], pos: usize) {
+    /// `slot`, and leaves the logits of the last `outputs` (at least one) in `scratch.logits`,
+    /// a row each.
+    fn forward(&mut self, slot: usize, tokens: &[u32], pos: usize, outputs: usize) {
         let s = self.shape;
         let (t, hidden, hd, kv_dim) = (tokens.len(), s.hidden, s.head_dim(), s.kv_dim());
         let eps = s.eps as f32;
@@ -625,11 +676,12 @@ impl Qwen2 {
             matmul(pool, kernels, &mut sc.quantized, &sc.gate, t, &mut [(&layer.down, &mut sc.projected[..])]);
             add_to(&mut sc.x, &sc.projected);
         }
-        let last = &sc.x[(t - 1) * hidden..];
-        resize(&mut sc.h, hidden);
+        let outputs = outputs.clamp(1, t);
+        let last = &sc.x[(t - outputs) * hidden..];
+        resize(&mut sc.h, outputs * hidden);
         rms_norm(last, &self.norm, eps, &mut sc.h);
-        resize(&mut sc.logits, self.lm_head.rows());
-        matmul(pool, kernels, &mut sc.quantized, &sc.h, 1, &mut [(&self.lm_head, &mut sc.logits[..])]);
+        resize(&mut sc.logits, outputs * self.lm_head.rows());
+        matmul(pool, kernels, &mut sc.quantized, &sc.h, outputs, &mut [(&self.lm_head, &mut sc.logits[..])]);
     }
 }
 

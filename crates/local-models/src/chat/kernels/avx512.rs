@@ -120,8 +120,51 @@ macro_rules! rows_times {
     };
 }
 
-rows_times!(q4k_rows, BlockQ4K, BlockQ8K, dot_q4k);
-rows_times!(q6k_rows, BlockQ6K, BlockQ8K, dot_q6k);
+/// One token through the one-row kernel `$dot`; several (a generated token and a draft after
+/// it, too few for a tile) through `$few`, up to [`FEW`] at a time, which unpacks each weight
+/// block once for all of them. One call per work item, so the kernels inline here.
+macro_rules! rows_times_few {
+    ($name:ident, $w:ty, $x:ty, $dot:ident, $few:ident) => {
+        /// Rows times tokens: one token alone, more [`FEW`] at a time.
+        ///
+        /// # Safety
+        /// AVX-512 F, BW, VL, VNNI, AVX2 and FMA are present; `out` holds every (token, row)
+        /// written.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+        unsafe fn $name(w: &[$w], x: &[$x], n: usize, out: Out) {
+            let (rows, tokens) = (w.len() / n, x.len() / n);
+            if tokens == 1 {
+                for (r, w) in w.chunks_exact(n).enumerate() {
+                    // SAFETY: the caller's.
+                    unsafe { out.write(0, r, $dot(w, x)) };
+                }
+                return;
+            }
+            let mut first = 0;
+            while first < tokens {
+                let group = (tokens - first).min(FEW);
+                let mut xs: [&[$x]; FEW] = [&[]; FEW];
+                for (i, xs) in xs.iter_mut().enumerate().take(group) {
+                    *xs = &x[(first + i) * n..(first + i + 1) * n];
+                }
+                for r in 0..rows {
+                    let values = $few(&w[r * n..(r + 1) * n], &xs[..group]);
+                    for (i, &v) in values.iter().enumerate().take(group) {
+                        // SAFETY: the caller's.
+                        unsafe { out.write(first + i, r, v) };
+                    }
+                }
+                first += group;
+            }
+        }
+    };
+}
+
+/// The most tokens [`dot_q4k_few`] and [`dot_q6k_few`] take at once.
+const FEW: usize = 8;
+
+rows_times_few!(q4k_rows, BlockQ4K, BlockQ8K, dot_q4k, dot_q4k_few);
+rows_times_few!(q6k_rows, BlockQ6K, BlockQ8K, dot_q6k, dot_q6k_few);
 
 rows_times!(q8_0_rows, BlockQ8_0, BlockQ8x32, dot_q8_0);
 
@@ -175,19 +218,65 @@ fn dot_q4k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
     acc
 }
 
-/// One Q6_K row with one token.
+/// [`dot_q4k`] of one row with up to [`FEW`] tokens: each block's values and scales are
+/// unpacked once for all of them, and each token's sums and floats are [`dot_q4k`]'s, in its
+/// order (the same bits as alone).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-fn dot_q6k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
-    // Register z holds values 64z..64z + 64; lane l of it covers values 64z + 4l.., whose
-    // scale is number 4z + l/4.
+fn dot_q4k_few(w: &[BlockQ4K], x: &[&[BlockQ8K]]) -> [f32; FEW] {
+    let nibble = _mm256_set1_epi8(0xF);
+    let pick = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
+    let mut acc = [0f32; FEW];
+    for (b, w) in w.iter().enumerate() {
+        let (scales, m) = q4k_scales_mins(w);
+        let scales = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(scales));
+        let mut q = [_mm512_setzero_si512(); 4];
+        let mut scale = [_mm512_setzero_si512(); 4];
+        for j in 0..4 {
+            // SAFETY: `qs` has 128 bytes: offset 32j + 32 stays inside.
+            let bytes = unsafe { load(w.qs.as_ptr().add(32 * j)) };
+            let lo = _mm256_and_si256(bytes, nibble);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), nibble);
+            q[j] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            scale[j] = _mm512_permutexvar_epi32(pick[j], scales);
+        }
+        let (d, dmin) = (f16_bits(w.d), f16_bits(w.dmin));
+        for (acc, x) in acc.iter_mut().zip(x) {
+            let x = &x[b];
+            let mins = hsum128(q4k_mins_dot(m, x));
+            let mut s = _mm512_setzero_si512();
+            for j in 0..4 {
+                // SAFETY: `x.qs` has 256 bytes: offset 64j + 64 stays inside.
+                let xs = unsafe { load64(x.qs.as_ptr().add(64 * j).cast()) };
+                s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[j], xs), scale[j]);
+            }
+            let sums = hsum128(fold512(s));
+            *acc = (x.d * d).mul_add(sums as f32, *acc);
+            *acc = (-(x.d * dmin)).mul_add(mins as f32, *acc);
+        }
+    }
+    acc
+}
+
+/// For each of a Q6_K block's four 64-value registers, which of its sixteen scales each lane
+/// takes: register z holds values 64z..64z + 64, and lane l of it covers values 64z + 4l..,
+/// whose scale is number 4z + l/4.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[inline]
+fn q6k_pick() -> [__m512i; 4] {
     let first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     let step = _mm512_set1_epi32(4);
-    let pick = [
+    [
         first,
         _mm512_add_epi32(first, step),
         _mm512_add_epi32(first, _mm512_slli_epi32::<1>(step)),
         _mm512_add_epi32(first, _mm512_mullo_epi32(step, _mm512_set1_epi32(3))),
-    ];
+    ]
+}
+
+/// One Q6_K row with one token.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+fn dot_q6k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
+    let pick = q6k_pick();
     let low16 = _mm512_set1_epi32(0xFFFF);
     let mut acc = 0f32;
     for (w, x) in w.iter().zip(x) {
@@ -210,6 +299,45 @@ fn dot_q6k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
         }
         let sums = hsum128(_mm_sub_epi32(fold512(s), fold256(offset)));
         acc = (x.d * f16_bits(w.d)).mul_add(sums as f32, acc);
+    }
+    acc
+}
+
+/// [`dot_q6k`] of one row with up to [`FEW`] tokens, each block unpacked once for all of them;
+/// each token's arithmetic is [`dot_q6k`]'s, in its order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+fn dot_q6k_few(w: &[BlockQ6K], x: &[&[BlockQ8K]]) -> [f32; FEW] {
+    let pick = q6k_pick();
+    let low16 = _mm512_set1_epi32(0xFFFF);
+    let mut acc = [0f32; FEW];
+    for (b, w) in w.iter().enumerate() {
+        // SAFETY: `scales` is 16 bytes.
+        let bytes = unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) };
+        let scales16 = _mm256_cvtepi8_epi16(bytes);
+        let scales = _mm512_and_si512(_mm512_cvtepi8_epi32(bytes), low16);
+        let (low, high) = (q6k_groups(w, 0), q6k_groups(w, 1));
+        let groups = [low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]];
+        let mut q = [_mm512_setzero_si512(); 4];
+        let mut scale = [_mm512_setzero_si512(); 4];
+        for z in 0..4 {
+            q[z] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(groups[2 * z]), groups[2 * z + 1]);
+            scale[z] = _mm512_permutexvar_epi32(pick[z], scales);
+        }
+        let d = f16_bits(w.d);
+        for (acc, x) in acc.iter_mut().zip(x) {
+            let x = &x[b];
+            // SAFETY: `bsums` is 16 i16 (32 bytes).
+            let bsums = unsafe { load(x.bsums.as_ptr().cast()) };
+            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, scales16));
+            let mut s = _mm512_setzero_si512();
+            for z in 0..4 {
+                // SAFETY: `x.qs` is 256 bytes: offset 64z + 64 stays inside.
+                let xs = unsafe { load64(x.qs.as_ptr().add(64 * z).cast()) };
+                s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[z], xs), scale[z]);
+            }
+            let sums = hsum128(_mm_sub_epi32(fold512(s), fold256(offset)));
+            *acc = (x.d * d).mul_add(sums as f32, *acc);
+        }
     }
     acc
 }

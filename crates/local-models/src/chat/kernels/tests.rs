@@ -93,8 +93,8 @@ fn the_simd_kernels_compute_what_the_portable_ones_do() {
     let pool = WorkerPool::new(2);
     // 33 rows: passes of four rows end with a partial one.
     let (rows, cols) = (33, 1536);
-    // Six tokens: AVX2's four-token kernels and one-token ones; twenty: a full tile and a
-    // partial one.
+    // Six tokens: AVX2's four-token kernels and one-token ones, AVX-512's few-token ones;
+    // twenty: a full tile and a partial one.
     for tokens in [6, 20] {
         let x = values(tokens * cols, 5);
         for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
@@ -182,7 +182,8 @@ fn a_tokens_result_does_not_depend_on_the_tokens_computed_with_it() {
     // Tokens go through the four-token kernels in groups and the one-token kernels alone; the
     // two must agree to the bit, or a prompt computed in pieces (a reused prefix) would differ
     // from the same prompt computed at once.
-    // Five tokens: AVX2's groups of four and a lone one; twenty: a full tile and a partial one
+    // Five tokens: AVX2's groups of four and a lone one, AVX-512's few-token kernels (a draft
+    // checked after a generated token); twenty: a full tile and a partial one
     // where the kernels read tiles; split 13 + 7, a tile's worth and too few for one.
     // Q8_0 rows of 15 blocks: an odd one, where kernels that take blocks in pairs end alone.
     let pool = WorkerPool::new(2);
