@@ -157,6 +157,15 @@ fn greedy_generation_answers_and_the_prefix_cache_is_exact() {
     }
     model.clear_cache();
     assert!(model.next_logits(&parted).unwrap().0 == parted_logits, "after a draft, the logits of a fresh run");
+
+    // A reply that ends after taking two drafted tokens leaves the cache holding its own
+    // tokens, none of the draft it did not take.
+    let taken: Vec<u32> = second.iter().chain(&draft[..2]).copied().collect();
+    model.clear_cache();
+    model.draft_logits(&second, draft).unwrap();
+    model.settle_draft(&taken);
+    assert_eq!(model.cached_sequences().collect::<Vec<_>>(), [&taken[..]]);
+    assert_eq!(model.next_logits(&taken).unwrap().1, 1, "the taken tokens stay computed");
 }
 
 mod chat_model {

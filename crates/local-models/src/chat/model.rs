@@ -542,7 +542,10 @@ impl Worker {
         let mut ahead = Lookahead::default();
         let (mut drafted, mut taken) = (0usize, 0usize);
         let vocab = self.model.vocab();
+        // How many tokens of `ids` the last logits were for, and whether the caller went away.
+        let (mut asked, mut gone) = (ids.len(), false);
         while generated < max_new {
+            asked = ids.len();
             let mut logits = match ahead.row(&ids) {
                 Some(row) => {
                     taken += 1;
@@ -632,7 +635,8 @@ impl Worker {
             in_call |= guide.in_call() && text.starts_with(CALL_HEAD);
             let released = stops.push(&piece);
             if !released.text.is_empty() && !emit(parser.push(&released.text), &mut calls) {
-                return Ok(()); // the caller went away: stop generating
+                gone = true; // the caller went away: stop generating
+                break;
             }
             // A reply asked to call one named tool is that one call: a small model forced
             // into a call tends to repeat it until it runs out of tokens.
@@ -643,6 +647,13 @@ impl Worker {
                 finish = FinishReason::Stop;
                 break;
             }
+        }
+        // The cache keeps what decoding without drafts would have left: the tokens the logits
+        // were last asked for, not a draft's tokens the reply did not take (the next prompt is
+        // spelled in the cached tokens where they read as its text).
+        self.model.settle_draft(&ids[..asked]);
+        if gone {
+            return Ok(());
         }
         // Text held back as a possible stop sequence that generation ended before completing.
         let held = stops.finish();

@@ -462,6 +462,20 @@ impl Qwen2 {
         (self.scratch.logits.clone(), committed - shared)
     }
 
+    /// Ends a reply written with drafts: in the slot it was computed in, the drafted tokens
+    /// past those `tokens` shares are dropped and the rest count as computed, so the cache holds
+    /// what computing `tokens` one at a time would have left.
+    pub fn settle_draft(&mut self, tokens: &[u32]) {
+        let kv_dim = self.shape.kv_dim();
+        let Some(s) = self.slots.iter_mut().max_by_key(|s| s.used) else { return };
+        if s.drafted == 0 {
+            return;
+        }
+        let keep = s.shared_with(tokens).max(s.committed());
+        s.truncate(keep, kv_dim);
+        s.drafted = 0;
+    }
+
     /// The logits after `tokens`, leaving the cache as it was: in the slot holding most of
     /// them, the cached tokens past the part `tokens` shares are set aside, `tokens` computed,
     /// then the slot put back. Costs the tokens past the shared part, and a copy of the cached
