@@ -122,8 +122,19 @@ struct QuotingBench {
     taken: usize,
 }
 
-/// A reply generated greedily after `prompt` (computed already, so each run starts from the
-/// same cache), with `lookup`'s drafts: its tokens, seconds, passes, tokens drafted and taken.
+/// A greedy reply: its tokens, the seconds it took, the passes over the weights, and the
+/// drafted tokens computed and taken.
+#[cfg(feature = "local-models")]
+struct Generated {
+    tokens: Vec<u32>,
+    seconds: f64,
+    passes: usize,
+    drafted: usize,
+    taken: usize,
+}
+
+/// A reply generated greedily after `prompt` (computed already: the first pass computes only
+/// its last token, as each later pass computes the token before it), with `lookup`'s drafts.
 #[cfg(feature = "local-models")]
 fn generate_with_drafts(
     qwen: &mut toolgraph_local_models::chat::qwen2::Qwen2,
@@ -131,7 +142,7 @@ fn generate_with_drafts(
     max: usize,
     stop: &[u32],
     lookup: toolgraph_local_models::chat::draft::PromptLookup,
-) -> anyhow::Result<(Vec<u32>, f64, usize, usize, usize)> {
+) -> anyhow::Result<Generated> {
     use toolgraph_local_models::chat::draft::Lookahead;
     use toolgraph_local_models::chat::qwen2::argmax;
     let vocab = qwen.vocab();
@@ -161,13 +172,14 @@ fn generate_with_drafts(
         }
         ids.push(next);
     }
-    Ok((ids[prompt.len()..].to_vec(), t.elapsed().as_secs_f64(), passes, drafted, taken))
+    Ok(Generated { tokens: ids[prompt.len()..].to_vec(), seconds: t.elapsed().as_secs_f64(), passes, drafted, taken })
 }
 
 #[cfg(feature = "local-models")]
 fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     use toolgraph_llm::{Message, ToolDefinition};
-    use toolgraph_local_models::chat::qwen2::{Qwen2, argmax};
+    use toolgraph_local_models::chat::draft::PromptLookup;
+    use toolgraph_local_models::chat::qwen2::Qwen2;
     use toolgraph_local_models::chat::{GgufChatAssets, named_model};
     let Some(path) = named_model(model) else { anyhow::bail!("unknown model `{model}` (0.5b or 1.5b)") };
     let file = path.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
@@ -193,21 +205,11 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     };
     let first = encode("Explain in detail what a container image is, step by step.")?;
     let t = Instant::now();
-    let (mut logits, _) = qwen.next_logits(&first)?;
+    qwen.next_logits(&first)?;
     let prefill_s = t.elapsed().as_secs_f64();
-    let mut ids = first.clone();
-    let t = Instant::now();
-    let mut generated = 0;
-    while generated < tokens {
-        let next = argmax(&logits);
-        if assets.stop_tokens.contains(&next) {
-            break;
-        }
-        ids.push(next);
-        generated += 1;
-        logits = qwen.next_logits(&ids)?.0;
-    }
-    let gen_s = t.elapsed().as_secs_f64();
+    let plain = generate_with_drafts(&mut qwen, &first, tokens, &assets.stop_tokens, PromptLookup::OFF)?;
+    let (generated, gen_s) = (plain.tokens.len(), plain.seconds);
+    let ids: Vec<u32> = first.iter().chain(&plain.tokens).copied().collect();
     let second = encode("¿Cuándo es el examen final?")?;
     let shared = first.iter().zip(&second).take_while(|(a, b)| a == b).count();
     let t = Instant::now();
@@ -227,21 +229,19 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
         draft_pass_ms.push((k, best));
     }
     let quoting = {
-        use toolgraph_local_models::chat::draft::PromptLookup;
         let prompt = encode(QUOTING_QUESTION)?;
         qwen.next_logits(&prompt)?;
         let stop = &assets.stop_tokens;
-        let (plain, plain_s, ..) = generate_with_drafts(&mut qwen, &prompt, tokens, stop, PromptLookup::OFF)?;
-        let (reply, drafted_s, passes, drafted, taken) =
-            generate_with_drafts(&mut qwen, &prompt, tokens, stop, PromptLookup::default())?;
-        anyhow::ensure!(plain == reply, "the reply with drafts differs from the reply without");
+        let plain = generate_with_drafts(&mut qwen, &prompt, tokens, stop, PromptLookup::OFF)?;
+        let drafts = generate_with_drafts(&mut qwen, &prompt, tokens, stop, PromptLookup::default())?;
+        anyhow::ensure!(plain.tokens == drafts.tokens, "the reply with drafts differs from the reply without");
         QuotingBench {
-            tokens: reply.len(),
-            plain_tokens_per_s: plain.len() as f64 / plain_s.max(1e-9),
-            drafted_tokens_per_s: reply.len() as f64 / drafted_s.max(1e-9),
-            passes,
-            drafted,
-            taken,
+            tokens: drafts.tokens.len(),
+            plain_tokens_per_s: plain.tokens.len() as f64 / plain.seconds.max(1e-9),
+            drafted_tokens_per_s: drafts.tokens.len() as f64 / drafts.seconds.max(1e-9),
+            passes: drafts.passes,
+            drafted: drafts.drafted,
+            taken: drafts.taken,
         }
     };
     let per_token = qwen.weight_bytes_per_token();

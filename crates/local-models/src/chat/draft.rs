@@ -91,7 +91,7 @@ impl Lookahead {
     /// for followed by a part of the draft (the tokens the reply took so far).
     pub fn row(&self, ids: &[u32]) -> Option<&[f32]> {
         let taken = ids.len().checked_sub(self.start)?;
-        if self.vocab == 0 || taken > self.draft.len() || ids[self.start..] != self.draft[..taken] {
+        if self.vocab == 0 || self.taken(ids) != taken {
             return None;
         }
         self.rows.get(taken * self.vocab..(taken + 1) * self.vocab)

@@ -473,10 +473,10 @@ impl Worker {
     /// `{"name": "` and parameter names followed by other text than the call's (in the demo's
     /// first call, 6 of 103 drafted tokens were taken).
     fn draft<'a>(&'a self, ids: &'a [u32], reply_start: usize, limit: usize, no_lookup: bool) -> &'a [u32] {
-        let reply = &ids[reply_start..];
         if self.lookup.max_tokens == 0 {
             return &[];
         }
+        let reply = &ids[reply_start..];
         if !reply.is_empty() && self.call_head.len() > reply.len() && self.call_head.starts_with(reply) {
             let rest = &self.call_head[reply.len()..];
             return &rest[..rest.len().min(limit)];

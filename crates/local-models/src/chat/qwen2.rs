@@ -442,8 +442,12 @@ impl Qwen2 {
 
     /// The slot the last prompt was computed in (or loaded into).
     fn most_recent(&self) -> &KvSlot {
+        &self.slots[self.most_recent_index()]
+    }
+
+    fn most_recent_index(&self) -> usize {
         // At least one slot: `set_cache_slots` keeps one, and `load` makes one.
-        self.slots.iter().max_by_key(|s| s.used).expect("the cache has a slot")
+        self.slots.iter().enumerate().max_by_key(|(_, s)| s.used).map(|(i, _)| i).expect("the cache has a slot")
     }
 
     /// Computes `tokens` in `slot` after the prefix it shares with them (all but the last
@@ -467,7 +471,8 @@ impl Qwen2 {
     /// what computing `tokens` one at a time would have left.
     pub fn settle_draft(&mut self, tokens: &[u32]) {
         let kv_dim = self.shape.kv_dim();
-        let Some(s) = self.slots.iter_mut().max_by_key(|s| s.used) else { return };
+        let recent = self.most_recent_index();
+        let s = &mut self.slots[recent];
         if s.drafted == 0 {
             return;
         }
