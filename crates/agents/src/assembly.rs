@@ -138,6 +138,7 @@ pub async fn all_tools(
             kb: legal.kb.clone(),
             default_tenant: tenant.clone(),
             url_template: legal.url.clone(),
+            answer_articles: legal.answer_articles,
         };
         all.register(crate::legal::tools::retrieve_laws_tool(library.clone()))?;
         let writer = crate::legal::AnswerWriter { model: model.clone() };

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_agents::legal::answer::{choice, true_or_false};
 use toolgraph_agents::legal::{AnswerWriter, Chunk, LawLibrary, cite, cited_labels};
-use toolgraph_config::Config;
+use toolgraph_config::{Config, MAX_ANSWER_ARTICLES};
 
 /// `toolgraph eval legal`.
 #[derive(Debug, clap::Args)]
@@ -30,9 +30,10 @@ pub struct LegalArgs {
     /// Articles retrieved per question (recall@K).
     #[arg(long, default_value_t = 5)]
     pub top_k: usize,
-    /// Of those, how many the model reads to answer.
-    #[arg(long, default_value_t = 3)]
-    pub answer_chunks: usize,
+    /// Of those, how many the model reads to answer and the citations choose among. Default:
+    /// `tools.legal.answer_articles` (2).
+    #[arg(long, value_name = "N")]
+    pub answer_chunks: Option<usize>,
     /// Retrieval only: no model calls.
     #[arg(long)]
     pub no_model: bool,
@@ -110,6 +111,8 @@ fn earlier_answers(path: &Path) -> anyhow::Result<HashMap<String, String>> {
 struct Report {
     questions: usize,
     top_k: usize,
+    /// Of the `top_k`, how many an answer read and its citations chose among.
+    answer_articles: usize,
     recall_at_k: f64,
     /// With a model: questions whose answer cites at least one article.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -162,8 +165,10 @@ fn asked(q: &Question) -> String {
 }
 
 pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
-    if !(1..=20).contains(&args.top_k) || args.answer_chunks == 0 {
-        bail!("--top-k must be 1-20 and --answer-chunks at least 1");
+    let legal = cfg.tools.legal.clone().unwrap_or_default();
+    let answer_articles = args.answer_chunks.unwrap_or(legal.answer_articles);
+    if !(1..=20).contains(&args.top_k) || !(1..=MAX_ANSWER_ARTICLES).contains(&answer_articles) {
+        bail!("--top-k must be 1-20 and --answer-chunks 1-{MAX_ANSWER_ARTICLES}");
     }
     let (mut questions, gold) = read_questions(&args.dataset)?;
     questions.retain(|q| gold.contains_key(&q.id));
@@ -175,8 +180,7 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             *seen <= n
         });
     }
-    let kb =
-        args.kb.clone().or_else(|| cfg.tools.legal.as_ref().map(|l| l.kb.clone())).unwrap_or_else(|| "luat".into());
+    let kb = args.kb.clone().unwrap_or_else(|| legal.kb.clone());
     let store = crate::retrieval::kb_store(cfg);
     // Blocking: opening a knowledge base on Qdrant is an HTTP call.
     let found = {
@@ -196,6 +200,7 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         kb,
         default_tenant: cfg.rag.tenant.clone(),
         url_template: None,
+        answer_articles,
     };
     let replayed = args.answers.as_deref().map(earlier_answers).transpose()?;
     let model = if args.no_model || replayed.is_some() {
@@ -236,16 +241,16 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             model_answer: None,
             seconds: 0.0,
         };
-        let read = &chunks[..chunks.len().min(args.answer_chunks)];
+        let read = library.read(chunks.clone());
         let answer = match &replayed {
             Some(answers) => answers.get(&q.id).cloned(),
             None if writer.model.is_some() => {
-                Some(writer.generate(&asked(q), read).await.with_context(|| format!("answering {}", q.id))?)
+                Some(writer.generate(&asked(q), &read).await.with_context(|| format!("answering {}", q.id))?)
             }
             None => None,
         };
         if let Some(answer) = answer {
-            let cited_answer = cite(&answer, read);
+            let cited_answer = cite(&answer, &read);
             let labels = cited_labels(&cited_answer);
             // A label names a chunk: the chunk's document is the cited article.
             let first = labels.first().and_then(|l| read.iter().find(|c| &c.meta.label() == l));
@@ -291,6 +296,7 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let report = Report {
         questions: outcomes.len(),
         top_k: args.top_k,
+        answer_articles,
         recall_at_k: recall,
         cited_share,
         citation_correctness: correctness,
@@ -305,6 +311,7 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         println!("recall@{:<9} {:.4}", report.top_k, report.recall_at_k);
         if let (Some(share), Some(model)) = (report.cited_share, &report.model) {
             println!("model            {model}");
+            println!("articles read    {} of {}", report.answer_articles, report.top_k);
             println!("answers citing   {:.1} %", share * 100.0);
             match report.citation_correctness {
                 Some(c) => println!("citation correct {:.1} % (first cited article is a gold one)", c * 100.0),

@@ -636,11 +636,10 @@ async fn eval_legal_scores_retrieval_citations_and_verdicts() {
     assert_eq!(v["outcomes"][0]["retrieved"][0], "Điều 39, Luật Du lịch", "{v}");
     assert_eq!(v["outcomes"][0]["model_answer"], "Sai. Hợp đồng lữ hành phải được lập thành văn bản.", "{v}");
 
-    // The same answers re-scored from the report, no model asked; one changed to open with the
-    // other article retrieved for it, which is then the one cited (and not a gold one).
+    // The same answers re-scored from the report, no model asked; one changed to a bare verdict,
+    // which cites nothing.
     let mut earlier = v.clone();
-    earlier["outcomes"][0]["model_answer"] =
-        "Sai. Theo Điều 46, Luật Điện ảnh, hợp đồng lữ hành phải được lập thành văn bản.".into();
+    earlier["outcomes"][0]["model_answer"] = "Sai.".into();
     std::fs::write(d.join("earlier.json"), earlier.to_string()).unwrap();
     let out = tg(&["eval", "legal", "--json", "--answers"])
         .arg(d.join("earlier.json"))
@@ -651,9 +650,14 @@ async fn eval_legal_scores_retrieval_citations_and_verdicts() {
     assert!(out.status.success(), "{}", stderr(&out));
     let again: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(server.request_count(), 2, "no model call when re-scoring");
-    assert_eq!(again["outcomes"][0]["cited"], serde_json::json!(["Điều 46, Luật Điện ảnh"]), "{again}");
+    assert_eq!(again["outcomes"][0]["cited"], serde_json::json!([]), "{again}");
     assert_eq!(again["outcomes"][1]["cited"], v["outcomes"][1]["cited"], "{again}");
-    assert_eq!(again["citation_correctness"], 0.5, "{again}");
+    assert_eq!(
+        (again["cited_share"].as_f64(), again["citation_correctness"].as_f64()),
+        (Some(0.5), Some(1.0)),
+        "{again}"
+    );
+    assert_eq!(again["answer_articles"], 2, "the configured default: {again}");
     std::fs::write(d.join("old.json"), r#"{"outcomes": [{"id": "DS-1"}]}"#).unwrap();
     let out = tg(&["eval", "legal", "--answers"]).arg(d.join("old.json")).arg("--dataset").arg(d).output().unwrap();
     assert!(!out.status.success() && stderr(&out).contains("no model_answer"), "{}", stderr(&out));

@@ -36,7 +36,9 @@ pub use secret::Secret;
 pub use server::{AuthKind, BackendToolSettings, RunEventsKind, ServerSettings, StoreKind};
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
 pub use toolgraph_rag::FusionMethod;
-pub use tools::{CourseToolSettings, CrisisToolSettings, LegalToolSettings, SearchProvider, ToolSettings};
+pub use tools::{
+    CourseToolSettings, CrisisToolSettings, LegalToolSettings, MAX_ANSWER_ARTICLES, SearchProvider, ToolSettings,
+};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};

@@ -295,6 +295,7 @@ fn the_legal_and_crisis_tools_and_agent_graphs_are_configured_and_checked() {
     let c =
         Config::from_toml_str("[tools.legal]\n[tools.crisis]\n[agents.luat]\ngraph = \"legal_pipeline\"\n").unwrap();
     assert_eq!(c.tools.legal.as_ref().map(|l| l.kb.as_str()), Some("luat"), "the table alone turns them on");
+    assert_eq!(c.tools.legal.as_ref().map(|l| l.answer_articles), Some(2));
     let crisis = c.tools.crisis.clone().unwrap();
     assert_eq!((crisis.search_provider, crisis.search_timeout_ms), (crate::SearchProvider::None, 15_000));
     assert_eq!(c.agents["luat"].graph, crate::AgentGraph::LegalPipeline);
@@ -311,6 +312,8 @@ fn the_legal_and_crisis_tools_and_agent_graphs_are_configured_and_checked() {
         ("[tools.crisis]\nsearch_timeout_ms = 0\n", "`tools.crisis.search_timeout_ms`"),
         ("[tools.legal]\nkb = \"\"\n", "`tools.legal.kb`"),
         ("[tools.legal]\nurl = \"laws/{law}\"\n", "`tools.legal.url`"),
+        ("[tools.legal]\nanswer_articles = 0\n", "`tools.legal.answer_articles`"),
+        ("[tools.legal]\nanswer_articles = 21\n", "`tools.legal.answer_articles`"),
     ] {
         let err = Config::from_toml_str(text).unwrap_err().to_string();
         assert!(err.contains(key), "{text}: {err}");

@@ -33,11 +33,19 @@ pub struct LegalToolSettings {
     /// `{law}`, `{article}` and `{doc_id}` (percent-encoded), e.g.
     /// `https://laws.example/search?q={law}&article={article}`. Default: none (an empty `url`).
     pub url: Option<String>,
+    /// How many of the chunks they are given, best-ranked first, `generate_answer` answers
+    /// from and `format_citation` cites among (1–20). Default: 2 — with the local 1.5B model,
+    /// a third article read was the gold one for 1 question in 100 and the source of most
+    /// answers quoted from an article that is not (docs/benchmarks.md).
+    pub answer_articles: usize,
 }
+
+/// The most articles an answer reads (`tools.legal.answer_articles`).
+pub const MAX_ANSWER_ARTICLES: usize = 20;
 
 impl Default for LegalToolSettings {
     fn default() -> Self {
-        Self { kb: "luat".into(), url: None }
+        Self { kb: "luat".into(), url: None, answer_articles: 2 }
     }
 }
 
@@ -107,6 +115,12 @@ impl ToolSettings {
         if let Some(legal) = &self.legal {
             if legal.kb.is_empty() {
                 return Err(check.invalid("tools.legal.kb", "must not be empty".into()));
+            }
+            if !(1..=MAX_ANSWER_ARTICLES).contains(&legal.answer_articles) {
+                return Err(check.invalid(
+                    "tools.legal.answer_articles",
+                    format!("must be 1-{MAX_ANSWER_ARTICLES}, got {}", legal.answer_articles),
+                ));
             }
             if let Some(url) = &legal.url
                 && !is_http_url(Some(&url.replace(['{', '}'], "")))

@@ -21,6 +21,8 @@ use toolgraph_tools::ToolRegistry;
 
 const QUESTION: &str = "Cơ quan nào có trách nhiệm thống nhất quản lý nhà nước về điện ảnh?";
 const GOLD: &str = "Luật Điện ảnh#45";
+/// How many of the best-ranked articles an answer reads (`tools.legal.answer_articles`).
+const ANSWER_ARTICLES: usize = 2;
 
 /// The ALQAC laws ingested once for the whole test binary (keyword index, as the demo does).
 fn laws() -> Option<Arc<KbStore>> {
@@ -59,6 +61,7 @@ async fn start(kb: Arc<KbStore>, graph: AgentGraph, agent_kb: Option<&str>, scri
         kb: "luat".into(),
         default_tenant: "nobody".into(),
         url_template: Some("https://laws.example/search?law={law}&article={article}".into()),
+        answer_articles: ANSWER_ARTICLES,
     };
     let mut tools = ToolRegistry::new();
     tools.register(legal::tools::retrieve_laws_tool(library.clone())).unwrap();
@@ -137,6 +140,10 @@ async fn the_pipeline_retrieves_answers_from_the_articles_and_cites_them() {
     let prompt = question_asked(&requests[0]);
     let label = format!("[{}] Điều 45, Luật Điện ảnh\n", gold + 1);
     assert!(prompt.contains(&label) && prompt.contains(QUESTION), "{prompt}");
+    // Only the best-ranked articles: the rest of the five were retrieved, not read.
+    let read = format!("[{ANSWER_ARTICLES}] ");
+    let unread = format!("[{}] ", ANSWER_ARTICLES + 1);
+    assert!(prompt.contains(&read) && !prompt.contains(&unread), "{prompt}");
     assert_eq!(results(&events, "generate_answer")[0], json!({"answer": answer}));
 
     // format_citation: the answer attributed to the article it came from; streamed and stored.
@@ -256,6 +263,33 @@ async fn chunks_a_model_invents_or_alters_are_refused_or_read_from_the_knowledge
     let expected = json!({"cited_answer": format!("Theo [Điều 45, Luật Điện ảnh], {answer}")});
     assert_eq!(cited[1], expected, "the step after generate_answer");
     assert_eq!(results(&later, "format_citation")[0], expected, "the altered chunks given to format_citation");
+}
+
+#[tokio::test]
+async fn an_answer_is_cited_among_the_best_ranked_articles_only() {
+    let Some(kb) = laws() else { return };
+    let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+    let chunk = |doc_id: &str, text: &str| json!({"text": text, "meta": {"doc_id": doc_id}});
+    let gold = chunk(GOLD, answer);
+    let others = [chunk("Luật Du lịch#39", "Hợp đồng lữ hành"), chunk("Luật Điện ảnh#46", "Trách nhiệm quản lý")];
+    let script = vec![
+        Reply::tool_calls(&[("r1", "retrieve_laws", json!({"question": QUESTION}))]),
+        Reply::tool_calls(&[
+            // The article that holds the answer third, past the ones an answer reads ...
+            ("c1", "format_citation", json!({"answer": answer, "chunks": [others[0], others[1], gold]})),
+            // ... and first.
+            ("c2", "format_citation", json!({"answer": answer, "chunks": [gold, others[0], others[1]]})),
+        ]),
+        Reply::text(answer),
+    ];
+    let s = start(kb, AgentGraph::React, None, script).await;
+    let events = turn(&s, QUESTION).await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let cited = results(&events, "format_citation");
+    assert_eq!(cited.len(), 2, "{cited:?}");
+    let third = cited[0]["cited_answer"].as_str().expect("a cited answer");
+    assert!(!third.contains("Điều 45"), "an article the answer did not read was cited: {third}");
+    assert_eq!(cited[1], json!({"cited_answer": format!("Theo [Điều 45, Luật Điện ảnh], {answer}")}));
 }
 
 #[tokio::test]

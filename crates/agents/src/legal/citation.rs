@@ -5,23 +5,39 @@
 //! syllable pairs with it (pairs rather than single syllables, because Vietnamese words are
 //! several syllables and single ones like "của" or "người" are everywhere; pairs of two such
 //! common syllables, like "quy định" or "điều luật", do not count), weighted by how few of the
-//! chunks hold each pair; a sentence that shares fewer than two pairs with every chunk gets no
-//! citation. Labels come only from the chunks, so an article absent from them is never
-//! cited; a bracketed citation the answer already has is kept when it names one of the chunks
-//! (and then decides the attribution) and removed when it does not. A sentence that opens by
-//! naming a chunk without brackets ("Theo Điều 46, Luật Điện ảnh, …", as a small model writes
-//! it) is attributed to that chunk, and the opening becomes the bracketed citation.
+//! chunks hold each pair. A chunk supports a sentence only when it holds at least two of its
+//! pairs and at least a quarter of them: a long sentence that shares a stray phrase with an
+//! article ("chất hướng thần" in an article on medicines) is not that article's claim, and gets
+//! no citation. Labels come only from the chunks, so an article absent from them is never
+//! cited; a bracketed citation the answer already has is removed when it names none of the
+//! chunks. One that names a chunk is the model's own attribution, and a small model often names
+//! the wrong one of the articles it read: it stands unless another chunk clearly holds the
+//! sentence instead (more than twice the named one's score), and then that chunk is cited. A
+//! sentence that opens by naming a chunk without brackets ("Theo Điều 46, Luật Điện ảnh, …", as
+//! a small model writes it) is treated the same way, and the opening becomes the bracketed
+//! citation; so is one that names a chunk elsewhere ("A. Điều 14, Luật Trọng tài thương mại."),
+//! and the name, bracketed, becomes the citation.
 
 use super::Chunk;
 use super::answer::NO_ANSWER;
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 /// Fewest shared syllable pairs for a sentence to be attributed.
 const MIN_SHARED_PAIRS: usize = 2;
 
+/// Smallest share of a sentence's pairs a chunk must hold to support it.
+const MIN_COVERAGE: f64 = 0.25;
+
+/// How many times the named chunk's score another chunk must exceed to overrule a citation the
+/// answer wrote itself.
+const OVERRULE_FACTOR: f64 = 2.0;
+
 /// The answer with its citations (see the module docs).
 pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
     let labels: Vec<String> = chunks.iter().map(|c| c.meta.label()).collect();
+    let label_words: Vec<Vec<String>> =
+        labels.iter().map(|l| normalize(l).split(' ').filter(|w| !w.is_empty()).map(str::to_owned).collect()).collect();
     let pairs: Vec<HashSet<String>> = chunks.iter().map(|c| syllable_pairs(&c.text)).collect();
     let mut df: HashMap<&str, usize> = HashMap::new();
     for set in &pairs {
@@ -33,7 +49,7 @@ pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
     let mut previous: Option<usize> = None;
     for (sentence, gap) in sentences(answer) {
         let (stripped, hinted) = strip_citations(sentence, &labels);
-        let (text, hinted) = match (hinted, leading_citation(stripped.trim(), &labels)) {
+        let (text, hinted) = match (hinted, leading_citation(stripped.trim(), &label_words)) {
             (None, Some((i, rest))) => (rest, Some(i)),
             (hinted, _) => (stripped.trim(), hinted),
         };
@@ -41,8 +57,22 @@ pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
             out.push_str(gap);
             continue;
         }
-        let source = hinted.or_else(|| best_chunk(text, &pairs, &df));
+        let mention = if hinted.is_none() { mentioned(text, &label_words) } else { None };
+        let mine = match &mention {
+            // A label's words name an article; they are no evidence of what one says.
+            Some((_, at)) => {
+                let mut mine = syllable_pairs(&text[..at.start]);
+                mine.extend(syllable_pairs(&text[at.end..]));
+                mine
+            }
+            None => syllable_pairs(text),
+        };
+        let source = attribution(&mine, hinted.or(mention.as_ref().map(|(i, _)| *i)), &pairs, &df);
         match source.filter(|_| !text.contains(NO_ANSWER)) {
+            // The sentence names the article it is attributed to: the name becomes the citation.
+            Some(i) if let Some((_, at)) = mention.as_ref().filter(|(m, _)| *m == i) => {
+                out.push_str(&format!("{}[{}]{}", &text[..at.start], labels[i], &text[at.end..]));
+            }
             Some(i) if previous == Some(i) => out.push_str(text),
             Some(i) => out.push_str(&attributed(text, &labels[i])),
             None => out.push_str(text),
@@ -66,55 +96,97 @@ fn attributed(text: &str, label: &str) -> String {
 
 /// When `text` opens with "Theo " and a chunk's label without brackets ("Theo Điều 46, Luật
 /// Điện ảnh, Bộ …"): that chunk, and the text after the label and its comma.
-fn leading_citation<'a>(text: &'a str, labels: &[String]) -> Option<(usize, &'a str)> {
+fn leading_citation<'a>(text: &'a str, labels: &[Vec<String>]) -> Option<(usize, &'a str)> {
     let after = text.get(..5).filter(|w| w.eq_ignore_ascii_case("theo ")).map(|_| &text[5..])?;
-    // The words of `after` with where each ends, as far as the longest label reaches.
-    let mut words: Vec<(String, usize)> = Vec::new();
+    let words = spanned_words(after);
+    let (i, n) = label_at(&words, 0, labels)?;
+    let rest = after[words[n - 1].1.end..].trim_start_matches([',', ':', ' ']);
+    (!rest.is_empty()).then_some((i, rest))
+}
+
+/// The chunk whose label `text` names first without brackets ("A. Điều 14, Luật Trọng tài
+/// thương mại."), and where the label is: a sentence that names one of the articles read is
+/// about that article.
+fn mentioned(text: &str, labels: &[Vec<String>]) -> Option<(usize, Range<usize>)> {
+    let words = spanned_words(text);
+    (0..words.len())
+        .find_map(|at| label_at(&words, at, labels).map(|(i, n)| (i, words[at].1.start..words[at + n - 1].1.end)))
+}
+
+/// The words of `text` (runs of letters and digits), lowercased, each with where it is.
+fn spanned_words(text: &str) -> Vec<(String, Range<usize>)> {
+    let mut words = Vec::new();
     let mut start = None;
-    for (i, c) in after.char_indices().chain(std::iter::once((after.len(), ' '))) {
+    for (i, c) in text.char_indices().chain(std::iter::once((text.len(), ' '))) {
         match (c.is_alphanumeric(), start) {
             (true, None) => start = Some(i),
             (false, Some(s)) => {
-                words.push((after[s..i].to_lowercase(), i));
+                words.push((text[s..i].to_lowercase(), s..i));
                 start = None;
-                if words.len() >= 16 {
-                    break;
-                }
             }
             _ => {}
         }
     }
-    let named = labels.iter().enumerate().filter_map(|(i, label)| {
-        let wanted = normalize(label);
-        let n = wanted.split(' ').count();
-        let matches =
-            !wanted.is_empty() && n <= words.len() && wanted.split(' ').zip(&words).all(|(w, (got, _))| w == got);
-        matches.then(|| (i, words[n - 1].1))
-    });
-    // The longest label that matches ("Điều 4, Luật X" is no prefix of "Điều 45, …", but a
-    // law's name may be of another's).
-    let (i, end) = named.max_by_key(|&(_, end)| end)?;
-    let rest = after[end..].trim_start_matches([',', ':', ' ']);
-    (!rest.is_empty()).then_some((i, rest))
+    words
 }
 
-/// The chunk that supports `text` best, if any shares enough with it.
-fn best_chunk(text: &str, pairs: &[HashSet<String>], df: &HashMap<&str, usize>) -> Option<usize> {
-    let mine = syllable_pairs(text);
-    let n = pairs.len() as f64;
+/// The chunk whose label (as lowercased words) `words` spell from `at` on, and how many words
+/// it takes: the longest that matches ("Điều 4, Luật X" is no prefix of "Điều 45, …", but a
+/// law's name may be of another's).
+fn label_at(words: &[(String, Range<usize>)], at: usize, labels: &[Vec<String>]) -> Option<(usize, usize)> {
+    let words = words.get(at..)?;
+    labels
+        .iter()
+        .enumerate()
+        .filter(|(_, label)| {
+            !label.is_empty() && label.len() <= words.len() && label.iter().zip(words).all(|(l, (w, _))| l == w)
+        })
+        .max_by_key(|(_, label)| label.len())
+        .map(|(i, label)| (i, label.len()))
+}
+
+/// The chunk a sentence (its syllable pairs, `mine`) is attributed to: the one the answer
+/// named (`hinted`) unless another clearly holds the sentence instead, else the one that
+/// supports it best, if any does.
+fn attribution(
+    mine: &HashSet<String>,
+    hinted: Option<usize>,
+    pairs: &[HashSet<String>],
+    df: &HashMap<&str, usize>,
+) -> Option<usize> {
+    let scores = support(mine, pairs, df);
     let mut best: Option<(usize, f64)> = None;
-    for (i, theirs) in pairs.iter().enumerate() {
-        let shared: Vec<&String> = mine.iter().filter(|p| theirs.contains(*p)).collect();
-        if shared.len() < MIN_SHARED_PAIRS {
-            continue;
-        }
-        let score: f64 = shared.iter().map(|p| (1.0 + n / df.get(p.as_str()).copied().unwrap_or(1) as f64).ln()).sum();
+    for (i, score) in scores.iter().enumerate() {
         // Ties go to the better-ranked chunk (the earlier one).
-        if best.is_none_or(|(_, s)| score > s) {
+        if let Some(score) = *score
+            && best.is_none_or(|(_, b)| score > b)
+        {
             best = Some((i, score));
         }
     }
-    best.map(|(i, _)| i)
+    match (hinted, best) {
+        (Some(named), Some((other, score))) if other != named => {
+            let named_score = scores[named].unwrap_or(0.0);
+            Some(if score > OVERRULE_FACTOR * named_score { other } else { named })
+        }
+        (Some(named), _) => Some(named),
+        (None, best) => best.map(|(i, _)| i),
+    }
+}
+
+/// Each chunk's support for a sentence (its pairs, `mine`): the weight of the pairs they share
+/// (a pair fewer chunks hold weighs more), or `None` when the chunk holds too few of them.
+fn support(mine: &HashSet<String>, pairs: &[HashSet<String>], df: &HashMap<&str, usize>) -> Vec<Option<f64>> {
+    let n = pairs.len() as f64;
+    pairs
+        .iter()
+        .map(|theirs| {
+            let shared: Vec<&String> = mine.iter().filter(|p| theirs.contains(*p)).collect();
+            let enough = shared.len() >= MIN_SHARED_PAIRS && shared.len() as f64 >= MIN_COVERAGE * mine.len() as f64;
+            enough
+                .then(|| shared.iter().map(|p| (1.0 + n / df.get(p.as_str()).copied().unwrap_or(1) as f64).ln()).sum())
+        })
+        .collect()
 }
 
 /// Syllables every legal text and every answer about one is full of: a pair of two of them
@@ -366,6 +438,55 @@ mod tests {
             cite(answer, &chunks()),
             "Theo Điều 4, Luật Điện ảnh, Chính phủ thống nhất quản lý nhà nước về điện ảnh [Điều 45, Luật Điện ảnh]."
         );
+    }
+
+    #[test]
+    fn a_citation_the_answer_wrote_yields_to_the_article_that_holds_the_sentence() {
+        // The model named the tourism article for the cinema article's sentence, word for word.
+        let answer = "Theo [Điều 39, Luật Du lịch], Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+        assert_eq!(
+            cite(answer, &chunks()),
+            "Theo [Điều 45, Luật Điện ảnh], Chính phủ thống nhất quản lý nhà nước về điện ảnh."
+        );
+        let answer = "Theo Điều 39, Luật Du lịch, Chính phủ thống nhất quản lý nhà nước về điện ảnh.";
+        assert_eq!(
+            cite(answer, &chunks()),
+            "Theo [Điều 45, Luật Điện ảnh], Chính phủ thống nhất quản lý nhà nước về điện ảnh."
+        );
+        // Where the named article holds the sentence as well as the other, the answer's choice stands.
+        let both = vec![
+            chunk("Luật Viên chức", "46", "Trước 03 tháng, cơ quan quản lý viên chức ra quyết định nghỉ hưu."),
+            chunk("Luật Viên chức", "56", "Trước 03 tháng, cơ quan quản lý viên chức ra quyết định nghỉ hưu sớm."),
+        ];
+        let answer =
+            "Theo [Điều 56, Luật Viên chức], trước 03 tháng, cơ quan quản lý viên chức ra quyết định nghỉ hưu.";
+        assert_eq!(cited_labels(&cite(answer, &both)), ["Điều 56, Luật Viên chức"]);
+    }
+
+    #[test]
+    fn a_chunk_holding_a_stray_phrase_of_a_long_sentence_does_not_support_it() {
+        let medicines = vec![chunk(
+            "Luật Phòng, chống ma túy",
+            "15",
+            "Kiểm soát hoạt động liên quan đến thuốc gây nghiện, thuốc hướng thần, tiền chất dùng làm thuốc.",
+        )];
+        // Two ("thuốc gây", "gây nghiện") of its two dozen pairs: not this article's claim.
+        let answer = "Chất gây nghiện là chất kích thích hoặc ức chế thần kinh, dễ gây tình trạng nghiện \
+                      đối với người sử dụng thuốc gây nghiện.";
+        assert_eq!(cite(answer, &medicines), answer);
+        // The same pairs make up a short sentence's claim.
+        let answer = "Thuốc gây nghiện được kiểm soát.";
+        assert_eq!(cited_labels(&cite(answer, &medicines)), ["Điều 15, Luật Phòng, chống ma túy"]);
+    }
+
+    #[test]
+    fn a_sentence_naming_one_of_the_articles_is_attributed_to_it() {
+        // No article holds these words; the sentence names one.
+        let answer = "Việc này được quy định tại Điều 39, Luật Du lịch.";
+        assert_eq!(cite(answer, &chunks()), "Việc này được quy định tại [Điều 39, Luật Du lịch].");
+        // A number that only begins the label's is not the label.
+        let answer = "Việc này được quy định tại Điều 391, Luật Du lịch.";
+        assert_eq!(cite(answer, &chunks()), answer);
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct LawLibrary {
     pub default_tenant: String,
     /// `{law}`, `{article}`, `{doc_id}` template of `url`; `None`: empty.
     pub url_template: Option<String>,
+    /// How many of the chunks they are given, best-ranked first, an answer is written from and
+    /// cited among ([`LawLibrary::read`]).
+    pub answer_articles: usize,
 }
 
 /// Most articles one retrieval returns.
@@ -152,6 +155,14 @@ impl LawLibrary {
     pub fn scope(&self, ctx: &ToolContext) -> (String, Option<String>) {
         let tenant = ctx.get_str("tenant").unwrap_or(&self.default_tenant).to_owned();
         (tenant, ctx.get_str("kb").map(str::to_owned))
+    }
+
+    /// The chunks an answer reads of `chunks` (best first): the first `answer_articles`. A small
+    /// model quotes a weakly ranked article as readily as the best one, and the third is seldom
+    /// the one a question is about.
+    pub fn read(&self, mut chunks: Vec<Chunk>) -> Vec<Chunk> {
+        chunks.truncate(self.answer_articles.max(1));
+        chunks
     }
 
     /// `chunks` as the knowledge base holds them, so that a model which copies chunks into

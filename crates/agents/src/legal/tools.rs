@@ -109,9 +109,9 @@ pub fn retrieve_laws_tool(library: LawLibrary) -> Arc<dyn Tool> {
     .expect("retrieve_laws's schema is valid")
 }
 
-/// `generate_answer` on `writer`'s model: `{answer}`, from the chunks as `library` holds them
-/// ([`LawLibrary::verified`]: an article it lacks is refused); a model that fails or is missing
-/// is an `unavailable` failure.
+/// `generate_answer` on `writer`'s model: `{answer}`, from the best-ranked chunks
+/// ([`LawLibrary::read`]) as `library` holds them ([`LawLibrary::verified`]: an article it lacks
+/// is refused); a model that fails or is missing is an `unavailable` failure.
 pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dyn Tool> {
     ToolBuilder::<GenerateAnswerInput>::new(
         "generate_answer",
@@ -129,7 +129,7 @@ pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dy
         let (tenant, kb) = library.scope(&ctx);
         let chunks = given_or_retrieved(&ctx, args.chunks);
         async move {
-            let chunks = library.verified(&tenant, kb.as_deref(), chunks?).await?;
+            let chunks = library.verified(&tenant, kb.as_deref(), library.read(chunks?)).await?;
             match writer.generate(&args.question, &chunks).await {
                 Ok(answer) => Ok(json!({ "answer": answer })),
                 Err(AnswerError::Timeout(t)) => Err(ToolError::timeout(format!("no answer within {t:?}"))),
@@ -140,8 +140,9 @@ pub fn generate_answer_tool(writer: AnswerWriter, library: LawLibrary) -> Arc<dy
     .expect("generate_answer's schema is valid")
 }
 
-/// `format_citation`: `{cited_answer}` (see [`cite`]) against the chunks as `library` holds
-/// them ([`LawLibrary::verified`]: an article it lacks is refused, never cited).
+/// `format_citation`: `{cited_answer}` (see [`cite`]) against the chunks the answer read
+/// ([`LawLibrary::read`]) as `library` holds them ([`LawLibrary::verified`]: an article it
+/// lacks is refused, never cited).
 pub fn format_citation_tool(library: LawLibrary) -> Arc<dyn Tool> {
     ToolBuilder::<FormatCitationInput>::new(
         "format_citation",
@@ -163,7 +164,7 @@ pub fn format_citation_tool(library: LawLibrary) -> Arc<dyn Tool> {
         let (answer, chunks) = (given_or_generated(&ctx, args.answer), given_or_retrieved(&ctx, args.chunks));
         async move {
             let (answer, chunks) = (answer?, chunks?);
-            let chunks = library.verified(&tenant, kb.as_deref(), chunks).await?;
+            let chunks = library.verified(&tenant, kb.as_deref(), library.read(chunks)).await?;
             Ok(json!({ "cited_answer": cite(&answer, &chunks) }))
         }
     })
