@@ -170,6 +170,8 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     if !(1..=20).contains(&args.top_k) || !(1..=MAX_ANSWER_ARTICLES).contains(&answer_articles) {
         bail!("--top-k must be 1-20 and --answer-chunks 1-{MAX_ANSWER_ARTICLES}");
     }
+    // No more are read than are retrieved.
+    let answer_articles = answer_articles.min(args.top_k);
     let (mut questions, gold) = read_questions(&args.dataset)?;
     questions.retain(|q| gold.contains_key(&q.id));
     if let Some(n) = args.limit {

@@ -16,7 +16,7 @@
 //! sentence that opens by naming a chunk without brackets ("Theo Điều 46, Luật Điện ảnh, …", as
 //! a small model writes it) is treated the same way, and the opening becomes the bracketed
 //! citation; so is one that names a chunk elsewhere ("A. Điều 14, Luật Trọng tài thương mại."),
-//! and the name, bracketed, becomes the citation.
+//! and the name becomes the bracketed citation (of the chunk that overruled it, if one did).
 
 use super::Chunk;
 use super::answer::NO_ANSWER;
@@ -68,14 +68,14 @@ pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
             None => syllable_pairs(text),
         };
         let source = attribution(&mine, hinted.or(mention.as_ref().map(|(i, _)| *i)), &pairs, &df);
-        match source.filter(|_| !text.contains(NO_ANSWER)) {
-            // The sentence names the article it is attributed to: the name becomes the citation.
-            Some(i) if let Some((_, at)) = mention.as_ref().filter(|(m, _)| *m == i) => {
-                out.push_str(&format!("{}[{}]{}", &text[..at.start], labels[i], &text[at.end..]));
-            }
-            Some(i) if previous == Some(i) => out.push_str(text),
-            Some(i) => out.push_str(&attributed(text, &labels[i])),
-            None => out.push_str(text),
+        let at = mention.map(|(_, at)| at);
+        match (source.filter(|_| !text.contains(NO_ANSWER)), at) {
+            // The sentence names an article: the name becomes the citation, of the article it
+            // named or of the one that overruled it (never both in one sentence).
+            (Some(i), Some(at)) => out.push_str(&format!("{}[{}]{}", &text[..at.start], labels[i], &text[at.end..])),
+            (Some(i), None) if previous == Some(i) => out.push_str(text),
+            (Some(i), None) => out.push_str(&attributed(text, &labels[i])),
+            (None, _) => out.push_str(text),
         }
         previous = source;
         out.push_str(gap);
@@ -156,35 +156,42 @@ fn attribution(
 ) -> Option<usize> {
     let scores = support(mine, pairs, df);
     let mut best: Option<(usize, f64)> = None;
-    for (i, score) in scores.iter().enumerate() {
+    for (i, s) in scores.iter().enumerate() {
         // Ties go to the better-ranked chunk (the earlier one).
-        if let Some(score) = *score
-            && best.is_none_or(|(_, b)| score > b)
-        {
-            best = Some((i, score));
+        if s.supports && best.is_none_or(|(_, b)| s.score > b) {
+            best = Some((i, s.score));
         }
     }
     match (hinted, best) {
+        // The named chunk's own score counts even where it is too little to support the
+        // sentence by itself: the other must hold it clearly better.
         (Some(named), Some((other, score))) if other != named => {
-            let named_score = scores[named].unwrap_or(0.0);
-            Some(if score > OVERRULE_FACTOR * named_score { other } else { named })
+            Some(if score > OVERRULE_FACTOR * scores[named].score { other } else { named })
         }
         (Some(named), _) => Some(named),
         (None, best) => best.map(|(i, _)| i),
     }
 }
 
-/// Each chunk's support for a sentence (its pairs, `mine`): the weight of the pairs they share
-/// (a pair fewer chunks hold weighs more), or `None` when the chunk holds too few of them.
-fn support(mine: &HashSet<String>, pairs: &[HashSet<String>], df: &HashMap<&str, usize>) -> Vec<Option<f64>> {
+/// How much of a sentence one chunk holds.
+struct Support {
+    /// The weight of the pairs they share (a pair fewer chunks hold weighs more).
+    score: f64,
+    /// Whether the chunk holds enough of the sentence's pairs to support it.
+    supports: bool,
+}
+
+/// Each chunk's [`Support`] for a sentence (its pairs, `mine`).
+fn support(mine: &HashSet<String>, pairs: &[HashSet<String>], df: &HashMap<&str, usize>) -> Vec<Support> {
     let n = pairs.len() as f64;
     pairs
         .iter()
         .map(|theirs| {
             let shared: Vec<&String> = mine.iter().filter(|p| theirs.contains(*p)).collect();
-            let enough = shared.len() >= MIN_SHARED_PAIRS && shared.len() as f64 >= MIN_COVERAGE * mine.len() as f64;
-            enough
-                .then(|| shared.iter().map(|p| (1.0 + n / df.get(p.as_str()).copied().unwrap_or(1) as f64).ln()).sum())
+            Support {
+                score: shared.iter().map(|p| (1.0 + n / df.get(p.as_str()).copied().unwrap_or(1) as f64).ln()).sum(),
+                supports: shared.len() >= MIN_SHARED_PAIRS && shared.len() as f64 >= MIN_COVERAGE * mine.len() as f64,
+            }
         })
         .collect()
 }
@@ -314,7 +321,8 @@ fn strip_citations(sentence: &str, labels: &[String]) -> (String, Option<usize>)
         }
         let mut before = &rest[..open];
         let lead = before.trim_end();
-        if lead.len() >= 4 && lead[lead.len() - 4..].eq_ignore_ascii_case("theo") {
+        // `get`: the four bytes before may cut a multi-byte letter ("… điện ảnh [Điều 45, …]").
+        if lead.len() >= 4 && lead.get(lead.len() - 4..).is_some_and(|w| w.eq_ignore_ascii_case("theo")) {
             before = &lead[..lead.len() - 4];
         }
         out.push_str(before);
@@ -464,6 +472,28 @@ mod tests {
     }
 
     #[test]
+    fn another_article_overrules_the_named_one_only_when_it_holds_the_sentence_over_twice_as_well() {
+        let answer = "Theo [Điều 1, Luật A], alpha beta gamma delta epsilon zeta eta theta.";
+        // The named article holds 2 of the sentence's 7 pairs, the other 3: the name stands.
+        let close = vec![chunk("Luật A", "1", "alpha beta gamma"), chunk("Luật B", "2", "delta epsilon zeta eta")];
+        assert_eq!(cited_labels(&cite(answer, &close)), ["Điều 1, Luật A"]);
+        // The other holds 5: over twice the named one's score.
+        let clear =
+            vec![chunk("Luật A", "1", "alpha beta gamma"), chunk("Luật B", "2", "gamma delta epsilon zeta eta theta")];
+        assert_eq!(cited_labels(&cite(answer, &clear)), ["Điều 2, Luật B"]);
+        // Holding 1 pair, too few to support the sentence alone, still counts against the other.
+        let one = vec![chunk("Luật A", "1", "alpha beta"), chunk("Luật B", "2", "delta epsilon zeta")];
+        assert_eq!(cited_labels(&cite(answer, &one)), ["Điều 1, Luật A"]);
+    }
+
+    #[test]
+    fn a_citation_after_a_multi_byte_letter_is_read() {
+        // The four bytes before the bracket cut "ả": no panic, and the bracket is the citation.
+        let answer = "Chính phủ quản lý điện ảnh [Điều 45, Luật Điện ảnh].";
+        assert_eq!(cite(answer, &chunks()), "Theo [Điều 45, Luật Điện ảnh], Chính phủ quản lý điện ảnh.");
+    }
+
+    #[test]
     fn a_chunk_holding_a_stray_phrase_of_a_long_sentence_does_not_support_it() {
         let medicines = vec![chunk(
             "Luật Phòng, chống ma túy",
@@ -487,6 +517,12 @@ mod tests {
         // A number that only begins the label's is not the label.
         let answer = "Việc này được quy định tại Điều 391, Luật Du lịch.";
         assert_eq!(cite(answer, &chunks()), answer);
+        // A name the sentence's words overrule becomes the citation of the article that holds them.
+        let answer = "Chính phủ thống nhất quản lý nhà nước về điện ảnh, theo Điều 39, Luật Du lịch.";
+        assert_eq!(
+            cite(answer, &chunks()),
+            "Chính phủ thống nhất quản lý nhà nước về điện ảnh, theo [Điều 45, Luật Điện ảnh]."
+        );
     }
 
     #[test]
