@@ -90,11 +90,19 @@ impl Lookahead {
     /// The logits after `ids` when they were computed: `ids` is the prompt they were computed
     /// for followed by a part of the draft (the tokens the reply took so far).
     pub fn row(&self, ids: &[u32]) -> Option<&[f32]> {
+        self.rows.get(self.row_range(ids)?)
+    }
+
+    /// [`Lookahead::row`], to be masked or sampled in place: each row is read once, as the
+    /// reply takes its token, so it need not be copied first.
+    pub fn row_mut(&mut self, ids: &[u32]) -> Option<&mut [f32]> {
+        let range = self.row_range(ids)?;
+        self.rows.get_mut(range)
+    }
+
+    fn row_range(&self, ids: &[u32]) -> Option<std::ops::Range<usize>> {
         let taken = ids.len().checked_sub(self.start)?;
-        if self.vocab == 0 || self.taken(ids) != taken {
-            return None;
-        }
-        self.rows.get(taken * self.vocab..(taken + 1) * self.vocab)
+        (self.vocab != 0 && self.taken(ids) == taken).then(|| taken * self.vocab..(taken + 1) * self.vocab)
     }
 
     /// How many of the draft's tokens the reply took, given the prompt `ids` now.
@@ -148,6 +156,7 @@ mod tests {
         assert_eq!(ahead.row(&prompt), Some(&[0.0, 0.1][..]));
         assert_eq!(ahead.row(&[9, 9, 9, 4]), Some(&[1.0, 1.1][..]));
         assert_eq!(ahead.row(&[9, 9, 9, 4, 5]), Some(&[2.0, 2.1][..]));
+        assert_eq!(ahead.row_mut(&[9, 9, 9, 4]).map(|r| &*r), Some(&[1.0, 1.1][..]));
         // The reply left the draft, went past it, or the prompt is another one: nothing.
         assert_eq!(ahead.row(&[9, 9, 9, 6]), None);
         assert_eq!(ahead.row(&[9, 9, 9, 4, 5, 6]), None);

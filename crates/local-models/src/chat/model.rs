@@ -546,47 +546,45 @@ impl Worker {
         let (mut asked, mut gone) = (ids.len(), false);
         while generated < max_new {
             asked = ids.len();
-            let mut logits = match ahead.row(&ids) {
-                Some(row) => {
-                    taken += 1;
-                    row.to_vec()
-                }
-                None => {
-                    // Each drafted token the reply takes is one more generated token.
-                    let limit = (max_new - generated - 1).min(self.max_context.saturating_sub(ids.len()));
-                    // Where the reply just left a draft it parts from the text it was
-                    // following: the next token is computed alone, not drafted again from there.
-                    let parted = ahead.taken(&ids) < ahead.drafted();
-                    let calling = in_call || guide.in_call();
-                    let draft = match generated {
-                        0 => Vec::new(),
-                        _ => self.draft(&ids, reply_start, limit, calling || parted).to_vec(),
-                    };
-                    let (rows, computed) =
-                        self.model.draft_logits(&ids, &draft).map_err(|e| self.err(e.to_string()))?;
-                    computed_prompt.get_or_insert(computed);
-                    drafted += draft.len();
-                    let first = rows[..vocab].to_vec();
-                    ahead.set(ids.len(), &draft, rows, vocab);
-                    first
-                }
+            if ahead.row(&ids).is_some() {
+                taken += 1;
+            } else {
+                // Each drafted token the reply takes is one more generated token.
+                let limit = (max_new - generated - 1).min(self.max_context.saturating_sub(ids.len()));
+                // Where the reply just left a draft it parts from the text it was
+                // following: the next token is computed alone, not drafted again from there.
+                let parted = ahead.taken(&ids) < ahead.drafted();
+                let calling = in_call || guide.in_call();
+                let draft = match generated {
+                    0 => Vec::new(),
+                    _ => self.draft(&ids, reply_start, limit, calling || parted).to_vec(),
+                };
+                let (rows, computed) = self.model.draft_logits(&ids, &draft).map_err(|e| self.err(e.to_string()))?;
+                computed_prompt.get_or_insert(computed);
+                drafted += draft.len();
+                ahead.set(ids.len(), &draft, rows, vocab);
+            }
+            // Masked and sampled in place: the row is not read again.
+            let Some(logits) = ahead.row_mut(&ids) else {
+                // Unreachable: the rows were found for `ids` or were just computed for them.
+                return Err(self.err("no logits for the prompt"));
             };
             if guide.active() {
-                guide.mask(&self.vocab, &mut logits);
+                guide.mask(&self.vocab, logits);
             }
             if !self.vocab.is_empty() {
-                forbid_template_tags(&text, &self.vocab, &self.template_tag_tokens, &mut logits);
-                complete_call_tag(&text, &self.vocab, &mut logits);
+                forbid_template_tags(&text, &self.vocab, &self.template_tag_tokens, logits);
+                complete_call_tag(&text, &self.vocab, logits);
             }
             if generated == 0 && !callable.is_empty() {
                 match request.messages.last() {
                     // A call was asked for: the reply opens the template's call tag (a bare
                     // JSON object after a tool result tends to echo the result), and the guide
                     // lets it name only the callable tools.
-                    _ if request.call_required() => self.choose_call(&mut logits, 0.0),
+                    _ if request.call_required() => self.choose_call(logits, 0.0),
                     Some(Message::User { .. }) => {
                         let mut threshold = self.call_threshold;
-                        if call_share(&logits, &self.call_openers, &self.json_openers) < threshold
+                        if call_share(logits, &self.call_openers, &self.json_openers) < threshold
                             && let Some(alone) = self.latest_alone(&request, &tools)?
                         {
                             let probe = self.model.probe_logits(&alone).map_err(|e| self.err(e.to_string()))?;
@@ -596,16 +594,16 @@ impl Worker {
                                 threshold = 0.0;
                             }
                         }
-                        self.choose_call(&mut logits, threshold);
+                        self.choose_call(logits, threshold);
                     }
                     // After a tool result a small model tends to echo the result's JSON: the
                     // reply is prose, or a further call in the template's own tag.
                     Some(Message::Tool { .. }) => {
                         if tracing::enabled!(tracing::Level::DEBUG) {
-                            let share = call_share(&logits, &self.call_openers, &self.json_openers);
+                            let share = call_share(logits, &self.call_openers, &self.json_openers);
                             tracing::debug!(call_probability = share, "a reply's first token after a tool result");
                         }
-                        forbid_bare_json(&mut logits, &self.json_openers);
+                        forbid_bare_json(logits, &self.json_openers);
                     }
                     _ => {}
                 }
@@ -614,15 +612,15 @@ impl Worker {
             // closed (a model used to fences closes with "```" instead, and the call is lost).
             if in_call && !guide.in_call() && !self.vocab.is_empty() {
                 match call_tail(&text) {
-                    Some(rest) if !rest.is_empty() => continue_with(&rest, &self.vocab, &mut logits),
+                    Some(rest) if !rest.is_empty() => continue_with(&rest, &self.vocab, logits),
                     _ => in_call = false,
                 }
             }
             // A call opened with the head's first token goes on in the head's tokens.
             if generated > 0 && ids[reply_start..] == self.call_head[..generated.min(self.call_head.len())] {
-                only(&mut logits, self.call_head.get(generated).copied());
+                only(logits, self.call_head.get(generated).copied());
             }
-            let next = if temperature <= 0.01 { argmax(&logits) } else { sample(&mut logits, temperature, &mut rng) };
+            let next = if temperature <= 0.01 { argmax(logits) } else { sample(logits, temperature, &mut rng) };
             if self.assets.stop_tokens.contains(&next) {
                 finish = FinishReason::Stop;
                 break;
