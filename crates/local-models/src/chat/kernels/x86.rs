@@ -237,56 +237,72 @@ fn dot_q8_0_q8x32(w: &[BlockQ8_0], x: &[BlockQ8x32]) -> f32 {
     hsum_ps(acc)
 }
 
-/// `init + Σ_k scale_k · (weights_k · x's values 32k..32k + 32)` in eight 32-bit lanes: the
-/// inner loop of the four-token kernels, over a block unpacked to one byte per value.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-fn scaled_sums(q: &[__m256i; 8], scales: &[__m256i; 8], x: &BlockQ8K, init: __m256i) -> __m256i {
-    let mut sums = init;
-    for k in 0..8 {
-        // SAFETY: `x.qs` has 256 bytes: offset 32k stays inside.
-        let v = unsafe { load(x.qs.as_ptr().add(32 * k).cast()) };
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], v), scales[k]));
-    }
-    sums
-}
-
-/// [`dot_q4k_q8k`] of one weight row with four activation rows: the row's nibbles and scales
-/// are unpacked once for all four (a prompt's tokens share every weight row).
+/// [`dot_q4k_q8k`] of one weight row with four activation rows: each 32-byte piece of the
+/// row's nibbles is unpacked, and its two sub-blocks' scales broadcast, once for all four
+/// tokens (a prompt's tokens share every weight row), and the four tokens' integer sums stay
+/// in registers while it is used. (Unpacking a whole block first, then going token by token,
+/// needs sixteen registers for the block alone: the compiler kept them on the stack and
+/// reloaded two per product.)
 #[target_feature(enable = "avx2,fma")]
 fn dot_q4k_q8k_x4(w: &[BlockQ4K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let nibble = _mm256_set1_epi8(0xF);
-    // One accumulator per token, mins subtracted into it: eight would not fit the registers.
     let mut acc = [_mm256_setzero_ps(); 4];
     for (b, w) in w.iter().enumerate() {
         let (scales, mins) = q4k_scales_mins(w);
         // SAFETY: `__m128i` and `[i16; 8]` have the same size and any bits are valid for both.
         let scales: [i16; 8] = unsafe { std::mem::transmute(scales) };
-        // Sub-block k holds values 32k..32k + 32: the low nibbles of bytes 32(k/2).. for even
-        // k, their high nibbles for odd k.
-        let mut q = [_mm256_setzero_si256(); 8];
-        let mut s = [_mm256_setzero_si256(); 8];
-        for j in 0..4 {
+        let xs = [0, 1, 2, 3].map(|t| &x[t][b]);
+        let mut sums = [_mm256_setzero_si256(); 4];
+        // The count hidden from the optimiser: unrolled, the four pieces' loops became one
+        // schedule that unpacked the whole block first and spilled it again.
+        for j in 0..std::hint::black_box(4) {
+            // Taken mod 4 so the loads and scales stay in bounds whatever the count.
+            let j = j % 4;
+            // Piece j holds sub-blocks 2j (its bytes' low nibbles) and 2j + 1 (high nibbles).
             // SAFETY: `qs` has 128 bytes: offset 32j stays inside.
             let bytes = unsafe { load(w.qs.as_ptr().add(32 * j)) };
-            q[2 * j] = _mm256_and_si256(bytes, nibble);
-            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), nibble);
-            s[2 * j] = _mm256_set1_epi16(scales[2 * j]);
-            s[2 * j + 1] = _mm256_set1_epi16(scales[2 * j + 1]);
+            let q_lo = _mm256_and_si256(bytes, nibble);
+            let q_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), nibble);
+            let (s_lo, s_hi) = (_mm256_set1_epi16(scales[2 * j]), _mm256_set1_epi16(scales[2 * j + 1]));
+            for (sum, x) in sums.iter_mut().zip(xs) {
+                // SAFETY: `x.qs` has 256 bytes: offsets 64j and 64j + 32 stay inside.
+                let (lo, hi) =
+                    unsafe { (load(x.qs.as_ptr().add(64 * j).cast()), load(x.qs.as_ptr().add(64 * j + 32).cast())) };
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q_lo, lo), s_lo));
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q_hi, hi), s_hi));
+            }
         }
+        // The floats in the one-token kernel's order: the mins subtracted, then the block's sum
+        // added (the integer sums are exact in any order).
         let (d, dmin) = (f16_bits(w.d), f16_bits(w.dmin));
         for t in 0..4 {
-            let x = &x[t][b];
+            let x = xs[t];
             let m = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(q4k_mins_dot(mins, x)));
             acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(x.d * dmin), m, acc[t]);
-            let sums = scaled_sums(&q, &s, x, _mm256_setzero_si256());
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(sums), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
         }
     }
     [0, 1, 2, 3].map(|t| hsum_ps(acc[t]))
 }
 
-/// [`dot_q6k_q8k`] of one weight row with four activation rows, unpacking the row once.
+/// Group `k` of a Q6_K block (values 32k..32k + 32) as unsigned bytes, the same as
+/// `q6k_groups(w, k / 4)[k % 4]`, for a loop that unpacks a group where it uses it. `k` is
+/// taken mod 8, so the loads stay in bounds for any `k` (the caller's count is hidden behind
+/// `black_box`).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q6k_group(w: &BlockQ6K, k: usize) -> __m256i {
+    let (half, g) = (k / 4 % 2, k % 4);
+    // SAFETY: `ql` is 128 bytes and `qh` 64: offsets at most 64 + 32 and 32 stay inside.
+    let (ql, qh) = unsafe { (load(w.ql.as_ptr().add(64 * half + 32 * (g % 2))), load(w.qh.as_ptr().add(32 * half))) };
+    let low = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g / 2) as i32)), _mm256_set1_epi8(0xF));
+    let high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32)), _mm256_set1_epi8(3));
+    _mm256_or_si256(low, _mm256_slli_epi16::<4>(high))
+}
+
+/// [`dot_q6k_q8k`] of one weight row with four activation rows: each group of the row is
+/// unpacked, and its scales picked, once for all four tokens, which keep their integer sums in
+/// registers meanwhile (as in [`dot_q4k_q8k_x4`]).
 #[target_feature(enable = "avx2,fma")]
 fn dot_q6k_q8k_x4(w: &[BlockQ6K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
@@ -294,18 +310,26 @@ fn dot_q6k_q8k_x4(w: &[BlockQ6K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
         // SAFETY: `scales` is 16 bytes.
         let scales16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) });
         let paired = q6k_paired_scales(w);
-        // Group k holds values 32k..32k + 32 as unsigned 6-bit values, scale per 16.
-        let (low, high) = (q6k_groups(w, 0), q6k_groups(w, 1));
-        let q = [low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]];
-        let s: [__m256i; 8] = std::array::from_fn(|k| q6k_group_scale(paired, k));
-        let d = f16_bits(w.d);
-        for t in 0..4 {
-            let x = &x[t][b];
+        let xs = [0, 1, 2, 3].map(|t| &x[t][b]);
+        // Each token's sum starts at minus its offset (the values are stored plus 32).
+        let mut sums = xs.map(|x| {
             // SAFETY: `bsums` is 16 i16 (32 bytes).
             let bsums = unsafe { load(x.bsums.as_ptr().cast()) };
             let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, scales16));
-            let sums = scaled_sums(&q, &s, x, _mm256_sub_epi32(_mm256_setzero_si256(), offset));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(sums), acc[t]);
+            _mm256_sub_epi32(_mm256_setzero_si256(), offset)
+        });
+        // The count hidden from the optimiser, as in the Q4_K kernel.
+        for k in 0..std::hint::black_box(8) {
+            let (q, s) = (q6k_group(w, k), q6k_group_scale(paired, k));
+            for (sum, x) in sums.iter_mut().zip(xs) {
+                // SAFETY: `x.qs` has 256 bytes: offset 32 · (k % 8) stays inside.
+                let v = unsafe { load(x.qs.as_ptr().add(32 * (k % 8)).cast()) };
+                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, v), s));
+            }
+        }
+        let d = f16_bits(w.d);
+        for t in 0..4 {
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xs[t].d * d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
         }
     }
     [0, 1, 2, 3].map(|t| hsum_ps(acc[t]))
