@@ -121,6 +121,7 @@ async fn search_answers_the_seed_shape_scoped_to_the_tenant() {
     assert_eq!(r["metadata"]["asignatura"], "iv");
     assert_eq!(r["metadata"]["citation"], "Guía IV › Evaluación");
     assert!(r["score"].as_f64().unwrap() > 0.0);
+    assert!(r["ranks"]["bm25"]["rank"].is_u64(), "POST /search shows each list's rank: {r}");
 
     let (_, both) = search(&s, Some("ugr"), r#"{"query": "examen final", "tipo_documento": "guia"}"#).await;
     assert_eq!(both["total_results"], 2);
@@ -223,6 +224,12 @@ async fn rag_search_in_a_turn_reads_the_callers_tenant_and_injected_subject() {
     assert_eq!(result["ok"], true, "{result}");
     assert_eq!(result["total_results"], 1, "asignatura=iv was injected from the context: {result}");
     assert_eq!(result["results"][0]["metadata"]["citation"], "Guía IV › Evaluación");
+    // It reads the contract's fields, not the retrieval view's ranks, and a short score.
+    let read = &result["results"][0];
+    assert!(read.get("ranks").is_none(), "{read}");
+    let score = read["score"].as_f64().unwrap();
+    assert!(score > 0.0 && (score * 1e4 - (score * 1e4).round()).abs() < 1e-6, "{read}");
+    assert_eq!(events[1].data["outcome"]["results"][0]["score"], read["score"], "the client sees what the model read");
     // The model never saw `asignatura` as a parameter it could set.
     let function = &requests[0]["tools"][0]["function"];
     assert_eq!(function["name"], "rag_search");

@@ -162,7 +162,7 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
             let result = tokio::task::spawn_blocking(move || request.run(&store, &retriever, &tenant, &kb))
                 .await
                 .map_err(|e| ToolError::internal(format!("search task failed: {e}")))?;
-            result.map_err(|(kind, message)| match kind {
+            result.map(for_the_model).map_err(|(kind, message)| match kind {
                 SearchFailure::Invalid => ToolError::invalid_arguments(message),
                 SearchFailure::NotFound => ToolError::not_found(message),
                 SearchFailure::Internal => ToolError::unavailable(message),
@@ -171,6 +171,22 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
     })
     // The builder's only failure is a schema or name error, fixed at compile time here.
     .expect("rag_search's schema is valid")
+}
+
+/// A search's result as the `rag_search` tool returns it: the contract's `{content, metadata,
+/// score}` per result, without the per-list `ranks` that `POST /search` adds (diagnostics for
+/// the retrieval view, not evidence to answer from) and with the score to four decimals. The
+/// model reads every character, and digits written in full cost prompt tokens a local model
+/// has to read before it answers (docs/benchmarks.md, "What the answer reads").
+fn for_the_model(mut found: Value) -> Value {
+    let Some(results) = found.get_mut("results").and_then(Value::as_array_mut) else { return found };
+    for result in results.iter_mut().filter_map(Value::as_object_mut) {
+        result.remove("ranks");
+        if let Some(score) = result.get("score").and_then(Value::as_f64) {
+            result.insert("score".into(), Value::from((score * 1e4).round() / 1e4));
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -189,5 +205,29 @@ mod tests {
         assert_eq!(query.filters.len(), 2, "{:?}", query.filters);
         assert_eq!(query.filters[0], Filter::Eq { key: "asignatura".into(), value: json!("iv") });
         assert!(serde_json::from_value::<CourseSearch>(json!({"query": "x", "subject": "iv"})).is_err());
+    }
+
+    #[test]
+    fn the_model_reads_each_result_without_ranks_and_with_a_short_score() {
+        let found = json!({"ok": true, "query": "examen", "total_results": 2, "results": [
+            {"content": "a", "metadata": {"citation": "Guía › Evaluación"}, "score": 1.541_818_857_193_193_2,
+             "ranks": {"bm25": {"rank": 1, "score": 5.315_592_765_808_105_5}}},
+            {"content": "b", "metadata": {}, "score": 0.25}
+        ]});
+        let read = for_the_model(found);
+        assert_eq!(
+            read,
+            json!({"ok": true, "query": "examen", "total_results": 2, "results": [
+                {"content": "a", "metadata": {"citation": "Guía › Evaluación"}, "score": 1.5418},
+                {"content": "b", "metadata": {}, "score": 0.25}
+            ]})
+        );
+        assert_eq!(
+            read["results"][0].to_string(),
+            r#"{"content":"a","metadata":{"citation":"Guía › Evaluación"},"score":1.5418}"#
+        );
+        // A failure's shape passes through untouched.
+        let failed = json!({"ok": false, "error": "unknown knowledge base 'x'"});
+        assert_eq!(for_the_model(failed.clone()), failed);
     }
 }
