@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_agents::legal::answer::{choice, true_or_false};
-use toolgraph_agents::legal::{AnswerWriter, Chunk, LawLibrary, cite, cited_labels};
+use toolgraph_agents::legal::{AnswerWriter, Chunk, LawLibrary, MAX_TOP_K, cite, cited_labels};
 use toolgraph_config::{Config, MAX_ANSWER_ARTICLES};
 
 /// `toolgraph eval legal`.
@@ -167,8 +167,8 @@ fn asked(q: &Question) -> String {
 pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let legal = cfg.tools.legal.clone().unwrap_or_default();
     let answer_articles = args.answer_chunks.unwrap_or(legal.answer_articles);
-    if !(1..=20).contains(&args.top_k) || !(1..=MAX_ANSWER_ARTICLES).contains(&answer_articles) {
-        bail!("--top-k must be 1-20 and --answer-chunks 1-{MAX_ANSWER_ARTICLES}");
+    if !(1..=MAX_TOP_K).contains(&args.top_k) || !(1..=MAX_ANSWER_ARTICLES).contains(&answer_articles) {
+        bail!("--top-k must be 1-{MAX_TOP_K} and --answer-chunks 1-{MAX_ANSWER_ARTICLES}");
     }
     // No more are read than are retrieved.
     let answer_articles = answer_articles.min(args.top_k);
@@ -243,7 +243,7 @@ pub async fn run(args: LegalArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             model_answer: None,
             seconds: 0.0,
         };
-        let read = library.read(chunks.clone());
+        let read = library.read(chunks);
         let answer = match &replayed {
             Some(answers) => answers.get(&q.id).cloned(),
             None if writer.model.is_some() => {
