@@ -54,6 +54,52 @@ fn qdrant_redoes_an_ingest_that_failed_part_way_and_keeps_same_id_records_apart(
     assert_eq!(search(&store, "t", "k", "docker imágenes", &[]).len(), 1, "one copy of each chunk");
 }
 
+/// A collection made before keyword search moved to one sparse vector (two, `title` and
+/// `text`) is still searched with both fields' scores summed and still re-ingested in its
+/// own layout.
+#[test]
+fn qdrant_serves_and_updates_a_collection_with_a_sparse_vector_per_field() {
+    let Some(server) = common::QdrantServer::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("notes");
+    write(&dir, "a.md", "# Docker\nDocker usa imágenes.");
+    write(&dir, "b.md", "# Vagrant\nVagrant usa Docker, y Docker usa cajas.");
+    // A store per process, as each would open the collection (a store keeps it open 10 s).
+    let store = || KbStore::new(tmp.path().join("kb")).with_qdrant(server.options());
+    let run = |store: &KbStore| {
+        ingest(store, "t", "old", std::slice::from_ref(&dir), &IngestOptions::default(), &NoProgress).unwrap()
+    };
+    run(&store());
+    // The same collection as an earlier toolgraph made it: its metadata, two sparse vectors.
+    let http = reqwest::blocking::Client::new();
+    let url = format!("{}/collections/{}", server.url, server.options().collection("t", "old"));
+    let info: Value = http.get(&url).send().unwrap().json().unwrap();
+    assert!(info["result"]["config"]["params"]["sparse_vectors"].get("keywords").is_some(), "{info}");
+    let metadata = info["result"]["config"]["metadata"].clone();
+    assert!(http.delete(&url).send().unwrap().status().is_success());
+    let body = json!({
+        "sparse_vectors": { "title": { "modifier": "idf" }, "text": { "modifier": "idf" } },
+        "metadata": metadata,
+    });
+    let made = http.put(&url).json(&body).send().unwrap();
+    assert!(made.status().is_success(), "{}", made.text().unwrap());
+    let store = store();
+    let report = run(&store);
+    assert_eq!((report.indexed, report.total_chunks), (2, 2), "its points are written again");
+    let info: Value = http.get(&url).send().unwrap().json().unwrap();
+    let sparse = &info["result"]["config"]["params"]["sparse_vectors"];
+    assert!(sparse.get("title").is_some() && sparse.get("keywords").is_none(), "layout kept: {sparse}");
+    // "docker" is in a's title and text, only in b's text: a's two scores add up.
+    let hits = search(&store, "t", "old", "docker", &[]);
+    assert_eq!(hits.len(), 2);
+    assert!(hits[0].chunk.title.contains("Docker") && hits[0].score > hits[1].score, "{hits:?}");
+    assert_eq!(search(&store, "t", "old", "vagrant", &[]).len(), 1, "a title term");
+    // A changed source replaces its points in the same layout.
+    write(&dir, "b.md", "# Vagrant\nVagrant usa cajas.");
+    assert_eq!(run(&store).indexed, 1);
+    assert_eq!(search(&store, "t", "old", "docker", &[]).len(), 1);
+}
+
 /// Makes the store under test at a directory: embedded, or on a Qdrant server.
 type StoreAt = dyn Fn(&Path) -> KbStore;
 

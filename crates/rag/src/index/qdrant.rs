@@ -1,18 +1,19 @@
 //! A knowledge base's index on a Qdrant server (docs/retrieval.md, "Knowledge bases on
 //! Qdrant"): one collection per tenant and knowledge base, every replica searching the same.
 //!
-//! Each chunk is a point: a named dense vector per embedding model, two sparse vectors for
-//! keyword search (`title` and `text`, as the embedded index has two keyword fields) made of
-//! the knowledge base's own analyzer's terms — so Vietnamese, Spanish and Korean keep their
-//! tokenisation — with BM25's term-frequency part as values and Qdrant's `idf` modifier
-//! supplying the other half, and the chunk itself as payload (metadata filters run on a
+//! Each chunk is a point: a named dense vector per embedding model, one sparse vector for
+//! keyword search (`keywords`: the title's terms on even indexes, the text's on odd ones, as
+//! the embedded index has two keyword fields) made of the knowledge base's own analyzer's
+//! terms — so Vietnamese, Spanish and Korean keep their tokenisation — with BM25's
+//! term-frequency part as values and Qdrant's `idf` modifier supplying the other half (per
+//! index, so per field), and the chunk itself as payload (metadata filters run on a
 //! lower-cased copy, as the embedded index compares strings without case). The manifest
 //! lives in the collection's metadata, so a replica that never ingested opens the knowledge
 //! base from the collection alone.
 //!
-//! One batched query reads every list (both keyword lists and each model's dense list, each
-//! filtered inside Qdrant); the keyword score is their sum, as in the embedded index, and the
-//! lists are fused here with the same [`fuse_many`](crate::search::fuse_many) — so the
+//! One batched query reads every list (the keyword list and each model's dense list, each
+//! filtered inside Qdrant); a query term is sought in both fields at once, so a chunk's keyword
+//! score is the two fields' sum, as in the embedded index, and the lists are fused here with the same [`fuse_many`](crate::search::fuse_many) — so the
 //! fusion's weights and depth apply and each hit keeps its place in every list, which
 //! Qdrant's own fusion reports neither of.
 //!
@@ -87,6 +88,7 @@ pub(crate) struct QdrantIndex {
     tenant: String,
     /// The dense vector name of each embedding model, in the manifest's order.
     vectors: Vec<String>,
+    keywords: KeywordLayout,
     stats: std::sync::Mutex<KeywordStats>,
 }
 
@@ -96,7 +98,7 @@ fn vector_name(model: &str) -> String {
     model.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-/// A term's index in the sparse vectors: 32-bit FNV-1a of its text (stable across processes
+/// A term's index in one field's sparse vector: 32-bit FNV-1a of its text (stable across processes
 /// and versions; a collision merges two terms, about one pair in a few million).
 fn term_index(term: &str) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -125,20 +127,60 @@ fn counts(terms: &[String]) -> HashMap<u32, f32> {
     out
 }
 
-/// A document field's sparse vector: BM25's term-frequency part of each term, times `k1 + 1`
-/// (tantivy's weight; Qdrant multiplies by the idf).
-fn doc_sparse(terms: &[String], avgdl: f32) -> Value {
+/// The keyword field a term was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    /// The document title and the chunk's headings.
+    Title = 0,
+    /// The chunk's text.
+    Text = 1,
+}
+
+/// A term's index in [`KEYWORDS`]: the field in the lowest bit, so the two fields never share
+/// an index and Qdrant's idf of each index is that field's (the hash keeps 31 of its bits).
+fn field_index(term_index: u32, field: Field) -> u32 {
+    (term_index << 1) | field as u32
+}
+
+/// A document field's BM25 term-frequency part of each term, times `k1 + 1` (tantivy's
+/// weight; Qdrant multiplies by the idf), by [`term_index`].
+fn doc_weights(terms: &[String], avgdl: f32) -> impl Iterator<Item = (u32, f32)> {
     let dl = terms.len() as f32;
     let norm = K1 * (1.0 - B + B * dl / avgdl);
-    let (indices, values): (Vec<u32>, Vec<f32>) =
-        counts(terms).into_iter().map(|(i, tf)| (i, tf * (K1 + 1.0) / (tf + norm))).unzip();
+    counts(terms).into_iter().map(move |(i, tf)| (i, tf * (K1 + 1.0) / (tf + norm)))
+}
+
+/// A sparse vector of `(index, value)` pairs (indexes distinct).
+fn sparse(pairs: impl Iterator<Item = (u32, f32)>) -> Value {
+    let (indices, values): (Vec<u32>, Vec<f32>) = pairs.unzip();
     json!({ "indices": indices, "values": values })
 }
 
-/// A query's sparse vector: each term once, valued by how often the query says it.
+/// A document field's sparse vector of [`KeywordLayout::PerField`].
+fn doc_sparse(terms: &[String], avgdl: f32) -> Value {
+    sparse(doc_weights(terms, avgdl))
+}
+
+/// A chunk's [`KEYWORDS`] vector: both fields' weights, each at its field's indexes.
+fn doc_keywords(title: &[String], avg_title: f32, text: &[String], avg_text: f32) -> Value {
+    let title = doc_weights(title, avg_title).map(|(i, w)| (field_index(i, Field::Title), w));
+    let text = doc_weights(text, avg_text).map(|(i, w)| (field_index(i, Field::Text), w));
+    sparse(title.chain(text))
+}
+
+/// A query's sparse vector of [`KeywordLayout::PerField`]: each term once, valued by how
+/// often the query says it.
 fn query_sparse(terms: &[String]) -> Value {
-    let (indices, values): (Vec<u32>, Vec<f32>) = counts(terms).into_iter().unzip();
-    json!({ "indices": indices, "values": values })
+    sparse(counts(terms).into_iter())
+}
+
+/// A query's [`KEYWORDS`] vector: each term once in each field, valued by how often the query
+/// says it — the dot product is the title's BM25 score plus the text's.
+fn query_keywords(terms: &[String]) -> Value {
+    let counts = counts(terms);
+    let title = counts.iter().map(|(&i, &c)| (field_index(i, Field::Title), c));
+    let text = counts.iter().map(|(&i, &c)| (field_index(i, Field::Text), c));
+    sparse(title.chain(text))
 }
 
 /// Strings lower-cased (nested objects and arrays too), for case-insensitive filters.
@@ -243,6 +285,31 @@ pub(crate) struct ListsQuery<'a> {
 /// One ranked list: point id and score, best first.
 pub(crate) type List = Vec<(String, f32)>;
 
+/// How a collection holds its keyword vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeywordLayout {
+    /// One sparse vector, `keywords`, both fields in it ([`field_index`]): one search scores
+    /// every chunk with both fields' sum.
+    Combined,
+    /// Two sparse vectors, `title` and `text` (collections made before `keywords`), searched
+    /// apart and summed here: a chunk outside one field's top `depth` misses that field's
+    /// score, and which of the chunks tied at that cut get it is Qdrant's choice — ranks can
+    /// differ from one run to the next (titles such as "Điều 45, Luật …" tie by the hundred).
+    /// Still read and written; ingesting into a new collection moves to [`Self::Combined`].
+    PerField,
+}
+
+impl KeywordLayout {
+    /// The layout of a collection, from its `GET /collections/{name}` answer.
+    fn of(info: &Value) -> Self {
+        let sparse = &info["result"]["config"]["params"]["sparse_vectors"];
+        if sparse.get("title").is_some() && sparse.get(KEYWORDS).is_none() { Self::PerField } else { Self::Combined }
+    }
+}
+
+/// The sparse vector of [`KeywordLayout::Combined`].
+const KEYWORDS: &str = "keywords";
+
 /// What [`QdrantIndex::lists`] read.
 #[derive(Debug, Default)]
 pub(crate) struct Lists {
@@ -295,7 +362,8 @@ impl QdrantIndex {
             )));
         }
         let stats = serde_json::from_value(meta["stats"].clone()).unwrap_or_default();
-        let index = Self::with(http, options, collection, tenant, &manifest, stats);
+        let mut index = Self::with(http, options, collection, tenant, &manifest, stats);
+        index.keywords = KeywordLayout::of(&info);
         Ok(Some((index, manifest)))
     }
 
@@ -314,12 +382,13 @@ impl QdrantIndex {
             collection,
             tenant: tenant.to_owned(),
             vectors: vectors.unwrap_or_default(),
+            keywords: KeywordLayout::Combined,
             stats: std::sync::Mutex::new(stats),
         }
     }
 
     /// Creates the collection for `manifest` (a dense vector per model, the keyword sparse
-    /// vectors, payload indexes for the tenant, the source and the document).
+    /// vector, payload indexes for the tenant, the source and the document).
     ///
     /// # Errors
     /// [`RagError::Qdrant`] when the server refuses or fails.
@@ -334,7 +403,7 @@ impl QdrantIndex {
             .collect();
         let body = json!({
             "vectors": dense,
-            "sparse_vectors": { "title": { "modifier": "idf" }, "text": { "modifier": "idf" } },
+            "sparse_vectors": { KEYWORDS: { "modifier": "idf" } },
             "metadata": { METADATA_KEY: { "manifest": manifest, "stats": KeywordStats::default() } },
         });
         call(&http, options, reqwest::Method::PUT, &format!("/collections/{collection}"), Some(&body))?;
@@ -445,8 +514,15 @@ impl QdrantIndex {
             for (i, c) in u.chunks.iter().enumerate() {
                 let (title, text) = terms.next().unwrap_or_default();
                 let mut vector = Map::new();
-                vector.insert("title".into(), doc_sparse(&title, avg_title));
-                vector.insert("text".into(), doc_sparse(&text, avg_text));
+                match self.keywords {
+                    KeywordLayout::Combined => {
+                        vector.insert(KEYWORDS.into(), doc_keywords(&title, avg_title, &text, avg_text));
+                    }
+                    KeywordLayout::PerField => {
+                        vector.insert("title".into(), doc_sparse(&title, avg_title));
+                        vector.insert("text".into(), doc_sparse(&text, avg_text));
+                    }
+                }
                 if let Some(v) = u.vectors.as_ref().and_then(|v| v.get(i)) {
                     let mut offset = 0;
                     let models = manifest.embedding.as_ref().map(|e| e.models().to_vec()).unwrap_or_default();
@@ -513,7 +589,7 @@ impl QdrantIndex {
         self.call(reqwest::Method::PUT, &path, Some(&json!({ "points": points }))).map(|_| ())
     }
 
-    /// The keyword list (the sum of both fields' lists) and each model's dense list (only the
+    /// The keyword list (both fields' scores summed) and each model's dense list (only the
     /// first unless `all`), each `depth` deep and filtered, read in one batched query; and
     /// the chunks they name, by point id (only their `doc_id` when `ids_only`: evaluations
     /// rank hundreds of hits per query).
@@ -526,10 +602,13 @@ impl QdrantIndex {
         let payload = if ids_only { json!(["doc_id"]) } else { json!(true) };
         let mut searches = Vec::new();
         if let Some(terms) = query_terms {
-            for field in ["title", "text"] {
+            let (query, using): (Value, &[&str]) = match self.keywords {
+                KeywordLayout::Combined => (query_keywords(terms), &[KEYWORDS]),
+                KeywordLayout::PerField => (query_sparse(terms), &["title", "text"]),
+            };
+            for field in using {
                 searches.push(json!({
-                    "query": query_sparse(terms), "using": field, "filter": filter,
-                    "limit": depth, "with_payload": payload,
+                    "query": query, "using": field, "filter": filter, "limit": depth, "with_payload": payload,
                 }));
             }
         }
@@ -573,7 +652,8 @@ impl QdrantIndex {
         let dense = lists.split_off(lists.len().saturating_sub(dense_count));
         let keyword = query_terms.map(|_| {
             // A chunk's keyword score is the sum of its fields' scores, as a should-query over
-            // both fields of the embedded index scores it.
+            // both fields of the embedded index scores it (one list holds both already, except
+            // in a `PerField` collection).
             let mut sum: HashMap<String, f32> = HashMap::new();
             for list in &lists {
                 for (id, score) in list {
@@ -716,6 +796,44 @@ mod tests {
         assert!((values[&u64::from(term_index("tráfico"))] - 1.0).abs() < 1e-6);
         let q = query_sparse(&terms);
         assert_eq!(q["indices"].as_array().unwrap().len(), 2, "each term once");
+    }
+
+    /// `(index, value)` pairs of a sparse vector.
+    fn pairs(v: &Value) -> HashMap<u64, f64> {
+        let indices = v["indices"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap());
+        let values = v["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap());
+        let out: HashMap<u64, f64> = indices.zip(values).collect();
+        assert_eq!(out.len(), v["indices"].as_array().unwrap().len(), "indexes repeat: {v}");
+        out
+    }
+
+    fn dot(a: &Value, b: &Value) -> f64 {
+        let b = pairs(b);
+        pairs(a).iter().map(|(i, x)| x * b.get(i).copied().unwrap_or(0.0)).sum()
+    }
+
+    #[test]
+    fn one_keyword_vector_scores_a_chunk_with_both_fields_sum() {
+        let words = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<String>>();
+        // "ley" in both fields: its title and text weights must add up, not collide.
+        let (title, text) = (words("ley tráfico"), words("la ley de tráfico vial ley"));
+        let query = words("ley ley vial");
+        let combined = dot(&query_keywords(&query), &doc_keywords(&title, 2.5, &text, 7.0));
+        let per_field =
+            dot(&query_sparse(&query), &doc_sparse(&title, 2.5)) + dot(&query_sparse(&query), &doc_sparse(&text, 7.0));
+        assert!(per_field > 0.0 && (combined - per_field).abs() < 1e-6, "{combined} vs {per_field}");
+        // A term only in the title scores nothing through the text's indexes.
+        let title_only = dot(&query_keywords(&words("tráfico")), &doc_keywords(&title, 2.5, &[], 7.0));
+        assert!((title_only - dot(&query_sparse(&words("tráfico")), &doc_sparse(&title, 2.5))).abs() < 1e-6);
+        assert_ne!(field_index(7, Field::Title), field_index(7, Field::Text));
+    }
+
+    #[test]
+    fn collections_keep_the_keyword_layout_they_were_made_with() {
+        let info = |sparse: Value| json!({ "result": { "config": { "params": { "sparse_vectors": sparse } } } });
+        let old = info(json!({ "title": { "modifier": "idf" }, "text": { "modifier": "idf" } }));
+        assert_eq!(KeywordLayout::of(&old), KeywordLayout::PerField);
+        assert_eq!(KeywordLayout::of(&info(json!({ KEYWORDS: { "modifier": "idf" } }))), KeywordLayout::Combined);
     }
 
     #[test]
