@@ -16,7 +16,7 @@
 use super::blocks::{
     BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8K, BlockQ8x32, QK_K, TILE_TOKENS, TileQ8K, TileQ8x32, f16_bits,
 };
-use super::x86::{load, q4k_mins_dot, q4k_scales_mins, q6k_groups};
+use super::x86::{load, prefetch_ahead, q4k_mins_dot, q4k_scales_mins, q6k_groups};
 use super::{Kernels, Out, TiledKernels};
 use std::arch::x86_64::*;
 
@@ -194,6 +194,7 @@ fn dot_q4k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
     let pick = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
     let mut acc = 0f32;
     for (w, x) in w.iter().zip(x) {
+        prefetch_ahead::<_, 3>(w);
         let (scales, m) = q4k_scales_mins(w);
         let mins = hsum128(q4k_mins_dot(m, x));
         let scales = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(scales));
@@ -227,6 +228,7 @@ fn dot_q4k_few(w: &[BlockQ4K], x: &[&[BlockQ8K]]) -> [f32; FEW] {
     let pick = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
     let mut acc = [0f32; FEW];
     for (b, w) in w.iter().enumerate() {
+        prefetch_ahead::<_, 3>(w);
         let (scales, m) = q4k_scales_mins(w);
         let scales = _mm512_castsi256_si512(_mm256_cvtepi16_epi32(scales));
         let mut q = [_mm512_setzero_si512(); 4];
@@ -280,6 +282,7 @@ fn dot_q6k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
     let low16 = _mm512_set1_epi32(0xFFFF);
     let mut acc = 0f32;
     for (w, x) in w.iter().zip(x) {
+        prefetch_ahead::<_, 4>(w);
         // SAFETY: `bsums` is 16 i16 (32 bytes); `scales` 16 bytes.
         let (bsums, bytes) = unsafe { (load(x.bsums.as_ptr().cast()), _mm_loadu_si128(w.scales.as_ptr().cast())) };
         // The −32 offset of every value: 32 · Σ scale_i · (sum of x over 16 i).
@@ -311,6 +314,7 @@ fn dot_q6k_few(w: &[BlockQ6K], x: &[&[BlockQ8K]]) -> [f32; FEW] {
     let low16 = _mm512_set1_epi32(0xFFFF);
     let mut acc = [0f32; FEW];
     for (b, w) in w.iter().enumerate() {
+        prefetch_ahead::<_, 4>(w);
         // SAFETY: `scales` is 16 bytes.
         let bytes = unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) };
         let scales16 = _mm256_cvtepi8_epi16(bytes);
@@ -361,6 +365,7 @@ fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ8x32]) -> f32 {
     let pairs = w.len() / 2 * 2;
     for b in (0..pairs).step_by(2) {
         let (w0, w1, x0, x1) = (&w[b], &w[b + 1], &x[b], &x[b + 1]);
+        prefetch_ahead::<_, 2>(w0);
         // SAFETY: 32 bytes of values each.
         let (v0, v1) = unsafe { (load(x0.qs.as_ptr().cast()), load(x1.qs.as_ptr().cast())) };
         let first = (x0.d * f16_bits(w0.d)) * q8_0_sum(w0, v0) as f32;

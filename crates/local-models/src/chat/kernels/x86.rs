@@ -74,6 +74,24 @@ fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// How far ahead of the block being read the kernels ask for weights: a generated token reads
+/// every weight once, from memory, and a row's bytes come faster asked for this far ahead
+/// than when each block's loads wait for the hardware prefetcher (the 1.5B model on a 2-core
+/// AVX-512 Xeon: 11.3-12.9 → 19.3-20.0 tokens/s; 1, 2 and 8 KiB ahead measured slower than 4).
+const PREFETCH_BYTES: usize = 4096;
+
+/// Asks for the `LINES` cache lines [`PREFETCH_BYTES`] past `block` (a block's bytes: Q4_K 144,
+/// Q6_K 210, two Q8_0 68).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn prefetch_ahead<T, const LINES: usize>(block: &T) {
+    let at = std::ptr::from_ref(block).cast::<i8>().wrapping_add(PREFETCH_BYTES);
+    for line in 0..LINES {
+        // A prefetch never faults, whatever the address (past the weights, at the end).
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line));
+    }
+}
+
 /// Loads 32 bytes from `p` (no alignment needed).
 ///
 /// # Safety
@@ -122,6 +140,7 @@ fn dot_q4k_q8k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
     let nibble = _mm256_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     for (w, x) in w.iter().zip(x) {
+        prefetch_ahead::<_, 3>(w);
         let (scales, mins) = q4k_scales_mins(w);
         let m = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(q4k_mins_dot(mins, x)));
         acc = _mm256_fnmadd_ps(_mm256_set1_ps(x.d * f16_bits(w.dmin)), m, acc);
@@ -199,6 +218,7 @@ pub(super) fn q6k_groups(w: &BlockQ6K, half: usize) -> [__m256i; 4] {
 fn dot_q6k_q8k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (w, x) in w.iter().zip(x) {
+        prefetch_ahead::<_, 4>(w);
         // The −32 offset of every value, once per block: 32 · Σ scale_i · (sum of x over 16 i).
         // SAFETY: `bsums` is 16 i16 (32 bytes); `scales` is 16 bytes.
         let (bsums, scales16) =
@@ -228,6 +248,7 @@ fn dot_q8_0_q8x32(w: &[BlockQ8_0], x: &[BlockQ8x32]) -> f32 {
     let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_ps();
     for (w, x) in w.iter().zip(x) {
+        prefetch_ahead::<_, 1>(w);
         // SAFETY: both hold 32 bytes of values.
         let (a, b) = unsafe { (load(w.qs.as_ptr().cast()), load(x.qs.as_ptr().cast())) };
         // maddubs multiplies unsigned by signed: move a's sign onto b.
@@ -248,6 +269,7 @@ fn dot_q4k_q8k_x4(w: &[BlockQ4K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let nibble = _mm256_set1_epi8(0xF);
     let mut acc = [_mm256_setzero_ps(); 4];
     for (b, w) in w.iter().enumerate() {
+        prefetch_ahead::<_, 3>(w);
         let (scales, mins) = q4k_scales_mins(w);
         // SAFETY: `__m128i` and `[i16; 8]` have the same size and any bits are valid for both.
         let scales: [i16; 8] = unsafe { std::mem::transmute(scales) };
@@ -307,6 +329,7 @@ fn q6k_group(w: &BlockQ6K, k: usize) -> __m256i {
 fn dot_q6k_q8k_x4(w: &[BlockQ6K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     for (b, w) in w.iter().enumerate() {
+        prefetch_ahead::<_, 4>(w);
         // SAFETY: `scales` is 16 bytes.
         let scales16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) });
         let paired = q6k_paired_scales(w);
