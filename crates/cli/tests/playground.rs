@@ -35,19 +35,50 @@ fn chromedriver() -> Option<Driver> {
         eprintln!("SKIPPED: chromium or chromedriver is not installed (scripts/system-deps installs them)");
         return None;
     }
-    let port = free_port();
-    let child = Command::new(driver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(10), "chromedriver did not listen");
-        std::thread::sleep(Duration::from_millis(50));
+    // A free port can be taken again before chromedriver binds it (the tests pick theirs at
+    // once): then chromedriver exits, and whatever holds the port may still answer a connect.
+    // So the driver counts as started only when it is alive and its own `/status` says ready,
+    // and a driver that exited is started again on another port.
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let started = Instant::now();
+        loop {
+            if child.try_wait().expect("chromedriver's state").is_some() {
+                break; // exited: its port was taken
+            }
+            if driver_ready(port) {
+                return Some(Driver(child, port));
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "chromedriver did not become ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
-    Some(Driver(child, port))
+    panic!("chromedriver exited five times at start-up")
+}
+
+/// Whether chromedriver answers `GET /status` on `port` with `"ready": true`.
+fn driver_ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    // The connection stays open after the answer (HTTP/1.1): read until the flag shows.
+    let (mut answer, mut buf) = (Vec::new(), [0u8; 1024]);
+    while let Ok(n @ 1..) = stream.read(&mut buf) {
+        answer.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&answer).replace(' ', "").contains("\"ready\":true") {
+            return true;
+        }
+    }
+    false
 }
 
 /// A headless browser on `url`, once the page has started; its profile directory goes when the
