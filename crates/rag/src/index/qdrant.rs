@@ -12,9 +12,10 @@
 //! base from the collection alone.
 //!
 //! One batched query reads every list (the keyword list and each model's dense list, each
-//! filtered inside Qdrant); a query term is sought in both fields at once, so a chunk's keyword
-//! score is the two fields' sum, as in the embedded index, and the lists are fused here with the same [`fuse_many`](crate::search::fuse_many) — so the
-//! fusion's weights and depth apply and each hit keeps its place in every list, which
+//! filtered inside Qdrant); a query term is sought in both fields at once, so a chunk's
+//! keyword score is the two fields' sum, as in the embedded index, and the lists are fused
+//! here with the same [`fuse_many`](crate::search::fuse_many) — so the fusion's weights and
+//! depth apply and each hit keeps its place in every list, which
 //! Qdrant's own fusion reports neither of.
 //!
 //! Talks REST through the blocking HTTP client rag already has (no second TLS stack).
@@ -98,8 +99,8 @@ fn vector_name(model: &str) -> String {
     model.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-/// A term's index in one field's sparse vector: 32-bit FNV-1a of its text (stable across processes
-/// and versions; a collision merges two terms, about one pair in a few million).
+/// A term's index in one field's sparse vector: 32-bit FNV-1a of its text (stable across
+/// processes and versions; a collision merges two terms, about one pair in a few million).
 fn term_index(term: &str) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in term.as_bytes() {
@@ -362,8 +363,7 @@ impl QdrantIndex {
             )));
         }
         let stats = serde_json::from_value(meta["stats"].clone()).unwrap_or_default();
-        let mut index = Self::with(http, options, collection, tenant, &manifest, stats);
-        index.keywords = KeywordLayout::of(&info);
+        let index = Self::with(http, options, collection, tenant, &manifest, stats, KeywordLayout::of(&info));
         Ok(Some((index, manifest)))
     }
 
@@ -374,6 +374,7 @@ impl QdrantIndex {
         tenant: &str,
         manifest: &KbManifest,
         stats: KeywordStats,
+        keywords: KeywordLayout,
     ) -> Self {
         let vectors = manifest.embedding.as_ref().map(|e| e.models().iter().map(|m| vector_name(&m.model)).collect());
         Self {
@@ -382,7 +383,7 @@ impl QdrantIndex {
             collection,
             tenant: tenant.to_owned(),
             vectors: vectors.unwrap_or_default(),
-            keywords: KeywordLayout::Combined,
+            keywords,
             stats: std::sync::Mutex::new(stats),
         }
     }
@@ -418,7 +419,15 @@ impl QdrantIndex {
             let path = format!("/collections/{collection}/index?wait=true");
             call(&http, options, reqwest::Method::PUT, &path, Some(&body))?;
         }
-        Ok(Self::with(http, options, collection, &manifest.tenant, manifest, KeywordStats::default()))
+        Ok(Self::with(
+            http,
+            options,
+            collection,
+            &manifest.tenant,
+            manifest,
+            KeywordStats::default(),
+            KeywordLayout::Combined,
+        ))
     }
 
     /// Records `manifest` in the collection's metadata (a changed record mapping, say).

@@ -77,7 +77,8 @@ fn hsum_ps(v: __m256) -> f32 {
 /// How far ahead of the block being read the kernels ask for weights: a generated token reads
 /// every weight once, from memory, and a row's bytes come faster asked for this far ahead
 /// than when each block's loads wait for the hardware prefetcher (the 1.5B model on a 2-core
-/// AVX-512 Xeon: 11.3-12.9 → 19.3-20.0 tokens/s; 1, 2 and 8 KiB ahead measured slower than 4).
+/// AVX-512 Xeon: 11.3-12.9 → 17.5-20.0 tokens/s; 0.5, 1, 2 and 8 KiB ahead measured slower,
+/// docs/benchmarks.md). The four-token prompt kernels ask too; their gain was not measured.
 const PREFETCH_BYTES: usize = 4096;
 
 /// Asks for the `LINES` cache lines [`PREFETCH_BYTES`] past `block` (a block's bytes: Q4_K 144,
