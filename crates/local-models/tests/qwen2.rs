@@ -397,14 +397,24 @@ mod chat_model {
             asked.push(r);
         }
         asked.push(request("What is 1234 * 5678? Use the calculator tool.", vec![calculator()]));
+        let mut taken_by_call = 0;
         for r in asked {
+            let before = with.draft_counts().1;
             let drafted = reply_of(with.stream(r.clone()).await.unwrap()).await;
             let plain = reply_of(without.stream(r.clone()).await.unwrap()).await;
             assert_eq!(drafted, plain, "temperature {:?}", r.temperature);
             assert!(!drafted.0.is_empty() || !drafted.1.is_empty());
+            if !r.tools.is_empty() {
+                assert_eq!(drafted.1.len(), 1, "one calculator call: {drafted:?}");
+                taken_by_call = with.draft_counts().1 - before;
+            }
         }
         let (drafted, taken) = with.draft_counts();
         assert!(taken >= 20 && taken <= drafted, "{taken} of {drafted} drafted tokens taken");
+        // The call's head (`<tool_call>\n{"name": "`: five tokens after the first) and, drafted
+        // from the call guide, the rest of the name and `", "arguments": {"expression": "`, then
+        // the call's end.
+        assert!(taken_by_call >= 12, "{taken_by_call} drafted tokens taken by the call");
         assert_eq!(without.draft_counts(), (0, 0));
     }
 }

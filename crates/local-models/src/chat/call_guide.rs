@@ -32,6 +32,8 @@ struct Kinds {
 
 impl Kinds {
     const ANY: Kinds = Kinds { string: true, number: true, boolean: true, null: true, object: true, array: true };
+    const NONE: Kinds =
+        Kinds { string: false, number: false, boolean: false, null: false, object: false, array: false };
 
     fn of(schema: &Value) -> Self {
         let names: Vec<&str> = match schema.get("type") {
@@ -273,6 +275,72 @@ impl ToolCallGuide {
         })
     }
 
+    /// The text the call most likely goes on with, where the guide leaves one way to write it
+    /// (spaced as the template writes calls): the rest of the only tool name the name so far
+    /// begins, then `", "arguments": {`; the rest of the only unused parameter a key can be,
+    /// then `": ` (and `"` for a string); the closing `}` once every parameter is used — each
+    /// followed by the next such step. `None` inside values and wherever more than one way is
+    /// open. The flag says whether the text closes the arguments object (the call's end
+    /// follows).
+    ///
+    /// A guess, not a constraint: drafted after a reply, it is kept only where the model
+    /// writes it ([`super::draft`]), and it spares a pass per token it guessed right.
+    ///
+    /// `written` is the reply so far: a key after a comma is guessed with the space the
+    /// template puts there, unless it was written already.
+    pub fn expected(&self, written: &str) -> Option<(String, bool)> {
+        let mut phase = self.phase.clone();
+        let mut text = String::new();
+        if matches!(phase, Phase::Args(_, _, Arg::KeyOrEnd { first: false })) && written.ends_with(',') {
+            text.push(' ');
+        }
+        // A few steps at most: name, arguments' opening, a key, the closing.
+        for _ in 0..4 {
+            let Some(step) = self.next_step(&phase) else { break };
+            phase = self.advance(phase, &step)?;
+            text.push_str(&step);
+            if phase == Phase::Outside {
+                break;
+            }
+        }
+        (!text.trim().is_empty()).then(|| (text, phase == Phase::Outside))
+    }
+
+    /// One step of [`ToolCallGuide::expected`] from `phase`.
+    fn next_step(&self, phase: &Phase) -> Option<String> {
+        match phase {
+            Phase::Outside => None,
+            Phase::Name(name) => {
+                let mut candidates = self.tools.iter().filter(|t| t.name.starts_with(name.as_str()));
+                let tool = candidates.next().filter(|_| candidates.next().is_none())?;
+                Some(format!("{}\"", &tool.name[name.len()..]))
+            }
+            Phase::BeforeArgs(_, seen) if seen.is_empty() => Some(", \"arguments\": {".to_owned()),
+            Phase::BeforeArgs(..) => None,
+            Phase::Args(i, used, arg) => {
+                let tool = &self.tools[*i];
+                let unused: Vec<&String> = tool.params.iter().filter(|p| !used.contains(p)).collect();
+                let key_rest = |prefix: &str| -> Option<String> {
+                    let mut fits = unused.iter().filter(|p| p.starts_with(prefix));
+                    let key = fits.next().filter(|_| fits.next().is_none())?;
+                    let string_only = tool.kinds(key) == Kinds { string: true, ..Kinds::NONE };
+                    Some(format!("{}\":{}", &key[prefix.len()..], if string_only { " \"" } else { "" }))
+                };
+                match arg {
+                    Arg::KeyOrEnd { first: true } if tool.params.is_empty() => Some("}".to_owned()),
+                    Arg::KeyOrEnd { .. } if tool.params.is_empty() => None,
+                    // A key opens even where several may come.
+                    Arg::KeyOrEnd { .. } => {
+                        Some(key_rest("").map_or_else(|| "\"".to_owned(), |rest| format!("\"{rest}")))
+                    }
+                    Arg::Key(prefix) if !tool.params.is_empty() => key_rest(prefix),
+                    Arg::AfterValue if !tool.params.is_empty() && unused.is_empty() => Some("}".to_owned()),
+                    _ => None,
+                }
+            }
+        }
+    }
+
     /// Sets the logits of every token that would break the call's constraint to −∞. `vocab`
     /// holds each token id's text. Leaves the logits alone if nothing would remain.
     pub fn mask(&self, vocab: &[String], logits: &mut [f32]) {
@@ -470,6 +538,47 @@ mod tests {
         // Text and escapes stay; a quote must be followed by what may follow a value (`"x`
         // may not); an empty token is never part of a call.
         assert_eq!(allowed, [" * 8", "\\n", "\"}", "\", \"decimals\": 2}"]);
+    }
+
+    #[test]
+    fn the_expected_text_is_what_only_one_tool_or_parameter_fits() {
+        let mut g = ToolCallGuide::new(tools());
+        let at = |g: &mut ToolCallGuide, text: &str| {
+            *g = ToolCallGuide::new(tools());
+            g.observe(OPEN, OPEN);
+            let full = format!("{OPEN}{text}");
+            g.observe(&full, text);
+            g.expected(&full)
+        };
+        // Two tools start with "note": no guess until the name tells them apart.
+        assert_eq!(at(&mut g, "note"), None);
+        assert_eq!(at(&mut g, "note_l"), Some(("ist\", \"arguments\": {}".to_owned(), true)));
+        assert_eq!(at(&mut g, "calc"), Some(("ulator\", \"arguments\": {\"".to_owned(), false)));
+        assert_eq!(at(&mut g, "calculator\""), Some((", \"arguments\": {\"".to_owned(), false)));
+        // A key only one unused parameter begins; a string parameter's value opens with it.
+        let args = "calculator\", \"arguments\": {\"";
+        assert_eq!(at(&mut g, args), None, "two parameters left, either may come first");
+        assert_eq!(at(&mut g, &format!("{args}ex")), Some(("pression\": \"".to_owned(), false)));
+        assert_eq!(at(&mut g, &format!("{args}dec")), Some(("imals\":".to_owned(), false)));
+        // Inside a value the model is free: no guess.
+        assert_eq!(at(&mut g, &format!("{args}expression\": \"2")), None);
+        // One parameter left after a value: its key.
+        let one_left = format!("{args}expression\": \"2\", ");
+        assert_eq!(at(&mut g, &one_left), Some(("\"decimals\":".to_owned(), false)));
+        // Right after the comma, with the space the template writes there.
+        assert_eq!(at(&mut g, one_left.trim_end()), Some((" \"decimals\":".to_owned(), false)));
+        // After a value with every parameter used: the arguments close; with one left, either
+        // may come.
+        assert_eq!(at(&mut g, &format!("{one_left}\"decimals\": 2 ")), Some(("}".to_owned(), true)));
+        assert_eq!(at(&mut g, &format!("{args}expression\": \"2\"")), None);
+        // Every guess is text the guide itself allows from where it was made.
+        for text in ["note_l", "calc", &format!("{args}ex"), &one_left, one_left.trim_end()] {
+            let (guess, closes) = at(&mut g, text).unwrap();
+            assert_eq!(g.advance(g.phase.clone(), &guess) == Some(Phase::Outside), closes, "{text:?} + {guess:?}");
+            assert!(g.advance(g.phase.clone(), &guess).is_some(), "{text:?} + {guess:?}");
+        }
+        // Outside a call: nothing.
+        assert_eq!(ToolCallGuide::new(tools()).expected(""), None);
     }
 
     #[test]

@@ -262,8 +262,8 @@ struct Worker {
     max_context: usize,
     default_max_tokens: usize,
     id: String,
-    /// Each token id's text, for constraining tool names; built on the first request that
-    /// offers tools.
+    /// Each token id's text, for constraining tool names; built when a prompt with tools is
+    /// prepared (before the service is ready) or on the first request that offers tools.
     vocab: Vec<String>,
     /// For each token id: whether it can open a tool call written as text.
     call_openers: Vec<bool>,
@@ -392,6 +392,7 @@ impl Worker {
         if !self.vocab.is_empty() {
             return;
         }
+        let started = std::time::Instant::now();
         let tokenizer = &self.assets.tokenizer;
         let size = tokenizer.get_vocab_size(true) as u32;
         self.vocab = (0..size).map(|id| tokenizer.decode(&[id], false).unwrap_or_default()).collect();
@@ -405,6 +406,7 @@ impl Worker {
                 Vec::new()
             }
         };
+        tracing::debug!(tokens = size, seconds = started.elapsed().as_secs_f64(), "the vocabulary's texts");
     }
 
     /// The request's tools as any local server would get them: no `$schema`, no type names as
@@ -422,8 +424,13 @@ impl Worker {
     }
 
     /// Computes `request`'s prompt into the KV cache, without generating, and keeps its state
-    /// in the prefix directory when there is one (unless it is there already).
+    /// in the prefix directory when there is one (unless it is there already); with tools, the
+    /// vocabulary's texts the call guide reads are built here too.
     fn prepare(&mut self, request: &ChatRequest) -> Result<(), LlmError> {
+        // What the first reply with tools would otherwise build before its first token.
+        if !request.tools.is_empty() {
+            self.ensure_vocab();
+        }
         let tools = Self::normalized_tools(request);
         let ids = self.prompt(request, &tools, 1)?;
         self.model.next_logits(&ids).map_err(|e| self.err(e.to_string()))?;
@@ -471,7 +478,7 @@ impl Worker {
     /// rest of the call's head while the reply writes it, else, unless `no_lookup`, the
     /// prompt's lookup. Inside a call the prompt is a poor guide: the tools' schemas hold
     /// `{"name": "` and parameter names followed by other text than the call's (in the demo's
-    /// first call, 6 of 103 drafted tokens were taken).
+    /// first call, 6 of 103 drafted tokens were taken); [`Worker::call_draft`] drafts there.
     fn draft<'a>(&'a self, ids: &'a [u32], reply_start: usize, limit: usize, no_lookup: bool) -> &'a [u32] {
         if self.lookup.max_tokens == 0 {
             return &[];
@@ -482,6 +489,32 @@ impl Worker {
             return &rest[..rest.len().min(limit)];
         }
         if no_lookup { &[] } else { self.lookup.draft(ids, limit) }
+    }
+
+    /// A draft of at most `limit` tokens inside a call (`text`: the reply so far; `from_head`:
+    /// the call was opened with [`CALL_HEAD`]): what the guide expects next
+    /// ([`ToolCallGuide::expected`]: the rest of a name or key only one tool or parameter
+    /// fits, the arguments' opening or closing), followed by the call's end where that closes
+    /// the arguments; once they closed, the rest of the call's end. None inside values.
+    fn call_draft(&self, guide: &ToolCallGuide, from_head: bool, text: &str, limit: usize) -> Vec<u32> {
+        if self.lookup.max_tokens == 0 || limit == 0 {
+            return Vec::new();
+        }
+        let guess = if guide.in_call() {
+            let Some((mut guess, closes)) = guide.expected(text) else { return Vec::new() };
+            if closes && from_head {
+                guess.extend(call_tail(&format!("{text}{guess}")));
+            }
+            guess
+        } else if from_head {
+            call_tail(text).unwrap_or_default()
+        } else {
+            return Vec::new();
+        };
+        // A draft that cannot be tokenised is only a pass not saved.
+        let mut draft = self.tokenize(&guess).unwrap_or_default();
+        draft.truncate(limit);
+        draft
     }
 
     fn run(&mut self, job: Job) -> Result<(), LlmError> {
@@ -557,7 +590,8 @@ impl Worker {
                 let calling = in_call || guide.in_call();
                 let draft = match generated {
                     0 => Vec::new(),
-                    _ => self.draft(&ids, reply_start, limit, calling || parted).to_vec(),
+                    _ if calling => self.call_draft(&guide, in_call, &text, limit),
+                    _ => self.draft(&ids, reply_start, limit, parted).to_vec(),
                 };
                 let (rows, computed) = self.model.draft_logits(&ids, &draft).map_err(|e| self.err(e.to_string()))?;
                 computed_prompt.get_or_insert(computed);
