@@ -99,6 +99,13 @@ struct ChatBench {
     memory_read_gb_per_s: f64,
     /// The generation speed if reading the weights were the only cost.
     bandwidth_bound_tokens_per_s: f64,
+    /// Multiply-adds of a prompt token's matrix products.
+    multiply_adds_per_token: usize,
+    /// What the kernels' integer multiply instructions issue per second on every thread
+    /// (none for the portable kernels).
+    multiply_adds_per_s: Option<f64>,
+    /// The prompt speed if those products were the only cost, at that rate.
+    multiply_bound_tokens_per_s: Option<f64>,
     /// The prompt's token ids and the greedy reply's, so another engine can be run on exactly
     /// this prompt and its reply compared (`scripts/bench-llama-cpp`).
     prompt_ids: Vec<u32>,
@@ -246,10 +253,13 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
     };
     let per_token = qwen.weight_bytes_per_token();
     let bandwidth = toolgraph_local_models::chat::memory_read_gb_per_s();
+    let threads = toolgraph_local_models::chat::kernels::WorkerPool::global().threads();
+    let macs = qwen.multiply_adds_per_token();
+    let macs_per_s = qwen.multiply_adds_per_s(threads);
     Ok(ChatBench {
         model: file,
         kernels: qwen.kernels().to_owned(),
-        threads: toolgraph_local_models::chat::kernels::WorkerPool::global().threads(),
+        threads,
         load_s,
         requantised_tensors: qwen.requantised,
         prompt_tokens: first.len(),
@@ -263,6 +273,9 @@ fn chat_bench(model: &str, tokens: usize) -> anyhow::Result<ChatBench> {
         weight_bytes_per_token: per_token,
         memory_read_gb_per_s: bandwidth,
         bandwidth_bound_tokens_per_s: bandwidth * 1e9 / per_token as f64,
+        multiply_adds_per_token: macs,
+        multiply_adds_per_s: macs_per_s,
+        multiply_bound_tokens_per_s: macs_per_s.map(|r| r / macs.max(1) as f64),
         generated_ids: ids[first.len()..].to_vec(),
         prompt_ids: first,
         draft_pass_ms,
@@ -519,6 +532,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                     "{} ({} kernels, {} threads): load {:.1} s ({} tensors re-quantised to Q8_0); prompt {} tokens at {:.1} tokens/s; \
                      generation {} tokens at {:.2} tokens/s; a second prompt sharing {} prefix tokens computed {} in {:.0} ms; \
                      {:.0} MB of weights read per token at {:.1} GB/s: at most {:.1} tokens/s; \
+                     {:.2} G multiply-adds per prompt token{}; \
                      a quoting reply of {} tokens at {:.2} tokens/s, {:.2} with prompt-lookup drafts ({} passes, {} of {} drafted tokens taken); \
                      a pass over one token and k drafted (k: ms): {}",
                     r.model,
@@ -536,6 +550,15 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                     r.weight_bytes_per_token as f64 / 1e6,
                     r.memory_read_gb_per_s,
                     r.bandwidth_bound_tokens_per_s,
+                    r.multiply_adds_per_token as f64 / 1e9,
+                    match (r.multiply_adds_per_s, r.multiply_bound_tokens_per_s) {
+                        (Some(rate), Some(bound)) => format!(
+                            ", the kernels' multiply instructions issue {:.0} G a second: a prompt at most {bound:.1} tokens/s ({:.0} % of it reached)",
+                            rate / 1e9,
+                            100.0 * r.prompt_tokens_per_s / bound.max(1e-9)
+                        ),
+                        _ => String::new(),
+                    },
                     r.quoting.tokens,
                     r.quoting.plain_tokens_per_s,
                     r.quoting.drafted_tokens_per_s,

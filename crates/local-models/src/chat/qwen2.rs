@@ -531,6 +531,23 @@ impl Qwen2 {
         layers + self.lm_head.bytes() + floats(&self.norm) + self.embed.as_ref().unwrap_or(&self.lm_head).row_bytes()
     }
 
+    /// Multiply-adds of the matrix products one prompt token costs (every projection of every
+    /// layer, rows × columns; not attention, which grows with the position, nor the output
+    /// head, which a prompt computes for its last token only).
+    pub fn multiply_adds_per_token(&self) -> usize {
+        let size = |m: &QMatrix| m.rows() * m.cols();
+        self.layers
+            .iter()
+            .map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(size).sum::<usize>())
+            .sum()
+    }
+
+    /// The multiply-adds per second the chosen kernels' instructions issue on `threads`
+    /// threads ([`Kernels::multiply_adds_per_s`]); `None` for the portable kernels.
+    pub fn multiply_adds_per_s(&self, threads: usize) -> Option<f64> {
+        self.kernels.multiply_adds_per_s(threads)
+    }
+
     /// Writes the first `len` cached tokens and their KV state to `path` (safetensors, each
     /// layer's keys and values as `[1, kv_heads, len, head_dim]`), so a later process can
     /// [`load_prefix`](Self::load_prefix) them instead of computing them. Written to a
@@ -776,42 +793,211 @@ fn attention(
         let first = kv * group + part * per_part;
         let heads = first..(first + per_part).min((kv + 1) * group);
         let visible = pos + i + 1;
-        let query = |head: usize| &q[i * hidden + head * hd..i * hidden + (head + 1) * hd];
-        // Position j's row of this key-value head, in the keys or the values.
-        let row = |j: usize| j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd;
+        let rows = HeadRows { kv_dim, offset: kv * hd, hd };
         SCORES.with_borrow_mut(|scores| {
             scores.clear();
             scores.resize(heads.len() * visible, 0.0);
-            for j in 0..visible {
-                let key = &keys[row(j)];
-                if let Some(ahead) = keys.get(row(j + PREFETCH)) {
-                    prefetch(ahead);
-                }
-                for (h, head) in heads.clone().enumerate() {
-                    scores[h * visible + j] = dot_fused(query(head), key) * scale;
-                }
-            }
+            let queries = &q[i * hidden + heads.start * hd..i * hidden + heads.end * hd];
+            head_scores(queries, keys, rows, visible, scale, scores);
             let mut inverse = [0f32; MAX_GROUP];
             for (h, scores) in scores.chunks_exact_mut(visible).enumerate() {
                 let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
                 inverse[h] = 1.0 / exp_minus(scores, max);
             }
+            // The weights in place: each is the product the sum below used to form per value.
+            for (h, weights) in scores.chunks_exact_mut(visible).enumerate() {
+                weights.iter_mut().for_each(|w| *w *= inverse[h]);
+            }
             // SAFETY: item (i, heads) owns `out[i * hidden + head * hd..][..hd]` of its heads
             // alone, and they are contiguous.
             let out = unsafe { target.slice(i * hidden + heads.start * hd, heads.len() * hd) };
-            out.fill(0.0);
-            for j in 0..visible {
-                let value = &values[row(j)];
-                if let Some(ahead) = values.get(row(j + PREFETCH)) {
-                    prefetch(ahead);
-                }
-                for (h, out) in out.chunks_exact_mut(hd).enumerate() {
-                    let p = scores[h * visible + j] * inverse[h];
-                    out.iter_mut().zip(value).for_each(|(o, v)| *o = p.mul_add(*v, *o));
-                }
-            }
+            weighted_values(scores, values, rows, visible, out);
         });
     });
+}
+
+/// Where one key-value head's rows are in the cache: position `j`'s `hd` values at `offset`
+/// of its `kv_dim`.
+#[derive(Clone, Copy)]
+struct HeadRows {
+    kv_dim: usize,
+    offset: usize,
+    hd: usize,
+}
+
+impl HeadRows {
+    fn row(self, j: usize) -> std::ops::Range<usize> {
+        j * self.kv_dim + self.offset..j * self.kv_dim + self.offset + self.hd
+    }
+}
+
+/// `scores[h · visible + j] = dot_fused(query h, key j) · scale` for the heads in `queries`
+/// (`hd` values each, one after another).
+fn head_scores(queries: &[f32], keys: &[f32], rows: HeadRows, visible: usize, scale: f32, scores: &mut [f32]) {
+    let hd = rows.hd;
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
+    if hd.is_multiple_of(32) && queries.len() / hd <= MAX_GROUP {
+        // SAFETY: AVX2 and FMA are enabled for the whole build (this block's `cfg`); the
+        // shapes were just checked.
+        return unsafe { x86::head_scores(queries, keys, rows, visible, scale, scores) };
+    }
+    for j in 0..visible {
+        let key = &keys[rows.row(j)];
+        if let Some(ahead) = keys.get(rows.row(j + PREFETCH)) {
+            prefetch(ahead);
+        }
+        for (h, query) in queries.chunks_exact(hd).enumerate() {
+            scores[h * visible + j] = dot_fused(query, key) * scale;
+        }
+    }
+}
+
+/// `out[h] = Σ_j weights[h · visible + j] · value j`, each output value's fused multiply-adds
+/// in the order of the positions (`out` holds the heads' `hd` values one after another).
+fn weighted_values(weights: &[f32], values: &[f32], rows: HeadRows, visible: usize, out: &mut [f32]) {
+    out.fill(0.0);
+    let hd = rows.hd;
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
+    if hd.is_multiple_of(64) {
+        // SAFETY: AVX2 and FMA are enabled for the whole build (this block's `cfg`); the
+        // shapes were just checked.
+        return unsafe { x86::weighted_values(weights, values, rows, visible, out) };
+    }
+    for j in 0..visible {
+        let value = &values[rows.row(j)];
+        if let Some(ahead) = values.get(rows.row(j + PREFETCH)) {
+            prefetch(ahead);
+        }
+        for (h, out) in out.chunks_exact_mut(hd).enumerate() {
+            let p = weights[h * visible + j];
+            out.iter_mut().zip(value).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+        }
+    }
+}
+
+/// Attention's AVX2 loops: the same arithmetic as the portable ones, bit for bit, with fewer
+/// instructions per position.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
+mod x86 {
+    use super::{HeadRows, MAX_GROUP, PREFETCH, prefetch};
+    use std::arch::x86_64::*;
+
+    /// [`super::head_scores`] for `hd` a multiple of 32 and at most [`MAX_GROUP`] heads. Each
+    /// score's four eight-lane sums are [`super::dot_fused`]'s; their lanes are then added for
+    /// eight positions at once (two rounds of `hadd` and one cross-half add: the same pairs,
+    /// `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`) instead of one score at a time
+    /// through memory, which cost more than the products at a thousand positions.
+    ///
+    /// # Safety
+    /// AVX2 and FMA are present; `queries` holds whole heads of `hd` values; every key row
+    /// `j < visible` has `hd` values at `offset`; `scores` holds `visible` per head.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn head_scores(
+        queries: &[f32],
+        keys: &[f32],
+        rows: HeadRows,
+        visible: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let hd = rows.hd;
+        let heads = queries.len() / hd;
+        let mut pending = [[_mm256_setzero_ps(); 8]; MAX_GROUP];
+        for j in 0..visible {
+            let key = &keys[rows.row(j)];
+            if let Some(ahead) = keys.get(rows.row(j + PREFETCH)) {
+                prefetch(ahead);
+            }
+            for (h, query) in queries.chunks_exact(hd).enumerate() {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for c in (0..hd).step_by(32) {
+                    for (k, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: `c + 8k + 8 <= hd`, the length of both.
+                        let (x, y) = unsafe {
+                            (
+                                _mm256_loadu_ps(query.as_ptr().add(c + 8 * k)),
+                                _mm256_loadu_ps(key.as_ptr().add(c + 8 * k)),
+                            )
+                        };
+                        *acc = _mm256_fmadd_ps(x, y, *acc);
+                    }
+                }
+                pending[h][j % 8] = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+            }
+            if j % 8 == 7 || j + 1 == visible {
+                let (base, count) = (j - j % 8, j % 8 + 1);
+                for (h, lanes) in pending.iter_mut().enumerate().take(heads) {
+                    lanes[count..].fill(_mm256_setzero_ps());
+                    let h01 = _mm256_hadd_ps(lanes[0], lanes[1]);
+                    let h23 = _mm256_hadd_ps(lanes[2], lanes[3]);
+                    let h45 = _mm256_hadd_ps(lanes[4], lanes[5]);
+                    let h67 = _mm256_hadd_ps(lanes[6], lanes[7]);
+                    // Lanes 0–3 of each half: positions base..base + 4; lanes 4–7: the rest.
+                    let (low4, high4) = (_mm256_hadd_ps(h01, h23), _mm256_hadd_ps(h45, h67));
+                    // (l0 + l1) + (l2 + l3) of the eight positions, then (l4 + l5) + (l6 + l7).
+                    let first = _mm256_permute2f128_ps::<0x20>(low4, high4);
+                    let second = _mm256_permute2f128_ps::<0x31>(low4, high4);
+                    // `+ 0.0` as `dot_fused` adds the (empty) rest: −0 becomes +0 there too.
+                    let sums = _mm256_add_ps(_mm256_add_ps(first, second), _mm256_setzero_ps());
+                    let mut out = [0f32; 8];
+                    // SAFETY: `out` is 8 floats.
+                    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, _mm256_set1_ps(scale))) };
+                    scores[h * visible + base..][..count].copy_from_slice(&out[..count]);
+                }
+            }
+        }
+    }
+
+    /// Positions a pass of [`weighted_values`] covers: their value rows (half a kilobyte of
+    /// each) stay in L1 while every head's outputs pass over them.
+    const BLOCK: usize = 32;
+
+    /// [`super::weighted_values`] for `hd` a multiple of 64: sixty-four of a head's outputs
+    /// stay in registers across a block of positions, where the portable loop loads and stores
+    /// every head's outputs at every position (bound by its stores).
+    ///
+    /// # Safety
+    /// AVX2 and FMA are present; `out` holds whole heads of `hd` values; every value row
+    /// `j < visible` has `hd` values at `offset`; `weights` holds `visible` per head.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn weighted_values(
+        weights: &[f32],
+        values: &[f32],
+        rows: HeadRows,
+        visible: usize,
+        out: &mut [f32],
+    ) {
+        let hd = rows.hd;
+        for start in (0..visible).step_by(BLOCK) {
+            let block = start..(start + BLOCK).min(visible);
+            for j in block.clone() {
+                if let Some(row) = values.get(rows.row(j + BLOCK)) {
+                    prefetch(row);
+                }
+            }
+            for (h, out) in out.chunks_exact_mut(hd).enumerate() {
+                let weights = &weights[h * visible..(h + 1) * visible];
+                for (c, part) in out.chunks_exact_mut(64).enumerate() {
+                    let at = rows.offset + 64 * c;
+                    // SAFETY: `part` is 64 floats.
+                    let mut acc: [__m256; 8] =
+                        std::array::from_fn(|k| unsafe { _mm256_loadu_ps(part.as_ptr().add(8 * k)) });
+                    for j in block.clone() {
+                        let p = _mm256_set1_ps(weights[j]);
+                        let row = &values[j * rows.kv_dim + at..][..64];
+                        for (k, acc) in acc.iter_mut().enumerate() {
+                            // SAFETY: `row` is 64 floats.
+                            *acc = _mm256_fmadd_ps(p, unsafe { _mm256_loadu_ps(row.as_ptr().add(8 * k)) }, *acc);
+                        }
+                    }
+                    for (k, acc) in acc.iter().enumerate() {
+                        // SAFETY: `part` is 64 floats.
+                        unsafe { _mm256_storeu_ps(part.as_mut_ptr().add(8 * k), *acc) };
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `Σ a·b` in fused multiply-adds on four independent eight-lane sums (one chain of adds per
@@ -1002,6 +1188,68 @@ mod tests {
             let want: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
             let got = dot_fused(&a, &b);
             assert!((f64::from(got) - want).abs() < 1e-5, "length {len}: {got} against {want}");
+        }
+    }
+
+    /// Attention as it was written before its SIMD loops: each score through `dot_fused`, each
+    /// position's weighted value added to every head's outputs in turn.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_one_position_at_a_time(
+        s: Qwen2Shape,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        pos: usize,
+        t: usize,
+    ) -> Vec<f32> {
+        let (hd, kv_dim, hidden, group) = (s.head_dim(), s.kv_dim(), s.hidden, s.heads / s.kv_heads);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut out = vec![0f32; t * hidden];
+        for i in 0..t {
+            let visible = pos + i + 1;
+            for head in 0..s.heads {
+                let kv = head / group;
+                let row = |j: usize| j * kv_dim + kv * hd..j * kv_dim + (kv + 1) * hd;
+                let query = &q[i * hidden + head * hd..][..hd];
+                let mut scores: Vec<f32> = (0..visible).map(|j| dot_fused(query, &keys[row(j)]) * scale).collect();
+                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let inverse = 1.0 / exp_minus(&mut scores, max);
+                let out = &mut out[i * hidden + head * hd..][..hd];
+                for (j, score) in scores.iter().enumerate() {
+                    let p = score * inverse;
+                    out.iter_mut().zip(&values[row(j)]).for_each(|(o, v)| *o = p.mul_add(*v, *o));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn attention_of_the_shipped_shapes_keeps_the_bits_of_one_position_at_a_time() {
+        // The 1.5B's heads (twelve of 128 values, six per key-value head) and the 0.5B's
+        // (fourteen of 64, seven per key-value head); positions that fill no whole group of
+        // eight or block of 32, with a generated token's single query among them.
+        for (heads, hd) in [(12, 128), (14, 64)] {
+            let s = Qwen2Shape {
+                layers: 1,
+                hidden: heads * hd,
+                heads,
+                kv_heads: 2,
+                eps: 1e-6,
+                rope_theta: 10_000.0,
+                max_context: 128,
+            };
+            let pool = WorkerPool::new(2);
+            for (pos, t) in [(0, 1), (37, 11), (70, 1), (3, 40)] {
+                let q = values(t * s.hidden, 7);
+                let kv_len = (pos + t) * s.kv_dim();
+                let (keys, vals) = (values(kv_len, 8), values(kv_len, 9));
+                let mut got = vec![f32::NAN; t * s.hidden];
+                attention(&pool, s, &q, &keys, &vals, pos, t, &mut got);
+                let want = attention_one_position_at_a_time(s, &q, &keys, &vals, pos, t);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{heads} heads of {hd}, {t} tokens after {pos}");
+            }
         }
     }
 

@@ -33,8 +33,33 @@ pub(super) fn kernels() -> Option<Kernels> {
         q8_0: q8_0_rows,
         quantize_q8k: avx2.quantize_q8k,
         tiled: Some(TiledKernels { q4k: q4k_tiles, q6k: q6k_tiles, q8_0: q8_0_tiles }),
+        // SAFETY: AVX-512 F and VNNI were detected just above.
+        multiply_step: Some(|n| unsafe { multiply_step(n) }),
         name: "avx512-vnni",
     })
+}
+
+/// `n` rounds of eight independent `vpdpbusd`s, each second operand loaded from L1 as the
+/// tiles are: 64 multiply-adds an instruction.
+///
+/// # Safety
+/// AVX-512 F and VNNI are present.
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn multiply_step(n: u64) -> u64 {
+    let w = _mm512_set1_epi32(0x0703_0507);
+    let mut xs = [0u8; 512];
+    xs.iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
+    let mut acc = [_mm512_setzero_si512(); 8];
+    for _ in 0..n {
+        let x = std::hint::black_box(&xs);
+        for (k, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `xs` has 512 bytes: offset 64k + 64 stays inside.
+            let x = unsafe { _mm512_loadu_si512(x.as_ptr().add(64 * k).cast()) };
+            *acc = _mm512_dpbusd_epi32(*acc, w, x);
+        }
+    }
+    std::hint::black_box(acc);
+    n * 8 * 64
 }
 
 /// Rows a pass computes side by side.

@@ -317,6 +317,9 @@ pub struct Kernels {
     q8_0: RowsTimes<BlockQ8_0, BlockQ8x32>,
     quantize_q8k: fn(&[f32], &mut [BlockQ8K]),
     tiled: Option<TiledKernels>,
+    /// `n` rounds of the prompt kernels' integer multiply step on one core, as fast as it
+    /// issues; returns the multiply-adds done ([`Kernels::multiply_adds_per_s`]).
+    multiply_step: Option<fn(u64) -> u64>,
     /// What was chosen, for logs and the benchmark's report.
     pub name: &'static str,
 }
@@ -347,6 +350,33 @@ impl Kernels {
         }
     }
 
+    /// The 8-bit multiply-adds per second this CPU's cores issue in these kernels' own
+    /// instructions (AVX2: `maddubs`, `madd` with the scales and the add, as the prompt
+    /// kernels do per 32 values and token; AVX-512 VNNI: `vpdpbusd`), each of `threads`
+    /// threads on independent sums, activations loaded from L1 as the kernels load them; the
+    /// best of three runs of ~0.1 s. A ceiling for a prompt's matrix products: their kernels
+    /// also unpack weights, apply scales in floats and wait on memory. `None` for the portable set.
+    pub fn multiply_adds_per_s(&self, threads: usize) -> Option<f64> {
+        let step = self.multiply_step?;
+        let rounds = {
+            // Sized so one thread's run takes ~0.1 s on this CPU.
+            let t = std::time::Instant::now();
+            let done = step(1 << 16);
+            let per_s = done as f64 / t.elapsed().as_secs_f64().max(1e-9);
+            ((per_s * 0.1) as u64 * (1 << 16) / done.max(1)).max(1 << 16)
+        };
+        let mut best = 0f64;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let done: u64 = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(move || step(rounds))).collect();
+                handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+            });
+            best = best.max(done as f64 / t.elapsed().as_secs_f64().max(1e-9));
+        }
+        Some(best)
+    }
+
     /// Every set this CPU supports, fastest first, the portable one last.
     pub fn available() -> Vec<Self> {
         let mut sets = Vec::new();
@@ -366,6 +396,7 @@ impl Kernels {
             q8_0: scalar::rows_times::<BlockQ8_0, BlockQ8x32>,
             quantize_q8k: scalar::quantize_q8k,
             tiled: None,
+            multiply_step: None,
             name: "portable",
         }
     }

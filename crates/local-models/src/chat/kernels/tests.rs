@@ -221,3 +221,14 @@ fn a_row_reads_as_candle_dequantises_it() {
         }
     }
 }
+
+#[test]
+fn the_multiply_rate_is_measured_for_the_simd_sets_only() {
+    assert_eq!(Kernels::portable().multiply_adds_per_s(1), None);
+    for k in Kernels::available().into_iter().filter(|k| k.name != "portable") {
+        let one = k.multiply_adds_per_s(1).unwrap_or_else(|| panic!("{}: no rate", k.name));
+        // Any x86-64-v3 core issues billions a second; a step that did no work, or a count
+        // that did not follow the rounds, would not.
+        assert!(one > 1e9 && one.is_finite(), "{}: {one}", k.name);
+    }
+}
