@@ -278,7 +278,7 @@ impl ToolCallGuide {
     /// The text the call most likely goes on with, where the guide leaves one way to write it
     /// (spaced as the template writes calls): the rest of the only tool name the name so far
     /// begins, then `", "arguments": {`; the rest of the only unused parameter a key can be,
-    /// then `": ` (and `"` for a string); the closing `}` once every parameter is used — each
+    /// then `":` (and ` "` for a string); the closing `}` once every parameter is used — each
     /// followed by the next such step. `None` inside values and wherever more than one way is
     /// open. The flag says whether the text closes the arguments object (the call's end
     /// follows).

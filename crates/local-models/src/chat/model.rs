@@ -513,7 +513,7 @@ impl Worker {
         };
         // A draft that cannot be tokenised is only a pass not saved.
         let mut draft = self.tokenize(&guess).unwrap_or_default();
-        draft.truncate(limit);
+        draft.truncate(limit.min(self.lookup.max_tokens));
         draft
     }
 

@@ -932,7 +932,9 @@ mod x86 {
                     let h23 = _mm256_hadd_ps(lanes[2], lanes[3]);
                     let h45 = _mm256_hadd_ps(lanes[4], lanes[5]);
                     let h67 = _mm256_hadd_ps(lanes[6], lanes[7]);
-                    // Lanes 0–3 of each half: positions base..base + 4; lanes 4–7: the rest.
+                    // `low4`: positions base..base + 4, their `(l0 + l1) + (l2 + l3)` in lanes
+                    // 0–3 and `(l4 + l5) + (l6 + l7)` in lanes 4–7; `high4` the same for the
+                    // next four positions.
                     let (low4, high4) = (_mm256_hadd_ps(h01, h23), _mm256_hadd_ps(h45, h67));
                     // (l0 + l1) + (l2 + l3) of the eight positions, then (l4 + l5) + (l6 + l7).
                     let first = _mm256_permute2f128_ps::<0x20>(low4, high4);

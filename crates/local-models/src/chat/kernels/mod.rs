@@ -359,11 +359,13 @@ impl Kernels {
     pub fn multiply_adds_per_s(&self, threads: usize) -> Option<f64> {
         let step = self.multiply_step?;
         let rounds = {
-            // Sized so one thread's run takes ~0.1 s on this CPU.
+            // Sized so one thread's run takes ~0.1 s on this CPU, in floats (a clock that saw
+            // no time pass must not overflow the count), at most 2^30 rounds.
+            const PROBE: u64 = 1 << 16;
             let t = std::time::Instant::now();
-            let done = step(1 << 16);
-            let per_s = done as f64 / t.elapsed().as_secs_f64().max(1e-9);
-            ((per_s * 0.1) as u64 * (1 << 16) / done.max(1)).max(1 << 16)
+            step(PROBE);
+            let seconds = t.elapsed().as_secs_f64().max(1e-6);
+            ((0.1 / seconds * PROBE as f64) as u64).clamp(PROBE, 1 << 30)
         };
         let mut best = 0f64;
         for _ in 0..3 {

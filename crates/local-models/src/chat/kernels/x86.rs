@@ -22,7 +22,7 @@ pub(super) fn kernels() -> Option<Kernels> {
         // SAFETY: AVX2 and FMA were detected just above.
         quantize_q8k: |x, out| unsafe { quantize_q8k(x, out) },
         tiled: None,
-        // SAFETY: AVX2 was detected just above.
+        // SAFETY: AVX2 and FMA were detected just above.
         multiply_step: Some(|n| unsafe { multiply_step(n) }),
         name: "avx2",
     })
@@ -32,8 +32,8 @@ pub(super) fn kernels() -> Option<Kernels> {
 /// from L1 as the four-token kernels load a token's activations: 32 multiply-adds a step.
 ///
 /// # Safety
-/// AVX2 is present.
-#[target_feature(enable = "avx2")]
+/// AVX2 and FMA are present (as for every kernel here, so [`load`] inlines).
+#[target_feature(enable = "avx2,fma")]
 unsafe fn multiply_step(n: u64) -> u64 {
     let (w, scale) = (_mm256_set1_epi8(7), _mm256_set1_epi16(3));
     let mut xs = [0u8; 256];
