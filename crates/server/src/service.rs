@@ -229,29 +229,33 @@ impl ChatService {
         }
     }
 
-    /// Closes an interrupted turn: a stop record with the interrupted reply in its graph, and
-    /// an `error` ending its stream for readers on any replica. Whether the graph had a run to
-    /// close.
+    /// Closes an interrupted turn: a stop record with the interrupted reply in its graph, then
+    /// an `error` ending its stream for readers on any replica — in that order, so a client
+    /// that reads the conversation once its stream ended finds the turn closed there (the
+    /// other order let such a read see the question without its reply). Whether the graph had
+    /// a run to close.
     async fn close_turn(&self, t: &ReleasedTurn) -> bool {
         self.0.metrics.errors.with_label_values(&["interrupted"]).inc();
+        let closed = match self.0.agents.get(&t.agent) {
+            None => {
+                tracing::warn!(conversation = t.conversation_id, agent = %t.agent, "an interrupted turn's agent is gone");
+                false
+            }
+            Some(agent) => {
+                let thread = ConversationThread { tenant: t.tenant_id, conversation: t.conversation_id }.thread_id();
+                agent.graph.close_interrupted(&thread).await.unwrap_or_else(|e| {
+                    tracing::warn!(conversation = t.conversation_id, error = %e, "cannot close an interrupted turn");
+                    false
+                })
+            }
+        };
         if let Some(shared) = &self.0.shared
             && !t.run_id.is_empty()
             && let Err(e) = shared.end_run(&t.run_id, (t.tenant_id, t.user_id), INTERRUPTED_ERROR).await
         {
             tracing::warn!(run = %t.run_id, error = %e, "cannot end an interrupted turn's stream");
         }
-        let Some(agent) = self.0.agents.get(&t.agent) else {
-            tracing::warn!(conversation = t.conversation_id, agent = %t.agent, "an interrupted turn's agent is gone");
-            return false;
-        };
-        let thread = ConversationThread { tenant: t.tenant_id, conversation: t.conversation_id }.thread_id();
-        match agent.graph.close_interrupted(&thread).await {
-            Ok(closed) => closed,
-            Err(e) => {
-                tracing::warn!(conversation = t.conversation_id, error = %e, "cannot close an interrupted turn");
-                false
-            }
-        }
+        closed
     }
 
     /// The metrics registry.
