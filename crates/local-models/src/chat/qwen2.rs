@@ -882,8 +882,26 @@ mod x86 {
     use super::{HeadRows, MAX_GROUP, PREFETCH, prefetch};
     use std::arch::x86_64::*;
 
+    /// [`super::dot_fused`]'s four eight-lane sums over whole pieces of 32, added pairwise:
+    /// `(s0 + s1) + (s2 + s3)`. Written with the intrinsics: the compiler's own vectorisation
+    /// of the portable loop shuffled and spilled (a third of a long prompt's time).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    pub(super) fn lane_sums(ca: std::slice::ChunksExact<'_, f32>, cb: std::slice::ChunksExact<'_, f32>) -> __m256 {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (x, y) in ca.zip(cb) {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `x` and `y` are 32 floats, so offset 8k + 8 stays inside.
+                let (x, y) =
+                    unsafe { (_mm256_loadu_ps(x.as_ptr().add(8 * k)), _mm256_loadu_ps(y.as_ptr().add(8 * k))) };
+                *acc = _mm256_fmadd_ps(x, y, *acc);
+            }
+        }
+        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+    }
+
     /// [`super::head_scores`] for `hd` a multiple of 32 and at most [`MAX_GROUP`] heads. Each
-    /// score's four eight-lane sums are [`super::dot_fused`]'s; their lanes are then added for
+    /// score's four eight-lane sums are [`lane_sums`], as in [`super::dot_fused`]; their lanes are then added for
     /// eight positions at once (two rounds of `hadd` and one cross-half add: the same pairs,
     /// `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`) instead of one score at a time
     /// through memory, which cost more than the products at a thousand positions.
@@ -909,20 +927,7 @@ mod x86 {
                 prefetch(ahead);
             }
             for (h, query) in queries.chunks_exact(hd).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                for c in (0..hd).step_by(32) {
-                    for (k, acc) in acc.iter_mut().enumerate() {
-                        // SAFETY: `c + 8k + 8 <= hd`, the length of both.
-                        let (x, y) = unsafe {
-                            (
-                                _mm256_loadu_ps(query.as_ptr().add(c + 8 * k)),
-                                _mm256_loadu_ps(key.as_ptr().add(c + 8 * k)),
-                            )
-                        };
-                        *acc = _mm256_fmadd_ps(x, y, *acc);
-                    }
-                }
-                pending[h][j % 8] = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+                pending[h][j % 8] = lane_sums(query.chunks_exact(32), key.chunks_exact(32));
             }
             if j % 8 == 7 || j + 1 == visible {
                 let (base, count) = (j - j % 8, j % 8 + 1);
@@ -980,13 +985,12 @@ mod x86 {
             for (h, out) in out.chunks_exact_mut(hd).enumerate() {
                 let weights = &weights[h * visible..(h + 1) * visible];
                 for (c, part) in out.chunks_exact_mut(64).enumerate() {
-                    let at = rows.offset + 64 * c;
                     // SAFETY: `part` is 64 floats.
                     let mut acc: [__m256; 8] =
                         std::array::from_fn(|k| unsafe { _mm256_loadu_ps(part.as_ptr().add(8 * k)) });
                     for j in block.clone() {
                         let p = _mm256_set1_ps(weights[j]);
-                        let row = &values[j * rows.kv_dim + at..][..64];
+                        let row = &values[rows.row(j)][64 * c..][..64];
                         for (k, acc) in acc.iter_mut().enumerate() {
                             // SAFETY: `row` is 64 floats.
                             *acc = _mm256_fmadd_ps(p, unsafe { _mm256_loadu_ps(row.as_ptr().add(8 * k)) }, *acc);
@@ -1015,28 +1019,10 @@ fn dot_fused(a: &[f32], b: &[f32]) -> f32 {
 /// The eight lanes of [`dot_fused`]'s four sums, added pairwise: `(s0 + s1) + (s2 + s3)`.
 #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
 fn dot_lanes(ca: std::slice::ChunksExact<'_, f32>, cb: std::slice::ChunksExact<'_, f32>) -> [f32; 8] {
-    // SAFETY: AVX2 and FMA are enabled for the whole build (this function's `cfg`).
-    unsafe { dot_lanes_avx2(ca, cb) }
-}
-
-/// [`dot_lanes`] written with the intrinsics: the compiler's own vectorisation of the portable
-/// loop shuffled and spilled (a third of a long prompt's time).
-#[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
-#[target_feature(enable = "avx2,fma")]
-fn dot_lanes_avx2(ca: std::slice::ChunksExact<'_, f32>, cb: std::slice::ChunksExact<'_, f32>) -> [f32; 8] {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for (x, y) in ca.zip(cb) {
-        for (k, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: `x` and `y` are 32 floats, so offset 8k + 8 stays inside.
-            let (x, y) = unsafe { (_mm256_loadu_ps(x.as_ptr().add(8 * k)), _mm256_loadu_ps(y.as_ptr().add(8 * k))) };
-            *acc = _mm256_fmadd_ps(x, y, *acc);
-        }
-    }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` is 8 floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    // SAFETY: AVX2 and FMA are enabled for the whole build (this function's `cfg`); `lanes`
+    // is 8 floats.
+    unsafe { std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), x86::lane_sums(ca, cb)) };
     lanes
 }
 

@@ -367,16 +367,7 @@ impl Kernels {
             let seconds = t.elapsed().as_secs_f64().max(1e-6);
             ((0.1 / seconds * PROBE as f64) as u64).clamp(PROBE, 1 << 30)
         };
-        let mut best = 0f64;
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            let done: u64 = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(move || step(rounds))).collect();
-                handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-            });
-            best = best.max(done as f64 / t.elapsed().as_secs_f64().max(1e-9));
-        }
-        Some(best)
+        Some(super::best_rate_on_threads(threads, |_| step(rounds)))
     }
 
     /// Every set this CPU supports, fastest first, the portable one last.
