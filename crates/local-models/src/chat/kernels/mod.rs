@@ -460,9 +460,13 @@ pub fn matmul(
     scratch.prepare(kernels, x, tokens, cols, reads(ActivationForm::Q8K), reads(ActivationForm::Q8x32));
     // Work items are chunks of rows of one matrix, small enough that the threads finish
     // together, large enough that taking one costs nothing against its work.
-    // One token: ~16 items per thread, each a multiple of 16 rows (a cache line of output),
-    // so handing them out (an atomic add on a shared line) stays negligible. A prompt: as many
-    // rows as fit in 16 KB, half of L1, so they stay there while every token passes over them.
+    // One token, or a draft's few (up to eight, not tiled): ~16 items per thread, each a
+    // multiple of 16 rows (a cache line of output), so handing them out (an atomic add on a
+    // shared line) stays negligible and each item streams its rows from memory in one run;
+    // the few-token kernels take at most two passes over an item, the second from L2. (Items
+    // of 16 KB made a pass over a token and one drafted cost 2.1-2.8x a plain pass, with them
+    // 1.5x: docs/benchmarks.md.) A longer prompt: as many rows as fit in 16 KB, half of L1, so
+    // they stay there while every token passes over them.
     // Each matrix's items follow the previous one's: `first_item` says where its own begin, so
     // the items need no list (a generated token allocates nothing here).
     let total_rows: usize = products.iter().map(|(m, _)| m.rows).sum();
@@ -472,7 +476,7 @@ pub fn matmul(
         assert_eq!(m.cols, cols, "matrices of one dispatch read the same input");
         assert_eq!(out.len(), tokens * m.rows, "output is not tokens × rows");
         let chunk = match tokens {
-            1 => (total_rows / (pool.threads() * 16)).max(16).next_multiple_of(16),
+            1..=8 if !scratch.tiled => (total_rows / (pool.threads() * 16)).max(16).next_multiple_of(16),
             // The tiled kernels unpack an item's rows once for all its tokens and pass over
             // them four at a time: 16 rows (at most 16 × 8,960 bytes unpacked, in L2), fewer
             // where a matrix would otherwise give each thread under four items.

@@ -179,18 +179,19 @@ use candle_core::DType;
 
 #[test]
 fn a_tokens_result_does_not_depend_on_the_tokens_computed_with_it() {
-    // Tokens go through the four-token kernels in groups and the one-token kernels alone; the
-    // two must agree to the bit, or a prompt computed in pieces (a reused prefix) would differ
-    // from the same prompt computed at once.
-    // Five tokens: AVX2's groups of four and a lone one, AVX-512's few-token kernels (a draft
-    // checked after a generated token); twenty: a full tile and a partial one
+    // Tokens go through the group kernels and the one-token kernels alone; the two must agree
+    // to the bit, or a prompt computed in pieces (a reused prefix) would differ from the same
+    // prompt computed at once.
+    // Five, six and seven tokens: AVX2's group of four and a lone one, a group of two, a group
+    // of three; AVX-512's few-token kernels (a draft checked after a generated token); twenty:
+    // a full tile and a partial one
     // where the kernels read tiles; split 13 + 7, a tile's worth and too few for one.
     // Q8_0 rows of 15 blocks: an odd one, where kernels that take blocks in pairs end alone.
     let pool = WorkerPool::new(2);
     for kernels in Kernels::available() {
         for (dtype, cols) in [(GgmlDType::Q4K, 512), (GgmlDType::Q6K, 512), (GgmlDType::Q8_0, 480)] {
             let (m, _) = matrix(dtype, 24, cols, 21);
-            for tokens in [5, 20] {
+            for tokens in [5, 6, 7, 20] {
                 let x = values(tokens * cols, 22);
                 let together = run(&kernels, &pool, &m, &x, tokens);
                 for t in 0..tokens {

@@ -52,12 +52,13 @@ unsafe fn multiply_step(n: u64) -> u64 {
     n * 8 * 32
 }
 
-/// An item's rows times every token: four tokens at a time through every row (the rows, sized
-/// by `matmul` to fit L1 together, and the four tokens' activations then stay in L1 while they
-/// are combined), the tokens left over one at a time. One call per work item, so the kernels
+/// An item's rows times every token: up to four tokens at a time through every row (the rows,
+/// sized by `matmul` to fit L1 together, and the group's activations then stay in L1 while they
+/// are combined), a group of two or three where fewer are left (a draft's pass, a prompt's
+/// tail), a lone token through the one-token kernel. One call per work item, so the kernels
 /// inline here.
 macro_rules! rows_times {
-    ($name:ident, $w:ty, $x:ty, $one:ident, $four:ident) => {
+    ($name:ident, $w:ty, $x:ty, $one:ident, $group:ident) => {
         /// Rows times tokens with the AVX2 kernels.
         ///
         /// # Safety
@@ -65,31 +66,43 @@ macro_rules! rows_times {
         #[target_feature(enable = "avx2,fma")]
         unsafe fn $name(w: &[$w], x: &[$x], n: usize, out: Out) {
             let (rows, tokens) = (w.len() / n, x.len() / n);
+            // The group's tokens from `t` through every row, `$size` at a time.
+            macro_rules! group {
+                ($t:expr, $size:literal) => {{
+                    let t = $t;
+                    let xs: [&[$x]; $size] = std::array::from_fn(|i| &x[(t + i) * n..(t + i + 1) * n]);
+                    for r in 0..rows {
+                        let values = $group::<$size>(&w[r * n..(r + 1) * n], xs);
+                        for (i, v) in values.into_iter().enumerate() {
+                            // SAFETY: the caller's.
+                            unsafe { out.write(t + i, r, v) };
+                        }
+                    }
+                }};
+            }
             let quads = tokens / 4 * 4;
             for t in (0..quads).step_by(4) {
-                let xs = [0, 1, 2, 3].map(|i| &x[(t + i) * n..(t + i + 1) * n]);
-                for r in 0..rows {
-                    let values = $four(&w[r * n..(r + 1) * n], xs);
-                    for (i, v) in values.into_iter().enumerate() {
+                group!(t, 4);
+            }
+            match tokens - quads {
+                3 => group!(quads, 3),
+                2 => group!(quads, 2),
+                1 => {
+                    let x = &x[quads * n..];
+                    for r in 0..rows {
                         // SAFETY: the caller's.
-                        unsafe { out.write(t + i, r, v) };
+                        unsafe { out.write(quads, r, $one(&w[r * n..(r + 1) * n], x)) };
                     }
                 }
-            }
-            for t in quads..tokens {
-                let x = &x[t * n..(t + 1) * n];
-                for r in 0..rows {
-                    // SAFETY: the caller's.
-                    unsafe { out.write(t, r, $one(&w[r * n..(r + 1) * n], x)) };
-                }
+                _ => {}
             }
         }
     };
 }
 
-rows_times!(q4k_rows, BlockQ4K, BlockQ8K, dot_q4k_q8k, dot_q4k_q8k_x4);
-rows_times!(q6k_rows, BlockQ6K, BlockQ8K, dot_q6k_q8k, dot_q6k_q8k_x4);
-rows_times!(q8_0_rows, BlockQ8_0, BlockQ8x32, dot_q8_0_q8x32, dot_q8_0_q8x32_x4);
+rows_times!(q4k_rows, BlockQ4K, BlockQ8K, dot_q4k_q8k, dot_q4k_q8k_group);
+rows_times!(q6k_rows, BlockQ6K, BlockQ8K, dot_q6k_q8k, dot_q6k_q8k_group);
+rows_times!(q8_0_rows, BlockQ8_0, BlockQ8x32, dot_q8_0_q8x32, dot_q8_0_q8x32_group);
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -159,9 +172,9 @@ pub(super) fn q4k_mins_dot(mins: __m128i, x: &BlockQ8K) -> __m128i {
     _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi))
 }
 
-/// One Q4_K row with one token, in the same floating-point order as [`dot_q4k_q8k_x4`] (mins
+/// One Q4_K row with one token, in the same floating-point order as [`dot_q4k_q8k_group`] (mins
 /// subtracted into the accumulator, then the block's sum added), so a token's result does not
-/// depend on whether it came alone or in a group of four.
+/// depend on whether it came alone or in a group.
 #[target_feature(enable = "avx2,fma")]
 fn dot_q4k_q8k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
     let nibble = _mm256_set1_epi8(0xF);
@@ -285,23 +298,23 @@ fn dot_q8_0_q8x32(w: &[BlockQ8_0], x: &[BlockQ8x32]) -> f32 {
     hsum_ps(acc)
 }
 
-/// [`dot_q4k_q8k`] of one weight row with four activation rows: each 32-byte piece of the
-/// row's nibbles is unpacked, and its two sub-blocks' scales broadcast, once for all four
-/// tokens (a prompt's tokens share every weight row), and the four tokens' integer sums stay
-/// in registers while it is used. (Unpacking a whole block first, then going token by token,
+/// [`dot_q4k_q8k`] of one weight row with `N` activation rows (two to four): each 32-byte piece
+/// of the row's nibbles is unpacked, and its two sub-blocks' scales broadcast, once for all `N`
+/// tokens (a prompt's tokens share every weight row), and their integer sums stay in registers
+/// while it is used. (Unpacking a whole block first, then going token by token,
 /// needs sixteen registers for the block alone: the compiler kept them on the stack and
 /// reloaded two per product.)
 #[target_feature(enable = "avx2,fma")]
-fn dot_q4k_q8k_x4(w: &[BlockQ4K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
+fn dot_q4k_q8k_group<const N: usize>(w: &[BlockQ4K], x: [&[BlockQ8K]; N]) -> [f32; N] {
     let nibble = _mm256_set1_epi8(0xF);
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut acc = [_mm256_setzero_ps(); N];
     for (b, w) in w.iter().enumerate() {
         prefetch_ahead::<_, 3>(w);
         let (scales, mins) = q4k_scales_mins(w);
         // SAFETY: `__m128i` and `[i16; 8]` have the same size and any bits are valid for both.
         let scales: [i16; 8] = unsafe { std::mem::transmute(scales) };
-        let xs = [0, 1, 2, 3].map(|t| &x[t][b]);
-        let mut sums = [_mm256_setzero_si256(); 4];
+        let xs: [&BlockQ8K; N] = std::array::from_fn(|t| &x[t][b]);
+        let mut sums = [_mm256_setzero_si256(); N];
         // The count hidden from the optimiser: unrolled, the four pieces' loops became one
         // schedule that unpacked the whole block first and spilled it again.
         for j in 0..std::hint::black_box(4) {
@@ -324,14 +337,14 @@ fn dot_q4k_q8k_x4(w: &[BlockQ4K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
         // The floats in the one-token kernel's order: the mins subtracted, then the block's sum
         // added (the integer sums are exact in any order).
         let (d, dmin) = (f16_bits(w.d), f16_bits(w.dmin));
-        for t in 0..4 {
+        for t in 0..N {
             let x = xs[t];
             let m = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(q4k_mins_dot(mins, x)));
             acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(x.d * dmin), m, acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
         }
     }
-    [0, 1, 2, 3].map(|t| hsum_ps(acc[t]))
+    acc.map(|a| hsum_ps(a))
 }
 
 /// Group `k` of a Q6_K block (values 32k..32k + 32) as unsigned bytes, the same as
@@ -349,18 +362,18 @@ fn q6k_group(w: &BlockQ6K, k: usize) -> __m256i {
     _mm256_or_si256(low, _mm256_slli_epi16::<4>(high))
 }
 
-/// [`dot_q6k_q8k`] of one weight row with four activation rows: each group of the row is
-/// unpacked, and its scales picked, once for all four tokens, which keep their integer sums in
-/// registers meanwhile (as in [`dot_q4k_q8k_x4`]).
+/// [`dot_q6k_q8k`] of one weight row with `N` activation rows (two to four): each group of the
+/// row is unpacked, and its scales picked, once for all `N` tokens, which keep their integer
+/// sums in registers meanwhile (as in [`dot_q4k_q8k_group`]).
 #[target_feature(enable = "avx2,fma")]
-fn dot_q6k_q8k_x4(w: &[BlockQ6K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
+fn dot_q6k_q8k_group<const N: usize>(w: &[BlockQ6K], x: [&[BlockQ8K]; N]) -> [f32; N] {
+    let mut acc = [_mm256_setzero_ps(); N];
     for (b, w) in w.iter().enumerate() {
         prefetch_ahead::<_, 4>(w);
         // SAFETY: `scales` is 16 bytes.
         let scales16 = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(w.scales.as_ptr().cast()) });
         let paired = q6k_paired_scales(w);
-        let xs = [0, 1, 2, 3].map(|t| &x[t][b]);
+        let xs: [&BlockQ8K; N] = std::array::from_fn(|t| &x[t][b]);
         // Each token's sum starts at minus its offset (the values are stored plus 32).
         let mut sums = xs.map(|x| {
             // SAFETY: `bsums` is 16 i16 (32 bytes).
@@ -378,24 +391,24 @@ fn dot_q6k_q8k_x4(w: &[BlockQ6K], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
             }
         }
         let d = f16_bits(w.d);
-        for t in 0..4 {
+        for t in 0..N {
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xs[t].d * d), _mm256_cvtepi32_ps(sums[t]), acc[t]);
         }
     }
-    [0, 1, 2, 3].map(|t| hsum_ps(acc[t]))
+    acc.map(|a| hsum_ps(a))
 }
 
-/// [`dot_q8_0_q8x32`] of one weight row with four activation rows.
+/// [`dot_q8_0_q8x32`] of one weight row with `N` activation rows (two to four).
 #[target_feature(enable = "avx2,fma")]
-fn dot_q8_0_q8x32_x4(w: &[BlockQ8_0], x: [&[BlockQ8x32]; 4]) -> [f32; 4] {
+fn dot_q8_0_q8x32_group<const N: usize>(w: &[BlockQ8_0], x: [&[BlockQ8x32]; N]) -> [f32; N] {
     let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut acc = [_mm256_setzero_ps(); N];
     for (b, w) in w.iter().enumerate() {
         // SAFETY: 32 bytes of values.
         let a = unsafe { load(w.qs.as_ptr().cast()) };
         let abs = _mm256_sign_epi8(a, a);
         let d = f16_bits(w.d);
-        for t in 0..4 {
+        for t in 0..N {
             let x = &x[t][b];
             // SAFETY: 32 bytes of values.
             let v = unsafe { load(x.qs.as_ptr().cast()) };
@@ -403,7 +416,7 @@ fn dot_q8_0_q8x32_x4(w: &[BlockQ8_0], x: [&[BlockQ8x32]; 4]) -> [f32; 4] {
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.d), _mm256_cvtepi32_ps(p), acc[t]);
         }
     }
-    [0, 1, 2, 3].map(|t| hsum_ps(acc[t]))
+    acc.map(|a| hsum_ps(a))
 }
 
 #[target_feature(enable = "avx2,fma")]
