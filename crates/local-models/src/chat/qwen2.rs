@@ -1181,7 +1181,6 @@ mod tests {
 
     /// Attention as it was written before its SIMD loops: each score through `dot_fused`, each
     /// position's weighted value added to every head's outputs in turn.
-    #[allow(clippy::too_many_arguments)]
     fn attention_one_position_at_a_time(
         s: Qwen2Shape,
         q: &[f32],

@@ -52,11 +52,11 @@ unsafe fn multiply_step(n: u64) -> u64 {
     n * 8 * 32
 }
 
-/// An item's rows times every token: up to four tokens at a time through every row (the rows,
-/// sized by `matmul` to fit L1 together, and the group's activations then stay in L1 while they
-/// are combined), a group of two or three where fewer are left (a draft's pass, a prompt's
-/// tail), a lone token through the one-token kernel. One call per work item, so the kernels
-/// inline here.
+/// An item's rows times every token: up to four tokens at a time through every row (a long
+/// prompt's items are sized by `matmul` to fit L1, so the rows and the group's activations stay
+/// there while they are combined), a group of two or three where fewer are left (a draft's
+/// pass, a prompt's tail), a lone token through the one-token kernel. One call per work item,
+/// so the kernels inline here.
 macro_rules! rows_times {
     ($name:ident, $w:ty, $x:ty, $one:ident, $group:ident) => {
         /// Rows times tokens with the AVX2 kernels.
