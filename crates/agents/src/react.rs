@@ -254,6 +254,9 @@ impl AgentDeps {
     }
 }
 
+/// Most read-tool calls of one step that run at the same time; the rest wait their turn.
+pub const MAX_PARALLEL_TOOL_CALLS: usize = 4;
+
 /// The tool message of a rejected write action, and the reply that ends a turn whose
 /// every action was rejected: fixed texts, no model call (docs/service.md).
 pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not executed.";
@@ -650,7 +653,12 @@ async fn tools_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
         ctx.emit(RunEvent::ToolResult { call_id, name, outcome: outcome_json, ok: false }).await;
         messages.push(tool_message(c, &outcome));
     }
-    let outcomes = futures::future::join_all(reads.iter().map(|c| run_tool(&ctx, &tool_ctx, c))).await;
+    // A model may ask for any number of calls at once: a few run at a time, in order, so one
+    // step cannot start hundreds of searches or queries together.
+    // (The calls are made into futures first: a closure inside the stream's type would ask the
+    // node's future for a lifetime bound the compiler cannot prove Send for.)
+    let calls: Vec<_> = reads.iter().map(|c| run_tool(&ctx, &tool_ctx, c)).collect();
+    let outcomes: Vec<ToolOutcome> = futures::stream::iter(calls).buffered(MAX_PARALLEL_TOOL_CALLS).collect().await;
     let failed = !early.is_empty() || outcomes.iter().any(|o| !o.is_success());
     messages.extend(reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)));
     // A result that is the finished answer ends the turn with it (no write waiting).

@@ -535,3 +535,51 @@ async fn warming_up_computes_the_agents_prompt_with_one_token() {
     assert!(tools.contains(&"send_sms") && tools.contains(&"calculator"), "{tools:?}");
     assert!(h.graph.history(&t(1)).await.unwrap().is_empty(), "no thread was written");
 }
+
+#[derive(Deserialize, JsonSchema)]
+struct SlowArgs {
+    /// Which call.
+    n: u32,
+}
+
+/// A model asking for many read calls at once gets them all answered, in order, but never more
+/// than `MAX_PARALLEL_TOOL_CALLS` running together.
+#[tokio::test]
+async fn many_calls_of_one_step_run_a_few_at_a_time_in_order() {
+    let calls: Vec<(String, Value)> = (0..24).map(|n| (format!("c{n}"), json!({"n": n}))).collect();
+    let script: Vec<(&str, &str, Value)> = calls.iter().map(|(id, a)| (id.as_str(), "slow_read", a.clone())).collect();
+    let server = ScriptedModelServer::start(vec![Reply::tool_calls(&script), Reply::text("done")]).await.unwrap();
+    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
+    let (running, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut reg = ToolRegistry::new();
+    let (r, p) = (running.clone(), peak.clone());
+    reg.register(
+        ToolBuilder::<SlowArgs>::new("slow_read", "Reads slowly.")
+            .handler(move |_ctx, a| {
+                let (r, p) = (r.clone(), p.clone());
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    p.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    Ok(json!({"n": a.n}))
+                }
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    let graph = react::build(AgentSpec::new("test", "Test.", reg), model, Arc::new(MemoryCheckpointer::new())).unwrap();
+    let (_, out) = graph.start(&t(1), user_turn("go", None), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.last_reply(), Some("done"));
+    let peak = peak.load(Ordering::SeqCst);
+    assert!((2..=react::MAX_PARALLEL_TOOL_CALLS).contains(&peak), "{peak} calls ran at once");
+    let tool_messages: Vec<String> = server.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tool_messages, calls.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), "every call, in order");
+}

@@ -8,6 +8,20 @@ use toolgraph_graph::{Checkpointer, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_llm::ChatModel;
 
 /// The checkpoint store: PostgreSQL when `database_url` is set, else SQLite in the data dir.
+/// The identity a program on this machine acts as (the terminal chat, `tools call`, `mcp` on
+/// stdio): the configured tenant (`rag.tenant`) and the user `local`. Tools that keep data per
+/// tenant and user, such as the notes, read it from the call context; the chat service sets
+/// the request's own instead.
+pub const LOCAL_USER: &str = "local";
+
+/// [`LOCAL_USER`] and the configured tenant as call-context values (`tenant`, `userId`).
+pub fn local_identity(cfg: &Config) -> serde_json::Map<String, serde_json::Value> {
+    let mut ids = serde_json::Map::new();
+    ids.insert("tenant".into(), cfg.rag.tenant.clone().into());
+    ids.insert("userId".into(), LOCAL_USER.into());
+    ids
+}
+
 pub async fn checkpointer(cfg: &Config) -> anyhow::Result<Arc<dyn Checkpointer>> {
     Ok(match postgres_checkpointer(cfg).await? {
         Some(checkpointer) => Arc::new(checkpointer),

@@ -149,7 +149,10 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let shared =
         SharedParts { tools: agent::all_tools(cfg, local_model.as_ref()).await?, local_model, schema_prompt: None };
     let agent = assembly::build(cfg, args.agent.as_deref(), store, &shared)?;
-    let context = parse_context(&agent, &args.context)?;
+    // Who the turn acts for, over the given context as the service sets it over a request's.
+    let mut context = parse_context(&agent, &args.context)?.unwrap_or_default();
+    context.extend(crate::agent::local_identity(cfg));
+    let context = Some(context);
     let last_file = cfg.data_dir.join("chat").join(format!("{}.last-thread", agent.name));
     let thread = if args.resume_last {
         let id = tokio::fs::read_to_string(&last_file)

@@ -8,8 +8,10 @@ use toolgraph_config::Config;
 
 pub async fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
     let tools = crate::agent::all_tools(cfg, None).await?;
-    let export =
-        toolgraph_agents::mcp::export(cfg, tools, crate::retrieval::kb_store(cfg)).map_err(anyhow::Error::msg)?;
+    // The client that started this process is this machine's user: notes are theirs.
+    let export = toolgraph_agents::mcp::export(cfg, tools, crate::retrieval::kb_store(cfg))
+        .map_err(anyhow::Error::msg)?
+        .with_local_user(crate::agent::LOCAL_USER);
     tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on stdio");
     let service = export.serve(rmcp::transport::stdio()).await.context("the MCP client did not initialize")?;
     // Until the client closes stdin (or the process is stopped).

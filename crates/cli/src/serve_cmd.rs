@@ -17,8 +17,8 @@ use toolgraph_conversations::{
 use toolgraph_graph::{
     Checkpointer, MemoryCheckpointer, PgDatabase, PostgresCheckpointer, SqliteCheckpointer, SqliteDatabase,
 };
-use toolgraph_server::HttpServer;
-use toolgraph_server::auth::{Auth, HmacVerifier};
+use toolgraph_server::auth::{Auth, HmacVerifier, PostgresReplayStore};
+use toolgraph_server::{AllowedHosts, HttpServer};
 use toolgraph_server::{AppState, ChatService, McpEndpoint, SearchService, ServedAgent, ServiceOptions};
 
 /// The pool to close once every run has finished.
@@ -203,17 +203,26 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         AuthKind::None => Auth::None,
         AuthKind::Hmac => {
             let secret = cfg.server.hmac_secret.as_ref().context("server.hmac_secret is required")?;
-            Auth::Hmac(HmacVerifier::new(secret.expose().as_bytes().to_vec()))
+            let verifier = HmacVerifier::new(secret.expose().as_bytes().to_vec());
+            // Replicas on one database share the accepted nonces: a signed request is accepted
+            // once by all of them, and still after a restart (docs/service.md, "Signed requests").
+            Auth::Hmac(match &postgres {
+                Some(db) => verifier.with_replay_store(Arc::new(
+                    PostgresReplayStore::open(db.clone()).await.context("cannot prepare the signature nonces table")?,
+                )),
+                None => verifier,
+            })
         }
         AuthKind::ApiKey => {
             let auth = Auth::api_keys(&cfg.server.api_keys)
                 .and_then(|a| a.bind_tenant_ids(&cfg.server.api_key_tenants))
                 .map_err(|e| anyhow::anyhow!("server.api_keys: {e}"))?;
+            // The configuration refused unbound keys unless allow_unbound_api_keys opted in.
             let unbound = auth.unbound_slugs();
             if !unbound.is_empty() {
                 tracing::warn!(
                     tenants = %unbound.join(", "),
-                    "API keys without server.api_key_tenants: their requests' tenantId is not checked"
+                    "server.allow_unbound_api_keys: these keys' requests may name any tenantId"
                 );
             }
             auth
@@ -257,7 +266,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         let export =
             toolgraph_agents::mcp::export(cfg, shared.tools.clone(), Arc::clone(&kb)).map_err(anyhow::Error::msg)?;
         tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on /mcp");
-        app.enable_mcp(McpEndpoint::new(export, &cfg.mcp.allowed_hosts));
+        app.enable_mcp(McpEndpoint::new(export, &cfg.server.allowed_hosts));
     }
     // The query embedder of the default knowledge base is loaded before the service is ready
     // too (else the first search pays for it); a model that cannot load is reported by the
@@ -306,6 +315,8 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         max_head_bytes: cfg.server.max_request_head_bytes,
         header_read_timeout: std::time::Duration::from_millis(cfg.server.header_read_timeout_ms),
         drain_timeout: std::time::Duration::from_millis(cfg.server.shutdown_drain_ms),
+        max_connections: cfg.server.max_connections,
+        write_timeout: std::time::Duration::from_millis(cfg.server.write_timeout_ms),
     };
     let router = match &cfg.server.ops_bind {
         None => toolgraph_server::router(app.clone()),
@@ -332,6 +343,9 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     } else {
         router
     };
+    // Every route of the main address answers only the names the operator listed (DNS
+    // rebinding); a separate ops address is for a scraper on a private network.
+    let router = toolgraph_server::guard_hosts(router, AllowedHosts::new(&cfg.server.allowed_hosts));
     let stopping = app.clone();
     http.serve(listener, router, async move {
         shutdown_signal().await;

@@ -42,7 +42,12 @@ pub async fn run(cmd: ToolsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
             list(&registry, json)?;
             Ok(ExitCode::SUCCESS)
         }
-        ToolsCommand::Call { name, args, state, yes } => call(&registry, &name, &args, &state, yes).await,
+        ToolsCommand::Call { name, args, state, yes } => {
+            // The local identity, unless `--state` names another.
+            let mut ctx = crate::agent::local_identity(cfg);
+            ctx.extend(parse_state(&state)?);
+            call(&registry, &name, &args, ctx, yes).await
+        }
     }
 }
 
@@ -90,11 +95,11 @@ async fn call(
     registry: &ToolRegistry,
     name: &str,
     args: &str,
-    state: &[String],
+    state: Map<String, Value>,
     yes: bool,
 ) -> anyhow::Result<ExitCode> {
     let arguments: Value = serde_json::from_str(args).with_context(|| format!("--args is not valid JSON: {args}"))?;
-    let ctx = ToolContext::with_state(parse_state(state)?);
+    let ctx = ToolContext::with_state(state);
     if let Some(tool) = registry.get(name)
         && tool.spec().class == ToolClass::Write
         && !yes

@@ -47,7 +47,7 @@ async fn chat_streams_asks_before_writing_and_continues_in_a_new_process() {
     assert!(stdout.contains("Saved your note about Docker."), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stderr.contains("approval needed: Save the note \"Docker\""), "{stderr}");
     assert!(stderr.contains("← note_write ok"), "{stderr}");
-    assert!(data.join("notes/docker.md").exists(), "the approved write ran");
+    assert!(data.join("notes/default/local/docker.md").exists(), "the approved write ran");
 
     let out = tokio::task::block_in_place(|| chat(&server, &data, &["--continue"], "What did I save?\n"));
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -72,7 +72,7 @@ async fn a_rejected_write_never_runs_and_gets_the_cancellation_text() {
     let out = tokio::task::block_in_place(|| chat(&server, dir.path(), &[], "save it\nn\n"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Cancelled, nothing was changed"), "{stdout}");
-    assert!(!dir.path().join("notes/secret.md").exists());
+    assert!(!dir.path().join("notes/default/local/secret.md").exists());
     assert_eq!(server.request_count(), 1, "no model call after the rejection");
 }
 
@@ -88,7 +88,7 @@ async fn a_decided_pause_left_by_a_dead_process_is_applied_on_continue() {
     // The input ends at the approval question: the thread stays paused, undecided.
     let out = tokio::task::block_in_place(|| chat(&server, &data, &[], "Save a note about Docker volumes\n"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!data.join("notes/docker.md").exists());
+    assert!(!data.join("notes/default/local/docker.md").exists());
 
     // The approval is recorded, as a process that died right after recording it leaves it.
     let last = std::fs::read_dir(data.join("chat")).unwrap().next().unwrap().unwrap().path();
@@ -114,7 +114,7 @@ async fn a_decided_pause_left_by_a_dead_process_is_applied_on_continue() {
     let out = tokio::task::block_in_place(|| chat(&server, &data, &["--continue"], "What did I save?\n"));
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stderr}");
-    assert!(data.join("notes/docker.md").exists(), "the recorded approval was applied: {stderr}");
+    assert!(data.join("notes/default/local/docker.md").exists(), "the recorded approval was applied: {stderr}");
     assert!(stdout.contains("Saved your note about Docker."), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.contains("You saved a note titled Docker."), "the next message ran: {stdout}\n{stderr}");
     assert_eq!(server.request_count(), 3);

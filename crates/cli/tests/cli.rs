@@ -84,11 +84,11 @@ fn a_write_tool_needs_approval() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("needs approval") && err.contains("Save the note \"Plan de estudio\""), "{err}");
-    assert!(!dir.path().join("notes/plan-de-estudio.md").exists(), "nothing written without approval");
+    assert!(!dir.path().join("notes/default/local/plan-de-estudio.md").exists(), "nothing written without approval");
 
     let out = toolgraph(dir.path(), &["tools", "call", "note_write", "--args", args, "--yes"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let saved = std::fs::read_to_string(dir.path().join("notes/plan-de-estudio.md")).unwrap();
+    let saved = std::fs::read_to_string(dir.path().join("notes/default/local/plan-de-estudio.md")).unwrap();
     assert!(saved.contains("Repasar Docker"));
 }
 

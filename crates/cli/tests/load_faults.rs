@@ -10,7 +10,7 @@
 //! client's, and the model server's side), so 5,000 fit the 20,000 open files per process.
 
 mod common;
-use common::{free_port, serve_command, wait_ready};
+use common::{free_port, rss_kb, serve_command, wait_ready};
 
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::{Value, json};
@@ -95,15 +95,6 @@ async fn stream_once(client: reqwest::Client, base: String, user: i64) -> (Endin
         _ => Ending::Silent,
     };
     (ending, started.elapsed())
-}
-
-fn rss_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

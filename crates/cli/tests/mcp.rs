@@ -162,7 +162,8 @@ async fn the_official_python_client_works_over_http_on_serve_with_an_api_key() {
     let Some(python) = mcp_python() else { return };
     let hash = toolgraph_server::auth::hash_api_key;
     let server = format!(
-        "[mcp]\nhttp = true\n[server]\nauth = \"api_key\"\n[server.api_keys]\nacme = \"{}\"\nother = \"{}\"\n",
+        "[mcp]\nhttp = true\n[server]\nauth = \"api_key\"\n[server.api_keys]\nacme = \"{}\"\nother = \"{}\"\n\
+         [server.api_key_tenants]\nacme = 1\nother = 2\n",
         hash("k-acme"),
         hash("k-other")
     );
@@ -205,10 +206,11 @@ async fn an_exported_write_tool_over_http_is_asked_about_or_refused() {
     let (dir, config, data) = setup("[mcp]\nhttp = true\nwrite_tools = [\"note_write\"]\n", "default");
     let service = Service::start(&config, &data, dir.path()).await;
     let url = format!("{}/mcp", service.1);
-    let seen = python_script(&python, "mcp_approval.py", &["auto", "http", &url]);
+    // Notes are a user's: the request names one within its tenant.
+    let seen = python_script(&python, "mcp_approval.py", &["auto", "http", &url, "X-User-Id=7"]);
     assert_eq!(seen["protocol"], "2026-07-28", "{seen}");
     assert_approvals(&seen);
-    let seen = python_script(&python, "mcp_approval.py", &["legacy", "http", &url]);
+    let seen = python_script(&python, "mcp_approval.py", &["legacy", "http", &url, "X-User-Id=7"]);
     assert_eq!(seen["asked"], json!([]), "{seen}");
     for call in ["approved", "unticked", "declined"] {
         assert!(seen[call]["text"].as_str().unwrap().contains("cannot ask"), "{seen}");

@@ -215,7 +215,8 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     wait_text(&c, "#log .card.tool[data-tool=note_write] .outcome", "rejected").await;
     wait_text(&c, "#log .msg.assistant", "Guardé la primera; la segunda no.").await;
     screenshot(&c, "4-decided").await;
-    let notes: Vec<String> = std::fs::read_dir(dir.path().join("notes"))
+    // Notes are the tenant's user's: the page's tenant (`rag.tenant`) and user 1.
+    let notes: Vec<String> = std::fs::read_dir(dir.path().join("notes/default/1"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();

@@ -11,15 +11,17 @@ use std::time::{Duration, Instant};
 /// The secret the backend tests sign their callbacks with.
 const BACKEND_SECRET: &str = "a-backend-secret-of-32-bytes-xyz";
 
-/// Whether `headers` sign `target` and `body` with [`BACKEND_SECRET`] (once: replays fail).
-fn backend_signed(
+/// Whether `headers` sign `method`, `target` and `body` with [`BACKEND_SECRET`] (once: replays
+/// fail).
+async fn backend_signed(
     verifier: &toolgraph_server::auth::HmacVerifier,
+    method: axum::http::Method,
     headers: &axum::http::HeaderMap,
     target: &str,
     body: &[u8],
 ) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-    verifier.verify_request(headers, target, body, now).is_ok()
+    verifier.verify_request(&method, headers, target, body, now).await.is_ok()
 }
 
 /// Serves `backend` (the library's callback router plus a test's extra routes) on a loopback
@@ -211,7 +213,7 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
     let query = axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
         let (seen, verifier) = (Arc::clone(&seen), Arc::clone(&verifier));
         async move {
-            if !backend_signed(&verifier, &headers, "/internal/chatbot/query", &body) {
+            if !backend_signed(&verifier, axum::http::Method::POST, &headers, "/internal/chatbot/query", &body).await {
                 return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad signature"})));
             }
             let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
@@ -235,7 +237,7 @@ async fn serve_keeps_the_conversation_in_the_backend_through_signed_calls() {
         async move {
             let target = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
             let expected = target.starts_with("/internal/chatbot/schema?tenantId=1&nonce=");
-            if !expected || !backend_signed(&verifier, &headers, &target, b"") {
+            if !expected || !backend_signed(&verifier, axum::http::Method::GET, &headers, &target, b"").await {
                 return (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad call"})));
             }
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

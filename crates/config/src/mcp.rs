@@ -6,30 +6,17 @@ use crate::{Check, ConfigError};
 use serde::{Deserialize, Serialize};
 
 /// `[mcp]`: what MCP clients get from toolgraph.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpSettings {
     /// Serve MCP over streamable HTTP on `/mcp` of `toolgraph serve` (the request's
     /// `X-Tenant-Slug` tenant; the service's auth applies — `none` or `api_key`, not `hmac`).
     /// Default: false. Env: `TOOLGRAPH_MCP_HTTP`.
     pub http: bool,
-    /// The `Host` names `/mcp` answers (others get 403, against DNS rebinding).
-    /// Default: `localhost`, `127.0.0.1`, `::1`.
-    pub allowed_hosts: Vec<String>,
     /// Write tools exported too: each call asks the person at the client for approval (MCP
     /// elicitation) and runs only if they approve; a client that cannot ask gets a refusal.
     /// Default: none (read tools only).
     pub write_tools: Vec<String>,
-}
-
-impl Default for McpSettings {
-    fn default() -> Self {
-        Self {
-            http: false,
-            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
-            write_tools: Vec::new(),
-        }
-    }
 }
 
 impl McpSettings {
@@ -38,12 +25,6 @@ impl McpSettings {
             return Err(check.invalid(
                 "mcp.http",
                 "MCP clients cannot sign requests: use server.auth = \"api_key\" (or \"none\") to serve /mcp".into(),
-            ));
-        }
-        if self.http && self.allowed_hosts.iter().all(|h| h.trim().is_empty()) {
-            return Err(check.invalid(
-                "mcp.allowed_hosts",
-                "is empty: list the host names MCP clients reach this service by".into(),
             ));
         }
         Ok(())

@@ -40,7 +40,9 @@ pub enum AuthKind {
     None,
     /// `Authorization: Bearer <key>`, keys per tenant in `server.api_keys`.
     ApiKey,
-    /// `X-Timestamp` + `X-Signature` (HMAC-SHA256 of `timestamp.body` with `server.hmac_secret`).
+    /// `X-Timestamp`, `X-Nonce` and `X-Signature: v2=…` (HMAC-SHA256 with `server.hmac_secret`
+    /// of the method, path, sorted query, tenant slug, timestamp, nonce and body digest;
+    /// docs/service.md).
     Hmac,
 }
 
@@ -57,6 +59,12 @@ pub struct ServerSettings {
     /// Serve `/health` and `/metrics` on this `host:port` instead of the main address
     /// (e.g. only reachable by the cluster's scraper). Default: unset (main address).
     pub ops_bind: Option<String>,
+    /// The names clients reach the service by: a request whose `Host` (or, from a browser,
+    /// whose `Origin`) names another gets 403 on every route but `/health` and `/ready`, so a
+    /// web page cannot reach a local service by DNS rebinding. `name` or `name:port`; `"*"`
+    /// accepts any (behind a proxy that checks `Host` itself). Default: `localhost`,
+    /// `127.0.0.1`, `::1`.
+    pub allowed_hosts: Vec<String>,
     /// Serve the playground (a chat page in the browser) at `/`. Default: false. Env:
     /// `TOOLGRAPH_SERVER_PLAYGROUND`.
     pub playground: bool,
@@ -69,6 +77,10 @@ pub struct ServerSettings {
     /// `auth = "api_key"`: tenant slug → its numeric tenant id. A key then opens that tenant id
     /// only (403 for another in a body, query or path); without it the ids are the client's word.
     pub api_key_tenants: BTreeMap<String, i64>,
+    /// `auth = "api_key"`: start even though some keys have no `api_key_tenants` entry, so
+    /// their requests' `tenantId` is the client's word (any key may then act on any numeric
+    /// tenant). Without it, such a configuration is refused at start-up. Default: false.
+    pub allow_unbound_api_keys: bool,
     /// Most runs one tenant may have in flight; more get 429 + `Retry-After` (0: no limit).
     /// Default: 64.
     pub max_runs_per_tenant: usize,
@@ -86,6 +98,12 @@ pub struct ServerSettings {
     /// Time a client has to send a request head, in milliseconds; also the longest a keep-alive
     /// connection may sit idle between requests. Default: 30000.
     pub header_read_timeout_ms: u64,
+    /// Most connections open at once; more wait in the listen backlog until one closes.
+    /// Default: 16384.
+    pub max_connections: usize,
+    /// Longest a response write may wait for the client to read, in milliseconds; a client
+    /// that stops reading its stream is disconnected after it. Default: 60000.
+    pub write_timeout_ms: u64,
     /// After SIGTERM (runs already cancelled), how long open responses may take to finish before
     /// their connections are closed and the stores close, in milliseconds. Default: 30000.
     pub shutdown_drain_ms: u64,
@@ -130,17 +148,21 @@ impl Default for ServerSettings {
             port: 8000,
             store: StoreKind::Sqlite,
             ops_bind: None,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             playground: false,
             auth: AuthKind::None,
             hmac_secret: None,
             api_keys: BTreeMap::new(),
             api_key_tenants: BTreeMap::new(),
+            allow_unbound_api_keys: false,
             max_runs_per_tenant: 64,
             backend_url: None,
             backend_hmac_secret: None,
             backend_timeout_ms: 10_000,
             max_request_head_bytes: 8 * 1024,
             header_read_timeout_ms: 30_000,
+            max_connections: 16_384,
+            write_timeout_ms: 60_000,
             shutdown_drain_ms: 30_000,
             instance_id: None,
             turn_lease_ms: 30_000,
@@ -171,8 +193,20 @@ impl ServerSettings {
             return Err(check
                 .invalid(&format!("server.backend_tools.{name}.description"), "the model needs a description".into()));
         }
+        if self.allowed_hosts.iter().all(|h| h.trim().is_empty()) {
+            return Err(check.invalid(
+                "server.allowed_hosts",
+                "is empty: list the host names clients reach this service by (or \"*\" for any)".into(),
+            ));
+        }
         if self.header_read_timeout_ms == 0 {
             return Err(check.invalid("server.header_read_timeout_ms", "must be greater than 0".into()));
+        }
+        if self.max_connections == 0 {
+            return Err(check.invalid("server.max_connections", "must be greater than 0".into()));
+        }
+        if self.write_timeout_ms == 0 {
+            return Err(check.invalid("server.write_timeout_ms", "must be greater than 0".into()));
         }
         if self.shutdown_drain_ms == 0 {
             return Err(check.invalid("server.shutdown_drain_ms", "must be greater than 0".into()));
@@ -223,6 +257,21 @@ impl ServerSettings {
                 return Err(check.invalid(
                     &format!("server.api_keys.{slug}"),
                     "must be the hex SHA-256 of the key (64 hex digits), e.g. from `printf %s KEY | sha256sum`".into(),
+                ));
+            }
+        }
+        if self.auth == AuthKind::ApiKey && !self.allow_unbound_api_keys {
+            let unbound: Vec<&str> =
+                self.api_keys.keys().filter(|s| !self.api_key_tenants.contains_key(*s)).map(String::as_str).collect();
+            if !unbound.is_empty() {
+                return Err(check.invalid(
+                    "server.api_key_tenants",
+                    format!(
+                        "the API keys of {} open no tenant id, so they could act on any tenant: bind each \
+                         slug to its numeric tenant id here, or set server.allow_unbound_api_keys = true \
+                         to accept that",
+                        unbound.join(", ")
+                    ),
                 ));
             }
         }

@@ -155,12 +155,13 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(!Config::from_toml_str(hmac).unwrap().mcp.http, "/mcp is off by default");
     let err = Config::from_toml_str(&format!("{hmac}[mcp]\nhttp = true\n")).unwrap_err().to_string();
     assert!(err.contains("`mcp.http`") && err.contains("api_key"), "{err}");
-    let err = Config::from_toml_str("[mcp]\nhttp = true\nallowed_hosts = []\n").unwrap_err().to_string();
-    assert!(err.contains("`mcp.allowed_hosts`"), "{err}");
-    let text = "[mcp]\nhttp = true\nallowed_hosts = [\"tg.example.com\"]\nwrite_tools = [\"note_write\"]\n";
+    let err = Config::from_toml_str("[server]\nallowed_hosts = []\n").unwrap_err().to_string();
+    assert!(err.contains("`server.allowed_hosts`"), "{err}");
+    assert_eq!(Config::default().server.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);
+    let text = "[mcp]\nhttp = true\nwrite_tools = [\"note_write\"]\n[server]\nallowed_hosts = [\"tg.example.com\"]\n";
     let c = Config::from_toml_str(text).unwrap();
     assert_eq!(
-        (c.mcp.http, c.mcp.allowed_hosts.as_slice(), c.mcp.write_tools.as_slice()),
+        (c.mcp.http, c.server.allowed_hosts.as_slice(), c.mcp.write_tools.as_slice()),
         (true, ["tg.example.com".to_string()].as_slice(), ["note_write".to_string()].as_slice())
     );
     assert_eq!(Config::default().tools.course, None, "the course tools are off by default");
@@ -279,7 +280,16 @@ fn auth_modes_need_their_credentials() {
     assert!(err.contains("server.api_key_tenants.acme") && err.contains("no key"), "{err}");
     let err = Config::from_toml_str(&format!("{bound}[server.api_key_tenants]\ndemo = 0\n")).unwrap_err().to_string();
     assert!(err.contains("server.api_key_tenants.demo") && err.contains("positive"), "{err}");
-    let ok = format!("[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{}\"\n", "ab".repeat(32));
+    // A key bound to no tenant id could act on any: refused unless the operator opts in.
+    let err = Config::from_toml_str(&bound).unwrap_err().to_string();
+    assert!(err.contains("server.api_key_tenants") && err.contains("allow_unbound_api_keys"), "{err}");
+    let two = format!("{bound}acme = \"{}\"\n[server.api_key_tenants]\ndemo = 7\n", "cd".repeat(32));
+    let err = Config::from_toml_str(&two).unwrap_err().to_string();
+    assert!(err.contains("acme") && !err.contains("demo,"), "only the unbound key is named: {err}");
+    let ok = format!(
+        "[server]\nauth = \"api_key\"\nallow_unbound_api_keys = true\n[server.api_keys]\ndemo = \"{}\"\n",
+        "ab".repeat(32)
+    );
     assert_eq!(Config::from_toml_str(&ok).unwrap().server.auth, AuthKind::ApiKey);
 }
 

@@ -4,7 +4,9 @@
 //! Owns: the [`ConversationStore`] trait and its stores — [`MemoryConversationStore`] (tests and
 //! benchmarks), [`SqliteConversationStore`] (the embedded default, in the checkpoints' file),
 //! [`PostgresConversationStore`] (replicas share it) and [`backend::BackendConversationStore`]
-//! (a backend that keeps the conversation itself, through HMAC-signed calls); the
+//! (a backend that keeps the conversation itself, through HMAC-signed calls, whose scheme and
+//! replay stores — in process, or PostgreSQL shared by replicas — are [`backend::signing`] and
+//! [`backend::replay`]); the
 //! [`ProjectingCheckpointer`], which writes what a graph step adds to its conversation in the
 //! same transaction as the step's checkpoint; and [`ConversationThread`], the one place a
 //! conversation's checkpoint thread id is written and read; and the [`RunEventStore`], where

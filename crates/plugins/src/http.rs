@@ -1,8 +1,10 @@
 //! `http` plugins: one request built from the arguments — `{param}` in the URL replaced by
-//! that argument (percent-encoded), the other arguments as a JSON body for `POST`, `PUT` and
-//! `PATCH`, headers whose `${NAME}` come from the environment at each call (so secrets live in
-//! the environment, never in a manifest) — and the response, or the part a JSON pointer names,
-//! as the result. Statuses become the outcome kinds a model can act on.
+//! that argument (percent-encoded; in the path, as exactly one segment that is never `.` or
+//! `..`), the other arguments as a JSON body for `POST`, `PUT` and `PATCH`, headers whose
+//! `${NAME}` come from the environment at each call (so secrets live in the environment, never
+//! in a manifest) — and the response, or the part a JSON pointer names, as the result. Statuses
+//! become the outcome kinds a model can act on. Redirects are followed within the plugin's own
+//! origin only, so its headers never reach another server (docs/plugins.md).
 
 use crate::manifest::{HttpSpec, ManifestError, placeholders};
 use crate::template::env_references;
@@ -18,6 +20,62 @@ const MAX_RESPONSE: usize = 1024 * 1024;
 
 /// Most of an error response quoted to the model.
 const QUOTED: usize = 300;
+
+/// Most redirects followed within the plugin's origin.
+const MAX_REDIRECTS: usize = 5;
+
+/// The redirect policy of plugin requests: follow a redirect only to the origin (scheme, host
+/// and port) the request started at, and at most [`MAX_REDIRECTS`] times. reqwest drops only the
+/// standard credentials (`Authorization`, `Cookie`) on a redirect to another host, and a plugin's
+/// secrets are often custom headers (`X-Api-Key`): a service that answers with a redirect
+/// elsewhere — compromised, or echoing a URL it was given — would otherwise receive them. A
+/// redirect not followed is the answer, and the model reads it as an unavailable service.
+pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+        if same && attempt.previous().len() <= MAX_REDIRECTS { attempt.follow() } else { attempt.stop() }
+    })
+}
+
+/// Whether `value`, as a path segment, is `.` or `..` (or empty) in any spelling a service may
+/// decode it to: `%2e`, `%2E`, `%252e` decoded twice, …. Such a segment climbs the URL's path
+/// (`/v1/users/../admin` is `/v1/admin`), here in the client or, decoded, in the service.
+fn is_dot_segment(value: &str) -> bool {
+    let mut value = value.to_owned();
+    loop {
+        if matches!(value.as_str(), "" | "." | "..") {
+            return true;
+        }
+        let decoded = percent_decode(&value);
+        // Each decoding that changes the text shortens it, so this ends.
+        if decoded == value {
+            return false;
+        }
+        value = decoded;
+    }
+}
+
+/// `text` with its `%XX` escapes decoded (invalid UTF-8 replaced), other characters kept.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) =
+                (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex))
+        {
+            // Two hex digits make one byte.
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
 
 /// Runs a plugin's request.
 pub struct HttpRunner {
@@ -55,6 +113,7 @@ impl HttpRunner {
             reqwest::Method::from_bytes(spec.method.as_bytes()).map_err(|e| fail("http.method", e.to_string()))?;
         let body = spec.body.unwrap_or(matches!(spec.method.as_str(), "POST" | "PUT" | "PATCH"));
         let http = reqwest::Client::builder()
+            .redirect(same_origin_redirects())
             .timeout(limit)
             .connect_timeout(limit.min(Duration::from_secs(5)))
             .build()
@@ -73,6 +132,9 @@ impl HttpRunner {
     fn url_and_rest(&self, arguments: &Value) -> Result<(String, Map<String, Value>), ToolError> {
         let mut rest = arguments.as_object().cloned().unwrap_or_default();
         let mut url = self.url.clone();
+        // Placeholders before the query or the fragment are path segments.
+        let path_end = self.url.find(['?', '#']).unwrap_or(self.url.len());
+        let path = &self.url[..path_end];
         for name in placeholders(&self.url) {
             let value = match rest.remove(name) {
                 Some(Value::String(s)) => s,
@@ -81,6 +143,12 @@ impl HttpRunner {
                 }
                 Some(other) => other.to_string(),
             };
+            if path.contains(&format!("{{{name}}}")) && is_dot_segment(&value) {
+                return Err(ToolError::invalid_arguments(format!(
+                    "'{name}' is one segment of the URL's path: it cannot be empty, '.' or '..' (encoded or not)"
+                )));
+            }
+            // Percent-encoded whole (`/`, `?` and `#` too), so it stays one segment.
             let encoded: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
             url = url.replace(&format!("{{{name}}}"), &encoded.replace('+', "%20"));
         }
@@ -111,6 +179,14 @@ impl Runner for HttpRunner {
             }
         })?;
         let status = response.status();
+        if status.is_redirection() {
+            let location = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok());
+            return Err(ToolError::unavailable(format!(
+                "plugin '{name}': the service answered {status}, a redirect to {} that is not followed (only \
+                 redirects within the plugin's own origin are, so its headers never leave it)",
+                location.unwrap_or("nowhere")
+            )));
+        }
         let mut text = Vec::new();
         let mut chunks = response.bytes_stream();
         while let Some(chunk) = chunks.next().await {

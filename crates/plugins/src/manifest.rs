@@ -178,7 +178,8 @@ pub struct HttpSpec {
     /// `GET`, `POST`, `PUT`, `PATCH` or `DELETE`. Default: `POST`.
     #[serde(default = "default_method")]
     pub method: String,
-    /// The URL; `{param}` is replaced by that argument, percent-encoded.
+    /// The URL; `{param}` is replaced by that argument, percent-encoded (in the path or the query
+    /// only; in the path as one segment that is never `.` or `..`).
     pub url: String,
     /// Headers; `${NAME}` is replaced by environment variable `NAME` (listed in `env`), so
     /// secrets live in the environment, never in the manifest.
@@ -338,6 +339,17 @@ impl Manifest {
                 if !self.parameters.contains_key(placeholder) {
                     return Err(fail("http.url", format!("{{{placeholder}}} is not a parameter")));
                 }
+            }
+            // The model fills placeholders, so none may sit in the scheme or the authority: it
+            // would pick the server the plugin's headers (its secrets) are sent to.
+            let authority_start = h.url.find("://").map_or(0, |i| i + 3);
+            let authority_end =
+                h.url[authority_start..].find(['/', '?', '#']).map_or(h.url.len(), |i| authority_start + i);
+            if h.url[..authority_end].contains('{') {
+                return Err(fail(
+                    "http.url",
+                    format!("'{}' has a placeholder before its path: the server is the manifest's to name", h.url),
+                ));
             }
             let url = h.url.replace(['{', '}'], "");
             match url::Url::parse(&url) {
@@ -521,6 +533,15 @@ result = "/current"
         assert_eq!(e.field.as_deref(), Some("http.result"), "{e}");
         let e = parse(&http.replace("\"GET\"", "\"TRACE\"")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("http.method"), "{e}");
+        // The model fills placeholders: in the host it would choose the server the plugin's
+        // headers go to (docs/plugins.md).
+        for url in
+            ["http://{city}/weather", "http://{city}.example.com/w", "http://example.com:{city}/w", "{city}://h/"]
+        {
+            let e = parse(&http.replace("http://127.0.0.1:9/weather/{city}", url)).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("http.url"), "{url}: {e}");
+        }
+        assert!(parse(&http.replace("/weather/{city}", "/weather?q={city}")).is_ok());
     }
 
     #[test]

@@ -428,7 +428,9 @@ impl McpServer {
 }
 
 /// The HTTP client of MCP servers over streamable HTTP: the SDK's (reqwest 0.13) on the same
-/// rustls and ring as the rest of toolgraph, with the webpki roots.
+/// rustls and ring as the rest of toolgraph, with the webpki roots. Like `http` plugins
+/// ([`crate::http`]) it follows redirects within the server's own origin only: the manifest's
+/// `[mcp.headers]` (keys, the turn's tenant) must not go to whatever host a redirect names.
 fn http_client(limit: Duration) -> Result<reqwest013::Client, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -439,6 +441,10 @@ fn http_client(limit: Duration) -> Result<reqwest013::Client, String> {
         .with_no_client_auth();
     reqwest013::Client::builder()
         .tls_backend_preconfigured(tls)
+        .redirect(reqwest013::redirect::Policy::custom(|attempt| {
+            let same = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+            if same && attempt.previous().len() <= 5 { attempt.follow() } else { attempt.stop() }
+        }))
         .connect_timeout(limit.min(Duration::from_secs(5)))
         .build()
         .map_err(|e| e.to_string())

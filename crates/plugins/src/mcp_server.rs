@@ -11,6 +11,14 @@
 //! cannot ask gets a refusal: inside toolgraph a write tool pauses for a person, and an MCP
 //! client must not get around it. A tool's failure is a tool result with `isError` (the client's
 //! model reads it and may repair its call), never a protocol error.
+//!
+//! The `input_required` round trip carries no session, so the question's `requestState` is what
+//! ties the person's answer to the call: an approval token (`Approvals`), HMAC-signed with a key of this
+//! server's, naming the tool, the digest of the exact arguments, the tenant and the user, with a
+//! nonce and an expiry, and accepted once (docs/plugins.md).
+//!
+//! Tools act for the request's tenant ([`TenantScope`]) and, when the service vouches for one,
+//! its user ([`UserScope`]); the per-user note book refuses a call without a user.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, ElicitRequestParams,
@@ -23,9 +31,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolgraph_tools::{ToolClass, ToolContext, ToolRegistry};
 
 /// A document a client may read.
@@ -66,6 +74,13 @@ impl ResourceSource for NoResources {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantScope(pub String);
 
+/// The user an MCP request over HTTP acts for, set by the service when its authentication
+/// established one (an extension of the HTTP request, never a header the client chose). It is
+/// the tools' `userId`, the same id a chat turn of that user has, so both reach one note book.
+/// Without it a request over HTTP has no user, and tools that need one (the notes) refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserScope(pub String);
+
 /// The tenant of a request: its [`TenantScope`] when it came over HTTP with one, else `default`.
 fn tenant_of<'a>(context: &'a RequestContext<RoleServer>, default: &'a str) -> String {
     context
@@ -73,6 +88,15 @@ fn tenant_of<'a>(context: &'a RequestContext<RoleServer>, default: &'a str) -> S
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<TenantScope>())
         .map_or_else(|| default.to_owned(), |t| t.0.clone())
+}
+
+/// The user of a request: over HTTP its [`UserScope`] or none; otherwise (stdio, whose client
+/// is the person who started toolgraph) `local`.
+fn user_of(context: &RequestContext<RoleServer>, local: Option<&str>) -> Option<String> {
+    match context.extensions.get::<http::request::Parts>() {
+        Some(parts) => parts.extensions.get::<UserScope>().map(|u| u.0.clone()),
+        None => local.map(str::to_owned),
+    }
 }
 
 /// A prompt a client may get: an agent's instructions.
@@ -93,8 +117,12 @@ pub struct McpExport {
     resources: Arc<dyn ResourceSource>,
     prompts: Arc<Vec<ExportedPrompt>>,
     tenant: String,
+    /// The user of requests that did not come over HTTP (stdio).
+    local_user: Option<String>,
     /// Write tools exported behind the person's approval.
     write_tools: Arc<BTreeSet<String>>,
+    /// The approvals asked over `input_required`: their key and the ones used.
+    approvals: Arc<Approvals>,
 }
 
 /// How long a person has to answer an approval asked over a live session.
@@ -116,7 +144,39 @@ impl McpExport {
         prompts: Vec<ExportedPrompt>,
         tenant: String,
     ) -> Self {
-        Self { tools, resources, prompts: Arc::new(prompts), tenant, write_tools: Arc::default() }
+        Self {
+            tools,
+            resources,
+            prompts: Arc::new(prompts),
+            tenant,
+            local_user: None,
+            write_tools: Arc::default(),
+            approvals: Arc::new(Approvals::random(APPROVAL_WAIT)),
+        }
+    }
+
+    /// Requests that do not come over HTTP (stdio: the client is a program the person who started
+    /// toolgraph runs) act for `user`, as the tools' `userId`. Requests over HTTP never do: their
+    /// user is the [`UserScope`] the service set, or none.
+    #[must_use]
+    pub fn with_local_user(mut self, user: impl Into<String>) -> Self {
+        self.local_user = Some(user.into());
+        self
+    }
+
+    /// Signs approvals with `key` instead of a random key of this process, so that replicas
+    /// behind one load balancer accept each other's questions (each still accepts an approval
+    /// once; with a shared key, route a client's retries to one replica to make that once in
+    /// all).
+    ///
+    /// # Errors
+    /// A key shorter than 32 bytes.
+    pub fn with_approval_key(mut self, key: &[u8]) -> Result<Self, String> {
+        if key.len() < 32 {
+            return Err(format!("an approval key has at least 32 bytes, not {}", key.len()));
+        }
+        self.approvals = Arc::new(Approvals::with_key(key, APPROVAL_WAIT));
+        Ok(self)
     }
 
     /// Exports the write tools `names` too, each call behind the person's approval.
@@ -155,6 +215,7 @@ impl McpExport {
         arguments: &Value,
         description: &str,
         context: &RequestContext<RoleServer>,
+        scope: &Scope,
     ) -> Result<bool, CallToolResponse> {
         let schema = ElicitationSchema::builder()
             .required_bool_with("approve", |b| b.title("Approve").description("Run this action"))
@@ -164,15 +225,33 @@ impl McpExport {
         let question = ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: schema };
         let modern = context.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
         let answer = if modern {
-            // The approval must be of these arguments: the state names them, and a retry with
-            // other arguments is asked again.
-            let state = approval_state(&request.name, arguments);
-            let answered = request.request_state.as_deref() == Some(state.as_str());
-            match request.input_responses.as_ref().and_then(|r| r.get(APPROVAL)).filter(|_| answered) {
-                Some(answer) => answer.clone(),
+            // The answer counts only with a token this server issued for exactly this call — the
+            // tool, these arguments, this tenant and user — not expired and not used before;
+            // otherwise (a retry with other arguments, a replay, a state the client made up) the
+            // person is asked again.
+            let call = ApprovedCall { tool: &request.name, arguments, scope };
+            let answer = request.input_responses.as_ref().and_then(|r| r.get(APPROVAL));
+            let redeemed = match (request.request_state.as_deref(), answer) {
+                (Some(token), Some(answer)) => match self.approvals.redeem(token, &call, now_secs()) {
+                    Ok(()) => Some(answer.clone()),
+                    Err(why) => {
+                        tracing::info!(tool = %request.name, %why, "an approval was not accepted; asking again");
+                        None
+                    }
+                },
+                _ => None,
+            };
+            match redeemed {
+                Some(answer) => answer,
                 None => {
+                    let token = self.approvals.issue(&call, now_secs()).map_err(|why| {
+                        CallToolResult::error(vec![ContentBlock::text(format!(
+                            "'{}' needs a person's approval, and it cannot be asked now: {why}",
+                            request.name
+                        ))])
+                    })?;
                     let asks = [(APPROVAL.to_owned(), InputRequest::Elicitation(ElicitRequest::new(question)))];
-                    return Err(InputRequiredResult::new(Some(asks.into_iter().collect()), Some(state)).into());
+                    return Err(InputRequiredResult::new(Some(asks.into_iter().collect()), Some(token)).into());
                 }
             }
         } else {
@@ -249,6 +328,8 @@ impl ServerHandler for McpExport {
             return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
         }
         let arguments = request.arguments.clone().map(Value::Object).unwrap_or(Value::Object(Default::default()));
+        let scope =
+            Scope { tenant: tenant_of(&context, &self.tenant), user: user_of(&context, self.local_user.as_deref()) };
         if self.write_tools.contains(&name)
             && let Some(tool) = self.tools.get(&name)
         {
@@ -257,14 +338,18 @@ impl ServerHandler for McpExport {
                 let text = format!("invalid arguments for '{name}': {why}");
                 return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
             }
-            match self.approved(&request, &arguments, &tool.describe(&arguments), &context).await {
+            match self.approved(&request, &arguments, &tool.describe(&arguments), &context, &scope).await {
                 Ok(true) => {}
                 Ok(false) => return Ok(CallToolResult::error(vec![ContentBlock::text(REJECTED)]).into()),
                 Err(answer) => return Ok(answer),
             }
         }
-        let scope = ToolContext::default().set("tenant", tenant_of(&context, &self.tenant).into());
-        let outcome = self.tools.call(&scope, &name, &arguments).await;
+        // The identity comes from the transport and the service, never from the arguments.
+        let mut tool_context = ToolContext::default().set("tenant", scope.tenant.clone().into());
+        if let Some(user) = &scope.user {
+            tool_context = tool_context.set("userId", user.clone().into());
+        }
+        let outcome = self.tools.call(&tool_context, &name, &arguments).await;
         let value = outcome.to_json();
         let text = serde_json::to_string(&value).unwrap_or_default();
         Ok(if outcome.is_success() {
@@ -340,12 +425,275 @@ impl ServerHandler for McpExport {
     }
 }
 
-/// The state an approval question carries: the digest of the tool and its arguments, so the
-/// answer counts for exactly the call it was asked about.
-fn approval_state(tool: &str, arguments: &Value) -> String {
-    let mut digest = Sha256::new();
-    digest.update(tool.as_bytes());
-    digest.update([0]);
-    digest.update(serde_json::to_vec(arguments).unwrap_or_default());
-    format!("approve:{:x}", digest.finalize())
+/// Whom a request acts for.
+struct Scope {
+    tenant: String,
+    user: Option<String>,
+}
+
+/// The call an approval is for.
+#[derive(Clone, Copy)]
+struct ApprovedCall<'a> {
+    tool: &'a str,
+    arguments: &'a Value,
+    scope: &'a Scope,
+}
+
+impl ApprovedCall<'_> {
+    /// The bytes a token's MAC covers, each field length-prefixed so that no two calls share
+    /// them: the tool, the SHA-256 of the arguments' canonical JSON, the tenant, the user (a
+    /// flag, then the id), the nonce and the expiry.
+    fn signed(&self, nonce: &[u8; NONCE_BYTES], expires: u64) -> Vec<u8> {
+        let mut canonical = Vec::new();
+        canonical_json(self.arguments, &mut canonical);
+        let digest = Sha256::digest(&canonical);
+        let mut out = b"toolgraph mcp approval v1".to_vec();
+        let user = self.scope.user.as_deref();
+        for field in [
+            self.tool.as_bytes(),
+            digest.as_slice(),
+            self.scope.tenant.as_bytes(),
+            if user.is_some() { b"1" } else { b"0" },
+            user.unwrap_or_default().as_bytes(),
+            nonce,
+            &expires.to_be_bytes(),
+        ] {
+            out.extend_from_slice(&(field.len() as u64).to_be_bytes());
+            out.extend_from_slice(field);
+        }
+        out
+    }
+}
+
+/// Random bytes of a token's nonce.
+const NONCE_BYTES: usize = 16;
+
+/// Why a token was not accepted (logged; the person is asked again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum TokenError {
+    #[error("not a token of this server's form")]
+    Malformed,
+    #[error("the signature is not this server's for this call")]
+    Forged,
+    #[error("expired")]
+    Expired,
+    #[error("already used")]
+    Used,
+    #[error("no random numbers to sign with")]
+    NoRandom,
+}
+
+/// Approval tokens: `v1.<nonce>.<expiry>.<mac>` (hex nonce, Unix seconds, hex HMAC-SHA256 over
+/// [`ApprovedCall::signed`]). The key is random per process unless configured, so a state a
+/// client computes itself, or one another server issued, is not accepted; the nonces used are
+/// kept until their tokens expire, so each token is accepted once.
+pub(crate) struct Approvals {
+    /// The key, padded to SHA-256's block as HMAC takes it; `None` when the system had no
+    /// random numbers, and then nothing can be approved over `input_required`.
+    key: Option<[u8; 64]>,
+    ttl: Duration,
+    /// Nonce → expiry of the tokens already accepted.
+    used: Mutex<HashMap<[u8; NONCE_BYTES], u64>>,
+}
+
+impl Approvals {
+    /// With a random key of this process.
+    fn random(ttl: Duration) -> Self {
+        let mut key = [0u8; 32];
+        let key = random_fill(&mut key).ok().map(|()| hmac_key(&key));
+        if key.is_none() {
+            tracing::error!("no random numbers for the MCP approval key: write tools cannot be approved");
+        }
+        Self { key, ttl, used: Mutex::default() }
+    }
+
+    /// With a configured key.
+    fn with_key(key: &[u8], ttl: Duration) -> Self {
+        Self { key: Some(hmac_key(key)), ttl, used: Mutex::default() }
+    }
+
+    /// The nonces used. A poisoned lock only means a call panicked while holding it; the map
+    /// is whole (each change is one insert or one retain).
+    fn used(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; NONCE_BYTES], u64>> {
+        self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A fresh token for `call`, valid from `now` (Unix seconds) for the time limit.
+    fn issue(&self, call: &ApprovedCall<'_>, now: u64) -> Result<String, TokenError> {
+        let key = self.key.as_ref().ok_or(TokenError::NoRandom)?;
+        let mut nonce = [0u8; NONCE_BYTES];
+        random_fill(&mut nonce).map_err(|()| TokenError::NoRandom)?;
+        let expires = now + self.ttl.as_secs();
+        let mac = hmac_sha256(key, &call.signed(&nonce, expires));
+        Ok(format!("v1.{}.{expires}.{}", to_hex(&nonce), to_hex(&mac)))
+    }
+
+    /// Accepts `token` for `call` at `now`, once: it must be this server's, for this very call,
+    /// and not expired; accepting it uses it up.
+    fn redeem(&self, token: &str, call: &ApprovedCall<'_>, now: u64) -> Result<(), TokenError> {
+        let key = self.key.as_ref().ok_or(TokenError::NoRandom)?;
+        let mut parts = token.split('.');
+        let (Some("v1"), Some(nonce), Some(expires), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(TokenError::Malformed);
+        };
+        let nonce: [u8; NONCE_BYTES] = from_hex(nonce).and_then(|n| n.try_into().ok()).ok_or(TokenError::Malformed)?;
+        let mac: [u8; 32] = from_hex(mac).and_then(|m| m.try_into().ok()).ok_or(TokenError::Malformed)?;
+        let expires: u64 = expires.parse().map_err(|_| TokenError::Malformed)?;
+        if !constant_time_eq(&hmac_sha256(key, &call.signed(&nonce, expires)), &mac) {
+            return Err(TokenError::Forged);
+        }
+        let mut used = self.used();
+        used.retain(|_, until| *until >= now);
+        if now > expires {
+            return Err(TokenError::Expired);
+        }
+        if used.insert(nonce, expires).is_some() {
+            return Err(TokenError::Used);
+        }
+        Ok(())
+    }
+}
+
+/// Now, in Unix seconds.
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Fills `buf` from the system's secure random numbers (ring's, through rustls, which this
+/// crate has already).
+fn random_fill(buf: &mut [u8]) -> Result<(), ()> {
+    rustls::crypto::ring::default_provider().secure_random.fill(buf).map_err(|_| ())
+}
+
+/// `key` as HMAC uses it: hashed when longer than SHA-256's 64-byte block, then zero-padded.
+fn hmac_key(key: &[u8]) -> [u8; 64] {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    block
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under a [`hmac_key`] block, on the `sha2` this crate has.
+fn hmac_sha256(key: &[u8; 64], message: &[u8]) -> [u8; 32] {
+    let pad = |byte: u8| key.map(|k| k ^ byte);
+    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
+    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
+}
+
+/// Equal without an early exit, so the time taken does not tell how much of a MAC matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+}
+
+/// `value` as JSON with every object's keys sorted, so that the same arguments have one digest
+/// however a client ordered them.
+fn canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(Value::String(k.clone()).to_string().as_bytes());
+                out.push(b':');
+                canonical_json(v, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(b']');
+        }
+        scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope(tenant: &str, user: Option<&str>) -> Scope {
+        Scope { tenant: tenant.into(), user: user.map(str::to_owned) }
+    }
+
+    #[test]
+    fn hmac_is_rfc_4231s() {
+        // RFC 4231, test case 2.
+        let mac = hmac_sha256(&hmac_key(b"Jefe"), b"what do ya want for nothing?");
+        assert_eq!(to_hex(&mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        // Test case 6: a key longer than the block is hashed first.
+        let mac = hmac_sha256(&hmac_key(&[0xaa; 131]), b"Test Using Larger Than Block-Size Key - Hash Key First");
+        assert_eq!(to_hex(&mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    }
+
+    #[test]
+    fn a_token_is_for_one_call_once_before_it_expires() {
+        let approvals = Approvals::with_key(&[7; 32], Duration::from_secs(600));
+        let (acme, args) = (scope("acme", Some("7")), json!({"amount": 10, "to": "ana"}));
+        let call = ApprovedCall { tool: "pay", arguments: &args, scope: &acme };
+        let now = 1_000_000;
+        let token = approvals.issue(&call, now).unwrap();
+
+        // The same arguments in another order are the same call.
+        let reordered = json!({"to": "ana", "amount": 10});
+        let same = ApprovedCall { arguments: &reordered, ..call };
+        let more = json!({"amount": 11, "to": "ana"});
+        let rival = scope("rival", Some("7"));
+        let nobody = scope("acme", None);
+        for (other, why) in [
+            (ApprovedCall { tool: "refund", ..call }, "another tool"),
+            (ApprovedCall { arguments: &more, ..call }, "other arguments"),
+            (ApprovedCall { scope: &rival, ..call }, "another tenant"),
+            (ApprovedCall { scope: &nobody, ..call }, "no user"),
+        ] {
+            assert_eq!(approvals.redeem(&token, &other, now), Err(TokenError::Forged), "{why}");
+        }
+        let elsewhere = Approvals::with_key(&[8; 32], Duration::from_secs(600));
+        assert_eq!(elsewhere.redeem(&token, &call, now), Err(TokenError::Forged), "another server's key");
+        let tampered = token.replacen(".1000600.", ".9000600.", 1);
+        assert_eq!(approvals.redeem(&tampered, &call, now), Err(TokenError::Forged), "a later expiry");
+        assert_eq!(approvals.redeem("approve:abc", &call, now), Err(TokenError::Malformed));
+        assert_eq!(approvals.redeem(&token, &call, now + 601), Err(TokenError::Expired));
+
+        assert_eq!(approvals.redeem(&token, &same, now + 600), Ok(()));
+        assert_eq!(approvals.redeem(&token, &call, now + 1), Err(TokenError::Used), "once only");
+        // Used nonces are forgotten once their tokens expire, which no longer pass anyway.
+        assert_eq!(approvals.redeem(&token, &call, now + 601), Err(TokenError::Expired));
+        assert!(approvals.used().is_empty());
+        let fresh = approvals.issue(&call, now).unwrap();
+        assert_ne!(fresh, token, "each question has its own nonce");
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let mut out = Vec::new();
+        canonical_json(&json!({"b": [{"z": 1, "a": "x\"y"}], "a": null}), &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":null,"b":[{"a":"x\"y","z":1}]}"#);
+    }
 }

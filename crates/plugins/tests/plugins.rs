@@ -2,11 +2,14 @@
 //! text), `exec` plugins run as real processes (result, time limit with forked children,
 //! failures, the environment) and `http` plugins against a real local server.
 
+mod common;
+use common::{call, registry};
+
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use toolgraph_plugins::{Kind, load};
-use toolgraph_tools::{ToolClass, ToolContext, ToolErrorKind, ToolRegistry};
+use toolgraph_tools::{ToolClass, ToolContext, ToolErrorKind};
 
 fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/plugins")
@@ -31,24 +34,6 @@ fn exec_manifest(name: &str, version: &str, extra: &str) -> String {
     format!(
         "name = \"{name}\"\nversion = \"{version}\"\ndescription = \"A test plugin.\"\nkind = \"exec\"\nenv = [\"PATH\"]\n{extra}\n[parameters.x]\ntype = \"number\"\ndescription = \"A number.\"\n\n[exec]\ncommand = \"run.py\"\n"
     )
-}
-
-fn registry(dirs: &[PathBuf]) -> ToolRegistry {
-    let loaded = load(dirs, "en");
-    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
-    let mut reg = ToolRegistry::new();
-    for tool in loaded.plugins.into_iter().flat_map(|p| p.tools) {
-        reg.register(tool).unwrap();
-    }
-    reg
-}
-
-async fn call(reg: &ToolRegistry, name: &str, args: Value) -> Result<Value, (ToolErrorKind, String)> {
-    let outcome = reg.call(&ToolContext::default(), name, &args).await;
-    match outcome.error() {
-        Some(e) => Err((e.kind, e.message.clone())),
-        None => Ok(outcome.to_json()),
-    }
 }
 
 #[tokio::test]

@@ -1,17 +1,27 @@
 //! Request authentication: `none` (an internal service behind a backend, as the academy
 //! admin runs), `api_key` (per-tenant keys, stored as SHA-256 hashes) and `hmac` (the caller
-//! signs `timestamp.body` with a shared secret — the scheme of the backend callbacks, from
-//! the conversations crate's `backend::signing`).
+//! signs the request with a shared secret — the scheme of the backend callbacks, from the
+//! conversations crate's `backend::signing`).
+//!
+//! Authentication answers *who* is asking ([`Caller`]); authorization of *what* they ask for
+//! happens on the parsed request: the path and query here, a body's `tenantId` in the
+//! handler's extractor ([`crate::extract::Authorized`]), on the very value the handler acts on.
+//! A second, looser reading of the body (as a JSON value, say) is what let a body the check
+//! could not read — an array, trailing bytes — through to a handler that could
+//! (docs/reliability.md).
 //!
 //! Comparisons are constant-time; an HMAC signature is accepted once within its window, so
 //! a captured request cannot be replayed.
 
 use crate::error::ApiError;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use subtle::ConstantTimeEq;
-pub use toolgraph_conversations::backend::signing::{HmacVerifier, now_secs, sign, signature_headers};
+pub use toolgraph_conversations::backend::replay::{MemoryReplayStore, PostgresReplayStore, ReplayStore};
+pub use toolgraph_conversations::backend::signing::{
+    HmacVerifier, SignatureError, SignedRequest, now_secs, sign, sign_v1, signature_headers,
+};
 
 /// How requests prove who sent them.
 pub enum Auth {
@@ -19,7 +29,8 @@ pub enum Auth {
     None,
     /// `Authorization: Bearer <key>`; keys by tenant slug, stored as SHA-256 digests.
     ApiKey(ApiKeys),
-    /// `X-Timestamp` (Unix seconds) and `X-Signature` (hex HMAC-SHA256 of `timestamp.body`).
+    /// `X-Signature: v2=<hex>` with `X-Timestamp` and `X-Nonce`: HMAC-SHA256 of the method, path,
+    /// query, tenant slug and body digest (docs/service.md, "Signed requests").
     Hmac(HmacVerifier),
 }
 
@@ -72,10 +83,18 @@ impl Auth {
         }
     }
 
-    /// Checks a request: its headers, its target (path and query) and its body.
-    pub fn check(&self, headers: &HeaderMap, target: &str, body: &[u8]) -> Result<(), ApiError> {
+    /// Authenticates a request from its method, headers, target (path and query) and body,
+    /// and authorizes the tenant ids its path and query name; a body's are the handler's to
+    /// authorize against the returned [`Caller`], once it has parsed them.
+    pub async fn check(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        target: &str,
+        body: &[u8],
+    ) -> Result<Caller, ApiError> {
         match self {
-            Self::None => Ok(()),
+            Self::None => Ok(Caller::default()),
             Self::ApiKey(keys) => {
                 let denied = || ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong API key");
                 let slug = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).ok_or_else(denied)?;
@@ -89,15 +108,57 @@ impl Auth {
                 if !bool::from(got.ct_eq(expected)) {
                     return Err(denied());
                 }
-                match keys.tenant_ids.get(slug) {
-                    Some(&own) if claimed_tenant_ids(target, body).any(|id| id != own) => Err(ApiError::new(
-                        StatusCode::FORBIDDEN,
-                        format!("the API key of tenant '{slug}' opens tenant id {own} only"),
-                    )),
-                    _ => Ok(()),
+                let caller = Caller { bound: keys.tenant_ids.get(slug).map(|&id| (slug.to_owned(), id)) };
+                for id in claimed_tenant_ids(target) {
+                    caller.authorize_tenant(id)?;
                 }
+                Ok(caller)
             }
-            Self::Hmac(v) => v.verify_request(headers, target, body, now_secs()).map_err(bad_signature),
+            Self::Hmac(v) => {
+                // v2 signs the method, target, tenant slug and body; the nonce is claimed in the
+                // verifier's replay store (shared by replicas on PostgreSQL), else 503.
+                v.verify_request(method, headers, target, body, now_secs())
+                    .await
+                    .map_err(|e| crate::callbacks::signature_refusal(&e))?;
+                Ok(Caller::default())
+            }
+        }
+    }
+}
+
+/// Who a request was authenticated as: put in the request's extensions by the service's
+/// authentication layer, read by the extractors that authorize a parsed body against it.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    /// The tenant slug and the one numeric tenant id its `api_key` opens, when bound
+    /// (`[server.api_key_tenants]`); otherwise the ids are the caller's word (`none`, `hmac`,
+    /// or keys explicitly left unbound).
+    bound: Option<(String, i64)>,
+}
+
+impl Caller {
+    /// A caller whose key opens `tenant_id` only (tests and embedders that authenticate
+    /// themselves).
+    pub fn bound_to(slug: impl Into<String>, tenant_id: i64) -> Self {
+        Self { bound: Some((slug.into(), tenant_id)) }
+    }
+
+    /// The numeric tenant id the caller's key is bound to, if any.
+    pub fn bound_tenant(&self) -> Option<i64> {
+        self.bound.as_ref().map(|(_, id)| *id)
+    }
+
+    /// Whether the caller may act on tenant `tenant_id`: 403 when its key is bound to another.
+    ///
+    /// # Errors
+    /// 403 naming the key's tenant.
+    pub fn authorize_tenant(&self, tenant_id: i64) -> Result<(), ApiError> {
+        match &self.bound {
+            Some((slug, own)) if *own != tenant_id => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("the API key of tenant '{slug}' opens tenant id {own} only"),
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -108,21 +169,18 @@ pub struct ApiKeys {
     tenant_ids: HashMap<String, i64>,
 }
 
-/// Every tenant id a request names: a JSON body's `tenantId`, a `tenantId` query parameter, and
-/// the id of a `/tenants/{id}` path. One that is not a number counts as 0, which no bound
-/// tenant has (bound ids are positive).
-fn claimed_tenant_ids<'a>(target: &'a str, body: &'a [u8]) -> impl Iterator<Item = i64> + 'a {
+/// Every tenant id a request's target names: each `tenantId` query parameter, and the id of a
+/// `/tenants/{id}` path. One that is not a number counts as 0, which no bound tenant has
+/// (bound ids are positive). The body's is authorized where it is parsed
+/// ([`crate::extract::Authorized`]).
+fn claimed_tenant_ids(target: &str) -> impl Iterator<Item = i64> + '_ {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     // Decoded as the Query extractor decodes it, so `tenant%49d=8` is seen too.
     let from_query = url::form_urlencoded::parse(query.as_bytes())
         .filter(|(name, _)| name == "tenantId")
         .map(|(_, value)| parse_id(&value));
     let from_path = path.split_once("/tenants/").map(|(_, rest)| parse_id(rest.split('/').next().unwrap_or("")));
-    let from_body = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("tenantId").cloned())
-        .map(|v| v.as_i64().unwrap_or(0));
-    from_query.chain(from_path).chain(from_body)
+    from_query.chain(from_path)
 }
 
 fn parse_id(text: &str) -> i64 {
@@ -134,20 +192,31 @@ pub(crate) fn bad_signature(reason: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, format!("bad signature: {reason}"))
 }
 
-/// Reads the body of `req` (at most `max` bytes, else 413), has `check` judge the headers,
-/// the target (path and query) and the body, and gives the request back whole. Signatures
-/// cover the body, so a checking middleware must read it before the handler does.
+/// Longest a client may take to send a request's body; a slower one gets 408 and its
+/// connection and buffer back to the service.
+pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Reads the body of `req` (at most `max` bytes, else 413; within [`BODY_READ_TIMEOUT`], else
+/// 408), has `check` judge the headers, the target (path and query) and the body, and gives the
+/// request back whole. Signatures cover the body, so a checking middleware must read it before
+/// the handler does.
 pub(crate) async fn check_whole_request(
     req: axum::extract::Request,
     max: usize,
-    check: impl FnOnce(&HeaderMap, &str, &[u8]) -> Result<(), ApiError>,
+    check: impl AsyncFnOnce(&HeaderMap, &str, &[u8]) -> Result<(), ApiError>,
 ) -> Result<axum::extract::Request, ApiError> {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, max)
+    let bytes = tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, max))
         .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body took longer than {BODY_READ_TIMEOUT:?} to arrive"),
+            )
+        })?
         .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {max} bytes")))?;
     let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
-    check(&parts.headers, target, &bytes)?;
+    check(&parts.headers, target, &bytes).await?;
     Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
@@ -169,20 +238,37 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-tenant-slug", "demo".parse().unwrap());
         headers.insert("authorization", "Bearer k-1".parse().unwrap());
-        let status = |target: &str, body: &str| auth.check(&headers, target, body.as_bytes()).err().map(|e| e.status);
-        assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":7,"userId":1}"#), None);
-        assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":8,"userId":1}"#), Some(StatusCode::FORBIDDEN));
-        assert_eq!(status("/api/chatbot/stream", r#"{"tenantId":"7"}"#), Some(StatusCode::FORBIDDEN));
-        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&userId=1", ""), None);
-        assert_eq!(status("/api/chatbot/runs/r/events?userId=1&tenantId=9", ""), Some(StatusCode::FORBIDDEN));
-        assert_eq!(status("/api/chatbot/runs/r/events?tenant%49d=9", ""), Some(StatusCode::FORBIDDEN), "encoded");
-        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=%39", ""), Some(StatusCode::FORBIDDEN), "encoded");
-        assert_eq!(status("/api/chatbot/tenants/7", ""), None);
-        assert_eq!(status("/api/chatbot/tenants/8", ""), Some(StatusCode::FORBIDDEN));
+        // `check` awaits nothing outside `hmac` mode.
+        let check = |target: &str| futures::executor::block_on(auth.check(&Method::GET, &headers, target, b""));
+        let status = |target: &str| check(target).err().map(|e| e.status);
+        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&userId=1"), None);
+        assert_eq!(status("/api/chatbot/runs/r/events?userId=1&tenantId=9"), Some(StatusCode::FORBIDDEN));
+        assert_eq!(status("/api/chatbot/runs/r/events?tenant%49d=9"), Some(StatusCode::FORBIDDEN), "encoded");
+        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=%39"), Some(StatusCode::FORBIDDEN), "encoded");
+        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&tenantId=8"), Some(StatusCode::FORBIDDEN), "twice");
+        assert_eq!(status("/api/chatbot/tenants/7"), None);
+        assert_eq!(status("/api/chatbot/tenants/8"), Some(StatusCode::FORBIDDEN));
+        // A body's tenant is authorized on the parsed request, against the caller returned.
+        let caller = check("/api/chatbot/stream").unwrap();
+        assert_eq!(caller.bound_tenant(), Some(7));
+        assert!(caller.authorize_tenant(7).is_ok());
+        assert_eq!(caller.authorize_tenant(8).unwrap_err().status, StatusCode::FORBIDDEN);
         assert!(auth.unbound_slugs().is_empty());
         let unbound = Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-1"))]).unwrap();
         assert_eq!(unbound.unbound_slugs(), ["demo"]);
+        assert!(
+            futures::executor::block_on(unbound.check(&Method::GET, &headers, "/x", b""))
+                .unwrap()
+                .authorize_tenant(8)
+                .is_ok()
+        );
         assert!(unbound.bind_tenant_ids([(&"acme".to_string(), &3)]).is_err(), "a slug without a key");
+        assert!(
+            futures::executor::block_on(Auth::None.check(&Method::GET, &headers, "/x", b""))
+                .unwrap()
+                .bound_tenant()
+                .is_none()
+        );
     }
 
     #[test]
@@ -191,12 +277,18 @@ mod tests {
         assert!(Auth::api_keys([(&"x".to_string(), &"not hex".to_string())]).err().is_some_and(|e| e.contains("'x'")));
         let mut h = HeaderMap::new();
         h.insert("x-tenant-slug", "demo".parse().unwrap());
-        assert!(auth.check(&h, "/api/chatbot/stream", b"").is_err());
+        assert!(futures::executor::block_on(auth.check(&Method::POST, &h, "/api/chatbot/stream", b"")).is_err());
         h.insert("authorization", "Bearer k-124".parse().unwrap());
-        assert_eq!(auth.check(&h, "/api/chatbot/stream", b"").unwrap_err().status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            futures::executor::block_on(auth.check(&Method::POST, &h, "/api/chatbot/stream", b"")).unwrap_err().status,
+            StatusCode::UNAUTHORIZED
+        );
         h.insert("authorization", "Bearer k-123".parse().unwrap());
-        assert!(auth.check(&h, "/api/chatbot/stream", b"").is_ok());
+        assert!(futures::executor::block_on(auth.check(&Method::POST, &h, "/api/chatbot/stream", b"")).is_ok());
         h.insert("x-tenant-slug", "other".parse().unwrap());
-        assert!(auth.check(&h, "/api/chatbot/stream", b"").is_err(), "a key opens its own tenant only");
+        assert!(
+            futures::executor::block_on(auth.check(&Method::POST, &h, "/api/chatbot/stream", b"")).is_err(),
+            "a key opens its own tenant only"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! [`callback_router`]: the receiving side of the backend's `/internal/chatbot/**` calls over
 //! any conversation store, every call verified first. A backend written in Rust mounts it as
 //! is; one written in another language reads it as the executable contract (the end-to-end
-//! suite runs the whole service through it).
+//! suite runs the whole service through it). Calls are signed v2 (method, path, query, tenant
+//! slug, body digest, nonce; docs/service.md, "Signed requests").
 
 use crate::auth::{bad_signature, check_whole_request};
 use crate::error::ApiError;
@@ -13,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
-use toolgraph_conversations::backend::signing::{HmacVerifier, now_secs};
+use toolgraph_conversations::backend::signing::{HmacVerifier, SignatureError, now_secs};
 use toolgraph_conversations::backend::wire::{self, path};
 use toolgraph_conversations::{ConversationStore, Role};
 
@@ -57,7 +58,7 @@ pub fn callback_router(store: Arc<dyn ConversationStore>, verifier: Arc<HmacVeri
 /// `router` with every route behind the backend's signature check: a call without a valid,
 /// fresh, unreplayed signature of `verifier`'s secret is answered 401 before its handler runs.
 /// A backend puts its own calls (`query`, `tools/{toolName}`, `schema`) behind it; give them
-/// the same verifier as [`callback_router`] so a signature is accepted once across both.
+/// the same verifier as [`callback_router`] so a nonce is accepted once across both.
 pub fn require_signature<S: Clone + Send + Sync + 'static>(
     router: Router<S>,
     verifier: Arc<HmacVerifier>,
@@ -67,11 +68,25 @@ pub fn require_signature<S: Clone + Send + Sync + 'static>(
 
 /// Checks the signature over the whole request before any handler runs.
 async fn verify(State(verifier): State<Arc<HmacVerifier>>, req: Request, next: Next) -> Result<Response, ApiError> {
-    let req = check_whole_request(req, MAX_BODY, |headers, target, body| {
-        verifier.verify_request(headers, target, body, now_secs()).map_err(bad_signature)
+    let method = req.method().clone();
+    let req = check_whole_request(req, MAX_BODY, async |headers, target, body| {
+        verifier.verify_request(&method, headers, target, body, now_secs()).await.map_err(|e| signature_refusal(&e))
     })
     .await?;
     Ok(next.run(req).await)
+}
+
+/// The answer to a request whose signature was not accepted: 401 naming the reason, or 503
+/// with `Retry-After` when the replay store could not tell whether it is a replay (the request
+/// may be good; the signer sends it again, newly signed).
+pub(crate) fn signature_refusal(e: &SignatureError) -> ApiError {
+    if !e.is_unavailable() {
+        return bad_signature(&e.to_string());
+    }
+    tracing::warn!(error = %e, "a signed request could not be checked for replay");
+    let mut refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cannot check the signature now; try again");
+    refused.retry_after = Some(1);
+    refused
 }
 
 async fn create_conversation(

@@ -1,14 +1,24 @@
-//! Request parsing with errors that name the offending field.
+//! Request parsing with errors that name the offending field, and [`Authorized`]: a body parsed
+//! once, strictly, and authorized against the caller before the handler sees it.
 
+use crate::auth::Caller;
 use crate::error::ApiError;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
-/// Parses a JSON body: malformed JSON is 400, a missing or mistyped field is 422 naming it.
+/// Parses a JSON body: exactly one JSON object with nothing but whitespace after it, else 400
+/// (an array would fill a struct by position, and trailing bytes would let another reader see
+/// another request); a missing, duplicated or mistyped field is 422 naming it.
 pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().copied().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(b'{') {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "malformed JSON: the body must be one JSON object"));
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let text = inner.to_string();
@@ -23,7 +33,50 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                 ApiError::new(StatusCode::BAD_REQUEST, format!("malformed JSON: {text}"))
             }
         }
-    })
+    })?;
+    de.end().map_err(|_| {
+        ApiError::new(StatusCode::BAD_REQUEST, "malformed JSON: the body must be one JSON object with nothing after it")
+    })?;
+    Ok(value)
+}
+
+/// A request body that names the tenant it acts on.
+pub trait TenantScoped {
+    /// The numeric tenant id the handler will act on.
+    fn tenant_id(&self) -> i64;
+}
+
+/// A JSON body parsed with [`json_body`] and authorized against the request's [`Caller`]: the
+/// tenant id checked is the one the handler acts on, since both read the same value. A route
+/// outside the authentication layer has no caller and is refused (500): authorization never
+/// defaults to open.
+pub struct Authorized<T>(pub T);
+
+impl<T: DeserializeOwned + TenantScoped> Authorized<T> {
+    /// Parses `bytes` and authorizes the tenant they name for `caller`.
+    ///
+    /// # Errors
+    /// 400 or 422 for a body that is not one object of `T`'s fields, 403 for another tenant.
+    pub fn parse(caller: &Caller, bytes: &[u8]) -> Result<Self, ApiError> {
+        let value: T = json_body(bytes)?;
+        caller.authorize_tenant(value.tenant_id())?;
+        Ok(Self(value))
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned + TenantScoped> FromRequest<S> for Authorized<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let caller =
+            req.extensions().get::<Caller>().cloned().ok_or_else(|| {
+                ApiError::internal("a tenant-scoped route is served outside the authentication layer")
+            })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")))?;
+        Self::parse(&caller, &bytes)
+    }
 }
 
 /// `X-Tenant-Slug` must equal the body's `tenantSlug` (docs/service.md: else 400).
@@ -54,6 +107,34 @@ mod tests {
         let e = json_body::<StreamRequest>(br#"{"tenantSlug":"a", "#).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
         assert!(e.message.starts_with("malformed JSON"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_body_is_one_object_and_nothing_after_it() {
+        let ok = br#" {"tenantSlug":"a","tenantId":7,"userId":1,"message":"m"} "#;
+        assert_eq!(json_body::<StreamRequest>(ok).unwrap().tenant_id, 7);
+        let status = |body: &[u8]| json_body::<StreamRequest>(body).err().map(|e| e.status.as_u16());
+        assert_eq!(status(br#"["a",8,1,null,"m"]"#), Some(400), "an array fills a struct by position");
+        assert_eq!(status(br#"{"tenantSlug":"a","tenantId":8,"userId":1,"message":"m"} x"#), Some(400));
+        assert_eq!(status(br#"{"tenantSlug":"a","tenantId":8,"userId":1,"message":"m"}{"tenantId":7}"#), Some(400));
+        assert_eq!(status(br#"{"tenantId":7,"tenantSlug":"a","tenantId":8,"userId":1,"message":"m"}"#), Some(422));
+        assert_eq!(status(b"null"), Some(400));
+        assert_eq!(status("\u{feff}{}".as_bytes()), Some(400));
+        assert_eq!(status(b""), Some(400));
+    }
+
+    #[test]
+    fn a_bound_caller_gets_its_own_tenant_or_403() {
+        let caller = Caller::bound_to("demo", 7);
+        let parse = |body: &[u8]| Authorized::<StreamRequest>::parse(&caller, body).map(|a| a.0.tenant_id);
+        assert_eq!(parse(br#"{"tenantSlug":"demo","tenantId":7,"userId":1,"message":"m"}"#).unwrap(), 7);
+        let e = parse(br#"{"tenantSlug":"demo","tenantId":8,"userId":1,"message":"m"}"#).unwrap_err();
+        assert_eq!(e.status.as_u16(), 403);
+        let open = Caller::default();
+        assert!(
+            Authorized::<StreamRequest>::parse(&open, br#"{"tenantSlug":"x","tenantId":8,"userId":1,"message":"m"}"#)
+                .is_ok()
+        );
     }
 }
 

@@ -17,6 +17,7 @@ pub mod auth;
 mod callbacks;
 mod error;
 mod extract;
+mod hosts;
 mod listen;
 mod mcp;
 mod metrics;
@@ -30,6 +31,7 @@ mod wire;
 
 pub use callbacks::{callback_router, require_signature};
 pub use error::ChatError;
+pub use hosts::{AllowedHosts, guard_hosts};
 pub use listen::HttpServer;
 pub use mcp::McpEndpoint;
 pub use metrics::Metrics;

@@ -9,7 +9,13 @@
 //! - a limit on the time a client may take to send a request head (slow-header clients would
 //!   otherwise hold a connection and its buffers forever); hyper also applies it between
 //!   requests, so an idle keep-alive connection closes after it;
-//! - `TCP_NODELAY`, so small SSE frames are not held back by Nagle's algorithm.
+//! - `TCP_NODELAY`, so small SSE frames are not held back by Nagle's algorithm;
+//! - a cap on open connections (`max_connections`): past it the loop stops accepting, and the
+//!   kernel's backlog holds newcomers until a connection closes, instead of the process running
+//!   out of file descriptors;
+//! - a limit on how long a write may wait for the client to read (`write_timeout`): a client
+//!   that opens a stream and never reads would otherwise hold its connection, and the frames
+//!   queued for it, for as long as it likes.
 //!
 //! Shutdown is graceful, within a deadline: once the signal resolves, nothing new is accepted,
 //! idle connections close, and in-flight responses may finish for `drain_timeout`; a
@@ -22,9 +28,15 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Sleep;
 
 /// Connection settings of [`HttpServer::serve`].
 #[derive(Debug, Clone)]
@@ -40,6 +52,13 @@ pub struct HttpServer {
     /// connections are closed. Default: 30 s. Under an orchestrator, set it below the kill
     /// timeout (Kubernetes: 30 s) so the stores still close before the process is killed.
     pub drain_timeout: Duration,
+    /// Most connections open at once; more wait in the listen backlog. Default: 16,384 (the
+    /// process may hold 20,000 files here, and the stores need some).
+    pub max_connections: usize,
+    /// Longest a response write may wait for the client to read before the connection is
+    /// closed. SSE keep-alives write every 15 s, so a live client never gets near it.
+    /// Default: 60 s.
+    pub write_timeout: Duration,
 }
 
 impl Default for HttpServer {
@@ -48,6 +67,8 @@ impl Default for HttpServer {
             max_head_bytes: MIN_HEAD_BYTES,
             header_read_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
+            max_connections: 16_384,
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -79,15 +100,24 @@ impl HttpServer {
         // ones are reaped as they end, so the set holds only live connections.
         let mut connections = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
+        let slots = Arc::new(Semaphore::new(self.max_connections.max(1)));
         loop {
+            // A slot first: at the cap, newcomers wait in the kernel's backlog, not in memory.
+            let slot = tokio::select! {
+                () = &mut shutdown => break,
+                Some(ended) = connections.join_next(), if !connections.is_empty() => {
+                    reaped(ended);
+                    continue;
+                }
+                slot = Arc::clone(&slots).acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break, // never closed; a closed semaphore would mean no more connections
+                },
+            };
             let stream = tokio::select! {
                 () = &mut shutdown => break,
                 Some(ended) = connections.join_next(), if !connections.is_empty() => {
-                    if let Err(e) = ended
-                        && e.is_panic()
-                    {
-                        tracing::error!(error = %e, "a connection task panicked");
-                    }
+                    reaped(ended);
                     continue;
                 }
                 accepted = listener.accept() => match accepted {
@@ -103,12 +133,14 @@ impl HttpServer {
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::warn!(error = %e, "cannot set TCP_NODELAY");
             }
+            let stream = WriteDeadline::new(stream, self.write_timeout);
             let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
             let conn = graceful.watch(conn);
             connections.spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
+                drop(slot);
             });
         }
         drop(listener);
@@ -124,6 +156,15 @@ impl HttpServer {
     }
 }
 
+/// A connection task that ended: a panic is logged (the task's connection is gone either way).
+fn reaped(ended: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = ended
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a connection task panicked");
+    }
+}
+
 /// Errors of one pending connection are that connection's; anything else (out of file
 /// descriptors, most often) would fail again at once, so the loop waits a second first, as
 /// axum's and hyper's own loops do.
@@ -134,4 +175,98 @@ async fn accept_failed(e: &io::Error) {
     }
     tracing::error!(error = %e, "cannot accept a connection; retrying in 1 s");
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// A connection whose writes fail with `TimedOut` once one has waited `limit` for the client to
+/// make room: hyper then closes the connection, and the stream's task ends.
+struct WriteDeadline<T> {
+    inner: T,
+    limit: Duration,
+    /// Armed when a write first finds the socket full, disarmed by any progress.
+    waiting: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> WriteDeadline<T> {
+    fn new(inner: T, limit: Duration) -> Self {
+        Self { inner, limit, waiting: None }
+    }
+
+    /// `Pending` while the deadline has not passed, an error once it has.
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let limit = self.limit;
+        let sleep = self.waiting.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(sleep.as_mut().poll(cx));
+        Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading"))
+    }
+
+    fn progressed<R>(&mut self, poll: Poll<io::Result<R>>, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+        match poll {
+            Poll::Ready(r) => {
+                self.waiting = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => self.stalled(cx).map(Err),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteDeadline<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progressed(poll, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.progressed(poll, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progressed(poll, cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A peer that never reads: writes fill the socket, then fail after the limit.
+    #[tokio::test]
+    async fn a_write_the_client_never_reads_fails_after_the_limit() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut conn = WriteDeadline::new(server, Duration::from_millis(300));
+        let chunk = vec![0u8; 64 * 1024];
+        let started = std::time::Instant::now();
+        let err = loop {
+            if let Err(e) = conn.write_all(&chunk).await {
+                break e;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "writes never stalled");
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
 }

@@ -1,6 +1,36 @@
 //! Prometheus metrics: the chat contract's names and labels (docs/service.md), plus request, model and tool latency.
 
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+/// Most distinct tool names, and tenant ids, that become label values; later ones are counted
+/// under [`OTHER_LABEL`]. Tool names are the model's choice and tenant ids the client's, so
+/// unbounded they would grow the registry (and every scrape) without limit.
+pub const MAX_LABEL_VALUES: usize = 256;
+
+/// The label value of everything past [`MAX_LABEL_VALUES`].
+pub const OTHER_LABEL: &str = "other";
+
+/// The label values one label has taken, up to a bound.
+#[derive(Default)]
+struct LabelValues(Mutex<HashSet<String>>);
+
+impl LabelValues {
+    fn label<'a>(&self, value: &'a str) -> Cow<'a, str> {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(value) {
+            return Cow::Borrowed(value);
+        }
+        // A long value is no name a registry would list; it would only bloat the scrape.
+        if seen.len() >= MAX_LABEL_VALUES || value.len() > 64 {
+            return Cow::Borrowed(OTHER_LABEL);
+        }
+        seen.insert(value.to_owned());
+        Cow::Borrowed(value)
+    }
+}
 
 /// Every metric the service exports.
 #[derive(Clone)]
@@ -20,6 +50,8 @@ pub struct Metrics {
     pub llm_latency: HistogramVec,
     /// `toolgraph_tool_call_seconds{tool}`.
     pub tool_latency: HistogramVec,
+    tools: Arc<LabelValues>,
+    tenants: Arc<LabelValues>,
 }
 
 fn histogram(name: &str, help: &str, label: &str, buckets: Vec<f64>) -> HistogramVec {
@@ -52,6 +84,8 @@ impl Default for Metrics {
             ),
             llm_latency: histogram("toolgraph_llm_call_seconds", "Model call latency", "agent", secs.clone()),
             tool_latency: histogram("toolgraph_tool_call_seconds", "Tool call latency", "tool", secs),
+            tools: Arc::default(),
+            tenants: Arc::default(),
         };
         for c in [&m.sql_retries, &m.hitl, &m.errors, &m.requests] {
             m.registry.register(Box::new(c.clone())).expect("each metric is registered once"); // invariant
@@ -68,6 +102,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The `tool` label of tool `name`: itself, or [`OTHER_LABEL`] past the bound.
+    pub fn tool_label<'a>(&self, name: &'a str) -> Cow<'a, str> {
+        self.tools.label(name)
+    }
+
+    /// The `tenant` label of a tenant id: itself, or [`OTHER_LABEL`] past the bound.
+    pub fn tenant_label(&self, tenant: i64) -> String {
+        self.tenants.label(&tenant.to_string()).into_owned()
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -75,5 +119,25 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_bounded() {
+        let m = Metrics::default();
+        for i in 0..(MAX_LABEL_VALUES + 50) {
+            let name = format!("tool_{i}");
+            m.tool_latency.with_label_values(&[&m.tool_label(&name)]).observe(0.1);
+        }
+        assert_eq!(m.tool_label("tool_0"), "tool_0", "a value seen early keeps its label");
+        assert_eq!(m.tool_label("made_up_by_the_model"), OTHER_LABEL);
+        assert_eq!(m.tool_label(&"x".repeat(65)), OTHER_LABEL);
+        let series = m.render().lines().filter(|l| l.starts_with("toolgraph_tool_call_seconds_count")).count();
+        assert_eq!(series, MAX_LABEL_VALUES + 1, "the bound plus one series for the rest");
+        assert_eq!(m.tenant_label(7), "7");
     }
 }

@@ -2,11 +2,12 @@
 //! [`ChatService`](crate::ChatService) (or the search), and answer.
 
 use crate::AppState;
+use crate::auth::Auth;
 use crate::error::ApiError;
-use crate::extract::{check_tenant_header, json_body};
+use crate::extract::{Authorized, check_tenant_header, json_body};
 use crate::runlog::RunLog;
 use crate::service::Confirmed;
-use crate::wire::{ConfirmRequest, StreamRequest};
+use crate::wire::{ConfirmRequest, ForkRequest, StreamRequest};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
@@ -81,17 +82,31 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
 /// Largest request body accepted (a 4,000-character message is at most 16 KB).
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 
-/// Authenticates `/api` routes; the body is read here (bounded) because HMAC signs it.
+/// Authenticates `/api` routes, `/search` and `/mcp`; the body is read here (bounded) because
+/// HMAC signs it.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.uri().path();
     if !path.starts_with("/api/") && path != "/search" && path != "/mcp" {
         return Ok(next.run(req).await);
     }
-    let auth = app.chat().auth();
-    let req =
-        crate::auth::check_whole_request(req, MAX_BODY, |headers, target, body| auth.check(headers, target, body))
-            .await?;
+    let req = authenticated(app.chat().auth(), req).await?;
     Ok(next.run(req).await)
+}
+
+/// `req` authenticated by `auth`: its body read (at most [`MAX_BODY`] bytes) and its
+/// [`Caller`](crate::auth::Caller) in its extensions for the extractors that authorize what
+/// they parse ([`Authorized`]).
+pub(crate) async fn authenticated(auth: &Auth, req: Request) -> Result<Request, ApiError> {
+    let method = req.method().clone();
+    let mut caller = None;
+    let mut req = crate::auth::check_whole_request(req, MAX_BODY, async |headers, target, body| {
+        caller = Some(auth.check(&method, headers, target, body).await?);
+        Ok(())
+    })
+    .await?;
+    let caller = caller.ok_or_else(|| ApiError::internal("a request passed authentication without a caller"))?;
+    req.extensions_mut().insert(caller);
+    Ok(req)
 }
 
 /// 503 before start-up finished and while shutting down; `/search` answers in its own
@@ -108,13 +123,20 @@ async fn require_ready(State(app): State<AppState>, req: Request, next: Next) ->
 }
 
 /// MCP over streamable HTTP, for the tenant of `X-Tenant-Slug` (authenticated by then when
-/// auth is `api_key`; without the header, the export's default tenant).
+/// auth is `api_key`; without the header, the export's default tenant) and the user of
+/// `X-User-Id`: within its tenant, the user is the caller's word, as a chat request's `userId`
+/// is; without it, tools that keep data per user (the notes) refuse.
 async fn mcp(State(app): State<AppState>, req: Request) -> Response {
     let Some(endpoint) = app.0.mcp.get() else {
         return crate::mcp::McpUnavailable.into_response();
     };
     let tenant = req.headers().get("x-tenant-slug").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    endpoint.handle(req, tenant).await
+    let _slot = match app.chat().admit_request(tenant.as_deref().unwrap_or("")) {
+        Ok(slot) => slot,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let user = req.headers().get("x-user-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    endpoint.handle(req, tenant, user).await
 }
 
 async fn ready(State(app): State<AppState>) -> Response {
@@ -174,6 +196,17 @@ async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     let Some(service) = app.0.search.get().cloned() else {
         return fail(StatusCode::NOT_FOUND, "search is not enabled on this service".into());
     };
+    let _slot = match app.chat().admit_request(&tenant) {
+        Ok(slot) => slot,
+        Err(e) => {
+            let e = ApiError::from(e);
+            let mut resp = fail(e.status, e.message);
+            if let Some(secs) = e.retry_after {
+                resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+            }
+            return resp;
+        }
+    };
     let started = std::time::Instant::now();
     // Index reads touch the disk: off the async workers.
     let result = tokio::task::spawn_blocking(move || {
@@ -196,16 +229,22 @@ async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     }
 }
 
-async fn stream(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let req: StreamRequest = json_body(&body)?;
+async fn stream(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Authorized(req): Authorized<StreamRequest>,
+) -> Result<Response, ApiError> {
     req.validate()?;
     check_tenant_header(&headers, &req.tenant_slug)?;
     let (run_id, log) = app.chat().start_turn(&req).await?;
     Ok(sse(run_id, log, 0))
 }
 
-async fn confirm(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let req: ConfirmRequest = json_body(&body)?;
+async fn confirm(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Authorized(req): Authorized<ConfirmRequest>,
+) -> Result<Response, ApiError> {
     req.validate()?;
     check_tenant_header(&headers, &req.tenant_slug)?;
     Ok(match app.chat().confirm(&req).await? {
@@ -268,24 +307,13 @@ async fn list_conversations(State(app): State<AppState>, Query(q): Query<ListQue
     Ok(axum::Json(json!({ "conversations": list })).into_response())
 }
 
-/// `POST /api/chatbot/conversations/{id}/fork`'s body.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ForkRequest {
-    tenant_slug: String,
-    tenant_id: i64,
-    user_id: i64,
-    seq: u64,
-}
-
 /// Forks a conversation at a checkpoint into a new one: 201 `{conversationId, forkedFrom}`.
 async fn fork(
     State(app): State<AppState>,
     Path(id): Path<i64>,
     headers: HeaderMap,
-    body: Bytes,
+    Authorized(req): Authorized<ForkRequest>,
 ) -> Result<Response, ApiError> {
-    let req: ForkRequest = json_body(&body)?;
     check_tenant_header(&headers, &req.tenant_slug)?;
     let new_id = app.chat().fork(req.tenant_id, req.user_id, id, req.seq).await?;
     let body = json!({ "conversationId": new_id, "forkedFrom": { "conversationId": id, "seq": req.seq } });
@@ -342,4 +370,125 @@ async fn delete_user(
 async fn delete_tenant(State(app): State<AppState>, Path(tenant_id): Path<i64>) -> Result<Response, ApiError> {
     let deleted = app.chat().delete_tenant(tenant_id).await?;
     Ok(axum::Json(json!({ "deletedConversations": deleted })).into_response())
+}
+
+/// The auth + body path as one property: for any body, the tenant a handler acts on is the one
+/// the caller's key was authorized for, or the request is refused. Driven through the real
+/// authentication layer and extractor, without a socket.
+#[cfg(test)]
+mod authorization_props {
+    use super::*;
+    use crate::auth::hash_api_key;
+    use proptest::prelude::*;
+    use serde_json::Value;
+    use tower_service::Service;
+
+    /// A router whose handlers answer the tenant id they would act on.
+    fn router() -> Router {
+        let auth = Arc::new(
+            Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-7"))])
+                .and_then(|a| a.bind_tenant_ids([(&"demo".to_string(), &7)]))
+                .unwrap(),
+        );
+        Router::new()
+            .route(
+                "/api/chatbot/stream",
+                post(|Authorized(r): Authorized<StreamRequest>| async move { r.tenant_id.to_string() }),
+            )
+            .route(
+                "/api/chatbot/confirm",
+                post(|Authorized(r): Authorized<ConfirmRequest>| async move { r.tenant_id.to_string() }),
+            )
+            .route(
+                "/api/chatbot/conversations/{id}/fork",
+                post(|Authorized(r): Authorized<ForkRequest>| async move { r.tenant_id.to_string() }),
+            )
+            .layer(middleware::from_fn(move |req: Request, next: Next| {
+                let auth = Arc::clone(&auth);
+                async move {
+                    match authenticated(&auth, req).await {
+                        Ok(req) => next.run(req).await,
+                        Err(e) => e.into_response(),
+                    }
+                }
+            }))
+    }
+
+    fn tenant_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!(7)),
+            Just(json!(8)),
+            Just(json!("8")),
+            Just(json!(8.0)),
+            Just(json!(7.0)),
+            Just(json!(-7)),
+            Just(json!(i64::MAX)),
+            Just(json!(u64::MAX)),
+            Just(json!(null)),
+            Just(json!([8])),
+            Just(json!({"tenantId": 8})),
+        ]
+    }
+
+    /// Bodies near the contract's: objects and arrays of its fields with any tenant, keys
+    /// repeated, cased differently or escaped, and bytes added before or after.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let field = prop_oneof![
+            tenant_value().prop_map(|v| format!("\"tenantId\":{v}")),
+            tenant_value().prop_map(|v| format!("\"tenant\\u0049d\":{v}")),
+            tenant_value().prop_map(|v| format!("\"TenantId\":{v}")),
+            Just("\"tenantSlug\":\"demo\"".to_owned()),
+            Just("\"userId\":1".to_owned()),
+            Just("\"conversationId\":3".to_owned()),
+            Just("\"messageId\":4".to_owned()),
+            Just("\"confirmed\":true".to_owned()),
+            Just("\"message\":\"hola\"".to_owned()),
+            Just("\"seq\":1".to_owned()),
+        ];
+        let object = prop::collection::vec(field, 0..10).prop_map(|f| format!("{{{}}}", f.join(",")));
+        let array = prop::collection::vec(tenant_value(), 0..7)
+            .prop_map(|v| format!("[\"demo\",{}]", v.iter().map(Value::to_string).collect::<Vec<_>>().join(",")));
+        let affix = prop_oneof![
+            Just(String::new()),
+            Just(" ".to_owned()),
+            Just("x".to_owned()),
+            Just("{\"tenantId\":8}".to_owned()),
+            Just("{\"tenantId\":7}".to_owned()),
+            Just("\u{feff}".to_owned()),
+            Just("]".to_owned()),
+        ];
+        prop_oneof![
+            (affix.clone(), prop_oneof![object, array], affix).prop_map(|(a, b, c)| format!("{a}{b}{c}").into_bytes()),
+            prop::collection::vec(proptest::arbitrary::any::<u8>(), 0..128),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 768, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_tenant_acted_on_is_the_tenant_authorized(
+            body in body(),
+            route in prop::sample::select(&["/api/chatbot/stream", "/api/chatbot/confirm", "/api/chatbot/conversations/3/fork"][..]),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let (status, text) = runtime.block_on(async {
+                let req = axum::http::Request::post(route)
+                    .header("x-tenant-slug", "demo")
+                    .header("authorization", "Bearer k-7")
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(body.clone()))
+                    .unwrap();
+                let resp = router().call(req).await.unwrap();
+                let status = resp.status();
+                let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+                (status, String::from_utf8_lossy(&bytes).into_owned())
+            });
+            if status.is_success() {
+                prop_assert_eq!(&text, "7", "acted on another tenant for {:?}", String::from_utf8_lossy(&body));
+            } else {
+                prop_assert!(status.is_client_error(), "{} {} for {:?}", status, text, String::from_utf8_lossy(&body));
+            }
+        }
+    }
 }

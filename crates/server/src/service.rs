@@ -111,7 +111,43 @@ struct Inner {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     options: ServiceOptions,
-    tenant_slots: Mutex<HashMap<i64, Arc<Semaphore>>>,
+    /// Run slots by numeric tenant id (turns and decisions).
+    tenant_slots: Slots<i64>,
+    /// Request slots by tenant slug (`/search`, `/mcp`: their requests name no numeric id).
+    slug_slots: Slots<String>,
+}
+
+/// Per-tenant semaphores, created on first use and dropped once idle, so tenant ids a client
+/// invents cannot grow the map without bound.
+struct Slots<K>(Mutex<HashMap<K, Arc<Semaphore>>>);
+
+/// Past this many tenants in a map, idle ones are dropped on the next admission.
+const SLOTS_PRUNE_AT: usize = 1024;
+
+impl<K: std::hash::Hash + Eq + Clone> Slots<K> {
+    fn new() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+
+    /// A slot of `key` out of `limit` (none to take when `limit` is 0).
+    fn admit(&self, key: &K, limit: usize) -> Result<Option<OwnedSemaphorePermit>, ChatError> {
+        if limit == 0 {
+            return Ok(None);
+        }
+        let slots = {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if map.len() >= SLOTS_PRUNE_AT {
+                // A held permit keeps its semaphore's count above one: the rest are idle.
+                map.retain(|_, s| Arc::strong_count(s) > 1);
+            }
+            Arc::clone(map.entry(key.clone()).or_insert_with(|| Arc::new(Semaphore::new(limit))))
+        };
+        slots.try_acquire_owned().map(Some).map_err(|_| ChatError::TooManyRuns { limit })
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
 }
 
 /// The state context of a turn: the request's values plus `tenant` (the slug), which tools
@@ -168,7 +204,8 @@ impl ChatService {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             options,
-            tenant_slots: Mutex::new(HashMap::new()),
+            tenant_slots: Slots::new(),
+            slug_slots: Slots::new(),
         }));
         if let Some(every) = takeover_every {
             service.sweep_expired(every);
@@ -270,15 +307,22 @@ impl ChatService {
 
     /// A run slot of `tenant`, held by the run until it ends.
     fn admit(&self, tenant: i64) -> Result<Option<OwnedSemaphorePermit>, ChatError> {
-        let limit = self.0.options.max_runs_per_tenant;
-        if limit == 0 {
-            return Ok(None);
-        }
-        let slots = {
-            let mut map = self.0.tenant_slots.lock().unwrap_or_else(|e| e.into_inner());
-            Arc::clone(map.entry(tenant).or_insert_with(|| Arc::new(Semaphore::new(limit))))
-        };
-        slots.try_acquire_owned().map(Some).map_err(|_| ChatError::TooManyRuns { limit })
+        self.0.tenant_slots.admit(&tenant, self.0.options.max_runs_per_tenant)
+    }
+
+    /// A slot of the tenant `slug` for a request that is not a run (`/search`, `/mcp`), held
+    /// until it is answered: the same limit as runs, so a tenant cannot flood the service
+    /// through the routes that start no turn.
+    ///
+    /// # Errors
+    /// `TooManyRuns` at the limit.
+    pub(crate) fn admit_request(&self, slug: &str) -> Result<Option<OwnedSemaphorePermit>, ChatError> {
+        self.0.slug_slots.admit(&slug.to_owned(), self.0.options.max_runs_per_tenant)
+    }
+
+    /// How many tenants have run slots in memory (idle ones are dropped as the map grows).
+    pub fn tenant_slot_count(&self) -> usize {
+        self.0.tenant_slots.len()
     }
 
     /// A lease on a conversation for a new run of this instance.
@@ -363,11 +407,12 @@ impl ChatService {
             });
         }
         let is_new = existing.is_none();
+        // Admitted before anything is written: a refused turn leaves no empty conversation.
+        let permit = self.admit(req.tenant_id)?;
         let conversation = match existing {
             Some(c) => c.id,
             None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await?,
         };
-        let permit = self.admit(req.tenant_id)?;
         let claim = self.claim();
         if !store.begin_turn(conversation, &claim).await? {
             return Err(ChatError::conflict("a turn is already running on this conversation"));
@@ -754,4 +799,26 @@ impl ChatService {
 
 fn internal(e: impl std::fmt::Display) -> ChatError {
     ChatError::Internal(e.to_string())
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn idle_tenants_are_dropped_and_busy_ones_kept() {
+        let slots = Slots::<i64>::new();
+        let held = slots.admit(&1, 2).unwrap();
+        assert!(held.is_some());
+        for id in 2..=(SLOTS_PRUNE_AT as i64 + 10) {
+            drop(slots.admit(&id, 2).unwrap());
+        }
+        assert!(slots.len() < SLOTS_PRUNE_AT, "{} tenants kept", slots.len());
+        // The busy tenant kept its count: one more fits, the next is refused.
+        let second = slots.admit(&1, 2).unwrap();
+        assert!(matches!(slots.admit(&1, 2), Err(ChatError::TooManyRuns { limit: 2 })));
+        drop((held, second));
+        assert!(slots.admit(&1, 2).unwrap().is_some());
+        assert!(slots.admit(&5, 0).unwrap().is_none(), "no limit, no slot");
+    }
 }

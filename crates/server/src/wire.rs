@@ -2,6 +2,7 @@
 //! (the `chat --url` client speaks through them too).
 
 use crate::error::ChatError;
+use crate::extract::TenantScoped;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use toolgraph_conversations::PendingAction;
@@ -39,6 +40,34 @@ pub struct ConfirmRequest {
     pub conversation_id: i64,
     pub message_id: i64,
     pub confirmed: bool,
+}
+
+/// `POST /api/chatbot/conversations/{id}/fork`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkRequest {
+    pub tenant_slug: String,
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub seq: u64,
+}
+
+impl TenantScoped for StreamRequest {
+    fn tenant_id(&self) -> i64 {
+        self.tenant_id
+    }
+}
+
+impl TenantScoped for ConfirmRequest {
+    fn tenant_id(&self) -> i64 {
+        self.tenant_id
+    }
+}
+
+impl TenantScoped for ForkRequest {
+    fn tenant_id(&self) -> i64 {
+        self.tenant_id
+    }
 }
 
 /// A pending write action as the contract shows it.

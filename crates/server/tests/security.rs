@@ -20,8 +20,10 @@ use std::time::Duration;
 use toolgraph_agents::conversation::project;
 use toolgraph_agents::react::{self, AgentSpec};
 use toolgraph_config::AgentSettings;
-use toolgraph_conversations::backend::signing::{HmacVerifier, signature_headers};
-use toolgraph_conversations::{ConversationStore, PendingLookup, ProjectingCheckpointer, SqliteConversationStore};
+use toolgraph_conversations::backend::signing::{HmacVerifier, SignedRequest, signature_headers};
+use toolgraph_conversations::{
+    ConversationStore, PendingLookup, ProjectingCheckpointer, SqliteConversationStore, StoredMessage,
+};
 use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig};
 use toolgraph_server::auth::{Auth, hash_api_key};
@@ -103,9 +105,13 @@ async fn service(mode: Mode) -> (String, Arc<dyn ConversationStore>, tempfile::T
 }
 
 async fn send(base: &str, c: &Caller, method: Method, target: &str, body: Option<Value>) -> (u16, String) {
-    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    send_bytes(base, c, method, target, body.map(|b| b.to_string()).unwrap_or_default()).await
+}
+
+/// [`send`] with the body as given, well-formed JSON or not.
+async fn send_bytes(base: &str, c: &Caller, method: Method, target: &str, bytes: String) -> (u16, String) {
     let mut req = reqwest::Client::new()
-        .request(method, format!("{base}{target}"))
+        .request(method.clone(), format!("{base}{target}"))
         .header("X-Tenant-Slug", c.slug)
         .header("Content-Type", "application/json")
         .timeout(Duration::from_secs(20))
@@ -114,13 +120,40 @@ async fn send(base: &str, c: &Caller, method: Method, target: &str, body: Option
         req = req.header("Authorization", format!("Bearer {key}"));
     }
     if c.signed {
-        for (name, value) in signature_headers(HMAC_SECRET, target, bytes.as_bytes()) {
+        let signed =
+            SignedRequest { method: method.as_str(), target, tenant_slug: Some(c.slug), body: bytes.as_bytes() };
+        for (name, value) in signature_headers(HMAC_SECRET, &signed) {
             req = req.header(name, value);
         }
     }
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.text().await.unwrap_or_default())
+}
+
+/// The owner of the data under attack, with the credentials of `mode`.
+fn owner(mode: Mode) -> Caller {
+    Caller {
+        label: "owner",
+        slug: "demo",
+        tenant: OWNER_TENANT,
+        user: OWNER_USER,
+        key: (mode == Mode::ApiKey).then_some("demo-key"),
+        signed: mode == Mode::Hmac,
+    }
+}
+
+/// The owner's conversation still holds `before`, and its pending action is undecided.
+async fn assert_untouched(store: &dyn ConversationStore, owned: &Owned, before: &[StoredMessage], mode: Mode) {
+    assert_eq!(store.messages(owned.conversation).await.unwrap(), before, "{mode:?}: the owner's messages");
+    let lookup = PendingLookup {
+        tenant_id: OWNER_TENANT,
+        user_id: OWNER_USER,
+        conversation_id: owned.conversation,
+        message_id: owned.pending,
+    };
+    let pending = store.pending(&lookup).await.unwrap().expect("the pending action stays");
+    assert_eq!(pending.decision, None, "{mode:?}: nobody decided it");
 }
 
 /// The owner's turn: a conversation paused on a write action.
@@ -239,14 +272,7 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
         let (base, store, _dir, _model) = service(mode).await;
-        let owner = Caller {
-            label: "owner",
-            slug: "demo",
-            tenant: OWNER_TENANT,
-            user: OWNER_USER,
-            key: (mode == Mode::ApiKey).then_some("demo-key"),
-            signed: mode == Mode::Hmac,
-        };
+        let owner = owner(mode);
         let owned = owners_data(&base, &owner).await;
         let before = store.messages(owned.conversation).await.unwrap();
         for (caller, expected) in callers(mode) {
@@ -266,15 +292,7 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
             table.push('\n');
         }
         // Nothing of the owner's moved.
-        assert_eq!(store.messages(owned.conversation).await.unwrap(), before, "{mode:?}: the owner's messages");
-        let lookup = PendingLookup {
-            tenant_id: OWNER_TENANT,
-            user_id: OWNER_USER,
-            conversation_id: owned.conversation,
-            message_id: owned.pending,
-        };
-        let pending = store.pending(&lookup).await.unwrap().expect("the pending action stays");
-        assert_eq!(pending.decision, None, "{mode:?}: nobody decided it");
+        assert_untouched(store.as_ref(), &owned, &before, mode).await;
         let events = attempt(&base, "run events", &owner, &owned).await;
         assert_eq!(events, 200, "{mode:?}: the owner still reads the run");
         // The owner reads the conversation's checkpoints and the state at the pause.
@@ -294,6 +312,120 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
         assert_eq!(state["state"]["messages"][0]["content"], "escribe a ana", "{state}");
         let beyond = format!("/api/chatbot/conversations/{}/checkpoints/99?{ids}", owned.conversation);
         assert_eq!(send(&base, &owner, Method::GET, &beyond, None).await.0, 404, "{mode:?}: no such checkpoint");
+    }
+    println!("{table}");
+    assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
+}
+
+/// The POST routes whose bodies name a tenant, and `/search` (whose tenant is the header's).
+const POST_ENDPOINTS: [&str; 4] = ["stream", "confirm", "fork", "search"];
+
+/// `c`'s well-formed body for a POST `endpoint` against `o`'s data, as its fields in the order
+/// the service's request types declare them (the order serde fills a struct from an array in).
+fn post_fields(endpoint: &str, c: &Caller, o: &Owned) -> (String, Vec<(&'static str, Value)>) {
+    let ids = [("tenantSlug", json!(c.slug)), ("tenantId", json!(c.tenant)), ("userId", json!(c.user))];
+    let (target, rest) = match endpoint {
+        "stream" => (
+            "/api/chatbot/stream".to_owned(),
+            vec![("conversationId", json!(o.conversation)), ("message", json!("hola"))],
+        ),
+        "confirm" => (
+            "/api/chatbot/confirm".to_owned(),
+            vec![
+                ("conversationId", json!(o.conversation)),
+                ("messageId", json!(o.pending)),
+                ("confirmed", json!(true)),
+            ],
+        ),
+        "fork" => (format!("/api/chatbot/conversations/{}/fork", o.conversation), vec![("seq", json!(1))]),
+        "search" => return ("/search".to_owned(), vec![("query", json!("examen"))]),
+        other => panic!("no POST endpoint {other}"),
+    };
+    (target, ids.into_iter().chain(rest).collect())
+}
+
+/// Bodies that are not one plain JSON object, or not of the request's types, built from
+/// `fields`: each is a way a body can say one thing to a check that reads it loosely and
+/// another to the handler.
+fn malformed(fields: &[(&'static str, Value)], own_tenant: i64) -> Vec<(&'static str, String)> {
+    let object = |fields: &[(&str, Value)]| {
+        let inner: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", json!(k))).collect();
+        format!("{{{}}}", inner.join(","))
+    };
+    let well_formed = object(fields);
+    let values: Vec<&Value> = fields.iter().map(|(_, v)| v).collect();
+    let retyped: Vec<(&str, Value)> =
+        fields.iter().map(|(k, v)| (*k, if v.is_i64() { json!(v.to_string()) } else { v.clone() })).collect();
+    // The key's own tenant named first, the claimed one after it (and the other way round).
+    let mut twice = vec![("tenantId", json!(own_tenant))];
+    twice.extend(fields.iter().cloned());
+    let mut twice_after = fields.to_vec();
+    twice_after.push(("tenantId", json!(own_tenant)));
+    let form: Vec<String> =
+        fields.iter().map(|(k, v)| format!("{k}={}", v.as_str().map_or(v.to_string(), str::to_owned))).collect();
+    vec![
+        ("array", serde_json::to_string(&values).unwrap()),
+        ("trailing bytes", format!("{well_formed} x")),
+        ("trailing object", format!("{well_formed}{{\"tenantId\":{own_tenant}}}")),
+        ("duplicate keys", object(&twice)),
+        ("duplicate keys, own last", object(&twice_after)),
+        ("wrong types", object(&retyped)),
+        ("not JSON", form.join("&")),
+        ("a JSON string", json!(well_formed).to_string()),
+        ("null", "null".to_owned()),
+        ("byte order mark", format!("\u{feff}{well_formed}")),
+    ]
+}
+
+/// Malformed bodies × every POST route × every auth mode: a body that is not exactly one JSON
+/// object of the request's types is refused (4xx, never acted on) — with the owner's
+/// credentials and with another tenant's alike — and the owner's data stays as it was. A
+/// caller without credentials is refused as with a well-formed body (401).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_are_refused_on_every_post_route_in_every_auth_mode() {
+    let mut table = String::from(
+        "| auth mode | caller | body | stream | confirm | fork | search |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut wrong = Vec::new();
+    for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
+        let (base, store, _dir, _model) = service(mode).await;
+        let owner = owner(mode);
+        let owned = owners_data(&base, &owner).await;
+        let before = store.messages(owned.conversation).await.unwrap();
+        let conversations_before = store.list_conversations(OWNER_TENANT, OWNER_USER, 100).await.unwrap().len();
+        let mut tried = vec![(owner, false)];
+        tried.extend(callers(mode).into_iter().map(|(c, expected)| (c, expected[0] == Some(401))));
+        for (caller, unauthenticated) in tried {
+            // The variants of one body, one row each.
+            let own_tenant = if caller.slug == "acme" { 8 } else { OWNER_TENANT };
+            let variants: Vec<Vec<(&str, String, String)>> = POST_ENDPOINTS
+                .iter()
+                .map(|endpoint| {
+                    let (target, fields) = post_fields(endpoint, &caller, &owned);
+                    malformed(&fields, own_tenant)
+                        .into_iter()
+                        .map(|(name, body)| (name, target.clone(), body))
+                        .collect()
+                })
+                .collect();
+            for row in 0..variants[0].len() {
+                let mut line = format!("| {mode:?} | {} | {} |", caller.label, variants[0][row].0);
+                for (endpoint, variants) in POST_ENDPOINTS.iter().zip(&variants) {
+                    let (name, target, body) = &variants[row];
+                    let (got, text) = send_bytes(&base, &caller, Method::POST, target, body.clone()).await;
+                    line.push_str(&format!(" {got} |"));
+                    let refused = if unauthenticated { got == 401 } else { (400..500).contains(&got) };
+                    if !refused {
+                        wrong.push(format!("{mode:?} / {} / {endpoint} / {name}: {got} {text}", caller.label));
+                    }
+                }
+                table.push_str(&line);
+                table.push('\n');
+            }
+        }
+        assert_untouched(store.as_ref(), &owned, &before, mode).await;
+        let conversations = store.list_conversations(OWNER_TENANT, OWNER_USER, 100).await.unwrap().len();
+        assert_eq!(conversations, conversations_before, "{mode:?}: no fork of the owner's conversation");
     }
     println!("{table}");
     assert!(wrong.is_empty(), "{wrong:#?}\n{table}");

@@ -560,19 +560,28 @@ async fn api_key_mode_rejects_missing_wrong_and_foreign_keys(b: &str) {
 }
 
 async fn hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests(b: &str) {
-    use toolgraph_server::auth::{Auth, HmacVerifier, sign};
+    use toolgraph_server::auth::{Auth, HmacVerifier, SignedRequest, sign};
     let options =
         ServiceOptions { auth: Auth::Hmac(HmacVerifier::new(b"s3cret".to_vec())), ..ServiceOptions::default() };
     let s = service_opts(b, vec![Reply::text("hola")], true, 10, options).await;
     let url = format!("{}/api/chatbot/stream", s.base);
     let raw = serde_json::to_vec(&body(None, "hola")).unwrap();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    // v2 signs the method, path, tenant slug and body with the nonce; one nonce throughout, so
+    // the second good request is the replay.
+    let nonce = "service-test-nonce-01";
+    let signed = |ts: i64, payload: &[u8]| {
+        let r =
+            SignedRequest { method: "POST", target: "/api/chatbot/stream", tenant_slug: Some("demo"), body: payload };
+        sign(b"s3cret", &r, ts, nonce)
+    };
     let send = |ts: i64, sig: String, payload: Vec<u8>| {
         reqwest::Client::new()
             .post(&url)
             .header("X-Tenant-Slug", "demo")
             .header("content-type", "application/json")
             .header("X-Timestamp", ts.to_string())
+            .header("X-Nonce", nonce)
             .header("X-Signature", sig)
             .body(payload)
             .send()
@@ -587,10 +596,10 @@ async fn hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests(b: &str
     assert_eq!(unsigned.status(), 401);
     let mut tampered = raw.clone();
     tampered[20] ^= 1;
-    assert_eq!(send(now, sign(b"s3cret", now, &raw), tampered).await.unwrap().status(), 401);
+    assert_eq!(send(now, signed(now, &raw), tampered).await.unwrap().status(), 401);
     let stale = now - 3600;
-    assert_eq!(send(stale, sign(b"s3cret", stale, &raw), raw.clone()).await.unwrap().status(), 401);
-    let good = sign(b"s3cret", now, &raw);
+    assert_eq!(send(stale, signed(stale, &raw), raw.clone()).await.unwrap().status(), 401);
+    let good = signed(now, &raw);
     let ok = send(now, good.clone(), raw.clone()).await.unwrap();
     assert_eq!(ok.status(), 200);
     assert_eq!(parse_sse(&ok.text().await.unwrap()).last().unwrap().event, "done");
@@ -613,6 +622,9 @@ async fn the_per_tenant_run_limit_answers_429_with_retry_after(b: &str) {
     let resp = post(&s, "/api/chatbot/stream", "demo", &body(None, "dos")).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "1");
+    let listed = reqwest::get(format!("{}/api/chatbot/conversations?tenantId=7&userId=101", s.base)).await.unwrap();
+    let listed: Value = listed.json().await.unwrap();
+    assert_eq!(listed["conversations"].as_array().unwrap().len(), 1, "a refused turn leaves no conversation: {listed}");
     let mut other = body(None, "hola");
     other["tenantId"] = json!(8);
     let (status, _) = stream(&s, &other).await;
@@ -663,20 +675,28 @@ async fn the_backend_store_answers_503_when_the_backend_refuses_its_calls() {
 #[tokio::test]
 async fn backend_callbacks_reject_unsigned_tampered_stale_and_replayed_calls() {
     use toolgraph_conversations::backend::wire::path;
-    use toolgraph_server::auth::{now_secs, sign, signature_headers};
+    use toolgraph_server::auth::{SignedRequest, now_secs, sign, signature_headers};
     let dir = tempfile::tempdir().unwrap();
     let (base, store) = backend::start(dir.path()).await;
     let http = reqwest::Client::new();
-    let call = |target: &str, ts: i64, sig: Option<String>, payload: &[u8]| {
+    // `sig` is a nonce and a v2 signature.
+    let call = |target: &str, ts: i64, sig: Option<(String, String)>, payload: &[u8]| {
         let mut req = if payload.is_empty() {
             http.get(format!("{base}{target}"))
         } else {
             http.post(format!("{base}{target}")).header("content-type", "application/json").body(payload.to_vec())
         };
-        if let Some(sig) = sig {
-            req = req.header("x-timestamp", ts.to_string()).header("x-signature", sig);
+        if let Some((nonce, sig)) = sig {
+            req = req.header("x-timestamp", ts.to_string()).header("x-nonce", nonce).header("x-signature", sig);
         }
         req.send()
+    };
+    // A call's signature with a new nonce; GET when bodiless, as the client sends them.
+    let signed = |secret: &[u8], ts: i64, target: &str, payload: &[u8]| {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let method = if payload.is_empty() { "GET" } else { "POST" };
+        let r = SignedRequest { method, target, tenant_slug: None, body: payload };
+        Some((nonce.clone(), sign(secret, &r, ts, &nonce)))
     };
     let secret = backend::SECRET.as_bytes();
     let create = br#"{"nonce":"n1","tenantId":7,"userId":101,"agent":"lumie"}"#;
@@ -687,28 +707,31 @@ async fn backend_callbacks_reject_unsigned_tampered_stale_and_replayed_calls() {
     let mut tampered = create.to_vec();
     let seven = create.iter().position(|&c| c == b'7').unwrap();
     tampered[seven] = b'8'; // tenantId 7 → 8
-    let r = call(path::CONVERSATIONS, now, Some(sign(secret, now, create)), &tampered).await.unwrap();
+    let r = call(path::CONVERSATIONS, now, signed(secret, now, path::CONVERSATIONS, create), &tampered).await.unwrap();
     assert_eq!((r.status().as_u16(), r.text().await.unwrap().contains("mismatch")), (401, true));
     let old = now - 3600;
-    let r = call(path::CONVERSATIONS, old, Some(sign(secret, old, create)), create).await.unwrap();
+    let r = call(path::CONVERSATIONS, old, signed(secret, old, path::CONVERSATIONS, create), create).await.unwrap();
     assert_eq!((r.status().as_u16(), r.text().await.unwrap().contains("stale")), (401, true));
-    let r = call(path::CONVERSATIONS, now, Some(sign(b"another-secret", now, create)), create).await.unwrap();
+    let forged = signed(b"another-secret", now, path::CONVERSATIONS, create);
+    let r = call(path::CONVERSATIONS, now, forged, create).await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(store.conversation(7, 101, 1).await.unwrap(), None, "no refused call was executed");
 
-    let good = sign(secret, now, create);
-    let r = call(path::CONVERSATIONS, now, Some(good.clone()), create).await.unwrap();
+    let good = signed(secret, now, path::CONVERSATIONS, create);
+    let r = call(path::CONVERSATIONS, now, good.clone(), create).await.unwrap();
     assert_eq!(r.status(), 200);
     let id = r.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
-    let replay = call(path::CONVERSATIONS, now, Some(good), create).await.unwrap();
+    let replay = call(path::CONVERSATIONS, now, good, create).await.unwrap();
     assert_eq!((replay.status().as_u16(), replay.text().await.unwrap().contains("replayed")), (401, true));
     assert_eq!(store.conversation(7, 101, id + 1).await.unwrap(), None, "the replay created nothing");
     assert_eq!(store.conversation(8, 101, id).await.unwrap(), None);
 
     // A bodiless call signs its URL: its signature does not open another conversation.
     let mine = format!("{}?conversationId={id}", path::HISTORY);
-    let [(_, ts), (_, sig)] = signature_headers(secret, &mine, b"");
+    let get = SignedRequest { method: "GET", target: &mine, tenant_slug: None, body: b"" };
+    let [(_, ts), (_, nonce), (_, sig)] = signature_headers(secret, &get);
     let ts: i64 = ts.parse().unwrap();
+    let sig = (nonce, sig);
     let other = format!("{}?conversationId={}", path::HISTORY, id + 1);
     assert_eq!(call(&other, ts, Some(sig.clone()), b"").await.unwrap().status(), 401);
     let r = call(&mine, ts, Some(sig), b"").await.unwrap();
@@ -716,7 +739,7 @@ async fn backend_callbacks_reject_unsigned_tampered_stale_and_replayed_calls() {
     assert_eq!(r.json::<Value>().await.unwrap(), json!({"messages": []}));
     // A signed call with a body the backend cannot use is refused with the field named.
     let bad = br#"{"nonce":"n2","conversationId":1,"role":"robot","content":"x"}"#;
-    let r = call(path::SAVE_MESSAGE, now, Some(sign(secret, now, bad)), bad).await.unwrap();
+    let r = call(path::SAVE_MESSAGE, now, signed(secret, now, path::SAVE_MESSAGE, bad), bad).await.unwrap();
     assert_eq!(r.status(), 422);
     assert!(r.text().await.unwrap().contains("role"));
 }

@@ -4,7 +4,7 @@ use crate::context::ToolContext;
 use crate::outcome::{ToolError, ToolOutcome};
 use crate::set::ToolSet;
 use crate::spec::ToolSpec;
-use crate::tool::{Tool, execute};
+use crate::tool::{Tool, cap_outcome, execute};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,10 +61,19 @@ impl ToolCallRequest {
 /// every lookup sees a set's members of the moment. A tool registered on its own wins over a
 /// set member of the same name (a plugin never replaces a tool of toolgraph's), and an earlier
 /// set over a later one.
-#[derive(Clone, Default)]
+///
+/// No call's outcome is larger than [`ToolRegistry::max_outcome_bytes`] (docs/tools.md).
+#[derive(Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
     sets: Vec<Arc<ToolSet>>,
+    max_outcome_bytes: usize,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self { tools: BTreeMap::new(), sets: Vec::new(), max_outcome_bytes: Self::DEFAULT_MAX_OUTCOME_BYTES }
+    }
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -74,9 +83,30 @@ impl std::fmt::Debug for ToolRegistry {
 }
 
 impl ToolRegistry {
+    /// The default largest outcome, in bytes of the text the model reads: about 16,000 tokens.
+    /// The outcome is stored in the conversation and sent to the model again on every later
+    /// step, so more would crowd out the rest of its context.
+    pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 64 * 1024;
+    /// The smallest limit a registry takes: room for the failure that replaces a larger outcome.
+    pub const MIN_OUTCOME_BYTES: usize = 1024;
+
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The largest outcome a call returns, in bytes of its text for the model
+    /// ([`ToolOutcome::to_model_text`]). A larger text is cut and marked, a larger failure
+    /// message cut, and any larger value replaced by an `invalid_arguments` failure telling the
+    /// model to ask for less.
+    pub fn max_outcome_bytes(&self) -> usize {
+        self.max_outcome_bytes
+    }
+
+    /// Sets [`ToolRegistry::max_outcome_bytes`] (default [`ToolRegistry::DEFAULT_MAX_OUTCOME_BYTES`],
+    /// at least [`ToolRegistry::MIN_OUTCOME_BYTES`]); subsets taken afterwards keep it.
+    pub fn set_max_outcome_bytes(&mut self, bytes: usize) {
+        self.max_outcome_bytes = bytes.max(Self::MIN_OUTCOME_BYTES);
     }
 
     /// Adds a tool.
@@ -162,7 +192,7 @@ impl ToolRegistry {
     /// # Errors
     /// [`RegistryError::Unknown`] for the first name that is neither.
     pub fn subset<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> Result<Self, RegistryError> {
-        let mut out = Self::new();
+        let mut out = Self { max_outcome_bytes: self.max_outcome_bytes, ..Self::new() };
         for name in names {
             let name = name.as_ref();
             if let Some(set) = self.sets.iter().find(|s| s.name() == name) {
@@ -183,14 +213,16 @@ impl ToolRegistry {
 
     /// Calls tool `name`. An unknown name is an outcome the model can read, not an error of
     /// the run (as the academy admin's contract asks: the tool node records a tool message saying so).
+    /// The outcome is at most [`ToolRegistry::max_outcome_bytes`] long.
     pub async fn call(&self, ctx: &ToolContext, name: &str, arguments: &Value) -> ToolOutcome {
-        match self.get(name) {
+        let outcome = match self.get(name) {
             Some(tool) => execute(tool.as_ref(), ctx, arguments).await,
             None => ToolOutcome::Failure(ToolError::not_found(format!(
                 "unknown tool '{name}'; available tools: {}",
                 self.names().join(", ")
             ))),
-        }
+        };
+        cap_outcome(name, outcome, self.max_outcome_bytes)
     }
 
     /// Runs several calls from one model turn concurrently; outcomes keep the calls' order.
@@ -321,6 +353,65 @@ mod tests {
         let outs = reg.call_many(&ToolContext::default(), &calls).await;
         assert_eq!(outs.iter().map(ToolOutcome::to_json).collect::<Vec<_>>(), vec![json!(30), json!(10), json!(20)]);
         assert_eq!(peak.load(Ordering::SeqCst), 3, "all three calls were in flight at once");
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Size {
+        bytes: usize,
+    }
+
+    /// Tools whose results are `bytes` long: a JSON list, a text, and a failure message.
+    fn oversized() -> ToolRegistry {
+        let mut reg = ToolRegistry::new();
+        let list = ToolBuilder::<Size>::new("list", "a long list")
+            .handler(|_c, a: Size| async move { Ok(json!(vec![1u8; a.bytes / 2])) })
+            .unwrap();
+        let text = ToolBuilder::<Size>::new("text", "a long text")
+            .handler(|_c, a: Size| async move { Ok(json!("é".repeat(a.bytes / 2))) })
+            .unwrap();
+        let fail = ToolBuilder::<Size>::new("fail", "a long failure")
+            .handler(|_c, a: Size| async move { Err::<Value, _>(ToolError::unavailable("x".repeat(a.bytes))) })
+            .unwrap();
+        for tool in [list, text, fail] {
+            reg.register(tool).unwrap();
+        }
+        reg
+    }
+
+    /// No outcome larger than the limit reaches the history or the model: a value is replaced
+    /// by a failure saying so, a text and a failure's message are cut and marked.
+    #[tokio::test]
+    async fn an_outcome_over_the_size_limit_is_replaced_or_cut_and_says_so() {
+        let reg = oversized();
+        let ctx = ToolContext::default();
+        let limit = 64 * 1024;
+        let big = json!({"bytes": 10 * limit});
+        let out = reg.call(&ctx, "list", &big).await;
+        let err = out.error().expect("replaced by a failure");
+        assert_eq!(err.kind, ToolErrorKind::InvalidArguments);
+        assert!(err.message.contains("too large") && err.message.contains("narrow"), "{}", err.message);
+        let text = reg.call(&ctx, "text", &big).await.to_model_text();
+        assert!(text.len() <= limit && text.starts_with("éé"), "{}", text.len());
+        let marker = "[cut: the result was 655360 bytes, over the limit of 65536 bytes";
+        assert!(text[text.len().saturating_sub(200)..].contains(marker), "{:.100}", &text[text.len() - 100..]);
+        let out = reg.call(&ctx, "fail", &big).await;
+        assert_eq!(out.error().unwrap().kind, ToolErrorKind::Unavailable);
+        assert!(out.to_model_text().len() <= limit, "{}", out.to_model_text().len());
+        // A smaller limit, kept by subsets; an unknown tool's long name is cut like any failure.
+        let mut reg = reg;
+        reg.set_max_outcome_bytes(10);
+        assert_eq!(reg.max_outcome_bytes(), ToolRegistry::MIN_OUTCOME_BYTES, "raised to the least that works");
+        reg.set_max_outcome_bytes(4000);
+        let sub = reg.subset(["list", "text"]).unwrap();
+        assert_eq!(sub.max_outcome_bytes(), 4000);
+        assert!(sub.call(&ctx, "list", &json!({"bytes": 5000})).await.error().unwrap().message.contains("4000 bytes"));
+        let out = sub.call(&ctx, &"x".repeat(10_000), &json!({})).await;
+        assert_eq!(out.error().unwrap().kind, ToolErrorKind::NotFound);
+        assert!(out.to_model_text().len() <= 4000, "{}", out.to_model_text().len());
+        // Within the limit, nothing changes.
+        let small = json!({"bytes": 1000});
+        assert_eq!(reg.call(&ctx, "list", &small).await.to_json(), json!(vec![1u8; 500]));
+        assert_eq!(reg.call(&ctx, "text", &small).await.to_json(), json!("é".repeat(500)));
     }
 
     #[test]

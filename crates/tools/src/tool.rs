@@ -100,6 +100,73 @@ pub(crate) async fn execute(tool: &dyn Tool, ctx: &ToolContext, model_args: &Val
     }
 }
 
+/// `outcome`, or when its text for the model ([`ToolOutcome::to_model_text`]) is longer than
+/// `max` bytes, an outcome that fits and says so: a text is cut and marked, a failure's message
+/// cut, and any other value — which cut anywhere would not be JSON — replaced by a failure
+/// telling the model to ask for less. An outcome is stored in the conversation and sent to the
+/// model again on every later step, so one oversized result would cost on each of them.
+pub(crate) fn cap_outcome(name: &str, outcome: ToolOutcome, max: usize) -> ToolOutcome {
+    match outcome {
+        ToolOutcome::Success(Value::String(text)) if text.len() > max => {
+            tracing::warn!(tool = %name, bytes = text.len(), limit = max, "tool result cut to the size limit");
+            let marker = format!(
+                "\n[cut: the result was {} bytes, over the limit of {max} bytes; ask for less to see the rest]",
+                text.len()
+            );
+            let keep = char_floor(&text, max.saturating_sub(marker.len()));
+            ToolOutcome::Success(Value::String(format!("{}{marker}", &text[..keep])))
+        }
+        ToolOutcome::Success(value) if !fits(&value, max) => {
+            tracing::warn!(tool = %name, limit = max, "tool result over the size limit dropped");
+            ToolOutcome::Failure(ToolError::invalid_arguments(format!(
+                "the result of '{name}' was larger than {max} bytes, too large to keep or to send to the model, \
+                 and was dropped: ask for less — narrow the query, select fewer fields or rows, or page through \
+                 the results"
+            )))
+        }
+        ToolOutcome::Failure(mut error) if !fits(&error.message, max.saturating_sub(FAILURE_FRAME)) => {
+            tracing::warn!(tool = %name, bytes = error.message.len(), limit = max, "tool failure message cut");
+            let marker = format!(" [cut: the message was {} bytes]", error.message.len());
+            let mut room = max.saturating_sub(FAILURE_FRAME + marker.len());
+            // Escaping can make the JSON of a text up to six times its length: halve until it fits.
+            let mut keep = char_floor(&error.message, room);
+            while keep > 0 && !fits(&error.message[..keep], room) {
+                room /= 2;
+                keep = char_floor(&error.message, room);
+            }
+            error.message.truncate(keep);
+            error.message.push_str(&marker);
+            ToolOutcome::Failure(error)
+        }
+        other => other,
+    }
+}
+
+/// A failure outcome's JSON around its message: `{"ok":false,"error":…,"kind":"invalid_arguments"}`.
+const FAILURE_FRAME: usize = 64;
+
+/// The largest char boundary of `text` at or below `at`.
+fn char_floor(text: &str, at: usize) -> usize {
+    // Index 0 is always a boundary, so the search ends there at the latest.
+    (0..=at.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
+}
+
+/// Whether `value`'s compact JSON is at most `max` bytes; serializing stops once it is over, so
+/// an enormous value costs no copy.
+fn fits<T: Serialize + ?Sized>(value: &T, max: usize) -> bool {
+    struct Budget(usize);
+    impl std::io::Write for Budget {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over the limit"))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Budget(max), value).is_ok()
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()

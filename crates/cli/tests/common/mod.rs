@@ -152,3 +152,13 @@ headers = {{ "Idempotency-Key" = "{{ctx.conversationId}}:{{ctx.toolCallId}}" }}
         .unwrap();
     (dir, config)
 }
+
+/// A field of a process's `/proc/PID/status` in kB (`VmRSS:`, `VmHWM:`); 0 once it has exited.
+pub fn rss_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -1,6 +1,7 @@
-//! [`BackendConversationStore`]: the conversation store as HMAC-signed calls to the backend.
+//! [`BackendConversationStore`]: the conversation store as HMAC-signed calls to the backend
+//! (scheme v2, [`super::signing`]: each call's method, path, query, tenant slug and body).
 
-use super::signing::signature_headers;
+use super::signing::{SignedRequest, TENANT_HEADER, signature_headers};
 use super::wire::{self, path};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
@@ -17,7 +18,9 @@ use std::time::Duration;
 pub struct BackendOptions {
     /// Base URL, e.g. `http://lumie-backend:8080` (the paths start with `/internal/chatbot`).
     pub base_url: String,
-    /// The shared HMAC secret.
+    /// The secret this service signs its calls to the backend with
+    /// (`server.backend_hmac_secret`; the backend's requests to the service are checked with
+    /// `server.hmac_secret`, a secret of their own).
     pub secret: Vec<u8>,
     /// Limit of one call, connection included.
     pub timeout: Duration,
@@ -52,7 +55,8 @@ impl From<CallFailure> for StoreError {
     }
 }
 
-/// A body with the random nonce that keeps equal calls' signatures apart.
+/// A body with a random nonce. The signature's own nonce (`X-Nonce`) is what makes each call
+/// unique now; the body's stays for backends that read it.
 #[derive(Serialize)]
 struct Signed<'a, T> {
     nonce: String,
@@ -93,7 +97,7 @@ impl BackendConversationStore {
     }
 
     async fn get<R: DeserializeOwned>(&self, target: &str) -> Result<R, StoreError> {
-        let req = self.signed_get(target, None);
+        let req = self.signed(reqwest::Method::GET, target, None, Vec::new()).map_err(StoreError)?;
         decode(target, self.exchange(target, req).await?)
     }
 
@@ -115,8 +119,8 @@ impl BackendConversationStore {
     }
 
     /// GETs `path?query` signed, on behalf of tenant `slug`, and decodes a 2xx answer; anything
-    /// else is an error naming the call. A random `nonce` joins the query, so equal calls in
-    /// the same second still sign differently (a verifier accepts each signature once).
+    /// else is an error naming the call. A random `nonce` joins the query (the contract names
+    /// it; the signature's `X-Nonce` is what a verifier accepts once).
     ///
     /// # Errors
     /// A failed call or an answer that is not a 2xx of the expected shape, naming the call.
@@ -127,7 +131,7 @@ impl BackendConversationStore {
         slug: &str,
     ) -> Result<R, StoreError> {
         let target = format!("{path}?{query}&nonce={}", uuid::Uuid::new_v4().simple());
-        let req = self.signed_get(&target, Some(slug));
+        let req = self.signed(reqwest::Method::GET, &target, Some(slug), Vec::new()).map_err(StoreError)?;
         decode(&target, self.exchange(&target, req).await?)
     }
 
@@ -140,26 +144,36 @@ impl BackendConversationStore {
     ) -> Result<reqwest::RequestBuilder, String> {
         let signed = Signed { nonce: uuid::Uuid::new_v4().simple().to_string(), body };
         let bytes = serde_json::to_vec(&signed).map_err(|e| format!("{path}: {e}"))?;
-        let mut req = self.http.post(format!("{}{path}", self.base)).header("content-type", "application/json");
-        if let Some(slug) = slug {
-            req = req.header("x-tenant-slug", slug);
-        }
-        for (name, value) in signature_headers(&self.secret, path, &bytes) {
-            req = req.header(name, value);
-        }
-        Ok(req.body(bytes))
+        Ok(self.signed(reqwest::Method::POST, path, slug, bytes)?.header("content-type", "application/json"))
     }
 
-    /// A signed GET of `target` (path and query; the signature covers both).
-    fn signed_get(&self, target: &str, slug: Option<&str>) -> reqwest::RequestBuilder {
-        let mut req = self.http.get(format!("{}{target}", self.base));
+    /// A request of `method` to `target` (path and query) with `body`, signed v2 over all of
+    /// them and `X-Tenant-Slug` when `slug` is given.
+    fn signed(
+        &self,
+        method: reqwest::Method,
+        target: &str,
+        slug: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<reqwest::RequestBuilder, String> {
+        let url = reqwest::Url::parse(&format!("{}{target}", self.base))
+            .map_err(|e| format!("{}: not a URL: {e}", call_name(target)))?;
+        // Signed as it goes on the wire: the URL's path (the base URL's own path included) and
+        // query as the URL library encoded them, which is what the backend reads.
+        let sent = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let request = SignedRequest { method: method.as_str(), target: &sent, tenant_slug: slug, body: &body };
+        let headers = signature_headers(&self.secret, &request);
+        let mut req = self.http.request(method, url);
         if let Some(slug) = slug {
-            req = req.header("x-tenant-slug", slug);
+            req = req.header(TENANT_HEADER, slug);
         }
-        for (name, value) in signature_headers(&self.secret, target, b"") {
+        for (name, value) in headers {
             req = req.header(name, value);
         }
-        req
+        Ok(if body.is_empty() { req } else { req.body(body) })
     }
 
     /// Sends `req` and reads the whole answer; a failure names the call and its cause chain.

@@ -8,17 +8,20 @@
 //!   calls (`query`, `tools/{toolName}`, `schema`), which the agents crate turns into tools.
 //! - [`wire`] holds every body and path, shared with the receiving side (the server crate's
 //!   `callback_router`), so the two cannot drift apart.
-//! - [`signing`] is the HMAC scheme both sides use.
+//! - [`signing`] is the HMAC scheme both sides use (v2: method, path, query, tenant slug, body
+//!   digest and nonce), and [`replay`] where a verifier records the nonces it accepted (in
+//!   process, or in PostgreSQL shared by replicas).
 //!
 //! The contract names `conversations`, `save-message`, `pending-action`, `history`, `query`,
 //! `tools/{toolName}` and `schema`; the rest of the surface (turn claims, decisions, lookups,
 //! deletion) is where it was silent, because there the backend, not the worker, kept those
-//! rules. Every body is JSON in camel case and carries a random `nonce`, so two identical calls
-//! within a second still have different signatures (a verifier accepts each signature once).
+//! rules. Every body is JSON in camel case and carries a random `nonce`; each call's signature
+//! has its own (`X-Nonce`), which a verifier accepts once.
 //!
 //! [`ConversationStore`]: crate::ConversationStore
 
 mod client;
+pub mod replay;
 pub mod signing;
 pub mod wire;
 

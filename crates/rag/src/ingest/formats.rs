@@ -237,63 +237,74 @@ struct HtmlWalker {
 }
 
 impl HtmlWalker {
-    fn walk(&mut self, node: ego_tree::NodeRef<'_, scraper::Node>) {
+    /// Depth-first over the tree with a stack of its own: a hostile page nests elements tens
+    /// of thousands deep, which recursion would answer with a stack overflow.
+    fn walk(&mut self, root: ego_tree::NodeRef<'_, scraper::Node>) {
         use scraper::Node;
-        match node.value() {
-            Node::Text(t) => self.current.push_str(t),
-            Node::Element(e) => {
-                let name = e.name();
-                if matches!(name, "script" | "style" | "noscript" | "template" | "head" | "nav" | "svg") {
-                    return;
-                }
-                if let Some(level) =
-                    name.strip_prefix('h').and_then(|l| l.parse::<usize>().ok()).filter(|l| (1..=6).contains(l))
-                {
-                    let text: String =
-                        node.descendants().filter_map(|d| d.value().as_text().map(|t| t.to_string())).collect();
-                    let text = collapse_ws(&text);
-                    if !text.is_empty() {
-                        self.flush();
-                        self.headings.retain(|(l, _)| *l < level);
-                        if level == 1 && self.first_h1.is_none() {
-                            self.first_h1 = Some(text.clone());
-                        }
-                        self.headings.push((level, text));
-                    }
-                    return;
-                }
-                let block = matches!(
-                    name,
-                    "p" | "div"
-                        | "li"
-                        | "tr"
-                        | "td"
-                        | "th"
-                        | "pre"
-                        | "blockquote"
-                        | "dd"
-                        | "dt"
-                        | "section"
-                        | "article"
-                        | "br"
-                        | "table"
-                        | "ul"
-                        | "ol"
-                        | "figcaption"
-                        | "caption"
-                        | "main"
-                );
-                for child in node.children() {
-                    self.walk(child);
-                }
-                if block {
+        enum Step<'a> {
+            Enter(ego_tree::NodeRef<'a, Node>),
+            BlockEnd,
+        }
+        let mut stack = vec![Step::Enter(root)];
+        while let Some(step) = stack.pop() {
+            let node = match step {
+                Step::BlockEnd => {
                     self.current.push('\n');
+                    continue;
                 }
-            }
-            _ => {
-                for child in node.children() {
-                    self.walk(child);
+                Step::Enter(node) => node,
+            };
+            match node.value() {
+                Node::Text(t) => self.current.push_str(t),
+                Node::Element(e) => {
+                    let name = e.name();
+                    if matches!(name, "script" | "style" | "noscript" | "template" | "head" | "nav" | "svg") {
+                        continue;
+                    }
+                    if let Some(level) =
+                        name.strip_prefix('h').and_then(|l| l.parse::<usize>().ok()).filter(|l| (1..=6).contains(l))
+                    {
+                        let text: String =
+                            node.descendants().filter_map(|d| d.value().as_text().map(|t| t.to_string())).collect();
+                        let text = collapse_ws(&text);
+                        if !text.is_empty() {
+                            self.flush();
+                            self.headings.retain(|(l, _)| *l < level);
+                            if level == 1 && self.first_h1.is_none() {
+                                self.first_h1 = Some(text.clone());
+                            }
+                            self.headings.push((level, text));
+                        }
+                        continue;
+                    }
+                    let block = matches!(
+                        name,
+                        "p" | "div"
+                            | "li"
+                            | "tr"
+                            | "td"
+                            | "th"
+                            | "pre"
+                            | "blockquote"
+                            | "dd"
+                            | "dt"
+                            | "section"
+                            | "article"
+                            | "br"
+                            | "table"
+                            | "ul"
+                            | "ol"
+                            | "figcaption"
+                            | "caption"
+                            | "main"
+                    );
+                    if block {
+                        stack.push(Step::BlockEnd);
+                    }
+                    // Pushed last to first, so they are taken in document order.
+                    stack.extend(node.children().rev().map(Step::Enter));
                 }
+                _ => stack.extend(node.children().rev().map(Step::Enter)),
             }
         }
     }
@@ -379,6 +390,21 @@ mod tests {
         assert_eq!(doc.sections[1].headings, ["Reglamento", "Artículo 3"]);
         assert_eq!(doc.sections[1].text, "a\nb");
         assert!(!doc.full_text().contains("alert") && !doc.full_text().contains("Menu"));
+    }
+
+    #[test]
+    fn deeply_nested_html_is_read_without_overflowing_the_stack() {
+        let depth = 20_000;
+        let text = format!("{}deep text{}", "<div>".repeat(depth), "</div>".repeat(depth));
+        // A small stack, as a worker thread may have: recursion would need far more.
+        let doc = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || parse_html(&text, "d", "deep"))
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(doc.sections.len(), 1);
+        assert_eq!(doc.sections[0].text, "deep text");
     }
 
     #[test]

@@ -327,6 +327,10 @@ struct ParsedFile {
     chunks: Vec<Chunk>,
 }
 
+/// Largest file ingested: a document is read whole and parsed in memory (a PDF's parser holds
+/// several times its size), so an unbounded one could exhaust the process.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
 fn read_and_parse(
     item: &walk::FileItem,
     options: &IngestOptions,
@@ -337,6 +341,14 @@ fn read_and_parse(
         let ext = item.path.extension().and_then(|e| e.to_str()).unwrap_or("");
         format!("unsupported format `.{ext}` (md, txt, html, pdf, json, jsonl)")
     })?;
+    let size = std::fs::metadata(&item.path).map_err(|e| e.to_string())?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(format!(
+            "the file is {} MiB, more than the {} MiB a document may have; split it",
+            size >> 20,
+            MAX_FILE_BYTES >> 20
+        ));
+    }
     let bytes = std::fs::read(&item.path).map_err(|e| e.to_string())?;
     let source = std::fs::canonicalize(&item.path).unwrap_or_else(|_| item.path.clone()).display().to_string();
     let mut meta = Map::new();
@@ -381,5 +393,19 @@ mod tests {
         let p = PathPattern::parse("*/{tema}").unwrap();
         assert_eq!(p.captures("apuntes/docker.md").unwrap()["tema"], "docker");
         assert!(PathPattern::parse("").is_err());
+    }
+
+    #[test]
+    fn a_file_past_the_size_limit_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.txt");
+        // Sparse: the size is there without the bytes on disk.
+        std::fs::File::create(&path).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        let item = walk::FileItem { path, id: "huge.txt".into(), rel: "huge.txt".into() };
+        let options = IngestOptions::default();
+        let Err(reason) = read_and_parse(&item, &options, &RecordMapping::default(), ChunkingOptions::default()) else {
+            panic!("a file past the limit was read");
+        };
+        assert!(reason.contains("64 MiB"), "{reason}");
     }
 }

@@ -1,11 +1,13 @@
 //! A note book in the data directory: `note_write` (a write tool: a human approves each
-//! note before it is saved) and `note_list` (read). Notes are Markdown files under
-//! `<data_dir>/notes/`, written atomically so a crash never leaves half a note.
+//! note before it is saved) and `note_list` (read). Each person has a note book of their own:
+//! Markdown files under `<data_dir>/notes/<tenant>/<user>/`, the tenant and the user taken from
+//! the call's context (set by the service, never by the model), written atomically so a crash
+//! never leaves half a note (docs/tools.md).
 
-use crate::{Tool, ToolBuilder, ToolError};
+use crate::{Tool, ToolBuilder, ToolContext, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -13,8 +15,10 @@ use tokio::io::AsyncWriteExt;
 /// Longest note body accepted, in characters.
 const MAX_BODY_CHARS: u32 = 20_000;
 
-/// Arguments of `note_write`.
+/// Arguments of `note_write`. Whose note book it goes to is not among them: that is the call's
+/// context, and an unknown argument (a `tenant` or `userId` a model made up) is refused.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoteWriteArgs {
     /// Title of the note; it also names the file.
     #[schemars(length(min = 1, max = 120))]
@@ -27,8 +31,9 @@ pub struct NoteWriteArgs {
     pub overwrite: bool,
 }
 
-/// Arguments of `note_list`.
+/// Arguments of `note_list` (whose notes: the call's context, as for `note_write`).
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoteListArgs {
     /// Only notes whose title or body contains this text (case-insensitive).
     #[schemars(length(max = 200))]
@@ -54,6 +59,63 @@ fn notes_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("notes")
 }
 
+/// Longest tenant or user identity accepted, in bytes: its directory name (`_` and two hex
+/// digits a byte) stays well under the 255 bytes file systems allow.
+const MAX_IDENTITY_BYTES: usize = 120;
+
+/// The note book of the call's tenant and user: `<root>/<tenant>/<user>`, each a
+/// [`directory_name`]. The identity is the context's `tenant` (the slug, which the chat service
+/// and the MCP export both set) and `userId` (a number from the chat service, a string from an
+/// MCP caller the service vouched for). A call without both is refused: before notes were
+/// scoped, everyone's notes were one folder, and a call that cannot say whose notes it wants
+/// must not fall back to a shared one.
+fn book_of(root: &Path, ctx: &ToolContext) -> Result<PathBuf, ToolError> {
+    let tenant = ctx.get("tenant").and_then(identity);
+    let user = ctx.get("userId").and_then(identity);
+    let (Some(tenant), Some(user)) = (tenant, user) else {
+        return Err(ToolError::denied(
+            "notes belong to one tenant and one user, and this call does not say which (the service sets the \
+             tenant and the user of a turn; an MCP client without a user has no notes)",
+        ));
+    };
+    Ok(root.join(directory_name(&tenant)?).join(directory_name(&user)?))
+}
+
+/// The text of an identity value: a non-empty string, or an integer (a user id `7` and `"7"`
+/// are the same user). Anything else is no identity.
+fn identity(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A directory name for an identity that can neither leave the notes directory nor meet
+/// another identity's: a plain lowercase name (`a-z`, `0-9`, then `-` and `_` too) stays as it
+/// is, so an operator recognises tenants and users on disk; anything else (`..`, `/`, capitals,
+/// which case-insensitive file systems would fold together) becomes `_` and the hex of its
+/// UTF-8 bytes. A plain name never starts with `_`, so the two forms never collide.
+fn directory_name(identity: &str) -> Result<String, ToolError> {
+    let plain = identity.len() <= 64
+        && identity.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && identity.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if plain {
+        return Ok(identity.to_owned());
+    }
+    if identity.len() > MAX_IDENTITY_BYTES {
+        return Err(ToolError::denied(format!(
+            "the tenant or user of this call is longer than {MAX_IDENTITY_BYTES} bytes: no note book for it"
+        )));
+    }
+    let mut name = String::with_capacity(1 + 2 * identity.len());
+    name.push('_');
+    for b in identity.bytes() {
+        name.push_str(&format!("{b:02x}"));
+    }
+    Ok(name)
+}
+
 /// The `note_write` write tool.
 pub fn note_write(data_dir: &Path) -> Arc<dyn Tool> {
     let dir = notes_dir(data_dir);
@@ -75,9 +137,9 @@ pub fn note_write(data_dir: &Path) -> Arc<dyn Tool> {
     .param_display("title", "Title")
     .param_display("body", "Text")
     .param_display("overwrite", "Replace an existing note")
-    .handler(move |_ctx, a: NoteWriteArgs| {
-        let dir = dir.clone();
-        async move { write_note(&dir, &a).await }
+    .handler(move |ctx, a: NoteWriteArgs| {
+        let book = book_of(&dir, &ctx);
+        async move { write_note(&book?, &a).await }
     })
     .expect("note_write's schema is static and valid") // invariant: covered by tests
 }
@@ -126,9 +188,9 @@ pub fn note_list(data_dir: &Path) -> Arc<dyn Tool> {
     )
     .display_name("List notes")
     .param_display("contains", "Containing")
-    .handler(move |_ctx, a: NoteListArgs| {
-        let dir = dir.clone();
-        async move { list_notes(&dir, a.contains.as_deref()).await }
+    .handler(move |ctx, a: NoteListArgs| {
+        let book = book_of(&dir, &ctx);
+        async move { list_notes(&book?, a.contains.as_deref()).await }
     })
     .expect("note_list's schema is static and valid") // invariant: covered by tests
 }
@@ -172,7 +234,26 @@ async fn list_notes(dir: &Path, contains: Option<&str>) -> Result<serde_json::Va
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ToolClass, ToolContext, ToolErrorKind};
+    use crate::{ToolClass, ToolErrorKind};
+
+    /// A turn of user 7 of tenant `acme`, as the chat service sets it.
+    fn acme() -> ToolContext {
+        ToolContext::default().set("tenant", json!("acme")).set("userId", json!(7))
+    }
+
+    #[test]
+    fn identities_name_directories_that_neither_escape_nor_collide() {
+        assert_eq!(directory_name("acme").unwrap(), "acme");
+        assert_eq!(directory_name("42").unwrap(), "42");
+        assert_eq!(directory_name("..").unwrap(), "_2e2e");
+        assert_eq!(directory_name("Acme").unwrap(), "_41636d65", "capitals would fold on some file systems");
+        assert_eq!(directory_name("_2e2e").unwrap(), "_5f32653265", "a hex-looking name is hexed itself");
+        assert_eq!(directory_name(&"a".repeat(65)).unwrap(), format!("_{}", "61".repeat(65)));
+        assert!(directory_name(&"a".repeat(121)).is_err());
+        assert_eq!(identity(&json!(7)), identity(&json!("7")));
+        assert_eq!(identity(&json!("")), None);
+        assert_eq!(identity(&json!(7.5)), None);
+    }
 
     #[test]
     fn slugs_keep_letters_of_any_script() {
@@ -185,14 +266,14 @@ mod tests {
     async fn write_then_list_then_refuse_to_clobber() {
         let dir = tempfile::tempdir().unwrap();
         let reg = crate::builtin::registry(dir.path()).unwrap();
-        let ctx = ToolContext::default();
+        let ctx = acme();
         let w = reg.get("note_write").unwrap();
         assert_eq!(w.spec().class, ToolClass::Write);
         let args = json!({"title": "Docker exam", "body": "Study volumes and networks."});
         assert_eq!(w.describe(&args), "Save the note \"Docker exam\" (27 characters) as notes/docker-exam.md");
         let out = reg.call(&ctx, "note_write", &args).await;
         assert_eq!(out.to_json()["path"], "notes/docker-exam.md");
-        let saved = std::fs::read_to_string(dir.path().join("notes/docker-exam.md")).unwrap();
+        let saved = std::fs::read_to_string(dir.path().join("notes/acme/7/docker-exam.md")).unwrap();
         assert_eq!(saved, "# Docker exam\n\nStudy volumes and networks.\n");
 
         let again = reg.call(&ctx, "note_write", &args).await;
@@ -211,7 +292,7 @@ mod tests {
     async fn a_title_without_letters_is_invalid() {
         let dir = tempfile::tempdir().unwrap();
         let reg = crate::builtin::registry(dir.path()).unwrap();
-        let out = reg.call(&ToolContext::default(), "note_write", &json!({"title": "???", "body": "x"})).await;
+        let out = reg.call(&acme(), "note_write", &json!({"title": "???", "body": "x"})).await;
         assert_eq!(out.error().unwrap().kind, ToolErrorKind::InvalidArguments);
     }
 }

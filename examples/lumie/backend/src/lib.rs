@@ -6,7 +6,8 @@
 //! actions — `query` (the model's read-only SQL on the asking tenant's database), `schema` (the
 //! description the system prompt carries) and `tools/{toolName}` (the approved write actions,
 //! [`actions`]). Every call is verified before anything runs: a valid, fresh, unreplayed HMAC
-//! signature, then the tenant (`X-Tenant-Slug`, `tenantSlug` and `tenantId` must name the same
+//! signature (v2: method, path, query, tenant slug and body; docs/service.md, "Signed
+//! requests"), then the tenant (`X-Tenant-Slug`, `tenantSlug` and `tenantId` must name the same
 //! academy) and the user (staff of that academy).
 
 pub mod academy;

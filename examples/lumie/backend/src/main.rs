@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! LUMIE_INTERNAL_HMAC_SECRET=… academy-backend --data-dir DIR [--listen 127.0.0.1:8080]
+//!     [--accept-v1-signatures]
 //! ```
 //! It prints `listening on http://ADDR` once it accepts calls (`--listen 127.0.0.1:0` picks a
 //! free port), and stops on Ctrl-C or SIGTERM.
@@ -23,9 +24,15 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
-    /// The secret shared with `toolgraph serve` (its `server.backend_hmac_secret`).
+    /// The secret shared with `toolgraph serve` (its `server.backend_hmac_secret`), which the
+    /// service signs its calls here with.
     #[arg(long, env = "LUMIE_INTERNAL_HMAC_SECRET", hide_env_values = true)]
     hmac_secret: String,
+    /// Also accept v1 signatures (timestamp and body only), for the window in which a service
+    /// not yet upgraded still sends them; off again once it signs v2 (docs/service.md,
+    /// "Switching to v2").
+    #[arg(long, env = "LUMIE_ACCEPT_V1_SIGNATURES")]
+    accept_v1_signatures: bool,
 }
 
 #[tokio::main]
@@ -43,7 +50,14 @@ async fn main() -> anyhow::Result<()> {
     let chat_db = args.data_dir.join("conversations.db");
     let db = SqliteDatabase::open(&chat_db).await.with_context(|| format!("opening {}", chat_db.display()))?;
     let conversations = Arc::new(SqliteConversationStore::new(db).await.context("migrating the conversation store")?);
-    let verifier = Arc::new(HmacVerifier::new(args.hmac_secret.into_bytes()));
+    if args.accept_v1_signatures {
+        tracing::warn!(
+            "accepting v1 signatures, which do not cover the method or path: turn this off once the service signs v2"
+        );
+    }
+    // One process: the nonces it accepted are kept in memory (a backend run as replicas gives
+    // its verifier a shared `PostgresReplayStore`).
+    let verifier = Arc::new(HmacVerifier::new(args.hmac_secret.into_bytes()).accepting_v1(args.accept_v1_signatures));
     let app = academy_backend::router(Arc::clone(&academy), conversations, verifier);
     let listener =
         tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("listening on {}", args.listen))?;

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use toolgraph_server::auth::signature_headers;
+use toolgraph_server::auth::{SignedRequest, now_secs, sign_v1, signature_headers};
 
 const SECRET: &str = "reference-backend-secret";
 
@@ -23,10 +23,16 @@ impl Drop for Backend {
 
 impl Backend {
     fn start(dir: &std::path::Path) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`start`](Self::start) with `env` set too.
+    fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_academy-backend"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
             .env("LUMIE_INTERNAL_HMAC_SECRET", SECRET)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -38,15 +44,16 @@ impl Backend {
         Self { child, base, http: reqwest::Client::new() }
     }
 
-    /// A signed POST as the service sends it, for tenant `slug`: with a fresh `nonce`, so
-    /// equal calls in the same second sign differently.
+    /// A signed POST as the service sends it, for tenant `slug` (v2: a new `X-Nonce` each
+    /// time; the body's `nonce` is the service's too).
     async fn post(&self, path: &str, slug: &str, body: &Value) -> (u16, Value) {
         static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let mut body = body.clone();
         body["nonce"] = json!(NONCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
         let bytes = serde_json::to_vec(&body).unwrap();
         let mut request = self.http.post(format!("{}{path}", self.base)).header("x-tenant-slug", slug);
-        for (name, value) in signature_headers(SECRET.as_bytes(), path, &bytes) {
+        let signed = SignedRequest { method: "POST", target: path, tenant_slug: Some(slug), body: &bytes };
+        for (name, value) in signature_headers(SECRET.as_bytes(), &signed) {
             request = request.header(name, value);
         }
         let response = request.header("content-type", "application/json").body(bytes).send().await.unwrap();
@@ -105,7 +112,8 @@ async fn calls_without_a_valid_signature_are_refused_before_anything_runs() {
 
     // A signature is accepted once: the same headers again are a replay.
     let bytes = serde_json::to_vec(&body).unwrap();
-    let headers = signature_headers(SECRET.as_bytes(), path, &bytes);
+    let signed = SignedRequest { method: "POST", target: path, tenant_slug: Some("demo"), body: &bytes };
+    let headers = signature_headers(SECRET.as_bytes(), &signed);
     let send = || {
         let mut r = backend.http.post(format!("{}{path}", backend.base)).header("x-tenant-slug", "demo");
         for (name, value) in &headers {
@@ -115,10 +123,10 @@ async fn calls_without_a_valid_signature_are_refused_before_anything_runs() {
     };
     assert_eq!(send().await.unwrap().status(), 200);
     assert_eq!(send().await.unwrap().status(), 401, "a replayed call");
-    // Nor is the same signature accepted for another tool: it covers the body, and only once.
+    // Nor is a new signature of this call accepted for another tool: it covers the path.
     let other = "/internal/chatbot/tools/send_sms";
     let mut r = backend.http.post(format!("{}{other}", backend.base)).header("x-tenant-slug", "demo");
-    for (name, value) in signature_headers(SECRET.as_bytes(), path, &bytes) {
+    for (name, value) in signature_headers(SECRET.as_bytes(), &signed) {
         r = r.header(name, value);
     }
     assert_eq!(r.header("content-type", "application/json").body(bytes.clone()).send().await.unwrap().status(), 401);
@@ -135,7 +143,8 @@ async fn the_schema_and_the_conversation_store_answer_signed_calls() {
     let backend = Backend::start(dir.path());
     let target = "/internal/chatbot/schema?tenantId=2&nonce=n1";
     let mut r = backend.http.get(format!("{}{target}", backend.base)).header("x-tenant-slug", "north");
-    for (name, value) in signature_headers(SECRET.as_bytes(), target, b"") {
+    let signed = SignedRequest { method: "GET", target, tenant_slug: Some("north"), body: b"" };
+    for (name, value) in signature_headers(SECRET.as_bytes(), &signed) {
         r = r.header(name, value);
     }
     let schema: Value = r.send().await.unwrap().json().await.unwrap();
@@ -150,6 +159,35 @@ async fn the_schema_and_the_conversation_store_answer_signed_calls() {
     let message = json!({"conversationId": id, "role": "user", "content": "How many students are in 5A?"});
     assert_eq!(backend.post("/internal/chatbot/save-message", "demo", &message).await.0, 200);
     assert!(dir.path().join("conversations.db").exists());
+}
+
+/// v1 signatures (the timestamp and body only) are refused unless the backend is started with
+/// `LUMIE_ACCEPT_V1_SIGNATURES=true`, for the window in which a not yet upgraded service still
+/// sends them (docs/service.md, "Switching to v2").
+#[tokio::test]
+async fn v1_signatures_are_refused_unless_the_migration_window_is_open() {
+    let path = "/internal/chatbot/conversations";
+    let body = br#"{"nonce":"n1","tenantId":1,"userId":1,"agent":"academy"}"#;
+    let send = |backend: &Backend| {
+        let now = now_secs();
+        backend
+            .http
+            .post(format!("{}{path}", backend.base))
+            .header("x-tenant-slug", "demo")
+            .header("content-type", "application/json")
+            .header("x-timestamp", now.to_string())
+            .header("x-signature", sign_v1(SECRET.as_bytes(), now, body))
+            .body(body.to_vec())
+            .send()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let strict = Backend::start(dir.path());
+    let refused = send(&strict).await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert!(refused.text().await.unwrap().contains("v1"));
+    drop(strict);
+    let open = Backend::start_with(dir.path(), &[("LUMIE_ACCEPT_V1_SIGNATURES", "true")]);
+    assert_eq!(send(&open).await.unwrap().status(), 200);
 }
 
 #[test]
