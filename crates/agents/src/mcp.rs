@@ -69,7 +69,12 @@ pub fn export(cfg: &Config, tools: ToolRegistry, kb: Arc<KbStore>) -> Result<Mcp
             text: settings.system_prompt,
         })
         .collect();
-    McpExport::new(tools, Arc::new(KbResources::new(kb)), prompts, cfg.rag.tenant.clone())
+    let export = McpExport::new(tools, Arc::new(KbResources::new(kb)), prompts, cfg.rag.tenant.clone())
         .with_write_tools(&cfg.mcp.write_tools)
-        .map_err(|e| format!("mcp.write_tools: {e}"))
+        .map_err(|e| format!("mcp.write_tools: {e}"))?;
+    match &cfg.mcp.approval_key {
+        // Shared by replicas, so an approval asked for on one is taken by another.
+        Some(key) => export.with_approval_key(key.expose().as_bytes()).map_err(|e| format!("mcp.approval_key: {e}")),
+        None => Ok(export),
+    }
 }

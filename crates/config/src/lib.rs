@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator", "threads", "kernels"];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
-const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag", "plugins"];
+const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag", "plugins", "mcp"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! `toolgraph serve` — and which of its write tools it exports.
 
 use crate::server::AuthKind;
-use crate::{Check, ConfigError};
+use crate::{Check, ConfigError, Secret};
 use serde::{Deserialize, Serialize};
 
 /// `[mcp]`: what MCP clients get from toolgraph.
@@ -17,6 +17,10 @@ pub struct McpSettings {
     /// elicitation) and runs only if they approve; a client that cannot ask gets a refusal.
     /// Default: none (read tools only).
     pub write_tools: Vec<String>,
+    /// The key that signs the approvals of exported write tools (at least 32 bytes). Replicas
+    /// behind one load balancer need the same key, so a person's approval asked for on one is
+    /// taken by another. Default: a random key per process. Env: `TOOLGRAPH_MCP_APPROVAL_KEY`.
+    pub approval_key: Option<Secret>,
 }
 
 impl McpSettings {
@@ -26,6 +30,9 @@ impl McpSettings {
                 "mcp.http",
                 "MCP clients cannot sign requests: use server.auth = \"api_key\" (or \"none\") to serve /mcp".into(),
             ));
+        }
+        if self.approval_key.as_ref().is_some_and(|k| k.expose().len() < 32) {
+            return Err(check.invalid("mcp.approval_key", "an approval key has at least 32 bytes".into()));
         }
         Ok(())
     }

@@ -58,7 +58,15 @@ fn the_documented_environment_names_reach_their_keys() {
         jail.set_env("TOOLGRAPH_RAG_FUSION", "dbsf");
         jail.set_env("TOOLGRAPH_LLM_LOCAL_CACHE_SLOTS", "2");
         jail.set_env("TOOLGRAPH_LLM_LOCAL_DRAFT_TOKENS", "0");
+        jail.set_env("TOOLGRAPH_MCP_HTTP", "true");
+        jail.set_env("TOOLGRAPH_MCP_APPROVAL_KEY", "k".repeat(32));
+        jail.set_env("TOOLGRAPH_SERVER_WRITE_TIMEOUT_MS", "5000");
+        jail.set_env("TOOLGRAPH_SERVER_MAX_CONNECTIONS", "100");
+        jail.set_env("TOOLGRAPH_SERVER_ALLOW_UNBOUND_API_KEYS", "true");
         let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert!(c.mcp.http && c.server.allow_unbound_api_keys);
+        assert_eq!(c.mcp.approval_key.as_ref().map(|k| k.expose().len()), Some(32));
+        assert_eq!((c.server.write_timeout_ms, c.server.max_connections), (5000, 100));
         assert_eq!(c.llm.local_cache_slots, 2);
         assert_eq!(c.llm.local_draft_tokens, 0);
         assert_eq!((c.rag.default_kb.as_str(), c.rag.tenant.as_str()), ("cursos", "ugr"));
@@ -155,6 +163,11 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(!Config::from_toml_str(hmac).unwrap().mcp.http, "/mcp is off by default");
     let err = Config::from_toml_str(&format!("{hmac}[mcp]\nhttp = true\n")).unwrap_err().to_string();
     assert!(err.contains("`mcp.http`") && err.contains("api_key"), "{err}");
+    let err = Config::from_toml_str("[mcp]\napproval_key = \"too-short\"\n").unwrap_err().to_string();
+    assert!(err.contains("`mcp.approval_key`") && err.contains("32 bytes"), "{err}");
+    let c = Config::from_toml_str(&format!("[mcp]\napproval_key = \"{}\"\n", "k".repeat(32))).unwrap();
+    assert_eq!(c.mcp.approval_key.as_ref().map(|k| k.expose().len()), Some(32));
+    assert!(!c.to_masked_toml().contains(&"k".repeat(32)), "the key is masked");
     let err = Config::from_toml_str("[server]\nallowed_hosts = []\n").unwrap_err().to_string();
     assert!(err.contains("`server.allowed_hosts`"), "{err}");
     assert_eq!(Config::default().server.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);

@@ -225,6 +225,28 @@ async fn an_approval_runs_its_call_once_on_the_server_that_asked() {
     assert!(replay.get("requestState").is_some(), "the person is asked again: {replay}");
 }
 
+/// Replicas configured with one key (`mcp.approval_key`) take each other's approvals: asked on
+/// one, approved on another, run there once; a key under 32 bytes is refused.
+#[tokio::test]
+async fn replicas_sharing_a_key_take_each_others_approvals_once() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tools = ToolRegistry::new();
+    tools.register(counter(&runs)).unwrap();
+    let key = [7u8; 32];
+    let replica = || export_with(tools.clone(), &["pay"]).with_approval_key(&key).unwrap();
+    let (a, b) = (serve(replica()).await, serve(replica()).await);
+    let pay = json!({"name": "pay", "arguments": {"amount": 30}});
+    let asked = call(&a, &[], pay.clone()).await;
+    assert!(asked["requestState"].is_string(), "{asked}");
+    let done = call(&b, &[], approve(&pay, &asked)).await;
+    assert_eq!(done["structuredContent"], json!({"paid": 30}), "{done}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let replay = call(&b, &[], approve(&pay, &asked)).await;
+    assert!(replay.get("requestState").is_some(), "the person is asked again: {replay}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "run once on the replica that took it");
+    assert!(export_with(tools, &["pay"]).with_approval_key(&[7u8; 31]).is_err());
+}
+
 #[tokio::test]
 async fn a_user_the_service_vouches_for_has_their_own_notes_over_mcp() {
     let dir = tempfile::tempdir().unwrap();
