@@ -37,7 +37,7 @@ pub use memory::MemoryConversationStore;
 pub use postgres::PostgresConversationStore;
 pub use projection::{ProjectingCheckpointer, Projection, Projector};
 pub use run_events::{
-    MemoryRunEvents, PostgresRunEvents, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore,
+    MemoryRunEvents, PostgresRunEvents, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope,
 };
 pub use sqlite::SqliteConversationStore;
 

@@ -141,6 +141,8 @@ impl Unpublished {
 pub struct RunLog {
     /// Owner: tenant and user.
     pub owner: (i64, i64),
+    /// The conversation the run is a turn of.
+    pub conversation: i64,
     run_id: Arc<str>,
     inner: Mutex<LogInner>,
     notify: Notify,
@@ -243,10 +245,12 @@ impl RunLogs {
         Self { runs: Mutex::default(), unpublished: Some(unpublished) }
     }
 
-    /// A new log for `run_id`; drops logs of runs finished longer ago than [`RETAIN_FINISHED`].
-    pub fn create(&self, run_id: &str, owner: (i64, i64)) -> Arc<RunLog> {
+    /// A new log for `run_id` of `owner` in `conversation`; drops logs of runs finished longer
+    /// ago than [`RETAIN_FINISHED`].
+    pub fn create(&self, run_id: &str, owner: (i64, i64), conversation: i64) -> Arc<RunLog> {
         let log = Arc::new(RunLog {
             owner,
+            conversation,
             run_id: Arc::from(run_id),
             inner: Mutex::new(LogInner::default()),
             notify: Notify::new(),
@@ -267,6 +271,13 @@ impl RunLogs {
         runs.by_id.get(run_id).filter(|l| l.owner == owner).cloned()
     }
 
+    /// Drops the logs of the runs in `scope` (their conversation, user or tenant was deleted):
+    /// nobody can read them again, though a stream already open keeps its own.
+    pub fn forget(&self, scope: toolgraph_conversations::RunScope) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.by_id.retain(|_, l| !scope.holds(l.owner, l.conversation));
+    }
+
     /// The log of `run_id`, whoever owns it (for the relay).
     pub(crate) fn any(&self, run_id: &str) -> Option<Arc<RunLog>> {
         self.runs.lock().unwrap_or_else(|e| e.into_inner()).by_id.get(run_id).cloned()
@@ -280,7 +291,7 @@ mod tests {
     #[tokio::test]
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
-        let log = logs.create("r1", (7, 1));
+        let log = logs.create("r1", (7, 1), 1);
         log.push("token", &serde_json::json!({ "content": "a" }));
         log.push("token", &serde_json::json!({ "content": "b" }));
         let (frames, done) = log.since(1);
@@ -306,7 +317,7 @@ mod tests {
     #[test]
     fn the_log_is_bounded() {
         let logs = RunLogs::default();
-        let log = logs.create("r", (1, 1));
+        let log = logs.create("r", (1, 1), 1);
         // Past several batch drops: readers always see exactly the newest FRAMES_KEPT frames,
         // each with its own data, and the kept data stays bounded.
         let total = 3 * FRAMES_KEPT + 10;

@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use toolgraph_agents::react::{AgentDeps, AgentState, user_turn};
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{
-    ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, TurnClaim,
+    ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, RunScope, TurnClaim,
 };
 use toolgraph_graph::{
     CheckpointMeta, Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions,
@@ -288,7 +288,8 @@ impl ChatService {
         };
         if let Some(shared) = &self.0.shared
             && !t.run_id.is_empty()
-            && let Err(e) = shared.end_run(&t.run_id, (t.tenant_id, t.user_id), INTERRUPTED_ERROR).await
+            && let Err(e) =
+                shared.end_run(&t.run_id, (t.tenant_id, t.user_id), t.conversation_id, INTERRUPTED_ERROR).await
         {
             tracing::warn!(run = %t.run_id, error = %e, "cannot end an interrupted turn's stream");
         }
@@ -447,7 +448,7 @@ impl ChatService {
                 });
             }
         };
-        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id));
+        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id), conversation);
         let (service, task_log) = (self.clone(), Arc::clone(&log));
         self.0.tasks.spawn(async move {
             let _slot = permit;
@@ -544,7 +545,7 @@ impl ChatService {
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
-        let log = self.0.runs.create(&claim.run_id, (req.tenant_id, req.user_id));
+        let log = self.0.runs.create(&claim.run_id, (req.tenant_id, req.user_id), conv);
         // Nobody streams a confirm's run: its outcome is the response.
         let turn = Turn {
             tenant: req.tenant_id,
@@ -712,7 +713,8 @@ impl ChatService {
         if !self.0.store.delete_conversation(tenant, user, id).await? {
             return Err(ChatError::NotFound);
         }
-        self.delete_checkpoints(tenant, &[id]).await
+        self.delete_checkpoints(tenant, &[id]).await?;
+        self.delete_runs(RunScope::Conversation { tenant, conversation: id }).await
     }
 
     /// Deletes a user's conversations and their checkpoints; how many there were.
@@ -722,6 +724,7 @@ impl ChatService {
     pub async fn delete_user(&self, tenant: i64, user: i64) -> Result<usize, ChatError> {
         let ids = self.0.store.delete_user(tenant, user).await?;
         self.delete_checkpoints(tenant, &ids).await?;
+        self.delete_runs(RunScope::User { tenant, user }).await?;
         Ok(ids.len())
     }
 
@@ -733,7 +736,18 @@ impl ChatService {
         let ids = self.0.store.delete_tenant(tenant).await?;
         // A conversation's thread is namespaced by its tenant (ConversationThread).
         self.0.checkpointer.delete_namespace(&tenant.to_string()).await.map_err(internal)?;
+        self.delete_runs(RunScope::Tenant(tenant)).await?;
         Ok(ids.len())
+    }
+
+    /// What the runs in `scope` streamed, gone with their data: this replica's logs and, with
+    /// replicas, the shared store's frames.
+    async fn delete_runs(&self, scope: RunScope) -> Result<(), ChatError> {
+        self.0.runs.forget(scope);
+        if let Some(shared) = &self.0.shared {
+            shared.delete_runs(scope).await.map_err(ChatError::Internal)?;
+        }
+        Ok(())
     }
 
     async fn delete_checkpoints(&self, tenant: i64, conversations: &[i64]) -> Result<(), ChatError> {

@@ -216,6 +216,7 @@ impl SharedRuns {
             batch.push(RunEventAppend {
                 run_id: run.to_string(),
                 owner: log.owner,
+                conversation: log.conversation,
                 frames: frames
                     .into_iter()
                     .map(|f| RunEventRecord { seq: f.seq, event: f.event.into_owned(), data: f.data })
@@ -262,7 +263,13 @@ impl SharedRuns {
     ///
     /// # Errors
     /// When the store fails.
-    pub async fn end_run(&self, run_id: &str, owner: (i64, i64), message: &str) -> Result<(), String> {
+    pub async fn end_run(
+        &self,
+        run_id: &str,
+        owner: (i64, i64),
+        conversation: i64,
+        message: &str,
+    ) -> Result<(), String> {
         let last = self.store.last(run_id).await.map_err(|e| e.to_string())?;
         if last.is_some_and(|(_, ended)| ended) {
             return Ok(());
@@ -270,8 +277,16 @@ impl SharedRuns {
         let seq = last.map_or(0, |(seq, _)| seq) + TAKEOVER_SEQ_GAP;
         let frame =
             RunEventRecord { seq, event: "error".into(), data: serde_json::json!({ "message": message }).to_string() };
-        let append = RunEventAppend { run_id: run_id.to_owned(), owner, frames: vec![frame] };
+        let append = RunEventAppend { run_id: run_id.to_owned(), owner, conversation, frames: vec![frame] };
         self.store.append(&[append]).await.map_err(|e| e.to_string())
+    }
+
+    /// Deletes the frames of the runs in `scope` from the shared store.
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn delete_runs(&self, scope: toolgraph_conversations::RunScope) -> Result<(), String> {
+        self.store.delete_runs(scope).await.map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// The frames of another replica's run after `after`, then the ones that follow, until
@@ -367,7 +382,7 @@ mod tests {
         let b = SharedRuns::new(Arc::clone(&store));
         let logs = Arc::new(RunLogs::published(a.unpublished()));
         let relay = tokio::spawn(Arc::clone(&a).relay(Arc::clone(&logs)));
-        let log = logs.create("run-1", (7, 1));
+        let log = logs.create("run-1", (7, 1), 1);
         assert!(b.follow("run-1", (7, 1), 0).await.unwrap().is_none(), "nothing published yet");
         log.push("token", &serde_json::json!({ "content": "a" }));
         let follow = async {
@@ -406,13 +421,18 @@ mod tests {
         let shared = SharedRuns::new(Arc::clone(&store));
         let frame = |seq| RunEventRecord { seq, event: "token".into(), data: "{}".into() };
         store
-            .append(&[RunEventAppend { run_id: "r".into(), owner: (1, 1), frames: vec![frame(1), frame(2)] }])
+            .append(&[RunEventAppend {
+                run_id: "r".into(),
+                owner: (1, 1),
+                conversation: 1,
+                frames: vec![frame(1), frame(2)],
+            }])
             .await
             .unwrap();
         // A reader that saw frame 40 (streamed, never published) still gets the end.
         let reader = shared.follow("r", (1, 1), 40).await.unwrap().unwrap();
-        shared.end_run("r", (1, 1), "interrupted").await.unwrap();
-        shared.end_run("r", (1, 1), "again").await.unwrap();
+        shared.end_run("r", (1, 1), 1, "interrupted").await.unwrap();
+        shared.end_run("r", (1, 1), 1, "again").await.unwrap();
         let frames: Vec<Frame> = reader.collect().await;
         assert_eq!(frames.len(), 1);
         assert_eq!((frames[0].seq, frames[0].event.as_ref()), (2 + TAKEOVER_SEQ_GAP, "error"));
@@ -429,7 +449,7 @@ mod tests {
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
         let runs = 3 * BATCH_FRAMES / 100;
-        let all: Vec<_> = (0..runs).map(|i| logs.create(&format!("r{i}"), (1, 1))).collect();
+        let all: Vec<_> = (0..runs).map(|i| logs.create(&format!("r{i}"), (1, 1), 1)).collect();
         for log in &all {
             for n in 0..100 {
                 log.push("token", &n);
@@ -476,6 +496,12 @@ mod tests {
             async fn sweep(&self, e: i64, a: i64) -> Result<u64, toolgraph_conversations::StoreError> {
                 self.0.sweep(e, a).await
             }
+            async fn delete_runs(
+                &self,
+                scope: toolgraph_conversations::RunScope,
+            ) -> Result<u64, toolgraph_conversations::StoreError> {
+                self.0.delete_runs(scope).await
+            }
             fn subscribe(&self) -> tokio::sync::broadcast::Receiver<RunEventNotice> {
                 self.0.subscribe()
             }
@@ -484,7 +510,7 @@ mod tests {
         let shared = Arc::new(SharedRuns::new(flaky.clone()));
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
-        let log = logs.create("r", (1, 1));
+        let log = logs.create("r", (1, 1), 1);
         log.push("token", &1);
         log.push("done", &2);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);

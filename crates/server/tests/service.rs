@@ -458,15 +458,30 @@ async fn the_recursion_limit_persists_a_fallback_message(b: &str) {
 }
 
 async fn deleting_a_conversation_removes_it_for_good(b: &str) {
-    let s = service(b, vec![Reply::text("hola")]).await;
+    let s = service(b, vec![Reply::text("hola"), Reply::text("otra"), Reply::text("y otra")]).await;
     let (_, events) = stream(&s, &body(None, "hola")).await;
     let conv = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    // What the run streamed is there to replay until its conversation goes.
+    let run = events.last().unwrap().id.rsplit_once(':').unwrap().0.to_owned();
+    let replay = |run: String| {
+        let url = format!("{}/api/chatbot/runs/{run}/events?tenantId=7&userId=101", s.base);
+        async move { reqwest::get(url).await.unwrap().status().as_u16() }
+    };
+    let (_, kept) = stream(&s, &body(None, "otra conversación")).await;
+    let kept_run = kept.last().unwrap().id.rsplit_once(':').unwrap().0.to_owned();
+    assert_eq!(replay(run.clone()).await, 200);
     let url = format!("{}/api/chatbot/conversations/{conv}?tenantId=7&userId=101", s.base);
     let foreign = format!("{}/api/chatbot/conversations/{conv}?tenantId=7&userId=5", s.base);
     assert_eq!(reqwest::Client::new().delete(&foreign).send().await.unwrap().status(), 404);
     assert_eq!(reqwest::Client::new().delete(&url).send().await.unwrap().status(), 204);
     assert_eq!(stream(&s, &body(Some(conv), "¿sigues?")).await.0, 404);
     assert!(s.store_messages(conv).await.is_empty());
+    assert_eq!(replay(run).await, 404, "the deleted conversation's run frames went with it");
+    assert_eq!(replay(kept_run.clone()).await, 200, "another conversation's did not");
+    // Deleting the user takes the rest.
+    let user = format!("{}/api/chatbot/users/101?tenantId=7", s.base);
+    assert_eq!(reqwest::Client::new().delete(&user).send().await.unwrap().status(), 200);
+    assert_eq!(replay(kept_run).await, 404, "the deleted user's run frames went with them");
 }
 
 async fn a_final_decision_that_could_not_resume_is_resumed_by_its_retry(b: &str) {

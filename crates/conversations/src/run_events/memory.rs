@@ -1,6 +1,6 @@
 //! [`MemoryRunEvents`]: run events in one process, for services that share it (tests).
 
-use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, is_terminal};
+use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope, is_terminal};
 use crate::{StoreError, now_ms};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -9,8 +9,8 @@ use tokio::sync::broadcast;
 
 /// One stored frame: event, data, when it was stored.
 type Stored = (String, String, i64);
-/// Each run's owner and frames by position.
-type Runs = HashMap<String, ((i64, i64), BTreeMap<u64, Stored>)>;
+/// Each run's owner, conversation and frames by position.
+type Runs = HashMap<String, ((i64, i64), i64, BTreeMap<u64, Stored>)>;
 
 /// Run events in memory.
 #[derive(Debug)]
@@ -39,7 +39,8 @@ impl RunEventStore for MemoryRunEvents {
         {
             let mut runs = self.lock();
             for run in batch {
-                let (_, frames) = runs.entry(run.run_id.clone()).or_insert_with(|| (run.owner, BTreeMap::new()));
+                let (_, _, frames) =
+                    runs.entry(run.run_id.clone()).or_insert_with(|| (run.owner, run.conversation, BTreeMap::new()));
                 for f in &run.frames {
                     frames.entry(f.seq).or_insert_with(|| (f.event.clone(), f.data.clone(), now));
                 }
@@ -60,7 +61,7 @@ impl RunEventStore for MemoryRunEvents {
         limit: usize,
     ) -> Result<Option<Vec<RunEventRecord>>, StoreError> {
         let runs = self.lock();
-        let Some((_, frames)) = runs.get(run_id).filter(|(o, _)| *o == owner) else { return Ok(None) };
+        let Some((_, _, frames)) = runs.get(run_id).filter(|(o, _, _)| *o == owner) else { return Ok(None) };
         Ok(Some(
             frames
                 .range(after.saturating_add(1)..)
@@ -74,14 +75,14 @@ impl RunEventStore for MemoryRunEvents {
         let runs = self.lock();
         Ok(runs
             .get(run_id)
-            .and_then(|(_, frames)| frames.last_key_value())
+            .and_then(|(_, _, frames)| frames.last_key_value())
             .map(|(seq, (event, _, _))| (*seq, is_terminal(event))))
     }
 
     async fn sweep(&self, ended_before_ms: i64, any_before_ms: i64) -> Result<u64, StoreError> {
         let mut runs = self.lock();
         let mut gone = 0u64;
-        runs.retain(|_, (_, frames)| {
+        runs.retain(|_, (_, _, frames)| {
             let ended = frames.values().any(|(event, _, at)| is_terminal(event) && *at < ended_before_ms);
             if ended {
                 gone += frames.len() as u64;
@@ -91,6 +92,19 @@ impl RunEventStore for MemoryRunEvents {
             frames.retain(|_, (_, _, at)| *at >= any_before_ms);
             gone += (before - frames.len()) as u64;
             !frames.is_empty()
+        });
+        Ok(gone)
+    }
+
+    async fn delete_runs(&self, scope: RunScope) -> Result<u64, StoreError> {
+        let mut runs = self.lock();
+        let mut gone = 0u64;
+        runs.retain(|_, (owner, conversation, frames)| {
+            let keep = !scope.holds(*owner, *conversation);
+            if !keep {
+                gone += frames.len() as u64;
+            }
+            keep
         });
         Ok(gone)
     }

@@ -47,8 +47,43 @@ pub struct RunEventAppend {
     pub run_id: String,
     /// Its owner: tenant and user (only they may read it).
     pub owner: (i64, i64),
+    /// The conversation it is a turn of (its frames go with it).
+    pub conversation: i64,
     /// The frames, in order.
     pub frames: Vec<RunEventRecord>,
+}
+
+/// Whose runs' frames to delete with their data (docs/service.md: deleting a conversation, a
+/// user or a tenant takes what their runs streamed with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunScope {
+    /// The runs of one conversation of a tenant.
+    Conversation {
+        /// The tenant.
+        tenant: i64,
+        /// The conversation.
+        conversation: i64,
+    },
+    /// The runs of one user of a tenant.
+    User {
+        /// The tenant.
+        tenant: i64,
+        /// The user.
+        user: i64,
+    },
+    /// Every run of a tenant.
+    Tenant(i64),
+}
+
+impl RunScope {
+    /// Whether a run of `owner` (tenant, user) in `conversation` is in this scope.
+    pub fn holds(&self, owner: (i64, i64), conversation: i64) -> bool {
+        match *self {
+            Self::Conversation { tenant, conversation: c } => owner.0 == tenant && conversation == c,
+            Self::User { tenant, user } => owner == (tenant, user),
+            Self::Tenant(tenant) => owner.0 == tenant,
+        }
+    }
 }
 
 /// What a store tells its readers.
@@ -86,6 +121,10 @@ pub trait RunEventStore: Send + Sync + 'static {
     /// than `any_before_ms` (a run nobody ended); returns how many frames went.
     async fn sweep(&self, ended_before_ms: i64, any_before_ms: i64) -> Result<u64, StoreError>;
 
+    /// Deletes the frames of every run in `scope` at once (their data was deleted); returns
+    /// how many frames went.
+    async fn delete_runs(&self, scope: RunScope) -> Result<u64, StoreError>;
+
     /// Notices of appended runs from every replica, this one's included.
     fn subscribe(&self) -> broadcast::Receiver<RunEventNotice>;
 }
@@ -105,9 +144,15 @@ mod tests {
         let a = RunEventAppend {
             run_id: "run-a".into(),
             owner: (1, 10),
+            conversation: 100,
             frames: vec![frame(1, "token"), frame(2, "token")],
         };
-        let b = RunEventAppend { run_id: "run-b".into(), owner: (2, 20), frames: vec![frame(1, "token")] };
+        let b = RunEventAppend {
+            run_id: "run-b".into(),
+            owner: (2, 20),
+            conversation: 200,
+            frames: vec![frame(1, "token")],
+        };
         store.append(&[a.clone(), b]).await.unwrap();
         let mut told = Vec::new();
         while told.len() < 2 {
@@ -146,6 +191,33 @@ mod tests {
         assert_eq!(store.last("run-b").await.unwrap(), Some((1, false)), "run-b has not ended");
         assert_eq!(store.sweep(later, later).await.unwrap(), 1, "past the hard limit every frame goes");
         assert_eq!(store.last("run-b").await.unwrap(), None);
+
+        // Deleting a conversation, a user or a tenant takes their runs' frames at once, and
+        // no one else's.
+        let run = |id: &str, owner, conversation| RunEventAppend {
+            run_id: id.into(),
+            owner,
+            conversation,
+            frames: vec![frame(1, "token"), frame(2, "done")],
+        };
+        let runs = [run("c1", (1, 10), 100), run("c2", (1, 10), 101), run("u2", (1, 11), 102), run("t2", (2, 10), 100)];
+        store.append(&runs).await.unwrap();
+        let alive = || async {
+            let mut alive = Vec::new();
+            for id in ["c1", "c2", "u2", "t2"] {
+                if store.last(id).await.unwrap().is_some() {
+                    alive.push(id);
+                }
+            }
+            alive
+        };
+        let conversation = RunScope::Conversation { tenant: 1, conversation: 100 };
+        assert_eq!(store.delete_runs(conversation).await.unwrap(), 2);
+        assert_eq!(alive().await, ["c2", "u2", "t2"], "tenant 2's conversation 100 is another");
+        assert_eq!(store.delete_runs(RunScope::User { tenant: 1, user: 10 }).await.unwrap(), 2);
+        assert_eq!(alive().await, ["u2", "t2"]);
+        assert_eq!(store.delete_runs(RunScope::Tenant(1)).await.unwrap(), 2);
+        assert_eq!(alive().await, ["t2"]);
     }
 
     #[tokio::test]
@@ -189,7 +261,10 @@ mod tests {
         });
         resync.await.expect("a resync once listening again");
         let frame = RunEventRecord { seq: 1, event: "token".into(), data: "{}".into() };
-        store.append(&[RunEventAppend { run_id: "after".into(), owner: (1, 1), frames: vec![frame] }]).await.unwrap();
+        store
+            .append(&[RunEventAppend { run_id: "after".into(), owner: (1, 1), conversation: 1, frames: vec![frame] }])
+            .await
+            .unwrap();
         let notice = tokio::time::timeout(std::time::Duration::from_secs(5), notices.recv()).await.expect("noticed");
         assert_eq!(notice.unwrap(), RunEventNotice::Appended("after".into()));
     }

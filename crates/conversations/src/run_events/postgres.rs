@@ -6,7 +6,7 @@
 //! once listening again, tells readers to resync, so what was appended meanwhile is read from
 //! the table.
 
-use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, is_terminal};
+use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope, is_terminal};
 use crate::{StoreError, now_ms};
 use async_trait::async_trait;
 use sqlx::Row;
@@ -119,12 +119,14 @@ impl RunEventStore for PostgresRunEvents {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
+        let mut conversations = Vec::with_capacity(n);
         for r in batch {
             for f in &r.frames {
                 runs.push(r.run_id.as_str());
                 seqs.push(i64::try_from(f.seq).unwrap_or(i64::MAX));
                 tenants.push(r.owner.0);
                 users.push(r.owner.1);
+                conversations.push(r.conversation);
                 events.push(f.event.as_str());
                 data.push(f.data.as_str());
             }
@@ -134,9 +136,10 @@ impl RunEventStore for PostgresRunEvents {
         // One statement: the rows, then a notice per run (delivered when it commits).
         sqlx::query(
             "WITH ins AS (
-                 INSERT INTO run_events (run_id, seq, tenant_id, user_id, event, data, created_at_ms)
-                 SELECT r, s, t, u, e, d, $7
-                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) AS x(r, s, t, u, e, d)
+                 INSERT INTO run_events (run_id, seq, tenant_id, user_id, event, data, created_at_ms, conversation_id)
+                 SELECT r, s, t, u, e, d, $7, c
+                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $10::bigint[])
+                     AS x(r, s, t, u, e, d, c)
                  ON CONFLICT (run_id, seq) DO NOTHING
              )
              SELECT pg_notify($8, g) FROM UNNEST($9::text[]) AS g",
@@ -150,6 +153,7 @@ impl RunEventStore for PostgresRunEvents {
         .bind(now_ms())
         .bind(CHANNEL)
         .bind(&grown)
+        .bind(&conversations)
         .persistent(self.db.persistent())
         .execute(&mut *s)
         .await?;
@@ -233,6 +237,24 @@ impl RunEventStore for PostgresRunEvents {
             .rows_affected();
         s.finish().await?;
         Ok(ended + old)
+    }
+
+    async fn delete_runs(&self, scope: RunScope) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let query = match scope {
+            RunScope::Conversation { tenant, conversation } => {
+                sqlx::query("DELETE FROM run_events WHERE tenant_id = $1 AND conversation_id = $2")
+                    .bind(tenant)
+                    .bind(conversation)
+            }
+            RunScope::User { tenant, user } => {
+                sqlx::query("DELETE FROM run_events WHERE tenant_id = $1 AND user_id = $2").bind(tenant).bind(user)
+            }
+            RunScope::Tenant(tenant) => sqlx::query("DELETE FROM run_events WHERE tenant_id = $1").bind(tenant),
+        };
+        let gone = query.persistent(self.db.persistent()).execute(&mut *s).await?.rows_affected();
+        s.finish().await?;
+        Ok(gone)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<RunEventNotice> {
