@@ -10,7 +10,7 @@
 //! client's, and the model server's side), so 5,000 fit the 20,000 open files per process.
 
 mod common;
-use common::{free_port, rss_kb, serve_command, wait_ready};
+use common::{check_invariants, free_port, rss_kb, serve_command, wait_ready};
 
 use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::{Value, json};
@@ -19,7 +19,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use toolgraph_testkit::invariants::{self, Observed};
 
 /// Tokens of a reply, and the pause between them: a turn holds its stream about a second.
 const TOKENS: usize = 10;
@@ -159,24 +158,8 @@ async fn concurrent_streams_with_faulted_model_calls_end_loudly_and_lose_nothing
     let faulted = calls.load(Ordering::SeqCst) / 20;
 
     // What the stores hold: every conversation, with whether its client saw an error.
-    let ckpt = toolgraph_graph::SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
-    let store = toolgraph_conversations::SqliteConversationStore::new(ckpt.database().clone()).await.unwrap();
-    let pool =
-        sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("toolgraph.db").display())).await.unwrap();
-    let rows: Vec<(i64, i64)> = sqlx::query_as("SELECT id, user_id FROM conversations").fetch_all(&pool).await.unwrap();
-    pool.close().await;
-    let observed: Vec<Observed> = rows
-        .iter()
-        .map(|(conversation, user)| Observed {
-            tenant: 1,
-            user: *user,
-            conversation: *conversation,
-            errors_seen: usize::from(results[(*user - 1) as usize].0 != Ending::Done),
-            pending_seen: Vec::new(),
-        })
-        .collect();
-    let verdict = invariants::check(&store, &ckpt, &observed, None).await;
-    ckpt.database().close().await;
+    let (verdict, conversations) =
+        check_invariants(dir.path(), |user| usize::from(results[(user - 1) as usize].0 != Ending::Done)).await;
 
     let peak = live.peak.load(Ordering::SeqCst);
     println!(
@@ -196,7 +179,7 @@ async fn concurrent_streams_with_faulted_model_calls_end_loudly_and_lose_nothing
     println!("  invariants: {verdict}");
     assert_eq!(silent, 0, "turns ended in silence: {endings:?}");
     assert!(verdict.holds(), "{verdict}");
-    assert_eq!(rows.len(), streams, "a conversation per stream");
+    assert_eq!(conversations, streams, "a conversation per stream");
     // A faulted call fails its turn at most; retried 500s may not.
     assert!(done >= streams - faulted, "{done} of {streams} completed with {faulted} faulted calls: {endings:?}");
 }

@@ -46,35 +46,13 @@ fn is_dot_segment(value: &str) -> bool {
         if matches!(value.as_str(), "" | "." | "..") {
             return true;
         }
-        let decoded = percent_decode(&value);
+        let decoded = percent_encoding::percent_decode_str(&value).decode_utf8_lossy().into_owned();
         // Each decoding that changes the text shortens it, so this ends.
         if decoded == value {
             return false;
         }
         value = decoded;
     }
-}
-
-/// `text` with its `%XX` escapes decoded (invalid UTF-8 replaced), other characters kept.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) =
-                (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex))
-        {
-            // Two hex digits make one byte.
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Runs a plugin's request.

@@ -20,6 +20,7 @@
 //! Tools act for the request's tenant ([`TenantScope`]) and, when the service vouches for one,
 //! its user ([`UserScope`]); the per-user note book refuses a call without a user.
 
+use hmac::{Hmac, Mac};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, ElicitRequestParams,
     ElicitationAction, ElicitationSchema, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
@@ -488,9 +489,9 @@ enum TokenError {
 /// client computes itself, or one another server issued, is not accepted; the nonces used are
 /// kept until their tokens expire, so each token is accepted once.
 pub(crate) struct Approvals {
-    /// The key, padded to SHA-256's block as HMAC takes it; `None` when the system had no
-    /// random numbers, and then nothing can be approved over `input_required`.
-    key: Option<[u8; 64]>,
+    /// The key; `None` when the system had no random numbers, and then nothing can be
+    /// approved over `input_required`.
+    key: Option<Vec<u8>>,
     ttl: Duration,
     /// Nonce → expiry of the tokens already accepted.
     used: Mutex<HashMap<[u8; NONCE_BYTES], u64>>,
@@ -499,8 +500,8 @@ pub(crate) struct Approvals {
 impl Approvals {
     /// With a random key of this process.
     fn random(ttl: Duration) -> Self {
-        let mut key = [0u8; 32];
-        let key = random_fill(&mut key).ok().map(|()| hmac_key(&key));
+        let mut key = vec![0u8; 32];
+        let key = random_fill(&mut key).ok().map(|()| key);
         if key.is_none() {
             tracing::error!("no random numbers for the MCP approval key: write tools cannot be approved");
         }
@@ -509,7 +510,7 @@ impl Approvals {
 
     /// With a configured key.
     fn with_key(key: &[u8], ttl: Duration) -> Self {
-        Self { key: Some(hmac_key(key)), ttl, used: Mutex::default() }
+        Self { key: Some(key.to_vec()), ttl, used: Mutex::default() }
     }
 
     /// The nonces used. A poisoned lock only means a call panicked while holding it; the map
@@ -524,8 +525,8 @@ impl Approvals {
         let mut nonce = [0u8; NONCE_BYTES];
         random_fill(&mut nonce).map_err(|()| TokenError::NoRandom)?;
         let expires = now + self.ttl.as_secs();
-        let mac = hmac_sha256(key, &call.signed(&nonce, expires));
-        Ok(format!("v1.{}.{expires}.{}", to_hex(&nonce), to_hex(&mac)))
+        let mac = token_mac(key, &call.signed(&nonce, expires)).finalize().into_bytes();
+        Ok(format!("v1.{}.{expires}.{}", hex::encode(nonce), hex::encode(mac)))
     }
 
     /// Accepts `token` for `call` at `now`, once: it must be this server's, for this very call,
@@ -538,12 +539,12 @@ impl Approvals {
         else {
             return Err(TokenError::Malformed);
         };
-        let nonce: [u8; NONCE_BYTES] = from_hex(nonce).and_then(|n| n.try_into().ok()).ok_or(TokenError::Malformed)?;
-        let mac: [u8; 32] = from_hex(mac).and_then(|m| m.try_into().ok()).ok_or(TokenError::Malformed)?;
+        let nonce: [u8; NONCE_BYTES] =
+            hex::decode(nonce).ok().and_then(|n| n.try_into().ok()).ok_or(TokenError::Malformed)?;
+        let mac = hex::decode(mac).map_err(|_| TokenError::Malformed)?;
         let expires: u64 = expires.parse().map_err(|_| TokenError::Malformed)?;
-        if !constant_time_eq(&hmac_sha256(key, &call.signed(&nonce, expires)), &mac) {
-            return Err(TokenError::Forged);
-        }
+        // `verify_slice` compares in constant time.
+        token_mac(key, &call.signed(&nonce, expires)).verify_slice(&mac).map_err(|_| TokenError::Forged)?;
         let mut used = self.used();
         used.retain(|_, until| *until >= now);
         if now > expires {
@@ -567,38 +568,11 @@ fn random_fill(buf: &mut [u8]) -> Result<(), ()> {
     rustls::crypto::ring::default_provider().secure_random.fill(buf).map_err(|_| ())
 }
 
-/// `key` as HMAC uses it: hashed when longer than SHA-256's 64-byte block, then zero-padded.
-fn hmac_key(key: &[u8]) -> [u8; 64] {
-    let mut block = [0u8; 64];
-    if key.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    block
-}
-
-/// HMAC-SHA256 (RFC 2104) of `message` under a [`hmac_key`] block, on the `sha2` this crate has.
-fn hmac_sha256(key: &[u8; 64], message: &[u8]) -> [u8; 32] {
-    let pad = |byte: u8| key.map(|k| k ^ byte);
-    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
-    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
-}
-
-/// Equal without an early exit, so the time taken does not tell how much of a MAC matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+/// HMAC-SHA256 under `key` over a token's signed bytes.
+fn token_mac(key: &[u8], signed: &[u8]) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length"); // invariant
+    mac.update(signed);
+    mac
 }
 
 /// `value` as JSON with every object's keys sorted, so that the same arguments have one digest
@@ -640,16 +614,6 @@ mod tests {
 
     fn scope(tenant: &str, user: Option<&str>) -> Scope {
         Scope { tenant: tenant.into(), user: user.map(str::to_owned) }
-    }
-
-    #[test]
-    fn hmac_is_rfc_4231s() {
-        // RFC 4231, test case 2.
-        let mac = hmac_sha256(&hmac_key(b"Jefe"), b"what do ya want for nothing?");
-        assert_eq!(to_hex(&mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-        // Test case 6: a key longer than the block is hashed first.
-        let mac = hmac_sha256(&hmac_key(&[0xaa; 131]), b"Test Using Larger Than Block-Size Key - Hash Key First");
-        assert_eq!(to_hex(&mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
     }
 
     #[test]

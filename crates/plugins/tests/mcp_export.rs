@@ -145,15 +145,24 @@ fn approve(call: &Value, asked: &Value) -> Value {
     retry
 }
 
-#[tokio::test]
-async fn notes_over_mcp_are_another_tenants_never_and_need_a_user() {
+/// A chat turn of user 7 of tenant acme, as the service sets its context.
+fn acme_user_7() -> ToolContext {
+    ToolContext::default().set("tenant", json!("acme")).set("tenantId", json!(1)).set("userId", json!(7))
+}
+
+/// The built-in tools exported over MCP, after user 7 of tenant acme saved a note ("Plan", with
+/// "42 million" in it) in a chat turn: the data directory and the export's base URL.
+async fn acmes_note_over_mcp() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let tools = toolgraph_tools::builtin::registry(dir.path()).unwrap();
-    // User 7 of tenant acme saved a note in a chat turn.
-    let chat = ToolContext::default().set("tenant", json!("acme")).set("tenantId", json!(1)).set("userId", json!(7));
     let note = json!({"title": "Plan", "body": "The acquisition price is 42 million."});
-    assert!(tools.call(&chat, "note_write", &note).await.is_success());
-    let base = serve(export_with(tools, &["note_write"])).await;
+    assert!(tools.call(&acme_user_7(), "note_write", &note).await.is_success());
+    (dir, serve(export_with(tools, &["note_write"])).await)
+}
+
+#[tokio::test]
+async fn notes_over_mcp_are_another_tenants_never_and_need_a_user() {
+    let (dir, base) = acmes_note_over_mcp().await;
 
     let list = json!({"name": "note_list", "arguments": {"contains": "42 million"}});
     for tenant in [&[("X-Tenant-Slug", "rival")][..], &[("X-Tenant-Slug", "acme")][..], &[][..]] {
@@ -169,7 +178,7 @@ async fn notes_over_mcp_are_another_tenants_never_and_need_a_user() {
     let done = call(&base, &[("X-Tenant-Slug", "acme")], approve(&write, &asked)).await;
     assert_eq!(done["isError"], true, "{done}");
     let mine = toolgraph_tools::builtin::registry(dir.path()).unwrap();
-    let listed = mine.call(&chat, "note_list", &json!({"contains": "42 million"})).await.to_json();
+    let listed = mine.call(&acme_user_7(), "note_list", &json!({"contains": "42 million"})).await.to_json();
     assert_eq!(listed["notes"][0]["title"], "Plan", "acme's note was replaced: {listed}");
 }
 
@@ -249,12 +258,7 @@ async fn replicas_sharing_a_key_take_each_others_approvals_once() {
 
 #[tokio::test]
 async fn a_user_the_service_vouches_for_has_their_own_notes_over_mcp() {
-    let dir = tempfile::tempdir().unwrap();
-    let tools = toolgraph_tools::builtin::registry(dir.path()).unwrap();
-    let chat = ToolContext::default().set("tenant", json!("acme")).set("tenantId", json!(1)).set("userId", json!(7));
-    let note = json!({"title": "Plan", "body": "The acquisition price is 42 million."});
-    assert!(tools.call(&chat, "note_write", &note).await.is_success());
-    let base = serve(export_with(tools, &["note_write"])).await;
+    let (_dir, base) = acmes_note_over_mcp().await;
 
     // The chat's user 7 of acme, over MCP: the same note book.
     let list = json!({"name": "note_list", "arguments": {"contains": "42 million"}});

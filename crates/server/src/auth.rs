@@ -198,13 +198,13 @@ pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::f
 
 /// Reads the body of `req` (at most `max` bytes, else 413; within [`BODY_READ_TIMEOUT`], else
 /// 408), has `check` judge the headers, the target (path and query) and the body, and gives the
-/// request back whole. Signatures cover the body, so a checking middleware must read it before
+/// request back whole with what `check` found. Signatures cover the body, so a checking middleware must read it before
 /// the handler does.
-pub(crate) async fn check_whole_request(
+pub(crate) async fn check_whole_request<T>(
     req: axum::extract::Request,
     max: usize,
-    check: impl AsyncFnOnce(&HeaderMap, &str, &[u8]) -> Result<(), ApiError>,
-) -> Result<axum::extract::Request, ApiError> {
+    check: impl AsyncFnOnce(&HeaderMap, &str, &[u8]) -> Result<T, ApiError>,
+) -> Result<(axum::extract::Request, T), ApiError> {
     let (parts, body) = req.into_parts();
     let bytes = tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, max))
         .await
@@ -216,8 +216,8 @@ pub(crate) async fn check_whole_request(
         })?
         .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {max} bytes")))?;
     let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
-    check(&parts.headers, target, &bytes).await?;
-    Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)))
+    let found = check(&parts.headers, target, &bytes).await?;
+    Ok((axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes)), found))
 }
 
 /// The SHA-256 digest of an API key, as `[server.api_keys]` stores it (hex).

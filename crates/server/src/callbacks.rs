@@ -69,7 +69,7 @@ pub fn require_signature<S: Clone + Send + Sync + 'static>(
 /// Checks the signature over the whole request before any handler runs.
 async fn verify(State(verifier): State<Arc<HmacVerifier>>, req: Request, next: Next) -> Result<Response, ApiError> {
     let method = req.method().clone();
-    let req = check_whole_request(req, MAX_BODY, async |headers, target, body| {
+    let (req, ()) = check_whole_request(req, MAX_BODY, async |headers, target, body| {
         verifier.verify_request(&method, headers, target, body, now_secs()).await.map_err(|e| signature_refusal(&e))
     })
     .await?;

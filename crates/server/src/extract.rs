@@ -67,11 +67,12 @@ impl<T: DeserializeOwned + TenantScoped> Authorized<T> {
 impl<S: Send + Sync, T: DeserializeOwned + TenantScoped> FromRequest<S> for Authorized<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let caller =
-            req.extensions().get::<Caller>().cloned().ok_or_else(|| {
-                ApiError::internal("a tenant-scoped route is served outside the authentication layer")
-            })?;
+    async fn from_request(mut req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // The body is the last thing read of the request: the caller is taken, not copied.
+        let caller = req
+            .extensions_mut()
+            .remove::<Caller>()
+            .ok_or_else(|| ApiError::internal("a tenant-scoped route is served outside the authentication layer"))?;
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")))?;

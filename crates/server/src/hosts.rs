@@ -42,7 +42,8 @@ impl AllowedHosts {
             if entry.is_empty() {
                 continue;
             }
-            parsed.push(split_authority(entry).unwrap_or_else(|| (normalise(entry), None)));
+            let (host, port) = split_authority(entry).unwrap_or((bare(entry), None));
+            parsed.push((host.to_ascii_lowercase(), port));
         }
         Self { entries: Some(parsed.into()) }
     }
@@ -56,7 +57,8 @@ impl AllowedHosts {
     pub fn allows(&self, authority: &str) -> bool {
         let Some(entries) = &self.entries else { return true };
         let Some((host, port)) = split_authority(authority) else { return false };
-        entries.iter().any(|(h, p)| *h == host && p.is_none_or(|p| Some(p) == port))
+        // Entries are lower-cased once, when listed; a request's name is compared as it came.
+        entries.iter().any(|(h, p)| h.eq_ignore_ascii_case(host) && p.is_none_or(|p| Some(p) == port))
     }
 
     /// Checks a request's `Host` (or its absolute URI's authority) and, when a browser sent
@@ -115,13 +117,14 @@ pub fn guard_hosts(router: Router, hosts: AllowedHosts) -> Router {
     }))
 }
 
-/// Lower-cased host without brackets or a trailing dot.
-fn normalise(host: &str) -> String {
-    host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase()
+/// The host without brackets or a trailing dot.
+fn bare(host: &str) -> &str {
+    host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.')
 }
 
-/// `name[:port]`, `[v6][:port]` or a bare IPv6 address into its host and port.
-fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
+/// `name[:port]`, `[v6][:port]` or a bare IPv6 address into its host (as written, without
+/// brackets) and port.
+fn split_authority(text: &str) -> Option<(&str, Option<u16>)> {
     if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         let port = match after.strip_prefix(':') {
@@ -129,13 +132,13 @@ fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
             None if after.is_empty() => None,
             None => return None,
         };
-        return Some((normalise(host), port));
+        return Some((bare(host), port));
     }
     match text.rsplit_once(':') {
         // More than one colon and no brackets: a bare IPv6 address.
-        Some((host, _)) if host.contains(':') => Some((normalise(text), None)),
-        Some((host, port)) => Some((normalise(host), Some(port.parse().ok()?))),
-        None => Some((normalise(text), None)),
+        Some((host, _)) if host.contains(':') => Some((bare(text), None)),
+        Some((host, port)) => Some((bare(host), Some(port.parse().ok()?))),
+        None => Some((bare(text), None)),
     }
     .filter(|(h, _)| !h.is_empty())
 }

@@ -1,7 +1,6 @@
 //! Prometheus metrics: the chat contract's names and labels (docs/service.md), plus request, model and tool latency.
 
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -18,17 +17,18 @@ pub const OTHER_LABEL: &str = "other";
 struct LabelValues(Mutex<HashSet<String>>);
 
 impl LabelValues {
-    fn label<'a>(&self, value: &'a str) -> Cow<'a, str> {
+    /// Whether `value` is a label value of its own (else it counts as [`OTHER_LABEL`]).
+    fn admits(&self, value: &str) -> bool {
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if seen.contains(value) {
-            return Cow::Borrowed(value);
+            return true;
         }
         // A long value is no name a registry would list; it would only bloat the scrape.
         if seen.len() >= MAX_LABEL_VALUES || value.len() > 64 {
-            return Cow::Borrowed(OTHER_LABEL);
+            return false;
         }
         seen.insert(value.to_owned());
-        Cow::Borrowed(value)
+        true
     }
 }
 
@@ -103,13 +103,14 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The `tool` label of tool `name`: itself, or [`OTHER_LABEL`] past the bound.
-    pub fn tool_label<'a>(&self, name: &'a str) -> Cow<'a, str> {
-        self.tools.label(name)
+    pub fn tool_label<'a>(&self, name: &'a str) -> &'a str {
+        if self.tools.admits(name) { name } else { OTHER_LABEL }
     }
 
     /// The `tenant` label of a tenant id: itself, or [`OTHER_LABEL`] past the bound.
     pub fn tenant_label(&self, tenant: i64) -> String {
-        self.tenants.label(&tenant.to_string()).into_owned()
+        let id = tenant.to_string();
+        if self.tenants.admits(&id) { id } else { OTHER_LABEL.to_owned() }
     }
 
     /// The Prometheus text exposition.
@@ -131,7 +132,7 @@ mod tests {
         let m = Metrics::default();
         for i in 0..(MAX_LABEL_VALUES + 50) {
             let name = format!("tool_{i}");
-            m.tool_latency.with_label_values(&[&m.tool_label(&name)]).observe(0.1);
+            m.tool_latency.with_label_values(&[m.tool_label(&name)]).observe(0.1);
         }
         assert_eq!(m.tool_label("tool_0"), "tool_0", "a value seen early keeps its label");
         assert_eq!(m.tool_label("made_up_by_the_model"), OTHER_LABEL);

@@ -98,13 +98,10 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
 /// they parse ([`Authorized`]).
 pub(crate) async fn authenticated(auth: &Auth, req: Request) -> Result<Request, ApiError> {
     let method = req.method().clone();
-    let mut caller = None;
-    let mut req = crate::auth::check_whole_request(req, MAX_BODY, async |headers, target, body| {
-        caller = Some(auth.check(&method, headers, target, body).await?);
-        Ok(())
+    let (mut req, caller) = crate::auth::check_whole_request(req, MAX_BODY, async |headers, target, body| {
+        auth.check(&method, headers, target, body).await
     })
     .await?;
-    let caller = caller.ok_or_else(|| ApiError::internal("a request passed authentication without a caller"))?;
     req.extensions_mut().insert(caller);
     Ok(req)
 }
@@ -180,32 +177,32 @@ fn sse_frames(run_id: String, frames: impl futures::Stream<Item = crate::runlog:
 /// tipo_documento?, top_k?, kb?, filters?, mode?}` for the tenant of `X-Tenant-Slug`, answered
 /// as `{ok, query, total_results, results}` or `{ok: false, error}`: 400 for a bad request, 404
 /// for an unknown knowledge base, 500 when the index fails.
+/// `e` in `/search`'s own shape, `{ok: false, error}`, with its status and any `Retry-After`.
+fn search_failure(e: ApiError) -> Response {
+    let mut resp = (e.status, axum::Json(json!({ "ok": false, "error": e.describe() }))).into_response();
+    if let Some(secs) = e.retry_after {
+        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    resp
+}
+
 async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     use toolgraph_agents::course::CourseSearch;
     use toolgraph_rag::SearchFailure;
-    let fail = |status: StatusCode, error: String| {
-        (status, axum::Json(json!({ "ok": false, "error": error }))).into_response()
-    };
+    let fail = |status: StatusCode, error: String| search_failure(ApiError::new(status, error));
     let Some(tenant) = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok()).map(str::to_owned) else {
         return fail(StatusCode::BAD_REQUEST, "the X-Tenant-Slug header is required".into());
     };
     let request: CourseSearch = match json_body(&body) {
         Ok(p) => p,
-        Err(e) => return fail(e.status, e.describe()),
+        Err(e) => return search_failure(e),
     };
     let Some(service) = app.0.search.get().cloned() else {
         return fail(StatusCode::NOT_FOUND, "search is not enabled on this service".into());
     };
     let _slot = match app.chat().admit_request(&tenant) {
         Ok(slot) => slot,
-        Err(e) => {
-            let e = ApiError::from(e);
-            let mut resp = fail(e.status, e.message);
-            if let Some(secs) = e.retry_after {
-                resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
-            }
-            return resp;
-        }
+        Err(e) => return search_failure(e.into()),
     };
     let started = std::time::Instant::now();
     // Index reads touch the disk: off the async workers.

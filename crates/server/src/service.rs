@@ -124,13 +124,18 @@ struct Slots<K>(Mutex<HashMap<K, Arc<Semaphore>>>);
 /// Past this many tenants in a map, idle ones are dropped on the next admission.
 const SLOTS_PRUNE_AT: usize = 1024;
 
-impl<K: std::hash::Hash + Eq + Clone> Slots<K> {
+impl<K: std::hash::Hash + Eq> Slots<K> {
     fn new() -> Self {
         Self(Mutex::new(HashMap::new()))
     }
 
-    /// A slot of `key` out of `limit` (none to take when `limit` is 0).
-    fn admit(&self, key: &K, limit: usize) -> Result<Option<OwnedSemaphorePermit>, ChatError> {
+    /// A slot of `key` out of `limit` (none to take when `limit` is 0). The key is copied
+    /// only for a tenant seen for the first time.
+    fn admit<Q>(&self, key: &Q, limit: usize) -> Result<Option<OwnedSemaphorePermit>, ChatError>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if limit == 0 {
             return Ok(None);
         }
@@ -140,7 +145,10 @@ impl<K: std::hash::Hash + Eq + Clone> Slots<K> {
                 // A held permit keeps its semaphore's count above one: the rest are idle.
                 map.retain(|_, s| Arc::strong_count(s) > 1);
             }
-            Arc::clone(map.entry(key.clone()).or_insert_with(|| Arc::new(Semaphore::new(limit))))
+            match map.get(key) {
+                Some(slots) => Arc::clone(slots),
+                None => Arc::clone(map.entry(key.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(limit)))),
+            }
         };
         slots.try_acquire_owned().map(Some).map_err(|_| ChatError::TooManyRuns { limit })
     }
@@ -318,7 +326,7 @@ impl ChatService {
     /// # Errors
     /// `TooManyRuns` at the limit.
     pub(crate) fn admit_request(&self, slug: &str) -> Result<Option<OwnedSemaphorePermit>, ChatError> {
-        self.0.slug_slots.admit(&slug.to_owned(), self.0.options.max_runs_per_tenant)
+        self.0.slug_slots.admit(slug, self.0.options.max_runs_per_tenant)
     }
 
     /// How many tenants have run slots in memory (idle ones are dropped as the map grows).

@@ -123,7 +123,7 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
                 }
                 if let Some((t, span)) = tools.remove(&call_id) {
                     span.record("tool.ok", ok);
-                    m.tool_latency.with_label_values(&[&m.tool_label(&name)]).observe(t.elapsed().as_secs_f64());
+                    m.tool_latency.with_label_values(&[m.tool_label(&name)]).observe(t.elapsed().as_secs_f64());
                 }
                 let denied = outcome.get("kind").and_then(Value::as_str) == Some("denied");
                 if !ok && !denied {

@@ -162,3 +162,31 @@ pub fn rss_kb(pid: u32, field: &str) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// The invariant checker over every conversation in `data_dir`'s SQLite store, all of tenant 1;
+/// `errors_seen(user)` is how many turns of that user's conversation its client saw end in an
+/// error (or not at all). The verdict, and how many conversations there were.
+pub async fn check_invariants(
+    data_dir: &std::path::Path,
+    errors_seen: impl Fn(i64) -> usize,
+) -> (toolgraph_testkit::invariants::Verdict, usize) {
+    let db = data_dir.join("toolgraph.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await.unwrap();
+    let rows: Vec<(i64, i64)> = sqlx::query_as("SELECT id, user_id FROM conversations").fetch_all(&pool).await.unwrap();
+    pool.close().await;
+    let ckpt = toolgraph_graph::SqliteCheckpointer::open(&db).await.unwrap();
+    let store = toolgraph_conversations::SqliteConversationStore::new(ckpt.database().clone()).await.unwrap();
+    let observed: Vec<toolgraph_testkit::invariants::Observed> = rows
+        .iter()
+        .map(|&(conversation, user)| toolgraph_testkit::invariants::Observed {
+            tenant: 1,
+            user,
+            conversation,
+            errors_seen: errors_seen(user),
+            pending_seen: Vec::new(),
+        })
+        .collect();
+    let verdict = toolgraph_testkit::invariants::check(&store, &ckpt, &observed, None).await;
+    ckpt.database().close().await;
+    (verdict, rows.len())
+}

@@ -43,8 +43,9 @@ pub trait ReplayStore: Send + Sync {
     async fn claim(&self, key: &str, expires_at: i64, now: i64) -> Result<bool, ReplayError>;
 }
 
-/// Live nonces a [`MemoryReplayStore::default`] holds: at ~64 bytes each, at most ~16 MB, and
-/// room for ~800 signed requests a second kept for the 300 s of their window.
+/// Live nonces a [`MemoryReplayStore::default`] holds: about 25 MB when full (25.3 MB measured
+/// for 250,000 claims, 2026-11-28), and room for ~800 signed requests a second kept for the
+/// 300 s of their window.
 pub const DEFAULT_MEMORY_CAPACITY: usize = 250_000;
 
 /// Nonces in this process: one replica's, lost on restart (a restarted verifier accepts a request

@@ -37,6 +37,7 @@
 use super::replay::{MemoryReplayStore, ReplayError, ReplayStore};
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, percent_encode};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -131,71 +132,29 @@ impl SignedRequest<'_> {
     }
 }
 
-/// Whether `b` is an unreserved URI character (RFC 3986), the only ones left unescaped.
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
+/// Every byte but the unreserved URI characters (RFC 3986: `A-Z a-z 0-9 - . _ ~`), which alone
+/// are left unescaped.
+const RESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
-fn escape_byte(out: &mut String, b: u8) {
-    if is_unreserved(b) {
-        out.push(char::from(b));
-    } else {
-        let _ = write!(out, "%{b:02X}");
-    }
-}
-
+/// `bytes` with every reserved byte as `%XX` (upper-case hex).
 fn escape_into(out: &mut String, bytes: &[u8]) {
-    for &b in bytes {
-        escape_byte(out, b);
-    }
+    out.extend(percent_encode(bytes, RESERVED));
 }
 
-/// The byte `%XY` at the start of `bytes` stands for, if it is an escape.
-fn escaped_byte(bytes: &[u8]) -> Option<u8> {
-    match bytes {
-        [b'%', hi, lo, ..] => {
-            let digit = |c: u8| char::from(c).to_digit(16);
-            // Two hex digits: at most 255.
-            Some((digit(*hi)? * 16 + digit(*lo)?) as u8)
-        }
-        _ => None,
-    }
-}
-
-/// The path with escapes decoded and re-escaped; a literal `/` kept as the separator it is.
+/// The path with escapes decoded and re-escaped, segment by segment: a literal `/` stays the
+/// separator it is, an escaped one (`%2F`) is decoded within its segment and so escaped again.
 fn canonical_path(out: &mut String, path: &str) {
-    let bytes = path.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(b) = escaped_byte(&bytes[i..]) {
-            // An escaped `/` is not a separator: it stays `%2F`.
-            escape_byte(out, b);
-            i += 3;
-        } else {
-            match bytes[i] {
-                b'/' => out.push('/'),
-                b => escape_byte(out, b),
-            }
-            i += 1;
+    for (i, segment) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
         }
+        escape_into(out, &percent_decode_str(segment).collect::<Vec<u8>>());
     }
 }
 
-/// A query component decoded as a form: `+` is a space, `%XY` its byte, the rest as is.
+/// A query component decoded as a form: `+` is a space, `%XY` its byte.
 fn form_decode(part: &str) -> Vec<u8> {
-    let bytes = part.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(b) = escaped_byte(&bytes[i..]) {
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
-            i += 1;
-        }
-    }
-    out
+    percent_decode_str(&part.replace('+', " ")).collect()
 }
 
 /// The query's pairs decoded, re-escaped and sorted by name (stably), joined by `&`.
@@ -229,9 +188,14 @@ fn mac(secret: &[u8]) -> Hmac<Sha256> {
 /// The v2 signature of `request` at `timestamp` with `nonce`: `v2=<hex>`, the value of
 /// `X-Signature`.
 pub fn sign(secret: &[u8], request: &SignedRequest<'_>, timestamp: i64, nonce: &str) -> String {
+    format!("{VERSION}={}", hex::encode(mac_v2(secret, request, timestamp, nonce).finalize().into_bytes()))
+}
+
+/// The MAC of `request`'s canonical string, that [`sign`] makes and a verifier checks.
+fn mac_v2(secret: &[u8], request: &SignedRequest<'_>, timestamp: i64, nonce: &str) -> Hmac<Sha256> {
     let mut m = mac(secret);
     m.update(request.canonical(timestamp, nonce).as_bytes());
-    format!("{VERSION}={}", hex::encode(m.finalize().into_bytes()))
+    m
 }
 
 /// The signature headers of `request`, signed now with a new nonce: `X-Timestamp`, `X-Nonce`
@@ -248,11 +212,17 @@ pub fn signature_headers(secret: &[u8], request: &SignedRequest<'_>) -> [(&'stat
 /// the body, or the target of a bodiless request. Only for talking to, or testing, a verifier
 /// built [`accepting_v1`](HmacVerifier::accepting_v1); it does not cover the method or path.
 pub fn sign_v1(secret: &[u8], timestamp: i64, signed: &[u8]) -> String {
+    hex::encode(mac_v1(secret, timestamp, signed).finalize().into_bytes())
+}
+
+/// The MAC of `"{timestamp}.{signed}"`, v1's string, that [`sign_v1`] makes and a verifier
+/// accepting v1 checks.
+fn mac_v1(secret: &[u8], timestamp: i64, signed: &[u8]) -> Hmac<Sha256> {
     let mut m = mac(secret);
     m.update(timestamp.to_string().as_bytes());
     m.update(b".");
     m.update(signed);
-    hex::encode(m.finalize().into_bytes())
+    m
 }
 
 /// Seconds since the Unix epoch.
@@ -326,10 +296,8 @@ impl HmacVerifier {
                     return Err(SignatureError::Malformed("X-Nonce"));
                 }
                 let given = hex::decode(given).map_err(|_| SignatureError::Malformed("X-Signature"))?;
-                let mut m = mac(&self.secret);
-                m.update(request.canonical(ts, nonce).as_bytes());
                 // `verify_slice` compares in constant time.
-                m.verify_slice(&given).map_err(|_| SignatureError::Mismatch)?;
+                mac_v2(&self.secret, request, ts, nonce).verify_slice(&given).map_err(|_| SignatureError::Mismatch)?;
                 format!("{VERSION}:{nonce}")
             }
             Some(_) => return Err(SignatureError::Malformed("X-Signature")),
@@ -337,11 +305,7 @@ impl HmacVerifier {
             None => {
                 let given = hex::decode(signature).map_err(|_| SignatureError::Malformed("X-Signature"))?;
                 let signed = if request.body.is_empty() { request.target.as_bytes() } else { request.body };
-                let mut m = mac(&self.secret);
-                m.update(ts.to_string().as_bytes());
-                m.update(b".");
-                m.update(signed);
-                m.verify_slice(&given).map_err(|_| SignatureError::Mismatch)?;
+                mac_v1(&self.secret, ts, signed).verify_slice(&given).map_err(|_| SignatureError::Mismatch)?;
                 // v1 has no nonce: the signature is the request's identity.
                 format!("v1:{}", signature.to_ascii_lowercase())
             }

@@ -108,12 +108,7 @@ fn directory_name(identity: &str) -> Result<String, ToolError> {
             "the tenant or user of this call is longer than {MAX_IDENTITY_BYTES} bytes: no note book for it"
         )));
     }
-    let mut name = String::with_capacity(1 + 2 * identity.len());
-    name.push('_');
-    for b in identity.bytes() {
-        name.push_str(&format!("{b:02x}"));
-    }
-    Ok(name)
+    Ok(format!("_{}", hex::encode(identity)))
 }
 
 /// The `note_write` write tool.
