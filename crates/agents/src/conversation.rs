@@ -5,7 +5,8 @@
 //! [`Projector`]: toolgraph_conversations::Projector
 //! [`ProjectingCheckpointer`]: toolgraph_conversations::ProjectingCheckpointer
 
-use crate::react::{AgentUpdate, ApprovalRequest};
+use crate::chat_agent::{ActionRequest, ChatState, TurnInput};
+use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, user_turn};
 use serde_json::{Value, json};
 use toolgraph_conversations::{NewPending, Projection, Role};
 use toolgraph_graph::CheckpointRecord;
@@ -47,4 +48,26 @@ pub fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
         });
     }
     p
+}
+
+/// The ReAct state as the chat service serves it.
+impl ChatState for AgentState {
+    fn user_turn(input: TurnInput) -> AgentUpdate {
+        let mut update = user_turn(input.message, input.context);
+        update.context_set = Some(input.identity);
+        update
+    }
+
+    fn reply(&self) -> Option<&str> {
+        self.last_reply()
+    }
+
+    fn action_request(payload: &Value) -> ActionRequest {
+        let request = ApprovalRequest::of(payload).unwrap_or_default();
+        ActionRequest { tool: request.tool, description: request.description, arguments: request.arguments }
+    }
+
+    fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
+        project(conversation, record)
+    }
 }

@@ -1,8 +1,10 @@
 //! The agents toolgraph ships: the prebuilt ReAct agent and the example agents built on it,
 //! and their assembly from configuration.
 //!
-//! Owns: the ReAct agent ([`react`]: a model node and tool nodes, write tools paused for a
-//! person's approval) and what its turns add to a conversation ([`conversation`]); agents from
+//! Owns: what every agent here is built from ([`kit`]: the state, the settings, tools in a
+//! turn); the ReAct agent ([`react`]: a model node and tool nodes, write tools paused for a
+//! person's approval) and what its turns add to a conversation ([`conversation`]); the one
+//! interface the chat service runs every agent through ([`chat_agent`]); agents from
 //! `[agents.NAME]` ([`assembly`]); the example agents' own tools and contracts — the course
 //! tutor's retrieval ([`course`]) and the academy admin's SQL, backend tools and schema prompt
 //! ([`academy`]); and what `toolgraph mcp` exports ([`mcp`]).
@@ -14,15 +16,17 @@
 //! ```
 //! use toolgraph_agents::react::ReactNode;
 //! assert_eq!(ReactNode::of("agent"), Some(ReactNode::Model));
-//! assert!(toolgraph_agents::react::mermaid().contains("give_up"));
+//! assert!(toolgraph_agents::assembly::mermaid(toolgraph_config::AgentGraph::React).contains("give_up"));
 //! ```
 #![warn(missing_docs)]
 
 pub mod academy;
 pub mod assembly;
+pub mod chat_agent;
 pub mod conversation;
 pub mod course;
 pub mod crisis;
+pub mod kit;
 pub mod legal;
 pub mod mcp;
 pub mod react;

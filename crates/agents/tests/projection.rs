@@ -1,7 +1,7 @@
 //! A turn's messages commit with its checkpoint, or not at all, and the run learns their ids
 //! from the write itself.
 
-use toolgraph_agents::react::AgentUpdate;
+use toolgraph_agents::kit::AgentUpdate;
 use toolgraph_conversations::{ConversationStore, ConversationThread, ProjectingCheckpointer, SqliteConversationStore};
 use toolgraph_graph::{CheckpointError, CheckpointRecord, Checkpointer, RecordKind, SqliteCheckpointer};
 use toolgraph_llm::Message;

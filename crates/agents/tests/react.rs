@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use toolgraph_agents::react::{self, AgentSpec, AgentState, REJECTED_OUTCOME, user_turn};
+use toolgraph_agents::kit::{self, AgentSpec, AgentState, user_turn};
+use toolgraph_agents::react::{self, REJECTED_OUTCOME};
 use toolgraph_graph::*;
 use toolgraph_llm::{Message, OpenAiChatModel, OpenAiConfig, RetryPolicy};
 use toolgraph_tools::{ToolBuilder, ToolRegistry, builtin};
@@ -108,7 +109,7 @@ fn tools(counters: Arc<Counters>) -> ToolRegistry {
 
 struct Harness {
     server: ScriptedModelServer,
-    graph: CompiledGraph<AgentState, react::AgentDeps>,
+    graph: CompiledGraph<AgentState, kit::AgentDeps>,
     counters: Arc<Counters>,
 }
 
@@ -433,14 +434,14 @@ fn the_history_window_keeps_whole_recent_turns() {
         msgs.push(Message::user(format!("question {i} {}", "x".repeat(200))));
         msgs.push(Message::assistant(format!("answer {i} {}", "y".repeat(200))));
     }
-    let w = react::history_window(&msgs, 1000);
+    let w = kit::history_window(&msgs, 1000);
     assert!(matches!(w[0], Message::User { .. }), "starts at a user turn");
     assert!(w.len() < msgs.len() && w.len() >= 2);
     assert!(w.last().unwrap().content().starts_with("answer 49"));
     let total: usize = w.iter().map(|m| m.content().len() / 4 + 4).sum();
     assert!(total <= 1000 + 60, "{total}");
-    assert_eq!(react::history_window(&msgs, 0).len(), 100, "0 means no limit");
-    assert_eq!(react::history_window(&msgs[..1], 1).len(), 1, "the latest user turn always fits");
+    assert_eq!(kit::history_window(&msgs, 0).len(), 100, "0 means no limit");
+    assert_eq!(kit::history_window(&msgs[..1], 1).len(), 1, "the latest user turn always fits");
 }
 
 #[test]
@@ -505,13 +506,13 @@ async fn a_turn_cut_while_a_tool_ran_is_closed_before_the_next_one() {
         [
             ("assistant-calls", ""),
             ("tool", "c1"),
-            ("assistant", react::INTERRUPTED_REPLY),
+            ("assistant", kit::INTERRUPTED_REPLY),
             ("user", "still there?"),
             ("assistant", "Here it is.")
         ]
     );
     let Message::Tool { content, .. } = &state.messages[2] else { panic!("{:?}", state.messages[2]) };
-    assert!(content.contains(react::INTERRUPTED_CALL) && content.contains("unavailable"), "{content}");
+    assert!(content.contains(kit::INTERRUPTED_CALL) && content.contains("unavailable"), "{content}");
     // The model's request holds the call's result: a history an OpenAI-style endpoint accepts.
     let sent = &next.server.requests()[0]["messages"];
     let answered = sent.as_array().unwrap().iter().any(|m| m["role"] == "tool" && m["tool_call_id"] == "c1");
@@ -523,7 +524,7 @@ async fn a_turn_cut_while_a_tool_ran_is_closed_before_the_next_one() {
 #[tokio::test]
 async fn warming_up_computes_the_agents_prompt_with_one_token() {
     let h = harness(vec![Reply::text("Hola.")]).await;
-    react::warm_up(h.graph.deps()).await.unwrap();
+    kit::warm_up(h.graph.deps()).await.unwrap();
     let requests = h.server.requests();
     assert_eq!(requests.len(), 1);
     let r = &requests[0];

@@ -15,7 +15,8 @@ use serde::Serialize;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use toolgraph_agents::react::{self, AgentSpec, AgentState, user_turn};
+use toolgraph_agents::kit::{AgentDeps, AgentSpec, AgentState, user_turn};
+use toolgraph_agents::react;
 use toolgraph_graph::{
     CheckpointRecord, Checkpointer, CompiledGraph, MemoryCheckpointer, PostgresCheckpointer, RecordKind, RunOptions,
     RunOutcome, SqliteCheckpointer, ThreadId,
@@ -360,10 +361,7 @@ impl ChatModel for NoopModel {
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct NoArgs {}
 
-fn agent(
-    store: Arc<dyn Checkpointer>,
-    reply_tokens: usize,
-) -> anyhow::Result<CompiledGraph<AgentState, react::AgentDeps>> {
+fn agent(store: Arc<dyn Checkpointer>, reply_tokens: usize) -> anyhow::Result<CompiledGraph<AgentState, AgentDeps>> {
     let mut tools = ToolRegistry::new();
     tools.register(
         ToolBuilder::<NoArgs>::new("noop", "does nothing")
@@ -377,7 +375,7 @@ fn agent(
 /// One turn = input + agent (tool call) + tools + agent (reply): 3 node steps.
 const STEPS_PER_TURN: u32 = 3;
 
-async fn turn(g: &CompiledGraph<AgentState, react::AgentDeps>, thread: &ThreadId, text: &str) -> anyhow::Result<()> {
+async fn turn(g: &CompiledGraph<AgentState, AgentDeps>, thread: &ThreadId, text: &str) -> anyhow::Result<()> {
     match g.start(thread, user_turn(text, None), RunOptions::default()).await?.outcome().await {
         RunOutcome::Completed { .. } => Ok(()),
         other => anyhow::bail!("benchmark turn did not complete: {other:?}"),

@@ -6,7 +6,7 @@
 //! stream breaks comes back, as a browser's EventSource would, to the next replica with
 //! `GET /api/chatbot/runs/{runId}/events` and `Last-Event-ID`, until it reads its `done` or
 //! `error`. Every turn ends in one of: `done`, an `error` event, or lost (no end within the
-//! time limit). With `--kill PID --kill-at-s S` the command SIGKILLs that replica at S seconds;
+//! time limit). Streams are read as typed frames through `toolgraph_protocol::sse`. With `--kill PID --kill-at-s S` the command SIGKILLs that replica at S seconds;
 //! with `--pid`, it samples each process's resident memory.
 
 use anyhow::Context;
@@ -15,6 +15,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use toolgraph_protocol::{Frame, is_terminal_event};
 
 /// `bench streams` arguments.
 #[derive(Debug, clap::Args)]
@@ -56,6 +57,9 @@ enum Ending {
 #[derive(Debug)]
 struct TurnResult {
     ending: Ending,
+    /// `token` frames read, and the characters of the reply they carried.
+    tokens: usize,
+    reply_chars: usize,
     seconds: f64,
     /// Streams it had to come back on.
     reconnects: usize,
@@ -71,6 +75,9 @@ pub struct StreamsReport {
     done: usize,
     errors: BTreeMap<String, usize>,
     lost: BTreeMap<String, usize>,
+    /// `token` frames read over every turn, and the characters they carried.
+    tokens: usize,
+    reply_chars: usize,
     /// Turns that came back on another replica at least once.
     resumed: usize,
     reconnects: usize,
@@ -85,36 +92,39 @@ pub struct StreamsReport {
     seconds: f64,
 }
 
-/// One SSE block's fields: (id, event, data).
-fn parse_block(block: &str) -> Option<(String, String, String)> {
-    let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(str::to_owned);
-    Some((field("id: ").unwrap_or_default(), field("event: ")?, field("data: ").unwrap_or_default()))
+/// What a turn's client has read, over every stream it held.
+#[derive(Debug, Default)]
+struct Seen {
+    /// The last event's id (`<runId>:<seq>`), to come back after.
+    last_id: String,
+    /// `token` frames.
+    tokens: usize,
+    /// The reply they carried.
+    reply: String,
 }
 
-/// Reads a stream until its end: `Some(ending)` on `done`/`error`, `None` when it broke
-/// (`last_id` then names the last event read).
-async fn read(response: reqwest::Response, last_id: &mut String) -> Option<Ending> {
-    let mut body = response.bytes_stream();
-    let mut buf = String::new();
-    while let Some(Ok(chunk)) = body.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let Some((id, event, data)) = parse_block(&block) else { continue };
-            if !id.is_empty() {
-                *last_id = id;
+/// Reads a stream (an HTTP body) until its end: `Some(ending)` on `done`/`error`, `None` when
+/// it broke (`seen.last_id` then names the last event read).
+async fn read<S, B, E>(body: S, seen: &mut Seen) -> Option<Ending>
+where
+    S: futures::Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut events = std::pin::pin!(toolgraph_protocol::sse::frames(body));
+    while let Some(Ok(event)) = events.next().await {
+        if let Some(id) = &event.id {
+            id.clone_into(&mut seen.last_id);
+        }
+        match event.frame() {
+            Ok(Frame::Token { content }) => {
+                seen.tokens += 1;
+                seen.reply.push_str(&content);
             }
-            match event.as_str() {
-                "done" => return Some(Ending::Done),
-                "error" => {
-                    let message = serde_json::from_str::<serde_json::Value>(&data)
-                        .ok()
-                        .and_then(|v| v["message"].as_str().map(str::to_owned))
-                        .unwrap_or(data);
-                    return Some(Ending::Error(message));
-                }
-                _ => {}
-            }
+            Ok(Frame::Done { .. }) => return Some(Ending::Done),
+            Ok(Frame::Error { message }) => return Some(Ending::Error(message)),
+            Err(e) if is_terminal_event(&event.event) => return Some(Ending::Error(e.to_string())),
+            _ => {}
         }
     }
     None
@@ -126,9 +136,15 @@ async fn turn(http: reqwest::Client, targets: Arc<Vec<String>>, i: usize, deadli
     let user = i as i64 + 1;
     let body = serde_json::json!({"tenantSlug": "bench", "tenantId": 1, "userId": user, "conversationId": null,
                                   "message": format!("How many orders did we get yesterday? #{i}")});
-    let result =
-        |ending, reconnects| TurnResult { ending, seconds: started.elapsed().as_secs_f64(), reconnects, target };
-    let mut last_id = String::new();
+    let mut seen = Seen::default();
+    let result = |ending, reconnects, seen: &Seen| TurnResult {
+        ending,
+        tokens: seen.tokens,
+        reply_chars: seen.reply.chars().count(),
+        seconds: started.elapsed().as_secs_f64(),
+        reconnects,
+        target,
+    };
     let first = http
         .post(format!("{}/api/chatbot/stream", targets[target]))
         .header("X-Tenant-Slug", "bench")
@@ -137,22 +153,23 @@ async fn turn(http: reqwest::Client, targets: Arc<Vec<String>>, i: usize, deadli
         .await;
     match first {
         Ok(r) if r.status().is_success() => {
-            if let Some(ending) = read(r, &mut last_id).await {
-                return result(ending, 0);
+            if let Some(ending) = read(r.bytes_stream(), &mut seen).await {
+                return result(ending, 0, &seen);
             }
         }
-        Ok(r) => return result(Ending::Error(format!("HTTP {}", r.status().as_u16())), 0),
+        Ok(r) => return result(Ending::Error(format!("HTTP {}", r.status().as_u16())), 0, &seen),
         Err(e) => {
             // The turn never started as far as the client knows: nothing to come back to.
             return result(
                 Ending::Lost(format!("cannot start: {}", if e.is_connect() { "connect" } else { "send" })),
                 0,
+                &seen,
             );
         }
     }
     // The stream broke: come back on the next replicas until the end arrives.
-    let Some((run, _)) = last_id.rsplit_once(':').map(|(r, s)| (r.to_owned(), s.to_owned())) else {
-        return result(Ending::Lost("broke before its first event".into()), 0);
+    let Some(run) = seen.last_id.rsplit_once(':').map(|(r, _)| r.to_owned()) else {
+        return result(Ending::Lost("broke before its first event".into()), 0, &seen);
     };
     let mut reconnects = 0;
     let mut next = target + 1;
@@ -162,20 +179,20 @@ async fn turn(http: reqwest::Client, targets: Arc<Vec<String>>, i: usize, deadli
         next += 1;
         let resumed = http
             .get(format!("{base}/api/chatbot/runs/{run}/events?tenantId=1&userId={user}"))
-            .header("Last-Event-ID", &last_id)
+            .header("Last-Event-ID", &seen.last_id)
             .send()
             .await;
         match resumed {
             Ok(r) if r.status().is_success() => {
-                if let Some(ending) = read(r, &mut last_id).await {
-                    return result(ending, reconnects);
+                if let Some(ending) = read(r.bytes_stream(), &mut seen).await {
+                    return result(ending, reconnects, &seen);
                 }
             }
             // Unknown on that replica (404), or it is down: try the next after a pause.
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
-    result(Ending::Lost("no end within the time limit".into()), reconnects)
+    result(Ending::Lost("no end within the time limit".into()), reconnects, &seen)
 }
 
 /// Resident memory of `pid` in MB, if it runs.
@@ -251,6 +268,8 @@ pub async fn run(args: StreamsArgs) -> anyhow::Result<StreamsReport> {
         done: 0,
         errors: BTreeMap::new(),
         lost: BTreeMap::new(),
+        tokens: results.iter().map(|r| r.tokens).sum(),
+        reply_chars: results.iter().map(|r| r.reply_chars).sum(),
         resumed: results.iter().filter(|r| r.reconnects > 0).count(),
         reconnects: results.iter().map(|r| r.reconnects).sum(),
         p50_s: 0.0,
@@ -298,6 +317,7 @@ pub fn print(r: &StreamsReport, json: bool) -> anyhow::Result<()> {
         r.resumed,
         r.reconnects
     );
+    println!("read {} token frames, {} characters of replies", r.tokens, r.reply_chars);
     for (m, n) in &r.errors {
         println!("  error ×{n}: {m}");
     }
@@ -315,4 +335,79 @@ pub fn print(r: &StreamsReport, json: bool) -> anyhow::Result<()> {
         println!("killed at {at:.1} s");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A turn's stream whose tokens and error carry characters of 2, 3 and 4 bytes.
+    const BODY: &str = "id: r:1\nevent: token\ndata: {\"content\":\"café \"}\n\n\
+                        id: r:2\nevent: token\ndata: {\"content\":\"tiếng 🎉\"}\n\n\
+                        : keep-alive\n\n\
+                        id: r:3\nevent: error\ndata: {\"message\":\"no se pudo: ệ\"}\n\n";
+
+    /// Serves `BODY` once over HTTP/1.1 from a loopback port, written in pieces cut inside
+    /// each multi-byte character, each piece flushed on its own.
+    async fn serve_in_pieces() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            socket.set_nodelay(true).unwrap();
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if socket.read(&mut byte).await.unwrap() == 0 {
+                    return;
+                }
+                request.push(byte[0]);
+            }
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let bytes = BODY.as_bytes();
+            // One byte into `é`, two into `ế`, one into `🎉`, two into the last `ệ`.
+            let cuts = [("é", 1), ("ế", 2), ("🎉", 1), ("ệ", 2)].map(|(c, into)| BODY.find(c).unwrap() + into);
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                socket.write_all(&bytes[from..cut]).await.unwrap();
+                socket.flush().await.unwrap();
+                from = cut;
+                // Apart in time, so the client reads them as separate chunks.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        format!("http://{addr}/")
+    }
+
+    #[tokio::test]
+    async fn multi_byte_characters_split_across_tcp_chunks_read_whole() {
+        let url = serve_in_pieces().await;
+        let response = reqwest::get(url).await.unwrap();
+        let mut seen = Seen::default();
+        let ending = read(response.bytes_stream(), &mut seen).await;
+        assert_eq!(ending, Some(Ending::Error("no se pudo: ệ".into())));
+        assert_eq!((seen.tokens, seen.reply.as_str(), seen.last_id.as_str()), (2, "café tiếng 🎉", "r:3"));
+    }
+
+    #[tokio::test]
+    async fn every_cut_of_the_stream_reads_the_same() {
+        let bytes = BODY.as_bytes();
+        for cut in 1..bytes.len() {
+            let chunks = [Ok::<_, std::convert::Infallible>(&bytes[..cut]), Ok(&bytes[cut..])];
+            let mut seen = Seen::default();
+            let ending = read(futures::stream::iter(chunks), &mut seen).await;
+            assert_eq!(ending, Some(Ending::Error("no se pudo: ệ".into())), "cut at byte {cut}");
+            assert_eq!(seen.reply, "café tiếng 🎉", "cut at byte {cut}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_breaks_off_keeps_its_last_id() {
+        let body = "id: r:1\nevent: token\ndata: {\"content\":\"a\"}\n\nid: r:2\nevent: tok";
+        let mut seen = Seen::default();
+        let ending = read(futures::stream::iter([Ok::<_, std::convert::Infallible>(body)]), &mut seen).await;
+        assert_eq!((ending, seen.last_id.as_str(), seen.tokens), (None, "r:1", 1));
+    }
 }

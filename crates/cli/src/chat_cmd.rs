@@ -7,6 +7,7 @@
 //! conversation is held with a running `toolgraph serve` over HTTP ([`crate::remote_chat`]).
 
 use crate::agent;
+use crate::terminal::{ask_approval, show_tool_call, show_tool_result};
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use tokio::sync::mpsc;
 use toolgraph_agents::assembly::{self, Agent, SharedParts};
-use toolgraph_agents::react::{ApprovalRequest, user_turn};
+use toolgraph_agents::kit::{ApprovalRequest, user_turn};
 use toolgraph_config::Config;
 use toolgraph_graph::{
     Decision, GraphError, PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, ThreadId,
@@ -69,34 +70,6 @@ fn stdin_lines() -> mpsc::Receiver<String> {
         }
     });
     rx
-}
-
-/// A tool call as the terminal shows it (stderr, so stdout stays the reply).
-pub(crate) fn show_tool_call(name: &str, arguments: &Value) {
-    eprintln!("  → {name} {arguments}");
-}
-
-/// A tool's outcome, shortened to 300 characters.
-pub(crate) fn show_tool_result(name: &str, ok: bool, outcome: &Value) {
-    let short: String = outcome.to_string().chars().take(300).collect();
-    eprintln!("  ← {name} {}: {short}", if ok { "ok" } else { "failed" });
-}
-
-/// Puts a pending action's `description` to the user; `None` if the input ended first.
-/// Scripted answers (a pipe) are echoed, so the output reads as a dialogue.
-pub(crate) async fn ask_approval(description: &str, lines: &mut mpsc::Receiver<String>) -> Option<bool> {
-    eprint!("approval needed: {description}\napprove? [y/N] ");
-    let _ = std::io::stderr().flush();
-    let answer = lines.recv().await?;
-    if !std::io::stdin().is_terminal() {
-        eprintln!("{answer}");
-    }
-    Some(is_yes(&answer))
-}
-
-/// A yes in English or Spanish; anything else is a no.
-fn is_yes(answer: &str) -> bool {
-    matches!(answer.trim().to_lowercase().as_str(), "y" | "yes" | "s" | "si" | "sí")
 }
 
 /// `KEY=VALUE` pairs as a state object (values parsed as JSON when they are JSON).
@@ -250,7 +223,7 @@ async fn run_remote(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
 async fn drive(
     agent: &Agent,
     thread: &ThreadId,
-    mut run: RunHandle<toolgraph_agents::react::AgentState>,
+    mut run: RunHandle<toolgraph_agents::kit::AgentState>,
     lines: &mut mpsc::Receiver<String>,
 ) -> anyhow::Result<()> {
     loop {
@@ -297,7 +270,7 @@ async fn approve_and_resume(
     thread: &ThreadId,
     pending: Vec<PendingInterrupt>,
     lines: &mut mpsc::Receiver<String>,
-) -> anyhow::Result<Option<RunHandle<toolgraph_agents::react::AgentState>>> {
+) -> anyhow::Result<Option<RunHandle<toolgraph_agents::kit::AgentState>>> {
     let mut decisions = BTreeMap::new();
     for p in &pending {
         let Some(yes) = ask_approval(
@@ -315,21 +288,6 @@ async fn approve_and_resume(
         ResumeResult::Waiting { undecided } => {
             eprintln!("still waiting for {} decision(s)", undecided.len());
             Ok(None)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_clear_yeses_approve() {
-        for yes in ["y", "Y", "yes", " sí ", "SI"] {
-            assert!(is_yes(yes), "{yes}");
-        }
-        for no in ["", "n", "no", "yes please", "maybe"] {
-            assert!(!is_yes(no), "{no}");
         }
     }
 }

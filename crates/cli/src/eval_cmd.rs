@@ -141,7 +141,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
                 all.subset(names).with_context(|| format!("agent '{name}' enables a tool that does not exist"))?
             }
         };
-        let definitions = toolgraph_agents::react::tool_definitions(&tools);
+        let definitions = toolgraph_agents::kit::tool_definitions(&tools);
         let model = toolgraph_agents::assembly::model(cfg, &settings, local.as_ref())?;
         built.insert(name, EvalAgent { prompt: settings.system_prompt.clone(), tools, definitions, model });
     }
@@ -155,7 +155,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
         messages.extend(case.after.iter().cloned());
         let started = std::time::Instant::now();
         // A step the agent takes itself (no model call) is what it does at this point.
-        let reply = if let Some(tool) = toolgraph_agents::react::step_due(tools, &messages) {
+        let reply = if let Some(tool) = toolgraph_agents::kit::step_due(tools, &messages) {
             let call = ToolCall { id: "step".into(), name: tool, arguments: "{}".into() };
             ChatResponse {
                 content: String::new(),
@@ -165,7 +165,7 @@ async fn eval_tools(cases: PathBuf, agent_name: Option<String>, json: bool, cfg:
             }
         } else {
             // What the agent offers at this point of the turn.
-            let tool_choice = toolgraph_agents::react::tool_choice(tools, &messages);
+            let tool_choice = toolgraph_agents::kit::tool_choice(tools, &messages);
             let request = ChatRequest {
                 messages,
                 tools: definitions.clone(),

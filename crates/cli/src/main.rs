@@ -20,6 +20,7 @@ mod plugins_cmd;
 mod remote_chat;
 mod retrieval;
 mod serve_cmd;
+mod terminal;
 mod tools_cmd;
 
 use anyhow::Context;

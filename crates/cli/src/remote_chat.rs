@@ -2,19 +2,20 @@
 //! `toolgraph serve` through its HTTP API (docs/service.md) instead of an in-process agent.
 //!
 //! Each line is a `POST /api/chatbot/stream` turn (with the `toolEvents` extension, so tool
-//! calls and their outcomes can be shown); each `pending` action is put to the user and decided
+//! calls and their outcomes can be shown), its stream read as typed frames through
+//! `toolgraph_protocol::sse`; each `pending` action is put to the user and decided
 //! through `POST /api/chatbot/confirm`. `--transcript` writes every event and confirm exchange
 //! as JSON lines, for scripts that check a conversation's structure (`scripts/demo --check`).
 
-use crate::chat_cmd::{ask_approval, show_tool_call, show_tool_result};
+use crate::terminal::{ask_approval, show_tool_call, show_tool_result};
 use anyhow::{Context, bail};
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use toolgraph_server::{ConfirmRequest, ConfirmResponse, Done, PendingActionDto, StreamRequest};
+use toolgraph_protocol::{Frame, FrameError, PendingAction};
+use toolgraph_server::{ConfirmRequest, ConfirmResponse, StreamRequest};
 
 /// Who the client speaks as, and where.
 pub struct RemoteChat {
@@ -148,32 +149,24 @@ impl RemoteChat {
             return Ok(true);
         }
         let mut pending = Vec::new();
-        let mut events = resp.bytes_stream().eventsource();
+        let mut events = std::pin::pin!(toolgraph_protocol::sse::frames(resp.bytes_stream()));
         let mut stdout = std::io::stdout();
         while let Some(event) = events.next().await {
-            let event = event.context("the event stream broke off")?;
-            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-            self.record(&event.event, &data);
-            match event.event.as_str() {
-                "token" => {
-                    print!("{}", data["content"].as_str().unwrap_or_default());
+            let event = event.context("cannot read the turn's stream")?;
+            self.record(&event.event, &serde_json::from_str(&event.data).unwrap_or(Value::Null));
+            match event.frame() {
+                Ok(Frame::Token { content }) => {
+                    print!("{content}");
                     let _ = stdout.flush();
                 }
-                "tool_call" => show_tool_call(data["name"].as_str().unwrap_or("?"), &data["arguments"]),
-                "tool_result" => {
-                    show_tool_result(data["name"].as_str().unwrap_or("?"), data["ok"] == true, &data["outcome"]);
-                }
-                "pending" => match serde_json::from_value::<PendingActionDto>(data) {
-                    Ok(action) => pending.push(action),
-                    Err(e) => eprintln!("\nerror: an unreadable pending action: {e}"),
-                },
-                "done" => {
-                    if let Ok(done) = serde_json::from_value::<Done>(data) {
-                        self.request.conversation_id = Some(done.conversation_id);
-                    }
-                }
-                "error" => eprintln!("\nerror: {}", data["message"].as_str().unwrap_or("(no message)")),
-                _ => {}
+                Ok(Frame::ToolCall { name, arguments, .. }) => show_tool_call(&name, &arguments),
+                Ok(Frame::ToolResult { name, ok, outcome, .. }) => show_tool_result(&name, ok, &outcome),
+                Ok(Frame::Pending(action)) => pending.push(action),
+                Ok(Frame::Done { conversation_id, .. }) => self.request.conversation_id = Some(conversation_id),
+                Ok(Frame::Error { message }) => eprintln!("\nerror: {message}"),
+                // Frames this client does not show, and kinds newer than it.
+                Ok(_) | Err(FrameError::UnknownEvent { .. }) => {}
+                Err(e) => eprintln!("\nerror: {e}"),
             }
         }
         println!();
@@ -194,7 +187,7 @@ impl RemoteChat {
         Ok(true)
     }
 
-    async fn confirm(&mut self, action: &PendingActionDto, confirmed: bool) -> anyhow::Result<ConfirmResponse> {
+    async fn confirm(&mut self, action: &PendingAction, confirmed: bool) -> anyhow::Result<ConfirmResponse> {
         let Some(conversation_id) = self.request.conversation_id else {
             bail!("a pending action arrived without a conversation id")
         };

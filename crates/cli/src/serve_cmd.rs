@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_agents::assembly::{self, SharedParts};
+use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::conversation::project;
-use toolgraph_agents::react::AgentDeps;
+use toolgraph_agents::kit::AgentDeps;
 use toolgraph_config::{AgentGraph, AuthKind, Config, RunEventsKind, StoreKind};
 use toolgraph_conversations::backend::BackendConversationStore;
 use toolgraph_conversations::{
@@ -194,10 +195,18 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         local_model,
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
     };
+    // With the in-process model, each ReAct agent's prompt is computed before the service is
+    // ready, so no first turn pays for it; the model's KV cache keeps several side by side
+    // (docs/models.md). The default agent goes last: the most recently used stays longest.
+    let default_agent = cfg.default_agent_name();
+    let mut warm: Vec<(String, Arc<AgentDeps>)> = Vec::new();
     let mut agents = BTreeMap::new();
     for name in cfg.effective_agents().keys() {
         let a = assembly::build(cfg, Some(name), Arc::clone(&checkpointer), &shared)?;
-        agents.insert(a.name.clone(), ServedAgent { graph: a.graph, settings: a.settings });
+        if shared.local_model.is_some() && a.settings.graph == AgentGraph::React {
+            warm.push((a.name.clone(), Arc::clone(a.graph.deps())));
+        }
+        agents.insert(a.name.clone(), ServedAgent::new(GraphAgent::new(a.graph), a.settings));
     }
     let auth = match cfg.server.auth {
         AuthKind::None => Auth::None,
@@ -248,18 +257,6 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         takeover_every: (postgres.is_some() || cfg.server.store == StoreKind::Backend)
             .then(|| std::time::Duration::from_millis(cfg.server.turn_lease_ms / 3)),
     };
-    // With the in-process model, each ReAct agent's prompt is computed before the service is
-    // ready, so no first turn pays for it; the model's KV cache keeps several side by side
-    // (docs/models.md). The default agent goes last: the most recently used stays longest.
-    let default_agent = cfg.default_agent_name();
-    let mut warm: Vec<(String, Arc<AgentDeps>)> = match &shared.local_model {
-        Some(_) => agents
-            .iter()
-            .filter(|(_, a)| a.settings.graph == AgentGraph::React)
-            .map(|(name, a)| (name.clone(), Arc::clone(a.graph.deps())))
-            .collect(),
-        None => Vec::new(),
-    };
     warm.sort_by_key(|(name, _)| *name == default_agent);
     let app = AppState::new(ChatService::new(agents, default_agent, store, checkpointer, options));
     if cfg.mcp.http {
@@ -294,7 +291,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     }
     for (name, deps) in warm {
         let started = std::time::Instant::now();
-        match toolgraph_agents::react::warm_up(&deps).await {
+        match toolgraph_agents::kit::warm_up(&deps).await {
             Ok(()) => eprintln!(
                 "toolgraph serve: the {name} agent's prompt computed ahead in {:.1} s",
                 started.elapsed().as_secs_f64()

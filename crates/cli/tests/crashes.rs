@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
-use toolgraph_agents::react::{INTERRUPTED_CALL, INTERRUPTED_REPLY};
+use toolgraph_agents::kit::{INTERRUPTED_CALL, INTERRUPTED_REPLY};
 use toolgraph_testkit::invariants::{self, Observed, WriteLedger};
 
 /// How the model answers a tool's result: at once, or a word and then a stall.

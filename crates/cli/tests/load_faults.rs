@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use toolgraph_protocol::Frame;
 
 /// Tokens of a reply, and the pause between them: a turn holds its stream about a second.
 const TOKENS: usize = 10;
@@ -82,15 +83,10 @@ async fn stream_once(client: reqwest::Client, base: String, user: i64) -> (Endin
         return (Ending::Status(resp.status().as_u16()), started.elapsed());
     }
     let Ok(text) = resp.text().await else { return (Ending::Transport, started.elapsed()) };
-    let last = text.split("\n\n").filter(|b| !b.trim().is_empty()).last().unwrap_or_default();
-    let event = last.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default();
-    let ending = match event {
-        "done" => Ending::Done,
-        "error" => {
-            let data = last.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("{}");
-            let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-            Ending::Error(v["message"].as_str().unwrap_or_default().to_owned())
-        }
+    let last = toolgraph_protocol::sse::parse_body(&text).pop().map(|f| f.frame());
+    let ending = match last {
+        Some(Ok(Frame::Done { .. })) => Ending::Done,
+        Some(Ok(Frame::Error { message })) => Ending::Error(message),
         _ => Ending::Silent,
     };
     (ending, started.elapsed())

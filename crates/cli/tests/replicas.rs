@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use toolgraph_agents::react::{INTERRUPTED_CALL, INTERRUPTED_REPLY};
+use toolgraph_agents::kit::{INTERRUPTED_CALL, INTERRUPTED_REPLY};
 use toolgraph_testkit::PgSchema;
 use toolgraph_testkit::fault_proxy::{Fault, FaultProxy};
 use toolgraph_testkit::invariants::{self, Observed};
@@ -220,23 +220,16 @@ type Seen = (String, String, Value);
 
 /// Reads SSE events from `response` until `stop(events so far)` says so or the stream ends.
 async fn read_events(response: reqwest::Response, stop: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
-    let mut body = response.bytes_stream();
-    let mut buf = String::new();
+    let mut events = std::pin::pin!(toolgraph_protocol::sse::frames(response.bytes_stream()));
     let mut seen = Vec::new();
-    while let Some(chunk) =
-        tokio::time::timeout(Duration::from_secs(30), body.next()).await.expect("an event within 30 s")
+    while let Some(event) =
+        tokio::time::timeout(Duration::from_secs(30), events.next()).await.expect("an event within 30 s")
     {
-        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(str::to_owned);
-            if let Some(event) = field("event: ") {
-                let data = field("data: ").and_then(|d| serde_json::from_str(&d).ok()).unwrap_or(Value::Null);
-                seen.push((field("id: ").unwrap_or_default(), event, data));
-                if stop(&seen) {
-                    return seen;
-                }
-            }
+        let event = event.unwrap();
+        let data = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+        seen.push((event.id.unwrap_or_default(), event.event, data));
+        if stop(&seen) {
+            return seen;
         }
     }
     seen

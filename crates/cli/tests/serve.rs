@@ -665,7 +665,7 @@ async fn stored_messages(dir: &std::path::Path) -> Vec<(String, String)> {
 /// restarted process is the same instance (same port), which frees its earlier lease at start;
 /// otherwise another instance takes the lease over once it expires.
 async fn serve_crash_mid_turn(same_instance: bool) {
-    use toolgraph_agents::react::INTERRUPTED_REPLY;
+    use toolgraph_agents::kit::INTERRUPTED_REPLY;
     let model = ScriptedModelServer::start(vec![stalled_reply(), Reply::text("Aquí estoy de nuevo.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (port, lease) = (free_port(), "1000");

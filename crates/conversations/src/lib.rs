@@ -179,6 +179,18 @@ pub struct PendingAction {
     pub response: Option<String>,
 }
 
+impl From<&PendingAction> for toolgraph_protocol::PendingAction {
+    /// The action as the contract shows it (a `pending` frame, a confirm answer).
+    fn from(p: &PendingAction) -> Self {
+        Self {
+            message_id: p.message_id,
+            tool_name: p.action.tool_name.clone(),
+            description: p.action.description.clone(),
+            arguments: p.action.arguments.clone(),
+        }
+    }
+}
+
 /// A pending action as its owner names it: it is found only if it belongs to that
 /// conversation, tenant and user (another's is not told apart from a missing one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -36,6 +36,18 @@ pub enum RunEvent {
         /// projecting store's rows; empty for a plain store).
         derived: DerivedRows,
     },
+    /// A node began a model call.
+    ModelCallStarted {
+        /// The node making it.
+        node: String,
+    },
+    /// That model call ended.
+    ModelCallFinished {
+        /// The node that made it.
+        node: String,
+        /// Whether it answered.
+        ok: bool,
+    },
     /// A piece of model text.
     TextDelta {
         /// The text.

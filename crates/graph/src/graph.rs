@@ -2,16 +2,11 @@
 
 use crate::checkpoint::Checkpointer;
 use crate::error::GraphBuildError;
-use crate::node::Node;
+use crate::node::{END, Node, START};
 use crate::shape::{EdgeKind, GraphShape, ShapeEdge};
 use crate::state::State;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
-
-/// The virtual node a run enters by.
-pub const START: &str = "__start__";
-/// The virtual node that ends a run.
-pub const END: &str = "__end__";
 
 /// Threads whose heads a compiled graph keeps in memory.
 const HEAD_CACHE_CAPACITY: usize = 4096;

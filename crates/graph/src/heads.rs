@@ -1,11 +1,97 @@
-//! The head cache: thread heads of recent runs kept in memory, so a new turn reads only the
+//! Thread heads: [`ThreadState`], a thread's state folded from its checkpoint records, and
+//! the head cache, the heads of recent runs kept in memory so a new turn reads only the
 //! records it has not seen. Bounded (oldest evicted first); every entry is checked against
 //! the store before use, so other replicas' writes and deletions are never missed.
 
-use crate::checkpoint::ThreadId;
-use crate::runner::ThreadState;
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use crate::checkpoint::{CheckpointError, CheckpointRecord, RecordKind, ThreadId, now_ms};
+use crate::error::GraphError;
+use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
+use crate::state::State;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A thread's state as rebuilt from its checkpoints.
+#[derive(Debug, Clone)]
+pub struct ThreadState<S> {
+    /// The state (shared with the graph's head cache; cloning it is cheap).
+    pub state: Arc<S>,
+    /// Sequence number of the head record (0 for a new thread).
+    pub version: u64,
+    /// The node that runs next; `None` when idle.
+    pub next: Option<String>,
+    /// Interrupts of the current pause (decided or not).
+    pub pending: Vec<PendingInterrupt>,
+    /// Decisions recorded for them.
+    pub decisions: BTreeMap<InterruptId, Decision>,
+    /// When the head was written (ms since the Unix epoch).
+    pub last_at_ms: i64,
+    /// The run that wrote the head; with `version` it identifies the head exactly (run ids
+    /// are unique), so a cached head can be checked against the store with one row.
+    pub(crate) head_run: String,
+}
+
+impl<S: Default> ThreadState<S> {
+    /// The head of a thread without checkpoints.
+    pub(crate) fn empty() -> Self {
+        Self {
+            state: Arc::new(S::default()),
+            version: 0,
+            next: None,
+            pending: Vec::new(),
+            decisions: BTreeMap::new(),
+            last_at_ms: 0,
+            head_run: String::new(),
+        }
+    }
+}
+
+impl<S: State> ThreadState<S> {
+    /// Pending interrupts without a decision.
+    pub fn undecided(&self) -> Vec<PendingInterrupt> {
+        self.pending.iter().filter(|p| !self.decisions.contains_key(&p.id)).cloned().collect()
+    }
+
+    pub(crate) fn fold(thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<Self, GraphError> {
+        let mut t = Self::empty();
+        t.extend(thread, records)?;
+        Ok(t)
+    }
+
+    pub(crate) fn extend(&mut self, thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<(), GraphError> {
+        let t = self;
+        for r in records {
+            for u in r.updates {
+                let update: S::Update = serde_json::from_str(u.get()).map_err(|e| CheckpointError::Corrupt {
+                    thread: thread.to_string(),
+                    seq: r.seq,
+                    reason: format!("update does not fit the state type: {e}"),
+                })?;
+                Arc::make_mut(&mut t.state).apply(update);
+            }
+            match r.kind {
+                RecordKind::Input | RecordKind::Step | RecordKind::Stop => {
+                    t.pending.clear();
+                    t.decisions.clear();
+                }
+                RecordKind::Interrupt => {
+                    t.pending = r.interrupts;
+                    t.decisions.clear();
+                }
+                RecordKind::Decision => t.decisions.extend(r.decisions),
+            }
+            t.next = r.next;
+            t.version = r.seq;
+            t.last_at_ms = r.created_at_ms;
+            t.head_run = r.run_id;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_fresh(&self, stale_after: Duration) -> bool {
+        now_ms().saturating_sub(self.last_at_ms) < stale_after.as_millis() as i64
+    }
+}
 
 struct Heads<S> {
     map: HashMap<ThreadId, ThreadState<S>>,

@@ -41,11 +41,12 @@ pub use checkpoint::{
 };
 pub use error::{GraphBuildError, GraphError, NodeError};
 pub use event::RunEvent;
-pub use graph::{CompiledGraph, END, START, StateGraph, StopCause};
+pub use graph::{CompiledGraph, StateGraph, StopCause};
+pub use heads::ThreadState;
 pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};
-pub use node::{Node, NodeOutput, RunContext};
+pub use node::{END, Node, NodeOutput, RunContext, START};
 pub use pg::{PgDatabase, PgPooling, PgSession};
-pub use runner::{INTERRUPTED, ResumeResult, RunHandle, RunOptions, RunOutcome, ThreadState};
+pub use runner::{INTERRUPTED, ResumeResult, RunHandle, RunOptions, RunOutcome};
 pub use shape::{EdgeKind, GraphShape, ShapeEdge};
 pub use sqlite::{SqliteDatabase, SqliteError};
 pub use state::State;

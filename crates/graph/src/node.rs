@@ -1,4 +1,5 @@
-//! Nodes: async functions over shared state and a run context.
+//! Nodes: async functions over shared state and a run context, and the two virtual nodes
+//! every graph has, [`START`] and [`END`].
 
 use crate::error::NodeError;
 use crate::event::RunEvent;
@@ -8,6 +9,11 @@ use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+
+/// The virtual node a run enters by.
+pub const START: &str = "__start__";
+/// The virtual node that ends a run.
+pub const END: &str = "__end__";
 
 /// What a node produced.
 pub enum NodeOutput<S: State> {
@@ -35,6 +41,7 @@ pub struct RunContext<C> {
     pub(crate) decisions: Arc<BTreeMap<String, Decision>>,
     pub(crate) run_id: Arc<str>,
     pub(crate) thread: Arc<str>,
+    pub(crate) node: Arc<str>,
     pub(crate) step: u32,
 }
 
@@ -46,6 +53,7 @@ impl<C> Clone for RunContext<C> {
             decisions: Arc::clone(&self.decisions),
             run_id: Arc::clone(&self.run_id),
             thread: Arc::clone(&self.thread),
+            node: Arc::clone(&self.node),
             step: self.step,
         }
     }
@@ -72,6 +80,11 @@ impl<C> RunContext<C> {
         &self.thread
     }
 
+    /// The name of the node running.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
     /// Step number of this node within the run.
     pub fn step(&self) -> u32 {
         self.step
@@ -81,6 +94,17 @@ impl<C> RunContext<C> {
     /// if nobody listens any more the event is dropped and the run goes on.
     pub async fn emit(&self, event: RunEvent) {
         let _ = self.events.send(event).await;
+    }
+
+    /// Runs `call`, a model call this node makes, between [`RunEvent::ModelCallStarted`] and
+    /// [`RunEvent::ModelCallFinished`], so a consumer times and traces every model call
+    /// whichever node makes it; `ok` says whether its output counts as a success.
+    pub async fn model_call<T>(&self, call: impl Future<Output = T>, ok: impl FnOnce(&T) -> bool) -> T {
+        self.emit(RunEvent::ModelCallStarted { node: self.node.to_string() }).await;
+        let out = call.await;
+        let ok = ok(&out);
+        self.emit(RunEvent::ModelCallFinished { node: self.node.to_string(), ok }).await;
+        out
     }
 }
 

@@ -8,10 +8,10 @@
 use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointRecord, DerivedRows, RecordKind, ThreadId, now_ms};
 use crate::error::{GraphError, NodeError};
 use crate::event::RunEvent;
-use crate::graph::StopCause;
-use crate::graph::{CompiledGraph, END};
+use crate::graph::{CompiledGraph, StopCause};
+use crate::heads::ThreadState;
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
-use crate::node::{NodeOutput, RunContext};
+use crate::node::{END, NodeOutput, RunContext, START};
 use crate::state::State;
 use futures::FutureExt;
 use std::collections::BTreeMap;
@@ -170,88 +170,6 @@ pub enum ResumeResult<S> {
     Started(RunHandle<S>),
 }
 
-/// A thread's state as rebuilt from its checkpoints.
-#[derive(Debug, Clone)]
-pub struct ThreadState<S> {
-    /// The state (shared with the graph's head cache; cloning it is cheap).
-    pub state: Arc<S>,
-    /// Sequence number of the head record (0 for a new thread).
-    pub version: u64,
-    /// The node that runs next; `None` when idle.
-    pub next: Option<String>,
-    /// Interrupts of the current pause (decided or not).
-    pub pending: Vec<PendingInterrupt>,
-    /// Decisions recorded for them.
-    pub decisions: BTreeMap<InterruptId, Decision>,
-    /// When the head was written (ms since the Unix epoch).
-    pub last_at_ms: i64,
-    /// The run that wrote the head; with `version` it identifies the head exactly (run ids
-    /// are unique), so a cached head can be checked against the store with one row.
-    head_run: String,
-}
-
-impl<S: Default> ThreadState<S> {
-    /// The head of a thread without checkpoints.
-    pub(crate) fn empty() -> Self {
-        Self {
-            state: Arc::new(S::default()),
-            version: 0,
-            next: None,
-            pending: Vec::new(),
-            decisions: BTreeMap::new(),
-            last_at_ms: 0,
-            head_run: String::new(),
-        }
-    }
-}
-
-impl<S: State> ThreadState<S> {
-    /// Pending interrupts without a decision.
-    pub fn undecided(&self) -> Vec<PendingInterrupt> {
-        self.pending.iter().filter(|p| !self.decisions.contains_key(&p.id)).cloned().collect()
-    }
-
-    fn fold(thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<Self, GraphError> {
-        let mut t = Self::empty();
-        t.extend(thread, records)?;
-        Ok(t)
-    }
-
-    fn extend(&mut self, thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<(), GraphError> {
-        let t = self;
-        for r in records {
-            for u in r.updates {
-                let update: S::Update = serde_json::from_str(u.get()).map_err(|e| CheckpointError::Corrupt {
-                    thread: thread.to_string(),
-                    seq: r.seq,
-                    reason: format!("update does not fit the state type: {e}"),
-                })?;
-                Arc::make_mut(&mut t.state).apply(update);
-            }
-            match r.kind {
-                RecordKind::Input | RecordKind::Step | RecordKind::Stop => {
-                    t.pending.clear();
-                    t.decisions.clear();
-                }
-                RecordKind::Interrupt => {
-                    t.pending = r.interrupts;
-                    t.decisions.clear();
-                }
-                RecordKind::Decision => t.decisions.extend(r.decisions),
-            }
-            t.next = r.next;
-            t.version = r.seq;
-            t.last_at_ms = r.created_at_ms;
-            t.head_run = r.run_id;
-        }
-        Ok(())
-    }
-
-    fn is_fresh(&self, stale_after: Duration) -> bool {
-        now_ms().saturating_sub(self.last_at_ms) < stale_after.as_millis() as i64
-    }
-}
-
 fn record(seq: u64, run_id: &str, kind: RecordKind) -> CheckpointRecord {
     CheckpointRecord {
         seq,
@@ -393,7 +311,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let value = serde_json::value::to_raw_value(&input)?;
         Arc::make_mut(&mut state).apply(input);
         let next = Self::route(&self.inner.entry, &state)
-            .map_err(|m| GraphError::Node { node: crate::graph::START.into(), source: NodeError::new("routing", m) })?;
+            .map_err(|m| GraphError::Node { node: START.into(), source: NodeError::new("routing", m) })?;
         let mut rec = record(head.version + 1, &run_id, RecordKind::Input);
         rec.updates.push(value);
         rec.next = (next != END).then(|| next.clone());
@@ -656,6 +574,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
             decisions,
             run_id: Arc::clone(&self.id),
             thread: Arc::clone(&self.thread_name),
+            node: Arc::from(name),
             step: self.steps,
         };
         let call = AssertUnwindSafe(node.run(Arc::clone(&self.state), ctx)).catch_unwind();

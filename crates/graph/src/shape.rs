@@ -1,7 +1,7 @@
 //! [`GraphShape`]: a compiled graph's nodes and edges, for drawing it — as an SVG picture
 //! (the playground's inspector) laid out in layers from `START`.
 
-use crate::graph::{END, START};
+use crate::node::{END, START};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 

@@ -30,15 +30,15 @@ pub mod search;
 pub use embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings, OpenAiEmbedder, passage_text};
 pub use eval::{BeirDataset, Document, EmbeddingCache, EvalOptions, EvalReport, evaluate, evaluate_bm25};
 pub use index::{
-    Analyzer, Chunk, ChunkingOptions, DenseOptions, DocumentInfo, KB_FORMAT, KbManifest, KbStore, KbWriter,
+    Analyzer, Chunk, ChunkingOptions, DenseOptions, DocumentInfo, Filter, KB_FORMAT, KbManifest, KbStore, KbWriter,
     KnowledgeBase, QdrantOptions, RecordMapping, validate_name,
 };
 pub use ingest::{
     IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, Section, SkippedFile, SourceDocument, ingest,
 };
 pub use search::{
-    CitationReport, Filter, Fusion, FusionMethod, Hit, ListRank, Ranking, Retriever, SearchFailure, SearchMode,
-    SearchQuery, SearchRequest, check_citations, cite, fuse, fuse_many, search_json,
+    CitationReport, Fusion, FusionMethod, Hit, ListRank, Ranking, Retriever, SearchFailure, SearchMode, SearchQuery,
+    SearchRequest, check_citations, cite, fuse, fuse_many, search_json,
 };
 pub use toolgraph_embed::cache_root;
 

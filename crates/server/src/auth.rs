@@ -117,9 +117,7 @@ impl Auth {
             Self::Hmac(v) => {
                 // v2 signs the method, target, tenant slug and body; the nonce is claimed in the
                 // verifier's replay store (shared by replicas on PostgreSQL), else 503.
-                v.verify_request(method, headers, target, body, now_secs())
-                    .await
-                    .map_err(|e| crate::callbacks::signature_refusal(&e))?;
+                v.verify_request(method, headers, target, body, now_secs()).await.map_err(|e| signature_refusal(&e))?;
                 Ok(Caller::default())
             }
         }
@@ -223,6 +221,19 @@ pub(crate) async fn check_whole_request<T>(
 /// The SHA-256 digest of an API key, as `[server.api_keys]` stores it (hex).
 pub fn hash_api_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// The answer to a request whose signature was not accepted: 401 naming the reason, or 503
+/// with `Retry-After` when the replay store could not tell whether it is a replay (the request
+/// may be good; the signer sends it again, newly signed).
+pub(crate) fn signature_refusal(e: &SignatureError) -> ApiError {
+    if !e.is_unavailable() {
+        return bad_signature(&e.to_string());
+    }
+    tracing::warn!(error = %e, "a signed request could not be checked for replay");
+    let mut refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cannot check the signature now; try again");
+    refused.retry_after = Some(1);
+    refused
 }
 
 #[cfg(test)]

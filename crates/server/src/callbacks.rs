@@ -4,7 +4,7 @@
 //! suite runs the whole service through it). Calls are signed v2 (method, path, query, tenant
 //! slug, body digest, nonce; docs/service.md, "Signed requests").
 
-use crate::auth::{bad_signature, check_whole_request};
+use crate::auth::{check_whole_request, signature_refusal};
 use crate::error::ApiError;
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
-use toolgraph_conversations::backend::signing::{HmacVerifier, SignatureError, now_secs};
+use toolgraph_conversations::backend::signing::{HmacVerifier, now_secs};
 use toolgraph_conversations::backend::wire::{self, path};
 use toolgraph_conversations::{ConversationStore, Role};
 
@@ -74,19 +74,6 @@ async fn verify(State(verifier): State<Arc<HmacVerifier>>, req: Request, next: N
     })
     .await?;
     Ok(next.run(req).await)
-}
-
-/// The answer to a request whose signature was not accepted: 401 naming the reason, or 503
-/// with `Retry-After` when the replay store could not tell whether it is a replay (the request
-/// may be good; the signer sends it again, newly signed).
-pub(crate) fn signature_refusal(e: &SignatureError) -> ApiError {
-    if !e.is_unavailable() {
-        return bad_signature(&e.to_string());
-    }
-    tracing::warn!(error = %e, "a signed request could not be checked for replay");
-    let mut refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cannot check the signature now; try again");
-    refused.retry_after = Some(1);
-    refused
 }
 
 async fn create_conversation(
@@ -178,7 +165,7 @@ async fn list_conversations(
     State(b): State<Backend>,
     Json(r): Json<wire::ListConversations>,
 ) -> Answer<wire::ConversationList> {
-    let limit = r.limit.min(crate::service::MAX_LISTED_CONVERSATIONS);
+    let limit = r.limit.min(crate::wire::MAX_LISTED_CONVERSATIONS);
     Ok(Json(wire::ConversationList { conversations: b.store.list_conversations(r.tenant_id, r.user_id, limit).await? }))
 }
 

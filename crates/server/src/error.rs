@@ -12,7 +12,7 @@ pub struct ApiError {
     pub field: Option<String>,
     pub retry_after: Option<u64>,
     /// The actions waiting for a decision, when that is why the request was refused.
-    pub pending_actions: Option<Vec<crate::wire::PendingActionDto>>,
+    pub pending_actions: Option<Vec<toolgraph_protocol::PendingAction>>,
 }
 
 #[derive(Serialize)]
@@ -22,7 +22,7 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pending_actions: Option<&'a [crate::wire::PendingActionDto]>,
+    pending_actions: Option<&'a [toolgraph_protocol::PendingAction]>,
 }
 
 impl ApiError {
@@ -91,7 +91,7 @@ pub enum ChatError {
     Conflict(String),
     /// A new turn while the conversation's last run waits for decisions: these actions.
     #[error("this conversation has pending actions to confirm first")]
-    AwaitingDecision(Vec<crate::wire::PendingActionDto>),
+    AwaitingDecision(Vec<toolgraph_protocol::PendingAction>),
     /// The tenant has as many runs in flight as it may.
     #[error("this tenant already has {limit} runs in flight")]
     TooManyRuns {

@@ -9,6 +9,8 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
+/// Largest request body accepted (a 4,000-character message is at most 16 KB).
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 /// Parses a JSON body: exactly one JSON object with nothing but whitespace after it, else 400
 /// (an array would fill a struct by position, and trailing bytes would let another reader see
 /// another request); a missing, duplicated or mistyped field is 422 naming it.

@@ -26,7 +26,6 @@ mod routes;
 mod runlog;
 mod service;
 mod shared_runs;
-mod turn;
 mod wire;
 
 pub use callbacks::{callback_router, require_signature};
@@ -37,8 +36,10 @@ pub use mcp::McpEndpoint;
 pub use metrics::Metrics;
 pub use playground::playground_router;
 pub use routes::{api_router, ops_router, router};
-pub use service::{ChatService, Confirmed, INTERRUPTED_ERROR, MAX_LISTED_CONVERSATIONS, ServedAgent, ServiceOptions};
-pub use wire::{ConfirmRequest, ConfirmResponse, Done, MAX_MESSAGE_CHARS, PendingActionDto, StreamRequest};
+pub use service::{ChatService, Confirmed, INTERRUPTED_ERROR, ServedAgent, ServiceOptions};
+pub use wire::{
+    ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, MAX_MESSAGE_CHARS, PendingActionDto, StreamRequest,
+};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -30,7 +30,7 @@ impl McpEndpoint {
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true)
-            .with_max_request_body_bytes(crate::routes::MAX_BODY);
+            .with_max_request_body_bytes(crate::extract::MAX_BODY);
         let config = if allowed_hosts.iter().any(|h| h.trim() == "*") {
             config.disable_allowed_hosts()
         } else {

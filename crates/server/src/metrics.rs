@@ -46,7 +46,8 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     /// `toolgraph_http_requests_total{route,status}`.
     pub requests: IntCounterVec,
-    /// `toolgraph_llm_call_seconds{agent}`: one model node step.
+    /// `toolgraph_llm_call_seconds{agent}`: one model call, whichever node makes it (the
+    /// crisis gate's verdict as much as a ReAct step).
     pub llm_latency: HistogramVec,
     /// `toolgraph_tool_call_seconds{tool}`.
     pub tool_latency: HistogramVec,

@@ -79,9 +79,6 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
     resp
 }
 
-/// Largest request body accepted (a 4,000-character message is at most 16 KB).
-pub(crate) const MAX_BODY: usize = 64 * 1024;
-
 /// Authenticates `/api` routes, `/search` and `/mcp`; the body is read here (bounded) because
 /// HMAC signs it.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
@@ -93,15 +90,16 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
     Ok(next.run(req).await)
 }
 
-/// `req` authenticated by `auth`: its body read (at most [`MAX_BODY`] bytes) and its
+/// `req` authenticated by `auth`: its body read (at most [`crate::extract::MAX_BODY`] bytes) and its
 /// [`Caller`](crate::auth::Caller) in its extensions for the extractors that authorize what
 /// they parse ([`Authorized`]).
 pub(crate) async fn authenticated(auth: &Auth, req: Request) -> Result<Request, ApiError> {
     let method = req.method().clone();
-    let (mut req, caller) = crate::auth::check_whole_request(req, MAX_BODY, async |headers, target, body| {
-        auth.check(&method, headers, target, body).await
-    })
-    .await?;
+    let (mut req, caller) =
+        crate::auth::check_whole_request(req, crate::extract::MAX_BODY, async |headers, target, body| {
+            auth.check(&method, headers, target, body).await
+        })
+        .await?;
     req.extensions_mut().insert(caller);
     Ok(req)
 }

@@ -27,12 +27,13 @@ pub const FRAMES_KEPT: usize = 4096;
 /// How long a finished run stays replayable.
 pub const RETAIN_FINISHED: Duration = Duration::from_secs(300);
 
-/// One SSE frame.
+/// One SSE frame as a log keeps it: a [`toolgraph_protocol::Frame`] written out, with its
+/// position.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frame {
     /// Position in the run, from 1; the SSE id is `<runId>:<seq>`.
     pub seq: u64,
-    /// `token`, `pending`, `done` or `error` (or `tool_call`, `tool_result`).
+    /// Its event name ([`toolgraph_protocol::Frame::event`]).
     pub event: Cow<'static, str>,
     /// JSON data.
     pub data: String,
@@ -156,11 +157,12 @@ impl RunLog {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends a frame, `data` encoded as JSON, and wakes readers.
-    pub fn push(&self, event: &'static str, data: &impl Serialize) {
+    /// Appends `frame` and wakes readers.
+    pub fn push(&self, frame: &toolgraph_protocol::Frame) {
         let mark = {
             let mut g = self.lock();
-            g.push(event, data);
+            // A `Frame` serializes as its data.
+            g.push(frame.event(), frame);
             self.unpublished.is_some() && !std::mem::replace(&mut g.dirty, true)
         };
         if let Some(unpublished) = self.unpublished.as_ref().filter(|_| mark) {
@@ -287,13 +289,14 @@ impl RunLogs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgraph_protocol::Frame::{Custom, Done, Token};
 
     #[tokio::test]
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
         let log = logs.create("r1", (7, 1), 1);
-        log.push("token", &serde_json::json!({ "content": "a" }));
-        log.push("token", &serde_json::json!({ "content": "b" }));
+        log.push(&Token { content: "a".into() });
+        log.push(&Token { content: "b".into() });
         let (frames, done) = log.since(1);
         assert_eq!(frames, vec![Frame { seq: 2, event: "token".into(), data: "{\"content\":\"b\"}".into() }]);
         assert_eq!(
@@ -306,9 +309,10 @@ mod tests {
             let log = Arc::clone(&log);
             tokio::spawn(async move { log.changed(2).await })
         };
-        log.push("done", &serde_json::json!({}));
+        log.push(&Done { conversation_id: 1, message_id: 2 });
         log.finish();
         waiter.await.unwrap();
+        assert_eq!(log.since(2).0[0].data, r#"{"conversationId":1,"messageId":2}"#);
         assert!(log.since(3).1);
         assert!(logs.get("r1", (7, 2)).is_none(), "another user cannot read it");
         assert!(logs.get("r1", (7, 1)).is_some());
@@ -322,15 +326,24 @@ mod tests {
         // each with its own data, and the kept data stays bounded.
         let total = 3 * FRAMES_KEPT + 10;
         for i in 1..=total {
-            log.push(if i % 2 == 0 { "token" } else { "tool_call" }, &i);
+            let frame =
+                if i % 2 == 0 { Token { content: i.to_string() } } else { Custom { name: "n".into(), data: i.into() } };
+            log.push(&frame);
             if i == FRAMES_KEPT + 10 || i == total {
                 let (frames, _) = log.since(0);
                 assert_eq!(frames.len(), FRAMES_KEPT);
                 let first = (i - FRAMES_KEPT + 1) as u64;
                 assert_eq!(frames[0].seq, first);
                 for f in &frames {
-                    assert_eq!(f.data, f.seq.to_string());
-                    assert_eq!(f.event, if f.seq % 2 == 0 { "token" } else { "tool_call" });
+                    let n = f.seq.to_string();
+                    if f.seq % 2 == 0 {
+                        assert_eq!((f.event.as_ref(), f.data.clone()), ("token", format!(r#"{{"content":"{n}"}}"#)));
+                    } else {
+                        assert_eq!(
+                            (f.event.as_ref(), f.data.clone()),
+                            ("custom", format!(r#"{{"name":"n","data":{n}}}"#))
+                        );
+                    }
                 }
                 let tail = log.since(i as u64 - 3).0;
                 assert_eq!(tail.iter().map(|f| f.seq).collect::<Vec<_>>(), [i as u64 - 2, i as u64 - 1, i as u64]);

@@ -10,8 +10,10 @@ use crate::error::ChatError;
 use crate::metrics::Metrics;
 use crate::runlog::{RunLog, RunLogs};
 use crate::shared_runs::SharedRuns;
-use crate::turn::{self, Turn};
-use crate::wire::{ConfirmRequest, ConfirmResponse, PendingActionDto, StreamRequest};
+use turn::Turn;
+
+mod turn;
+use crate::wire::{ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto, StreamRequest};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -20,25 +22,27 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolgraph_agents::react::{AgentDeps, AgentState, user_turn};
+use toolgraph_agents::chat_agent::{ChatAgent, Resumed, TurnInput};
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{
     ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, RunScope, TurnClaim,
 };
-use toolgraph_graph::{
-    CheckpointMeta, Checkpointer, CompiledGraph, Decision, GraphError, InterruptId, ResumeResult, RunOptions,
-};
+use toolgraph_graph::{CheckpointMeta, Checkpointer, Decision, GraphError, InterruptId, RunOptions};
 
 /// One agent the service can run.
 pub struct ServedAgent {
-    /// Its graph.
-    pub graph: CompiledGraph<AgentState, AgentDeps>,
+    /// The agent, whatever its graph and state.
+    pub agent: Arc<dyn ChatAgent>,
     /// Its settings (state keys, recursion limit).
     pub settings: AgentSettings,
 }
 
-/// Most conversations one listing answers.
-pub const MAX_LISTED_CONVERSATIONS: usize = 100;
+impl ServedAgent {
+    /// Serves `agent` with `settings`.
+    pub fn new(agent: impl ChatAgent, settings: AgentSettings) -> Self {
+        Self { agent: Arc::new(agent), settings }
+    }
+}
 
 /// Service-wide policies.
 pub struct ServiceOptions {
@@ -288,7 +292,7 @@ impl ChatService {
             }
             Some(agent) => {
                 let thread = ConversationThread { tenant: t.tenant_id, conversation: t.conversation_id }.thread_id();
-                agent.graph.close_interrupted(&thread).await.unwrap_or_else(|e| {
+                agent.agent.close_interrupted(&thread).await.unwrap_or_else(|e| {
                     tracing::warn!(conversation = t.conversation_id, error = %e, "cannot close an interrupted turn");
                     false
                 })
@@ -439,9 +443,12 @@ impl ChatService {
         // The user's message is committed with the run's first checkpoint (see the
         // conversations crate's projection).
         let thread = ConversationThread { tenant: req.tenant_id, conversation }.thread_id();
-        let mut input = user_turn(req.message.clone(), turn_context(req, is_new));
-        input.context_set = Some(turn_identity(req, conversation));
-        let run = match agent.graph.start(&thread, input, self.run_options(agent, &cancel)).await {
+        let input = TurnInput {
+            message: req.message.clone(),
+            context: turn_context(req, is_new),
+            identity: turn_identity(req, conversation),
+        };
+        let run = match agent.agent.start(&thread, input, self.run_options(agent, &cancel)).await {
             Ok(run) => run,
             Err(e) => {
                 self.release(conversation, &run_id).await;
@@ -457,10 +464,10 @@ impl ChatService {
             }
         };
         let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id), conversation);
-        let (service, task_log) = (self.clone(), Arc::clone(&log));
+        let (service, task_log, served) = (self.clone(), Arc::clone(&log), Arc::clone(&agent.agent));
         self.0.tasks.spawn(async move {
             let _slot = permit;
-            turn::drive(&service, &turn, run, &task_log).await;
+            turn::drive(&service, served.as_ref(), &turn, run, &task_log).await;
         });
         Ok((run_id, log))
     }
@@ -473,7 +480,7 @@ impl ChatService {
         thread: &toolgraph_graph::ThreadId,
         conversation: i64,
     ) -> Vec<PendingActionDto> {
-        let Ok(Some((_, head_run))) = agent.graph.checkpointer().head(thread).await else { return Vec::new() };
+        let Ok(Some((_, head_run))) = agent.agent.checkpointer().head(thread).await else { return Vec::new() };
         match self.0.store.run_pending(conversation, &head_run).await {
             Ok(rows) => rows.iter().filter(|p| p.decision.is_none()).map(PendingActionDto::from).collect(),
             Err(e) => {
@@ -546,9 +553,9 @@ impl ChatService {
             .collect();
         let thread = ConversationThread { tenant: req.tenant_id, conversation: conv }.thread_id();
         let cancel = self.0.shutdown.child_token();
-        let run = match agent.graph.resume(&thread, decisions, self.run_options(agent, &cancel)).await {
-            Ok(ResumeResult::Started(run)) => run,
-            Ok(ResumeResult::Waiting { .. }) | Err(_) => {
+        let run = match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel)).await {
+            Ok(Resumed::Started(run)) => run,
+            Ok(Resumed::Waiting) | Err(_) => {
                 self.release(conv, &claim.run_id).await;
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
@@ -564,10 +571,10 @@ impl ChatService {
             tool_events: false,
         };
         // Detached: the run finishes and persists even if this request goes away.
-        let service = self.clone();
+        let (service, served) = (self.clone(), Arc::clone(&agent.agent));
         let task = self.0.tasks.spawn(async move {
             let _slot = permit;
-            let result = turn::drive(&service, &turn, run, &log).await;
+            let result = turn::drive(&service, served.as_ref(), &turn, run, &log).await;
             let response = match (result.error, result.reply, result.pending.into_iter().next()) {
                 (Some(e), _, _) => Err(e),
                 (None, _, Some(p)) => {
@@ -610,7 +617,7 @@ impl ChatService {
     /// `NotFound` when it is not theirs; `Internal` when the store fails.
     pub async fn checkpoints(&self, tenant: i64, user: i64, id: i64) -> Result<Vec<CheckpointMeta>, ChatError> {
         let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
-        agent.graph.history(&thread).await.map_err(internal)
+        agent.agent.history(&thread).await.map_err(internal)
     }
 
     /// `tenant`/`user`'s conversations, newest first, at most `limit` (capped at
@@ -639,27 +646,27 @@ impl ChatService {
     pub async fn fork(&self, tenant: i64, user: i64, id: i64, seq: u64) -> Result<i64, ChatError> {
         let conv = self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
         let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
-        let head = match agent.graph.state_at(&thread, seq).await {
+        let head = match agent.agent.state_at(&thread, seq).await {
             Ok(head) => head,
             Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
             Err(e) => return Err(internal(e)),
         };
-        if !head.undecided().is_empty() {
+        if head.undecided {
             return Err(ChatError::Conflict(format!(
                 "checkpoint {seq} is a pause waiting for decisions; fork from a checkpoint before or after it"
             )));
         }
-        let records = agent.graph.checkpointer().load(&thread, Some(seq)).await.map_err(internal)?;
+        let records = agent.agent.checkpointer().load(&thread, Some(seq)).await.map_err(internal)?;
         let new_id = self.0.store.create_conversation(tenant, user, &conv.agent).await?;
         let copied = async {
             // The messages first: a checkpoint never refers to messages the store lacks.
             for record in &records {
-                for (role, content) in toolgraph_agents::conversation::project(new_id, record).messages {
+                for (role, content) in agent.agent.project(new_id, record).messages {
                     self.0.store.add_message(new_id, role, &content).await?;
                 }
             }
             let to = ConversationThread { tenant, conversation: new_id }.thread_id();
-            agent.graph.fork(&thread, seq, &to).await.map_err(internal)
+            agent.agent.fork(&thread, seq, &to).await.map_err(internal)
         };
         if let Err(e) = copied.await {
             // Nothing half-made stays: the new conversation goes with what it got.
@@ -672,7 +679,7 @@ impl ChatService {
     /// The graph of the agent `name` as an SVG picture (its nodes carry `data-node`), if it is
     /// served.
     pub fn agent_graph_svg(&self, name: &str) -> Option<String> {
-        self.0.agents.get(name).map(|a| a.graph.shape().to_svg())
+        self.0.agents.get(name).map(|a| a.agent.shape().to_svg())
     }
 
     /// The state of a conversation of `tenant`/`user` as checkpoint `seq` left it: the agent's
@@ -682,14 +689,14 @@ impl ChatService {
     /// `NotFound` when the conversation is not theirs or has no such checkpoint; `Internal`.
     pub async fn checkpoint(&self, tenant: i64, user: i64, id: i64, seq: u64) -> Result<Value, ChatError> {
         let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
-        let head = match agent.graph.state_at(&thread, seq).await {
+        let head = match agent.agent.state_at(&thread, seq).await {
             Ok(head) => head,
             Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
             Err(e) => return Err(internal(e)),
         };
         Ok(serde_json::json!({
             "conversationId": id,
-            "seq": head.version,
+            "seq": head.seq,
             "next": head.next,
             "pending": head.pending,
             "decisions": head.decisions,

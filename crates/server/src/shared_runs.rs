@@ -20,8 +20,8 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolgraph_conversations::run_events::is_terminal;
 use toolgraph_conversations::{RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore};
+use toolgraph_protocol::is_terminal_event;
 
 /// How long the relay gathers frames before publishing a batch.
 const GATHER: Duration = Duration::from_millis(5);
@@ -275,8 +275,8 @@ impl SharedRuns {
             return Ok(());
         }
         let seq = last.map_or(0, |(seq, _)| seq) + TAKEOVER_SEQ_GAP;
-        let frame =
-            RunEventRecord { seq, event: "error".into(), data: serde_json::json!({ "message": message }).to_string() };
+        let error = toolgraph_protocol::Frame::Error { message: message.to_owned() };
+        let frame = RunEventRecord { seq, event: error.event().into(), data: error.data() };
         let append = RunEventAppend { run_id: run_id.to_owned(), owner, conversation, frames: vec![frame] };
         self.store.append(&[append]).await.map_err(|e| e.to_string())
     }
@@ -331,7 +331,7 @@ impl SharedRuns {
                 let full = frames.len() >= READ_FRAMES;
                 for f in frames.drain(..) {
                     after = f.seq;
-                    ended |= is_terminal(&f.event);
+                    ended |= is_terminal_event(&f.event);
                     yield Frame { seq: f.seq, event: Cow::Owned(f.event), data: f.data };
                 }
                 if ended {
@@ -384,7 +384,8 @@ mod tests {
         let relay = tokio::spawn(Arc::clone(&a).relay(Arc::clone(&logs)));
         let log = logs.create("run-1", (7, 1), 1);
         assert!(b.follow("run-1", (7, 1), 0).await.unwrap().is_none(), "nothing published yet");
-        log.push("token", &serde_json::json!({ "content": "a" }));
+        let token = |t: &str| toolgraph_protocol::Frame::Token { content: t.into() };
+        log.push(&token("a"));
         let follow = async {
             loop {
                 if let Some(s) = b.follow("run-1", (7, 1), 0).await.unwrap() {
@@ -398,9 +399,9 @@ mod tests {
         let reader = tokio::spawn(stream.collect::<Vec<Frame>>());
         for word in ["b", "c"] {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            log.push("token", &serde_json::json!({ "content": word }));
+            log.push(&token(word));
         }
-        log.push("done", &serde_json::json!({ "conversationId": 1, "messageId": 2 }));
+        log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
         log.finish();
         let frames = tokio::time::timeout(Duration::from_secs(5), reader).await.expect("the reader ends").unwrap();
         assert_eq!(frames.iter().map(|f| f.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
@@ -452,11 +453,11 @@ mod tests {
         let all: Vec<_> = (0..runs).map(|i| logs.create(&format!("r{i}"), (1, 1), 1)).collect();
         for log in &all {
             for n in 0..100 {
-                log.push("token", &n);
+                log.push(&toolgraph_protocol::Frame::Token { content: n.to_string() });
             }
         }
         for log in &all {
-            log.push("done", &serde_json::json!({}));
+            log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         for i in 0..runs {
@@ -511,8 +512,8 @@ mod tests {
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
         let log = logs.create("r", (1, 1), 1);
-        log.push("token", &1);
-        log.push("done", &2);
+        log.push(&toolgraph_protocol::Frame::Token { content: "1".into() });
+        log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while flaky.0.last("r").await.unwrap().is_none() {
             assert!(tokio::time::Instant::now() < deadline, "published after the store came back");

@@ -5,7 +5,6 @@ use crate::error::ChatError;
 use crate::extract::TenantScoped;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolgraph_conversations::PendingAction;
 
 /// `POST /api/chatbot/stream`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,26 +69,9 @@ impl TenantScoped for ForkRequest {
     }
 }
 
-/// A pending write action as the contract shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingActionDto {
-    pub message_id: i64,
-    pub tool_name: String,
-    pub description: String,
-    pub arguments: Value,
-}
-
-impl From<&PendingAction> for PendingActionDto {
-    fn from(p: &PendingAction) -> Self {
-        Self {
-            message_id: p.message_id,
-            tool_name: p.action.tool_name.clone(),
-            description: p.action.description.clone(),
-            arguments: p.action.arguments.clone(),
-        }
-    }
-}
+/// A pending write action as the contract shows it, in a `pending` frame and in confirm
+/// answers (`From<&toolgraph_conversations::PendingAction>` makes one of a stored action).
+pub use toolgraph_protocol::PendingAction as PendingActionDto;
 
 /// `tenantSlug` must not be empty.
 fn check_slug(slug: &str) -> Result<(), ChatError> {
@@ -137,38 +119,8 @@ pub struct ConfirmResponse {
     pub pending_action: Option<PendingActionDto>,
 }
 
-/// `done` event data.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Done {
-    pub conversation_id: i64,
-    pub message_id: i64,
-}
-
-/// `token` event data.
-#[derive(Debug, Serialize)]
-pub struct TokenEvent<'a> {
-    pub content: &'a str,
-}
-
-/// `tool_call` event data (the `toolEvents` extension).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolCallEvent<'a> {
-    pub call_id: &'a str,
-    pub name: &'a str,
-    pub arguments: &'a Value,
-}
-
-/// `tool_result` event data (the `toolEvents` extension).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolResultEvent<'a> {
-    pub call_id: &'a str,
-    pub name: &'a str,
-    pub ok: bool,
-    pub outcome: &'a Value,
-}
+/// Most conversations one listing answers.
+pub const MAX_LISTED_CONVERSATIONS: usize = 100;
 
 /// Longest message accepted, in Unicode scalar values.
 pub const MAX_MESSAGE_CHARS: usize = 4000;

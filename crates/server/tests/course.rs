@@ -10,9 +10,11 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::course::guides::{Guide, GuideStore};
 use toolgraph_agents::course::test_gen::{Grounding, TestGenerator};
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{ConversationStore, MemoryConversationStore, ProjectingCheckpointer};
 use toolgraph_graph::MemoryCheckpointer;
@@ -83,7 +85,7 @@ async fn start(script: Vec<Reply>, backend: Option<String>) -> Service {
     ));
     let graph = react::build(AgentSpec::new("tutor", "Eres el tutor.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
-    let agents = BTreeMap::from([("tutor".to_string(), ServedAgent { graph, settings })]);
+    let agents = BTreeMap::from([("tutor".to_string(), ServedAgent::new(GraphAgent::new(graph), settings))]);
     let app = AppState::new(ChatService::new(agents, "tutor".into(), store.clone(), ckpt, ServiceOptions::default()));
     app.set_ready();
     Service { base: common::serve(app).await, model, store, _dir: dir }

@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::crisis::{self, ResourceFinder};
-use toolgraph_agents::react::AgentSpec;
+use toolgraph_agents::kit::AgentSpec;
 use toolgraph_config::{AgentGraph, AgentSettings, CrisisToolSettings, SearchProvider, Secret};
 use toolgraph_conversations::{ConversationStore, MemoryConversationStore, ProjectingCheckpointer};
 use toolgraph_graph::MemoryCheckpointer;
@@ -121,7 +122,7 @@ async fn start(settings: CrisisToolSettings, script: Vec<Reply>) -> Service {
     let spec = AgentSpec::new("companion", "You are a kind companion.", tools);
     let graph = crisis::graph::build(spec, llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { graph: AgentGraph::CrisisCompanion, ..AgentSettings::default() };
-    let agents = BTreeMap::from([("companion".to_string(), ServedAgent { graph, settings })]);
+    let agents = BTreeMap::from([("companion".to_string(), ServedAgent::new(GraphAgent::new(graph), settings))]);
     let app =
         AppState::new(ChatService::new(agents, "companion".into(), store.clone(), ckpt, ServiceOptions::default()));
     app.set_ready();
@@ -226,6 +227,27 @@ async fn risk_found_through_openai_web_search_reaches_the_reply() {
     assert!(reply.starts_with("I'm so glad you told me.\n\n- Samaritans of Singapore — 1767"), "{reply}");
     let id = events.last().unwrap().data["conversationId"].as_i64().unwrap();
     assert_eq!(s.store.messages(id).await.unwrap().last().unwrap().content, reply);
+}
+
+/// The `toolgraph_llm_call_seconds` count of agent `companion`.
+async fn model_calls_timed(s: &Service) -> u64 {
+    let text = reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with("toolgraph_llm_call_seconds_count{agent=\"companion\"}"));
+    line.and_then(|l| l.rsplit(' ').next()).map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn every_model_call_is_timed_whichever_node_makes_it() {
+    let mut script = risk_script(Reply::text("Please call SOS at 1767 now."));
+    script.push(Reply::text("Water it once a week."));
+    let s = start(CrisisToolSettings::default(), script).await;
+    turn(&s, AT_RISK).await;
+    // The gate's verdict and the reply are the graph's model calls (the location is read inside
+    // the finder tool, timed as that tool).
+    assert_eq!(s.model.request_count(), 3);
+    assert_eq!(model_calls_timed(&s).await, 2);
+    turn(&s, "How do I keep a basil plant alive?").await;
+    assert_eq!(model_calls_timed(&s).await, 3, "an ordinary turn: the reply only");
 }
 
 #[tokio::test]

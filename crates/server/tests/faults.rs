@@ -6,6 +6,7 @@
 
 mod common;
 use common::{SseEvent, parse_sse};
+use toolgraph_agents::chat_agent::GraphAgent;
 
 use schemars::JsonSchema;
 use scripted_llm::{Reply, ScriptedModelServer, Step};
@@ -15,7 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolgraph_agents::conversation::project;
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{
     ConversationStore, PostgresConversationStore, ProjectingCheckpointer, SqliteConversationStore,
@@ -149,7 +151,7 @@ async fn rig_with(stores: Stores, settings: AgentSettings) -> Rig {
     };
     let faulty = Arc::new(FaultyCheckpointer::new(projecting.clone()));
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, faulty.clone()).unwrap();
-    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings })]);
+    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent::new(GraphAgent::new(graph), settings))]);
     let service = ChatService::new(agents, "lumie".into(), store.clone(), faulty.clone(), ServiceOptions::default());
     let app = AppState::new(service);
     app.set_ready();

@@ -9,8 +9,10 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use toolgraph_agents::chat_agent::GraphAgent;
+use toolgraph_agents::kit::AgentSpec;
 use toolgraph_agents::legal::{self, AnswerWriter, LawLibrary, answer::NO_ANSWER};
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::react;
 use toolgraph_config::{AgentGraph, AgentSettings};
 use toolgraph_conversations::{ConversationStore, MemoryConversationStore, ProjectingCheckpointer};
 use toolgraph_graph::MemoryCheckpointer;
@@ -83,7 +85,7 @@ async fn start(kb: Arc<KbStore>, graph: AgentGraph, agent_kb: Option<&str>, scri
         _ => react::build(spec, llm, ckpt.clone()).unwrap(),
     };
     let settings = AgentSettings { graph, ..AgentSettings::default() };
-    let agents = BTreeMap::from([("luat".to_string(), ServedAgent { graph: graph_built, settings })]);
+    let agents = BTreeMap::from([("luat".to_string(), ServedAgent::new(GraphAgent::new(graph_built), settings))]);
     let app = AppState::new(ChatService::new(agents, "luat".into(), store.clone(), ckpt, ServiceOptions::default()));
     app.set_ready();
     Service { base: common::serve(app).await, model, store }

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::chat_agent::GraphAgent;
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{MemoryConversationStore, ProjectingCheckpointer};
 use toolgraph_graph::MemoryCheckpointer;
@@ -83,8 +85,8 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
     let graph = react::build(spec, llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([
-        ("tutor".to_string(), ServedAgent { graph, settings: settings.clone() }),
-        ("jurista".to_string(), ServedAgent { graph: jurist, settings }),
+        ("tutor".to_string(), ServedAgent::new(GraphAgent::new(graph), settings.clone())),
+        ("jurista".to_string(), ServedAgent::new(GraphAgent::new(jurist), settings)),
     ]);
     let app = AppState::new(ChatService::new(agents, "tutor".into(), store.clone(), ckpt, options));
     app.enable_search(SearchService { store: kb, default_kb: "cursos".into(), retriever: Default::default() });

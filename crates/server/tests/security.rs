@@ -8,6 +8,7 @@
 
 mod common;
 use common::parse_sse;
+use toolgraph_agents::chat_agent::GraphAgent;
 
 use reqwest::Method;
 use schemars::JsonSchema;
@@ -18,7 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use toolgraph_agents::conversation::project;
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::backend::signing::{HmacVerifier, SignedRequest, signature_headers};
 use toolgraph_conversations::{
@@ -85,7 +87,8 @@ async fn service(mode: Mode) -> (String, Arc<dyn ConversationStore>, tempfile::T
         Arc::new(SqliteConversationStore::new(ckpt.database().clone()).await.unwrap());
     let ckpt = Arc::new(ProjectingCheckpointer::sqlite(ckpt, project));
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
-    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings: AgentSettings::default() })]);
+    let agents =
+        BTreeMap::from([("lumie".to_string(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default()))]);
     let auth = match mode {
         Mode::None => Auth::None,
         Mode::ApiKey => Auth::api_keys([

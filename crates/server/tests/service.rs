@@ -3,6 +3,7 @@
 
 mod common;
 use common::{SseEvent, parse_sse};
+use toolgraph_agents::chat_agent::GraphAgent;
 
 use schemars::JsonSchema;
 use scripted_llm::{Reply, ScriptedModelServer, Step};
@@ -13,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use toolgraph_agents::conversation::project;
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
 use toolgraph_conversations::{
@@ -119,8 +121,8 @@ async fn service_opts(
     let graph = react::build(AgentSpec::new("lumie", "You are Lumie.", tools), llm, ckpt.clone()).unwrap();
     let settings = AgentSettings { recursion_limit, state_keys: vec!["asignatura".into()], ..AgentSettings::default() };
     let agents = BTreeMap::from([
-        ("lumie".to_string(), ServedAgent { graph, settings: settings.clone() }),
-        ("helper".to_string(), ServedAgent { graph: helper, settings }),
+        ("lumie".to_string(), ServedAgent::new(GraphAgent::new(graph), settings.clone())),
+        ("helper".to_string(), ServedAgent::new(GraphAgent::new(helper), settings)),
     ]);
     let app = AppState::new(ChatService::new(agents, "lumie".into(), service_store, ckpt, options));
     if ready {

@@ -12,8 +12,10 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::conversation::project;
-use toolgraph_agents::react::{self, AgentSpec};
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::backend::wire::path;
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
@@ -111,7 +113,8 @@ async fn hmac_service() -> (String, Arc<dyn ConversationStore>, ScriptedModelSer
     let ckpt = Arc::new(ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), Arc::clone(&store), project));
     let spec = AgentSpec::new("lumie", "You are Lumie.", toolgraph_tools::ToolRegistry::new());
     let graph = react::build(spec, llm, ckpt.clone()).unwrap();
-    let agents = BTreeMap::from([("lumie".to_string(), ServedAgent { graph, settings: AgentSettings::default() })]);
+    let agents =
+        BTreeMap::from([("lumie".to_string(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default()))]);
     let options = ServiceOptions { auth: Auth::Hmac(HmacVerifier::new(SECRET.to_vec())), ..ServiceOptions::default() };
     let app = AppState::new(ChatService::new(agents, "lumie".into(), Arc::clone(&store), ckpt, options));
     app.set_ready();

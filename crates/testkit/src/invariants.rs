@@ -74,7 +74,7 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// Text the agent writes for a call whose run died while it ran (`react::INTERRUPTED_CALL`):
+/// Text the agent writes for a call whose run died while it ran (`kit::INTERRUPTED_CALL`):
 /// matched on its start, which says the outcome was not recorded.
 const UNKNOWN_OUTCOME: &str = "The turn was interrupted before this call's result was recorded";
 

@@ -3,7 +3,7 @@
 //! the tenant's real schema. One call per tenant per [`SCHEMA_TTL`], not one per model call:
 //! concurrent turns of a tenant whose entry is missing wait for a single call.
 
-use crate::react::PromptContext;
+use crate::kit::PromptContext;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -135,7 +135,7 @@ pub struct RagSearchArgs {
 }
 
 /// The `rag_search` read tool over knowledge base `kb` — or the agent's own (`kb` in the tool
-/// context, [`AgentSpec::tool_context`](crate::react::AgentSpec::tool_context)). The tenant is the
+/// context, [`AgentSpec::tool_context`](crate::kit::AgentSpec::tool_context)). The tenant is the
 /// conversation's (`tenant` in the tool context, which the service sets), else `default_tenant`.
 pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant: String, kb: String) -> Arc<dyn Tool> {
     ToolBuilder::<RagSearchArgs>::new(

@@ -13,7 +13,7 @@
 
 use super::gate::{self, Risk, Verdict};
 use super::{Found, TOOL_NAME};
-use crate::react::{self, AgentDeps, AgentSpec, AgentState, AgentUpdate};
+use crate::kit::{self, AgentDeps, AgentSpec, AgentState, AgentUpdate};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -51,7 +51,7 @@ pub fn build(
     );
     g.add_edge("crisis_response", "agent");
     g.add_edge("agent", END);
-    g.set_recovery(react::recover);
+    g.set_recovery(kit::recover);
     g.compile(AgentDeps::new(spec, model), checkpointer)
 }
 
@@ -79,7 +79,9 @@ async fn gate_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<Nod
     let latest =
         s.messages.iter().rev().find(|m| matches!(m, Message::User { .. })).map(Message::content).unwrap_or("");
     let v = if gate::keyword_hit(latest) {
-        gate::screen(ctx.deps().model(), &recent_user_text(&s)).await
+        let recent = recent_user_text(&s);
+        let screened = gate::screen(ctx.deps().model(), &recent);
+        ctx.model_call(screened, |v| v.screened_by == "model").await
     } else {
         Verdict { risk: Risk::None, reason: "no risk words".into(), screened_by: "keywords".into() }
     };
@@ -90,7 +92,7 @@ async fn gate_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<Nod
 
 async fn response_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let arguments = json!({ "conversation": recent_user_text(&s) });
-    let (_, messages) = react::recorded_call(&s, &ctx, TOOL_NAME, arguments).await;
+    let (_, messages) = kit::recorded_call(&s, &ctx, TOOL_NAME, arguments).await;
     Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
 }
 
@@ -149,7 +151,7 @@ async fn reply_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
         ));
     }
     // The reply reads the conversation's words, not the tool records of earlier turns.
-    let history: Vec<Message> = react::history_window(&s.messages, deps.spec().history_budget)
+    let history: Vec<Message> = kit::history_window(&s.messages, deps.spec().history_budget)
         .iter()
         .filter(|m| match m {
             Message::User { .. } => true,
@@ -173,8 +175,8 @@ async fn reply_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
             }
         }
         Ok::<(), toolgraph_llm::LlmError>(())
-    }
-    .await;
+    };
+    let streamed = ctx.model_call(streamed, Result::is_ok).await;
     let failed = streamed.is_err() || content.trim().is_empty();
     if failed && at_risk {
         if let Err(e) = &streamed {

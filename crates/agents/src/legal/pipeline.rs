@@ -11,7 +11,7 @@
 //! what each step got and gave. The answer is streamed once it is cited, as one piece.
 
 use super::{Chunk, answer::NO_ANSWER};
-use crate::react::{self, AgentDeps, AgentSpec, AgentState, AgentUpdate};
+use crate::kit::{self, AgentDeps, AgentSpec, AgentState, AgentUpdate};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use toolgraph_graph::{
@@ -50,7 +50,7 @@ pub fn build(
     );
     g.add_edge("generate", "cite");
     g.add_edge("cite", END);
-    g.set_recovery(react::recover);
+    g.set_recovery(kit::recover);
     g.compile(AgentDeps::new(spec, model), checkpointer)
 }
 
@@ -93,7 +93,7 @@ async fn reply(ctx: &RunContext<AgentDeps>, mut messages: Vec<Message>, text: St
 
 async fn retrieve_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let args = json!({ "question": question(&s), "top_k": TOP_K });
-    let (outcome, messages) = react::recorded_call(&s, &ctx, "retrieve_laws", args).await;
+    let (outcome, messages) = kit::recorded_call(&s, &ctx, "retrieve_laws", args).await;
     match outcome {
         ToolOutcome::Success(Value::Array(found)) if !found.is_empty() => {
             Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() }))
@@ -105,7 +105,7 @@ async fn retrieve_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result
 
 async fn generate_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     let args = json!({ "question": question(&s), "chunks": retrieved(&s) });
-    let (outcome, messages) = react::recorded_call(&s, &ctx, "generate_answer", args).await;
+    let (outcome, messages) = kit::recorded_call(&s, &ctx, "generate_answer", args).await;
     match outcome {
         ToolOutcome::Success(_) => Ok(NodeOutput::Update(AgentUpdate { messages, ..Default::default() })),
         // The model failing fails the turn, as in the ReAct agent: the client gets the error.
@@ -118,7 +118,7 @@ async fn cite_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<Nod
         .filter(|a| !a.trim().is_empty())
         .unwrap_or_else(|| NO_ANSWER.to_owned());
     let args = json!({ "answer": answer, "chunks": retrieved(&s) });
-    let (outcome, messages) = react::recorded_call(&s, &ctx, "format_citation", args).await;
+    let (outcome, messages) = kit::recorded_call(&s, &ctx, "format_citation", args).await;
     let text = match &outcome {
         ToolOutcome::Success(v) => v["cited_answer"].as_str().map_or_else(|| answer.clone(), str::to_owned),
         // An answer without citations is still the answer.

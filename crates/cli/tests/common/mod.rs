@@ -58,15 +58,12 @@ pub async fn turn(base: &str, conversation: Option<i64>, message: &str) -> Strin
     response.await.unwrap().text().await.unwrap()
 }
 
-/// The events of a whole SSE body, in order, as `(event, data)`: the data parsed as JSON
-/// (`null` when absent or not JSON).
+/// The events of a whole SSE body, in order (read by `toolgraph_protocol::sse`), as
+/// `(event, data)`: the data parsed as JSON (`null` when not JSON).
 pub fn sse_events(body: &str) -> Vec<(String, serde_json::Value)> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let event = block.lines().find_map(|l| l.strip_prefix("event: "))?;
-            let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("null");
-            Some((event.to_owned(), serde_json::from_str(data).unwrap_or(serde_json::Value::Null)))
-        })
+    toolgraph_protocol::sse::parse_body(body)
+        .into_iter()
+        .map(|f| (f.event, serde_json::from_str(&f.data).unwrap_or(serde_json::Value::Null)))
         .collect()
 }
 

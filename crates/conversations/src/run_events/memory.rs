@@ -1,11 +1,12 @@
 //! [`MemoryRunEvents`]: run events in one process, for services that share it (tests).
 
-use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope, is_terminal};
+use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope};
 use crate::{StoreError, now_ms};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use tokio::sync::broadcast;
+use toolgraph_protocol::is_terminal_event;
 
 /// One stored frame: event, data, when it was stored.
 type Stored = (String, String, i64);
@@ -76,14 +77,14 @@ impl RunEventStore for MemoryRunEvents {
         Ok(runs
             .get(run_id)
             .and_then(|(_, _, frames)| frames.last_key_value())
-            .map(|(seq, (event, _, _))| (*seq, is_terminal(event))))
+            .map(|(seq, (event, _, _))| (*seq, is_terminal_event(event))))
     }
 
     async fn sweep(&self, ended_before_ms: i64, any_before_ms: i64) -> Result<u64, StoreError> {
         let mut runs = self.lock();
         let mut gone = 0u64;
         runs.retain(|_, (_, _, frames)| {
-            let ended = frames.values().any(|(event, _, at)| is_terminal(event) && *at < ended_before_ms);
+            let ended = frames.values().any(|(event, _, at)| is_terminal_event(event) && *at < ended_before_ms);
             if ended {
                 gone += frames.len() as u64;
                 return false;

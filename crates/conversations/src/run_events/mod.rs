@@ -20,21 +20,13 @@ use crate::StoreError;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
-/// The events that end a run's stream: nothing follows them.
-pub const TERMINAL_EVENTS: [&str; 2] = ["done", "error"];
-
-/// Whether `event` ends a run's stream.
-pub fn is_terminal(event: &str) -> bool {
-    TERMINAL_EVENTS.contains(&event)
-}
-
 /// One frame of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunEventRecord {
     /// Its position in the run, from 1 (the SSE id is `<runId>:<seq>`); increasing, and
     /// contiguous except after a takeover (docs/service.md, "Replicas").
     pub seq: u64,
-    /// The SSE event name.
+    /// The SSE event name ([`toolgraph_protocol::Frame::event`]).
     pub event: String,
     /// Its JSON data.
     pub data: String,
@@ -267,11 +259,5 @@ mod tests {
             .unwrap();
         let notice = tokio::time::timeout(std::time::Duration::from_secs(5), notices.recv()).await.expect("noticed");
         assert_eq!(notice.unwrap(), RunEventNotice::Appended("after".into()));
-    }
-
-    #[test]
-    fn done_and_error_end_a_stream() {
-        assert!(is_terminal("done") && is_terminal("error"));
-        assert!(!is_terminal("token") && !is_terminal("pending"));
     }
 }

@@ -6,7 +6,7 @@
 //! once listening again, tells readers to resync, so what was appended meanwhile is read from
 //! the table.
 
-use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope, is_terminal};
+use super::{NOTICE_BUFFER, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope};
 use crate::{StoreError, now_ms};
 use async_trait::async_trait;
 use sqlx::Row;
@@ -16,6 +16,13 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgraph_graph::PgDatabase;
+use toolgraph_protocol::is_terminal_event;
+
+/// Deletes the runs that ended before `$1`. Their end is spelled out, as in the partial index
+/// `run_events_ended` (migration 1003) it uses: the events that end a stream, which
+/// `toolgraph_protocol::is_terminal_event` names (a test checks the two agree).
+const SWEEP_ENDED: &str = "DELETE FROM run_events WHERE run_id IN (
+     SELECT run_id FROM run_events WHERE event IN ('done', 'error') AND created_at_ms < $1)";
 
 /// The channel appends notify, with the run's id as payload. Channels are per database, not
 /// per schema: run ids are UUIDs, so another schema's notices only cost a read that finds
@@ -214,21 +221,18 @@ impl RunEventStore for PostgresRunEvents {
             .fetch_optional(&mut *s)
             .await?;
         s.finish().await?;
-        Ok(row.map(|r| (u64::try_from(r.get::<i64, _>(0)).unwrap_or(0), is_terminal(r.get::<&str, _>(1)))))
+        Ok(row.map(|r| (u64::try_from(r.get::<i64, _>(0)).unwrap_or(0), is_terminal_event(r.get::<&str, _>(1)))))
     }
 
     async fn sweep(&self, ended_before_ms: i64, any_before_ms: i64) -> Result<u64, StoreError> {
         // Two statements, each on its own index (an OR of the two would read the whole table).
         let mut s = self.db.session().await?;
-        let ended = sqlx::query(
-            "DELETE FROM run_events WHERE run_id IN (
-                 SELECT run_id FROM run_events WHERE event IN ('done', 'error') AND created_at_ms < $1)",
-        )
-        .bind(ended_before_ms)
-        .persistent(self.db.persistent())
-        .execute(&mut *s)
-        .await?
-        .rows_affected();
+        let ended = sqlx::query(SWEEP_ENDED)
+            .bind(ended_before_ms)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?
+            .rows_affected();
         let old = sqlx::query("DELETE FROM run_events WHERE created_at_ms < $1")
             .bind(any_before_ms)
             .persistent(self.db.persistent())
@@ -259,5 +263,23 @@ impl RunEventStore for PostgresRunEvents {
 
     fn subscribe(&self) -> broadcast::Receiver<RunEventNotice> {
         self.notices.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_and_its_index_name_every_event_that_ends_a_stream() {
+        let ending: Vec<String> =
+            toolgraph_protocol::EVENTS.into_iter().filter(|e| is_terminal_event(e)).map(|e| format!("'{e}'")).collect();
+        let condition = format!("event IN ({})", ending.join(", "));
+        let index = include_str!("../../migrations/postgres/1003_run_events.sql");
+        assert!(SWEEP_ENDED.contains(&condition), "{SWEEP_ENDED}");
+        assert!(
+            index.contains(&format!("run_events_ended ON run_events (created_at_ms) WHERE {condition}")),
+            "{index}"
+        );
     }
 }

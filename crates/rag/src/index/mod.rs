@@ -1,6 +1,7 @@
 //! The index stage: a tenant's named, persisted [`KnowledgeBase`] of chunks (tantivy BM25
-//! fields, stored vectors, filterable metadata) and the [`KbStore`] that finds them under the
-//! data directory. Search over it lives in `search`, filling it in `ingest`.
+//! fields, stored vectors, filterable metadata and the [`Filter`]s that select on it) and the
+//! [`KbStore`] that finds them under the data directory. Search over it lives in `search`,
+//! filling it in `ingest`.
 //!
 //! With a Qdrant server configured ([`KbStore::with_qdrant`]) a knowledge base is a
 //! collection there instead ([`qdrant`]), and every read and write goes to it.
@@ -12,6 +13,7 @@
 mod analyzer;
 mod chunk;
 pub mod dense;
+mod filter;
 mod manifest;
 pub(crate) mod mapping;
 pub(crate) mod qdrant;
@@ -23,6 +25,7 @@ pub use analyzer::Analyzer;
 pub(crate) use analyzer::terms;
 pub use chunk::{Chunk, ChunkingOptions};
 pub use dense::DenseOptions;
+pub use filter::Filter;
 pub use manifest::{KB_FORMAT, KbManifest, validate_name};
 pub use mapping::RecordMapping;
 pub use qdrant::QdrantOptions;

@@ -21,8 +21,7 @@
 //! Talks REST through the blocking HTTP client rag already has (no second TLS stack).
 
 use crate::RagError;
-use crate::index::{Chunk, DocumentInfo, KbManifest};
-use crate::search::Filter;
+use crate::index::{Chunk, DocumentInfo, Filter, KbManifest};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::time::Duration;

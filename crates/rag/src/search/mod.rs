@@ -4,13 +4,13 @@
 //! query, and [`citation`] turns hits into checked `[label]` markers.
 
 pub mod citation;
-mod filter;
 pub mod fusion;
 mod request;
 mod retriever;
 
 pub use citation::{CitationReport, check_citations, cite};
-pub use filter::Filter;
+// Declared with the index it selects on (the Qdrant collection translates it too).
+pub use crate::index::Filter;
 pub use fusion::{Fusion, FusionMethod, ListRank, SearchMode, fuse, fuse_many};
 pub use request::{MAX_QUERY_CHARS, MAX_TOP_K, SearchFailure, SearchQuery, hit_json, results_json, search_json};
 pub use retriever::Retriever;

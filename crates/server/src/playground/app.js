@@ -1,6 +1,17 @@
 // The playground: talks to this service's own HTTP API (same origin, no build step).
 // POST streams are read with fetch() and an SSE parser: EventSource cannot POST or send headers.
 
+// The event names of a run's frames: toolgraph-protocol's `Frame` (crates/protocol/src/frame.rs)
+// defines them and their data; this page reads the six the service emits.
+const FRAME = Object.freeze({
+  TOKEN: "token",
+  TOOL_CALL: "tool_call",
+  TOOL_RESULT: "tool_result",
+  PENDING: "pending",
+  DONE: "done",
+  ERROR: "error",
+});
+
 const $ = (id) => document.getElementById(id);
 const config = JSON.parse($("playground-config").textContent || "{}");
 let conversationId = null;
@@ -129,14 +140,14 @@ class Turn {
     let d = {};
     try { d = data ? JSON.parse(data) : {}; } catch (_) { d = { raw: data }; }
     switch (event) {
-      case "token":
+      case FRAME.TOKEN:
         if (!this.text) {
           this.text = item("msg assistant", "");
           this.bubbles.push(this.text);
         }
         this.text.textContent += d.content || "";
         break;
-      case "tool_call": {
+      case FRAME.TOOL_CALL: {
         const card = item("card tool");
         card.dataset.tool = d.name;
         card.innerHTML = `<div><span class="name"></span> <span class="muted">called</span></div><pre class="args"></pre><div class="outcome muted">running…</div>`;
@@ -148,7 +159,7 @@ class Turn {
         this.text = null;
         break;
       }
-      case "tool_result": {
+      case FRAME.TOOL_RESULT: {
         const card = this.tools.get(d.callId || d.call_id || d.name) || item("card tool");
         const out = card.querySelector(".outcome") || card.appendChild(document.createElement("div"));
         const ms = card.started ? ` · ${Math.round(performance.now() - card.started)} ms` : "";
@@ -157,7 +168,7 @@ class Turn {
         if (d.ok) this.collectSources(d.outcome);
         break;
       }
-      case "pending": {
+      case FRAME.PENDING: {
         // The call's own card waits for the decision; the pending card tells it the outcome.
         const args = JSON.stringify(d.arguments);
         const call = [...this.tools.values()].find(
@@ -171,13 +182,13 @@ class Turn {
         this.text = null;
         break;
       }
-      case "done":
+      case FRAME.DONE:
         if (d.conversationId != null) setConversation(d.conversationId);
         refreshConversations();
         for (const bubble of this.bubbles) linkCitations(bubble, this.sources);
         this.finished = true;
         break;
-      case "error":
+      case FRAME.ERROR:
         showError(`The turn failed: ${d.message || data}`);
         this.finished = true;
         break;

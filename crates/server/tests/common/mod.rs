@@ -36,21 +36,15 @@ pub struct SseEvent {
     pub data: Value,
 }
 
-/// The events of a whole SSE body, in order; `data` parsed as JSON when it is JSON.
+/// The events of a whole SSE body, in order (read by `toolgraph_protocol::sse`); `data` parsed
+/// as JSON when it is JSON.
 pub fn parse_sse(text: &str) -> Vec<SseEvent> {
-    text.split("\n\n")
-        .filter_map(|block| {
-            let mut ev = SseEvent { id: String::new(), event: String::new(), data: Value::Null };
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    ev.id = v.trim().to_owned();
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    ev.event = v.trim().to_owned();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    ev.data = serde_json::from_str(v.trim()).unwrap_or(Value::String(v.trim().to_owned()));
-                }
-            }
-            (!ev.event.is_empty()).then_some(ev)
+    toolgraph_protocol::sse::parse_body(text)
+        .into_iter()
+        .map(|f| SseEvent {
+            id: f.id.unwrap_or_default(),
+            event: f.event,
+            data: serde_json::from_str(&f.data).unwrap_or(Value::String(f.data)),
         })
         .collect()
 }

@@ -2,16 +2,17 @@
 //! are persisted (tool, assistant and pending-action messages) whether or not anyone is
 //! still listening.
 
+use super::ChatService;
 use crate::runlog::RunLog;
-use crate::service::ChatService;
-use crate::wire::{Done, PendingActionDto, TokenEvent, ToolCallEvent, ToolResultEvent};
-use serde_json::{Value, json};
+use crate::wire::PendingActionDto;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use toolgraph_agents::react::{AgentState, ApprovalRequest, ReactNode};
+use toolgraph_agents::chat_agent::{AgentRun, ChatAgent, TurnEnd};
 use toolgraph_conversations::{Role, TurnClaim};
-use toolgraph_graph::{DerivedRows, GraphError, RunEvent, RunHandle, RunOutcome};
+use toolgraph_graph::{DerivedRows, GraphError, RunEvent};
+use toolgraph_protocol::Frame;
 
 /// The reply of a run that hit the recursion limit (the academy-admin contract's text).
 pub const RECURSION_FALLBACK: &str =
@@ -58,7 +59,13 @@ fn public_error(e: &GraphError) -> String {
     }
 }
 
-pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentState>, log: &RunLog) -> TurnResult {
+pub async fn drive(
+    service: &ChatService,
+    agent: &dyn ChatAgent,
+    turn: &Turn,
+    mut run: Box<dyn AgentRun>,
+    log: &RunLog,
+) -> TurnResult {
     let started = Instant::now();
     let store = service.store();
     let m = service.metrics();
@@ -73,7 +80,8 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
         run.id = %turn.run_id(),
         outcome = tracing::field::Empty,
     );
-    let mut model_started: Option<(Instant, tracing::Span)> = None;
+    // Model calls by node: nodes of one step may call at once.
+    let mut models: HashMap<String, (Instant, tracing::Span)> = HashMap::new();
     let mut tools: HashMap<String, (Instant, tracing::Span)> = HashMap::new();
     // The ids the store gave to what the latest step wrote (its messages, its pending actions),
     // handed over by the run: nothing is read back.
@@ -95,31 +103,33 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
         };
         let Some(event) = event else { break };
         match event {
-            RunEvent::TextDelta { text } => log.push("token", &TokenEvent { content: &text }),
-            RunEvent::NodeStarted { node, .. } if ReactNode::of(&node) == Some(ReactNode::Model) => {
-                let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent);
-                model_started = Some((Instant::now(), span));
+            RunEvent::TextDelta { text } => log.push(&Frame::Token { content: text }),
+            RunEvent::ModelCallStarted { node } => {
+                let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent, node = %node, llm.ok = tracing::field::Empty);
+                models.insert(node, (Instant::now(), span));
             }
-            RunEvent::NodeFinished { node, derived, .. } => {
-                if ReactNode::of(&node) == Some(ReactNode::Model)
-                    && let Some((t, _span)) = model_started.take()
-                {
+            RunEvent::ModelCallFinished { node, ok } => {
+                if let Some((t, span)) = models.remove(&node) {
+                    span.record("llm.ok", ok);
                     m.llm_latency.with_label_values(&[&turn.agent]).observe(t.elapsed().as_secs_f64());
                 }
-                written = derived;
             }
+            RunEvent::NodeFinished { derived, .. } => written = derived,
             RunEvent::ToolCall { call_id, name, arguments } => {
                 if turn.tool_events {
-                    let data = ToolCallEvent { call_id: &call_id, name: &name, arguments: &arguments };
-                    log.push("tool_call", &data);
+                    log.push(&Frame::ToolCall { call_id: call_id.clone(), name: name.clone(), arguments });
                 }
                 let span = tracing::info_span!(parent: &turn_span, "tool.call", tool.name = %name, tool.ok = tracing::field::Empty);
                 tools.insert(call_id, (Instant::now(), span));
             }
             RunEvent::ToolResult { call_id, name, outcome, ok } => {
                 if turn.tool_events {
-                    let data = ToolResultEvent { call_id: &call_id, name: &name, ok, outcome: &outcome };
-                    log.push("tool_result", &data);
+                    log.push(&Frame::ToolResult {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        ok,
+                        outcome: outcome.clone(),
+                    });
                 }
                 if let Some((t, span)) = tools.remove(&call_id) {
                     span.record("tool.ok", ok);
@@ -134,51 +144,51 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
             RunEvent::Interrupted { pending } => {
                 // Each pending action was committed with the checkpoint that paused the run,
                 // which reported its message id; listed in the order the run raised them.
-                for p in &pending {
+                for p in pending {
                     let Some(message_id) = written.interrupt(&p.id) else {
-                        tracing::warn!(run = %turn.run_id(), interrupt = %p.id.0, "a pending action was not stored");
+                        tracing::warn!(run = %turn.run_id(), interrupt = %p.id, "a pending action was not stored");
                         continue;
                     };
-                    let request = ApprovalRequest::of(&p.payload).unwrap_or_default();
+                    let request = agent.action_request(&p.payload);
                     let dto = PendingActionDto {
                         message_id,
                         tool_name: request.tool,
                         description: request.description,
                         arguments: request.arguments,
                     };
-                    log.push("pending", &dto);
+                    log.push(&Frame::Pending(dto.clone()));
                     result.pending.push(dto);
                 }
             }
             _ => {}
         }
     }
-    let outcome = run.outcome().await;
+    let outcome = run.finish().await;
     // A completed run's reply was committed with its last checkpoint; a fallback reply (not
     // part of the graph state) is written here.
     let (label, reply, fallback) = match &outcome {
-        RunOutcome::Completed { .. } => ("completed", true, None),
-        RunOutcome::Interrupted { .. } => ("interrupted", false, None),
-        RunOutcome::RecursionLimit { .. } => {
+        TurnEnd::Completed { reply } => ("completed", Some(reply), None),
+        TurnEnd::Paused => ("interrupted", None, None),
+        TurnEnd::RecursionLimit => {
             m.errors.with_label_values(&["recursion"]).inc();
-            log.push("token", &TokenEvent { content: RECURSION_FALLBACK });
-            ("error", false, Some(RECURSION_FALLBACK))
+            log.push(&Frame::Token { content: RECURSION_FALLBACK.to_owned() });
+            ("error", None, Some(RECURSION_FALLBACK))
         }
-        RunOutcome::Cancelled { .. } => {
+        TurnEnd::Cancelled => {
             result.error = Some("the service is shutting down".into());
-            ("error", false, None)
+            ("error", None, None)
         }
-        RunOutcome::Failed { error, .. } => {
+        TurnEnd::Failed(error) => {
             m.errors.with_label_values(&["exception"]).inc();
             tracing::warn!(run = %turn.run_id(), %error, "run failed");
             result.error = Some(public_error(error));
-            ("error", false, None)
+            ("error", None, None)
         }
     };
-    if reply {
+    if let Some(reply) = reply {
         // The reply is the last message the final step wrote.
-        match (written.updates.last(), outcome.state().last_reply()) {
-            (Some(id), Some(text)) => result.reply = Some((*id, text.to_owned())),
+        match (written.updates.last(), reply) {
+            (Some(id), Some(text)) => result.reply = Some((*id, text.clone())),
             _ => result.error = Some("the reply was not saved".into()),
         }
     }
@@ -197,13 +207,13 @@ pub async fn drive(service: &ChatService, turn: &Turn, mut run: RunHandle<AgentS
     match (&result.error, &result.reply, result.pending.first()) {
         (Some(message), _, _) => {
             tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, %message, "turn ended with an error frame");
-            log.push("error", &json!({ "message": message }))
+            log.push(&Frame::Error { message: message.clone() })
         }
         (None, Some((id, _)), _) => push_done(log, turn.conversation, *id),
         (None, None, Some(p)) => push_done(log, turn.conversation, p.message_id),
         (None, None, None) => {
             tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, "run ended without a reply");
-            log.push("error", &json!({ "message": "the run ended without a reply" }))
+            log.push(&Frame::Error { message: "the run ended without a reply".into() })
         }
     }
     turn_span.record("outcome", label);
@@ -238,5 +248,5 @@ async fn renew(service: &ChatService, turn: &Turn, expired: bool) -> bool {
 }
 
 fn push_done(log: &RunLog, conversation_id: i64, message_id: i64) {
-    log.push("done", &Done { conversation_id, message_id });
+    log.push(&Frame::Done { conversation_id, message_id });
 }

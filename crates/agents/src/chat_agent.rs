@@ -1,0 +1,277 @@
+//! [`ChatAgent`]: the one interface the chat service runs every agent through, whatever the
+//! state its graph keeps.
+//!
+//! The service starts and resumes runs, reads their events (the graph runtime's
+//! [`RunEvent`]s) and how they ended ([`TurnEnd`]), and asks the agent how a
+//! step reads as conversation messages and pending actions ([`ChatAgent::project`]) and how
+//! its state looks at a checkpoint ([`StateView`]). It never sees the state type, the node
+//! names or the interrupt payloads of an agent: those stay behind this trait, so an agent of
+//! any shape is served the same way (docs/agents.md).
+//!
+//! [`GraphAgent`] implements the trait for any compiled graph whose state is a
+//! [`ChatState`]: a state that can take a user's turn, say what the reply is, describe what a
+//! pause asks a person, and project a checkpoint record into the conversation.
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use toolgraph_conversations::Projection;
+use toolgraph_graph::{
+    CheckpointMeta, CheckpointRecord, Checkpointer, CompiledGraph, Decision, GraphError, GraphShape, InterruptId,
+    PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, State, ThreadId,
+};
+
+/// What a person's turn brings to a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnInput {
+    /// What they wrote.
+    pub message: String,
+    /// Context values for the agent's tools (they replace the previous ones when given).
+    pub context: Option<Map<String, Value>>,
+    /// Who is asking, re-asserted on every turn over the context (tenant, user, conversation).
+    pub identity: Map<String, Value>,
+}
+
+/// What a pause asks a person to decide, as people read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActionRequest {
+    /// The tool that waits.
+    pub tool: String,
+    /// The action in words.
+    pub description: String,
+    /// The arguments it would run with.
+    pub arguments: Value,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum TurnEnd {
+    /// It finished; `reply` is the answer its state ends with, if any.
+    Completed {
+        /// The reply.
+        reply: Option<String>,
+    },
+    /// It waits for decisions.
+    Paused,
+    /// It hit its recursion limit.
+    RecursionLimit,
+    /// It was cancelled.
+    Cancelled,
+    /// It failed.
+    Failed(GraphError),
+}
+
+/// A run in progress: its events, then how it ended.
+#[async_trait]
+pub trait AgentRun: Send {
+    /// The run's id.
+    fn run_id(&self) -> &str;
+    /// The next event; `None` once the run ended and every event was read. An
+    /// [`RunEvent::Interrupted`]'s payloads are this agent's: [`ChatAgent::action_request`]
+    /// reads them.
+    async fn next_event(&mut self) -> Option<RunEvent>;
+    /// Waits for the end, discarding unread events.
+    async fn finish(self: Box<Self>) -> TurnEnd;
+}
+
+/// What a resume did.
+pub enum Resumed {
+    /// Every interrupt is decided; the run continues.
+    Started(Box<dyn AgentRun>),
+    /// Decisions recorded; others are still awaited.
+    Waiting,
+}
+
+/// A thread's state at one checkpoint, for inspection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateView {
+    /// The checkpoint's sequence number.
+    pub seq: u64,
+    /// The node that runs next; `None` when idle.
+    pub next: Option<String>,
+    /// The pause's interrupts (decided or not).
+    pub pending: Vec<PendingInterrupt>,
+    /// Decisions recorded for them.
+    pub decisions: BTreeMap<InterruptId, Decision>,
+    /// Whether some interrupt still waits for a decision.
+    pub undecided: bool,
+    /// The agent's state as JSON.
+    pub state: Value,
+}
+
+/// An agent the chat service can run.
+#[async_trait]
+pub trait ChatAgent: Send + Sync + 'static {
+    /// Its graph's nodes and edges, for drawing.
+    fn shape(&self) -> &GraphShape;
+    /// Where its checkpoints are kept.
+    fn checkpointer(&self) -> &Arc<dyn Checkpointer>;
+    /// Starts a turn on `thread`.
+    ///
+    /// # Errors
+    /// [`GraphError::AwaitingDecision`] while a pause waits; [`GraphError::ConcurrentRun`]
+    /// while another run holds the thread; a store failure.
+    async fn start(
+        &self,
+        thread: &ThreadId,
+        input: TurnInput,
+        options: RunOptions,
+    ) -> Result<Box<dyn AgentRun>, GraphError>;
+    /// Records decisions on a pause of `thread`, and resumes it once all are in.
+    ///
+    /// # Errors
+    /// An unknown interrupt, no pause, a store failure.
+    async fn resume(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+        options: RunOptions,
+    ) -> Result<Resumed, GraphError>;
+    /// Closes a turn its run left mid-way (its replica died); whether there was one.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError>;
+    /// The thread's checkpoints, oldest first.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn history(&self, thread: &ThreadId) -> Result<Vec<CheckpointMeta>, GraphError>;
+    /// The thread's state as checkpoint `seq` left it.
+    ///
+    /// # Errors
+    /// [`GraphError::NotFound`] for a checkpoint the thread lacks; a store failure.
+    async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<StateView, GraphError>;
+    /// Copies `from`'s checkpoints up to `seq` into `to`.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn fork(&self, from: &ThreadId, seq: u64, to: &ThreadId) -> Result<(), GraphError>;
+    /// What one of its checkpoint records adds to conversation `conversation`.
+    fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection;
+    /// What an interrupt payload of this agent asks a person.
+    fn action_request(&self, payload: &Value) -> ActionRequest;
+}
+
+/// A graph state that holds a conversation: what [`GraphAgent`] needs of it.
+pub trait ChatState: State {
+    /// The update that starts a person's turn.
+    fn user_turn(input: TurnInput) -> Self::Update;
+    /// The reply the state ends with, if it ends with one.
+    fn reply(&self) -> Option<&str>;
+    /// What an interrupt payload of this agent asks a person (blank for a foreign one, so it
+    /// can still be decided).
+    fn action_request(payload: &Value) -> ActionRequest;
+    /// What a checkpoint record adds to conversation `conversation`.
+    fn project(conversation: i64, record: &CheckpointRecord) -> Projection;
+}
+
+/// A [`ChatAgent`] over a compiled graph whose state is a [`ChatState`].
+pub struct GraphAgent<S: ChatState, C> {
+    graph: CompiledGraph<S, C>,
+}
+
+impl<S: ChatState, C: Send + Sync + 'static> GraphAgent<S, C> {
+    /// The agent that runs `graph`.
+    pub fn new(graph: CompiledGraph<S, C>) -> Self {
+        Self { graph }
+    }
+
+    /// Its graph.
+    pub fn graph(&self) -> &CompiledGraph<S, C> {
+        &self.graph
+    }
+}
+
+/// A graph's run, read as turn events.
+struct GraphRun<S: ChatState> {
+    handle: RunHandle<S>,
+}
+
+#[async_trait]
+impl<S: ChatState> AgentRun for GraphRun<S> {
+    fn run_id(&self) -> &str {
+        self.handle.run_id()
+    }
+
+    async fn next_event(&mut self) -> Option<RunEvent> {
+        self.handle.next_event().await
+    }
+
+    async fn finish(self: Box<Self>) -> TurnEnd {
+        match self.handle.outcome().await {
+            RunOutcome::Completed { state } => TurnEnd::Completed { reply: state.reply().map(str::to_owned) },
+            RunOutcome::Interrupted { .. } => TurnEnd::Paused,
+            RunOutcome::RecursionLimit { .. } => TurnEnd::RecursionLimit,
+            RunOutcome::Cancelled { .. } => TurnEnd::Cancelled,
+            RunOutcome::Failed { error, .. } => TurnEnd::Failed(error),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
+    fn shape(&self) -> &GraphShape {
+        self.graph.shape()
+    }
+
+    fn checkpointer(&self) -> &Arc<dyn Checkpointer> {
+        self.graph.checkpointer()
+    }
+
+    async fn start(
+        &self,
+        thread: &ThreadId,
+        input: TurnInput,
+        options: RunOptions,
+    ) -> Result<Box<dyn AgentRun>, GraphError> {
+        let handle = self.graph.start(thread, S::user_turn(input), options).await?;
+        Ok(Box::new(GraphRun { handle }))
+    }
+
+    async fn resume(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+        options: RunOptions,
+    ) -> Result<Resumed, GraphError> {
+        Ok(match self.graph.resume(thread, decisions, options).await? {
+            ResumeResult::Started(handle) => Resumed::Started(Box::new(GraphRun { handle })),
+            ResumeResult::Waiting { .. } => Resumed::Waiting,
+        })
+    }
+
+    async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError> {
+        self.graph.close_interrupted(thread).await
+    }
+
+    async fn history(&self, thread: &ThreadId) -> Result<Vec<CheckpointMeta>, GraphError> {
+        self.graph.history(thread).await
+    }
+
+    async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<StateView, GraphError> {
+        let head = self.graph.state_at(thread, seq).await?;
+        let undecided = !head.undecided().is_empty();
+        Ok(StateView {
+            seq: head.version,
+            next: head.next,
+            pending: head.pending,
+            decisions: head.decisions,
+            undecided,
+            state: serde_json::to_value(&*head.state).unwrap_or(Value::Null),
+        })
+    }
+
+    async fn fork(&self, from: &ThreadId, seq: u64, to: &ThreadId) -> Result<(), GraphError> {
+        self.graph.fork(from, seq, to).await
+    }
+
+    fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection {
+        S::project(conversation, record)
+    }
+
+    fn action_request(&self, payload: &Value) -> ActionRequest {
+        S::action_request(payload)
+    }
+}

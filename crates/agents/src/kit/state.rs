@@ -1,0 +1,171 @@
+//! The state every agent here keeps: the message log and the tools' context ([`AgentState`])
+//! and its updates, a user's turn, what a paused write call asks a person
+//! ([`ApprovalRequest`]), and how a turn whose run stopped mid-way is made whole ([`recover`]).
+
+use super::tools::tool_message;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use toolgraph_graph::{State, StopCause};
+use toolgraph_llm::{Message, ToolCall};
+use toolgraph_tools::{ToolError, ToolOutcome};
+
+/// What a paused write call asks a person to decide: the payload of each interrupt the ReAct
+/// agent raises, as checkpoints keep it (the field names are part of the stored format).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// The model's id of the call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments the model gave (without the state-injected ones).
+    pub arguments: Value,
+    /// The action as a person reads it (the tool's `describe`, over the arguments with the
+    /// injected values).
+    pub description: String,
+}
+
+impl ApprovalRequest {
+    /// The request of an interrupt payload; `None` for a payload the agent did not write.
+    pub fn of(payload: &Value) -> Option<Self> {
+        serde_json::from_value(payload.clone()).ok()
+    }
+}
+
+/// An agent's state: the message log (append) and the values injected into tools
+/// (replace), plus the read-failure count of the current turn (replace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    /// Every message of the conversation, oldest first.
+    pub messages: Vec<Message>,
+    /// State values for injected tool arguments (e.g. `asignatura`).
+    #[serde(default)]
+    pub context: Map<String, Value>,
+    /// Rounds of failing read tools in the current turn.
+    #[serde(default)]
+    pub tool_failures: u32,
+    /// The write calls a person approved that `execute` has yet to run (call ids).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved: Vec<String>,
+}
+
+/// A partial update of [`AgentState`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentUpdate {
+    /// Messages to append.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<Message>,
+    /// New context, replacing the old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Map<String, Value>>,
+    /// Context values set over the (possibly replaced) context, keeping its other keys — e.g.
+    /// who is asking, which a service re-asserts on every turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_set: Option<Map<String, Value>>,
+    /// New failure count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_failures: Option<u32>,
+    /// New approved calls, replacing the old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<Vec<String>>,
+}
+
+impl State for AgentState {
+    type Update = AgentUpdate;
+    fn apply(&mut self, u: AgentUpdate) {
+        self.messages.extend(u.messages);
+        if let Some(c) = u.context {
+            self.context = c;
+        }
+        if let Some(set) = u.context_set {
+            self.context.extend(set);
+        }
+        if let Some(f) = u.tool_failures {
+            self.tool_failures = f;
+        }
+        if let Some(a) = u.approved {
+            self.approved = a;
+        }
+    }
+}
+
+impl AgentState {
+    /// The text of the last assistant message, if the conversation ends with one.
+    pub fn last_reply(&self) -> Option<&str> {
+        match self.messages.last() {
+            Some(Message::Assistant { content, tool_calls }) if tool_calls.is_empty() => Some(content),
+            _ => None,
+        }
+    }
+}
+
+/// The input of a user turn: the message, and context values when given (they replace the
+/// previous ones); the failure count restarts.
+pub fn user_turn(text: impl Into<String>, context: Option<Map<String, Value>>) -> AgentUpdate {
+    AgentUpdate { messages: vec![Message::user(text)], context, tool_failures: Some(0), ..Default::default() }
+}
+
+/// The tool message of a call whose turn was cut short (the service stopped, or the run
+/// failed) before its result was recorded.
+pub const INTERRUPTED_CALL: &str =
+    "The turn was interrupted before this call's result was recorded; it may not have been carried out.";
+
+/// The reply that closes a turn cut short by a stop of the service.
+pub const INTERRUPTED_REPLY: &str = "This turn was interrupted before it finished (the service stopped), so \
+it has no answer. Please ask again.";
+
+/// The state of a turn whose run stopped mid-way, made whole: each call without a result gets
+/// one saying so (its outcome is unknown, and it is never run again), so the model never sees
+/// an unanswered call. A turn whose process died, or that was cancelled, also ends with
+/// [`INTERRUPTED_REPLY`], so the history says what happened; a failed one's client was sent
+/// the error instead.
+pub(crate) fn recover(s: &AgentState, cause: StopCause) -> Option<AgentUpdate> {
+    let interrupted = ToolOutcome::Failure(ToolError::unavailable(INTERRUPTED_CALL));
+    let mut messages: Vec<Message> = pending_calls(s).iter().map(|c| tool_message(c, &interrupted)).collect();
+    if cause == StopCause::Died {
+        messages.push(Message::assistant(INTERRUPTED_REPLY));
+    }
+    if messages.is_empty() {
+        return None;
+    }
+    Some(AgentUpdate { messages, tool_failures: Some(0), approved: Some(Vec::new()), ..Default::default() })
+}
+
+/// Tool calls of the last assistant message that have no tool message yet.
+pub(crate) fn pending_calls(s: &AgentState) -> Vec<ToolCall> {
+    let Some(pos) = s.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })) else {
+        return Vec::new();
+    };
+    let Message::Assistant { tool_calls, .. } = &s.messages[pos] else {
+        return Vec::new();
+    };
+    let answered: Vec<&str> = s.messages[pos + 1..]
+        .iter()
+        .filter_map(|m| if let Message::Tool { tool_call_id, .. } = m { Some(tool_call_id.as_str()) } else { None })
+        .collect();
+    tool_calls.iter().filter(|c| !answered.contains(&c.id.as_str())).cloned().collect()
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn set_values_join_a_kept_or_replaced_context() {
+        let mut state = AgentState { context: map(json!({"asignatura": "iv"})), ..Default::default() };
+        // A continuing turn: the stored context stays, the service's values join it.
+        state.apply(AgentUpdate { context_set: Some(map(json!({"tenantId": 1}))), ..Default::default() });
+        assert_eq!(Value::Object(state.context.clone()), json!({"asignatura": "iv", "tenantId": 1}));
+        // New context replaces the old first; the set values win over the client's.
+        state.apply(AgentUpdate {
+            context: Some(map(json!({"tema": 2, "tenantId": 99}))),
+            context_set: Some(map(json!({"tenantId": 1}))),
+            ..Default::default()
+        });
+        assert_eq!(Value::Object(state.context), json!({"tema": 2, "tenantId": 1}));
+    }
+}

@@ -1,0 +1,306 @@
+//! [`Frame`]: the typed frames of a chat run's SSE stream, each an event name and JSON data.
+//! Owns the wire form of every frame (docs/service.md): the names, the camelCase fields, and
+//! which frames end a stream; nothing else in the workspace spells them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One frame of a chat run's stream.
+///
+/// The academy contract's clients get only `token`, `tool_call` and `tool_result` (the
+/// `toolEvents` extension), `pending`, `done` and `error` today; `node_started`,
+/// `node_finished`, `state_update` and `custom` are named for the streams to come and are not
+/// emitted yet.
+///
+/// It serializes as its SSE data, the JSON the wire carries ([`Frame::data`]); the event name
+/// is [`Frame::event`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged, rename_all_fields = "camelCase")]
+pub enum Frame {
+    /// `token`: a piece of the reply, `{"content"}`.
+    Token {
+        /// The text.
+        content: String,
+    },
+    /// `tool_call`: the model called a tool, `{"callId", "name", "arguments"}`.
+    ToolCall {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        arguments: Value,
+    },
+    /// `tool_result`: a call's outcome, `{"callId", "name", "ok", "outcome"}`.
+    ToolResult {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Whether it succeeded.
+        ok: bool,
+        /// The outcome as the model sees it.
+        outcome: Value,
+    },
+    /// `pending`: a write action waits for the user's decision.
+    Pending(PendingAction),
+    /// `done`: the turn ended, `{"conversationId", "messageId"}` (the reply's message, or the
+    /// first pending action's).
+    Done {
+        /// The conversation.
+        conversation_id: i64,
+        /// The message the turn ended on.
+        message_id: i64,
+    },
+    /// `error`: the turn failed, `{"message"}`.
+    Error {
+        /// What went wrong, for the user.
+        message: String,
+    },
+    /// `node_started`: a graph node began, `{"node", "step"}` (not emitted yet).
+    NodeStarted {
+        /// The node.
+        node: String,
+        /// Its step in the run, from 1.
+        step: u32,
+    },
+    /// `node_finished`: a graph node finished, `{"node", "step"}` (not emitted yet).
+    NodeFinished {
+        /// The node.
+        node: String,
+        /// Its step in the run, from 1.
+        step: u32,
+    },
+    /// `state_update`: values of the run's state changed, `{"values"}` (not emitted yet).
+    StateUpdate {
+        /// The changed values.
+        values: Value,
+    },
+    /// `custom`: a frame a node sends of its own, `{"name", "data"}` (not emitted yet).
+    Custom {
+        /// What the node calls it.
+        name: String,
+        /// Its data.
+        data: Value,
+    },
+}
+
+/// A pending write action as the contract shows it, in a `pending` frame and in confirm
+/// answers: `{"messageId", "toolName", "description", "arguments"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingAction {
+    /// The message that holds it; a confirm names it.
+    pub message_id: i64,
+    /// The tool that would run.
+    pub tool_name: String,
+    /// What it would do, for the user.
+    pub description: String,
+    /// The arguments it would run with.
+    pub arguments: Value,
+}
+
+/// Every event name a [`Frame`] has, in the order of its variants.
+pub const EVENTS: [&str; 10] = [
+    "token",
+    "tool_call",
+    "tool_result",
+    "pending",
+    "done",
+    "error",
+    "node_started",
+    "node_finished",
+    "state_update",
+    "custom",
+];
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The event name is none of [`EVENTS`].
+    #[error("unknown event `{name}`")]
+    UnknownEvent {
+        /// The name read.
+        name: String,
+    },
+    /// The data is not the JSON its event carries.
+    #[error("the data of a `{event}` frame is not its JSON: {source}")]
+    Data {
+        /// The event.
+        event: &'static str,
+        /// What serde found wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Whether an event of this name ends a run's stream (`done`, `error`): nothing follows it.
+/// For stores that hold frames as (name, data); agrees with [`Frame::is_terminal`].
+pub fn is_terminal_event(name: &str) -> bool {
+    matches!(name, "done" | "error")
+}
+
+impl Frame {
+    /// The SSE event name, one of [`EVENTS`].
+    pub fn event(&self) -> &'static str {
+        match self {
+            Self::Token { .. } => "token",
+            Self::ToolCall { .. } => "tool_call",
+            Self::ToolResult { .. } => "tool_result",
+            Self::Pending(_) => "pending",
+            Self::Done { .. } => "done",
+            Self::Error { .. } => "error",
+            Self::NodeStarted { .. } => "node_started",
+            Self::NodeFinished { .. } => "node_finished",
+            Self::StateUpdate { .. } => "state_update",
+            Self::Custom { .. } => "custom",
+        }
+    }
+
+    /// The SSE data: the frame's JSON, as the wire has it.
+    pub fn data(&self) -> String {
+        // Every field is a string, a number, a bool or a `Value`: nothing JSON cannot hold.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether the frame ends the run's stream (`done`, `error`).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::Done { .. } | Self::Error { .. })
+    }
+
+    /// The frame an SSE event carries.
+    ///
+    /// # Errors
+    /// [`FrameError::UnknownEvent`] for a name none of [`EVENTS`] has (a client that meets a
+    /// newer server's frame may skip it); [`FrameError::Data`] when `data` is not that event's
+    /// JSON.
+    pub fn parse(event: &str, data: &str) -> Result<Frame, FrameError> {
+        let Some(event) = EVENTS.iter().copied().find(|e| *e == event) else {
+            return Err(FrameError::UnknownEvent { name: event.to_owned() });
+        };
+        let bad = |source| FrameError::Data { event, source };
+        let data: Value = serde_json::from_str(data).map_err(bad)?;
+        Tagged::deserialize(serde_json::json!({ "event": event, "data": data })).map_err(bad)
+    }
+}
+
+/// How [`Frame::parse`] reads a frame: serde's adjacent tagging picks the variant by its event
+/// name. The same variants and fields as [`Frame`] (the derive does not compile if a field
+/// differs; the round-trip tests fail if a variant is missing).
+#[derive(Deserialize)]
+#[serde(remote = "Frame", tag = "event", content = "data", rename_all = "snake_case", rename_all_fields = "camelCase")]
+enum Tagged {
+    Token { content: String },
+    ToolCall { call_id: String, name: String, arguments: Value },
+    ToolResult { call_id: String, name: String, ok: bool, outcome: Value },
+    Pending(PendingAction),
+    Done { conversation_id: i64, message_id: i64 },
+    Error { message: String },
+    NodeStarted { node: String, step: u32 },
+    NodeFinished { node: String, step: u32 },
+    StateUpdate { values: Value },
+    Custom { name: String, data: Value },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// One frame of every kind.
+    fn every_kind() -> Vec<Frame> {
+        vec![
+            Frame::Token { content: "Hola, ¿qué tal? 🎉".into() },
+            Frame::ToolCall { call_id: "c1".into(), name: "calculator".into(), arguments: json!({"expr": "1+1"}) },
+            Frame::ToolResult { call_id: "c1".into(), name: "calculator".into(), ok: true, outcome: json!(2) },
+            Frame::Pending(PendingAction {
+                message_id: 7,
+                tool_name: "send_sms".into(),
+                description: "Send \"hi\" to Ana".into(),
+                arguments: json!({"to": "Ana", "text": "hi"}),
+            }),
+            Frame::Done { conversation_id: 3, message_id: 9 },
+            Frame::Error { message: "the model is unreachable".into() },
+            Frame::NodeStarted { node: "agent".into(), step: 1 },
+            Frame::NodeFinished { node: "tools".into(), step: 2 },
+            Frame::StateUpdate { values: json!({"messages": []}) },
+            Frame::Custom { name: "progress".into(), data: json!({"pct": 50}) },
+        ]
+    }
+
+    #[test]
+    fn every_kind_reads_back_as_itself() {
+        for frame in every_kind() {
+            assert_eq!(Frame::parse(frame.event(), &frame.data()).unwrap(), frame, "{}", frame.event());
+        }
+    }
+
+    #[test]
+    fn every_event_name_is_one_kind() {
+        let names: Vec<&str> = every_kind().iter().map(Frame::event).collect();
+        assert_eq!(names, EVENTS);
+    }
+
+    #[test]
+    fn the_contract_frames_keep_their_wire_form() {
+        let wire = |f: Frame| (f.event(), f.data());
+        assert_eq!(wire(Frame::Token { content: "é".into() }), ("token", r#"{"content":"é"}"#.into()));
+        assert_eq!(
+            wire(Frame::ToolCall { call_id: "c1".into(), name: "notes".into(), arguments: json!({"a": 1}) }),
+            ("tool_call", r#"{"callId":"c1","name":"notes","arguments":{"a":1}}"#.into())
+        );
+        assert_eq!(
+            wire(Frame::ToolResult { call_id: "c1".into(), name: "notes".into(), ok: false, outcome: json!("x") }),
+            ("tool_result", r#"{"callId":"c1","name":"notes","ok":false,"outcome":"x"}"#.into())
+        );
+        let pending = PendingAction {
+            message_id: 4,
+            tool_name: "send_sms".into(),
+            description: "Send it".into(),
+            arguments: json!({"to": "Ana"}),
+        };
+        assert_eq!(
+            wire(Frame::Pending(pending)),
+            (
+                "pending",
+                r#"{"messageId":4,"toolName":"send_sms","description":"Send it","arguments":{"to":"Ana"}}"#.into()
+            )
+        );
+        assert_eq!(
+            wire(Frame::Done { conversation_id: 1, message_id: 2 }),
+            ("done", r#"{"conversationId":1,"messageId":2}"#.into())
+        );
+        assert_eq!(wire(Frame::Error { message: "boom".into() }), ("error", r#"{"message":"boom"}"#.into()));
+    }
+
+    #[test]
+    fn done_and_error_end_a_stream() {
+        for frame in every_kind() {
+            assert_eq!(frame.is_terminal(), matches!(frame.event(), "done" | "error"), "{}", frame.event());
+            assert_eq!(is_terminal_event(frame.event()), frame.is_terminal(), "{}", frame.event());
+        }
+        assert!(!is_terminal_event("message"));
+    }
+
+    #[test]
+    fn an_unknown_event_is_named() {
+        let err = Frame::parse("progress_bar", "{}").unwrap_err();
+        assert!(matches!(&err, FrameError::UnknownEvent { name } if name == "progress_bar"));
+        assert_eq!(err.to_string(), "unknown event `progress_bar`");
+    }
+
+    #[test]
+    fn data_that_is_not_the_event_s_json_is_an_error() {
+        for (event, data) in [("token", "not json"), ("done", r#"{"conversationId":1}"#), ("error", "[]")] {
+            let err = Frame::parse(event, data).unwrap_err();
+            assert!(matches!(err, FrameError::Data { event: e, .. } if e == event), "{event}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let frame = Frame::parse("token", r#"{"content":"a","extra":1}"#).unwrap();
+        assert_eq!(frame, Frame::Token { content: "a".into() });
+    }
+}
