@@ -125,9 +125,12 @@ fn the_table_keeps_the_layering_rules() {
     let allows = |krate: &str, dep: &str| {
         table.get(krate).is_some_and(|a| a.contains(dep) || (a.contains("*") && krate == BINARY))
     };
-    for bottom in ["toolgraph-tools", "toolgraph-llm", "toolgraph-embed", "toolgraph-protocol"] {
+    for bottom in ["toolgraph-tools", "toolgraph-embed", "toolgraph-protocol"] {
         assert!(table.get(bottom).is_some_and(BTreeSet::is_empty), "{bottom} must depend on no workspace crate");
     }
+    // The model client reads its server's stream with the one SSE reader, and nothing else.
+    let llm = table.get("toolgraph-llm").expect("the llm row");
+    assert!(llm.iter().all(|d| d == "toolgraph-protocol"), "toolgraph-llm may depend on toolgraph-protocol only");
     for dep in ["toolgraph-llm", "toolgraph-tools"] {
         assert!(!allows("toolgraph-graph", dep), "the graph runtime must not depend on {dep}");
     }

@@ -1,13 +1,17 @@
 //! Thread heads: [`ThreadState`], a thread's state folded from its checkpoint records, and
 //! the head cache, the heads of recent runs kept in memory so a new turn reads only the
-//! records it has not seen. Bounded (oldest evicted first); every entry is checked against
-//! the store before use, so other replicas' writes and deletions are never missed.
+//! records it has not seen. Bounded (the least recently put back is evicted first, in constant
+//! time: a run takes its thread's head and puts it back after every step); every entry is
+//! checked against the store before use, so other replicas' writes and deletions are never
+//! missed.
 
 use crate::checkpoint::{CheckpointError, CheckpointRecord, RecordKind, ThreadId, now_ms};
 use crate::error::GraphError;
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use crate::state::State;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use lru::LruCache;
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -93,54 +97,35 @@ impl<S: State> ThreadState<S> {
     }
 }
 
-struct Heads<S> {
-    map: HashMap<ThreadId, ThreadState<S>>,
-    /// Insertion order for eviction; may hold names already taken out of `map`.
-    order: VecDeque<ThreadId>,
-}
-
 pub(crate) struct HeadCache<S> {
-    inner: Mutex<Heads<S>>,
-    capacity: usize,
+    inner: Mutex<LruCache<ThreadId, ThreadState<S>>>,
 }
 
 impl<S: Clone> HeadCache<S> {
+    /// A cache of at most `capacity` heads (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
-        Self { inner: Mutex::new(Heads { map: HashMap::new(), order: VecDeque::new() }), capacity }
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        Self { inner: Mutex::new(LruCache::new(capacity)) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Heads<S>> {
+    fn lock(&self) -> MutexGuard<'_, LruCache<ThreadId, ThreadState<S>>> {
         // Nothing panics under this lock; recover rather than cascade if something did.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Removes and returns a head: the run that takes it owns it until it puts it back.
     pub(crate) fn take(&self, thread: &ThreadId) -> Option<ThreadState<S>> {
-        self.lock().map.remove(thread)
+        self.lock().pop(thread)
     }
 
     /// A copy of a head (cheap: the state is shared).
     pub(crate) fn peek(&self, thread: &ThreadId) -> Option<ThreadState<S>> {
-        self.lock().map.get(thread).cloned()
+        self.lock().peek(thread).cloned()
     }
 
+    /// Keeps `head` as the most recent, evicting the least recent past the capacity.
     pub(crate) fn put(&self, thread: ThreadId, head: ThreadState<S>) {
-        let mut g = self.lock();
-        if g.map.insert(thread.clone(), head).is_none() {
-            g.order.push_back(thread);
-        }
-        while g.map.len() > self.capacity {
-            match g.order.pop_front() {
-                Some(old) => {
-                    g.map.remove(&old);
-                }
-                None => break,
-            }
-        }
-        if g.order.len() > self.capacity * 2 {
-            let Heads { map, order } = &mut *g;
-            order.retain(|t| map.contains_key(t));
-        }
+        self.lock().put(thread, head);
     }
 }
 
@@ -163,5 +148,31 @@ mod tests {
         assert_eq!(cache.take(&ThreadId::new("t", "c")).map(|h| h.version), Some(2));
         assert!(cache.take(&ThreadId::new("t", "c")).is_none(), "taken heads are gone");
         assert_eq!(cache.peek(&ThreadId::new("t", "b")).map(|h| h.version), Some(1));
+    }
+
+    #[test]
+    fn heads_taken_and_put_back_stay_bounded_and_the_least_recent_goes() {
+        let cache: HeadCache<u32> = HeadCache::new(3);
+        let head = |v| {
+            let mut h = ThreadState::<u32>::empty();
+            h.version = v;
+            h
+        };
+        let t = |n: u32| ThreadId::new("t", n);
+        for n in 0..3 {
+            cache.put(t(n), head(0));
+        }
+        // Runs on thread 0 take and put back its head many times: it stays, and is the most
+        // recent, so a new thread evicts thread 1.
+        for v in 1..10_000 {
+            let h = cache.take(&t(0)).expect("kept");
+            assert_eq!(h.version, v - 1);
+            cache.put(t(0), head(v));
+        }
+        assert_eq!(cache.lock().len(), 3);
+        cache.put(t(3), head(0));
+        assert!(cache.peek(&t(1)).is_none(), "the least recently put back goes first");
+        assert!(cache.peek(&t(0)).is_some() && cache.peek(&t(2)).is_some() && cache.peek(&t(3)).is_some());
+        assert_eq!(cache.lock().len(), 3);
     }
 }

@@ -1,12 +1,17 @@
-//! The one SSE reader: bytes in, [`SseFrame`]s out, on `eventsource-stream` (which keeps a
-//! character split across two chunks whole, and takes LF, CRLF or CR line ends).
-//! Owns reading events off the wire; what an event means is [`Frame`]'s.
+//! The one SSE reader: bytes in, [`SseFrame`]s out. A line is cut at LF, CRLF or CR (a CR
+//! at the end of a chunk and the LF that starts the next are one line end), and is decoded
+//! only once whole, so a character split across two chunks comes out whole. Owns reading
+//! events off the wire (the service's streams, and a model server's); what an event means is
+//! [`Frame`]'s.
+//!
+//! It scans each chunk once for line ends and copies each field once: model servers stream a
+//! reply as one small event per token, so this is on every turn's path.
 
 use crate::frame::{Frame, FrameError};
-use eventsource_stream::{EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::string::FromUtf8Error;
+use std::str::Utf8Error;
 
 /// One event as it came off the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,24 +42,106 @@ pub enum SseError {
     /// The bytes stopped coming (the connection broke, a read timed out, …).
     #[error("the event stream broke off: {0}")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The bytes are not UTF-8.
+    /// A line is not UTF-8.
     #[error("the event stream is not UTF-8: {0}")]
-    Utf8(#[from] FromUtf8Error),
-    /// A line is not SSE.
-    #[error("the event stream is malformed: {detail}")]
-    Malformed {
-        /// Where the parser stopped.
-        detail: String,
-    },
+    Utf8(#[from] Utf8Error),
 }
 
-impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<EventStreamError<E>> for SseError {
-    fn from(e: EventStreamError<E>) -> Self {
-        match e {
-            EventStreamError::Transport(e) => Self::Transport(e.into()),
-            EventStreamError::Utf8(e) => Self::Utf8(e),
-            EventStreamError::Parser(e) => Self::Malformed { detail: e.to_string() },
+/// Reads events off bytes fed to it in pieces of any size.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Bytes of a line not ended yet.
+    line: Vec<u8>,
+    /// The last chunk ended with a CR: an LF first in the next one ends nothing.
+    after_cr: bool,
+    /// The fields of the event being read.
+    event: String,
+    data: String,
+    /// Whether a `data` field came (an event without one is not dispatched).
+    has_data: bool,
+    /// The last id the stream set (it carries over to later events).
+    last_id: Option<String>,
+}
+
+impl SseParser {
+    /// A parser at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads `chunk`, appending the events it completes to `out`.
+    ///
+    /// # Errors
+    /// [`SseError::Utf8`] for a line that is not UTF-8 (the parser should not be fed on).
+    pub fn feed(&mut self, mut chunk: &[u8], out: &mut VecDeque<SseFrame>) -> Result<(), SseError> {
+        if std::mem::take(&mut self.after_cr) && chunk.first() == Some(&b'\n') {
+            chunk = &chunk[1..];
         }
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', chunk) {
+            let cr = chunk[end] == b'\r';
+            if self.line.is_empty() {
+                self.take_line(&chunk[..end], out)?;
+            } else {
+                self.line.extend_from_slice(&chunk[..end]);
+                let line = std::mem::take(&mut self.line);
+                self.take_line(&line, out)?;
+                self.line = line;
+                self.line.clear();
+            }
+            chunk = &chunk[end + 1..];
+            if cr {
+                match chunk.first() {
+                    Some(b'\n') => chunk = &chunk[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+        }
+        self.line.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// One whole line (without its end).
+    fn take_line(&mut self, line: &[u8], out: &mut VecDeque<SseFrame>) -> Result<(), SseError> {
+        if line.is_empty() {
+            self.dispatch(out);
+            return Ok(());
+        }
+        if line[0] == b':' {
+            return Ok(());
+        }
+        let line = std::str::from_utf8(line)?;
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "event" => value.clone_into(&mut self.event),
+            "id" if !value.contains('\0') => self.last_id = Some(value.to_owned()),
+            // `retry`, and fields SSE does not define, are ignored.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Ends the event being read: appended to `out` when it has data.
+    fn dispatch(&mut self, out: &mut VecDeque<SseFrame>) {
+        let event = std::mem::take(&mut self.event);
+        if !std::mem::take(&mut self.has_data) {
+            return;
+        }
+        out.push_back(SseFrame {
+            id: self.last_id.clone().filter(|id| !id.is_empty()),
+            event: if event.is_empty() { "message".to_owned() } else { event },
+            data: std::mem::take(&mut self.data),
+        });
     }
 }
 
@@ -67,18 +154,41 @@ where
     B: AsRef<[u8]>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut failed = false;
-    bytes
-        .eventsource()
-        .map(|read| {
-            read.map(|e| SseFrame { id: (!e.id.is_empty()).then_some(e.id), event: e.event, data: e.data })
-                .map_err(SseError::from)
-        })
-        .take_while(move |read| {
-            let go = !failed;
-            failed |= read.is_err();
-            std::future::ready(go)
-        })
+    struct Reading<S> {
+        bytes: std::pin::Pin<Box<S>>,
+        parser: SseParser,
+        ready: VecDeque<SseFrame>,
+        /// What stopped the reading, given after the events read before it.
+        failed: Option<SseError>,
+        ended: bool,
+    }
+    let start = Reading {
+        bytes: Box::pin(bytes),
+        parser: SseParser::new(),
+        ready: VecDeque::new(),
+        failed: None,
+        ended: false,
+    };
+    futures::stream::unfold(start, |mut r| async move {
+        loop {
+            if let Some(frame) = r.ready.pop_front() {
+                return Some((Ok(frame), r));
+            }
+            if let Some(e) = r.failed.take() {
+                return Some((Err(e), r));
+            }
+            if r.ended {
+                return None;
+            }
+            match r.bytes.next().await {
+                Some(Ok(chunk)) => r.failed = r.parser.feed(chunk.as_ref(), &mut r.ready).err(),
+                Some(Err(e)) => r.failed = Some(SseError::Transport(e.into())),
+                // An event the stream does not end with a blank line is not dispatched.
+                None => r.ended = true,
+            }
+            r.ended |= r.failed.is_some();
+        }
+    })
 }
 
 /// The events of a whole SSE body, through the same reader as [`frames`] (for tests that hold
@@ -159,5 +269,24 @@ mod tests {
         assert_eq!(read.len(), 2);
         assert!(read[0].is_ok());
         assert!(matches!(&read[1], Err(SseError::Transport(e)) if e.to_string() == "reset"));
+    }
+
+    #[test]
+    fn a_crlf_cut_between_its_cr_and_lf_is_one_line_end_and_lone_crs_end_lines() {
+        let body = b"event: token\r\ndata: {\"content\":\"a\"}\r\n\r\ndata:b\rdata\r\r";
+        let expected = vec![event(None, "token", "{\"content\":\"a\"}"), event(None, "message", "b\n")];
+        for cut in 1..body.len() {
+            assert_eq!(read(&[&body[..cut], &body[cut..]]), expected, "cut at byte {cut}");
+        }
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_ends_the_stream_after_the_events_before_it() {
+        let body: &[u8] = b"data: one\n\ndata: \xff\xfe\n\ndata: three\n\n";
+        let chunks = futures::stream::iter([Ok::<_, Infallible>(body.to_vec())]);
+        let read: Vec<_> = futures::executor::block_on(frames(chunks).collect());
+        assert_eq!(read.len(), 2, "{read:?}");
+        assert_eq!(read[0].as_ref().unwrap().data, "one");
+        assert!(matches!(read[1], Err(SseError::Utf8(_))), "{read:?}");
     }
 }

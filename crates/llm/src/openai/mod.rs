@@ -16,7 +16,6 @@ use crate::model::{ChatModel, ChatStream};
 use crate::schema::Provider;
 use crate::types::{ChatEvent, ChatRequest, ChatResponse, FinishReason, Usage};
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use std::time::Duration;
 use wire::{Completion, StreamChunk};
@@ -239,14 +238,31 @@ impl ChatModel for OpenAiChatModel {
                         continue;
                     }
                 };
-                let mut events = resp.bytes_stream().eventsource();
+                let mut events = std::pin::pin!(toolgraph_protocol::sse::frames(resp.bytes_stream()));
                 let mut parser = ChunkParser::new(this.endpoint.clone()).redacting(this.config.api_key.clone());
                 let mut yielded = false;
+                // One timer for the whole reply, moved only when it fires: a reply streams an
+                // event per token, and arming a timer per event cost more than reading it.
+                let mut last_event = tokio::time::Instant::now();
+                let deadline = tokio::time::sleep(this.config.first_byte_timeout);
+                tokio::pin!(deadline);
                 let end = loop {
                     let limit = if yielded || parser.saw_data { this.config.idle_timeout } else { this.config.first_byte_timeout };
-                    let next = match tokio::time::timeout(limit, events.next()).await {
+                    let next = tokio::select! {
+                        biased;
+                        n = events.next() => Ok(n),
+                        () = &mut deadline => {
+                            if last_event + limit > tokio::time::Instant::now() {
+                                deadline.as_mut().reset(last_event + limit);
+                                continue;
+                            }
+                            Err(())
+                        }
+                    };
+                    last_event = tokio::time::Instant::now();
+                    let next = match next {
                         Ok(n) => n,
-                        Err(_) => {
+                        Err(()) => {
                             let e = if yielded || parser.saw_data {
                                 LlmError::IdleTimeout { endpoint: this.endpoint.clone(), after: limit }
                             } else {

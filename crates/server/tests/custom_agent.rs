@@ -1,0 +1,199 @@
+//! An agent that is not ours, served as ours are: a graph over a state of its own (no ReAct
+//! type in it), wrapped in `GraphAgent` through `ChatState`, streamed, paused for a person's
+//! decision, confirmed, stored, inspected and forked over HTTP.
+
+mod common;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use toolgraph_agents::chat_agent::{ActionRequest, ChatState, GraphAgent, TurnInput};
+use toolgraph_config::AgentSettings;
+use toolgraph_conversations::{
+    ConversationStore, MemoryConversationStore, NewPending, ProjectingCheckpointer, Projection, Role,
+};
+use toolgraph_graph::{
+    CheckpointRecord, Decision, END, InterruptRequest, MemoryCheckpointer, NodeError, NodeOutput, RunContext, RunEvent,
+    START, State, StateGraph,
+};
+use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+
+/// A tally keeper: counts what a person says, and resets the count once they approve it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Tally {
+    said: Vec<String>,
+    replies: Vec<String>,
+    count: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct TallyUpdate {
+    #[serde(default)]
+    said: Option<String>,
+    #[serde(default)]
+    reply: Option<String>,
+    #[serde(default)]
+    count: Option<u32>,
+}
+
+impl State for Tally {
+    type Update = TallyUpdate;
+    fn apply(&mut self, u: TallyUpdate) {
+        self.said.extend(u.said);
+        self.replies.extend(u.reply);
+        if let Some(c) = u.count {
+            self.count = c;
+        }
+    }
+}
+
+/// The payload of the tally's one kind of pause.
+#[derive(Serialize, Deserialize)]
+struct ResetRequest {
+    from: u32,
+}
+
+impl ChatState for Tally {
+    fn user_turn(input: TurnInput) -> TallyUpdate {
+        TallyUpdate { said: Some(input.message), ..TallyUpdate::default() }
+    }
+    fn reply(&self) -> Option<&str> {
+        self.replies.last().map(String::as_str)
+    }
+    fn action_request(payload: &Value) -> ActionRequest {
+        let from = serde_json::from_value::<ResetRequest>(payload.clone()).map_or(0, |r| r.from);
+        ActionRequest { tool: "reset".into(), description: format!("Reset the tally of {from}"), arguments: json!({}) }
+    }
+    fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
+        let mut p = Projection::default();
+        for raw in &record.updates {
+            let Ok(u) = serde_json::from_str::<TallyUpdate>(raw.get()) else { continue };
+            p.messages.extend(u.said.map(|s| (Role::User, s)));
+            p.messages.extend(u.reply.map(|r| (Role::Assistant, r)));
+        }
+        for i in &record.interrupts {
+            let request = Self::action_request(&i.payload);
+            p.pending.push(NewPending {
+                conversation_id: conversation,
+                run_id: record.run_id.clone(),
+                interrupt_id: i.id.0.clone(),
+                tool_name: request.tool,
+                description: request.description,
+                arguments: request.arguments,
+            });
+        }
+        p
+    }
+}
+
+async fn count(s: Arc<Tally>, ctx: RunContext<()>) -> Result<NodeOutput<Tally>, NodeError> {
+    let said = s.said.last().cloned().unwrap_or_default();
+    if said.contains("reset") {
+        let requests = vec![InterruptRequest { key: "reset".into(), payload: json!({ "from": s.count }) }];
+        return Ok(NodeOutput::Interrupt { update: TallyUpdate::default(), requests, resume_at: "reset".into() });
+    }
+    let n = s.count + 1;
+    let reply = format!("That makes {n}.");
+    for piece in ["That makes ", &format!("{n}.")] {
+        ctx.emit(RunEvent::TextDelta { text: piece.to_owned() }).await;
+    }
+    Ok(NodeOutput::Update(TallyUpdate { count: Some(n), reply: Some(reply), ..TallyUpdate::default() }))
+}
+
+async fn reset(_s: Arc<Tally>, ctx: RunContext<()>) -> Result<NodeOutput<Tally>, NodeError> {
+    let approved = ctx.decisions().get("reset") == Some(&Decision::Approve);
+    let (count, reply) = if approved { (Some(0), "Back to zero.") } else { (None, "Kept as it was.") };
+    ctx.emit(RunEvent::TextDelta { text: reply.to_owned() }).await;
+    Ok(NodeOutput::Update(TallyUpdate { count, reply: Some(reply.to_owned()), ..TallyUpdate::default() }))
+}
+
+async fn start() -> (String, Arc<MemoryConversationStore>) {
+    let store = Arc::new(MemoryConversationStore::new());
+    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
+        MemoryCheckpointer::new(),
+        store.clone(),
+        <Tally as ChatState>::project,
+    ));
+    let mut g = StateGraph::<Tally, ()>::new();
+    g.add_node("count", count);
+    g.add_node("reset", reset);
+    g.add_edge(START, "count");
+    g.add_edge("count", END);
+    g.add_edge("reset", END);
+    g.add_resume("count", "reset");
+    let graph = g.compile((), ckpt.clone()).unwrap();
+    let agents =
+        BTreeMap::from([("tally".to_string(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default()))]);
+    let app = AppState::new(ChatService::new(agents, "tally".into(), store.clone(), ckpt, ServiceOptions::default()));
+    app.set_ready();
+    (common::serve(app).await, store)
+}
+
+async fn turn(base: &str, conversation: Option<i64>, message: &str) -> Vec<common::SseEvent> {
+    let body =
+        json!({"tenantSlug": "t", "tenantId": 1, "userId": 2, "conversationId": conversation, "message": message});
+    common::parse_sse(&common::stream_text(base, "t", &body).await)
+}
+
+fn tokens(events: &[common::SseEvent]) -> String {
+    events.iter().filter(|e| e.event == "token").map(|e| e.data["content"].as_str().unwrap_or_default()).collect()
+}
+
+#[tokio::test]
+async fn an_agent_of_its_own_state_is_streamed_paused_confirmed_inspected_and_forked() {
+    let (base, store) = start().await;
+    let http = reqwest::Client::new();
+
+    let first = turn(&base, None, "apples").await;
+    assert_eq!(tokens(&first), "That makes 1.");
+    let done = &first.last().unwrap().data;
+    let conv = done["conversationId"].as_i64().unwrap();
+    let second = turn(&base, Some(conv), "pears").await;
+    assert_eq!(tokens(&second), "That makes 2.");
+
+    // A pause of this agent reads as its own action, through ChatState::action_request.
+    let paused = turn(&base, Some(conv), "please reset").await;
+    let pending: Vec<_> = paused.iter().filter(|e| e.event == "pending").collect();
+    assert_eq!(pending.len(), 1, "{paused:?}");
+    assert_eq!(pending[0].data["toolName"], "reset");
+    assert_eq!(pending[0].data["description"], "Reset the tally of 2");
+    let message_id = pending[0].data["messageId"].as_i64().unwrap();
+    assert_eq!(paused.last().unwrap().event, "done");
+
+    let confirm = json!({"tenantSlug": "t", "tenantId": 1, "userId": 2, "conversationId": conv,
+                         "messageId": message_id, "confirmed": true});
+    let resp = http.post(format!("{base}/api/chatbot/confirm")).header("X-Tenant-Slug", "t").json(&confirm);
+    let answer: Value = resp.send().await.unwrap().json().await.unwrap();
+    assert_eq!(answer["message"], "Back to zero.", "{answer}");
+    assert_eq!(tokens(&turn(&base, Some(conv), "plums").await), "That makes 1.");
+
+    // What people read was projected by the agent's own projector.
+    let stored: Vec<(Role, String)> =
+        store.messages(conv).await.unwrap().into_iter().map(|m| (m.role, m.content)).collect();
+    let said: Vec<&str> = stored.iter().filter(|(r, _)| *r == Role::User).map(|(_, c)| c.as_str()).collect();
+    assert_eq!(said, ["apples", "pears", "please reset", "plums"]);
+    assert_eq!(stored.last().unwrap(), &(Role::Assistant, "That makes 1.".to_owned()));
+
+    // The inspector shows the agent's state as it is.
+    let path = |p: &str| format!("{base}/api/chatbot/conversations/{conv}{p}?tenantId=1&userId=2");
+    let get = |url: String| http.get(url).header("X-Tenant-Slug", "t").send();
+    let listed: Value = get(path("/checkpoints")).await.unwrap().json().await.unwrap();
+    let checkpoints = listed["checkpoints"].as_array().unwrap();
+    let seqs: Vec<u64> = checkpoints.iter().filter_map(|c| c["seq"].as_u64()).collect();
+    let last = *seqs.last().unwrap();
+    let state: Value = get(path(&format!("/checkpoints/{last}"))).await.unwrap().json().await.unwrap();
+    assert_eq!(state["state"]["count"], 1, "{state}");
+    assert_eq!(state["state"]["said"].as_array().unwrap().len(), 4);
+
+    // A fork at the second turn's end carries its messages, and counts on from there.
+    let second_end = checkpoints.iter().filter(|c| c["kind"] == "step").nth(1).unwrap()["seq"].as_u64().unwrap();
+    let fork = json!({"tenantSlug": "t", "tenantId": 1, "userId": 2, "seq": second_end});
+    let url = format!("{base}/api/chatbot/conversations/{conv}/fork");
+    let resp = http.post(url).header("X-Tenant-Slug", "t").json(&fork).send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    let forked = resp.json::<Value>().await.unwrap()["conversationId"].as_i64().unwrap();
+    let copied: Vec<String> = store.messages(forked).await.unwrap().into_iter().map(|m| m.content).collect();
+    assert_eq!(copied, ["apples", "That makes 1.", "pears", "That makes 2."]);
+    assert_eq!(tokens(&turn(&base, Some(forked), "figs").await), "That makes 3.");
+}
