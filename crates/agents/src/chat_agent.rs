@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use toolgraph_conversations::Projection;
+use toolgraph_conversations::{NewPending, Projection};
 use toolgraph_graph::{
     CheckpointMeta, CheckpointRecord, Checkpointer, CompiledGraph, Decision, GraphError, GraphShape, InterruptId,
     PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, State, ThreadId,
@@ -165,6 +165,31 @@ pub trait ChatState: State {
     fn action_request(payload: &Value) -> ActionRequest;
     /// What a checkpoint record adds to conversation `conversation`.
     fn project(conversation: i64, record: &CheckpointRecord) -> Projection;
+}
+
+/// The pending actions a record's pause adds to conversation `conversation`, one per
+/// interrupt, each described by `read` (the state's [`ChatState::action_request`]): what a
+/// [`ChatState::project`] adds for a pause.
+pub fn pending_actions(
+    conversation: i64,
+    record: &CheckpointRecord,
+    read: impl Fn(&Value) -> ActionRequest,
+) -> Vec<NewPending> {
+    record
+        .interrupts
+        .iter()
+        .map(|i| {
+            let request = read(&i.payload);
+            NewPending {
+                conversation_id: conversation,
+                run_id: record.run_id.clone(),
+                interrupt_id: i.id.0.clone(),
+                tool_name: request.tool,
+                description: request.description,
+                arguments: request.arguments,
+            }
+        })
+        .collect()
 }
 
 /// A [`ChatAgent`] over a compiled graph whose state is a [`ChatState`].

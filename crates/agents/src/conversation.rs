@@ -5,10 +5,10 @@
 //! [`Projector`]: toolgraph_conversations::Projector
 //! [`ProjectingCheckpointer`]: toolgraph_conversations::ProjectingCheckpointer
 
-use crate::chat_agent::{ActionRequest, ChatState, TurnInput};
+use crate::chat_agent::{ActionRequest, ChatState, TurnInput, pending_actions};
 use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, user_turn};
 use serde_json::{Value, json};
-use toolgraph_conversations::{NewPending, Projection, Role};
+use toolgraph_conversations::{Projection, Role};
 use toolgraph_graph::CheckpointRecord;
 use toolgraph_llm::Message;
 
@@ -34,19 +34,9 @@ pub fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
             }
         }
     }
-    for i in &record.interrupts {
-        // Every interrupt of this agent carries an approval request; a foreign one is still
-        // recorded (blank), so it can be decided.
-        let request = ApprovalRequest::of(&i.payload).unwrap_or_default();
-        p.pending.push(NewPending {
-            conversation_id: conversation,
-            run_id: record.run_id.clone(),
-            interrupt_id: i.id.0.clone(),
-            tool_name: request.tool,
-            description: request.description,
-            arguments: request.arguments,
-        });
-    }
+    // Every interrupt of this agent carries an approval request; a foreign one is still
+    // recorded (blank), so it can be decided.
+    p.pending = pending_actions(conversation, record, <AgentState as ChatState>::action_request);
     p
 }
 

@@ -48,8 +48,26 @@ use std::path::{Path, PathBuf};
 
 /// `TOOLGRAPH_*` variables that are not configuration keys: the config file path, the log
 /// filter, the model cache of `scripts/fetch-models` (read by the local models), the
-/// allocator (read by the binary before `main`), and the local models' thread count and kernels.
-const NOT_CONFIG_KEYS: &[&str] = &["config", "log", "models_dir", "allocator", "threads", "kernels"];
+/// allocator (read by the binary before `main`), the local models' thread count and kernels,
+/// `chat --url`'s key, the demo's port, and what the test suite reads (its database, the Qdrant
+/// and PostgreSQL binaries, the MCP SDKs, the benchmark's PostgreSQL). Each would otherwise
+/// stop every command with "unknown key" when set in the shell.
+pub const NOT_CONFIG_KEYS: &[&str] = &[
+    "config",
+    "log",
+    "models_dir",
+    "allocator",
+    "threads",
+    "kernels",
+    "api_key",
+    "demo_port",
+    "test_database_url",
+    "qdrant_bin",
+    "pg_bindir",
+    "mcp_python",
+    "mcp_everything",
+    "bench_pg",
+];
 
 /// Top-level sections; `TOOLGRAPH_<SECTION>_<KEY>` maps to `<section>.<key>`.
 const SECTIONS: &[&str] = &["llm", "agents", "server", "tools", "rag", "plugins", "mcp"];
@@ -262,20 +280,33 @@ pub(crate) fn is_http_url(v: Option<&str>) -> bool {
     v.and_then(|v| url::Url::parse(v).ok()).is_some_and(|u| matches!(u.scheme(), "http" | "https"))
 }
 
-/// `TOOLGRAPH_*` → keys: the first `_` after a section name nests, `__` nests anywhere.
+/// Tables inside a section whose name's `_` nests too: `TOOLGRAPH_TOOLS_COURSE_BACKEND_URL`
+/// is `tools.course.backend_url` (as is `TOOLGRAPH_TOOLS_COURSE__BACKEND_URL`).
+const SUBSECTIONS: &[(&str, &[&str])] = &[("tools", &["course", "legal", "crisis"])];
+
+/// `TOOLGRAPH_*` → keys: the first `_` after a section name nests (and after a table of
+/// [`SUBSECTIONS`]), `__` nests anywhere.
 fn env_provider() -> Env {
     Env::prefixed("TOOLGRAPH_")
         .filter(|k| !NOT_CONFIG_KEYS.iter().any(|n| k.as_str().eq_ignore_ascii_case(n)))
-        .map(|k| {
-            let lower = k.as_str().to_ascii_lowercase().replace("__", ".");
-            for s in SECTIONS {
-                if let Some(rest) = lower.strip_prefix(&format!("{s}_")) {
-                    return format!("{s}.{rest}").into();
-                }
-            }
-            lower.into()
-        })
+        .map(|k| env_key(k.as_str()).into())
         .split(".")
+}
+
+/// The key a `TOOLGRAPH_` variable (without the prefix) sets, with `.` between its parts.
+fn env_key(variable: &str) -> String {
+    let lower = variable.to_ascii_lowercase().replace("__", ".");
+    for s in SECTIONS {
+        let Some(rest) = lower.strip_prefix(s).and_then(|r| r.strip_prefix('_')) else { continue };
+        let tables = SUBSECTIONS.iter().find(|(section, _)| section == s).map_or(&[][..], |(_, t)| *t);
+        for t in tables {
+            if let Some(key) = rest.strip_prefix(t).and_then(|r| r.strip_prefix('_')) {
+                return format!("{s}.{t}.{key}");
+            }
+        }
+        return format!("{s}.{rest}");
+    }
+    lower
 }
 
 /// Where the value at `key` came from, for error messages.

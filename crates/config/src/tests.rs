@@ -310,6 +310,12 @@ fn auth_modes_need_their_credentials() {
 fn provider_names_are_kebab_case() {
     let c = Config::from_toml_str("[llm]\nprovider = \"llama-cpp\"\n").unwrap();
     assert_eq!(c.llm.provider, Some(Provider::LlamaCpp));
+    // As the docs spell it; the older spelling still loads.
+    for spelling in ["openai", "open-ai"] {
+        let c = Config::from_toml_str(&format!("[llm]\nprovider = \"{spelling}\"\n")).unwrap();
+        assert_eq!(c.llm.provider, Some(Provider::OpenAi), "{spelling}");
+    }
+    assert_eq!(serde_json::to_value(Provider::OpenAi).unwrap(), "openai");
     assert!(Config::from_toml_str("[llm]\nprovider = \"anthropic\"\n").is_err());
 }
 
@@ -356,10 +362,43 @@ fn variables_read_by_the_binary_are_not_configuration_keys() {
             ("TOOLGRAPH_ALLOCATOR", "mimalloc"),
             ("TOOLGRAPH_LOG", "info"),
             ("TOOLGRAPH_MODELS_DIR", "/tmp/models"),
+            ("TOOLGRAPH_API_KEY", "tg_demo_key"),
+            ("TOOLGRAPH_DEMO_PORT", "8081"),
+            ("TOOLGRAPH_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"),
+            ("TOOLGRAPH_QDRANT_BIN", "/tmp/qdrant"),
+            ("TOOLGRAPH_PG_BINDIR", "/usr/lib/postgresql/15/bin"),
+            ("TOOLGRAPH_MCP_PYTHON", "/tmp/venv/bin/python"),
+            ("TOOLGRAPH_MCP_EVERYTHING", "/tmp/everything.js"),
+            ("TOOLGRAPH_BENCH_PG", "postgres://postgres@127.0.0.1:5432/test"),
         ] {
             jail.set_env(name, value);
         }
         Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_table_inside_a_section_is_reached_with_single_or_double_underscores() {
+    for variable in ["TOOLGRAPH_TOOLS_COURSE_BACKEND_URL", "TOOLGRAPH_TOOLS_COURSE__BACKEND_URL"] {
+        Jail::expect_with(|jail| {
+            jail.create_file("toolgraph.toml", "")?;
+            jail.set_env(variable, "http://backend:9000");
+            let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(
+                c.tools.course.and_then(|t| t.backend_url).as_deref(),
+                Some("http://backend:9000"),
+                "{variable}"
+            );
+            Ok(())
+        });
+    }
+    // A key of the section whose name starts like a table is left whole.
+    Jail::expect_with(|jail| {
+        jail.create_file("toolgraph.toml", "")?;
+        jail.set_env("TOOLGRAPH_TOOLS_SQL_DATABASE", "sqlite::memory:");
+        let c = Config::load(Some(Path::new("toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.tools.sql_database.as_deref(), Some("sqlite::memory:"));
         Ok(())
     });
 }

@@ -12,7 +12,8 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Provider {
-    /// api.openai.com and Azure-style OpenAI deployments.
+    /// api.openai.com and Azure-style OpenAI deployments (`openai`; `open-ai` is read too).
+    #[serde(rename = "openai", alias = "open-ai")]
     OpenAi,
     /// Google Gemini's OpenAI-compatible endpoint.
     Gemini,

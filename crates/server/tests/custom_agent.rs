@@ -8,11 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use toolgraph_agents::chat_agent::{ActionRequest, ChatState, GraphAgent, TurnInput};
+use toolgraph_agents::chat_agent::{ActionRequest, ChatState, GraphAgent, TurnInput, pending_actions};
 use toolgraph_config::AgentSettings;
-use toolgraph_conversations::{
-    ConversationStore, MemoryConversationStore, NewPending, ProjectingCheckpointer, Projection, Role,
-};
+use toolgraph_conversations::{ConversationStore, MemoryConversationStore, ProjectingCheckpointer, Projection, Role};
 use toolgraph_graph::{
     CheckpointRecord, Decision, END, InterruptRequest, MemoryCheckpointer, NodeError, NodeOutput, RunContext, RunEvent,
     START, State, StateGraph,
@@ -72,17 +70,7 @@ impl ChatState for Tally {
             p.messages.extend(u.said.map(|s| (Role::User, s)));
             p.messages.extend(u.reply.map(|r| (Role::Assistant, r)));
         }
-        for i in &record.interrupts {
-            let request = Self::action_request(&i.payload);
-            p.pending.push(NewPending {
-                conversation_id: conversation,
-                run_id: record.run_id.clone(),
-                interrupt_id: i.id.0.clone(),
-                tool_name: request.tool,
-                description: request.description,
-                arguments: request.arguments,
-            });
-        }
+        p.pending = pending_actions(conversation, record, Self::action_request);
         p
     }
 }
