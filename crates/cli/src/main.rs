@@ -68,7 +68,7 @@ enum Command {
     Chat(chat_cmd::ChatArgs),
     /// Add files to a knowledge base (md, txt, html, pdf, json, jsonl), incrementally.
     Ingest(kb_cmd::IngestArgs),
-    /// Search a knowledge base (BM25 with metadata filters).
+    /// Search a knowledge base: keywords (BM25), meaning (dense) or both (hybrid), with metadata filters.
     Search(kb_cmd::SearchArgs),
     /// List or delete knowledge bases.
     #[command(subcommand)]
