@@ -94,10 +94,15 @@ pub struct StateView {
     pub pending: Vec<PendingInterrupt>,
     /// Decisions recorded for them.
     pub decisions: BTreeMap<InterruptId, Decision>,
-    /// Whether some interrupt still waits for a decision.
-    pub undecided: bool,
     /// The agent's state as JSON.
     pub state: Value,
+}
+
+impl StateView {
+    /// Whether some interrupt of the pause still waits for a decision.
+    pub fn undecided(&self) -> bool {
+        self.pending.iter().any(|p| !self.decisions.contains_key(&p.id))
+    }
 }
 
 /// An agent the chat service can run.
@@ -202,11 +207,6 @@ impl<S: ChatState, C: Send + Sync + 'static> GraphAgent<S, C> {
     pub fn new(graph: CompiledGraph<S, C>) -> Self {
         Self { graph }
     }
-
-    /// Its graph.
-    pub fn graph(&self) -> &CompiledGraph<S, C> {
-        &self.graph
-    }
 }
 
 /// A graph's run, read as turn events.
@@ -277,13 +277,11 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
 
     async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<StateView, GraphError> {
         let head = self.graph.state_at(thread, seq).await?;
-        let undecided = !head.undecided().is_empty();
         Ok(StateView {
             seq: head.version,
             next: head.next,
             pending: head.pending,
             decisions: head.decisions,
-            undecided,
             state: serde_json::to_value(&*head.state).unwrap_or(Value::Null),
         })
     }

@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 /// `chat --url`'s key, the demo's port, and what the test suite reads (its database, the Qdrant
 /// and PostgreSQL binaries, the MCP SDKs, the benchmark's PostgreSQL). Each would otherwise
 /// stop every command with "unknown key" when set in the shell.
-pub const NOT_CONFIG_KEYS: &[&str] = &[
+const NOT_CONFIG_KEYS: &[&str] = &[
     "config",
     "log",
     "models_dir",

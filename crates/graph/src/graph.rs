@@ -115,7 +115,8 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     pub fn compile(self, deps: C, checkpointer: Arc<dyn Checkpointer>) -> Result<CompiledGraph<S, C>, GraphBuildError> {
         let mut nodes = HashMap::new();
         for (name, node) in self.nodes {
-            if name == START || name == END || name.is_empty() || nodes.insert(name.clone(), node).is_some() {
+            let named = (Arc::from(name.as_str()), node);
+            if name == START || name == END || name.is_empty() || nodes.insert(name.clone(), named).is_some() {
                 return Err(GraphBuildError::DuplicateNode(name));
             }
         }
@@ -263,8 +264,11 @@ pub enum StopCause {
     Failed,
 }
 
+/// A node with its name, shared: a run hands the name to every step's context.
+pub(crate) type NamedNode<S, C> = (Arc<str>, Arc<dyn Node<S, C>>);
+
 pub(crate) struct Inner<S: State, C> {
-    pub(crate) nodes: HashMap<String, Arc<dyn Node<S, C>>>,
+    pub(crate) nodes: HashMap<String, NamedNode<S, C>>,
     pub(crate) edges: HashMap<String, Edge<S>>,
     pub(crate) entry: Edge<S>,
     pub(crate) deps: Arc<C>,

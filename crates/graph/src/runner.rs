@@ -564,7 +564,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
         };
         // Compile-time validation makes a missing node impossible unless a stored `next` names a
         // node that a newer graph no longer has.
-        let Some(node) = self.graph.inner.nodes.get(name).cloned() else {
+        let Some((node_name, node)) = self.graph.inner.nodes.get(name).cloned() else {
             return Err(failed("routing", "no such node in this graph".into()));
         };
         self.emit(RunEvent::NodeStarted { node: name.to_owned(), step: self.steps }).await;
@@ -574,7 +574,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
             decisions,
             run_id: Arc::clone(&self.id),
             thread: Arc::clone(&self.thread_name),
-            node: Arc::from(name),
+            node: node_name,
             step: self.steps,
         };
         let call = AssertUnwindSafe(node.run(Arc::clone(&self.state), ctx)).catch_unwind();

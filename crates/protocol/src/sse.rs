@@ -45,7 +45,14 @@ pub enum SseError {
     /// A line is not UTF-8.
     #[error("the event stream is not UTF-8: {0}")]
     Utf8(#[from] Utf8Error),
+    /// A line or an event's data outgrew [`MAX_EVENT_BYTES`] (a server that never ends one).
+    #[error("an event of the stream is larger than {MAX_EVENT_BYTES} bytes")]
+    TooLarge,
 }
+
+/// Most bytes one line, or one event's data, may hold: far above any frame or model chunk
+/// (a tool outcome is capped at 64 KiB), so only a broken or hostile server reaches it.
+pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Reads events off bytes fed to it in pieces of any size.
 #[derive(Debug, Default)]
@@ -72,7 +79,8 @@ impl SseParser {
     /// Reads `chunk`, appending the events it completes to `out`.
     ///
     /// # Errors
-    /// [`SseError::Utf8`] for a line that is not UTF-8 (the parser should not be fed on).
+    /// [`SseError::Utf8`] for a line that is not UTF-8, [`SseError::TooLarge`] for a line or
+    /// an event past [`MAX_EVENT_BYTES`] (the parser should not be fed on).
     pub fn feed(&mut self, mut chunk: &[u8], out: &mut VecDeque<SseFrame>) -> Result<(), SseError> {
         if std::mem::take(&mut self.after_cr) && chunk.first() == Some(&b'\n') {
             chunk = &chunk[1..];
@@ -97,6 +105,9 @@ impl SseParser {
                 }
             }
         }
+        if self.line.len() + chunk.len() > MAX_EVENT_BYTES {
+            return Err(SseError::TooLarge);
+        }
         self.line.extend_from_slice(chunk);
         Ok(())
     }
@@ -117,6 +128,9 @@ impl SseParser {
         };
         match field {
             "data" => {
+                if self.data.len() + value.len() >= MAX_EVENT_BYTES {
+                    return Err(SseError::TooLarge);
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -288,5 +302,24 @@ mod tests {
         assert_eq!(read.len(), 2, "{read:?}");
         assert_eq!(read[0].as_ref().unwrap().data, "one");
         assert!(matches!(read[1], Err(SseError::Utf8(_))), "{read:?}");
+    }
+
+    #[test]
+    fn a_server_that_never_ends_a_line_or_an_event_is_cut_off() {
+        // One endless line, sent in 64 KiB pieces: the reader stops, holding at most the limit.
+        let piece = vec![b'x'; 64 * 1024];
+        let endless = futures::stream::iter(std::iter::repeat_n(piece.clone(), MAX_EVENT_BYTES / piece.len() + 2))
+            .map(Ok::<_, Infallible>);
+        let read: Vec<_> = futures::executor::block_on(frames(endless).collect());
+        assert!(matches!(read.as_slice(), [Err(SseError::TooLarge)]), "{read:?}");
+        // Endless `data:` lines of one event.
+        let line = format!("data: {}\n", "y".repeat(1024 * 1024));
+        let event = std::iter::repeat_n(line.into_bytes(), 10).map(Ok::<_, Infallible>);
+        let read: Vec<_> = futures::executor::block_on(frames(futures::stream::iter(event)).collect());
+        assert!(matches!(read.as_slice(), [Err(SseError::TooLarge)]), "{read:?}");
+        // Just under the limit is read.
+        let data = "z".repeat(MAX_EVENT_BYTES - 16);
+        let body = format!("data: {data}\n\n");
+        assert_eq!(parse_body(&body).first().map(|f| f.data.len()), Some(data.len()));
     }
 }

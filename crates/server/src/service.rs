@@ -651,7 +651,7 @@ impl ChatService {
             Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
             Err(e) => return Err(internal(e)),
         };
-        if head.undecided {
+        if head.undecided() {
             return Err(ChatError::Conflict(format!(
                 "checkpoint {seq} is a pause waiting for decisions; fork from a checkpoint before or after it"
             )));

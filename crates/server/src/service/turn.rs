@@ -116,21 +116,13 @@ pub async fn drive(
             }
             RunEvent::NodeFinished { derived, .. } => written = derived,
             RunEvent::ToolCall { call_id, name, arguments } => {
-                if turn.tool_events {
-                    log.push(&Frame::ToolCall { call_id: call_id.clone(), name: name.clone(), arguments });
-                }
                 let span = tracing::info_span!(parent: &turn_span, "tool.call", tool.name = %name, tool.ok = tracing::field::Empty);
-                tools.insert(call_id, (Instant::now(), span));
+                tools.insert(call_id.clone(), (Instant::now(), span));
+                if turn.tool_events {
+                    log.push(&Frame::ToolCall { call_id, name, arguments });
+                }
             }
             RunEvent::ToolResult { call_id, name, outcome, ok } => {
-                if turn.tool_events {
-                    log.push(&Frame::ToolResult {
-                        call_id: call_id.clone(),
-                        name: name.clone(),
-                        ok,
-                        outcome: outcome.clone(),
-                    });
-                }
                 if let Some((t, span)) = tools.remove(&call_id) {
                     span.record("tool.ok", ok);
                     m.tool_latency.with_label_values(&[m.tool_label(&name)]).observe(t.elapsed().as_secs_f64());
@@ -138,6 +130,9 @@ pub async fn drive(
                 let denied = outcome.get("kind").and_then(Value::as_str) == Some("denied");
                 if !ok && !denied {
                     m.sql_retries.with_label_values(&[&m.tenant_label(turn.tenant)]).inc();
+                }
+                if turn.tool_events {
+                    log.push(&Frame::ToolResult { call_id, name, ok, outcome });
                 }
                 // The tool message itself was committed with its checkpoint (see `projection`).
             }
