@@ -225,6 +225,28 @@ fn need_tools(agent: &str, tools: &ToolRegistry, needed: &[&str], provider: &str
     }
 }
 
+/// Agent `name` (or the default agent): its name, its settings and its tools out of `all`.
+///
+/// # Errors
+/// An unknown agent, or a tool it names that `all` lacks.
+pub fn agent_tools(
+    cfg: &Config,
+    name: Option<&str>,
+    all: &ToolRegistry,
+) -> Result<(String, AgentSettings, ToolRegistry), AgentError> {
+    let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
+    let agents = cfg.effective_agents();
+    let Some(settings) = agents.get(&name).cloned() else {
+        let known = agents.keys().cloned().collect::<Vec<_>>().join(", ");
+        return Err(AgentError::UnknownAgent { name, known });
+    };
+    let tools = match &settings.tools {
+        None => all.clone(),
+        Some(names) => all.subset(names).map_err(|source| AgentError::UnknownTool { agent: name.clone(), source })?,
+    };
+    Ok((name, settings, tools))
+}
+
 /// Builds agent `name` (or the default agent) over `store`, its tools out of `shared`.
 ///
 /// # Errors
@@ -235,18 +257,7 @@ pub fn build(
     store: Arc<dyn Checkpointer>,
     shared: &SharedParts,
 ) -> Result<Agent, AgentError> {
-    let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
-    let agents = cfg.effective_agents();
-    let Some(settings) = agents.get(&name).cloned() else {
-        let known = agents.keys().cloned().collect::<Vec<_>>().join(", ");
-        return Err(AgentError::UnknownAgent { name, known });
-    };
-    let tools = match &settings.tools {
-        None => shared.tools.clone(),
-        Some(names) => {
-            shared.tools.subset(names).map_err(|source| AgentError::UnknownTool { agent: name.clone(), source })?
-        }
-    };
+    let (name, settings, tools) = agent_tools(cfg, name, &shared.tools)?;
     let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools);
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
@@ -262,42 +273,93 @@ pub fn build(
         spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
     }
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
-    let graph = match settings.graph {
-        AgentGraph::React => react::build(spec, model, store)?,
-        AgentGraph::LegalPipeline => {
-            need_tools(&name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;
-            crate::legal::pipeline::build(spec, model, store)?
-        }
-        AgentGraph::CrisisCompanion => {
-            need_tools(&name, &spec.tools, &[crate::crisis::TOOL_NAME], "[tools.crisis]")?;
-            crate::crisis::graph::build(spec, model, store)?
-        }
-    };
+    let graph = graph_of(cfg, &name, &settings, spec, model, shared, store)?;
     Ok(Agent { name, settings, graph })
 }
 
-/// The topology of an agent on `kind` as a Mermaid flowchart (no model, tools or store needed).
-pub fn mermaid(kind: AgentGraph) -> String {
-    struct NeverCalled;
-    #[async_trait::async_trait]
-    impl ChatModel for NeverCalled {
-        async fn stream(
-            &self,
-            _r: toolgraph_llm::ChatRequest,
-        ) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
-            Err(toolgraph_llm::LlmError::InvalidRequest("this graph is only drawn, never run".into()))
-        }
-        fn model_id(&self) -> &str {
-            "none"
-        }
+/// The graph of agent `name` (its settings, its `spec`, its `model`): a built-in one, or the
+/// one its `graph_file` declares, checked against its tools.
+fn graph_of(
+    cfg: &Config,
+    name: &str,
+    settings: &AgentSettings,
+    spec: AgentSpec,
+    model: Arc<dyn ChatModel>,
+    shared: &SharedParts,
+    store: Arc<dyn Checkpointer>,
+) -> Result<CompiledGraph<AgentState, AgentDeps>, AgentError> {
+    if let Some(file) = &settings.graph_file {
+        let plan = declared_plan(file, &spec.tools)?;
+        let model_for = |m: &str| {
+            let mut named = settings.clone();
+            named.model = Some(m.to_owned());
+            self::model(cfg, &named, shared.local_model.as_ref())
+        };
+        return crate::declared::build(&plan, spec, model, &model_for, store);
     }
+    Ok(match settings.graph {
+        AgentGraph::React => react::build(spec, model, store)?,
+        AgentGraph::LegalPipeline => {
+            need_tools(name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;
+            crate::legal::pipeline::build(spec, model, store)?
+        }
+        AgentGraph::CrisisCompanion => {
+            need_tools(name, &spec.tools, &[crate::crisis::TOOL_NAME], "[tools.crisis]")?;
+            crate::crisis::graph::build(spec, model, store)?
+        }
+    })
+}
+
+/// The declaration at `file`, checked against `tools` (the agent's).
+///
+/// # Errors
+/// [`AgentError::Declared`] with every problem found.
+pub fn declared_plan(file: &std::path::Path, tools: &ToolRegistry) -> Result<crate::declared::Plan, AgentError> {
+    let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+    Ok(crate::declared::load(file, &crate::declared::Known { tools: &names })?)
+}
+
+/// The Mermaid flowchart of agent `name` (or the default agent) with its tools out of
+/// `shared`; no model is called or needed.
+///
+/// # Errors
+/// An unknown agent or tool, or a declaration that fails its checks.
+pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Result<String, AgentError> {
+    let (name, settings, tools) = agent_tools(cfg, name, &shared.tools)?;
+    let spec = AgentSpec::new(&name, &settings.system_prompt, tools);
+    let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
+    let never: Arc<dyn ChatModel> = Arc::new(NeverCalled);
+    let drawing =
+        SharedParts { tools: shared.tools.clone(), local_model: Some(Arc::clone(&never)), schema_prompt: None };
+    Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, store)?.to_mermaid())
+}
+
+/// The model of a graph that is only drawn or checked.
+struct NeverCalled;
+
+#[async_trait::async_trait]
+impl ChatModel for NeverCalled {
+    async fn stream(
+        &self,
+        _r: toolgraph_llm::ChatRequest,
+    ) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
+        Err(toolgraph_llm::LlmError::InvalidRequest("this graph is only drawn, never run".into()))
+    }
+    fn model_id(&self) -> &str {
+        "none"
+    }
+}
+
+/// The topology of a built-in graph `kind` as a Mermaid flowchart (no model, tools or store
+/// needed).
+pub fn mermaid(kind: AgentGraph) -> String {
     let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
     let spec = AgentSpec::new("draw", "", ToolRegistry::new());
     let model: Arc<dyn ChatModel> = Arc::new(NeverCalled);
     let graph = match kind {
         AgentGraph::React => react::build(spec, model, store),
-        AgentGraph::LegalPipeline => crate::legal::pipeline::build(spec, model, store),
-        AgentGraph::CrisisCompanion => crate::crisis::graph::build(spec, model, store),
+        AgentGraph::LegalPipeline => crate::legal::pipeline::build(spec, model, store).map_err(AgentError::from),
+        AgentGraph::CrisisCompanion => crate::crisis::graph::build(spec, model, store).map_err(AgentError::from),
     };
     match graph {
         Ok(g) => g.to_mermaid(),

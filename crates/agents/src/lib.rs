@@ -2,8 +2,10 @@
 //! and their assembly from configuration.
 //!
 //! Owns: what every agent here is built from ([`kit`]: the state, the settings, tools in a
-//! turn); the ReAct agent ([`react`]: a model node and tool nodes, write tools paused for a
-//! person's approval) and what its turns add to a conversation ([`conversation`]); the one
+//! turn, the model and tools steps); graphs declared in TOML ([`declared`]: the file format,
+//! its load-time checks, the node kinds); the ReAct agent ([`react`]: a model node and tool
+//! nodes, write tools paused for a person's approval, built from its declaration) and what its
+//! turns add to a conversation ([`conversation`]); the one
 //! interface the chat service runs every agent through ([`chat_agent`]); agents from
 //! `[agents.NAME]` ([`assembly`]); the example agents' own tools and contracts — the course
 //! tutor's retrieval ([`course`]) and the academy admin's SQL, backend tools and schema prompt
@@ -26,6 +28,7 @@ pub mod chat_agent;
 pub mod conversation;
 pub mod course;
 pub mod crisis;
+pub mod declared;
 pub mod kit;
 pub mod legal;
 pub mod mcp;
@@ -86,6 +89,9 @@ pub enum AgentError {
     /// The agent's graph does not compile.
     #[error("cannot build the agent graph: {0}")]
     Graph(#[from] toolgraph_graph::GraphBuildError),
+    /// A declared graph (`graph_file`) does not pass its checks.
+    #[error("the agent's graph declaration is not valid:\n{0}")]
+    Declared(#[from] declared::DeclErrors),
     /// The PostgreSQL database of `database_url` cannot be reached.
     #[error("cannot open the PostgreSQL database at {0}")]
     Database(String),

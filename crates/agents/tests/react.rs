@@ -584,3 +584,44 @@ async fn many_calls_of_one_step_run_a_few_at_a_time_in_order() {
         .collect();
     assert_eq!(tool_messages, calls.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), "every call, in order");
 }
+
+/// The academy admin's own declaration (`examples/lumie/admin.toml`): a failing query goes back
+/// to the model to be repaired at most `max_failures` = 3 times (the seed's `SQL_MAX_RETRIES`),
+/// then its `give_up` reply node answers with a fixed text filled from the state, no model call.
+#[tokio::test]
+async fn the_academy_declaration_repairs_a_query_three_times_then_gives_its_fixed_answer() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/admin.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let names = ["general_query".to_owned(), "send_sms".to_owned()];
+    let plan =
+        toolgraph_agents::declared::check("admin.toml", &text, &toolgraph_agents::declared::Known { tools: &names })
+            .unwrap();
+    let bad = |id: &str| Reply::tool_calls(&[(id, "general_query", json!({"sql": "select * from nope"}))]);
+    let server =
+        ScriptedModelServer::start(vec![bad("q1"), bad("q2"), bad("q3"), bad("q4"), Reply::text("unreachable")])
+            .await
+            .unwrap();
+    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
+    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
+    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters));
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph =
+        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!("no node names a model"), store)
+            .unwrap();
+    let opts = RunOptions { recursion_limit: 20, ..RunOptions::default() };
+    let (events, out) = graph.start(&t(40), user_turn("How many students?", None), opts).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    let reply = state.last_reply().unwrap();
+    assert!(
+        reply.starts_with("I could not complete this request: the tools kept failing after 4 attempts (last error: ")
+            && reply.contains("does not exist"),
+        "{reply}"
+    );
+    assert_eq!(texts(&events), reply, "the fixed answer is streamed as it is stored");
+    assert_eq!(server.request_count(), 4, "three repairs, then the give-up answer without the model");
+    let nodes: Vec<&str> = events
+        .iter()
+        .filter_map(|e| if let RunEvent::NodeStarted { node, .. } = e { Some(node.as_str()) } else { None })
+        .collect();
+    assert_eq!(nodes.last(), Some(&"give_up"), "{nodes:?}");
+}

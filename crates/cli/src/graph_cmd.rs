@@ -14,7 +14,7 @@ pub enum GraphCommand {
     },
 }
 
-pub fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
     match cmd {
         GraphCommand::Show { agent } => {
             let name = agent.unwrap_or_else(|| cfg.default_agent_name());
@@ -23,7 +23,17 @@ pub fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
                 let known = agents.keys().cloned().collect::<Vec<_>>().join(", ");
                 anyhow::bail!("no agent named '{name}'; configured agents: {known}");
             };
-            print!("{}", toolgraph_agents::assembly::mermaid(settings.graph));
+            if settings.graph_file.is_none() {
+                print!("{}", toolgraph_agents::assembly::mermaid(settings.graph));
+                return Ok(ExitCode::SUCCESS);
+            }
+            // A declared graph is drawn as its checks pass it, against the agent's tools.
+            let shared = toolgraph_agents::assembly::SharedParts {
+                tools: crate::agent::all_tools(cfg, None).await?,
+                local_model: None,
+                schema_prompt: None,
+            };
+            print!("{}", toolgraph_agents::assembly::mermaid_of(cfg, Some(&name), &shared)?);
         }
     }
     Ok(ExitCode::SUCCESS)

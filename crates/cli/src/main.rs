@@ -4,6 +4,7 @@
 //! arguments, loads the configuration, sets up logging and maps errors to an exit code.
 
 mod agent;
+mod agents_cmd;
 mod allocator;
 mod bench_cmd;
 mod bench_streams;
@@ -84,6 +85,9 @@ enum Command {
     /// Inspect agent graphs.
     #[command(subcommand)]
     Graph(graph_cmd::GraphCommand),
+    /// Check the graphs agents declare in TOML, without starting anything.
+    #[command(subcommand)]
+    Agents(agents_cmd::AgentsCommand),
     /// Measure quality: retrieval on BEIR-layout data sets.
     #[command(subcommand)]
     Eval(eval_cmd::EvalCommand),
@@ -128,7 +132,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
         Command::Mcp => mcp_cmd::run(&cfg).await,
         Command::Guides(cmd) => guides_cmd::run(cmd, &cfg).await,
-        Command::Graph(cmd) => graph_cmd::run(cmd, &cfg),
+        Command::Graph(cmd) => graph_cmd::run(cmd, &cfg).await,
+        Command::Agents(cmd) => agents_cmd::run(cmd, &cfg).await,
         Command::Bench(cmd) => bench_cmd::run(cmd).await,
         Command::Eval(cmd) => eval_cmd::run(cmd, &cfg).await,
         Command::Config(cmd) => config_cmd::run(cmd, &cfg),

@@ -37,6 +37,10 @@ pub struct AgentSettings {
     /// (retrieve the laws, answer from them, cite them: a fixed pipeline, docs/legal.md) or
     /// `crisis_companion` (a safety gate before every reply, docs/crisis.md).
     pub graph: AgentGraph,
+    /// A graph declared in TOML (docs/agents.md), instead of a built-in `graph`: the file's path,
+    /// relative to the configuration file's directory (to the working directory when the
+    /// setting comes from no file).
+    pub graph_file: Option<std::path::PathBuf>,
 }
 
 /// Which graph an agent runs ([`AgentSettings::graph`]).
@@ -82,6 +86,7 @@ impl Default for AgentSettings {
             max_tokens: None,
             cite_sources: true,
             graph: AgentGraph::React,
+            graph_file: None,
         }
     }
 }
@@ -106,6 +111,15 @@ impl AgentSettings {
                     format!("`{kb}`: use 1-64 letters, digits, `_`, `-` or `.`, not starting with `.`"),
                 ));
             }
+        }
+        if self.graph_file.is_some() && self.graph != AgentGraph::React {
+            return Err(check.invalid(
+                &format!("agents.{name}.graph_file"),
+                format!(
+                    "set `graph` (a built-in graph) or `graph_file` (a declared one), not both: graph = \"{}\"",
+                    self.graph.as_str()
+                ),
+            ));
         }
         if self.max_tokens == Some(0) {
             return Err(check.invalid(&format!("agents.{name}.max_tokens"), "must be greater than 0".into()));

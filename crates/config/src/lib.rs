@@ -179,7 +179,22 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(path));
         }
-        Self::extract(fig.merge(env_provider()))
+        let mut cfg = Self::extract(fig.merge(env_provider()))?;
+        if let Some(dir) = file.and_then(Path::parent) {
+            cfg.resolve_beside(dir);
+        }
+        Ok(cfg)
+    }
+
+    /// Relative `graph_file`s are read beside the configuration file that names them (a graph
+    /// declaration travels with its configuration); other paths stay relative to the working
+    /// directory.
+    fn resolve_beside(&mut self, dir: &Path) {
+        for agent in self.agents.values_mut() {
+            if let Some(file) = agent.graph_file.as_mut().filter(|f| f.is_relative()) {
+                *file = dir.join(&*file);
+            }
+        }
     }
 
     /// Parses TOML text alone (no environment); for tests and embedding.

@@ -402,3 +402,22 @@ fn a_table_inside_a_section_is_reached_with_single_or_double_underscores() {
         Ok(())
     });
 }
+
+#[test]
+fn a_relative_graph_file_is_read_beside_the_configuration_that_names_it() {
+    figment::Jail::expect_with(|jail| {
+        std::fs::create_dir("conf").map_err(|e| e.to_string())?;
+        jail.create_file(
+            "conf/toolgraph.toml",
+            "[agents.desk]\ngraph_file = \"desk.toml\"\n[agents.abs]\ngraph_file = \"/srv/abs.toml\"\n",
+        )?;
+        let c = Config::load(Some(Path::new("conf/toolgraph.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.agents["desk"].graph_file.as_deref(), Some(Path::new("conf/desk.toml")));
+        assert_eq!(c.agents["abs"].graph_file.as_deref(), Some(Path::new("/srv/abs.toml")));
+        let err = Config::from_toml_str("[agents.x]\ngraph = \"legal_pipeline\"\ngraph_file = \"g.toml\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("agents.x.graph_file") && err.contains("not both"), "{err}");
+        Ok(())
+    });
+}

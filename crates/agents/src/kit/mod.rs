@@ -2,16 +2,22 @@
 //! set up and what its nodes run on ([`AgentSpec`], [`AgentDeps`]), and what nodes do with tools
 //! and history — offer and run tools, record a call a node makes itself, make a stopped turn whole.
 //!
-//! The ReAct agent (`react`), the legal pipeline and the crisis companion are graphs over these;
-//! the kit knows none of them. `state` owns the state and its updates, `spec` the settings and
-//! dependencies, `tools` the tools in a turn.
+//! The ReAct agent (`react`), declared graphs, the legal pipeline and the crisis companion are
+//! graphs over these; the kit knows none of them. `state` owns the state and its updates, `spec`
+//! the settings and dependencies, `tools` the tools in a turn, `steps` the model and tools steps
+//! of a tool-calling agent.
 
 mod spec;
 mod state;
+mod steps;
 mod tools;
 
 pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, warm_up};
-pub use state::{AgentState, AgentUpdate, ApprovalRequest, INTERRUPTED_CALL, INTERRUPTED_REPLY, user_turn};
+pub use state::{
+    AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Reducer, user_turn,
+};
 pub(crate) use state::{pending_calls, recover};
+pub use steps::{MAX_PARALLEL_TOOL_CALLS, REJECTED_OUTCOME, cancellation_text};
+pub(crate) use steps::{approved_node, execute_node, give_up_node, model_step, tools_step};
 pub use tools::{callable_tools, step_due, tool_choice, tool_definitions};
 pub(crate) use tools::{recorded_call, run_tool, tool_context, tool_message, turn_tool_outputs};

@@ -46,6 +46,9 @@ pub struct AgentState {
     /// The write calls a person approved that `execute` has yet to run (call ids).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approved: Vec<String>,
+    /// The channels a declared graph adds (docs/agents.md), by name.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub channels: Map<String, Value>,
 }
 
 /// A partial update of [`AgentState`].
@@ -67,6 +70,61 @@ pub struct AgentUpdate {
     /// New approved calls, replacing the old.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved: Option<Vec<String>>,
+    /// Writes to a declared graph's channels, in order, each with its reducer (kept in the
+    /// update, so a stored step replays the same whatever the declaration says later).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelWrite>,
+}
+
+/// How a write combines with a channel's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reducer {
+    /// The new value replaces the old.
+    #[default]
+    Replace,
+    /// The value is added to the channel's list (a list's items are each added; a channel
+    /// that holds no list starts one).
+    Append,
+    /// An object's keys are set over the channel's object (another value replaces it).
+    Merge,
+}
+
+/// One write to a channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelWrite {
+    /// The channel.
+    pub channel: String,
+    /// How the value combines with what the channel holds.
+    pub reducer: Reducer,
+    /// The value.
+    pub value: Value,
+}
+
+impl Reducer {
+    /// Combines `value` into channel `name` of `channels`.
+    pub fn apply(self, channels: &mut Map<String, Value>, name: String, value: Value) {
+        use serde_json::map::Entry;
+        let slot = match channels.entry(name) {
+            Entry::Occupied(slot) => slot.into_mut(),
+            Entry::Vacant(slot) => {
+                slot.insert(match (self, value) {
+                    (Self::Append, Value::Array(items)) => Value::Array(items),
+                    (Self::Append, one) => Value::Array(vec![one]),
+                    (_, value) => value,
+                });
+                return;
+            }
+        };
+        match (self, slot, value) {
+            (Self::Append, Value::Array(items), Value::Array(more)) => items.extend(more),
+            (Self::Append, Value::Array(items), one) => items.push(one),
+            (Self::Append, slot, Value::Array(items)) => *slot = Value::Array(items),
+            (Self::Append, slot, one) => *slot = Value::Array(vec![one]),
+            (Self::Merge, Value::Object(old), Value::Object(new)) => old.extend(new),
+            (_, slot, value) => *slot = value,
+        }
+    }
 }
 
 impl State for AgentState {
@@ -84,6 +142,9 @@ impl State for AgentState {
         }
         if let Some(a) = u.approved {
             self.approved = a;
+        }
+        for w in u.channels {
+            w.reducer.apply(&mut self.channels, w.channel, w.value);
         }
     }
 }
@@ -152,6 +213,33 @@ mod context_tests {
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn each_reducer_combines_a_write_its_own_way() {
+        let mut state = AgentState::default();
+        let write = |channel: &str, reducer, value| ChannelWrite { channel: channel.into(), reducer, value };
+        state.apply(AgentUpdate {
+            channels: vec![
+                write("seen", Reducer::Append, json!("a")),
+                write("seen", Reducer::Append, json!(["b", "c"])),
+                write("facts", Reducer::Merge, json!({"room": "A1"})),
+                write("facts", Reducer::Merge, json!({"day": "lunes", "room": "B2"})),
+                write("topic", Reducer::Replace, json!("exam")),
+                write("topic", Reducer::Replace, json!("grades")),
+            ],
+            ..Default::default()
+        });
+        assert_eq!(
+            Value::Object(state.channels.clone()),
+            json!({"seen": ["a", "b", "c"], "facts": {"room": "B2", "day": "lunes"}, "topic": "grades"})
+        );
+        // Merging a non-object replaces; appending to what is not a list starts a list.
+        state.apply(AgentUpdate {
+            channels: vec![write("facts", Reducer::Merge, json!(3)), write("topic", Reducer::Append, json!("x"))],
+            ..Default::default()
+        });
+        assert_eq!((&state.channels["facts"], &state.channels["topic"]), (&json!(3), &json!(["x"])));
     }
 
     #[test]

@@ -1,0 +1,863 @@
+//! The checks a declared graph passes before it serves (docs/agents.md): every name it uses
+//! exists (channels, tools, nodes), each node sets only the fields its kind uses, templates name
+//! what the state holds, schemas compile, every node is reachable and has a way to the end.
+//! Each error names the file, the line and the field. What passes becomes a [`Plan`], which
+//! [`build`](super::build) turns into a graph.
+
+use super::format::{ChannelDecl, GraphFile, History, NodeDecl, NodeKind, Reducer, RouteDecl};
+use super::template::{BUILTINS, Template};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// The name a route or `next` uses for the end of the run.
+pub const END_NAME: &str = "END";
+
+/// One thing wrong with a declaration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclError {
+    /// The file.
+    pub file: String,
+    /// Its line (1-based).
+    pub line: usize,
+    /// The field, as a dotted path (`nodes.agent.tools`); empty for the file as a whole.
+    pub field: String,
+    /// What is wrong, and what would be right.
+    pub message: String,
+}
+
+impl fmt::Display for DeclError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        } else {
+            write!(f, "{}:{}: {}: {}", self.file, self.line, self.field, self.message)
+        }
+    }
+}
+
+/// Everything wrong with a declaration, in file order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct DeclErrors(pub Vec<DeclError>);
+
+impl fmt::Display for DeclErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A checked declaration, ready to build.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Where it was read from.
+    pub file: String,
+    /// Its description.
+    pub description: Option<String>,
+    /// The first node.
+    pub start: String,
+    /// Its channels.
+    pub channels: BTreeMap<String, ChannelDecl>,
+    /// Its nodes, the hidden ones a `tools` node brings included, in name order.
+    pub nodes: Vec<PlannedNode>,
+}
+
+/// A node of a [`Plan`].
+#[derive(Debug, Clone)]
+pub struct PlannedNode {
+    /// Its name in the graph.
+    pub name: String,
+    /// What it does.
+    pub step: Step,
+    /// Where the run goes after it.
+    pub exit: Exit,
+}
+
+/// What a planned node does.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A model call.
+    Model {
+        /// The system prompt (`None`: the agent's).
+        prompt: Option<Template>,
+        /// The tools it may call (`None`: the agent's).
+        tools: Option<Vec<String>>,
+        /// A model name over the agent's.
+        model: Option<String>,
+        /// Temperature over the agent's.
+        temperature: Option<f32>,
+        /// Token limit over the agent's.
+        max_tokens: Option<u32>,
+        /// What it reads of the conversation.
+        history: History,
+        /// Its structured output.
+        output: Option<Output>,
+    },
+    /// The tool calls of the last model message; pauses resume at `approved`.
+    Tools {
+        /// The node that records the decisions (hidden).
+        approved: String,
+        /// The node that runs the approved calls (hidden).
+        execute: String,
+        /// Rounds of failing reads allowed (`None`: the agent's).
+        max_failures: Option<u32>,
+    },
+    /// Records decisions on the pause of a `tools` node.
+    Approved,
+    /// Runs the approved calls of a `tools` node.
+    Execute,
+    /// The reply that ends a turn whose read tools kept failing.
+    GiveUp,
+    /// One tool, called by the node.
+    Tool {
+        /// The tool.
+        tool: String,
+        /// Its arguments; strings are templates.
+        arguments: Map<String, Value>,
+        /// Whether a failure is written and the graph goes on.
+        never_fail: bool,
+        /// Where the result goes.
+        channel: Option<String>,
+    },
+    /// A search into a channel.
+    Retrieve {
+        /// The search tool.
+        tool: String,
+        /// The query.
+        query: Template,
+        /// How many passages.
+        top_k: u32,
+        /// Where they go.
+        channel: String,
+    },
+    /// A fixed reply.
+    Reply {
+        /// Its text.
+        text: Template,
+    },
+    /// Routes only.
+    Route,
+}
+
+/// A model node's structured output.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The channel written.
+    pub channel: String,
+    /// The schema the answer must match.
+    pub schema: Value,
+    /// For a schema that is an enum of strings: the labels (a classifier).
+    pub labels: Option<Vec<String>>,
+}
+
+/// Where the run goes after a node (node names, or the runtime's end).
+#[derive(Debug, Clone)]
+pub enum Exit {
+    /// Always there.
+    Next(String),
+    /// Decided on the state.
+    Route(Route),
+    /// A `tools` node's: the reply it ended with → the end; too many failures → `give_up`;
+    /// else `next`.
+    Tools {
+        /// Where to go otherwise.
+        next: String,
+        /// Where to go once reads kept failing.
+        give_up: String,
+    },
+    /// An `approved` node's: approved calls → `execute`; all rejected → the end; else `next`.
+    Approved {
+        /// The execute node.
+        execute: String,
+        /// Where to go otherwise.
+        next: String,
+    },
+}
+
+/// A checked route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// See [`RouteDecl::replied`].
+    pub replied: Option<String>,
+    /// See [`RouteDecl::tool_calls`].
+    pub tool_calls: Option<String>,
+    /// See [`RouteDecl::on`].
+    pub on: Option<String>,
+    /// See [`RouteDecl::cases`].
+    pub cases: BTreeMap<String, String>,
+    /// See [`RouteDecl::otherwise`].
+    pub otherwise: String,
+}
+
+impl Exit {
+    /// Every node it may lead to.
+    pub fn targets(&self) -> Vec<&str> {
+        match self {
+            Self::Next(n) => vec![n],
+            Self::Route(r) => {
+                let mut t: Vec<&str> = r.replied.iter().chain(&r.tool_calls).map(String::as_str).collect();
+                t.extend(r.cases.values().map(String::as_str));
+                t.push(&r.otherwise);
+                t.sort_unstable();
+                t.dedup();
+                t
+            }
+            Self::Tools { next, give_up } => vec![next, give_up, END_NAME],
+            Self::Approved { execute, next } => vec![execute, next, END_NAME],
+        }
+    }
+}
+
+/// The hidden nodes a `tools` node named `name` brings: its approval, its execution and its
+/// give-up reply. A node named `tools` brings `approved`, `execute` and `give_up`, the names
+/// of the ReAct agent's; another brings `<name>_approved` and so on.
+pub fn hidden_names(name: &str) -> [String; 3] {
+    if name == "tools" {
+        ["approved".into(), "execute".into(), "give_up".into()]
+    } else {
+        [format!("{name}_approved"), format!("{name}_execute"), format!("{name}_give_up")]
+    }
+}
+
+/// Where lines are: finds the line of a dotted field path in the file's text, whether it is
+/// written as `key = …` under a `[table]` header or as a `[table.key]` header of its own.
+struct Lines<'a> {
+    /// (line number, the table header in force, the line's text trimmed).
+    lines: Vec<(usize, String, &'a str)>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        let mut header = String::new();
+        let mut lines = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if t.starts_with('[') {
+                let inside = t.trim_start_matches('[').split(']').next().unwrap_or("");
+                header = inside.replace([' ', '"'], "");
+            }
+            lines.push((i + 1, header.clone(), t));
+        }
+        Self { lines }
+    }
+
+    fn of(&self, path: &[&str]) -> usize {
+        for split in (0..path.len()).rev() {
+            let header = path[..split].join(".");
+            let key = path[split];
+            let found = self.lines.iter().find(|(_, h, t)| {
+                *h == header
+                    && !t.starts_with('[')
+                    && t.strip_prefix(key).is_some_and(|r| r.starts_with([' ', '=', '.', '\t']))
+            });
+            if let Some((n, ..)) = found {
+                return *n;
+            }
+        }
+        for depth in (1..=path.len()).rev() {
+            let header = path[..depth].join(".");
+            if let Some((n, ..)) = self.lines.iter().find(|(_, h, t)| *h == header && t.starts_with('[')) {
+                return *n;
+            }
+        }
+        1
+    }
+}
+
+/// What a declaration is checked against: the tools the agent has.
+pub struct Known<'a> {
+    /// The agent's tool names.
+    pub tools: &'a [String],
+}
+
+struct Checker<'a> {
+    file: &'a str,
+    lines: Lines<'a>,
+    errors: Vec<DeclError>,
+}
+
+impl Checker<'_> {
+    fn error(&mut self, path: &[&str], message: impl Into<String>) {
+        let line = self.lines.of(path);
+        self.errors.push(DeclError {
+            file: self.file.to_owned(),
+            line,
+            field: path.join("."),
+            message: message.into(),
+        });
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Parses and checks the declaration in `text`, read from `file`, against `known`.
+///
+/// # Errors
+/// Every problem found, each with its file, line and field.
+pub fn check(file: &str, text: &str, known: &Known<'_>) -> Result<Plan, DeclErrors> {
+    let parsed: GraphFile = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(1, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        DeclErrors(vec![DeclError {
+            file: file.to_owned(),
+            line,
+            field: String::new(),
+            message: e.message().trim().to_owned(),
+        }])
+    })?;
+    let mut c = Checker { file, lines: Lines::new(text), errors: Vec::new() };
+    let plan = plan(&mut c, parsed, known);
+    if c.errors.is_empty() {
+        Ok(plan)
+    } else {
+        c.errors.sort_by_key(|e| e.line);
+        Err(DeclErrors(c.errors))
+    }
+}
+
+fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
+    for (name, channel) in &g.channels {
+        if !valid_name(name) {
+            c.error(&["channels", name], "channel names use letters, digits, '_' and '-'");
+        } else if BUILTINS.contains(&name.as_str()) || name == "messages" {
+            c.error(&["channels", name], format!("`{name}` is a name every graph has already; pick another"));
+        }
+        if channel.reducer == Reducer::Append && channel.default.as_ref().is_some_and(|d| !d.is_array()) {
+            c.error(&["channels", name, "default"], "an `append` channel's default is a list");
+        }
+    }
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for name in g.nodes.keys() {
+        if !valid_name(name) || name == END_NAME {
+            c.error(&["nodes", name], "node names use letters, digits, '_' and '-' (and `END` is the end)");
+        }
+        names.insert(name.clone());
+    }
+    let mut hidden = Vec::new();
+    for (name, node) in &g.nodes {
+        if node.kind == NodeKind::Tools {
+            // Its give-up reply comes only when it names no `give_up` node of its own.
+            let [approved, execute, give_up] = hidden_names(name);
+            let brought =
+                if node.give_up.is_some() { vec![approved, execute] } else { vec![approved, execute, give_up] };
+            for h in brought {
+                if names.contains(&h) {
+                    c.error(
+                        &["nodes", &h],
+                        format!("the `tools` node `{name}` brings a node named `{h}`; rename this one"),
+                    );
+                }
+                hidden.push(h);
+            }
+        }
+    }
+    if g.nodes.is_empty() {
+        c.error(&["nodes"], "a graph needs at least one node");
+    }
+    let channel_names: Vec<&str> = g.channels.keys().map(String::as_str).collect();
+    let mut planned = Vec::new();
+    for (name, node) in &g.nodes {
+        planned.extend(plan_node(c, name, node, &channel_names, &names, known));
+    }
+    if !names.contains(&g.start) {
+        c.error(&["start"], format!("no node named `{}`; nodes: {}", g.start, list(&names)));
+    }
+    planned.sort_by(|a, b| a.name.cmp(&b.name));
+    let plan = Plan {
+        file: c.file.to_owned(),
+        description: g.description,
+        start: g.start,
+        channels: g.channels,
+        nodes: planned,
+    };
+    if c.errors.is_empty() {
+        check_paths(c, &plan);
+    }
+    plan
+}
+
+fn list(names: &BTreeSet<String>) -> String {
+    names.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+}
+
+/// Which fields each kind uses.
+fn used_fields(kind: NodeKind) -> &'static [&'static str] {
+    match kind {
+        NodeKind::Model => {
+            &["next", "route", "prompt", "tools", "model", "temperature", "max_tokens", "history", "output"]
+        }
+        NodeKind::Tools => &["next", "give_up", "max_failures"],
+        NodeKind::Tool => &["next", "route", "tool", "arguments", "never_fail", "channel"],
+        NodeKind::Retrieve => &["next", "route", "tool", "channel", "query", "top_k"],
+        NodeKind::Reply => &["next", "route", "text"],
+        NodeKind::Route => &["route"],
+    }
+}
+
+fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
+    let fields = [
+        ("next", n.next.is_some()),
+        ("route", n.route.is_some()),
+        ("prompt", n.prompt.is_some()),
+        ("tools", n.tools.is_some()),
+        ("model", n.model.is_some()),
+        ("temperature", n.temperature.is_some()),
+        ("max_tokens", n.max_tokens.is_some()),
+        ("history", n.history.is_some()),
+        ("output", n.output.is_some()),
+        ("give_up", n.give_up.is_some()),
+        ("max_failures", n.max_failures.is_some()),
+        ("tool", n.tool.is_some()),
+        ("arguments", n.arguments.is_some()),
+        ("never_fail", n.never_fail.is_some()),
+        ("channel", n.channel.is_some()),
+        ("query", n.query.is_some()),
+        ("top_k", n.top_k.is_some()),
+        ("text", n.text.is_some()),
+    ];
+    fields.into_iter().filter(|(_, set)| *set).map(|(f, _)| f).collect()
+}
+
+/// A node name a route or `next` may use: a node, or `END`.
+fn target(c: &mut Checker<'_>, path: &[&str], to: &str, names: &BTreeSet<String>) -> String {
+    if to != END_NAME && !names.contains(to) {
+        c.error(path, format!("no node named `{to}`; nodes: {}, or END", list(names)));
+    }
+    to.to_owned()
+}
+
+fn template(c: &mut Checker<'_>, path: &[&str], text: &str, channels: &[&str]) -> Option<Template> {
+    match Template::parse(text) {
+        Ok(t) => {
+            for name in t.names() {
+                if !channels.contains(&name) && !BUILTINS.contains(&name) {
+                    c.error(
+                        path,
+                        format!(
+                            "the template reads `{name}`, which the state does not have: channels {}; always there: {}",
+                            if channels.is_empty() { "none".to_owned() } else { channels.join(", ") },
+                            BUILTINS.join(", ")
+                        ),
+                    );
+                }
+            }
+            Some(t)
+        }
+        Err(e) => {
+            c.error(path, e.0);
+            None
+        }
+    }
+}
+
+fn known_tool(c: &mut Checker<'_>, path: &[&str], tool: &str, known: &Known<'_>) {
+    if !known.tools.iter().any(|t| t == tool) {
+        c.error(path, format!("the agent has no tool `{tool}`; its tools: {}", known.tools.join(", ")));
+    }
+}
+
+fn channel(c: &mut Checker<'_>, path: &[&str], name: &str, channels: &[&str]) {
+    if !channels.contains(&name) {
+        let have = if channels.is_empty() { "none".to_owned() } else { channels.join(", ") };
+        c.error(path, format!("no channel `{name}`: declare it under [channels] (channels: {have})"));
+    }
+}
+
+fn arguments_templates(c: &mut Checker<'_>, path: &[&str], value: &Value, channels: &[&str]) {
+    match value {
+        Value::String(s) => {
+            template(c, path, s, channels);
+        }
+        Value::Array(items) => items.iter().for_each(|v| arguments_templates(c, path, v, channels)),
+        Value::Object(m) => m.values().for_each(|v| arguments_templates(c, path, v, channels)),
+        _ => {}
+    }
+}
+
+#[allow(clippy::too_many_lines)] // one arm per kind reads better than six helpers
+fn plan_node(
+    c: &mut Checker<'_>,
+    name: &str,
+    n: &NodeDecl,
+    channels: &[&str],
+    names: &BTreeSet<String>,
+    known: &Known<'_>,
+) -> Vec<PlannedNode> {
+    let kind = n.kind.as_str();
+    for field in set_fields(n) {
+        if !used_fields(n.kind).contains(&field) {
+            c.error(
+                &["nodes", name, field],
+                format!("a `{kind}` node does not use `{field}`; it uses {}", used_fields(n.kind).join(", ")),
+            );
+        }
+    }
+    let exit = match (&n.next, &n.route) {
+        (Some(_), Some(_)) => {
+            c.error(&["nodes", name, "route"], "set `next` or `route`, not both");
+            Exit::Next(END_NAME.into())
+        }
+        (Some(next), None) => Exit::Next(target(c, &["nodes", name, "next"], next, names)),
+        (None, Some(route)) => Exit::Route(plan_route(c, name, route, channels, names)),
+        (None, None) if n.kind == NodeKind::Route => {
+            c.error(&["nodes", name], "a `route` node needs `route = { … }`");
+            Exit::Next(END_NAME.into())
+        }
+        (None, None) if n.kind == NodeKind::Tools => {
+            c.error(
+                &["nodes", name],
+                "a `tools` node needs `next`: the node that reads the results (usually the model node)",
+            );
+            Exit::Next(END_NAME.into())
+        }
+        (None, None) => Exit::Next(END_NAME.into()),
+    };
+    let path = |field: &'static str| ["nodes", name, field];
+    let step = match n.kind {
+        NodeKind::Model => {
+            let prompt = n.prompt.as_deref().and_then(|p| template(c, &path("prompt"), p, channels));
+            if let Some(tools) = &n.tools {
+                for t in tools {
+                    known_tool(c, &path("tools"), t, known);
+                }
+            }
+            if n.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+                c.error(&path("temperature"), "between 0 and 2");
+            }
+            if n.max_tokens == Some(0) {
+                c.error(&path("max_tokens"), "must be greater than 0");
+            }
+            let output = n.output.as_ref().map(|o| {
+                channel(c, &["nodes", name, "output", "channel"], &o.channel, channels);
+                if n.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+                    c.error(&path("tools"), "a node with `output` answers into its channel and calls no tools");
+                }
+                if let Err(e) = jsonschema::validator_for(&o.schema) {
+                    c.error(&["nodes", name, "output", "schema"], format!("not a valid JSON Schema: {e}"));
+                }
+                let labels =
+                    o.schema.get("enum").and_then(Value::as_array).and_then(|items| {
+                        items.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>()
+                    });
+                Output { channel: o.channel.clone(), schema: o.schema.clone(), labels }
+            });
+            Step::Model {
+                prompt,
+                // A node with a structured output calls no tools.
+                tools: if output.is_some() { Some(Vec::new()) } else { n.tools.clone() },
+                model: n.model.clone(),
+                temperature: n.temperature,
+                max_tokens: n.max_tokens,
+                history: n.history.unwrap_or_default(),
+                output,
+            }
+        }
+        NodeKind::Tools => {
+            let [approved, execute, give_up] = hidden_names(name);
+            let next = match &exit {
+                Exit::Next(next) => next.clone(),
+                _ => END_NAME.into(),
+            };
+            let give_up_target = match &n.give_up {
+                Some(g) => target(c, &path("give_up"), g, names),
+                None => give_up.clone(),
+            };
+            let mut nodes = vec![
+                PlannedNode {
+                    name: name.to_owned(),
+                    step: Step::Tools {
+                        approved: approved.clone(),
+                        execute: execute.clone(),
+                        max_failures: n.max_failures,
+                    },
+                    exit: Exit::Tools { next: next.clone(), give_up: give_up_target },
+                },
+                PlannedNode {
+                    name: approved,
+                    step: Step::Approved,
+                    exit: Exit::Approved { execute: execute.clone(), next: next.clone() },
+                },
+                PlannedNode { name: execute, step: Step::Execute, exit: Exit::Next(next) },
+            ];
+            if n.give_up.is_none() {
+                nodes.push(PlannedNode { name: give_up, step: Step::GiveUp, exit: Exit::Next(END_NAME.into()) });
+            }
+            return nodes;
+        }
+        NodeKind::Tool => {
+            let tool = n.tool.clone().unwrap_or_default();
+            if n.tool.is_none() {
+                c.error(&["nodes", name], "a `tool` node needs `tool`: the tool it calls");
+            } else {
+                known_tool(c, &path("tool"), &tool, known);
+            }
+            let arguments = n.arguments.clone().unwrap_or_default();
+            arguments_templates(c, &path("arguments"), &Value::Object(arguments.clone()), channels);
+            if let Some(ch) = &n.channel {
+                channel(c, &path("channel"), ch, channels);
+            }
+            Step::Tool { tool, arguments, never_fail: n.never_fail.unwrap_or(false), channel: n.channel.clone() }
+        }
+        NodeKind::Retrieve => {
+            let tool = n.tool.clone().unwrap_or_else(|| "rag_search".into());
+            known_tool(c, &path("tool"), &tool, known);
+            let query = n.query.as_deref().unwrap_or("{{last_user_message}}");
+            let query = template(c, &path("query"), query, channels);
+            let top_k = n.top_k.unwrap_or(5);
+            // `rag_search` returns at most 20 passages.
+            if !(1..=20).contains(&top_k) {
+                c.error(&path("top_k"), "between 1 and 20");
+            }
+            let ch = match &n.channel {
+                Some(ch) => {
+                    channel(c, &path("channel"), ch, channels);
+                    ch.clone()
+                }
+                None => {
+                    c.error(&["nodes", name], "a `retrieve` node needs `channel`: where the passages go");
+                    String::new()
+                }
+            };
+            Step::Retrieve { tool, query: query.unwrap_or_default(), top_k, channel: ch }
+        }
+        NodeKind::Reply => match &n.text {
+            Some(text) => match template(c, &path("text"), text, channels) {
+                Some(text) => Step::Reply { text },
+                None => Step::Route,
+            },
+            None => {
+                c.error(&["nodes", name], "a `reply` node needs `text`");
+                Step::Route
+            }
+        },
+        NodeKind::Route => Step::Route,
+    };
+    vec![PlannedNode { name: name.to_owned(), step, exit }]
+}
+
+fn plan_route(c: &mut Checker<'_>, name: &str, r: &RouteDecl, channels: &[&str], names: &BTreeSet<String>) -> Route {
+    let p = |f: &'static str| ["nodes", name, "route", f];
+    let replied = r.replied.as_ref().map(|t| target(c, &p("replied"), t, names));
+    let tool_calls = r.tool_calls.as_ref().map(|t| target(c, &p("tool_calls"), t, names));
+    let otherwise = target(c, &p("otherwise"), &r.otherwise, names);
+    let mut cases = BTreeMap::new();
+    for (value, to) in &r.cases {
+        cases.insert(value.clone(), target(c, &["nodes", name, "route", "cases", value], to, names));
+    }
+    match (&r.on, r.cases.is_empty()) {
+        (Some(on), false) => channel(c, &p("on"), on, channels),
+        (Some(_), true) => c.error(&p("on"), "`on` needs `cases`: the channel's values and where each goes"),
+        (None, false) => c.error(&p("cases"), "`cases` needs `on`: the channel whose value picks the case"),
+        (None, true) => {}
+    }
+    Route { replied, tool_calls, on: r.on.clone(), cases, otherwise }
+}
+
+/// Every node reachable from the start, and every node with a way to the end.
+fn check_paths(c: &mut Checker<'_>, plan: &Plan) {
+    let edges: BTreeMap<&str, Vec<&str>> = plan.nodes.iter().map(|n| (n.name.as_str(), n.exit.targets())).collect();
+    let mut reached: BTreeSet<&str> = BTreeSet::new();
+    let mut todo = vec![plan.start.as_str()];
+    while let Some(n) = todo.pop() {
+        if reached.insert(n) {
+            todo.extend(edges.get(n).into_iter().flatten().copied());
+        }
+    }
+    // Hidden nodes are reached through their `tools` node's pause.
+    for n in &plan.nodes {
+        if let Step::Tools { approved, .. } = &n.step
+            && reached.contains(n.name.as_str())
+        {
+            let mut todo = vec![approved.as_str()];
+            while let Some(n) = todo.pop() {
+                if reached.insert(n) {
+                    todo.extend(edges.get(n).into_iter().flatten().copied());
+                }
+            }
+        }
+    }
+    let mut ends: BTreeSet<&str> = BTreeSet::from([END_NAME]);
+    loop {
+        let before = ends.len();
+        for (n, to) in &edges {
+            if to.iter().any(|t| ends.contains(t)) {
+                ends.insert(n);
+            }
+        }
+        if ends.len() == before {
+            break;
+        }
+    }
+    for n in &plan.nodes {
+        let hidden = matches!(n.step, Step::Approved | Step::Execute | Step::GiveUp);
+        if !reached.contains(n.name.as_str()) && !hidden {
+            c.error(&["nodes", &n.name], format!("no path from `start` ({}) reaches this node", plan.start));
+        } else if !ends.contains(n.name.as_str()) && !hidden {
+            c.error(&["nodes", &n.name], "no way out: every path from this node loops without reaching END");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOOLS: [&str; 3] = ["rag_search", "create_ticket", "note_write"];
+
+    fn errors(text: &str) -> Vec<String> {
+        let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
+        match check("desk.toml", text, &Known { tools: &tools }) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// A declaration that passes: a classifier routes to retrieval and a model with tools.
+    const GOOD: &str = r#"start = "classify"
+
+[channels]
+category = {}
+passages = { reducer = "replace" }
+
+[nodes.classify]
+kind = "model"
+history = "last_message"
+output = { channel = "category", schema = { enum = ["billing", "technical"] } }
+route = { on = "category", cases = { billing = "search" }, otherwise = "agent" }
+
+[nodes.search]
+kind = "retrieve"
+channel = "passages"
+next = "agent"
+
+[nodes.agent]
+kind = "model"
+prompt = "Answer from these passages: {{passages}}"
+tools = ["create_ticket"]
+route = { tool_calls = "tools", otherwise = "END" }
+
+[nodes.tools]
+kind = "tools"
+next = "agent"
+"#;
+
+    #[test]
+    fn a_sound_declaration_passes_and_brings_the_tools_nodes_own() {
+        assert_eq!(errors(GOOD), Vec::<String>::new());
+        let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
+        let plan = check("desk.toml", GOOD, &Known { tools: &tools }).unwrap();
+        let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["agent", "approved", "classify", "execute", "give_up", "search", "tools"]);
+    }
+
+    /// `GOOD` with `from` replaced by `to`, and the errors that gives.
+    fn broken(from: &str, to: &str) -> Vec<String> {
+        assert!(GOOD.contains(from), "{from}");
+        errors(&GOOD.replacen(from, to, 1))
+    }
+
+    #[test]
+    fn each_unknown_name_is_an_error_at_its_line_and_field() {
+        assert_eq!(
+            broken(r#"tools = ["create_ticket"]"#, r#"tools = ["create_tickets"]"#),
+            [
+                "desk.toml:21: nodes.agent.tools: the agent has no tool `create_tickets`; its tools: rag_search, create_ticket, note_write"
+            ]
+        );
+        assert_eq!(
+            broken("{{passages}}", "{{pasages}}"),
+            [
+                "desk.toml:20: nodes.agent.prompt: the template reads `pasages`, which the state does not have: channels category, passages; always there: last_user_message, context, tool_failures, last_tool_error, agent"
+            ]
+        );
+        assert_eq!(
+            broken(r#"channel = "passages""#, r#"channel = "found""#),
+            [
+                "desk.toml:15: nodes.search.channel: no channel `found`: declare it under [channels] (channels: category, passages)"
+            ]
+        );
+        assert_eq!(
+            broken(r#"billing = "search""#, r#"billing = "serch""#),
+            [
+                "desk.toml:11: nodes.classify.route.cases.billing: no node named `serch`; nodes: agent, classify, search, tools, or END"
+            ]
+        );
+        assert_eq!(
+            broken(r#"start = "classify""#, r#"start = "clasify""#),
+            ["desk.toml:1: start: no node named `clasify`; nodes: agent, classify, search, tools"]
+        );
+        let err = broken(r#"on = "category""#, r#"on = "categories""#);
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].starts_with("desk.toml:11: nodes.classify.route.on: no channel `categories`"), "{err:?}");
+    }
+
+    #[test]
+    fn a_field_its_kind_does_not_use_and_a_missing_one_are_errors() {
+        assert_eq!(
+            broken("kind = \"retrieve\"\n", "kind = \"retrieve\"\ntext = \"hi\"\n"),
+            [
+                "desk.toml:15: nodes.search.text: a `retrieve` node does not use `text`; it uses next, route, tool, channel, query, top_k"
+            ]
+        );
+        assert_eq!(
+            broken("kind = \"tools\"\nnext = \"agent\"\n", "kind = \"tools\"\n"),
+            [
+                "desk.toml:24: nodes.tools: a `tools` node needs `next`: the node that reads the results (usually the model node)"
+            ]
+        );
+        assert_eq!(
+            broken("next = \"agent\"\n", "next = \"agent\"\nroute = { otherwise = \"END\" }\n"),
+            ["desk.toml:17: nodes.search.route: set `next` or `route`, not both"]
+        );
+    }
+
+    #[test]
+    fn an_unreachable_node_and_one_with_no_way_out_are_errors() {
+        let orphan = format!("{GOOD}\n[nodes.orphan]\nkind = \"reply\"\ntext = \"hi\"\n");
+        assert_eq!(errors(&orphan), ["desk.toml:28: nodes.orphan: no path from `start` (classify) reaches this node"]);
+        let looping = format!(
+            "{}\n[nodes.ask]\nkind = \"reply\"\ntext = \"Which one?\"\nnext = \"recheck\"\n\n[nodes.recheck]\nkind = \"route\"\nroute = {{ otherwise = \"ask\" }}\n",
+            GOOD.replace(r#"otherwise = "agent" }"#, r#"otherwise = "ask" }"#)
+        );
+        assert_eq!(
+            errors(&looping),
+            [
+                "desk.toml:28: nodes.ask: no way out: every path from this node loops without reaching END",
+                "desk.toml:33: nodes.recheck: no way out: every path from this node loops without reaching END",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_invalid_schema_a_bad_template_and_bad_toml_are_errors_with_their_line() {
+        let err = broken(r#"schema = { enum = ["billing", "technical"] }"#, r#"schema = { type = "strin" }"#);
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].starts_with("desk.toml:10: nodes.classify.output.schema: not a valid JSON Schema"), "{err:?}");
+        let err = broken("{{passages}}", "{{passages");
+        assert!(err[0].starts_with("desk.toml:20: nodes.agent.prompt: `{{` without its `}}`"), "{err:?}");
+        let err = broken("kind = \"retrieve\"", "kind = \"search\"");
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].starts_with("desk.toml:14: unknown variant `search`"), "{err:?}");
+        let err = broken("[nodes.tools]", "[nodes.tools");
+        assert!(err[0].starts_with("desk.toml:24: "), "{err:?}");
+        let err = broken("category = {}", "category = { reducer = \"add\" }");
+        assert!(err[0].starts_with("desk.toml:4: unknown variant `add`"), "{err:?}");
+    }
+
+    #[test]
+    fn names_every_graph_has_cannot_be_declared_again() {
+        let err = broken("category = {}", "category = {}\ncontext = {}");
+        assert_eq!(err, ["desk.toml:5: channels.context: `context` is a name every graph has already; pick another"]);
+        let err = errors(&format!("{GOOD}\n[nodes.approved]\nkind = \"route\"\nroute = {{ otherwise = \"END\" }}\n"));
+        assert!(
+            err.iter().any(|e| e.contains("desk.toml:28: nodes.approved: the `tools` node `tools` brings")),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! The file format of a declared graph (docs/agents.md): what a `graph_file` holds, as serde
+//! reads it. Whether it makes sense — names that exist, fields a kind uses, a way out of
+//! every node — is [`check`](super::check)'s job.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+pub use crate::kit::Reducer;
+
+/// A declared graph: its channels, its nodes and where a turn starts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphFile {
+    /// What the graph is for, shown by `agents check` and `graph show`.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The node a turn starts at.
+    pub start: String,
+    /// The channels the graph keeps besides the conversation (`messages`) and the turn's
+    /// context (`context`), which every graph has.
+    #[serde(default)]
+    pub channels: BTreeMap<String, ChannelDecl>,
+    /// The nodes, by name.
+    pub nodes: BTreeMap<String, NodeDecl>,
+}
+
+/// `[channels.NAME]`: a value the graph keeps across steps and turns.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelDecl {
+    /// How a node's write combines with the value. Default: `replace`.
+    #[serde(default)]
+    pub reducer: Reducer,
+    /// The value before anything is written. Default: none (templates read it as empty).
+    #[serde(default)]
+    pub default: Option<Value>,
+}
+
+/// What a node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    /// A model call: a reply (streamed), tool calls, or a structured output into a channel.
+    Model,
+    /// Runs the tool calls of the last model message: reads at once, writes after approval.
+    Tools,
+    /// Calls one named tool itself, with templated arguments.
+    Tool,
+    /// Searches a knowledge base (a search tool) into a channel.
+    Retrieve,
+    /// A fixed, templated reply.
+    Reply,
+    /// Only routes.
+    Route,
+}
+
+impl NodeKind {
+    /// The kind's name in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Model => "model",
+            Self::Tools => "tools",
+            Self::Tool => "tool",
+            Self::Retrieve => "retrieve",
+            Self::Reply => "reply",
+            Self::Route => "route",
+        }
+    }
+}
+
+/// `[nodes.NAME]`: one node. Which fields a kind uses is in docs/agents.md; a field its kind
+/// does not use is an error, not ignored.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDecl {
+    /// What the node does.
+    pub kind: NodeKind,
+    /// The node that runs next (or `END`). Default: `END`.
+    #[serde(default)]
+    pub next: Option<String>,
+    /// Where to go next, decided on the state (instead of `next`).
+    #[serde(default)]
+    pub route: Option<RouteDecl>,
+    /// `model`: the system prompt, a template (default: the agent's `system_prompt`).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// `model`: the tools it may call (default: the agent's tools; `[]`: none).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// `model`: the model name, over the agent's.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `model`: sampling temperature, over the agent's.
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// `model`: most tokens it may generate, over the agent's.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// `model`: what the model reads of the conversation (default: `window`).
+    #[serde(default)]
+    pub history: Option<History>,
+    /// `model`: write a structured answer into a channel instead of replying.
+    #[serde(default)]
+    pub output: Option<OutputDecl>,
+    /// `tools`: where to go once read tools failed more than `max_failures` times in the turn
+    /// (default: `END` after a reply that says so).
+    #[serde(default)]
+    pub give_up: Option<String>,
+    /// `tools`: rounds of failing read tools allowed per turn (default: the agent's
+    /// `max_tool_retries`).
+    #[serde(default)]
+    pub max_failures: Option<u32>,
+    /// `tool`: the tool it calls; `retrieve`: the search tool (default: `rag_search`).
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// `tool`: its arguments; string values are templates.
+    #[serde(default)]
+    pub arguments: Option<Map<String, Value>>,
+    /// `tool`: a failure of the tool is written to the channel and the graph goes on, instead
+    /// of failing the turn. Default: false.
+    #[serde(default)]
+    pub never_fail: Option<bool>,
+    /// `tool`, `retrieve`: the channel its result is written to.
+    #[serde(default)]
+    pub channel: Option<String>,
+    /// `retrieve`: the search query, a template (default: `{{last_user_message}}`).
+    #[serde(default)]
+    pub query: Option<String>,
+    /// `retrieve`: how many passages (default: 5).
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// `reply`: the text, a template.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// What a `model` node sends of the conversation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// The latest turns that fit the agent's `history_budget`, tool calls with their results.
+    #[default]
+    Window,
+    /// Only the person's last message.
+    LastMessage,
+}
+
+/// `output = { channel = "…", schema = {…} }`: a model node's structured answer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputDecl {
+    /// The channel the answer is written to.
+    pub channel: String,
+    /// A JSON Schema the answer must match. `{ enum = ["a", "b"] }` makes a classifier: the
+    /// first label the model's answer names is written.
+    pub schema: Value,
+}
+
+/// `route = { … }`: where a node's run goes next, decided on the state. The first rule that
+/// holds decides: `replied`, then `tool_calls`, then `on` with `cases`, then `otherwise`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteDecl {
+    /// Where to go when the conversation ends with a reply (the turn's answer is written).
+    #[serde(default)]
+    pub replied: Option<String>,
+    /// Where to go when the last model message asks for tools not yet run.
+    #[serde(default)]
+    pub tool_calls: Option<String>,
+    /// A channel whose value picks a case.
+    #[serde(default)]
+    pub on: Option<String>,
+    /// The channel's value (a string as it is, anything else as JSON) → the node.
+    #[serde(default)]
+    pub cases: BTreeMap<String, String>,
+    /// Where to go when no rule holds.
+    pub otherwise: String,
+}

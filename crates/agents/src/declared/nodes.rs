@@ -1,0 +1,363 @@
+//! The node kinds of declared graphs at run time: each planned [`Step`] as a graph node over
+//! the [kit](crate::kit)'s state, and each [`Exit`] as the router after it. The model and tools
+//! nodes are the ReAct agent's own steps (so approvals keep their exactly-once rules); the
+//! others are small.
+
+use super::check::{END_NAME, Exit, Output};
+use super::format::{ChannelDecl, History};
+use super::template::Template;
+use crate::kit::{AgentDeps, AgentState, AgentUpdate, ChannelWrite, Reducer, pending_calls, recorded_call};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use toolgraph_graph::{END, Node, NodeError, NodeOutput, RunContext, RunEvent};
+use toolgraph_llm::{ChatEvent, ChatRequest, Message, ResponseFormat};
+use toolgraph_tools::ToolOutcome;
+
+/// What every node of one declared graph shares: the agent's name and the channels.
+pub(crate) struct GraphInfo {
+    pub agent: String,
+    pub channels: BTreeMap<String, ChannelDecl>,
+}
+
+impl GraphInfo {
+    /// The value a template's `name` reads in `s`.
+    pub fn lookup(&self, s: &AgentState, name: &str) -> Option<Value> {
+        match name {
+            "last_user_message" => last_user_message(s).map(|t| Value::String(t.to_owned())),
+            "context" => Some(Value::Object(s.context.clone())),
+            "tool_failures" => Some(Value::from(s.tool_failures)),
+            "last_tool_error" => last_tool_error(s).map(Value::String),
+            "agent" => Some(Value::String(self.agent.clone())),
+            channel => self.channel(s, channel).cloned(),
+        }
+    }
+
+    /// A channel's value, or its declared default.
+    pub fn channel<'a>(&'a self, s: &'a AgentState, name: &str) -> Option<&'a Value> {
+        s.channels.get(name).or_else(|| self.channels.get(name)?.default.as_ref())
+    }
+
+    fn render(&self, t: &Template, s: &AgentState) -> String {
+        t.render(|name| self.lookup(s, name))
+    }
+
+    fn write(&self, channel: &str, value: Value) -> ChannelWrite {
+        let reducer = self.channels.get(channel).map(|c| c.reducer).unwrap_or_default();
+        ChannelWrite { channel: channel.to_owned(), reducer, value }
+    }
+}
+
+fn last_user_message(s: &AgentState) -> Option<&str> {
+    s.messages.iter().rev().find(|m| matches!(m, Message::User { .. })).map(Message::content)
+}
+
+fn last_tool_error(s: &AgentState) -> Option<String> {
+    s.messages.iter().rev().find_map(|m| match m {
+        Message::Tool { content, .. } => serde_json::from_str::<Value>(content)
+            .ok()
+            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned)),
+        _ => None,
+    })
+}
+
+/// A `model` node.
+pub(crate) struct ModelNode {
+    pub info: Arc<GraphInfo>,
+    pub prompt: Option<Template>,
+    /// Its own model, tools and settings.
+    pub deps: AgentDeps,
+    pub history: History,
+    pub output: Option<(Output, jsonschema::Validator)>,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for ModelNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let system = self.prompt.as_ref().map(|p| self.info.render(p, &s));
+        if let Some((output, validator)) = &self.output {
+            return self.structured(&s, &ctx, system, output, validator).await;
+        }
+        match self.history {
+            History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref()).await,
+            History::LastMessage => {
+                let mut only = AgentState { context: s.context.clone(), ..AgentState::default() };
+                only.messages.extend(last_user_message(&s).map(Message::user));
+                crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref()).await
+            }
+        }
+    }
+}
+
+impl ModelNode {
+    /// A model call whose answer goes into a channel: not streamed, not a message.
+    async fn structured(
+        &self,
+        s: &AgentState,
+        ctx: &RunContext<AgentDeps>,
+        system: Option<String>,
+        output: &Output,
+        validator: &jsonschema::Validator,
+    ) -> Result<NodeOutput<AgentState>, NodeError> {
+        let spec = self.deps.spec();
+        let mut system = system.unwrap_or_else(|| spec.system_prompt.clone());
+        let format = match &output.labels {
+            Some(labels) => {
+                system.push_str(&format!("\n\nAnswer with exactly one of: {}. Nothing else.", labels.join(", ")));
+                None
+            }
+            None => {
+                system.push_str(&format!(
+                    "\n\nAnswer only with JSON that matches this JSON Schema, nothing else: {}",
+                    output.schema
+                ));
+                Some(ResponseFormat::JsonSchema {
+                    name: output.channel.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect(),
+                    schema: output.schema.clone(),
+                    strict: false,
+                })
+            }
+        };
+        let mut messages = vec![Message::system(system)];
+        match self.history {
+            History::Window => messages.extend(
+                crate::kit::history_window(&s.messages, spec.history_budget)
+                    .iter()
+                    .filter(|m| match m {
+                        Message::User { .. } => true,
+                        Message::Assistant { content, tool_calls } => tool_calls.is_empty() && !content.is_empty(),
+                        _ => false,
+                    })
+                    .cloned(),
+            ),
+            History::LastMessage => messages.extend(last_user_message(s).map(Message::user)),
+        }
+        let mut request = ChatRequest::new(messages);
+        request.response_format = format;
+        request.temperature = spec.temperature;
+        request.max_tokens = spec.max_tokens;
+        let mut text = String::new();
+        let call = async {
+            let mut stream = self.deps.model().stream(request).await?;
+            while let Some(event) = stream.next().await {
+                if let ChatEvent::TextDelta(t) = event? {
+                    text.push_str(&t);
+                }
+            }
+            Ok::<(), toolgraph_llm::LlmError>(())
+        };
+        ctx.model_call(call, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
+        let value = match &output.labels {
+            Some(labels) => first_label(&text, labels).map(Value::String),
+            None => json_in(&text).filter(|v| validator.is_valid(v)),
+        };
+        let write = match value {
+            Some(v) => self.info.write(&output.channel, v),
+            None => {
+                tracing::warn!(channel = %output.channel, answer = %text, "the model's answer does not match the schema");
+                // A stale value must not decide this turn's route.
+                ChannelWrite { channel: output.channel.clone(), reducer: Reducer::Replace, value: Value::Null }
+            }
+        };
+        Ok(NodeOutput::Update(AgentUpdate { channels: vec![write], ..Default::default() }))
+    }
+}
+
+/// The label `text` names first (case-insensitive; a longer label wins where two start at the
+/// same place).
+fn first_label(text: &str, labels: &[String]) -> Option<String> {
+    let lower = text.to_lowercase();
+    labels
+        .iter()
+        .filter_map(|l| lower.find(&l.to_lowercase()).map(|at| (at, std::cmp::Reverse(l.len()), l)))
+        .min()
+        .map(|(_, _, l)| l.clone())
+}
+
+/// The JSON value in `text`: all of it, or the outermost object or list inside it (models
+/// wrap JSON in prose and code fences).
+fn json_in(text: &str) -> Option<Value> {
+    let t = text.trim();
+    if let Ok(v) = serde_json::from_str(t) {
+        return Some(v);
+    }
+    [('{', '}'), ('[', ']')].iter().find_map(|(open, close)| {
+        let (a, b) = (t.find(*open)?, t.rfind(*close)?);
+        (a < b).then(|| serde_json::from_str(&t[a..=b]).ok()).flatten()
+    })
+}
+
+/// A `tools` node: the ReAct agent's, pausing writes to resume at `approved`.
+pub(crate) struct ToolsNode {
+    pub approved: String,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for ToolsNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        crate::kit::tools_step(&s, &ctx, &self.approved).await
+    }
+}
+
+/// A `tool` node.
+pub(crate) struct ToolNode {
+    pub info: Arc<GraphInfo>,
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    pub never_fail: bool,
+    pub channel: Option<String>,
+}
+
+fn render_value(info: &GraphInfo, s: &AgentState, v: &Value) -> Value {
+    match v {
+        // Checked when the graph loaded.
+        Value::String(t) => Value::String(Template::parse(t).map(|t| info.render(&t, s)).unwrap_or_else(|_| t.clone())),
+        Value::Array(items) => Value::Array(items.iter().map(|v| render_value(info, s, v)).collect()),
+        Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), render_value(info, s, v))).collect()),
+        other => other.clone(),
+    }
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for ToolNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let arguments = render_value(&self.info, &s, &Value::Object(self.arguments.clone()));
+        let (outcome, messages) = recorded_call(&s, &ctx, &self.tool, arguments).await;
+        let value = match outcome {
+            ToolOutcome::Success(v) => v,
+            failure if self.never_fail => failure.to_json(),
+            failure => {
+                return Err(NodeError::new("tool", format!("{} failed: {}", self.tool, failure.to_model_text())));
+            }
+        };
+        let channels = self.channel.iter().map(|c| self.info.write(c, value.clone())).collect();
+        Ok(NodeOutput::Update(AgentUpdate { messages, channels, ..Default::default() }))
+    }
+}
+
+/// A `retrieve` node: a search, recorded as a call, its result in a channel (a failed search
+/// writes null: the reply can say nothing was found).
+pub(crate) struct RetrieveNode {
+    pub info: Arc<GraphInfo>,
+    pub tool: String,
+    pub query: Template,
+    pub top_k: u32,
+    pub channel: String,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for RetrieveNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let query = self.info.render(&self.query, &s);
+        let arguments = serde_json::json!({ "query": query, "top_k": self.top_k });
+        let (outcome, messages) = recorded_call(&s, &ctx, &self.tool, arguments).await;
+        let value = match outcome {
+            ToolOutcome::Success(v) => v,
+            ToolOutcome::Failure(_) => Value::Null,
+        };
+        let channels = vec![self.info.write(&self.channel, value)];
+        Ok(NodeOutput::Update(AgentUpdate { messages, channels, ..Default::default() }))
+    }
+}
+
+/// A `reply` node.
+pub(crate) struct ReplyNode {
+    pub info: Arc<GraphInfo>,
+    pub text: Template,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for ReplyNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let text = self.info.render(&self.text, &s);
+        ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+        Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
+    }
+}
+
+/// A `route` node: nothing to do; its exit routes.
+pub(crate) struct RouteNode;
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for RouteNode {
+    async fn run(&self, _: Arc<AgentState>, _: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        Ok(NodeOutput::Update(AgentUpdate::default()))
+    }
+}
+
+/// A declared target as the runtime names it.
+pub(crate) fn runtime_name(target: &str) -> String {
+    if target == END_NAME { END.to_owned() } else { target.to_owned() }
+}
+
+/// Where a conditional exit goes from a state.
+pub(crate) type Router = Box<dyn Fn(&AgentState) -> String + Send + Sync>;
+
+/// The router of a conditional exit, or `None` for a plain edge (`Exit::Next`).
+pub(crate) fn router(info: &Arc<GraphInfo>, exit: &Exit, max_failures: u32) -> Option<Router> {
+    match exit {
+        Exit::Next(_) => None,
+        Exit::Route(r) => {
+            let r = r.clone();
+            let info = Arc::clone(info);
+            Some(Box::new(move |s: &AgentState| {
+                let to = if let Some(to) = r.replied.as_ref().filter(|_| s.last_reply().is_some()) {
+                    to
+                } else if let Some(to) = r.tool_calls.as_ref().filter(|_| !pending_calls(s).is_empty()) {
+                    to
+                } else {
+                    let value = r.on.as_deref().and_then(|on| info.channel(s, on));
+                    let key = match value {
+                        Some(Value::String(v)) => Some(v.clone()),
+                        Some(Value::Null) | None => None,
+                        Some(other) => Some(other.to_string()),
+                    };
+                    key.and_then(|k| r.cases.get(&k)).unwrap_or(&r.otherwise)
+                };
+                runtime_name(to)
+            }))
+        }
+        Exit::Tools { next, give_up } => {
+            let (next, give_up) = (runtime_name(next), runtime_name(give_up));
+            Some(Box::new(move |s: &AgentState| {
+                if s.last_reply().is_some() {
+                    END.to_owned()
+                } else if s.tool_failures > max_failures {
+                    give_up.clone()
+                } else {
+                    next.clone()
+                }
+            }))
+        }
+        Exit::Approved { execute, next } => {
+            let (execute, next) = (runtime_name(execute), runtime_name(next));
+            Some(Box::new(move |s: &AgentState| {
+                if !s.approved.is_empty() {
+                    execute.clone()
+                } else if s.last_reply().is_some() {
+                    END.to_owned()
+                } else {
+                    next.clone()
+                }
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_classifier_takes_the_first_label_named_and_json_is_found_in_prose() {
+        let labels = ["billing".to_owned(), "technical".to_owned(), "other".to_owned()];
+        assert_eq!(first_label("Category: Technical (not billing)", &labels).as_deref(), Some("technical"));
+        assert_eq!(first_label("no idea", &labels), None);
+        assert_eq!(json_in("Sure! ```json\n{\"order\": 42}\n```"), Some(json!({"order": 42})));
+        assert_eq!(json_in("[1, 2]"), Some(json!([1, 2])));
+        assert_eq!(json_in("nothing here"), None);
+    }
+}

@@ -1,0 +1,253 @@
+//! The steps of a tool-calling agent: a model call that may ask for tools ([`model_step`]),
+//! running the calls it asked for — reads at once, writes paused for a person's approval
+//! ([`tools_step`]) — and, once every decision is in, recording them ([`approved_node`]) and
+//! running the approved ones ([`execute_node`]), and the reply of a turn whose reads kept
+//! failing ([`give_up_node`]). The ReAct agent and the `model` and `tools` nodes of declared
+//! graphs are these steps.
+
+use super::{
+    AgentDeps, AgentState, AgentUpdate, ApprovalRequest, callable_tools, history_window, pending_calls, run_tool,
+    step_due, tool_choice, tool_context, tool_message, turn_tool_outputs,
+};
+use futures::StreamExt;
+use serde_json::Value;
+use std::sync::Arc;
+use toolgraph_graph::{Decision, InterruptRequest, NodeError, NodeOutput, RunContext, RunEvent};
+use toolgraph_llm::{ChatEvent, ChatRequest, Message, ToolCall};
+use toolgraph_tools::{ToolCallRequest, ToolClass, ToolError, ToolOutcome};
+
+/// Most read-tool calls of one step that run at the same time; the rest wait their turn.
+pub const MAX_PARALLEL_TOOL_CALLS: usize = 4;
+
+/// The tool message of a rejected write action, and the reply that ends a turn whose
+/// every action was rejected: fixed texts, no model call (docs/service.md).
+pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not executed.";
+
+/// The reply of a turn in which every pending action was rejected.
+pub fn cancellation_text(descriptions: &[String]) -> String {
+    format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
+}
+
+/// A model call that may ask for tools, on `deps` (the agent's, or a declared node's own model,
+/// tools and settings) with `system` in place of the settings' system prompt when given: the
+/// tokens stream, and the reply or its tool calls become the update.
+pub(crate) async fn model_step(
+    s: &AgentState,
+    ctx: &RunContext<AgentDeps>,
+    deps: &AgentDeps,
+    system: Option<&str>,
+) -> Result<NodeOutput<AgentState>, NodeError> {
+    let spec = deps.spec();
+    let system_prompt = system.unwrap_or(&spec.system_prompt);
+    // A fixed step: the call is the agent's, the tools node runs it as any other.
+    if let Some(tool) = step_due(&spec.tools, &s.messages) {
+        let call = ToolCall { id: format!("{tool}-{}", s.messages.len()), name: tool, arguments: "{}".into() };
+        return Ok(NodeOutput::Update(AgentUpdate {
+            messages: vec![Message::Assistant { content: String::new(), tool_calls: vec![call] }],
+            ..Default::default()
+        }));
+    }
+    let mut messages = Vec::with_capacity(s.messages.len() + 1);
+    let added = match &spec.prompt_context {
+        Some(context) => context(&s.context).await,
+        None => None,
+    };
+    match added {
+        Some(added) if system_prompt.is_empty() => messages.push(Message::system(added.to_string())),
+        Some(added) => messages.push(Message::system(format!("{system_prompt}\n\n{added}"))),
+        None if !system_prompt.is_empty() => messages.push(Message::system(system_prompt.to_owned())),
+        None => {}
+    }
+    messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
+    let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
+    request.tool_choice = tool_choice(&spec.tools, &s.messages);
+    request.temperature = spec.temperature;
+    request.max_tokens = spec.max_tokens;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    let streamed = async {
+        let mut stream = deps.model().stream(request).await?;
+        while let Some(event) = stream.next().await {
+            match event? {
+                ChatEvent::TextDelta(t) => {
+                    ctx.emit(RunEvent::TextDelta { text: t.clone() }).await;
+                    content.push_str(&t);
+                }
+                ChatEvent::ToolCall(c) => tool_calls.push(c),
+                ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
+            }
+        }
+        Ok::<(), toolgraph_llm::LlmError>(())
+    };
+    ctx.model_call(streamed, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
+    if tool_calls.is_empty()
+        && let Some(footer) = &spec.answer_footer
+        && let Some(text) = footer(&turn_tool_outputs(&s.messages), &content)
+    {
+        ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+        content.push_str(&text);
+    }
+    Ok(NodeOutput::Update(AgentUpdate {
+        messages: vec![Message::Assistant { content, tool_calls }],
+        ..Default::default()
+    }))
+}
+
+/// Runs the tool calls of the last model message: read tools at once, write tools paused for
+/// approval, resumed at `resume_at` (a node that runs [`approved_node`]).
+pub(crate) async fn tools_step(
+    s: &AgentState,
+    ctx: &RunContext<AgentDeps>,
+    resume_at: &str,
+) -> Result<NodeOutput<AgentState>, NodeError> {
+    let registry = &ctx.deps().spec().tools;
+    // A call to a tool not on offer yet (a model that ignored the narrowed choice) is answered
+    // with why, and never run.
+    let callable = callable_tools(registry, &s.messages);
+    let on_offer =
+        |c: &ToolCall| callable.as_ref().is_none_or(|names| names.contains(&c.name) || registry.get(&c.name).is_none());
+    let (calls, early): (Vec<ToolCall>, Vec<ToolCall>) = pending_calls(s).into_iter().partition(on_offer);
+    let tool_ctx = tool_context(s, ctx.deps().spec());
+    let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) =
+        calls.into_iter().partition(|c| registry.get(&c.name).is_some_and(|t| t.spec().class == ToolClass::Write));
+    for c in early.iter().chain(&reads).chain(&writes) {
+        let arguments = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
+        ctx.emit(RunEvent::ToolCall { call_id: c.id.clone(), name: c.name.clone(), arguments }).await;
+    }
+    let mut messages = Vec::with_capacity(early.len() + reads.len());
+    for c in &early {
+        let after = registry.get(&c.name).map(|t| t.spec().offered_after.join(" or ")).unwrap_or_default();
+        let why = format!("{} can be called only after {after} has returned in this turn: call {after} first", c.name);
+        let outcome = ToolOutcome::Failure(ToolError::invalid_arguments(why));
+        let (call_id, name, outcome_json) = (c.id.clone(), c.name.clone(), outcome.to_json());
+        ctx.emit(RunEvent::ToolResult { call_id, name, outcome: outcome_json, ok: false }).await;
+        messages.push(tool_message(c, &outcome));
+    }
+    // A model may ask for any number of calls at once: a few run at a time, in order, so one
+    // step cannot start hundreds of searches or queries together.
+    // (The calls are made into futures first: a closure inside the stream's type would ask the
+    // node's future for a lifetime bound the compiler cannot prove Send for.)
+    let calls: Vec<_> = reads.iter().map(|c| run_tool(ctx, &tool_ctx, c)).collect();
+    let outcomes: Vec<ToolOutcome> = futures::stream::iter(calls).buffered(MAX_PARALLEL_TOOL_CALLS).collect().await;
+    let failed = !early.is_empty() || outcomes.iter().any(|o| !o.is_success());
+    messages.extend(reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)));
+    // A result that is the finished answer ends the turn with it (no write waiting).
+    let direct = reads.iter().zip(&outcomes).rev().find_map(|(c, o)| {
+        let field = registry.get(&c.name)?.spec().answer_field.clone()?;
+        match o {
+            ToolOutcome::Success(v) => v.get(&field)?.as_str().map(str::to_owned),
+            ToolOutcome::Failure(_) => None,
+        }
+    });
+    if let Some(answer) = direct.filter(|_| writes.is_empty() && !failed) {
+        ctx.emit(RunEvent::TextDelta { text: answer.clone() }).await;
+        messages.push(Message::assistant(answer));
+    }
+    let mut update =
+        AgentUpdate { messages, tool_failures: Some(s.tool_failures + u32::from(failed)), ..Default::default() };
+    if writes.is_empty() {
+        return Ok(NodeOutput::Update(update));
+    }
+    let mut requests = Vec::with_capacity(writes.len());
+    for c in &writes {
+        match ToolCallRequest::parse_arguments(&c.arguments) {
+            Ok(args) => {
+                let mut shown = args.clone();
+                if let (Some(tool), Value::Object(m)) = (registry.get(&c.name), &mut shown) {
+                    for k in &tool.spec().injected {
+                        if let Some(v) = s.context.get(k) {
+                            m.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+                let description = registry.get(&c.name).map(|t| t.describe(&shown)).unwrap_or_default();
+                let request =
+                    ApprovalRequest { call_id: c.id.clone(), tool: c.name.clone(), arguments: args, description };
+                requests.push(InterruptRequest {
+                    key: c.id.clone(),
+                    payload: serde_json::to_value(&request).unwrap_or(Value::Null),
+                });
+            }
+            // Unparseable arguments never reach a person: the model gets them back to repair.
+            Err(e) => update.messages.push(tool_message(c, &ToolOutcome::Failure(e))),
+        }
+    }
+    if requests.is_empty() {
+        return Ok(NodeOutput::Update(update));
+    }
+    Ok(NodeOutput::Interrupt { update, requests, resume_at: resume_at.into() })
+}
+
+/// Answers the rejected calls and records the approved ones for `execute`; runs nothing, so
+/// its checkpoint is the line between "decided" (a dead run leaves the actions confirmable)
+/// and "running" (a dead run leaves their outcome unknown).
+pub(crate) async fn approved_node(
+    s: Arc<AgentState>,
+    ctx: RunContext<AgentDeps>,
+) -> Result<NodeOutput<AgentState>, NodeError> {
+    let mut messages = Vec::new();
+    let mut rejected = Vec::new();
+    let mut approved = Vec::new();
+    for call in pending_calls(&s) {
+        if ctx.decisions().get(&call.id) == Some(&Decision::Approve) {
+            approved.push(call.id);
+            continue;
+        }
+        let outcome = ToolOutcome::Failure(ToolError::denied(REJECTED_OUTCOME));
+        ctx.emit(RunEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            outcome: outcome.to_json(),
+            ok: false,
+        })
+        .await;
+        let args = ToolCallRequest::parse_arguments(&call.arguments).unwrap_or_default();
+        let description =
+            ctx.deps().spec().tools.get(&call.name).map_or_else(|| call.name.clone(), |t| t.describe(&args));
+        rejected.push(description);
+        messages.push(tool_message(&call, &outcome));
+    }
+    if approved.is_empty() && !rejected.is_empty() {
+        let text = cancellation_text(&rejected);
+        ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+        messages.push(Message::assistant(text));
+    }
+    Ok(NodeOutput::Update(AgentUpdate { messages, approved: Some(approved), ..Default::default() }))
+}
+
+/// Runs the calls `approved` recorded, one after another in the model's order.
+pub(crate) async fn execute_node(
+    s: Arc<AgentState>,
+    ctx: RunContext<AgentDeps>,
+) -> Result<NodeOutput<AgentState>, NodeError> {
+    let tool_ctx = tool_context(&s, ctx.deps().spec());
+    let mut messages = Vec::new();
+    for call in pending_calls(&s).iter().filter(|c| s.approved.contains(&c.id)) {
+        let outcome = run_tool(&ctx, &tool_ctx, call).await;
+        messages.push(tool_message(call, &outcome));
+    }
+    Ok(NodeOutput::Update(AgentUpdate { messages, approved: Some(Vec::new()), ..Default::default() }))
+}
+
+pub(crate) async fn give_up_node(
+    s: Arc<AgentState>,
+    ctx: RunContext<AgentDeps>,
+) -> Result<NodeOutput<AgentState>, NodeError> {
+    let last_error = s
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => serde_json::from_str::<Value>(content)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned)),
+            _ => None,
+        })
+        .unwrap_or_else(|| "unknown error".into());
+    let text = format!(
+        "I could not complete this request: the tools kept failing after {} attempts (last error: {last_error}).",
+        s.tool_failures
+    );
+    ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+    Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
+}
