@@ -39,6 +39,15 @@ async fn post(base: &str, path: &str, body: &Value) -> String {
     response.await.unwrap().text().await.unwrap()
 }
 
+/// What a turn's body said: its `token` frames, joined.
+fn said(body: &str) -> String {
+    sse_events(body)
+        .into_iter()
+        .filter(|(e, _)| e == "token")
+        .filter_map(|(_, d)| d["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// The system prompt and the names of the tools offered of a model request.
 fn system_and_tools(request: &Value) -> (String, Vec<String>) {
     let system = request["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
@@ -57,10 +66,18 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
         &["ingest", "examples/helpdesk/docs", "--kb", "helpdesk", "--keyword-only", "--tenant", "demo"],
     );
     assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
+    let answer =
+        "A second charge is usually released within 5 working days [Billing and invoices › I was charged twice].";
     let model = ScriptedModelServer::start(vec![
         Reply::text("Billing."),
-        Reply::tool_calls(&[("t1", "open_ticket", json!({"summary": "Charged twice in November", "details": "two charges of 8 euros"}))]),
-        Reply::text("Ticket T-0001 is open; the duplicate is refunded once checked [Billing and invoices › I was charged twice]."),
+        Reply::text(answer),
+        Reply::text("ticket"),
+        Reply::tool_calls(&[(
+            "t1",
+            "open_ticket",
+            json!({"summary": "Charged twice in November", "details": "both charges still there after a week"}),
+        )]),
+        Reply::text("Ticket T-0001 is open."),
         Reply::text("other"),
         Reply::text("You're welcome!"),
     ])
@@ -78,29 +95,30 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
+    let say = |conversation: &Value, message: &str| json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
 
-    let ask = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": null,
-        "message": "I was charged twice this month. Can you open a ticket?"});
-    let first = post(&base, "/api/chatbot/stream", &ask).await;
-    let pending = event_data(&first, "pending");
-    let done = event_data(&first, "done");
-
+    let question = "I was charged twice this month. What happens now?";
+    let first = post(&base, "/api/chatbot/stream", &say(&Value::Null, question)).await;
+    let conversation = event_data(&first, "done")["conversationId"].clone();
+    let second =
+        post(&base, "/api/chatbot/stream", &say(&conversation, "Still there after a week. Open a ticket.")).await;
+    let pending = event_data(&second, "pending");
     let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
-        "conversationId": done["conversationId"], "messageId": pending["messageId"], "confirmed": true});
-    let answer: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &confirm).await).unwrap();
-    let thanks = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
-        "conversationId": done["conversationId"], "message": "thanks!"});
-    let second = post(&base, "/api/chatbot/stream", &thanks).await;
+        "conversationId": conversation, "messageId": pending["messageId"], "confirmed": true});
+    let confirmed: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &confirm).await).unwrap();
+    let third = post(&base, "/api/chatbot/stream", &say(&conversation, "thanks!")).await;
     let requests = model.requests();
     let _ = child.kill();
     let _ = child.wait();
+    assert_eq!(requests.len(), 7, "triage, agent; triage, ticket, ticket after approval; triage, chat: {requests:#?}");
 
-    // The classifier read only the latest message, offered no tools, and its label routed the
-    // turn to the search: a real one over the ingested articles, with the person's words.
-    assert!(first.contains("event: pending"), "{first}");
-    assert_eq!(requests.len(), 5, "triage, agent, agent after approval, triage, chat: {requests:#?}");
+    // 1. The classifier read only the latest message and offered no tools; `billing` routed the
+    // turn to a real search over the ingested articles, with the person's words.
     let (triage, triage_tools) = system_and_tools(&requests[0]);
-    assert!(triage.contains("You sort the messages") && triage.contains("billing, technical, other"), "{triage}");
+    assert!(
+        triage.contains("You sort the messages") && triage.contains("billing, technical, ticket, other"),
+        "{triage}"
+    );
     assert!(triage_tools.is_empty());
     assert_eq!(requests[0]["messages"].as_array().unwrap().len(), 2, "system and the latest message only");
     // (The academy contract streams no tool frames: the search is read in what the answering
@@ -109,46 +127,47 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     let call = &sent[2]["tool_calls"][0]["function"];
     assert_eq!(call["name"], "rag_search", "{sent:#?}");
     let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
-    assert_eq!(arguments["query"], ask["message"]);
+    assert_eq!(arguments["query"], question);
     assert_eq!(sent[3]["role"], "tool");
-    assert!(
-        sent[3]["content"].as_str().unwrap().contains("pending authorisation"),
-        "the billing article was found: {sent:#?}"
-    );
-    // The answering model saw its own prompt with the label filled in, and only its own tool.
+    assert!(sent[3]["content"].as_str().unwrap().contains("pending authorisation"), "the article was found: {sent:#?}");
+    // The answering model saw its prompt with the label filled in, and only its own tool.
     let (agent, agent_tools) = system_and_tools(&requests[1]);
     assert!(agent.contains("This is a billing question."), "{agent}");
     assert_eq!(agent_tools, ["open_ticket"]);
-    // The ticket waited for the person, then opened once.
+    assert_eq!(said(&first), answer, "{first}");
+    assert!(!first.contains("event: pending"), "{first}");
+
+    // 2. `ticket` routed to the node that must call open_ticket (tool_choice required), saw the
+    // conversation, and waited for the person; once approved it ran once and the node answered
+    // freely.
+    assert_eq!(requests[2]["messages"][1]["content"], "Still there after a week. Open a ticket.");
+    let (ticket, ticket_tools) = system_and_tools(&requests[3]);
+    assert!(ticket.contains("Open a support ticket"), "{ticket}");
+    assert_eq!((ticket_tools, &requests[3]["tool_choice"]), (vec!["open_ticket".to_owned()], &json!("required")));
+    assert!(requests[3]["messages"].to_string().contains(question), "the earlier turn is in its window");
+    assert_ne!(requests[4]["tool_choice"], "required", "a result is in: it may answer");
     assert_eq!(
         (pending["toolName"].as_str(), pending["description"].as_str()),
         (Some("open_ticket"), Some("Open a ticket: Charged twice in November")),
         "{pending}"
     );
-    assert_eq!(
-        answer["message"],
-        "Ticket T-0001 is open; the duplicate is refunded once checked [Billing and invoices › I was charged twice].",
-        "{answer}"
-    );
+    assert_eq!(confirmed["message"], "Ticket T-0001 is open.", "{confirmed}");
     let opened = std::fs::read_to_string(&tickets).unwrap();
     assert_eq!(opened.lines().count(), 1, "{opened}");
     assert!(opened.contains("\"ticket\": \"T-0001\"") && opened.contains("Charged twice in November"), "{opened}");
 
-    // "thanks!" is `other`: a short reply, no search, no tools offered.
-    let said: String = sse_events(&second)
-        .into_iter()
-        .filter(|(e, _)| e == "token")
-        .filter_map(|(_, d)| d["content"].as_str().map(str::to_owned))
-        .collect();
-    assert_eq!(said, "You're welcome!", "{second}");
-    assert!(!second.contains("event: pending"), "{second}");
-    let searches = requests[4]["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").count();
-    assert_eq!(searches, 2, "the first turn's search and ticket, and no new search: {:#?}", requests[4]);
-    let (triage, _) = system_and_tools(&requests[3]);
-    assert!(triage.contains("You sort the messages"), "{triage}");
-    assert_eq!(requests[3]["messages"][1]["content"], "thanks!");
-    let (chat, chat_tools) = system_and_tools(&requests[4]);
+    // 3. "thanks!" is `other`: a short reply, no search, no tools offered.
+    assert_eq!(said(&third), "You're welcome!", "{third}");
+    let (chat, chat_tools) = system_and_tools(&requests[6]);
     assert!(chat.contains("Reply briefly and kindly") && chat_tools.is_empty(), "{chat} {chat_tools:?}");
+    let searches = requests[6]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["function"]["name"] == "rag_search")
+        .count();
+    assert_eq!(searches, 1, "only the first turn searched: {:#?}", requests[6]);
 }
 
 #[test]
@@ -156,7 +175,7 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let dir = tempfile::tempdir().unwrap();
     let ok = toolgraph(dir.path(), &["agents", "check"]);
     let stdout = String::from_utf8_lossy(&ok.stdout);
-    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 8 nodes"), "{stdout}");
+    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 13 nodes"), "{stdout}");
     let text = std::fs::read_to_string(repo().join("examples/helpdesk/desk.toml")).unwrap();
     let broken = text.replacen(r#"next = "agent""#, r#"next = "answer""#, 1).replace("{{category}}", "{{label}}");
     let file = dir.path().join("desk.toml");
@@ -165,8 +184,8 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let f = file.display();
-    assert!(stderr.contains(&format!("{f}:32: nodes.search.next: no node named `answer`")), "{stderr}");
-    assert!(stderr.contains(&format!("{f}:36: nodes.agent.prompt: the template reads `label`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:34: nodes.search.next: no node named `answer`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:38: nodes.agent.prompt: the template reads `label`")), "{stderr}");
     // `serve` refuses the broken graph with the same errors before it listens.
     let config = dir.path().join("toolgraph.toml");
     let cfg = std::fs::read_to_string(repo().join("examples/helpdesk/toolgraph.toml")).unwrap();
@@ -185,5 +204,5 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains(&format!("{f}:32: nodes.search.next: no node named `answer`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:34: nodes.search.next: no node named `answer`")), "{stderr}");
 }

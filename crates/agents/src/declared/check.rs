@@ -4,7 +4,7 @@
 //! Each error names the file, the line and the field. What passes becomes a [`Plan`], which
 //! [`build`](super::build) turns into a graph.
 
-use super::format::{ChannelDecl, GraphFile, History, NodeDecl, NodeKind, Reducer, RouteDecl};
+use super::format::{ChannelDecl, GraphFile, History, NodeDecl, NodeKind, Reducer, RouteDecl, ToolChoiceDecl};
 use super::template::{BUILTINS, Template};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,6 +97,8 @@ pub enum Step {
         history: History,
         /// Its structured output.
         output: Option<Output>,
+        /// Whether it must call a tool first.
+        require_call: bool,
     },
     /// The tool calls of the last model message; pauses resume at `approved`.
     Tools {
@@ -389,9 +391,18 @@ fn list(names: &BTreeSet<String>) -> String {
 /// Which fields each kind uses.
 fn used_fields(kind: NodeKind) -> &'static [&'static str] {
     match kind {
-        NodeKind::Model => {
-            &["next", "route", "prompt", "tools", "model", "temperature", "max_tokens", "history", "output"]
-        }
+        NodeKind::Model => &[
+            "next",
+            "route",
+            "prompt",
+            "tools",
+            "tool_choice",
+            "model",
+            "temperature",
+            "max_tokens",
+            "history",
+            "output",
+        ],
         NodeKind::Tools => &["next", "give_up", "max_failures"],
         NodeKind::Tool => &["next", "route", "tool", "arguments", "never_fail", "channel"],
         NodeKind::Retrieve => &["next", "route", "tool", "channel", "query", "top_k"],
@@ -406,6 +417,7 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("route", n.route.is_some()),
         ("prompt", n.prompt.is_some()),
         ("tools", n.tools.is_some()),
+        ("tool_choice", n.tool_choice.is_some()),
         ("model", n.model.is_some()),
         ("temperature", n.temperature.is_some()),
         ("max_tokens", n.max_tokens.is_some()),
@@ -547,7 +559,12 @@ fn plan_node(
                     });
                 Output { channel: o.channel.clone(), schema: o.schema.clone(), labels }
             });
+            let require_call = n.tool_choice == Some(ToolChoiceDecl::Required);
+            if require_call && (n.output.is_some() || n.tools.as_ref().is_some_and(Vec::is_empty)) {
+                c.error(&path("tool_choice"), "`required` needs tools to call (and no `output`)");
+            }
             Step::Model {
+                require_call,
                 prompt,
                 // A node with a structured output calls no tools.
                 tools: if output.is_some() { Some(Vec::new()) } else { n.tools.clone() },
@@ -810,6 +827,10 @@ next = "agent"
             [
                 "desk.toml:24: nodes.tools: a `tools` node needs `next`: the node that reads the results (usually the model node)"
             ]
+        );
+        assert_eq!(
+            broken("history = \"last_message\"\n", "history = \"last_message\"\ntool_choice = \"required\"\n"),
+            ["desk.toml:10: nodes.classify.tool_choice: `required` needs tools to call (and no `output`)"]
         );
         assert_eq!(
             broken("next = \"agent\"\n", "next = \"agent\"\nroute = { otherwise = \"END\" }\n"),

@@ -97,6 +97,9 @@ pub struct NodeDecl {
     /// `model`: most tokens it may generate, over the agent's.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// `model`: whether it must call a tool before it answers (default: `auto`).
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoiceDecl>,
     /// `model`: what the model reads of the conversation (default: `window`).
     #[serde(default)]
     pub history: Option<History>,
@@ -133,6 +136,18 @@ pub struct NodeDecl {
     /// `reply`: the text, a template.
     #[serde(default)]
     pub text: Option<String>,
+}
+
+/// Whether a `model` node must call a tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoiceDecl {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The model must call one of its tools until one has returned in this turn; then it may
+    /// answer (a node that must act, such as opening a ticket, on a model that would rather talk).
+    Required,
 }
 
 /// What a `model` node sends of the conversation.

@@ -62,7 +62,7 @@ pub fn build(
     for node in &plan.nodes {
         let name = node.name.clone();
         match &node.step {
-            Step::Model { prompt, tools, model: named, temperature, max_tokens, history, output } => {
+            Step::Model { prompt, tools, model: named, temperature, max_tokens, history, output, require_call } => {
                 let mut own = spec.clone();
                 if let Some(tools) = tools {
                     own.tools = spec
@@ -95,6 +95,7 @@ pub fn build(
                         deps: AgentDeps::new(own, node_model),
                         history: *history,
                         output,
+                        require_call: *require_call,
                     },
                 );
             }

@@ -71,6 +71,8 @@ pub(crate) struct ModelNode {
     pub deps: AgentDeps,
     pub history: History,
     pub output: Option<(Output, jsonschema::Validator)>,
+    /// Whether it must call a tool before it may answer (`tool_choice = "required"`).
+    pub require_call: bool,
 }
 
 #[async_trait]
@@ -81,11 +83,11 @@ impl Node<AgentState, AgentDeps> for ModelNode {
             return self.structured(&s, &ctx, system, output, validator).await;
         }
         match self.history {
-            History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref()).await,
+            History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.require_call).await,
             History::LastMessage => {
                 let mut only = AgentState { context: s.context.clone(), ..AgentState::default() };
                 only.messages.extend(last_user_message(&s).map(Message::user));
-                crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref()).await
+                crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.require_call).await
             }
         }
     }

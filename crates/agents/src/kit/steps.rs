@@ -28,7 +28,13 @@ pub fn cancellation_text(descriptions: &[String]) -> String {
     format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
 }
 
-/// A model call that may ask for tools, on `deps` (the agent's, or a declared node's own model,
+/// Whether a tool has returned since the person's last message.
+fn turn_has_tool_result(messages: &[Message]) -> bool {
+    messages.iter().rev().take_while(|m| !matches!(m, Message::User { .. })).any(|m| matches!(m, Message::Tool { .. }))
+}
+
+/// A model call that may ask for tools (and must, with `require_call`, until one has returned
+/// in this turn), on `deps` (the agent's, or a declared node's own model,
 /// tools and settings) with `system` in place of the settings' system prompt when given: the
 /// tokens stream, and the reply or its tool calls become the update.
 pub(crate) async fn model_step(
@@ -36,6 +42,7 @@ pub(crate) async fn model_step(
     ctx: &RunContext<AgentDeps>,
     deps: &AgentDeps,
     system: Option<&str>,
+    require_call: bool,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
     let spec = deps.spec();
     let system_prompt = system.unwrap_or(&spec.system_prompt);
@@ -61,6 +68,10 @@ pub(crate) async fn model_step(
     messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
     request.tool_choice = tool_choice(&spec.tools, &s.messages);
+    // A node that must act calls a tool first; once a result is in, it may answer.
+    if require_call && request.tool_choice.is_none() && !turn_has_tool_result(&s.messages) {
+        request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
+    }
     request.temperature = spec.temperature;
     request.max_tokens = spec.max_tokens;
     let mut content = String::new();
