@@ -315,8 +315,11 @@ fn graph_of(
 /// # Errors
 /// [`AgentError::Declared`] with every problem found.
 pub fn declared_plan(file: &std::path::Path, tools: &ToolRegistry) -> Result<crate::declared::Plan, AgentError> {
-    let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
-    Ok(crate::declared::load(file, &crate::declared::Known { tools: &names })?)
+    let specs = tools.specs();
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let writes: Vec<String> =
+        specs.iter().filter(|s| s.class == toolgraph_tools::ToolClass::Write).map(|s| s.name.clone()).collect();
+    Ok(crate::declared::load(file, &crate::declared::Known { tools: &names, writes: &writes })?)
 }
 
 /// The Mermaid flowchart of agent `name` (or the default agent) with its tools out of

@@ -71,8 +71,11 @@ pub fn build(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
-    let plan =
-        crate::declared::check("examples/agents/react.toml", DECLARATION, &crate::declared::Known { tools: &[] })
-            .map_err(crate::AgentError::Declared)?;
+    let plan = crate::declared::check(
+        "examples/agents/react.toml",
+        DECLARATION,
+        &crate::declared::Known { tools: &[], writes: &[] },
+    )
+    .map_err(crate::AgentError::Declared)?;
     crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
 }

@@ -593,9 +593,12 @@ async fn the_academy_declaration_repairs_a_query_three_times_then_gives_its_fixe
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/admin.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     let names = ["general_query".to_owned(), "send_sms".to_owned()];
-    let plan =
-        toolgraph_agents::declared::check("admin.toml", &text, &toolgraph_agents::declared::Known { tools: &names })
-            .unwrap();
+    let plan = toolgraph_agents::declared::check(
+        "admin.toml",
+        &text,
+        &toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] },
+    )
+    .unwrap();
     let bad = |id: &str| Reply::tool_calls(&[(id, "general_query", json!({"sql": "select * from nope"}))]);
     let server =
         ScriptedModelServer::start(vec![bad("q1"), bad("q2"), bad("q3"), bad("q4"), Reply::text("unreachable")])
@@ -624,4 +627,49 @@ async fn the_academy_declaration_repairs_a_query_three_times_then_gives_its_fixe
         .filter_map(|e| if let RunEvent::NodeStarted { node, .. } = e { Some(node.as_str()) } else { None })
         .collect();
     assert_eq!(nodes.last(), Some(&"give_up"), "{nodes:?}");
+}
+
+/// A declared model node that reads only the person's last message still sees this turn's tool
+/// results: it answers after its call instead of calling again until the recursion limit.
+#[tokio::test]
+async fn a_last_message_node_sees_its_own_results_and_answers() {
+    let text = r#"start = "agent"
+[nodes.agent]
+kind = "model"
+history = "last_message"
+route = { tool_calls = "tools", otherwise = "END" }
+[nodes.tools]
+kind = "tools"
+next = "agent"
+"#;
+    let names = ["general_query".to_owned(), "send_sms".to_owned()];
+    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] };
+    let plan = toolgraph_agents::declared::check("agent.toml", text, &known).unwrap();
+    let server = ScriptedModelServer::start(vec![
+        Reply::text("Hi!"),
+        Reply::tool_calls(&[("q1", "general_query", json!({"sql": "select count(*) from students"}))]),
+        Reply::text("There are 3 students."),
+    ])
+    .await
+    .unwrap();
+    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
+    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
+    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters));
+    let graph =
+        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!(), Arc::new(MemoryCheckpointer::new()))
+            .unwrap();
+    graph.start(&t(41), user_turn("Hello", None), RunOptions::default()).await.unwrap().collect().await;
+    let (_, out) = graph
+        .start(&t(41), user_turn("How many students?", None), RunOptions::default())
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.last_reply(), Some("There are 3 students."));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    let roles: Vec<&str> =
+        requests[2]["messages"].as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"], "the last message and this turn's call and result only");
 }

@@ -237,11 +237,22 @@ impl<'a> Lines<'a> {
     fn new(text: &'a str) -> Self {
         let mut header = String::new();
         let mut lines = Vec::new();
+        // Inside a multi-line string (a prompt), a line is text, not a key or a header.
+        let mut open: Option<&str> = None;
         for (i, line) in text.lines().enumerate() {
             let t = line.trim();
+            let was_open = open.is_some();
+            for quote in ["\"\"\"", "'''"] {
+                if open.is_none_or(|q| q == quote) && t.matches(quote).count() % 2 == 1 {
+                    open = if open.is_some() { None } else { Some(quote) };
+                }
+            }
+            if was_open {
+                continue;
+            }
             if t.starts_with('[') {
                 let inside = t.trim_start_matches('[').split(']').next().unwrap_or("");
-                header = inside.replace([' ', '"'], "");
+                header = inside.replace([' ', '"', '\''], "");
             }
             lines.push((i + 1, header.clone(), t));
         }
@@ -255,7 +266,9 @@ impl<'a> Lines<'a> {
             let found = self.lines.iter().find(|(_, h, t)| {
                 *h == header
                     && !t.starts_with('[')
-                    && t.strip_prefix(key).is_some_and(|r| r.starts_with([' ', '=', '.', '\t']))
+                    && t.trim_start_matches(['"', '\''])
+                        .strip_prefix(key)
+                        .is_some_and(|r| r.trim_start_matches(['"', '\'']).starts_with([' ', '=', '.', '\t']))
             });
             if let Some((n, ..)) = found {
                 return *n;
@@ -275,6 +288,9 @@ impl<'a> Lines<'a> {
 pub struct Known<'a> {
     /// The agent's tool names.
     pub tools: &'a [String],
+    /// Those of them that are write tools (they run only after a person's approval, so only
+    /// a `tools` node may run them).
+    pub writes: &'a [String],
 }
 
 struct Checker<'a> {
@@ -296,7 +312,11 @@ impl Checker<'_> {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    // `__start__` and `__end__` are the runtime's own.
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with("__")
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Parses and checks the declaration in `text`, read from `file`, against `known`.
@@ -305,7 +325,9 @@ fn valid_name(name: &str) -> bool {
 /// Every problem found, each with its file, line and field.
 pub fn check(file: &str, text: &str, known: &Known<'_>) -> Result<Plan, DeclErrors> {
     let parsed: GraphFile = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(1, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let line = e
+            .span()
+            .map_or(1, |s| text.as_bytes()[..s.start.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1);
         DeclErrors(vec![DeclError {
             file: file.to_owned(),
             line,
@@ -363,10 +385,12 @@ fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
         c.error(&["nodes"], "a graph needs at least one node");
     }
     let channel_names: Vec<&str> = g.channels.keys().map(String::as_str).collect();
+    let kinds: BTreeMap<&str, NodeKind> = g.nodes.iter().map(|(n, d)| (n.as_str(), d.kind)).collect();
     let mut planned = Vec::new();
     for (name, node) in &g.nodes {
-        planned.extend(plan_node(c, name, node, &channel_names, &names, known));
+        planned.extend(plan_node(c, name, node, &channel_names, &names, &kinds, known));
     }
+    check_cases_against_labels(c, &g);
     if !names.contains(&g.start) {
         c.error(&["start"], format!("no node named `{}`; nodes: {}", g.start, list(&names)));
     }
@@ -474,6 +498,21 @@ fn known_tool(c: &mut Checker<'_>, path: &[&str], tool: &str, known: &Known<'_>)
     }
 }
 
+/// A tool a node calls itself: it must exist and be a read tool (a write runs only after a
+/// person approved it, which only a `tools` node asks).
+fn node_called_tool(c: &mut Checker<'_>, path: &[&str], tool: &str, known: &Known<'_>) {
+    known_tool(c, path, tool, known);
+    if known.writes.iter().any(|w| w == tool) {
+        c.error(
+            path,
+            format!(
+                "`{tool}` is a write tool: a node may not run it unasked; let a `model` node call it and route \
+                 its tool calls to a `tools` node, which asks the person"
+            ),
+        );
+    }
+}
+
 fn channel(c: &mut Checker<'_>, path: &[&str], name: &str, channels: &[&str]) {
     if !channels.contains(&name) {
         let have = if channels.is_empty() { "none".to_owned() } else { channels.join(", ") };
@@ -499,6 +538,7 @@ fn plan_node(
     n: &NodeDecl,
     channels: &[&str],
     names: &BTreeSet<String>,
+    kinds: &BTreeMap<&str, NodeKind>,
     known: &Known<'_>,
 ) -> Vec<PlannedNode> {
     let kind = n.kind.as_str();
@@ -560,8 +600,17 @@ fn plan_node(
                 Output { channel: o.channel.clone(), schema: o.schema.clone(), labels }
             });
             let require_call = n.tool_choice == Some(ToolChoiceDecl::Required);
-            if require_call && (n.output.is_some() || n.tools.as_ref().is_some_and(Vec::is_empty)) {
+            let may_call = n.output.is_none() && n.tools.as_ref().map_or(!known.tools.is_empty(), |t| !t.is_empty());
+            if require_call && !may_call {
                 c.error(&path("tool_choice"), "`required` needs tools to call (and no `output`)");
+            }
+            let to_tools = n.route.as_ref().and_then(|r| r.tool_calls.as_ref()).and_then(|t| kinds.get(t.as_str()));
+            if may_call && to_tools != Some(&NodeKind::Tools) {
+                c.error(
+                    &["nodes", name, "route"],
+                    "this node may call tools: route its calls to a `tools` node, e.g. route = { tool_calls = \"tools\", \
+                     otherwise = \"END\" } (or set tools = [])",
+                );
             }
             Step::Model {
                 require_call,
@@ -612,7 +661,7 @@ fn plan_node(
             if n.tool.is_none() {
                 c.error(&["nodes", name], "a `tool` node needs `tool`: the tool it calls");
             } else {
-                known_tool(c, &path("tool"), &tool, known);
+                node_called_tool(c, &path("tool"), &tool, known);
             }
             let arguments = n.arguments.clone().unwrap_or_default();
             arguments_templates(c, &path("arguments"), &Value::Object(arguments.clone()), channels);
@@ -623,7 +672,7 @@ fn plan_node(
         }
         NodeKind::Retrieve => {
             let tool = n.tool.clone().unwrap_or_else(|| "rag_search".into());
-            known_tool(c, &path("tool"), &tool, known);
+            node_called_tool(c, &path("tool"), &tool, known);
             let query = n.query.as_deref().unwrap_or("{{last_user_message}}");
             let query = template(c, &path("query"), query, channels);
             let top_k = n.top_k.unwrap_or(5);
@@ -674,6 +723,28 @@ fn plan_route(c: &mut Checker<'_>, name: &str, r: &RouteDecl, channels: &[&str],
         (None, true) => {}
     }
     Route { replied, tool_calls, on: r.on.clone(), cases, otherwise }
+}
+
+/// A route on a classifier's channel: each case must be one of its labels (a typo would never
+/// match).
+fn check_cases_against_labels(c: &mut Checker<'_>, g: &GraphFile) {
+    let mut labels: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for node in g.nodes.values() {
+        let Some(output) = &node.output else { continue };
+        let Some(items) = output.schema.get("enum").and_then(Value::as_array) else { continue };
+        labels.entry(output.channel.as_str()).or_default().extend(items.iter().filter_map(Value::as_str));
+    }
+    for (name, node) in &g.nodes {
+        let Some(route) = &node.route else { continue };
+        let Some(known) = route.on.as_deref().and_then(|on| labels.get(on)) else { continue };
+        for case in route.cases.keys().filter(|k| !known.contains(k.as_str())) {
+            let all = known.iter().copied().collect::<Vec<_>>().join(", ");
+            c.error(
+                &["nodes", name, "route", "cases", case],
+                format!("`{case}` is not a label the classifier writes: {all}"),
+            );
+        }
+    }
 }
 
 /// Every node reachable from the start, and every node with a way to the end.
@@ -729,7 +800,8 @@ mod tests {
 
     fn errors(text: &str) -> Vec<String> {
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
-        match check("desk.toml", text, &Known { tools: &tools }) {
+        let writes = ["create_ticket".to_owned(), "note_write".to_owned()];
+        match check("desk.toml", text, &Known { tools: &tools, writes: &writes }) {
             Ok(_) => Vec::new(),
             Err(e) => e.0.iter().map(ToString::to_string).collect(),
         }
@@ -768,7 +840,7 @@ next = "agent"
     fn a_sound_declaration_passes_and_brings_the_tools_nodes_own() {
         assert_eq!(errors(GOOD), Vec::<String>::new());
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
-        let plan = check("desk.toml", GOOD, &Known { tools: &tools }).unwrap();
+        let plan = check("desk.toml", GOOD, &Known { tools: &tools, writes: &[] }).unwrap();
         let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["agent", "approved", "classify", "execute", "give_up", "search", "tools"]);
     }
@@ -880,5 +952,42 @@ next = "agent"
             err.iter().any(|e| e.contains("desk.toml:28: nodes.approved: the `tools` node `tools` brings")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn writes_unasked_unrouted_calls_and_labels_no_classifier_writes_are_errors() {
+        let with = |extra: &str| errors(&format!("{GOOD}\n{extra}"));
+        // A node may not run a write tool itself: only a `tools` node asks the person.
+        let err = broken("kind = \"retrieve\"\n", "kind = \"retrieve\"\ntool = \"note_write\"\n");
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].starts_with("desk.toml:15: nodes.search.tool: `note_write` is a write tool"), "{err:?}");
+        // A model node that may call tools must send its calls to a `tools` node.
+        let err = broken(r#"route = { tool_calls = "tools", otherwise = "END" }"#, r#"next = "END""#);
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].starts_with("desk.toml:18: nodes.agent.route: this node may call tools"), "{err:?}");
+        // A case the classifier never writes.
+        let err = broken(r#"billing = "search""#, r#"biling = "search""#);
+        assert_eq!(
+            err,
+            [
+                "desk.toml:11: nodes.classify.route.cases.biling: `biling` is not a label the classifier writes: billing, technical"
+            ]
+        );
+        // The runtime's own names.
+        let err = with("[nodes.__end__]\nkind = \"route\"\nroute = { otherwise = \"END\" }\n");
+        assert!(err.iter().any(|e| e.starts_with("desk.toml:28: nodes.__end__: node names use")), "{err:?}");
+    }
+
+    #[test]
+    fn lines_inside_a_multi_line_prompt_are_text_not_keys() {
+        let text = GOOD.replace(
+            "prompt = \"Answer from these passages: {{passages}}\"",
+            "prompt = \"\"\"Answer from these passages.\n[1] cite like this\ntools are not yours: {{pasages}}\"\"\"",
+        );
+        let err = errors(&text);
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].starts_with("desk.toml:20: nodes.agent.prompt: the template reads `pasages`"), "{err:?}");
+        let err = errors(&text.replace(r#"tools = ["create_ticket"]"#, r#"tools = ["create_tickets"]"#));
+        assert!(err.iter().any(|e| e.starts_with("desk.toml:23: nodes.agent.tools: the agent has no tool")), "{err:?}");
     }
 }

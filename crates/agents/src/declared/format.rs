@@ -12,7 +12,7 @@ pub use crate::kit::Reducer;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GraphFile {
-    /// What the graph is for, shown by `agents check` and `graph show`.
+    /// What the graph is for, shown by `agents check`.
     #[serde(default)]
     pub description: Option<String>,
     /// The node a turn starts at.

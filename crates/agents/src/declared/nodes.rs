@@ -44,9 +44,20 @@ impl GraphInfo {
         t.render(|name| self.lookup(s, name))
     }
 
-    fn write(&self, channel: &str, value: Value) -> ChannelWrite {
-        let reducer = self.channels.get(channel).map(|c| c.reducer).unwrap_or_default();
-        ChannelWrite { channel: channel.to_owned(), reducer, value }
+    /// The writes that put `value` into `channel` of `s` with the channel's reducer: a
+    /// channel that holds nothing yet starts from its default, so `append` and `merge` add to it.
+    fn writes(&self, s: &AgentState, channel: &str, value: Value) -> Vec<ChannelWrite> {
+        let decl = self.channels.get(channel);
+        let reducer = decl.map(|c| c.reducer).unwrap_or_default();
+        let mut out = Vec::with_capacity(2);
+        if reducer != Reducer::Replace
+            && !s.channels.contains_key(channel)
+            && let Some(default) = decl.and_then(|c| c.default.clone())
+        {
+            out.push(ChannelWrite { channel: channel.to_owned(), reducer: Reducer::Replace, value: default });
+        }
+        out.push(ChannelWrite { channel: channel.to_owned(), reducer, value });
+        out
     }
 }
 
@@ -85,8 +96,14 @@ impl Node<AgentState, AgentDeps> for ModelNode {
         match self.history {
             History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.require_call).await,
             History::LastMessage => {
-                let mut only = AgentState { context: s.context.clone(), ..AgentState::default() };
-                only.messages.extend(last_user_message(&s).map(Message::user));
+                // The person's last message and what this turn added since (the node's own
+                // tool calls and their results), so a tool loop sees its results.
+                let start = s.messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(0);
+                let only = AgentState {
+                    messages: s.messages[start..].to_vec(),
+                    context: s.context.clone(),
+                    ..AgentState::default()
+                };
                 crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.require_call).await
             }
         }
@@ -155,25 +172,42 @@ impl ModelNode {
             Some(labels) => first_label(&text, labels).map(Value::String),
             None => json_in(&text).filter(|v| validator.is_valid(v)),
         };
-        let write = match value {
-            Some(v) => self.info.write(&output.channel, v),
+        let reducer = self.info.channels.get(&output.channel).map(|c| c.reducer).unwrap_or_default();
+        let channels = match value {
+            Some(v) => self.info.writes(s, &output.channel, v),
             None => {
                 tracing::warn!(channel = %output.channel, answer = %text, "the model's answer does not match the schema");
-                // A stale value must not decide this turn's route.
-                ChannelWrite { channel: output.channel.clone(), reducer: Reducer::Replace, value: Value::Null }
+                // A stale label must not decide this turn's route; a list or an object
+                // gathered over turns is kept.
+                if reducer == Reducer::Replace {
+                    vec![ChannelWrite { channel: output.channel.clone(), reducer, value: Value::Null }]
+                } else {
+                    Vec::new()
+                }
             }
         };
-        Ok(NodeOutput::Update(AgentUpdate { channels: vec![write], ..Default::default() }))
+        Ok(NodeOutput::Update(AgentUpdate { channels, ..Default::default() }))
     }
 }
 
-/// The label `text` names first (case-insensitive; a longer label wins where two start at the
-/// same place).
+/// The label `text` is (case, quotes and punctuation aside), else the one it names first as a
+/// whole word ("other" is not in "another"; a longer label wins where two start together).
 fn first_label(text: &str, labels: &[String]) -> Option<String> {
     let lower = text.to_lowercase();
+    let bare = lower.trim().trim_matches(|c: char| !c.is_alphanumeric());
+    if let Some(exact) = labels.iter().find(|l| l.to_lowercase() == bare) {
+        return Some(exact.clone());
+    }
+    let word_at = |label: &str| {
+        lower.match_indices(label).map(|(at, _)| at).find(|&at| {
+            let before = lower[..at].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
+            let after = lower[at + label.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric());
+            before && after
+        })
+    };
     labels
         .iter()
-        .filter_map(|l| lower.find(&l.to_lowercase()).map(|at| (at, std::cmp::Reverse(l.len()), l)))
+        .filter_map(|l| word_at(&l.to_lowercase()).map(|at| (at, std::cmp::Reverse(l.len()), l)))
         .min()
         .map(|(_, _, l)| l.clone())
 }
@@ -214,8 +248,12 @@ pub(crate) struct ToolNode {
 
 fn render_value(info: &GraphInfo, s: &AgentState, v: &Value) -> Value {
     match v {
-        // Checked when the graph loaded.
-        Value::String(t) => Value::String(Template::parse(t).map(|t| info.render(&t, s)).unwrap_or_else(|_| t.clone())),
+        // Checked when the graph loaded. A string that is one placeholder alone passes its
+        // value as it is (a list stays a list, a number a number).
+        Value::String(t) => match Template::parse(t) {
+            Ok(t) => t.only_value(|name| info.lookup(s, name)).unwrap_or_else(|| Value::String(info.render(&t, s))),
+            Err(_) => Value::String(t.clone()),
+        },
         Value::Array(items) => Value::Array(items.iter().map(|v| render_value(info, s, v)).collect()),
         Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), render_value(info, s, v))).collect()),
         other => other.clone(),
@@ -234,7 +272,7 @@ impl Node<AgentState, AgentDeps> for ToolNode {
                 return Err(NodeError::new("tool", format!("{} failed: {}", self.tool, failure.to_model_text())));
             }
         };
-        let channels = self.channel.iter().map(|c| self.info.write(c, value.clone())).collect();
+        let channels = self.channel.iter().flat_map(|c| self.info.writes(&s, c, value.clone())).collect();
         Ok(NodeOutput::Update(AgentUpdate { messages, channels, ..Default::default() }))
     }
 }
@@ -259,7 +297,7 @@ impl Node<AgentState, AgentDeps> for RetrieveNode {
             ToolOutcome::Success(v) => v,
             ToolOutcome::Failure(_) => Value::Null,
         };
-        let channels = vec![self.info.write(&self.channel, value)];
+        let channels = self.info.writes(&s, &self.channel, value);
         Ok(NodeOutput::Update(AgentUpdate { messages, channels, ..Default::default() }))
     }
 }
@@ -357,6 +395,8 @@ mod tests {
     fn a_classifier_takes_the_first_label_named_and_json_is_found_in_prose() {
         let labels = ["billing".to_owned(), "technical".to_owned(), "other".to_owned()];
         assert_eq!(first_label("Category: Technical (not billing)", &labels).as_deref(), Some("technical"));
+        assert_eq!(first_label("  \"Billing.\" ", &labels).as_deref(), Some("billing"));
+        assert_eq!(first_label("another thing", &labels), None, "a label inside a word is not named");
         assert_eq!(first_label("no idea", &labels), None);
         assert_eq!(json_in("Sure! ```json\n{\"order\": 42}\n```"), Some(json!({"order": 42})));
         assert_eq!(json_in("[1, 2]"), Some(json!([1, 2])));

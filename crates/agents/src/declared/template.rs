@@ -78,7 +78,7 @@ impl Template {
                 Part::Value(path) => {
                     let Some((root, fields)) = path.split_first() else { continue };
                     let Some(value) = lookup(root) else { continue };
-                    match fields.iter().try_fold(&value, |v, f| v.get(f)) {
+                    match fields.iter().try_fold(&value, |v, f| field(v, f)) {
                         None | Some(Value::Null) => {}
                         Some(Value::String(s)) => out.push_str(s),
                         Some(other) => out.push_str(&other.to_string()),
@@ -87,6 +87,25 @@ impl Template {
             }
         }
         out
+    }
+}
+
+impl Template {
+    /// The value of a template that is exactly one placeholder (`"{{selected}}"`), as it is;
+    /// `None` for any other template or a missing value.
+    pub fn only_value(&self, lookup: impl Fn(&str) -> Option<Value>) -> Option<Value> {
+        let [Part::Value(path)] = self.parts.as_slice() else { return None };
+        let (root, fields) = path.split_first()?;
+        let value = lookup(root)?;
+        fields.iter().try_fold(&value, |v, f| field(v, f)).filter(|v| !v.is_null()).cloned()
+    }
+}
+
+/// A field of an object, or an item of a list by its index (`{{passages.results.0.content}}`).
+fn field<'a>(v: &'a Value, f: &str) -> Option<&'a Value> {
+    match v {
+        Value::Array(items) => items.get(f.parse::<usize>().ok()?),
+        other => other.get(f),
     }
 }
 
@@ -105,6 +124,17 @@ mod tests {
         assert_eq!(t.names().collect::<Vec<_>>(), ["context", "topic", "n", "missing"]);
         let state = json!({"context": {"user": "Ana"}, "topic": "exam", "n": {"a": 1}});
         assert_eq!(t.render(|name| state.get(name).cloned()), "Hola Ana: exam / {\"a\":1} / .");
+        let list = json!({"found": {"results": [{"content": "first"}, {"content": "second"}]}, "ids": [1, 2]});
+        let t = Template::parse("{{found.results.1.content}}").unwrap();
+        assert_eq!(t.render(|name| list.get(name).cloned()), "second");
+        assert_eq!(t.only_value(|name| list.get(name).cloned()), Some(json!("second")));
+        let ids = Template::parse("{{ids}}").unwrap();
+        assert_eq!(
+            ids.only_value(|name| list.get(name).cloned()),
+            Some(json!([1, 2])),
+            "one placeholder keeps its type"
+        );
+        assert_eq!(Template::parse("ids: {{ids}}").unwrap().only_value(|name| list.get(name).cloned()), None);
         // Single braces are text: prompts may hold JSON examples.
         let json_prompt = Template::parse("Answer as {\"label\": \"…\"}").unwrap();
         assert_eq!(json_prompt.render(|_| None), "Answer as {\"label\": \"…\"}");

@@ -28,9 +28,13 @@ pub fn cancellation_text(descriptions: &[String]) -> String {
     format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
 }
 
-/// Whether a tool has returned since the person's last message.
-fn turn_has_tool_result(messages: &[Message]) -> bool {
-    messages.iter().rev().take_while(|m| !matches!(m, Message::User { .. })).any(|m| matches!(m, Message::Tool { .. }))
+/// Whether one of `tools` has returned a result (not a failure) since the person's last
+/// message: a search another node recorded, or a refused call, does not count.
+fn own_tool_returned(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]) -> bool {
+    super::this_turn(messages).iter().any(|m| match m {
+        Message::Tool { name, content, .. } => tools.get(name).is_some() && !super::failed(content),
+        _ => false,
+    })
 }
 
 /// A model call that may ask for tools (and must, with `require_call`, until one has returned
@@ -69,7 +73,7 @@ pub(crate) async fn model_step(
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
     request.tool_choice = tool_choice(&spec.tools, &s.messages);
     // A node that must act calls a tool first; once a result is in, it may answer.
-    if require_call && request.tool_choice.is_none() && !turn_has_tool_result(&s.messages) {
+    if require_call && request.tool_choice.is_none() && !own_tool_returned(&spec.tools, &s.messages) {
         request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
     }
     request.temperature = spec.temperature;

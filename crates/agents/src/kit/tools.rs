@@ -19,7 +19,7 @@ pub fn tool_definitions(tools: &ToolRegistry) -> Vec<ToolDefinition> {
 }
 
 /// The messages of the current turn: those after the user's last message.
-fn this_turn(history: &[Message]) -> &[Message] {
+pub(crate) fn this_turn(history: &[Message]) -> &[Message] {
     let turn_start = history.iter().rposition(|m| matches!(m, Message::User { .. })).map_or(0, |i| i + 1);
     &history[turn_start..]
 }
@@ -93,7 +93,7 @@ fn found(content: &str) -> bool {
 }
 
 /// Whether a tool message reports a failure (`{"ok": false, …}`, docs/tools.md).
-fn failed(content: &str) -> bool {
+pub(crate) fn failed(content: &str) -> bool {
     content.contains("\"ok\":false")
         && serde_json::from_str::<Value>(content).is_ok_and(|v| v.get("ok") == Some(&Value::Bool(false)))
 }
