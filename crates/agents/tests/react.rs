@@ -673,3 +673,47 @@ next = "agent"
         requests[2]["messages"].as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool"], "the last message and this turn's call and result only");
 }
+
+/// A `tools` node runs only what the model nodes that route to it were offered: a call of
+/// another of the agent's tools (a write, here) is answered with why, never run and never put
+/// to a person.
+#[tokio::test]
+async fn a_tools_node_refuses_a_tool_its_model_node_was_not_offered() {
+    let text = r#"start = "agent"
+[nodes.agent]
+kind = "model"
+tools = ["general_query"]
+route = { tool_calls = "tools", otherwise = "END" }
+[nodes.tools]
+kind = "tools"
+next = "agent"
+"#;
+    let names = ["general_query".to_owned(), "send_sms".to_owned()];
+    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] };
+    let plan = toolgraph_agents::declared::check("agent.toml", text, &known).unwrap();
+    let server = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+1555", "text": "hi"}))]),
+        Reply::text("I cannot send messages here."),
+    ])
+    .await
+    .unwrap();
+    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
+    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
+    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters.clone()));
+    let graph =
+        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!(), Arc::new(MemoryCheckpointer::new()))
+            .unwrap();
+    let (_, out) =
+        graph.start(&t(42), user_turn("Text Bob", None), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("no pause for a tool not on offer: {out:?}") };
+    assert_eq!(state.last_reply(), Some("I cannot send messages here."));
+    let refusal = state.messages.iter().find_map(|m| match m {
+        Message::Tool { content, .. } => Some(content.clone()),
+        _ => None,
+    });
+    assert!(
+        refusal.as_deref().is_some_and(|r| r.contains("send_sms is not one of the tools of this step (general_query)")),
+        "{refusal:?}"
+    );
+    assert_eq!(counters.sms.load(Ordering::SeqCst), 0);
+}

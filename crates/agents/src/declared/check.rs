@@ -102,6 +102,9 @@ pub enum Step {
     },
     /// The tool calls of the last model message; pauses resume at `approved`.
     Tools {
+        /// The tools the model nodes routing here are offered (`None`: the agent's); a call of
+        /// another is refused.
+        allowed: Option<Vec<String>>,
         /// The node that records the decisions (hidden).
         approved: String,
         /// The node that runs the approved calls (hidden).
@@ -394,6 +397,28 @@ fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
     if !names.contains(&g.start) {
         c.error(&["start"], format!("no node named `{}`; nodes: {}", g.start, list(&names)));
     }
+    // What each `tools` node may run: what the model nodes that route to it were offered.
+    for node in &mut planned {
+        if let Step::Tools { allowed, .. } = &mut node.step {
+            let callers: Vec<&NodeDecl> = g
+                .nodes
+                .values()
+                .filter(|d| {
+                    d.kind == NodeKind::Model
+                        && d.route.as_ref().and_then(|r| r.tool_calls.as_deref()) == Some(node.name.as_str())
+                })
+                .collect();
+            if callers.is_empty() {
+                continue;
+            }
+            *allowed = callers.iter().map(|d| d.tools.clone()).collect::<Option<Vec<Vec<String>>>>().map(|sets| {
+                let mut union: Vec<String> = sets.into_iter().flatten().collect();
+                union.sort_unstable();
+                union.dedup();
+                union
+            });
+        }
+    }
     planned.sort_by(|a, b| a.name.cmp(&b.name));
     let plan = Plan {
         file: c.file.to_owned(),
@@ -638,6 +663,7 @@ fn plan_node(
                 PlannedNode {
                     name: name.to_owned(),
                     step: Step::Tools {
+                        allowed: None,
                         approved: approved.clone(),
                         execute: execute.clone(),
                         max_failures: n.max_failures,

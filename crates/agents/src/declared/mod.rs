@@ -99,8 +99,8 @@ pub fn build(
                     },
                 );
             }
-            Step::Tools { approved, max_failures: max, .. } => {
-                g.add_node(name.clone(), ToolsNode { approved: approved.clone() });
+            Step::Tools { approved, max_failures: max, allowed, .. } => {
+                g.add_node(name.clone(), ToolsNode { approved: approved.clone(), allowed: allowed.clone() });
                 g.add_resume(name.clone(), approved.clone());
                 max_failures.insert(name.clone(), max.unwrap_or(spec.max_tool_retries));
             }

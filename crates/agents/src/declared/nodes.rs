@@ -228,12 +228,14 @@ fn json_in(text: &str) -> Option<Value> {
 /// A `tools` node: the ReAct agent's, pausing writes to resume at `approved`.
 pub(crate) struct ToolsNode {
     pub approved: String,
+    /// The tools the model nodes that route here were offered (`None`: the agent's).
+    pub allowed: Option<Vec<String>>,
 }
 
 #[async_trait]
 impl Node<AgentState, AgentDeps> for ToolsNode {
     async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
-        crate::kit::tools_step(&s, &ctx, &self.approved).await
+        crate::kit::tools_step(&s, &ctx, &self.approved, self.allowed.as_deref()).await
     }
 }
 

@@ -109,27 +109,41 @@ pub(crate) async fn model_step(
 }
 
 /// Runs the tool calls of the last model message: read tools at once, write tools paused for
-/// approval, resumed at `resume_at` (a node that runs [`approved_node`]).
+/// approval, resumed at `resume_at` (a node that runs [`approved_node`]). With `allowed`, a
+/// call of another of the agent's tools is answered with why and never run (the calling
+/// node was not offered it).
 pub(crate) async fn tools_step(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
     resume_at: &str,
+    allowed: Option<&[String]>,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
     let registry = &ctx.deps().spec().tools;
+    let (pending, refused): (Vec<ToolCall>, Vec<ToolCall>) = pending_calls(s)
+        .into_iter()
+        .partition(|c| allowed.is_none_or(|a| a.contains(&c.name) || registry.get(&c.name).is_none()));
     // A call to a tool not on offer yet (a model that ignored the narrowed choice) is answered
     // with why, and never run.
     let callable = callable_tools(registry, &s.messages);
     let on_offer =
         |c: &ToolCall| callable.as_ref().is_none_or(|names| names.contains(&c.name) || registry.get(&c.name).is_none());
-    let (calls, early): (Vec<ToolCall>, Vec<ToolCall>) = pending_calls(s).into_iter().partition(on_offer);
+    let (calls, early): (Vec<ToolCall>, Vec<ToolCall>) = pending.into_iter().partition(on_offer);
     let tool_ctx = tool_context(s, ctx.deps().spec());
     let (writes, reads): (Vec<ToolCall>, Vec<ToolCall>) =
         calls.into_iter().partition(|c| registry.get(&c.name).is_some_and(|t| t.spec().class == ToolClass::Write));
-    for c in early.iter().chain(&reads).chain(&writes) {
+    for c in refused.iter().chain(&early).chain(&reads).chain(&writes) {
         let arguments = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
         ctx.emit(RunEvent::ToolCall { call_id: c.id.clone(), name: c.name.clone(), arguments }).await;
     }
-    let mut messages = Vec::with_capacity(early.len() + reads.len());
+    let mut messages = Vec::with_capacity(refused.len() + early.len() + reads.len());
+    for c in &refused {
+        let offered = allowed.unwrap_or_default().join(", ");
+        let why = format!("{} is not one of the tools of this step ({offered}); it was not run", c.name);
+        let outcome = ToolOutcome::Failure(ToolError::invalid_arguments(why));
+        let (call_id, name, outcome_json) = (c.id.clone(), c.name.clone(), outcome.to_json());
+        ctx.emit(RunEvent::ToolResult { call_id, name, outcome: outcome_json, ok: false }).await;
+        messages.push(tool_message(c, &outcome));
+    }
     for c in &early {
         let after = registry.get(&c.name).map(|t| t.spec().offered_after.join(" or ")).unwrap_or_default();
         let why = format!("{} can be called only after {after} has returned in this turn: call {after} first", c.name);
@@ -144,7 +158,7 @@ pub(crate) async fn tools_step(
     // node's future for a lifetime bound the compiler cannot prove Send for.)
     let calls: Vec<_> = reads.iter().map(|c| run_tool(ctx, &tool_ctx, c)).collect();
     let outcomes: Vec<ToolOutcome> = futures::stream::iter(calls).buffered(MAX_PARALLEL_TOOL_CALLS).collect().await;
-    let failed = !early.is_empty() || outcomes.iter().any(|o| !o.is_success());
+    let failed = !refused.is_empty() || !early.is_empty() || outcomes.iter().any(|o| !o.is_success());
     messages.extend(reads.iter().zip(&outcomes).map(|(c, o)| tool_message(c, o)));
     // A result that is the finished answer ends the turn with it (no write waiting).
     let direct = reads.iter().zip(&outcomes).rev().find_map(|(c, o)| {
