@@ -585,6 +585,29 @@ async fn many_calls_of_one_step_run_a_few_at_a_time_in_order() {
     assert_eq!(tool_messages, calls.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), "every call, in order");
 }
 
+/// A graph declared by `text` (read tool `general_query`, write tool `send_sms`) on a scripted
+/// model that answers with `script`.
+struct Declared {
+    server: ScriptedModelServer,
+    graph: CompiledGraph<AgentState, kit::AgentDeps>,
+    counters: Arc<Counters>,
+}
+
+async fn declared(text: &str, script: Vec<Reply>) -> Declared {
+    let names = ["general_query".to_owned(), "send_sms".to_owned()];
+    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] };
+    let plan = toolgraph_agents::declared::check("agent.toml", text, &known).unwrap();
+    let server = ScriptedModelServer::start(script).await.unwrap();
+    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
+    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
+    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters.clone()));
+    let store = Arc::new(MemoryCheckpointer::new());
+    let graph =
+        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!("no node names a model"), store)
+            .unwrap();
+    Declared { server, graph, counters }
+}
+
 /// The academy admin's own declaration (`examples/lumie/admin.toml`): a failing query goes back
 /// to the model to be repaired at most `max_failures` = 3 times (the seed's `SQL_MAX_RETRIES`),
 /// then its `give_up` reply node answers with a fixed text filled from the state, no model call.
@@ -592,25 +615,9 @@ async fn many_calls_of_one_step_run_a_few_at_a_time_in_order() {
 async fn the_academy_declaration_repairs_a_query_three_times_then_gives_its_fixed_answer() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lumie/admin.toml");
     let text = std::fs::read_to_string(&path).unwrap();
-    let names = ["general_query".to_owned(), "send_sms".to_owned()];
-    let plan = toolgraph_agents::declared::check(
-        "admin.toml",
-        &text,
-        &toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] },
-    )
-    .unwrap();
     let bad = |id: &str| Reply::tool_calls(&[(id, "general_query", json!({"sql": "select * from nope"}))]);
-    let server =
-        ScriptedModelServer::start(vec![bad("q1"), bad("q2"), bad("q3"), bad("q4"), Reply::text("unreachable")])
-            .await
-            .unwrap();
-    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
-    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
-    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters));
-    let store = Arc::new(MemoryCheckpointer::new());
-    let graph =
-        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!("no node names a model"), store)
-            .unwrap();
+    let Declared { server, graph, .. } =
+        declared(&text, vec![bad("q1"), bad("q2"), bad("q3"), bad("q4"), Reply::text("unreachable")]).await;
     let opts = RunOptions { recursion_limit: 20, ..RunOptions::default() };
     let (events, out) = graph.start(&t(40), user_turn("How many students?", None), opts).await.unwrap().collect().await;
     let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
@@ -642,22 +649,15 @@ route = { tool_calls = "tools", otherwise = "END" }
 kind = "tools"
 next = "agent"
 "#;
-    let names = ["general_query".to_owned(), "send_sms".to_owned()];
-    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] };
-    let plan = toolgraph_agents::declared::check("agent.toml", text, &known).unwrap();
-    let server = ScriptedModelServer::start(vec![
-        Reply::text("Hi!"),
-        Reply::tool_calls(&[("q1", "general_query", json!({"sql": "select count(*) from students"}))]),
-        Reply::text("There are 3 students."),
-    ])
-    .await
-    .unwrap();
-    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
-    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
-    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters));
-    let graph =
-        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!(), Arc::new(MemoryCheckpointer::new()))
-            .unwrap();
+    let Declared { server, graph, .. } = declared(
+        text,
+        vec![
+            Reply::text("Hi!"),
+            Reply::tool_calls(&[("q1", "general_query", json!({"sql": "select count(*) from students"}))]),
+            Reply::text("There are 3 students."),
+        ],
+    )
+    .await;
     graph.start(&t(41), user_turn("Hello", None), RunOptions::default()).await.unwrap().collect().await;
     let (_, out) = graph
         .start(&t(41), user_turn("How many students?", None), RunOptions::default())
@@ -688,21 +688,14 @@ route = { tool_calls = "tools", otherwise = "END" }
 kind = "tools"
 next = "agent"
 "#;
-    let names = ["general_query".to_owned(), "send_sms".to_owned()];
-    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..] };
-    let plan = toolgraph_agents::declared::check("agent.toml", text, &known).unwrap();
-    let server = ScriptedModelServer::start(vec![
-        Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+1555", "text": "hi"}))]),
-        Reply::text("I cannot send messages here."),
-    ])
-    .await
-    .unwrap();
-    let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());
-    let counters = Arc::new(Counters { sms: AtomicUsize::new(0), announcements: AtomicUsize::new(0) });
-    let spec = AgentSpec::new("academy", "You are Lumie's assistant.", tools(counters.clone()));
-    let graph =
-        toolgraph_agents::declared::build(&plan, spec, model, &|_| unreachable!(), Arc::new(MemoryCheckpointer::new()))
-            .unwrap();
+    let Declared { server: _server, graph, counters } = declared(
+        text,
+        vec![
+            Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+1555", "text": "hi"}))]),
+            Reply::text("I cannot send messages here."),
+        ],
+    )
+    .await;
     let (_, out) =
         graph.start(&t(42), user_turn("Text Bob", None), RunOptions::default()).await.unwrap().collect().await;
     let RunOutcome::Completed { state } = out else { panic!("no pause for a tool not on offer: {out:?}") };

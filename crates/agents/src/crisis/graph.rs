@@ -76,8 +76,7 @@ fn recent_user_text(s: &AgentState) -> String {
 
 async fn gate_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
     // Only the latest message decides whether to ask the model; the model then reads the recent ones.
-    let latest =
-        s.messages.iter().rev().find(|m| matches!(m, Message::User { .. })).map(Message::content).unwrap_or("");
+    let latest = s.last_user_message().unwrap_or("");
     let v = if gate::keyword_hit(latest) {
         let recent = recent_user_text(&s);
         let screened = gate::screen(ctx.deps().model(), &recent);
@@ -151,15 +150,7 @@ async fn reply_node(s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<No
         ));
     }
     // The reply reads the conversation's words, not the tool records of earlier turns.
-    let history: Vec<Message> = kit::history_window(&s.messages, deps.spec().history_budget)
-        .iter()
-        .filter(|m| match m {
-            Message::User { .. } => true,
-            Message::Assistant { content, tool_calls } => tool_calls.is_empty() && !content.is_empty(),
-            _ => false,
-        })
-        .cloned()
-        .collect();
+    let history = kit::spoken_window(&s.messages, deps.spec().history_budget);
     let mut messages = vec![Message::system(system)];
     messages.extend(history);
     let mut request = ChatRequest::new(messages);

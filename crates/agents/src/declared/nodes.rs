@@ -26,10 +26,10 @@ impl GraphInfo {
     /// The value a template's `name` reads in `s`.
     pub fn lookup(&self, s: &AgentState, name: &str) -> Option<Value> {
         match name {
-            "last_user_message" => last_user_message(s).map(|t| Value::String(t.to_owned())),
+            "last_user_message" => s.last_user_message().map(|t| Value::String(t.to_owned())),
             "context" => Some(Value::Object(s.context.clone())),
             "tool_failures" => Some(Value::from(s.tool_failures)),
-            "last_tool_error" => last_tool_error(s).map(Value::String),
+            "last_tool_error" => s.last_tool_error().map(Value::String),
             "agent" => Some(Value::String(self.agent.clone())),
             channel => self.channel(s, channel).cloned(),
         }
@@ -59,19 +59,6 @@ impl GraphInfo {
         out.push(ChannelWrite { channel: channel.to_owned(), reducer, value });
         out
     }
-}
-
-fn last_user_message(s: &AgentState) -> Option<&str> {
-    s.messages.iter().rev().find(|m| matches!(m, Message::User { .. })).map(Message::content)
-}
-
-fn last_tool_error(s: &AgentState) -> Option<String> {
-    s.messages.iter().rev().find_map(|m| match m {
-        Message::Tool { content, .. } => serde_json::from_str::<Value>(content)
-            .ok()
-            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned)),
-        _ => None,
-    })
 }
 
 /// A `model` node.
@@ -141,17 +128,8 @@ impl ModelNode {
         };
         let mut messages = vec![Message::system(system)];
         match self.history {
-            History::Window => messages.extend(
-                crate::kit::history_window(&s.messages, spec.history_budget)
-                    .iter()
-                    .filter(|m| match m {
-                        Message::User { .. } => true,
-                        Message::Assistant { content, tool_calls } => tool_calls.is_empty() && !content.is_empty(),
-                        _ => false,
-                    })
-                    .cloned(),
-            ),
-            History::LastMessage => messages.extend(last_user_message(s).map(Message::user)),
+            History::Window => messages.extend(crate::kit::spoken_window(&s.messages, spec.history_budget)),
+            History::LastMessage => messages.extend(s.last_user_message().map(Message::user)),
         }
         let mut request = ChatRequest::new(messages);
         request.response_format = format;
@@ -265,7 +243,8 @@ fn render_value(info: &GraphInfo, s: &AgentState, v: &Value) -> Value {
 #[async_trait]
 impl Node<AgentState, AgentDeps> for ToolNode {
     async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
-        let arguments = render_value(&self.info, &s, &Value::Object(self.arguments.clone()));
+        let arguments =
+            Value::Object(self.arguments.iter().map(|(k, v)| (k.clone(), render_value(&self.info, &s, v))).collect());
         let (outcome, messages) = recorded_call(&s, &ctx, &self.tool, arguments).await;
         let value = match outcome {
             ToolOutcome::Success(v) => v,

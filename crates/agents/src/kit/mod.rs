@@ -12,7 +12,7 @@ mod state;
 mod steps;
 mod tools;
 
-pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, warm_up};
+pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, spoken_window, warm_up};
 pub use state::{
     AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Reducer, user_turn,
 };

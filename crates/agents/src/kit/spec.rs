@@ -136,6 +136,21 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
     &messages[start.min(messages.len())..]
 }
 
+/// The words of the conversation within `budget` ([`history_window`]): the person's messages
+/// and the assistant's replies, without tool calls and their results — for a model call that
+/// calls no tools (a classifier, a reply written from given facts).
+pub fn spoken_window(messages: &[Message], budget: usize) -> Vec<Message> {
+    history_window(messages, budget)
+        .iter()
+        .filter(|m| match m {
+            Message::User { .. } => true,
+            Message::Assistant { content, tool_calls } => tool_calls.is_empty() && !content.is_empty(),
+            _ => false,
+        })
+        .cloned()
+        .collect()
+}
+
 /// Computes ahead what every first turn of this agent starts with — its system prompt and
 /// tool definitions, before a placeholder message — through [`ChatModel::prepare`], so a model
 /// that keeps computed prompt state has it ready: a fresh service's first answer does not pay

@@ -150,6 +150,21 @@ impl State for AgentState {
 }
 
 impl AgentState {
+    /// The person's last message, if there is one.
+    pub fn last_user_message(&self) -> Option<&str> {
+        self.messages.iter().rev().find(|m| matches!(m, Message::User { .. })).map(Message::content)
+    }
+
+    /// The `error` of the latest tool message that reports one (docs/tools.md).
+    pub fn last_tool_error(&self) -> Option<String> {
+        self.messages.iter().rev().find_map(|m| match m {
+            Message::Tool { content, .. } => serde_json::from_str::<Value>(content)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned)),
+            _ => None,
+        })
+    }
+
     /// The text of the last assistant message, if the conversation ends with one.
     pub fn last_reply(&self) -> Option<&str> {
         match self.messages.last() {

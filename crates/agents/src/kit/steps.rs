@@ -262,17 +262,7 @@ pub(crate) async fn give_up_node(
     s: Arc<AgentState>,
     ctx: RunContext<AgentDeps>,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
-    let last_error = s
-        .messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::Tool { content, .. } => serde_json::from_str::<Value>(content)
-                .ok()
-                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned)),
-            _ => None,
-        })
-        .unwrap_or_else(|| "unknown error".into());
+    let last_error = s.last_tool_error().unwrap_or_else(|| "unknown error".into());
     let text = format!(
         "I could not complete this request: the tools kept failing after {} attempts (last error: {last_error}).",
         s.tool_failures

@@ -56,11 +56,7 @@ pub fn build(
 
 /// The question of this turn: the last user message.
 fn question(s: &AgentState) -> String {
-    s.messages
-        .iter()
-        .rev()
-        .find_map(|m| matches!(m, Message::User { .. }).then(|| m.content().to_owned()))
-        .unwrap_or_default()
+    s.last_user_message().unwrap_or_default().to_owned()
 }
 
 /// The chunks the last `retrieve_laws` call of the conversation returned.
