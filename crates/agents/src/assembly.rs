@@ -35,6 +35,9 @@ pub struct SharedParts {
     pub local_model: Option<Arc<dyn ChatModel>>,
     /// See [`schema_prompt`]; joins the system prompt of agents that may call `general_query`.
     pub schema_prompt: Option<PromptContext>,
+    /// Node kinds of the program's own, for declared graphs (none in `toolgraph` itself;
+    /// a program that embeds it registers its own: docs/agents.md).
+    pub kinds: crate::declared::NodeKinds,
 }
 
 /// The model of `settings`: `local` when given (the in-process model), else the configured
@@ -289,7 +292,7 @@ fn graph_of(
     store: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, AgentError> {
     if let Some(file) = &settings.graph_file {
-        let plan = declared_plan(file, &spec.tools)?;
+        let plan = declared_plan(file, &spec.tools, &shared.kinds)?;
         let model_for = |m: &str| {
             let mut named = settings.clone();
             named.model = Some(m.to_owned());
@@ -310,16 +313,21 @@ fn graph_of(
     })
 }
 
-/// The declaration at `file`, checked against `tools` (the agent's).
+/// The declaration at `file`, checked against `tools` (the agent's) and `kinds` (the
+/// program's own node kinds).
 ///
 /// # Errors
 /// [`AgentError::Declared`] with every problem found.
-pub fn declared_plan(file: &std::path::Path, tools: &ToolRegistry) -> Result<crate::declared::Plan, AgentError> {
+pub fn declared_plan(
+    file: &std::path::Path,
+    tools: &ToolRegistry,
+    kinds: &crate::declared::NodeKinds,
+) -> Result<crate::declared::Plan, AgentError> {
     let specs = tools.specs();
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let writes: Vec<String> =
         specs.iter().filter(|s| s.class == toolgraph_tools::ToolClass::Write).map(|s| s.name.clone()).collect();
-    Ok(crate::declared::load(file, &crate::declared::Known { tools: &names, writes: &writes })?)
+    Ok(crate::declared::load(file, &crate::declared::Known { tools: &names, writes: &writes, kinds: Some(kinds) })?)
 }
 
 /// The Mermaid flowchart of agent `name` (or the default agent) with its tools out of
@@ -332,8 +340,12 @@ pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Res
     let spec = AgentSpec::new(&name, &settings.system_prompt, tools);
     let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
     let never: Arc<dyn ChatModel> = Arc::new(NeverCalled);
-    let drawing =
-        SharedParts { tools: shared.tools.clone(), local_model: Some(Arc::clone(&never)), schema_prompt: None };
+    let drawing = SharedParts {
+        tools: shared.tools.clone(),
+        local_model: Some(Arc::clone(&never)),
+        schema_prompt: None,
+        kinds: shared.kinds.clone(),
+    };
     Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, store)?.to_mermaid())
 }
 
@@ -361,7 +373,7 @@ pub fn mermaid(kind: AgentGraph) -> String {
     let model: Arc<dyn ChatModel> = Arc::new(NeverCalled);
     let graph = match kind {
         AgentGraph::React => react::build(spec, model, store),
-        AgentGraph::LegalPipeline => crate::legal::pipeline::build(spec, model, store).map_err(AgentError::from),
+        AgentGraph::LegalPipeline => crate::legal::pipeline::build(spec, model, store),
         AgentGraph::CrisisCompanion => crate::crisis::graph::build(spec, model, store).map_err(AgentError::from),
     };
     match graph {
@@ -394,7 +406,12 @@ mod tests {
                     [agents.luat]\ngraph = \"legal_pipeline\"\ntools = []\n\
                     [agents.care]\ngraph = \"crisis_companion\"\ntools = []\n";
         let cfg = Config::from_toml_str(text).unwrap();
-        let shared = SharedParts { tools: ToolRegistry::new(), local_model: None, schema_prompt: None };
+        let shared = SharedParts {
+            tools: ToolRegistry::new(),
+            local_model: None,
+            schema_prompt: None,
+            kinds: Default::default(),
+        };
         let store = || Arc::new(toolgraph_graph::MemoryCheckpointer::new());
         let err = build(&cfg, Some("luat"), store(), &shared).err().unwrap().to_string();
         assert!(err.contains("agents.luat") && err.contains("retrieve_laws") && err.contains("[tools.legal]"), "{err}");

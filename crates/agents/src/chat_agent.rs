@@ -44,6 +44,40 @@ pub struct ActionRequest {
     pub arguments: Value,
 }
 
+/// What a question's pending action names where an approval names its tool (an agent's
+/// question to a person, such as a declared `ask` node's): never a tool's name (those are
+/// `[a-zA-Z0-9_-]`), so clients and the service tell the two apart by it. Its `description` is
+/// the question and its `arguments` are `{"form": schema-or-null}`; it is answered with a
+/// [`Decision::Answer`] that [`check_answer`] accepted.
+pub const QUESTION: &str = "@ask";
+
+/// The longest free-text answer to a question, in characters (a message's limit).
+pub const MAX_ANSWER_CHARS: usize = 4000;
+
+/// `answer` as a question with `form` takes it: free text is a non-blank string (trimmed) of
+/// at most [`MAX_ANSWER_CHARS`]; a form's answer must match its JSON Schema.
+///
+/// # Errors
+/// Why the answer does not do, in words a person can act on.
+pub fn check_answer(form: Option<&Value>, answer: &Value) -> Result<Value, String> {
+    let Some(schema) = form.filter(|f| !f.is_null()) else {
+        return match answer.as_str().map(str::trim) {
+            Some("") | None => Err("the answer is free text: a non-empty string".into()),
+            Some(text) if text.chars().count() > MAX_ANSWER_CHARS => {
+                Err(format!("the answer is longer than {MAX_ANSWER_CHARS} characters"))
+            }
+            Some(text) => Ok(Value::String(text.to_owned())),
+        };
+    };
+    let validator = jsonschema::validator_for(schema).map_err(|e| format!("the question's form is invalid: {e}"))?;
+    let problems: Vec<String> = validator.iter_errors(answer).map(|e| e.to_string()).take(5).collect();
+    if problems.is_empty() {
+        Ok(answer.clone())
+    } else {
+        Err(format!("the answer does not fit the form: {}", problems.join("; ")))
+    }
+}
+
 /// How a run ended.
 #[derive(Debug)]
 pub enum TurnEnd {
@@ -105,11 +139,36 @@ impl StateView {
     }
 }
 
+/// Which version of its definition an agent runs: for a declared graph (the built-in ReAct and
+/// legal graphs included), the declaration's digest, which every checkpoint records; `None`
+/// for a graph built in code.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Revision {
+    /// The version new turns run on.
+    pub version: Option<String>,
+    /// The last newer definition that failed its checks, still refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refused>,
+}
+
+/// A definition that failed its checks: the old version keeps serving.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Refused {
+    /// Its version (the digest of the refused text).
+    pub version: String,
+    /// Every problem found, each `file:line: field: message`.
+    pub errors: Vec<String>,
+}
+
 /// An agent the chat service can run.
 #[async_trait]
 pub trait ChatAgent: Send + Sync + 'static {
     /// Its graph's nodes and edges, for drawing.
-    fn shape(&self) -> &GraphShape;
+    fn shape(&self) -> GraphShape;
+    /// Which version of its definition it runs (and a newer one that was refused, if any).
+    fn revision(&self) -> Revision {
+        Revision::default()
+    }
     /// Where its checkpoints are kept.
     fn checkpointer(&self) -> &Arc<dyn Checkpointer>;
     /// Starts a turn on `thread`.
@@ -237,8 +296,12 @@ impl<S: ChatState> AgentRun for GraphRun<S> {
 
 #[async_trait]
 impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
-    fn shape(&self) -> &GraphShape {
-        self.graph.shape()
+    fn shape(&self) -> GraphShape {
+        self.graph.shape().clone()
+    }
+
+    fn revision(&self) -> Revision {
+        Revision { version: self.graph.version().map(str::to_owned), refused: None }
     }
 
     fn checkpointer(&self) -> &Arc<dyn Checkpointer> {

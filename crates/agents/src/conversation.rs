@@ -6,7 +6,7 @@
 //! [`ProjectingCheckpointer`]: toolgraph_conversations::ProjectingCheckpointer
 
 use crate::chat_agent::{ActionRequest, ChatState, TurnInput, pending_actions};
-use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, user_turn};
+use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, Question, user_turn};
 use serde_json::{Value, json};
 use toolgraph_conversations::{Projection, Role};
 use toolgraph_graph::CheckpointRecord;
@@ -34,8 +34,8 @@ pub fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
             }
         }
     }
-    // Every interrupt of this agent carries an approval request; a foreign one is still
-    // recorded (blank), so it can be decided.
+    // Every interrupt of this agent carries an approval request or a question; a foreign one
+    // is still recorded (blank), so it can be decided.
     p.pending = pending_actions(conversation, record, <AgentState as ChatState>::action_request);
     p
 }
@@ -53,6 +53,15 @@ impl ChatState for AgentState {
     }
 
     fn action_request(payload: &Value) -> ActionRequest {
+        // A question's pending action names no tool: its text is the question, its arguments
+        // the form (docs/agents.md, `ask`).
+        if let Some(q) = Question::of(payload) {
+            return ActionRequest {
+                tool: crate::chat_agent::QUESTION.to_owned(),
+                description: q.question,
+                arguments: json!({ "form": q.form }),
+            };
+        }
         let request = ApprovalRequest::of(payload).unwrap_or_default();
         ActionRequest { tool: request.tool, description: request.description, arguments: request.arguments }
     }

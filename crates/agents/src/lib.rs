@@ -6,7 +6,8 @@
 //! its load-time checks, the node kinds); the ReAct agent ([`react`]: a model node and tool
 //! nodes, write tools paused for a person's approval, built from its declaration) and what its
 //! turns add to a conversation ([`conversation`]); the one
-//! interface the chat service runs every agent through ([`chat_agent`]); agents from
+//! interface the chat service runs every agent through ([`chat_agent`]), and an agent whose
+//! definition changes while it serves ([`versions`]); agents from
 //! `[agents.NAME]` ([`assembly`]); the example agents' own tools and contracts — the course
 //! tutor's retrieval ([`course`]) and the academy admin's SQL, backend tools and schema prompt
 //! ([`academy`]); and what `toolgraph mcp` exports ([`mcp`]).
@@ -33,6 +34,7 @@ pub mod kit;
 pub mod legal;
 pub mod mcp;
 pub mod react;
+pub mod versions;
 mod words;
 
 /// An agent that cannot be assembled.

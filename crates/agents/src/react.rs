@@ -74,7 +74,7 @@ pub fn build(
     let plan = crate::declared::check(
         "examples/agents/react.toml",
         DECLARATION,
-        &crate::declared::Known { tools: &[], writes: &[] },
+        &crate::declared::Known { tools: &[], writes: &[], kinds: None },
     )
     .map_err(crate::AgentError::Declared)?;
     crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)

@@ -50,7 +50,9 @@ pub async fn run(cmd: AgentsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
     };
     let mut failed = false;
     for (agent, file, tools) in targets {
-        match toolgraph_agents::assembly::declared_plan(&file, &tools) {
+        // `toolgraph` has only the built-in node kinds; a program that adds its own checks its
+        // declarations itself (docs/agents.md).
+        match toolgraph_agents::assembly::declared_plan(&file, &tools, &Default::default()) {
             Ok(plan) => {
                 let declared = plan.nodes.len();
                 let about = plan.description.as_deref().map(|d| format!(": {d}")).unwrap_or_default();

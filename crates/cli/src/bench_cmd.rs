@@ -421,6 +421,7 @@ async fn write_latency(store: &dyn Checkpointer, writes: u64) -> anyhow::Result<
             interrupts: Vec::new(),
             decisions: Default::default(),
             reason: None,
+            graph_version: None,
             created_at_ms: 0,
         };
         let t = Instant::now();

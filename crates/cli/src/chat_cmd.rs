@@ -7,7 +7,7 @@
 //! conversation is held with a running `toolgraph serve` over HTTP ([`crate::remote_chat`]).
 
 use crate::agent;
-use crate::terminal::{ask_approval, show_tool_call, show_tool_result};
+use crate::terminal::{ask_approval, ask_question, show_tool_call, show_tool_result};
 use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use tokio::sync::mpsc;
 use toolgraph_agents::assembly::{self, Agent, SharedParts};
-use toolgraph_agents::kit::{ApprovalRequest, user_turn};
+use toolgraph_agents::kit::{ApprovalRequest, Question, user_turn};
 use toolgraph_config::Config;
 use toolgraph_graph::{
     Decision, GraphError, PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, ThreadId,
@@ -119,8 +119,8 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let store = agent::checkpointer(cfg).await?;
     // A terminal conversation has no tenant, so no tenant schema in its prompt.
     let local_model = agent::local_model(cfg).await?;
-    let shared =
-        SharedParts { tools: agent::all_tools(cfg, local_model.as_ref()).await?, local_model, schema_prompt: None };
+    let tools = agent::all_tools(cfg, local_model.as_ref()).await?;
+    let shared = SharedParts { tools, local_model, schema_prompt: None, kinds: Default::default() };
     let agent = assembly::build(cfg, args.agent.as_deref(), store, &shared)?;
     // Who the turn acts for, over the given context as the service sets it over a request's.
     let mut context = parse_context(&agent, &args.context)?.unwrap_or_default();
@@ -273,6 +273,18 @@ async fn approve_and_resume(
 ) -> anyhow::Result<Option<RunHandle<toolgraph_agents::kit::AgentState>>> {
     let mut decisions = BTreeMap::new();
     for p in &pending {
+        if let Some(q) = Question::of(&p.payload) {
+            let decision = loop {
+                let Some(answer) = ask_question(&q.question, q.form.as_ref(), lines).await else { return Ok(None) };
+                let Some(answer) = answer else { break Decision::Reject };
+                match toolgraph_agents::chat_agent::check_answer(q.form.as_ref(), &answer) {
+                    Ok(answer) => break Decision::Answer(answer),
+                    Err(why) => eprintln!("{why}"),
+                }
+            };
+            decisions.insert(p.id.clone(), decision);
+            continue;
+        }
         let Some(yes) = ask_approval(
             &ApprovalRequest::of(&p.payload).map_or_else(|| "(no description)".to_owned(), |r| r.description),
             lines,

@@ -32,6 +32,7 @@ pub async fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
                 tools: crate::agent::all_tools(cfg, None).await?,
                 local_model: None,
                 schema_prompt: None,
+                kinds: Default::default(),
             };
             print!("{}", toolgraph_agents::assembly::mermaid_of(cfg, Some(&name), &shared)?);
         }

@@ -18,6 +18,7 @@ mod kb_cmd;
 mod limits;
 mod mcp_cmd;
 mod plugins_cmd;
+mod reload;
 mod remote_chat;
 mod retrieval;
 mod serve_cmd;

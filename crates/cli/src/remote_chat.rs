@@ -7,15 +7,16 @@
 //! through `POST /api/chatbot/confirm`. `--transcript` writes every event and confirm exchange
 //! as JSON lines, for scripts that check a conversation's structure (`scripts/demo --check`).
 
-use crate::terminal::{ask_approval, show_tool_call, show_tool_result};
+use crate::terminal::{ask_approval, ask_question, show_tool_call, show_tool_result};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use toolgraph_agents::chat_agent::QUESTION;
 use toolgraph_protocol::{Frame, FrameError, PendingAction};
-use toolgraph_server::{ConfirmRequest, ConfirmResponse, StreamRequest};
+use toolgraph_server::{AnswerRequest, ConfirmRequest, ConfirmResponse, StreamRequest};
 
 /// Who the client speaks as, and where.
 pub struct RemoteChat {
@@ -175,9 +176,28 @@ impl RemoteChat {
         // the next undecided one, or with the resumed run's reply (which may ask again).
         let mut next = pending.into_iter().next();
         while let Some(action) = next.take() {
-            let Some(confirmed) = ask_approval(&action.description, lines).await else { return Ok(false) };
-            let started = std::time::Instant::now();
-            let response = self.confirm(&action, confirmed).await?;
+            let started;
+            let response = if action.tool_name == QUESTION {
+                // A question: answered at /answer, or declined (an empty line) at /confirm.
+                let form = action.arguments.get("form").filter(|f| !f.is_null());
+                let Some(answer) = ask_question(&action.description, form, lines).await else { return Ok(false) };
+                started = std::time::Instant::now();
+                match answer {
+                    Some(answer) => match self.answer(&action, answer).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            eprintln!("{e:#}");
+                            next = Some(action);
+                            continue;
+                        }
+                    },
+                    None => self.confirm(&action, false).await?,
+                }
+            } else {
+                let Some(confirmed) = ask_approval(&action.description, lines).await else { return Ok(false) };
+                started = std::time::Instant::now();
+                self.confirm(&action, confirmed).await?
+            };
             if !response.message.is_empty() {
                 println!("{}", response.message);
             }
@@ -187,10 +207,21 @@ impl RemoteChat {
         Ok(true)
     }
 
-    async fn confirm(&mut self, action: &PendingAction, confirmed: bool) -> anyhow::Result<ConfirmResponse> {
-        let Some(conversation_id) = self.request.conversation_id else {
-            bail!("a pending action arrived without a conversation id")
+    async fn answer(&mut self, action: &PendingAction, answer: Value) -> anyhow::Result<ConfirmResponse> {
+        let conversation_id = self.conversation_of(action)?;
+        let body = AnswerRequest {
+            tenant_slug: self.request.tenant_slug.clone(),
+            tenant_id: self.request.tenant_id,
+            user_id: self.request.user_id,
+            conversation_id,
+            message_id: action.message_id,
+            answer,
         };
+        self.decide("/api/chatbot/answer", "answer", &body).await
+    }
+
+    async fn confirm(&mut self, action: &PendingAction, confirmed: bool) -> anyhow::Result<ConfirmResponse> {
+        let conversation_id = self.conversation_of(action)?;
         let body = ConfirmRequest {
             tenant_slug: self.request.tenant_slug.clone(),
             tenant_id: self.request.tenant_id,
@@ -199,19 +230,38 @@ impl RemoteChat {
             message_id: action.message_id,
             confirmed,
         };
+        self.decide("/api/chatbot/confirm", "confirm", &body).await
+    }
+
+    /// The conversation a pending action of this chat belongs to.
+    fn conversation_of(&self, action: &PendingAction) -> anyhow::Result<i64> {
+        match self.request.conversation_id {
+            Some(id) => Ok(id),
+            None => bail!("pending action {} arrived without a conversation id", action.message_id),
+        }
+    }
+
+    /// Posts a decision (`what`: `confirm` or `answer`) to `path` and reads the response,
+    /// recording the exchange in the transcript.
+    async fn decide(
+        &mut self,
+        path: &str,
+        what: &str,
+        body: &impl serde::Serialize,
+    ) -> anyhow::Result<ConfirmResponse> {
         let resp = self
-            .post("/api/chatbot/confirm", &body)
+            .post(path, body)
             .timeout(CONFIRM_TIMEOUT)
             .send()
             .await
-            .context("the confirm request failed")?;
+            .with_context(|| format!("the {what} request failed"))?;
         let status = resp.status();
         let data: Value = resp.json().await.unwrap_or(Value::Null);
-        self.record("confirm", &json!({ "request": body, "status": status.as_u16(), "response": data }));
+        self.record(what, &json!({ "request": body, "status": status.as_u16(), "response": data }));
         if !status.is_success() {
-            bail!("the service refused the decision ({status}): {}", error_text(&data));
+            bail!("the service refused the {what} ({status}): {}", error_text(&data));
         }
-        serde_json::from_value(data).context("the confirm answer is not the contract's")
+        serde_json::from_value(data).with_context(|| format!("the {what} response is not the contract's"))
     }
 }
 

@@ -1,6 +1,7 @@
 //! `toolgraph serve`: the chat service on the configured store, until SIGTERM or Ctrl-C.
 
 use crate::agent;
+use crate::reload::{DeclaredAgent, Reloader};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::conversation::project;
 use toolgraph_agents::kit::AgentDeps;
+use toolgraph_agents::versions::VersionedAgent;
 use toolgraph_config::{AgentGraph, AuthKind, Config, RunEventsKind, StoreKind};
 use toolgraph_conversations::backend::BackendConversationStore;
 use toolgraph_conversations::{
@@ -194,6 +196,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         tools: assembly::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref(), tool_model).await?,
         local_model,
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
+        kinds: Default::default(),
     };
     // With the in-process model, each ReAct agent's prompt is computed before the service is
     // ready, so no first turn pays for it; the model's KV cache keeps several side by side
@@ -201,10 +204,18 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let default_agent = cfg.default_agent_name();
     let mut warm: Vec<(String, Arc<AgentDeps>)> = Vec::new();
     let mut agents = BTreeMap::new();
+    let mut declared = Vec::new();
     for name in cfg.effective_agents().keys() {
         let a = assembly::build(cfg, Some(name), Arc::clone(&checkpointer), &shared)?;
         if shared.local_model.is_some() && a.settings.graph == AgentGraph::React {
             warm.push((a.name.clone(), Arc::clone(a.graph.deps())));
+        }
+        if let Some(file) = a.settings.graph_file.clone() {
+            // Its file may change while serving: new turns take the new version.
+            let agent = VersionedAgent::new(Arc::new(GraphAgent::new(a.graph)));
+            declared.push(DeclaredAgent { name: a.name.clone(), file, agent: agent.clone() });
+            agents.insert(a.name.clone(), ServedAgent::new(agent, a.settings));
+            continue;
         }
         agents.insert(a.name.clone(), ServedAgent::new(GraphAgent::new(a.graph), a.settings));
     }
@@ -258,7 +269,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             .then(|| std::time::Duration::from_millis(cfg.server.turn_lease_ms / 3)),
     };
     warm.sort_by_key(|(name, _)| *name == default_agent);
-    let app = AppState::new(ChatService::new(agents, default_agent, store, checkpointer, options));
+    let app = AppState::new(ChatService::new(agents, default_agent, store, Arc::clone(&checkpointer), options));
     if cfg.mcp.http {
         let export =
             toolgraph_agents::mcp::export(cfg, shared.tools.clone(), Arc::clone(&kb)).map_err(anyhow::Error::msg)?;
@@ -301,6 +312,14 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let poll = (cfg.server.reload_poll_ms > 0).then(|| std::time::Duration::from_millis(cfg.server.reload_poll_ms));
+    let reloader = Reloader {
+        cfg: Arc::new(cfg.clone()),
+        shared: Arc::new(shared),
+        checkpointer: Arc::clone(&checkpointer),
+        agents: declared,
+    };
+    reloader.spawn(poll);
     app.set_ready();
     eprintln!(
         "toolgraph serve: listening on http://{addr} (store: {store_name}, run events: {}, agents: {}, allocator: {})",

@@ -72,6 +72,7 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
         Reply::text("Billing."),
         Reply::text(answer),
         Reply::text("ticket"),
+        Reply::text("Unknown."),
         Reply::tool_calls(&[(
             "t1",
             "open_ticket",
@@ -102,15 +103,47 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     let conversation = event_data(&first, "done")["conversationId"].clone();
     let second =
         post(&base, "/api/chatbot/stream", &say(&conversation, "Still there after a week. Open a ticket.")).await;
-    let pending = event_data(&second, "pending");
+    let ask = event_data(&second, "pending");
+    let answer_with = |value: Value| {
+        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": conversation, "messageId": ask["messageId"], "answer": value})
+    };
+    // An answer the form does not take, and approving a question, are refused; nothing runs.
+    let wrong: Value =
+        serde_json::from_str(&post(&base, "/api/chatbot/answer", &answer_with(json!("the web one"))).await).unwrap();
+    let approve_question = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": conversation, "messageId": ask["messageId"], "confirmed": true});
+    let approved_question: Value =
+        serde_json::from_str(&post(&base, "/api/chatbot/confirm", &approve_question).await).unwrap();
+    let answered: Value =
+        serde_json::from_str(&post(&base, "/api/chatbot/answer", &answer_with(json!("web"))).await).unwrap();
+    // The same answer again gets the same response; another one, once an answer is recorded, is
+    // refused; another user cannot answer it.
+    let again: Value =
+        serde_json::from_str(&post(&base, "/api/chatbot/answer", &answer_with(json!("web"))).await).unwrap();
+    let other: Value =
+        serde_json::from_str(&post(&base, "/api/chatbot/answer", &answer_with(json!("mobile"))).await).unwrap();
+    let mut stranger = answer_with(json!("web"));
+    stranger["userId"] = json!(2);
+    let strangers: Value = serde_json::from_str(&post(&base, "/api/chatbot/answer", &stranger).await).unwrap();
+    let pending = answered["pendingAction"].clone();
     let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
         "conversationId": conversation, "messageId": pending["messageId"], "confirmed": true});
     let confirmed: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &confirm).await).unwrap();
+    // An approval is not answered.
+    let answer_approval = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": conversation, "messageId": pending["messageId"], "answer": "yes"});
+    let answered_approval: Value =
+        serde_json::from_str(&post(&base, "/api/chatbot/answer", &answer_approval).await).unwrap();
     let third = post(&base, "/api/chatbot/stream", &say(&conversation, "thanks!")).await;
     let requests = model.requests();
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(requests.len(), 7, "triage, agent; triage, ticket, ticket after approval; triage, chat: {requests:#?}");
+    assert_eq!(
+        requests.len(),
+        8,
+        "triage, agent; triage, which_app, ticket, ticket after approval; triage, chat: {requests:#?}"
+    );
 
     // 1. The classifier read only the latest message and offered no tools; `billing` routed the
     // turn to a real search over the ingested articles, with the person's words.
@@ -137,15 +170,41 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     assert_eq!(said(&first), answer, "{first}");
     assert!(!first.contains("event: pending"), "{first}");
 
-    // 2. `ticket` routed to the node that must call open_ticket (tool_choice required), saw the
-    // conversation, and waited for the person; once approved it ran once and the node answered
-    // freely.
+    // 2. `ticket` went to the classifier of the app, which read the conversation and found none
+    // named; so the person was asked, with the form's choices, and their answer joined the
+    // conversation and the ticket's prompt. An answer off the form, and approving a question,
+    // were refused with why.
     assert_eq!(requests[2]["messages"][1]["content"], "Still there after a week. Open a ticket.");
-    let (ticket, ticket_tools) = system_and_tools(&requests[3]);
-    assert!(ticket.contains("Open a support ticket"), "{ticket}");
-    assert_eq!((ticket_tools, &requests[3]["tool_choice"]), (vec!["open_ticket".to_owned()], &json!("required")));
-    assert!(requests[3]["messages"].to_string().contains(question), "the earlier turn is in its window");
-    assert_ne!(requests[4]["tool_choice"], "required", "a result is in: it may answer");
+    let (which_app, which_tools) = system_and_tools(&requests[3]);
+    assert!(which_app.contains("Which Acme Notes app") && which_tools.is_empty(), "{which_app}");
+    assert_eq!(
+        (ask["toolName"].as_str(), ask["description"].as_str()),
+        (Some("@ask"), Some("Which app is it in: desktop, mobile or web?")),
+        "{ask}"
+    );
+    assert_eq!(ask["arguments"]["form"], json!({"enum": ["desktop", "mobile", "web"]}));
+    assert_eq!(said(&second), "Which app is it in: desktop, mobile or web?", "the question is said: {second}");
+    assert_eq!(wrong["field"], "answer", "{wrong}");
+    assert!(wrong["error"].as_str().unwrap().contains("does not fit the form"), "{wrong}");
+    assert!(approved_question["error"].as_str().unwrap().contains("/api/chatbot/answer"), "{approved_question}");
+    assert!(answered_approval["error"].as_str().unwrap().contains("/api/chatbot/confirm"), "{answered_approval}");
+    assert_eq!(again, answered, "a repeated answer is answered as the first was");
+    assert!(other["error"].as_str().unwrap().contains("already answered with another answer"), "{other}");
+    assert_eq!(strangers["error"], "not found", "{strangers}");
+    // `ticket` is the node that must call open_ticket (tool_choice required); it saw the
+    // conversation and the answer, and waited for the person; once approved it ran once and
+    // the node answered freely.
+    let (ticket, ticket_tools) = system_and_tools(&requests[4]);
+    assert!(ticket.contains("Open a support ticket") && ticket.contains("(in the web app)"), "{ticket}");
+    assert_eq!((ticket_tools, &requests[4]["tool_choice"]), (vec!["open_ticket".to_owned()], &json!("required")));
+    let window = requests[4]["messages"].as_array().unwrap();
+    let last_two: Vec<(&str, &str)> = window[window.len() - 2..]
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap_or(""), m["content"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(last_two, [("assistant", "Which app is it in: desktop, mobile or web?"), ("user", "web")]);
+    assert!(requests[4]["messages"].to_string().contains(question), "the earlier turn is in its window");
+    assert_ne!(requests[5]["tool_choice"], "required", "a result is in: it may answer");
     assert_eq!(
         (pending["toolName"].as_str(), pending["description"].as_str()),
         (Some("open_ticket"), Some("Open a ticket: Charged twice in November")),
@@ -158,16 +217,16 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
 
     // 3. "thanks!" is `other`: a short reply, no search, no tools offered.
     assert_eq!(said(&third), "You're welcome!", "{third}");
-    let (chat, chat_tools) = system_and_tools(&requests[6]);
+    let (chat, chat_tools) = system_and_tools(&requests[7]);
     assert!(chat.contains("Reply briefly and kindly") && chat_tools.is_empty(), "{chat} {chat_tools:?}");
-    let searches = requests[6]["messages"]
+    let searches = requests[7]["messages"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
         .filter(|c| c["function"]["name"] == "rag_search")
         .count();
-    assert_eq!(searches, 1, "only the first turn searched: {:#?}", requests[6]);
+    assert_eq!(searches, 1, "only the first turn searched: {:#?}", requests[7]);
 }
 
 #[test]
@@ -175,7 +234,7 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let dir = tempfile::tempdir().unwrap();
     let ok = toolgraph(dir.path(), &["agents", "check"]);
     let stdout = String::from_utf8_lossy(&ok.stdout);
-    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 13 nodes"), "{stdout}");
+    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 16 nodes"), "{stdout}");
     let text = std::fs::read_to_string(repo().join("examples/helpdesk/desk.toml")).unwrap();
     let broken = text.replacen(r#"next = "agent""#, r#"next = "answer""#, 1).replace("{{category}}", "{{label}}");
     let file = dir.path().join("desk.toml");
@@ -184,8 +243,8 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let f = file.display();
-    assert!(stderr.contains(&format!("{f}:34: nodes.search.next: no node named `answer`")), "{stderr}");
-    assert!(stderr.contains(&format!("{f}:38: nodes.agent.prompt: the template reads `label`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:38: nodes.search.next: no node named `answer`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:42: nodes.agent.prompt: the template reads `label`")), "{stderr}");
     // `serve` refuses the broken graph with the same errors before it listens.
     let config = dir.path().join("toolgraph.toml");
     let cfg = std::fs::read_to_string(repo().join("examples/helpdesk/toolgraph.toml")).unwrap();
@@ -204,5 +263,247 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains(&format!("{f}:34: nodes.search.next: no node named `answer`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:38: nodes.search.next: no node named `answer`")), "{stderr}");
+}
+
+/// The help desk in `dir`: its declaration copied there (so the test can change it), its
+/// configuration beside it reloading every `poll_ms` (0: on SIGHUP only).
+fn desk_in(dir: &Path, poll_ms: u64) -> (PathBuf, PathBuf) {
+    let desk = dir.join("desk.toml");
+    std::fs::copy(repo().join("examples/helpdesk/desk.toml"), &desk).unwrap();
+    let plugins = repo().join("examples/helpdesk/plugins");
+    let config = dir.join("toolgraph.toml");
+    let text = std::fs::read_to_string(repo().join("examples/helpdesk/toolgraph.toml"))
+        .unwrap()
+        .replace(r#"dirs = ["examples/helpdesk/plugins"]"#, &format!("dirs = [{:?}]", plugins.display().to_string()))
+        + &format!("\n[server]\nreload_poll_ms = {poll_ms}\n");
+    assert!(text.contains(&plugins.display().to_string()), "{text}");
+    std::fs::write(&config, text).unwrap();
+    (config, desk)
+}
+
+/// `serve` of the help desk copied into `dir` (its `config`), on `model`, its tickets in
+/// `dir/tickets.jsonl`, once ready: the process and its base URL.
+async fn serve_desk(dir: &Path, config: &Path, model: &ScriptedModelServer) -> (std::process::Child, String) {
+    let port = free_port();
+    let child = serve_command(dir, model, port)
+        .arg("--config")
+        .arg(config)
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .env("HELPDESK_TICKETS", dir.join("tickets.jsonl"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    (child, base)
+}
+
+async fn get(base: &str, path: &str) -> Value {
+    let response = reqwest::Client::new()
+        .get(format!("{base}{path}"))
+        .header("X-Tenant-Slug", "demo")
+        .timeout(Duration::from_secs(10))
+        .send();
+    response.await.unwrap().json().await.unwrap()
+}
+
+/// The desk agent's entry of `/api/chatbot/agents`.
+async fn desk_revision(base: &str) -> Value {
+    let agents = get(base, "/api/chatbot/agents").await;
+    assert_eq!(agents["defaultAgent"], "desk", "{agents}");
+    agents["agents"].as_array().unwrap().iter().find(|a| a["name"] == "desk").cloned().unwrap()
+}
+
+/// Polls the desk agent's entry until `done` holds of it (at most 10 s).
+async fn desk_revision_until(base: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let revision = desk_revision(base).await;
+        if done(&revision) {
+            return revision;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never reloaded: {revision}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The graph versions conversation `id`'s checkpoints record, deduplicated in order.
+async fn versions_of(base: &str, id: &Value) -> Vec<String> {
+    let list = get(base, &format!("/api/chatbot/conversations/{id}/checkpoints?tenantId=1&userId=1")).await;
+    let mut versions: Vec<String> = list["checkpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|c| c["graph_version"].as_str().unwrap_or("none").to_owned())
+        .collect();
+    versions.dedup();
+    versions
+}
+
+fn hang_up(child: &std::process::Child) {
+    let sent = Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_declaration_serves_new_turns_while_a_paused_run_finishes_on_its_own_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, desk) = desk_in(dir.path(), 0);
+    let model = ScriptedModelServer::start(vec![
+        // A: a ticket (the app named), paused for approval on the first version.
+        Reply::text("ticket"),
+        Reply::text("desktop"),
+        Reply::tool_calls(&[("t1", "open_ticket", json!({"summary": "Sync broken", "details": "since Monday"}))]),
+        // A, approved after the reload: its own version's nodes finish it.
+        Reply::text("Ticket T-0001 is open."),
+        // B and C: new turns, on the second version.
+        Reply::text("other"),
+        Reply::text("Hi!"),
+        Reply::text("other"),
+        Reply::text("Bye!"),
+    ])
+    .await
+    .unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let say = |conversation: &Value, message: &str| json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
+    let first = desk_revision(&base).await;
+    let v1 = first["version"].as_str().unwrap().to_owned();
+    assert!(v1.len() == 12 && v1.chars().all(|c| c.is_ascii_hexdigit()) && first.get("refused").is_none(), "{first}");
+
+    let paused =
+        post(&base, "/api/chatbot/stream", &say(&Value::Null, "Please open a ticket: sync is broken on my Mac.")).await;
+    let a = event_data(&paused, "done")["conversationId"].clone();
+    let pending = event_data(&paused, "pending");
+
+    // The second version: the ticket's tools node renamed (the paused run's next node is gone
+    // from it) and another prompt for small talk. Written in place, it waits for SIGHUP.
+    let original = std::fs::read_to_string(&desk).unwrap();
+    let second = original
+        .replace("ticket_tools", "desk_tools")
+        .replace("Reply briefly and kindly", "Reply in one short sentence");
+    assert!(second.contains("[nodes.desk_tools]") && second.contains("Reply in one short sentence"));
+    std::fs::write(&desk, &second).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(desk_revision(&base).await["version"], v1.as_str(), "reload_poll_ms = 0: only SIGHUP reloads");
+    hang_up(&child);
+    let reloaded = desk_revision_until(&base, |r| r["version"] != v1.as_str()).await;
+    let v2 = reloaded["version"].as_str().unwrap().to_owned();
+
+    // The paused run resumes on the version it paused on.
+    let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": a, "messageId": pending["messageId"], "confirmed": true});
+    let confirmed: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &confirm).await).unwrap();
+    assert_eq!(confirmed["message"], "Ticket T-0001 is open.", "{confirmed}");
+    // A new turn runs on the new one.
+    let hello = post(&base, "/api/chatbot/stream", &say(&Value::Null, "hello")).await;
+    assert_eq!(said(&hello), "Hi!", "{hello}");
+    let b = event_data(&hello, "done")["conversationId"].clone();
+
+    // A definition that fails its checks is refused with its errors; the second keeps serving.
+    let broken = second.replacen(r#"next = "agent""#, r#"next = "answer""#, 1);
+    std::fs::write(&desk, &broken).unwrap();
+    hang_up(&child);
+    let refused = desk_revision_until(&base, |r| r.get("refused").is_some()).await;
+    assert_eq!(refused["version"], v2.as_str(), "{refused}");
+    let errors = refused["refused"]["errors"].as_array().unwrap();
+    let expected = "desk.toml:38: nodes.search.next: no node named `answer`";
+    assert!(errors.iter().any(|e| e.as_str().is_some_and(|e| e.starts_with(expected))), "{expected} in {errors:?}");
+    let bye = post(&base, "/api/chatbot/stream", &say(&b, "bye")).await;
+    assert_eq!(said(&bye), "Bye!", "{bye}");
+    // Putting the second version back clears the refusal.
+    std::fs::write(&desk, &second).unwrap();
+    hang_up(&child);
+    let fixed = desk_revision_until(&base, |r| r.get("refused").is_none()).await;
+    assert_eq!(fixed["version"], v2.as_str(), "{fixed}");
+
+    let (versions_a, versions_b) = (versions_of(&base, &a).await, versions_of(&base, &b).await);
+    let requests = model.requests();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(versions_a, [v1], "every checkpoint of the paused run is the first version's");
+    assert_eq!(versions_b, [v2], "every checkpoint of the new turns is the second version's");
+    let (chat, _) = system_and_tools(&requests[5]);
+    assert!(chat.contains("Reply in one short sentence"), "{chat}");
+    assert_eq!(requests.len(), 8, "{requests:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graph_file_that_changes_is_reloaded_without_a_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, desk) = desk_in(dir.path(), 100);
+    let model = ScriptedModelServer::start(vec![]).await.unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let v1 = desk_revision(&base).await["version"].clone();
+    let text = std::fs::read_to_string(&desk).unwrap().replace("top_k = 3", "top_k = 5");
+    // In place, not renamed over: a file caught half-written is waited out, not refused.
+    std::fs::write(&desk, &text).unwrap();
+    let reloaded = desk_revision_until(&base, |r| r["version"] != v1).await;
+    // A broken change is refused without a signal too, and only once looked at.
+    let broken = text.replace(r#"start = "triage""#, r#"start = "nowhere""#);
+    std::fs::write(&desk, broken).unwrap();
+    let refused = desk_revision_until(&base, |r| r.get("refused").is_some()).await;
+    // The file put back as it serves: the refusal no longer stands.
+    std::fs::write(&desk, &text).unwrap();
+    let restored = desk_revision_until(&base, |r| r.get("refused").is_none()).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(refused["version"], reloaded["version"], "{refused}");
+    assert_eq!(restored["version"], reloaded["version"], "{restored}");
+    let errors = refused["refused"]["errors"].to_string();
+    // Named by the file's name only: callers of the API do not see where it lives.
+    assert!(errors.contains("\"desk.toml:12: start: no node named `nowhere`"), "{errors}");
+    assert!(!errors.contains(&dir.path().display().to_string()), "{errors}");
+}
+
+/// `chat --url` puts an agent's question to the person: an answer off the form is refused by
+/// the service and asked again, the next one goes through `/answer`, and the approval after it
+/// through `/confirm`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_url_answers_a_question_then_approves_the_ticket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = desk_in(dir.path(), 0);
+    let model = ScriptedModelServer::start(vec![
+        Reply::text("ticket"),
+        Reply::text("unknown"),
+        Reply::tool_calls(&[("t1", "open_ticket", json!({"summary": "Sync fails on my phone"}))]),
+        Reply::text("Ticket T-0001 is open."),
+    ])
+    .await
+    .unwrap();
+    let (mut server, base) = serve_desk(dir.path(), &config, &model).await;
+    let tickets = dir.path().join("tickets.jsonl");
+    let transcript = dir.path().join("transcript.jsonl");
+    let mut client = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["chat", "--url", &base, "--tenant-slug", "demo", "--transcript"])
+        .arg(&transcript)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut client.stdin.take().unwrap(), b"Open a ticket: sync fails.\nphone\nmobile\ny\n")
+        .unwrap();
+    let out = tokio::task::block_in_place(|| client.wait_with_output()).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the agent asks: Which app is it in: desktop, mobile or web?\n[desktop / mobile / web]"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("does not fit the form"), "`phone` was refused: {stderr}");
+    assert!(stderr.contains("approval needed: Open a ticket: Sync fails on my phone"), "{stderr}");
+    assert!(stdout.contains("Ticket T-0001 is open."), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&tickets).unwrap().lines().count(), 1, "opened once");
+    let lines: Vec<Value> =
+        std::fs::read_to_string(&transcript).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let answers: Vec<&Value> = lines.iter().filter(|l| l["event"] == "answer").collect();
+    assert_eq!(answers.len(), 2, "{lines:#?}");
+    assert_eq!((answers[0]["data"]["status"].as_u64(), answers[1]["data"]["status"].as_u64()), (Some(422), Some(200)));
+    assert_eq!(answers[1]["data"]["request"]["answer"], "mobile");
+    let requests = model.requests();
+    let ticket = requests[2]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(ticket.contains("(in the mobile app)"), "{ticket}");
 }

@@ -459,3 +459,64 @@ async fn a_citation_opens_the_cited_chunk() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_the_agent_asks_is_answered_from_its_card() {
+    let Some(driver) = chromedriver() else { return };
+    // The help desk declared in TOML (examples/helpdesk): a ticket request whose app the
+    // conversation does not name is asked about first.
+    let dir = tempfile::tempdir().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(repo.join("examples/helpdesk/desk.toml"), dir.path().join("desk.toml")).unwrap();
+    let plugins = repo.join("examples/helpdesk/plugins").canonicalize().unwrap();
+    let config = std::fs::read_to_string(repo.join("examples/helpdesk/toolgraph.toml"))
+        .unwrap()
+        .replace(r#"dirs = ["examples/helpdesk/plugins"]"#, &format!("dirs = [{:?}]", plugins.display().to_string()));
+    std::fs::write(dir.path().join("toolgraph.toml"), config).unwrap();
+    let model = ScriptedModelServer::start(vec![
+        Reply::text("ticket"),
+        Reply::text("unknown"),
+        Reply::tool_calls(&[("t1", "open_ticket", json!({"summary": "Sync fails", "details": "since Monday"}))]),
+    ])
+    .await
+    .unwrap();
+    let tickets = dir.path().join("tickets.jsonl");
+    let env = [("TOOLGRAPH_RAG_EMBEDDING", "none"), ("HELPDESK_TICKETS", tickets.to_str().unwrap())];
+    let port = free_port();
+    let mut server = serve_command(dir.path(), &model, port)
+        .arg("--config")
+        .arg(dir.path().join("toolgraph.toml"))
+        .env("TOOLGRAPH_SERVER_PLAYGROUND", "true")
+        .envs(env)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let (c, _profile) = open_page(&driver, &base).await;
+
+    say(&c, "Please open a ticket: sync keeps failing.").await;
+    let card = wait_text(&c, "#log .card.question", "Which app is it in: desktop, mobile or web?").await;
+    assert!(!card.contains("@ask"), "the card reads as a question, not a tool: {card}");
+    let options = c.find_all(Locator::Css("#log .card.question select option")).await.unwrap();
+    let mut choices = Vec::new();
+    for o in options {
+        choices.push(o.text().await.unwrap());
+    }
+    assert_eq!(choices, ["desktop", "mobile", "web"], "the form's choices");
+    c.find(Locator::Css("#log .card.question select option[value='\"mobile\"']")).await.unwrap().click().await.unwrap();
+    screenshot(&c, "10-question").await;
+    c.find(Locator::Css("#log .card.question .answer")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#log .card.question .decision", "Answered").await;
+    wait_text(&c, "#log .msg.user", "mobile").await;
+    // The answer went on to the ticket, which waits for approval on its own card.
+    wait_text(&c, "#log .card.pending:not(.question)", "open_ticket").await;
+    screenshot(&c, "11-answered").await;
+    let requests = model.requests();
+    c.close().await.unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    let ticket = requests[2]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(ticket.contains("(in the mobile app)"), "{ticket}");
+}

@@ -116,6 +116,11 @@ pub struct ServerSettings {
     /// renewed every third of it): the longest a conversation stays blocked after the instance
     /// running its turn died and did not come back. At least 1000. Default: 30000.
     pub turn_lease_ms: u64,
+    /// How often `serve` looks for a changed graph file (an agent's `graph_file`), in
+    /// milliseconds; a changed one is checked and, if it passes, serves the agent's new turns
+    /// (docs/agents.md, "Changing a graph while serving"). `0` reloads only on SIGHUP, which
+    /// always reloads; otherwise at least 100. Default: 2000.
+    pub reload_poll_ms: u64,
     /// Where runs' frames are kept for resuming streams: `auto` (PostgreSQL when
     /// `database_url` is set), `process` or `postgres`. Default: `auto`.
     /// Env: `TOOLGRAPH_SERVER_RUN_EVENTS`.
@@ -166,6 +171,7 @@ impl Default for ServerSettings {
             shutdown_drain_ms: 30_000,
             instance_id: None,
             turn_lease_ms: 30_000,
+            reload_poll_ms: 2_000,
             run_events: RunEventsKind::Auto,
             backend_tools: BTreeMap::new(),
         }
@@ -210,6 +216,12 @@ impl ServerSettings {
         }
         if self.shutdown_drain_ms == 0 {
             return Err(check.invalid("server.shutdown_drain_ms", "must be greater than 0".into()));
+        }
+        if (1..100).contains(&self.reload_poll_ms) {
+            return Err(check.invalid(
+                "server.reload_poll_ms",
+                format!("{} is less than 100 (0 turns looking off)", self.reload_poll_ms),
+            ));
         }
         if self.turn_lease_ms < 1000 {
             return Err(check.invalid("server.turn_lease_ms", format!("{} is less than 1000", self.turn_lease_ms)));

@@ -182,6 +182,9 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert_eq!(c.tools.course, Some(Default::default()), "the table alone turns them on");
     let err = Config::from_toml_str("[tools.course]\nbackend_url = \"backend:80\"\n").unwrap_err().to_string();
     assert!(err.contains("`tools.course.backend_url`"), "{err}");
+    let err = Config::from_toml_str("[server]\nreload_poll_ms = 5\n").unwrap_err().to_string();
+    assert!(err.contains("`server.reload_poll_ms`") && err.contains("less than 100"), "{err}");
+    assert!(Config::from_toml_str("[server]\nreload_poll_ms = 0\n").is_ok(), "0 turns looking off");
     let err = Config::from_toml_str("[server]\nturn_lease_ms = 10\n").unwrap_err().to_string();
     assert!(err.contains("`server.turn_lease_ms`") && err.contains("less than 1000"), "{err}");
     let err = Config::from_toml_str("[rag]\nbackend = \"qdrant\"\n").unwrap_err().to_string();

@@ -46,6 +46,7 @@ pub struct StateGraph<S: State, C> {
     edges: Vec<(String, Edge<S>)>,
     resumes: Vec<(String, String)>,
     recovery: Option<Recovery<S>>,
+    version: Option<Arc<str>>,
 }
 
 impl<S: State, C: Send + Sync + 'static> Default for StateGraph<S, C> {
@@ -57,7 +58,7 @@ impl<S: State, C: Send + Sync + 'static> Default for StateGraph<S, C> {
 impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// An empty graph.
     pub fn new() -> Self {
-        Self { nodes: Vec::new(), edges: Vec::new(), resumes: Vec::new(), recovery: None }
+        Self { nodes: Vec::new(), edges: Vec::new(), resumes: Vec::new(), recovery: None, version: None }
     }
 
     /// Adds a node.
@@ -98,6 +99,14 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// is closed with no state change. (A fork taken mid-run is closed without it.)
     pub fn set_recovery(&mut self, recovery: fn(&S, StopCause) -> Option<S::Update>) -> &mut Self {
         self.recovery = Some(recovery);
+        self
+    }
+
+    /// Names this graph's version (a declaration's digest): every checkpoint it writes records
+    /// it, so whoever serves several versions side by side resumes a paused run on the one
+    /// that paused it.
+    pub fn set_version(&mut self, version: impl Into<Arc<str>>) -> &mut Self {
+        self.version = Some(version.into());
         self
     }
 
@@ -186,6 +195,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 checkpointer,
                 heads: crate::heads::HeadCache::new(HEAD_CACHE_CAPACITY),
                 recovery: self.recovery,
+                version: self.version,
                 mermaid,
                 shape,
             }),
@@ -275,6 +285,7 @@ pub(crate) struct Inner<S: State, C> {
     pub(crate) checkpointer: Arc<dyn Checkpointer>,
     pub(crate) heads: crate::heads::HeadCache<S>,
     pub(crate) recovery: Option<Recovery<S>>,
+    pub(crate) version: Option<Arc<str>>,
     mermaid: String,
     shape: GraphShape,
 }
@@ -299,6 +310,11 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     /// The graph's nodes and edges, for drawing it ([`GraphShape::to_svg`]).
     pub fn shape(&self) -> &GraphShape {
         &self.inner.shape
+    }
+
+    /// Its version ([`StateGraph::set_version`]), if it has one.
+    pub fn version(&self) -> Option<&str> {
+        self.inner.version.as_deref()
     }
 
     /// The checkpoint store.

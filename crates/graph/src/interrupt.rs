@@ -42,11 +42,14 @@ pub struct PendingInterrupt {
 }
 
 /// A person's decision on one interrupt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// Go ahead.
     Approve,
     /// Do not.
     Reject,
+    /// Their answer to what the node asked (a question, a small form): stored as
+    /// `{"answer": value}`.
+    Answer(Value),
 }

@@ -170,23 +170,25 @@ pub enum ResumeResult<S> {
     Started(RunHandle<S>),
 }
 
-fn record(seq: u64, run_id: &str, kind: RecordKind) -> CheckpointRecord {
-    CheckpointRecord {
-        seq,
-        format: crate::checkpoint::FORMAT_VERSION,
-        run_id: run_id.to_owned(),
-        kind,
-        node: None,
-        next: None,
-        updates: Vec::new(),
-        interrupts: Vec::new(),
-        decisions: BTreeMap::new(),
-        reason: None,
-        created_at_ms: now_ms(),
-    }
-}
-
 impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
+    /// A blank record of this graph (its version stamped on it).
+    fn record(&self, seq: u64, run_id: &str, kind: RecordKind) -> CheckpointRecord {
+        CheckpointRecord {
+            seq,
+            format: crate::checkpoint::FORMAT_VERSION,
+            run_id: run_id.to_owned(),
+            kind,
+            node: None,
+            next: None,
+            updates: Vec::new(),
+            interrupts: Vec::new(),
+            decisions: BTreeMap::new(),
+            reason: None,
+            graph_version: self.inner.version.clone(),
+            created_at_ms: now_ms(),
+        }
+    }
+
     async fn write(&self, thread: &ThreadId, rec: &CheckpointRecord) -> Result<DerivedRows, GraphError> {
         match self.inner.checkpointer.append(thread, rec).await {
             Ok(derived) => Ok(derived),
@@ -270,7 +272,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let head = self.state_at(from, at).await?;
         self.inner.checkpointer.fork(from, at, to).await?;
         if head.next.is_some() && head.undecided().is_empty() {
-            let mut stop = record(at + 1, "fork", RecordKind::Stop);
+            let mut stop = self.record(at + 1, "fork", RecordKind::Stop);
             stop.reason = Some(format!("forked from {from} at checkpoint {at}"));
             self.write(to, &stop).await?;
         }
@@ -312,7 +314,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         Arc::make_mut(&mut state).apply(input);
         let next = Self::route(&self.inner.entry, &state)
             .map_err(|m| GraphError::Node { node: START.into(), source: NodeError::new("routing", m) })?;
-        let mut rec = record(head.version + 1, &run_id, RecordKind::Input);
+        let mut rec = self.record(head.version + 1, &run_id, RecordKind::Input);
         rec.updates.push(value);
         rec.next = (next != END).then(|| next.clone());
         self.write(thread, &rec).await?;
@@ -369,14 +371,15 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             }
         }
         let run_id = uuid::Uuid::now_v7().to_string();
-        let mut rec = record(head.version + 1, &run_id, RecordKind::Decision);
+        let mut rec = self.record(head.version + 1, &run_id, RecordKind::Decision);
         rec.decisions = new;
         rec.next = Some(resume_at.clone());
         self.write(thread, &rec).await?;
         if !undecided.is_empty() {
             return Ok(ResumeResult::Waiting { undecided });
         }
-        let decisions = head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), *d))).collect();
+        let decisions =
+            head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), d.clone()))).collect();
         let start = RunStart { run_id, state: head.state, version: rec.seq, next: resume_at, decisions };
         Ok(ResumeResult::Started(self.spawn(thread, start, opts)))
     }
@@ -407,7 +410,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     /// Writes the stop record of a dead run (with the recovery update) and returns the head after it.
     async fn close_dead_run(&self, thread: &ThreadId, mut head: ThreadState<S>) -> Result<ThreadState<S>, GraphError> {
         let run_id = uuid::Uuid::now_v7().to_string();
-        let mut rec = record(head.version + 1, &run_id, RecordKind::Stop);
+        let mut rec = self.record(head.version + 1, &run_id, RecordKind::Stop);
         rec.reason = Some(INTERRUPTED.to_owned());
         let update = self.inner.recovery.and_then(|recover| recover(&head.state, StopCause::Died));
         if let Some(update) = update {
@@ -595,7 +598,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
                 return Err(failed("panic", what));
             }
         };
-        let mut rec = record(self.version + 1, &self.id, RecordKind::Step);
+        let mut rec = self.graph.record(self.version + 1, &self.id, RecordKind::Step);
         rec.node = Some(name.to_owned());
         let (update, pause) = match output {
             NodeOutput::Update(update) => (update, None),
@@ -650,7 +653,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     /// Marks the run stopped so the thread is idle again; a failure to do so only logs,
     /// because the stale-run rule frees the thread eventually.
     async fn write_stop(&mut self, reason: &str, update: Option<Box<serde_json::value::RawValue>>) {
-        let mut rec = record(self.version + 1, &self.id, RecordKind::Stop);
+        let mut rec = self.graph.record(self.version + 1, &self.id, RecordKind::Stop);
         rec.reason = Some(reason.to_owned());
         rec.updates.extend(update);
         match self.graph.write(&self.thread, &rec).await {

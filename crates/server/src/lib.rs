@@ -38,7 +38,8 @@ pub use playground::playground_router;
 pub use routes::{api_router, ops_router, router};
 pub use service::{ChatService, Confirmed, INTERRUPTED_ERROR, ServedAgent, ServiceOptions};
 pub use wire::{
-    ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, MAX_MESSAGE_CHARS, PendingActionDto, StreamRequest,
+    AnswerRequest, ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, MAX_MESSAGE_CHARS, PendingActionDto,
+    StreamRequest,
 };
 
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::extract::{Authorized, check_tenant_header, json_body};
 use crate::runlog::RunLog;
 use crate::service::Confirmed;
-use crate::wire::{ConfirmRequest, ForkRequest, StreamRequest};
+use crate::wire::{AnswerRequest, ConfirmRequest, ForkRequest, StreamRequest};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -34,6 +34,7 @@ pub fn api_router(state: AppState) -> Router {
     let working = Router::new()
         .route("/api/chatbot/stream", post(stream))
         .route("/api/chatbot/confirm", post(confirm))
+        .route("/api/chatbot/answer", post(answer))
         .route("/search", post(search))
         .route("/mcp", any(mcp))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
@@ -44,6 +45,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
+        .route("/api/chatbot/agents", get(agents))
         .route("/api/chatbot/agents/{agent}/graph.svg", get(agent_graph))
         .route("/api/chatbot/conversations/{id}/fork", post(fork))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
@@ -235,6 +237,20 @@ async fn stream(
     Ok(sse(run_id, log, 0))
 }
 
+/// The person's answer to a question an agent asked: the same response as a confirm.
+async fn answer(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Authorized(req): Authorized<AnswerRequest>,
+) -> Result<Response, ApiError> {
+    req.validate()?;
+    check_tenant_header(&headers, &req.tenant_slug)?;
+    Ok(match app.chat().answer(&req).await? {
+        Confirmed::Saved(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        Confirmed::Reply(reply) => axum::Json(reply).into_response(),
+    })
+}
+
 async fn confirm(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -313,6 +329,25 @@ async fn fork(
     let new_id = app.chat().fork(req.tenant_id, req.user_id, id, req.seq).await?;
     let body = json!({ "conversationId": new_id, "forkedFrom": { "conversationId": id, "seq": req.seq } });
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// The agents served: `{defaultAgent, agents: [{name, version, refused?: {version, errors}}]}`
+/// (`version` is the digest of the agent's declaration, `null` for a graph built in code; `refused` a newer
+/// declaration that failed its checks while this version keeps serving).
+async fn agents(State(app): State<AppState>) -> Response {
+    let chat = app.chat();
+    let (list, default) = chat.agents();
+    let agents: Vec<Value> = list
+        .into_iter()
+        .map(|(name, r)| {
+            let mut entry = json!({ "name": name, "version": r.version });
+            if let Some(refused) = r.refused {
+                entry["refused"] = json!({ "version": refused.version, "errors": refused.errors });
+            }
+            entry
+        })
+        .collect();
+    axum::Json(json!({ "defaultAgent": default, "agents": agents })).into_response()
 }
 
 /// The agent's graph as an SVG picture; 404 for an agent the service does not serve.

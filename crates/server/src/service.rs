@@ -13,7 +13,9 @@ use crate::shared_runs::SharedRuns;
 use turn::Turn;
 
 mod turn;
-use crate::wire::{ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto, StreamRequest};
+use crate::wire::{
+    AnswerRequest, ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto, StreamRequest,
+};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -22,12 +24,12 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolgraph_agents::chat_agent::{ChatAgent, Resumed, TurnInput};
+use toolgraph_agents::chat_agent::{ChatAgent, QUESTION, Resumed, Revision, TurnInput, check_answer};
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{
     ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, RunScope, TurnClaim,
 };
-use toolgraph_graph::{CheckpointMeta, Checkpointer, Decision, GraphError, InterruptId, RunOptions};
+use toolgraph_graph::{CheckpointMeta, Checkpointer, Decision, GraphError, InterruptId, RecordKind, RunOptions};
 
 /// One agent the service can run.
 pub struct ServedAgent {
@@ -500,28 +502,90 @@ impl ChatService {
     /// after one was recorded, or while the group is being resumed; `TooManyRuns`;
     /// `RunFailed` when the resumed run ends without an answer; `Store`.
     pub async fn confirm(&self, req: &ConfirmRequest) -> Result<Confirmed, ChatError> {
-        let store = &self.0.store;
-        let conv = req.conversation_id;
         let lookup = PendingLookup {
             tenant_id: req.tenant_id,
             user_id: req.user_id,
-            conversation_id: conv,
+            conversation_id: req.conversation_id,
             message_id: req.message_id,
         };
-        let row = store.pending(&lookup).await?.ok_or(ChatError::NotFound)?;
-        match store.decide(req.message_id, req.confirmed).await? {
+        self.decide(&lookup, req.confirmed, None).await
+    }
+
+    /// Answers a question an agent asked (a pending action whose tool is
+    /// [`QUESTION`]): the answer is checked against the question's form, recorded
+    /// once, and the run resumes with it. Same outcomes and exactly-once rules as
+    /// [`ChatService::confirm`].
+    ///
+    /// # Errors
+    /// `Invalid` for an answer that does not fit the question, or an action that is an
+    /// approval (decided at `/confirm`); otherwise as [`ChatService::confirm`].
+    pub async fn answer(&self, req: &AnswerRequest) -> Result<Confirmed, ChatError> {
+        let lookup = PendingLookup {
+            tenant_id: req.tenant_id,
+            user_id: req.user_id,
+            conversation_id: req.conversation_id,
+            message_id: req.message_id,
+        };
+        self.decide(&lookup, true, Some(&req.answer)).await
+    }
+
+    /// Records a decision on pending action `lookup` — approve or reject, or `answer` a
+    /// question — and resumes its run once its group is decided.
+    async fn decide(
+        &self,
+        lookup: &PendingLookup,
+        confirmed: bool,
+        answer: Option<&Value>,
+    ) -> Result<Confirmed, ChatError> {
+        let store = &self.0.store;
+        let conv = lookup.conversation_id;
+        let row = store.pending(lookup).await?.ok_or(ChatError::NotFound)?;
+        let invalid = |message: String| ChatError::Invalid { field: "answer".into(), message };
+        // A question is answered (or declined: confirmed = false), never approved; an approval
+        // is never answered.
+        let question = row.action.tool_name == QUESTION;
+        let answer = match (question, answer) {
+            (true, Some(a)) => Some(check_answer(row.action.arguments.get("form"), a).map_err(invalid)?),
+            (true, None) if confirmed => {
+                return Err(invalid(
+                    "this pending action is a question: answer it with POST /api/chatbot/answer (or decline it \
+                     with confirmed = false)"
+                        .into(),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(invalid(format!(
+                    "this pending action asks to run {}: approve or reject it with POST /api/chatbot/confirm",
+                    row.action.tool_name
+                )));
+            }
+            (_, None) => None,
+        };
+        match store.decide(lookup.message_id, confirmed).await? {
             Decided::Conflict => return Err(ChatError::conflict("this action was already decided the other way")),
             Decided::Same => {
+                // The store keeps that a question was answered, the run's checkpoints what the
+                // answer was: another answer than the recorded one is refused, never applied.
+                if let Some(answer) = &answer
+                    && let Some(recorded) = self.recorded_answer(lookup, &row.action.interrupt_id).await?
+                    && recorded != *answer
+                {
+                    return Err(ChatError::conflict("this question was already answered with another answer"));
+                }
                 if let Some(saved) = row.response {
                     return Ok(Confirmed::Saved(saved));
                 }
             }
             Decided::Recorded => {
-                self.0.metrics.hitl.with_label_values(&[if req.confirmed { "true" } else { "false" }]).inc();
+                self.0.metrics.hitl.with_label_values(&[if confirmed { "true" } else { "false" }]).inc();
             }
         }
         let group_run = row.action.run_id;
         let group = store.run_pending(conv, &group_run).await?;
+        if answer.is_some() && group.len() > 1 {
+            // Only its own answer is at hand: a question is answered in a pause of its own.
+            return Err(ChatError::conflict("this pause asks for more than one thing; a question must pause alone"));
+        }
         if let Some(next) = group.iter().find(|p| p.decision.is_none()) {
             let pending_action = Some(PendingActionDto::from(next));
             return Ok(Confirmed::Reply(ConfirmResponse {
@@ -530,13 +594,14 @@ impl ChatService {
                 pending_action,
             }));
         }
-        let conversation = store.conversation(req.tenant_id, req.user_id, conv).await?.ok_or(ChatError::NotFound)?;
+        let conversation =
+            store.conversation(lookup.tenant_id, lookup.user_id, conv).await?.ok_or(ChatError::NotFound)?;
         let agent = self
             .0
             .agents
             .get(&conversation.agent)
             .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conversation.agent)))?;
-        let permit = self.admit(req.tenant_id)?;
+        let permit = self.admit(lookup.tenant_id)?;
         let claim = self.claim();
         // Every action is decided and no answer is stored yet: resume, unless another request
         // (or the turn that paused) holds the conversation right now. A retry after that turn
@@ -547,11 +612,16 @@ impl ChatService {
         let decisions: BTreeMap<InterruptId, Decision> = group
             .iter()
             .map(|p| {
-                let decision = if p.decision == Some(true) { Decision::Approve } else { Decision::Reject };
+                let decision = match (p.decision, &answer) {
+                    // This request's answer: a question pauses alone, so its group is itself.
+                    (Some(true), Some(a)) if p.message_id == lookup.message_id => Decision::Answer(a.clone()),
+                    (Some(true), _) => Decision::Approve,
+                    _ => Decision::Reject,
+                };
                 (InterruptId(p.action.interrupt_id.clone()), decision)
             })
             .collect();
-        let thread = ConversationThread { tenant: req.tenant_id, conversation: conv }.thread_id();
+        let thread = ConversationThread { tenant: lookup.tenant_id, conversation: conv }.thread_id();
         let cancel = self.0.shutdown.child_token();
         let run = match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel)).await {
             Ok(Resumed::Started(run)) => run,
@@ -560,10 +630,10 @@ impl ChatService {
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
-        let log = self.0.runs.create(&claim.run_id, (req.tenant_id, req.user_id), conv);
+        let log = self.0.runs.create(&claim.run_id, (lookup.tenant_id, lookup.user_id), conv);
         // Nobody streams a confirm's run: its outcome is the response.
         let turn = Turn {
-            tenant: req.tenant_id,
+            tenant: lookup.tenant_id,
             conversation: conv,
             agent: conversation.agent,
             claim,
@@ -598,6 +668,26 @@ impl ChatService {
             Ok(Err(message)) => Err(ChatError::RunFailed(message)),
             Err(e) => Err(ChatError::Internal(e.to_string())),
         }
+    }
+
+    /// The answer the checkpoints of `lookup`'s conversation recorded for `interrupt`, if a
+    /// resume got that far (the last decisions of the thread are looked at).
+    async fn recorded_answer(&self, lookup: &PendingLookup, interrupt: &str) -> Result<Option<Value>, ChatError> {
+        let (agent, thread) =
+            self.conversation_thread(lookup.tenant_id, lookup.user_id, lookup.conversation_id).await?;
+        let history = agent.agent.history(&thread).await.map_err(internal)?;
+        let id = InterruptId(interrupt.to_owned());
+        let decisions = history.iter().rev().filter(|m| m.kind == RecordKind::Decision).take(8);
+        for meta in decisions {
+            let view = agent.agent.state_at(&thread, meta.seq).await.map_err(internal)?;
+            if let Some(decision) = view.decisions.get(&id) {
+                return Ok(match decision {
+                    Decision::Answer(value) => Some(value.clone()),
+                    _ => None,
+                });
+            }
+        }
+        Ok(None)
     }
 
     /// The frame log of run `run_id` if `owner` (tenant, user) may read it.
@@ -674,6 +764,13 @@ impl ChatService {
             return Err(e);
         }
         Ok(new_id)
+    }
+
+    /// The agents served, by name, with the version of its definition each runs (and a newer
+    /// one that failed its checks); and the default agent's name.
+    pub fn agents(&self) -> (Vec<(String, Revision)>, &str) {
+        let list = self.0.agents.iter().map(|(name, a)| (name.clone(), a.agent.revision())).collect();
+        (list, &self.0.default_agent)
     }
 
     /// The graph of the agent `name` as an SVG picture (its nodes carry `data-node`), if it is

@@ -41,6 +41,20 @@ pub struct ConfirmRequest {
     pub confirmed: bool,
 }
 
+/// `POST /api/chatbot/answer`: the person's answer to a question an agent asked (a pending
+/// action whose `toolName` is `@ask`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnswerRequest {
+    pub tenant_slug: String,
+    pub tenant_id: i64,
+    pub user_id: i64,
+    pub conversation_id: i64,
+    pub message_id: i64,
+    /// Free text (a string), or a value matching the question's form.
+    pub answer: Value,
+}
+
 /// `POST /api/chatbot/conversations/{id}/fork`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -58,6 +72,12 @@ impl TenantScoped for StreamRequest {
 }
 
 impl TenantScoped for ConfirmRequest {
+    fn tenant_id(&self) -> i64 {
+        self.tenant_id
+    }
+}
+
+impl TenantScoped for AnswerRequest {
     fn tenant_id(&self) -> i64 {
         self.tenant_id
     }
@@ -101,6 +121,16 @@ impl StreamRequest {
 }
 
 impl ConfirmRequest {
+    /// The checks the body's types cannot make: a tenant slug.
+    ///
+    /// # Errors
+    /// [`ChatError::Invalid`] naming the field.
+    pub fn validate(&self) -> Result<(), ChatError> {
+        check_slug(&self.tenant_slug)
+    }
+}
+
+impl AnswerRequest {
     /// The checks the body's types cannot make: a tenant slug.
     ///
     /// # Errors

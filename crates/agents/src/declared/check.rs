@@ -9,6 +9,7 @@ use super::template::{BUILTINS, Template};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 /// The name a route or `next` uses for the end of the run.
 pub const END_NAME: &str = "END";
@@ -65,6 +66,17 @@ pub struct Plan {
     pub channels: BTreeMap<String, ChannelDecl>,
     /// Its nodes, the hidden ones a `tools` node brings included, in name order.
     pub nodes: Vec<PlannedNode>,
+    /// The declaration's version: [`version_of`] its text. Every checkpoint of its graph
+    /// records it.
+    pub version: String,
+}
+
+/// The version of a declaration whose text is `text`: the first 12 hex digits of its SHA-256,
+/// so the same file gives the same version on every replica and after every restart.
+pub fn version_of(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 /// A node of a [`Plan`].
@@ -147,6 +159,49 @@ pub enum Step {
     },
     /// Routes only.
     Route,
+    /// Asks the person; the answer is recorded by `answered` (hidden), where the pause resumes.
+    Ask {
+        /// The question.
+        question: Template,
+        /// The schema of the answer (`None`: free text).
+        form: Option<Value>,
+        /// The node that records the answer.
+        answered: String,
+    },
+    /// Records the answer to an `ask` node's question.
+    Answered {
+        /// Where the answer goes.
+        channel: String,
+    },
+    /// A node of a kind the program registered.
+    Custom {
+        /// The kind.
+        kind: CustomStep,
+        /// Its `with` table.
+        with: Map<String, Value>,
+        /// Its channel.
+        channel: Option<String>,
+    },
+}
+
+/// A registered kind, as a planned node holds it.
+#[derive(Clone)]
+pub struct CustomStep {
+    /// Its name.
+    pub name: String,
+    /// The kind.
+    pub kind: Arc<dyn super::CustomKind>,
+}
+
+impl std::fmt::Debug for CustomStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// The hidden node an `ask` node named `name` brings: where its pause resumes with the answer.
+pub fn answered_name(name: &str) -> String {
+    format!("{name}_answered")
 }
 
 /// A model node's structured output.
@@ -287,13 +342,17 @@ impl<'a> Lines<'a> {
     }
 }
 
-/// What a declaration is checked against: the tools the agent has.
+/// What a declaration is checked against: the tools the agent has, and the node kinds the
+/// program registered.
+#[derive(Default)]
 pub struct Known<'a> {
     /// The agent's tool names.
     pub tools: &'a [String],
     /// Those of them that are write tools (they run only after a person's approval, so only
     /// a `tools` node may run them).
     pub writes: &'a [String],
+    /// The program's own node kinds, if it has any.
+    pub kinds: Option<&'a super::NodeKinds>,
 }
 
 struct Checker<'a> {
@@ -339,8 +398,9 @@ pub fn check(file: &str, text: &str, known: &Known<'_>) -> Result<Plan, DeclErro
         }])
     })?;
     let mut c = Checker { file, lines: Lines::new(text), errors: Vec::new() };
-    let plan = plan(&mut c, parsed, known);
+    let mut plan = plan(&mut c, parsed, known);
     if c.errors.is_empty() {
+        plan.version = version_of(text);
         Ok(plan)
     } else {
         c.errors.sort_by_key(|e| e.line);
@@ -368,6 +428,13 @@ fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
     }
     let mut hidden = Vec::new();
     for (name, node) in &g.nodes {
+        if node.kind == NodeKind::Ask {
+            let h = answered_name(name);
+            if names.contains(&h) {
+                c.error(&["nodes", &h], format!("the `ask` node `{name}` brings a node named `{h}`; rename this one"));
+            }
+            hidden.push(h);
+        }
         if node.kind == NodeKind::Tools {
             // Its give-up reply comes only when it names no `give_up` node of its own.
             let [approved, execute, give_up] = hidden_names(name);
@@ -388,7 +455,7 @@ fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
         c.error(&["nodes"], "a graph needs at least one node");
     }
     let channel_names: Vec<&str> = g.channels.keys().map(String::as_str).collect();
-    let kinds: BTreeMap<&str, NodeKind> = g.nodes.iter().map(|(n, d)| (n.as_str(), d.kind)).collect();
+    let kinds: BTreeMap<&str, &NodeKind> = g.nodes.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect();
     let mut planned = Vec::new();
     for (name, node) in &g.nodes {
         planned.extend(plan_node(c, name, node, &channel_names, &names, &kinds, known));
@@ -426,6 +493,7 @@ fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
         start: g.start,
         channels: g.channels,
         nodes: planned,
+        version: String::new(),
     };
     if c.errors.is_empty() {
         check_paths(c, &plan);
@@ -438,7 +506,7 @@ fn list(names: &BTreeSet<String>) -> String {
 }
 
 /// Which fields each kind uses.
-fn used_fields(kind: NodeKind) -> &'static [&'static str] {
+fn used_fields(kind: &NodeKind) -> &'static [&'static str] {
     match kind {
         NodeKind::Model => &[
             "next",
@@ -457,6 +525,8 @@ fn used_fields(kind: NodeKind) -> &'static [&'static str] {
         NodeKind::Retrieve => &["next", "route", "tool", "channel", "query", "top_k"],
         NodeKind::Reply => &["next", "route", "text"],
         NodeKind::Route => &["route"],
+        NodeKind::Ask => &["next", "route", "question", "form", "channel"],
+        NodeKind::Custom(_) => &["next", "route", "with", "channel"],
     }
 }
 
@@ -481,6 +551,9 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("query", n.query.is_some()),
         ("top_k", n.top_k.is_some()),
         ("text", n.text.is_some()),
+        ("question", n.question.is_some()),
+        ("form", n.form.is_some()),
+        ("with", n.with.is_some()),
     ];
     fields.into_iter().filter(|(_, set)| *set).map(|(f, _)| f).collect()
 }
@@ -563,15 +636,21 @@ fn plan_node(
     n: &NodeDecl,
     channels: &[&str],
     names: &BTreeSet<String>,
-    kinds: &BTreeMap<&str, NodeKind>,
+    kinds: &BTreeMap<&str, &NodeKind>,
     known: &Known<'_>,
 ) -> Vec<PlannedNode> {
     let kind = n.kind.as_str();
-    for field in set_fields(n) {
-        if !used_fields(n.kind).contains(&field) {
+    // A kind nobody registered (a typo, most often) is one error, not one per field.
+    let unknown = matches!(&n.kind, NodeKind::Custom(k) if known.kinds.and_then(|r| r.get(k)).is_none());
+    for field in set_fields(n).into_iter().filter(|_| !unknown) {
+        if !used_fields(&n.kind).contains(&field) {
             c.error(
                 &["nodes", name, field],
-                format!("a `{kind}` node does not use `{field}`; it uses {}", used_fields(n.kind).join(", ")),
+                format!(
+                    "{} `{kind}` node does not use `{field}`; it uses {}",
+                    if kind.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" },
+                    used_fields(&n.kind).join(", ")
+                ),
             );
         }
     }
@@ -596,7 +675,7 @@ fn plan_node(
         (None, None) => Exit::Next(END_NAME.into()),
     };
     let path = |field: &'static str| ["nodes", name, field];
-    let step = match n.kind {
+    let step = match &n.kind {
         NodeKind::Model => {
             let prompt = n.prompt.as_deref().and_then(|p| template(c, &path("prompt"), p, channels));
             if let Some(tools) = &n.tools {
@@ -630,7 +709,7 @@ fn plan_node(
                 c.error(&path("tool_choice"), "`required` needs tools to call (and no `output`)");
             }
             let to_tools = n.route.as_ref().and_then(|r| r.tool_calls.as_ref()).and_then(|t| kinds.get(t.as_str()));
-            if may_call && to_tools != Some(&NodeKind::Tools) {
+            if may_call && to_tools != Some(&&NodeKind::Tools) {
                 c.error(
                     &["nodes", name, "route"],
                     "this node may call tools: route its calls to a `tools` node, e.g. route = { tool_calls = \"tools\", \
@@ -729,6 +808,72 @@ fn plan_node(
             }
         },
         NodeKind::Route => Step::Route,
+        NodeKind::Custom(kind) => {
+            let with = n.with.clone().unwrap_or_default();
+            let channel = n.channel.as_ref().map(|ch| {
+                channel(c, &path("channel"), ch, channels);
+                ch.clone()
+            });
+            match known.kinds.and_then(|k| k.get(kind)) {
+                Some(custom) => {
+                    if let Err(e) = custom.check(&with) {
+                        c.error(&path(if n.with.is_some() { "with" } else { "kind" }), e);
+                    }
+                    Step::Custom { kind: CustomStep { name: kind.clone(), kind: Arc::clone(custom) }, with, channel }
+                }
+                None => {
+                    let mine: Vec<&str> = known.kinds.map(|k| k.names().collect()).unwrap_or_default();
+                    c.error(
+                        &path("kind"),
+                        format!(
+                            "no node kind `{kind}`: the kinds are {}{}",
+                            NodeKind::BUILT_IN.join(", "),
+                            if mine.is_empty() {
+                                String::new()
+                            } else {
+                                format!(", and this program's {}", mine.join(", "))
+                            }
+                        ),
+                    );
+                    Step::Route
+                }
+            }
+        }
+        NodeKind::Ask => {
+            let question = match &n.question {
+                Some(q) => template(c, &path("question"), q, channels).unwrap_or_default(),
+                None => {
+                    c.error(&["nodes", name], "an `ask` node needs `question`: what it asks the person");
+                    Template::default()
+                }
+            };
+            if let Some(form) = &n.form
+                && let Err(e) = jsonschema::validator_for(form)
+            {
+                c.error(&path("form"), format!("not a valid JSON Schema: {e}"));
+            }
+            let ch = match &n.channel {
+                Some(ch) => {
+                    channel(c, &path("channel"), ch, channels);
+                    ch.clone()
+                }
+                None => {
+                    c.error(&["nodes", name], "an `ask` node needs `channel`: where the answer goes");
+                    String::new()
+                }
+            };
+            // The pause resumes at the hidden node, which records the answer and leaves by the
+            // declared `next` or `route`.
+            let answered = answered_name(name);
+            return vec![
+                PlannedNode {
+                    name: name.to_owned(),
+                    step: Step::Ask { question, form: n.form.clone(), answered: answered.clone() },
+                    exit: Exit::Next(answered.clone()),
+                },
+                PlannedNode { name: answered, step: Step::Answered { channel: ch }, exit },
+            ];
+        }
     };
     vec![PlannedNode { name: name.to_owned(), step, exit }]
 }
@@ -743,7 +888,8 @@ fn plan_route(c: &mut Checker<'_>, name: &str, r: &RouteDecl, channels: &[&str],
         cases.insert(value.clone(), target(c, &["nodes", name, "route", "cases", value], to, names));
     }
     match (&r.on, r.cases.is_empty()) {
-        (Some(on), false) => channel(c, &p("on"), on, channels),
+        // `on = "verdict.risk"`: a field of the channel's value.
+        (Some(on), false) => channel(c, &p("on"), on.split('.').next().unwrap_or(on), channels),
         (Some(_), true) => c.error(&p("on"), "`on` needs `cases`: the channel's values and where each goes"),
         (None, false) => c.error(&p("cases"), "`cases` needs `on`: the channel whose value picks the case"),
         (None, true) => {}
@@ -827,7 +973,7 @@ mod tests {
     fn errors(text: &str) -> Vec<String> {
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
         let writes = ["create_ticket".to_owned(), "note_write".to_owned()];
-        match check("desk.toml", text, &Known { tools: &tools, writes: &writes }) {
+        match check("desk.toml", text, &Known { tools: &tools, writes: &writes, kinds: None }) {
             Ok(_) => Vec::new(),
             Err(e) => e.0.iter().map(ToString::to_string).collect(),
         }
@@ -866,7 +1012,7 @@ next = "agent"
     fn a_sound_declaration_passes_and_brings_the_tools_nodes_own() {
         assert_eq!(errors(GOOD), Vec::<String>::new());
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
-        let plan = check("desk.toml", GOOD, &Known { tools: &tools, writes: &[] }).unwrap();
+        let plan = check("desk.toml", GOOD, &Known { tools: &tools, writes: &[], kinds: None }).unwrap();
         let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["agent", "approved", "classify", "execute", "give_up", "search", "tools"]);
     }
@@ -962,7 +1108,11 @@ next = "agent"
         assert!(err[0].starts_with("desk.toml:20: nodes.agent.prompt: `{{` without its `}}`"), "{err:?}");
         let err = broken("kind = \"retrieve\"", "kind = \"search\"");
         assert_eq!(err.len(), 1, "{err:?}");
-        assert!(err[0].starts_with("desk.toml:14: unknown variant `search`"), "{err:?}");
+        assert_eq!(
+            err[0],
+            "desk.toml:14: nodes.search.kind: no node kind `search`: the kinds are model, tools, tool, retrieve, reply, \
+             route, ask"
+        );
         let err = broken("[nodes.tools]", "[nodes.tools");
         assert!(err[0].starts_with("desk.toml:24: "), "{err:?}");
         let err = broken("category = {}", "category = { reducer = \"add\" }");
@@ -1015,5 +1165,49 @@ next = "agent"
         assert!(err[0].starts_with("desk.toml:20: nodes.agent.prompt: the template reads `pasages`"), "{err:?}");
         let err = errors(&text.replace(r#"tools = ["create_ticket"]"#, r#"tools = ["create_tickets"]"#));
         assert!(err.iter().any(|e| e.starts_with("desk.toml:23: nodes.agent.tools: the agent has no tool")), "{err:?}");
+    }
+    #[test]
+    fn an_ask_node_brings_the_node_its_answer_resumes_at_and_needs_its_question_and_channel() {
+        // The classifier's `technical` case asks which app first.
+        let text = GOOD
+            .replace("category = {}", "category = {}\napp = {}")
+            .replace(r#"otherwise = "agent" }"#, r#"otherwise = "which" }"#)
+            + "\n[nodes.which]\nkind = \"ask\"\nquestion = \"Which app, {{context.user}}?\"\n\
+               form = { enum = [\"web\", \"mobile\"] }\nchannel = \"app\"\n\
+               route = { on = \"app\", cases = { web = \"agent\" }, otherwise = \"END\" }\n";
+        assert_eq!(errors(&text), Vec::<String>::new());
+        let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
+        let plan = check("desk.toml", &text, &Known { tools: &tools, writes: &[], kinds: None }).unwrap();
+        let which = plan.nodes.iter().find(|n| n.name == "which").unwrap();
+        assert!(matches!(&which.step, Step::Ask { answered, .. } if answered == "which_answered"), "{which:?}");
+        assert_eq!(which.exit.targets(), ["which_answered"], "the pause resumes there");
+        let answered = plan.nodes.iter().find(|n| n.name == "which_answered").unwrap();
+        assert!(matches!(&answered.step, Step::Answered { channel } if channel == "app"));
+        assert_eq!(answered.exit.targets(), ["END", "agent"], "the declared route leaves from the answer");
+        // Without its question or its channel, with a form that is no schema, or a node in the
+        // way of the one it brings: each said where.
+        let err = errors(&text.replace("question = \"Which app, {{context.user}}?\"\n", ""));
+        assert_eq!(err, ["desk.toml:29: nodes.which: an `ask` node needs `question`: what it asks the person"]);
+        let err = errors(&text.replace("channel = \"app\"\n", "channel = \"apps\"\n"));
+        assert!(err[0].starts_with("desk.toml:33: nodes.which.channel: no channel `apps`"), "{err:?}");
+        let err = errors(&text.replace(r#"form = { enum = ["web", "mobile"] }"#, r#"form = { type = "strin" }"#));
+        assert!(err[0].starts_with("desk.toml:32: nodes.which.form: not a valid JSON Schema"), "{err:?}");
+        let err = errors(&format!("{text}\n[nodes.which_answered]\nkind = \"reply\"\ntext = \"hi\"\n"));
+        assert!(
+            err.iter().any(|e| e.starts_with(
+                "desk.toml:36: nodes.which_answered: the `ask` node `which` brings a node named `which_answered`"
+            )),
+            "{err:?}"
+        );
+        let err = errors(&text.replace("kind = \"ask\"\n", "kind = \"ask\"\ntools = []\n"));
+        assert!(err[0].starts_with("desk.toml:31: nodes.which.tools: an `ask` node does not use `tools`"), "{err:?}");
+    }
+
+    #[test]
+    fn a_route_may_read_a_field_of_its_channel() {
+        let text = GOOD.replace(r#"on = "category", cases = { billing"#, r#"on = "category.label", cases = { billing"#);
+        assert_eq!(errors(&text), Vec::<String>::new());
+        let err = errors(&GOOD.replace(r#"on = "category", cases"#, r#"on = "categories.label", cases"#));
+        assert!(err[0].starts_with("desk.toml:11: nodes.classify.route.on: no channel `categories`"), "{err:?}");
     }
 }

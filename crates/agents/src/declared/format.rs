@@ -38,8 +38,8 @@ pub struct ChannelDecl {
 }
 
 /// What a node does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "String")]
 pub enum NodeKind {
     /// A model call: a reply (streamed), tool calls, or a structured output into a channel.
     Model,
@@ -53,11 +53,33 @@ pub enum NodeKind {
     Reply,
     /// Only routes.
     Route,
+    /// Pauses to ask the person a question (or a small form); their answer goes into a channel.
+    Ask,
+    /// A kind the program registered ([`NodeKinds`](super::NodeKinds)), by its name.
+    Custom(String),
+}
+
+impl From<String> for NodeKind {
+    fn from(name: String) -> Self {
+        match name.as_str() {
+            "model" => Self::Model,
+            "tools" => Self::Tools,
+            "tool" => Self::Tool,
+            "retrieve" => Self::Retrieve,
+            "reply" => Self::Reply,
+            "route" => Self::Route,
+            "ask" => Self::Ask,
+            _ => Self::Custom(name),
+        }
+    }
 }
 
 impl NodeKind {
+    /// The built-in kinds' names.
+    pub const BUILT_IN: [&'static str; 7] = ["model", "tools", "tool", "retrieve", "reply", "route", "ask"];
+
     /// The kind's name in the file.
-    pub const fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Self::Model => "model",
             Self::Tools => "tools",
@@ -65,6 +87,8 @@ impl NodeKind {
             Self::Retrieve => "retrieve",
             Self::Reply => "reply",
             Self::Route => "route",
+            Self::Ask => "ask",
+            Self::Custom(name) => name,
         }
     }
 }
@@ -124,7 +148,8 @@ pub struct NodeDecl {
     /// of failing the turn. Default: false.
     #[serde(default)]
     pub never_fail: Option<bool>,
-    /// `tool`, `retrieve`: the channel its result is written to.
+    /// `tool`, `retrieve`: the channel its result is written to; `ask`: the channel the answer
+    /// is written to.
     #[serde(default)]
     pub channel: Option<String>,
     /// `retrieve`: the search query, a template (default: `{{last_user_message}}`).
@@ -136,6 +161,15 @@ pub struct NodeDecl {
     /// `reply`: the text, a template.
     #[serde(default)]
     pub text: Option<String>,
+    /// `ask`: the question, a template.
+    #[serde(default)]
+    pub question: Option<String>,
+    /// `ask`: a JSON Schema the answer must match (a small form); default: free text.
+    #[serde(default)]
+    pub form: Option<Value>,
+    /// A kind of the program's own: its settings, as the kind reads them.
+    #[serde(default)]
+    pub with: Option<Map<String, Value>>,
 }
 
 /// Whether a `model` node must call a tool.

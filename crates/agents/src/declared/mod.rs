@@ -9,14 +9,19 @@
 //! as on the built-in ones.
 
 pub mod check;
+mod custom;
 pub mod format;
 mod nodes;
 pub mod template;
 
-pub use check::{DeclError, DeclErrors, Known, Plan, check};
+pub use check::{DeclError, DeclErrors, Known, Plan, check, version_of};
+pub use custom::{CustomKind, CustomNode, KindError, NodeKinds};
 
 use crate::kit::{AgentDeps, AgentSpec, AgentState};
-use nodes::{GraphInfo, ModelNode, ReplyNode, RetrieveNode, RouteNode, ToolNode, ToolsNode, router, runtime_name};
+use nodes::{
+    AnsweredNode, AskNode, GraphInfo, ModelNode, ReplyNode, RetrieveNode, RouteNode, ToolNode, ToolsNode, router,
+    runtime_name,
+};
 use std::path::Path;
 use std::sync::Arc;
 use toolgraph_graph::{Checkpointer, CompiledGraph, START, StateGraph};
@@ -143,6 +148,35 @@ pub fn build(
             Step::Route => {
                 g.add_node(name.clone(), RouteNode);
             }
+            Step::Ask { question, form, answered } => {
+                g.add_node(
+                    name.clone(),
+                    AskNode {
+                        info: Arc::clone(&info),
+                        question: question.clone(),
+                        form: form.clone(),
+                        answered: answered.clone(),
+                    },
+                );
+                g.add_resume(name.clone(), answered.clone());
+            }
+            Step::Custom { kind, with, channel } => {
+                let decl = CustomNode {
+                    name: name.clone(),
+                    with: with.clone(),
+                    channel: channel
+                        .as_ref()
+                        .map(|c| (c.clone(), plan.channels.get(c).map(|d| d.reducer).unwrap_or_default())),
+                };
+                let node = kind.kind.node(&decl).map_err(|message| crate::AgentError::Tool {
+                    what: format!("{}: nodes.{name} (kind `{}`)", plan.file, kind.name),
+                    message,
+                })?;
+                g.add_node(name.clone(), custom::Custom(node));
+            }
+            Step::Answered { channel } => {
+                g.add_node(name.clone(), AnsweredNode { info: Arc::clone(&info), channel: channel.clone() });
+            }
         }
     }
     g.add_edge(START, runtime_name(&plan.start));
@@ -161,5 +195,6 @@ pub fn build(
         }
     }
     g.set_recovery(crate::kit::recover);
+    g.set_version(plan.version.as_str());
     Ok(g.compile(AgentDeps::new(spec, model), checkpointer)?)
 }

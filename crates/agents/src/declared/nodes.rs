@@ -6,13 +6,13 @@
 use super::check::{END_NAME, Exit, Output};
 use super::format::{ChannelDecl, History};
 use super::template::Template;
-use crate::kit::{AgentDeps, AgentState, AgentUpdate, ChannelWrite, Reducer, pending_calls, recorded_call};
+use crate::kit::{AgentDeps, AgentState, AgentUpdate, ChannelWrite, Question, Reducer, pending_calls, recorded_call};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use toolgraph_graph::{END, Node, NodeError, NodeOutput, RunContext, RunEvent};
+use toolgraph_graph::{Decision, END, InterruptRequest, Node, NodeError, NodeOutput, RunContext, RunEvent};
 use toolgraph_llm::{ChatEvent, ChatRequest, Message, ResponseFormat};
 use toolgraph_tools::ToolOutcome;
 
@@ -298,6 +298,59 @@ impl Node<AgentState, AgentDeps> for ReplyNode {
     }
 }
 
+/// An `ask` node: says its question (streamed, and kept in the conversation) and pauses for
+/// the person's answer; the pause resumes at its `answered` node.
+pub(crate) struct AskNode {
+    pub info: Arc<GraphInfo>,
+    pub question: Template,
+    pub form: Option<Value>,
+    pub answered: String,
+}
+
+/// The key of an `ask` node's one interrupt: its `answered` node reads the decision by it.
+const ANSWER_KEY: &str = "answer";
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for AskNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let question = self.info.render(&self.question, &s);
+        ctx.emit(RunEvent::TextDelta { text: question.clone() }).await;
+        let payload = Question { question: question.clone(), form: self.form.clone() };
+        let request = InterruptRequest {
+            key: ANSWER_KEY.to_owned(),
+            payload: serde_json::to_value(&payload).unwrap_or(Value::Null),
+        };
+        let update = AgentUpdate { messages: vec![Message::assistant(question)], ..Default::default() };
+        Ok(NodeOutput::Interrupt { update, requests: vec![request], resume_at: self.answered.clone() })
+    }
+}
+
+/// Where an `ask` node's pause resumes: the answer joins the conversation as the person's
+/// message and is written into the channel; a question declined (or approved instead of
+/// answered) writes null, so a route can tell.
+pub(crate) struct AnsweredNode {
+    pub info: Arc<GraphInfo>,
+    pub channel: String,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for AnsweredNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let (messages, value) = match ctx.decisions().get(ANSWER_KEY) {
+            Some(Decision::Answer(value)) => {
+                let text = match value {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                (vec![Message::user(text)], value.clone())
+            }
+            _ => (Vec::new(), Value::Null),
+        };
+        let channels = self.info.writes(&s, &self.channel, value);
+        Ok(NodeOutput::Update(AgentUpdate { messages, channels, ..Default::default() }))
+    }
+}
+
 /// A `route` node: nothing to do; its exit routes.
 pub(crate) struct RouteNode;
 
@@ -329,7 +382,11 @@ pub(crate) fn router(info: &Arc<GraphInfo>, exit: &Exit, max_failures: u32) -> O
                 } else if let Some(to) = r.tool_calls.as_ref().filter(|_| !pending_calls(s).is_empty()) {
                     to
                 } else {
-                    let value = r.on.as_deref().and_then(|on| info.channel(s, on));
+                    let value = r.on.as_deref().and_then(|on| {
+                        let mut path = on.split('.');
+                        let root = info.channel(s, path.next()?)?;
+                        path.try_fold(root, |v, f| super::template::field(v, f))
+                    });
                     let key = match value {
                         Some(Value::String(v)) => Some(v.clone()),
                         Some(Value::Null) | None => None,

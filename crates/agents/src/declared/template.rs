@@ -102,7 +102,7 @@ impl Template {
 }
 
 /// A field of an object, or an item of a list by its index (`{{passages.results.0.content}}`).
-fn field<'a>(v: &'a Value, f: &str) -> Option<&'a Value> {
+pub(crate) fn field<'a>(v: &'a Value, f: &str) -> Option<&'a Value> {
     match v {
         Value::Array(items) => items.get(f.parse::<usize>().ok()?),
         other => other.get(f),

@@ -14,7 +14,8 @@ mod tools;
 
 pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, spoken_window, warm_up};
 pub use state::{
-    AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Reducer, user_turn,
+    AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Question, Reducer,
+    user_turn,
 };
 pub(crate) use state::{pending_calls, recover};
 pub use steps::{MAX_PARALLEL_TOOL_CALLS, REJECTED_OUTCOME, cancellation_text};

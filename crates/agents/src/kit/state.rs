@@ -31,6 +31,25 @@ impl ApprovalRequest {
     }
 }
 
+/// What an `ask` node's pause asks a person: the payload of its interrupt, as checkpoints keep
+/// it. Told apart from an [`ApprovalRequest`] by its fields.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Question {
+    /// The question, as the person reads it.
+    pub question: String,
+    /// A JSON Schema the answer must match (a small form); `None`: free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<Value>,
+}
+
+impl Question {
+    /// The question of an interrupt payload; `None` for another payload.
+    pub fn of(payload: &Value) -> Option<Self> {
+        serde_json::from_value(payload.clone()).ok()
+    }
+}
+
 /// An agent's state: the message log (append) and the values injected into tools
 /// (replace), plus the read-failure count of the current turn (replace).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -39,7 +39,7 @@ pub enum AnswerError {
 
 impl AnswerWriter {
     /// The model's answer to `question` from `chunks`; [`NO_ANSWER`] without calling the
-    /// model when there are no chunks.
+    /// model when there are no chunks, and when the model answers nothing.
     ///
     /// # Errors
     /// See [`AnswerError`].
@@ -51,7 +51,9 @@ impl AnswerWriter {
         let reply = tokio::time::timeout(ANSWER_TIMEOUT, model.complete(request(question, chunks)))
             .await
             .map_err(|_| AnswerError::Timeout(ANSWER_TIMEOUT))??;
-        Ok(reply.content.trim().to_owned())
+        // A blank answer is no answer: the citation step and the reader get the text that says so.
+        let answer = reply.content.trim();
+        Ok(if answer.is_empty() { NO_ANSWER.to_owned() } else { answer.to_owned() })
     }
 }
 

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Version of the serialized record format. Records of older versions keep loading after
 /// an upgrade (a paused run survives it); records of newer versions are refused.
@@ -113,6 +114,10 @@ pub struct CheckpointRecord {
     /// Why the run stopped (for [`RecordKind::Stop`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The version of the graph that wrote it ([`StateGraph::set_version`](crate::StateGraph::set_version)),
+    /// when the graph has one: a paused run is resumed by the version that paused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_version: Option<Arc<str>>,
     /// Wall-clock time of writing, in ms since the Unix epoch.
     pub created_at_ms: i64,
 }
@@ -159,6 +164,9 @@ pub struct CheckpointMeta {
     pub node: Option<String>,
     /// The node that runs next.
     pub next: Option<String>,
+    /// The version of the graph that wrote it, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_version: Option<Arc<str>>,
     /// When it was written (ms since the Unix epoch).
     pub created_at_ms: i64,
 }
@@ -171,6 +179,7 @@ impl From<&CheckpointRecord> for CheckpointMeta {
             kind: r.kind,
             node: r.node.clone(),
             next: r.next.clone(),
+            graph_version: r.graph_version.clone(),
             created_at_ms: r.created_at_ms,
         }
     }

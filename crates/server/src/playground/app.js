@@ -245,8 +245,12 @@ function toggleCited(bubble, marker, label, source) {
   marker.setAttribute("aria-expanded", "true");
 }
 
-/** A pending write action with its own Approve and Reject. */
+/** What a question's pending action names instead of a tool (never a tool's name). */
+const QUESTION = "@ask";
+
+/** A pending write action with its own Approve and Reject; a question with its answer box. */
 function pendingCard(action, call) {
+  if (action.toolName === QUESTION) return questionCard(action);
   const card = item("card pending");
   card.dataset.messageId = action.messageId;
   card.innerHTML = `<div><span class="name"></span> <span class="muted">needs your approval</span></div>
@@ -289,6 +293,89 @@ async function decide(card, action, confirmed, call) {
     if (answer.message) item("msg assistant", answer.message);
     if (answer.pendingAction && !document.querySelector(`[data-message-id="${answer.pendingAction.messageId}"]`)) {
       pendingCard(answer.pendingAction);
+    }
+  } catch (e) {
+    note.textContent = "";
+    buttons.forEach((b) => { b.disabled = false; });
+    showError(`The service cannot be reached: ${e.message}`);
+  }
+}
+
+/**
+ * A question the agent asked: a choice for an `enum` form, a JSON box for another form, else a
+ * text box; Answer sends it to /api/chatbot/answer, Skip declines it.
+ */
+function questionCard(action) {
+  const card = item("card pending question");
+  card.dataset.messageId = action.messageId;
+  const form = (action.arguments || {}).form;
+  const choices = form && Array.isArray(form.enum) ? form.enum : null;
+  card.innerHTML = `<div><span class="muted">the agent asks</span></div><div class="description"></div>
+    <div class="reply-box"></div>
+    <div class="actions"><button type="button" class="answer">Answer</button><button type="button" class="skip">Skip</button></div>
+    <div class="decision" aria-live="polite"></div>`;
+  card.querySelector(".description").textContent = action.description;
+  let input;
+  if (choices) {
+    input = document.createElement("select");
+    for (const c of choices) {
+      const option = document.createElement("option");
+      option.value = JSON.stringify(c);
+      option.textContent = typeof c === "string" ? c : JSON.stringify(c);
+      input.append(option);
+    }
+  } else {
+    input = document.createElement(form ? "textarea" : "input");
+    input.placeholder = form ? "your answer, as JSON" : "your answer";
+  }
+  input.className = "answer-input";
+  input.setAttribute("aria-label", action.description);
+  card.querySelector(".reply-box").append(input);
+  const value = () => {
+    if (choices) return JSON.parse(input.value);
+    if (!form) return input.value;
+    try {
+      return JSON.parse(input.value);
+    } catch {
+      return input.value;
+    }
+  };
+  card.querySelector(".answer").addEventListener("click", () =>
+    settle(card, "/api/chatbot/answer", { messageId: action.messageId, answer: value() }, "Answered", "answered"),
+  );
+  card.querySelector(".skip").addEventListener("click", () =>
+    settle(card, "/api/chatbot/confirm", { messageId: action.messageId, confirmed: false }, "Skipped", "rejected"),
+  );
+}
+
+/** Sends a question's answer (or its refusal) and shows what the run said next. */
+async function settle(card, url, body, done, mark) {
+  const buttons = card.querySelectorAll("button");
+  buttons.forEach((b) => { b.disabled = true; });
+  const note = card.querySelector(".decision");
+  note.textContent = "Sending…";
+  showError("");
+  try {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: headers(),
+      body: JSON.stringify({ ...who(), conversationId, ...body }),
+    });
+    if (!response.ok) {
+      note.textContent = "";
+      buttons.forEach((b) => { b.disabled = false; });
+      showError(await failure(response));
+      return;
+    }
+    const reply = await response.json();
+    note.textContent = done;
+    card.classList.add(mark);
+    if ("answer" in body) {
+      item("msg user", typeof body.answer === "string" ? body.answer : JSON.stringify(body.answer));
+    }
+    if (reply.message) item("msg assistant", reply.message);
+    if (reply.pendingAction && !document.querySelector(`[data-message-id="${reply.pendingAction.messageId}"]`)) {
+      pendingCard(reply.pendingAction);
     }
   } catch (e) {
     note.textContent = "";
