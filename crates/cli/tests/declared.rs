@@ -234,7 +234,7 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let dir = tempfile::tempdir().unwrap();
     let ok = toolgraph(dir.path(), &["agents", "check"]);
     let stdout = String::from_utf8_lossy(&ok.stdout);
-    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 16 nodes"), "{stdout}");
+    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 17 nodes"), "{stdout}");
     let text = std::fs::read_to_string(repo().join("examples/helpdesk/desk.toml")).unwrap();
     let broken = text.replacen(r#"next = "agent""#, r#"next = "answer""#, 1).replace("{{category}}", "{{label}}");
     let file = dir.path().join("desk.toml");
@@ -506,4 +506,42 @@ async fn chat_url_answers_a_question_then_approves_the_ticket() {
     let requests = model.requests();
     let ticket = requests[2]["messages"][0]["content"].as_str().unwrap_or_default();
     assert!(ticket.contains("(in the mobile app)"), "{ticket}");
+}
+
+/// A question the person declines (`/confirm` with `confirmed = false`) writes nothing into
+/// its channel, and the graph's route goes on from there: no ticket, a reply that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declined_question_leaves_its_channel_empty_and_the_route_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = desk_in(dir.path(), 0);
+    let model = ScriptedModelServer::start(vec![Reply::text("ticket"), Reply::text("unknown")]).await.unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let asked = post(
+        &base,
+        "/api/chatbot/stream",
+        &json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "message": "Open a ticket, please."}),
+    )
+    .await;
+    let conversation = event_data(&asked, "done")["conversationId"].clone();
+    let question = event_data(&asked, "pending");
+    let decline = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": conversation, "messageId": question["messageId"], "confirmed": false});
+    let declined: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &decline).await).unwrap();
+    let checkpoints =
+        get(&base, &format!("/api/chatbot/conversations/{conversation}/checkpoints?tenantId=1&userId=1")).await;
+    let requests = model.requests();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(question["toolName"], "@ask", "{question}");
+    assert_eq!(
+        declined["message"],
+        "Without knowing the app I cannot open the ticket yet; tell me which one whenever you are ready.",
+        "{declined}"
+    );
+    assert!(declined["pendingAction"].is_null(), "{declined}");
+    assert_eq!(requests.len(), 2, "the ticket node never ran: {requests:#?}");
+    let nodes: Vec<&str> =
+        checkpoints["checkpoints"].as_array().unwrap().iter().filter_map(|c| c["node"].as_str()).collect();
+    assert!(nodes.ends_with(&["ask_app_answered", "no_app"]), "{nodes:?}");
+    assert!(!dir.path().join("tickets.jsonl").exists(), "no ticket was opened");
 }

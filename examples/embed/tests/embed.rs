@@ -126,4 +126,23 @@ fn a_declaration_that_misuses_the_node_kind_is_refused_at_start() {
     assert!(stderr.contains(&format!("{f}:13: nodes.language.with: `\"xx\"` is not a language it knows")), "{stderr}");
     assert!(stderr.contains(&format!("{f}:24: nodes.tools.kind: no node kind `tool_runner`")), "{stderr}");
     assert!(stderr.contains("detect_language"), "the program's kinds are named: {stderr}");
+
+    // A node the kind cannot build (no channel to write) is refused when the graph is built,
+    // naming the node and its kind.
+    std::fs::write(dir.path().join("shop.toml"), shop.replace("channel = \"language\"\n", "")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_embedded-agent"))
+        .arg("--config")
+        .arg(dir.path().join("toolgraph.toml"))
+        .args(["--port", "0", "--data-dir"])
+        .arg(dir.path())
+        .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("TOOLGRAPH_LLM_MODEL", "m")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("nodes.language (kind `detect_language`)") && stderr.contains("needs `channel`"),
+        "{stderr}"
+    );
 }
