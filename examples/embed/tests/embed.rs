@@ -101,6 +101,22 @@ async fn the_programs_own_node_kind_and_tool_run_in_the_served_graph() {
     assert!(result(3).contains("no order Z-9"), "{}", result(3));
 }
 
+/// Starts the program on the configuration in `dir`, which must refuse to start: what it said.
+fn refused_start(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_embedded-agent"))
+        .arg("--config")
+        .arg(dir.join("toolgraph.toml"))
+        .args(["--port", "0", "--data-dir"])
+        .arg(dir)
+        .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("TOOLGRAPH_LLM_MODEL", "m")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_declaration_that_misuses_the_node_kind_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,17 +126,7 @@ fn a_declaration_that_misuses_the_node_kind_is_refused_at_start() {
         .replace(r#"languages = ["en", "es"]"#, r#"languages = ["en", "xx"]"#)
         .replace("kind = \"tools\"", "kind = \"tool_runner\"");
     std::fs::write(dir.path().join("shop.toml"), broken).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_embedded-agent"))
-        .arg("--config")
-        .arg(dir.path().join("toolgraph.toml"))
-        .args(["--port", "0", "--data-dir"])
-        .arg(dir.path())
-        .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("TOOLGRAPH_LLM_MODEL", "m")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = refused_start(dir.path());
     let file = dir.path().join("shop.toml");
     let f = file.display();
     assert!(stderr.contains(&format!("{f}:13: nodes.language.with: `\"xx\"` is not a language it knows")), "{stderr}");
@@ -130,17 +136,7 @@ fn a_declaration_that_misuses_the_node_kind_is_refused_at_start() {
     // A node the kind cannot build (no channel to write) is refused when the graph is built,
     // naming the node and its kind.
     std::fs::write(dir.path().join("shop.toml"), shop.replace("channel = \"language\"\n", "")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_embedded-agent"))
-        .arg("--config")
-        .arg(dir.path().join("toolgraph.toml"))
-        .args(["--port", "0", "--data-dir"])
-        .arg(dir.path())
-        .env("TOOLGRAPH_LLM_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("TOOLGRAPH_LLM_MODEL", "m")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = refused_start(dir.path());
     assert!(
         stderr.contains("nodes.language (kind `detect_language`)") && stderr.contains("needs `channel`"),
         "{stderr}"
