@@ -55,7 +55,8 @@ pub const QUESTION: &str = "@ask";
 pub const MAX_ANSWER_CHARS: usize = 4000;
 
 /// `answer` as a question with `form` takes it: free text is a non-blank string (trimmed) of
-/// at most [`MAX_ANSWER_CHARS`]; a form's answer must match its JSON Schema.
+/// at most [`MAX_ANSWER_CHARS`]; a form's answer must match its JSON Schema. A choice among
+/// strings (`{"enum": [...]}`) takes a person's spelling of one ("Web ", "WEB") as that choice.
 ///
 /// # Errors
 /// Why the answer does not do, in words a person can act on.
@@ -70,6 +71,11 @@ pub fn check_answer(form: Option<&Value>, answer: &Value) -> Result<Value, Strin
         };
     };
     let validator = jsonschema::validator_for(schema).map_err(|e| format!("the question's form is invalid: {e}"))?;
+    let choice = answer.as_str().and_then(|typed| {
+        let typed = typed.trim();
+        schema.get("enum")?.as_array()?.iter().find(|c| c.as_str().is_some_and(|c| c.eq_ignore_ascii_case(typed)))
+    });
+    let answer = choice.unwrap_or(answer);
     let problems: Vec<String> = validator.iter_errors(answer).map(|e| e.to_string()).take(5).collect();
     if problems.is_empty() {
         Ok(answer.clone())
@@ -359,5 +365,25 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
 
     fn action_request(&self, payload: &Value) -> ActionRequest {
         S::action_request(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_answer_is_taken_as_its_question_takes_it() {
+        let choice = json!({"enum": ["desktop", "mobile", "web"]});
+        assert_eq!(check_answer(Some(&choice), &json!(" Web ")), Ok(json!("web")), "a person's spelling of a choice");
+        assert!(check_answer(Some(&choice), &json!("the web one")).unwrap_err().contains("does not fit the form"));
+        assert!(check_answer(Some(&json!({"enum": [1, 2]})), &json!(2)).is_ok());
+        let form = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        assert_eq!(check_answer(Some(&form), &json!({"n": 3})), Ok(json!({"n": 3})));
+        assert!(check_answer(Some(&form), &json!({"n": "three"})).is_err());
+        assert_eq!(check_answer(None, &json!("  the web app ")), Ok(json!("the web app")), "free text, trimmed");
+        assert!(check_answer(None, &json!("   ")).is_err() && check_answer(None, &json!(7)).is_err());
+        assert!(check_answer(None, &json!("x".repeat(MAX_ANSWER_CHARS + 1))).unwrap_err().contains("longer than"));
     }
 }

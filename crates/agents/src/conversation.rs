@@ -53,17 +53,19 @@ impl ChatState for AgentState {
     }
 
     fn action_request(payload: &Value) -> ActionRequest {
-        // A question's pending action names no tool: its text is the question, its arguments
-        // the form (docs/agents.md, `ask`).
-        if let Some(q) = Question::of(payload) {
-            return ActionRequest {
+        // Approvals first (most pauses are); a question's pending action names no tool: its
+        // text is the question, its arguments the form (docs/agents.md, `ask`).
+        if let Some(r) = ApprovalRequest::of(payload) {
+            return ActionRequest { tool: r.tool, description: r.description, arguments: r.arguments };
+        }
+        match Question::of(payload) {
+            Some(q) => ActionRequest {
                 tool: crate::chat_agent::QUESTION.to_owned(),
                 description: q.question,
                 arguments: json!({ "form": q.form }),
-            };
+            },
+            None => ActionRequest::default(),
         }
-        let request = ApprovalRequest::of(payload).unwrap_or_default();
-        ActionRequest { tool: request.tool, description: request.description, arguments: request.arguments }
     }
 
     fn project(conversation: i64, record: &CheckpointRecord) -> Projection {

@@ -27,7 +27,8 @@ pub struct ApprovalRequest {
 impl ApprovalRequest {
     /// The request of an interrupt payload; `None` for a payload the agent did not write.
     pub fn of(payload: &Value) -> Option<Self> {
-        serde_json::from_value(payload.clone()).ok()
+        // Read in place: a payload is not copied to be tried.
+        Self::deserialize(payload).ok()
     }
 }
 
@@ -46,7 +47,8 @@ pub struct Question {
 impl Question {
     /// The question of an interrupt payload; `None` for another payload.
     pub fn of(payload: &Value) -> Option<Self> {
-        serde_json::from_value(payload.clone()).ok()
+        // Read in place: a payload is not copied to be tried.
+        Self::deserialize(payload).ok()
     }
 }
 
