@@ -272,7 +272,7 @@ pub fn build(
     if spec.tools.get("general_query").is_some() {
         spec.prompt_context = shared.schema_prompt.clone();
     }
-    if settings.cite_sources {
+    if settings.cite_sources && settings.effective_grounding() == toolgraph_config::Grounding::Tool {
         spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
     }
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
@@ -301,6 +301,10 @@ fn graph_of(
         return crate::declared::build(&plan, spec, model, &model_for, store);
     }
     Ok(match settings.graph {
+        AgentGraph::React if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
+            need_tools(name, &spec.tools, &["rag_search"], "[rag] (grounding = \"retrieve_first\" searches first)")?;
+            react::build_grounded(spec, model, store)?
+        }
         AgentGraph::React => react::build(spec, model, store)?,
         AgentGraph::LegalPipeline => {
             need_tools(name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;

@@ -62,6 +62,32 @@ impl ReactNode {
 /// The ReAct agent's declaration (`examples/agents/react.toml`): the graph [`build`] builds.
 pub const DECLARATION: &str = include_str!("../../../examples/agents/react.toml");
 
+/// The grounded ReAct agent's declaration (`examples/agents/grounded.toml`): a search before
+/// the model answers, and a reply checked against it; [`build_grounded`] builds it.
+pub const GROUNDED_DECLARATION: &str = include_str!("../../../examples/agents/grounded.toml");
+
+/// Builds the grounded agent graph from [`GROUNDED_DECLARATION`]: as [`build`], with the search
+/// first (the agent's `rag_search`) and its replies cited.
+///
+/// # Errors
+/// The agent has no `rag_search` tool, or the graph did not compile.
+pub fn build_grounded(
+    mut spec: AgentSpec,
+    model: Arc<dyn ChatModel>,
+    checkpointer: Arc<dyn Checkpointer>,
+) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
+    // Its calls send this prompt: the service computes it ahead as it is.
+    spec.system_prompt = crate::kit::grounded_prompt(&spec.system_prompt);
+    let tools = spec.tools.names();
+    let plan = crate::declared::check(
+        "examples/agents/grounded.toml",
+        GROUNDED_DECLARATION,
+        &crate::declared::Known { tools: &tools, writes: &[], kinds: None },
+    )
+    .map_err(crate::AgentError::Declared)?;
+    crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+}
+
 /// Builds the agent graph over `model` and `checkpointer`, from [`DECLARATION`].
 ///
 /// # Errors

@@ -73,7 +73,7 @@ fn stdin_lines() -> mpsc::Receiver<String> {
 }
 
 /// `KEY=VALUE` pairs as a state object (values parsed as JSON when they are JSON).
-fn context_pairs(pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
+pub(crate) fn context_pairs(pairs: &[String]) -> anyhow::Result<Option<Map<String, Value>>> {
     if pairs.is_empty() {
         return Ok(None);
     }

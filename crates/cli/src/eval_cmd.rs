@@ -16,12 +16,16 @@ pub enum EvalCommand {
     /// Retrieval quality on a BEIR-layout folder (corpus.jsonl[.gz], queries.jsonl, qrels/test.tsv):
     /// nDCG@10, recall@5/10/100, MRR@10 and query latency.
     Retrieval(RetrievalArgs),
-    /// Tool-calling accuracy of the configured model: each case is a prompt with the tool it
-    /// should call (or none) and substrings its arguments must contain (JSON lines:
-    /// `{"lang", "prompt", "tool": name|null, "args": {key: substring}}`).
     /// The legal Q&A agent's tools on the ALQAC questions: recall@k of the gold article, and
     /// with a model, citation correctness and true/false and multiple-choice accuracy.
     Legal(crate::eval_legal::LegalArgs),
+    /// Whether an agent answers from its documents: the gold answer in the reply, cited, the
+    /// gold passage retrieved, and "cannot find it" where the documents do not hold the answer
+    /// — over XQuAD (`--dataset`) or a case file (`--cases`, e.g. examples/eval/course-answers.jsonl).
+    Answers(crate::eval_answers::AnswersArgs),
+    /// Tool-calling accuracy of the configured model: each case is a prompt with the tool it
+    /// should call (or none) and substrings its arguments must contain (JSON lines:
+    /// `{"lang", "prompt", "tool": name|null, "args": {key: substring}}`).
     Tools {
         /// The cases, e.g. examples/eval/tool-cases.jsonl.
         #[arg(long, value_name = "FILE")]
@@ -279,6 +283,7 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
     } = match cmd {
         EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
         EvalCommand::Legal(args) => return crate::eval_legal::run(args, cfg).await,
+        EvalCommand::Answers(args) => return crate::eval_answers::run(args, cfg).await,
         EvalCommand::Retrieval(args) => args,
     };
     if max_words == 0 || overlap_words >= max_words {
@@ -379,7 +384,8 @@ mod tests {
         let mut files = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "jsonl") {
+            // `*-answers.jsonl` are `eval answers` cases (eval_answers.rs reads them).
+            if path.extension().is_none_or(|e| e != "jsonl") || path.to_string_lossy().ends_with("-answers.jsonl") {
                 continue;
             }
             files += 1;

@@ -31,8 +31,14 @@ pub struct AgentSettings {
     pub max_tokens: Option<u32>,
     /// When a turn's answer used search results (tool results with `metadata.citation`) but
     /// cites none of them, append their citations to it (`citation::sources_footer` of the
-    /// retrieval crate). Default: true.
+    /// retrieval crate), with `grounding = "tool"`. Default: true.
     pub cite_sources: bool,
+    /// How the agent's answers stand on its documents (docs/retrieval.md, "Grounded answers"):
+    /// `retrieve_first` (search before the model answers, cite each sentence, drop what no
+    /// source holds, say so when the documents do not hold the answer), `tool` (the model calls
+    /// `rag_search` when it decides to) or `off`. Default: `retrieve_first` for a `react` agent
+    /// whose `tools` list `rag_search`, else `tool`.
+    pub grounding: Option<Grounding>,
     /// The agent's graph: `react` (a model that picks tools, the default), `legal_pipeline`
     /// (retrieve the laws, answer from them, cite them: a fixed pipeline, docs/legal.md) or
     /// `crisis_companion` (a safety gate before every reply, docs/crisis.md).
@@ -41,6 +47,18 @@ pub struct AgentSettings {
     /// relative to the configuration file's directory (to the working directory when the
     /// setting comes from no file).
     pub graph_file: Option<std::path::PathBuf>,
+}
+
+/// How an agent's answers stand on its documents ([`AgentSettings::grounding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grounding {
+    /// Search first, answer from the results, cite, drop the unsupported, or abstain.
+    RetrieveFirst,
+    /// The model searches when it decides to; `cite_sources` appends the sources it read.
+    Tool,
+    /// Neither.
+    Off,
 }
 
 /// Which graph an agent runs ([`AgentSettings::graph`]).
@@ -85,6 +103,7 @@ impl Default for AgentSettings {
             temperature: None,
             max_tokens: None,
             cite_sources: true,
+            grounding: None,
             graph: AgentGraph::React,
             graph_file: None,
         }
@@ -92,6 +111,19 @@ impl Default for AgentSettings {
 }
 
 impl AgentSettings {
+    /// How the agent's answers stand on its documents: its `grounding`, or the default (see
+    /// [`AgentSettings::grounding`]).
+    pub fn effective_grounding(&self) -> Grounding {
+        let searches = self.tools.as_ref().is_some_and(|t| t.iter().any(|n| n == "rag_search"));
+        match self.grounding {
+            Some(g) => g,
+            None if searches && self.graph == AgentGraph::React && self.graph_file.is_none() => {
+                Grounding::RetrieveFirst
+            }
+            None => Grounding::Tool,
+        }
+    }
+
     pub(crate) fn validate(&self, name: &str, check: &Check<'_>) -> Result<(), ConfigError> {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err(check.invalid(&format!("agents.{name}"), "agent names use letters, digits, '_' and '-'".into()));
@@ -119,6 +151,15 @@ impl AgentSettings {
                     "set `graph` (a built-in graph) or `graph_file` (a declared one), not both: graph = \"{}\"",
                     self.graph.as_str()
                 ),
+            ));
+        }
+        let declared = self.graph_file.is_some() || self.graph != AgentGraph::React;
+        if self.grounding == Some(Grounding::RetrieveFirst) && declared {
+            return Err(check.invalid(
+                &format!("agents.{name}.grounding"),
+                "`retrieve_first` is for the `react` graph; a declared graph searches with a `retrieve` node and \
+                 checks its replies with `cite = true` on its `model` node (docs/agents.md)"
+                    .into(),
             ));
         }
         if self.max_tokens == Some(0) {

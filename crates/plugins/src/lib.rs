@@ -304,6 +304,7 @@ fn tool(m: &Manifest, dir: &Path, locale: &str) -> Result<Arc<dyn Tool>, Manifes
         required_after: Vec::new(),
         runs_after: Vec::new(),
         answer_field: None,
+        cited_as: None,
         display,
     };
     let schema = toolgraph_tools::ArgumentSchema::from_value(&m.name, spec.parameters.clone(), &[])

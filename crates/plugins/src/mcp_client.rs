@@ -248,6 +248,7 @@ impl McpServer {
                 required_after: Vec::new(),
                 runs_after: Vec::new(),
                 answer_field: None,
+                cited_as: None,
                 display: ToolDisplay {
                     name: t.title.clone().or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),
                     description: None,

@@ -124,6 +124,7 @@ fn counter(runs: &Arc<AtomicUsize>) -> Arc<dyn toolgraph_tools::Tool> {
         required_after: Vec::new(),
         runs_after: Vec::new(),
         answer_field: None,
+        cited_as: None,
         display: Default::default(),
     };
     let schema = toolgraph_tools::ArgumentSchema::from_value("pay", parameters, &[]).unwrap();

@@ -75,6 +75,11 @@ pub struct ToolSpec {
     /// could only restate, and a small one restates badly.
     #[serde(rename = "answerField", skip_serializing_if = "Option::is_none")]
     pub answer_field: Option<String>,
+    /// When set, a result of this tool is a document a grounded reply may cite, by this label: a
+    /// template over the call's arguments (`Guía docente › {key}`; an argument not given is
+    /// left out). docs/retrieval.md, "Grounded answers".
+    #[serde(rename = "citedAs", skip_serializing_if = "Option::is_none")]
+    pub cited_as: Option<String>,
     /// UI text.
     #[serde(flatten)]
     pub display: ToolDisplay,

@@ -218,6 +218,7 @@ pub struct ToolBuilder<A> {
     required_after: Vec<String>,
     runs_after: Vec<String>,
     answer_field: Option<String>,
+    cited_as: Option<String>,
     display: ToolDisplay,
     timeout: Duration,
     _args: PhantomData<fn() -> A>,
@@ -240,6 +241,7 @@ where
             required_after: Vec::new(),
             runs_after: Vec::new(),
             answer_field: None,
+            cited_as: None,
             display: ToolDisplay::default(),
             timeout: DEFAULT_TOOL_TIMEOUT,
             _args: PhantomData,
@@ -266,6 +268,13 @@ where
     /// caller that has it at hand (a graph node) may still pass it, checked as usual.
     pub fn hide(mut self, name: impl Into<String>) -> Self {
         self.hidden.push(name.into());
+        self
+    }
+
+    /// Makes each result a document a grounded reply may cite as `template` over the call's
+    /// arguments ([`ToolSpec::cited_as`]).
+    pub fn cited_as(mut self, template: impl Into<String>) -> Self {
+        self.cited_as = Some(template.into());
         self
     }
 
@@ -357,6 +366,7 @@ where
             required_after: self.required_after,
             runs_after: self.runs_after,
             answer_field: self.answer_field,
+            cited_as: self.cited_as,
             display: self.display,
         };
         Ok(Arc::new(FnTool { spec, schema, describe: self.describe, timeout: self.timeout, f, _args: PhantomData }))

@@ -140,6 +140,7 @@ impl BackendWriteTool {
             required_after: Vec::new(),
             runs_after: Vec::new(),
             answer_field: None,
+            cited_as: None,
             display: ToolDisplay::default(),
         };
         Ok(Self { spec, schema, backend, describe: None })

@@ -65,6 +65,7 @@ pub fn get_guia_tool(store: Arc<GuideStore>, default_tenant: String) -> Arc<dyn 
     )
     .inject("asignatura")
     .display_name("Teaching guide")
+    .cited_as("Guía docente › {key}")
     .handler(move |ctx, args: GuiaArgs| {
         let store = Arc::clone(&store);
         let tenant = ctx.get_str("tenant").unwrap_or(&default_tenant).to_owned();

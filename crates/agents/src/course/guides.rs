@@ -140,15 +140,8 @@ pub(crate) fn fold(key: &str) -> String {
         .chars()
         .flat_map(char::to_lowercase)
         .map(|c| match c {
-            'á' | 'à' | 'â' | 'ä' | 'ã' => 'a',
-            'é' | 'è' | 'ê' | 'ë' => 'e',
-            'í' | 'ì' | 'î' | 'ï' => 'i',
-            'ó' | 'ò' | 'ô' | 'ö' | 'õ' => 'o',
-            'ú' | 'ù' | 'û' | 'ü' => 'u',
-            'ñ' => 'n',
-            'ç' => 'c',
             ' ' | '-' => '_',
-            other => other,
+            other => toolgraph_rag::search::grounding::fold_accent(other),
         })
         .collect()
 }

@@ -111,6 +111,10 @@ pub enum Step {
         output: Option<Output>,
         /// Whether it must call a tool first.
         require_call: bool,
+        /// Whether its reply is checked against the search results.
+        cite: bool,
+        /// Whether a reply before any tool result is stopped.
+        reply_needs_tools: bool,
     },
     /// The tool calls of the last model message; pauses resume at `approved`.
     Tools {
@@ -151,6 +155,8 @@ pub enum Step {
         top_k: u32,
         /// Where they go.
         channel: String,
+        /// Whether a greeting or thanks skips the search.
+        skip_small_talk: bool,
     },
     /// A fixed reply.
     Reply {
@@ -519,10 +525,12 @@ fn used_fields(kind: &NodeKind) -> &'static [&'static str] {
             "max_tokens",
             "history",
             "output",
+            "cite",
+            "reply_needs_tools",
         ],
         NodeKind::Tools => &["next", "give_up", "max_failures"],
         NodeKind::Tool => &["next", "route", "tool", "arguments", "never_fail", "channel"],
-        NodeKind::Retrieve => &["next", "route", "tool", "channel", "query", "top_k"],
+        NodeKind::Retrieve => &["next", "route", "tool", "channel", "query", "top_k", "skip_small_talk"],
         NodeKind::Reply => &["next", "route", "text"],
         NodeKind::Route => &["route"],
         NodeKind::Ask => &["next", "route", "question", "form", "channel"],
@@ -542,6 +550,8 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("max_tokens", n.max_tokens.is_some()),
         ("history", n.history.is_some()),
         ("output", n.output.is_some()),
+        ("cite", n.cite.is_some()),
+        ("reply_needs_tools", n.reply_needs_tools.is_some()),
         ("give_up", n.give_up.is_some()),
         ("max_failures", n.max_failures.is_some()),
         ("tool", n.tool.is_some()),
@@ -550,6 +560,7 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("channel", n.channel.is_some()),
         ("query", n.query.is_some()),
         ("top_k", n.top_k.is_some()),
+        ("skip_small_talk", n.skip_small_talk.is_some()),
         ("text", n.text.is_some()),
         ("question", n.question.is_some()),
         ("form", n.form.is_some()),
@@ -716,8 +727,18 @@ fn plan_node(
                      otherwise = \"END\" } (or set tools = [])",
                 );
             }
+            let cite = n.cite.unwrap_or(false);
+            if cite && n.output.is_some() {
+                c.error(&path("cite"), "a node with `output` answers into its channel: there is no reply to cite");
+            }
+            let reply_needs_tools = n.reply_needs_tools.unwrap_or(false);
+            if reply_needs_tools && !may_call {
+                c.error(&path("reply_needs_tools"), "needs tools to call (and no `output`)");
+            }
             Step::Model {
                 require_call,
+                cite,
+                reply_needs_tools,
                 prompt,
                 // A node with a structured output calls no tools.
                 tools: if output.is_some() { Some(Vec::new()) } else { n.tools.clone() },
@@ -795,7 +816,13 @@ fn plan_node(
                     String::new()
                 }
             };
-            Step::Retrieve { tool, query: query.unwrap_or_default(), top_k, channel: ch }
+            Step::Retrieve {
+                tool,
+                query: query.unwrap_or_default(),
+                top_k,
+                channel: ch,
+                skip_small_talk: n.skip_small_talk.unwrap_or(false),
+            }
         }
         NodeKind::Reply => match &n.text {
             Some(text) => match template(c, &path("text"), text, channels) {
@@ -1034,7 +1061,7 @@ next = "agent"
         assert_eq!(
             broken("{{passages}}", "{{pasages}}"),
             [
-                "desk.toml:20: nodes.agent.prompt: the template reads `pasages`, which the state does not have: channels category, passages; always there: last_user_message, context, tool_failures, last_tool_error, agent"
+                "desk.toml:20: nodes.agent.prompt: the template reads `pasages`, which the state does not have: channels category, passages; always there: last_user_message, question_in_context, context, tool_failures, last_tool_error, agent"
             ]
         );
         assert_eq!(
@@ -1059,11 +1086,33 @@ next = "agent"
     }
 
     #[test]
+    fn grounding_a_node_that_has_no_reply_or_no_tools_is_an_error() {
+        assert_eq!(
+            broken("history = \"last_message\"\n", "history = \"last_message\"\ncite = true\n"),
+            [
+                "desk.toml:10: nodes.classify.cite: a node with `output` answers into its channel: there is no reply to cite"
+            ]
+        );
+        assert_eq!(
+            broken("tools = [\"create_ticket\"]\n", "tools = []\nreply_needs_tools = true\n"),
+            ["desk.toml:22: nodes.agent.reply_needs_tools: needs tools to call (and no `output`)"]
+        );
+        // On a node that replies and may call tools, both are sound.
+        assert_eq!(
+            broken(
+                "tools = [\"create_ticket\"]\n",
+                "tools = [\"create_ticket\"]\ncite = true\nreply_needs_tools = true\n"
+            ),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
     fn a_field_its_kind_does_not_use_and_a_missing_one_are_errors() {
         assert_eq!(
             broken("kind = \"retrieve\"\n", "kind = \"retrieve\"\ntext = \"hi\"\n"),
             [
-                "desk.toml:15: nodes.search.text: a `retrieve` node does not use `text`; it uses next, route, tool, channel, query, top_k"
+                "desk.toml:15: nodes.search.text: a `retrieve` node does not use `text`; it uses next, route, tool, channel, query, top_k, skip_small_talk"
             ]
         );
         assert_eq!(

@@ -130,6 +130,18 @@ pub struct NodeDecl {
     /// `model`: write a structured answer into a channel instead of replying.
     #[serde(default)]
     pub output: Option<OutputDecl>,
+    /// `model`: check the reply against this turn's search results — each sentence cited to
+    /// the passage that holds it, a sentence stating what no source holds dropped, and a reply
+    /// that stands on nothing replaced by "cannot find it in the documents" in the person's
+    /// language (docs/retrieval.md, "Grounded answers"). Default: false.
+    #[serde(default)]
+    pub cite: Option<bool>,
+    /// `model`: a reply in words before any of its tools has returned in this turn is stopped
+    /// at its first words and discarded (a greeting, thanks or farewell aside), and the route's
+    /// `otherwise` runs instead — e.g. a search, so that answers come from the documents while
+    /// requests the model meets with a tool call go on as calls. Default: false.
+    #[serde(default)]
+    pub reply_needs_tools: Option<bool>,
     /// `tools`: where to go once read tools failed more than `max_failures` times in the turn
     /// (default: `END` after a reply that says so).
     #[serde(default)]
@@ -158,6 +170,10 @@ pub struct NodeDecl {
     /// `retrieve`: how many passages (default: 5).
     #[serde(default)]
     pub top_k: Option<u32>,
+    /// `retrieve`: search nothing when the person's message is only a greeting, thanks or a
+    /// farewell. Default: false.
+    #[serde(default)]
+    pub skip_small_talk: Option<bool>,
     /// `reply`: the text, a template.
     #[serde(default)]
     pub text: Option<String>,

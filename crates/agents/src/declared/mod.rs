@@ -67,7 +67,18 @@ pub fn build(
     for node in &plan.nodes {
         let name = node.name.clone();
         match &node.step {
-            Step::Model { prompt, tools, model: named, temperature, max_tokens, history, output, require_call } => {
+            Step::Model {
+                prompt,
+                tools,
+                model: named,
+                temperature,
+                max_tokens,
+                history,
+                output,
+                require_call,
+                cite,
+                reply_needs_tools,
+            } => {
                 let mut own = spec.clone();
                 if let Some(tools) = tools {
                     own.tools = spec
@@ -100,7 +111,11 @@ pub fn build(
                         deps: AgentDeps::new(own, node_model),
                         history: *history,
                         output,
-                        require_call: *require_call,
+                        rules: crate::kit::StepRules {
+                            require_call: *require_call,
+                            grounded: *cite,
+                            reply_needs_tools: *reply_needs_tools,
+                        },
                     },
                 );
             }
@@ -130,7 +145,7 @@ pub fn build(
                     },
                 );
             }
-            Step::Retrieve { tool, query, top_k, channel } => {
+            Step::Retrieve { tool, query, top_k, channel, skip_small_talk } => {
                 g.add_node(
                     name.clone(),
                     RetrieveNode {
@@ -139,6 +154,7 @@ pub fn build(
                         query: query.clone(),
                         top_k: *top_k,
                         channel: channel.clone(),
+                        skip_small_talk: *skip_small_talk,
                     },
                 );
             }

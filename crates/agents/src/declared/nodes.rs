@@ -27,6 +27,7 @@ impl GraphInfo {
     pub fn lookup(&self, s: &AgentState, name: &str) -> Option<Value> {
         match name {
             "last_user_message" => s.last_user_message().map(|t| Value::String(t.to_owned())),
+            "question_in_context" => crate::kit::question_in_context(&s.messages).map(Value::String),
             "context" => Some(Value::Object(s.context.clone())),
             "tool_failures" => Some(Value::from(s.tool_failures)),
             "last_tool_error" => s.last_tool_error().map(Value::String),
@@ -69,8 +70,9 @@ pub(crate) struct ModelNode {
     pub deps: AgentDeps,
     pub history: History,
     pub output: Option<(Output, jsonschema::Validator)>,
-    /// Whether it must call a tool before it may answer (`tool_choice = "required"`).
-    pub require_call: bool,
+    /// Whether it must call a tool before it may answer (`tool_choice = "required"`), and
+    /// whether its reply is checked against the search results (`cite`).
+    pub rules: crate::kit::StepRules,
 }
 
 #[async_trait]
@@ -81,7 +83,7 @@ impl Node<AgentState, AgentDeps> for ModelNode {
             return self.structured(&s, &ctx, system, output, validator).await;
         }
         match self.history {
-            History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.require_call).await,
+            History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.rules).await,
             History::LastMessage => {
                 // The person's last message and what this turn added since (the node's own
                 // tool calls and their results), so a tool loop sees its results.
@@ -91,7 +93,7 @@ impl Node<AgentState, AgentDeps> for ModelNode {
                     context: s.context.clone(),
                     ..AgentState::default()
                 };
-                crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.require_call).await
+                crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.rules).await
             }
         }
     }
@@ -266,11 +268,15 @@ pub(crate) struct RetrieveNode {
     pub query: Template,
     pub top_k: u32,
     pub channel: String,
+    pub skip_small_talk: bool,
 }
 
 #[async_trait]
 impl Node<AgentState, AgentDeps> for RetrieveNode {
     async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        if self.skip_small_talk && s.last_user_message().is_some_and(toolgraph_rag::search::grounding::is_small_talk) {
+            return Ok(NodeOutput::Update(AgentUpdate::default()));
+        }
         let query = self.info.render(&self.query, &s);
         let arguments = serde_json::json!({ "query": query, "top_k": self.top_k });
         let (outcome, messages) = recorded_call(&s, &ctx, &self.tool, arguments).await;

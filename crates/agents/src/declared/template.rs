@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 /// The names every template may use besides the graph's channels.
-pub const BUILTINS: [&str; 5] = ["last_user_message", "context", "tool_failures", "last_tool_error", "agent"];
+pub const BUILTINS: [&str; 6] =
+    ["last_user_message", "question_in_context", "context", "tool_failures", "last_tool_error", "agent"];
 
 /// A parsed template.
 #[derive(Debug, Clone, Default, PartialEq)]

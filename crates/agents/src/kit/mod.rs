@@ -5,13 +5,17 @@
 //! The ReAct agent (`react`), declared graphs, the legal pipeline and the crisis companion are
 //! graphs over these; the kit knows none of them. `state` owns the state and its updates, `spec`
 //! the settings and dependencies, `tools` the tools in a turn, `steps` the model and tools steps
-//! of a tool-calling agent.
+//! of a tool-calling agent, `grounded` what a reply checked against the search results adds.
 
+mod grounded;
 mod spec;
 mod state;
 mod steps;
 mod tools;
 
+pub use grounded::grounded_prompt;
+pub use grounded::{GROUNDING_INSTRUCTION, question_in_context};
+pub(crate) use grounded::{checker, inline_search_results};
 pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, spoken_window, warm_up};
 pub use state::{
     AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Question, Reducer,
@@ -19,6 +23,6 @@ pub use state::{
 };
 pub(crate) use state::{pending_calls, recover};
 pub use steps::{MAX_PARALLEL_TOOL_CALLS, REJECTED_OUTCOME, cancellation_text};
-pub(crate) use steps::{approved_node, execute_node, give_up_node, model_step, tools_step};
+pub(crate) use steps::{StepRules, approved_node, execute_node, give_up_node, model_step, tools_step};
 pub use tools::{callable_tools, step_due, tool_choice, tool_definitions};
 pub(crate) use tools::{failed, recorded_call, run_tool, this_turn, tool_context, tool_message, turn_tool_outputs};

@@ -37,19 +37,41 @@ fn own_tool_returned(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]
     })
 }
 
-/// A model call that may ask for tools (and must, with `require_call`, until one has returned
-/// in this turn), on `deps` (the agent's, or a declared node's own model,
+/// How a [`model_step`] behaves besides its model, tools and prompt.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StepRules {
+    /// It must call a tool until one has returned in this turn.
+    pub require_call: bool,
+    /// Its reply is checked against the search results ([`super::grounded`]): cited, with
+    /// unsupported sentences dropped, or the abstention.
+    pub grounded: bool,
+    /// A reply in words before any of its tools has returned in this turn is stopped at its
+    /// first words and discarded (a greeting, thanks or farewell aside): the node's route
+    /// decides what runs instead — a search, so that the answer comes from the documents,
+    /// while a request the model meets with a tool call goes on as one.
+    pub reply_needs_tools: bool,
+}
+
+/// A model call that may ask for tools, on `deps` (the agent's, or a declared node's own model,
 /// tools and settings) with `system` in place of the settings' system prompt when given: the
-/// tokens stream, and the reply or its tool calls become the update.
+/// tokens stream (sentence by sentence when `rules.grounded`), and the reply or its tool calls
+/// become the update.
 pub(crate) async fn model_step(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
     deps: &AgentDeps,
     system: Option<&str>,
-    require_call: bool,
+    rules: StepRules,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
     let spec = deps.spec();
-    let system_prompt = system.unwrap_or(&spec.system_prompt);
+    let grounded_prompt;
+    let system_prompt = match (system.unwrap_or(&spec.system_prompt), rules.grounded) {
+        (p, false) => p,
+        (p, true) => {
+            grounded_prompt = super::grounded_prompt(p);
+            &grounded_prompt
+        }
+    };
     // A fixed step: the call is the agent's, the tools node runs it as any other.
     if let Some(tool) = step_due(&spec.tools, &s.messages) {
         let call = ToolCall { id: format!("{tool}-{}", s.messages.len()), name: tool, arguments: "{}".into() };
@@ -70,22 +92,44 @@ pub(crate) async fn model_step(
         None => {}
     }
     messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
+    // A node with no tools left answers from the passages written out before the question; one
+    // with tools reads the results as its calls returned them (written out, they would be
+    // searched for again).
+    if rules.grounded && spec.tools.is_empty() {
+        super::inline_search_results(&mut messages);
+    }
     let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
     request.tool_choice = tool_choice(&spec.tools, &s.messages);
     // A node that must act calls a tool first; once a result is in, it may answer.
-    if require_call && request.tool_choice.is_none() && !own_tool_returned(&spec.tools, &s.messages) {
+    if rules.require_call && request.tool_choice.is_none() && !own_tool_returned(&spec.tools, &s.messages) {
         request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
     }
     request.temperature = spec.temperature;
     request.max_tokens = spec.max_tokens;
     let mut content = String::new();
     let mut tool_calls = Vec::new();
+    let mut checker = rules.grounded.then(|| super::checker(&s.messages, system_prompt, &spec.tools));
+    let stop_words = rules.reply_needs_tools
+        && !own_tool_returned(&spec.tools, &s.messages)
+        && !s.last_user_message().is_some_and(toolgraph_rag::search::grounding::is_small_talk);
+    let mut stopped = false;
     let streamed = async {
         let mut stream = deps.model().stream(request).await?;
         while let Some(event) = stream.next().await {
             match event? {
+                // Dropping the stream ends the model's call.
+                ChatEvent::TextDelta(t) if stop_words && !t.trim().is_empty() => {
+                    stopped = true;
+                    break;
+                }
                 ChatEvent::TextDelta(t) => {
-                    ctx.emit(RunEvent::TextDelta { text: t.clone() }).await;
+                    let shown = match checker.as_mut() {
+                        Some(c) => c.reply.push(&t),
+                        None => t.clone(),
+                    };
+                    if !shown.is_empty() {
+                        ctx.emit(RunEvent::TextDelta { text: shown }).await;
+                    }
                     content.push_str(&t);
                 }
                 ChatEvent::ToolCall(c) => tool_calls.push(c),
@@ -95,7 +139,30 @@ pub(crate) async fn model_step(
         Ok::<(), toolgraph_llm::LlmError>(())
     };
     ctx.model_call(streamed, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
-    if tool_calls.is_empty()
+    if stopped {
+        tracing::debug!(agent = %spec.name, "a reply before any tool result was stopped");
+        return Ok(NodeOutput::Update(AgentUpdate::default()));
+    }
+    if let Some(checker) = checker {
+        // A reply that asks for tools is no answer yet: nothing to abstain from.
+        let (rest, checked, report) =
+            checker.reply.finish(checker.abstention, checker.required && tool_calls.is_empty());
+        if !rest.is_empty() {
+            ctx.emit(RunEvent::TextDelta { text: rest }).await;
+        }
+        if report.abstained || !report.dropped.is_empty() {
+            tracing::info!(
+                agent = %spec.name,
+                abstained = report.abstained,
+                dropped = ?report.dropped,
+                "the reply was checked against the search results"
+            );
+        }
+        tracing::debug!(agent = %spec.name, reply = %content, checked = %checked, "grounded reply");
+        content = checked;
+    }
+    if !rules.grounded
+        && tool_calls.is_empty()
         && let Some(footer) = &spec.answer_footer
         && let Some(text) = footer(&turn_tool_outputs(&s.messages), &content)
     {

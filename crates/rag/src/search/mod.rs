@@ -1,10 +1,12 @@
 //! The search stage: [`SearchRequest`]s over a knowledge base ranked by BM25, by one model's
 //! dense list or by the [`fusion`] of all lists, with metadata [`Filter`]s applied inside every
 //! list's search (never to a truncated result); [`Retriever`] picks the mode and embeds the
-//! query, and [`citation`] turns hits into checked `[label]` markers.
+//! query, [`citation`] turns hits into checked `[label]` markers, and [`grounding`] checks a
+//! reply against what was retrieved.
 
 pub mod citation;
 pub mod fusion;
+pub mod grounding;
 mod request;
 mod retriever;
 

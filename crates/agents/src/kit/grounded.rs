@@ -1,0 +1,299 @@
+//! A grounded reply — a `model` node with `cite = true`, as the ReAct agent's with
+//! `grounding = "retrieve_first"` is: what its prompt adds, the sources its reply is checked
+//! against, and when it must say the documents do not hold the answer (docs/retrieval.md,
+//! "Grounded answers"). The check itself is the retrieval crate's
+//! [`grounding`](toolgraph_rag::search::grounding).
+
+use super::this_turn;
+use serde_json::Value;
+use toolgraph_llm::Message;
+use toolgraph_rag::search::grounding::{self, GroundedReply, Passage, Sources};
+use toolgraph_tools::ToolRegistry;
+
+/// Added to a grounded node's system prompt.
+pub const GROUNDING_INSTRUCTION: &str = "Answer the question directly and briefly, in your own words, from the \
+search results in this conversation, with only the facts they state; when they do not hold the answer, say you \
+cannot find it in the documents. Reply in the language the person writes in, even when the results are in another.";
+
+/// A grounded node's system prompt: `prompt` with the [`GROUNDING_INSTRUCTION`] after it,
+/// unless it has it already (the grounded ReAct agent's prompt does, so that the prompt its
+/// service computes ahead is the one its calls send).
+pub fn grounded_prompt(prompt: &str) -> String {
+    match prompt {
+        p if p.contains(GROUNDING_INSTRUCTION) => p.to_owned(),
+        "" => GROUNDING_INSTRUCTION.to_owned(),
+        p => format!("{p}\n\n{GROUNDING_INSTRUCTION}"),
+    }
+}
+
+/// A grounded call's messages as the model reads them: this turn's search calls and results
+/// (JSON, which a small model copies out or takes for a call still to make) become the passages
+/// written before the person's question, with the language to answer in by name. The
+/// conversation keeps them as calls; only the request changes, after the system prompt, whose
+/// computed prefix stays as it is.
+pub(crate) fn inline_search_results(messages: &mut Vec<Message>) {
+    let Some(user) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
+    let mut found: Vec<Passage> = Vec::new();
+    let mut searches: Vec<String> = Vec::new();
+    for m in &messages[user + 1..] {
+        if let Message::Tool { tool_call_id, content, .. } = m
+            && let Ok(v) = serde_json::from_str::<Value>(content)
+            && v.get("results").is_some_and(Value::is_array)
+        {
+            searches.push(tool_call_id.clone());
+            found.extend(grounding::passages_in(&v));
+        }
+    }
+    if searches.is_empty() {
+        return;
+    }
+    let mut i = user + 1;
+    while i < messages.len() {
+        let drop = match &messages[i] {
+            Message::Tool { tool_call_id, .. } => searches.contains(tool_call_id),
+            Message::Assistant { tool_calls, .. } => {
+                !tool_calls.is_empty() && tool_calls.iter().all(|c| searches.contains(&c.id))
+            }
+            _ => false,
+        };
+        if drop {
+            messages.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    if let Message::User { content } = &mut messages[user] {
+        let language = grounding::language_name(grounding::language_of(content));
+        let mut text = String::from("Documents:\n");
+        if found.is_empty() {
+            text.push_str("(none found)\n");
+        }
+        for p in &found {
+            text.push_str(&format!("[{}] {}\n\n", p.label, p.text.trim()));
+        }
+        *content = format!("{text}Question: {content}\n(Answer in {language}, from the documents.)");
+    }
+}
+
+/// The documents `messages` read: tool results in the normalized search shape, and results of
+/// tools that say how they are cited ([`ToolSpec::cited_as`](toolgraph_tools::ToolSpec::cited_as)).
+/// Whether any came in this turn, the passages (this turn's first), and this turn's other tool
+/// results.
+fn passages<'a>(messages: &'a [Message], tools: &ToolRegistry) -> (bool, Vec<Passage>, Vec<&'a str>) {
+    let turn_start = messages.len() - this_turn(messages).len();
+    let (mut now, mut before, mut other) = (Vec::new(), Vec::new(), Vec::new());
+    let mut searched = false;
+    for (i, m) in messages.iter().enumerate() {
+        let Message::Tool { tool_call_id, name, content } = m else { continue };
+        let parsed: Option<Value> = serde_json::from_str(content).ok();
+        let found = if parsed.as_ref().is_some_and(|v| v.get("results").is_some_and(Value::is_array)) {
+            Some(parsed.iter().flat_map(grounding::passages_in).collect::<Vec<_>>())
+        } else {
+            cited_result(messages, tools, tool_call_id, name, content).map(|p| vec![p])
+        };
+        match (found, i >= turn_start) {
+            (Some(found), true) => {
+                searched = true;
+                now.extend(found);
+            }
+            (Some(found), false) => before.extend(found),
+            (None, true) => other.push(content.as_str()),
+            (None, false) => {}
+        }
+    }
+    now.extend(before);
+    (searched, now, other)
+}
+
+/// A result of a tool with a `cited_as` label, as a passage: the label filled from its call's
+/// arguments. `None` for any other tool, and for a failure.
+fn cited_result(
+    messages: &[Message],
+    tools: &ToolRegistry,
+    call_id: &str,
+    name: &str,
+    content: &str,
+) -> Option<Passage> {
+    let template = tools.get(name)?.spec().cited_as.clone()?;
+    if super::failed(content) {
+        return None;
+    }
+    let arguments: Value = messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.iter().find(|c| c.id == call_id),
+            _ => None,
+        })
+        .and_then(|c| serde_json::from_str(&c.arguments).ok())
+        .unwrap_or(Value::Null);
+    Some(Passage { label: cited_label(&template, &arguments), text: content.to_owned() })
+}
+
+/// `template` with each `{name}` replaced by that argument (an argument not given is left out,
+/// and the separator before it with it).
+fn cited_label(template: &str, arguments: &Value) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else { break };
+        out.push_str(&rest[..open]);
+        match arguments.get(&rest[open + 1..open + close]) {
+            Some(Value::String(v)) if !v.trim().is_empty() => out.push_str(v.trim()),
+            Some(v) if !v.is_null() && !v.is_string() => out.push_str(&v.to_string()),
+            _ => {
+                let kept = out.trim_end_matches([' ', '›', '>', '/', ',', ':', '-']).len();
+                out.truncate(kept);
+            }
+        }
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out.trim().to_owned()
+}
+
+/// What checks the reply of the model call that follows `messages` under `system`.
+pub(crate) struct Checker {
+    /// The reply's check.
+    pub reply: GroundedReply,
+    /// "Cannot find it", in the person's language.
+    pub abstention: &'static str,
+    /// Whether a reply that stands on nothing must abstain: this turn searched and called no
+    /// other tool (a greeting searched nothing, and a reply after a calculation or a saved note
+    /// is about that, not about the documents).
+    pub required: bool,
+}
+
+/// The [`Checker`] of the model call that follows `messages` under `system`.
+pub(crate) fn checker(messages: &[Message], system: &str, tools: &ToolRegistry) -> Checker {
+    let (searched, found, other) = passages(messages, tools);
+    let only_searched = searched && other.is_empty();
+    let mut sources = Sources::new(&found);
+    for text in other {
+        sources.add_evidence(text);
+    }
+    let mut last_user = "";
+    for m in messages {
+        match m {
+            Message::User { content } => {
+                sources.add_given(content);
+                last_user = content;
+            }
+            // Earlier replies were checked when they were written.
+            Message::Assistant { content, .. } if !content.is_empty() => sources.add_evidence(content),
+            _ => {}
+        }
+    }
+    sources.add_given(system);
+    Checker {
+        reply: GroundedReply::new(sources),
+        abstention: grounding::abstention(grounding::language_of(last_user)),
+        required: only_searched,
+    }
+}
+
+/// The search query for the person's last message: the message, after the one before it
+/// when it is short — a follow-up such as "¿y la extraordinaria?" names only what changed.
+pub fn question_in_context(messages: &[Message]) -> Option<String> {
+    const SHORT_WORDS: usize = 5;
+    let mut users = messages.iter().rev().filter_map(|m| match m {
+        Message::User { content } => Some(content.as_str()),
+        _ => None,
+    });
+    let last = users.next()?;
+    let words = last.split_whitespace().count();
+    match users.next() {
+        Some(before) if words <= SHORT_WORDS && !grounding::is_small_talk(before) => Some(format!("{before} {last}")),
+        _ => Some(last.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_follow_up_is_searched_with_the_question_before_it() {
+        let history = vec![
+            Message::user("¿Cuándo es el examen final de la convocatoria ordinaria?"),
+            Message::assistant("El 20 de enero."),
+            Message::user("¿y la extraordinaria?"),
+        ];
+        assert_eq!(
+            question_in_context(&history).as_deref(),
+            Some("¿Cuándo es el examen final de la convocatoria ordinaria? ¿y la extraordinaria?")
+        );
+        let long =
+            vec![Message::user("hola"), Message::user("¿Cuántos créditos tiene la asignatura de IV este curso?")];
+        assert_eq!(
+            question_in_context(&long).as_deref(),
+            Some("¿Cuántos créditos tiene la asignatura de IV este curso?")
+        );
+        assert_eq!(
+            question_in_context(&[Message::user("hola"), Message::user("¿y el examen?")]).as_deref(),
+            Some("¿y el examen?")
+        );
+    }
+
+    #[test]
+    fn a_cited_tools_label_is_filled_from_its_call() {
+        let args = serde_json::json!({"key": "sistema_de_evaluación", "n": 2});
+        assert_eq!(cited_label("Guía docente › {key}", &args), "Guía docente › sistema_de_evaluación");
+        assert_eq!(cited_label("Guía docente › {key}", &Value::Null), "Guía docente");
+        assert_eq!(cited_label("{key} ({n})", &args), "sistema_de_evaluación (2)");
+    }
+
+    #[test]
+    fn a_node_without_tools_reads_the_search_written_out_before_the_question() {
+        let search = r#"{"ok":true,"results":[{"content":"El examen final es el 20 de enero.","metadata":{"citation":"Guía › Evaluación"}}]}"#;
+        let mut messages = vec![
+            Message::system("Eres el tutor."),
+            Message::user("Hola"),
+            Message::assistant("¡Hola!"),
+            Message::user("¿Cuándo es el examen?"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![toolgraph_llm::ToolCall {
+                    id: "s1".into(),
+                    name: "rag_search".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            Message::tool("s1", "rag_search", search),
+        ];
+        inline_search_results(&mut messages);
+        assert_eq!(messages.len(), 4, "the call and its result are written out: {messages:?}");
+        assert_eq!(
+            messages[3].content(),
+            "Documents:\n[Guía › Evaluación] El examen final es el 20 de enero.\n\nQuestion: ¿Cuándo es el examen?\n\
+             (Answer in Spanish, from the documents.)"
+        );
+        assert_eq!(messages[1].content(), "Hola", "earlier turns stay as they were");
+    }
+
+    #[test]
+    fn only_a_turn_that_searched_abstains_and_earlier_passages_stay_citable() {
+        let search = r#"{"ok":true,"results":[{"content":"El examen final es el 20 de enero.","metadata":{"citation":"Guía › Evaluación"}}]}"#;
+        let history = vec![
+            Message::user("¿Cuándo es el examen?"),
+            Message::tool("r1", "rag_search", search),
+            Message::assistant("El examen es el 20 de enero [Guía › Evaluación]."),
+            Message::user("gracias"),
+        ];
+        let Checker { mut reply, abstention, required } = checker(&history, "", &ToolRegistry::new());
+        assert!(!required, "no search in this turn");
+        reply.push("De nada. Recuerda: el 20 de enero. ");
+        let (_, whole, report) = reply.finish(abstention, required);
+        assert_eq!(whole, "De nada. Recuerda: el 20 de enero [Guía › Evaluación].");
+        assert_eq!(report.cited, 1);
+        let mut searched = history[..3].to_vec();
+        searched.push(Message::user("¿y la extraordinaria?"));
+        searched.push(Message::tool("r2", "rag_search", r#"{"ok":true,"results":[]}"#));
+        let c = checker(&searched, "", &ToolRegistry::new());
+        assert_eq!((c.abstention, c.required), (grounding::abstention("es"), true));
+        searched.push(Message::tool("c1", "note_write", r#"{"ok":true,"path":"notes/examen.md"}"#));
+        assert!(
+            !checker(&searched, "", &ToolRegistry::new()).required,
+            "a reply about a note written is not about the documents"
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! Grounded answers over HTTP (docs/retrieval.md, "Grounded answers"): an agent with
+//! `rag_search` searches before the model answers, its reply is cited sentence by sentence as it
+//! streams, a sentence stating what no document holds never reaches the person, a reply that
+//! stands on nothing becomes "cannot find it" in the person's language, and a greeting is not
+//! searched — on the bundled course corpus, ingested for real, and the scripted model.
+
+mod common;
+
+use common::{event_data, free_port, serve_command, sse_events, wait_ready};
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const CONFIG: &str = r#"
+default_agent = "tutor"
+[rag]
+default_kb = "cursos"
+[agents.tutor]
+system_prompt = "Eres el tutor de la asignatura IV."
+tools = ["rag_search", "calculator"]
+state_keys = ["asignatura"]
+"#;
+
+async fn post(base: &str, body: &Value) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/chatbot/stream"))
+        .header("X-Tenant-Slug", "demo")
+        .json(body)
+        .timeout(Duration::from_secs(60))
+        .send();
+    response.await.unwrap().text().await.unwrap()
+}
+
+/// The `token` frames of a turn, joined, and the names of the tools it called.
+fn said_and_called(body: &str) -> (String, Vec<String>) {
+    let events = sse_events(body);
+    let said = events
+        .iter()
+        .filter(|(e, _)| e == "token")
+        .filter_map(|(_, d)| d["content"].as_str().map(str::to_owned))
+        .collect();
+    let called = events
+        .iter()
+        .filter(|(e, _)| e == "tool_call")
+        .filter_map(|(_, d)| d["name"].as_str().map(str::to_owned))
+        .collect();
+    (said, called)
+}
+
+/// The messages a model request carried, as (role, content).
+fn sent(request: &Value) -> Vec<(String, String)> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (m["role"].as_str().unwrap_or_default().to_owned(), m["content"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_do_not_hold_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let ingest = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["ingest", "examples/corpus", "--kb", "cursos", "--keyword-only", "--tenant", "demo"])
+        .args(["--path-meta", "{asignatura}/{tipo_documento}/**"])
+        .current_dir(repo())
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .output()
+        .unwrap();
+    assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
+    let label = "Guía docente de Infraestructura Virtual › Evaluación › Convocatoria ordinaria";
+    // A knowledge question gets two calls: the one the model starts answering from memory
+    // (stopped at its first words), then the answer from what the search found.
+    let memory = || Reply::text("El examen final es el 15 de octubre.");
+    let model = ScriptedModelServer::start(vec![
+        // 1: the date and weight the guide holds, and a revision date it does not.
+        memory(),
+        Reply::text("El examen final es el 20 de enero y vale el 40 % de la nota. La revisión es el 15 de octubre."),
+        // 2: a follow-up, answered from the passage its search found.
+        memory(),
+        Reply::text("La extraordinaria es en julio y vale el 100 % de la nota."),
+        // 3: a question the documents do not hold, answered from "memory".
+        memory(),
+        Reply::text("El rector es Pedro Mercado Pacheco, desde 2019."),
+        // 4: a greeting.
+        Reply::text("¡Hola! ¿En qué puedo ayudarte con la asignatura?"),
+        // 5: a calculation: the tools stay the model's, and its answer stands on the result.
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "0.6 * 8 + 0.4 * 6.5"}))]),
+        Reply::text("Tu nota final sería 7.4."),
+        // 6: a search the model asks for itself, and its answer, cited.
+        Reply::tool_calls(&[("s1", "rag_search", json!({"query": "volumen contenedor"}))]),
+        Reply::text("Un volumen guarda los datos del contenedor para que no se pierdan al borrarlo."),
+    ])
+    .await
+    .unwrap();
+    let port = free_port();
+    let mut child = serve_command(dir.path(), &model, port)
+        .arg("--config")
+        .arg(&config)
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let say = |conversation: &Value, message: &str| {
+        json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation,
+               "message": message, "context": {"asignatura": "iv"}, "toolEvents": true})
+    };
+    let first = post(&base, &say(&Value::Null, "¿Cuándo es el examen final y cuánto vale en la nota?")).await;
+    let conversation = event_data(&first, "done")["conversationId"].clone();
+    let second = post(&base, &say(&conversation, "¿y la extraordinaria?")).await;
+    let third = post(&base, &say(&conversation, "¿Quién es el rector de la universidad?")).await;
+    let fourth = post(&base, &say(&conversation, "hola")).await;
+    let fifth = post(&base, &say(&conversation, "Calcula mi nota: 0.6 * 8 + 0.4 * 6.5")).await;
+    let sixth = post(&base, &say(&conversation, "Busca en los apuntes para qué sirve un volumen")).await;
+    let requests = model.requests();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(requests.len(), 11, "every scripted reply was asked for: {requests:#?}");
+
+    // 1: the answer from memory never showed; the search came before the answer, the supported
+    // sentence is cited, the invented one gone.
+    let (said, called) = said_and_called(&first);
+    assert_eq!(called, ["rag_search"], "{first}");
+    assert!(!sent(&requests[0]).iter().any(|(role, _)| role == "tool"), "the model was asked first, unsearched");
+    // The answer read the passages written out before the question, with no tools to call.
+    let history = sent(&requests[1]);
+    let (role, asked) = history.last().unwrap();
+    assert_eq!(role, "user");
+    assert!(asked.starts_with(&format!("Documents:\n[{label}] La evaluación es continua.")), "{asked}");
+    assert!(asked.contains("20 de enero") && asked.ends_with("Question: ¿Cuándo es el examen final y cuánto vale en la nota?\n(Answer in Spanish, from the documents.)"), "{asked}");
+    assert!(requests[1]["tools"].as_array().is_none_or(Vec::is_empty), "{:?}", requests[1]["tools"]);
+    assert!(history[0].1.contains("say you cannot find it in the documents"), "{:?}", history[0]);
+    assert_eq!(said, format!("El examen final es el 20 de enero y vale el 40 % de la nota [{label}]. "));
+    assert!(!first.contains("octubre"), "a date no document holds is never shown: {first}");
+    // What was streamed is what was kept: the next turn's request carries it as the reply.
+    let kept = sent(&requests[2]);
+    assert!(kept.iter().any(|(role, c)| role == "assistant" && c == said.trim_end()), "{kept:?}");
+
+    // 2: the follow-up was searched with the question before it.
+    let (said, called) = said_and_called(&second);
+    assert_eq!(called, ["rag_search"]);
+    let query = sse_events(&second)
+        .into_iter()
+        .find_map(|(e, d)| (e == "tool_call").then(|| d["arguments"]["query"].as_str().unwrap_or_default().to_owned()))
+        .unwrap();
+    assert!(query.contains("examen final") && query.contains("extraordinaria"), "{query}");
+    assert!(
+        said.contains("julio")
+            && said.contains("[Guía docente de Infraestructura Virtual › Evaluación › Convocatoria extraordinaria]"),
+        "{said}"
+    );
+
+    // 3: nothing in the reply stands on the documents: the abstention, in Spanish.
+    let (said, _) = said_and_called(&third);
+    assert_eq!(said, "No encuentro esa información en los documentos que tengo.");
+    assert!(!third.contains("Pedro"), "the invented name never streamed: {third}");
+
+    // 4: a greeting searches nothing and keeps its reply.
+    let (said, called) = said_and_called(&fourth);
+    assert!(called.is_empty(), "{fourth}");
+    assert_eq!(said, "¡Hola! ¿En qué puedo ayudarte con la asignatura?");
+
+    // 5: a request the model meets with a tool goes on as the call; the result backs the answer.
+    let (said, called) = said_and_called(&fifth);
+    assert_eq!(called, ["calculator"], "{fifth}");
+    assert_eq!(said, "Tu nota final sería 7.4.");
+
+    // 6: the model's own search: its answer is cited like the others.
+    let (said, called) = said_and_called(&sixth);
+    assert_eq!(called, ["rag_search"], "{sixth}");
+    assert!(said.starts_with("Un volumen guarda los datos del contenedor") && said.contains("[Tema 1"), "{said}");
+}

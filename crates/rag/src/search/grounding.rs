@@ -1,0 +1,948 @@
+//! Grounding a reply in what was retrieved: which passage supports each sentence (it gets that
+//! passage's `[label]`), which sentences state a fact no source holds (they are dropped), and
+//! the reply that says the documents do not hold the answer when nothing in a reply is
+//! supported (docs/retrieval.md, "Grounded answers").
+//!
+//! The check is lexical and deterministic, so it holds whatever model wrote the reply:
+//! - A sentence's **facts** are its numbers (`20`, `40 %`, `0,6`, `10:30`), its months in
+//!   any of several languages or as `1월` / `tháng 1` / `20/01`, and its names (capitalised
+//!   words not opening the sentence). A fact is *held* by a text that has it too; numbers
+//!   compare by value as written (`0,6` is `0.6`, `01` is `1`), months as their number.
+//! - A sentence is **unsupported** when one of its facts is held by no source at all: not a
+//!   passage, not another tool's result, not an earlier reply, not the person's own words nor
+//!   the agent's instructions. It is dropped: a small model that fills a gap from memory ("el
+//!   15 de octubre") states a date the documents do not hold.
+//! - Otherwise it is **cited** to the passage that holds the most of its facts, or (a sentence
+//!   without facts) whose words it shares most (at least [`MIN_OVERLAP`] of them, and two);
+//!   **backed** when only other evidence holds it (a calculator's result, an earlier answer);
+//!   else **plain** (a greeting, "claro", a sentence of no facts drawn from nowhere).
+//! - A reply in a turn that searched, with no sentence cited or backed, is not an answer
+//!   from the documents: [`GroundedReply::finish`] replaces it with [`abstention`] in the
+//!   person's language.
+//!
+//! Cross-language answers (a Korean reply from Spanish passages) share few words with their
+//! passage but the same numbers and months, which is what carries them.
+
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+
+/// Smallest share of a fact-free sentence's words (of 3+ letters) a passage must hold to be
+/// its source.
+pub const MIN_OVERLAP: f64 = 0.3;
+
+/// Fewest shared words for a fact-free sentence to be attributed.
+const MIN_SHARED_WORDS: usize = 2;
+
+/// A retrieved passage: the label it is cited by, and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passage {
+    /// `metadata.citation` of the search result ("Guía docente › Evaluación").
+    pub label: String,
+    /// The passage's text.
+    pub text: String,
+}
+
+/// The passages of a search tool's output in the normalized result shape (`{results:
+/// [{content, metadata: {citation}}]}`, docs/retrieval.md); none for any other output.
+pub fn passages_in(output: &Value) -> Vec<Passage> {
+    let results = output.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    results
+        .iter()
+        .filter_map(|r| {
+            let text = r.get("content").and_then(Value::as_str)?;
+            let label = r.pointer("/metadata/citation").and_then(Value::as_str).filter(|l| !l.trim().is_empty())?;
+            Some(Passage { label: label.trim().to_owned(), text: text.to_owned() })
+        })
+        .collect()
+}
+
+/// What a text holds: its facts, its words, and the names it may write.
+#[derive(Debug, Default, Clone)]
+struct Holdings {
+    /// `num:…` and `m:…` facts.
+    facts: HashSet<String>,
+    /// Words of 3+ letters, lowercased (what a fact-free sentence shares).
+    words: HashSet<String>,
+    /// Every word, lowercased: any of them may be a name a sentence repeats.
+    names: HashSet<String>,
+    /// The lengths of the longer words by their first four letters, for names written in
+    /// another language ("Infrastructure" for "Infraestructura").
+    stems: HashMap<String, Vec<usize>>,
+}
+
+/// Names of this many letters or more match another language's spelling by [`Holdings::stems`].
+const FUZZY_NAME_CHARS: usize = 6;
+
+impl Holdings {
+    fn of(text: &str) -> Self {
+        let mut h = Self::default();
+        h.add(text);
+        h
+    }
+
+    fn add(&mut self, text: &str) {
+        self.facts.extend(facts(text, true));
+        self.words.extend(words(text));
+        for w in words_any_length(text) {
+            let n = w.chars().count();
+            if n >= FUZZY_NAME_CHARS {
+                self.stems.entry(w.chars().take(4).collect()).or_default().push(n);
+            }
+            self.names.insert(w);
+        }
+    }
+
+    /// Whether this text holds fact `f` (a `num:`, `m:` or `n:` key).
+    fn holds(&self, f: &str) -> bool {
+        match f.strip_prefix("n:") {
+            Some(name) => {
+                let n = name.chars().count();
+                self.names.contains(name)
+                    || (n >= FUZZY_NAME_CHARS
+                        && self
+                            .stems
+                            .get(&name.chars().take(4).collect::<String>())
+                            .is_some_and(|lens| lens.iter().any(|l| l.abs_diff(n) <= 2)))
+            }
+            None => self.facts.contains(f),
+        }
+    }
+
+    fn overlap(&self, words: &HashSet<String>) -> usize {
+        words.iter().filter(|w| self.words.contains(*w)).count()
+    }
+}
+
+/// What a reply may draw on (see the module docs).
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    labels: Vec<String>,
+    passages: Vec<Holdings>,
+    /// Other tools' results, earlier replies: back a sentence, are not cited.
+    evidence: Holdings,
+    /// The person's words and the agent's instructions: a fact there is not invented, but
+    /// repeating it backs nothing.
+    given: Holdings,
+}
+
+/// How a sentence stands against the [`Sources`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Supported by passage `i` (cite its label).
+    Cited(usize),
+    /// Supported by evidence that is not a passage.
+    Backed,
+    /// No facts, and drawn from nothing in particular.
+    Plain,
+    /// States these facts, which no source holds.
+    Unsupported(Vec<String>),
+}
+
+impl Sources {
+    /// Sources with these passages (cited by their labels).
+    pub fn new(passages: &[Passage]) -> Self {
+        Self {
+            labels: passages.iter().map(|p| p.label.clone()).collect(),
+            passages: passages.iter().map(|p| Holdings::of(&format!("{} {}", p.label, p.text))).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Adds evidence that backs a sentence without being cited: another tool's result, an
+    /// earlier reply.
+    pub fn add_evidence(&mut self, text: &str) {
+        self.evidence.add(text);
+    }
+
+    /// Adds text whose facts are not invented when repeated but that backs nothing: the
+    /// person's messages, the agent's instructions.
+    pub fn add_given(&mut self, text: &str) {
+        self.given.add(text);
+    }
+
+    /// How many passages there are.
+    pub fn passage_count(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Passage `i`'s label.
+    pub fn label(&self, i: usize) -> &str {
+        &self.labels[i]
+    }
+
+    /// The passage a `[label]` marker names, ignoring case and surrounding space.
+    fn labelled(&self, marker: &str) -> Option<usize> {
+        let m = marker.trim().to_lowercase();
+        self.labels.iter().position(|l| l.to_lowercase() == m)
+    }
+
+    /// How `sentence` (without its markers) stands; `hinted`, a passage its own marker named,
+    /// is taken when it holds the sentence at all.
+    pub fn judge(&self, sentence: &str, hinted: Option<usize>) -> Verdict {
+        let claimed = facts(sentence, false);
+        let missing: Vec<String> = claimed
+            .iter()
+            .filter(|f| !self.passages.iter().any(|p| p.holds(f)) && !self.evidence.holds(f) && !self.given.holds(f))
+            .map(|f| f.split_once(':').map_or(f.as_str(), |(_, v)| v).to_owned())
+            .collect();
+        if !missing.is_empty() {
+            return Verdict::Unsupported(missing);
+        }
+        let mine = words(sentence);
+        let held = |h: &Holdings| claimed.iter().filter(|f| h.holds(f)).count();
+        // The passage that holds the most facts, then shares the most words; ties go to the
+        // better-ranked (earlier) passage.
+        let mut best: Option<(usize, usize, usize)> = None;
+        for (i, p) in self.passages.iter().enumerate() {
+            let score = (held(p), p.overlap(&mine));
+            if best.is_none_or(|(_, f, w)| score > (f, w)) {
+                best = Some((i, score.0, score.1));
+            }
+        }
+        let supports = |facts_held: usize, shared: usize| {
+            if claimed.is_empty() {
+                shared >= MIN_SHARED_WORDS && shared as f64 >= MIN_OVERLAP * mine.len() as f64
+            } else {
+                facts_held > 0
+            }
+        };
+        if let Some(i) = hinted.filter(|&i| {
+            let p = &self.passages[i];
+            held(p) > 0 || p.overlap(&mine) >= MIN_SHARED_WORDS
+        }) {
+            return Verdict::Cited(i);
+        }
+        // Another tool's result that holds more of the facts is the sentence's source ("saved
+        // as notes/repaso-iv.md" is the note tool's, not a passage's that names the course).
+        if let Some((i, f, w)) = best
+            && supports(f, w)
+            && f >= held(&self.evidence)
+        {
+            return Verdict::Cited(i);
+        }
+        if supports(held(&self.evidence), self.evidence.overlap(&mine)) {
+            return Verdict::Backed;
+        }
+        Verdict::Plain
+    }
+}
+
+/// The months, as the `m:N` facts they are, by name in English, Spanish, French, Portuguese,
+/// German and Italian.
+const MONTHS: [&[&str]; 12] = [
+    &["january", "enero", "janvier", "janeiro", "januar", "gennaio"],
+    &["february", "febrero", "février", "fevereiro", "februar", "febbraio"],
+    &["march", "marzo", "mars", "março", "märz"],
+    &["april", "abril", "avril", "aprile"],
+    &["may", "mayo", "mai", "maio", "maggio"],
+    &["june", "junio", "juin", "junho", "juni", "giugno"],
+    &["july", "julio", "juillet", "julho", "juli", "luglio"],
+    &["august", "agosto", "août", "august"],
+    &["september", "septiembre", "setiembre", "septembre", "setembro", "settembre"],
+    &["october", "octubre", "octobre", "outubro", "oktober", "ottobre"],
+    &["november", "noviembre", "novembre", "novembro"],
+    &["december", "diciembre", "décembre", "dezembro", "dezember", "dicembre"],
+];
+
+fn month_of(word: &str) -> Option<usize> {
+    MONTHS.iter().position(|names| names.contains(&word)).map(|i| i + 1)
+}
+
+/// The days of the week, as the `d:N` facts they are (Monday first), by name in English,
+/// Spanish, French, Portuguese, German and Italian (a plural "Tuesdays" too); Korean writes
+/// them as one word (`화요일`).
+const WEEKDAYS: [&[&str]; 7] = [
+    &["monday", "lunes", "lundi", "segunda", "montag", "lunedì", "월요일"],
+    &["tuesday", "martes", "mardi", "terça", "dienstag", "martedì", "화요일"],
+    &["wednesday", "miércoles", "mercredi", "quarta", "mittwoch", "mercoledì", "수요일"],
+    &["thursday", "jueves", "jeudi", "quinta", "donnerstag", "giovedì", "목요일"],
+    &["friday", "viernes", "vendredi", "sexta", "freitag", "venerdì", "금요일"],
+    &["saturday", "sábado", "samedi", "samstag", "sabato", "토요일"],
+    &["sunday", "domingo", "dimanche", "sonntag", "domenica", "일요일"],
+];
+
+fn weekday_of(word: &str) -> Option<usize> {
+    let singular = word.strip_suffix('s').filter(|w| w.ends_with("day")).unwrap_or(word);
+    WEEKDAYS
+        .iter()
+        .position(|names| {
+            // Korean writes what follows into the word ("화요일입니다").
+            names.contains(&singular) || names.iter().any(|n| n.ends_with('일') && word.starts_with(n))
+        })
+        .map(|i| i + 1)
+}
+
+/// A number as written, by value: separators between digit groups of three are thousands
+/// (`2.000` is `2000`), another `,` or `.` is the decimal point, `:` stays (a time), and
+/// leading zeros go (`01` is `1`).
+fn number_key(raw: &str) -> String {
+    let groups: Vec<&str> = raw.split(['.', ',']).collect();
+    let thousands = groups.len() > 1 && groups[1..].iter().all(|g| g.len() == 3) && !raw.contains(':');
+    let joined = if thousands { groups.concat() } else { raw.replace(',', ".") };
+    let trimmed = joined.trim_start_matches('0');
+    if trimmed.is_empty() || trimmed.starts_with(['.', ':']) { format!("0{trimmed}") } else { trimmed.to_owned() }
+}
+
+/// A decimal of more than three places rounded to one, two and three, trailing zeros gone.
+fn rounded(key: &str) -> Vec<String> {
+    let Some((_, decimals)) = key.split_once('.') else { return Vec::new() };
+    let Ok(value) = key.parse::<f64>() else { return Vec::new() };
+    if decimals.len() <= 3 {
+        return Vec::new();
+    }
+    (1..=3)
+        .map(|places| {
+            let r = format!("{value:.places$}");
+            let r = r.trim_end_matches('0').trim_end_matches('.');
+            number_key(r)
+        })
+        .collect()
+}
+
+/// The facts of `text` as `num:…`, `m:…` and `n:…` keys. A source (`generous`) also holds
+/// the month of every `d/m` date it writes, and each of its words as a name.
+fn facts(text: &str, generous: bool) -> Vec<String> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut sentence_start = true;
+    let mut previous_word = String::new();
+    while i < chars.len() {
+        let (at, c) = chars[i];
+        if c.is_ascii_digit() {
+            let mut j = i;
+            while j < chars.len() {
+                let d = chars[j].1;
+                let joins = matches!(d, '.' | ',' | ':')
+                    && j + 1 < chars.len()
+                    && chars[j + 1].1.is_ascii_digit()
+                    && j > i
+                    && chars[j - 1].1.is_ascii_digit();
+                if d.is_ascii_digit() || joins {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            let end = chars.get(j).map_or(text.len(), |(e, _)| *e);
+            let raw = &text[at..end];
+            let key = number_key(raw);
+            let next = chars.get(j).map(|(_, c)| *c);
+            if next == Some('월') || previous_word == "tháng" {
+                out.push(format!("m:{key}"));
+            } else {
+                out.push(format!("num:{key}"));
+                // A computed `7.3999999999999995` is the `7.4` a reply writes.
+                if generous {
+                    out.extend(rounded(&key).into_iter().map(|r| format!("num:{r}")));
+                }
+                // `20/01`: a source holds the month too.
+                if generous && next == Some('/') {
+                    let month: String =
+                        chars[j + 1..].iter().map(|(_, c)| *c).take_while(char::is_ascii_digit).collect();
+                    if let Ok(m) = month.parse::<usize>()
+                        && (1..=12).contains(&m)
+                    {
+                        out.push(format!("m:{m}"));
+                    }
+                }
+            }
+            previous_word.clear();
+            sentence_start = false;
+            i = j;
+            continue;
+        }
+        if c.is_alphabetic() {
+            let mut j = i;
+            while j < chars.len() && (chars[j].1.is_alphanumeric()) && !chars[j].1.is_ascii_digit() {
+                j += 1;
+            }
+            let end = chars.get(j).map_or(text.len(), |(e, _)| *e);
+            let word = &text[at..end];
+            let lower = word.to_lowercase();
+            if let Some(m) = month_of(&lower) {
+                // "may" is a verb as often as a month: a reply's "may" claims nothing.
+                if generous || lower != "may" {
+                    out.push(format!("m:{m}"));
+                }
+            } else if let Some(d) = weekday_of(&lower) {
+                out.push(format!("d:{d}"));
+            } else if !generous
+                && !sentence_start
+                && word.chars().count() >= 2
+                && word.chars().next().is_some_and(char::is_uppercase)
+                && word.chars().all(|c| !is_bigram_script(c))
+            {
+                out.push(format!("n:{lower}"));
+            }
+            previous_word = lower;
+            sentence_start = false;
+            i = j;
+            continue;
+        }
+        if matches!(
+            c,
+            '.' | '!' | '?' | '\n' | ':' | '¿' | '¡' | '"' | '\'' | '«' | '“' | '‘' | '(' | '-' | '*' | '•' | '#'
+        ) {
+            sentence_start = true;
+        }
+        i += 1;
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn is_bigram_script(c: char) -> bool {
+    matches!(c, '\u{AC00}'..='\u{D7A3}' | '\u{3040}'..='\u{30FF}' | '\u{4E00}'..='\u{9FFF}')
+}
+
+/// Words of 3+ letters that say nothing of where a sentence came from.
+const STOPWORDS: &[&str] = &[
+    "the", "and", "for", "are", "was", "were", "with", "that", "this", "from", "have", "has", "you", "your", "can",
+    "its", "their", "which", "what", "when", "where", "who", "how", "not", "but", "also", "will", "there", "para",
+    "los", "las", "del", "con", "que", "una", "por", "como", "esta", "este", "más", "mas", "muy", "sus", "son", "hay",
+    "ser", "está", "también", "puedes", "puede", "les", "des", "pour", "est", "dans", "une",
+];
+
+/// The words of `text` a sentence and its source share: of 3+ letters, not [`STOPWORDS`],
+/// lowercased, Latin accents folded, and cut to their first five letters (a stem that takes
+/// "contenedor" for "contenedores" and "credit" for "credits", in any of these languages).
+fn words(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .map(|w| w.chars().map(fold_accent).take(5).collect())
+        .collect()
+}
+
+/// `á` as `a`, `ñ` as `n` … (Spanish, French, Portuguese, German); other letters as they are.
+pub fn fold_accent(c: char) -> char {
+    match c {
+        'á' | 'à' | 'â' | 'ä' | 'ã' => 'a',
+        'é' | 'è' | 'ê' | 'ë' => 'e',
+        'í' | 'ì' | 'î' | 'ï' => 'i',
+        'ó' | 'ò' | 'ô' | 'ö' | 'õ' => 'o',
+        'ú' | 'ù' | 'û' | 'ü' => 'u',
+        'ñ' => 'n',
+        'ç' => 'c',
+        other => other,
+    }
+}
+
+fn words_any_length(text: &str) -> HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+/// `[label]` markers of `sentence` (not markdown links): the sentence without them, and the
+/// first that names a passage.
+fn strip_markers(sentence: &str, sources: &Sources) -> (String, Option<usize>) {
+    let mut out = String::with_capacity(sentence.len());
+    let mut hinted = None;
+    let mut rest = sentence;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else { break };
+        let label = &after[..close];
+        let tail = &after[close + 1..];
+        if tail.starts_with('(') || label.contains('[') {
+            out.push_str(&rest[..open + 1]);
+            rest = after;
+            continue;
+        }
+        out.push_str(rest[..open].trim_end_matches(' '));
+        if hinted.is_none() {
+            hinted = sources.labelled(label);
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    (out, hinted)
+}
+
+/// `sentence` with ` [label]` before its closing punctuation, its trailing space kept.
+fn with_label(sentence: &str, label: &str) -> String {
+    let body = sentence.trim_end();
+    let space = &sentence[body.len()..];
+    let cut = body.trim_end_matches(['.', '!', '?', '。', '…', ':', ';']);
+    format!("{cut} [{label}]{}{space}", &body[cut.len()..])
+}
+
+/// What [`GroundedReply`] did to a reply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroundingReport {
+    /// Sentences cited to a passage.
+    pub cited: usize,
+    /// Sentences backed by other evidence.
+    pub backed: usize,
+    /// The dropped sentences, each with the facts no source held.
+    pub dropped: Vec<(String, Vec<String>)>,
+    /// Whether the reply was replaced by the abstention.
+    pub abstained: bool,
+}
+
+/// A reply checked sentence by sentence as it streams (see the module docs): [`push`]
+/// returns the text that may be shown now, [`finish`] the rest and the whole reply.
+///
+/// Sentences of no support are held back until one sentence is cited or backed (and then shown
+/// with it), so a reply that turns out to stand on nothing was never shown and can be replaced
+/// by the abstention.
+///
+/// [`push`]: GroundedReply::push
+/// [`finish`]: GroundedReply::finish
+#[derive(Debug)]
+pub struct GroundedReply {
+    sources: Sources,
+    /// Text of the sentence not yet ended.
+    partial: String,
+    /// Plain sentences waiting for the first supported one.
+    held: String,
+    /// Everything released so far.
+    shown: String,
+    grounded: bool,
+    in_code: bool,
+    last_label: Option<usize>,
+    report: GroundingReport,
+}
+
+impl GroundedReply {
+    /// A reply checked against `sources`.
+    pub fn new(sources: Sources) -> Self {
+        Self {
+            sources,
+            partial: String::new(),
+            held: String::new(),
+            shown: String::new(),
+            grounded: false,
+            in_code: false,
+            last_label: None,
+            report: GroundingReport::default(),
+        }
+    }
+
+    /// Adds streamed text; returns what may be shown now (empty while a sentence is open).
+    pub fn push(&mut self, delta: &str) -> String {
+        self.partial.push_str(delta);
+        let mut released = String::new();
+        while let Some(end) = sentence_end(&self.partial) {
+            let sentence: String = self.partial.drain(..end).collect();
+            released.push_str(&self.take(&sentence));
+        }
+        released
+    }
+
+    /// Ends the reply: what is still to be shown, and the whole reply as shown. A reply of which
+    /// nothing was cited or backed becomes `abstention` when `required` (the turn searched and
+    /// did nothing else), and so does one of which every sentence was dropped: a reply is never
+    /// left empty by the check.
+    pub fn finish(mut self, abstention: &str, required: bool) -> (String, String, GroundingReport) {
+        let rest = std::mem::take(&mut self.partial);
+        // What `take` releases is in `shown` already.
+        let mut released = if rest.trim().is_empty() { String::new() } else { self.take(&rest) };
+        if !self.grounded {
+            // Nothing was shown yet: only what was held, or the abstention instead.
+            let nothing_left = self.held.trim().is_empty() && !self.report.dropped.is_empty();
+            released = if required || nothing_left {
+                self.report.abstained = true;
+                abstention.to_owned()
+            } else {
+                std::mem::take(&mut self.held)
+            };
+            self.shown.push_str(&released);
+        }
+        let whole = self.shown.trim_end().to_owned();
+        // The tail to send: what is released, short of the trailing space the reply drops.
+        let tail = released.len().saturating_sub(self.shown.len() - whole.len());
+        (released[..tail].to_owned(), whole, self.report)
+    }
+
+    /// One ended sentence (with its trailing space): the text it releases.
+    fn take(&mut self, sentence: &str) -> String {
+        let fence = sentence.trim_start().starts_with("```");
+        if fence || self.in_code {
+            if fence {
+                self.in_code = !self.in_code;
+            }
+            return self.release_plain(sentence);
+        }
+        let (bare, hinted) = strip_markers(sentence, &self.sources);
+        if bare.trim().is_empty() {
+            return self.release_plain(&bare);
+        }
+        match self.sources.judge(&bare, hinted) {
+            Verdict::Unsupported(missing) => {
+                tracing::debug!(sentence = %bare.trim(), ?missing, "dropped: a fact no source holds");
+                self.report.dropped.push((bare.trim().to_owned(), missing));
+                String::new()
+            }
+            Verdict::Plain => {
+                self.last_label = None;
+                self.release_plain(&bare)
+            }
+            Verdict::Backed => {
+                self.report.backed += 1;
+                self.last_label = None;
+                self.release_grounded(&bare)
+            }
+            Verdict::Cited(i) => {
+                self.report.cited += 1;
+                // A run of sentences from one passage carries its label once, on the first.
+                let text = if self.last_label == Some(i) { bare } else { with_label(&bare, self.sources.label(i)) };
+                self.last_label = Some(i);
+                self.release_grounded(&text)
+            }
+        }
+    }
+
+    fn release_plain(&mut self, text: &str) -> String {
+        if self.grounded {
+            self.shown.push_str(text);
+            text.to_owned()
+        } else {
+            self.held.push_str(text);
+            String::new()
+        }
+    }
+
+    fn release_grounded(&mut self, text: &str) -> String {
+        self.grounded = true;
+        let out = std::mem::take(&mut self.held) + text;
+        self.shown.push_str(&out);
+        out
+    }
+}
+
+/// Where the first ended sentence of `text` ends (after its trailing whitespace): at a line
+/// break, or at `.`, `!`, `?`, `。` or `…` followed by whitespace. `None` while none has ended
+/// (the end of the text may be the middle of "3.5").
+fn sentence_end(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let ends = match c {
+            '\n' => true,
+            '.' | '!' | '?' | '。' | '…' => chars.peek().is_some_and(|(_, n)| n.is_whitespace()) || c == '。',
+            _ => false,
+        };
+        if ends {
+            let mut end = i + c.len_utf8();
+            while let Some(&(j, n)) = chars.peek() {
+                if !n.is_whitespace() {
+                    break;
+                }
+                end = j + n.len_utf8();
+                chars.next();
+            }
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// The sentences of `text` as [`GroundedReply`] splits them (each with its trailing space).
+pub fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(end) = sentence_end(rest) {
+        out.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    if !rest.trim().is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
+/// The person's language, as far as the abstention needs it: `vi`, `ko`, `es` or `en`.
+pub fn language_of(text: &str) -> &'static str {
+    let detected = crate::Analyzer::detect(text);
+    if detected != crate::Analyzer::English {
+        return detected.code();
+    }
+    const SPANISH: [&str; 24] = [
+        "el", "la", "los", "las", "es", "son", "de", "del", "y", "en", "una", "un", "para", "por", "con", "que",
+        "cuando", "cuanto", "donde", "como", "quien", "cual", "hay", "se",
+    ];
+    const ENGLISH: [&str; 20] = [
+        "the", "is", "are", "of", "and", "in", "a", "an", "for", "by", "with", "what", "when", "how", "who", "which",
+        "where", "does", "do", "there",
+    ];
+    let ws = words_any_length(text);
+    let count = |list: &[&str]| list.iter().filter(|w| ws.contains(**w)).count();
+    if count(&SPANISH) > count(&ENGLISH) { "es" } else { "en" }
+}
+
+/// The English name of a language [`language_of`] tells (`es` → "Spanish"), for a prompt.
+pub fn language_name(code: &str) -> &'static str {
+    match code {
+        "es" => "Spanish",
+        "vi" => "Vietnamese",
+        "ko" => "Korean",
+        _ => "English",
+    }
+}
+
+/// What an agent says when the documents do not hold the answer, in `language` (`en`, `es`,
+/// `vi` or `ko`; English for any other).
+pub fn abstention(language: &str) -> &'static str {
+    match language {
+        "es" => "No encuentro esa información en los documentos que tengo.",
+        "vi" => "Tôi không tìm thấy thông tin này trong các tài liệu hiện có.",
+        "ko" => "제가 가진 문서에서 그 내용을 찾을 수 없습니다.",
+        _ => "I can't find that in the documents I have.",
+    }
+}
+
+/// Whether `reply` is the abstention, in any language.
+pub fn is_abstention(reply: &str) -> bool {
+    ["en", "es", "vi", "ko"].iter().any(|l| reply.contains(abstention(l)))
+}
+
+/// Words that make a message conversation rather than a question: greetings, thanks,
+/// farewells, assent, in the languages the agents here speak.
+const SMALL_TALK: &[&str] = &[
+    "hola",
+    "hello",
+    "hi",
+    "hey",
+    "gracias",
+    "muchas",
+    "thanks",
+    "thank",
+    "you",
+    "ok",
+    "okay",
+    "vale",
+    "adiós",
+    "adios",
+    "bye",
+    "goodbye",
+    "buenos",
+    "buenas",
+    "días",
+    "dias",
+    "tardes",
+    "noches",
+    "good",
+    "morning",
+    "afternoon",
+    "evening",
+    "night",
+    "xin",
+    "chào",
+    "cảm",
+    "ơn",
+    "bạn",
+    "nhiều",
+    "tạm",
+    "biệt",
+    "안녕하세요",
+    "안녕",
+    "감사합니다",
+    "고마워요",
+    "고맙습니다",
+    "감사해요",
+    "merci",
+    "bonjour",
+    "salut",
+    "obrigado",
+    "obrigada",
+    "olá",
+    "danke",
+    "hallo",
+    "perfecto",
+    "genial",
+    "great",
+    "cool",
+    "nice",
+    "de",
+    "nada",
+    "igualmente",
+    "thx",
+    "so",
+    "much",
+    "very",
+    "a",
+    "todos",
+    "everyone",
+    "there",
+    "entendido",
+    "understood",
+    "got",
+    "it",
+    "sí",
+    "si",
+    "yes",
+    "no",
+    "vâng",
+    "dạ",
+    "네",
+    "좋아요",
+    "perfect",
+    "excelente",
+    "bien",
+    "fine",
+    "all",
+    "the",
+    "best",
+    "saludos",
+];
+
+/// Whether `message` is conversation only (greetings, thanks, farewells): not a question to
+/// search the documents for.
+pub fn is_small_talk(message: &str) -> bool {
+    let ws: Vec<String> =
+        message.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    !ws.is_empty() && ws.len() <= 8 && ws.iter().all(|w| SMALL_TALK.contains(&w.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guide() -> Vec<Passage> {
+        vec![
+            Passage {
+                label: "Guía IV › Evaluación › Convocatoria ordinaria".into(),
+                text: "El examen final se celebra el 20 de enero y supone el 40 % de la nota final. Las prácticas \
+                       valen el 60 %."
+                    .into(),
+            },
+            Passage {
+                label: "Guía IV › Profesorado".into(),
+                text: "Profesor: Juan Julián Merelo Guervós. Tutorías los martes de 10:30 a 12:30 en el despacho 24."
+                    .into(),
+            },
+        ]
+    }
+
+    fn run(reply: &str, sources: Sources, pieces: usize, required: bool) -> (String, String, GroundingReport) {
+        let mut g = GroundedReply::new(sources);
+        let mut streamed = String::new();
+        let chars: Vec<char> = reply.chars().collect();
+        for piece in chars.chunks(pieces) {
+            streamed.push_str(&g.push(&piece.iter().collect::<String>()));
+        }
+        let (rest, whole, report) = g.finish(abstention("es"), required);
+        streamed.push_str(&rest);
+        (streamed, whole, report)
+    }
+
+    #[test]
+    fn a_supported_sentence_is_cited_and_an_invented_date_is_dropped() {
+        let reply = "El examen final es el 20 de enero y vale el 40 % de la nota. La revisión es el 15 de octubre.";
+        for pieces in [1, 3, 200] {
+            let (streamed, whole, report) = run(reply, Sources::new(&guide()), pieces, true);
+            assert_eq!(
+                whole,
+                "El examen final es el 20 de enero y vale el 40 % de la nota [Guía IV › Evaluación › Convocatoria ordinaria]."
+            );
+            assert_eq!(streamed.trim_end(), whole, "what streams is what is kept (pieces of {pieces})");
+            assert_eq!(report.cited, 1);
+            assert_eq!(report.dropped.len(), 1, "{report:?}");
+            assert!(report.dropped[0].1.contains(&"15".to_owned()) && report.dropped[0].1.contains(&"10".to_owned()));
+            assert!(!report.abstained);
+        }
+    }
+
+    #[test]
+    fn a_reply_that_stands_on_nothing_becomes_the_abstention_in_the_persons_language() {
+        let (streamed, whole, report) = run(
+            "Docker es una herramienta de contenedores muy popular. El examen es el 3 de marzo.",
+            Sources::new(&guide()),
+            4,
+            true,
+        );
+        assert_eq!(whole, "No encuentro esa información en los documentos que tengo.");
+        assert_eq!(streamed, whole, "nothing of the reply was shown before the abstention");
+        assert!(report.abstained && is_abstention(&whole));
+        // Without an abstention (a greeting turn), a plain reply is shown as it is.
+        let (_, whole, report) = run("¡Hola! ¿En qué puedo ayudarte?", Sources::new(&guide()), 2, false);
+        assert_eq!(whole, "¡Hola! ¿En qué puedo ayudarte?");
+        assert!(!report.abstained);
+        // Nor is a reply left empty: one whose every sentence was dropped says it cannot find it.
+        let (_, whole, report) = run("Vale 7,5 puntos.", Sources::new(&guide()), 3, false);
+        assert_eq!((whole.as_str(), report.abstained), (abstention("es"), true));
+        assert_eq!(language_of("¿Qué es docker y cuándo es el examen?"), "es");
+    }
+
+    #[test]
+    fn numbers_months_and_names_compare_by_value_across_languages() {
+        let sources = Sources::new(&guide());
+        // Korean: months as 1월, the passage writes "enero".
+        assert_eq!(sources.judge("기말 시험은 1월 20일이며 성적의 40%입니다.", None), Verdict::Cited(0));
+        assert_eq!(sources.judge("Kỳ thi cuối kỳ vào ngày 20 tháng 1.", None), Verdict::Cited(0));
+        assert_eq!(sources.judge("Las tutorías son los martes de 10:30 a 12:30.", None), Verdict::Cited(1));
+        assert_eq!(
+            sources.judge("El profesor es Pedro Castillo.", None),
+            Verdict::Unsupported(vec!["castillo".into(), "pedro".into()])
+        );
+        assert_eq!(sources.judge("El profesor es Juan Julián Merelo.", None), Verdict::Cited(1));
+        assert_eq!(sources.judge("The exam is on 21 January.", None), Verdict::Unsupported(vec!["21".into()]));
+        // Weekdays by name in any of the languages: "Tuesdays" is "los martes".
+        assert_eq!(sources.judge("Office hours are on Tuesdays from 10:30 to 12:30.", None), Verdict::Cited(1));
+        assert_eq!(sources.judge("Office hours are on Fridays.", None), Verdict::Unsupported(vec!["5".into()]));
+        assert_eq!(sources.judge("상담 시간은 화요일입니다.", None), Verdict::Cited(1));
+        assert_eq!(number_key("2.000"), "2000");
+        assert_eq!(number_key("0,6"), "0.6");
+        assert_eq!(number_key("01"), "1");
+        assert_eq!(number_key("7.40"), "7.40");
+    }
+
+    #[test]
+    fn other_evidence_backs_without_a_citation_and_the_persons_numbers_are_not_invented() {
+        let mut sources = Sources::new(&guide());
+        sources.add_evidence(r#"{"ok": true, "expression": "0.6 * 8 + 0.4 * 6.5", "result": 7.3999999999999995}"#);
+        sources.add_given("Calcula mi nota final: 0.6 * 8 + 0.4 * 6.5");
+        let (_, whole, report) = run("Tu nota final es 7,4 (0.6 × 8 + 0.4 × 6.5).", sources, 5, true);
+        assert_eq!(whole, "Tu nota final es 7,4 (0.6 × 8 + 0.4 × 6.5).");
+        assert_eq!((report.backed, report.cited, report.abstained), (1, 0, false));
+    }
+
+    #[test]
+    fn markers_naming_no_passage_are_removed_and_a_right_one_is_kept() {
+        let (_, whole, _) = run(
+            "Las prácticas valen el 60 % [Guía IV › Evaluación › Convocatoria ordinaria]. Tutorías los martes [Wikipedia].",
+            Sources::new(&guide()),
+            7,
+            false,
+        );
+        assert_eq!(
+            whole,
+            "Las prácticas valen el 60 % [Guía IV › Evaluación › Convocatoria ordinaria]. Tutorías los martes [Guía IV › Profesorado]."
+        );
+    }
+
+    #[test]
+    fn code_blocks_pass_as_they_are_and_a_decimal_point_ends_no_sentence() {
+        let reply = "Las prácticas valen el 60 %.\n```\ndocker run -p 8080:80 nginx:1.25\n```\nNota 7.5 no aparece.";
+        let (_, whole, report) = run(reply, Sources::new(&guide()), 3, false);
+        assert!(whole.contains("docker run -p 8080:80 nginx:1.25"), "{whole}");
+        assert!(!whole.contains("7.5"), "{whole}");
+        assert_eq!(report.dropped.len(), 1, "{report:?}");
+    }
+
+    #[test]
+    fn greetings_and_thanks_are_small_talk_and_questions_are_not() {
+        for m in ["Hola", "¡Muchas gracias!", "thanks!", "Xin chào", "안녕하세요", "ok, gracias"] {
+            assert!(is_small_talk(m), "{m}");
+        }
+        for m in ["¿y la extraordinaria?", "hola, ¿cuándo es el examen?", "What is the capital?", ""] {
+            assert!(!is_small_talk(m), "{m}");
+        }
+        assert_eq!(language_of("cuando es el examen final"), "es");
+        assert_eq!(language_of("When is the final exam?"), "en");
+        assert_eq!(language_of("Khi nào thi cuối kỳ?"), "vi");
+        assert_eq!(language_of("기말 시험은 언제예요?"), "ko");
+    }
+
+    #[test]
+    fn passages_are_read_from_the_normalized_search_shape() {
+        let found = serde_json::json!({"ok": true, "results": [
+            {"content": "a", "metadata": {"citation": " Guía › Evaluación "}, "score": 0.5},
+            {"content": "b", "metadata": {}},
+        ]});
+        assert_eq!(passages_in(&found), vec![Passage { label: "Guía › Evaluación".into(), text: "a".into() }]);
+        assert!(passages_in(&serde_json::json!({"result": 7})).is_empty());
+    }
+}
