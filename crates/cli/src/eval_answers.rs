@@ -240,8 +240,12 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
     let f1 = (!case.gold.is_empty()).then(|| case.gold.iter().map(|g| token_f1(&reply, g)).fold(0.0, f64::max));
     let labels: Vec<&str> = passages.iter().map(|p| p.label.as_str()).collect();
     // A marker the check left names a source the turn read (it removes the others), a search's
-    // passage or a cited tool's result.
-    let cited = reply.contains('[') && strip_labels(&reply) != reply;
+    // passage or a cited tool's result; "[1, 2]" or a link's text names nothing.
+    let cited = reply.split('[').skip(1).any(|after| {
+        after.split_once(']').is_some_and(|(label, tail)| {
+            !tail.starts_with('(') && label.chars().filter(|c| c.is_alphabetic()).count() >= 4
+        })
+    });
     let gold_retrieved = case.gold_label.as_ref().map(|gold| labels.iter().take(3).any(|l| l == gold));
     // The support pass again, over what the turn read: a reply must state nothing new.
     let mut sources = Sources::new(&passages);
@@ -298,7 +302,11 @@ fn normalize(text: &str) -> String {
 /// Token F1 of `reply` against `gold` (SQuAD's), on [`normalize`]d words.
 fn token_f1(reply: &str, gold: &str) -> f64 {
     let (r, g) = (normalize(&strip_labels(reply)), normalize(gold));
-    let (r, g): (Vec<&str>, Vec<&str>) = (r.split(' ').collect(), g.split(' ').collect());
+    let (r, g): (Vec<&str>, Vec<&str>) =
+        (r.split(' ').filter(|w| !w.is_empty()).collect(), g.split(' ').filter(|w| !w.is_empty()).collect());
+    if r.is_empty() || g.is_empty() {
+        return 0.0;
+    }
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
     for w in &g {
         *counts.entry(w).or_default() += 1;

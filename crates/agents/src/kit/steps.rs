@@ -48,7 +48,8 @@ pub(crate) struct StepRules {
     /// A reply in words before any of its tools has returned in this turn is stopped at its
     /// first words and discarded (a greeting, thanks or farewell aside): the node's route
     /// decides what runs instead — a search, so that the answer comes from the documents,
-    /// while a request the model meets with a tool call goes on as one.
+    /// while a request the model meets with a tool call goes on as one. A model that writes
+    /// words before its call ("Voy a calcular…") is stopped too, and searched for.
     pub reply_needs_tools: bool,
 }
 
@@ -145,9 +146,12 @@ pub(crate) async fn model_step(
     }
     if let Some(checker) = checker {
         // A reply that asks for tools is no answer yet: nothing to abstain from.
-        let (rest, checked, report) =
-            checker.reply.finish(checker.abstention, checker.required && tool_calls.is_empty());
-        if !rest.is_empty() {
+        let asks_tools = !tool_calls.is_empty();
+        let (rest, mut checked, report) = checker.reply.finish(checker.abstention, checker.required && !asks_tools);
+        if asks_tools && report.abstained {
+            // Words before a call that stood on nothing: the call is the step, with no words.
+            checked.clear();
+        } else if !rest.is_empty() {
             ctx.emit(RunEvent::TextDelta { text: rest }).await;
         }
         if report.abstained || !report.dropped.is_empty() {

@@ -244,6 +244,10 @@ const MONTHS: [&[&str]; 12] = [
     &["december", "diciembre", "décembre", "dezembro", "dezember", "dicembre"],
 ];
 
+/// Month and weekday names that are often something else: "may" (a verb), "mai" (Vietnamese
+/// "tomorrow", a name), "segunda"… (Spanish and Portuguese ordinals).
+const AMBIGUOUS: [&str; 6] = ["may", "mai", "segunda", "quarta", "quinta", "sexta"];
+
 fn month_of(word: &str) -> Option<usize> {
     MONTHS.iter().position(|names| names.contains(&word)).map(|i| i + 1)
 }
@@ -277,7 +281,8 @@ fn weekday_of(word: &str) -> Option<usize> {
 /// leading zeros go (`01` is `1`).
 fn number_key(raw: &str) -> String {
     let groups: Vec<&str> = raw.split(['.', ',']).collect();
-    let thousands = groups.len() > 1 && groups[1..].iter().all(|g| g.len() == 3) && !raw.contains(':');
+    let thousands =
+        groups.len() > 1 && groups[0] != "0" && groups[1..].iter().all(|g| g.len() == 3) && !raw.contains(':');
     let joined = if thousands { groups.concat() } else { raw.replace(',', ".") };
     let trimmed = joined.trim_start_matches('0');
     if trimmed.is_empty() || trimmed.starts_with(['.', ':']) { format!("0{trimmed}") } else { trimmed.to_owned() }
@@ -328,6 +333,12 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
             let raw = &text[at..end];
             let key = number_key(raw);
             let next = chars.get(j).map(|(_, c)| *c);
+            // "1. …", "2) …": a list item's number claims nothing.
+            if !generous && sentence_start && matches!(next, Some('.' | ')')) {
+                sentence_start = false;
+                i = j;
+                continue;
+            }
             if next == Some('월') || previous_word == "tháng" {
                 out.push(format!("m:{key}"));
             } else {
@@ -336,14 +347,21 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
                 if generous {
                     out.extend(rounded(&key).into_iter().map(|r| format!("num:{r}")));
                 }
-                // `20/01`: a source holds the month too.
-                if generous && next == Some('/') {
+                // `20/01`: the month is January (a reply's digits after the slash claim nothing
+                // else; a source holds both readings).
+                if next == Some('/') {
                     let month: String =
                         chars[j + 1..].iter().map(|(_, c)| *c).take_while(char::is_ascii_digit).collect();
                     if let Ok(m) = month.parse::<usize>()
                         && (1..=12).contains(&m)
                     {
                         out.push(format!("m:{m}"));
+                        if !generous {
+                            i = j + 1 + month.len();
+                            previous_word.clear();
+                            sentence_start = false;
+                            continue;
+                        }
                     }
                 }
             }
@@ -361,12 +379,14 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
             let word = &text[at..end];
             let lower = word.to_lowercase();
             if let Some(m) = month_of(&lower) {
-                // "may" is a verb as often as a month: a reply's "may" claims nothing.
-                if generous || lower != "may" {
+                // A word that is a month or a weekday only sometimes claims nothing in a reply.
+                if generous || !AMBIGUOUS.contains(&lower.as_str()) {
                     out.push(format!("m:{m}"));
                 }
             } else if let Some(d) = weekday_of(&lower) {
-                out.push(format!("d:{d}"));
+                if generous || !AMBIGUOUS.contains(&lower.as_str()) {
+                    out.push(format!("d:{d}"));
+                }
             } else if !generous
                 && !sentence_start
                 && word.chars().count() >= 2
@@ -446,7 +466,9 @@ fn strip_markers(sentence: &str, sources: &Sources) -> (String, Option<usize>) {
         let Some(close) = after.find(']') else { break };
         let label = &after[..close];
         let tail = &after[close + 1..];
-        if tail.starts_with('(') || label.contains('[') {
+        // A link, a nested bracket, "[1, 2]", "[ ]" or "[sic]" is text, not a source's label.
+        let names_something = label.chars().filter(|c| c.is_alphabetic()).count() >= 4;
+        if tail.starts_with('(') || label.contains('[') || !names_something {
             out.push_str(&rest[..open + 1]);
             rest = after;
             continue;
@@ -621,6 +643,8 @@ fn sentence_end(text: &str) -> Option<usize> {
     while let Some((i, c)) = chars.next() {
         let ends = match c {
             '\n' => true,
+            // "1. Docker": a list item's number ends no sentence.
+            '.' if text[..i].trim().chars().all(|d| d.is_ascii_digit()) && !text[..i].trim().is_empty() => false,
             '.' | '!' | '?' | '。' | '…' => chars.peek().is_some_and(|(_, n)| n.is_whitespace()) || c == '。',
             _ => false,
         };
@@ -887,6 +911,9 @@ mod tests {
         assert_eq!(number_key("0,6"), "0.6");
         assert_eq!(number_key("01"), "1");
         assert_eq!(number_key("7.40"), "7.40");
+        assert_eq!(number_key("0,600"), "0.600", "a leading 0 is no thousands");
+        assert_eq!(sources.judge("El examen es el 20/01.", None), Verdict::Cited(0), "20/01 is the 20th of January");
+        assert_eq!(sources.judge("Nos vemos en la segunda convocatoria.", None), Verdict::Plain);
     }
 
     #[test]
@@ -911,6 +938,17 @@ mod tests {
             whole,
             "Las prácticas valen el 60 % [Guía IV › Evaluación › Convocatoria ordinaria]. Tutorías los martes [Guía IV › Profesorado]."
         );
+    }
+
+    #[test]
+    fn a_numbered_list_keeps_its_numbers_and_brackets_that_name_nothing_stay() {
+        let reply = "Hay dos partes:\n1. Las prácticas valen el 60 %.\n2. El examen vale el 40 % [x].";
+        let (_, whole, report) = run(reply, Sources::new(&guide()), 4, true);
+        assert_eq!(
+            whole,
+            "Hay dos partes:\n1. Las prácticas valen el 60 % [Guía IV › Evaluación › Convocatoria ordinaria].\n2. El examen vale el 40 % [x]."
+        );
+        assert!(report.dropped.is_empty(), "{report:?}");
     }
 
     #[test]
