@@ -333,8 +333,9 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
             let raw = &text[at..end];
             let key = number_key(raw);
             let next = chars.get(j).map(|(_, c)| *c);
-            // "1. …", "2) …": a list item's number claims nothing.
-            if !generous && sentence_start && matches!(next, Some('.' | ')')) {
+            // "1. …", "2) …": a list item's number claims nothing (a reply that is "6." does).
+            let list_item = matches!(next, Some('.' | ')')) && chars[j + 1..].iter().any(|(_, c)| c.is_alphabetic());
+            if !generous && sentence_start && list_item {
                 sentence_start = false;
                 i = j;
                 continue;
@@ -914,6 +915,9 @@ mod tests {
         assert_eq!(number_key("0,600"), "0.600", "a leading 0 is no thousands");
         assert_eq!(sources.judge("El examen es el 20/01.", None), Verdict::Cited(0), "20/01 is the 20th of January");
         assert_eq!(sources.judge("Nos vemos en la segunda convocatoria.", None), Verdict::Plain);
+        // A reply that is only the number states it.
+        assert_eq!(sources.judge("24.", None), Verdict::Cited(1));
+        assert_eq!(sources.judge("7.", None), Verdict::Unsupported(vec!["7".into()]));
     }
 
     #[test]
