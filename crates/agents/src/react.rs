@@ -77,7 +77,7 @@ pub fn build_grounded(
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
     // Its calls send this prompt: the service computes it ahead as it is.
-    spec.system_prompt = crate::kit::grounded_prompt(&spec.system_prompt);
+    spec.system_prompt = crate::kit::grounded_prompt(&spec.system_prompt).into_owned();
     let tools = spec.tools.names();
     let plan = crate::declared::check(
         "examples/agents/grounded.toml",

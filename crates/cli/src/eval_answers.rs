@@ -242,9 +242,7 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
     // A marker the check left names a source the turn read (it removes the others), a search's
     // passage or a cited tool's result; "[1, 2]" or a link's text names nothing.
     let cited = reply.split('[').skip(1).any(|after| {
-        after.split_once(']').is_some_and(|(label, tail)| {
-            !tail.starts_with('(') && label.chars().filter(|c| c.is_alphabetic()).count() >= 4
-        })
+        after.split_once(']').is_some_and(|(label, tail)| !tail.starts_with('(') && grounding::looks_like_label(label))
     });
     let gold_retrieved = case.gold_label.as_ref().map(|gold| labels.iter().take(3).any(|l| l == gold));
     // The support pass again, over what the turn read: a reply must state nothing new.

@@ -16,13 +16,14 @@ search results in this conversation, with only the facts they state; when they d
 cannot find it in the documents. Reply in the language the person writes in, even when the results are in another.";
 
 /// A grounded node's system prompt: `prompt` with the [`GROUNDING_INSTRUCTION`] after it,
-/// unless it has it already (the grounded ReAct agent's prompt does, so that the prompt its
+/// unless it ends with it already (the grounded ReAct agent's prompt does, so that the prompt its
 /// service computes ahead is the one its calls send).
-pub fn grounded_prompt(prompt: &str) -> String {
+pub fn grounded_prompt(prompt: &str) -> std::borrow::Cow<'_, str> {
     match prompt {
-        p if p.contains(GROUNDING_INSTRUCTION) => p.to_owned(),
-        "" => GROUNDING_INSTRUCTION.to_owned(),
-        p => format!("{p}\n\n{GROUNDING_INSTRUCTION}"),
+        // The grounded ReAct agent's, on every call: borrowed, not copied.
+        p if p.ends_with(GROUNDING_INSTRUCTION) => p.into(),
+        "" => GROUNDING_INSTRUCTION.into(),
+        p => format!("{p}\n\n{GROUNDING_INSTRUCTION}").into(),
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) async fn model_step(
         (p, false) => p,
         (p, true) => {
             grounded_prompt = super::grounded_prompt(p);
-            &grounded_prompt
+            &*grounded_prompt
         }
     };
     // A fixed step: the call is the agent's, the tools node runs it as any other.

@@ -456,6 +456,12 @@ fn words_any_length(text: &str) -> HashSet<String> {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
+/// Whether the text between brackets may name a source: "[1, 2]", "[ ]" or "[sic]" are text, a
+/// label has four letters or more.
+pub fn looks_like_label(text: &str) -> bool {
+    text.chars().filter(|c| c.is_alphabetic()).count() >= 4
+}
+
 /// `[label]` markers of `sentence` (not markdown links): the sentence without them, and the
 /// first that names a passage.
 fn strip_markers(sentence: &str, sources: &Sources) -> (String, Option<usize>) {
@@ -467,9 +473,7 @@ fn strip_markers(sentence: &str, sources: &Sources) -> (String, Option<usize>) {
         let Some(close) = after.find(']') else { break };
         let label = &after[..close];
         let tail = &after[close + 1..];
-        // A link, a nested bracket, "[1, 2]", "[ ]" or "[sic]" is text, not a source's label.
-        let names_something = label.chars().filter(|c| c.is_alphabetic()).count() >= 4;
-        if tail.starts_with('(') || label.contains('[') || !names_something {
+        if tail.starts_with('(') || label.contains('[') || !looks_like_label(label) {
             out.push_str(&rest[..open + 1]);
             rest = after;
             continue;
