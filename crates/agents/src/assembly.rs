@@ -261,7 +261,15 @@ pub fn build(
     shared: &SharedParts,
 ) -> Result<Agent, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, name, &shared.tools)?;
-    let mut spec = AgentSpec::new(&name, &settings.system_prompt, tools);
+    let spec = spec_of(&name, &settings, tools, shared);
+    let model = model(cfg, &settings, shared.local_model.as_ref())?;
+    let graph = graph_of(cfg, &name, &settings, spec, model, shared, store)?;
+    Ok(Agent { name, settings, graph })
+}
+
+/// The spec of agent `name`: its settings, with `tools`.
+fn spec_of(name: &str, settings: &AgentSettings, tools: ToolRegistry, shared: &SharedParts) -> AgentSpec {
+    let mut spec = AgentSpec::new(name, &settings.system_prompt, tools);
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
@@ -275,9 +283,97 @@ pub fn build(
     if settings.cite_sources && settings.effective_grounding() == toolgraph_config::Grounding::Tool {
         spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
     }
+    spec
+}
+
+/// The models a declared graph's nodes name (`model = "…"`) for the agent of `settings`.
+fn models_for(
+    cfg: &Config,
+    settings: &AgentSettings,
+    shared: &SharedParts,
+) -> impl Fn(&str) -> Result<Arc<dyn ChatModel>, AgentError> + 'static {
+    let (cfg, settings, local) = (cfg.clone(), settings.clone(), shared.local_model.clone());
+    move |m: &str| {
+        let mut named = settings.clone();
+        named.model = Some(m.to_owned());
+        self::model(&cfg, &named, local.as_ref())
+    }
+}
+
+/// Agent `name` as an `agent` node of another agent's graph runs it: its declaration (its
+/// `graph_file`, or the built-in graph it runs when that is declared too), its spec and model,
+/// as [`build`] would build it on its own.
+///
+/// # Errors
+/// An unknown agent or tool, no model, a declaration that fails its checks, or an agent whose
+/// graph is built in Rust (the crisis companion).
+pub fn specialist(cfg: &Config, name: &str, shared: &SharedParts) -> Result<crate::declared::Specialist, AgentError> {
+    let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
+    let mut spec = spec_of(&name, &settings, tools, shared);
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
-    let graph = graph_of(cfg, &name, &settings, spec, model, shared, store)?;
-    Ok(Agent { name, settings, graph })
+    let plan = match (&settings.graph_file, settings.graph) {
+        (Some(file), _) => declared_plan(cfg, file, &spec.tools, &shared.kinds)?,
+        (None, AgentGraph::React) if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
+            need_tools(&name, &spec.tools, &["rag_search"], "[rag] (grounding = \"retrieve_first\" searches first)")?;
+            react::grounded_plan(&mut spec)?
+        }
+        (None, AgentGraph::React) => react::plan()?,
+        (None, AgentGraph::LegalPipeline) => {
+            need_tools(&name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;
+            crate::legal::pipeline::plan()?
+        }
+        (None, AgentGraph::CrisisCompanion) => {
+            return Err(AgentError::Tool {
+                what: format!("agents.{name}"),
+                message: "its graph (crisis_companion) is built in, not declared: an `agent` node hands turns only \
+                          to agents whose graph is declared"
+                    .into(),
+            });
+        }
+    };
+    Ok(crate::declared::Specialist { plan, spec, model, model_for: Box::new(models_for(cfg, &settings, shared)) })
+}
+
+/// The version agent `name`'s graph is built at from the files as they are now: its
+/// declaration's ([`crate::declared::version_of`] its text), combined with those of the agents
+/// its `agent` nodes hand turns to ([`crate::declared::combined_version`]). A reload compares
+/// it with the version that serves.
+///
+/// # Errors
+/// A graph file that cannot be read.
+pub fn declared_version(cfg: &Config, name: &str) -> std::io::Result<String> {
+    fn version_in(cfg: &Config, name: &str, chain: &mut Vec<String>) -> std::io::Result<String> {
+        let agents = cfg.effective_agents();
+        let Some(settings) = agents.get(name) else { return Ok(String::new()) };
+        let text = match (&settings.graph_file, settings.graph) {
+            (Some(file), _) => std::borrow::Cow::Owned(std::fs::read_to_string(file)?),
+            (None, AgentGraph::React)
+                if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst =>
+            {
+                react::GROUNDED_DECLARATION.into()
+            }
+            (None, AgentGraph::React) => react::DECLARATION.into(),
+            (None, AgentGraph::LegalPipeline) => crate::legal::pipeline::DECLARATION.into(),
+            (None, AgentGraph::CrisisCompanion) => return Ok(String::new()),
+        };
+        let own = crate::declared::version_of(&text);
+        // A loop, or a file that does not parse, is refused by the build; its own text decides.
+        let Ok(file) = toml::from_str::<crate::declared::format::GraphFile>(&text) else { return Ok(own) };
+        if chain.iter().any(|a| a == name) {
+            return Ok(own);
+        }
+        chain.push(name.to_owned());
+        let mut handed = Vec::new();
+        // In name order, as the plan's nodes are.
+        for node in file.nodes.values().filter(|n| n.kind == crate::declared::format::NodeKind::Agent) {
+            if let Some(agent) = &node.agent {
+                handed.push(version_in(cfg, agent, chain)?);
+            }
+        }
+        chain.pop();
+        Ok(crate::declared::combined_version(&own, &handed))
+    }
+    version_in(cfg, name, &mut Vec::new())
 }
 
 /// The graph of agent `name` (its settings, its `spec`, its `model`): a built-in one, or the
@@ -292,13 +388,10 @@ fn graph_of(
     store: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, AgentError> {
     if let Some(file) = &settings.graph_file {
-        let plan = declared_plan(file, &spec.tools, &shared.kinds)?;
-        let model_for = |m: &str| {
-            let mut named = settings.clone();
-            named.model = Some(m.to_owned());
-            self::model(cfg, &named, shared.local_model.as_ref())
-        };
-        return crate::declared::build(&plan, spec, model, &model_for, store);
+        let plan = declared_plan(cfg, file, &spec.tools, &shared.kinds)?;
+        let model_for = models_for(cfg, settings, shared);
+        let specialists = |other: &str| specialist(cfg, other, shared);
+        return crate::declared::build_with(&plan, spec, model, &model_for, &specialists, store);
     }
     Ok(match settings.graph {
         AgentGraph::React if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
@@ -317,12 +410,13 @@ fn graph_of(
     })
 }
 
-/// The declaration at `file`, checked against `tools` (the agent's) and `kinds` (the
-/// program's own node kinds).
+/// The declaration at `file`, checked against `tools` (the agent's), `kinds` (the program's
+/// own node kinds) and the agents of `cfg` (which its `agent` nodes may hand turns to).
 ///
 /// # Errors
 /// [`AgentError::Declared`] with every problem found.
 pub fn declared_plan(
+    cfg: &Config,
     file: &std::path::Path,
     tools: &ToolRegistry,
     kinds: &crate::declared::NodeKinds,
@@ -331,7 +425,9 @@ pub fn declared_plan(
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let writes: Vec<String> =
         specs.iter().filter(|s| s.class == toolgraph_tools::ToolClass::Write).map(|s| s.name.clone()).collect();
-    Ok(crate::declared::load(file, &crate::declared::Known { tools: &names, writes: &writes, kinds: Some(kinds) })?)
+    let agents: Vec<String> = cfg.effective_agents().into_keys().collect();
+    let known = crate::declared::Known { tools: &names, writes: &writes, kinds: Some(kinds), agents: &agents };
+    Ok(crate::declared::load(file, &known)?)
 }
 
 /// The Mermaid flowchart of agent `name` (or the default agent) with its tools out of

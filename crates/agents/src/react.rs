@@ -76,16 +76,24 @@ pub fn build_grounded(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
-    // Its calls send this prompt: the service computes it ahead as it is.
+    let plan = grounded_plan(&mut spec)?;
+    crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+}
+
+/// The checked [`GROUNDED_DECLARATION`] for the agent of `spec`, whose system prompt gains the
+/// grounding instruction (its calls send this prompt: the service computes it ahead as it is).
+///
+/// # Errors
+/// The agent has no `rag_search` tool.
+pub fn grounded_plan(spec: &mut AgentSpec) -> Result<crate::declared::Plan, crate::AgentError> {
     spec.system_prompt = crate::kit::grounded_prompt(&spec.system_prompt).into_owned();
     let tools = spec.tools.names();
-    let plan = crate::declared::check(
+    crate::declared::check(
         "examples/agents/grounded.toml",
         GROUNDED_DECLARATION,
-        &crate::declared::Known { tools: &tools, writes: &[], kinds: None },
+        &crate::declared::Known { tools: &tools, writes: &[], kinds: None, agents: &[] },
     )
-    .map_err(crate::AgentError::Declared)?;
-    crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+    .map_err(crate::AgentError::Declared)
 }
 
 /// Builds the agent graph over `model` and `checkpointer`, from [`DECLARATION`].
@@ -97,11 +105,18 @@ pub fn build(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
-    let plan = crate::declared::check(
+    crate::declared::build(&plan()?, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+}
+
+/// The checked [`DECLARATION`].
+///
+/// # Errors
+/// Only if the declaration were invalid (covered by tests).
+pub fn plan() -> Result<crate::declared::Plan, crate::AgentError> {
+    crate::declared::check(
         "examples/agents/react.toml",
         DECLARATION,
-        &crate::declared::Known { tools: &[], writes: &[], kinds: None },
+        &crate::declared::Known { tools: &[], writes: &[], kinds: None, agents: &[] },
     )
-    .map_err(crate::AgentError::Declared)?;
-    crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+    .map_err(crate::AgentError::Declared)
 }

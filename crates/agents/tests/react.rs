@@ -595,7 +595,7 @@ struct Declared {
 
 async fn declared(text: &str, script: Vec<Reply>) -> Declared {
     let names = ["general_query".to_owned(), "send_sms".to_owned()];
-    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..], kinds: None };
+    let known = toolgraph_agents::declared::Known { tools: &names, writes: &names[1..], kinds: None, agents: &[] };
     let plan = toolgraph_agents::declared::check("agent.toml", text, &known).unwrap();
     let server = ScriptedModelServer::start(script).await.unwrap();
     let model = Arc::new(OpenAiChatModel::new(OpenAiConfig::new(server.base_url(), "scripted")).unwrap());

@@ -52,7 +52,7 @@ pub async fn run(cmd: AgentsCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
     for (agent, file, tools) in targets {
         // `toolgraph` has only the built-in node kinds; a program that adds its own checks its
         // declarations itself (docs/agents.md).
-        match toolgraph_agents::assembly::declared_plan(&file, &tools, &Default::default()) {
+        match toolgraph_agents::assembly::declared_plan(cfg, &file, &tools, &Default::default()) {
             Ok(plan) => {
                 let declared = plan.nodes.len();
                 let about = plan.description.as_deref().map(|d| format!(": {d}")).unwrap_or_default();

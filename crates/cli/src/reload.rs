@@ -80,8 +80,14 @@ impl Reloader {
     /// file reads the same twice in a row (`seen` is the last look's version), so a file
     /// caught half-written is not refused for it.
     async fn reload(&self, declared: &DeclaredAgent, forced: bool, seen: &mut Option<String>) {
-        let text = match tokio::fs::read_to_string(&declared.file).await {
-            Ok(text) => text,
+        // Its file's version, with those of the agents its `agent` nodes hand turns to (their
+        // files change it too).
+        let (cfg, name) = (Arc::clone(&self.cfg), declared.name.clone());
+        let version = tokio::task::spawn_blocking(move || assembly::declared_version(&cfg, &name))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        let version = match version {
+            Ok(version) => version,
             Err(e) => {
                 // Said once per disappearance (and on every SIGHUP), not on every look.
                 if forced || seen.replace(UNREADABLE.to_owned()).as_deref() != Some(UNREADABLE) {
@@ -90,7 +96,6 @@ impl Reloader {
                 return;
             }
         };
-        let version = toolgraph_agents::declared::version_of(&text);
         let revision = toolgraph_agents::chat_agent::ChatAgent::revision(&declared.agent);
         if revision.version.as_deref() == Some(&version) {
             // Back to the version that serves: a refusal of a later text no longer stands.
@@ -143,10 +148,21 @@ impl Reloader {
                     "the changed graph file is refused; the current version keeps serving:\n{}",
                     errors.join("\n")
                 );
-                // Callers of the HTTP API see the file's name, not where it lives on the server.
-                let path = declared.file.display().to_string();
-                let name = declared.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                declared.agent.refuse(version, errors.iter().map(|e| e.replace(&path, &name)).collect());
+                // Callers of the HTTP API see the files' names, not where they live on the server
+                // (an error may be in the file of an agent this one hands turns to).
+                let files: Vec<(String, String)> = self
+                    .cfg
+                    .effective_agents()
+                    .into_values()
+                    .filter_map(|a| a.graph_file)
+                    .chain([declared.file.clone()])
+                    .map(|f| {
+                        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        (f.display().to_string(), name)
+                    })
+                    .collect();
+                let public = |e: &String| files.iter().fold(e.clone(), |e, (path, name)| e.replace(path, name));
+                declared.agent.refuse(version, errors.iter().map(public).collect());
             }
         }
     }

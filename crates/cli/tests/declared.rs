@@ -68,8 +68,10 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
     let answer =
         "A second charge is usually released within 5 working days [Billing and invoices › I was charged twice].";
+    let refund = "Refund R-0001 is requested; the billing team confirms it by email.";
     let model = ScriptedModelServer::start(vec![
         Reply::text("Billing."),
+        Reply::text("question"),
         Reply::text(answer),
         Reply::text("ticket"),
         Reply::text("Unknown."),
@@ -81,16 +83,25 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
         Reply::text("Ticket T-0001 is open."),
         Reply::text("other"),
         Reply::text("You're welcome!"),
+        Reply::text("billing"),
+        Reply::text("refund"),
+        Reply::tool_calls(&[(
+            "r1",
+            "request_refund",
+            json!({"charge": "8 euros on 3 November", "reason": "duplicate charge"}),
+        )]),
+        Reply::text(refund),
     ])
     .await
     .unwrap();
     let port = free_port();
-    let tickets = dir.path().join("tickets.jsonl");
+    let (tickets, refunds) = (dir.path().join("tickets.jsonl"), dir.path().join("refunds.jsonl"));
     let mut child = serve_command(dir.path(), &model, port)
         .args(["--config", "examples/helpdesk/toolgraph.toml"])
         .current_dir(repo())
         .env("TOOLGRAPH_RAG_EMBEDDING", "none")
         .env("HELPDESK_TICKETS", &tickets)
+        .env("HELPDESK_REFUNDS", &refunds)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -136,17 +147,29 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     let answered_approval: Value =
         serde_json::from_str(&post(&base, "/api/chatbot/answer", &answer_approval).await).unwrap();
     let third = post(&base, "/api/chatbot/stream", &say(&conversation, "thanks!")).await;
+    let fourth = post(
+        &base,
+        "/api/chatbot/stream",
+        &say(&conversation, "Please refund the duplicate charge of 8 euros on 3 November."),
+    )
+    .await;
+    let refund_pending = event_data(&fourth, "pending");
+    let confirm_refund = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": conversation, "messageId": refund_pending["messageId"], "confirmed": true});
+    let refunded: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &confirm_refund).await).unwrap();
     let requests = model.requests();
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(
         requests.len(),
-        8,
-        "triage, agent; triage, which_app, ticket, ticket after approval; triage, chat: {requests:#?}"
+        13,
+        "triage, billing/intent, billing/answer; triage, which_app, ticket, ticket after approval; triage, \
+         chat; triage, billing/intent, billing/refund, billing/refund after approval: {requests:#?}"
     );
 
-    // 1. The classifier read only the latest message and offered no tools; `billing` routed the
-    // turn to a real search over the ingested articles, with the person's words.
+    // 1. The classifier read only the latest message and offered no tools; `billing` handed the
+    // turn to the billing desk, another agent, whose graph ran a real search over the ingested
+    // articles with the person's words.
     let (triage, triage_tools) = system_and_tools(&requests[0]);
     assert!(
         triage.contains("You sort the messages") && triage.contains("billing, technical, ticket, other"),
@@ -154,19 +177,23 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     );
     assert!(triage_tools.is_empty());
     assert_eq!(requests[0]["messages"].as_array().unwrap().len(), 2, "system and the latest message only");
-    // (The academy contract streams no tool frames: the search is read in what the answering
-    // model was sent — the call and its result, recorded like a model's own.)
-    let sent = requests[1]["messages"].as_array().unwrap();
-    let call = &sent[2]["tool_calls"][0]["function"];
-    assert_eq!(call["name"], "rag_search", "{sent:#?}");
-    let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
-    assert_eq!(arguments["query"], question);
-    assert_eq!(sent[3]["role"], "tool");
-    assert!(sent[3]["content"].as_str().unwrap().contains("pending authorisation"), "the article was found: {sent:#?}");
-    // The answering model saw its prompt with the label filled in, and only its own tool.
-    let (agent, agent_tools) = system_and_tools(&requests[1]);
-    assert!(agent.contains("This is a billing question."), "{agent}");
-    assert_eq!(agent_tools, ["open_ticket"]);
+    // The billing desk's own classifier read the message, and its search ran over the ingested
+    // articles with the person's words. (The academy contract streams no tool frames: the search
+    // is read in what the answering model was sent — the passages written out before the
+    // question, as a node with no tools and `cite` reads them.)
+    let (intent, intent_tools) = system_and_tools(&requests[1]);
+    assert!(intent.contains("Sort the person's message to the billing desk") && intent_tools.is_empty(), "{intent}");
+    let (agent, agent_tools) = system_and_tools(&requests[2]);
+    assert!(agent.starts_with("You are the billing desk of Acme Notes."), "the billing desk's own prompt: {agent}");
+    assert!(agent_tools.is_empty(), "{agent_tools:?}");
+    let sent = requests[2]["messages"].as_array().unwrap();
+    let read = sent.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        read.contains("[Billing and invoices › I was charged twice]")
+            && read.contains("pending authorisation")
+            && read.contains(question),
+        "the article was found and written out before the question: {read}"
+    );
     assert_eq!(said(&first), answer, "{first}");
     assert!(!first.contains("event: pending"), "{first}");
 
@@ -174,8 +201,8 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     // named; so the person was asked, with the form's choices, and their answer joined the
     // conversation and the ticket's prompt. An answer off the form, and approving a question,
     // were refused with why.
-    assert_eq!(requests[2]["messages"][1]["content"], "Still there after a week. Open a ticket.");
-    let (which_app, which_tools) = system_and_tools(&requests[3]);
+    assert_eq!(requests[3]["messages"][1]["content"], "Still there after a week. Open a ticket.");
+    let (which_app, which_tools) = system_and_tools(&requests[4]);
     assert!(which_app.contains("Which Acme Notes app") && which_tools.is_empty(), "{which_app}");
     assert_eq!(
         (ask["toolName"].as_str(), ask["description"].as_str()),
@@ -194,17 +221,17 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     // `ticket` is the node that must call open_ticket (tool_choice required); it saw the
     // conversation and the answer, and waited for the person; once approved it ran once and
     // the node answered freely.
-    let (ticket, ticket_tools) = system_and_tools(&requests[4]);
+    let (ticket, ticket_tools) = system_and_tools(&requests[5]);
     assert!(ticket.contains("Open a support ticket") && ticket.contains("(in the web app)"), "{ticket}");
-    assert_eq!((ticket_tools, &requests[4]["tool_choice"]), (vec!["open_ticket".to_owned()], &json!("required")));
-    let window = requests[4]["messages"].as_array().unwrap();
+    assert_eq!((ticket_tools, &requests[5]["tool_choice"]), (vec!["open_ticket".to_owned()], &json!("required")));
+    let window = requests[5]["messages"].as_array().unwrap();
     let last_two: Vec<(&str, &str)> = window[window.len() - 2..]
         .iter()
         .map(|m| (m["role"].as_str().unwrap_or(""), m["content"].as_str().unwrap_or("")))
         .collect();
     assert_eq!(last_two, [("assistant", "Which app is it in: desktop, mobile or web?"), ("user", "web")]);
-    assert!(requests[4]["messages"].to_string().contains(question), "the earlier turn is in its window");
-    assert_ne!(requests[5]["tool_choice"], "required", "a result is in: it may answer");
+    assert!(requests[5]["messages"].to_string().contains(question), "the earlier turn is in its window");
+    assert_ne!(requests[6]["tool_choice"], "required", "a result is in: it may answer");
     assert_eq!(
         (pending["toolName"].as_str(), pending["description"].as_str()),
         (Some("open_ticket"), Some("Open a ticket: Charged twice in November")),
@@ -217,16 +244,31 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
 
     // 3. "thanks!" is `other`: a short reply, no search, no tools offered.
     assert_eq!(said(&third), "You're welcome!", "{third}");
-    let (chat, chat_tools) = system_and_tools(&requests[7]);
+    let (chat, chat_tools) = system_and_tools(&requests[8]);
     assert!(chat.contains("Reply briefly and kindly") && chat_tools.is_empty(), "{chat} {chat_tools:?}");
-    let searches = requests[7]["messages"]
+    let searches = requests[8]["messages"]
         .as_array()
         .unwrap()
         .iter()
         .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
         .filter(|c| c["function"]["name"] == "rag_search")
         .count();
-    assert_eq!(searches, 1, "only the first turn searched: {:#?}", requests[7]);
+    assert_eq!(searches, 1, "only the first turn searched: {:#?}", requests[8]);
+
+    // 4. A refund is the billing desk's write: it waited for the person inside the handed-over
+    // graph, as the desk's own ticket did, and ran once when approved.
+    assert_eq!(
+        (refund_pending["toolName"].as_str(), refund_pending["description"].as_str()),
+        (Some("request_refund"), Some("Request a refund of 8 euros on 3 November")),
+        "{refund_pending}"
+    );
+    let (refund_prompt, refund_tools) = system_and_tools(&requests[11]);
+    assert!(refund_prompt.contains("Ask the billing team to refund"), "{refund_prompt}");
+    assert_eq!((refund_tools, &requests[11]["tool_choice"]), (vec!["request_refund".to_owned()], &json!("required")));
+    assert_eq!(refunded["message"], refund, "{refunded}");
+    let requested = std::fs::read_to_string(&refunds).unwrap();
+    assert_eq!(requested.lines().count(), 1, "{requested}");
+    assert!(requested.contains("\"refund\": \"R-0001\"") && requested.contains("duplicate charge"), "{requested}");
 }
 
 #[test]
@@ -234,7 +276,8 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let dir = tempfile::tempdir().unwrap();
     let ok = toolgraph(dir.path(), &["agents", "check"]);
     let stdout = String::from_utf8_lossy(&ok.stdout);
-    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 17 nodes"), "{stdout}");
+    assert!(ok.status.success() && stdout.contains("ok   examples/helpdesk/desk.toml (desk): 14 nodes"), "{stdout}");
+    assert!(stdout.contains("ok   examples/helpdesk/billing.toml (billing): 8 nodes"), "{stdout}");
     let text = std::fs::read_to_string(repo().join("examples/helpdesk/desk.toml")).unwrap();
     let broken = text.replacen(r#"next = "agent""#, r#"next = "answer""#, 1).replace("{{category}}", "{{label}}");
     let file = dir.path().join("desk.toml");
@@ -243,13 +286,14 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let f = file.display();
-    assert!(stderr.contains(&format!("{f}:38: nodes.search.next: no node named `answer`")), "{stderr}");
-    assert!(stderr.contains(&format!("{f}:42: nodes.agent.prompt: the template reads `label`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:46: nodes.search.next: no node named `answer`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:52: nodes.agent.prompt: the template reads `label`")), "{stderr}");
     // `serve` refuses the broken graph with the same errors before it listens.
     let config = dir.path().join("toolgraph.toml");
     let cfg = std::fs::read_to_string(repo().join("examples/helpdesk/toolgraph.toml")).unwrap();
     // `graph_file = "desk.toml"` is read beside the configuration: the broken copy.
     std::fs::write(&config, cfg).unwrap();
+    std::fs::copy(repo().join("examples/helpdesk/billing.toml"), dir.path().join("billing.toml")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["--config", config.to_str().unwrap(), "--data-dir"])
         .arg(dir.path())
@@ -263,7 +307,7 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains(&format!("{f}:38: nodes.search.next: no node named `answer`")), "{stderr}");
+    assert!(stderr.contains(&format!("{f}:46: nodes.search.next: no node named `answer`")), "{stderr}");
 }
 
 /// The help desk in `dir`: its declaration copied there (so the test can change it), its
@@ -271,6 +315,7 @@ fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
 fn desk_in(dir: &Path, poll_ms: u64) -> (PathBuf, PathBuf) {
     let desk = dir.join("desk.toml");
     std::fs::copy(repo().join("examples/helpdesk/desk.toml"), &desk).unwrap();
+    std::fs::copy(repo().join("examples/helpdesk/billing.toml"), dir.join("billing.toml")).unwrap();
     let plugins = repo().join("examples/helpdesk/plugins");
     let config = dir.join("toolgraph.toml");
     let text = std::fs::read_to_string(repo().join("examples/helpdesk/toolgraph.toml"))
@@ -407,7 +452,7 @@ async fn a_changed_declaration_serves_new_turns_while_a_paused_run_finishes_on_i
     let refused = desk_revision_until(&base, |r| r.get("refused").is_some()).await;
     assert_eq!(refused["version"], v2.as_str(), "{refused}");
     let errors = refused["refused"]["errors"].as_array().unwrap();
-    let expected = "desk.toml:38: nodes.search.next: no node named `answer`";
+    let expected = "desk.toml:46: nodes.search.next: no node named `answer`";
     assert!(errors.iter().any(|e| e.as_str().is_some_and(|e| e.starts_with(expected))), "{expected} in {errors:?}");
     let bye = post(&base, "/api/chatbot/stream", &say(&b, "bye")).await;
     assert_eq!(said(&bye), "Bye!", "{bye}");
@@ -446,13 +491,28 @@ async fn a_graph_file_that_changes_is_reloaded_without_a_signal() {
     // The file put back as it serves: the refusal no longer stands.
     std::fs::write(&desk, &text).unwrap();
     let restored = desk_revision_until(&base, |r| r.get("refused").is_none()).await;
+    // The agent the desk hands billing to is part of the desk: changing its file makes a new
+    // version of the desk too.
+    let billing = dir.path().join("billing.toml");
+    let billing_text = std::fs::read_to_string(&billing).unwrap().replace("top_k = 3", "top_k = 4");
+    std::fs::write(&billing, &billing_text).unwrap();
+    let handed = desk_revision_until(&base, |r| r["version"] != reloaded["version"]).await;
+    // And a broken change to it refuses the desk's new version, naming that file.
+    assert!(billing_text.contains(r#"start = "intent""#) && billing_text.contains("top_k = 4"));
+    std::fs::write(&billing, billing_text.replace(r#"start = "intent""#, r#"start = "nowhere""#)).unwrap();
+    let handed_refused = desk_revision_until(&base, |r| r.get("refused").is_some()).await;
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(refused["version"], reloaded["version"], "{refused}");
     assert_eq!(restored["version"], reloaded["version"], "{restored}");
+    assert!(handed.get("refused").is_none(), "{handed}");
+    assert_eq!(handed_refused["version"], handed["version"], "the version before it keeps serving");
+    let errors = handed_refused["refused"]["errors"].to_string();
+    assert!(errors.contains("\"billing.toml:10: start: no node named `nowhere`"), "{errors}");
+    assert!(!errors.contains(&dir.path().display().to_string()), "{errors}");
     let errors = refused["refused"]["errors"].to_string();
     // Named by the file's name only: callers of the API do not see where it lives.
-    assert!(errors.contains("\"desk.toml:12: start: no node named `nowhere`"), "{errors}");
+    assert!(errors.contains("\"desk.toml:14: start: no node named `nowhere`"), "{errors}");
     assert!(!errors.contains(&dir.path().display().to_string()), "{errors}");
 }
 

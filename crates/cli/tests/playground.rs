@@ -467,7 +467,9 @@ async fn a_question_the_agent_asks_is_answered_from_its_card() {
     // conversation does not name is asked about first.
     let dir = tempfile::tempdir().unwrap();
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    std::fs::copy(repo.join("examples/helpdesk/desk.toml"), dir.path().join("desk.toml")).unwrap();
+    for file in ["desk.toml", "billing.toml"] {
+        std::fs::copy(repo.join("examples/helpdesk").join(file), dir.path().join(file)).unwrap();
+    }
     let plugins = repo.join("examples/helpdesk/plugins").canonicalize().unwrap();
     let config = std::fs::read_to_string(repo.join("examples/helpdesk/toolgraph.toml"))
         .unwrap()

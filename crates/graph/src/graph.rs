@@ -238,13 +238,18 @@ fn mermaid<S>(
     let mut out = String::from("flowchart TD\n");
     out.push_str(&format!("    {START}([START])\n"));
     for n in names {
-        out.push_str(&format!("    {n}[{n}]\n"));
+        let id = mermaid_id(n);
+        if id == n.as_str() {
+            out.push_str(&format!("    {n}[{n}]\n"));
+        } else {
+            out.push_str(&format!("    {id}[\"{n}\"]\n"));
+        }
     }
     out.push_str(&format!("    {END}([END])\n"));
     let mut draw = |from: &str, edge: &Edge<S>| {
         for t in edge.targets() {
             let arrow = if matches!(edge, Edge::Branch { .. }) { "-.->" } else { "-->" };
-            out.push_str(&format!("    {from} {arrow} {t}\n"));
+            out.push_str(&format!("    {} {arrow} {}\n", mermaid_id(from), mermaid_id(t)));
         }
     };
     draw(START, entry);
@@ -254,9 +259,20 @@ fn mermaid<S>(
         }
     }
     for (from, to) in resumes {
-        out.push_str(&format!("    {from} == \"approval\" ==> {to}\n"));
+        out.push_str(&format!("    {} == \"approval\" ==> {}\n", mermaid_id(from), mermaid_id(to)));
     }
     out
+}
+
+/// Node `name` as a Mermaid id: itself when Mermaid reads it as one, else with each other
+/// character as `_` (a sub-graph's `billing/agent` is `billing_agent`, labelled with its name).
+fn mermaid_id(name: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if name.chars().all(plain) {
+        name.into()
+    } else {
+        name.chars().map(|c| if plain(c) { c } else { '_' }).collect::<String>().into()
+    }
 }
 
 /// See [`StateGraph::set_recovery`].

@@ -65,6 +65,14 @@ impl<C> RunContext<C> {
         &self.deps
     }
 
+    /// This context with `deps` instead of the graph's: for a node that runs a step of another
+    /// agent inside this graph (a sub-graph's node), which must use that agent's tools and
+    /// settings, not its host's. Events, decisions and ids stay the run's.
+    #[must_use]
+    pub fn with_deps(&self, deps: Arc<C>) -> Self {
+        Self { deps, ..self.clone() }
+    }
+
     /// Decisions by request key; empty unless this node is a resume point.
     pub fn decisions(&self) -> &BTreeMap<String, Decision> {
         &self.decisions

@@ -4,7 +4,7 @@
 //! Each error names the file, the line and the field. What passes becomes a [`Plan`], which
 //! [`build`](super::build) turns into a graph.
 
-use super::format::{ChannelDecl, GraphFile, History, NodeDecl, NodeKind, Reducer, RouteDecl, ToolChoiceDecl};
+use super::format::{ChannelDecl, GraphFile, History, Input, NodeDecl, NodeKind, Reducer, RouteDecl, ToolChoiceDecl};
 use super::template::{BUILTINS, Template};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -178,6 +178,16 @@ pub enum Step {
     Answered {
         /// Where the answer goes.
         channel: String,
+    },
+    /// Hands the turn to another declared agent: its nodes run as a sub-graph (named
+    /// `<node>/<its node>`, its channels its own), and the run comes back by this node's exit.
+    Agent {
+        /// The agent (`[agents.NAME]`).
+        agent: String,
+        /// What it reads of the conversation.
+        input: Input,
+        /// Where its reply is also written.
+        channel: Option<String>,
     },
     /// A node of a kind the program registered.
     Custom {
@@ -359,6 +369,8 @@ pub struct Known<'a> {
     pub writes: &'a [String],
     /// The program's own node kinds, if it has any.
     pub kinds: Option<&'a super::NodeKinds>,
+    /// The agents of the configuration an `agent` node may hand a turn to.
+    pub agents: &'a [String],
 }
 
 struct Checker<'a> {
@@ -534,6 +546,7 @@ fn used_fields(kind: &NodeKind) -> &'static [&'static str] {
         NodeKind::Reply => &["next", "route", "text"],
         NodeKind::Route => &["route"],
         NodeKind::Ask => &["next", "route", "question", "form", "channel"],
+        NodeKind::Agent => &["next", "route", "agent", "input", "channel"],
         NodeKind::Custom(_) => &["next", "route", "with", "channel"],
     }
 }
@@ -565,6 +578,8 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("question", n.question.is_some()),
         ("form", n.form.is_some()),
         ("with", n.with.is_some()),
+        ("agent", n.agent.is_some()),
+        ("input", n.input.is_some()),
     ];
     fields.into_iter().filter(|(_, set)| *set).map(|(f, _)| f).collect()
 }
@@ -835,6 +850,27 @@ fn plan_node(
             }
         },
         NodeKind::Route => Step::Route,
+        NodeKind::Agent => {
+            let agent = match &n.agent {
+                Some(a) if known.agents.iter().any(|k| k == a) => a.clone(),
+                Some(a) => {
+                    let have = if known.agents.is_empty() { "none".to_owned() } else { known.agents.join(", ") };
+                    c.error(
+                        &path("agent"),
+                        format!("no agent `{a}` to hand the turn to: declare it as [agents.{a}] (agents: {have})"),
+                    );
+                    a.clone()
+                }
+                None => {
+                    c.error(&["nodes", name], "an `agent` node needs `agent`: the agent it hands the turn to");
+                    String::new()
+                }
+            };
+            if let Some(ch) = &n.channel {
+                channel(c, &path("channel"), ch, channels);
+            }
+            Step::Agent { agent, input: n.input.unwrap_or_default(), channel: n.channel.clone() }
+        }
         NodeKind::Custom(kind) => {
             let with = n.with.clone().unwrap_or_default();
             let channel = n.channel.as_ref().map(|ch| {
@@ -1000,7 +1036,7 @@ mod tests {
     fn errors(text: &str) -> Vec<String> {
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
         let writes = ["create_ticket".to_owned(), "note_write".to_owned()];
-        match check("desk.toml", text, &Known { tools: &tools, writes: &writes, kinds: None }) {
+        match check("desk.toml", text, &Known { tools: &tools, writes: &writes, kinds: None, agents: &[] }) {
             Ok(_) => Vec::new(),
             Err(e) => e.0.iter().map(ToString::to_string).collect(),
         }
@@ -1039,7 +1075,7 @@ next = "agent"
     fn a_sound_declaration_passes_and_brings_the_tools_nodes_own() {
         assert_eq!(errors(GOOD), Vec::<String>::new());
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
-        let plan = check("desk.toml", GOOD, &Known { tools: &tools, writes: &[], kinds: None }).unwrap();
+        let plan = check("desk.toml", GOOD, &Known { tools: &tools, writes: &[], kinds: None, agents: &[] }).unwrap();
         let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["agent", "approved", "classify", "execute", "give_up", "search", "tools"]);
     }
@@ -1160,7 +1196,7 @@ next = "agent"
         assert_eq!(
             err[0],
             "desk.toml:14: nodes.search.kind: no node kind `search`: the kinds are model, tools, tool, retrieve, reply, \
-             route, ask"
+             route, ask, agent"
         );
         let err = broken("[nodes.tools]", "[nodes.tools");
         assert!(err[0].starts_with("desk.toml:24: "), "{err:?}");
@@ -1226,7 +1262,7 @@ next = "agent"
                route = { on = \"app\", cases = { web = \"agent\" }, otherwise = \"END\" }\n";
         assert_eq!(errors(&text), Vec::<String>::new());
         let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
-        let plan = check("desk.toml", &text, &Known { tools: &tools, writes: &[], kinds: None }).unwrap();
+        let plan = check("desk.toml", &text, &Known { tools: &tools, writes: &[], kinds: None, agents: &[] }).unwrap();
         let which = plan.nodes.iter().find(|n| n.name == "which").unwrap();
         assert!(matches!(&which.step, Step::Ask { answered, .. } if answered == "which_answered"), "{which:?}");
         assert_eq!(which.exit.targets(), ["which_answered"], "the pause resumes there");
@@ -1258,5 +1294,40 @@ next = "agent"
         assert_eq!(errors(&text), Vec::<String>::new());
         let err = errors(&GOOD.replace(r#"on = "category", cases"#, r#"on = "categories.label", cases"#));
         assert!(err[0].starts_with("desk.toml:11: nodes.classify.route.on: no channel `categories`"), "{err:?}");
+    }
+
+    #[test]
+    fn an_agent_node_hands_the_turn_to_an_agent_of_the_configuration() {
+        // Billing goes to the billing agent, then on to the search.
+        let text = GOOD.replace(r#"billing = "search" }"#, r#"billing = "billing" }"#)
+            + "\n[nodes.billing]\nkind = \"agent\"\nagent = \"billing\"\ninput = \"last_message\"\n\
+               channel = \"passages\"\nnext = \"search\"\n";
+        let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
+        let agents = ["billing".to_owned(), "desk".to_owned()];
+        let known = Known { tools: &tools, writes: &[], kinds: None, agents: &agents };
+        let plan = check("desk.toml", &text, &known).unwrap();
+        let billing = plan.nodes.iter().find(|n| n.name == "billing").unwrap();
+        assert!(
+            matches!(&billing.step, Step::Agent { agent, input: Input::LastMessage, channel: Some(c) } if agent == "billing" && c == "passages"),
+            "{billing:?}"
+        );
+        // Without the configuration's agents, or naming one it lacks, or none: each an error.
+        let err = errors(&text);
+        assert!(
+            err.iter().any(|e| e.starts_with("desk.toml:30: nodes.billing.agent: no agent `billing` to hand the turn to: declare it as [agents.billing] (agents: none)")),
+            "{err:?}"
+        );
+        let err = check("desk.toml", &text.replace("agent = \"billing\"", "agent = \"biling\""), &known).unwrap_err();
+        assert!(err.to_string().contains("nodes.billing.agent: no agent `biling` to hand the turn to: declare it as [agents.biling] (agents: billing, desk)"), "{err}");
+        let err = check("desk.toml", &text.replace("agent = \"billing\"\n", ""), &known).unwrap_err();
+        assert!(err.to_string().contains("nodes.billing: an `agent` node needs `agent`"), "{err}");
+        let err =
+            check("desk.toml", &text.replace("channel = \"passages\"\nnext", "channel = \"found\"\nnext"), &known)
+                .unwrap_err();
+        assert!(err.to_string().contains("nodes.billing.channel: no channel `found`"), "{err}");
+        // `input` belongs to `agent` nodes only.
+        let err = check("desk.toml", &text.replace("history = \"last_message\"", "input = \"last_message\""), &known)
+            .unwrap_err();
+        assert!(err.to_string().contains("nodes.classify.input: a `model` node does not use `input`"), "{err}");
     }
 }

@@ -55,6 +55,8 @@ pub enum NodeKind {
     Route,
     /// Pauses to ask the person a question (or a small form); their answer goes into a channel.
     Ask,
+    /// Hands the turn to another declared agent, whose nodes run as a sub-graph.
+    Agent,
     /// A kind the program registered ([`NodeKinds`](super::NodeKinds)), by its name.
     Custom(String),
 }
@@ -69,6 +71,7 @@ impl From<String> for NodeKind {
             "reply" => Self::Reply,
             "route" => Self::Route,
             "ask" => Self::Ask,
+            "agent" => Self::Agent,
             _ => Self::Custom(name),
         }
     }
@@ -76,7 +79,7 @@ impl From<String> for NodeKind {
 
 impl NodeKind {
     /// The built-in kinds' names.
-    pub const BUILT_IN: [&'static str; 7] = ["model", "tools", "tool", "retrieve", "reply", "route", "ask"];
+    pub const BUILT_IN: [&'static str; 8] = ["model", "tools", "tool", "retrieve", "reply", "route", "ask", "agent"];
 
     /// The kind's name in the file.
     pub fn as_str(&self) -> &str {
@@ -88,6 +91,7 @@ impl NodeKind {
             Self::Reply => "reply",
             Self::Route => "route",
             Self::Ask => "ask",
+            Self::Agent => "agent",
             Self::Custom(name) => name,
         }
     }
@@ -161,7 +165,7 @@ pub struct NodeDecl {
     #[serde(default)]
     pub never_fail: Option<bool>,
     /// `tool`, `retrieve`: the channel its result is written to; `ask`: the channel the answer
-    /// is written to.
+    /// is written to; `agent`: the channel the other agent's reply is also written to.
     #[serde(default)]
     pub channel: Option<String>,
     /// `retrieve`: the search query, a template (default: `{{last_user_message}}`).
@@ -183,6 +187,12 @@ pub struct NodeDecl {
     /// `ask`: a JSON Schema the answer must match (a small form); default: free text.
     #[serde(default)]
     pub form: Option<Value>,
+    /// `agent`: the agent (`[agents.NAME]` of the configuration) the turn is handed to.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// `agent`: what the other agent reads of the conversation (default: `conversation`).
+    #[serde(default)]
+    pub input: Option<Input>,
     /// A kind of the program's own: its settings, as the kind reads them.
     #[serde(default)]
     pub with: Option<Map<String, Value>>,
@@ -208,6 +218,19 @@ pub enum History {
     #[default]
     Window,
     /// Only the person's last message.
+    LastMessage,
+}
+
+/// What an `agent` node's agent reads of the conversation: its model nodes see the whole
+/// conversation (each within its `history`), or only the person's last message and what the
+/// turn added since.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Input {
+    /// The conversation, as its own nodes would read it.
+    #[default]
+    Conversation,
+    /// Only the person's last message (and the turn's steps since).
     LastMessage,
 }
 

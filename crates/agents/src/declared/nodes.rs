@@ -16,13 +16,32 @@ use toolgraph_graph::{Decision, END, InterruptRequest, Node, NodeError, NodeOutp
 use toolgraph_llm::{ChatEvent, ChatRequest, Message, ResponseFormat};
 use toolgraph_tools::ToolOutcome;
 
-/// What every node of one declared graph shares: the agent's name and the channels.
+/// What every node of one declared graph shares: the agent's name, the channels, and where
+/// the graph sits in the one that runs it.
 pub(crate) struct GraphInfo {
     pub agent: String,
     pub channels: BTreeMap<String, ChannelDecl>,
+    /// Empty for an agent's own graph; `<node>/` for the graph of an agent an `agent` node
+    /// hands the turn to: the prefix of its node and channel names in the graph that runs it
+    /// (so its channels are its own), and `<node>/END` is where its run ends.
+    pub prefix: String,
 }
 
 impl GraphInfo {
+    /// The runtime's name of the declared node `target` (or `END`) of this graph.
+    pub fn node(&self, target: &str) -> String {
+        match (target == END_NAME, self.prefix.is_empty()) {
+            (true, true) => END.to_owned(),
+            (true, false) => format!("{}{END_NAME}", self.prefix),
+            (false, _) => format!("{}{target}", self.prefix),
+        }
+    }
+
+    /// The state's key of the declared channel `name`.
+    fn key<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.prefix.is_empty() { name.into() } else { format!("{}{name}", self.prefix).into() }
+    }
+
     /// The value a template's `name` reads in `s`.
     pub fn lookup(&self, s: &AgentState, name: &str) -> Option<Value> {
         match name {
@@ -38,7 +57,7 @@ impl GraphInfo {
 
     /// A channel's value, or its declared default.
     pub fn channel<'a>(&'a self, s: &'a AgentState, name: &str) -> Option<&'a Value> {
-        s.channels.get(name).or_else(|| self.channels.get(name)?.default.as_ref())
+        s.channels.get(self.key(name).as_ref()).or_else(|| self.channels.get(name)?.default.as_ref())
     }
 
     fn render(&self, t: &Template, s: &AgentState) -> String {
@@ -50,14 +69,15 @@ impl GraphInfo {
     fn writes(&self, s: &AgentState, channel: &str, value: Value) -> Vec<ChannelWrite> {
         let decl = self.channels.get(channel);
         let reducer = decl.map(|c| c.reducer).unwrap_or_default();
+        let key = self.key(channel);
         let mut out = Vec::with_capacity(2);
         if reducer != Reducer::Replace
-            && !s.channels.contains_key(channel)
+            && !s.channels.contains_key(key.as_ref())
             && let Some(default) = decl.and_then(|c| c.default.clone())
         {
-            out.push(ChannelWrite { channel: channel.to_owned(), reducer: Reducer::Replace, value: default });
+            out.push(ChannelWrite { channel: key.clone().into_owned(), reducer: Reducer::Replace, value: default });
         }
-        out.push(ChannelWrite { channel: channel.to_owned(), reducer, value });
+        out.push(ChannelWrite { channel: key.into_owned(), reducer, value });
         out
     }
 }
@@ -160,7 +180,11 @@ impl ModelNode {
                 // A stale label must not decide this turn's route; a list or an object
                 // gathered over turns is kept.
                 if reducer == Reducer::Replace {
-                    vec![ChannelWrite { channel: output.channel.clone(), reducer, value: Value::Null }]
+                    vec![ChannelWrite {
+                        channel: self.info.key(&output.channel).into_owned(),
+                        reducer,
+                        value: Value::Null,
+                    }]
                 } else {
                     Vec::new()
                 }
@@ -357,6 +381,40 @@ impl Node<AgentState, AgentDeps> for AnsweredNode {
     }
 }
 
+/// Where the run of an agent an `agent` node handed the turn to ends: its reply (the
+/// conversation's last message, when the agent replied) is also written to the handing node's
+/// `channel`, and the run goes on by that node's exit.
+pub(crate) struct HandedBack {
+    /// The graph of the `agent` node.
+    pub info: Arc<GraphInfo>,
+    pub channel: Option<String>,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for HandedBack {
+    async fn run(&self, s: Arc<AgentState>, _: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let channels = match (&self.channel, s.last_reply()) {
+            (Some(channel), Some(reply)) => self.info.writes(&s, channel, Value::String(reply.to_owned())),
+            _ => Vec::new(),
+        };
+        Ok(NodeOutput::Update(AgentUpdate { channels, ..Default::default() }))
+    }
+}
+
+/// A node of another agent, run inside this graph with that agent's dependencies (its tools,
+/// tool context and settings): the nodes of an agent an `agent` node hands the turn to.
+pub(crate) struct WithDeps<N> {
+    pub deps: Arc<AgentDeps>,
+    pub node: N,
+}
+
+#[async_trait]
+impl<N: Node<AgentState, AgentDeps>> Node<AgentState, AgentDeps> for WithDeps<N> {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        self.node.run(s, ctx.with_deps(Arc::clone(&self.deps))).await
+    }
+}
+
 /// A `route` node: nothing to do; its exit routes.
 pub(crate) struct RouteNode;
 
@@ -365,11 +423,6 @@ impl Node<AgentState, AgentDeps> for RouteNode {
     async fn run(&self, _: Arc<AgentState>, _: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
         Ok(NodeOutput::Update(AgentUpdate::default()))
     }
-}
-
-/// A declared target as the runtime names it.
-pub(crate) fn runtime_name(target: &str) -> String {
-    if target == END_NAME { END.to_owned() } else { target.to_owned() }
 }
 
 /// Where a conditional exit goes from a state.
@@ -400,14 +453,14 @@ pub(crate) fn router(info: &Arc<GraphInfo>, exit: &Exit, max_failures: u32) -> O
                     };
                     key.and_then(|k| r.cases.get(&k)).unwrap_or(&r.otherwise)
                 };
-                runtime_name(to)
+                info.node(to)
             }))
         }
         Exit::Tools { next, give_up } => {
-            let (next, give_up) = (runtime_name(next), runtime_name(give_up));
+            let (next, give_up, end) = (info.node(next), info.node(give_up), info.node(END_NAME));
             Some(Box::new(move |s: &AgentState| {
                 if s.last_reply().is_some() {
-                    END.to_owned()
+                    end.clone()
                 } else if s.tool_failures > max_failures {
                     give_up.clone()
                 } else {
@@ -416,12 +469,12 @@ pub(crate) fn router(info: &Arc<GraphInfo>, exit: &Exit, max_failures: u32) -> O
             }))
         }
         Exit::Approved { execute, next } => {
-            let (execute, next) = (runtime_name(execute), runtime_name(next));
+            let (execute, next, end) = (info.node(execute), info.node(next), info.node(END_NAME));
             Some(Box::new(move |s: &AgentState| {
                 if !s.approved.is_empty() {
                     execute.clone()
                 } else if s.last_reply().is_some() {
-                    END.to_owned()
+                    end.clone()
                 } else {
                     next.clone()
                 }

@@ -34,10 +34,16 @@ pub fn build(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
-    let known = crate::declared::Known { tools: &TOOLS.map(str::to_owned), writes: &[], kinds: None };
-    let plan = crate::declared::check("examples/agents/legal.toml", DECLARATION, &known)
-        .map_err(crate::AgentError::Declared)?;
-    crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+    crate::declared::build(&plan()?, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
+}
+
+/// The checked [`DECLARATION`].
+///
+/// # Errors
+/// Only if the declaration were invalid (covered by tests).
+pub fn plan() -> Result<crate::declared::Plan, crate::AgentError> {
+    let known = crate::declared::Known { tools: &TOOLS.map(str::to_owned), writes: &[], kinds: None, agents: &[] };
+    crate::declared::check("examples/agents/legal.toml", DECLARATION, &known).map_err(crate::AgentError::Declared)
 }
 
 #[cfg(test)]

@@ -114,7 +114,9 @@ pub async fn drive(
                     m.llm_latency.with_label_values(&[&turn.agent]).observe(t.elapsed().as_secs_f64());
                 }
             }
-            RunEvent::NodeFinished { derived, .. } => written = derived,
+            // A node that wrote no message (a route, or where another agent's run hands the
+            // turn back) leaves the last one written as the reply.
+            RunEvent::NodeFinished { derived, .. } if !derived.is_empty() => written = derived,
             RunEvent::ToolCall { call_id, name, arguments } => {
                 let span = tracing::info_span!(parent: &turn_span, "tool.call", tool.name = %name, tool.ok = tracing::field::Empty);
                 tools.insert(call_id.clone(), (Instant::now(), span));
