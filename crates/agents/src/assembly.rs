@@ -305,8 +305,7 @@ fn models_for(
 /// as [`build`] would build it on its own.
 ///
 /// # Errors
-/// An unknown agent or tool, no model, a declaration that fails its checks, or an agent whose
-/// graph is built in Rust (the crisis companion).
+/// An unknown agent or tool, no model, or a declaration that fails its checks.
 pub fn specialist(cfg: &Config, name: &str, shared: &SharedParts) -> Result<crate::declared::Specialist, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
     let mut spec = spec_of(&name, &settings, tools, shared);
@@ -323,12 +322,8 @@ pub fn specialist(cfg: &Config, name: &str, shared: &SharedParts) -> Result<crat
             crate::legal::pipeline::plan()?
         }
         (None, AgentGraph::CrisisCompanion) => {
-            return Err(AgentError::Tool {
-                what: format!("agents.{name}"),
-                message: "its graph (crisis_companion) is built in, not declared: an `agent` node hands turns only \
-                          to agents whose graph is declared"
-                    .into(),
-            });
+            need_tools(&name, &spec.tools, &[crate::crisis::TOOL_NAME], "[tools.crisis]")?;
+            crate::crisis::graph::plan()?
         }
     };
     Ok(crate::declared::Specialist { plan, spec, model, model_for: Box::new(models_for(cfg, &settings, shared)) })
@@ -354,7 +349,7 @@ pub fn declared_version(cfg: &Config, name: &str) -> std::io::Result<String> {
             }
             (None, AgentGraph::React) => react::DECLARATION.into(),
             (None, AgentGraph::LegalPipeline) => crate::legal::pipeline::DECLARATION.into(),
-            (None, AgentGraph::CrisisCompanion) => return Ok(String::new()),
+            (None, AgentGraph::CrisisCompanion) => crate::crisis::graph::DECLARATION.into(),
         };
         let own = crate::declared::version_of(&text);
         // A loop, or a file that does not parse, is refused by the build; its own text decides.
@@ -474,7 +469,7 @@ pub fn mermaid(kind: AgentGraph) -> String {
     let graph = match kind {
         AgentGraph::React => react::build(spec, model, store),
         AgentGraph::LegalPipeline => crate::legal::pipeline::build(spec, model, store),
-        AgentGraph::CrisisCompanion => crate::crisis::graph::build(spec, model, store).map_err(AgentError::from),
+        AgentGraph::CrisisCompanion => crate::crisis::graph::build(spec, model, store),
     };
     match graph {
         Ok(g) => g.to_mermaid(),

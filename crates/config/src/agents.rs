@@ -70,7 +70,8 @@ pub enum AgentGraph {
     React,
     /// `retrieve_laws` → `generate_answer` → `format_citation`, with no tool choice by the model.
     LegalPipeline,
-    /// `crisis_gate` → (on risk) `crisis_response`, else the reply.
+    /// `crisis_gate` → (risk words) `crisis_screen` → (risk) `crisis_response` → `crisis_reply`, else the
+    /// ordinary reply (`examples/agents/crisis.toml`).
     CrisisCompanion,
 }
 

@@ -10,7 +10,6 @@
 //! logs a warning and the offline [`directory`] answers instead.
 
 pub mod directory;
-pub mod gate;
 pub mod graph;
 pub mod search;
 
@@ -59,6 +58,46 @@ pub struct Found {
     /// Why the web search did not answer, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// The resources as lines of text, `- name — phone — url (region)`: what a reply gives.
+    #[serde(default)]
+    pub lines: String,
+    /// Each resource's number, or its address when it has none: a reply that holds one of them
+    /// gives a line.
+    #[serde(default)]
+    pub contacts: Vec<String>,
+}
+
+impl Found {
+    /// What was found, with its [`Found::lines`] and [`Found::contacts`].
+    pub fn new(
+        inferred_location: String,
+        found_resources: Vec<Resource>,
+        source: &str,
+        warning: Option<String>,
+    ) -> Self {
+        let lines = found_resources
+            .iter()
+            .map(|r| {
+                let mut line = format!("- {}", r.name);
+                for part in [&r.phone, &r.url] {
+                    if !part.is_empty() {
+                        line.push_str(&format!(" — {part}"));
+                    }
+                }
+                if !r.region.is_empty() {
+                    line.push_str(&format!(" ({})", r.region));
+                }
+                line
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let contacts = found_resources
+            .iter()
+            .map(|r| if r.phone.is_empty() { r.url.clone() } else { r.phone.clone() })
+            .filter(|c| !c.is_empty())
+            .collect();
+        Self { inferred_location, found_resources, source: source.to_owned(), warning, lines, contacts }
+    }
 }
 
 /// The resource finder behind the tool.
@@ -103,12 +142,7 @@ impl ResourceFinder {
                 Ok(grounded) => {
                     let found = parse_resources(&grounded.text, &location);
                     if !found.is_empty() {
-                        return Found {
-                            inferred_location: location,
-                            found_resources: found,
-                            source: "web_search".into(),
-                            warning: None,
-                        };
+                        return Found::new(location, found, "web_search", None);
                     }
                     warning = Some("the web search answer listed no resource".to_owned());
                 }
@@ -119,12 +153,8 @@ impl ResourceFinder {
                 "crisis resource search failed; using the offline directory"
             );
         }
-        Found {
-            found_resources: self.directory.lookup(&location, MAX_RESOURCES),
-            inferred_location: location,
-            source: "directory".into(),
-            warning,
-        }
+        let found = self.directory.lookup(&location, MAX_RESOURCES);
+        Found::new(location, found, "directory", warning)
     }
 
     /// Where the user is, as the conversation says ("" when it does not, or on any failure).

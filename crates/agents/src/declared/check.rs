@@ -92,6 +92,9 @@ pub struct PlannedNode {
 
 /// What a planned node does.
 #[derive(Debug, Clone)]
+// A plan is built once when its file loads (tens of nodes): boxing the model node's fields
+// would only add indirection.
+#[allow(clippy::large_enum_variant)]
 pub enum Step {
     /// A model call.
     Model {
@@ -115,6 +118,12 @@ pub enum Step {
         cite: bool,
         /// Whether a reply before any tool result is stopped.
         reply_needs_tools: bool,
+        /// The one message it sends instead of the conversation.
+        message: Option<Template>,
+        /// Its reply when the model fails or says nothing.
+        fallback: Option<Template>,
+        /// What its reply must mention (one placeholder), and what is appended when it does not.
+        must_mention: Option<(Template, Template)>,
     },
     /// The tool calls of the last model message; pauses resume at `approved`.
     Tools {
@@ -229,6 +238,8 @@ pub struct Output {
     pub schema: Value,
     /// For a schema that is an enum of strings: the labels (a classifier).
     pub labels: Option<Vec<String>>,
+    /// What is written when the call fails or the answer does not match.
+    pub on_failure: Option<Value>,
 }
 
 /// Where the run goes after a node (node names, or the runtime's end).
@@ -262,6 +273,10 @@ pub struct Route {
     pub replied: Option<String>,
     /// See [`RouteDecl::tool_calls`].
     pub tool_calls: Option<String>,
+    /// See [`RouteDecl::mentioned`].
+    pub mentioned: Option<String>,
+    /// See [`RouteDecl::mentions`], lowercased.
+    pub mentions: Vec<String>,
     /// See [`RouteDecl::on`].
     pub on: Option<String>,
     /// See [`RouteDecl::cases`].
@@ -276,7 +291,8 @@ impl Exit {
         match self {
             Self::Next(n) => vec![n],
             Self::Route(r) => {
-                let mut t: Vec<&str> = r.replied.iter().chain(&r.tool_calls).map(String::as_str).collect();
+                let mut t: Vec<&str> =
+                    r.replied.iter().chain(&r.tool_calls).chain(&r.mentioned).map(String::as_str).collect();
                 t.extend(r.cases.values().map(String::as_str));
                 t.push(&r.otherwise);
                 t.sort_unstable();
@@ -539,6 +555,9 @@ fn used_fields(kind: &NodeKind) -> &'static [&'static str] {
             "output",
             "cite",
             "reply_needs_tools",
+            "message",
+            "fallback",
+            "must_mention",
         ],
         NodeKind::Tools => &["next", "give_up", "max_failures"],
         NodeKind::Tool => &["next", "route", "tool", "arguments", "never_fail", "channel"],
@@ -565,6 +584,9 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("output", n.output.is_some()),
         ("cite", n.cite.is_some()),
         ("reply_needs_tools", n.reply_needs_tools.is_some()),
+        ("message", n.message.is_some()),
+        ("fallback", n.fallback.is_some()),
+        ("must_mention", n.must_mention.is_some()),
         ("give_up", n.give_up.is_some()),
         ("max_failures", n.max_failures.is_some()),
         ("tool", n.tool.is_some()),
@@ -723,11 +745,22 @@ fn plan_node(
                 if let Err(e) = jsonschema::validator_for(&o.schema) {
                     c.error(&["nodes", name, "output", "schema"], format!("not a valid JSON Schema: {e}"));
                 }
+                match (jsonschema::validator_for(&o.schema), &o.on_failure) {
+                    (Ok(v), Some(value)) if !v.is_valid(value) => {
+                        c.error(&["nodes", name, "output", "on_failure"], "does not match the output's schema");
+                    }
+                    _ => {}
+                }
                 let labels =
                     o.schema.get("enum").and_then(Value::as_array).and_then(|items| {
                         items.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>()
                     });
-                Output { channel: o.channel.clone(), schema: o.schema.clone(), labels }
+                Output {
+                    channel: o.channel.clone(),
+                    schema: o.schema.clone(),
+                    labels,
+                    on_failure: o.on_failure.clone(),
+                }
             });
             let require_call = n.tool_choice == Some(ToolChoiceDecl::Required);
             let may_call = n.output.is_none() && n.tools.as_ref().map_or(!known.tools.is_empty(), |t| !t.is_empty());
@@ -750,10 +783,41 @@ fn plan_node(
             if reply_needs_tools && !may_call {
                 c.error(&path("reply_needs_tools"), "needs tools to call (and no `output`)");
             }
+            let message = n.message.as_deref().and_then(|m| template(c, &path("message"), m, channels));
+            // A tool loop must see its results, which neither keeps.
+            if may_call && (n.message.is_some() || n.history == Some(History::Spoken)) {
+                c.error(
+                    &path(if n.message.is_some() { "message" } else { "history" }),
+                    "only on a node that calls no tools (tools = [], or `output`): its tool calls would not see their \
+                     results",
+                );
+            }
+            // A reply that must not fail, or must mention something, is one the node writes
+            // itself: it calls no tools.
+            for (field, set) in [("fallback", n.fallback.is_some()), ("must_mention", n.must_mention.is_some())] {
+                if set && (n.output.is_some() || may_call) {
+                    c.error(&path(field), "only on a node that replies and calls no tools (tools = [], no `output`)");
+                }
+            }
+            let fallback = n.fallback.as_deref().and_then(|f| template(c, &path("fallback"), f, channels));
+            let must_mention = n.must_mention.as_ref().and_then(|m| {
+                let any = template(c, &["nodes", name, "must_mention", "any_of"], &m.any_of, channels)?;
+                if any.names().count() != 1 || !m.any_of.trim().starts_with("{{") || !m.any_of.trim().ends_with("}}") {
+                    c.error(
+                        &["nodes", name, "must_mention", "any_of"],
+                        "one placeholder whose value is a list of strings, e.g. \"{{resources.contacts}}\"",
+                    );
+                }
+                let append = template(c, &["nodes", name, "must_mention", "or_append"], &m.or_append, channels)?;
+                Some((any, append))
+            });
             Step::Model {
                 require_call,
                 cite,
                 reply_needs_tools,
+                message,
+                fallback,
+                must_mention,
                 prompt,
                 // A node with a structured output calls no tools.
                 tools: if output.is_some() { Some(Vec::new()) } else { n.tools.clone() },
@@ -946,6 +1010,16 @@ fn plan_route(c: &mut Checker<'_>, name: &str, r: &RouteDecl, channels: &[&str],
     let replied = r.replied.as_ref().map(|t| target(c, &p("replied"), t, names));
     let tool_calls = r.tool_calls.as_ref().map(|t| target(c, &p("tool_calls"), t, names));
     let otherwise = target(c, &p("otherwise"), &r.otherwise, names);
+    let mentioned = r.mentioned.as_ref().map(|t| target(c, &p("mentioned"), t, names));
+    match (&mentioned, r.mentions.is_empty()) {
+        (Some(_), true) => c.error(&p("mentioned"), "`mentioned` needs `mentions`: the words to look for"),
+        (None, false) => c.error(&p("mentions"), "`mentions` needs `mentioned`: where to go when one is said"),
+        _ => {}
+    }
+    if r.mentions.iter().any(|w| w.trim().is_empty()) {
+        c.error(&p("mentions"), "a word to look for cannot be empty");
+    }
+    let mentions = r.mentions.iter().map(|w| w.to_lowercase()).collect();
     let mut cases = BTreeMap::new();
     for (value, to) in &r.cases {
         cases.insert(value.clone(), target(c, &["nodes", name, "route", "cases", value], to, names));
@@ -957,7 +1031,7 @@ fn plan_route(c: &mut Checker<'_>, name: &str, r: &RouteDecl, channels: &[&str],
         (None, false) => c.error(&p("cases"), "`cases` needs `on`: the channel whose value picks the case"),
         (None, true) => {}
     }
-    Route { replied, tool_calls, on: r.on.clone(), cases, otherwise }
+    Route { replied, tool_calls, mentioned, mentions, on: r.on.clone(), cases, otherwise }
 }
 
 /// A route on a classifier's channel: each case must be one of its labels (a typo would never
@@ -1097,7 +1171,7 @@ next = "agent"
         assert_eq!(
             broken("{{passages}}", "{{pasages}}"),
             [
-                "desk.toml:20: nodes.agent.prompt: the template reads `pasages`, which the state does not have: channels category, passages; always there: last_user_message, question_in_context, context, tool_failures, last_tool_error, agent"
+                "desk.toml:20: nodes.agent.prompt: the template reads `pasages`, which the state does not have: channels category, passages; always there: last_user_message, recent_user_messages, question_in_context, context, tool_failures, last_tool_error, agent, system_prompt"
             ]
         );
         assert_eq!(
@@ -1294,6 +1368,47 @@ next = "agent"
         assert_eq!(errors(&text), Vec::<String>::new());
         let err = errors(&GOOD.replace(r#"on = "category", cases"#, r#"on = "categories.label", cases"#));
         assert!(err[0].starts_with("desk.toml:11: nodes.classify.route.on: no channel `categories`"), "{err:?}");
+    }
+
+    #[test]
+    fn guarded_replies_keyword_routes_and_failure_values_are_checked() {
+        let with = |from: &str, to: &str| broken(from, to).join("\n");
+        // A fallback or a must-mention is for a reply the node writes itself: no tools.
+        let err = with("tools = [\"create_ticket\"]\n", "tools = [\"create_ticket\"]\nfallback = \"Sorry.\"\n");
+        assert!(
+            err.contains("desk.toml:22: nodes.agent.fallback: only on a node that replies and calls no tools"),
+            "{err}"
+        );
+        let guarded = "tools = []\nroute = { otherwise = \"END\" }\nfallback = \"Sorry: {{passages}}\"\n\
+                       must_mention = { any_of = \"{{passages.contacts}}\", or_append = \"{{passages.lines}}\" }\n";
+        let text = GOOD
+            .replace("tools = [\"create_ticket\"]\nroute = { tool_calls = \"tools\", otherwise = \"END\" }\n", guarded)
+            .replace("[nodes.tools]\nkind = \"tools\"\nnext = \"agent\"\n", "");
+        assert_eq!(errors(&text), Vec::<String>::new());
+        let err =
+            errors(&text.replace("any_of = \"{{passages.contacts}}\"", "any_of = \"call {{passages.contacts}}\""))
+                .join("\n");
+        assert!(err.contains("nodes.agent.must_mention.any_of: one placeholder whose value is a list"), "{err}");
+        // A tool loop must see its results: no `message` or spoken history on a node with tools.
+        let err =
+            with("tools = [\"create_ticket\"]\n", "tools = [\"create_ticket\"]\nmessage = \"{{last_user_message}}\"\n");
+        assert!(err.contains("nodes.agent.message: only on a node that calls no tools"), "{err}");
+        let err = with("tools = [\"create_ticket\"]\n", "tools = [\"create_ticket\"]\nhistory = \"spoken\"\n");
+        assert!(err.contains("nodes.agent.history: only on a node that calls no tools"), "{err}");
+        // A keyword rule needs its words and its target; a failure value must fit the schema.
+        let err = with("otherwise = \"agent\" }", "mentioned = \"search\", otherwise = \"agent\" }");
+        assert!(err.contains("nodes.classify.route.mentioned: `mentioned` needs `mentions`"), "{err}");
+        let err = with("otherwise = \"agent\" }", "mentions = [\"refund\"], otherwise = \"agent\" }");
+        assert!(err.contains("nodes.classify.route.mentions: `mentions` needs `mentioned`"), "{err}");
+        assert_eq!(
+            with("otherwise = \"agent\" }", "mentioned = \"search\", mentions = [\"Refund\"], otherwise = \"agent\" }"),
+            ""
+        );
+        let err = with(
+            "schema = { enum = [\"billing\", \"technical\"] } }",
+            "schema = { enum = [\"billing\", \"technical\"] }, on_failure = \"other\" }",
+        );
+        assert!(err.contains("nodes.classify.output.on_failure: does not match the output's schema"), "{err}");
     }
 
     #[test]

@@ -134,6 +134,18 @@ pub struct NodeDecl {
     /// `model`: write a structured answer into a channel instead of replying.
     #[serde(default)]
     pub output: Option<OutputDecl>,
+    /// `model`: the one message it sends instead of the conversation, a template (a screen or
+    /// classifier over text the graph composes, e.g. `{{recent_user_messages}}`).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `model`: the reply, a template, when the model fails or says nothing — the turn does not
+    /// fail (what a person must always get). Only on a node that calls no tools.
+    #[serde(default)]
+    pub fallback: Option<String>,
+    /// `model`: text the reply must mention one of, and what is appended when it mentions none.
+    /// Only on a node that calls no tools.
+    #[serde(default)]
+    pub must_mention: Option<MustMentionDecl>,
     /// `model`: check the reply against this turn's search results — each sentence cited to
     /// the passage that holds it, a sentence stating what no source holds dropped, and a reply
     /// that stands on nothing replaced by "cannot find it in the documents" in the person's
@@ -219,6 +231,20 @@ pub enum History {
     Window,
     /// Only the person's last message.
     LastMessage,
+    /// The conversation's words: the person's and the agent's messages that fit the agent's
+    /// `history_budget`, without tool calls and their results.
+    Spoken,
+}
+
+/// `must_mention = { any_of = "…", or_append = "…" }`: what a `model` node's reply must mention.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MustMentionDecl {
+    /// A template of one placeholder whose value is a list of strings (or one string): the
+    /// reply must contain one of them.
+    pub any_of: String,
+    /// A template appended to the reply (and streamed) when it contains none of them.
+    pub or_append: String,
 }
 
 /// What an `agent` node's agent reads of the conversation: its model nodes see the whole
@@ -243,10 +269,15 @@ pub struct OutputDecl {
     /// A JSON Schema the answer must match. `{ enum = ["a", "b"] }` makes a classifier: the
     /// first label the model's answer names is written.
     pub schema: Value,
+    /// Written instead when the model fails or its answer does not match the schema (default:
+    /// the turn fails on a failed call, and a mismatch writes null). Must match the schema.
+    #[serde(default)]
+    pub on_failure: Option<Value>,
 }
 
 /// `route = { … }`: where a node's run goes next, decided on the state. The first rule that
-/// holds decides: `replied`, then `tool_calls`, then `on` with `cases`, then `otherwise`.
+/// holds decides: `replied`, then `tool_calls`, then `mentioned`, then `on` with `cases`, then
+/// `otherwise`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteDecl {
@@ -256,6 +287,13 @@ pub struct RouteDecl {
     /// Where to go when the last model message asks for tools not yet run.
     #[serde(default)]
     pub tool_calls: Option<String>,
+    /// Where to go when the person's last message says one of `mentions`.
+    #[serde(default)]
+    pub mentioned: Option<String>,
+    /// Words and phrases looked for in the person's last message, in any case, anywhere (a
+    /// keyword gate before a model call).
+    #[serde(default)]
+    pub mentions: Vec<String>,
     /// A channel whose value picks a case.
     #[serde(default)]
     pub on: Option<String>,

@@ -161,8 +161,12 @@ fn add_plan(
     chain: &mut Vec<String>,
 ) -> Result<String, crate::AgentError> {
     use check::Step;
-    let info =
-        Arc::new(GraphInfo { agent: spec.name.clone(), channels: plan.channels.clone(), prefix: scope.prefix.clone() });
+    let info = Arc::new(GraphInfo {
+        agent: spec.name.clone(),
+        channels: plan.channels.clone(),
+        prefix: scope.prefix.clone(),
+        system_prompt: spec.system_prompt.clone(),
+    });
     let mut max_failures = std::collections::BTreeMap::new();
     let mut handed = Vec::new();
     // The node whose exit each planned node's is: itself, except for an `agent` node, whose
@@ -182,6 +186,9 @@ fn add_plan(
                 require_call,
                 cite,
                 reply_needs_tools,
+                message,
+                fallback,
+                must_mention,
             } => {
                 let mut own = spec.clone();
                 if let Some(tools) = tools {
@@ -219,6 +226,9 @@ fn add_plan(
                         grounded: *cite,
                         reply_needs_tools: *reply_needs_tools,
                     },
+                    message: message.clone(),
+                    fallback: fallback.clone(),
+                    must_mention: must_mention.clone(),
                 };
                 add(g, scope, name.clone(), step);
             }

@@ -25,7 +25,12 @@ pub(crate) struct GraphInfo {
     /// hands the turn to: the prefix of its node and channel names in the graph that runs it
     /// (so its channels are its own), and `<node>/END` is where its run ends.
     pub prefix: String,
+    /// The agent's own system prompt (`{{system_prompt}}`).
+    pub system_prompt: String,
 }
+
+/// How many of the person's latest messages `{{recent_user_messages}}` holds.
+const RECENT_USER_MESSAGES: usize = 4;
 
 impl GraphInfo {
     /// The runtime's name of the declared node `target` (or `END`) of this graph.
@@ -46,6 +51,19 @@ impl GraphInfo {
     pub fn lookup(&self, s: &AgentState, name: &str) -> Option<Value> {
         match name {
             "last_user_message" => s.last_user_message().map(|t| Value::String(t.to_owned())),
+            "recent_user_messages" => {
+                let mut recent: Vec<&str> = s
+                    .messages
+                    .iter()
+                    .rev()
+                    .filter(|m| matches!(m, Message::User { .. }))
+                    .take(RECENT_USER_MESSAGES)
+                    .map(Message::content)
+                    .collect();
+                recent.reverse();
+                Some(Value::String(recent.join("\n")))
+            }
+            "system_prompt" => Some(Value::String(self.system_prompt.clone())),
             "question_in_context" => crate::kit::question_in_context(&s.messages).map(Value::String),
             "context" => Some(Value::Object(s.context.clone())),
             "tool_failures" => Some(Value::from(s.tool_failures)),
@@ -93,6 +111,12 @@ pub(crate) struct ModelNode {
     /// Whether it must call a tool before it may answer (`tool_choice = "required"`), and
     /// whether its reply is checked against the search results (`cite`).
     pub rules: crate::kit::StepRules,
+    /// The one message it sends instead of the conversation.
+    pub message: Option<Template>,
+    /// Its reply when the model fails or says nothing.
+    pub fallback: Option<Template>,
+    /// What its reply must mention one of, and what is appended when it mentions none.
+    pub must_mention: Option<(Template, Template)>,
 }
 
 #[async_trait]
@@ -101,6 +125,18 @@ impl Node<AgentState, AgentDeps> for ModelNode {
         let system = self.prompt.as_ref().map(|p| self.info.render(p, &s));
         if let Some((output, validator)) = &self.output {
             return self.structured(&s, &ctx, system, output, validator).await;
+        }
+        if self.fallback.is_some() || self.must_mention.is_some() {
+            return self.guarded(&s, &ctx, system).await;
+        }
+        if self.message.is_some() || self.history == History::Spoken {
+            // Words only (a node that calls no tools: checked when the graph loads).
+            let only = AgentState {
+                messages: self.words(&s, self.deps.spec()),
+                context: s.context.clone(),
+                ..AgentState::default()
+            };
+            return crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.rules).await;
         }
         match self.history {
             History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.rules).await,
@@ -115,11 +151,103 @@ impl Node<AgentState, AgentDeps> for ModelNode {
                 };
                 crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.rules).await
             }
+            History::Spoken => unreachable!("handled above"),
         }
     }
 }
 
 impl ModelNode {
+    /// What a node that calls no tools sends of the conversation: its `message`, or the
+    /// person's last message, or the conversation's words that fit the budget.
+    fn words(&self, s: &AgentState, spec: &crate::kit::AgentSpec) -> Vec<Message> {
+        match (&self.message, self.history) {
+            (Some(m), _) => vec![Message::user(self.info.render(m, s))],
+            (None, History::LastMessage) => s.last_user_message().map(Message::user).into_iter().collect(),
+            (None, History::Window | History::Spoken) => crate::kit::spoken_window(&s.messages, spec.history_budget),
+        }
+    }
+
+    /// A reply that never fails the turn when the node has a `fallback`, and that gets the
+    /// `must_mention` text appended when it mentions none of what it must: streamed as it comes.
+    async fn guarded(
+        &self,
+        s: &AgentState,
+        ctx: &RunContext<AgentDeps>,
+        system: Option<String>,
+    ) -> Result<NodeOutput<AgentState>, NodeError> {
+        let system = system.unwrap_or_else(|| self.deps.spec().system_prompt.clone());
+        let mut content = String::new();
+        let streamed = self.text_into(ctx, self.request(s, system), true, &mut content).await;
+        let addition = if streamed.is_err() || content.trim().is_empty() {
+            match (&self.fallback, streamed) {
+                (Some(fallback), streamed) => {
+                    if let Err(e) = streamed {
+                        tracing::warn!(node = %ctx.node(), error = %e, "the model failed; the node's fallback replies");
+                    }
+                    let text = self.info.render(fallback, s);
+                    Some(if content.trim().is_empty() { text } else { format!("\n\n{text}") })
+                }
+                (None, Err(e)) => return Err(NodeError::new("model", e.to_string())),
+                (None, Ok(())) => None,
+            }
+        } else {
+            self.unmentioned(s, &content)
+        };
+        if let Some(text) = addition.filter(|t| !t.trim().is_empty()) {
+            ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
+            content.push_str(&text);
+        }
+        Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(content)], ..Default::default() }))
+    }
+
+    /// The request of a node that calls no tools: `system`, then what it reads of the
+    /// conversation, with its settings.
+    fn request(&self, s: &AgentState, system: String) -> ChatRequest {
+        let spec = self.deps.spec();
+        let mut messages = vec![Message::system(system)];
+        messages.extend(self.words(s, spec));
+        let mut request = ChatRequest::new(messages);
+        request.temperature = spec.temperature;
+        request.max_tokens = spec.max_tokens;
+        request
+    }
+
+    /// The model's answer to `request`, as one timed model call, into `out` (and streamed to
+    /// the run when `stream`).
+    async fn text_into(
+        &self,
+        ctx: &RunContext<AgentDeps>,
+        request: ChatRequest,
+        stream: bool,
+        out: &mut String,
+    ) -> Result<(), toolgraph_llm::LlmError> {
+        let call = async {
+            let mut events = self.deps.model().stream(request).await?;
+            while let Some(event) = events.next().await {
+                if let ChatEvent::TextDelta(t) = event? {
+                    if stream {
+                        ctx.emit(RunEvent::TextDelta { text: t.clone() }).await;
+                    }
+                    out.push_str(&t);
+                }
+            }
+            Ok(())
+        };
+        ctx.model_call(call, Result::is_ok).await
+    }
+
+    /// The `must_mention` text to append to `reply`, when it mentions none of what it must.
+    fn unmentioned(&self, s: &AgentState, reply: &str) -> Option<String> {
+        let (any_of, append) = self.must_mention.as_ref()?;
+        let wanted: Vec<String> = match any_of.only_value(|name| self.info.lookup(s, name)) {
+            Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+            Some(Value::String(one)) => vec![one],
+            _ => Vec::new(),
+        };
+        let mentioned = wanted.iter().any(|w| !w.trim().is_empty() && reply.contains(w.as_str()));
+        (!mentioned).then(|| self.info.render(append, s))
+    }
+
     /// A model call whose answer goes into a channel: not streamed, not a message.
     async fn structured(
         &self,
@@ -148,30 +276,22 @@ impl ModelNode {
                 })
             }
         };
-        let mut messages = vec![Message::system(system)];
-        match self.history {
-            History::Window => messages.extend(crate::kit::spoken_window(&s.messages, spec.history_budget)),
-            History::LastMessage => messages.extend(s.last_user_message().map(Message::user)),
-        }
-        let mut request = ChatRequest::new(messages);
+        let mut request = self.request(s, system);
         request.response_format = format;
-        request.temperature = spec.temperature;
-        request.max_tokens = spec.max_tokens;
         let mut text = String::new();
-        let call = async {
-            let mut stream = self.deps.model().stream(request).await?;
-            while let Some(event) = stream.next().await {
-                if let ChatEvent::TextDelta(t) = event? {
-                    text.push_str(&t);
-                }
+        let called = self.text_into(ctx, request, false, &mut text).await;
+        let value = match (called, &output.on_failure) {
+            (Err(e), None) => return Err(NodeError::new("model", e.to_string())),
+            (Err(e), Some(_)) => {
+                tracing::warn!(node = %ctx.node(), error = %e, "the model failed; the output's on_failure is written");
+                None
             }
-            Ok::<(), toolgraph_llm::LlmError>(())
+            (Ok(()), _) => match &output.labels {
+                Some(labels) => first_label(&text, labels).map(Value::String),
+                None => json_in(&text).filter(|v| validator.is_valid(v)),
+            },
         };
-        ctx.model_call(call, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
-        let value = match &output.labels {
-            Some(labels) => first_label(&text, labels).map(Value::String),
-            None => json_in(&text).filter(|v| validator.is_valid(v)),
-        };
+        let value = value.or_else(|| output.on_failure.clone());
         let reducer = self.info.channels.get(&output.channel).map(|c| c.reducer).unwrap_or_default();
         let channels = match value {
             Some(v) => self.info.writes(s, &output.channel, v),
@@ -439,6 +559,11 @@ pub(crate) fn router(info: &Arc<GraphInfo>, exit: &Exit, max_failures: u32) -> O
                 let to = if let Some(to) = r.replied.as_ref().filter(|_| s.last_reply().is_some()) {
                     to
                 } else if let Some(to) = r.tool_calls.as_ref().filter(|_| !pending_calls(s).is_empty()) {
+                    to
+                } else if let Some(to) = r.mentioned.as_ref().filter(|_| {
+                    let said = s.last_user_message().unwrap_or_default().to_lowercase();
+                    r.mentions.iter().any(|w| said.contains(w.as_str()))
+                }) {
                     to
                 } else {
                     let value = r.on.as_deref().and_then(|on| {

@@ -6,8 +6,16 @@
 use serde_json::Value;
 
 /// The names every template may use besides the graph's channels.
-pub const BUILTINS: [&str; 6] =
-    ["last_user_message", "question_in_context", "context", "tool_failures", "last_tool_error", "agent"];
+pub const BUILTINS: [&str; 8] = [
+    "last_user_message",
+    "recent_user_messages",
+    "question_in_context",
+    "context",
+    "tool_failures",
+    "last_tool_error",
+    "agent",
+    "system_prompt",
+];
 
 /// A parsed template.
 #[derive(Debug, Clone, Default, PartialEq)]
