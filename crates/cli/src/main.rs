@@ -10,6 +10,7 @@ mod bench_cmd;
 mod bench_streams;
 mod chat_cmd;
 mod config_cmd;
+mod cpu;
 mod eval_answers;
 mod eval_cmd;
 mod eval_legal;
