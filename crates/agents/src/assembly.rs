@@ -300,33 +300,94 @@ fn models_for(
     }
 }
 
-/// Agent `name` as an `agent` node of another agent's graph runs it: its declaration (its
-/// `graph_file`, or the built-in graph it runs when that is declared too), its spec and model,
-/// as [`build`] would build it on its own.
+/// Where an agent's graph is declared: the file its `graph_file` names, or the declaration of
+/// the built-in graph it runs (every built-in graph is one).
+enum Declaration<'a> {
+    File(&'a std::path::Path),
+    BuiltIn {
+        /// Its path in the repository, for errors.
+        file: &'static str,
+        text: &'static str,
+        /// The tools its nodes call, and what provides them.
+        needs: &'static [&'static str],
+        provider: &'static str,
+        /// The grounded ReAct agent: its prompt gains the grounding instruction.
+        grounded: bool,
+    },
+}
+
+/// The declaration of the agent of `settings`.
+fn declaration(settings: &AgentSettings) -> Declaration<'_> {
+    let built_in =
+        |file, text, needs, provider, grounded| Declaration::BuiltIn { file, text, needs, provider, grounded };
+    match (&settings.graph_file, settings.graph) {
+        (Some(file), _) => Declaration::File(file),
+        (None, AgentGraph::React) if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
+            built_in(
+                "examples/agents/grounded.toml",
+                react::GROUNDED_DECLARATION,
+                &["rag_search"],
+                "[rag] (grounding = \"retrieve_first\" searches first)",
+                true,
+            )
+        }
+        (None, AgentGraph::React) => built_in("examples/agents/react.toml", react::DECLARATION, &[], "", false),
+        (None, AgentGraph::LegalPipeline) => built_in(
+            "examples/agents/legal.toml",
+            crate::legal::pipeline::DECLARATION,
+            &crate::legal::pipeline::TOOLS,
+            "[tools.legal]",
+            false,
+        ),
+        (None, AgentGraph::CrisisCompanion) => built_in(
+            "examples/agents/crisis.toml",
+            crate::crisis::graph::DECLARATION,
+            &[crate::crisis::TOOL_NAME],
+            "[tools.crisis]",
+            false,
+        ),
+    }
+}
+
+/// Agent `name` ready to build: its checked declaration (its `graph_file`, or its built-in
+/// graph's), its spec and model — as [`build`] builds it on its own, and as an `agent` node of
+/// another agent's graph runs it.
 ///
 /// # Errors
-/// An unknown agent or tool, no model, or a declaration that fails its checks.
+/// An unknown agent or tool, a tool its graph calls that it lacks, no model, or a declaration
+/// that fails its checks.
 pub fn specialist(cfg: &Config, name: &str, shared: &SharedParts) -> Result<crate::declared::Specialist, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
-    let mut spec = spec_of(&name, &settings, tools, shared);
+    let spec = spec_of(&name, &settings, tools, shared);
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
-    let plan = match (&settings.graph_file, settings.graph) {
-        (Some(file), _) => declared_plan(cfg, file, &spec.tools, &shared.kinds)?,
-        (None, AgentGraph::React) if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
-            need_tools(&name, &spec.tools, &["rag_search"], "[rag] (grounding = \"retrieve_first\" searches first)")?;
-            react::grounded_plan(&mut spec)?
-        }
-        (None, AgentGraph::React) => react::plan()?,
-        (None, AgentGraph::LegalPipeline) => {
-            need_tools(&name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;
-            crate::legal::pipeline::plan()?
-        }
-        (None, AgentGraph::CrisisCompanion) => {
-            need_tools(&name, &spec.tools, &[crate::crisis::TOOL_NAME], "[tools.crisis]")?;
-            crate::crisis::graph::plan()?
+    let model_for = Box::new(models_for(cfg, &settings, shared));
+    let (plan, spec) = plan_of(cfg, &name, &settings, spec, shared)?;
+    Ok(crate::declared::Specialist { plan, spec, model, model_for })
+}
+
+/// The checked declaration of agent `name` (`settings`, `spec`), and its spec as the graph runs
+/// it.
+fn plan_of(
+    cfg: &Config,
+    name: &str,
+    settings: &AgentSettings,
+    mut spec: AgentSpec,
+    shared: &SharedParts,
+) -> Result<(crate::declared::Plan, AgentSpec), AgentError> {
+    let plan = match declaration(settings) {
+        Declaration::File(file) => declared_plan(cfg, file, &spec.tools, &shared.kinds)?,
+        Declaration::BuiltIn { file, text, needs, provider, grounded } => {
+            need_tools(name, &spec.tools, needs, provider)?;
+            if grounded {
+                react::grounded_plan(&mut spec)?
+            } else {
+                let tools = spec.tools.names();
+                let known = crate::declared::Known { tools: &tools, writes: &[], kinds: None, agents: &[] };
+                crate::declared::check(file, text, &known).map_err(AgentError::Declared)?
+            }
         }
     };
-    Ok(crate::declared::Specialist { plan, spec, model, model_for: Box::new(models_for(cfg, &settings, shared)) })
+    Ok((plan, spec))
 }
 
 /// The version agent `name`'s graph is built at from the files as they are now: its
@@ -335,21 +396,20 @@ pub fn specialist(cfg: &Config, name: &str, shared: &SharedParts) -> Result<crat
 /// it with the version that serves.
 ///
 /// # Errors
-/// A graph file that cannot be read.
+/// A graph file that cannot be read (the error names it).
 pub fn declared_version(cfg: &Config, name: &str) -> std::io::Result<String> {
-    fn version_in(cfg: &Config, name: &str, chain: &mut Vec<String>) -> std::io::Result<String> {
-        let agents = cfg.effective_agents();
+    fn version_in(
+        agents: &std::collections::BTreeMap<String, AgentSettings>,
+        name: &str,
+        chain: &mut Vec<String>,
+    ) -> std::io::Result<String> {
         let Some(settings) = agents.get(name) else { return Ok(String::new()) };
-        let text = match (&settings.graph_file, settings.graph) {
-            (Some(file), _) => std::borrow::Cow::Owned(std::fs::read_to_string(file)?),
-            (None, AgentGraph::React)
-                if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst =>
-            {
-                react::GROUNDED_DECLARATION.into()
-            }
-            (None, AgentGraph::React) => react::DECLARATION.into(),
-            (None, AgentGraph::LegalPipeline) => crate::legal::pipeline::DECLARATION.into(),
-            (None, AgentGraph::CrisisCompanion) => crate::crisis::graph::DECLARATION.into(),
+        let text = match declaration(settings) {
+            Declaration::File(file) => std::borrow::Cow::Owned(
+                std::fs::read_to_string(file)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.display())))?,
+            ),
+            Declaration::BuiltIn { text, .. } => text.into(),
         };
         let own = crate::declared::version_of(&text);
         // A loop, or a file that does not parse, is refused by the build; its own text decides.
@@ -362,17 +422,18 @@ pub fn declared_version(cfg: &Config, name: &str) -> std::io::Result<String> {
         // In name order, as the plan's nodes are.
         for node in file.nodes.values().filter(|n| n.kind == crate::declared::format::NodeKind::Agent) {
             if let Some(agent) = &node.agent {
-                handed.push(version_in(cfg, agent, chain)?);
+                handed.push(version_in(agents, agent, chain)?);
             }
         }
         chain.pop();
         Ok(crate::declared::combined_version(&own, &handed))
     }
-    version_in(cfg, name, &mut Vec::new())
+    version_in(&cfg.effective_agents(), name, &mut Vec::new())
 }
 
-/// The graph of agent `name` (its settings, its `spec`, its `model`): a built-in one, or the
-/// one its `graph_file` declares, checked against its tools.
+/// The graph of agent `name` (its settings, its `spec`, its `model`): the declaration its
+/// `graph_file` names or its built-in graph's, checked against its tools, with the agents its
+/// `agent` nodes hand turns to.
 fn graph_of(
     cfg: &Config,
     name: &str,
@@ -382,27 +443,10 @@ fn graph_of(
     shared: &SharedParts,
     store: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, AgentError> {
-    if let Some(file) = &settings.graph_file {
-        let plan = declared_plan(cfg, file, &spec.tools, &shared.kinds)?;
-        let model_for = models_for(cfg, settings, shared);
-        let specialists = |other: &str| specialist(cfg, other, shared);
-        return crate::declared::build_with(&plan, spec, model, &model_for, &specialists, store);
-    }
-    Ok(match settings.graph {
-        AgentGraph::React if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
-            need_tools(name, &spec.tools, &["rag_search"], "[rag] (grounding = \"retrieve_first\" searches first)")?;
-            react::build_grounded(spec, model, store)?
-        }
-        AgentGraph::React => react::build(spec, model, store)?,
-        AgentGraph::LegalPipeline => {
-            need_tools(name, &spec.tools, &crate::legal::pipeline::TOOLS, "[tools.legal]")?;
-            crate::legal::pipeline::build(spec, model, store)?
-        }
-        AgentGraph::CrisisCompanion => {
-            need_tools(name, &spec.tools, &[crate::crisis::TOOL_NAME], "[tools.crisis]")?;
-            crate::crisis::graph::build(spec, model, store)?
-        }
-    })
+    let (plan, spec) = plan_of(cfg, name, settings, spec, shared)?;
+    let model_for = models_for(cfg, settings, shared);
+    let specialists = |other: &str| specialist(cfg, other, shared);
+    crate::declared::build_with(&plan, spec, model, &model_for, &specialists, store)
 }
 
 /// The declaration at `file`, checked against `tools` (the agent's), `kinds` (the program's
@@ -489,7 +533,7 @@ mod tests {
             assert!(legal.contains(node), "{legal}");
         }
         let crisis = mermaid(AgentGraph::CrisisCompanion);
-        for node in ["crisis_gate", "crisis_response", "agent"] {
+        for node in ["crisis_gate", "crisis_screen", "crisis_response", "crisis_reply", "agent"] {
             assert!(crisis.contains(node), "{crisis}");
         }
         assert!(!crisis.contains("does not compile") && !legal.contains("does not compile"));

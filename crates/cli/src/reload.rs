@@ -91,7 +91,7 @@ impl Reloader {
             Err(e) => {
                 // Said once per disappearance (and on every SIGHUP), not on every look.
                 if forced || seen.replace(UNREADABLE.to_owned()).as_deref() != Some(UNREADABLE) {
-                    tracing::error!(agent = %declared.name, file = %declared.file.display(), error = %e, "cannot read the graph file; the current version keeps serving");
+                    tracing::error!(agent = %declared.name, error = %e, "cannot read a graph file it is built from; the current version keeps serving");
                 }
                 return;
             }

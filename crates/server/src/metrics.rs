@@ -47,7 +47,7 @@ pub struct Metrics {
     /// `toolgraph_http_requests_total{route,status}`.
     pub requests: IntCounterVec,
     /// `toolgraph_llm_call_seconds{agent}`: one model call, whichever node makes it (the
-    /// crisis gate's verdict as much as a ReAct step).
+    /// crisis screen's verdict as much as a ReAct step).
     pub llm_latency: HistogramVec,
     /// `toolgraph_tool_call_seconds{tool}`.
     pub tool_latency: HistogramVec,

@@ -742,10 +742,10 @@ fn plan_node(
                 if n.tools.as_ref().is_some_and(|t| !t.is_empty()) {
                     c.error(&path("tools"), "a node with `output` answers into its channel and calls no tools");
                 }
-                if let Err(e) = jsonschema::validator_for(&o.schema) {
-                    c.error(&["nodes", name, "output", "schema"], format!("not a valid JSON Schema: {e}"));
-                }
                 match (jsonschema::validator_for(&o.schema), &o.on_failure) {
+                    (Err(e), _) => {
+                        c.error(&["nodes", name, "output", "schema"], format!("not a valid JSON Schema: {e}"));
+                    }
                     (Ok(v), Some(value)) if !v.is_valid(value) => {
                         c.error(&["nodes", name, "output", "on_failure"], "does not match the output's schema");
                     }
@@ -797,6 +797,10 @@ fn plan_node(
             for (field, set) in [("fallback", n.fallback.is_some()), ("must_mention", n.must_mention.is_some())] {
                 if set && (n.output.is_some() || may_call) {
                     c.error(&path(field), "only on a node that replies and calls no tools (tools = [], no `output`)");
+                }
+                // The node writes that reply itself: no check against search results.
+                if set && n.cite == Some(true) {
+                    c.error(&path(field), "not with `cite = true` (a cited reply is checked as it streams)");
                 }
             }
             let fallback = n.fallback.as_deref().and_then(|f| template(c, &path("fallback"), f, channels));
@@ -1385,6 +1389,8 @@ next = "agent"
             .replace("tools = [\"create_ticket\"]\nroute = { tool_calls = \"tools\", otherwise = \"END\" }\n", guarded)
             .replace("[nodes.tools]\nkind = \"tools\"\nnext = \"agent\"\n", "");
         assert_eq!(errors(&text), Vec::<String>::new());
+        let err = errors(&text.replace("tools = []\n", "tools = []\ncite = true\n")).join("\n");
+        assert!(err.contains("nodes.agent.fallback: not with `cite = true`"), "{err}");
         let err =
             errors(&text.replace("any_of = \"{{passages.contacts}}\"", "any_of = \"call {{passages.contacts}}\""))
                 .join("\n");

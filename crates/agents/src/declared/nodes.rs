@@ -29,6 +29,9 @@ pub(crate) struct GraphInfo {
     pub system_prompt: String,
 }
 
+/// How long an output with `on_failure` waits for the model before writing it instead.
+const ON_FAILURE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How many of the person's latest messages `{{recent_user_messages}}` holds.
 const RECENT_USER_MESSAGES: usize = 4;
 
@@ -51,18 +54,7 @@ impl GraphInfo {
     pub fn lookup(&self, s: &AgentState, name: &str) -> Option<Value> {
         match name {
             "last_user_message" => s.last_user_message().map(|t| Value::String(t.to_owned())),
-            "recent_user_messages" => {
-                let mut recent: Vec<&str> = s
-                    .messages
-                    .iter()
-                    .rev()
-                    .filter(|m| matches!(m, Message::User { .. }))
-                    .take(RECENT_USER_MESSAGES)
-                    .map(Message::content)
-                    .collect();
-                recent.reverse();
-                Some(Value::String(recent.join("\n")))
-            }
+            "recent_user_messages" => Some(Value::String(s.recent_user_messages(RECENT_USER_MESSAGES).join("\n"))),
             "system_prompt" => Some(Value::String(self.system_prompt.clone())),
             "question_in_context" => crate::kit::question_in_context(&s.messages).map(Value::String),
             "context" => Some(Value::Object(s.context.clone())),
@@ -129,29 +121,23 @@ impl Node<AgentState, AgentDeps> for ModelNode {
         if self.fallback.is_some() || self.must_mention.is_some() {
             return self.guarded(&s, &ctx, system).await;
         }
-        if self.message.is_some() || self.history == History::Spoken {
-            // Words only (a node that calls no tools: checked when the graph loads).
-            let only = AgentState {
-                messages: self.words(&s, self.deps.spec()),
-                context: s.context.clone(),
-                ..AgentState::default()
-            };
-            return crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.rules).await;
-        }
-        match self.history {
-            History::Window => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.rules).await,
-            History::LastMessage => {
-                // The person's last message and what this turn added since (the node's own
-                // tool calls and their results), so a tool loop sees its results.
+        let only = match (&self.message, self.history) {
+            (None, History::Window) => None,
+            // The person's last message and what this turn added since (the node's own tool
+            // calls and their results), so a tool loop sees its results.
+            (None, History::LastMessage) => {
                 let start = s.messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(0);
-                let only = AgentState {
-                    messages: s.messages[start..].to_vec(),
-                    context: s.context.clone(),
-                    ..AgentState::default()
-                };
+                Some(s.messages[start..].to_vec())
+            }
+            // Words only (a node that calls no tools: checked when the graph loads).
+            (Some(_), _) | (None, History::Spoken) => Some(self.words(&s, self.deps.spec())),
+        };
+        match only {
+            None => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.rules).await,
+            Some(messages) => {
+                let only = AgentState { messages, context: s.context.clone(), ..AgentState::default() };
                 crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.rules).await
             }
-            History::Spoken => unreachable!("handled above"),
         }
     }
 }
@@ -279,9 +265,18 @@ impl ModelNode {
         let mut request = self.request(s, system);
         request.response_format = format;
         let mut text = String::new();
-        let called = self.text_into(ctx, request, false, &mut text).await;
+        let call = self.text_into(ctx, request, false, &mut text);
+        // A node that must not fail must not hang either: its `on_failure` stands in after a
+        // while (the model client's own limits are for replies, which may take minutes).
+        let called: Result<(), String> = match &output.on_failure {
+            Some(_) => match tokio::time::timeout(ON_FAILURE_AFTER, call).await {
+                Ok(called) => called.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {} s", ON_FAILURE_AFTER.as_secs())),
+            },
+            None => call.await.map_err(|e| e.to_string()),
+        };
         let value = match (called, &output.on_failure) {
-            (Err(e), None) => return Err(NodeError::new("model", e.to_string())),
+            (Err(e), None) => return Err(NodeError::new("model", e)),
             (Err(e), Some(_)) => {
                 tracing::warn!(node = %ctx.node(), error = %e, "the model failed; the output's on_failure is written");
                 None

@@ -176,6 +176,20 @@ impl AgentState {
         self.messages.iter().rev().find(|m| matches!(m, Message::User { .. })).map(Message::content)
     }
 
+    /// The person's latest `n` messages, oldest first.
+    pub fn recent_user_messages(&self, n: usize) -> Vec<&str> {
+        let mut recent: Vec<&str> = self
+            .messages
+            .iter()
+            .rev()
+            .filter(|m| matches!(m, Message::User { .. }))
+            .take(n)
+            .map(Message::content)
+            .collect();
+        recent.reverse();
+        recent
+    }
+
     /// The `error` of the latest tool message that reports one (docs/tools.md).
     pub fn last_tool_error(&self) -> Option<String> {
         self.messages.iter().rev().find_map(|m| match m {
