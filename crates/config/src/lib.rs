@@ -309,6 +309,18 @@ fn env_provider() -> Env {
 }
 
 /// The key a `TOOLGRAPH_` variable (without the prefix) sets, with `.` between its parts.
+/// The dotted key a `TOOLGRAPH_*` variable sets (`TOOLGRAPH_LLM_BASE_URL` → `llm.base_url`),
+/// or `None` for a variable that is not a configuration key (`TOOLGRAPH_LOG`,
+/// `TOOLGRAPH_API_KEY`, …) or not a `TOOLGRAPH_` variable. Whether the key exists is the
+/// loader's to say: [`Config::from_toml_str`] refuses one it does not know.
+pub fn variable_key(variable: &str) -> Option<String> {
+    let name = variable.strip_prefix("TOOLGRAPH_")?;
+    if name.is_empty() || NOT_CONFIG_KEYS.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+        return None;
+    }
+    Some(env_key(name))
+}
+
 fn env_key(variable: &str) -> String {
     let lower = variable.to_ascii_lowercase().replace("__", ".");
     for s in SECTIONS {

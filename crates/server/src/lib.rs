@@ -21,6 +21,7 @@ mod hosts;
 mod listen;
 mod mcp;
 mod metrics;
+mod openai;
 mod playground;
 mod routes;
 mod runlog;

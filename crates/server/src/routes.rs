@@ -37,6 +37,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/answer", post(answer))
         .route("/search", post(search))
         .route("/mcp", any(mcp))
+        .route("/v1/chat/completions", post(crate::openai::completions))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
     Router::new()
         .route("/ready", get(ready))
@@ -50,6 +51,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}/fork", post(fork))
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
+        .route("/v1/models", get(crate::openai::models))
         .merge(working)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
@@ -81,11 +83,11 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
     resp
 }
 
-/// Authenticates `/api` routes, `/search` and `/mcp`; the body is read here (bounded) because
-/// HMAC signs it.
+/// Authenticates `/api` and `/v1` routes, `/search` and `/mcp`; the body is read here
+/// (bounded) because HMAC signs it.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.uri().path();
-    if !path.starts_with("/api/") && path != "/search" && path != "/mcp" {
+    if !path.starts_with("/api/") && !path.starts_with("/v1/") && path != "/search" && path != "/mcp" {
         return Ok(next.run(req).await);
     }
     let req = authenticated(app.chat().auth(), req).await?;

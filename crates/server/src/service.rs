@@ -103,6 +103,9 @@ pub enum Confirmed {
 #[derive(Clone)]
 pub struct ChatService(Arc<Inner>);
 
+/// How many of a person's newest conversations [`ChatService::conversation_asking`] looks at.
+pub const RECOGNISED_AMONG: usize = 20;
+
 struct Inner {
     agents: BTreeMap<String, ServedAgent>,
     default_agent: String,
@@ -722,6 +725,35 @@ impl ChatService {
         limit: usize,
     ) -> Result<Vec<toolgraph_conversations::ConversationSummary>, ChatError> {
         Ok(self.0.store.list_conversations(tenant, user, limit.min(MAX_LISTED_CONVERSATIONS)).await?)
+    }
+
+    /// The newest of `tenant`/`user`'s conversations with `agent` whose person's messages are
+    /// `asked`, in order — for a client that sends the whole conversation with every message
+    /// and no id, as OpenAI's chat completions do. Only the newest [`RECOGNISED_AMONG`] are
+    /// looked at, and only those whose title is the first of `asked`.
+    ///
+    /// # Errors
+    /// `Store` when the store fails.
+    pub async fn conversation_asking(
+        &self,
+        tenant: i64,
+        user: i64,
+        agent: &str,
+        asked: &[String],
+    ) -> Result<Option<i64>, ChatError> {
+        let Some(first) = asked.first() else { return Ok(None) };
+        let title: String = first.chars().take(toolgraph_conversations::SUMMARY_TITLE_CHARS).collect();
+        for summary in self.0.store.list_conversations(tenant, user, RECOGNISED_AMONG).await? {
+            if summary.agent != agent || summary.title != title {
+                continue;
+            }
+            let messages = self.0.store.messages(summary.id).await?;
+            let said = messages.iter().filter(|m| m.role == toolgraph_conversations::Role::User).map(|m| &m.content);
+            if said.eq(asked.iter()) {
+                return Ok(Some(summary.id));
+            }
+        }
+        Ok(None)
     }
 
     /// Forks conversation `id` of `tenant`/`user` at checkpoint `seq` into a new conversation

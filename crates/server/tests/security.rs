@@ -116,6 +116,9 @@ async fn send_bytes(base: &str, c: &Caller, method: Method, target: &str, bytes:
     let mut req = reqwest::Client::new()
         .request(method.clone(), format!("{base}{target}"))
         .header("X-Tenant-Slug", c.slug)
+        // What the OpenAI door reads for the ids a body gives elsewhere.
+        .header("X-Tenant-Id", c.tenant)
+        .header("X-User-Id", c.user)
         .header("Content-Type", "application/json")
         .timeout(Duration::from_secs(20))
         .body(bytes.clone());
@@ -185,6 +188,13 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
                 json!({"tenantSlug": c.slug, "tenantId": c.tenant, "userId": c.user, "conversationId": o.conversation, "message": "hola"}),
             ),
         ),
+        "openai chat" => (
+            Method::POST,
+            "/v1/chat/completions".to_owned(),
+            Some(
+                json!({"model": "lumie", "messages": [{"role": "user", "content": "hola"}], "conversation_id": o.conversation}),
+            ),
+        ),
         "confirm" => (
             Method::POST,
             "/api/chatbot/confirm".to_owned(),
@@ -212,8 +222,9 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 9] = [
+const ENDPOINTS: [&str; 10] = [
     "stream",
+    "openai chat",
     "confirm",
     "run events",
     "checkpoints",
@@ -226,15 +237,16 @@ const ENDPOINTS: [&str; 9] = [
 
 /// The callers each mode is tried with, and what each endpoint must answer them (`None`: not
 /// tried — the mode trusts the caller's word for it by design).
-fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 9])> {
+fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 10])> {
     let base = Caller { label: "", slug: "demo", tenant: OWNER_TENANT, user: 102, key: None, signed: false };
     // Another user of the owner's tenant, another tenant naming its own id.
     let other_user = Caller { label: "another user", ..base };
     let other_tenant = Caller { label: "another tenant", slug: "acme", tenant: 8, user: OWNER_USER, ..base };
     // Deleting a user's or a tenant's data is the tenant's own admin call: the owner's tenant
     // may; another tenant naming its own id deletes nothing of the owner's (200, 0 deleted).
-    let scoped = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), None, None];
-    let other = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), None];
+    let scoped = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), None, None];
+    let other =
+        [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), None];
     match mode {
         Mode::None => vec![(other_user, scoped), (other_tenant, other)],
         Mode::ApiKey => {
@@ -252,17 +264,28 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 9])> {
                 (k(other_user, "demo-key"), scoped),
                 (
                     k(other_tenant, "acme-key"),
-                    [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), Some(403)],
+                    [
+                        Some(404),
+                        Some(404),
+                        Some(404),
+                        Some(404),
+                        Some(404),
+                        Some(404),
+                        Some(404),
+                        Some(404),
+                        Some(200),
+                        Some(403),
+                    ],
                 ),
-                (claims, [Some(403); 9]),
-                (no_key, [Some(401); 9]),
+                (claims, [Some(403); 10]),
+                (no_key, [Some(401); 10]),
             ]
         }
         Mode::Hmac => {
             let s = |c: Caller| Caller { signed: true, ..c };
             let unsigned =
                 Caller { label: "the owner's ids, unsigned", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
-            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 9])]
+            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 10])]
         }
     }
 }
@@ -270,7 +293,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 9])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {

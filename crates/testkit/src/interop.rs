@@ -1,5 +1,5 @@
 //! The implementations nobody here wrote that interoperability tests drive — the official MCP
-//! SDKs, installed by `scripts/interop-deps` — found with the suite's rule for a missing part:
+//! SDKs and OpenAI's Python SDK, installed by `scripts/interop-deps` — found with the suite's rule for a missing part:
 //! skip with a message locally, fail under `CI`.
 
 use std::path::PathBuf;
@@ -26,13 +26,29 @@ fn missing<T>(why: &str) -> Option<T> {
 /// # Panics
 /// Under `CI` when it is missing.
 pub fn mcp_python() -> Option<PathBuf> {
+    python_with("mcp")
+}
+
+/// The Python with OpenAI's official SDK (PyPI `openai`), whose client drives `toolgraph
+/// serve`'s chat completions: the same virtualenv as [`mcp_python`].
+///
+/// # Panics
+/// Under `CI` when it is missing.
+pub fn openai_python() -> Option<PathBuf> {
+    python_with("openai")
+}
+
+/// The interop virtualenv's Python (`TOOLGRAPH_MCP_PYTHON`, else the one `scripts/interop-deps`
+/// makes), when it imports `package`.
+fn python_with(package: &str) -> Option<PathBuf> {
     let python =
         std::env::var_os("TOOLGRAPH_MCP_PYTHON").map_or_else(|| cache().join("mcp-venv/bin/python"), PathBuf::from);
-    let works = Command::new(&python).args(["-c", "import mcp"]).output().is_ok_and(|o| o.status.success());
+    let import = format!("import {package}");
+    let works = Command::new(&python).args(["-c", &import]).output().is_ok_and(|o| o.status.success());
     if works {
         return Some(python);
     }
-    missing(&format!("{} with the `mcp` package is missing (run scripts/interop-deps)", python.display()))
+    missing(&format!("{} with the `{package}` package is missing (run scripts/interop-deps)", python.display()))
 }
 
 /// The entry point of the official reference server `@modelcontextprotocol/server-everything`

@@ -167,6 +167,15 @@ pub enum Step {
         /// Whether a greeting or thanks skips the search.
         skip_small_talk: bool,
     },
+    /// A text checked against the passages found, replied with what stands.
+    Cite {
+        /// The text it checks.
+        text: Template,
+        /// The channel of passages (`None`: the conversation's search results).
+        passages: Option<String>,
+        /// Where its report goes.
+        channel: Option<String>,
+    },
     /// A fixed reply.
     Reply {
         /// Its text.
@@ -234,8 +243,8 @@ pub fn answered_name(name: &str) -> String {
 pub struct Output {
     /// The channel written.
     pub channel: String,
-    /// The schema the answer must match.
-    pub schema: Value,
+    /// The schema the answer must match (`None`: the reply's text, a draft).
+    pub schema: Option<Value>,
     /// For a schema that is an enum of strings: the labels (a classifier).
     pub labels: Option<Vec<String>>,
     /// What is written when the call fails or the answer does not match.
@@ -563,6 +572,7 @@ fn used_fields(kind: &NodeKind) -> &'static [&'static str] {
         NodeKind::Tool => &["next", "route", "tool", "arguments", "never_fail", "channel"],
         NodeKind::Retrieve => &["next", "route", "tool", "channel", "query", "top_k", "skip_small_talk"],
         NodeKind::Reply => &["next", "route", "text"],
+        NodeKind::Cite => &["next", "route", "text", "passages", "channel"],
         NodeKind::Route => &["route"],
         NodeKind::Ask => &["next", "route", "question", "form", "channel"],
         NodeKind::Agent => &["next", "route", "agent", "input", "channel"],
@@ -597,6 +607,7 @@ fn set_fields(n: &NodeDecl) -> Vec<&'static str> {
         ("top_k", n.top_k.is_some()),
         ("skip_small_talk", n.skip_small_talk.is_some()),
         ("text", n.text.is_some()),
+        ("passages", n.passages.is_some()),
         ("question", n.question.is_some()),
         ("form", n.form.is_some()),
         ("with", n.with.is_some()),
@@ -742,17 +753,21 @@ fn plan_node(
                 if n.tools.as_ref().is_some_and(|t| !t.is_empty()) {
                     c.error(&path("tools"), "a node with `output` answers into its channel and calls no tools");
                 }
-                match (jsonschema::validator_for(&o.schema), &o.on_failure) {
-                    (Err(e), _) => {
+                match (o.schema.as_ref().map(jsonschema::validator_for), &o.on_failure) {
+                    (Some(Err(e)), _) => {
                         c.error(&["nodes", name, "output", "schema"], format!("not a valid JSON Schema: {e}"));
                     }
-                    (Ok(v), Some(value)) if !v.is_valid(value) => {
+                    (Some(Ok(v)), Some(value)) if !v.is_valid(value) => {
                         c.error(&["nodes", name, "output", "on_failure"], "does not match the output's schema");
+                    }
+                    // A draft is text.
+                    (None, Some(value)) if !value.is_string() => {
+                        c.error(&["nodes", name, "output", "on_failure"], "a draft (no schema) is text: a string");
                     }
                     _ => {}
                 }
                 let labels =
-                    o.schema.get("enum").and_then(Value::as_array).and_then(|items| {
+                    o.schema.as_ref().and_then(|s| s.get("enum")).and_then(Value::as_array).and_then(|items| {
                         items.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>()
                     });
                 Output {
@@ -917,6 +932,25 @@ fn plan_node(
                 Step::Route
             }
         },
+        NodeKind::Cite => {
+            let text = match &n.text {
+                Some(text) => template(c, &path("text"), text, channels).unwrap_or_default(),
+                None => {
+                    c.error(
+                        &["nodes", name],
+                        "a `cite` node needs `text`: what it checks, e.g. a model node's draft \"{{draft}}\"",
+                    );
+                    Template::default()
+                }
+            };
+            if let Some(ch) = &n.passages {
+                channel(c, &path("passages"), ch, channels);
+            }
+            if let Some(ch) = &n.channel {
+                channel(c, &path("channel"), ch, channels);
+            }
+            Step::Cite { text, passages: n.passages.clone(), channel: n.channel.clone() }
+        }
         NodeKind::Route => Step::Route,
         NodeKind::Agent => {
             let agent = match &n.agent {
@@ -1044,7 +1078,9 @@ fn check_cases_against_labels(c: &mut Checker<'_>, g: &GraphFile) {
     let mut labels: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for node in g.nodes.values() {
         let Some(output) = &node.output else { continue };
-        let Some(items) = output.schema.get("enum").and_then(Value::as_array) else { continue };
+        let Some(items) = output.schema.as_ref().and_then(|s| s.get("enum")).and_then(Value::as_array) else {
+            continue;
+        };
         labels.entry(output.channel.as_str()).or_default().extend(items.iter().filter_map(Value::as_str));
     }
     for (name, node) in &g.nodes {
@@ -1273,8 +1309,8 @@ next = "agent"
         assert_eq!(err.len(), 1, "{err:?}");
         assert_eq!(
             err[0],
-            "desk.toml:14: nodes.search.kind: no node kind `search`: the kinds are model, tools, tool, retrieve, reply, \
-             route, ask, agent"
+            "desk.toml:14: nodes.search.kind: no node kind `search`: the kinds are model, tools, tool, retrieve, cite, \
+             reply, route, ask, agent"
         );
         let err = broken("[nodes.tools]", "[nodes.tools");
         assert!(err[0].starts_with("desk.toml:24: "), "{err:?}");

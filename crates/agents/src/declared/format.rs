@@ -49,6 +49,9 @@ pub enum NodeKind {
     Tool,
     /// Searches a knowledge base (a search tool) into a channel.
     Retrieve,
+    /// Checks a text against the passages found — each sentence cited to the passage that
+    /// holds it, what none holds dropped — and replies with what stands.
+    Cite,
     /// A fixed, templated reply.
     Reply,
     /// Only routes.
@@ -68,6 +71,7 @@ impl From<String> for NodeKind {
             "tools" => Self::Tools,
             "tool" => Self::Tool,
             "retrieve" => Self::Retrieve,
+            "cite" => Self::Cite,
             "reply" => Self::Reply,
             "route" => Self::Route,
             "ask" => Self::Ask,
@@ -79,7 +83,8 @@ impl From<String> for NodeKind {
 
 impl NodeKind {
     /// The built-in kinds' names.
-    pub const BUILT_IN: [&'static str; 8] = ["model", "tools", "tool", "retrieve", "reply", "route", "ask", "agent"];
+    pub const BUILT_IN: [&'static str; 9] =
+        ["model", "tools", "tool", "retrieve", "cite", "reply", "route", "ask", "agent"];
 
     /// The kind's name in the file.
     pub fn as_str(&self) -> &str {
@@ -88,6 +93,7 @@ impl NodeKind {
             Self::Tools => "tools",
             Self::Tool => "tool",
             Self::Retrieve => "retrieve",
+            Self::Cite => "cite",
             Self::Reply => "reply",
             Self::Route => "route",
             Self::Ask => "ask",
@@ -177,7 +183,8 @@ pub struct NodeDecl {
     #[serde(default)]
     pub never_fail: Option<bool>,
     /// `tool`, `retrieve`: the channel its result is written to; `ask`: the channel the answer
-    /// is written to; `agent`: the channel the other agent's reply is also written to.
+    /// is written to; `agent`: the channel the other agent's reply is also written to; `cite`:
+    /// the channel its report is written to (`{cited, backed, dropped, abstained}`).
     #[serde(default)]
     pub channel: Option<String>,
     /// `retrieve`: the search query, a template (default: `{{last_user_message}}`).
@@ -190,9 +197,15 @@ pub struct NodeDecl {
     /// farewell. Default: false.
     #[serde(default)]
     pub skip_small_talk: Option<bool>,
-    /// `reply`: the text, a template.
+    /// `reply`: the text, a template; `cite`: the text it checks, a template (e.g. a `model`
+    /// node's draft, `{{draft}}`).
     #[serde(default)]
     pub text: Option<String>,
+    /// `cite`: the channel holding the passages to check against — a search result
+    /// (`{results: [{content, metadata: {citation}}]}`, what a `retrieve` node writes) or a list
+    /// of them. Default: the search results in the conversation, this turn's first.
+    #[serde(default)]
+    pub passages: Option<String>,
     /// `ask`: the question, a template.
     #[serde(default)]
     pub question: Option<String>,
@@ -260,15 +273,19 @@ pub enum Input {
     LastMessage,
 }
 
-/// `output = { channel = "…", schema = {…} }`: a model node's structured answer.
+/// `output = { channel = "…", schema = {…} }`: a model node's structured answer; without a
+/// schema, its reply as text (a draft a `cite` node checks before anyone sees it).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputDecl {
     /// The channel the answer is written to.
     pub channel: String,
     /// A JSON Schema the answer must match. `{ enum = ["a", "b"] }` makes a classifier: the
-    /// first label the model's answer names is written.
-    pub schema: Value,
+    /// first label the model's answer names is written. None: the reply's text, written as it
+    /// is and not streamed; the model reads the conversation as a reply would, this turn's
+    /// search results written out before the question.
+    #[serde(default)]
+    pub schema: Option<Value>,
     /// Written instead when the model fails or its answer does not match the schema (default:
     /// the turn fails on a failed call, and a mismatch writes null). Must match the schema.
     #[serde(default)]

@@ -19,8 +19,8 @@ pub use custom::{CustomKind, CustomNode, KindError, NodeKinds};
 
 use crate::kit::{AgentDeps, AgentSpec, AgentState};
 use nodes::{
-    AnsweredNode, AskNode, GraphInfo, HandedBack, ModelNode, ReplyNode, RetrieveNode, RouteNode, ToolNode, ToolsNode,
-    router,
+    AnsweredNode, AskNode, CiteNode, GraphInfo, HandedBack, ModelNode, ReplyNode, RetrieveNode, RouteNode, ToolNode,
+    ToolsNode, router,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -206,9 +206,11 @@ fn add_plan(
                 let output = match output {
                     Some(o) => {
                         // Compiled when the plan was checked.
-                        let validator = jsonschema::validator_for(&o.schema).map_err(|e| crate::AgentError::Tool {
-                            what: format!("{}: nodes.{}.output.schema", plan.file, node.name),
-                            message: e.to_string(),
+                        let validator = o.schema.as_ref().map(jsonschema::validator_for).transpose().map_err(|e| {
+                            crate::AgentError::Tool {
+                                what: format!("{}: nodes.{}.output.schema", plan.file, node.name),
+                                message: e.to_string(),
+                            }
                         })?;
                         Some((o.clone(), validator))
                     }
@@ -259,6 +261,15 @@ fn add_plan(
                     top_k: *top_k,
                     channel: channel.clone(),
                     skip_small_talk: *skip_small_talk,
+                };
+                add(g, scope, name.clone(), step);
+            }
+            Step::Cite { text, passages, channel } => {
+                let step = CiteNode {
+                    info: Arc::clone(&info),
+                    text: text.clone(),
+                    passages: passages.clone(),
+                    channel: channel.clone(),
                 };
                 add(g, scope, name.clone(), step);
             }

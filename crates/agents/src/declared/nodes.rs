@@ -99,7 +99,8 @@ pub(crate) struct ModelNode {
     /// Its own model, tools and settings.
     pub deps: AgentDeps,
     pub history: History,
-    pub output: Option<(Output, jsonschema::Validator)>,
+    /// Its output, with the schema's validator (none for a draft).
+    pub output: Option<(Output, Option<jsonschema::Validator>)>,
     /// Whether it must call a tool before it may answer (`tool_choice = "required"`), and
     /// whether its reply is checked against the search results (`cite`).
     pub rules: crate::kit::StepRules,
@@ -116,7 +117,10 @@ impl Node<AgentState, AgentDeps> for ModelNode {
     async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
         let system = self.prompt.as_ref().map(|p| self.info.render(p, &s));
         if let Some((output, validator)) = &self.output {
-            return self.structured(&s, &ctx, system, output, validator).await;
+            return match (&output.schema, validator) {
+                (Some(schema), Some(validator)) => self.structured(&s, &ctx, system, output, schema, validator).await,
+                _ => self.draft(&s, &ctx, system, output).await,
+            };
         }
         if self.fallback.is_some() || self.must_mention.is_some() {
             return self.guarded(&s, &ctx, system).await;
@@ -222,6 +226,52 @@ impl ModelNode {
         ctx.model_call(call, Result::is_ok).await
     }
 
+    /// A draft: the model's reply, not streamed, written as text into the output's channel (a
+    /// `cite` node checks it before anyone sees it). The model reads what a reply would — the
+    /// conversation within the node's `history` — with this turn's search results written out
+    /// before the question, as a grounded node without tools reads them.
+    async fn draft(
+        &self,
+        s: &AgentState,
+        ctx: &RunContext<AgentDeps>,
+        system: Option<String>,
+        output: &Output,
+    ) -> Result<NodeOutput<AgentState>, NodeError> {
+        let spec = self.deps.spec();
+        let system = system.unwrap_or_else(|| spec.system_prompt.clone());
+        let mut messages = Vec::with_capacity(s.messages.len() + 1);
+        if !system.is_empty() {
+            messages.push(Message::system(system));
+        }
+        match (&self.message, self.history) {
+            (None, History::Window) => {
+                messages.extend_from_slice(crate::kit::history_window(&s.messages, spec.history_budget));
+            }
+            (None, History::LastMessage) => {
+                let start = s.messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(0);
+                messages.extend_from_slice(&s.messages[start..]);
+            }
+            (Some(_), _) | (None, History::Spoken) => messages.extend(self.words(s, spec)),
+        }
+        crate::kit::inline_search_results(&mut messages);
+        let mut request = ChatRequest::new(messages);
+        request.temperature = spec.temperature;
+        request.max_tokens = spec.max_tokens;
+        let mut text = String::new();
+        let value = match (self.text_into(ctx, request, false, &mut text).await, &output.on_failure) {
+            (Ok(()), _) => Value::String(text.trim().to_owned()),
+            (Err(e), Some(instead)) => {
+                tracing::warn!(node = %ctx.node(), error = %e, "the model failed; the draft's on_failure is written");
+                instead.clone()
+            }
+            (Err(e), None) => return Err(NodeError::new("model", e.to_string())),
+        };
+        Ok(NodeOutput::Update(AgentUpdate {
+            channels: self.info.writes(s, &output.channel, value),
+            ..Default::default()
+        }))
+    }
+
     /// The `must_mention` text to append to `reply`, when it mentions none of what it must.
     fn unmentioned(&self, s: &AgentState, reply: &str) -> Option<String> {
         let (any_of, append) = self.must_mention.as_ref()?;
@@ -241,6 +291,7 @@ impl ModelNode {
         ctx: &RunContext<AgentDeps>,
         system: Option<String>,
         output: &Output,
+        schema: &Value,
         validator: &jsonschema::Validator,
     ) -> Result<NodeOutput<AgentState>, NodeError> {
         let spec = self.deps.spec();
@@ -252,12 +303,11 @@ impl ModelNode {
             }
             None => {
                 system.push_str(&format!(
-                    "\n\nAnswer only with JSON that matches this JSON Schema, nothing else: {}",
-                    output.schema
+                    "\n\nAnswer only with JSON that matches this JSON Schema, nothing else: {schema}"
                 ));
                 Some(ResponseFormat::JsonSchema {
                     name: output.channel.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect(),
-                    schema: output.schema.clone(),
+                    schema: schema.clone(),
                     strict: false,
                 })
             }
@@ -425,6 +475,76 @@ impl Node<AgentState, AgentDeps> for RetrieveNode {
         };
         let channels = self.info.writes(&s, &self.channel, value);
         Ok(NodeOutput::Update(AgentUpdate { messages, channels, ..Default::default() }))
+    }
+}
+
+/// A `cite` node: checks its text against the passages found — each sentence cited to the
+/// passage that holds it, a sentence stating what none holds dropped, a text that stands on
+/// nothing after a search replaced by "cannot find it in the documents" in the person's
+/// language — and replies with what stands, as one piece (docs/agents.md, "cite").
+pub(crate) struct CiteNode {
+    pub info: Arc<GraphInfo>,
+    pub text: Template,
+    /// The channel of passages; `None`: the conversation's search results.
+    pub passages: Option<String>,
+    /// Where its report goes.
+    pub channel: Option<String>,
+}
+
+#[async_trait]
+impl Node<AgentState, AgentDeps> for CiteNode {
+    async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
+        let text = self.info.render(&self.text, &s);
+        let given = self.passages.as_ref().map(|ch| passages_of(self.info.lookup(&s, ch)));
+        let checker = crate::kit::checker_over(&s.messages, &self.info.system_prompt, &ctx.deps().spec().tools, given);
+        let mut reply = checker.reply;
+        reply.push(&text);
+        let (_, checked, report) = reply.finish(checker.abstention, checker.required);
+        if report.abstained || !report.dropped.is_empty() {
+            tracing::info!(
+                node = %ctx.node(),
+                abstained = report.abstained,
+                dropped = ?report.dropped,
+                "the text was checked against the passages"
+            );
+        }
+        ctx.emit(RunEvent::TextDelta { text: checked.clone() }).await;
+        let channels = match &self.channel {
+            Some(ch) => {
+                let dropped: Vec<Value> = report
+                    .dropped
+                    .iter()
+                    .map(|(sentence, missing)| serde_json::json!({ "sentence": sentence, "unsupported": missing }))
+                    .collect();
+                let value = serde_json::json!({
+                    "cited": report.cited,
+                    "backed": report.backed,
+                    "dropped": dropped,
+                    "abstained": report.abstained,
+                });
+                self.info.writes(&s, ch, value)
+            }
+            None => Vec::new(),
+        };
+        Ok(NodeOutput::Update(AgentUpdate {
+            messages: vec![Message::assistant(checked)],
+            channels,
+            ..Default::default()
+        }))
+    }
+}
+
+/// The passages a channel holds: a search result (`{results: [...]}`), a list of them, or a
+/// list of its result items.
+fn passages_of(value: Option<Value>) -> Vec<toolgraph_rag::search::grounding::Passage> {
+    use toolgraph_rag::search::grounding::passages_in;
+    match value {
+        Some(Value::Array(items)) => {
+            let direct = passages_in(&serde_json::json!({ "results": items }));
+            if direct.is_empty() { items.iter().flat_map(passages_in).collect() } else { direct }
+        }
+        Some(v) => passages_in(&v),
+        None => Vec::new(),
     }
 }
 

@@ -166,7 +166,20 @@ pub(crate) struct Checker {
 
 /// The [`Checker`] of the model call that follows `messages` under `system`.
 pub(crate) fn checker(messages: &[Message], system: &str, tools: &ToolRegistry) -> Checker {
+    checker_over(messages, system, tools, None)
+}
+
+/// [`checker`], citing `given` instead of the conversation's passages when there are some (a
+/// `cite` node's channel); whether the reply must abstain is still the turn's (it searched,
+/// and called no other tool).
+pub(crate) fn checker_over(
+    messages: &[Message],
+    system: &str,
+    tools: &ToolRegistry,
+    given: Option<Vec<Passage>>,
+) -> Checker {
     let (searched, found, other) = passages(messages, tools);
+    let found = given.unwrap_or(found);
     let only_searched = searched && other.is_empty();
     let mut sources = Sources::new(&found);
     for text in other {

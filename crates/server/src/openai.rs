@@ -1,0 +1,404 @@
+//! OpenAI's chat completions, a door to the same agents (docs/openai.md): `GET /v1/models`
+//! lists the agents, `POST /v1/chat/completions` runs a turn of the agent its `model` names —
+//! streamed as `chat.completion.chunk`s or answered whole — on the same conversations, runs,
+//! checkpoints and approvals as the academy contract, and answers errors in OpenAI's shape.
+//!
+//! Owns: this door's request and response shapes, and who is asking as it says so (the
+//! tenant's headers or its bound key, the user's header or `user`). Turns are the
+//! [`ChatService`](crate::ChatService)'s.
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::json_body;
+use crate::runlog::RunLog;
+use crate::wire::StreamRequest;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use toolgraph_protocol::{Frame, PendingAction};
+
+/// `POST /v1/chat/completions`: what this door reads of OpenAI's request. Fields it does not
+/// use (`temperature`, `max_tokens`, `stream_options`, …) are accepted and ignored: the agent's
+/// settings decide them.
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    /// The agent.
+    model: String,
+    /// The conversation as the client has it; the last message, the person's, is the turn.
+    messages: Vec<InMessage>,
+    #[serde(default)]
+    stream: bool,
+    /// The numeric user id, when no `X-User-Id` header gives it.
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    n: Option<u32>,
+    /// Tools of the client's own, which an agent cannot call.
+    #[serde(default)]
+    tools: Option<Value>,
+    /// Extension: the conversation to continue (a response's `conversation_id`).
+    #[serde(default)]
+    conversation_id: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct InMessage {
+    role: String,
+    #[serde(default)]
+    content: Value,
+}
+
+/// An [`ApiError`] in OpenAI's error shape: `{error: {message, type, param, code}}`.
+pub(crate) struct OpenAiError(ApiError);
+
+impl From<ApiError> for OpenAiError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let kind = match e.status.as_u16() {
+            400 | 413 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            409 => "conflict_error",
+            429 => "rate_limit_error",
+            _ => "server_error",
+        };
+        let code =
+            (e.status == StatusCode::NOT_FOUND && e.field.as_deref() == Some("model")).then_some("model_not_found");
+        let body = json!({ "error": { "message": e.describe(), "type": kind, "param": e.field, "code": code } });
+        let mut resp = (e.status, axum::Json(body)).into_response();
+        if let Some(secs) = e.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        }
+        resp
+    }
+}
+
+fn bad(field: &str, message: impl Into<String>) -> OpenAiError {
+    OpenAiError(ApiError::field(StatusCode::BAD_REQUEST, field, message))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// `GET /v1/models`: each agent as a model.
+pub(crate) async fn models(State(app): State<AppState>) -> Response {
+    let (agents, _) = app.chat().agents();
+    let data: Vec<Value> = agents
+        .iter()
+        .map(|(name, _)| json!({ "id": name, "object": "model", "created": 0, "owned_by": "toolgraph" }))
+        .collect();
+    axum::Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn completions(
+    State(app): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OpenAiError> {
+    let request: CompletionRequest = json_body(&body)?;
+    let mut turn = turn_request(&app, &caller, &headers, &request)?;
+    turn.validate().map_err(ApiError::from)?;
+    // A client that sends the whole conversation and no id continues the conversation whose
+    // person's messages those are.
+    if turn.conversation_id.is_none() {
+        let earlier = &request.messages[..request.messages.len().saturating_sub(1)];
+        let asked: Option<Vec<String>> =
+            earlier.iter().filter(|m| m.role == "user").map(|m| text_of(&m.content).ok()).collect();
+        if let Some(asked) = asked.filter(|a| !a.is_empty()) {
+            let chat = app.chat();
+            turn.conversation_id = chat
+                .conversation_asking(turn.tenant_id, turn.user_id, &request.model, &asked)
+                .await
+                .map_err(ApiError::from)?;
+        }
+    }
+    let (run_id, log) = app.chat().start_turn(&turn).await.map_err(ApiError::from)?;
+    let reply = Reply { id: format!("chatcmpl-{run_id}"), model: request.model, created: now() };
+    if request.stream {
+        return Ok(reply.stream(log));
+    }
+    reply.whole(log).await
+}
+
+/// The academy contract's turn that this request asks for, once who is asking is known.
+fn turn_request(
+    app: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    request: &CompletionRequest,
+) -> Result<StreamRequest, OpenAiError> {
+    let (agents, _) = app.chat().agents();
+    if !agents.iter().any(|(name, _)| *name == request.model) {
+        let names: Vec<&str> = agents.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(OpenAiError(ApiError::field(
+            StatusCode::NOT_FOUND,
+            "model",
+            format!("no agent named '{}': the models are the agents ({})", request.model, names.join(", ")),
+        )));
+    }
+    if request.n.is_some_and(|n| n != 1) {
+        return Err(bad("n", "one choice per request: an agent's turn has one reply"));
+    }
+    if request.tools.as_ref().is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty())) {
+        return Err(bad("tools", "an agent calls its own tools; a client's tools are not supported"));
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let tenant_slug = header("x-tenant-slug")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("X-Tenant-Slug", "the X-Tenant-Slug header is required: the tenant that is asking"))?
+        .to_owned();
+    let tenant_id = match (caller.bound_tenant(), header("x-tenant-id")) {
+        (Some(bound), None) => bound,
+        (_, Some(id)) => id
+            .parse::<i64>()
+            .map_err(|_| bad("X-Tenant-Id", format!("the X-Tenant-Id header is not a number: {id}")))?,
+        (None, None) => return Err(bad("X-Tenant-Id", "the X-Tenant-Id header is required: the tenant's numeric id")),
+    };
+    caller.authorize_tenant(tenant_id)?;
+    let user = header("x-user-id").or(request.user.as_deref().map(str::trim));
+    let user_id = match user {
+        Some(u) => u.parse::<i64>().map_err(|_| bad("user", format!("the user id is not a number: {u}")))?,
+        None => return Err(bad("user", "the X-User-Id header (or `user`) is required: the numeric id of the person")),
+    };
+    let conversation_id = match (request.conversation_id, header("x-conversation-id")) {
+        (Some(id), _) => Some(id),
+        (None, Some(id)) => Some(
+            id.parse::<i64>()
+                .map_err(|_| bad("X-Conversation-Id", format!("the X-Conversation-Id header is not a number: {id}")))?,
+        ),
+        (None, None) => None,
+    };
+    let Some(last) = request.messages.last() else {
+        return Err(bad("messages", "no messages: the last one is the person's message"));
+    };
+    if last.role != "user" {
+        return Err(bad(
+            "messages",
+            format!("the last message is the person's turn: role `user`, not `{}`", last.role),
+        ));
+    }
+    let message = text_of(&last.content)?;
+    Ok(StreamRequest {
+        tenant_slug,
+        tenant_id,
+        user_id,
+        conversation_id,
+        message,
+        agent: Some(request.model.clone()),
+        context: None,
+        tool_events: false,
+    })
+}
+
+/// A message's text: a string, or the text parts of a list of parts.
+fn text_of(content: &Value) -> Result<String, OpenAiError> {
+    match content {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(t);
+                    }
+                    (kind, _) => {
+                        return Err(bad(
+                            "messages",
+                            format!("only text parts are read, not `{}`", kind.unwrap_or("a part without a type")),
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(bad("messages", "the last message's content is text: a string or text parts")),
+    }
+}
+
+/// What every chunk and the whole answer of one turn carry.
+struct Reply {
+    id: String,
+    model: String,
+    created: u64,
+}
+
+/// How a turn ended, for the last chunk or the whole answer.
+#[derive(Default)]
+struct Ending {
+    conversation_id: Option<i64>,
+    message_id: Option<i64>,
+    pending: Vec<PendingAction>,
+    error: Option<String>,
+}
+
+impl Ending {
+    /// The text a client that reads only `content` is shown for the actions waiting.
+    fn notice(&self) -> String {
+        self.pending
+            .iter()
+            .map(|p| format!("\n\n[Waiting for approval: {}]", p.description))
+            .collect::<Vec<_>>()
+            .join("")
+    }
+
+    /// The extension fields: the conversation to continue, the reply's message, what waits.
+    fn extensions(&self, into: &mut serde_json::Map<String, Value>) {
+        into.insert("conversation_id".into(), json!(self.conversation_id));
+        into.insert("message_id".into(), json!(self.message_id));
+        into.insert("pending_actions".into(), json!(self.pending));
+    }
+}
+
+/// A run's frames, from the first, until it ends.
+fn frames(log: Arc<RunLog>) -> impl futures::Stream<Item = Frame> + Send + 'static {
+    futures::stream::unfold((log, 0u64), |(log, mut after)| async move {
+        loop {
+            let (frames, finished) = log.since(after);
+            if let Some(last) = frames.last() {
+                after = last.seq;
+                let typed: Vec<Frame> = frames.iter().filter_map(|f| Frame::parse(&f.event, &f.data).ok()).collect();
+                return Some((typed, (log, after)));
+            }
+            if finished {
+                return None;
+            }
+            log.changed(after).await;
+        }
+    })
+    .flat_map(futures::stream::iter)
+}
+
+impl Reply {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> serde_json::Map<String, Value> {
+        let v = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+        });
+        match v {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+
+    /// The turn as `chat.completion.chunk` events, ended by `[DONE]` (or an error object).
+    fn stream(self, log: Arc<RunLog>) -> Response {
+        let first = self.chunk(json!({ "role": "assistant", "content": "" }), None);
+        let events = futures::stream::unfold(
+            (Some(first), Box::pin(frames(log)), Ending::default(), false, self),
+            |(mut pending_first, mut frames, mut ending, mut ended, reply)| async move {
+                if let Some(first) = pending_first.take() {
+                    let data = Value::Object(first).to_string();
+                    return Some((vec![data], (None, frames, ending, ended, reply)));
+                }
+                if ended {
+                    return None;
+                }
+                loop {
+                    let Some(frame) = frames.next().await else {
+                        // A log that ends without `done` or `error` (it never does): end cleanly.
+                        ended = true;
+                        return Some((vec!["[DONE]".to_owned()], (None, frames, ending, ended, reply)));
+                    };
+                    match frame {
+                        Frame::Token { content } => {
+                            let data = Value::Object(reply.chunk(json!({ "content": content }), None)).to_string();
+                            return Some((vec![data], (None, frames, ending, ended, reply)));
+                        }
+                        Frame::Pending(p) => ending.pending.push(p),
+                        Frame::Done { conversation_id, message_id } => {
+                            ending.conversation_id = Some(conversation_id);
+                            ending.message_id = Some(message_id);
+                            let mut out = Vec::new();
+                            let notice = ending.notice();
+                            if !notice.is_empty() {
+                                out.push(Value::Object(reply.chunk(json!({ "content": notice }), None)).to_string());
+                            }
+                            let mut last = reply.chunk(json!({}), Some("stop"));
+                            ending.extensions(&mut last);
+                            out.push(Value::Object(last).to_string());
+                            out.push("[DONE]".to_owned());
+                            ended = true;
+                            return Some((out, (None, frames, ending, ended, reply)));
+                        }
+                        Frame::Error { message } => {
+                            let error = json!({ "error": { "message": message, "type": "server_error", "param": null, "code": null } });
+                            ended = true;
+                            return Some((vec![error.to_string()], (None, frames, ending, ended, reply)));
+                        }
+                        _ => {}
+                    }
+                }
+            },
+        )
+        .flat_map(|data| futures::stream::iter(data.into_iter().map(|d| Ok::<Event, Infallible>(Event::default().data(d)))));
+        Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+    }
+
+    /// The turn as one `chat.completion`, once it ended.
+    async fn whole(self, log: Arc<RunLog>) -> Result<Response, OpenAiError> {
+        let mut content = String::new();
+        let mut ending = Ending::default();
+        let mut frames = Box::pin(frames(log));
+        while let Some(frame) = frames.next().await {
+            match frame {
+                Frame::Token { content: piece } => content.push_str(&piece),
+                Frame::Pending(p) => ending.pending.push(p),
+                Frame::Done { conversation_id, message_id } => {
+                    ending.conversation_id = Some(conversation_id);
+                    ending.message_id = Some(message_id);
+                }
+                Frame::Error { message } => ending.error = Some(message),
+                _ => {}
+            }
+        }
+        if let Some(message) = ending.error {
+            return Err(OpenAiError(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)));
+        }
+        content.push_str(&ending.notice());
+        let mut body = match json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": { "role": "assistant", "content": content },
+                "finish_reason": "stop",
+            }],
+        }) {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        ending.extensions(&mut body);
+        let mut resp = axum::Json(Value::Object(body)).into_response();
+        if let Some(id) = ending.conversation_id {
+            resp.headers_mut().insert("x-conversation-id", HeaderValue::from(id));
+        }
+        Ok(resp)
+    }
+}

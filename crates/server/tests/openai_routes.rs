@@ -1,0 +1,144 @@
+//! OpenAI's chat completions (docs/openai.md): the door's routes and refusals without a
+//! socket (axum's `oneshot`). Each bad request gets OpenAI's error shape, naming what is wrong,
+//! before any turn starts (the agent's model is an address nothing answers: a turn that started
+//! would fail differently).
+
+use axum::body::Body;
+use axum::http::Request;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use toolgraph_agents::chat_agent::GraphAgent;
+use toolgraph_agents::kit::AgentSpec;
+use toolgraph_config::AgentSettings;
+use toolgraph_conversations::MemoryConversationStore;
+use toolgraph_graph::{Checkpointer, MemoryCheckpointer};
+use toolgraph_server::auth::Auth;
+use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+use tower::ServiceExt;
+
+fn app() -> axum::Router {
+    let config = toolgraph_llm::OpenAiConfig::new("http://127.0.0.1:9/v1", "nobody");
+    // An address that is valid; `OpenAiChatModel::new` only fails on a malformed one.
+    let llm = Arc::new(toolgraph_llm::OpenAiChatModel::new(config).expect("a well-formed address"));
+    let ckpt: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
+    let spec = AgentSpec::new("tutor", "You are the tutor.", toolgraph_tools::ToolRegistry::new());
+    let graph = toolgraph_agents::react::build(spec, llm, Arc::clone(&ckpt)).expect("the ReAct graph builds");
+    let agents =
+        BTreeMap::from([("tutor".to_owned(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default()))]);
+    let options = ServiceOptions { auth: Auth::None, ..ServiceOptions::default() };
+    let store = Arc::new(MemoryConversationStore::new());
+    let state = AppState::new(ChatService::new(agents, "tutor".into(), store, ckpt, options));
+    state.set_ready();
+    toolgraph_server::router(state)
+}
+
+/// `POST /v1/chat/completions` with `headers` and `body`: the status and the JSON answer.
+async fn post(headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    let mut req = Request::post("/v1/chat/completions").header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app().oneshot(req.body(Body::from(body.to_owned())).expect("a request")).await.expect("an answer");
+    let status = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("a body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// A refused request: what it is, its headers and body, and the status, `param` and words
+/// of the error it must get.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, &'a str, &'a str);
+
+const WHO: [(&str, &str); 3] = [("x-tenant-slug", "demo"), ("x-tenant-id", "7"), ("x-user-id", "1")];
+
+fn body(extra: Value) -> String {
+    let mut b = json!({ "model": "tutor", "messages": [{ "role": "user", "content": "hola" }] });
+    if let (Value::Object(b), Value::Object(extra)) = (&mut b, extra) {
+        b.extend(extra);
+    }
+    b.to_string()
+}
+
+#[tokio::test]
+async fn the_models_are_the_agents() {
+    let resp = app().oneshot(Request::get("/v1/models").body(Body::empty()).expect("a request")).await;
+    let resp = resp.expect("an answer");
+    assert_eq!(resp.status(), 200);
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("a body");
+    let v: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"], json!([{ "id": "tutor", "object": "model", "created": 0, "owned_by": "toolgraph" }]));
+}
+
+#[tokio::test]
+async fn each_bad_request_is_refused_in_openais_shape_naming_what_is_wrong() {
+    let without = |name: &str| WHO.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let image =
+        json!({ "messages": [{ "role": "user", "content": [{ "type": "image_url", "image_url": { "url": "x" } }] }] });
+    let long = json!({ "messages": [{ "role": "user", "content": "a".repeat(40_000) }] });
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "no tenant",
+            without("x-tenant-slug"),
+            body(json!({})),
+            400,
+            "X-Tenant-Slug",
+            "X-Tenant-Slug header is required",
+        ),
+        ("no tenant id", without("x-tenant-id"), body(json!({})), 400, "X-Tenant-Id", "numeric id"),
+        (
+            "a tenant id that is no number",
+            vec![("x-tenant-slug", "demo"), ("x-tenant-id", "seven"), ("x-user-id", "1")],
+            body(json!({})),
+            400,
+            "X-Tenant-Id",
+            "not a number: seven",
+        ),
+        ("no user", without("x-user-id"), body(json!({})), 400, "user", "X-User-Id"),
+        ("a user that is no number", without("x-user-id"), body(json!({ "user": "ana" })), 400, "user", "ana"),
+        ("an unknown model", WHO.to_vec(), body(json!({ "model": "nope" })), 404, "model", "no agent named 'nope'"),
+        ("two choices", WHO.to_vec(), body(json!({ "n": 2 })), 400, "n", "one choice"),
+        (
+            "the client's tools",
+            WHO.to_vec(),
+            body(json!({ "tools": [{ "type": "function", "function": { "name": "f" } }] })),
+            400,
+            "tools",
+            "own tools",
+        ),
+        ("no messages", WHO.to_vec(), body(json!({ "messages": [] })), 400, "messages", "no messages"),
+        (
+            "the last message is the assistant's",
+            WHO.to_vec(),
+            body(json!({ "messages": [{ "role": "assistant", "content": "hola" }] })),
+            400,
+            "messages",
+            "role `user`, not `assistant`",
+        ),
+        ("an image", WHO.to_vec(), body(image), 400, "messages", "not `image_url`"),
+        ("a message too long", WHO.to_vec(), body(long), 422, "message", "1 to"),
+        ("not JSON", WHO.to_vec(), "{\"model\": ".to_owned(), 400, "", "JSON"),
+        ("no model", WHO.to_vec(), json!({ "messages": [] }).to_string(), 422, "", "model"),
+        (
+            "a conversation id that is no number",
+            [WHO.to_vec(), vec![("x-conversation-id", "last")]].concat(),
+            body(json!({})),
+            400,
+            "X-Conversation-Id",
+            "not a number: last",
+        ),
+    ];
+    for (what, headers, request, status, param, says) in cases {
+        let (got, answer) = post(&headers, &request).await;
+        assert_eq!(got, status, "{what}: {answer}");
+        let error = &answer["error"];
+        let kind = if status == 404 { "not_found_error" } else { "invalid_request_error" };
+        assert_eq!(error["type"], kind, "{what}: {answer}");
+        assert!(error["message"].as_str().is_some_and(|m| m.contains(says)), "{what}: {answer}");
+        if !param.is_empty() {
+            assert_eq!(error["param"], param, "{what}: {answer}");
+        }
+    }
+    let (_, answer) = post(&WHO, &body(json!({ "model": "nope" }))).await;
+    assert_eq!(answer["error"]["code"], "model_not_found");
+}
