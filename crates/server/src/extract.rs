@@ -82,6 +82,53 @@ impl<S: Send + Sync, T: DeserializeOwned + TenantScoped> FromRequest<S> for Auth
     }
 }
 
+/// Who is asking on a door whose body does not name the tenant (OpenAI's chat completions,
+/// AG-UI): the tenant of `X-Tenant-Slug`, its numeric id from the caller's bound key or
+/// `X-Tenant-Id` (authorized against the key), and the person of `X-User-Id` (else `user`, the
+/// body's word for it).
+pub struct Asking {
+    /// The tenant's slug.
+    pub tenant_slug: String,
+    /// The tenant's numeric id.
+    pub tenant_id: i64,
+    /// The person's numeric id.
+    pub user_id: i64,
+}
+
+/// [`Asking`], from the request's headers, the authenticated `caller` and the body's `user`.
+///
+/// # Errors
+/// 400 naming the header that is missing or not a number; 403 for a tenant id the key does not
+/// open.
+pub fn asking(caller: &Caller, headers: &HeaderMap, user: Option<&str>) -> Result<Asking, ApiError> {
+    let bad = |field: &str, message: String| ApiError::field(StatusCode::BAD_REQUEST, field, message);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let tenant_slug = header("x-tenant-slug")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("X-Tenant-Slug", "the X-Tenant-Slug header is required: the tenant that is asking".into()))?
+        .to_owned();
+    let tenant_id = match (caller.bound_tenant(), header("x-tenant-id")) {
+        (Some(bound), None) => bound,
+        (_, Some(id)) => id
+            .parse::<i64>()
+            .map_err(|_| bad("X-Tenant-Id", format!("the X-Tenant-Id header is not a number: {id}")))?,
+        (None, None) => {
+            return Err(bad("X-Tenant-Id", "the X-Tenant-Id header is required: the tenant's numeric id".into()));
+        }
+    };
+    caller.authorize_tenant(tenant_id)?;
+    let user_id = match header("x-user-id").or(user.map(str::trim)) {
+        Some(u) => u.parse::<i64>().map_err(|_| bad("user", format!("the user id is not a number: {u}")))?,
+        None => {
+            return Err(bad(
+                "user",
+                "the X-User-Id header (or `user`) is required: the numeric id of the person".into(),
+            ));
+        }
+    };
+    Ok(Asking { tenant_slug, tenant_id, user_id })
+}
+
 /// `X-Tenant-Slug` must equal the body's `tenantSlug` (docs/service.md: else 400).
 pub fn check_tenant_header(headers: &HeaderMap, tenant_slug: &str) -> Result<(), ApiError> {
     let header = headers.get("x-tenant-slug").and_then(|v| v.to_str().ok());

@@ -13,6 +13,7 @@
 //!
 //! [`router`] returns a plain axum `Router`, so tests can drive it with or without a socket.
 
+mod agui;
 pub mod auth;
 mod callbacks;
 mod error;

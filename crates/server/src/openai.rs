@@ -10,7 +10,7 @@
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::json_body;
+use crate::extract::{asking, json_body};
 use crate::runlog::RunLog;
 use crate::wire::StreamRequest;
 use axum::Extension;
@@ -120,16 +120,11 @@ pub(crate) async fn completions(
     // A client that sends the whole conversation and no id continues the conversation whose
     // person's messages those are.
     if turn.conversation_id.is_none() {
-        let earlier = &request.messages[..request.messages.len().saturating_sub(1)];
-        let asked: Option<Vec<String>> =
-            earlier.iter().filter(|m| m.role == "user").map(|m| text_of(&m.content).ok()).collect();
-        if let Some(asked) = asked.filter(|a| !a.is_empty()) {
-            let chat = app.chat();
-            turn.conversation_id = chat
-                .conversation_asking(turn.tenant_id, turn.user_id, &request.model, &asked)
-                .await
-                .map_err(ApiError::from)?;
-        }
+        let earlier = request.messages[..request.messages.len().saturating_sub(1)]
+            .iter()
+            .filter(|m| m.role == "user")
+            .map(|m| &m.content);
+        turn.conversation_id = recognised(&app, &turn, &request.model, earlier).await?;
     }
     let (run_id, log) = app.chat().start_turn(&turn).await.map_err(ApiError::from)?;
     let reply = Reply { id: format!("chatcmpl-{run_id}"), model: request.model, created: now() };
@@ -161,24 +156,8 @@ fn turn_request(
     if request.tools.as_ref().is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty())) {
         return Err(bad("tools", "an agent calls its own tools; a client's tools are not supported"));
     }
+    let who = asking(caller, headers, request.user.as_deref())?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    let tenant_slug = header("x-tenant-slug")
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| bad("X-Tenant-Slug", "the X-Tenant-Slug header is required: the tenant that is asking"))?
-        .to_owned();
-    let tenant_id = match (caller.bound_tenant(), header("x-tenant-id")) {
-        (Some(bound), None) => bound,
-        (_, Some(id)) => id
-            .parse::<i64>()
-            .map_err(|_| bad("X-Tenant-Id", format!("the X-Tenant-Id header is not a number: {id}")))?,
-        (None, None) => return Err(bad("X-Tenant-Id", "the X-Tenant-Id header is required: the tenant's numeric id")),
-    };
-    caller.authorize_tenant(tenant_id)?;
-    let user = header("x-user-id").or(request.user.as_deref().map(str::trim));
-    let user_id = match user {
-        Some(u) => u.parse::<i64>().map_err(|_| bad("user", format!("the user id is not a number: {u}")))?,
-        None => return Err(bad("user", "the X-User-Id header (or `user`) is required: the numeric id of the person")),
-    };
     let conversation_id = match (request.conversation_id, header("x-conversation-id")) {
         (Some(id), _) => Some(id),
         (None, Some(id)) => Some(
@@ -198,9 +177,9 @@ fn turn_request(
     }
     let message = text_of(&last.content)?;
     Ok(StreamRequest {
-        tenant_slug,
-        tenant_id,
-        user_id,
+        tenant_slug: who.tenant_slug,
+        tenant_id: who.tenant_id,
+        user_id: who.user_id,
         conversation_id,
         message,
         agent: Some(request.model.clone()),
@@ -209,8 +188,22 @@ fn turn_request(
     })
 }
 
+/// The conversation of `turn`'s tenant and user with `agent` whose person's messages are
+/// `asked` (their contents, in order; none when there are none, or one is not text).
+pub(crate) async fn recognised<'a>(
+    app: &AppState,
+    turn: &StreamRequest,
+    agent: &str,
+    asked: impl Iterator<Item = &'a Value>,
+) -> Result<Option<i64>, ApiError> {
+    let Some(asked) = asked.map(|c| text_of(c).ok()).collect::<Option<Vec<String>>>().filter(|a| !a.is_empty()) else {
+        return Ok(None);
+    };
+    Ok(app.chat().conversation_asking(turn.tenant_id, turn.user_id, agent, &asked).await?)
+}
+
 /// A message's text: a string, or the text parts of a list of parts.
-fn text_of(content: &Value) -> Result<String, OpenAiError> {
+pub(crate) fn text_of(content: &Value) -> Result<String, ApiError> {
     match content {
         Value::String(s) => Ok(s.clone()),
         Value::Array(parts) => {
@@ -224,7 +217,8 @@ fn text_of(content: &Value) -> Result<String, OpenAiError> {
                         text.push_str(t);
                     }
                     (kind, _) => {
-                        return Err(bad(
+                        return Err(ApiError::field(
+                            StatusCode::BAD_REQUEST,
                             "messages",
                             format!("only text parts are read, not `{}`", kind.unwrap_or("a part without a type")),
                         ));
@@ -233,7 +227,11 @@ fn text_of(content: &Value) -> Result<String, OpenAiError> {
             }
             Ok(text)
         }
-        _ => Err(bad("messages", "the last message's content is text: a string or text parts")),
+        _ => Err(ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "messages",
+            "the last message's content is text: a string or text parts",
+        )),
     }
 }
 

@@ -38,6 +38,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/search", post(search))
         .route("/mcp", any(mcp))
         .route("/v1/chat/completions", post(crate::openai::completions))
+        .route("/ag-ui/{agent}", post(crate::agui::run))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
     Router::new()
         .route("/ready", get(ready))
@@ -83,11 +84,12 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
     resp
 }
 
-/// Authenticates `/api` and `/v1` routes, `/search` and `/mcp`; the body is read here
-/// (bounded) because HMAC signs it.
+/// Authenticates `/api`, `/v1` and `/ag-ui` routes, `/search` and `/mcp`; the body is read
+/// here (bounded) because HMAC signs it.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.uri().path();
-    if !path.starts_with("/api/") && !path.starts_with("/v1/") && path != "/search" && path != "/mcp" {
+    let guarded = ["/api/", "/v1/", "/ag-ui/"].iter().any(|p| path.starts_with(p));
+    if !guarded && path != "/search" && path != "/mcp" {
         return Ok(next.run(req).await);
     }
     let req = authenticated(app.chat().auth(), req).await?;

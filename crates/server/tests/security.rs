@@ -195,6 +195,23 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
                 json!({"model": "lumie", "messages": [{"role": "user", "content": "hola"}], "conversation_id": o.conversation}),
             ),
         ),
+        "ag-ui run" => (
+            Method::POST,
+            "/ag-ui/lumie".to_owned(),
+            Some(
+                json!({"threadId": o.conversation.to_string(), "runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "hola"}]}),
+            ),
+        ),
+        "ag-ui resume" => (
+            Method::POST,
+            "/ag-ui/lumie".to_owned(),
+            Some(json!({
+                "threadId": o.conversation.to_string(),
+                "runId": "r2",
+                "messages": [{"id": "m1", "role": "user", "content": "escribe a ana"}],
+                "resume": [{"interruptId": o.pending.to_string(), "status": "resolved", "payload": {"approved": true}}],
+            })),
+        ),
         "confirm" => (
             Method::POST,
             "/api/chatbot/confirm".to_owned(),
@@ -222,9 +239,11 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 10] = [
+const ENDPOINTS: [&str; 12] = [
     "stream",
     "openai chat",
+    "ag-ui run",
+    "ag-ui resume",
     "confirm",
     "run events",
     "checkpoints",
@@ -237,16 +256,41 @@ const ENDPOINTS: [&str; 10] = [
 
 /// The callers each mode is tried with, and what each endpoint must answer them (`None`: not
 /// tried — the mode trusts the caller's word for it by design).
-fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 10])> {
+fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 12])> {
     let base = Caller { label: "", slug: "demo", tenant: OWNER_TENANT, user: 102, key: None, signed: false };
     // Another user of the owner's tenant, another tenant naming its own id.
     let other_user = Caller { label: "another user", ..base };
     let other_tenant = Caller { label: "another tenant", slug: "acme", tenant: 8, user: OWNER_USER, ..base };
     // Deleting a user's or a tenant's data is the tenant's own admin call: the owner's tenant
     // may; another tenant naming its own id deletes nothing of the owner's (200, 0 deleted).
-    let scoped = [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), None, None];
-    let other =
-        [Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(404), Some(200), None];
+    let scoped = [
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        None,
+        None,
+    ];
+    let other = [
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(404),
+        Some(200),
+        None,
+    ];
     match mode {
         Mode::None => vec![(other_user, scoped), (other_tenant, other)],
         Mode::ApiKey => {
@@ -273,19 +317,21 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 10])> {
                         Some(404),
                         Some(404),
                         Some(404),
+                        Some(404),
+                        Some(404),
                         Some(200),
                         Some(403),
                     ],
                 ),
-                (claims, [Some(403); 10]),
-                (no_key, [Some(401); 10]),
+                (claims, [Some(403); 12]),
+                (no_key, [Some(401); 12]),
             ]
         }
         Mode::Hmac => {
             let s = |c: Caller| Caller { signed: true, ..c };
             let unsigned =
                 Caller { label: "the owner's ids, unsigned", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
-            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 10])]
+            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 12])]
         }
     }
 }
@@ -293,7 +339,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 10])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {

@@ -51,6 +51,20 @@ fn python_with(package: &str) -> Option<PathBuf> {
     missing(&format!("{} with the `{package}` package is missing (run scripts/interop-deps)", python.display()))
 }
 
+/// The ES module entry of AG-UI's official client (npm `@ag-ui/client`), run with `node`:
+/// where `scripts/interop-deps` puts it.
+///
+/// # Panics
+/// Under `CI` when it or `node` is missing.
+pub fn agui_client() -> Option<PathBuf> {
+    let entry = cache().join("npm/node_modules/@ag-ui/client/dist/index.mjs");
+    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if node && entry.is_file() {
+        return Some(entry);
+    }
+    missing(&format!("node or {} is missing (run scripts/interop-deps)", entry.display()))
+}
+
 /// The entry point of the official reference server `@modelcontextprotocol/server-everything`
 /// (npm), run with `node`: `TOOLGRAPH_MCP_EVERYTHING`, else where `scripts/interop-deps` puts it.
 ///

@@ -1,0 +1,100 @@
+//! Interoperability: `toolgraph serve`'s AG-UI door (docs/ag-ui.md) driven by an
+//! implementation nobody here wrote, AG-UI's official client (npm `@ag-ui/client`, installed
+//! by `scripts/interop-deps`), with a tenant-bound API key, on the scripted model: its event
+//! checks pass on a run with a tool call, a write waiting for approval ends a run with an
+//! interrupt, and the run that resumes it approves the write, which runs once.
+
+mod common;
+use common::{free_port, serve_command, wait_ready};
+
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use toolgraph_testkit::interop::agui_client;
+
+const KEY: &str = "sk-test-ag-ui-door";
+
+const CONFIG: &str = r#"
+[server]
+auth = "api_key"
+[server.api_keys]
+demo = "KEY_DIGEST"
+[server.api_key_tenants]
+demo = 7
+[rag]
+embedding = "none"
+[agents.assistant]
+system_prompt = "You are the assistant."
+tools = ["calculator", "note_write"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
+    let Some(entry) = agui_client() else { return };
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text("Son 42."),
+        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Docker", "body": "Volumes persist data."}))]),
+        Reply::text("Nota guardada."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    let digest = toolgraph_server::auth::hash_api_key(KEY);
+    std::fs::write(&config, CONFIG.replace("KEY_DIGEST", &digest)).unwrap();
+    let port = free_port();
+    let mut serve =
+        serve_command(dir.path(), &model, port).arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/agui_client.mjs");
+    let out =
+        tokio::task::spawn_blocking(move || Command::new("node").arg(script).arg(&base).arg(KEY).arg(entry).output())
+            .await
+            .unwrap()
+            .unwrap();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let saw: Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    // A run with a tool call: the client's own event checks passed on every event.
+    let first = &saw["first"];
+    let types: Vec<&str> = first["types"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(types.first(), Some(&"RUN_STARTED"), "{first}");
+    assert_eq!(types.last(), Some(&"RUN_FINISHED"), "{first}");
+    for kind in ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT", "TEXT_MESSAGE_CONTENT"] {
+        assert!(types.contains(&kind), "{kind}: {first}");
+    }
+    assert_eq!(first["finished"]["outcome"], "success", "{first}");
+    assert_eq!(first["finished"]["threadId"], "a-thread-of-the-client", "the client's thread id is kept");
+
+    // A write waits: the run ends with an interrupt naming it.
+    let pending = &saw["pending"];
+    assert_eq!(pending["finished"]["outcome"], "interrupt", "{pending}");
+    let interrupt = &pending["finished"]["interrupts"][0];
+    assert_eq!(interrupt["reason"], "tool_approval", "{pending}");
+    assert!(interrupt["message"].as_str().is_some_and(|m| !m.is_empty()), "{pending}");
+
+    // Resumed with the approval: the note is written, and the reply closes the run.
+    let resumed = &saw["resumed"];
+    assert_eq!(resumed["finished"]["outcome"], "success", "{resumed}");
+    let messages = saw["messages"].as_array().unwrap();
+    let texts: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(texts.contains(&"Son 42."), "{messages:?}");
+    assert!(texts.contains(&"Nota guardada."), "{messages:?}");
+    assert!(messages.iter().any(|m| m["toolCalls"] == json!(["calculator"])), "{messages:?}");
+    let notes = std::fs::read_dir(dir.path().join("notes")).map(|d| d.count()).unwrap_or(0);
+    assert!(notes > 0, "the approved note was written under the data directory");
+    assert!(saw["unknown_agent"].as_str().is_some_and(|e| e.contains("404")), "{}", saw["unknown_agent"]);
+    // The second turn continued the first's conversation (recognised by its messages): the
+    // model read the first reply.
+    let requests = model.requests();
+    let third = requests[2]["messages"].to_string();
+    assert!(third.contains("Son 42."), "{third}");
+    assert_eq!(model.request_count(), 4);
+}

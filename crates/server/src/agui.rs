@@ -1,0 +1,356 @@
+//! AG-UI, a door to the same agents for AG-UI clients (`@ag-ui/client`, CopilotKit;
+//! docs/ag-ui.md): `POST /ag-ui/{agent}` takes a `RunAgentInput` and streams the run as AG-UI
+//! events — run started and finished or failed, the reply as text messages, tool calls and
+//! their results — with a write waiting for approval (or an `ask` node's question) as an
+//! interrupt of the finished run, which a later run resumes.
+//!
+//! Owns: this door's input and events. Who is asking is read as on OpenAI's door
+//! ([`asking`]); turns, approvals and answers are the [`ChatService`](crate::ChatService)'s.
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{Asking, asking, json_body};
+use crate::openai::recognised;
+use crate::runlog::RunLog;
+use crate::service::Confirmed;
+use crate::wire::{AnswerRequest, ConfirmRequest, ConfirmResponse, StreamRequest};
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use toolgraph_protocol::{Frame, PendingAction};
+
+/// The tool name of an `ask` node's question among pending actions (docs/agents.md).
+const ASK: &str = "@ask";
+
+/// What this door reads of AG-UI's `RunAgentInput`; the rest (`tools`, `context`, `state`,
+/// `forwardedProps`) is accepted and not used: an agent has its own tools and state.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunAgentInput {
+    thread_id: String,
+    run_id: String,
+    #[serde(default)]
+    messages: Vec<InMessage>,
+    #[serde(default)]
+    resume: Vec<ResumeEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct InMessage {
+    role: String,
+    #[serde(default)]
+    content: Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeEntry {
+    interrupt_id: String,
+    status: String,
+    #[serde(default)]
+    payload: Value,
+}
+
+/// `POST /ag-ui/{agent}`.
+pub(crate) async fn run(
+    State(app): State<AppState>,
+    Path(agent): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let input: RunAgentInput = json_body(&body)?;
+    let (agents, _) = app.chat().agents();
+    if !agents.iter().any(|(name, _)| *name == agent) {
+        return Err(ApiError::field(StatusCode::NOT_FOUND, "agent", format!("no agent named '{agent}'")));
+    }
+    let who = asking(&caller, &headers, None)?;
+    let run = Run { thread_id: input.thread_id.clone(), run_id: input.run_id.clone() };
+    // The thread is a conversation of theirs: by its id, or by the person's messages.
+    let users: Vec<&Value> = input.messages.iter().filter(|m| m.role == "user").map(|m| &m.content).collect();
+    let mut turn = StreamRequest {
+        tenant_slug: who.tenant_slug.clone(),
+        tenant_id: who.tenant_id,
+        user_id: who.user_id,
+        conversation_id: input.thread_id.parse::<i64>().ok(),
+        message: String::new(),
+        agent: Some(agent.clone()),
+        context: None,
+        tool_events: true,
+    };
+    if !input.resume.is_empty() {
+        // A resumed run answers the pause the thread's last turn ended on.
+        if turn.conversation_id.is_none() {
+            turn.conversation_id = recognised(&app, &turn, &agent, users.iter().copied()).await?;
+        }
+        let conversation = turn.conversation_id.ok_or_else(|| {
+            ApiError::field(StatusCode::NOT_FOUND, "threadId", "no conversation of this thread waits for an answer")
+        })?;
+        let reply = resume(&app, &who, conversation, &input.resume).await?;
+        return Ok(run.resumed(reply));
+    }
+    let Some(last) = input.messages.last() else {
+        return Err(ApiError::field(StatusCode::BAD_REQUEST, "messages", "no messages: the last is the person's"));
+    };
+    if last.role != "user" {
+        return Err(ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "messages",
+            format!("the last message is the person's turn: role `user`, not `{}`", last.role),
+        ));
+    }
+    turn.message = crate::openai::text_of(&last.content)?;
+    if turn.conversation_id.is_none() {
+        turn.conversation_id = recognised(&app, &turn, &agent, users[..users.len() - 1].iter().copied()).await?;
+    }
+    turn.validate()?;
+    let (_, log) = app.chat().start_turn(&turn).await?;
+    Ok(run.stream(log))
+}
+
+/// Each resume entry as the decision or answer it is, in order; the last one's response.
+async fn resume(
+    app: &AppState,
+    who: &Asking,
+    conversation: i64,
+    entries: &[ResumeEntry],
+) -> Result<ConfirmResponse, ApiError> {
+    let mut last = None;
+    for entry in entries {
+        let message_id = entry.interrupt_id.parse::<i64>().map_err(|_| {
+            ApiError::field(StatusCode::BAD_REQUEST, "resume.interruptId", "not an interrupt of this service")
+        })?;
+        let approval = match (&entry.payload, entry.status.as_str()) {
+            (_, "cancelled") => Some(false),
+            (Value::Bool(b), "resolved") => Some(*b),
+            (Value::Object(o), "resolved") if o.len() == 1 && o.get("approved").is_some_and(Value::is_boolean) => {
+                o.get("approved").and_then(Value::as_bool)
+            }
+            (_, "resolved") => None,
+            (_, other) => {
+                return Err(ApiError::field(
+                    StatusCode::BAD_REQUEST,
+                    "resume.status",
+                    format!("`resolved` or `cancelled`, not `{other}`"),
+                ));
+            }
+        };
+        let (tenant_slug, tenant_id, user_id) = (who.tenant_slug.clone(), who.tenant_id, who.user_id);
+        let done = match approval {
+            Some(confirmed) => {
+                let req = ConfirmRequest {
+                    tenant_slug,
+                    tenant_id,
+                    user_id,
+                    conversation_id: conversation,
+                    message_id,
+                    confirmed,
+                };
+                app.chat().confirm(&req).await?
+            }
+            None => {
+                let req = AnswerRequest {
+                    tenant_slug,
+                    tenant_id,
+                    user_id,
+                    conversation_id: conversation,
+                    message_id,
+                    answer: entry.payload.clone(),
+                };
+                app.chat().answer(&req).await?
+            }
+        };
+        last = Some(match done {
+            Confirmed::Reply(reply) => reply,
+            Confirmed::Saved(text) => serde_json::from_str(&text)
+                .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}")))?,
+        });
+    }
+    last.ok_or_else(|| ApiError::field(StatusCode::BAD_REQUEST, "resume", "no entries"))
+}
+
+/// The ids every event of one run carries.
+struct Run {
+    thread_id: String,
+    run_id: String,
+}
+
+/// Builds the events of one run in order: text messages opened and closed around tool calls.
+struct Events {
+    run: Run,
+    /// The open text message, and how many there were.
+    open: Option<String>,
+    count: usize,
+    pending: Vec<PendingAction>,
+}
+
+impl Events {
+    fn started(&self) -> Value {
+        json!({ "type": "RUN_STARTED", "threadId": self.run.thread_id, "runId": self.run.run_id })
+    }
+
+    fn text(&mut self, delta: &str, out: &mut Vec<Value>) {
+        if delta.is_empty() {
+            return;
+        }
+        let id = match &self.open {
+            Some(id) => id.clone(),
+            None => {
+                self.count += 1;
+                let id = format!("{}-message-{}", self.run.run_id, self.count);
+                out.push(json!({ "type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant" }));
+                self.open = Some(id.clone());
+                id
+            }
+        };
+        out.push(json!({ "type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": delta }));
+    }
+
+    fn close(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.open.take() {
+            out.push(json!({ "type": "TEXT_MESSAGE_END", "messageId": id }));
+        }
+    }
+
+    /// The run's end: an interrupt for each action waiting, else success.
+    fn finished(&mut self, result: Value, out: &mut Vec<Value>) {
+        self.close(out);
+        let outcome = if self.pending.is_empty() {
+            json!({ "type": "success" })
+        } else {
+            let interrupts: Vec<Value> = self.pending.iter().map(interrupt).collect();
+            json!({ "type": "interrupt", "interrupts": interrupts })
+        };
+        out.push(json!({
+            "type": "RUN_FINISHED",
+            "threadId": self.run.thread_id,
+            "runId": self.run.run_id,
+            "result": result,
+            "outcome": outcome,
+        }));
+    }
+
+    /// The events of one frame of the run.
+    fn frame(&mut self, frame: Frame, out: &mut Vec<Value>) -> bool {
+        match frame {
+            Frame::Token { content } => self.text(&content, out),
+            Frame::ToolCall { call_id, name, arguments } => {
+                let parent = self.open.clone();
+                self.close(out);
+                let mut start = json!({ "type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": name });
+                if let Some(parent) = parent {
+                    start["parentMessageId"] = json!(parent);
+                }
+                out.push(start);
+                out.push(json!({ "type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string() }));
+                out.push(json!({ "type": "TOOL_CALL_END", "toolCallId": call_id }));
+            }
+            Frame::ToolResult { call_id, outcome, .. } => {
+                out.push(json!({
+                    "type": "TOOL_CALL_RESULT",
+                    "messageId": format!("{call_id}-result"),
+                    "toolCallId": call_id,
+                    "content": outcome.to_string(),
+                    "role": "tool",
+                }));
+            }
+            Frame::Pending(p) => self.pending.push(p),
+            Frame::Done { conversation_id, message_id } => {
+                let result = json!({ "conversationId": conversation_id, "messageId": message_id });
+                self.finished(result, out);
+                return true;
+            }
+            Frame::Error { message } => {
+                self.close(out);
+                out.push(json!({ "type": "RUN_ERROR", "message": message }));
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+}
+
+/// A waiting action as an AG-UI interrupt: its id is the action's message id; a question
+/// (`@ask`) carries its form, an approval a yes/no.
+fn interrupt(p: &PendingAction) -> Value {
+    if p.tool_name == ASK {
+        let schema = p.arguments.get("form").filter(|f| f.is_object()).cloned().unwrap_or(json!({ "type": "string" }));
+        return json!({
+            "id": p.message_id.to_string(),
+            "reason": "question",
+            "message": p.description,
+            "responseSchema": schema,
+        });
+    }
+    json!({
+        "id": p.message_id.to_string(),
+        "reason": "tool_approval",
+        "message": p.description,
+        "responseSchema": {
+            "type": "object",
+            "properties": { "approved": { "type": "boolean" } },
+            "required": ["approved"],
+        },
+        "metadata": { "tool": p.tool_name, "arguments": p.arguments },
+    })
+}
+
+fn sse(events: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
+    let events = events.map(|e| Ok::<Event, Infallible>(Event::default().data(e.to_string())));
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+impl Run {
+    /// A run of a turn: its frames as AG-UI events.
+    fn stream(self, log: Arc<RunLog>) -> Response {
+        let events = Events { run: self, open: None, count: 0, pending: Vec::new() };
+        let started = events.started();
+        let frames = futures::stream::unfold((log, 0u64, false), |(log, mut after, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let (frames, finished) = log.since(after);
+                if let Some(last) = frames.last() {
+                    after = last.seq;
+                    let typed: Vec<Frame> =
+                        frames.iter().filter_map(|f| Frame::parse(&f.event, &f.data).ok()).collect();
+                    return Some((typed, (log, after, finished)));
+                }
+                if finished {
+                    return None;
+                }
+                log.changed(after).await;
+            }
+        })
+        .flat_map(futures::stream::iter);
+        let body = frames
+            .scan(events, |events, frame| {
+                let mut out = Vec::new();
+                events.frame(frame, &mut out);
+                futures::future::ready(Some(out))
+            })
+            .flat_map(futures::stream::iter);
+        sse(futures::stream::iter([started]).chain(body))
+    }
+
+    /// A resumed run: the reply the decisions led to, and a new interrupt if it paused again.
+    fn resumed(self, reply: ConfirmResponse) -> Response {
+        let mut events = Events { run: self, open: None, count: 0, pending: Vec::new() };
+        let mut out = vec![events.started()];
+        events.text(&reply.message, &mut out);
+        events.pending.extend(reply.pending_action);
+        events.finished(json!({ "conversationId": reply.conversation_id }), &mut out);
+        sse(futures::stream::iter(out))
+    }
+}
