@@ -140,6 +140,14 @@ async fn a_draft_is_checked_before_anyone_sees_it_and_the_reply_is_what_stands()
     assert!(question.starts_with(&format!("Documents:\n[{GUIDE}] El examen final")), "{question}");
     assert!(question.contains("Question: ¿Cuándo es el examen final"), "{question}");
     assert!(request.get("tools").is_none_or(Value::is_null), "a draft calls no tools: {request}");
+
+    // A greeting in the same conversation searches nothing: the last turn's passages are not
+    // this turn's, and nothing is cited to them.
+    server.push([Reply::text("¡Hola de nuevo! El examen es el 20 de enero.")]);
+    let (_, state) = ask(&graph, 1, "hola").await;
+    assert!(state.channels["passages"].is_null(), "{:?}", state.channels["passages"]);
+    let reply = state.last_reply().unwrap();
+    assert!(reply.contains("20 de enero") && !reply.contains(&format!("[{GUIDE}]")), "{reply}");
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 //! interrupt, and the run that resumes it approves the write, which runs once.
 
 mod common;
-use common::{free_port, serve_command, wait_ready};
+use common::{api_key_config, free_port, serve_command, wait_ready};
 
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
@@ -14,20 +14,6 @@ use std::process::{Command, Stdio};
 use toolgraph_testkit::interop::agui_client;
 
 const KEY: &str = "sk-test-ag-ui-door";
-
-const CONFIG: &str = r#"
-[server]
-auth = "api_key"
-[server.api_keys]
-demo = "KEY_DIGEST"
-[server.api_key_tenants]
-demo = 7
-[rag]
-embedding = "none"
-[agents.assistant]
-system_prompt = "You are the assistant."
-tools = ["calculator", "note_write"]
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
@@ -42,8 +28,7 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolgraph.toml");
-    let digest = toolgraph_server::auth::hash_api_key(KEY);
-    std::fs::write(&config, CONFIG.replace("KEY_DIGEST", &digest)).unwrap();
+    std::fs::write(&config, api_key_config(KEY, false)).unwrap();
     let port = free_port();
     let mut serve =
         serve_command(dir.path(), &model, port).arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap();

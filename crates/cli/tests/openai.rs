@@ -3,7 +3,7 @@
 //! `scripts/interop-deps`), over HTTP with a tenant-bound API key, on the scripted model.
 
 mod common;
-use common::{free_port, serve_command, wait_ready};
+use common::{api_key_config, free_port, serve_command, wait_ready};
 
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
@@ -12,24 +12,6 @@ use std::process::{Command, Stdio};
 use toolgraph_testkit::interop::openai_python;
 
 const KEY: &str = "sk-test-openai-door";
-/// SHA-256 of [`KEY`], as `[server.api_keys]` holds it.
-const KEY_DIGEST: &str = "b2744e3c4fa14d94acf6e56585680f7f100df578a1a4918809749a48458cabcd";
-
-const CONFIG: &str = r#"
-[server]
-auth = "api_key"
-[server.api_keys]
-demo = "KEY_DIGEST"
-[server.api_key_tenants]
-demo = 7
-[rag]
-embedding = "none"
-[agents.assistant]
-system_prompt = "You are the assistant."
-tools = ["calculator", "note_write"]
-[agents.helper]
-tools = []
-"#;
 
 fn messages(request: &Value) -> Vec<(String, String)> {
     request["messages"]
@@ -55,7 +37,7 @@ async fn the_official_openai_sdk_talks_to_the_agents() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, CONFIG.replace("KEY_DIGEST", KEY_DIGEST)).unwrap();
+    std::fs::write(&config, api_key_config(KEY, true)).unwrap();
     let port = free_port();
     let mut serve = serve_command(dir.path(), &model, port)
         .arg("--config")

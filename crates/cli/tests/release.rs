@@ -51,6 +51,16 @@ fn in_root(root: &Path, env: &[(&str, &str)], args: &[&str]) -> Command {
     cmd
 }
 
+/// A process started in the root, killed when dropped (a failed assertion included).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A directory inside the root, removed when dropped.
 struct Scratch(PathBuf);
 
@@ -107,21 +117,21 @@ async fn the_release_archive_serves_on_a_bare_debian() {
     let base_url = model.base_url();
     let data = format!("{inside}/data");
     let env = [("TOOLGRAPH_LLM_BASE_URL", base_url.as_str()), ("TOOLGRAPH_LLM_MODEL", "scripted")];
-    let mut serve = in_root(&root, &env, &[&binary, "serve", "--port", &port, "--data-dir", &data])
+    // Its log goes to a file: a pipe nobody reads would block it once full.
+    let log = scratch.0.join("serve.log");
+    let child = in_root(&root, &env, &[&binary, "serve", "--port", &port, "--data-dir", &data])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    let mut serve = Running(child);
     let base = format!("http://127.0.0.1:{port}");
     let ready = tokio::time::timeout(std::time::Duration::from_secs(30), wait_ready(&base)).await;
-    if ready.is_err() || serve.try_wait().unwrap().is_some() {
-        let _ = serve.kill();
-        let out = serve.wait_with_output().unwrap();
-        panic!("serve did not become ready in the bare root: {}", String::from_utf8_lossy(&out.stderr));
+    if ready.is_err() || serve.0.try_wait().unwrap().is_some() {
+        panic!("serve did not become ready in the bare root: {}", std::fs::read_to_string(&log).unwrap_or_default());
     }
     let body = turn(&base, None, "hola").await;
-    let _ = serve.kill();
-    let _ = serve.wait();
+    drop(serve);
     let reply: String = sse_events(&body)
         .iter()
         .filter(|(event, _)| event == "token")

@@ -308,7 +308,6 @@ fn env_provider() -> Env {
         .split(".")
 }
 
-/// The key a `TOOLGRAPH_` variable (without the prefix) sets, with `.` between its parts.
 /// The dotted key a `TOOLGRAPH_*` variable sets (`TOOLGRAPH_LLM_BASE_URL` → `llm.base_url`),
 /// or `None` for a variable that is not a configuration key (`TOOLGRAPH_LOG`,
 /// `TOOLGRAPH_API_KEY`, …) or not a `TOOLGRAPH_` variable. Whether the key exists is the
@@ -321,6 +320,7 @@ pub fn variable_key(variable: &str) -> Option<String> {
     Some(env_key(name))
 }
 
+/// The key a `TOOLGRAPH_` variable (without the prefix) sets, with `.` between its parts.
 fn env_key(variable: &str) -> String {
     let lower = variable.to_ascii_lowercase().replace("__", ".");
     for s in SECTIONS {

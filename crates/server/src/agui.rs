@@ -126,17 +126,31 @@ async fn resume(
 ) -> Result<ConfirmResponse, ApiError> {
     let mut last = None;
     for entry in entries {
-        let message_id = entry.interrupt_id.parse::<i64>().map_err(|_| {
-            ApiError::field(StatusCode::BAD_REQUEST, "resume.interruptId", "not an interrupt of this service")
-        })?;
-        let approval = match (&entry.payload, entry.status.as_str()) {
-            (_, "cancelled") => Some(false),
-            (Value::Bool(b), "resolved") => Some(*b),
-            (Value::Object(o), "resolved") if o.len() == 1 && o.get("approved").is_some_and(Value::is_boolean) => {
+        let not_ours =
+            || ApiError::field(StatusCode::BAD_REQUEST, "resume.interruptId", "not an interrupt of this service");
+        let (question, id) =
+            match (entry.interrupt_id.strip_prefix(APPROVAL), entry.interrupt_id.strip_prefix(QUESTION)) {
+                (Some(id), _) => (false, id),
+                (_, Some(id)) => (true, id),
+                _ => return Err(not_ours()),
+            };
+        let message_id = id.parse::<i64>().map_err(|_| not_ours())?;
+        // An approval: yes or no. A question: the answer, or declined when cancelled.
+        let approval = match (question, &entry.payload, entry.status.as_str()) {
+            (_, _, "cancelled") => Some(false),
+            (false, Value::Bool(b), "resolved") => Some(*b),
+            (false, Value::Object(o), "resolved") if o.get("approved").is_some_and(Value::is_boolean) => {
                 o.get("approved").and_then(Value::as_bool)
             }
-            (_, "resolved") => None,
-            (_, other) => {
+            (false, _, "resolved") => {
+                return Err(ApiError::field(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "resume.payload",
+                    "an approval's payload is {\"approved\": true|false}",
+                ));
+            }
+            (true, _, "resolved") => None,
+            (_, _, other) => {
                 return Err(ApiError::field(
                     StatusCode::BAD_REQUEST,
                     "resume.status",
@@ -280,20 +294,24 @@ impl Events {
     }
 }
 
-/// A waiting action as an AG-UI interrupt: its id is the action's message id; a question
-/// (`@ask`) carries its form, an approval a yes/no.
+/// An approval's interrupt id: `approval-<the action's message id>`; a question's: `question-…`.
+const APPROVAL: &str = "approval-";
+const QUESTION: &str = "question-";
+
+/// A waiting action as an AG-UI interrupt, its kind in its id; a question (`@ask`) carries its
+/// form, an approval a yes/no.
 fn interrupt(p: &PendingAction) -> Value {
     if p.tool_name == ASK {
         let schema = p.arguments.get("form").filter(|f| f.is_object()).cloned().unwrap_or(json!({ "type": "string" }));
         return json!({
-            "id": p.message_id.to_string(),
+            "id": format!("{QUESTION}{}", p.message_id),
             "reason": "question",
             "message": p.description,
             "responseSchema": schema,
         });
     }
     json!({
-        "id": p.message_id.to_string(),
+        "id": format!("{APPROVAL}{}", p.message_id),
         "reason": "tool_approval",
         "message": p.description,
         "responseSchema": {

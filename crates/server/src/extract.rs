@@ -11,6 +11,11 @@ use serde_json::error::Category;
 
 /// Largest request body accepted (a 4,000-character message is at most 16 KB).
 pub(crate) const MAX_BODY: usize = 64 * 1024;
+
+/// The most a request of a door whose clients send the whole conversation each time may carry
+/// (OpenAI's chat completions, AG-UI: every message and tool result so far); the turn's own
+/// message stays within the contract's limit.
+pub(crate) const MAX_CONVERSATION_BODY: usize = 4 * 1024 * 1024;
 /// Parses a JSON body: exactly one JSON object with nothing but whitespace after it, else 400
 /// (an array would fill a struct by position, and trailing bytes would let another reader see
 /// another request); a missing, duplicated or mistyped field is 422 naming it.

@@ -80,8 +80,12 @@ impl IntoResponse for OpenAiError {
         };
         let code =
             (e.status == StatusCode::NOT_FOUND && e.field.as_deref() == Some("model")).then_some("model_not_found");
-        let body = json!({ "error": { "message": e.describe(), "type": kind, "param": e.field, "code": code } });
-        let mut resp = (e.status, axum::Json(body)).into_response();
+        let mut error = json!({ "message": e.describe(), "type": kind, "param": e.field, "code": code });
+        // A turn refused because actions wait for a decision says which (as `/stream` does).
+        if let Some(pending) = &e.pending_actions {
+            error["pending_actions"] = json!(pending);
+        }
+        let mut resp = (e.status, axum::Json(json!({ "error": error }))).into_response();
         if let Some(secs) = e.retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
         }
@@ -375,7 +379,11 @@ impl Reply {
             }
         }
         if let Some(message) = ending.error {
-            return Err(OpenAiError(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)));
+            // The turn ran (its message is in the conversation): a client that retried it
+            // would send the message twice. OpenAI's SDKs honour this header.
+            let mut resp = OpenAiError(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)).into_response();
+            resp.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+            return Ok(resp);
         }
         content.push_str(&ending.notice());
         let mut body = match json!({

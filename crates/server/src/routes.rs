@@ -84,28 +84,46 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
     resp
 }
 
+/// The doors whose clients send the whole conversation with every message (OpenAI's chat
+/// completions, AG-UI): their bodies may be larger, and who is asking is read from headers.
+const WHOLE_CONVERSATION_DOORS: [&str; 2] = ["/v1/", "/ag-ui/"];
+
 /// Authenticates `/api`, `/v1` and `/ag-ui` routes, `/search` and `/mcp`; the body is read
-/// here (bounded) because HMAC signs it.
-async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
+/// here (bounded) because HMAC signs it. `/v1` refusals are in OpenAI's error shape.
+async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let guarded = ["/api/", "/v1/", "/ag-ui/"].iter().any(|p| path.starts_with(p));
-    if !guarded && path != "/search" && path != "/mcp" {
-        return Ok(next.run(req).await);
+    let door = WHOLE_CONVERSATION_DOORS.iter().any(|p| path.starts_with(p));
+    if !door && !path.starts_with("/api/") && path != "/search" && path != "/mcp" {
+        return next.run(req).await;
     }
-    let req = authenticated(app.chat().auth(), req).await?;
-    Ok(next.run(req).await)
+    let openai = path.starts_with("/v1/");
+    let refused =
+        |e: ApiError| if openai { crate::openai::OpenAiError::from(e).into_response() } else { e.into_response() };
+    // The doors read the tenant and user ids from headers, which an HMAC signature does not
+    // cover: under `hmac` only the academy contract's signed bodies name them.
+    if door && matches!(app.chat().auth(), Auth::Hmac(_)) {
+        return refused(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this door reads who is asking from headers the HMAC signature does not cover: use /api/chatbot/* with \
+             server.auth = \"hmac\", or an API key",
+        ));
+    }
+    let max = if door { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
+    match authenticated(app.chat().auth(), req, max).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => refused(e),
+    }
 }
 
-/// `req` authenticated by `auth`: its body read (at most [`crate::extract::MAX_BODY`] bytes) and its
+/// `req` authenticated by `auth`: its body read (at most `max` bytes) and its
 /// [`Caller`](crate::auth::Caller) in its extensions for the extractors that authorize what
 /// they parse ([`Authorized`]).
-pub(crate) async fn authenticated(auth: &Auth, req: Request) -> Result<Request, ApiError> {
+pub(crate) async fn authenticated(auth: &Auth, req: Request, max: usize) -> Result<Request, ApiError> {
     let method = req.method().clone();
-    let (mut req, caller) =
-        crate::auth::check_whole_request(req, crate::extract::MAX_BODY, async |headers, target, body| {
-            auth.check(&method, headers, target, body).await
-        })
-        .await?;
+    let (mut req, caller) = crate::auth::check_whole_request(req, max, async |headers, target, body| {
+        auth.check(&method, headers, target, body).await
+    })
+    .await?;
     req.extensions_mut().insert(caller);
     Ok(req)
 }
@@ -119,6 +137,9 @@ async fn require_ready(State(app): State<AppState>, req: Request, next: Next) ->
     if req.uri().path() == "/search" {
         let body = json!({ "ok": false, "error": "the service is not ready" });
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    }
+    if req.uri().path().starts_with("/v1/") {
+        return crate::openai::OpenAiError::from(ApiError::not_ready()).into_response();
     }
     ApiError::not_ready().into_response()
 }
@@ -440,7 +461,7 @@ mod authorization_props {
             .layer(middleware::from_fn(move |req: Request, next: Next| {
                 let auth = Arc::clone(&auth);
                 async move {
-                    match authenticated(&auth, req).await {
+                    match authenticated(&auth, req, crate::extract::MAX_BODY).await {
                         Ok(req) => next.run(req).await,
                         Err(e) => e.into_response(),
                     }

@@ -18,6 +18,11 @@ use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
 use tower::ServiceExt;
 
 fn app() -> axum::Router {
+    router(true)
+}
+
+/// The service's routes, ready or still starting.
+fn router(ready: bool) -> axum::Router {
     let config = toolgraph_llm::OpenAiConfig::new("http://127.0.0.1:9/v1", "nobody");
     // An address that is valid; `OpenAiChatModel::new` only fails on a malformed one.
     let llm = Arc::new(toolgraph_llm::OpenAiChatModel::new(config).expect("a well-formed address"));
@@ -29,7 +34,9 @@ fn app() -> axum::Router {
     let options = ServiceOptions { auth: Auth::None, ..ServiceOptions::default() };
     let store = Arc::new(MemoryConversationStore::new());
     let state = AppState::new(ChatService::new(agents, "tutor".into(), store, ckpt, options));
-    state.set_ready();
+    if ready {
+        state.set_ready();
+    }
     toolgraph_server::router(state)
 }
 
@@ -141,4 +148,40 @@ async fn each_bad_request_is_refused_in_openais_shape_naming_what_is_wrong() {
     }
     let (_, answer) = post(&WHO, &body(json!({ "model": "nope" }))).await;
     assert_eq!(answer["error"]["code"], "model_not_found");
+}
+
+/// `POST /v1/chat/completions` of `body` on `router`: the status and the JSON answer.
+async fn post_on(router: axum::Router, body: String) -> (u16, Value) {
+    let mut req = Request::post("/v1/chat/completions").header("content-type", "application/json");
+    for (k, v) in WHO {
+        req = req.header(k, v);
+    }
+    let resp = router.oneshot(req.body(Body::from(body)).expect("a request")).await.expect("an answer");
+    let status = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("a body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_whole_conversation_fits_and_the_layers_refuse_in_openais_shape() {
+    // 200 earlier turns of 1,000 characters: over the academy contract's 64 KB, within this
+    // door's 4 MB — it reaches the handler (here: the model it names is unknown).
+    let turn = |role: &str| json!({ "role": role, "content": "x".repeat(1_000) });
+    let mut messages: Vec<Value> = (0..200).flat_map(|_| [turn("user"), turn("assistant")]).collect();
+    messages.push(json!({ "role": "user", "content": "hola" }));
+    let long = json!({ "model": "nope", "messages": messages }).to_string();
+    assert!(long.len() > 64 * 1024);
+    let (status, answer) = post_on(app(), long).await;
+    assert_eq!((status, &answer["error"]["code"]), (404, &json!("model_not_found")), "{answer}");
+
+    // Past 4 MB: refused before it is read, in OpenAI's shape.
+    let huge = json!({ "model": "tutor", "messages": [{ "role": "user", "content": "x".repeat(5 << 20) }] });
+    let (status, answer) = post_on(app(), huge.to_string()).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+
+    // Before start-up finished: 503, in OpenAI's shape.
+    let (status, answer) = post_on(router(false), body(json!({}))).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error"]["type"], "server_error", "{answer}");
 }

@@ -209,7 +209,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
                 "threadId": o.conversation.to_string(),
                 "runId": "r2",
                 "messages": [{"id": "m1", "role": "user", "content": "escribe a ana"}],
-                "resume": [{"interruptId": o.pending.to_string(), "status": "resolved", "payload": {"approved": true}}],
+                "resume": [{"interruptId": format!("approval-{}", o.pending), "status": "resolved", "payload": {"approved": true}}],
             })),
         ),
         "confirm" => (
@@ -254,43 +254,27 @@ const ENDPOINTS: [&str; 12] = [
     "delete tenant",
 ];
 
+/// What [`ENDPOINTS`] must answer: `conversation` for each of those that name the owner's
+/// conversation, then `deletes` for deleting the user and the tenant.
+fn expected(conversation: Option<u16>, deletes: [Option<u16>; 2]) -> [Option<u16>; ENDPOINTS.len()] {
+    let mut all = [conversation; ENDPOINTS.len()];
+    all[ENDPOINTS.len() - 2..].copy_from_slice(&deletes);
+    all
+}
+
 /// The callers each mode is tried with, and what each endpoint must answer them (`None`: not
 /// tried — the mode trusts the caller's word for it by design).
-fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 12])> {
+fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
     let base = Caller { label: "", slug: "demo", tenant: OWNER_TENANT, user: 102, key: None, signed: false };
     // Another user of the owner's tenant, another tenant naming its own id.
     let other_user = Caller { label: "another user", ..base };
     let other_tenant = Caller { label: "another tenant", slug: "acme", tenant: 8, user: OWNER_USER, ..base };
     // Deleting a user's or a tenant's data is the tenant's own admin call: the owner's tenant
     // may; another tenant naming its own id deletes nothing of the owner's (200, 0 deleted).
-    let scoped = [
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        None,
-        None,
-    ];
-    let other = [
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(404),
-        Some(200),
-        None,
-    ];
+    // Every endpoint that names the owner's conversation answers 404 (never telling another's
+    // from a missing one); the last two delete a user's and a tenant's data.
+    let scoped = expected(Some(404), [None, None]);
+    let other = expected(Some(404), [Some(200), None]);
     match mode {
         Mode::None => vec![(other_user, scoped), (other_tenant, other)],
         Mode::ApiKey => {
@@ -306,32 +290,30 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; 12])> {
             let no_key = Caller { label: "the owner's ids, no key", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
             vec![
                 (k(other_user, "demo-key"), scoped),
-                (
-                    k(other_tenant, "acme-key"),
-                    [
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(404),
-                        Some(200),
-                        Some(403),
-                    ],
-                ),
-                (claims, [Some(403); 12]),
-                (no_key, [Some(401); 12]),
+                (k(other_tenant, "acme-key"), expected(Some(404), [Some(200), Some(403)])),
+                (claims, [Some(403); ENDPOINTS.len()]),
+                (no_key, [Some(401); ENDPOINTS.len()]),
             ]
         }
         Mode::Hmac => {
             let s = |c: Caller| Caller { signed: true, ..c };
             let unsigned =
                 Caller { label: "the owner's ids, unsigned", tenant: OWNER_TENANT, user: OWNER_USER, ..base };
-            vec![(s(other_user), scoped), (s(other_tenant), other), (unsigned, [Some(401); 12])]
+            // The doors that read who is asking from headers, which the signature does not
+            // cover, are closed under hmac, to everyone.
+            let closed = |mut row: [Option<u16>; ENDPOINTS.len()]| {
+                for (want, endpoint) in row.iter_mut().zip(ENDPOINTS) {
+                    if ["openai chat", "ag-ui run", "ag-ui resume"].contains(&endpoint) {
+                        *want = Some(403);
+                    }
+                }
+                row
+            };
+            vec![
+                (s(other_user), closed(scoped)),
+                (s(other_tenant), closed(other)),
+                (unsigned, closed([Some(401); ENDPOINTS.len()])),
+            ]
         }
     }
 }

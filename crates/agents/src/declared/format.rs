@@ -194,7 +194,7 @@ pub struct NodeDecl {
     #[serde(default)]
     pub top_k: Option<u32>,
     /// `retrieve`: search nothing when the person's message is only a greeting, thanks or a
-    /// farewell. Default: false.
+    /// farewell (and write null to a `replace` channel). Default: false.
     #[serde(default)]
     pub skip_small_talk: Option<bool>,
     /// `reply`: the text, a template; `cite`: the text it checks, a template (e.g. a `model`

@@ -464,7 +464,14 @@ pub(crate) struct RetrieveNode {
 impl Node<AgentState, AgentDeps> for RetrieveNode {
     async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
         if self.skip_small_talk && s.last_user_message().is_some_and(toolgraph_rag::search::grounding::is_small_talk) {
-            return Ok(NodeOutput::Update(AgentUpdate::default()));
+            // Nothing searched this turn: the channel says so, rather than hold the last
+            // turn's passages for a `cite` node to cite (a list gathered over turns is kept).
+            let reducer = self.info.channels.get(&self.channel).map(|c| c.reducer).unwrap_or_default();
+            let channels = match reducer {
+                Reducer::Replace => self.info.writes(&s, &self.channel, Value::Null),
+                _ => Vec::new(),
+            };
+            return Ok(NodeOutput::Update(AgentUpdate { channels, ..Default::default() }));
         }
         let query = self.info.render(&self.query, &s);
         let arguments = serde_json::json!({ "query": query, "top_k": self.top_k });

@@ -169,9 +169,9 @@ pub(crate) fn checker(messages: &[Message], system: &str, tools: &ToolRegistry) 
     checker_over(messages, system, tools, None)
 }
 
-/// [`checker`], citing `given` instead of the conversation's passages when there are some (a
-/// `cite` node's channel); whether the reply must abstain is still the turn's (it searched,
-/// and called no other tool).
+/// [`checker`], citing `given` (a `cite` node's channel) instead of the conversation's
+/// passages when it is `Some`, even empty; whether the reply must abstain is still the turn's
+/// (it searched, and called no other tool).
 pub(crate) fn checker_over(
     messages: &[Message],
     system: &str,

@@ -187,3 +187,15 @@ pub async fn check_invariants(
     ckpt.database().close().await;
     (verdict, rows.len())
 }
+
+/// A `toolgraph.toml` in `api_key` mode whose key `key` opens tenant `demo` (id 7) only, with
+/// the agent `assistant` (calculator and notes) and, when `helper`, a second agent.
+pub fn api_key_config(key: &str, helper: bool) -> String {
+    let digest = toolgraph_server::auth::hash_api_key(key);
+    let helper = if helper { "[agents.helper]\ntools = []\n" } else { "" };
+    format!(
+        "[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{digest}\"\n[server.api_key_tenants]\ndemo = 7\n\
+         [rag]\nembedding = \"none\"\n[agents.assistant]\nsystem_prompt = \"You are the assistant.\"\n\
+         tools = [\"calculator\", \"note_write\"]\n{helper}"
+    )
+}
