@@ -56,6 +56,10 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
         assert!(types.contains(&kind), "{kind}: {first}");
     }
     assert_eq!(first["finished"]["outcome"], "success", "{first}");
+    // The state the run left, before it finished: the client holds it as the agent's state.
+    let at = |kind: &str| types.iter().position(|t| *t == kind);
+    assert!(at("STATE_SNAPSHOT") < at("RUN_FINISHED") && at("STATE_SNAPSHOT") > at("TEXT_MESSAGE_END"), "{first}");
+    assert!(first["state"].is_object(), "{first}");
     assert_eq!(first["finished"]["threadId"], "a-thread-of-the-client", "the client's thread id is kept");
 
     // A write waits: the run ends with an interrupt naming it.

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::extract::{Asking, asking, json_body};
 use crate::openai::recognised;
 use crate::runlog::RunLog;
-use crate::service::Confirmed;
+use crate::service::{ChatService, Confirmed};
 use crate::wire::{AnswerRequest, ConfirmRequest, ConfirmResponse, StreamRequest};
 use axum::Extension;
 use axum::body::Bytes;
@@ -114,7 +114,7 @@ pub(crate) async fn run(
     }
     turn.validate()?;
     let (_, log) = app.chat().start_turn(&turn).await?;
-    Ok(run.stream(log))
+    Ok(run.stream(log, app.chat().clone(), (turn.tenant_id, turn.user_id)))
 }
 
 /// Each resume entry as the decision or answer it is, in order; the last one's response.
@@ -323,14 +323,22 @@ fn interrupt(p: &PendingAction) -> Value {
     })
 }
 
+/// The channels of `conversation`'s last checkpoint: the state an AG-UI client shows. None when
+/// it cannot be read (the run's events go on without it).
+async fn snapshot(chat: &ChatService, (tenant, user): (i64, i64), conversation: i64) -> Option<Value> {
+    let last = chat.checkpoints(tenant, user, conversation).await.ok()?.iter().map(|m| m.seq).max()?;
+    let view = chat.checkpoint(tenant, user, conversation, last).await.ok()?;
+    Some(view["state"].get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({})))
+}
+
 fn sse(events: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
     let events = events.map(|e| Ok::<Event, Infallible>(Event::default().data(e.to_string())));
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
 impl Run {
-    /// A run of a turn: its frames as AG-UI events.
-    fn stream(self, log: Arc<RunLog>) -> Response {
+    /// A run of a turn of `owner` (tenant, user): its frames as AG-UI events.
+    fn stream(self, log: Arc<RunLog>, chat: ChatService, owner: (i64, i64)) -> Response {
         let events = Events { run: self, open: None, count: 0, pending: Vec::new() };
         let started = events.started();
         let frames = futures::stream::unfold((log, 0u64, false), |(log, mut after, ended)| async move {
@@ -352,13 +360,26 @@ impl Run {
             }
         })
         .flat_map(futures::stream::iter);
-        let body = frames
-            .scan(events, |events, frame| {
+        // At the end, the state the run left (its channels) before `RUN_FINISHED`.
+        let body = futures::stream::unfold(
+            (Box::pin(frames), events, chat, false),
+            move |(mut frames, mut events, chat, ended)| async move {
+                if ended {
+                    return None;
+                }
+                let frame = frames.next().await?;
                 let mut out = Vec::new();
-                events.frame(frame, &mut out);
-                futures::future::ready(Some(out))
-            })
-            .flat_map(futures::stream::iter);
+                if let Frame::Done { conversation_id, .. } = &frame {
+                    events.close(&mut out);
+                    if let Some(snapshot) = snapshot(&chat, owner, *conversation_id).await {
+                        out.push(json!({ "type": "STATE_SNAPSHOT", "snapshot": snapshot }));
+                    }
+                }
+                let ended = events.frame(frame, &mut out);
+                Some((out, (frames, events, chat, ended)))
+            },
+        )
+        .flat_map(futures::stream::iter);
         sse(futures::stream::iter([started]).chain(body))
     }
 

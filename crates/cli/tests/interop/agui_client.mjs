@@ -22,7 +22,7 @@ async function run(params) {
       finished = { outcome: p.outcome, interrupts: p.interrupts ?? null, threadId: p.event.threadId };
     },
   });
-  return { types, finished, result: result.result ?? null };
+  return { types, finished, result: result.result ?? null, state: agent.state ?? null };
 }
 
 const out = {};
