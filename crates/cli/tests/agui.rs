@@ -5,12 +5,12 @@
 //! interrupt, and the run that resumes it approves the write, which runs once.
 
 mod common;
-use common::{api_key_config, free_port, serve_command, wait_ready};
+use common::{client_json, serve_with_key};
 
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use toolgraph_testkit::interop::agui_client;
 
 const KEY: &str = "sk-test-ag-ui-door";
@@ -26,26 +26,14 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
     ])
     .await
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, api_key_config(KEY, false)).unwrap();
-    let port = free_port();
-    let mut serve =
-        serve_command(dir.path(), &model, port).arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let (mut serve, base, dir) = serve_with_key(&model, KEY, false, &[]).await;
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/agui_client.mjs");
-    let out =
-        tokio::task::spawn_blocking(move || Command::new("node").arg(script).arg(&base).arg(KEY).arg(entry).output())
-            .await
-            .unwrap()
-            .unwrap();
+    let mut client = Command::new("node");
+    client.arg(script).arg(&base).arg(KEY).arg(entry);
+    let saw = client_json(client).await;
     let _ = serve.kill();
     let _ = serve.wait();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let saw: Value = serde_json::from_str(stdout.trim()).unwrap();
 
     // A run with a tool call: the client's own event checks passed on every event.
     let first = &saw["first"];

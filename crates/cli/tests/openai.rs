@@ -3,12 +3,12 @@
 //! `scripts/interop-deps`), over HTTP with a tenant-bound API key, on the scripted model.
 
 mod common;
-use common::{api_key_config, free_port, serve_command, wait_ready};
+use common::{client_json, serve_with_key};
 
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use toolgraph_testkit::interop::openai_python;
 
 const KEY: &str = "sk-test-openai-door";
@@ -35,28 +35,12 @@ async fn the_official_openai_sdk_talks_to_the_agents() {
     ])
     .await
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, api_key_config(KEY, true)).unwrap();
-    let port = free_port();
-    let mut serve = serve_command(dir.path(), &model, port)
-        .arg("--config")
-        .arg(&config)
-        .env("TOOLGRAPH_LLM_MAX_RETRIES", "0")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[("TOOLGRAPH_LLM_MAX_RETRIES", "0")]).await;
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/openai_client.py");
-    let out = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(&base).arg(KEY).output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let saw: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let mut client = Command::new(python);
+    client.arg(script).arg(&base).arg(KEY);
+    let saw = client_json(client).await;
 
     // Every agent is a model.
     assert_eq!(saw["models"], json!(["assistant", "helper"]));
@@ -102,7 +86,7 @@ async fn the_official_openai_sdk_talks_to_the_agents() {
     assert_eq!(action["toolName"], "note_write", "{pending}");
     model.push([Reply::text("Nota guardada.")]);
     let confirm = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/api/chatbot/confirm"))
+        .post(format!("{base}/api/chatbot/confirm"))
         .bearer_auth(KEY)
         .header("X-Tenant-Slug", "demo")
         .json(&json!({

@@ -19,6 +19,7 @@ mod callbacks;
 mod error;
 mod extract;
 mod hosts;
+mod langgraph;
 mod listen;
 mod mcp;
 mod metrics;

@@ -53,6 +53,11 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/users/{user_id}", delete(delete_user))
         .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
         .route("/v1/models", get(crate::openai::models))
+        .route("/assistants/search", post(crate::langgraph::search))
+        .route("/assistants/count", post(crate::langgraph::count))
+        .route("/assistants/{assistant_id}", get(crate::langgraph::get))
+        .route("/assistants/{assistant_id}/graph", get(crate::langgraph::graph))
+        .route("/assistants/{assistant_id}/schemas", get(crate::langgraph::schemas))
         .merge(working)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
@@ -88,12 +93,13 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
 /// completions, AG-UI): their bodies may be larger, and who is asking is read from headers.
 const WHOLE_CONVERSATION_DOORS: [&str; 2] = ["/v1/", "/ag-ui/"];
 
-/// Authenticates `/api`, `/v1` and `/ag-ui` routes, `/search` and `/mcp`; the body is read
-/// here (bounded) because HMAC signs it. `/v1` refusals are in OpenAI's error shape.
+/// Authenticates `/api`, `/v1`, `/ag-ui` and `/assistants` routes, `/search` and `/mcp`; the
+/// body is read here (bounded) because HMAC signs it. `/v1` refusals are in OpenAI's error shape.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let door = WHOLE_CONVERSATION_DOORS.iter().any(|p| path.starts_with(p));
-    if !door && !path.starts_with("/api/") && path != "/search" && path != "/mcp" {
+    let api = path.starts_with("/api/") || path.starts_with("/assistants/");
+    if !door && !api && path != "/search" && path != "/mcp" {
         return next.run(req).await;
     }
     let openai = path.starts_with("/v1/");

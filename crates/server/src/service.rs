@@ -805,6 +805,11 @@ impl ChatService {
         (list, &self.0.default_agent)
     }
 
+    /// The shape of the agent `name`'s graph, if it is served.
+    pub fn agent_shape(&self, name: &str) -> Option<toolgraph_graph::GraphShape> {
+        self.0.agents.get(name).map(|a| a.agent.shape())
+    }
+
     /// The graph of the agent `name` as an SVG picture (its nodes carry `data-node`), if it is
     /// served.
     pub fn agent_graph_svg(&self, name: &str) -> Option<String> {

@@ -38,6 +38,15 @@ pub fn openai_python() -> Option<PathBuf> {
     python_with("openai")
 }
 
+/// The Python with LangGraph's SDK (PyPI `langgraph-sdk`): the same virtualenv as
+/// [`mcp_python`].
+///
+/// # Panics
+/// Under `CI` when it is missing.
+pub fn langgraph_python() -> Option<PathBuf> {
+    python_with("langgraph_sdk")
+}
+
 /// The interop virtualenv's Python (`TOOLGRAPH_MCP_PYTHON`, else the one `scripts/interop-deps`
 /// makes), when it imports `package`.
 fn python_with(package: &str) -> Option<PathBuf> {

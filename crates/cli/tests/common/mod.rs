@@ -199,3 +199,36 @@ pub fn api_key_config(key: &str, helper: bool) -> String {
          tools = [\"calculator\", \"note_write\"]\n{helper}"
     )
 }
+
+/// `toolgraph serve` on `model` with [`api_key_config`] (and `env`), ready: the process, its
+/// base URL and its directory (the data directory; kept while the directory lives).
+pub async fn serve_with_key(
+    model: &ScriptedModelServer,
+    key: &str,
+    helper: bool,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(&config, api_key_config(key, helper)).unwrap();
+    let port = free_port();
+    let child = serve_command(dir.path(), model, port)
+        .arg("--config")
+        .arg(&config)
+        .envs(env.iter().copied())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    (child, base, dir)
+}
+
+/// Runs `cmd` (an interoperability client) off the async threads: what it printed on stdout,
+/// as JSON, once it succeeded.
+pub async fn client_json(mut cmd: Command) -> serde_json::Value {
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.trim()).unwrap()
+}
