@@ -84,6 +84,9 @@ async fn the_official_openai_sdk_talks_to_the_agents() {
     assert!(content.contains("[Waiting for approval:"), "{pending}");
     let action = &pending["extra"]["pending_actions"][0];
     assert_eq!(action["toolName"], "note_write", "{pending}");
+    let busy = &saw["busy"];
+    assert_eq!((busy["status"].as_u64(), busy["class"].as_str()), (Some(409), Some("ConflictError")), "{busy}");
+    assert_eq!(busy["body"]["pending_actions"][0]["messageId"], action["messageId"], "{busy}");
     model.push([Reply::text("Nota guardada.")]);
     let confirm = reqwest::Client::new()
         .post(format!("{base}/api/chatbot/confirm"))

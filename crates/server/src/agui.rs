@@ -341,25 +341,7 @@ impl Run {
     fn stream(self, log: Arc<RunLog>, chat: ChatService, owner: (i64, i64)) -> Response {
         let events = Events { run: self, open: None, count: 0, pending: Vec::new() };
         let started = events.started();
-        let frames = futures::stream::unfold((log, 0u64, false), |(log, mut after, ended)| async move {
-            if ended {
-                return None;
-            }
-            loop {
-                let (frames, finished) = log.since(after);
-                if let Some(last) = frames.last() {
-                    after = last.seq;
-                    let typed: Vec<Frame> =
-                        frames.iter().filter_map(|f| Frame::parse(&f.event, &f.data).ok()).collect();
-                    return Some((typed, (log, after, finished)));
-                }
-                if finished {
-                    return None;
-                }
-                log.changed(after).await;
-            }
-        })
-        .flat_map(futures::stream::iter);
+        let frames = log.typed_frames();
         // At the end, the state the run left (its channels) before `RUN_FINISHED`.
         let body = futures::stream::unfold(
             (Box::pin(frames), events, chat, false),

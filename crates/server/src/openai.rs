@@ -273,25 +273,6 @@ impl Ending {
     }
 }
 
-/// A run's frames, from the first, until it ends.
-fn frames(log: Arc<RunLog>) -> impl futures::Stream<Item = Frame> + Send + 'static {
-    futures::stream::unfold((log, 0u64), |(log, mut after)| async move {
-        loop {
-            let (frames, finished) = log.since(after);
-            if let Some(last) = frames.last() {
-                after = last.seq;
-                let typed: Vec<Frame> = frames.iter().filter_map(|f| Frame::parse(&f.event, &f.data).ok()).collect();
-                return Some((typed, (log, after)));
-            }
-            if finished {
-                return None;
-            }
-            log.changed(after).await;
-        }
-    })
-    .flat_map(futures::stream::iter)
-}
-
 impl Reply {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> serde_json::Map<String, Value> {
         let v = json!({
@@ -309,63 +290,56 @@ impl Reply {
 
     /// The turn as `chat.completion.chunk` events, ended by `[DONE]` (or an error object).
     fn stream(self, log: Arc<RunLog>) -> Response {
-        let first = self.chunk(json!({ "role": "assistant", "content": "" }), None);
-        let events = futures::stream::unfold(
-            (Some(first), Box::pin(frames(log)), Ending::default(), false, self),
-            |(mut pending_first, mut frames, mut ending, mut ended, reply)| async move {
-                if let Some(first) = pending_first.take() {
-                    let data = Value::Object(first).to_string();
-                    return Some((vec![data], (None, frames, ending, ended, reply)));
-                }
-                if ended {
-                    return None;
-                }
-                loop {
-                    let Some(frame) = frames.next().await else {
-                        // A log that ends without `done` or `error` (it never does): end cleanly.
-                        ended = true;
-                        return Some((vec!["[DONE]".to_owned()], (None, frames, ending, ended, reply)));
-                    };
-                    match frame {
-                        Frame::Token { content } => {
-                            let data = Value::Object(reply.chunk(json!({ "content": content }), None)).to_string();
-                            return Some((vec![data], (None, frames, ending, ended, reply)));
-                        }
-                        Frame::Pending(p) => ending.pending.push(p),
-                        Frame::Done { conversation_id, message_id } => {
-                            ending.conversation_id = Some(conversation_id);
-                            ending.message_id = Some(message_id);
-                            let mut out = Vec::new();
-                            let notice = ending.notice();
-                            if !notice.is_empty() {
-                                out.push(Value::Object(reply.chunk(json!({ "content": notice }), None)).to_string());
-                            }
-                            let mut last = reply.chunk(json!({}), Some("stop"));
-                            ending.extensions(&mut last);
-                            out.push(Value::Object(last).to_string());
-                            out.push("[DONE]".to_owned());
-                            ended = true;
-                            return Some((out, (None, frames, ending, ended, reply)));
-                        }
-                        Frame::Error { message } => {
-                            let error = json!({ "error": { "message": message, "type": "server_error", "param": null, "code": null } });
-                            ended = true;
-                            return Some((vec![error.to_string()], (None, frames, ending, ended, reply)));
-                        }
-                        _ => {}
-                    }
-                }
-            },
-        )
-        .flat_map(|data| futures::stream::iter(data.into_iter().map(|d| Ok::<Event, Infallible>(Event::default().data(d)))));
+        let first = Value::Object(self.chunk(json!({ "role": "assistant", "content": "" }), None)).to_string();
+        let chunks = log
+            .typed_frames()
+            .scan((Ending::default(), self), |(ending, reply), frame| {
+                futures::future::ready(Some(reply.frame(ending, frame)))
+            })
+            .flat_map(futures::stream::iter);
+        let events =
+            futures::stream::iter([first]).chain(chunks).map(|d| Ok::<Event, Infallible>(Event::default().data(d)));
         Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+    }
+
+    /// The data of the events one frame of the run becomes (none for most).
+    fn frame(&self, ending: &mut Ending, frame: Frame) -> Vec<String> {
+        let chunk = |delta: Value, finish| Value::Object(self.chunk(delta, finish)).to_string();
+        match frame {
+            Frame::Token { content } => vec![chunk(json!({ "content": content }), None)],
+            Frame::Pending(p) => {
+                ending.pending.push(p);
+                Vec::new()
+            }
+            Frame::Done { conversation_id, message_id } => {
+                ending.conversation_id = Some(conversation_id);
+                ending.message_id = Some(message_id);
+                let mut out = Vec::new();
+                let notice = ending.notice();
+                if !notice.is_empty() {
+                    out.push(chunk(json!({ "content": notice }), None));
+                }
+                let mut last = self.chunk(json!({}), Some("stop"));
+                ending.extensions(&mut last);
+                out.push(Value::Object(last).to_string());
+                out.push("[DONE]".to_owned());
+                out
+            }
+            Frame::Error { message } => {
+                vec![
+                    json!({ "error": { "message": message, "type": "server_error", "param": null, "code": null } })
+                        .to_string(),
+                ]
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The turn as one `chat.completion`, once it ended.
     async fn whole(self, log: Arc<RunLog>) -> Result<Response, OpenAiError> {
         let mut content = String::new();
         let mut ending = Ending::default();
-        let mut frames = Box::pin(frames(log));
+        let mut frames = Box::pin(log.typed_frames());
         while let Some(frame) = frames.next().await {
             match frame {
                 Frame::Token { content: piece } => content.push_str(&piece),

@@ -180,20 +180,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
 }
 
 fn sse(run_id: String, log: Arc<RunLog>, after: u64) -> Response {
-    let frames = futures::stream::unfold((log, after), |(log, mut after)| async move {
-        loop {
-            let (frames, finished) = log.since(after);
-            if let Some(last) = frames.last() {
-                after = last.seq;
-                return Some((frames, (log, after)));
-            }
-            if finished {
-                return None;
-            }
-            log.changed(after).await;
-        }
-    });
-    sse_frames(run_id, frames.flat_map(futures::stream::iter))
+    sse_frames(run_id, log.frames_after(after))
 }
 
 /// An SSE response of a run's frames, each with its id `<runId>:<seq>`.

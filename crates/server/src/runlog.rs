@@ -219,6 +219,32 @@ impl RunLog {
         }
         notified.await;
     }
+
+    /// The frames after `after` as they come, until the run ends: what every reader of a run
+    /// (the SSE routes, the OpenAI and AG-UI doors) streams.
+    pub fn frames_after(self: Arc<Self>, after: u64) -> impl futures::Stream<Item = Frame> + Send + 'static {
+        let batches = futures::stream::unfold((self, after), |(log, mut after)| async move {
+            loop {
+                let (frames, finished) = log.since(after);
+                if let Some(last) = frames.last() {
+                    after = last.seq;
+                    return Some((frames, (log, after)));
+                }
+                if finished {
+                    return None;
+                }
+                log.changed(after).await;
+            }
+        });
+        futures::StreamExt::flat_map(batches, futures::stream::iter)
+    }
+
+    /// [`RunLog::frames_after`] from the first, as typed frames.
+    pub fn typed_frames(self: Arc<Self>) -> impl futures::Stream<Item = toolgraph_protocol::Frame> + Send + 'static {
+        futures::StreamExt::filter_map(self.frames_after(0), |f| {
+            futures::future::ready(toolgraph_protocol::Frame::parse(&f.event, &f.data).ok())
+        })
+    }
 }
 
 /// Every live or recently finished run of this process.

@@ -64,6 +64,14 @@ out["stream"] = {
 
 r = c.chat.completions.create(model="assistant", messages=[{"role": "user", "content": "Guarda una nota sobre Docker"}])
 out["pending"] = {"content": r.choices[0].message.content, "extra": r.model_extra}
+# Another message while the write waits: refused, naming what waits.
+out["busy"] = refused(
+    lambda: c.chat.completions.create(
+        model="assistant",
+        messages=[{"role": "user", "content": "otra cosa"}],
+        extra_body={"conversation_id": r.model_extra["conversation_id"]},
+    )
+)
 
 try:
     text = ""

@@ -1,7 +1,7 @@
-//! OpenAI's chat completions (docs/openai.md): the door's routes and refusals without a
-//! socket (axum's `oneshot`). Each bad request gets OpenAI's error shape, naming what is wrong,
-//! before any turn starts (the agent's model is an address nothing answers: a turn that started
-//! would fail differently).
+//! The doors other clients use — OpenAI's chat completions (docs/openai.md) and AG-UI
+//! (docs/ag-ui.md) — their routes and refusals without a socket (axum's `oneshot`). Each bad
+//! request is refused, naming what is wrong, before any turn starts (the agent's model is an
+//! address nothing answers: a turn that started would fail differently).
 
 use axum::body::Body;
 use axum::http::Request;
@@ -40,16 +40,21 @@ fn router(ready: bool) -> axum::Router {
     toolgraph_server::router(state)
 }
 
-/// `POST /v1/chat/completions` with `headers` and `body`: the status and the JSON answer.
-async fn post(headers: &[(&str, &str)], body: &str) -> (u16, Value) {
-    let mut req = Request::post("/v1/chat/completions").header("content-type", "application/json");
+/// `POST path` on `router` with `headers` and `body`: the status and the JSON answer.
+async fn send(router: axum::Router, path: &str, headers: &[(&str, &str)], body: String) -> (u16, Value) {
+    let mut req = Request::post(path).header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = app().oneshot(req.body(Body::from(body.to_owned())).expect("a request")).await.expect("an answer");
+    let resp = router.oneshot(req.body(Body::from(body)).expect("a request")).await.expect("an answer");
     let status = resp.status().as_u16();
     let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("a body");
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// `POST /v1/chat/completions` with `headers` and `body`.
+async fn post(headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    send(app(), "/v1/chat/completions", headers, body.to_owned()).await
 }
 
 /// A refused request: what it is, its headers and body, and the status, `param` and words
@@ -150,16 +155,9 @@ async fn each_bad_request_is_refused_in_openais_shape_naming_what_is_wrong() {
     assert_eq!(answer["error"]["code"], "model_not_found");
 }
 
-/// `POST /v1/chat/completions` of `body` on `router`: the status and the JSON answer.
+/// `POST /v1/chat/completions` of `body` on `router`, as the tenant's user.
 async fn post_on(router: axum::Router, body: String) -> (u16, Value) {
-    let mut req = Request::post("/v1/chat/completions").header("content-type", "application/json");
-    for (k, v) in WHO {
-        req = req.header(k, v);
-    }
-    let resp = router.oneshot(req.body(Body::from(body)).expect("a request")).await.expect("an answer");
-    let status = resp.status().as_u16();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("a body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    send(router, "/v1/chat/completions", &WHO, body).await
 }
 
 #[tokio::test]
@@ -184,4 +182,71 @@ async fn a_whole_conversation_fits_and_the_layers_refuse_in_openais_shape() {
     let (status, answer) = post_on(router(false), body(json!({}))).await;
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["error"]["type"], "server_error", "{answer}");
+}
+
+/// `POST /ag-ui/{agent}` with `headers` and `body`.
+async fn ag_ui(agent: &str, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
+    send(app(), &format!("/ag-ui/{agent}"), headers, body.to_string()).await
+}
+
+/// A refused AG-UI request: what it is, the agent, its headers and body, the status and the
+/// field the error names.
+type AgUiCase<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, Value, u16, &'a str);
+
+#[tokio::test]
+async fn ag_ui_refuses_a_bad_run_or_resume_before_anything_runs() {
+    let run = |extra: Value| {
+        let mut b =
+            json!({ "threadId": "t", "runId": "r", "messages": [{ "id": "m", "role": "user", "content": "hola" }] });
+        if let (Value::Object(b), Value::Object(extra)) = (&mut b, extra) {
+            b.extend(extra);
+        }
+        b
+    };
+    let resume = |id: &str, status: &str, payload: Value| {
+        run(json!({ "threadId": "12", "resume": [{ "interruptId": id, "status": status, "payload": payload }] }))
+    };
+    let no_user: Vec<(&str, &str)> = WHO.iter().copied().filter(|(k, _)| *k != "x-user-id").collect();
+    let cases: Vec<AgUiCase<'_>> = vec![
+        ("an unknown agent", "nope", WHO.to_vec(), run(json!({})), 404, "agent"),
+        ("no user", "tutor", no_user, run(json!({})), 400, "user"),
+        (
+            "the last message is the assistant's",
+            "tutor",
+            WHO.to_vec(),
+            run(json!({ "messages": [{ "id": "m", "role": "assistant", "content": "hola" }] })),
+            400,
+            "messages",
+        ),
+        ("no thread id", "tutor", WHO.to_vec(), json!({ "runId": "r", "messages": [] }), 422, "threadId"),
+        (
+            "an interrupt of another service",
+            "tutor",
+            WHO.to_vec(),
+            resume("nope", "resolved", json!(true)),
+            400,
+            "resume.interruptId",
+        ),
+        (
+            "a status of neither kind",
+            "tutor",
+            WHO.to_vec(),
+            resume("approval-1", "maybe", json!(true)),
+            400,
+            "resume.status",
+        ),
+        (
+            "an approval answered with something else",
+            "tutor",
+            WHO.to_vec(),
+            resume("approval-1", "resolved", json!({ "x": 1 })),
+            422,
+            "resume.payload",
+        ),
+    ];
+    for (what, agent, headers, body, status, field) in cases {
+        let (got, answer) = ag_ui(agent, &headers, body).await;
+        assert_eq!(got, status, "{what}: {answer}");
+        assert_eq!(answer["field"], field, "{what}: {answer}");
+    }
 }
