@@ -3,10 +3,14 @@
 
 use crate::AgentError;
 use crate::academy::{BackendWriteTool, backend_general_query, tenant_schema_prompt};
+use crate::chat_agent::{ChatAgent, GraphAgent};
 use crate::course::guides::GuideStore;
 use crate::course::test_gen::{Grounding, TestGenerator};
 use crate::kit::{AgentDeps, AgentSpec, AgentState, PromptContext};
 use crate::react;
+use crate::sources::{Declaration, GraphSources, declaration};
+use crate::versions::VersionBuilder;
+use async_trait::async_trait;
 use std::sync::Arc;
 use toolgraph_config::{AgentGraph, AgentSettings, Config, DatabasePooling, StoreKind};
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
@@ -260,10 +264,27 @@ pub fn build(
     store: Arc<dyn Checkpointer>,
     shared: &SharedParts,
 ) -> Result<Agent, AgentError> {
-    let (name, settings, tools) = agent_tools(cfg, name, &shared.tools)?;
+    let name = name.map_or_else(|| cfg.default_agent_name(), str::to_owned);
+    let sources = GraphSources::read(cfg, &name)?;
+    build_from(cfg, &name, &sources, store, shared)
+}
+
+/// Builds agent `name` as [`build`] does, its graph out of `sources` (read earlier, or kept
+/// for a version this process never loaded) instead of the files as they are now.
+///
+/// # Errors
+/// As [`build`]'s, and an `agent` node naming an agent whose declaration `sources` lacks.
+pub fn build_from(
+    cfg: &Config,
+    name: &str,
+    sources: &GraphSources,
+    store: Arc<dyn Checkpointer>,
+    shared: &SharedParts,
+) -> Result<Agent, AgentError> {
+    let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
     let spec = spec_of(&name, &settings, tools, shared);
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
-    let graph = graph_of(cfg, &name, &settings, spec, model, shared, store)?;
+    let graph = graph_of(cfg, &name, &settings, spec, model, shared, sources, store)?;
     Ok(Agent { name, settings, graph })
 }
 
@@ -300,86 +321,45 @@ fn models_for(
     }
 }
 
-/// Where an agent's graph is declared: the file its `graph_file` names, or the declaration of
-/// the built-in graph it runs (every built-in graph is one).
-enum Declaration<'a> {
-    File(&'a std::path::Path),
-    BuiltIn {
-        /// Its path in the repository, for errors.
-        file: &'static str,
-        text: &'static str,
-        /// The tools its nodes call, and what provides them.
-        needs: &'static [&'static str],
-        provider: &'static str,
-        /// The grounded ReAct agent: its prompt gains the grounding instruction.
-        grounded: bool,
-    },
-}
-
-/// The declaration of the agent of `settings`.
-fn declaration(settings: &AgentSettings) -> Declaration<'_> {
-    let built_in =
-        |file, text, needs, provider, grounded| Declaration::BuiltIn { file, text, needs, provider, grounded };
-    match (&settings.graph_file, settings.graph) {
-        (Some(file), _) => Declaration::File(file),
-        (None, AgentGraph::React) if settings.effective_grounding() == toolgraph_config::Grounding::RetrieveFirst => {
-            built_in(
-                "examples/agents/grounded.toml",
-                react::GROUNDED_DECLARATION,
-                &["rag_search"],
-                "[rag] (grounding = \"retrieve_first\" searches first)",
-                true,
-            )
-        }
-        (None, AgentGraph::React) => built_in("examples/agents/react.toml", react::DECLARATION, &[], "", false),
-        (None, AgentGraph::LegalPipeline) => built_in(
-            "examples/agents/legal.toml",
-            crate::legal::pipeline::DECLARATION,
-            &crate::legal::pipeline::TOOLS,
-            "[tools.legal]",
-            false,
-        ),
-        (None, AgentGraph::CrisisCompanion) => built_in(
-            "examples/agents/crisis.toml",
-            crate::crisis::graph::DECLARATION,
-            &[crate::crisis::TOOL_NAME],
-            "[tools.crisis]",
-            false,
-        ),
-    }
-}
-
-/// Agent `name` ready to build: its checked declaration (its `graph_file`, or its built-in
-/// graph's), its spec and model — as [`build`] builds it on its own, and as an `agent` node of
+/// Agent `name` ready to build: its checked declaration (`text`: its `graph_file`'s, or its
+/// built-in graph's), its spec and model — as [`build`] builds it on its own, and as an `agent` node of
 /// another agent's graph runs it.
 ///
 /// # Errors
 /// An unknown agent or tool, a tool its graph calls that it lacks, no model, or a declaration
 /// that fails its checks.
-pub fn specialist(cfg: &Config, name: &str, shared: &SharedParts) -> Result<crate::declared::Specialist, AgentError> {
+pub fn specialist(
+    cfg: &Config,
+    name: &str,
+    shared: &SharedParts,
+    text: &str,
+) -> Result<crate::declared::Specialist, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
     let spec = spec_of(&name, &settings, tools, shared);
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
     let model_for = Box::new(models_for(cfg, &settings, shared));
-    let (plan, spec) = plan_of(cfg, &name, &settings, spec, shared)?;
+    let (plan, spec) = plan_of(cfg, &name, &settings, spec, shared, text)?;
     Ok(crate::declared::Specialist { plan, spec, model, model_for })
 }
 
-/// The checked declaration of agent `name` (`settings`, `spec`), and its spec as the graph runs
-/// it.
+/// The checked declaration of agent `name` (`settings`, `spec`; `text`, its declaration's), and
+/// its spec as the graph runs it.
 fn plan_of(
     cfg: &Config,
     name: &str,
     settings: &AgentSettings,
     mut spec: AgentSpec,
     shared: &SharedParts,
+    text: &str,
 ) -> Result<(crate::declared::Plan, AgentSpec), AgentError> {
     let plan = match declaration(settings) {
-        Declaration::File(file) => declared_plan(cfg, file, &spec.tools, &shared.kinds)?,
-        Declaration::BuiltIn { file, text, needs, provider, grounded } => {
+        Declaration::File(file) => {
+            declared_plan_of(cfg, &file.display().to_string(), text, &spec.tools, &shared.kinds)?
+        }
+        Declaration::BuiltIn { file, needs, provider, grounded, .. } => {
             need_tools(name, &spec.tools, needs, provider)?;
             if grounded {
-                react::grounded_plan(&mut spec)?
+                react::grounded_plan(&mut spec, text)?
             } else {
                 let tools = spec.tools.names();
                 let known = crate::declared::Known { tools: &tools, writes: &[], kinds: None, agents: &[] };
@@ -390,50 +370,10 @@ fn plan_of(
     Ok((plan, spec))
 }
 
-/// The version agent `name`'s graph is built at from the files as they are now: its
-/// declaration's ([`crate::declared::version_of`] its text), combined with those of the agents
-/// its `agent` nodes hand turns to ([`crate::declared::combined_version`]). A reload compares
-/// it with the version that serves.
-///
-/// # Errors
-/// A graph file that cannot be read (the error names it).
-pub fn declared_version(cfg: &Config, name: &str) -> std::io::Result<String> {
-    fn version_in(
-        agents: &std::collections::BTreeMap<String, AgentSettings>,
-        name: &str,
-        chain: &mut Vec<String>,
-    ) -> std::io::Result<String> {
-        let Some(settings) = agents.get(name) else { return Ok(String::new()) };
-        let text = match declaration(settings) {
-            Declaration::File(file) => std::borrow::Cow::Owned(
-                std::fs::read_to_string(file)
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.display())))?,
-            ),
-            Declaration::BuiltIn { text, .. } => text.into(),
-        };
-        let own = crate::declared::version_of(&text);
-        // A loop, or a file that does not parse, is refused by the build; its own text decides.
-        let Ok(file) = toml::from_str::<crate::declared::format::GraphFile>(&text) else { return Ok(own) };
-        if chain.iter().any(|a| a == name) {
-            return Ok(own);
-        }
-        chain.push(name.to_owned());
-        let mut handed = Vec::new();
-        // In name order, as the plan's nodes are.
-        for node in file.nodes.values().filter(|n| n.kind == crate::declared::format::NodeKind::Agent) {
-            if let Some(agent) = &node.agent {
-                handed.push(version_in(agents, agent, chain)?);
-            }
-        }
-        chain.pop();
-        Ok(crate::declared::combined_version(&own, &handed))
-    }
-    version_in(&cfg.effective_agents(), name, &mut Vec::new())
-}
-
 /// The graph of agent `name` (its settings, its `spec`, its `model`): the declaration its
 /// `graph_file` names or its built-in graph's, checked against its tools, with the agents its
 /// `agent` nodes hand turns to.
+#[allow(clippy::too_many_arguments)] // the parts of one build, each used once
 fn graph_of(
     cfg: &Config,
     name: &str,
@@ -441,11 +381,25 @@ fn graph_of(
     spec: AgentSpec,
     model: Arc<dyn ChatModel>,
     shared: &SharedParts,
+    sources: &GraphSources,
     store: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, AgentError> {
-    let (plan, spec) = plan_of(cfg, name, settings, spec, shared)?;
+    let (plan, spec) = plan_of(cfg, name, settings, spec, shared, &sources.own)?;
     let model_for = models_for(cfg, settings, shared);
-    let specialists = |other: &str| specialist(cfg, other, shared);
+    let specialists = |other: &str| match sources.text_of(name, other) {
+        Some(text) => specialist(cfg, other, shared, text),
+        // The configuration names the agent, but these sources were kept before it did.
+        None if cfg.effective_agents().contains_key(other) => {
+            Err(AgentError::Declared(crate::declared::DeclErrors(vec![crate::declared::DeclError {
+                file: format!("agents.{name}"),
+                line: 1,
+                field: String::new(),
+                message: format!("no declaration of agent `{other}` was kept with this version"),
+            }])))
+        }
+        // Not an agent of the configuration: refused by name before any text is read.
+        None => specialist(cfg, other, shared, ""),
+    };
     crate::declared::build_with(&plan, spec, model, &model_for, &specialists, store)
 }
 
@@ -460,13 +414,25 @@ pub fn declared_plan(
     tools: &ToolRegistry,
     kinds: &crate::declared::NodeKinds,
 ) -> Result<crate::declared::Plan, AgentError> {
+    let text = std::fs::read_to_string(file).map_err(|e| crate::sources::unreadable(file, &e))?;
+    declared_plan_of(cfg, &file.display().to_string(), &text, tools, kinds)
+}
+
+/// [`declared_plan`] of `text`, read from `file`.
+fn declared_plan_of(
+    cfg: &Config,
+    file: &str,
+    text: &str,
+    tools: &ToolRegistry,
+    kinds: &crate::declared::NodeKinds,
+) -> Result<crate::declared::Plan, AgentError> {
     let specs = tools.specs();
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let writes: Vec<String> =
         specs.iter().filter(|s| s.class == toolgraph_tools::ToolClass::Write).map(|s| s.name.clone()).collect();
     let agents: Vec<String> = cfg.effective_agents().into_keys().collect();
     let known = crate::declared::Known { tools: &names, writes: &writes, kinds: Some(kinds), agents: &agents };
-    Ok(crate::declared::load(file, &known)?)
+    Ok(crate::declared::check(file, text, &known)?)
 }
 
 /// The Mermaid flowchart of agent `name` (or the default agent) with its tools out of
@@ -477,6 +443,7 @@ pub fn declared_plan(
 pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Result<String, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, name, &shared.tools)?;
     let spec = AgentSpec::new(&name, &settings.system_prompt, tools);
+    let sources = GraphSources::read(cfg, &name)?;
     let store = Arc::new(toolgraph_graph::MemoryCheckpointer::new());
     let never: Arc<dyn ChatModel> = Arc::new(NeverCalled);
     let drawing = SharedParts {
@@ -485,7 +452,7 @@ pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Res
         schema_prompt: None,
         kinds: shared.kinds.clone(),
     };
-    Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, store)?.to_mermaid())
+    Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, &sources, store)?.to_mermaid())
 }
 
 /// The model of a graph that is only drawn or checked.
@@ -518,6 +485,49 @@ pub fn mermaid(kind: AgentGraph) -> String {
     match graph {
         Ok(g) => g.to_mermaid(),
         Err(e) => format!("%% the {} graph does not compile: {e}", kind.as_str()),
+    }
+}
+
+/// Builds agent `name` again at a version this process never loaded — it paused before a
+/// restart, or on another replica — from the [`GraphSources`] its checkpoint store kept, with
+/// the configuration and tools the process runs with now.
+pub struct KeptVersions {
+    /// The configuration the process serves.
+    pub cfg: Arc<Config>,
+    /// What its agents share.
+    pub shared: Arc<SharedParts>,
+    /// Where checkpoints, and the versions' sources, are kept.
+    pub checkpointer: Arc<dyn Checkpointer>,
+    /// The agent.
+    pub name: String,
+}
+
+impl KeptVersions {
+    /// Keeps `sources`, the sources of `version`, so runs paused on it can be resumed on it by
+    /// any process on this store.
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn keep(&self, version: &str, sources: &GraphSources) -> Result<(), toolgraph_graph::CheckpointError> {
+        self.checkpointer.keep_definition(version, &sources.to_json()).await
+    }
+}
+
+#[async_trait]
+impl VersionBuilder for KeptVersions {
+    async fn build(&self, version: &str) -> Result<Option<Arc<dyn ChatAgent>>, String> {
+        let Some(kept) = self.checkpointer.definition(version).await.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let sources = GraphSources::from_json(&kept).map_err(|e| format!("the kept sources do not read: {e}"))?;
+        let (cfg, shared, store, name) =
+            (Arc::clone(&self.cfg), Arc::clone(&self.shared), Arc::clone(&self.checkpointer), self.name.clone());
+        // Checking the declarations and building the graph are synchronous.
+        let built = tokio::task::spawn_blocking(move || build_from(&cfg, &name, &sources, store, &shared))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(Some(Arc::new(GraphAgent::new(built.graph))))
     }
 }
 

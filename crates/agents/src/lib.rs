@@ -34,6 +34,7 @@ pub mod kit;
 pub mod legal;
 pub mod mcp;
 pub mod react;
+pub mod sources;
 pub mod versions;
 mod words;
 

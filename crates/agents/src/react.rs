@@ -76,21 +76,22 @@ pub fn build_grounded(
     model: Arc<dyn ChatModel>,
     checkpointer: Arc<dyn Checkpointer>,
 ) -> Result<CompiledGraph<AgentState, AgentDeps>, crate::AgentError> {
-    let plan = grounded_plan(&mut spec)?;
+    let plan = grounded_plan(&mut spec, GROUNDED_DECLARATION)?;
     crate::declared::build(&plan, spec, model, &|_| Err(crate::AgentError::NoModel), checkpointer)
 }
 
-/// The checked [`GROUNDED_DECLARATION`] for the agent of `spec`, whose system prompt gains the
+/// The checked grounded declaration `text` ([`GROUNDED_DECLARATION`], or the copy a paused
+/// run's version kept) for the agent of `spec`, whose system prompt gains the
 /// grounding instruction (its calls send this prompt: the service computes it ahead as it is).
 ///
 /// # Errors
 /// The agent has no `rag_search` tool.
-pub fn grounded_plan(spec: &mut AgentSpec) -> Result<crate::declared::Plan, crate::AgentError> {
+pub fn grounded_plan(spec: &mut AgentSpec, text: &str) -> Result<crate::declared::Plan, crate::AgentError> {
     spec.system_prompt = crate::kit::grounded_prompt(&spec.system_prompt).into_owned();
     let tools = spec.tools.names();
     crate::declared::check(
         "examples/agents/grounded.toml",
-        GROUNDED_DECLARATION,
+        text,
         &crate::declared::Known { tools: &tools, writes: &[], kinds: None, agents: &[] },
     )
     .map_err(crate::AgentError::Declared)

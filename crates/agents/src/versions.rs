@@ -4,9 +4,13 @@
 //! New turns run on the version installed last; a run paused or cut short on an older version
 //! is resumed or closed by that version, read from the `graph_version` its thread's last
 //! checkpoint records, so a paused approval still finds the nodes it paused in. Older versions
-//! stay loaded (the last [`KEPT_VERSIONS`]) for as long as the process runs; a thread whose
-//! version this process never loaded (it paused before a restart) resumes on the current one.
-//! A definition that failed its checks is remembered as [`Refused`] until one passes.
+//! stay loaded (the last [`KEPT_VERSIONS`]) for as long as the process runs. A thread whose
+//! version this process never loaded (it paused before a restart, or on another replica) is
+//! resumed on its version built again by the agent's [`VersionBuilder`] (from the sources the
+//! checkpoint store kept of it: `assembly::KeptVersions`), and on the current one when it
+//! cannot be (nothing kept, or what was kept does not build with today's configuration: said in
+//! the log, not tried again until the next install). A definition that failed its checks is
+//! remembered as [`Refused`] until one passes.
 
 use crate::chat_agent::{AgentRun, ChatAgent, Refused, Resumed, Revision, StateView, TurnInput};
 use async_trait::async_trait;
@@ -30,6 +34,17 @@ pub struct VersionedAgent {
 struct Shared {
     checkpointer: Arc<dyn Checkpointer>,
     versions: RwLock<Versions>,
+    builder: Option<Arc<dyn VersionBuilder>>,
+}
+
+/// Builds an agent again at a version the process has not loaded.
+#[async_trait]
+pub trait VersionBuilder: Send + Sync + 'static {
+    /// The agent at `version`, or `None` when nothing was kept of that version.
+    ///
+    /// # Errors
+    /// Why what was kept could not be built (said in the log; the current version resumes).
+    async fn build(&self, version: &str) -> Result<Option<Arc<dyn ChatAgent>>, String>;
 }
 
 struct Versions {
@@ -37,6 +52,8 @@ struct Versions {
     version: Option<String>,
     older: VecDeque<(String, Arc<dyn ChatAgent>)>,
     refused: Option<Refused>,
+    /// Versions the builder could not build, not tried again until the next install.
+    unbuildable: std::collections::HashSet<String>,
 }
 
 /// What [`VersionedAgent::install`] did.
@@ -54,10 +71,26 @@ pub enum Installed {
 impl VersionedAgent {
     /// Serves `agent` (its [`Revision::version`] names it).
     pub fn new(agent: Arc<dyn ChatAgent>) -> Self {
+        Self::with_builder(agent, None)
+    }
+
+    /// Serves `agent`; threads paused on a version the process has not loaded resume on the
+    /// one `builder` builds.
+    pub fn rebuilding(agent: Arc<dyn ChatAgent>, builder: Arc<dyn VersionBuilder>) -> Self {
+        Self::with_builder(agent, Some(builder))
+    }
+
+    fn with_builder(agent: Arc<dyn ChatAgent>, builder: Option<Arc<dyn VersionBuilder>>) -> Self {
         let checkpointer = Arc::clone(agent.checkpointer());
         let version = agent.revision().version;
-        let versions = Versions { current: agent, version, older: VecDeque::new(), refused: None };
-        Self { shared: Arc::new(Shared { checkpointer, versions: RwLock::new(versions) }) }
+        let versions = Versions {
+            current: agent,
+            version,
+            older: VecDeque::new(),
+            refused: None,
+            unbuildable: Default::default(),
+        };
+        Self { shared: Arc::new(Shared { checkpointer, versions: RwLock::new(versions), builder }) }
     }
 
     /// Makes `agent` the version new turns run on; the current one stays loaded for the runs
@@ -66,6 +99,7 @@ impl VersionedAgent {
         let version = agent.revision().version;
         let mut v = self.write();
         v.refused = None;
+        v.unbuildable.clear();
         if version.is_some() && version == v.version {
             return Installed::Unchanged;
         }
@@ -112,29 +146,66 @@ impl VersionedAgent {
         Arc::clone(&self.read().current)
     }
 
-    /// The version that wrote `thread`'s last checkpoint, when this process has it loaded;
-    /// else the current one.
+    /// The version that wrote `thread`'s last checkpoint: loaded, or built again from what
+    /// was kept of it; the current one when neither.
     async fn of_thread(&self, thread: &ThreadId) -> Result<Arc<dyn ChatAgent>, GraphError> {
         let store = &self.shared.checkpointer;
         let Some((seq, _)) = store.head(thread).await? else { return Ok(self.current()) };
         let recorded = store.load_from(thread, seq).await?.pop().and_then(|r| r.graph_version);
         let Some(recorded) = recorded else { return Ok(self.current()) };
+        if let Some(agent) = self.loaded(&recorded) {
+            return Ok(agent);
+        }
+        let tried = self.read().unbuildable.contains(&*recorded);
+        let why = match &self.shared.builder {
+            None => "nothing builds older versions".to_owned(),
+            Some(_) if tried => "it could not be built before".to_owned(),
+            Some(builder) => match builder.build(&recorded).await {
+                Ok(Some(agent)) if agent.revision().version.as_deref() == Some(&*recorded) => {
+                    tracing::info!(%thread, version = %recorded, "built again the version this thread paused on");
+                    return Ok(self.keep_older(recorded.to_string(), agent));
+                }
+                Ok(Some(agent)) => {
+                    format!("what was kept builds version {}", agent.revision().version.as_deref().unwrap_or("-"))
+                }
+                Ok(None) => "nothing was kept of it".to_owned(),
+                Err(e) => e,
+            },
+        };
+        if !tried {
+            self.write().unbuildable.insert(recorded.to_string());
+        }
+        tracing::warn!(
+            %thread,
+            recorded = %recorded,
+            current = self.version().as_deref().unwrap_or("-"),
+            why = %why,
+            "the version this thread paused on cannot be loaded; the current one resumes it"
+        );
+        Ok(self.current())
+    }
+
+    /// Version `version`, when loaded.
+    fn loaded(&self, version: &str) -> Option<Arc<dyn ChatAgent>> {
         let v = self.read();
-        if v.version.as_deref() == Some(&*recorded) {
-            return Ok(Arc::clone(&v.current));
+        if v.version.as_deref() == Some(version) {
+            return Some(Arc::clone(&v.current));
         }
-        match v.older.iter().find(|(name, _)| **name == *recorded) {
-            Some((_, agent)) => Ok(Arc::clone(agent)),
-            None => {
-                tracing::warn!(
-                    %thread,
-                    recorded = %recorded,
-                    current = v.version.as_deref().unwrap_or("-"),
-                    "the version this thread paused on is not loaded (it paused before a restart); the current one resumes it"
-                );
-                Ok(Arc::clone(&v.current))
-            }
+        v.older.iter().find(|(name, _)| name == version).map(|(_, agent)| Arc::clone(agent))
+    }
+
+    /// Keeps `agent`, built again at `version`, among the older versions (the one already
+    /// there when another resume built it first); returns the one kept.
+    fn keep_older(&self, version: String, agent: Arc<dyn ChatAgent>) -> Arc<dyn ChatAgent> {
+        let mut v = self.write();
+        if let Some((_, kept)) = v.older.iter().find(|(name, _)| *name == version) {
+            return Arc::clone(kept);
         }
+        if v.older.len() >= KEPT_VERSIONS {
+            v.older.pop_back();
+        }
+        v.older.push_back((version, Arc::clone(&agent)));
+        agent
     }
 }
 

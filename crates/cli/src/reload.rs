@@ -11,6 +11,7 @@ use std::time::Duration;
 use toolgraph_agents::AgentError;
 use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::chat_agent::GraphAgent;
+use toolgraph_agents::sources::GraphSources;
 use toolgraph_agents::versions::{Installed, VersionedAgent};
 use toolgraph_config::Config;
 use toolgraph_graph::Checkpointer;
@@ -83,11 +84,15 @@ impl Reloader {
         // Its file's version, with those of the agents its `agent` nodes hand turns to (their
         // files change it too).
         let (cfg, name) = (Arc::clone(&self.cfg), declared.name.clone());
-        let version = tokio::task::spawn_blocking(move || assembly::declared_version(&cfg, &name))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        let version = match version {
-            Ok(version) => version,
+        let sources = match tokio::task::spawn_blocking(move || GraphSources::read(&cfg, &name)).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::error!(agent = %declared.name, error = %e, "the reload stopped; the current version keeps serving");
+                return;
+            }
+        };
+        let (version, sources) = match sources {
+            Ok(sources) => (sources.version(&declared.name), sources),
             Err(e) => {
                 // Said once per disappearance (and on every SIGHUP), not on every look.
                 if forced || seen.replace(UNREADABLE.to_owned()).as_deref() != Some(UNREADABLE) {
@@ -109,8 +114,12 @@ impl Reloader {
         }
         let (cfg, shared, store, name) =
             (Arc::clone(&self.cfg), Arc::clone(&self.shared), Arc::clone(&self.checkpointer), declared.name.clone());
-        // Reading and checking the file and building the graph are synchronous.
-        let built = tokio::task::spawn_blocking(move || assembly::build(&cfg, Some(&name), store, &shared)).await;
+        // Checking the declarations and building the graph are synchronous; the files were read
+        // once, above, so the build is of the version computed there.
+        let built = {
+            let sources = sources.clone();
+            tokio::task::spawn_blocking(move || assembly::build_from(&cfg, &name, &sources, store, &shared)).await
+        };
         let built = match built {
             Ok(built) => built,
             Err(e) => {
@@ -119,10 +128,14 @@ impl Reloader {
             }
         };
         match built {
-            // The file changed again between the two reads: the next look takes it.
-            Ok(a) if a.graph.version() != Some(version.as_str()) => *seen = None,
             Ok(a) => {
                 let new = a.graph.version().map(str::to_owned);
+                let kept =
+                    self.checkpointer.keep_definition(new.as_deref().unwrap_or(&version), &sources.to_json()).await;
+                if let Err(e) = kept {
+                    // Kept only for runs that pause on it and outlive this process: it still serves.
+                    tracing::error!(agent = %declared.name, error = %e, "cannot keep the new version's definition; a run paused on it resumes on it only while this process runs");
+                }
                 match declared.agent.install(Arc::new(GraphAgent::new(a.graph))) {
                     Installed::Unchanged => {}
                     Installed::Replaced { previous } => {

@@ -6,10 +6,12 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use toolgraph_agents::assembly::KeptVersions;
 use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::conversation::project;
 use toolgraph_agents::kit::AgentDeps;
+use toolgraph_agents::sources::GraphSources;
 use toolgraph_agents::versions::VersionedAgent;
 use toolgraph_config::{AgentGraph, AuthKind, Config, RunEventsKind, StoreKind};
 use toolgraph_conversations::backend::BackendConversationStore;
@@ -192,12 +194,13 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let retriever = crate::retrieval::retriever(cfg);
     let local_model = agent::local_model(cfg).await?;
     let tool_model = agent::tool_model(cfg, local_model.as_ref());
-    let shared = SharedParts {
+    let shared = Arc::new(SharedParts {
         tools: assembly::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref(), tool_model).await?,
         local_model,
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
         kinds: Default::default(),
-    };
+    });
+    let served_cfg = Arc::new(cfg.clone());
     // With the in-process model, each ReAct agent's prompt is computed before the service is
     // ready, so no first turn pays for it; the model's KV cache keeps several side by side
     // (docs/models.md). The default agent goes last: the most recently used stays longest.
@@ -206,18 +209,30 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let mut agents = BTreeMap::new();
     let mut declared = Vec::new();
     for name in cfg.effective_agents().keys() {
-        let a = assembly::build(cfg, Some(name), Arc::clone(&checkpointer), &shared)?;
+        let sources = GraphSources::read(cfg, name)?;
+        let a = assembly::build_from(cfg, name, &sources, Arc::clone(&checkpointer), &shared)?;
         if shared.local_model.is_some() && a.settings.graph == AgentGraph::React {
             warm.push((a.name.clone(), Arc::clone(a.graph.deps())));
         }
+        // The version's sources are kept with the checkpoints: a run paused on it resumes on it
+        // after a restart, an upgrade or a change of its file, and on any replica.
+        let kept = KeptVersions {
+            cfg: Arc::clone(&served_cfg),
+            shared: Arc::clone(&shared),
+            checkpointer: Arc::clone(&checkpointer),
+            name: a.name.clone(),
+        };
+        if let Some(version) = a.graph.version() {
+            kept.keep(version, &sources)
+                .await
+                .with_context(|| format!("cannot keep the definition of agent {}'s graph", a.name))?;
+        }
+        let agent = VersionedAgent::rebuilding(Arc::new(GraphAgent::new(a.graph)), Arc::new(kept));
         if let Some(file) = a.settings.graph_file.clone() {
             // Its file may change while serving: new turns take the new version.
-            let agent = VersionedAgent::new(Arc::new(GraphAgent::new(a.graph)));
             declared.push(DeclaredAgent { name: a.name.clone(), file, agent: agent.clone() });
-            agents.insert(a.name.clone(), ServedAgent::new(agent, a.settings));
-            continue;
         }
-        agents.insert(a.name.clone(), ServedAgent::new(GraphAgent::new(a.graph), a.settings));
+        agents.insert(a.name.clone(), ServedAgent::new(agent, a.settings));
     }
     let auth = match cfg.server.auth {
         AuthKind::None => Auth::None,
@@ -313,12 +328,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     }
     let poll = (cfg.server.reload_poll_ms > 0).then(|| std::time::Duration::from_millis(cfg.server.reload_poll_ms));
-    let reloader = Reloader {
-        cfg: Arc::new(cfg.clone()),
-        shared: Arc::new(shared),
-        checkpointer: Arc::clone(&checkpointer),
-        agents: declared,
-    };
+    let reloader = Reloader { cfg: served_cfg, shared, checkpointer: Arc::clone(&checkpointer), agents: declared };
     reloader.spawn(poll);
     app.set_ready();
     eprintln!(

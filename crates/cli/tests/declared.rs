@@ -107,7 +107,6 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
-    let say = |conversation: &Value, message: &str| json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
 
     let question = "I was charged twice this month. What happens now?";
     let first = post(&base, "/api/chatbot/stream", &say(&Value::Null, question)).await;
@@ -391,27 +390,33 @@ fn hang_up(child: &std::process::Child) {
     assert!(sent.success());
 }
 
+/// The desk's scripted replies for a ticket (the app named) paused for approval, the reply
+/// once it is approved, then `then`.
+fn a_ticket_then(then: Vec<Reply>) -> Vec<Reply> {
+    let mut replies = vec![
+        Reply::text("ticket"),
+        Reply::text("desktop"),
+        Reply::tool_calls(&[("t1", "open_ticket", json!({"summary": "Sync broken", "details": "since Monday"}))]),
+        Reply::text("Ticket T-0001 is open."),
+    ];
+    replies.extend(then);
+    replies
+}
+
+/// The stream body of `message` in `conversation` (null: a new one) of tenant 1's user 1.
+fn say(conversation: &Value, message: &str) -> Value {
+    json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message})
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_declaration_serves_new_turns_while_a_paused_run_finishes_on_its_own_version() {
     let dir = tempfile::tempdir().unwrap();
     let (config, desk) = desk_in(dir.path(), 0);
-    let model = ScriptedModelServer::start(vec![
-        // A: a ticket (the app named), paused for approval on the first version.
-        Reply::text("ticket"),
-        Reply::text("desktop"),
-        Reply::tool_calls(&[("t1", "open_ticket", json!({"summary": "Sync broken", "details": "since Monday"}))]),
-        // A, approved after the reload: its own version's nodes finish it.
-        Reply::text("Ticket T-0001 is open."),
-        // B and C: new turns, on the second version.
-        Reply::text("other"),
-        Reply::text("Hi!"),
-        Reply::text("other"),
-        Reply::text("Bye!"),
-    ])
-    .await
-    .unwrap();
+    // A, paused on the first version and approved after the reload (its own version's nodes
+    // finish it); B and C, new turns on the second version.
+    let then = vec![Reply::text("other"), Reply::text("Hi!"), Reply::text("other"), Reply::text("Bye!")];
+    let model = ScriptedModelServer::start(a_ticket_then(then)).await.unwrap();
     let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
-    let say = |conversation: &Value, message: &str| json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1, "conversationId": conversation, "message": message});
     let first = desk_revision(&base).await;
     let v1 = first["version"].as_str().unwrap().to_owned();
     assert!(v1.len() == 12 && v1.chars().all(|c| c.is_ascii_hexdigit()) && first.get("refused").is_none(), "{first}");
@@ -471,6 +476,53 @@ async fn a_changed_declaration_serves_new_turns_while_a_paused_run_finishes_on_i
     let (chat, _) = system_and_tools(&requests[5]);
     assert!(chat.contains("Reply in one short sentence"), "{chat}");
     assert_eq!(requests.len(), 8, "{requests:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_paused_before_a_restart_resumes_on_its_own_version_after_the_file_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, desk) = desk_in(dir.path(), 0);
+    // A ticket paused on the first version, approved after the restart (the first version's
+    // nodes finish it); a new turn on the second version.
+    let model =
+        ScriptedModelServer::start(a_ticket_then(vec![Reply::text("other"), Reply::text("Hi!")])).await.unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let v1 = desk_revision(&base).await["version"].as_str().unwrap().to_owned();
+    let paused =
+        post(&base, "/api/chatbot/stream", &say(&Value::Null, "Please open a ticket: sync is broken on my Mac.")).await;
+    let a = event_data(&paused, "done")["conversationId"].clone();
+    let pending = event_data(&paused, "pending");
+    assert_eq!(pending["toolName"], "open_ticket", "{paused}");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // While it is down, the file changes: the paused run's next node (`ticket_tools`) is gone
+    // from the version the restarted process loads.
+    let original = std::fs::read_to_string(&desk).unwrap();
+    let second = original.replace("ticket_tools", "desk_tools");
+    assert!(second.contains("[nodes.desk_tools]") && !second.contains("ticket_tools"));
+    std::fs::write(&desk, &second).unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let v2 = desk_revision(&base).await["version"].as_str().unwrap().to_owned();
+    assert_ne!(v1, v2, "the restarted process serves the changed file");
+
+    let confirm = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+        "conversationId": a, "messageId": pending["messageId"], "confirmed": true});
+    let confirmed: Value = serde_json::from_str(&post(&base, "/api/chatbot/confirm", &confirm).await).unwrap();
+    assert_eq!(confirmed["message"], "Ticket T-0001 is open.", "{confirmed}");
+    let hello = post(&base, "/api/chatbot/stream", &say(&Value::Null, "hello")).await;
+    assert_eq!(said(&hello), "Hi!", "{hello}");
+    let b = event_data(&hello, "done")["conversationId"].clone();
+
+    let (versions_a, versions_b) = (versions_of(&base, &a).await, versions_of(&base, &b).await);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(versions_a, [v1], "the paused run finished on the version it paused on");
+    assert_eq!(versions_b, [v2], "new turns run on the file as it is now");
+    let tickets = std::fs::read_to_string(dir.path().join("tickets.jsonl")).unwrap();
+    assert_eq!(tickets.lines().count(), 1, "the approved ticket was opened once: {tickets}");
+    assert!(tickets.contains("Sync broken"), "{tickets}");
+    assert_eq!(model.requests().len(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

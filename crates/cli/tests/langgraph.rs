@@ -1,15 +1,15 @@
-//! Interoperability: `toolgraph serve`'s LangGraph assistants (docs/langgraph.md) read by an
-//! implementation nobody here wrote, LangGraph's Python SDK (PyPI `langgraph-sdk`, installed by
-//! `scripts/interop-deps`), with a tenant-bound API key.
+//! Interoperability: `toolgraph serve`'s LangGraph assistants, threads and runs
+//! (docs/langgraph.md) driven by an implementation nobody here wrote, LangGraph's Python SDK
+//! (PyPI `langgraph-sdk`, installed by `scripts/interop-deps`), with a tenant-bound API key.
 
 mod common;
 use common::{client_json, serve_with_key};
 
-use scripted_llm::ScriptedModelServer;
-use serde_json::json;
+use scripted_llm::{Reply, ScriptedModelServer};
+use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
-use toolgraph_testkit::interop::langgraph_python;
+use toolgraph_testkit::interop::{langgraph_js, langgraph_python};
 
 const KEY: &str = "sk-test-langgraph-door";
 
@@ -52,4 +52,165 @@ async fn langgraphs_sdk_finds_and_reads_the_agents_as_assistants() {
     let unknown = &saw["unknown"];
     assert_eq!(unknown["status"], 404, "{unknown}");
     assert!(unknown["body"].to_string().contains("no assistant 'nope'"), "{unknown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
+    let Some(python) = langgraph_python() else { return };
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text("Son 42."),
+        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Examen", "body": "El viernes."}))]),
+        Reply::text("Nota guardada."),
+        Reply::tool_calls(&[("n2", "note_write", json!({"title": "Repaso", "body": "El jueves."}))]),
+    ])
+    .await
+    .unwrap();
+    let (mut serve, base, dir) = serve_with_key(&model, KEY, true, &[]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_threads.py");
+    let mut client = Command::new(python);
+    client.arg(script).arg(&base).arg(KEY);
+    let saw = client_json(client).await;
+    let requests = model.requests();
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    // A thread made with its metadata, idle and empty until its first run.
+    let created = &saw["created"];
+    let tid = created["thread_id"].as_str().unwrap().to_owned();
+    assert_eq!(tid.len(), 36, "a UUID: {created}");
+    assert_eq!((created["metadata"].clone(), created["status"].clone()), (json!({"course": "iv"}), json!("idle")));
+    assert_eq!(created["values"]["messages"], json!([]));
+    assert_eq!(saw["got"]["thread_id"], tid.as_str());
+
+    // The first run streamed in three modes: its id first, the person's message in the first
+    // values, the calculator's call and result as updates and as messages, the reply as
+    // message chunks, and the final values with the whole turn.
+    let parts = saw["first_run"].as_array().unwrap();
+    let events: Vec<&str> = parts.iter().map(|p| p["event"].as_str().unwrap()).collect();
+    assert_eq!(events[0], "metadata", "{events:?}");
+    assert!(parts[0]["data"]["run_id"].is_string());
+    let first_values = parts.iter().find(|p| p["event"] == "values").unwrap();
+    assert_eq!(first_values["data"]["messages"][0]["type"], "human");
+    assert_eq!(first_values["data"]["messages"][0]["content"], "¿Cuánto es 6 por 7?");
+    let updates: Vec<&Value> = parts.iter().filter(|p| p["event"] == "updates").map(|p| &p["data"]).collect();
+    assert_eq!(updates[0]["agent"]["messages"][0]["tool_calls"][0]["name"], "calculator", "{updates:?}");
+    assert_eq!(updates[0]["agent"]["messages"][0]["tool_calls"][0]["args"], json!({"expression": "6*7"}));
+    assert_eq!(updates[1]["tools"]["messages"][0]["tool_call_id"], "c1");
+    assert!(updates[1]["tools"]["messages"][0]["content"].as_str().unwrap().contains("42"), "{updates:?}");
+    let said: String = parts
+        .iter()
+        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
+        .filter_map(|p| p["data"][0]["content"].as_str())
+        .collect();
+    assert_eq!(said, "Son 42.");
+    let last = parts.last().unwrap();
+    assert_eq!(last["event"], "values", "{events:?}");
+    let kinds: Vec<&str> =
+        last["data"]["messages"].as_array().unwrap().iter().map(|m| m["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["human", "ai", "tool", "ai"]);
+    assert_eq!(last["data"]["messages"][3]["content"], "Son 42.");
+    assert_eq!(saw["state"]["values"]["messages"], last["data"]["messages"], "the thread's state is the run's end");
+    assert_eq!(saw["state"]["next"], json!([]));
+
+    // A write pauses the run: its values end on the interrupt, in LangChain's
+    // human-in-the-loop shape, and the thread says it is interrupted.
+    let paused = &saw["paused"];
+    let interrupt = &paused["__interrupt__"][0];
+    assert!(interrupt["id"].as_str().unwrap().starts_with("approval-"), "{paused}");
+    let request = &interrupt["value"]["action_requests"][0];
+    assert_eq!((request["name"].as_str(), request["args"]["title"].as_str()), (Some("note_write"), Some("Examen")));
+    assert_eq!(interrupt["value"]["review_configs"][0]["allowed_decisions"], json!(["approve", "reject"]));
+    assert_eq!(saw["interrupted"]["status"], "interrupted");
+    assert_eq!(saw["interrupted"]["interrupts"]["__root__"][0]["id"], interrupt["id"]);
+
+    // Approved: the note is written and the reply ends the resumed run; deciding again finds
+    // nothing to decide (409), nothing runs twice.
+    let resumed = saw["resumed"].as_array().unwrap();
+    assert_eq!(resumed[0]["event"], "metadata");
+    assert!(resumed.iter().any(|p| p["event"] == "messages" && p["data"][0]["content"] == "Nota guardada."));
+    let end = &resumed.last().unwrap()["data"];
+    assert!(end.get("__interrupt__").is_none(), "{end}");
+    assert_eq!(end["messages"].as_array().unwrap().last().unwrap()["content"], "Nota guardada.");
+    let notes = std::fs::read_dir(dir.path().join("notes")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(saw["resume_again"]["status"], 409, "{}", saw["resume_again"]);
+    assert!(saw["resume_again"]["body"].to_string().contains("waits for no decision"));
+
+    // An `edit` is refused by name and decides nothing; a rejection cancels the write, said as
+    // the agent says it on every door.
+    assert_eq!(saw["edit"]["status"], 422, "{}", saw["edit"]);
+    assert!(saw["edit"]["body"].to_string().contains("`edit` decisions are not served yet"));
+    assert_eq!(saw["edit_by_id"]["status"], 422, "an edit by interrupt id too: {}", saw["edit_by_id"]);
+    assert_eq!(saw["other_assistant"]["status"], 422, "{}", saw["other_assistant"]);
+    assert!(saw["other_assistant"]["body"].to_string().contains("talks to assistant 'assistant'"));
+    let rejected = &saw["rejected"];
+    assert!(rejected.get("__interrupt__").is_none(), "{rejected}");
+    let said = rejected["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap();
+    assert!(said.starts_with("Cancelled, nothing was changed") && said.contains("Repaso"), "{said}");
+    assert_eq!(notes, 1, "only the approved note was written");
+
+    // Search, count, update, history: the owner's threads.
+    let other = saw["other_thread"].as_str().unwrap();
+    assert_eq!(saw["search"], json!([tid]), "metadata filters");
+    assert_eq!(saw["count"], 2);
+    assert_eq!(saw["idle"], json!([other, tid]), "the latest changed first");
+    assert_eq!(saw["updated"]["metadata"], json!({"course": "iv", "term": "2026"}), "metadata merges");
+    assert_eq!(saw["busy"]["status"], 422, "a status not tracked is named: {}", saw["busy"]);
+    assert_eq!(saw["too_much_metadata"]["status"], 422, "{}", saw["too_much_metadata"]);
+    let history = saw["history"].as_array().unwrap();
+    assert_eq!(history.len(), 3, "the limit holds");
+    let step = |s: &Value| s["metadata"]["step"].as_u64().unwrap();
+    assert!(step(&history[0]) > step(&history[1]) && step(&history[1]) > step(&history[2]), "newest first");
+
+    // Another person, even with the tenant's key, finds nothing; a mode not served is named;
+    // a deleted thread is gone.
+    assert_eq!(saw["other_user"]["status"], 404, "{}", saw["other_user"]);
+    assert_eq!(saw["other_user_run"]["status"], 404, "{}", saw["other_user_run"]);
+    assert_eq!(saw["unknown_mode"]["status"], 422, "{}", saw["unknown_mode"]);
+    assert!(saw["unknown_mode"]["body"].to_string().contains("`debug` is not served"));
+    assert_eq!(saw["deleted"]["status"], 404);
+    assert_eq!(requests.len(), 5, "every scripted reply was asked for once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
+    let Some(entry) = langgraph_js() else { return };
+    let model = ScriptedModelServer::start(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text("Son 42."),
+        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Examen", "body": "El viernes."}))]),
+        Reply::text("Nota guardada."),
+    ])
+    .await
+    .unwrap();
+    let (mut serve, base, dir) = serve_with_key(&model, KEY, false, &[]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_threads.mjs");
+    let mut client = Command::new("node");
+    client.arg(script).arg(&base).arg(KEY).arg(entry);
+    let saw = client_json(client).await;
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    assert_eq!(saw["created"]["metadata"], json!({"course": "iv"}));
+    let parts = saw["first_run"].as_array().unwrap();
+    assert_eq!(parts[0]["event"], "metadata", "{parts:?}");
+    let said: String = parts
+        .iter()
+        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
+        .filter_map(|p| p["data"][0]["content"].as_str())
+        .collect();
+    assert_eq!(said, "Son 42.", "the JS client read the reply's chunks");
+    assert!(parts.iter().any(|p| p["event"] == "updates" && p["data"]["tools"]["messages"][0]["tool_call_id"] == "c1"));
+    let last = &parts.last().unwrap()["data"]["messages"];
+    assert_eq!(last.as_array().map(Vec::len), Some(4), "{last}");
+
+    let interrupt = &saw["paused"]["__interrupt__"][0];
+    assert_eq!(interrupt["value"]["action_requests"][0]["name"], "note_write", "{}", saw["paused"]);
+    assert_eq!(saw["state"]["interrupts"][0]["id"], interrupt["id"], "{}", saw["state"]);
+    let resumed = saw["resumed"].as_array().unwrap();
+    assert!(resumed.iter().any(|p| p["event"] == "messages" && p["data"][0]["content"] == "Nota guardada."));
+    assert_eq!(saw["after"]["status"], "idle");
+    let notes = std::fs::read_dir(dir.path().join("notes")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(notes, 1, "the approved note was written once");
+    assert_eq!(saw["deleted"]["status"], 404, "{}", saw["deleted"]);
 }

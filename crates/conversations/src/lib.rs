@@ -280,6 +280,34 @@ impl ConversationThread {
     }
 }
 
+/// A LangGraph thread (docs/langgraph.md): a client's handle on a conversation, made before the
+/// conversation is — a conversation needs its agent, which the thread's first run names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thread {
+    /// Its id: a UUID the server made, or the client's own.
+    pub id: String,
+    /// The tenant it belongs to.
+    pub tenant: i64,
+    /// The user it belongs to.
+    pub user: i64,
+    /// The conversation its runs talk in, once the first has run.
+    pub conversation: Option<i64>,
+    /// The client's metadata.
+    pub metadata: serde_json::Map<String, Value>,
+    /// When it was made (ms since the epoch).
+    pub created_at_ms: i64,
+    /// When it, or its metadata, last changed.
+    pub updated_at_ms: i64,
+}
+
+/// At most this many threads of one user are read for a search.
+pub const THREADS_READ: usize = 10_000;
+
+/// The refusal of a store that keeps no threads (a backend's).
+fn no_threads() -> StoreError {
+    StoreError("this store keeps no threads: use server.store = \"sqlite\" or \"postgres\"".into())
+}
+
 /// Storage of conversations, messages and pending actions.
 #[async_trait]
 pub trait ConversationStore: Send + Sync + 'static {
@@ -329,6 +357,40 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError>;
     /// Deletes a tenant's conversations; their ids.
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError>;
+
+    /// Whether it keeps LangGraph's threads (the others' methods refuse).
+    fn keeps_threads(&self) -> bool {
+        false
+    }
+    /// Keeps a new thread; `false` when its owner has a thread of that id (ids are each
+    /// person's own).
+    async fn create_thread(&self, _thread: &Thread) -> Result<bool, StoreError> {
+        Err(no_threads())
+    }
+    /// Thread `id` of `tenant` and `user`.
+    async fn thread(&self, _tenant: i64, _user: i64, _id: &str) -> Result<Option<Thread>, StoreError> {
+        Err(no_threads())
+    }
+    /// `tenant`/`user`'s threads, the most recently changed first, at most [`THREADS_READ`].
+    async fn threads(&self, _tenant: i64, _user: i64) -> Result<Vec<Thread>, StoreError> {
+        Err(no_threads())
+    }
+    /// Replaces thread `id`'s metadata (when given) and sets its conversation (when given and it
+    /// has none); marks it changed. Whether it is theirs.
+    async fn update_thread(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _id: &str,
+        _metadata: Option<&serde_json::Map<String, Value>>,
+        _conversation: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        Err(no_threads())
+    }
+    /// Deletes thread `id` of `tenant`/`user` (not its conversation); what it was.
+    async fn delete_thread(&self, _tenant: i64, _user: i64, _id: &str) -> Result<Option<Thread>, StoreError> {
+        Err(no_threads())
+    }
 }
 
 /// Milliseconds since the Unix epoch.

@@ -3,7 +3,7 @@
 
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
-    ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim, now_ms, summary_title,
+    ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms, summary_title,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -25,6 +25,7 @@ struct MemoryInner {
     /// `(conversation, message)`, in id order.
     messages: Vec<(i64, StoredMessage)>,
     pending: Vec<PendingAction>,
+    threads: Vec<Thread>,
 }
 
 impl MemoryConversationStore {
@@ -60,6 +61,7 @@ impl MemoryInner {
         }
         self.messages.retain(|(c, _)| !gone.contains(c));
         self.pending.retain(|p| !gone.contains(&p.action.conversation_id));
+        self.threads.retain(|t| !t.conversation.is_some_and(|c| gone.contains(&c)));
         gone
     }
 }
@@ -240,10 +242,67 @@ impl ConversationStore for MemoryConversationStore {
     }
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(self.lock().remove_conversations(|_, t, u| t == tenant && u == user))
+        let mut g = self.lock();
+        g.threads.retain(|t| !(t.tenant == tenant && t.user == user));
+        Ok(g.remove_conversations(|_, t, u| t == tenant && u == user))
     }
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(self.lock().remove_conversations(|_, t, _| t == tenant))
+        let mut g = self.lock();
+        g.threads.retain(|t| t.tenant != tenant);
+        Ok(g.remove_conversations(|_, t, _| t == tenant))
+    }
+
+    fn keeps_threads(&self) -> bool {
+        true
+    }
+
+    async fn create_thread(&self, thread: &Thread) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        if g.threads.iter().any(|t| t.id == thread.id && t.tenant == thread.tenant && t.user == thread.user) {
+            return Ok(false);
+        }
+        g.threads.push(thread.clone());
+        Ok(true)
+    }
+
+    async fn thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
+        Ok(self.lock().threads.iter().find(|t| t.id == id && t.tenant == tenant && t.user == user).cloned())
+    }
+
+    async fn threads(&self, tenant: i64, user: i64) -> Result<Vec<Thread>, StoreError> {
+        let mut theirs: Vec<Thread> =
+            self.lock().threads.iter().filter(|t| t.tenant == tenant && t.user == user).cloned().collect();
+        theirs.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then_with(|| b.id.cmp(&a.id)));
+        theirs.truncate(THREADS_READ);
+        Ok(theirs)
+    }
+
+    async fn update_thread(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        metadata: Option<&serde_json::Map<String, serde_json::Value>>,
+        conversation: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        let Some(t) = g.threads.iter_mut().find(|t| t.id == id && t.tenant == tenant && t.user == user) else {
+            return Ok(false);
+        };
+        if let Some(m) = metadata {
+            t.metadata = m.clone();
+        }
+        if t.conversation.is_none() {
+            t.conversation = conversation;
+        }
+        t.updated_at_ms = now_ms().max(t.updated_at_ms + 1);
+        Ok(true)
+    }
+
+    async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
+        let mut g = self.lock();
+        let at = g.threads.iter().position(|t| t.id == id && t.tenant == tenant && t.user == user);
+        Ok(at.map(|i| g.threads.remove(i)))
     }
 }

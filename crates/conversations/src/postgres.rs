@@ -3,7 +3,8 @@
 
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
-    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim, now_ms, summary_title,
+    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
+    summary_title,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -385,6 +386,12 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
+        sqlx::query("DELETE FROM threads WHERE tenant_id = $1 AND user_id = $2")
+            .bind(tenant)
+            .bind(user)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?;
         let ids = sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 AND user_id = $2 RETURNING id")
             .bind(tenant)
             .bind(user)
@@ -397,6 +404,11 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
+        sqlx::query("DELETE FROM threads WHERE tenant_id = $1")
+            .bind(tenant)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?;
         let ids = sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 RETURNING id")
             .bind(tenant)
             .persistent(self.db.persistent())
@@ -405,4 +417,123 @@ impl ConversationStore for PostgresConversationStore {
         s.finish().await?;
         Ok(ids)
     }
+
+    fn keeps_threads(&self) -> bool {
+        true
+    }
+
+    async fn create_thread(&self, thread: &Thread) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
+        let n = sqlx::query(
+            "INSERT INTO threads (thread_id, tenant_id, user_id, conversation_id, metadata, created_at_ms, updated_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant_id, user_id, thread_id) DO NOTHING",
+        )
+        .bind(&thread.id)
+        .bind(thread.tenant)
+        .bind(thread.user)
+        .bind(thread.conversation)
+        .bind(Value::Object(thread.metadata.clone()))
+        .bind(thread.created_at_ms)
+        .bind(thread.updated_at_ms)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?
+        .rows_affected();
+        s.finish().await?;
+        Ok(n == 1)
+    }
+
+    async fn thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
+        let mut s = self.db.session().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {THREAD_COLUMNS} FROM threads WHERE thread_id = $1 AND tenant_id = $2 AND user_id = $3"
+        ))
+        .bind(id)
+        .bind(tenant)
+        .bind(user)
+        .persistent(self.db.persistent())
+        .fetch_optional(&mut *s)
+        .await?;
+        s.finish().await?;
+        row.as_ref().map(thread_row).transpose()
+    }
+
+    async fn threads(&self, tenant: i64, user: i64) -> Result<Vec<Thread>, StoreError> {
+        let mut s = self.db.session().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {THREAD_COLUMNS} FROM threads WHERE tenant_id = $1 AND user_id = $2
+             ORDER BY updated_at_ms DESC, thread_id DESC LIMIT $3"
+        ))
+        .bind(tenant)
+        .bind(user)
+        .bind(THREADS_READ as i64)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        rows.iter().map(thread_row).collect()
+    }
+
+    async fn update_thread(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        metadata: Option<&serde_json::Map<String, Value>>,
+        conversation: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
+        let n = sqlx::query(
+            "UPDATE threads SET metadata = COALESCE($4, metadata),
+                 conversation_id = COALESCE(conversation_id, $5),
+                 updated_at_ms = GREATEST($6, updated_at_ms + 1)
+             WHERE thread_id = $1 AND tenant_id = $2 AND user_id = $3",
+        )
+        .bind(id)
+        .bind(tenant)
+        .bind(user)
+        .bind(metadata.map(|m| Value::Object(m.clone())))
+        .bind(conversation)
+        .bind(now_ms())
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?
+        .rows_affected();
+        s.finish().await?;
+        Ok(n == 1)
+    }
+
+    async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
+        let mut s = self.db.session().await?;
+        let row = sqlx::query(&format!(
+            "DELETE FROM threads WHERE thread_id = $1 AND tenant_id = $2 AND user_id = $3 RETURNING {THREAD_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(tenant)
+        .bind(user)
+        .persistent(self.db.persistent())
+        .fetch_optional(&mut *s)
+        .await?;
+        s.finish().await?;
+        row.as_ref().map(thread_row).transpose()
+    }
+}
+
+/// The columns [`thread_row`] reads, in its order.
+const THREAD_COLUMNS: &str = "thread_id, tenant_id, user_id, conversation_id, metadata, created_at_ms, updated_at_ms";
+
+fn thread_row(r: &PgRow) -> Result<Thread, StoreError> {
+    let metadata = match r.try_get::<Value, _>(4)? {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    Ok(Thread {
+        id: r.try_get(0)?,
+        tenant: r.try_get(1)?,
+        user: r.try_get(2)?,
+        conversation: r.try_get(3)?,
+        metadata,
+        created_at_ms: r.try_get(5)?,
+        updated_at_ms: r.try_get(6)?,
+    })
 }

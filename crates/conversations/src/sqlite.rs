@@ -3,7 +3,8 @@
 
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
-    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, TurnClaim, now_ms, summary_title,
+    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
+    summary_title,
 };
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
@@ -101,7 +102,7 @@ fn role_from(name: String, column: usize) -> rusqlite::Result<Role> {
 /// and, through the schema's `ON DELETE CASCADE` (foreign keys are on, see
 /// `SqliteDatabase`), their messages and pending actions, in one statement; returns their ids.
 fn delete_conversations(
-    conn: &mut rusqlite::Connection,
+    conn: &rusqlite::Connection,
     selected: &str,
     params: &[&dyn rusqlite::ToSql],
 ) -> rusqlite::Result<Vec<i64>> {
@@ -356,10 +357,124 @@ impl ConversationStore for SqliteConversationStore {
     }
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
-        self.call(move |c| delete_conversations(c, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])).await
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            tx.execute("DELETE FROM threads WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
+            let ids = delete_conversations(&tx, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])?;
+            tx.commit()?;
+            Ok(ids)
+        })
+        .await
     }
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
-        self.call(move |c| delete_conversations(c, "tenant_id = ?1", &[&tenant])).await
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            tx.execute("DELETE FROM threads WHERE tenant_id = ?1", params![tenant])?;
+            let ids = delete_conversations(&tx, "tenant_id = ?1", &[&tenant])?;
+            tx.commit()?;
+            Ok(ids)
+        })
+        .await
     }
+
+    fn keeps_threads(&self) -> bool {
+        true
+    }
+
+    async fn create_thread(&self, thread: &Thread) -> Result<bool, StoreError> {
+        let t = thread.clone();
+        let metadata = Value::Object(t.metadata.clone()).to_string();
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "INSERT INTO threads (thread_id, tenant_id, user_id, conversation_id, metadata, created_at_ms, updated_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (tenant_id, user_id, thread_id) DO NOTHING",
+                )?
+                .execute(params![t.id, t.tenant, t.user, t.conversation, metadata, t.created_at_ms, t.updated_at_ms])?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {THREAD_COLUMNS} FROM threads WHERE thread_id = ?1 AND tenant_id = ?2 AND user_id = ?3"
+            ))?
+            .query_row(params![id, tenant, user], thread_row)
+            .optional()
+        })
+        .await
+    }
+
+    async fn threads(&self, tenant: i64, user: i64) -> Result<Vec<Thread>, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {THREAD_COLUMNS} FROM threads WHERE tenant_id = ?1 AND user_id = ?2
+                 ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?3"
+            ))?
+            .query_map(params![tenant, user, THREADS_READ as i64], thread_row)?
+            .collect()
+        })
+        .await
+    }
+
+    async fn update_thread(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        metadata: Option<&serde_json::Map<String, Value>>,
+        conversation: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        let metadata = metadata.map(|m| Value::Object(m.clone()).to_string());
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "UPDATE threads SET metadata = COALESCE(?4, metadata),
+                         conversation_id = COALESCE(conversation_id, ?5),
+                         updated_at_ms = MAX(?6, updated_at_ms + 1)
+                     WHERE thread_id = ?1 AND tenant_id = ?2 AND user_id = ?3",
+                )?
+                .execute(params![id, tenant, user, metadata, conversation, now_ms()])?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "DELETE FROM threads WHERE thread_id = ?1 AND tenant_id = ?2 AND user_id = ?3 RETURNING {THREAD_COLUMNS}"
+            ))?
+            .query_row(params![id, tenant, user], thread_row)
+            .optional()
+        })
+        .await
+    }
+}
+
+/// The columns [`thread_row`] reads, in its order.
+const THREAD_COLUMNS: &str = "thread_id, tenant_id, user_id, conversation_id, metadata, created_at_ms, updated_at_ms";
+
+fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Thread> {
+    let metadata: String = r.get(4)?;
+    // Written by this store as a JSON object; anything else reads as none.
+    let metadata = match serde_json::from_str(&metadata) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    Ok(Thread {
+        id: r.get(0)?,
+        tenant: r.get(1)?,
+        user: r.get(2)?,
+        conversation: r.get(3)?,
+        metadata,
+        created_at_ms: r.get(5)?,
+        updated_at_ms: r.get(6)?,
+    })
 }

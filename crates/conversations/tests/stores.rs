@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use toolgraph_conversations::{
     ConversationStore, Decided, MemoryConversationStore, NewPending, PendingLookup, PostgresConversationStore,
-    ReleasedTurn, Role, SqliteConversationStore, TurnClaim,
+    ReleasedTurn, Role, SqliteConversationStore, Thread, TurnClaim,
 };
 use toolgraph_graph::{PgPooling, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_testkit::PgSchema;
@@ -222,6 +222,50 @@ async fn conversations_are_listed_for_their_owner_newest_first(store: &dyn Conve
     );
 }
 
+fn thread(id: &str, tenant: i64, user: i64, at: i64) -> Thread {
+    let metadata = json!({"topic": "exams", "n": at}).as_object().cloned().unwrap_or_default();
+    Thread { id: id.into(), tenant, user, conversation: None, metadata, created_at_ms: at, updated_at_ms: at }
+}
+
+async fn threads_belong_to_their_owner_and_bind_one_conversation(store: &dyn ConversationStore) {
+    assert!(store.create_thread(&thread("t-1", 7, 1, 1)).await.unwrap());
+    assert!(store.create_thread(&thread("t-2", 7, 1, 2)).await.unwrap());
+    assert!(store.create_thread(&thread("t-3", 7, 2, 3)).await.unwrap());
+    assert!(!store.create_thread(&thread("t-1", 7, 1, 4)).await.unwrap(), "an id is its owner's once");
+    assert!(store.create_thread(&thread("t-1", 9, 5, 4)).await.unwrap(), "ids are each person's own");
+    assert_eq!(store.thread(7, 1, "t-1").await.unwrap(), Some(thread("t-1", 7, 1, 1)), "as kept");
+    assert_eq!(store.thread(7, 2, "t-1").await.unwrap(), None, "not another user's");
+    assert_eq!(store.thread(9, 1, "t-1").await.unwrap(), None, "not another tenant's");
+    assert_eq!(store.thread(9, 5, "t-1").await.unwrap(), Some(thread("t-1", 9, 5, 4)), "the other's own");
+    let ids = |list: Vec<Thread>| list.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.threads(7, 1).await.unwrap()), ["t-2", "t-1"], "theirs, the latest changed first");
+
+    // The first run binds its conversation; a later one does not move it.
+    let c = store.create_conversation(7, 1, "tutor").await.unwrap();
+    let other = store.create_conversation(7, 1, "tutor").await.unwrap();
+    assert!(store.update_thread(7, 1, "t-1", None, Some(c)).await.unwrap());
+    assert!(store.update_thread(7, 1, "t-1", None, Some(other)).await.unwrap());
+    let bound = store.thread(7, 1, "t-1").await.unwrap().unwrap();
+    assert_eq!((bound.conversation, &bound.metadata), (Some(c), &thread("t-1", 7, 1, 1).metadata));
+    assert!(bound.updated_at_ms > 1);
+    assert_eq!(ids(store.threads(7, 1).await.unwrap()), ["t-1", "t-2"], "changed: first");
+    let metadata = json!({"topic": "grades"}).as_object().cloned().unwrap_or_default();
+    assert!(!store.update_thread(7, 2, "t-1", Some(&metadata), None).await.unwrap(), "not another user's");
+    assert!(store.update_thread(7, 1, "t-1", Some(&metadata), None).await.unwrap());
+    assert_eq!(store.thread(7, 1, "t-1").await.unwrap().unwrap().metadata, metadata);
+
+    // Deleting its conversation takes the thread; deleting a thread leaves its conversation
+    // to the caller; deleting a user takes their threads.
+    assert!(store.delete_conversation(7, 1, c).await.unwrap());
+    assert_eq!(store.thread(7, 1, "t-1").await.unwrap(), None);
+    assert_eq!(store.delete_thread(7, 2, "t-2").await.unwrap(), None, "not another user's");
+    assert_eq!(store.delete_thread(7, 1, "t-2").await.unwrap().map(|t| t.id), Some("t-2".into()));
+    assert_eq!(store.thread(7, 1, "t-2").await.unwrap(), None);
+    store.delete_user(7, 2).await.unwrap();
+    assert_eq!(store.thread(7, 2, "t-3").await.unwrap(), None);
+    assert!(store.conversation(7, 1, other).await.unwrap().is_some());
+}
+
 macro_rules! suite {
     ($kind:ident) => {
         mod $kind {
@@ -241,6 +285,7 @@ macro_rules! suite {
             case!(pending_actions_are_found_by_their_owner_and_decided_once);
             case!(deleting_takes_messages_and_pending_actions_with_it);
             case!(conversations_are_listed_for_their_owner_newest_first);
+            case!(threads_belong_to_their_owner_and_bind_one_conversation);
         }
     };
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use toolgraph_protocol::{Frame, PendingAction};
 
 /// The tool name of an `ask` node's question among pending actions (docs/agents.md).
-const ASK: &str = "@ask";
+pub(crate) const ASK: &str = "@ask";
 
 /// What this door reads of AG-UI's `RunAgentInput`; the rest (`tools`, `context`, `state`,
 /// `forwardedProps`) is accepted and not used: an agent has its own tools and state.
@@ -158,38 +158,57 @@ async fn resume(
                 ));
             }
         };
-        let (tenant_slug, tenant_id, user_id) = (who.tenant_slug.clone(), who.tenant_id, who.user_id);
-        let done = match approval {
-            Some(confirmed) => {
-                let req = ConfirmRequest {
-                    tenant_slug,
-                    tenant_id,
-                    user_id,
-                    conversation_id: conversation,
-                    message_id,
-                    confirmed,
-                };
-                app.chat().confirm(&req).await?
-            }
-            None => {
-                let req = AnswerRequest {
-                    tenant_slug,
-                    tenant_id,
-                    user_id,
-                    conversation_id: conversation,
-                    message_id,
-                    answer: entry.payload.clone(),
-                };
-                app.chat().answer(&req).await?
-            }
+        let decision = match approval {
+            Some(confirmed) => Decision::Approve(confirmed),
+            None => Decision::Answer(entry.payload.clone()),
         };
-        last = Some(match done {
-            Confirmed::Reply(reply) => reply,
-            Confirmed::Saved(text) => serde_json::from_str(&text)
-                .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}")))?,
-        });
+        last = Some(decide(app, who, conversation, message_id, decision).await?);
     }
     last.ok_or_else(|| ApiError::field(StatusCode::BAD_REQUEST, "resume", "no entries"))
+}
+
+/// A person's decision on one pending action, as a door read it.
+pub(crate) enum Decision {
+    /// An approval's: go ahead or not.
+    Approve(bool),
+    /// A question's answer.
+    Answer(Value),
+}
+
+/// Records `decision` on pending action `message_id` of `who`'s `conversation` through the same
+/// confirm and answer as the academy contract (exactly once); the response, as the first
+/// decision of its group answered it.
+pub(crate) async fn decide(
+    app: &AppState,
+    who: &Asking,
+    conversation: i64,
+    message_id: i64,
+    decision: Decision,
+) -> Result<ConfirmResponse, ApiError> {
+    let (tenant_slug, tenant_id, user_id) = (who.tenant_slug.clone(), who.tenant_id, who.user_id);
+    let done = match decision {
+        Decision::Approve(confirmed) => {
+            let req = ConfirmRequest {
+                tenant_slug,
+                tenant_id,
+                user_id,
+                conversation_id: conversation,
+                message_id,
+                confirmed,
+            };
+            app.chat().confirm(&req).await?
+        }
+        Decision::Answer(answer) => {
+            let req =
+                AnswerRequest { tenant_slug, tenant_id, user_id, conversation_id: conversation, message_id, answer };
+            app.chat().answer(&req).await?
+        }
+    };
+    match done {
+        Confirmed::Reply(reply) => Ok(reply),
+        Confirmed::Saved(text) => serde_json::from_str(&text)
+            .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}"))),
+    }
 }
 
 /// The ids every event of one run carries.

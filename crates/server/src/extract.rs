@@ -91,6 +91,7 @@ impl<S: Send + Sync, T: DeserializeOwned + TenantScoped> FromRequest<S> for Auth
 /// AG-UI): the tenant of `X-Tenant-Slug`, its numeric id from the caller's bound key or
 /// `X-Tenant-Id` (authorized against the key), and the person of `X-User-Id` (else `user`, the
 /// body's word for it).
+#[derive(Debug, Clone)]
 pub struct Asking {
     /// The tenant's slug.
     pub tenant_slug: String,

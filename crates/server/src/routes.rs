@@ -39,6 +39,8 @@ pub fn api_router(state: AppState) -> Router {
         .route("/mcp", any(mcp))
         .route("/v1/chat/completions", post(crate::openai::completions))
         .route("/ag-ui/{agent}", post(crate::agui::run))
+        .route("/threads/{thread_id}/runs/stream", post(crate::langgraph::runs::stream))
+        .route("/threads/{thread_id}/runs/wait", post(crate::langgraph::runs::wait))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
     Router::new()
         .route("/ready", get(ready))
@@ -58,6 +60,20 @@ pub fn api_router(state: AppState) -> Router {
         .route("/assistants/{assistant_id}", get(crate::langgraph::get))
         .route("/assistants/{assistant_id}/graph", get(crate::langgraph::graph))
         .route("/assistants/{assistant_id}/schemas", get(crate::langgraph::schemas))
+        .route("/threads", post(crate::langgraph::threads::create))
+        .route("/threads/search", post(crate::langgraph::threads::search))
+        .route("/threads/count", post(crate::langgraph::threads::count))
+        .route(
+            "/threads/{thread_id}",
+            get(crate::langgraph::threads::get)
+                .patch(crate::langgraph::threads::update)
+                .delete(crate::langgraph::threads::delete),
+        )
+        .route("/threads/{thread_id}/state", get(crate::langgraph::threads::get_state))
+        .route(
+            "/threads/{thread_id}/history",
+            post(crate::langgraph::threads::history).get(crate::langgraph::threads::history),
+        )
         .merge(working)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
@@ -89,15 +105,16 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
     resp
 }
 
-/// The doors whose clients send the whole conversation with every message (OpenAI's chat
-/// completions, AG-UI): their bodies may be larger, and who is asking is read from headers.
-const WHOLE_CONVERSATION_DOORS: [&str; 2] = ["/v1/", "/ag-ui/"];
+/// The doors that read who is asking from headers: OpenAI's chat completions and AG-UI, whose
+/// clients send the whole conversation with every message (so their bodies may be larger, as
+/// LangGraph's runs may), and LangGraph's threads.
+const HEADER_DOORS: [&str; 3] = ["/v1/", "/ag-ui/", "/threads"];
 
 /// Authenticates `/api`, `/v1`, `/ag-ui` and `/assistants` routes, `/search` and `/mcp`; the
 /// body is read here (bounded) because HMAC signs it. `/v1` refusals are in OpenAI's error shape.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    let door = WHOLE_CONVERSATION_DOORS.iter().any(|p| path.starts_with(p));
+    let door = HEADER_DOORS.iter().any(|p| path.starts_with(p));
     let api = path.starts_with("/api/") || path.starts_with("/assistants/");
     if !door && !api && path != "/search" && path != "/mcp" {
         return next.run(req).await;
@@ -114,7 +131,9 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
              server.auth = \"hmac\", or an API key",
         ));
     }
-    let max = if door { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
+    // Runs may carry a whole conversation too; a thread's own routes take small bodies.
+    let whole = door && (!path.starts_with("/threads") || path.contains("/runs/"));
+    let max = if whole { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
     match authenticated(app.chat().auth(), req, max).await {
         Ok(req) => next.run(req).await,
         Err(e) => refused(e),

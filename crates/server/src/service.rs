@@ -854,6 +854,104 @@ impl ChatService {
         Ok((agent, ConversationThread { tenant, conversation: id }.thread_id()))
     }
 
+    /// Whether the conversation store keeps LangGraph's threads (a backend's does not).
+    pub fn keeps_threads(&self) -> bool {
+        self.0.store.keeps_threads()
+    }
+
+    /// Keeps a new LangGraph thread; `false` when its id is taken (docs/langgraph.md).
+    ///
+    /// # Errors
+    /// `Store` (also for a store that keeps no threads).
+    pub async fn create_thread(&self, thread: &toolgraph_conversations::Thread) -> Result<bool, ChatError> {
+        Ok(self.0.store.create_thread(thread).await?)
+    }
+
+    /// Thread `id` of `tenant`/`user`.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Store`.
+    pub async fn thread(&self, tenant: i64, user: i64, id: &str) -> Result<toolgraph_conversations::Thread, ChatError> {
+        self.0.store.thread(tenant, user, id).await?.ok_or(ChatError::NotFound)
+    }
+
+    /// `tenant`/`user`'s threads, the latest changed first.
+    ///
+    /// # Errors
+    /// `Store`.
+    pub async fn threads(&self, tenant: i64, user: i64) -> Result<Vec<toolgraph_conversations::Thread>, ChatError> {
+        Ok(self.0.store.threads(tenant, user).await?)
+    }
+
+    /// Replaces thread `id`'s metadata (when given) and binds its conversation (when given and
+    /// it has none).
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Store`.
+    pub async fn update_thread(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        metadata: Option<&Map<String, Value>>,
+        conversation: Option<i64>,
+    ) -> Result<(), ChatError> {
+        if self.0.store.update_thread(tenant, user, id, metadata, conversation).await? {
+            Ok(())
+        } else {
+            Err(ChatError::NotFound)
+        }
+    }
+
+    /// Deletes thread `id` of `tenant`/`user` with its conversation, checkpoints and runs (as
+    /// [`ChatService::delete_conversation`] does, a turn running on it included).
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Store`, `Internal`.
+    pub async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<(), ChatError> {
+        let thread = self.thread(tenant, user, id).await?;
+        if let Some(conversation) = thread.conversation {
+            match self.delete_conversation(tenant, user, conversation).await {
+                // Its conversation is gone already (deleted on the academy routes).
+                Ok(()) | Err(ChatError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.0.store.delete_thread(tenant, user, id).await?;
+        Ok(())
+    }
+
+    /// The last checkpoint of conversation `id` of `tenant`/`user`, as [`ChatService::checkpoint`]
+    /// shows it; `None` before its first turn.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Internal`.
+    pub async fn head_checkpoint(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Value>, ChatError> {
+        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+        let Some((last, _)) = agent.agent.checkpointer().head(&thread).await.map_err(internal)? else {
+            return Ok(None);
+        };
+        self.checkpoint(tenant, user, id, last).await.map(Some)
+    }
+
+    /// The agent conversation `id` of `tenant`/`user` talks to.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Store`.
+    pub async fn conversation_agent(&self, tenant: i64, user: i64, id: i64) -> Result<String, ChatError> {
+        Ok(self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?.agent)
+    }
+
+    /// The actions conversation `id` of `tenant`/`user` waits on: its paused run's undecided
+    /// approvals and questions, in message order.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Store`.
+    pub async fn awaiting(&self, tenant: i64, user: i64, id: i64) -> Result<Vec<PendingActionDto>, ChatError> {
+        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+        Ok(self.undecided_actions(agent, &thread, id).await)
+    }
+
     /// Deletes a conversation of `tenant`/`user` and its checkpoints.
     ///
     /// # Errors

@@ -24,7 +24,7 @@ use toolgraph_agents::react;
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::backend::signing::{HmacVerifier, SignedRequest, signature_headers};
 use toolgraph_conversations::{
-    ConversationStore, PendingLookup, ProjectingCheckpointer, SqliteConversationStore, StoredMessage,
+    ConversationStore, PendingLookup, ProjectingCheckpointer, SqliteConversationStore, StoredMessage, Thread,
 };
 use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig};
@@ -67,6 +67,9 @@ struct Owned {
     pending: i64,
     run: String,
 }
+
+/// The owner's LangGraph thread, bound to the owner's conversation.
+const OWNERS_THREAD: &str = "owners-thread";
 
 async fn service(mode: Mode) -> (String, Arc<dyn ConversationStore>, tempfile::TempDir, ScriptedModelServer) {
     let dir = tempfile::tempdir().unwrap();
@@ -212,6 +215,17 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
                 "resume": [{"interruptId": format!("approval-{}", o.pending), "status": "resolved", "payload": {"approved": true}}],
             })),
         ),
+        "thread state" => (Method::GET, format!("/threads/{OWNERS_THREAD}/state"), None),
+        "thread run" => (
+            Method::POST,
+            format!("/threads/{OWNERS_THREAD}/runs/wait"),
+            Some(json!({"assistant_id": "lumie", "input": {"messages": [{"role": "user", "content": "hola"}]}})),
+        ),
+        "thread resume" => (
+            Method::POST,
+            format!("/threads/{OWNERS_THREAD}/runs/wait"),
+            Some(json!({"assistant_id": "lumie", "command": {"resume": {"decisions": [{"type": "approve"}]}}})),
+        ),
         "confirm" => (
             Method::POST,
             "/api/chatbot/confirm".to_owned(),
@@ -239,11 +253,14 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 12] = [
+const ENDPOINTS: [&str; 15] = [
     "stream",
     "openai chat",
     "ag-ui run",
     "ag-ui resume",
+    "thread state",
+    "thread run",
+    "thread resume",
     "confirm",
     "run events",
     "checkpoints",
@@ -303,7 +320,9 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
             // cover, are closed under hmac, to everyone.
             let closed = |mut row: [Option<u16>; ENDPOINTS.len()]| {
                 for (want, endpoint) in row.iter_mut().zip(ENDPOINTS) {
-                    if ["openai chat", "ag-ui run", "ag-ui resume"].contains(&endpoint) {
+                    if ["openai chat", "ag-ui run", "ag-ui resume", "thread state", "thread run", "thread resume"]
+                        .contains(&endpoint)
+                    {
                         *want = Some(403);
                     }
                 }
@@ -321,13 +340,23 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
         let (base, store, _dir, _model) = service(mode).await;
         let owner = owner(mode);
         let owned = owners_data(&base, &owner).await;
+        let thread = Thread {
+            id: OWNERS_THREAD.into(),
+            tenant: OWNER_TENANT,
+            user: OWNER_USER,
+            conversation: Some(owned.conversation),
+            metadata: Default::default(),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        };
+        assert!(store.create_thread(&thread).await.unwrap());
         let before = store.messages(owned.conversation).await.unwrap();
         for (caller, expected) in callers(mode) {
             let mut row = format!("| {mode:?} | {} |", caller.label);

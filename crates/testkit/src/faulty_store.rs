@@ -119,4 +119,12 @@ impl Checkpointer for FaultyCheckpointer {
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
         self.inner.stored_bytes().await
     }
+
+    async fn keep_definition(&self, version: &str, definition: &str) -> Result<(), CheckpointError> {
+        self.inner.keep_definition(version, definition).await
+    }
+
+    async fn definition(&self, version: &str) -> Result<Option<String>, CheckpointError> {
+        self.inner.definition(version).await
+    }
 }

@@ -74,6 +74,20 @@ pub fn agui_client() -> Option<PathBuf> {
     missing(&format!("node or {} is missing (run scripts/interop-deps)", entry.display()))
 }
 
+/// The ES module entry of LangGraph's JS SDK (npm `@langchain/langgraph-sdk`), where
+/// `scripts/interop-deps` puts it, when it and `node` are there.
+///
+/// # Panics
+/// Under `CI` when it or `node` is missing.
+pub fn langgraph_js() -> Option<PathBuf> {
+    let entry = cache().join("npm/node_modules/@langchain/langgraph-sdk/dist/index.js");
+    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    if node && entry.is_file() {
+        return Some(entry);
+    }
+    missing(&format!("node or {} is missing (run scripts/interop-deps)", entry.display()))
+}
+
 /// The entry point of the official reference server `@modelcontextprotocol/server-everything`
 /// (npm), run with `node`: `TOOLGRAPH_MCP_EVERYTHING`, else where `scripts/interop-deps` puts it.
 ///

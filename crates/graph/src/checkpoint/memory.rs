@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 #[derive(Debug, Default)]
 pub struct MemoryCheckpointer {
     threads: Mutex<HashMap<ThreadId, Vec<CheckpointRecord>>>,
+    definitions: Mutex<HashMap<String, String>>,
 }
 
 impl MemoryCheckpointer {
@@ -103,5 +104,15 @@ impl Checkpointer for MemoryCheckpointer {
     async fn stored_bytes(&self) -> Result<u64, CheckpointError> {
         let threads = self.lock();
         Ok(threads.values().flatten().map(|r| serde_json::to_vec(r).map_or(0, |v| v.len() as u64)).sum())
+    }
+
+    async fn keep_definition(&self, version: &str, definition: &str) -> Result<(), CheckpointError> {
+        let mut kept = self.definitions.lock().unwrap_or_else(|e| e.into_inner());
+        kept.entry(version.to_owned()).or_insert_with(|| definition.to_owned());
+        Ok(())
+    }
+
+    async fn definition(&self, version: &str) -> Result<Option<String>, CheckpointError> {
+        Ok(self.definitions.lock().unwrap_or_else(|e| e.into_inner()).get(version).cloned())
     }
 }

@@ -273,6 +273,15 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// Bytes used by stored records (the database file for SQLite); for benchmarks.
     async fn stored_bytes(&self) -> Result<u64, CheckpointError>;
+
+    /// Keeps `definition` — what the graph of `version` (its [`CheckpointRecord::graph_version`])
+    /// was built from, opaque here — so a thread paused on that version can be resumed on it by
+    /// a process that never loaded it: after a restart, or on another replica. The first
+    /// definition kept for a version stays (a version names its definition).
+    async fn keep_definition(&self, version: &str, definition: &str) -> Result<(), CheckpointError>;
+
+    /// The definition kept for `version`, if any.
+    async fn definition(&self, version: &str) -> Result<Option<String>, CheckpointError>;
 }
 
 pub(crate) fn now_ms() -> i64 {

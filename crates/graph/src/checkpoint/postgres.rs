@@ -244,4 +244,33 @@ impl Checkpointer for PostgresCheckpointer {
         s.finish().await.map_err(backend_error)?;
         Ok(n.unwrap_or(0) as u64)
     }
+
+    async fn keep_definition(&self, version: &str, definition: &str) -> Result<(), CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        sqlx::query(
+            "INSERT INTO graph_definitions (version, definition, created_at_ms) VALUES ($1, $2, $3)
+             ON CONFLICT (version) DO NOTHING",
+        )
+        .bind(version)
+        .bind(definition)
+        .bind(super::now_ms())
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await
+        .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
+        Ok(())
+    }
+
+    async fn definition(&self, version: &str) -> Result<Option<String>, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        let found: Option<String> = sqlx::query_scalar("SELECT definition FROM graph_definitions WHERE version = $1")
+            .bind(version)
+            .persistent(self.db.persistent())
+            .fetch_optional(&mut *s)
+            .await
+            .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
+        Ok(found)
+    }
 }

@@ -230,4 +230,31 @@ impl Checkpointer for SqliteCheckpointer {
             .await??;
         Ok(bytes)
     }
+
+    async fn keep_definition(&self, version: &str, definition: &str) -> Result<(), CheckpointError> {
+        let (version, definition) = (version.to_owned(), definition.to_owned());
+        self.db
+            .call(move |c| {
+                c.prepare_cached(
+                    "INSERT INTO graph_definitions (version, definition, created_at_ms) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (version) DO NOTHING",
+                )?
+                .execute(params![version, definition, super::now_ms()])
+            })
+            .await??;
+        Ok(())
+    }
+
+    async fn definition(&self, version: &str) -> Result<Option<String>, CheckpointError> {
+        let version = version.to_owned();
+        let found = self
+            .db
+            .call(move |c| {
+                c.prepare_cached("SELECT definition FROM graph_definitions WHERE version = ?1")?
+                    .query_row([version], |r| r.get::<_, String>(0))
+                    .optional()
+            })
+            .await??;
+        Ok(found)
+    }
 }

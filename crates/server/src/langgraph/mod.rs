@@ -1,10 +1,13 @@
-//! LangGraph's Agent Server API, the part served so far: its assistants (docs/langgraph.md).
-//! Each configured agent is one assistant — `assistant_id` and `graph_id` its name — that
-//! LangGraph's SDKs search, count and read, with its graph and its schemas. Threads, runs and
-//! the store are not served yet.
+//! LangGraph's Agent Server API, the part served so far (docs/langgraph.md): its assistants
+//! here — each configured agent is one, `assistant_id` and `graph_id` its name, that LangGraph's
+//! SDKs search, count and read with its graph and schemas — its [`threads`] and the [`runs`] on
+//! them. The store and stateless runs are not served yet.
 //!
 //! Owns: the assistants' shapes as LangGraph's SDKs read them. The agents are the
 //! [`ChatService`](crate::ChatService)'s.
+
+pub(crate) mod runs;
+pub(crate) mod threads;
 
 use crate::AppState;
 use crate::error::ApiError;

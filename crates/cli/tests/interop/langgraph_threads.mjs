@@ -1,0 +1,52 @@
+// LangGraph's JS SDK (npm `@langchain/langgraph-sdk`) against `toolgraph serve`'s threads and
+// runs.
+//
+// Usage: node langgraph_threads.mjs BASE_URL API_KEY SDK_ENTRY. Prints, as one JSON object, what
+// the client saw: a thread made, a calculator turn streamed in `values`, `updates` and
+// `messages-tuple`, a write paused and resumed (approved) by `command.resume`, and the thread
+// deleted. The Rust test (tests/langgraph.rs) asserts on it.
+import { pathToFileURL } from "node:url";
+
+const [base, key, entry] = process.argv.slice(2);
+const { Client } = await import(pathToFileURL(entry).href);
+const client = new Client({
+  apiUrl: base,
+  apiKey: null,
+  defaultHeaders: { Authorization: `Bearer ${key}`, "X-Tenant-Slug": "demo", "X-User-Id": "1" },
+});
+
+async function collect(stream) {
+  const parts = [];
+  for await (const part of stream) parts.push({ event: part.event, data: part.data });
+  return parts;
+}
+
+const out = {};
+const thread = await client.threads.create({ metadata: { course: "iv" } });
+const tid = thread.thread_id;
+out.created = thread;
+out.first_run = await collect(
+  client.runs.stream(tid, "assistant", {
+    input: { messages: [{ type: "human", content: "¿Cuánto es 6 por 7?" }] },
+    streamMode: ["values", "updates", "messages-tuple"],
+  }),
+);
+out.paused = await client.runs.wait(tid, "assistant", {
+  input: { messages: [{ type: "human", content: "Guarda una nota: examen el viernes" }] },
+});
+out.state = await client.threads.getState(tid);
+out.resumed = await collect(
+  client.runs.stream(tid, "assistant", {
+    command: { resume: { decisions: [{ type: "approve" }] } },
+    streamMode: ["values", "messages-tuple"],
+  }),
+);
+out.after = await client.threads.get(tid);
+await client.threads.delete(tid);
+try {
+  await client.threads.get(tid);
+  out.deleted = null;
+} catch (e) {
+  out.deleted = { status: e.status ?? null, message: String(e.message ?? e) };
+}
+console.log(JSON.stringify(out));

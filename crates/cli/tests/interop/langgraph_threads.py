@@ -1,0 +1,87 @@
+"""LangGraph's Python SDK (PyPI `langgraph-sdk`) against `toolgraph serve`'s threads and runs.
+
+Usage: langgraph_threads.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw:
+a thread made, read, streamed a calculator turn in three modes, paused on a write, resumed
+(approved), paused again and refused an `edit`, then rejected; searched, counted, updated,
+its history, another user's view, and deleted. The Rust test (tests/langgraph.rs) asserts on it.
+"""
+
+import json
+import sys
+
+import httpx
+from langgraph_sdk import get_sync_client
+
+base, key = sys.argv[1], sys.argv[2]
+
+
+def client_of(user):
+    headers = {"Authorization": f"Bearer {key}", "X-Tenant-Slug": "demo", "X-User-Id": str(user)}
+    return get_sync_client(url=base, headers=headers)
+
+
+def refused(call):
+    try:
+        call()
+        return None
+    except httpx.HTTPStatusError as e:
+        return {"status": e.response.status_code, "body": e.response.json()}
+
+
+client = client_of(1)
+out = {}
+thread = client.threads.create(metadata={"course": "iv"})
+tid = thread["thread_id"]
+out["created"] = thread
+out["got"] = client.threads.get(tid)
+
+parts = client.runs.stream(
+    tid,
+    "assistant",
+    input={"messages": [{"role": "user", "content": "¿Cuánto es 6 por 7?"}]},
+    stream_mode=["values", "updates", "messages-tuple"],
+)
+out["first_run"] = [{"event": p.event, "data": p.data} for p in parts]
+out["state"] = client.threads.get_state(tid)
+
+out["paused"] = client.runs.wait(
+    tid, "assistant", input={"messages": [{"role": "human", "content": "Guarda una nota: examen el viernes"}]}
+)
+out["interrupted"] = client.threads.get(tid)
+parts = client.runs.stream(
+    tid, "assistant", command={"resume": {"decisions": [{"type": "approve"}]}}, stream_mode=["values", "messages-tuple"]
+)
+out["resumed"] = [{"event": p.event, "data": p.data} for p in parts]
+out["resume_again"] = refused(
+    lambda: client.runs.wait(tid, "assistant", command={"resume": {"decisions": [{"type": "approve"}]}})
+)
+
+client.runs.wait(tid, "assistant", input={"messages": [{"role": "user", "content": "Y otra: repaso el jueves"}]})
+edit = {"type": "edit", "edited_action": {"name": "note_write", "args": {"text": "repaso el miércoles"}}}
+out["edit"] = refused(lambda: client.runs.wait(tid, "assistant", command={"resume": {"decisions": [edit]}}))
+waiting = client.threads.get(tid)["interrupts"]["__root__"][0]["id"]
+out["edit_by_id"] = refused(lambda: client.runs.wait(tid, "assistant", command={"resume": {waiting: edit}}))
+out["other_assistant"] = refused(
+    lambda: client.runs.wait(tid, "helper", command={"resume": {"decisions": [{"type": "approve"}]}})
+)
+out["rejected"] = client.runs.wait(tid, "assistant", command={"resume": {"decisions": [{"type": "reject"}]}})
+
+other = client.threads.create(metadata={"course": "ssoo"})
+out["search"] = [t["thread_id"] for t in client.threads.search(metadata={"course": "iv"})]
+out["count"] = client.threads.count()
+out["idle"] = [t["thread_id"] for t in client.threads.search(status="idle")]
+out["busy"] = refused(lambda: client.threads.search(status="busy"))
+out["too_much_metadata"] = refused(lambda: client.threads.update(tid, metadata={"notes": "x" * 20000}))
+out["updated"] = client.threads.update(tid, metadata={"term": "2026"})
+out["history"] = client.threads.get_history(tid, limit=3)
+out["other_user"] = refused(lambda: client_of(2).threads.get(tid))
+out["other_user_run"] = refused(
+    lambda: client_of(2).runs.wait(tid, "assistant", input={"messages": [{"role": "user", "content": "hola"}]})
+)
+out["unknown_mode"] = refused(
+    lambda: list(client.runs.stream(other["thread_id"], "assistant", input={"messages": [{"role": "user", "content": "hola"}]}, stream_mode="debug"))
+)
+client.threads.delete(tid)
+out["deleted"] = refused(lambda: client.threads.get(tid))
+out["other_thread"] = other["thread_id"]
+print(json.dumps(out))

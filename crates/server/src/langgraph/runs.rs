@@ -1,0 +1,445 @@
+//! LangGraph's runs on a thread (docs/langgraph.md, "Runs"): `POST /threads/{id}/runs/stream`
+//! streams a turn in LangGraph's stream modes (`values`, `updates`, `messages-tuple`);
+//! `/runs/wait` answers its final values. A write waiting for approval (or an `ask` node's
+//! question) is the thread's `__interrupt__`, which a run with `command: {resume}` decides —
+//! exactly once, through the same confirm and answer as the academy contract.
+//!
+//! Owns: reading a run's input and command, and writing its frames as LangGraph's events. The
+//! turns are the [`ChatService`]'s.
+
+use super::threads::{Now, interrupt, now, theirs, tool_call, who};
+use crate::AppState;
+use crate::agui::{Decision, decide};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{Asking, json_body};
+use crate::wire::{ConfirmResponse, PendingActionDto, StreamRequest};
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use toolgraph_conversations::Thread;
+use toolgraph_protocol::Frame;
+
+/// The stream modes served; others are refused by name.
+const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
+
+/// What a run reads; the rest of LangGraph's run options (`config`, `context`, `metadata`,
+/// `multitask_strategy`, `interrupt_before`, …) is accepted and not used.
+#[derive(Debug, Deserialize)]
+struct RunCreate {
+    assistant_id: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    command: Option<Command>,
+    #[serde(default)]
+    stream_mode: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Command {
+    #[serde(default)]
+    resume: Option<Value>,
+}
+
+/// The stream modes asked for (`values` when none).
+#[derive(Debug, Clone, Copy)]
+struct Modes {
+    values: bool,
+    updates: bool,
+    messages: bool,
+}
+
+fn modes(asked: Option<&Value>) -> Result<Modes, ApiError> {
+    let names: Vec<&str> = match asked {
+        None | Some(Value::Null) => vec!["values"],
+        Some(Value::String(m)) => vec![m.as_str()],
+        Some(Value::Array(ms)) => ms.iter().map(|m| m.as_str().unwrap_or("")).collect(),
+        Some(_) => {
+            return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "stream_mode", "a mode or a list of modes"));
+        }
+    };
+    if let Some(other) = names.iter().find(|m| !MODES.contains(m)) {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "stream_mode",
+            format!("`{other}` is not served: {}", MODES.join(", ")),
+        ));
+    }
+    let has = |m: &str| names.contains(&m);
+    Ok(Modes { values: has("values"), updates: has("updates"), messages: has("messages-tuple") })
+}
+
+/// What one run does: a person's message, or decisions on what the thread waits for.
+enum Asked {
+    Message(String),
+    Resume(Value),
+}
+
+fn asked(run: &RunCreate) -> Result<Asked, ApiError> {
+    match (&run.input, run.command.as_ref().and_then(|c| c.resume.as_ref())) {
+        (Some(input), None) if !input.is_null() => {
+            let messages = input.get("messages").and_then(Value::as_array).ok_or_else(|| {
+                ApiError::field(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "input.messages",
+                    "a list of messages, the person's last",
+                )
+            })?;
+            let last = messages.last().ok_or_else(|| {
+                ApiError::field(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "input.messages",
+                    "no messages: the last is the person's",
+                )
+            })?;
+            let kind = last.get("type").or_else(|| last.get("role")).and_then(Value::as_str).unwrap_or("");
+            if !matches!(kind, "human" | "user") {
+                return Err(ApiError::field(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "input.messages",
+                    format!("the last message is the person's: type `human`, not `{kind}`"),
+                ));
+            }
+            Ok(Asked::Message(crate::openai::text_of(&last["content"])?))
+        }
+        (_, Some(resume)) => Ok(Asked::Resume(resume.clone())),
+        _ => Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "input",
+            "`input` with the person's message, or `command.resume` with the decisions",
+        )),
+    }
+}
+
+/// `POST /threads/{thread_id}/runs/stream`.
+pub(crate) async fn stream(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (who, mut thread, run) = prepare(&app, &caller, &headers, &id, &body).await?;
+    let modes = modes(run.stream_mode.as_ref())?;
+    match asked(&run)? {
+        Asked::Resume(resume) => {
+            let reply = resume_thread(&app, &who, &thread, &resume).await?;
+            let after = now(app.chat(), &who, &thread).await?;
+            let run_id = uuid::Uuid::new_v4().to_string();
+            let mut events = vec![event("metadata", &json!({ "run_id": run_id, "attempt": 1 }))];
+            let ai = json!({ "type": "ai", "content": reply.message, "id": format!("run-{run_id}"), "tool_calls": [] });
+            if modes.messages && !reply.message.is_empty() {
+                events.push(event("messages", &json!([ai, { "langgraph_node": "agent", "run_id": run_id }])));
+            }
+            events.extend(ending(&modes, &after));
+            let sse = futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>));
+            Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
+        }
+        Asked::Message(message) => {
+            let before = now(app.chat(), &who, &thread).await?;
+            let (run_id, log) = start(&app, &who, &mut thread, &run.assistant_id, message.clone()).await?;
+            let mut first = vec![event("metadata", &json!({ "run_id": run_id, "attempt": 1 }))];
+            if modes.values {
+                let mut values = before.values.clone();
+                let n = values["messages"].as_array().map_or(0, Vec::len);
+                let human = json!({ "type": "human", "content": message, "id": format!("{}-{n}", thread.id) });
+                if let Some(messages) = values["messages"].as_array_mut() {
+                    messages.push(human);
+                }
+                first.push(event("values", &values));
+            }
+            let (chat, who, thread) = (app.chat().clone(), who.clone(), thread.clone());
+            let mut writer = Writer { modes, run_id, message: 0, ended: false };
+            let frames = log.typed_frames().flat_map(move |frame| {
+                let (chat, who, thread) = (chat.clone(), who.clone(), thread.clone());
+                let events = writer.frame(frame);
+                futures::stream::once(async move {
+                    match events {
+                        Step::Events(events) => events,
+                        Step::End(modes) => match now(&chat, &who, &thread).await {
+                            Ok(after) => ending(&modes, &after),
+                            Err(e) => {
+                                vec![event("error", &json!({ "error": "StateUnavailable", "message": e.message }))]
+                            }
+                        },
+                    }
+                })
+                .flat_map(futures::stream::iter)
+            });
+            let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
+            Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
+        }
+    }
+}
+
+/// `POST /threads/{thread_id}/runs/wait`: the run's final values (with `__interrupt__` when it
+/// paused).
+pub(crate) async fn wait(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (who, mut thread, run) = prepare(&app, &caller, &headers, &id, &body).await?;
+    match asked(&run)? {
+        Asked::Resume(resume) => {
+            resume_thread(&app, &who, &thread, &resume).await?;
+        }
+        Asked::Message(message) => {
+            let (_, log) = start(&app, &who, &mut thread, &run.assistant_id, message).await?;
+            let mut frames = std::pin::pin!(log.typed_frames());
+            while let Some(frame) = frames.next().await {
+                if let Frame::Error { message } = frame {
+                    return Err(ApiError::new(StatusCode::BAD_GATEWAY, message));
+                }
+            }
+        }
+    }
+    let after = now(app.chat(), &who, &thread).await?;
+    Ok(axum::Json(final_values(&after)).into_response())
+}
+
+/// Who asks, their thread (bound to its conversation after a first run) and the run read.
+async fn prepare(
+    app: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    id: &str,
+    body: &Bytes,
+) -> Result<(Asking, Thread, RunCreate), ApiError> {
+    let who = who(app, caller, headers)?;
+    let run: RunCreate = json_body(body)?;
+    let (agents, _) = app.chat().agents();
+    if !agents.iter().any(|(name, _)| *name == run.assistant_id) {
+        return Err(ApiError::field(
+            StatusCode::NOT_FOUND,
+            "assistant_id",
+            format!("no assistant '{}': the assistants are the agents", run.assistant_id),
+        ));
+    }
+    let thread = theirs(app.chat(), &who, id).await?;
+    if let Some(conversation) = thread.conversation {
+        let agent = app.chat().conversation_agent(who.tenant_id, who.user_id, conversation).await?;
+        if agent != run.assistant_id {
+            // Its checkpoints and pending actions belong to that agent's graph and tools.
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "assistant_id",
+                format!("thread '{id}' talks to assistant '{agent}'"),
+            ));
+        }
+    }
+    Ok((who, thread, run))
+}
+
+/// Starts the turn of `message` on `thread`'s conversation (made by this first run, and bound
+/// to the thread: `thread` says which).
+async fn start(
+    app: &AppState,
+    who: &Asking,
+    thread: &mut Thread,
+    assistant: &str,
+    message: String,
+) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
+    let turn = StreamRequest {
+        tenant_slug: who.tenant_slug.clone(),
+        tenant_id: who.tenant_id,
+        user_id: who.user_id,
+        conversation_id: thread.conversation,
+        message,
+        agent: Some(assistant.to_owned()),
+        context: None,
+        tool_events: true,
+    };
+    turn.validate()?;
+    let (run_id, log) = app.chat().start_turn(&turn).await?;
+    if thread.conversation.is_none() {
+        app.chat().update_thread(who.tenant_id, who.user_id, &thread.id, None, Some(log.conversation)).await?;
+        let bound = theirs(app.chat(), who, &thread.id).await?.conversation;
+        if bound != Some(log.conversation) {
+            // Two first runs at once each made a conversation: the thread keeps the first bound;
+            // this run ends on its own.
+            tracing::warn!(thread = %thread.id, conversation = log.conversation, ?bound, "a thread's first runs raced; this run's conversation is not the thread's");
+        }
+        thread.conversation = Some(log.conversation);
+    }
+    Ok((run_id, log))
+}
+
+/// `value` as the decision on `action`: for an approval `true`/`false`, `{"approved": bool}` or
+/// a LangChain decision (`{"type": "approve"}`, `{"type": "reject"}`); for a question its answer,
+/// or `{"type": "respond", "message": answer}` in LangChain's format (`as_decision`).
+fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Result<Decision, String> {
+    let kind = value.get("type").and_then(Value::as_str);
+    if action.tool_name == crate::agui::ASK {
+        return match (as_decision, kind) {
+            (true, Some("respond")) => Ok(Decision::Answer(value.get("message").cloned().unwrap_or(Value::Null))),
+            (true, _) => Err("a question takes a `respond` decision with the answer as its `message`".into()),
+            (false, _) => Ok(Decision::Answer(value.clone())),
+        };
+    }
+    match (value, kind) {
+        (Value::Bool(b), _) => Ok(Decision::Approve(*b)),
+        (_, Some("approve")) => Ok(Decision::Approve(true)),
+        (_, Some("reject")) if value.get("message").is_none_or(Value::is_null) => Ok(Decision::Approve(false)),
+        (_, Some("reject")) => Err("a rejection's `message` is not served yet: reject without one".into()),
+        (_, Some(k @ ("edit" | "respond"))) => Err(format!("`{k}` decisions are not served yet: approve or reject")),
+        (_, Some(other)) => Err(format!("a decision's type is approve or reject, not `{other}`")),
+        (Value::Object(o), None) if o.get("approved").is_some_and(Value::is_boolean) => {
+            Ok(Decision::Approve(o.get("approved").and_then(Value::as_bool).unwrap_or(false)))
+        }
+        _ => Err("an approval's decision is true, false, or {\"type\": \"approve\" | \"reject\"}".into()),
+    }
+}
+
+/// Decides what `thread` waits for with `resume`, in LangChain's human-in-the-loop format
+/// (`{"decisions": [{"type": "approve"}, {"type": "reject"}]}`, one per action in order), by
+/// interrupt id (`{"approval-12": true, "question-13": "Friday"}`), or as one value for the
+/// single action waiting; the last decision's outcome. Every decision is checked before the
+/// first is recorded: a resume is refused whole or taken whole.
+async fn resume_thread(
+    app: &AppState,
+    who: &Asking,
+    thread: &Thread,
+    resume: &Value,
+) -> Result<ConfirmResponse, ApiError> {
+    let nothing = || ApiError::field(StatusCode::CONFLICT, "command.resume", "the thread waits for no decision");
+    let conversation = thread.conversation.ok_or_else(nothing)?;
+    let awaiting = app.chat().awaiting(who.tenant_id, who.user_id, conversation).await?;
+    if awaiting.is_empty() {
+        return Err(nothing());
+    }
+    let bad = |message: String| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "command.resume", message);
+    let mut decided: Vec<(i64, Decision)> = Vec::new();
+    if let Some(decisions) = resume.get("decisions").and_then(Value::as_array) {
+        if decisions.len() != awaiting.len() {
+            return Err(bad(format!("{} decisions for {} actions waiting", decisions.len(), awaiting.len())));
+        }
+        for (action, value) in awaiting.iter().zip(decisions) {
+            decided.push((action.message_id, decision(action, value, true).map_err(bad)?));
+        }
+    } else if let Some(by_id) = resume.as_object().filter(|o| !o.is_empty() && o.keys().all(|k| k.contains('-'))) {
+        for (id, value) in by_id {
+            let action = awaiting
+                .iter()
+                .find(|a| interrupt(a)["id"] == id.as_str())
+                .ok_or_else(|| bad(format!("`{id}` is not an interrupt the thread waits on")))?;
+            decided.push((action.message_id, decision(action, value, false).map_err(bad)?));
+        }
+    } else {
+        let [action] = awaiting.as_slice() else {
+            return Err(bad(format!("{} actions wait: resume with `decisions` or by interrupt id", awaiting.len())));
+        };
+        decided.push((action.message_id, decision(action, resume, false).map_err(bad)?));
+    }
+    let mut last = None;
+    for (message_id, decision) in decided {
+        last = Some(decide(app, who, conversation, message_id, decision).await?);
+    }
+    last.ok_or_else(|| bad("no decisions".into()))
+}
+
+/// The values a run ends on: the state, with `__interrupt__` when it waits.
+fn final_values(after: &Now) -> Value {
+    let mut values = after.values.clone();
+    if !after.awaiting.is_empty() {
+        values["__interrupt__"] = Value::Array(after.awaiting.iter().map(interrupt).collect());
+    }
+    values
+}
+
+/// The last events of a run: its interrupts as an update, and its final values.
+fn ending(modes: &Modes, after: &Now) -> Vec<Event> {
+    let mut events = Vec::new();
+    if modes.updates && !after.awaiting.is_empty() {
+        let interrupts: Vec<Value> = after.awaiting.iter().map(interrupt).collect();
+        events.push(event("updates", &json!({ "__interrupt__": interrupts })));
+    }
+    if modes.values {
+        events.push(event("values", &final_values(after)));
+    }
+    events
+}
+
+fn event(name: &str, data: &Value) -> Event {
+    Event::default().event(name).data(data.to_string())
+}
+
+/// What one frame becomes.
+enum Step {
+    Events(Vec<Event>),
+    /// The run ended well: its last events need the state it left.
+    End(Modes),
+}
+
+/// Writes one run's frames as LangGraph's events.
+struct Writer {
+    modes: Modes,
+    run_id: String,
+    /// The model message being streamed (a new one after each tool call).
+    message: usize,
+    ended: bool,
+}
+
+impl Writer {
+    fn frame(&mut self, frame: Frame) -> Step {
+        if self.ended {
+            return Step::Events(Vec::new());
+        }
+        let id = format!("run-{}-{}", self.run_id, self.message);
+        let meta = |node: &str| json!({ "langgraph_node": node, "run_id": self.run_id });
+        let mut out = Vec::new();
+        match frame {
+            Frame::Token { content } if self.modes.messages => {
+                let chunk = json!({ "type": "AIMessageChunk", "content": content, "id": id, "tool_call_chunks": [] });
+                out.push(event("messages", &json!([chunk, meta("agent")])));
+            }
+            Frame::ToolCall { call_id, name, arguments } => {
+                let call = tool_call(&json!({ "id": call_id, "name": name, "arguments": arguments }));
+                let ai = json!({ "type": "ai", "content": "", "id": id, "tool_calls": [call] });
+                if self.modes.updates {
+                    out.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
+                }
+                if self.modes.messages {
+                    let chunk = json!({ "type": "AIMessageChunk", "content": "", "id": id, "tool_calls": [call],
+                        "tool_call_chunks": [{ "name": name, "args": arguments.to_string(), "id": call_id, "index": 0, "type": "tool_call_chunk" }] });
+                    out.push(event("messages", &json!([chunk, meta("agent")])));
+                }
+                self.message += 1;
+            }
+            Frame::ToolResult { call_id, name, ok, outcome } => {
+                let content = match outcome {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let tool = json!({ "type": "tool", "content": content, "id": format!("{id}-{call_id}"), "tool_call_id": call_id,
+                    "name": name, "status": if ok { "success" } else { "error" } });
+                if self.modes.updates {
+                    out.push(event("updates", &json!({ "tools": { "messages": [tool] } })));
+                }
+                if self.modes.messages {
+                    out.push(event("messages", &json!([tool, meta("tools")])));
+                }
+            }
+            Frame::Done { .. } => {
+                self.ended = true;
+                return Step::End(self.modes);
+            }
+            Frame::Error { message } => {
+                self.ended = true;
+                out.push(event("error", &json!({ "error": "RunError", "message": message })));
+            }
+            _ => {}
+        }
+        Step::Events(out)
+    }
+}

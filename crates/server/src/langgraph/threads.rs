@@ -1,0 +1,473 @@
+//! LangGraph's threads (docs/langgraph.md, "Threads"): a client's handle on a conversation,
+//! made before its first run names the agent. Create, get, search, count, update, delete, and
+//! the thread's state and history, the conversation's messages as LangChain's.
+//!
+//! Owns: the thread and thread-state shapes LangGraph's SDKs read. Who is asking is read as on
+//! the other doors ([`asking`]); the conversations are the [`ChatService`]'s.
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{Asking, asking, json_body};
+use crate::service::ChatService;
+use crate::wire::PendingActionDto;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use toolgraph_conversations::Thread;
+
+/// Longest thread id a client may choose.
+const MAX_THREAD_ID: usize = 128;
+
+/// Most bytes a thread's metadata may take, as JSON.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// Most states one history answers (each is folded from the thread's first checkpoint).
+const MAX_HISTORY: usize = 100;
+
+/// `metadata`, or 422 when it is larger than [`MAX_METADATA_BYTES`].
+fn bounded(metadata: Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let size = serde_json::to_vec(&metadata).map_or(usize::MAX, |v| v.len());
+    if size > MAX_METADATA_BYTES {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata",
+            format!("{size} bytes of JSON; at most {MAX_METADATA_BYTES}"),
+        ));
+    }
+    Ok(metadata)
+}
+
+/// `ms` since the epoch in RFC 3339, as LangGraph's timestamps are.
+pub(super) fn rfc3339(ms: i64) -> String {
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    // Formatting a time as RFC 3339 fails only for years outside 0..=9999.
+    at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+/// Who asks, for a thread route of `app`; 501 when its store keeps no threads.
+pub(super) fn who(app: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Asking, ApiError> {
+    if !app.chat().keeps_threads() {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "this server's conversation store keeps no threads: serve with server.store = \"sqlite\" or \"postgres\"",
+        ));
+    }
+    asking(caller, headers, None)
+}
+
+/// Thread `id` of the asker, or 404 naming it.
+pub(super) async fn theirs(chat: &ChatService, who: &Asking, id: &str) -> Result<Thread, ApiError> {
+    chat.thread(who.tenant_id, who.user_id, id).await.map_err(|e| match e {
+        crate::error::ChatError::NotFound => {
+            ApiError::field(StatusCode::NOT_FOUND, "thread_id", format!("no thread '{id}' of yours"))
+        }
+        e => e.into(),
+    })
+}
+
+/// What a thread's conversation is now: its last checkpoint's state, what it waits on.
+pub(super) struct Now {
+    /// The agent's state (`messages` as LangChain's, `context`, a declared graph's channels).
+    pub values: Value,
+    /// The node that runs next (empty when idle).
+    pub next: Vec<String>,
+    /// The undecided actions it paused for.
+    pub awaiting: Vec<PendingActionDto>,
+    /// The last checkpoint's number (0 before the first run).
+    pub seq: u64,
+}
+
+/// `thread`'s conversation as it is now (empty before its first run).
+pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Result<Now, ApiError> {
+    let Some(conversation) = thread.conversation else {
+        return Ok(Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 });
+    };
+    let (tenant, user) = (who.tenant_id, who.user_id);
+    let head = match chat.head_checkpoint(tenant, user, conversation).await {
+        Ok(head) => head,
+        // Deleted on the academy routes: the thread goes with it.
+        Err(crate::error::ChatError::NotFound) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(head) = head else {
+        return Ok(Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 });
+    };
+    let awaiting = chat.awaiting(tenant, user, conversation).await?;
+    let values = shown(&thread.id, head["state"].clone());
+    let next = head["next"].as_str().map(|n| vec![n.to_owned()]).unwrap_or_default();
+    Ok(Now { values, next, awaiting, seq: head["seq"].as_u64().unwrap_or(0) })
+}
+
+/// The agent's `state` as a thread's values: its messages as LangChain's, without the turn's
+/// bookkeeping (failed tool rounds, approved calls not yet run).
+fn shown(thread: &str, mut state: Value) -> Value {
+    if let Some(messages) = state.get("messages").and_then(Value::as_array) {
+        state["messages"] = Value::Array(langchain_messages(thread, messages));
+    }
+    if let Some(fields) = state.as_object_mut() {
+        fields.remove("tool_failures");
+        fields.remove("approved");
+    }
+    state
+}
+
+/// The conversation's messages (as the agent's state holds them) as LangChain's: `human`,
+/// `ai` with its `tool_calls`, `tool`; ids stable per position in the thread.
+pub(super) fn langchain_messages(thread: &str, messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let id = format!("{thread}-{i}");
+            let content = m["content"].as_str().unwrap_or_default();
+            Some(match m["role"].as_str()? {
+                "user" => json!({ "type": "human", "content": content, "id": id, "additional_kwargs": {}, "response_metadata": {} }),
+                "assistant" => {
+                    let calls: Vec<Value> = m["tool_calls"]
+                        .as_array()
+                        .map(|calls| calls.iter().map(tool_call).collect())
+                        .unwrap_or_default();
+                    json!({ "type": "ai", "content": content, "id": id, "tool_calls": calls, "invalid_tool_calls": [],
+                            "additional_kwargs": {}, "response_metadata": {} })
+                }
+                "tool" => json!({ "type": "tool", "content": content, "id": id, "tool_call_id": m["tool_call_id"],
+                                  "name": m["name"], "status": "success", "additional_kwargs": {}, "response_metadata": {} }),
+                // The system prompt is the agent's, not the conversation's.
+                _ => return None,
+            })
+        })
+        .collect()
+}
+
+/// A model's tool call (`{id, name, arguments}` as JSON text) as LangChain's `{name, args, id}`.
+pub(super) fn tool_call(call: &Value) -> Value {
+    let args = match &call["arguments"] {
+        Value::String(text) => serde_json::from_str(text).unwrap_or_else(|_| json!({})),
+        other => other.clone(),
+    };
+    json!({ "name": call["name"], "args": args, "id": call["id"], "type": "tool_call" })
+}
+
+/// An undecided action as LangGraph's interrupt: an approval in LangChain's human-in-the-loop
+/// shape (`action_requests`, `review_configs`), a question as its text and form.
+pub(super) fn interrupt(action: &PendingActionDto) -> Value {
+    if action.tool_name == crate::agui::ASK {
+        return json!({
+            "id": format!("question-{}", action.message_id),
+            "value": { "question": action.description, "form": action.arguments },
+        });
+    }
+    json!({
+        "id": format!("approval-{}", action.message_id),
+        "value": {
+            "action_requests": [{ "name": action.tool_name, "args": action.arguments, "description": action.description }],
+            "review_configs": [{ "action_name": action.tool_name, "allowed_decisions": ["approve", "reject"] }],
+        },
+    })
+}
+
+/// `thread` as LangGraph's `Thread`.
+pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
+    let interrupts: Vec<Value> = now.awaiting.iter().map(interrupt).collect();
+    let mut values = now.values.clone();
+    if !interrupts.is_empty() {
+        values["__interrupt__"] = Value::Array(interrupts.clone());
+    }
+    json!({
+        "thread_id": thread.id,
+        "created_at": rfc3339(thread.created_at_ms),
+        "updated_at": rfc3339(thread.updated_at_ms),
+        "metadata": thread.metadata,
+        "status": if interrupts.is_empty() { "idle" } else { "interrupted" },
+        "values": values,
+        "interrupts": if interrupts.is_empty() { json!({}) } else { json!({ "__root__": interrupts }) },
+        "config": {},
+        "error": null,
+    })
+}
+
+/// `thread`'s state as LangGraph's `ThreadState`.
+pub(super) fn state(thread: &Thread, now: &Now) -> Value {
+    let interrupts: Vec<Value> = now.awaiting.iter().map(interrupt).collect();
+    let tasks: Vec<Value> = now
+        .next
+        .iter()
+        .map(|node| json!({ "id": format!("{}-{}", thread.id, now.seq), "name": node, "interrupts": interrupts, "state": null, "error": null }))
+        .collect();
+    json!({
+        "values": now.values,
+        "next": now.next,
+        "tasks": tasks,
+        "interrupts": interrupts,
+        "metadata": { "step": now.seq },
+        "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": now.seq.to_string() },
+        "parent_checkpoint": null,
+        "created_at": rfc3339(thread.updated_at_ms),
+    })
+}
+
+/// `POST /threads`: what it reads.
+#[derive(Debug, Default, Deserialize)]
+struct Create {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    if_exists: Option<String>,
+}
+
+/// `POST /threads`.
+pub(crate) async fn create(
+    State(app): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let req: Create = if body.iter().all(u8::is_ascii_whitespace) { Create::default() } else { json_body(&body)? };
+    let id = match req.thread_id {
+        Some(id) if id.is_empty() || id.len() > MAX_THREAD_ID || id.chars().any(|c| c.is_control() || c == '/') => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "thread_id",
+                format!("1 to {MAX_THREAD_ID} characters, no `/` or control characters"),
+            ));
+        }
+        Some(id) => id,
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    let at = now_ms();
+    let thread = Thread {
+        id: id.clone(),
+        tenant: who.tenant_id,
+        user: who.user_id,
+        conversation: None,
+        metadata: bounded(req.metadata.unwrap_or_default())?,
+        created_at_ms: at,
+        updated_at_ms: at,
+    };
+    if !app.chat().create_thread(&thread).await? {
+        let mine = app.chat().thread(who.tenant_id, who.user_id, &id).await.ok();
+        return match (req.if_exists.as_deref(), mine) {
+            (Some("do_nothing"), Some(existing)) => {
+                let now = now(app.chat(), &who, &existing).await?;
+                Ok(axum::Json(shape(&existing, &now)).into_response())
+            }
+            _ => Err(ApiError::field(StatusCode::CONFLICT, "thread_id", format!("thread '{id}' exists"))),
+        };
+    }
+    let empty = Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 };
+    Ok(axum::Json(shape(&thread, &empty)).into_response())
+}
+
+/// `GET /threads/{thread_id}`.
+pub(crate) async fn get(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let now = now(app.chat(), &who, &thread).await?;
+    Ok(axum::Json(shape(&thread, &now)).into_response())
+}
+
+/// `PATCH /threads/{thread_id}`: its metadata merged with the body's.
+pub(crate) async fn update(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    #[derive(Deserialize)]
+    struct Update {
+        #[serde(default)]
+        metadata: Map<String, Value>,
+    }
+    let who = who(&app, &caller, &headers)?;
+    let req: Update = json_body(&body)?;
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let mut metadata = thread.metadata.clone();
+    metadata.extend(req.metadata);
+    let metadata = bounded(metadata)?;
+    app.chat().update_thread(who.tenant_id, who.user_id, &id, Some(&metadata), None).await?;
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let now = now(app.chat(), &who, &thread).await?;
+    Ok(axum::Json(shape(&thread, &now)).into_response())
+}
+
+/// `DELETE /threads/{thread_id}`: the thread, its conversation, checkpoints and runs.
+pub(crate) async fn delete(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    theirs(app.chat(), &who, &id).await?;
+    app.chat().delete_thread(who.tenant_id, who.user_id, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /threads/search` and `/threads/count`: what they read.
+#[derive(Debug, Deserialize)]
+struct Search {
+    #[serde(default)]
+    metadata: Map<String, Value>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default = "ten")]
+    limit: usize,
+    #[serde(default)]
+    offset: usize,
+}
+
+fn ten() -> usize {
+    10
+}
+
+/// The asker's threads `search` matches, the latest changed first (of their newest
+/// [`THREADS_READ`](toolgraph_conversations::THREADS_READ)).
+async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search, Vec<Thread>), ApiError> {
+    let search: Search = if body.iter().all(u8::is_ascii_whitespace) { json_body(b"{}")? } else { json_body(body)? };
+    if search.limit == 0 || search.limit > 1_000 {
+        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "limit", "between 1 and 1000"));
+    }
+    if let Some(s) = &search.status
+        && !["idle", "interrupted"].contains(&s.as_str())
+    {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "status",
+            format!("idle or interrupted (`{s}` is not tracked)"),
+        ));
+    }
+    let mut found = Vec::new();
+    for thread in app.chat().threads(who.tenant_id, who.user_id).await? {
+        if !search.metadata.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
+            continue;
+        }
+        if let Some(wanted) = &search.status {
+            // What it waits for tells; its state is read for the page only.
+            let waits = match thread.conversation {
+                Some(c) => {
+                    app.chat().awaiting(who.tenant_id, who.user_id, c).await.map(|a| !a.is_empty()).unwrap_or(false)
+                }
+                None => false,
+            };
+            if (wanted == "interrupted") != waits {
+                continue;
+            }
+        }
+        found.push(thread);
+    }
+    Ok((search, found))
+}
+
+/// What `thread` is now, for a list: empty when it cannot be read (its agent was removed from
+/// the configuration), so one thread does not fail the list.
+async fn listed(app: &AppState, who: &Asking, thread: &Thread) -> Now {
+    match now(app.chat(), who, thread).await {
+        Ok(now) => now,
+        Err(e) => {
+            tracing::warn!(thread = %thread.id, error = %e.message, "a thread's state cannot be read; listed without it");
+            Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 }
+        }
+    }
+}
+
+/// `POST /threads/search`.
+pub(crate) async fn search(
+    State(app): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let (search, found) = matching(&app, &who, &body).await?;
+    let mut page = Vec::new();
+    for thread in found.iter().skip(search.offset).take(search.limit) {
+        page.push(shape(thread, &listed(&app, &who, thread).await));
+    }
+    Ok(axum::Json(page).into_response())
+}
+
+/// `POST /threads/count`.
+pub(crate) async fn count(
+    State(app): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let (_, found) = matching(&app, &who, &body).await?;
+    Ok(axum::Json(found.len()).into_response())
+}
+
+/// `GET /threads/{thread_id}/state`.
+pub(crate) async fn get_state(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let now = now(app.chat(), &who, &thread).await?;
+    Ok(axum::Json(state(&thread, &now)).into_response())
+}
+
+/// `POST /threads/{thread_id}/history` (and `GET`): the thread's checkpoints, newest first, as
+/// LangGraph's `ThreadState`s — the state each left, at most `limit` (default 10).
+pub(crate) async fn history(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    #[derive(Deserialize)]
+    struct History {
+        #[serde(default = "ten")]
+        limit: usize,
+    }
+    let who = who(&app, &caller, &headers)?;
+    let req: History =
+        if body.iter().all(u8::is_ascii_whitespace) { History { limit: ten() } } else { json_body(&body)? };
+    if req.limit == 0 || req.limit > MAX_HISTORY {
+        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "limit", format!("between 1 and {MAX_HISTORY}")));
+    }
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let Some(conversation) = thread.conversation else { return Ok(axum::Json(Vec::<Value>::new()).into_response()) };
+    let (tenant, user) = (who.tenant_id, who.user_id);
+    let checkpoints = app.chat().checkpoints(tenant, user, conversation).await?;
+    let mut states = Vec::new();
+    for meta in checkpoints.iter().rev().take(req.limit) {
+        let at = app.chat().checkpoint(tenant, user, conversation, meta.seq).await?;
+        let values = shown(&thread.id, at["state"].clone());
+        let next: Vec<String> = at["next"].as_str().map(|n| vec![n.to_owned()]).unwrap_or_default();
+        states.push(json!({
+            "values": values,
+            "next": next,
+            "tasks": [],
+            "metadata": { "step": meta.seq, "run_id": meta.run_id, "source": meta.node, "graph_version": meta.graph_version },
+            "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": meta.seq.to_string() },
+            "parent_checkpoint": (meta.seq > 1).then(|| json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": (meta.seq - 1).to_string() })),
+            "created_at": rfc3339(meta.created_at_ms),
+        }));
+    }
+    Ok(axum::Json(states).into_response())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
