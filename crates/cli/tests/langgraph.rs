@@ -63,6 +63,8 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
         Reply::tool_calls(&[("n1", "note_write", json!({"title": "Examen", "body": "El viernes."}))]),
         Reply::text("Nota guardada."),
         Reply::tool_calls(&[("n2", "note_write", json!({"title": "Repaso", "body": "El jueves."}))]),
+        Reply::text("¡Hola!"),
+        Reply::text("¡Adiós!"),
     ])
     .await
     .unwrap();
@@ -149,6 +151,17 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert!(said.starts_with("Cancelled, nothing was changed") && said.contains("Repaso"), "{said}");
     assert_eq!(notes, 1, "only the approved note was written");
 
+    // Stateless runs answer on a thread of their own, deleted when they end (the count below
+    // holds only the two threads made); there is nothing for one to resume.
+    let last_said = |values: &Value| values["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone());
+    assert_eq!(last_said(&saw["stateless_wait"]), Some(json!("¡Hola!")), "{}", saw["stateless_wait"]);
+    let streamed = saw["stateless_stream"].as_array().unwrap();
+    assert!(streamed[0]["data"]["thread_id"].is_string(), "{streamed:?}");
+    let said: String =
+        streamed.iter().filter(|p| p["event"] == "messages").filter_map(|p| p["data"][0]["content"].as_str()).collect();
+    assert_eq!(said, "¡Adiós!");
+    assert_eq!(saw["stateless_resume"]["status"], 422, "{}", saw["stateless_resume"]);
+
     // Search, count, update, history: the owner's threads.
     let other = saw["other_thread"].as_str().unwrap();
     assert_eq!(saw["search"], json!([tid]), "metadata filters");
@@ -169,7 +182,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["unknown_mode"]["status"], 422, "{}", saw["unknown_mode"]);
     assert!(saw["unknown_mode"]["body"].to_string().contains("`debug` is not served"));
     assert_eq!(saw["deleted"]["status"], 404);
-    assert_eq!(requests.len(), 5, "every scripted reply was asked for once");
+    assert_eq!(requests.len(), 7, "every scripted reply was asked for once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

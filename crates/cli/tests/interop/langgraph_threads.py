@@ -66,6 +66,14 @@ out["other_assistant"] = refused(
 )
 out["rejected"] = client.runs.wait(tid, "assistant", command={"resume": {"decisions": [{"type": "reject"}]}})
 
+# Stateless runs: a thread of their own, gone when the run ends (the count below shows it).
+out["stateless_wait"] = client.runs.wait(None, "assistant", input={"messages": [{"role": "user", "content": "hola"}]})
+parts = client.runs.stream(
+    None, "assistant", input={"messages": [{"role": "user", "content": "adiós"}]}, stream_mode="messages-tuple"
+)
+out["stateless_stream"] = [{"event": p.event, "data": p.data} for p in parts]
+out["stateless_resume"] = refused(lambda: client.runs.wait(None, "assistant", command={"resume": True}))
+
 other = client.threads.create(metadata={"course": "ssoo"})
 out["search"] = [t["thread_id"] for t in client.threads.search(metadata={"course": "iv"})]
 out["count"] = client.threads.count()

@@ -41,6 +41,8 @@ struct RunCreate {
     command: Option<Command>,
     #[serde(default)]
     stream_mode: Option<Value>,
+    #[serde(default)]
+    on_completion: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,14 +129,61 @@ pub(crate) async fn stream(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, mut thread, run) = prepare(&app, &caller, &headers, &id, &body).await?;
+    let (who, thread, run) = prepare(&app, &caller, &headers, Some(&id), &body).await?;
+    streamed(app, who, thread, run, false).await
+}
+
+/// `POST /runs/stream`: a run on a thread of its own, deleted when the run ends unless it
+/// paused (its `thread_id` is in the `metadata` event) or `on_completion` is `keep`.
+pub(crate) async fn stream_stateless(
+    State(app): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (who, thread, run) = prepare(&app, &caller, &headers, None, &body).await?;
+    let ephemeral = run.on_completion.as_deref() != Some("keep");
+    streamed(app, who, thread, run, ephemeral).await
+}
+
+/// `POST /runs/wait`: as [`stream_stateless`], answering the final values.
+pub(crate) async fn wait_stateless(
+    State(app): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (who, thread, run) = prepare(&app, &caller, &headers, None, &body).await?;
+    let ephemeral = run.on_completion.as_deref() != Some("keep");
+    waited(app, who, thread, run, ephemeral).await
+}
+
+/// Deletes `thread` when it is `ephemeral` and waits for nothing (`after`).
+async fn finished(chat: &crate::service::ChatService, who: &Asking, thread: &Thread, after: &Now, ephemeral: bool) {
+    if ephemeral
+        && after.awaiting.is_empty()
+        && let Err(e) = chat.delete_thread(who.tenant_id, who.user_id, &thread.id).await
+    {
+        tracing::warn!(thread = %thread.id, error = %e, "a stateless run's thread could not be deleted");
+    }
+}
+
+/// A run on `thread` streamed as LangGraph's events; its thread deleted after when `ephemeral`.
+async fn streamed(
+    app: AppState,
+    who: Asking,
+    mut thread: Thread,
+    run: RunCreate,
+    ephemeral: bool,
+) -> Result<Response, ApiError> {
     let modes = modes(run.stream_mode.as_ref())?;
     match asked(&run)? {
         Asked::Resume(resume) => {
             let reply = resume_thread(&app, &who, &thread, &resume).await?;
             let after = now(app.chat(), &who, &thread).await?;
             let run_id = uuid::Uuid::new_v4().to_string();
-            let mut events = vec![event("metadata", &json!({ "run_id": run_id, "attempt": 1 }))];
+            let mut events =
+                vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
             let ai = json!({ "type": "ai", "content": reply.message, "id": format!("run-{run_id}"), "tool_calls": [] });
             if modes.messages && !reply.message.is_empty() {
                 events.push(event("messages", &json!([ai, { "langgraph_node": "agent", "run_id": run_id }])));
@@ -146,7 +195,7 @@ pub(crate) async fn stream(
         Asked::Message(message) => {
             let before = now(app.chat(), &who, &thread).await?;
             let (run_id, log) = start(&app, &who, &mut thread, &run.assistant_id, message.clone()).await?;
-            let mut first = vec![event("metadata", &json!({ "run_id": run_id, "attempt": 1 }))];
+            let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
             if modes.values {
                 let mut values = before.values.clone();
                 let n = values["messages"].as_array().map_or(0, Vec::len);
@@ -165,11 +214,19 @@ pub(crate) async fn stream(
                     match events {
                         Step::Events(events) => events,
                         Step::End(modes) => match now(&chat, &who, &thread).await {
-                            Ok(after) => ending(&modes, &after),
+                            Ok(after) => {
+                                finished(&chat, &who, &thread, &after, ephemeral).await;
+                                ending(&modes, &after)
+                            }
                             Err(e) => {
                                 vec![event("error", &json!({ "error": "StateUnavailable", "message": e.message }))]
                             }
                         },
+                        Step::Failed(events) => {
+                            let nothing = Now { values: Value::Null, next: Vec::new(), awaiting: Vec::new(), seq: 0 };
+                            finished(&chat, &who, &thread, &nothing, ephemeral).await;
+                            events
+                        }
                     }
                 })
                 .flat_map(futures::stream::iter)
@@ -189,7 +246,18 @@ pub(crate) async fn wait(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, mut thread, run) = prepare(&app, &caller, &headers, &id, &body).await?;
+    let (who, thread, run) = prepare(&app, &caller, &headers, Some(&id), &body).await?;
+    waited(app, who, thread, run, false).await
+}
+
+/// A run on `thread`, answered with its final values; its thread deleted after when `ephemeral`.
+async fn waited(
+    app: AppState,
+    who: Asking,
+    mut thread: Thread,
+    run: RunCreate,
+    ephemeral: bool,
+) -> Result<Response, ApiError> {
     match asked(&run)? {
         Asked::Resume(resume) => {
             resume_thread(&app, &who, &thread, &resume).await?;
@@ -199,25 +267,34 @@ pub(crate) async fn wait(
             let mut frames = std::pin::pin!(log.typed_frames());
             while let Some(frame) = frames.next().await {
                 if let Frame::Error { message } = frame {
+                    let nothing = Now { values: Value::Null, next: Vec::new(), awaiting: Vec::new(), seq: 0 };
+                    finished(app.chat(), &who, &thread, &nothing, ephemeral).await;
                     return Err(ApiError::new(StatusCode::BAD_GATEWAY, message));
                 }
             }
         }
     }
     let after = now(app.chat(), &who, &thread).await?;
+    finished(app.chat(), &who, &thread, &after, ephemeral).await;
     Ok(axum::Json(final_values(&after)).into_response())
 }
 
-/// Who asks, their thread (bound to its conversation after a first run) and the run read.
+/// Who asks, their thread `id` (bound to its conversation after a first run; without an id, a
+/// new thread of theirs for a stateless run) and the run read.
 async fn prepare(
     app: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
-    id: &str,
+    id: Option<&str>,
     body: &Bytes,
 ) -> Result<(Asking, Thread, RunCreate), ApiError> {
     let who = who(app, caller, headers)?;
     let run: RunCreate = json_body(body)?;
+    if let Some(c) = run.on_completion.as_deref()
+        && !["delete", "keep"].contains(&c)
+    {
+        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "on_completion", "delete or keep"));
+    }
     let (agents, _) = app.chat().agents();
     if !agents.iter().any(|(name, _)| *name == run.assistant_id) {
         return Err(ApiError::field(
@@ -226,6 +303,16 @@ async fn prepare(
             format!("no assistant '{}': the assistants are the agents", run.assistant_id),
         ));
     }
+    let Some(id) = id else {
+        if run.command.is_some() {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "command",
+                "a stateless run has nothing to resume: resume on the paused run's thread",
+            ));
+        }
+        return Ok((who.clone(), super::threads::made(app.chat(), &who).await?, run));
+    };
     let thread = theirs(app.chat(), &who, id).await?;
     if let Some(conversation) = thread.conversation {
         let agent = app.chat().conversation_agent(who.tenant_id, who.user_id, conversation).await?;
@@ -379,6 +466,8 @@ enum Step {
     Events(Vec<Event>),
     /// The run ended well: its last events need the state it left.
     End(Modes),
+    /// The run failed: these events say so.
+    Failed(Vec<Event>),
 }
 
 /// Writes one run's frames as LangGraph's events.
@@ -436,7 +525,7 @@ impl Writer {
             }
             Frame::Error { message } => {
                 self.ended = true;
-                out.push(event("error", &json!({ "error": "RunError", "message": message })));
+                return Step::Failed(vec![event("error", &json!({ "error": "RunError", "message": message }))]);
             }
             _ => {}
         }

@@ -267,6 +267,25 @@ pub(crate) async fn create(
     Ok(axum::Json(shape(&thread, &empty)).into_response())
 }
 
+/// A new thread of `who`'s, without metadata (a stateless run's).
+///
+/// # Errors
+/// The store's.
+pub(super) async fn made(chat: &ChatService, who: &Asking) -> Result<Thread, ApiError> {
+    let at = now_ms();
+    let thread = Thread {
+        id: uuid::Uuid::new_v4().to_string(),
+        tenant: who.tenant_id,
+        user: who.user_id,
+        conversation: None,
+        metadata: Map::new(),
+        created_at_ms: at,
+        updated_at_ms: at,
+    };
+    chat.create_thread(&thread).await?;
+    Ok(thread)
+}
+
 /// `GET /threads/{thread_id}`.
 pub(crate) async fn get(
     State(app): State<AppState>,
