@@ -115,6 +115,31 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["state"]["values"]["messages"], last["data"]["messages"], "the thread's state is the run's end");
     assert_eq!(saw["state"]["next"], json!([]));
 
+    // The run read again (as the SDK rejoins it after a dropped connection): its status, its
+    // events from the first — the same reply and end — and after the event `Last-Event-ID`
+    // names, only what followed; an unknown run is a 404.
+    assert_eq!(saw["run"]["status"], "success", "{}", saw["run"]);
+    let chunks = |parts: &Value| -> String {
+        parts
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
+            .filter_map(|p| p["data"][0]["content"].as_str())
+            .collect()
+    };
+    assert_eq!(chunks(&saw["joined"]), "Son 42.");
+    let joined = saw["joined"].as_array().unwrap();
+    assert_eq!(joined.last().unwrap()["data"]["messages"], last["data"]["messages"], "the same end");
+    assert!(joined.iter().all(|p| p["id"].is_string()), "every event names its frame: {joined:?}");
+    let seq = |p: &Value| p["id"].as_str().and_then(|i| i.parse::<u64>().ok()).unwrap();
+    let from: u64 = saw["first_chunk_id"].as_str().unwrap().parse().unwrap();
+    let after = saw["joined_after"].as_array().unwrap();
+    assert!(!after.is_empty() && after.iter().all(|p| seq(p) > from), "{after:?}");
+    assert!(after.iter().all(|p| p["event"] == "messages"), "the mode asked for: {after:?}");
+    assert_eq!(chunks(&saw["joined_after"]), "Son 42.", "the reply came after the call's chunk");
+    assert_eq!(saw["join_unknown"]["status"], 404, "{}", saw["join_unknown"]);
+
     // A write pauses the run: its values end on the interrupt, in LangChain's
     // human-in-the-loop shape, and the thread says it is interrupted.
     let paused = &saw["paused"];

@@ -72,6 +72,8 @@ pub fn api_router(state: AppState) -> Router {
                 .delete(crate::langgraph::threads::delete),
         )
         .route("/threads/{thread_id}/state", get(crate::langgraph::threads::get_state))
+        .route("/threads/{thread_id}/runs/{run_id}", get(crate::langgraph::runs::get))
+        .route("/threads/{thread_id}/runs/{run_id}/stream", get(crate::langgraph::runs::join))
         .route(
             "/threads/{thread_id}/history",
             post(crate::langgraph::threads::history).get(crate::langgraph::threads::history),

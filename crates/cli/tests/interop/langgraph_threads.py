@@ -41,8 +41,18 @@ parts = client.runs.stream(
     input={"messages": [{"role": "user", "content": "¿Cuánto es 6 por 7?"}]},
     stream_mode=["values", "updates", "messages-tuple"],
 )
-out["first_run"] = [{"event": p.event, "data": p.data} for p in parts]
+out["first_run"] = [{"event": p.event, "data": p.data, "id": p.id} for p in parts]
 out["state"] = client.threads.get_state(tid)
+
+# The run again: whole, and after one of its events (what the SDK sends after a drop).
+run_id = out["first_run"][0]["data"]["run_id"]
+out["run"] = client.runs.get(tid, run_id)
+out["joined"] = [{"event": p.event, "data": p.data, "id": p.id} for p in client.runs.join_stream(tid, run_id)]
+first_chunk = next(p for p in out["first_run"] if p["event"] == "messages")
+out["first_chunk_id"] = first_chunk["id"]
+joined = client.runs.join_stream(tid, run_id, stream_mode="messages-tuple", last_event_id=first_chunk["id"])
+out["joined_after"] = [{"event": p.event, "data": p.data, "id": p.id} for p in joined]
+out["join_unknown"] = refused(lambda: list(client.runs.join_stream(tid, "no-such-run")))
 
 out["paused"] = client.runs.wait(
     tid, "assistant", input={"messages": [{"role": "human", "content": "Guarda una nota: examen el viernes"}]}

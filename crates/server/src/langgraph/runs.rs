@@ -205,36 +205,158 @@ async fn streamed(
                 }
                 first.push(event("values", &values));
             }
-            let (chat, who, thread) = (app.chat().clone(), who.clone(), thread.clone());
-            let mut writer = Writer { modes, run_id, message: 0, ended: false };
-            let frames = log.typed_frames().flat_map(move |frame| {
-                let (chat, who, thread) = (chat.clone(), who.clone(), thread.clone());
-                let events = writer.frame(frame);
-                futures::stream::once(async move {
-                    match events {
-                        Step::Events(events) => events,
-                        Step::End(modes) => match now(&chat, &who, &thread).await {
-                            Ok(after) => {
-                                finished(&chat, &who, &thread, &after, ephemeral).await;
-                                ending(&modes, &after)
-                            }
-                            Err(e) => {
-                                vec![event("error", &json!({ "error": "StateUnavailable", "message": e.message }))]
-                            }
-                        },
-                        Step::Failed(events) => {
-                            let nothing = Now { values: Value::Null, next: Vec::new(), awaiting: Vec::new(), seq: 0 };
-                            finished(&chat, &who, &thread, &nothing, ephemeral).await;
-                            events
-                        }
-                    }
-                })
-                .flat_map(futures::stream::iter)
-            });
+            let location = format!("/threads/{}/runs/{run_id}/stream", thread.id);
+            let frames = events_of(log.frames_after(0), app.chat().clone(), who, thread, modes, run_id, ephemeral);
             let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
-            Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
+            let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
+            // Where LangGraph's SDKs rejoin the run after a dropped connection (with the
+            // `Last-Event-ID` each frame's events carry).
+            if let Ok(location) = axum::http::HeaderValue::from_str(&location) {
+                response.headers_mut().insert(axum::http::header::LOCATION, location);
+            }
+            Ok(response)
         }
     }
+}
+
+/// A run's frames (from its log, here or another replica's) as LangGraph's events, each with
+/// its frame's number as the event id; the run's last events need the state it left, and a
+/// stateless (`ephemeral`) run's thread is deleted after.
+fn events_of(
+    frames: impl futures::Stream<Item = crate::runlog::Frame> + Send + 'static,
+    chat: crate::service::ChatService,
+    who: Asking,
+    thread: Thread,
+    modes: Modes,
+    run_id: String,
+    ephemeral: bool,
+) -> impl futures::Stream<Item = Event> + Send + 'static {
+    let mut writer = Writer { modes, run_id, message: 0, ended: false };
+    frames.flat_map(move |frame| {
+        let (chat, who, thread) = (chat.clone(), who.clone(), thread.clone());
+        let id = frame.seq.to_string();
+        let step = match Frame::parse(&frame.event, &frame.data) {
+            Ok(frame) => writer.frame(frame),
+            Err(_) => Step::Events(Vec::new()),
+        };
+        futures::stream::once(async move {
+            let events = match step {
+                Step::Events(events) => events,
+                Step::End(modes) => match now(&chat, &who, &thread).await {
+                    Ok(after) => {
+                        finished(&chat, &who, &thread, &after, ephemeral).await;
+                        ending(&modes, &after)
+                    }
+                    Err(e) => vec![event("error", &json!({ "error": "StateUnavailable", "message": e.message }))],
+                },
+                Step::Failed(events) => {
+                    let nothing = Now { values: Value::Null, next: Vec::new(), awaiting: Vec::new(), seq: 0 };
+                    finished(&chat, &who, &thread, &nothing, ephemeral).await;
+                    events
+                }
+            };
+            events.into_iter().map(|e| e.id(id.clone())).collect::<Vec<_>>()
+        })
+        .flat_map(futures::stream::iter)
+    })
+}
+
+/// The run `run_id` of thread `id` of `who`: its frames after `after`, here or on another
+/// replica; 404 when it is not a run of theirs on this thread.
+async fn run_frames(
+    app: &AppState,
+    who: &Asking,
+    thread: &Thread,
+    run_id: &str,
+    after: u64,
+) -> Result<std::pin::Pin<Box<dyn futures::Stream<Item = crate::runlog::Frame> + Send>>, ApiError> {
+    let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
+    let owner = (who.tenant_id, who.user_id);
+    if let Some(log) = app.chat().run_log(run_id, owner) {
+        if thread.conversation != Some(log.conversation) {
+            return Err(gone());
+        }
+        return Ok(Box::pin(log.frames_after(after)));
+    }
+    // Not run here: another replica's, read from the shared store.
+    let shared = app.chat().shared_runs().ok_or_else(gone)?;
+    match shared.follow(run_id, owner, after).await {
+        Ok(Some(frames)) => Ok(Box::pin(frames)),
+        Ok(None) => Err(gone()),
+        Err(e) => {
+            tracing::warn!(run = %run_id, error = %e, "cannot read a run's events");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the run's events cannot be read right now; retry shortly",
+            ))
+        }
+    }
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}/stream`: a run's events again — from its first frame,
+/// or after the one `Last-Event-ID` names — on any replica, in the modes `stream_mode` names
+/// (repeated; all three when none).
+pub(crate) async fn join(
+    State(app): State<AppState>,
+    Path((id, run_id)): Path<(String, String)>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let asked: Vec<Value> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, v)| *k == "stream_mode" && !v.is_empty())
+        .map(|(_, v)| Value::String(v.to_owned()))
+        .collect();
+    let asked = if asked.is_empty() { json!(MODES) } else { Value::Array(asked) };
+    let modes = modes(Some(&asked))?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let frames = run_frames(&app, &who, &thread, &run_id, after).await?;
+    let events = events_of(frames, app.chat().clone(), who, thread, modes, run_id, false);
+    Ok(Sse::new(events.map(Ok::<_, Infallible>)).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}`: the run as LangGraph's `Run`, while this process
+/// keeps its log (`status`: running, then success, interrupted or error).
+pub(crate) async fn get(
+    State(app): State<AppState>,
+    Path((id, run_id)): Path<(String, String)>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
+    let log = app.chat().run_log(&run_id, (who.tenant_id, who.user_id)).ok_or_else(gone)?;
+    if thread.conversation != Some(log.conversation) {
+        return Err(gone());
+    }
+    let (frames, finished) = log.since(0);
+    let status = match (finished, frames.last().map(|f| f.event.as_ref())) {
+        (false, _) => "running",
+        (true, Some("error")) => "error",
+        (true, _) if !now(app.chat(), &who, &thread).await?.awaiting.is_empty() => "interrupted",
+        (true, _) => "success",
+    };
+    Ok(axum::Json(json!({
+        "run_id": run_id,
+        "thread_id": thread.id,
+        "status": status,
+        "metadata": {},
+        "multitask_strategy": "reject",
+        "created_at": super::threads::rfc3339(thread.created_at_ms),
+        "updated_at": super::threads::rfc3339(thread.updated_at_ms),
+    }))
+    .into_response())
 }
 
 /// `POST /threads/{thread_id}/runs/wait`: the run's final values (with `__interrupt__` when it
