@@ -226,6 +226,8 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
             format!("/threads/{OWNERS_THREAD}/runs/wait"),
             Some(json!({"assistant_id": "lumie", "command": {"resume": {"decisions": [{"type": "approve"}]}}})),
         ),
+        "thread join" => (Method::GET, format!("/threads/{OWNERS_THREAD}/runs/{}/stream", o.run), None),
+        "thread run status" => (Method::GET, format!("/threads/{OWNERS_THREAD}/runs/{}", o.run), None),
         "confirm" => (
             Method::POST,
             "/api/chatbot/confirm".to_owned(),
@@ -253,7 +255,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 15] = [
+const ENDPOINTS: [&str; 17] = [
     "stream",
     "openai chat",
     "ag-ui run",
@@ -261,6 +263,8 @@ const ENDPOINTS: [&str; 15] = [
     "thread state",
     "thread run",
     "thread resume",
+    "thread join",
+    "thread run status",
     "confirm",
     "run events",
     "checkpoints",
@@ -320,8 +324,8 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
             // cover, are closed under hmac, to everyone.
             let closed = |mut row: [Option<u16>; ENDPOINTS.len()]| {
                 for (want, endpoint) in row.iter_mut().zip(ENDPOINTS) {
-                    if ["openai chat", "ag-ui run", "ag-ui resume", "thread state", "thread run", "thread resume"]
-                        .contains(&endpoint)
+                    if endpoint.starts_with("thread")
+                        || ["openai chat", "ag-ui run", "ag-ui resume"].contains(&endpoint)
                     {
                         *want = Some(403);
                     }
@@ -340,7 +344,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
@@ -378,6 +382,11 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
         assert_untouched(store.as_ref(), &owned, &before, mode).await;
         let events = attempt(&base, "run events", &owner, &owned).await;
         assert_eq!(events, 200, "{mode:?}: the owner still reads the run");
+        if mode != Mode::Hmac {
+            // Through the thread too (closed under hmac, as above).
+            assert_eq!(attempt(&base, "thread join", &owner, &owned).await, 200, "{mode:?}: the owner joins the run");
+            assert_eq!(attempt(&base, "thread run status", &owner, &owned).await, 200, "{mode:?}");
+        }
         // The owner reads the conversation's checkpoints and the state at the pause.
         let ids = format!("tenantId={OWNER_TENANT}&userId={OWNER_USER}");
         let list = format!("/api/chatbot/conversations/{}/checkpoints?{ids}", owned.conversation);
