@@ -140,6 +140,18 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(chunks(&saw["joined_after"]), "Son 42.", "the reply came after the call's chunk");
     assert_eq!(saw["join_unknown"]["status"], 404, "{}", saw["join_unknown"]);
 
+    // A copy holds the same metadata and conversation under its own id; deleting it leaves the
+    // original whole. A thread paused for a decision is not copied.
+    let copied = &saw["copied"];
+    assert_ne!(copied["thread_id"], tid.as_str());
+    assert_eq!(copied["metadata"], json!({"course": "iv"}));
+    let texts = |messages: &Value| -> Vec<Value> {
+        messages.as_array().unwrap().iter().map(|m| json!([m["type"], m["content"]])).collect()
+    };
+    assert_eq!(texts(&copied["values"]["messages"]), texts(&last["data"]["messages"]), "{copied}");
+    assert_eq!(saw["original_after_copy"]["values"]["messages"], last["data"]["messages"]);
+    assert_eq!(saw["copy_paused"]["status"], 409, "{}", saw["copy_paused"]);
+
     // A write pauses the run: its values end on the interrupt, in LangChain's
     // human-in-the-loop shape, and the thread says it is interrupted.
     let paused = &saw["paused"];

@@ -72,6 +72,7 @@ pub fn api_router(state: AppState) -> Router {
                 .delete(crate::langgraph::threads::delete),
         )
         .route("/threads/{thread_id}/state", get(crate::langgraph::threads::get_state))
+        .route("/threads/{thread_id}/copy", post(crate::langgraph::threads::copy))
         .route("/threads/{thread_id}/runs/{run_id}", get(crate::langgraph::runs::get))
         .route("/threads/{thread_id}/runs/{run_id}/stream", get(crate::langgraph::runs::join))
         .route(

@@ -54,10 +54,18 @@ joined = client.runs.join_stream(tid, run_id, stream_mode="messages-tuple", last
 out["joined_after"] = [{"event": p.event, "data": p.data, "id": p.id} for p in joined]
 out["join_unknown"] = refused(lambda: list(client.runs.join_stream(tid, "no-such-run")))
 
+# A copy: the same metadata and conversation, a thread of its own (deleted, so the count below
+# holds the two threads made).
+copied = client.threads.copy(tid)
+out["copied"] = client.threads.get(copied["thread_id"])
+client.threads.delete(copied["thread_id"])
+out["original_after_copy"] = client.threads.get_state(tid)
+
 out["paused"] = client.runs.wait(
     tid, "assistant", input={"messages": [{"role": "human", "content": "Guarda una nota: examen el viernes"}]}
 )
 out["interrupted"] = client.threads.get(tid)
+out["copy_paused"] = refused(lambda: client.threads.copy(tid))
 parts = client.runs.stream(
     tid, "assistant", command={"resume": {"decisions": [{"type": "approve"}]}}, stream_mode=["values", "messages-tuple"]
 )

@@ -299,6 +299,42 @@ pub(crate) async fn get(
     Ok(axum::Json(shape(&thread, &now)).into_response())
 }
 
+/// `POST /threads/{thread_id}/copy`: a new thread of the asker's with the same metadata and a
+/// copy of the conversation as it is now (its checkpoints and messages; the original is left as
+/// it is). A thread paused for a decision is not copied (409): its pending actions are the
+/// original's.
+pub(crate) async fn copy(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = who(&app, &caller, &headers)?;
+    let original = theirs(app.chat(), &who, &id).await?;
+    let mut thread = made(app.chat(), &who).await?;
+    let copied = async {
+        let conversation = match original.conversation {
+            Some(c) => {
+                let seq = now(app.chat(), &who, &original).await?.seq;
+                if seq == 0 { None } else { Some(app.chat().fork(who.tenant_id, who.user_id, c, seq).await?) }
+            }
+            None => None,
+        };
+        app.chat()
+            .update_thread(who.tenant_id, who.user_id, &thread.id, Some(&original.metadata), conversation)
+            .await?;
+        Ok::<_, ApiError>(())
+    };
+    if let Err(e) = copied.await {
+        // Nothing half-made stays.
+        let _ = app.chat().delete_thread(who.tenant_id, who.user_id, &thread.id).await;
+        return Err(e);
+    }
+    thread = theirs(app.chat(), &who, &thread.id).await?;
+    let now = now(app.chat(), &who, &thread).await?;
+    Ok(axum::Json(shape(&thread, &now)).into_response())
+}
+
 /// `PATCH /threads/{thread_id}`: its metadata merged with the body's.
 pub(crate) async fn update(
     State(app): State<AppState>,
