@@ -198,6 +198,8 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
         streamed.iter().filter(|p| p["event"] == "messages").filter_map(|p| p["data"][0]["content"].as_str()).collect();
     assert_eq!(said, "¡Adiós!");
     assert_eq!(saw["stateless_resume"]["status"], 422, "{}", saw["stateless_resume"]);
+    assert_eq!(saw["stateless_bad_mode"]["status"], 422, "{}", saw["stateless_bad_mode"]);
+    assert_eq!(saw["stateless_too_long"]["status"], 422, "{}", saw["stateless_too_long"]);
 
     // Search, count, update, history: the owner's threads.
     let other = saw["other_thread"].as_str().unwrap();

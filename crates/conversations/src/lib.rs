@@ -300,6 +300,14 @@ pub struct Thread {
     pub updated_at_ms: i64,
 }
 
+impl Thread {
+    /// A new thread `id` of `tenant`/`user`, made now, with `metadata` and no conversation yet.
+    pub fn new(id: String, tenant: i64, user: i64, metadata: serde_json::Map<String, Value>) -> Self {
+        let at = now_ms();
+        Self { id, tenant, user, conversation: None, metadata, created_at_ms: at, updated_at_ms: at }
+    }
+}
+
 /// At most this many threads of one user are read for a search.
 pub const THREADS_READ: usize = 10_000;
 

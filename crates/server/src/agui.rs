@@ -117,14 +117,15 @@ pub(crate) async fn run(
     Ok(run.stream(log, app.chat().clone(), (turn.tenant_id, turn.user_id)))
 }
 
-/// Each resume entry as the decision or answer it is, in order; the last one's response.
+/// Each resume entry as the decision or answer it is, in order; the last one's response. Every
+/// entry is read before the first is recorded: a resume is refused whole or taken whole.
 async fn resume(
     app: &AppState,
     who: &Asking,
     conversation: i64,
     entries: &[ResumeEntry],
 ) -> Result<ConfirmResponse, ApiError> {
-    let mut last = None;
+    let mut decided = Vec::with_capacity(entries.len());
     for entry in entries {
         let not_ours =
             || ApiError::field(StatusCode::BAD_REQUEST, "resume.interruptId", "not an interrupt of this service");
@@ -162,6 +163,10 @@ async fn resume(
             Some(confirmed) => Decision::Approve(confirmed),
             None => Decision::Answer(entry.payload.clone()),
         };
+        decided.push((message_id, decision));
+    }
+    let mut last = None;
+    for (message_id, decision) in decided {
         last = Some(decide(app, who, conversation, message_id, decision).await?);
     }
     last.ok_or_else(|| ApiError::field(StatusCode::BAD_REQUEST, "resume", "no entries"))
@@ -314,8 +319,8 @@ impl Events {
 }
 
 /// An approval's interrupt id: `approval-<the action's message id>`; a question's: `question-…`.
-const APPROVAL: &str = "approval-";
-const QUESTION: &str = "question-";
+pub(crate) const APPROVAL: &str = "approval-";
+pub(crate) const QUESTION: &str = "question-";
 
 /// A waiting action as an AG-UI interrupt, its kind in its id; a question (`@ask`) carries its
 /// form, an approval a yes/no.
@@ -345,8 +350,7 @@ fn interrupt(p: &PendingAction) -> Value {
 /// The channels of `conversation`'s last checkpoint: the state an AG-UI client shows. None when
 /// it cannot be read (the run's events go on without it).
 async fn snapshot(chat: &ChatService, (tenant, user): (i64, i64), conversation: i64) -> Option<Value> {
-    let last = chat.checkpoints(tenant, user, conversation).await.ok()?.iter().map(|m| m.seq).max()?;
-    let view = chat.checkpoint(tenant, user, conversation, last).await.ok()?;
+    let view = chat.head_checkpoint(tenant, user, conversation).await.ok()??;
     Some(view["state"].get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({})))
 }
 

@@ -46,6 +46,11 @@ impl ApiError {
             _ => self.message.clone(),
         }
     }
+    /// 503: a run's events cannot be read from the shared store right now (`_cause` is logged
+    /// where it is found).
+    pub fn run_events_unavailable(_cause: String) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "the run's events cannot be read right now; retry shortly")
+    }
     /// An internal failure: logged with its cause, answered without it.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "request failed");

@@ -327,22 +327,13 @@ async fn run_events(
         .filter(|(run, _)| *run == run_id)
         .and_then(|(_, seq)| seq.parse::<u64>().ok())
         .unwrap_or(0);
-    if let Some(log) = app.chat().run_log(&run_id, owner) {
-        return Ok(sse(run_id, log, after));
-    }
-    // Not run here: another replica's, read from the shared store.
-    let shared = app.chat().shared_runs().ok_or_else(ApiError::not_found)?;
-    match shared.follow(&run_id, owner, after).await {
-        Ok(Some(frames)) => Ok(sse_frames(run_id, frames)),
-        Ok(None) => Err(ApiError::not_found()),
-        Err(e) => {
-            tracing::warn!(run = %run_id, error = %e, "cannot read a run's events");
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the run's events cannot be read right now; retry shortly",
-            ))
-        }
-    }
+    let (_, frames) = app
+        .chat()
+        .run_frames(&run_id, owner, after)
+        .await
+        .map_err(ApiError::run_events_unavailable)?
+        .ok_or_else(ApiError::not_found)?;
+    Ok(sse_frames(run_id, frames))
 }
 
 #[derive(Deserialize)]

@@ -205,6 +205,12 @@ impl RunLog {
         (g.since(after), g.finished.is_some())
     }
 
+    /// Whether the run has finished, and whether its last frame is an error.
+    pub fn outcome(&self) -> (bool, bool) {
+        let g = self.lock();
+        (g.finished.is_some(), g.frames.back().is_some_and(|f| f.event == "error"))
+    }
+
     /// Waits for the next frame or the end, whichever comes first.
     pub async fn changed(&self, after: u64) {
         let notified = self.notify.notified();

@@ -698,6 +698,32 @@ impl ChatService {
         self.0.runs.get(run_id, owner)
     }
 
+    /// The frames of `owner`'s run `run_id` after `after` — from this replica's log (with the
+    /// conversation it is a turn of), or another replica's through the shared store — or `None`
+    /// when no run of theirs has that id.
+    ///
+    /// # Errors
+    /// Why the shared store cannot be read (logged).
+    pub(crate) async fn run_frames(
+        &self,
+        run_id: &str,
+        owner: (i64, i64),
+        after: u64,
+    ) -> Result<Option<(Option<i64>, futures::stream::BoxStream<'static, crate::runlog::Frame>)>, String> {
+        if let Some(log) = self.run_log(run_id, owner) {
+            return Ok(Some((Some(log.conversation), Box::pin(log.frames_after(after)))));
+        }
+        // Not run here: another replica's, read from the shared store.
+        let Some(shared) = self.shared_runs() else { return Ok(None) };
+        match shared.follow(run_id, owner, after).await {
+            Ok(frames) => Ok(frames.map(|f| (None, Box::pin(f) as futures::stream::BoxStream<'static, _>))),
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "cannot read a run's events");
+                Err(e)
+            }
+        }
+    }
+
     /// Where runs of other replicas are read, when runs are shared.
     pub(crate) fn shared_runs(&self) -> Option<&SharedRuns> {
         self.0.shared.as_deref()

@@ -91,6 +91,12 @@ parts = client.runs.stream(
 )
 out["stateless_stream"] = [{"event": p.event, "data": p.data} for p in parts]
 out["stateless_resume"] = refused(lambda: client.runs.wait(None, "assistant", command={"resume": True}))
+# Refused stateless runs leave no thread behind (the count below): a mode not served, and a
+# message over the limit (refused once its thread was made).
+hola = {"messages": [{"role": "user", "content": "hola"}]}
+out["stateless_bad_mode"] = refused(lambda: list(client.runs.stream(None, "assistant", input=hola, stream_mode="debug")))
+too_long = {"messages": [{"role": "user", "content": "x" * 5000}]}
+out["stateless_too_long"] = refused(lambda: client.runs.wait(None, "assistant", input=too_long))
 
 other = client.threads.create(metadata={"course": "ssoo"})
 out["search"] = [t["thread_id"] for t in client.threads.search(metadata={"course": "iv"})]

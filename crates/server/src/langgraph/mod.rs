@@ -101,7 +101,7 @@ pub(crate) async fn search(State(app): State<AppState>, body: Bytes) -> Result<R
     let found = matching(&app, &search);
     let page: Vec<Value> = found.iter().skip(search.offset).take(search.limit).cloned().collect();
     let mut resp = axum::Json(page).into_response();
-    let next = search.offset + search.limit;
+    let next = search.offset.saturating_add(search.limit);
     if next < found.len()
         && let Ok(v) = HeaderValue::from_str(&next.to_string())
     {

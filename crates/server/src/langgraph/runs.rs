@@ -7,14 +7,12 @@
 //! Owns: reading a run's input and command, and writing its frames as LangGraph's events. The
 //! turns are the [`ChatService`]'s.
 
-use super::threads::{Now, interrupt, now, theirs, tool_call, who};
+use super::threads::{Asker, Now, interrupt, now, theirs, tool_call};
 use crate::AppState;
 use crate::agui::{Decision, decide};
-use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{Asking, json_body};
 use crate::wire::{ConfirmResponse, PendingActionDto, StreamRequest};
-use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -43,6 +41,14 @@ struct RunCreate {
     stream_mode: Option<Value>,
     #[serde(default)]
     on_completion: Option<String>,
+}
+
+impl RunCreate {
+    /// Whether a stateless run's thread goes when the run ends (`on_completion`, `delete` unless
+    /// `keep`).
+    fn ephemeral(&self) -> bool {
+        self.on_completion.as_deref() != Some("keep")
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,11 +131,10 @@ fn asked(run: &RunCreate) -> Result<Asked, ApiError> {
 pub(crate) async fn stream(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, thread, run) = prepare(&app, &caller, &headers, Some(&id), &body).await?;
+    let (who, thread, run) = prepare(&app, who, Some(&id), &body).await?;
     streamed(app, who, thread, run, false).await
 }
 
@@ -137,31 +142,29 @@ pub(crate) async fn stream(
 /// paused (its `thread_id` is in the `metadata` event) or `on_completion` is `keep`.
 pub(crate) async fn stream_stateless(
     State(app): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, thread, run) = prepare(&app, &caller, &headers, None, &body).await?;
-    let ephemeral = run.on_completion.as_deref() != Some("keep");
+    let (who, thread, run) = prepare(&app, who, None, &body).await?;
+    let ephemeral = run.ephemeral();
     streamed(app, who, thread, run, ephemeral).await
 }
 
 /// `POST /runs/wait`: as [`stream_stateless`], answering the final values.
 pub(crate) async fn wait_stateless(
     State(app): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, thread, run) = prepare(&app, &caller, &headers, None, &body).await?;
-    let ephemeral = run.on_completion.as_deref() != Some("keep");
+    let (who, thread, run) = prepare(&app, who, None, &body).await?;
+    let ephemeral = run.ephemeral();
     waited(app, who, thread, run, ephemeral).await
 }
 
-/// Deletes `thread` when it is `ephemeral` and waits for nothing (`after`).
-async fn finished(chat: &crate::service::ChatService, who: &Asking, thread: &Thread, after: &Now, ephemeral: bool) {
+/// Deletes `thread` when it is `ephemeral` and `waits` for nothing.
+async fn finished(chat: &crate::service::ChatService, who: &Asking, thread: &Thread, waits: bool, ephemeral: bool) {
     if ephemeral
-        && after.awaiting.is_empty()
+        && !waits
         && let Err(e) = chat.delete_thread(who.tenant_id, who.user_id, &thread.id).await
     {
         tracing::warn!(thread = %thread.id, error = %e, "a stateless run's thread could not be deleted");
@@ -194,7 +197,7 @@ async fn streamed(
         }
         Asked::Message(message) => {
             let before = now(app.chat(), &who, &thread).await?;
-            let (run_id, log) = start(&app, &who, &mut thread, &run.assistant_id, message.clone()).await?;
+            let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message.clone(), ephemeral).await?;
             let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
             if modes.values {
                 let mut values = before.values.clone();
@@ -232,26 +235,28 @@ fn events_of(
     ephemeral: bool,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
     let mut writer = Writer { modes, run_id, message: 0, ended: false };
+    // Shared by every frame's future: only the run's end reads it.
+    let run = std::sync::Arc::new((chat, who, thread));
     frames.flat_map(move |frame| {
-        let (chat, who, thread) = (chat.clone(), who.clone(), thread.clone());
+        let run = std::sync::Arc::clone(&run);
         let id = frame.seq.to_string();
         let step = match Frame::parse(&frame.event, &frame.data) {
             Ok(frame) => writer.frame(frame),
             Err(_) => Step::Events(Vec::new()),
         };
         futures::stream::once(async move {
+            let (chat, who, thread) = &*run;
             let events = match step {
                 Step::Events(events) => events,
-                Step::End(modes) => match now(&chat, &who, &thread).await {
+                Step::End(modes) => match now(chat, who, thread).await {
                     Ok(after) => {
-                        finished(&chat, &who, &thread, &after, ephemeral).await;
+                        finished(chat, who, thread, !after.awaiting.is_empty(), ephemeral).await;
                         ending(&modes, &after)
                     }
                     Err(e) => vec![event("error", &json!({ "error": "StateUnavailable", "message": e.message }))],
                 },
                 Step::Failed(events) => {
-                    let nothing = Now { values: Value::Null, next: Vec::new(), awaiting: Vec::new(), seq: 0 };
-                    finished(&chat, &who, &thread, &nothing, ephemeral).await;
+                    finished(chat, who, thread, false, ephemeral).await;
                     events
                 }
             };
@@ -261,35 +266,21 @@ fn events_of(
     })
 }
 
-/// The run `run_id` of thread `id` of `who`: its frames after `after`, here or on another
-/// replica; 404 when it is not a run of theirs on this thread.
+/// The run `run_id` of `who`'s `thread`: its frames after `after`, here or on another replica;
+/// 404 when it is not a run of theirs on this thread.
 async fn run_frames(
     app: &AppState,
     who: &Asking,
     thread: &Thread,
     run_id: &str,
     after: u64,
-) -> Result<std::pin::Pin<Box<dyn futures::Stream<Item = crate::runlog::Frame> + Send>>, ApiError> {
+) -> Result<futures::stream::BoxStream<'static, crate::runlog::Frame>, ApiError> {
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
-    let owner = (who.tenant_id, who.user_id);
-    if let Some(log) = app.chat().run_log(run_id, owner) {
-        if thread.conversation != Some(log.conversation) {
-            return Err(gone());
-        }
-        return Ok(Box::pin(log.frames_after(after)));
-    }
-    // Not run here: another replica's, read from the shared store.
-    let shared = app.chat().shared_runs().ok_or_else(gone)?;
-    match shared.follow(run_id, owner, after).await {
-        Ok(Some(frames)) => Ok(Box::pin(frames)),
-        Ok(None) => Err(gone()),
-        Err(e) => {
-            tracing::warn!(run = %run_id, error = %e, "cannot read a run's events");
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the run's events cannot be read right now; retry shortly",
-            ))
-        }
+    let found = app.chat().run_frames(run_id, (who.tenant_id, who.user_id), after).await;
+    match found.map_err(ApiError::run_events_unavailable)?.ok_or_else(gone)? {
+        // Another replica's run says only whose it is (checked), not its conversation.
+        (Some(conversation), _) if thread.conversation != Some(conversation) => Err(gone()),
+        (_, frames) => Ok(frames),
     }
 }
 
@@ -299,11 +290,10 @@ async fn run_frames(
 pub(crate) async fn join(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
-    Extension(caller): Extension<Caller>,
+    Asker(who): Asker,
     headers: HeaderMap,
     uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let asked: Vec<Value> = uri
         .query()
@@ -330,20 +320,17 @@ pub(crate) async fn join(
 pub(crate) async fn get(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
 ) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
     let log = app.chat().run_log(&run_id, (who.tenant_id, who.user_id)).ok_or_else(gone)?;
     if thread.conversation != Some(log.conversation) {
         return Err(gone());
     }
-    let (frames, finished) = log.since(0);
-    let status = match (finished, frames.last().map(|f| f.event.as_ref())) {
+    let status = match log.outcome() {
         (false, _) => "running",
-        (true, Some("error")) => "error",
+        (true, true) => "error",
         (true, _) if !now(app.chat(), &who, &thread).await?.awaiting.is_empty() => "interrupted",
         (true, _) => "success",
     };
@@ -364,11 +351,10 @@ pub(crate) async fn get(
 pub(crate) async fn wait(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, thread, run) = prepare(&app, &caller, &headers, Some(&id), &body).await?;
+    let (who, thread, run) = prepare(&app, who, Some(&id), &body).await?;
     waited(app, who, thread, run, false).await
 }
 
@@ -385,19 +371,18 @@ async fn waited(
             resume_thread(&app, &who, &thread, &resume).await?;
         }
         Asked::Message(message) => {
-            let (_, log) = start(&app, &who, &mut thread, &run.assistant_id, message).await?;
+            let (_, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral).await?;
             let mut frames = std::pin::pin!(log.typed_frames());
             while let Some(frame) = frames.next().await {
                 if let Frame::Error { message } = frame {
-                    let nothing = Now { values: Value::Null, next: Vec::new(), awaiting: Vec::new(), seq: 0 };
-                    finished(app.chat(), &who, &thread, &nothing, ephemeral).await;
+                    finished(app.chat(), &who, &thread, false, ephemeral).await;
                     return Err(ApiError::new(StatusCode::BAD_GATEWAY, message));
                 }
             }
         }
     }
     let after = now(app.chat(), &who, &thread).await?;
-    finished(app.chat(), &who, &thread, &after, ephemeral).await;
+    finished(app.chat(), &who, &thread, !after.awaiting.is_empty(), ephemeral).await;
     Ok(axum::Json(final_values(&after)).into_response())
 }
 
@@ -405,12 +390,10 @@ async fn waited(
 /// new thread of theirs for a stateless run) and the run read.
 async fn prepare(
     app: &AppState,
-    caller: &Caller,
-    headers: &HeaderMap,
+    who: Asking,
     id: Option<&str>,
     body: &Bytes,
 ) -> Result<(Asking, Thread, RunCreate), ApiError> {
-    let who = who(app, caller, headers)?;
     let run: RunCreate = json_body(body)?;
     if let Some(c) = run.on_completion.as_deref()
         && !["delete", "keep"].contains(&c)
@@ -426,6 +409,9 @@ async fn prepare(
         ));
     }
     let Some(id) = id else {
+        // Refused before its thread is made: a refused stateless run leaves nothing behind.
+        modes(run.stream_mode.as_ref())?;
+        asked(&run)?;
         if run.command.is_some() {
             return Err(ApiError::field(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -448,6 +434,22 @@ async fn prepare(
         }
     }
     Ok((who, thread, run))
+}
+
+/// [`start`], deleting an `ephemeral` thread when the turn is refused.
+async fn begin(
+    app: &AppState,
+    who: &Asking,
+    thread: &mut Thread,
+    assistant: &str,
+    message: String,
+    ephemeral: bool,
+) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
+    let started = start(app, who, thread, assistant, message).await;
+    if started.is_err() {
+        finished(app.chat(), who, thread, false, ephemeral).await;
+    }
+    started
 }
 
 /// Starts the turn of `message` on `thread`'s conversation (made by this first run, and bound
@@ -536,7 +538,9 @@ async fn resume_thread(
         for (action, value) in awaiting.iter().zip(decisions) {
             decided.push((action.message_id, decision(action, value, true).map_err(bad)?));
         }
-    } else if let Some(by_id) = resume.as_object().filter(|o| !o.is_empty() && o.keys().all(|k| k.contains('-'))) {
+    } else if let Some(by_id) = resume.as_object().filter(|o| {
+        !o.is_empty() && o.keys().all(|k| k.starts_with(crate::agui::APPROVAL) || k.starts_with(crate::agui::QUESTION))
+    }) {
         for (id, value) in by_id {
             let action = awaiting
                 .iter()

@@ -11,10 +11,10 @@ use crate::error::ApiError;
 use crate::extract::{Asking, asking, json_body};
 use crate::service::ChatService;
 use crate::wire::PendingActionDto;
-use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -50,15 +50,26 @@ pub(super) fn rfc3339(ms: i64) -> String {
     at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
-/// Who asks, for a thread route of `app`; 501 when its store keeps no threads.
-pub(super) fn who(app: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Asking, ApiError> {
-    if !app.chat().keeps_threads() {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "this server's conversation store keeps no threads: serve with server.store = \"sqlite\" or \"postgres\"",
-        ));
+/// Who asks on a thread or run route — read as on the other header doors ([`asking`]) — or 501
+/// when the store keeps no threads.
+pub(crate) struct Asker(pub Asking);
+
+impl FromRequestParts<AppState> for Asker {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        if !app.chat().keeps_threads() {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "this server's conversation store keeps no threads: serve with server.store = \"sqlite\" or \"postgres\"",
+            ));
+        }
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .ok_or_else(|| ApiError::internal("a thread route is served outside the authentication layer"))?;
+        Ok(Self(asking(caller, &parts.headers, None)?))
     }
-    asking(caller, headers, None)
 }
 
 /// Thread `id` of the asker, or 404 naming it.
@@ -83,10 +94,17 @@ pub(super) struct Now {
     pub seq: u64,
 }
 
+impl Now {
+    /// A thread before its first run.
+    pub fn empty() -> Self {
+        Self { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 }
+    }
+}
+
 /// `thread`'s conversation as it is now (empty before its first run).
 pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Result<Now, ApiError> {
     let Some(conversation) = thread.conversation else {
-        return Ok(Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 });
+        return Ok(Now::empty());
     };
     let (tenant, user) = (who.tenant_id, who.user_id);
     let head = match chat.head_checkpoint(tenant, user, conversation).await {
@@ -96,7 +114,7 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
         Err(e) => return Err(e.into()),
     };
     let Some(head) = head else {
-        return Ok(Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 });
+        return Ok(Now::empty());
     };
     let awaiting = chat.awaiting(tenant, user, conversation).await?;
     let values = shown(&thread.id, head["state"].clone());
@@ -159,12 +177,12 @@ pub(super) fn tool_call(call: &Value) -> Value {
 pub(super) fn interrupt(action: &PendingActionDto) -> Value {
     if action.tool_name == crate::agui::ASK {
         return json!({
-            "id": format!("question-{}", action.message_id),
+            "id": format!("{}{}", crate::agui::QUESTION, action.message_id),
             "value": { "question": action.description, "form": action.arguments },
         });
     }
     json!({
-        "id": format!("approval-{}", action.message_id),
+        "id": format!("{}{}", crate::agui::APPROVAL, action.message_id),
         "value": {
             "action_requests": [{ "name": action.tool_name, "args": action.arguments, "description": action.description }],
             "review_configs": [{ "action_name": action.tool_name, "allowed_decisions": ["approve", "reject"] }],
@@ -224,13 +242,7 @@ struct Create {
 }
 
 /// `POST /threads`.
-pub(crate) async fn create(
-    State(app): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
+pub(crate) async fn create(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let req: Create = if body.iter().all(u8::is_ascii_whitespace) { Create::default() } else { json_body(&body)? };
     let id = match req.thread_id {
         Some(id) if id.is_empty() || id.len() > MAX_THREAD_ID || id.chars().any(|c| c.is_control() || c == '/') => {
@@ -243,16 +255,7 @@ pub(crate) async fn create(
         Some(id) => id,
         None => uuid::Uuid::new_v4().to_string(),
     };
-    let at = now_ms();
-    let thread = Thread {
-        id: id.clone(),
-        tenant: who.tenant_id,
-        user: who.user_id,
-        conversation: None,
-        metadata: bounded(req.metadata.unwrap_or_default())?,
-        created_at_ms: at,
-        updated_at_ms: at,
-    };
+    let thread = Thread::new(id.clone(), who.tenant_id, who.user_id, bounded(req.metadata.unwrap_or_default())?);
     if !app.chat().create_thread(&thread).await? {
         let mine = app.chat().thread(who.tenant_id, who.user_id, &id).await.ok();
         return match (req.if_exists.as_deref(), mine) {
@@ -263,8 +266,7 @@ pub(crate) async fn create(
             _ => Err(ApiError::field(StatusCode::CONFLICT, "thread_id", format!("thread '{id}' exists"))),
         };
     }
-    let empty = Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 };
-    Ok(axum::Json(shape(&thread, &empty)).into_response())
+    Ok(axum::Json(shape(&thread, &Now::empty())).into_response())
 }
 
 /// A new thread of `who`'s, without metadata (a stateless run's).
@@ -272,16 +274,7 @@ pub(crate) async fn create(
 /// # Errors
 /// The store's.
 pub(super) async fn made(chat: &ChatService, who: &Asking) -> Result<Thread, ApiError> {
-    let at = now_ms();
-    let thread = Thread {
-        id: uuid::Uuid::new_v4().to_string(),
-        tenant: who.tenant_id,
-        user: who.user_id,
-        conversation: None,
-        metadata: Map::new(),
-        created_at_ms: at,
-        updated_at_ms: at,
-    };
+    let thread = Thread::new(uuid::Uuid::new_v4().to_string(), who.tenant_id, who.user_id, Map::new());
     chat.create_thread(&thread).await?;
     Ok(thread)
 }
@@ -290,10 +283,8 @@ pub(super) async fn made(chat: &ChatService, who: &Asking) -> Result<Thread, Api
 pub(crate) async fn get(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
 ) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let now = now(app.chat(), &who, &thread).await?;
     Ok(axum::Json(shape(&thread, &now)).into_response())
@@ -306,10 +297,8 @@ pub(crate) async fn get(
 pub(crate) async fn copy(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
 ) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
     let original = theirs(app.chat(), &who, &id).await?;
     let mut thread = made(app.chat(), &who).await?;
     let copied = async {
@@ -339,8 +328,7 @@ pub(crate) async fn copy(
 pub(crate) async fn update(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     #[derive(Deserialize)]
@@ -348,7 +336,6 @@ pub(crate) async fn update(
         #[serde(default)]
         metadata: Map<String, Value>,
     }
-    let who = who(&app, &caller, &headers)?;
     let req: Update = json_body(&body)?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let mut metadata = thread.metadata.clone();
@@ -364,10 +351,8 @@ pub(crate) async fn update(
 pub(crate) async fn delete(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
 ) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
     theirs(app.chat(), &who, &id).await?;
     app.chat().delete_thread(who.tenant_id, who.user_id, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -435,19 +420,13 @@ async fn listed(app: &AppState, who: &Asking, thread: &Thread) -> Now {
         Ok(now) => now,
         Err(e) => {
             tracing::warn!(thread = %thread.id, error = %e.message, "a thread's state cannot be read; listed without it");
-            Now { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 }
+            Now::empty()
         }
     }
 }
 
 /// `POST /threads/search`.
-pub(crate) async fn search(
-    State(app): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
+pub(crate) async fn search(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let (search, found) = matching(&app, &who, &body).await?;
     let mut page = Vec::new();
     for thread in found.iter().skip(search.offset).take(search.limit) {
@@ -457,13 +436,7 @@ pub(crate) async fn search(
 }
 
 /// `POST /threads/count`.
-pub(crate) async fn count(
-    State(app): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
+pub(crate) async fn count(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let (_, found) = matching(&app, &who, &body).await?;
     Ok(axum::Json(found.len()).into_response())
 }
@@ -472,10 +445,8 @@ pub(crate) async fn count(
 pub(crate) async fn get_state(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
 ) -> Result<Response, ApiError> {
-    let who = who(&app, &caller, &headers)?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let now = now(app.chat(), &who, &thread).await?;
     Ok(axum::Json(state(&thread, &now)).into_response())
@@ -486,8 +457,7 @@ pub(crate) async fn get_state(
 pub(crate) async fn history(
     State(app): State<AppState>,
     Path(id): Path<String>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     #[derive(Deserialize)]
@@ -495,7 +465,6 @@ pub(crate) async fn history(
         #[serde(default = "ten")]
         limit: usize,
     }
-    let who = who(&app, &caller, &headers)?;
     let req: History =
         if body.iter().all(u8::is_ascii_whitespace) { History { limit: ten() } } else { json_body(&body)? };
     if req.limit == 0 || req.limit > MAX_HISTORY {
@@ -521,8 +490,4 @@ pub(crate) async fn history(
         }));
     }
     Ok(axum::Json(states).into_response())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
