@@ -1,7 +1,7 @@
 //! The prebuilt ReAct agent against the scripted model server over real HTTP.
 
 use schemars::JsonSchema;
-use scripted_llm::{Reply, ScriptedModelServer};
+use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -421,10 +421,88 @@ async fn a_failing_model_ends_the_run_with_an_error_outcome() {
 
 #[tokio::test]
 async fn a_model_that_never_stops_calling_tools_hits_the_recursion_limit() {
-    let call = |i: u32| Reply::tool_calls(&[(&format!("c{i}"), "calculator", json!({"expression": "1+1"}))]);
+    // Each call asks something new, so each runs.
+    let call = |i: u32| Reply::tool_calls(&[(&format!("c{i}"), "calculator", json!({"expression": format!("1+{i}")}))]);
     let h = harness((0..10).map(call).collect()).await;
     let out = h.graph.start(&t(9), user_turn("loop", None), RunOptions::default()).await.unwrap().outcome().await;
     assert!(matches!(out, RunOutcome::RecursionLimit { limit: 10, .. }), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_model_that_asks_again_for_a_result_it_has_answers_from_it_without_tools() {
+    // The second call is the first again, its arguments spaced otherwise; the third reply
+    // answers the request that offered no tools.
+    let spaced = Reply::Stream(vec![
+        Step::ToolCallStart { index: 0, id: "c2".into(), name: "calculator".into() },
+        Step::ToolArgs { index: 0, fragment: r#"{ "expression" :  "6*7" }"#.into() },
+        Step::Finish("tool_calls".into()),
+        Step::Done,
+    ]);
+    let h = harness(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        spaced,
+        Reply::text("It is 42."),
+    ])
+    .await;
+    let (events, out) =
+        h.graph.start(&t(10), user_turn("What is 6*7?", None), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
+    assert_eq!(state.last_reply(), Some("It is 42."));
+    assert_eq!(texts(&events), "It is 42.");
+    let ran = events.iter().filter(|e| matches!(e, RunEvent::ToolResult { .. })).count();
+    assert_eq!(ran, 1, "the repeated call never ran: {events:?}");
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[1]["tools"].as_array().is_some_and(|t| !t.is_empty()), "the repeat was asked with tools");
+    assert!(requests[2].get("tools").is_none_or(|t| t.as_array().is_some_and(Vec::is_empty)), "{}", requests[2]);
+    // What the model read: the one result, and no trace of the call it repeated.
+    let last = requests[2]["messages"].as_array().unwrap();
+    assert_eq!(last.iter().filter(|m| m["role"] == "tool").count(), 1);
+    assert!(
+        state
+            .messages
+            .iter()
+            .all(|m| !matches!(m, Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.id == "c2")))
+    );
+
+    // A call with other arguments, or one whose first run failed, runs again.
+    let h = harness(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::tool_calls(&[("c2", "calculator", json!({"expression": "6*8"}))]),
+        Reply::text("42 and 48."),
+    ])
+    .await;
+    let (events, _) =
+        h.graph.start(&t(11), user_turn("6*7 and 6*8?", None), RunOptions::default()).await.unwrap().collect().await;
+    assert_eq!(events.iter().filter(|e| matches!(e, RunEvent::ToolResult { .. })).count(), 2);
+    let h = harness(vec![
+        Reply::tool_calls(&[("c1", "general_query", json!({"sql": "SELECT 1 FROM teachers"}))]),
+        Reply::tool_calls(&[("c2", "general_query", json!({"sql": "SELECT 1 FROM teachers"}))]),
+        Reply::text("No."),
+    ])
+    .await;
+    let (events, _) =
+        h.graph.start(&t(12), user_turn("teachers?", None), RunOptions::default()).await.unwrap().collect().await;
+    assert_eq!(events.iter().filter(|e| matches!(e, RunEvent::ToolResult { .. })).count(), 2, "{events:?}");
+
+    // A read asked again after a write returned may read something new: it runs.
+    let h = harness(vec![
+        Reply::tool_calls(&[("q1", "general_query", json!({"sql": "SELECT count(*) FROM students"}))]),
+        Reply::tool_calls(&[("w1", "send_sms", json!({"to": "+34600000000", "text": "hola"}))]),
+        Reply::tool_calls(&[("q2", "general_query", json!({"sql": "SELECT count(*) FROM students"}))]),
+        Reply::text("Sent; still 42 students."),
+    ])
+    .await;
+    let run = h.graph.start(&t(13), user_turn("count, text, count", None), RunOptions::default()).await.unwrap();
+    let RunOutcome::Interrupted { pending, .. } = run.outcome().await else { panic!("the write waits for approval") };
+    let decisions = pending.iter().map(|p| (p.id.clone(), Decision::Approve)).collect();
+    let ResumeResult::Started(run) = h.graph.resume(&t(13), decisions, RunOptions::default()).await.unwrap() else {
+        panic!("the approval continues the run")
+    };
+    let (events, out) = run.collect().await;
+    assert_eq!(out.state().last_reply(), Some("Sent; still 42 students."), "{out:?}");
+    let reads = events.iter().filter(|e| matches!(e, RunEvent::ToolResult { name, .. } if name == "general_query"));
+    assert_eq!(reads.count(), 1, "the second count ran after the write: {events:?}");
 }
 
 #[test]

@@ -104,6 +104,16 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
         // 6: a search the model asks for itself, and its answer, cited.
         Reply::tool_calls(&[("s1", "rag_search", json!({"query": "volumen contenedor"}))]),
         Reply::text("Un volumen guarda los datos del contenedor para que no se pierdan al borrarlo."),
+        // 7: a model that asks again for a result it has (a small model can loop on one until
+        // the step limit): the search, then the answer from the documents.
+        Reply::tool_calls(&[("k1", "calculator", json!({"expression": "3+3"}))]),
+        Reply::tool_calls(&[("k2", "calculator", json!({"expression": "3+3"}))]),
+        Reply::text("La asignatura tiene 6 créditos ECTS."),
+        // 8: a Korean question; after its own search the model answers in English (the
+        // results' language is Spanish): stopped before it shows, answered again in Korean.
+        Reply::tool_calls(&[("r1", "rag_search", json!({"query": "créditos ECTS asignatura"}))]),
+        Reply::text("The course has 6 ECTS credits."),
+        Reply::text("이 과목은 6 ECTS 학점입니다."),
     ])
     .await
     .unwrap();
@@ -128,10 +138,12 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     let fourth = post(&base, &say(&conversation, "hola")).await;
     let fifth = post(&base, &say(&conversation, "Calcula mi nota: 0.6 * 8 + 0.4 * 6.5")).await;
     let sixth = post(&base, &say(&conversation, "Busca en los apuntes para qué sirve un volumen")).await;
+    let seventh = post(&base, &say(&conversation, "¿Cuántos créditos tiene la asignatura?")).await;
+    let eighth = post(&base, &say(&conversation, "이 과목은 몇 학점인가요?")).await;
     let requests = model.requests();
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(requests.len(), 11, "every scripted reply was asked for: {requests:#?}");
+    assert_eq!(requests.len(), 17, "every scripted reply was asked for: {requests:#?}");
 
     // 1: the answer from memory never showed; the search came before the answer, the supported
     // sentence is cited, the invented one gone.
@@ -185,4 +197,18 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     let (said, called) = said_and_called(&sixth);
     assert_eq!(called, ["rag_search"], "{sixth}");
     assert!(said.starts_with("Un volumen guarda los datos del contenedor") && said.contains("[Tema 1"), "{said}");
+
+    // 7: the repeated call never ran again; the turn searched and answered from what it found.
+    let (said, called) = said_and_called(&seventh);
+    assert_eq!(called, ["calculator", "rag_search"], "{seventh}");
+    assert!(said.starts_with("La asignatura tiene 6 créditos ECTS [Guía docente"), "{said}");
+    assert!(requests[13]["tools"].as_array().is_none_or(Vec::is_empty), "{:?}", requests[13]["tools"]);
+
+    // 8: the English reply never showed; the answer from the written-out passages is Korean.
+    let (said, called) = said_and_called(&eighth);
+    assert_eq!(called, ["rag_search", "rag_search"], "{eighth}");
+    assert!(!eighth.contains("credits"), "{eighth}");
+    assert!(said.starts_with("이 과목은 6 ECTS 학점입니다 [Guía docente"), "{said}");
+    let (_, asked) = sent(&requests[16]).pop().unwrap();
+    assert!(asked.ends_with("(Answer in Korean, from the documents.)"), "{asked}");
 }

@@ -50,28 +50,40 @@ enum Backend {
 }
 
 /// A checkpoint store that also writes the conversation projection atomically.
+///
+/// The projector reads records of one state type: agents with different states share one
+/// store through [`projecting`](Self::projecting), each graph compiled over its own view.
+#[derive(Clone)]
 pub struct ProjectingCheckpointer {
-    backend: Backend,
+    backend: Arc<Backend>,
     projector: Projector,
 }
 
 impl ProjectingCheckpointer {
     /// Over SQLite (the conversation tables live in the same database).
     pub fn sqlite(inner: SqliteCheckpointer, projector: Projector) -> Self {
-        Self { backend: Backend::Sqlite(inner), projector }
+        Self { backend: Arc::new(Backend::Sqlite(inner)), projector }
     }
     /// Over PostgreSQL (the conversation tables live in the same database).
     pub fn postgres(inner: PostgresCheckpointer, projector: Projector) -> Self {
-        Self { backend: Backend::Postgres(inner), projector }
+        Self { backend: Arc::new(Backend::Postgres(inner)), projector }
     }
     /// Checkpoints in `inner`, the conversation in `store` (process memory, or the
     /// backend-callback store): the projection is written first, then the record.
     pub fn forwarding(inner: impl Checkpointer, store: Arc<dyn ConversationStore>, projector: Projector) -> Self {
-        Self { backend: Backend::Forwarding(Box::new(inner), store), projector }
+        Self { backend: Arc::new(Backend::Forwarding(Box::new(inner), store)), projector }
+    }
+
+    /// The same store (the same checkpoints, conversations and transactions), projecting the
+    /// records written through it with `projector`: for an agent whose state is not the one
+    /// the store was made for (docs/agents.md, "A graph of your own").
+    #[must_use]
+    pub fn projecting(&self, projector: Projector) -> Self {
+        Self { backend: Arc::clone(&self.backend), projector }
     }
 
     fn inner(&self) -> &dyn Checkpointer {
-        match &self.backend {
+        match &*self.backend {
             Backend::Forwarding(c, _) => c.as_ref(),
             Backend::Sqlite(c) => c,
             Backend::Postgres(c) => c,
@@ -120,7 +132,7 @@ impl Checkpointer for ProjectingCheckpointer {
             return self.inner().append(thread, record).await;
         }
         let conv = conversation.conversation;
-        match &self.backend {
+        match &*self.backend {
             Backend::Sqlite(c) => {
                 let record = EncodedRecord::new(thread, record)?;
                 // Encoded here, like the record, so the shared database thread only inserts.

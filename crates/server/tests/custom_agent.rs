@@ -96,13 +96,63 @@ async fn reset(_s: Arc<Tally>, ctx: RunContext<()>) -> Result<NodeOutput<Tally>,
     Ok(NodeOutput::Update(TallyUpdate { count, reply: Some(reply.to_owned()), ..TallyUpdate::default() }))
 }
 
+/// A second agent with a state of another shape: it repeats what it hears.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Echo {
+    heard: Vec<String>,
+    echoes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct EchoUpdate {
+    #[serde(default)]
+    heard: Option<String>,
+    #[serde(default)]
+    echo: Option<String>,
+}
+
+impl State for Echo {
+    type Update = EchoUpdate;
+    fn apply(&mut self, u: EchoUpdate) {
+        self.heard.extend(u.heard);
+        self.echoes.extend(u.echo);
+    }
+}
+
+impl ChatState for Echo {
+    fn user_turn(input: TurnInput) -> EchoUpdate {
+        EchoUpdate { heard: Some(input.message), echo: None }
+    }
+    fn reply(&self) -> Option<&str> {
+        self.echoes.last().map(String::as_str)
+    }
+    fn action_request(_payload: &Value) -> ActionRequest {
+        ActionRequest::default()
+    }
+    fn project(_conversation: i64, record: &CheckpointRecord) -> Projection {
+        let mut p = Projection::default();
+        for raw in &record.updates {
+            let Ok(u) = serde_json::from_str::<EchoUpdate>(raw.get()) else { continue };
+            p.messages.extend(u.heard.map(|s| (Role::User, s)));
+            p.messages.extend(u.echo.map(|r| (Role::Assistant, r)));
+        }
+        p
+    }
+}
+
+async fn echo(s: Arc<Echo>, ctx: RunContext<()>) -> Result<NodeOutput<Echo>, NodeError> {
+    let reply = format!("You said {}.", s.heard.last().map_or("nothing", String::as_str));
+    ctx.emit(RunEvent::TextDelta { text: reply.clone() }).await;
+    Ok(NodeOutput::Update(EchoUpdate { heard: None, echo: Some(reply) }))
+}
+
 async fn start() -> (String, Arc<MemoryConversationStore>) {
     let store = Arc::new(MemoryConversationStore::new());
-    let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
-        MemoryCheckpointer::new(),
-        store.clone(),
-        <Tally as ChatState>::project,
-    ));
+    // One store for both agents; each graph writes through a view with its own state's projector.
+    let ckpt =
+        ProjectingCheckpointer::forwarding(MemoryCheckpointer::new(), store.clone(), <Tally as ChatState>::project);
+    let echo_ckpt = Arc::new(ckpt.projecting(<Echo as ChatState>::project));
+    let ckpt = Arc::new(ckpt);
     let mut g = StateGraph::<Tally, ()>::new();
     g.add_node("count", count);
     g.add_node("reset", reset);
@@ -111,8 +161,15 @@ async fn start() -> (String, Arc<MemoryConversationStore>) {
     g.add_edge("reset", END);
     g.add_resume("count", "reset");
     let graph = g.compile((), ckpt.clone()).unwrap();
-    let agents =
-        BTreeMap::from([("tally".to_string(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default()))]);
+    let mut e = StateGraph::<Echo, ()>::new();
+    e.add_node("echo", echo);
+    e.add_edge(START, "echo");
+    e.add_edge("echo", END);
+    let echo_graph = e.compile((), echo_ckpt).unwrap();
+    let agents = BTreeMap::from([
+        ("tally".to_string(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default())),
+        ("echo".to_string(), ServedAgent::new(GraphAgent::new(echo_graph), AgentSettings::default())),
+    ]);
     let app = AppState::new(ChatService::new(agents, "tally".into(), store.clone(), ckpt, ServiceOptions::default()));
     app.set_ready();
     (common::serve(app).await, store)
@@ -184,4 +241,34 @@ async fn an_agent_of_its_own_state_is_streamed_paused_confirmed_inspected_and_fo
     let copied: Vec<String> = store.messages(forked).await.unwrap().into_iter().map(|m| m.content).collect();
     assert_eq!(copied, ["apples", "That makes 1.", "pears", "That makes 2."]);
     assert_eq!(tokens(&turn(&base, Some(forked), "figs").await), "That makes 3.");
+}
+
+#[tokio::test]
+async fn agents_of_different_states_share_one_store_each_projecting_its_own_records() {
+    let (base, store) = start().await;
+    let body = json!({"tenantSlug": "t", "tenantId": 1, "userId": 2, "agent": "echo", "message": "hello there"});
+    let heard = common::parse_sse(&common::stream_text(&base, "t", &body).await);
+    assert_eq!(tokens(&heard), "You said hello there.");
+    let echo_conv = heard.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let counted = turn(&base, None, "apples").await;
+    let tally_conv = counted.last().unwrap().data["conversationId"].as_i64().unwrap();
+    assert_eq!(tokens(&counted), "That makes 1.");
+
+    // Read with the tally's projector, the echo's records would add nothing to its conversation.
+    let messages = |conv| {
+        let store = Arc::clone(&store);
+        async move { store.messages(conv).await.unwrap().into_iter().map(|m| (m.role, m.content)).collect::<Vec<_>>() }
+    };
+    assert_eq!(
+        messages(echo_conv).await,
+        [(Role::User, "hello there".to_owned()), (Role::Assistant, "You said hello there.".to_owned())]
+    );
+    assert_eq!(
+        messages(tally_conv).await,
+        [(Role::User, "apples".to_owned()), (Role::Assistant, "That makes 1.".to_owned())]
+    );
+    // And a second turn of each continues its own conversation on its own agent.
+    let body = json!({"tenantSlug": "t", "tenantId": 1, "userId": 2, "conversationId": echo_conv, "message": "again"});
+    assert_eq!(tokens(&common::parse_sse(&common::stream_text(&base, "t", &body).await)), "You said again.");
+    assert_eq!(messages(echo_conv).await.len(), 4);
 }

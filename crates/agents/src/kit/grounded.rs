@@ -29,32 +29,60 @@ pub fn grounded_prompt(prompt: &str) -> std::borrow::Cow<'_, str> {
 
 /// A grounded call's messages as the model reads them: this turn's search calls and results
 /// (JSON, which a small model copies out or takes for a call still to make) become the passages
-/// written before the person's question, with the language to answer in by name. The
-/// conversation keeps them as calls; only the request changes, after the system prompt, whose
-/// computed prefix stays as it is.
-pub(crate) fn inline_search_results(messages: &mut Vec<Message>) {
+/// written before the person's question, with the language to answer in by name. The results of
+/// the turn's other calls (a section of the guide, a calculation) are written out with them under
+/// their tool's name: a model offered no tools that reads calls in its history writes one more
+/// instead of answering. The conversation keeps them as calls; only the request changes, after
+/// the system prompt, whose computed prefix stays as it is.
+pub(crate) fn inline_search_results(messages: &mut Vec<Message>, tools: &ToolRegistry) {
+    /// Most characters of one other tool's result written out (a long one is cut, marked).
+    const MAX_RESULT_CHARS: usize = 4_000;
     let Some(user) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
+    let turn = &messages[user + 1..];
     let mut found: Vec<Passage> = Vec::new();
-    let mut searches: Vec<String> = Vec::new();
-    for m in &messages[user + 1..] {
-        if let Message::Tool { tool_call_id, content, .. } = m
-            && let Ok(v) = serde_json::from_str::<Value>(content)
-            && v.get("results").is_some_and(Value::is_array)
-        {
-            searches.push(tool_call_id.clone());
-            found.extend(grounding::passages_in(&v));
+    let mut searched = false;
+    let mut others: Vec<(&str, &str)> = Vec::new();
+    for m in turn {
+        let Message::Tool { tool_call_id, name, content } = m else { continue };
+        match serde_json::from_str::<Value>(content) {
+            Ok(v) if v.get("results").is_some_and(Value::is_array) => {
+                searched = true;
+                found.extend(grounding::passages_in(&v));
+            }
+            // A tool whose results are documents (`cited_as`): a passage under its label.
+            _ => match cited_result(turn, tools, tool_call_id, name, content) {
+                Some(p) => {
+                    searched = true;
+                    found.push(p);
+                }
+                None => others.push((name.as_str(), content.as_str())),
+            },
         }
     }
-    if searches.is_empty() {
+    if !searched {
         return;
     }
+    let mut text = String::from("Documents:\n");
+    if found.is_empty() {
+        text.push_str("(none found)\n");
+    }
+    for p in &found {
+        text.push_str(&format!("[{}] {}\n\n", p.label, p.text.trim()));
+    }
+    if !others.is_empty() {
+        text.push_str("Tool results:\n");
+        for (name, result) in &others {
+            let cut = result.char_indices().nth(MAX_RESULT_CHARS).map_or(result.len(), |(at, _)| at);
+            let marked = if cut < result.len() { "…" } else { "" };
+            text.push_str(&format!("[{name}] {}{marked}\n\n", result[..cut].trim()));
+        }
+    }
+    // Every call of the turn and its result are written out above: none stays as a call.
     let mut i = user + 1;
     while i < messages.len() {
         let drop = match &messages[i] {
-            Message::Tool { tool_call_id, .. } => searches.contains(tool_call_id),
-            Message::Assistant { tool_calls, .. } => {
-                !tool_calls.is_empty() && tool_calls.iter().all(|c| searches.contains(&c.id))
-            }
+            Message::Tool { .. } => true,
+            Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
             _ => false,
         };
         if drop {
@@ -65,13 +93,6 @@ pub(crate) fn inline_search_results(messages: &mut Vec<Message>) {
     }
     if let Message::User { content } = &mut messages[user] {
         let language = grounding::language_name(grounding::language_of(content));
-        let mut text = String::from("Documents:\n");
-        if found.is_empty() {
-            text.push_str("(none found)\n");
-        }
-        for p in &found {
-            text.push_str(&format!("[{}] {}\n\n", p.label, p.text.trim()));
-        }
         *content = format!("{text}Question: {content}\n(Answer in {language}, from the documents.)");
     }
 }
@@ -274,7 +295,7 @@ mod tests {
             },
             Message::tool("s1", "rag_search", search),
         ];
-        inline_search_results(&mut messages);
+        inline_search_results(&mut messages, &ToolRegistry::new());
         assert_eq!(messages.len(), 4, "the call and its result are written out: {messages:?}");
         assert_eq!(
             messages[3].content(),
@@ -282,6 +303,34 @@ mod tests {
              (Answer in Spanish, from the documents.)"
         );
         assert_eq!(messages[1].content(), "Hola", "earlier turns stay as they were");
+
+        // The turn's other calls are written out too, under their tool's name: no call is left
+        // for a model offered no tools to copy.
+        let call = |id: &str, name: &str| Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![toolgraph_llm::ToolCall { id: id.into(), name: name.into(), arguments: "{}".into() }],
+        };
+        let mut messages = vec![
+            Message::user("¿Cuándo es el examen?"),
+            call("g1", "get_guia"),
+            Message::tool("g1", "get_guia", r#"{"convocatoria_ordinaria":"20 de enero"}"#),
+            call("s1", "rag_search"),
+            Message::tool("s1", "rag_search", search),
+        ];
+        inline_search_results(&mut messages, &ToolRegistry::new());
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(
+            messages[0].content().contains(
+                "Tool results:\n[get_guia] {\"convocatoria_ordinaria\":\"20 de enero\"}\n\nQuestion: ¿Cuándo es el examen?"
+            ),
+            "{}",
+            messages[0].content()
+        );
+        // With no search in the turn, nothing is written out.
+        let mut unsearched =
+            vec![Message::user("3+3?"), call("c1", "calculator"), Message::tool("c1", "calculator", "6")];
+        inline_search_results(&mut unsearched, &ToolRegistry::new());
+        assert_eq!(unsearched.len(), 3);
     }
 
     #[test]

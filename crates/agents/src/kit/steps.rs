@@ -6,8 +6,8 @@
 //! graphs are these steps.
 
 use super::{
-    AgentDeps, AgentState, AgentUpdate, ApprovalRequest, callable_tools, history_window, pending_calls, run_tool,
-    step_due, tool_choice, tool_context, tool_message, turn_tool_outputs,
+    AgentDeps, AgentState, AgentUpdate, ApprovalRequest, callable_tools, history_window, pending_calls,
+    returned_this_turn, run_tool, step_due, tool_choice, tool_context, tool_message, turn_tool_outputs,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -81,32 +81,10 @@ pub(crate) async fn model_step(
             ..Default::default()
         }));
     }
-    let mut messages = Vec::with_capacity(s.messages.len() + 1);
     let added = match &spec.prompt_context {
         Some(context) => context(&s.context).await,
         None => None,
     };
-    match added {
-        Some(added) if system_prompt.is_empty() => messages.push(Message::system(added.to_string())),
-        Some(added) => messages.push(Message::system(format!("{system_prompt}\n\n{added}"))),
-        None if !system_prompt.is_empty() => messages.push(Message::system(system_prompt.to_owned())),
-        None => {}
-    }
-    messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
-    // A node with no tools left answers from the passages written out before the question; one
-    // with tools reads the results as its calls returned them (written out, they would be
-    // searched for again).
-    if rules.grounded && spec.tools.is_empty() {
-        super::inline_search_results(&mut messages);
-    }
-    let mut request = ChatRequest::new(messages).with_tools(deps.definitions());
-    request.tool_choice = tool_choice(&spec.tools, &s.messages);
-    // A node that must act calls a tool first; once a result is in, it may answer.
-    if rules.require_call && request.tool_choice.is_none() && !own_tool_returned(&spec.tools, &s.messages) {
-        request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
-    }
-    request.temperature = spec.temperature;
-    request.max_tokens = spec.max_tokens;
     let mut content = String::new();
     let mut tool_calls = Vec::new();
     let mut checker = rules.grounded.then(|| super::checker(&s.messages, system_prompt, &spec.tools));
@@ -114,34 +92,83 @@ pub(crate) async fn model_step(
         && !own_tool_returned(&spec.tools, &s.messages)
         && !s.last_user_message().is_some_and(toolgraph_rag::search::grounding::is_small_talk);
     let mut stopped = false;
-    let streamed = async {
-        let mut stream = deps.model().stream(request).await?;
-        while let Some(event) = stream.next().await {
-            match event? {
-                // Dropping the stream ends the model's call.
-                ChatEvent::TextDelta(t) if stop_words && !t.trim().is_empty() => {
-                    stopped = true;
-                    break;
-                }
-                ChatEvent::TextDelta(t) => {
-                    let shown = match checker.as_mut() {
-                        Some(c) => c.reply.push(&t),
-                        None => t.clone(),
-                    };
-                    if !shown.is_empty() {
+    // A grounded reply in a language other than the person's Korean or Vietnamese (a small model
+    // answers in the results' language) is stopped before its first sentence shows, and the
+    // node's route answers again from the documents, in that language.
+    let asked_in = (rules.reply_needs_tools && rules.grounded)
+        .then(|| s.last_user_message().map(toolgraph_rag::search::grounding::language_of))
+        .flatten()
+        .filter(|l| matches!(*l, "ko" | "vi"));
+    let mut shown_any = false;
+    // With tools first; without, once, when the model only asks again for calls whose results
+    // it already has (a small model can repeat one until the step limit): it answers from them.
+    let mut offer_tools = true;
+    let mut repeated_calls = Vec::new();
+    loop {
+        let request = request_for(s, deps, system_prompt, added.as_deref(), rules, offer_tools);
+        let streamed = async {
+            let mut stream = deps.model().stream(request).await?;
+            while let Some(event) = stream.next().await {
+                match event? {
+                    // Dropping the stream ends the model's call.
+                    ChatEvent::TextDelta(t) if stop_words && !t.trim().is_empty() => {
+                        stopped = true;
+                        break;
+                    }
+                    ChatEvent::TextDelta(t) => {
+                        content.push_str(&t);
+                        let shown = match checker.as_mut() {
+                            Some(c) => c.reply.push(&t),
+                            None => t.clone(),
+                        };
+                        if shown.is_empty() {
+                            continue;
+                        }
+                        // The model's own words are judged, not the labels the check added.
+                        if !shown_any
+                            && asked_in.is_some_and(|l| toolgraph_rag::search::grounding::clearly_not_in(l, &content))
+                        {
+                            stopped = true;
+                            break;
+                        }
+                        shown_any = true;
                         ctx.emit(RunEvent::TextDelta { text: shown }).await;
                     }
-                    content.push_str(&t);
+                    ChatEvent::ToolCall(c) => tool_calls.push(c),
+                    ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
                 }
-                ChatEvent::ToolCall(c) => tool_calls.push(c),
-                ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
             }
+            Ok::<(), toolgraph_llm::LlmError>(())
+        };
+        ctx.model_call(streamed, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
+        let repeated =
+            || !tool_calls.is_empty() && tool_calls.iter().all(|c| returned_this_turn(&s.messages, c, &spec.tools));
+        if offer_tools && !stopped && content.trim().is_empty() && repeated() {
+            tracing::info!(agent = %spec.name, calls = ?tool_calls, "the model asked again for results it has");
+            if rules.reply_needs_tools {
+                // As for a reply stopped before any result: the node's route goes the way it
+                // takes for a turn the model did not answer (a search, then the answer).
+                return Ok(NodeOutput::Update(AgentUpdate::default()));
+            }
+            repeated_calls = std::mem::take(&mut tool_calls);
+            content.clear();
+            offer_tools = false;
+            continue;
         }
-        Ok::<(), toolgraph_llm::LlmError>(())
-    };
-    ctx.model_call(streamed, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
+        if !offer_tools && content.trim().is_empty() && tool_calls.is_empty() {
+            // Nothing said without tools either: the calls go on as asked (the step limit
+            // still ends a loop).
+            tool_calls = repeated_calls;
+        }
+        break;
+    }
+    // A reply short enough to show only when it ends is judged as it ends.
+    let other_language = |l: &str| toolgraph_rag::search::grounding::clearly_not_in(l, &content);
+    if !shown_any && tool_calls.is_empty() && asked_in.is_some_and(other_language) {
+        stopped = true;
+    }
     if stopped {
-        tracing::debug!(agent = %spec.name, "a reply before any tool result was stopped");
+        tracing::debug!(agent = %spec.name, "a reply was stopped: before any tool result, or not in the person's language");
         return Ok(NodeOutput::Update(AgentUpdate::default()));
     }
     if let Some(checker) = checker {
@@ -177,6 +204,47 @@ pub(crate) async fn model_step(
         messages: vec![Message::Assistant { content, tool_calls }],
         ..Default::default()
     }))
+}
+
+/// The request of a [`model_step`]: the system prompt (with what the agent's prompt context
+/// `added`), the history window and, when `offer_tools`, the tools and the choice among them.
+fn request_for(
+    s: &AgentState,
+    deps: &AgentDeps,
+    system_prompt: &str,
+    added: Option<&str>,
+    rules: StepRules,
+    offer_tools: bool,
+) -> ChatRequest {
+    let spec = deps.spec();
+    let mut messages = Vec::with_capacity(s.messages.len() + 1);
+    match added {
+        Some(added) if system_prompt.is_empty() => messages.push(Message::system(added.to_string())),
+        Some(added) => messages.push(Message::system(format!("{system_prompt}\n\n{added}"))),
+        None if !system_prompt.is_empty() => messages.push(Message::system(system_prompt.to_owned())),
+        None => {}
+    }
+    messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
+    // A request offering no tools answers from the documents its turn found written out before
+    // the question (read as JSON results, a small model copies them out, or writes one more call
+    // instead of answering); one with tools reads the results as its calls returned them
+    // (written out, they would be searched for again: a model that no longer sees its calls
+    // repeats them with other words).
+    if rules.grounded && (spec.tools.is_empty() || !offer_tools) {
+        super::inline_search_results(&mut messages, &spec.tools);
+    }
+    let mut request = ChatRequest::new(messages);
+    if offer_tools {
+        request = request.with_tools(deps.definitions());
+        request.tool_choice = tool_choice(&spec.tools, &s.messages);
+        // A node that must act calls a tool first; once a result is in, it may answer.
+        if rules.require_call && request.tool_choice.is_none() && !own_tool_returned(&spec.tools, &s.messages) {
+            request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
+        }
+    }
+    request.temperature = spec.temperature;
+    request.max_tokens = spec.max_tokens;
+    request
 }
 
 /// Runs the tool calls of the last model message: read tools at once, write tools paused for

@@ -98,6 +98,37 @@ pub(crate) fn failed(content: &str) -> bool {
         && serde_json::from_str::<Value>(content).is_ok_and(|v| v.get("ok") == Some(&Value::Bool(false)))
 }
 
+/// Whether `call` asks again for what a call of this turn already returned: the same tool with
+/// the same arguments (read as JSON, so spacing and key order do not matter), answered without
+/// failing, and no write tool of `tools` has returned since (a list read again after a write
+/// may read something new). Its result is in the history already; running it again only
+/// feeds a loop.
+pub(crate) fn returned_this_turn(history: &[Message], call: &ToolCall, tools: &ToolRegistry) -> bool {
+    let turn = this_turn(history);
+    let arguments = |text: &str| serde_json::from_str::<Value>(text).ok();
+    // Parsed only when a call of the same tool with other text is found (rare, per step).
+    let asked = std::cell::OnceCell::new();
+    let same = |c: &ToolCall| {
+        c.name == call.name
+            && (c.arguments == call.arguments || {
+                let asked = asked.get_or_init(|| arguments(&call.arguments));
+                asked.is_some() && arguments(&c.arguments) == *asked
+            })
+    };
+    let is_write = |name: &str| tools.get(name).is_some_and(|t| t.spec().class == toolgraph_tools::ToolClass::Write);
+    // The result of call `id`, when it returned without failing and no write returned after it.
+    let returned = |id: &str| {
+        let at = turn.iter().position(
+            |m| matches!(m, Message::Tool { tool_call_id, content, .. } if tool_call_id == id && !failed(content)),
+        );
+        at.is_some_and(|at| !turn[at + 1..].iter().any(|m| matches!(m, Message::Tool { name, .. } if is_write(name))))
+    };
+    turn.iter().any(|m| match m {
+        Message::Assistant { tool_calls, .. } => tool_calls.iter().any(|c| same(c) && returned(&c.id)),
+        _ => false,
+    })
+}
+
 /// The outputs of the tools called since the last user message.
 pub(crate) fn turn_tool_outputs(history: &[Message]) -> Vec<&str> {
     this_turn(history)

@@ -642,6 +642,12 @@ impl Worker {
                     _ => {}
                 }
             }
+            // After the call decision, which weighs the call openers against every token's
+            // probability, the stop tokens' included.
+            if text.trim().is_empty() {
+                let tag = self.call_head.first().copied().filter(|_| generated == 0 && request.tools.is_empty());
+                forbid_at_first_token(logits, &self.assets.stop_tokens, tag);
+            }
             // A call written from the head ends as the template ends it, once its arguments
             // closed (a model used to fences closes with "```" instead, and the call is lost).
             if in_call && !guide.in_call() && !self.vocab.is_empty() {
@@ -859,6 +865,18 @@ fn only(logits: &mut [f32], token: Option<u32>) {
     }
 }
 
+/// What a reply may not begin with: a stop token while it is still blank (a small model offered
+/// no tools after a tool result tends to stop at once, and an empty reply answers nothing), nor
+/// `call_tag`, the call tag's token when no tools are offered (the call would name a tool from
+/// the history, and nobody would run it; JSON stays allowed, a tool may ask for it).
+fn forbid_at_first_token(logits: &mut [f32], stop_tokens: &[u32], call_tag: Option<u32>) {
+    for &id in stop_tokens.iter().chain(&call_tag) {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
 /// Keeps a reply from starting as a JSON object or a code fence (the tag `<tool_call>` stays).
 fn forbid_bare_json(logits: &mut [f32], json_openers: &[bool]) {
     for (l, &opens) in logits.iter_mut().zip(json_openers) {
@@ -894,6 +912,20 @@ fn sample(logits: &mut [f32], temperature: f32, rng: &mut u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_starts_neither_with_a_stop_nor_with_a_call_tag_when_no_tools_are_offered() {
+        // Token 0: the stop token, the likeliest; 1: the call tag; 2: prose.
+        let mut logits = vec![9.0, 8.0, 1.0];
+        forbid_at_first_token(&mut logits, &[0], Some(1));
+        assert_eq!(argmax(&logits), 2);
+        // With tools offered, the call tag stays.
+        let mut logits = vec![9.0, 8.0, 1.0];
+        forbid_at_first_token(&mut logits, &[0], None);
+        assert_eq!(argmax(&logits), 1);
+        // Ids out of the vocabulary are ignored.
+        forbid_at_first_token(&mut logits, &[7], Some(9));
+    }
 
     #[test]
     fn a_cached_reply_reads_as_the_text_it_wrote_however_the_tokenizer_splits_it() {

@@ -688,17 +688,40 @@ pub fn language_of(text: &str) -> &'static str {
     if detected != crate::Analyzer::English {
         return detected.code();
     }
-    const SPANISH: [&str; 24] = [
-        "el", "la", "los", "las", "es", "son", "de", "del", "y", "en", "una", "un", "para", "por", "con", "que",
-        "cuando", "cuanto", "donde", "como", "quien", "cual", "hay", "se",
-    ];
-    const ENGLISH: [&str; 20] = [
-        "the", "is", "are", "of", "and", "in", "a", "an", "for", "by", "with", "what", "when", "how", "who", "which",
-        "where", "does", "do", "there",
-    ];
     let ws = words_any_length(text);
     let count = |list: &[&str]| list.iter().filter(|w| ws.contains(**w)).count();
     if count(&SPANISH) > count(&ENGLISH) { "es" } else { "en" }
+}
+
+/// Spanish words that tell a sentence's language.
+const SPANISH: [&str; 24] = [
+    "el", "la", "los", "las", "es", "son", "de", "del", "y", "en", "una", "un", "para", "por", "con", "que", "cuando",
+    "cuanto", "donde", "como", "quien", "cual", "hay", "se",
+];
+/// English words that tell a sentence's language.
+const ENGLISH: [&str; 20] = [
+    "the", "is", "are", "of", "and", "in", "a", "an", "for", "by", "with", "what", "when", "how", "who", "which",
+    "where", "does", "do", "there",
+];
+
+/// Whether `reply` is plainly written in another language than `asked` (`ko` or `vi`), on
+/// positive evidence only: letters enough to tell (12 or more), none of the asked language's
+/// own (Hangul; Vietnamese's marked vowels), and an English or Spanish function word among its
+/// words. A number, a short "Sai.", code or a Korean sentence full of product names is not.
+pub fn clearly_not_in(asked: &str, reply: &str) -> bool {
+    const VIETNAMESE: &str = "ăâđêôơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ";
+    if reply.chars().filter(|c| c.is_alphabetic()).count() < 12 {
+        return false;
+    }
+    let own = match asked {
+        "ko" => reply
+            .chars()
+            .any(|c| matches!(c, '\u{1100}'..='\u{11FF}' | '\u{3130}'..='\u{318F}' | '\u{AC00}'..='\u{D7AF}')),
+        "vi" => reply.to_lowercase().chars().any(|c| VIETNAMESE.contains(c)),
+        _ => return false,
+    };
+    let ws = words_any_length(reply);
+    !own && SPANISH.iter().chain(&ENGLISH).any(|w| ws.contains(*w))
 }
 
 /// The English name of a language [`language_of`] tells (`es` → "Spanish"), for a prompt.
@@ -828,6 +851,20 @@ pub fn is_small_talk(message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_is_in_another_language_only_on_plain_evidence() {
+        assert!(clearly_not_in("ko", "The course has 6 ECTS credits."));
+        assert!(clearly_not_in("vi", "El examen final es el 20 de enero."));
+        // Numbers, short answers, Latin-heavy Korean and code are not judged.
+        assert!(!clearly_not_in("ko", "6"));
+        assert!(!clearly_not_in("ko", "20/01, 40 % (ECTS)"));
+        assert!(!clearly_not_in("vi", "Sai."));
+        assert!(!clearly_not_in("vi", "Không, theo Điều 8 thì không được."));
+        assert!(!clearly_not_in("ko", "Kubernetes Deployment는 the replicas of a Pod를 관리합니다."));
+        assert!(!clearly_not_in("ko", "docker run -p 8080:80 nginx"));
+        assert!(!clearly_not_in("es", "The course has 6 ECTS credits."), "only Korean and Vietnamese are judged");
+    }
 
     fn guide() -> Vec<Passage> {
         vec![
