@@ -5,10 +5,11 @@
 mod common;
 use common::{client_json, serve_with_key};
 
-use scripted_llm::{Reply, ScriptedModelServer};
+use scripted_llm::{Reply, ScriptedModelServer, Step};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 use toolgraph_testkit::interop::{langgraph_js, langgraph_python};
 
 const KEY: &str = "sk-test-langgraph-door";
@@ -65,6 +66,12 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
         Reply::tool_calls(&[("n2", "note_write", json!({"title": "Repaso", "body": "El jueves."}))]),
         Reply::text("¡Hola!"),
         Reply::text("¡Adiós!"),
+        Reply::text("¡De nada!"),
+        // A model that takes its time: the run is cancelled while it waits.
+        Reply::Stream(vec![Step::Pause(Duration::from_secs(10)), Step::Text("Tarde.".into()), Step::Done]),
+        Reply::text("Aquí estoy."),
+        Reply::status(400, "the model refuses"),
+        Reply::status(400, "the model refuses again"),
     ])
     .await
     .unwrap();
@@ -84,6 +91,9 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!((created["metadata"].clone(), created["status"].clone()), (json!({"course": "iv"}), json!("idle")));
     assert_eq!(created["values"]["messages"], json!([]));
     assert_eq!(saw["got"]["thread_id"], tid.as_str());
+    assert_eq!(saw["again"]["status"], 409, "{}", saw["again"]);
+    let again = &saw["again_do_nothing"];
+    assert_eq!((again["thread_id"].as_str(), &again["metadata"]), (Some(tid.as_str()), &json!({"course": "iv"})));
 
     // The first run streamed in three modes: its id first, the person's message in the first
     // values, the calculator's call and result as updates and as messages, the reply as
@@ -197,9 +207,28 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     let said: String =
         streamed.iter().filter(|p| p["event"] == "messages").filter_map(|p| p["data"][0]["content"].as_str()).collect();
     assert_eq!(said, "¡Adiós!");
+    let kept = saw["kept_state"]["values"]["messages"].as_array().unwrap();
+    assert_eq!(kept.last().unwrap()["content"], "¡De nada!", "the kept thread holds its turn: {kept:?}");
     assert_eq!(saw["stateless_resume"]["status"], 422, "{}", saw["stateless_resume"]);
     assert_eq!(saw["stateless_bad_mode"]["status"], 422, "{}", saw["stateless_bad_mode"]);
     assert_eq!(saw["stateless_too_long"]["status"], 422, "{}", saw["stateless_too_long"]);
+
+    // A run cancelled while its model was slow: at once, with an error event saying so; its
+    // status says it failed; the thread takes the next run. `rollback` and an unknown run are refused.
+    assert!(saw["cancel_seconds"].as_f64().unwrap() < 5.0, "{}", saw["cancel_seconds"]);
+    let events: Vec<&str> = saw["cancelled_events"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(events.last(), Some(&"error"), "{events:?}");
+    assert!(saw["cancelled_error"].to_string().contains("cancelled"), "{}", saw["cancelled_error"]);
+    assert_eq!(saw["cancelled_status"], "error", "ended when `wait` answered");
+    // The thread says the turn was stopped (no word of the model's late text), and is idle.
+    let state = &saw["cancelled_state"];
+    let messages = state["values"]["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"], toolgraph_agents::kit::INTERRUPTED_REPLY, "{state}");
+    assert!(!state.to_string().contains("Tarde"), "{state}");
+    assert_eq!(state["next"], json!([]), "{state}");
+    assert_eq!(last_said(&saw["after_cancel"]), Some(json!("Aquí estoy.")), "{}", saw["after_cancel"]);
+    assert_eq!(saw["cancel_rollback"]["status"], 422, "{}", saw["cancel_rollback"]);
+    assert_eq!(saw["cancel_unknown"]["status"], 404, "{}", saw["cancel_unknown"]);
 
     // Search, count, update, history: the owner's threads.
     let other = saw["other_thread"].as_str().unwrap();
@@ -221,7 +250,14 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["unknown_mode"]["status"], 422, "{}", saw["unknown_mode"]);
     assert!(saw["unknown_mode"]["body"].to_string().contains("`debug` is not served"));
     assert_eq!(saw["deleted"]["status"], 404);
-    assert_eq!(requests.len(), 7, "every scripted reply was asked for once");
+
+    // A failed run: its stream ends with an `error` event, its status is `error`, and a waiting
+    // client gets a 502 naming the failure.
+    let failed: Vec<&str> = saw["failed_events"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(failed.last(), Some(&"error"), "{failed:?}");
+    assert_eq!(saw["failed_status"], "error");
+    assert_eq!(saw["failed_wait"]["status"], 502, "{}", saw["failed_wait"]);
+    assert_eq!(requests.len(), 12, "every scripted reply was asked for once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -702,7 +702,7 @@ async fn serve_crash_mid_turn(same_instance: bool) {
     let requests = model.requests();
     assert_eq!(requests.len(), 2, "the interrupted turn's model call is not repeated");
     let seen = requests[1]["messages"].to_string();
-    assert!(seen.contains("This turn was interrupted"), "the model sees the turn closed: {seen}");
+    assert!(seen.contains(INTERRUPTED_REPLY), "the model sees the turn closed: {seen}");
     let _ = Command::new("kill").args(["-TERM", &second.id().to_string()]).status();
     second.wait().unwrap();
     let messages = stored_messages(dir.path()).await;

@@ -93,7 +93,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
     /// again before anything else runs — e.g. results for calls that were never answered, and
     /// a reply saying the turn was cut short. Called with [`StopCause::Died`] when the thread
     /// is next used after its process died (see [`CompiledGraph::close_interrupted`]) or when
-    /// the run is cancelled (shutdown, a lost lease), and with [`StopCause::Failed`] when the
+    /// the run is cancelled (shutdown, a lost lease, a client's cancel), and with [`StopCause::Failed`] when the
     /// run fails or hits the recursion limit. A resumed run that stops before its first
     /// checkpoint is not closed at all: its pause and decisions stand. Without it such a run
     /// is closed with no state change. (A fork taken mid-run is closed without it.)

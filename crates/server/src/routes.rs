@@ -75,6 +75,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/threads/{thread_id}/copy", post(crate::langgraph::threads::copy))
         .route("/threads/{thread_id}/runs/{run_id}", get(crate::langgraph::runs::get))
         .route("/threads/{thread_id}/runs/{run_id}/stream", get(crate::langgraph::runs::join))
+        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(crate::langgraph::runs::cancel))
         .route(
             "/threads/{thread_id}/history",
             post(crate::langgraph::threads::history).get(crate::langgraph::threads::history),

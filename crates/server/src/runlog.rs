@@ -21,6 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// Frames kept per run.
 pub const FRAMES_KEPT: usize = 4096;
@@ -145,6 +146,11 @@ pub struct RunLog {
     /// The conversation the run is a turn of.
     pub conversation: i64,
     run_id: Arc<str>,
+    /// Stops the run (a client's cancel; docs/langgraph.md).
+    cancel: CancellationToken,
+    /// Whether a client asked it to stop (the turn's error says so; a shutdown or a lost lease
+    /// cancels the same token).
+    cancelled: std::sync::atomic::AtomicBool,
     inner: Mutex<LogInner>,
     notify: Notify,
     /// Where a log with new frames is marked for the relay (replicas only).
@@ -209,6 +215,28 @@ impl RunLog {
     pub fn outcome(&self) -> (bool, bool) {
         let g = self.lock();
         (g.finished.is_some(), g.frames.back().is_some_and(|f| f.event == "error"))
+    }
+
+    /// Asks the run to stop: it ends at its next step (or model token) as cancelled.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.cancel.cancel();
+    }
+
+    /// Whether a client asked the run to stop ([`RunLog::cancel`]).
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits for the run's end, at most `limit`; whether it ended. (`changed` with no frame
+    /// position to pass returns on a new frame or the end; the loop waits for the end.)
+    pub async fn ended(&self, limit: Duration) -> bool {
+        let wait = async {
+            while !self.outcome().0 {
+                self.changed(u64::MAX).await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
     }
 
     /// Waits for the next frame or the end, whichever comes first.
@@ -281,11 +309,13 @@ impl RunLogs {
 
     /// A new log for `run_id` of `owner` in `conversation`; drops logs of runs finished longer
     /// ago than [`RETAIN_FINISHED`].
-    pub fn create(&self, run_id: &str, owner: (i64, i64), conversation: i64) -> Arc<RunLog> {
+    pub fn create(&self, run_id: &str, owner: (i64, i64), conversation: i64, cancel: CancellationToken) -> Arc<RunLog> {
         let log = Arc::new(RunLog {
             owner,
             conversation,
             run_id: Arc::from(run_id),
+            cancel,
+            cancelled: std::sync::atomic::AtomicBool::new(false),
             inner: Mutex::new(LogInner::default()),
             notify: Notify::new(),
             unpublished: self.unpublished.clone(),
@@ -326,7 +356,7 @@ mod tests {
     #[tokio::test]
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
-        let log = logs.create("r1", (7, 1), 1);
+        let log = logs.create("r1", (7, 1), 1, CancellationToken::new());
         log.push(&Token { content: "a".into() });
         log.push(&Token { content: "b".into() });
         let (frames, done) = log.since(1);
@@ -353,7 +383,7 @@ mod tests {
     #[test]
     fn the_log_is_bounded() {
         let logs = RunLogs::default();
-        let log = logs.create("r", (1, 1), 1);
+        let log = logs.create("r", (1, 1), 1, CancellationToken::new());
         // Past several batch drops: readers always see exactly the newest FRAMES_KEPT frames,
         // each with its own data, and the kept data stays bounded.
         let total = 3 * FRAMES_KEPT + 10;

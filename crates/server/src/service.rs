@@ -468,7 +468,7 @@ impl ChatService {
                 });
             }
         };
-        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id), conversation);
+        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id), conversation, cancel.clone());
         let (service, task_log, served) = (self.clone(), Arc::clone(&log), Arc::clone(&agent.agent));
         self.0.tasks.spawn(async move {
             let _slot = permit;
@@ -633,7 +633,7 @@ impl ChatService {
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
-        let log = self.0.runs.create(&claim.run_id, (lookup.tenant_id, lookup.user_id), conv);
+        let log = self.0.runs.create(&claim.run_id, (lookup.tenant_id, lookup.user_id), conv, cancel.clone());
         // Nobody streams a confirm's run: its outcome is the response.
         let turn = Turn {
             tenant: lookup.tenant_id,
@@ -696,6 +696,11 @@ impl ChatService {
     /// The frame log of run `run_id` if `owner` (tenant, user) may read it.
     pub fn run_log(&self, run_id: &str, owner: (i64, i64)) -> Option<Arc<RunLog>> {
         self.0.runs.get(run_id, owner)
+    }
+
+    /// Whether the service is shutting down (a cancelled run was stopped by it, not a client).
+    pub(crate) fn shutting_down(&self) -> bool {
+        self.0.shutdown.is_cancelled()
     }
 
     /// The frames of `owner`'s run `run_id` after `after` — from this replica's log (with the

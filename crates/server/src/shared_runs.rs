@@ -382,7 +382,7 @@ mod tests {
         let b = SharedRuns::new(Arc::clone(&store));
         let logs = Arc::new(RunLogs::published(a.unpublished()));
         let relay = tokio::spawn(Arc::clone(&a).relay(Arc::clone(&logs)));
-        let log = logs.create("run-1", (7, 1), 1);
+        let log = logs.create("run-1", (7, 1), 1, tokio_util::sync::CancellationToken::new());
         assert!(b.follow("run-1", (7, 1), 0).await.unwrap().is_none(), "nothing published yet");
         let token = |t: &str| toolgraph_protocol::Frame::Token { content: t.into() };
         log.push(&token("a"));
@@ -450,7 +450,9 @@ mod tests {
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
         let runs = 3 * BATCH_FRAMES / 100;
-        let all: Vec<_> = (0..runs).map(|i| logs.create(&format!("r{i}"), (1, 1), 1)).collect();
+        let all: Vec<_> = (0..runs)
+            .map(|i| logs.create(&format!("r{i}"), (1, 1), 1, tokio_util::sync::CancellationToken::new()))
+            .collect();
         for log in &all {
             for n in 0..100 {
                 log.push(&toolgraph_protocol::Frame::Token { content: n.to_string() });
@@ -511,7 +513,7 @@ mod tests {
         let shared = Arc::new(SharedRuns::new(flaky.clone()));
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
-        let log = logs.create("r", (1, 1), 1);
+        let log = logs.create("r", (1, 1), 1, tokio_util::sync::CancellationToken::new());
         log.push(&toolgraph_protocol::Frame::Token { content: "1".into() });
         log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);

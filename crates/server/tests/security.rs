@@ -228,6 +228,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
         ),
         "thread join" => (Method::GET, format!("/threads/{OWNERS_THREAD}/runs/{}/stream", o.run), None),
         "thread run status" => (Method::GET, format!("/threads/{OWNERS_THREAD}/runs/{}", o.run), None),
+        "thread run cancel" => (Method::POST, format!("/threads/{OWNERS_THREAD}/runs/{}/cancel", o.run), None),
         "confirm" => (
             Method::POST,
             "/api/chatbot/confirm".to_owned(),
@@ -255,7 +256,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 17] = [
+const ENDPOINTS: [&str; 18] = [
     "stream",
     "openai chat",
     "ag-ui run",
@@ -265,6 +266,7 @@ const ENDPOINTS: [&str; 17] = [
     "thread resume",
     "thread join",
     "thread run status",
+    "thread run cancel",
     "confirm",
     "run events",
     "checkpoints",
@@ -344,7 +346,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
@@ -386,6 +388,8 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
             // Through the thread too (closed under hmac, as above).
             assert_eq!(attempt(&base, "thread join", &owner, &owned).await, 200, "{mode:?}: the owner joins the run");
             assert_eq!(attempt(&base, "thread run status", &owner, &owned).await, 200, "{mode:?}");
+            // The owner's run has ended (paused): cancelling it changes nothing.
+            assert_eq!(attempt(&base, "thread run cancel", &owner, &owned).await, 204, "{mode:?}");
         }
         // The owner reads the conversation's checkpoints and the state at the pause.
         let ids = format!("tenantId={OWNER_TENANT}&userId={OWNER_USER}");

@@ -221,8 +221,8 @@ pub const INTERRUPTED_CALL: &str =
     "The turn was interrupted before this call's result was recorded; it may not have been carried out.";
 
 /// The reply that closes a turn cut short by a stop of the service.
-pub const INTERRUPTED_REPLY: &str = "This turn was interrupted before it finished (the service stopped), so \
-it has no answer. Please ask again.";
+pub const INTERRUPTED_REPLY: &str = "This turn was stopped before it finished (the service stopped, or the \
+run was cancelled), so it has no answer. Please ask again.";
 
 /// The state of a turn whose run stopped mid-way, made whole: each call without a result gets
 /// one saying so (its outcome is unknown, and it is never run again), so the model never sees

@@ -1,13 +1,15 @@
 """LangGraph's Python SDK (PyPI `langgraph-sdk`) against `toolgraph serve`'s threads and runs.
 
 Usage: langgraph_threads.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw:
-a thread made, read, streamed a calculator turn in three modes, paused on a write, resumed
+a thread made, read, made again with the same id, streamed a calculator turn in three modes, paused on a write, resumed
 (approved), paused again and refused an `edit`, then rejected; searched, counted, updated,
 its history, another user's view, and deleted. The Rust test (tests/langgraph.rs) asserts on it.
 """
 
 import json
 import sys
+import threading
+import time
 
 import httpx
 from langgraph_sdk import get_sync_client
@@ -34,6 +36,9 @@ thread = client.threads.create(metadata={"course": "iv"})
 tid = thread["thread_id"]
 out["created"] = thread
 out["got"] = client.threads.get(tid)
+# The same id again: refused, or the thread as it is with `if_exists: "do_nothing"`.
+out["again"] = refused(lambda: client.threads.create(thread_id=tid))
+out["again_do_nothing"] = client.threads.create(thread_id=tid, metadata={"course": "other"}, if_exists="do_nothing")
 
 parts = client.runs.stream(
     tid,
@@ -90,6 +95,13 @@ parts = client.runs.stream(
     None, "assistant", input={"messages": [{"role": "user", "content": "adiós"}]}, stream_mode="messages-tuple"
 )
 out["stateless_stream"] = [{"event": p.event, "data": p.data} for p in parts]
+# One kept when it ends (`on_completion: "keep"`): its thread holds the turn, then is deleted.
+parts = client.runs.stream(
+    None, "assistant", input={"messages": [{"role": "user", "content": "gracias"}]}, on_completion="keep"
+)
+kept = next(p.data["thread_id"] for p in parts if p.event == "metadata")
+out["kept_state"] = client.threads.get_state(kept)
+client.threads.delete(kept)
 out["stateless_resume"] = refused(lambda: client.runs.wait(None, "assistant", command={"resume": True}))
 # Refused stateless runs leave no thread behind (the count below): a mode not served, and a
 # message over the limit (refused once its thread was made).
@@ -97,6 +109,39 @@ hola = {"messages": [{"role": "user", "content": "hola"}]}
 out["stateless_bad_mode"] = refused(lambda: list(client.runs.stream(None, "assistant", input=hola, stream_mode="debug")))
 too_long = {"messages": [{"role": "user", "content": "x" * 5000}]}
 out["stateless_too_long"] = refused(lambda: client.runs.wait(None, "assistant", input=too_long))
+
+# A run cancelled while its model is slow: the stream ends with an error event, the run's status
+# says so, and the thread takes the next run.
+hold = client.threads.create()["thread_id"]
+seen = []
+
+
+def consume():
+    slow = {"messages": [{"role": "user", "content": "cuéntame algo largo"}]}
+    for p in client_of(1).runs.stream(hold, "assistant", input=slow, stream_mode="messages-tuple"):
+        seen.append((p.event, p.data))
+
+
+reader = threading.Thread(target=consume)
+reader.start()
+for _ in range(200):
+    if seen:
+        break
+    time.sleep(0.05)
+held_run = seen[0][1]["run_id"]
+out["cancel_rollback"] = refused(lambda: client.runs.cancel(hold, held_run, action="rollback"))
+out["cancel_unknown"] = refused(lambda: client.runs.cancel(hold, "no-such-run"))
+started = time.monotonic()
+client.runs.cancel(hold, held_run, wait=True)
+out["cancel_seconds"] = time.monotonic() - started
+# Read before the stream is joined: `wait` answered once the run had ended.
+out["cancelled_status"] = client.runs.get(hold, held_run)["status"]
+out["cancelled_state"] = client.threads.get_state(hold)
+reader.join(20)
+out["cancelled_events"] = [e for e, _ in seen]
+out["cancelled_error"] = next((d for e, d in seen if e == "error"), None)
+out["after_cancel"] = client.runs.wait(hold, "assistant", input={"messages": [{"role": "user", "content": "¿sigues ahí?"}]})
+client.threads.delete(hold)
 
 other = client.threads.create(metadata={"course": "ssoo"})
 out["search"] = [t["thread_id"] for t in client.threads.search(metadata={"course": "iv"})]
@@ -113,6 +158,13 @@ out["other_user_run"] = refused(
 out["unknown_mode"] = refused(
     lambda: list(client.runs.stream(other["thread_id"], "assistant", input={"messages": [{"role": "user", "content": "hola"}]}, stream_mode="debug"))
 )
+# A run whose model fails: an `error` event, the run's status `error`; `runs/wait` answers 502.
+hi = {"messages": [{"role": "user", "content": "hola otra vez"}]}
+parts = [(p.event, p.data) for p in client.runs.stream(other["thread_id"], "assistant", input=hi)]
+out["failed_events"] = [e for e, _ in parts]
+failed_run = next(d["run_id"] for e, d in parts if e == "metadata")
+out["failed_status"] = client.runs.get(other["thread_id"], failed_run)["status"]
+out["failed_wait"] = refused(lambda: client.runs.wait(other["thread_id"], "assistant", input=hi))
 client.threads.delete(tid)
 out["deleted"] = refused(lambda: client.threads.get(tid))
 out["other_thread"] = other["thread_id"]

@@ -315,6 +315,63 @@ pub(crate) async fn join(
     Ok(Sse::new(events.map(Ok::<_, Infallible>)).keep_alive(KeepAlive::default()).into_response())
 }
 
+/// Longest a cancel with `wait=1` waits for the run to end.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `POST /threads/{thread_id}/runs/{run_id}/cancel?wait=0|1&action=interrupt`: stops a run
+/// this replica is running — it ends within its step or model call, as cancelled (an `error`
+/// event "the run was cancelled"; the thread is idle again, what its finished steps wrote
+/// stays). 204 (`wait=1`: once it has ended; 202 when it has not within 30 s); a run that has
+/// ended already is left as it is (204); 404 for no such run of theirs on this thread here;
+/// `action=rollback` is refused (422).
+pub(crate) async fn cancel(
+    State(app): State<AppState>,
+    Path((id, run_id)): Path<(String, String)>,
+    Asker(who): Asker,
+    uri: axum::http::Uri,
+) -> Result<Response, ApiError> {
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let (mut wait, mut action) = (false, "interrupt".to_owned());
+    for (key, value) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        match &*key {
+            "wait" => wait = ["1", "true", "yes"].iter().any(|w| value.eq_ignore_ascii_case(w)),
+            "action" => action = value.into_owned(),
+            _ => {}
+        }
+    }
+    match action.as_str() {
+        "interrupt" => {}
+        "rollback" => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "action",
+                "`rollback` is not served: use `interrupt` (the run stops; its finished steps stay)",
+            ));
+        }
+        other => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "action",
+                format!("`{other}` is not a cancel action (interrupt or rollback)"),
+            ));
+        }
+    }
+    let gone = || {
+        let why = format!("no run '{run_id}' of this thread is running on this server");
+        ApiError::field(StatusCode::NOT_FOUND, "run_id", why)
+    };
+    let log = app.chat().run_log(&run_id, (who.tenant_id, who.user_id)).ok_or_else(gone)?;
+    if thread.conversation != Some(log.conversation) {
+        return Err(gone());
+    }
+    log.cancel();
+    if wait && !log.ended(CANCEL_WAIT).await {
+        tracing::warn!(run = %run_id, "a cancelled run had not ended after 30 s");
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 /// `GET /threads/{thread_id}/runs/{run_id}`: the run as LangGraph's `Run`, while this process
 /// keeps its log (`status`: running, then success, interrupted or error).
 pub(crate) async fn get(

@@ -172,7 +172,14 @@ pub async fn drive(
             ("error", None, Some(RECURSION_FALLBACK))
         }
         TurnEnd::Cancelled => {
-            result.error = Some("the service is shutting down".into());
+            let why = if log.cancelled() {
+                "the run was cancelled"
+            } else if service.shutting_down() {
+                "the service is shutting down"
+            } else {
+                "the run was stopped before it finished"
+            };
+            result.error = Some(why.into());
             ("error", None, None)
         }
         TurnEnd::Failed(error) => {
