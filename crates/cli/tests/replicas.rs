@@ -516,3 +516,52 @@ async fn a_dropped_database_connection_loses_no_event() {
         "the listening connection was dropped and came back: {log}"
     );
 }
+
+/// A LangGraph thread rejoins only its own runs, on the replica that ran it and on another
+/// (which reads the run from the shared store): another thread of the same person naming the
+/// run gets 404 on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_joins_only_its_own_runs_on_any_replica() {
+    let Some(cluster) = Cluster::new().await else { return };
+    let pg = cluster.pg_port();
+    let a = cluster.replica("a", pg, 30_000).await;
+    let b = cluster.replica("b", pg, 30_000).await;
+    let asks = |r: reqwest::RequestBuilder| {
+        r.header("X-Tenant-Slug", "demo").header("X-Tenant-Id", "1").header("X-User-Id", "1")
+    };
+    let mut threads = Vec::new();
+    for _ in 0..2 {
+        let made: Value = asks(client().post(format!("{}/threads", a.base)))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        threads.push(made["thread_id"].as_str().unwrap().to_owned());
+    }
+    let (own, other) = (&threads[0], &threads[1]);
+    let body = json!({"assistant_id": "assistant", "stream_mode": "values",
+                      "input": {"messages": [{"role": "user", "content": "cuenta hasta doce"}]}});
+    let url = format!("{}/threads/{own}/runs/stream", a.base);
+    let streamed = asks(client().post(url)).json(&body).send().await.unwrap().text().await.unwrap();
+    let metadata =
+        streamed.split("\n\n").find(|e| e.contains("event: metadata")).unwrap_or_else(|| panic!("{streamed}"));
+    let data: Value = serde_json::from_str(metadata.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap();
+    let run = data["run_id"].as_str().unwrap().to_owned();
+    let join = |base: &str, thread: &str| {
+        asks(client().get(format!("{base}/threads/{thread}/runs/{run}/stream"))).timeout(Duration::from_secs(10)).send()
+    };
+    for replica in [&a, &b] {
+        let joined = join(&replica.base, own).await.unwrap();
+        assert_eq!(joined.status(), 200, "{}", replica.base);
+        assert!(joined.text().await.unwrap().contains("event: values"));
+        assert_eq!(
+            join(&replica.base, other).await.unwrap().status(),
+            404,
+            "another thread's run, on {}",
+            replica.base
+        );
+    }
+}

@@ -720,13 +720,12 @@ impl ChatService {
         }
         // Not run here: another replica's, read from the shared store.
         let Some(shared) = self.shared_runs() else { return Ok(None) };
-        match shared.follow(run_id, owner, after).await {
-            Ok(frames) => Ok(frames.map(|f| (None, Box::pin(f) as futures::stream::BoxStream<'static, _>))),
-            Err(e) => {
-                tracing::warn!(run = %run_id, error = %e, "cannot read a run's events");
-                Err(e)
-            }
-        }
+        let found = async {
+            let Some(frames) = shared.follow(run_id, owner, after).await? else { return Ok(None) };
+            let conversation = shared.conversation_of(run_id, owner).await?;
+            Ok(Some((conversation, Box::pin(frames) as futures::stream::BoxStream<'static, _>)))
+        };
+        found.await.inspect_err(|e| tracing::warn!(run = %run_id, error = %e, "cannot read a run's events"))
     }
 
     /// Where runs of other replicas are read, when runs are shared.

@@ -289,6 +289,18 @@ impl SharedRuns {
         self.store.delete_runs(scope).await.map(|_| ()).map_err(|e| e.to_string())
     }
 
+    /// The conversation another replica's run `run_id` of `owner` is a turn of; `None` when
+    /// the store has no such run of theirs.
+    ///
+    /// # Errors
+    /// When the store cannot be read.
+    pub async fn conversation_of(&self, run_id: &str, owner: (i64, i64)) -> Result<Option<i64>, String> {
+        match tokio::time::timeout(STORE_TIMEOUT, self.store.conversation_of(run_id, owner)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("reading the run's conversation took over 5 s".to_owned()),
+        }
+    }
+
     /// The frames of another replica's run after `after`, then the ones that follow, until
     /// the run ends; `None` when the store has no such run of `owner` (after a short grace
     /// for a run whose first frames are on their way, [`NEW_RUN_GRACE`]).
@@ -492,6 +504,13 @@ mod tests {
                 l: usize,
             ) -> Result<Option<Vec<RunEventRecord>>, toolgraph_conversations::StoreError> {
                 self.0.read(r, o, a, l).await
+            }
+            async fn conversation_of(
+                &self,
+                r: &str,
+                o: (i64, i64),
+            ) -> Result<Option<i64>, toolgraph_conversations::StoreError> {
+                self.0.conversation_of(r, o).await
             }
             async fn last(&self, r: &str) -> Result<Option<(u64, bool)>, toolgraph_conversations::StoreError> {
                 self.0.last(r).await

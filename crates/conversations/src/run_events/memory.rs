@@ -72,6 +72,11 @@ impl RunEventStore for MemoryRunEvents {
         ))
     }
 
+    async fn conversation_of(&self, run_id: &str, owner: (i64, i64)) -> Result<Option<i64>, StoreError> {
+        let runs = self.lock();
+        Ok(runs.get(run_id).filter(|(o, _, _)| *o == owner).map(|(_, conversation, _)| *conversation))
+    }
+
     async fn last(&self, run_id: &str) -> Result<Option<(u64, bool)>, StoreError> {
         let runs = self.lock();
         Ok(runs

@@ -105,6 +105,10 @@ pub trait RunEventStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Option<Vec<RunEventRecord>>, StoreError>;
 
+    /// The conversation `owner`'s run `run_id` is a turn of; `None` when the store has no frame
+    /// of that run for `owner`.
+    async fn conversation_of(&self, run_id: &str, owner: (i64, i64)) -> Result<Option<i64>, StoreError>;
+
     /// The last frame's position of `run_id` and whether it ended the run; `None` for a run
     /// without frames.
     async fn last(&self, run_id: &str) -> Result<Option<(u64, bool)>, StoreError>;
@@ -170,6 +174,9 @@ mod tests {
         assert_eq!(store.read("run-a", (1, 11), 0, 100).await.unwrap(), None, "another user's run is unknown");
         assert_eq!(store.read("run-a", (2, 10), 0, 100).await.unwrap(), None, "another tenant's run is unknown");
         assert_eq!(store.read("nope", (1, 10), 0, 100).await.unwrap(), None);
+        assert_eq!(store.conversation_of("run-a", (1, 10)).await.unwrap(), Some(100));
+        assert_eq!(store.conversation_of("run-a", (1, 11)).await.unwrap(), None, "another user's run is unknown");
+        assert_eq!(store.conversation_of("nope", (1, 10)).await.unwrap(), None);
         assert_eq!(store.last("run-a").await.unwrap(), Some((3, true)));
         assert_eq!(store.last("run-b").await.unwrap(), Some((1, false)));
         assert_eq!(store.last("nope").await.unwrap(), None);

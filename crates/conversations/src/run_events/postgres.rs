@@ -213,6 +213,21 @@ impl RunEventStore for PostgresRunEvents {
         ))
     }
 
+    async fn conversation_of(&self, run_id: &str, owner: (i64, i64)) -> Result<Option<i64>, StoreError> {
+        let mut s = self.db.session().await?;
+        let conversation = sqlx::query_scalar::<_, i64>(
+            "SELECT conversation_id FROM run_events WHERE run_id = $1 AND tenant_id = $2 AND user_id = $3 LIMIT 1",
+        )
+        .bind(run_id)
+        .bind(owner.0)
+        .bind(owner.1)
+        .persistent(self.db.persistent())
+        .fetch_optional(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(conversation)
+    }
+
     async fn last(&self, run_id: &str) -> Result<Option<(u64, bool)>, StoreError> {
         let mut s = self.db.session().await?;
         let row = sqlx::query("SELECT seq, event FROM run_events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1")

@@ -278,8 +278,8 @@ async fn run_frames(
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
     let found = app.chat().run_frames(run_id, (who.tenant_id, who.user_id), after).await;
     match found.map_err(ApiError::run_events_unavailable)?.ok_or_else(gone)? {
-        // Another replica's run says only whose it is (checked), not its conversation.
-        (Some(conversation), _) if thread.conversation != Some(conversation) => Err(gone()),
+        // Here or on another replica, a run of another of their threads is not this one's.
+        (conversation, _) if conversation.is_none() || thread.conversation != conversation => Err(gone()),
         (_, frames) => Ok(frames),
     }
 }
