@@ -214,12 +214,12 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["stateless_too_long"]["status"], 422, "{}", saw["stateless_too_long"]);
 
     // A run cancelled while its model was slow: at once, with an error event saying so; its
-    // status says it failed; the thread takes the next run. `rollback` and an unknown run are refused.
+    // status is `interrupted`, as LangGraph's; the thread takes the next run. `rollback` and an unknown run are refused.
     assert!(saw["cancel_seconds"].as_f64().unwrap() < 5.0, "{}", saw["cancel_seconds"]);
     let events: Vec<&str> = saw["cancelled_events"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(events.last(), Some(&"error"), "{events:?}");
     assert!(saw["cancelled_error"].to_string().contains("cancelled"), "{}", saw["cancelled_error"]);
-    assert_eq!(saw["cancelled_status"], "error", "ended when `wait` answered");
+    assert_eq!(saw["cancelled_status"], "interrupted", "ended (and said why) when `wait` answered");
     // The thread says the turn was stopped (no word of the model's late text), and is idle.
     let state = &saw["cancelled_state"];
     let messages = state["values"]["messages"].as_array().unwrap();

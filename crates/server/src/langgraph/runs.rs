@@ -373,7 +373,8 @@ pub(crate) async fn cancel(
 }
 
 /// `GET /threads/{thread_id}/runs/{run_id}`: the run as LangGraph's `Run`, while this process
-/// keeps its log (`status`: running, then success, interrupted or error).
+/// keeps its log (`status`: running, then success, interrupted — paused for a decision, or
+/// cancelled — or error).
 pub(crate) async fn get(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -387,6 +388,8 @@ pub(crate) async fn get(
     }
     let status = match log.outcome() {
         (false, _) => "running",
+        // Stopped by a client's cancel (`action=interrupt`), as LangGraph names it.
+        (true, true) if log.cancelled() => "interrupted",
         (true, true) => "error",
         (true, _) if !now(app.chat(), &who, &thread).await?.awaiting.is_empty() => "interrupted",
         (true, _) => "success",
