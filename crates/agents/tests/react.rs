@@ -503,6 +503,19 @@ async fn a_model_that_asks_again_for_a_result_it_has_answers_from_it_without_too
     assert_eq!(out.state().last_reply(), Some("Sent; still 42 students."), "{out:?}");
     let reads = events.iter().filter(|e| matches!(e, RunEvent::ToolResult { name, .. } if name == "general_query"));
     assert_eq!(reads.count(), 1, "the second count ran after the write: {events:?}");
+
+    // Asked again with no tools, a model that says nothing: the repeated call runs as asked.
+    let h = harness(vec![
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::tool_calls(&[("c2", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text(""),
+        Reply::text("42."),
+    ])
+    .await;
+    let (events, out) =
+        h.graph.start(&t(14), user_turn("6*7?", None), RunOptions::default()).await.unwrap().collect().await;
+    assert_eq!(out.state().last_reply(), Some("42."), "{out:?}");
+    assert_eq!(events.iter().filter(|e| matches!(e, RunEvent::ToolResult { .. })).count(), 2, "{events:?}");
 }
 
 #[test]

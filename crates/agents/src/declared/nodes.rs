@@ -253,7 +253,7 @@ impl ModelNode {
             }
             (Some(_), _) | (None, History::Spoken) => messages.extend(self.words(s, spec)),
         }
-        crate::kit::inline_search_results(&mut messages, &spec.tools);
+        crate::kit::write_out_results(&mut messages, &spec.tools);
         let mut request = ChatRequest::new(messages);
         request.temperature = spec.temperature;
         request.max_tokens = spec.max_tokens;

@@ -34,7 +34,7 @@ pub fn grounded_prompt(prompt: &str) -> std::borrow::Cow<'_, str> {
 /// their tool's name: a model offered no tools that reads calls in its history writes one more
 /// instead of answering. The conversation keeps them as calls; only the request changes, after
 /// the system prompt, whose computed prefix stays as it is.
-pub(crate) fn inline_search_results(messages: &mut Vec<Message>, tools: &ToolRegistry) {
+pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistry) {
     /// Most characters of one other tool's result written out (a long one is cut, marked).
     const MAX_RESULT_CHARS: usize = 4_000;
     let Some(user) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
@@ -295,7 +295,7 @@ mod tests {
             },
             Message::tool("s1", "rag_search", search),
         ];
-        inline_search_results(&mut messages, &ToolRegistry::new());
+        write_out_results(&mut messages, &ToolRegistry::new());
         assert_eq!(messages.len(), 4, "the call and its result are written out: {messages:?}");
         assert_eq!(
             messages[3].content(),
@@ -317,7 +317,7 @@ mod tests {
             call("s1", "rag_search"),
             Message::tool("s1", "rag_search", search),
         ];
-        inline_search_results(&mut messages, &ToolRegistry::new());
+        write_out_results(&mut messages, &ToolRegistry::new());
         assert_eq!(messages.len(), 1, "{messages:?}");
         assert!(
             messages[0].content().contains(
@@ -329,7 +329,7 @@ mod tests {
         // With no search in the turn, nothing is written out.
         let mut unsearched =
             vec![Message::user("3+3?"), call("c1", "calculator"), Message::tool("c1", "calculator", "6")];
-        inline_search_results(&mut unsearched, &ToolRegistry::new());
+        write_out_results(&mut unsearched, &ToolRegistry::new());
         assert_eq!(unsearched.len(), 3);
     }
 

@@ -15,7 +15,7 @@ mod tools;
 
 pub use grounded::grounded_prompt;
 pub use grounded::{GROUNDING_INSTRUCTION, question_in_context};
-pub(crate) use grounded::{checker, checker_over, inline_search_results};
+pub(crate) use grounded::{checker, checker_over, write_out_results};
 pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, spoken_window, warm_up};
 pub use state::{
     AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Question, Reducer,

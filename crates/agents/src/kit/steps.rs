@@ -231,7 +231,7 @@ fn request_for(
     // (written out, they would be searched for again: a model that no longer sees its calls
     // repeats them with other words).
     if rules.grounded && (spec.tools.is_empty() || !offer_tools) {
-        super::inline_search_results(&mut messages, &spec.tools);
+        super::write_out_results(&mut messages, &spec.tools);
     }
     let mut request = ChatRequest::new(messages);
     if offer_tools {

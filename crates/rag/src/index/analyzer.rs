@@ -62,8 +62,7 @@ impl Analyzer {
         let count = |set: &str| lower.chars().filter(|c| set.contains(*c)).count();
         // Ratios, not presence: an English abstract may cite "Nguyễn" or "Barré".
         let share = |n: usize| n as f64 / letters as f64;
-        if share(count("ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ")) > 0.01
-        {
+        if share(count(VIETNAMESE_LETTERS)) > 0.01 {
             Self::Vietnamese
         } else if share(lower.chars().filter(|c| is_hangul(*c)).count()) > 0.1 {
             Self::Korean
@@ -86,7 +85,10 @@ impl Analyzer {
     }
 }
 
-fn is_hangul(c: char) -> bool {
+/// Letters only Vietnamese writes (among the languages here).
+pub(crate) const VIETNAMESE_LETTERS: &str = "ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ";
+
+pub(crate) fn is_hangul(c: char) -> bool {
     matches!(c, '\u{AC00}'..='\u{D7A3}' | '\u{1100}'..='\u{11FF}' | '\u{3130}'..='\u{318F}')
 }
 

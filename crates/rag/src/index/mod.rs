@@ -22,7 +22,7 @@ mod store;
 mod writer;
 
 pub use analyzer::Analyzer;
-pub(crate) use analyzer::terms;
+pub(crate) use analyzer::{VIETNAMESE_LETTERS, is_hangul, terms};
 pub use chunk::{Chunk, ChunkingOptions};
 pub use dense::DenseOptions;
 pub use filter::Filter;

@@ -709,15 +709,12 @@ const ENGLISH: [&str; 20] = [
 /// own (Hangul; Vietnamese's marked vowels), and an English or Spanish function word among its
 /// words. A number, a short "Sai.", code or a Korean sentence full of product names is not.
 pub fn clearly_not_in(asked: &str, reply: &str) -> bool {
-    const VIETNAMESE: &str = "ăâđêôơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ";
     if reply.chars().filter(|c| c.is_alphabetic()).count() < 12 {
         return false;
     }
     let own = match asked {
-        "ko" => reply
-            .chars()
-            .any(|c| matches!(c, '\u{1100}'..='\u{11FF}' | '\u{3130}'..='\u{318F}' | '\u{AC00}'..='\u{D7AF}')),
-        "vi" => reply.to_lowercase().chars().any(|c| VIETNAMESE.contains(c)),
+        "ko" => reply.chars().any(crate::index::is_hangul),
+        "vi" => reply.to_lowercase().chars().any(|c| crate::index::VIETNAMESE_LETTERS.contains(c)),
         _ => return false,
     };
     let ws = words_any_length(reply);
