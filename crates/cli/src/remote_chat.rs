@@ -15,7 +15,7 @@ use std::io::Write;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use toolgraph_agents::chat_agent::QUESTION;
-use toolgraph_protocol::{Frame, FrameError, PendingAction};
+use toolgraph_protocol::{ConversationId, Frame, FrameError, PendingAction, TenantId, UserId};
 use toolgraph_server::{AnswerRequest, ConfirmRequest, ConfirmResponse, StreamRequest};
 
 /// Who the client speaks as, and where.
@@ -63,9 +63,9 @@ impl RemoteChat {
         };
         let request = StreamRequest {
             tenant_slug: opts.tenant_slug,
-            tenant_id: opts.tenant_id,
-            user_id: opts.user_id,
-            conversation_id: opts.conversation,
+            tenant_id: TenantId(opts.tenant_id),
+            user_id: UserId(opts.user_id),
+            conversation_id: opts.conversation.map(ConversationId),
             message: String::new(),
             agent: opts.agent,
             context: opts.context,
@@ -97,7 +97,7 @@ impl RemoteChat {
         Ok(())
     }
 
-    pub fn conversation(&self) -> Option<i64> {
+    pub fn conversation(&self) -> Option<ConversationId> {
         self.request.conversation_id
     }
 
@@ -234,7 +234,7 @@ impl RemoteChat {
     }
 
     /// The conversation a pending action of this chat belongs to.
-    fn conversation_of(&self, action: &PendingAction) -> anyhow::Result<i64> {
+    fn conversation_of(&self, action: &PendingAction) -> anyhow::Result<ConversationId> {
         match self.request.conversation_id {
             Some(id) => Ok(id),
             None => bail!("pending action {} arrived without a conversation id", action.message_id),

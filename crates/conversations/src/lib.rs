@@ -183,7 +183,7 @@ impl From<&PendingAction> for toolgraph_protocol::PendingAction {
     /// The action as the contract shows it (a `pending` frame, a confirm answer).
     fn from(p: &PendingAction) -> Self {
         Self {
-            message_id: p.message_id,
+            message_id: toolgraph_protocol::MessageId(p.message_id),
             tool_name: p.action.tool_name.clone(),
             description: p.action.description.clone(),
             arguments: p.action.arguments.clone(),

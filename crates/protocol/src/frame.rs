@@ -2,6 +2,7 @@
 //! Owns the wire form of every frame (docs/service.md): the names, the camelCase fields, and
 //! which frames end a stream; nothing else in the workspace spells them.
 
+use crate::ids::{ConversationId, MessageId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -48,9 +49,9 @@ pub enum Frame {
     /// first pending action's).
     Done {
         /// The conversation.
-        conversation_id: i64,
+        conversation_id: ConversationId,
         /// The message the turn ended on.
-        message_id: i64,
+        message_id: MessageId,
     },
     /// `error`: the turn failed, `{"message"}`.
     Error {
@@ -91,7 +92,7 @@ pub enum Frame {
 #[serde(rename_all = "camelCase")]
 pub struct PendingAction {
     /// The message that holds it; a confirm names it.
-    pub message_id: i64,
+    pub message_id: MessageId,
     /// The tool that would run.
     pub tool_name: String,
     /// What it would do, for the user.
@@ -195,7 +196,7 @@ enum Tagged {
     ToolCall { call_id: String, name: String, arguments: Value },
     ToolResult { call_id: String, name: String, ok: bool, outcome: Value },
     Pending(PendingAction),
-    Done { conversation_id: i64, message_id: i64 },
+    Done { conversation_id: ConversationId, message_id: MessageId },
     Error { message: String },
     NodeStarted { node: String, step: u32 },
     NodeFinished { node: String, step: u32 },
@@ -215,12 +216,12 @@ mod tests {
             Frame::ToolCall { call_id: "c1".into(), name: "calculator".into(), arguments: json!({"expr": "1+1"}) },
             Frame::ToolResult { call_id: "c1".into(), name: "calculator".into(), ok: true, outcome: json!(2) },
             Frame::Pending(PendingAction {
-                message_id: 7,
+                message_id: MessageId(7),
                 tool_name: "send_sms".into(),
                 description: "Send \"hi\" to Ana".into(),
                 arguments: json!({"to": "Ana", "text": "hi"}),
             }),
-            Frame::Done { conversation_id: 3, message_id: 9 },
+            Frame::Done { conversation_id: ConversationId(3), message_id: MessageId(9) },
             Frame::Error { message: "the model is unreachable".into() },
             Frame::NodeStarted { node: "agent".into(), step: 1 },
             Frame::NodeFinished { node: "tools".into(), step: 2 },
@@ -255,7 +256,7 @@ mod tests {
             ("tool_result", r#"{"callId":"c1","name":"notes","ok":false,"outcome":"x"}"#.into())
         );
         let pending = PendingAction {
-            message_id: 4,
+            message_id: MessageId(4),
             tool_name: "send_sms".into(),
             description: "Send it".into(),
             arguments: json!({"to": "Ana"}),
@@ -268,7 +269,7 @@ mod tests {
             )
         );
         assert_eq!(
-            wire(Frame::Done { conversation_id: 1, message_id: 2 }),
+            wire(Frame::Done { conversation_id: ConversationId(1), message_id: MessageId(2) }),
             ("done", r#"{"conversationId":1,"messageId":2}"#.into())
         );
         assert_eq!(wire(Frame::Error { message: "boom".into() }), ("error", r#"{"message":"boom"}"#.into()));

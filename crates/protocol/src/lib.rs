@@ -4,7 +4,7 @@
 //! Owns: [`Frame`], every kind of frame a run streams, with its event name and its JSON data
 //! exactly as the wire has them (`frame`); [`sse::frames`], the one SSE reader, which every
 //! client in the workspace uses — the `chat --url` client, `bench streams` and the tests
-//! (`sse`).
+//! (`sse`); the ids of the contract as types (`ids`).
 //!
 //! Does not own: running a turn or storing its frames (`toolgraph-server` writes them,
 //! `toolgraph-conversations` keeps them for replicas), nor the request and confirm bodies of the
@@ -28,7 +28,9 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod frame;
+pub mod ids;
 pub mod sse;
 
 pub use frame::{EVENTS, Frame, FrameError, PendingAction, is_terminal_event};
+pub use ids::{ConversationId, MessageId, RunId, TenantId, UserId};
 pub use sse::{SseError, SseFrame};

@@ -248,7 +248,10 @@ mod tests {
     fn crlf_line_ends_are_read() {
         let body = b"id: r:1\r\nevent: done\r\ndata: {\"conversationId\":1,\"messageId\":2}\r\n\r\n";
         let read = read(&[&body[..20], &body[20..]]);
-        assert_eq!(read[0].frame().unwrap(), Frame::Done { conversation_id: 1, message_id: 2 });
+        assert_eq!(
+            read[0].frame().unwrap(),
+            Frame::Done { conversation_id: crate::ConversationId(1), message_id: crate::MessageId(2) }
+        );
         assert_eq!(read[0].id.as_deref(), Some("r:1"));
     }
 

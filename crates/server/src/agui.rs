@@ -8,14 +8,13 @@
 //! ([`asking`]); turns, approvals and answers are the [`ChatService`](crate::ChatService)'s.
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 use crate::extract::{Asking, asking, json_body};
 use crate::openai::recognised;
 use crate::runlog::RunLog;
-use crate::service::{ChatService, Confirmed};
-use crate::wire::{AnswerRequest, ConfirmRequest, ConfirmResponse, StreamRequest};
-use axum::Extension;
+use crate::service::{ChatService, Confirmed, NewTurn};
+use crate::wire::ConfirmResponse;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -26,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-use toolgraph_protocol::{Frame, PendingAction};
+use toolgraph_protocol::{ConversationId, Frame, MessageId, PendingAction};
 
 /// The tool name of an `ask` node's question among pending actions (docs/agents.md).
 pub(crate) const ASK: &str = "@ask";
@@ -64,7 +63,7 @@ struct ResumeEntry {
 pub(crate) async fn run(
     State(app): State<AppState>,
     Path(agent): Path<String>,
-    Extension(caller): Extension<Caller>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -77,22 +76,19 @@ pub(crate) async fn run(
     let run = Run { thread_id: input.thread_id.clone(), run_id: input.run_id.clone() };
     // The thread is a conversation of theirs: by its id, or by the person's messages.
     let users: Vec<&Value> = input.messages.iter().filter(|m| m.role == "user").map(|m| &m.content).collect();
-    let mut turn = StreamRequest {
+    let mut turn = NewTurn {
         tenant_slug: who.tenant_slug.clone(),
-        tenant_id: who.tenant_id,
-        user_id: who.user_id,
-        conversation_id: input.thread_id.parse::<i64>().ok(),
-        message: String::new(),
+        conversation: input.thread_id.parse().ok(),
         agent: Some(agent.clone()),
-        context: None,
         tool_events: true,
+        ..NewTurn::default()
     };
     if !input.resume.is_empty() {
         // A resumed run answers the pause the thread's last turn ended on.
-        if turn.conversation_id.is_none() {
-            turn.conversation_id = recognised(&app, &turn, &agent, users.iter().copied()).await?;
+        if turn.conversation.is_none() {
+            turn.conversation = recognised(&app, &who.principal, &agent, users.iter().copied()).await?;
         }
-        let conversation = turn.conversation_id.ok_or_else(|| {
+        let conversation = turn.conversation.ok_or_else(|| {
             ApiError::field(StatusCode::NOT_FOUND, "threadId", "no conversation of this thread waits for an answer")
         })?;
         let reply = resume(&app, &who, conversation, &input.resume).await?;
@@ -109,12 +105,13 @@ pub(crate) async fn run(
         ));
     }
     turn.message = crate::openai::text_of(&last.content)?;
-    if turn.conversation_id.is_none() {
-        turn.conversation_id = recognised(&app, &turn, &agent, users[..users.len() - 1].iter().copied()).await?;
+    if turn.conversation.is_none() {
+        let earlier = users[..users.len() - 1].iter().copied();
+        turn.conversation = recognised(&app, &who.principal, &agent, earlier).await?;
     }
     turn.validate()?;
-    let (_, log) = app.chat().start_turn(&turn).await?;
-    Ok(run.stream(log, app.chat().clone(), (turn.tenant_id, turn.user_id)))
+    let (_, log) = app.chat().start_turn(&who.principal, &turn).await?;
+    Ok(run.stream(log, app.chat().clone(), who.principal))
 }
 
 /// Each resume entry as the decision or answer it is, in order; the last one's response. Every
@@ -122,7 +119,7 @@ pub(crate) async fn run(
 async fn resume(
     app: &AppState,
     who: &Asking,
-    conversation: i64,
+    conversation: ConversationId,
     entries: &[ResumeEntry],
 ) -> Result<ConfirmResponse, ApiError> {
     let mut decided = Vec::with_capacity(entries.len());
@@ -135,7 +132,7 @@ async fn resume(
                 (_, Some(id)) => (true, id),
                 _ => return Err(not_ours()),
             };
-        let message_id = id.parse::<i64>().map_err(|_| not_ours())?;
+        let message_id: MessageId = id.parse().map_err(|_| not_ours())?;
         // An approval: yes or no. A question: the answer, or declined when cancelled.
         let approval = match (question, &entry.payload, entry.status.as_str()) {
             (_, _, "cancelled") => Some(false),
@@ -186,28 +183,13 @@ pub(crate) enum Decision {
 pub(crate) async fn decide(
     app: &AppState,
     who: &Asking,
-    conversation: i64,
-    message_id: i64,
+    conversation: ConversationId,
+    message: MessageId,
     decision: Decision,
 ) -> Result<ConfirmResponse, ApiError> {
-    let (tenant_slug, tenant_id, user_id) = (who.tenant_slug.clone(), who.tenant_id, who.user_id);
     let done = match decision {
-        Decision::Approve(confirmed) => {
-            let req = ConfirmRequest {
-                tenant_slug,
-                tenant_id,
-                user_id,
-                conversation_id: conversation,
-                message_id,
-                confirmed,
-            };
-            app.chat().confirm(&req).await?
-        }
-        Decision::Answer(answer) => {
-            let req =
-                AnswerRequest { tenant_slug, tenant_id, user_id, conversation_id: conversation, message_id, answer };
-            app.chat().answer(&req).await?
-        }
+        Decision::Approve(confirmed) => app.chat().confirm(&who.principal, conversation, message, confirmed).await?,
+        Decision::Answer(answer) => app.chat().answer(&who.principal, conversation, message, &answer).await?,
     };
     match done {
         Confirmed::Reply(reply) => Ok(reply),
@@ -349,9 +331,9 @@ fn interrupt(p: &PendingAction) -> Value {
 
 /// The channels of `conversation`'s last checkpoint: the state an AG-UI client shows. None when
 /// it cannot be read (the run's events go on without it).
-async fn snapshot(chat: &ChatService, (tenant, user): (i64, i64), conversation: i64) -> Option<Value> {
-    let view = chat.head_checkpoint(tenant, user, conversation).await.ok()??;
-    Some(view["state"].get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({})))
+async fn snapshot(chat: &ChatService, who: &Principal, conversation: ConversationId) -> Option<Value> {
+    let view = chat.head_checkpoint(who, conversation).await.ok()??;
+    Some(view.at.state.get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({})))
 }
 
 fn sse(events: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
@@ -360,8 +342,8 @@ fn sse(events: impl futures::Stream<Item = Value> + Send + 'static) -> Response 
 }
 
 impl Run {
-    /// A run of a turn of `owner` (tenant, user): its frames as AG-UI events.
-    fn stream(self, log: Arc<RunLog>, chat: ChatService, owner: (i64, i64)) -> Response {
+    /// A run of a turn of `who`: its frames as AG-UI events.
+    fn stream(self, log: Arc<RunLog>, chat: ChatService, who: Principal) -> Response {
         let events = Events { run: self, open: None, count: 0, pending: Vec::new() };
         let started = events.started();
         let frames = log.typed_frames();
@@ -376,7 +358,7 @@ impl Run {
                 let mut out = Vec::new();
                 if let Frame::Done { conversation_id, .. } = &frame {
                     events.close(&mut out);
-                    if let Some(snapshot) = snapshot(&chat, owner, *conversation_id).await {
+                    if let Some(snapshot) = snapshot(&chat, &who, *conversation_id).await {
                         out.push(json!({ "type": "STATE_SNAPSHOT", "snapshot": snapshot }));
                     }
                 }

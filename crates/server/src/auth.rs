@@ -4,9 +4,10 @@
 //! conversations crate's `backend::signing`).
 //!
 //! Authentication answers *who* is asking ([`Caller`]); authorization of *what* they ask for
-//! happens on the parsed request: the path and query here, a body's `tenantId` in the
-//! handler's extractor ([`crate::extract::Authorized`]), on the very value the handler acts on.
-//! A second, looser reading of the body (as a JSON value, say) is what let a body the check
+//! happens once, in [`Caller::admit`], on the ids the handler's extractor parsed — a body's
+//! `tenantId`, a query's, a path's or a header's ([`crate::extract`]) — so the value checked is
+//! the value acted on, and the [`Principal`] it returns is what the service takes. A second,
+//! looser reading of a request (the body as a JSON value, say) is what let a body the check
 //! could not read — an array, trailing bytes — through to a handler that could
 //! (docs/reliability.md).
 //!
@@ -22,6 +23,7 @@ pub use toolgraph_conversations::backend::replay::{MemoryReplayStore, PostgresRe
 pub use toolgraph_conversations::backend::signing::{
     HmacVerifier, SignatureError, SignedRequest, now_secs, sign, sign_v1, signature_headers,
 };
+use toolgraph_protocol::{TenantId, UserId};
 
 /// How requests prove who sent them.
 pub enum Auth {
@@ -83,9 +85,9 @@ impl Auth {
         }
     }
 
-    /// Authenticates a request from its method, headers, target (path and query) and body,
-    /// and authorizes the tenant ids its path and query name; a body's are the handler's to
-    /// authorize against the returned [`Caller`], once it has parsed them.
+    /// Authenticates a request from its method, headers, target (path and query) and body.
+    /// The ids it names are admitted against the returned [`Caller`] by the extractor that
+    /// parses them ([`Caller::admit`]).
     pub async fn check(
         &self,
         method: &Method,
@@ -108,11 +110,7 @@ impl Auth {
                 if !bool::from(got.ct_eq(expected)) {
                     return Err(denied());
                 }
-                let caller = Caller { bound: keys.tenant_ids.get(slug).map(|&id| (slug.to_owned(), id)) };
-                for id in claimed_tenant_ids(target) {
-                    caller.authorize_tenant(id)?;
-                }
-                Ok(caller)
+                Ok(Caller { bound: keys.tenant_ids.get(slug).map(|&id| (slug.to_owned(), id)) })
             }
             Self::Hmac(v) => {
                 // v2 signs the method, target, tenant slug and body; the nonce is claimed in the
@@ -125,7 +123,8 @@ impl Auth {
 }
 
 /// Who a request was authenticated as: put in the request's extensions by the service's
-/// authentication layer, read by the extractors that authorize a parsed body against it.
+/// authentication layer, read by the extractors, which admit the ids a request names through
+/// it ([`Caller::admit`]).
 #[derive(Clone, Debug, Default)]
 pub struct Caller {
     /// The tenant slug and the one numeric tenant id its `api_key` opens, when bound
@@ -146,18 +145,67 @@ impl Caller {
         self.bound.as_ref().map(|(_, id)| *id)
     }
 
-    /// Whether the caller may act on tenant `tenant_id`: 403 when its key is bound to another.
+    /// The one check of who may act on what: `user` of `tenant`, if the caller may act on
+    /// that tenant (403 when its key is bound to another). Every door's extractor ends here,
+    /// on the very ids its handler then acts on, and the service takes nothing else.
     ///
     /// # Errors
     /// 403 naming the key's tenant.
-    pub fn authorize_tenant(&self, tenant_id: i64) -> Result<(), ApiError> {
+    pub fn admit(&self, tenant: TenantId, user: UserId) -> Result<Principal, ApiError> {
+        self.admit_tenant(tenant)?;
+        Ok(Principal { tenant, user })
+    }
+
+    /// Tenant `tenant` as a whole (deleting it), if the caller may act on it; as
+    /// [`Caller::admit`].
+    ///
+    /// # Errors
+    /// 403 naming the key's tenant.
+    pub fn admit_tenant(&self, tenant: TenantId) -> Result<AdmittedTenant, ApiError> {
         match &self.bound {
-            Some((slug, own)) if *own != tenant_id => Err(ApiError::new(
+            Some((slug, own)) if *own != tenant.0 => Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 format!("the API key of tenant '{slug}' opens tenant id {own} only"),
             )),
-            _ => Ok(()),
+            _ => Ok(AdmittedTenant(tenant)),
         }
+    }
+}
+
+/// Who is asking, checked: a person of a tenant the request's caller may act on. Made only by
+/// [`Caller::admit`]; every [`ChatService`](crate::ChatService) method that reads or changes a
+/// person's data takes one, so a route cannot reach their data without the check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Principal {
+    tenant: TenantId,
+    user: UserId,
+}
+
+impl Principal {
+    /// The tenant.
+    pub fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+
+    /// The person.
+    pub fn user(&self) -> UserId {
+        self.user
+    }
+
+    /// (tenant, user) as the stores key them.
+    pub(crate) fn ids(&self) -> (i64, i64) {
+        (self.tenant.0, self.user.0)
+    }
+}
+
+/// A tenant the caller may act on as a whole, checked: made only by [`Caller::admit_tenant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmittedTenant(TenantId);
+
+impl AdmittedTenant {
+    /// The tenant.
+    pub fn id(&self) -> TenantId {
+        self.0
     }
 }
 
@@ -165,24 +213,6 @@ impl Caller {
 pub struct ApiKeys {
     keys: HashMap<String, [u8; 32]>,
     tenant_ids: HashMap<String, i64>,
-}
-
-/// Every tenant id a request's target names: each `tenantId` query parameter, and the id of a
-/// `/tenants/{id}` path. One that is not a number counts as 0, which no bound tenant has
-/// (bound ids are positive). The body's is authorized where it is parsed
-/// ([`crate::extract::Authorized`]).
-fn claimed_tenant_ids(target: &str) -> impl Iterator<Item = i64> + '_ {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    // Decoded as the Query extractor decodes it, so `tenant%49d=8` is seen too.
-    let from_query = url::form_urlencoded::parse(query.as_bytes())
-        .filter(|(name, _)| name == "tenantId")
-        .map(|(_, value)| parse_id(&value));
-    let from_path = path.split_once("/tenants/").map(|(_, rest)| parse_id(rest.split('/').next().unwrap_or("")));
-    from_query.chain(from_path)
-}
-
-fn parse_id(text: &str) -> i64 {
-    text.parse().unwrap_or(0)
 }
 
 /// The 401 answer to a request whose signature failed for `reason`.
@@ -251,26 +281,21 @@ mod tests {
         headers.insert("authorization", "Bearer k-1".parse().unwrap());
         // `check` awaits nothing outside `hmac` mode.
         let check = |target: &str| futures::executor::block_on(auth.check(&Method::GET, &headers, target, b""));
-        let status = |target: &str| check(target).err().map(|e| e.status);
-        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&userId=1"), None);
-        assert_eq!(status("/api/chatbot/runs/r/events?userId=1&tenantId=9"), Some(StatusCode::FORBIDDEN));
-        assert_eq!(status("/api/chatbot/runs/r/events?tenant%49d=9"), Some(StatusCode::FORBIDDEN), "encoded");
-        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=%39"), Some(StatusCode::FORBIDDEN), "encoded");
-        assert_eq!(status("/api/chatbot/runs/r/events?tenantId=7&tenantId=8"), Some(StatusCode::FORBIDDEN), "twice");
-        assert_eq!(status("/api/chatbot/tenants/7"), None);
-        assert_eq!(status("/api/chatbot/tenants/8"), Some(StatusCode::FORBIDDEN));
-        // A body's tenant is authorized on the parsed request, against the caller returned.
+        // What a request names is admitted against the caller returned, by its extractor.
         let caller = check("/api/chatbot/stream").unwrap();
         assert_eq!(caller.bound_tenant(), Some(7));
-        assert!(caller.authorize_tenant(7).is_ok());
-        assert_eq!(caller.authorize_tenant(8).unwrap_err().status, StatusCode::FORBIDDEN);
+        let who = caller.admit(TenantId(7), UserId(3)).unwrap();
+        assert_eq!((who.tenant(), who.user()), (TenantId(7), UserId(3)));
+        assert_eq!(caller.admit(TenantId(8), UserId(3)).unwrap_err().status, StatusCode::FORBIDDEN);
+        assert_eq!(caller.admit_tenant(TenantId(7)).unwrap().id(), TenantId(7));
+        assert_eq!(caller.admit_tenant(TenantId(8)).unwrap_err().status, StatusCode::FORBIDDEN);
         assert!(auth.unbound_slugs().is_empty());
         let unbound = Auth::api_keys([(&"demo".to_string(), &hash_api_key("k-1"))]).unwrap();
         assert_eq!(unbound.unbound_slugs(), ["demo"]);
         assert!(
             futures::executor::block_on(unbound.check(&Method::GET, &headers, "/x", b""))
                 .unwrap()
-                .authorize_tenant(8)
+                .admit(TenantId(8), UserId(1))
                 .is_ok()
         );
         assert!(unbound.bind_tenant_ids([(&"acme".to_string(), &3)]).is_err(), "a slug without a key");

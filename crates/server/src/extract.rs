@@ -1,13 +1,18 @@
-//! Request parsing with errors that name the offending field, and [`Authorized`]: a body parsed
-//! once, strictly, and authorized against the caller before the handler sees it.
+//! Request parsing with errors that name the offending field, and who is asking, admitted once
+//! against the authenticated caller wherever a request names them: [`Authorized`] (a body
+//! parsed once, strictly), [`QueryAsker`] (a query), [`asking`] (the headers of the doors whose
+//! bodies do not say).
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
+use crate::wire::{AskerQuery, TenantScoped};
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
+use toolgraph_protocol::TenantId;
 
 /// Largest request body accepted (a 4,000-character message is at most 16 KB).
 pub(crate) const MAX_BODY: usize = 64 * 1024;
@@ -47,27 +52,21 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// A request body that names the tenant it acts on.
-pub trait TenantScoped {
-    /// The numeric tenant id the handler will act on.
-    fn tenant_id(&self) -> i64;
-}
-
-/// A JSON body parsed with [`json_body`] and authorized against the request's [`Caller`]: the
-/// tenant id checked is the one the handler acts on, since both read the same value. A route
-/// outside the authentication layer has no caller and is refused (500): authorization never
-/// defaults to open.
-pub struct Authorized<T>(pub T);
+/// A JSON body parsed with [`json_body`], and who it says is asking admitted against the
+/// request's [`Caller`] ([`Caller::admit`]): the ids checked are the ids the handler acts on,
+/// since both read the same value. A route outside the authentication layer has no caller and
+/// is refused (500): authorization never defaults to open.
+pub struct Authorized<T>(pub Principal, pub T);
 
 impl<T: DeserializeOwned + TenantScoped> Authorized<T> {
-    /// Parses `bytes` and authorizes the tenant they name for `caller`.
+    /// Parses `bytes` and admits who they say is asking for `caller`.
     ///
     /// # Errors
     /// 400 or 422 for a body that is not one object of `T`'s fields, 403 for another tenant.
     pub fn parse(caller: &Caller, bytes: &[u8]) -> Result<Self, ApiError> {
         let value: T = json_body(bytes)?;
-        caller.authorize_tenant(value.tenant_id())?;
-        Ok(Self(value))
+        let (tenant, user) = value.asker();
+        Ok(Self(caller.admit(tenant, user)?, value))
     }
 }
 
@@ -76,10 +75,7 @@ impl<S: Send + Sync, T: DeserializeOwned + TenantScoped> FromRequest<S> for Auth
 
     async fn from_request(mut req: Request, state: &S) -> Result<Self, Self::Rejection> {
         // The body is the last thing read of the request: the caller is taken, not copied.
-        let caller = req
-            .extensions_mut()
-            .remove::<Caller>()
-            .ok_or_else(|| ApiError::internal("a tenant-scoped route is served outside the authentication layer"))?;
+        let caller = req.extensions_mut().remove::<Caller>().ok_or_else(outside_authentication)?;
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")))?;
@@ -87,18 +83,48 @@ impl<S: Send + Sync, T: DeserializeOwned + TenantScoped> FromRequest<S> for Auth
     }
 }
 
+/// 500: a route that acts for someone is served outside the authentication layer (a wiring
+/// mistake; never a default of open).
+fn outside_authentication() -> ApiError {
+    ApiError::internal("a tenant-scoped route is served outside the authentication layer")
+}
+
+/// The [`Caller`] the authentication layer found.
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(outside_authentication)
+    }
+}
+
+/// Who is asking on a route that names them in its query (`?tenantId=&userId=`), admitted
+/// ([`Caller::admit`]). The query is read as the handler would read it — percent-decoded, a
+/// repeated name refused (400) — so what is checked is what is acted on.
+pub struct QueryAsker(pub Principal);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryAsker {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let Query(q) = Query::<AskerQuery>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+        Ok(Self(caller.admit(q.tenant_id, q.user_id)?))
+    }
+}
+
 /// Who is asking on a door whose body does not name the tenant (OpenAI's chat completions,
-/// AG-UI): the tenant of `X-Tenant-Slug`, its numeric id from the caller's bound key or
-/// `X-Tenant-Id` (authorized against the key), and the person of `X-User-Id` (else `user`, the
-/// body's word for it).
+/// AG-UI, LangGraph's threads and runs): the tenant of `X-Tenant-Slug`, its numeric id from the
+/// caller's bound key or `X-Tenant-Id`, and the person of `X-User-Id` (else `user`, the body's
+/// word for it), admitted ([`Caller::admit`]).
 #[derive(Debug, Clone)]
 pub struct Asking {
     /// The tenant's slug.
     pub tenant_slug: String,
-    /// The tenant's numeric id.
-    pub tenant_id: i64,
-    /// The person's numeric id.
-    pub user_id: i64,
+    /// Who, checked.
+    pub principal: Principal,
 }
 
 /// [`Asking`], from the request's headers, the authenticated `caller` and the body's `user`.
@@ -113,18 +139,17 @@ pub fn asking(caller: &Caller, headers: &HeaderMap, user: Option<&str>) -> Resul
         .filter(|s| !s.is_empty())
         .ok_or_else(|| bad("X-Tenant-Slug", "the X-Tenant-Slug header is required: the tenant that is asking".into()))?
         .to_owned();
-    let tenant_id = match (caller.bound_tenant(), header("x-tenant-id")) {
-        (Some(bound), None) => bound,
-        (_, Some(id)) => id
-            .parse::<i64>()
-            .map_err(|_| bad("X-Tenant-Id", format!("the X-Tenant-Id header is not a number: {id}")))?,
+    let tenant = match (caller.bound_tenant(), header("x-tenant-id")) {
+        (Some(bound), None) => TenantId(bound),
+        (_, Some(id)) => {
+            id.parse().map_err(|_| bad("X-Tenant-Id", format!("the X-Tenant-Id header is not a number: {id}")))?
+        }
         (None, None) => {
             return Err(bad("X-Tenant-Id", "the X-Tenant-Id header is required: the tenant's numeric id".into()));
         }
     };
-    caller.authorize_tenant(tenant_id)?;
-    let user_id = match header("x-user-id").or(user.map(str::trim)) {
-        Some(u) => u.parse::<i64>().map_err(|_| bad("user", format!("the user id is not a number: {u}")))?,
+    let user = match header("x-user-id").or(user.map(str::trim)) {
+        Some(u) => u.parse().map_err(|_| bad("user", format!("the user id is not a number: {u}")))?,
         None => {
             return Err(bad(
                 "user",
@@ -132,7 +157,7 @@ pub fn asking(caller: &Caller, headers: &HeaderMap, user: Option<&str>) -> Resul
             ));
         }
     };
-    Ok(Asking { tenant_slug, tenant_id, user_id })
+    Ok(Asking { tenant_slug, principal: caller.admit(tenant, user)? })
 }
 
 /// `X-Tenant-Slug` must equal the body's `tenantSlug` (docs/service.md: else 400).
@@ -168,7 +193,7 @@ mod tests {
     #[test]
     fn a_body_is_one_object_and_nothing_after_it() {
         let ok = br#" {"tenantSlug":"a","tenantId":7,"userId":1,"message":"m"} "#;
-        assert_eq!(json_body::<StreamRequest>(ok).unwrap().tenant_id, 7);
+        assert_eq!(json_body::<StreamRequest>(ok).unwrap().tenant_id, TenantId(7));
         let status = |body: &[u8]| json_body::<StreamRequest>(body).err().map(|e| e.status.as_u16());
         assert_eq!(status(br#"["a",8,1,null,"m"]"#), Some(400), "an array fills a struct by position");
         assert_eq!(status(br#"{"tenantSlug":"a","tenantId":8,"userId":1,"message":"m"} x"#), Some(400));
@@ -182,8 +207,8 @@ mod tests {
     #[test]
     fn a_bound_caller_gets_its_own_tenant_or_403() {
         let caller = Caller::bound_to("demo", 7);
-        let parse = |body: &[u8]| Authorized::<StreamRequest>::parse(&caller, body).map(|a| a.0.tenant_id);
-        assert_eq!(parse(br#"{"tenantSlug":"demo","tenantId":7,"userId":1,"message":"m"}"#).unwrap(), 7);
+        let parse = |body: &[u8]| Authorized::<StreamRequest>::parse(&caller, body).map(|a| a.0.tenant());
+        assert_eq!(parse(br#"{"tenantSlug":"demo","tenantId":7,"userId":1,"message":"m"}"#).unwrap(), TenantId(7));
         let e = parse(br#"{"tenantSlug":"demo","tenantId":8,"userId":1,"message":"m"}"#).unwrap_err();
         assert_eq!(e.status.as_u16(), 403);
         let open = Caller::default();

@@ -8,12 +8,11 @@
 //! [`ChatService`](crate::ChatService)'s.
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 use crate::extract::{asking, json_body};
 use crate::runlog::RunLog;
-use crate::wire::StreamRequest;
-use axum::Extension;
+use crate::service::NewTurn;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -24,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-use toolgraph_protocol::{Frame, PendingAction};
+use toolgraph_protocol::{ConversationId, Frame, PendingAction};
 
 /// `POST /v1/chat/completions`: what this door reads of OpenAI's request. Fields it does not
 /// use (`temperature`, `max_tokens`, `stream_options`, …) are accepted and ignored: the agent's
@@ -47,7 +46,7 @@ struct CompletionRequest {
     tools: Option<Value>,
     /// Extension: the conversation to continue (a response's `conversation_id`).
     #[serde(default)]
-    conversation_id: Option<i64>,
+    conversation_id: Option<ConversationId>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,23 +113,23 @@ pub(crate) async fn models(State(app): State<AppState>) -> Response {
 /// `POST /v1/chat/completions`.
 pub(crate) async fn completions(
     State(app): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, OpenAiError> {
     let request: CompletionRequest = json_body(&body)?;
-    let mut turn = turn_request(&app, &caller, &headers, &request)?;
+    let (who, mut turn) = turn_request(&app, &caller, &headers, &request)?;
     turn.validate().map_err(ApiError::from)?;
     // A client that sends the whole conversation and no id continues the conversation whose
     // person's messages those are.
-    if turn.conversation_id.is_none() {
+    if turn.conversation.is_none() {
         let earlier = request.messages[..request.messages.len().saturating_sub(1)]
             .iter()
             .filter(|m| m.role == "user")
             .map(|m| &m.content);
-        turn.conversation_id = recognised(&app, &turn, &request.model, earlier).await?;
+        turn.conversation = recognised(&app, &who, &request.model, earlier).await?;
     }
-    let (run_id, log) = app.chat().start_turn(&turn).await.map_err(ApiError::from)?;
+    let (run_id, log) = app.chat().start_turn(&who, &turn).await.map_err(ApiError::from)?;
     let reply = Reply { id: format!("chatcmpl-{run_id}"), model: request.model, created: now() };
     if request.stream {
         return Ok(reply.stream(log));
@@ -138,13 +137,13 @@ pub(crate) async fn completions(
     reply.whole(log).await
 }
 
-/// The academy contract's turn that this request asks for, once who is asking is known.
+/// Who asks, and the turn this request asks for.
 fn turn_request(
     app: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
     request: &CompletionRequest,
-) -> Result<StreamRequest, OpenAiError> {
+) -> Result<(Principal, NewTurn), OpenAiError> {
     let (agents, _) = app.chat().agents();
     if !agents.iter().any(|(name, _)| *name == request.model) {
         let names: Vec<&str> = agents.iter().map(|(n, _)| n.as_str()).collect();
@@ -162,10 +161,10 @@ fn turn_request(
     }
     let who = asking(caller, headers, request.user.as_deref())?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    let conversation_id = match (request.conversation_id, header("x-conversation-id")) {
+    let conversation = match (request.conversation_id, header("x-conversation-id")) {
         (Some(id), _) => Some(id),
         (None, Some(id)) => Some(
-            id.parse::<i64>()
+            id.parse::<ConversationId>()
                 .map_err(|_| bad("X-Conversation-Id", format!("the X-Conversation-Id header is not a number: {id}")))?,
         ),
         (None, None) => None,
@@ -180,30 +179,29 @@ fn turn_request(
         ));
     }
     let message = text_of(&last.content)?;
-    Ok(StreamRequest {
+    let turn = NewTurn {
         tenant_slug: who.tenant_slug,
-        tenant_id: who.tenant_id,
-        user_id: who.user_id,
-        conversation_id,
+        conversation,
         message,
         agent: Some(request.model.clone()),
         context: None,
         tool_events: false,
-    })
+    };
+    Ok((who.principal, turn))
 }
 
-/// The conversation of `turn`'s tenant and user with `agent` whose person's messages are
-/// `asked` (their contents, in order; none when there are none, or one is not text).
+/// The conversation of `who` with `agent` whose person's messages are `asked` (their
+/// contents, in order; none when there are none, or one is not text).
 pub(crate) async fn recognised<'a>(
     app: &AppState,
-    turn: &StreamRequest,
+    who: &Principal,
     agent: &str,
     asked: impl Iterator<Item = &'a Value>,
-) -> Result<Option<i64>, ApiError> {
+) -> Result<Option<ConversationId>, ApiError> {
     let Some(asked) = asked.map(|c| text_of(c).ok()).collect::<Option<Vec<String>>>().filter(|a| !a.is_empty()) else {
         return Ok(None);
     };
-    Ok(app.chat().conversation_asking(turn.tenant_id, turn.user_id, agent, &asked).await?)
+    Ok(app.chat().conversation_asking(who, agent, &asked).await?)
 }
 
 /// A message's text: a string, or the text parts of a list of parts.
@@ -249,8 +247,8 @@ struct Reply {
 /// How a turn ended, for the last chunk or the whole answer.
 #[derive(Default)]
 struct Ending {
-    conversation_id: Option<i64>,
-    message_id: Option<i64>,
+    conversation_id: Option<ConversationId>,
+    message_id: Option<toolgraph_protocol::MessageId>,
     pending: Vec<PendingAction>,
     error: Option<String>,
 }
@@ -377,7 +375,7 @@ impl Reply {
         ending.extensions(&mut body);
         let mut resp = axum::Json(Value::Object(body)).into_response();
         if let Some(id) = ending.conversation_id {
-            resp.headers_mut().insert("x-conversation-id", HeaderValue::from(id));
+            resp.headers_mut().insert("x-conversation-id", HeaderValue::from(id.0));
         }
         Ok(resp)
     }

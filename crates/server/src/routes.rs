@@ -2,12 +2,15 @@
 //! [`ChatService`](crate::ChatService) (or the search), and answer.
 
 use crate::AppState;
-use crate::auth::Auth;
+use crate::auth::{Auth, Caller};
 use crate::error::ApiError;
-use crate::extract::{Authorized, check_tenant_header, json_body};
+use crate::extract::{Authorized, QueryAsker, check_tenant_header, json_body};
 use crate::runlog::RunLog;
-use crate::service::Confirmed;
-use crate::wire::{AnswerRequest, ConfirmRequest, ForkRequest, StreamRequest};
+use crate::service::{CheckpointView, Confirmed, NewTurn};
+use crate::wire::{
+    AgentEntry, AgentList, AnswerRequest, Checkpoint, CheckpointList, ConfirmRequest, ConversationList, Deleted,
+    ForkRequest, ForkResponse, ForkedFrom, ListQuery, StreamRequest, TenantQuery,
+};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
@@ -17,10 +20,10 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use futures::StreamExt;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::convert::Infallible;
 use std::sync::Arc;
+use toolgraph_protocol::{ConversationId, RunId, TenantId, UserId};
 
 /// The service's routes over `state`, `/health` and `/metrics` included.
 pub fn router(state: AppState) -> Router {
@@ -204,12 +207,12 @@ async fn metrics(State(app): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics().render()).into_response()
 }
 
-fn sse(run_id: String, log: Arc<RunLog>, after: u64) -> Response {
+fn sse(run_id: RunId, log: Arc<RunLog>, after: u64) -> Response {
     sse_frames(run_id, log.frames_after(after))
 }
 
 /// An SSE response of a run's frames, each with its id `<runId>:<seq>`.
-fn sse_frames(run_id: String, frames: impl futures::Stream<Item = crate::runlog::Frame> + Send + 'static) -> Response {
+fn sse_frames(run_id: RunId, frames: impl futures::Stream<Item = crate::runlog::Frame> + Send + 'static) -> Response {
     let events = frames.map(move |f| {
         Ok::<Event, Infallible>(Event::default().event(f.event).id(format!("{run_id}:{}", f.seq)).data(f.data))
     });
@@ -272,11 +275,11 @@ async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
 async fn stream(
     State(app): State<AppState>,
     headers: HeaderMap,
-    Authorized(req): Authorized<StreamRequest>,
+    Authorized(who, req): Authorized<StreamRequest>,
 ) -> Result<Response, ApiError> {
     req.validate()?;
     check_tenant_header(&headers, &req.tenant_slug)?;
-    let (run_id, log) = app.chat().start_turn(&req).await?;
+    let (run_id, log) = app.chat().start_turn(&who, &turn_of(req)).await?;
     Ok(sse(run_id, log, 0))
 }
 
@@ -284,11 +287,11 @@ async fn stream(
 async fn answer(
     State(app): State<AppState>,
     headers: HeaderMap,
-    Authorized(req): Authorized<AnswerRequest>,
+    Authorized(who, req): Authorized<AnswerRequest>,
 ) -> Result<Response, ApiError> {
     req.validate()?;
     check_tenant_header(&headers, &req.tenant_slug)?;
-    Ok(match app.chat().answer(&req).await? {
+    Ok(match app.chat().answer(&who, req.conversation_id, req.message_id, &req.answer).await? {
         Confirmed::Saved(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
         Confirmed::Reply(reply) => axum::Json(reply).into_response(),
     })
@@ -297,71 +300,59 @@ async fn answer(
 async fn confirm(
     State(app): State<AppState>,
     headers: HeaderMap,
-    Authorized(req): Authorized<ConfirmRequest>,
+    Authorized(who, req): Authorized<ConfirmRequest>,
 ) -> Result<Response, ApiError> {
     req.validate()?;
     check_tenant_header(&headers, &req.tenant_slug)?;
-    Ok(match app.chat().confirm(&req).await? {
+    Ok(match app.chat().confirm(&who, req.conversation_id, req.message_id, req.confirmed).await? {
         Confirmed::Saved(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
         Confirmed::Reply(reply) => axum::Json(reply).into_response(),
     })
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Owner {
-    tenant_id: i64,
-    user_id: i64,
-}
-
 async fn run_events(
     State(app): State<AppState>,
-    Path(run_id): Path<String>,
-    Query(owner): Query<Owner>,
+    Path(run_id): Path<RunId>,
+    QueryAsker(who): QueryAsker,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let owner = (owner.tenant_id, owner.user_id);
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.rsplit_once(':'))
-        .filter(|(run, _)| *run == run_id)
+        .filter(|(run, _)| *run == run_id.as_str())
         .and_then(|(_, seq)| seq.parse::<u64>().ok())
         .unwrap_or(0);
     let (_, frames) = app
         .chat()
-        .run_frames(&run_id, owner, after)
+        .run_frames(&run_id, &who, after)
         .await
         .map_err(ApiError::run_events_unavailable)?
         .ok_or_else(ApiError::not_found)?;
     Ok(sse_frames(run_id, frames))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListQuery {
-    tenant_id: i64,
-    user_id: i64,
-    limit: Option<usize>,
-}
-
 /// `GET /api/chatbot/conversations?tenantId=&userId=[&limit=]`: `{conversations: [{id, agent,
 /// title}]}`, newest first (20 unless `limit`, at most 100).
-async fn list_conversations(State(app): State<AppState>, Query(q): Query<ListQuery>) -> Result<Response, ApiError> {
-    let list = app.chat().list_conversations(q.tenant_id, q.user_id, q.limit.unwrap_or(20)).await?;
-    Ok(axum::Json(json!({ "conversations": list })).into_response())
+async fn list_conversations(
+    State(app): State<AppState>,
+    QueryAsker(who): QueryAsker,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let conversations = app.chat().list_conversations(&who, q.limit.unwrap_or(20)).await?;
+    Ok(axum::Json(ConversationList { conversations }).into_response())
 }
 
 /// Forks a conversation at a checkpoint into a new one: 201 `{conversationId, forkedFrom}`.
 async fn fork(
     State(app): State<AppState>,
-    Path(id): Path<i64>,
+    Path(id): Path<ConversationId>,
     headers: HeaderMap,
-    Authorized(req): Authorized<ForkRequest>,
+    Authorized(who, req): Authorized<ForkRequest>,
 ) -> Result<Response, ApiError> {
     check_tenant_header(&headers, &req.tenant_slug)?;
-    let new_id = app.chat().fork(req.tenant_id, req.user_id, id, req.seq).await?;
-    let body = json!({ "conversationId": new_id, "forkedFrom": { "conversationId": id, "seq": req.seq } });
+    let new_id = app.chat().fork(&who, id, req.seq).await?;
+    let body = ForkResponse { conversation_id: new_id, forked_from: ForkedFrom { conversation_id: id, seq: req.seq } };
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
@@ -371,17 +362,8 @@ async fn fork(
 async fn agents(State(app): State<AppState>) -> Response {
     let chat = app.chat();
     let (list, default) = chat.agents();
-    let agents: Vec<Value> = list
-        .into_iter()
-        .map(|(name, r)| {
-            let mut entry = json!({ "name": name, "version": r.version });
-            if let Some(refused) = r.refused {
-                entry["refused"] = json!({ "version": refused.version, "errors": refused.errors });
-            }
-            entry
-        })
-        .collect();
-    axum::Json(json!({ "defaultAgent": default, "agents": agents })).into_response()
+    let agents = list.into_iter().map(|(name, revision)| AgentEntry { name, revision }).collect();
+    axum::Json(AgentList { default_agent: default.to_owned(), agents }).into_response()
 }
 
 /// The agent's graph as an SVG picture; 404 for an agent the service does not serve.
@@ -392,48 +374,75 @@ async fn agent_graph(State(app): State<AppState>, Path(agent): Path<String>) -> 
 
 async fn delete_conversation(
     State(app): State<AppState>,
-    Path(id): Path<i64>,
-    Query(owner): Query<Owner>,
+    Path(id): Path<ConversationId>,
+    QueryAsker(who): QueryAsker,
 ) -> Result<StatusCode, ApiError> {
-    app.chat().delete_conversation(owner.tenant_id, owner.user_id, id).await?;
+    app.chat().delete_conversation(&who, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn checkpoints(
     State(app): State<AppState>,
-    Path(id): Path<i64>,
-    Query(owner): Query<Owner>,
+    Path(id): Path<ConversationId>,
+    QueryAsker(who): QueryAsker,
 ) -> Result<Response, ApiError> {
-    let list = app.chat().checkpoints(owner.tenant_id, owner.user_id, id).await?;
-    Ok(axum::Json(json!({ "conversationId": id, "checkpoints": list })).into_response())
+    let checkpoints = app.chat().checkpoints(&who, id).await?;
+    Ok(axum::Json(CheckpointList { conversation_id: id, checkpoints }).into_response())
 }
 
 async fn checkpoint(
     State(app): State<AppState>,
-    Path((id, seq)): Path<(i64, u64)>,
-    Query(owner): Query<Owner>,
+    Path((id, seq)): Path<(ConversationId, u64)>,
+    QueryAsker(who): QueryAsker,
 ) -> Result<Response, ApiError> {
-    Ok(axum::Json(app.chat().checkpoint(owner.tenant_id, owner.user_id, id, seq).await?).into_response())
+    Ok(axum::Json(checkpoint_of(app.chat().checkpoint(&who, id, seq).await?)).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TenantQuery {
-    tenant_id: i64,
+/// The turn a stream request asks for (who asks was admitted from its ids).
+fn turn_of(r: StreamRequest) -> NewTurn {
+    NewTurn {
+        tenant_slug: r.tenant_slug,
+        conversation: r.conversation_id,
+        message: r.message,
+        agent: r.agent,
+        context: r.context,
+        tool_events: r.tool_events,
+    }
 }
 
+/// A checkpoint's state as the contract shows it.
+fn checkpoint_of(v: CheckpointView) -> Checkpoint {
+    let at = v.at;
+    Checkpoint {
+        conversation_id: v.conversation,
+        seq: at.seq,
+        next: at.next,
+        pending: at.pending,
+        decisions: at.decisions,
+        state: at.state,
+    }
+}
+
+/// Deletes a person's data: the user of the path, of the query's tenant.
 async fn delete_user(
     State(app): State<AppState>,
-    Path(user_id): Path<i64>,
+    caller: Caller,
+    Path(user_id): Path<UserId>,
     Query(q): Query<TenantQuery>,
 ) -> Result<Response, ApiError> {
-    let deleted = app.chat().delete_user(q.tenant_id, user_id).await?;
-    Ok(axum::Json(json!({ "deletedConversations": deleted })).into_response())
+    let who = caller.admit(q.tenant_id, user_id)?;
+    let deleted_conversations = app.chat().delete_user(&who).await?;
+    Ok(axum::Json(Deleted { deleted_conversations }).into_response())
 }
 
-async fn delete_tenant(State(app): State<AppState>, Path(tenant_id): Path<i64>) -> Result<Response, ApiError> {
-    let deleted = app.chat().delete_tenant(tenant_id).await?;
-    Ok(axum::Json(json!({ "deletedConversations": deleted })).into_response())
+async fn delete_tenant(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(tenant_id): Path<TenantId>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.admit_tenant(tenant_id)?;
+    let deleted_conversations = app.chat().delete_tenant(&tenant).await?;
+    Ok(axum::Json(Deleted { deleted_conversations }).into_response())
 }
 
 /// The auth + body path as one property: for any body, the tenant a handler acts on is the one
@@ -457,15 +466,15 @@ mod authorization_props {
         Router::new()
             .route(
                 "/api/chatbot/stream",
-                post(|Authorized(r): Authorized<StreamRequest>| async move { r.tenant_id.to_string() }),
+                post(|Authorized(who, _): Authorized<StreamRequest>| async move { who.tenant().to_string() }),
             )
             .route(
                 "/api/chatbot/confirm",
-                post(|Authorized(r): Authorized<ConfirmRequest>| async move { r.tenant_id.to_string() }),
+                post(|Authorized(who, _): Authorized<ConfirmRequest>| async move { who.tenant().to_string() }),
             )
             .route(
                 "/api/chatbot/conversations/{id}/fork",
-                post(|Authorized(r): Authorized<ForkRequest>| async move { r.tenant_id.to_string() }),
+                post(|Authorized(who, _): Authorized<ForkRequest>| async move { who.tenant().to_string() }),
             )
             .layer(middleware::from_fn(move |req: Request, next: Next| {
                 let auth = Arc::clone(&auth);

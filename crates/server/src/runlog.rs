@@ -144,7 +144,7 @@ pub struct RunLog {
     /// Owner: tenant and user.
     pub owner: (i64, i64),
     /// The conversation the run is a turn of.
-    pub conversation: i64,
+    pub conversation: toolgraph_protocol::ConversationId,
     run_id: Arc<str>,
     /// Stops the run (a client's cancel; docs/langgraph.md).
     cancel: CancellationToken,
@@ -309,7 +309,13 @@ impl RunLogs {
 
     /// A new log for `run_id` of `owner` in `conversation`; drops logs of runs finished longer
     /// ago than [`RETAIN_FINISHED`].
-    pub fn create(&self, run_id: &str, owner: (i64, i64), conversation: i64, cancel: CancellationToken) -> Arc<RunLog> {
+    pub fn create(
+        &self,
+        run_id: &str,
+        owner: (i64, i64),
+        conversation: toolgraph_protocol::ConversationId,
+        cancel: CancellationToken,
+    ) -> Arc<RunLog> {
         let log = Arc::new(RunLog {
             owner,
             conversation,
@@ -339,7 +345,7 @@ impl RunLogs {
     /// nobody can read them again, though a stream already open keeps its own.
     pub fn forget(&self, scope: toolgraph_conversations::RunScope) {
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.by_id.retain(|_, l| !scope.holds(l.owner, l.conversation));
+        runs.by_id.retain(|_, l| !scope.holds(l.owner, l.conversation.0));
     }
 
     /// The log of `run_id`, whoever owns it (for the relay).
@@ -356,7 +362,7 @@ mod tests {
     #[tokio::test]
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
-        let log = logs.create("r1", (7, 1), 1, CancellationToken::new());
+        let log = logs.create("r1", (7, 1), toolgraph_protocol::ConversationId(1), CancellationToken::new());
         log.push(&Token { content: "a".into() });
         log.push(&Token { content: "b".into() });
         let (frames, done) = log.since(1);
@@ -371,7 +377,10 @@ mod tests {
             let log = Arc::clone(&log);
             tokio::spawn(async move { log.changed(2).await })
         };
-        log.push(&Done { conversation_id: 1, message_id: 2 });
+        log.push(&Done {
+            conversation_id: toolgraph_protocol::ConversationId(1),
+            message_id: toolgraph_protocol::MessageId(2),
+        });
         log.finish();
         waiter.await.unwrap();
         assert_eq!(log.since(2).0[0].data, r#"{"conversationId":1,"messageId":2}"#);
@@ -383,7 +392,7 @@ mod tests {
     #[test]
     fn the_log_is_bounded() {
         let logs = RunLogs::default();
-        let log = logs.create("r", (1, 1), 1, CancellationToken::new());
+        let log = logs.create("r", (1, 1), toolgraph_protocol::ConversationId(1), CancellationToken::new());
         // Past several batch drops: readers always see exactly the newest FRAMES_KEPT frames,
         // each with its own data, and the kept data stays bounded.
         let total = 3 * FRAMES_KEPT + 10;

@@ -6,6 +6,7 @@
 //! database), started on the agent's graph, and driven on the service's task tracker, logging
 //! its frames for every reader; the request only subscribes to that log.
 
+use crate::auth::{AdmittedTenant, Principal};
 use crate::error::ChatError;
 use crate::metrics::Metrics;
 use crate::runlog::{RunLog, RunLogs};
@@ -13,9 +14,7 @@ use crate::shared_runs::SharedRuns;
 use turn::Turn;
 
 mod turn;
-use crate::wire::{
-    AnswerRequest, ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto, StreamRequest,
-};
+use crate::wire::{ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto};
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +29,44 @@ use toolgraph_conversations::{
     ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, RunScope, TurnClaim,
 };
 use toolgraph_graph::{CheckpointMeta, Checkpointer, Decision, GraphError, InterruptId, RecordKind, RunOptions};
+use toolgraph_protocol::{ConversationId, MessageId, RunId};
+
+/// A turn a door asks for, in the service's terms; who asks is the [`Principal`] beside it.
+#[derive(Debug, Clone, Default)]
+pub struct NewTurn {
+    /// The tenant's slug: what tools such as `rag_search` scope their reads by.
+    pub tenant_slug: String,
+    /// The conversation it continues; a new one when `None`.
+    pub conversation: Option<ConversationId>,
+    /// The person's message.
+    pub message: String,
+    /// The agent to talk to (else the conversation's, else the default one).
+    pub agent: Option<String>,
+    /// State values for injected tool arguments.
+    pub context: Option<Map<String, Value>>,
+    /// Whether the run's stream carries its tool calls and results too.
+    pub tool_events: bool,
+}
+
+impl NewTurn {
+    /// The checks every door's turn gets: a message of 1 to
+    /// [`MAX_MESSAGE_CHARS`](crate::wire::MAX_MESSAGE_CHARS) characters.
+    ///
+    /// # Errors
+    /// [`ChatError::Invalid`] naming `message`.
+    pub fn validate(&self) -> Result<(), ChatError> {
+        crate::wire::check_message(&self.message)
+    }
+}
+
+/// A conversation's state as one of its checkpoints left it.
+#[derive(Debug)]
+pub struct CheckpointView {
+    /// The conversation.
+    pub conversation: ConversationId,
+    /// The agent's state there, the node that runs next, the pause's interrupts and decisions.
+    pub at: toolgraph_agents::chat_agent::StateView,
+}
 
 /// One agent the service can run.
 pub struct ServedAgent {
@@ -170,7 +207,7 @@ impl<K: std::hash::Hash + Eq> Slots<K> {
 /// The state context of a turn: the request's values plus `tenant` (the slug), which tools
 /// such as `rag_search` scope their reads by. Set by the service, never taken from the client;
 /// a continuing turn without new context keeps the stored one (it already has the tenant).
-fn turn_context(req: &StreamRequest, is_new: bool) -> Option<Map<String, Value>> {
+fn turn_context(req: &NewTurn, is_new: bool) -> Option<Map<String, Value>> {
     if req.context.is_none() && !is_new {
         return None;
     }
@@ -182,11 +219,11 @@ fn turn_context(req: &StreamRequest, is_new: bool) -> Option<Map<String, Value>>
 /// Who is asking, set over the turn's context on every turn (continuing ones too, whatever
 /// the stored context holds): `tenant` (the slug), `tenantId`, `userId` and `conversationId`,
 /// which the backend's tools act for. They overwrite any context value of the same name.
-fn turn_identity(req: &StreamRequest, conversation: i64) -> Map<String, Value> {
+fn turn_identity(who: &Principal, req: &NewTurn, conversation: i64) -> Map<String, Value> {
     let mut ids = Map::new();
     ids.insert("tenant".into(), req.tenant_slug.clone().into());
-    ids.insert("tenantId".into(), req.tenant_id.into());
-    ids.insert("userId".into(), req.user_id.into());
+    ids.insert("tenantId".into(), who.tenant().0.into());
+    ids.insert("userId".into(), who.user().0.into());
     ids.insert("conversationId".into(), conversation.into());
     ids
 }
@@ -384,18 +421,19 @@ impl ChatService {
         Ok(closed)
     }
 
-    /// Starts a turn of `req` (validated by the caller): a new conversation or the next turn of
-    /// the caller's, on its agent. Returns the run's id and its frame log, which the run fills
+    /// Starts a turn of `req` (validated by the caller) for `who`: a new conversation or the
+    /// next turn of theirs, on its agent. Returns the run's id and its frame log, which the run fills
     /// whether or not anyone reads it.
     ///
     /// # Errors
     /// [`ChatError::NotFound`] for a conversation that is not the caller's; `Invalid` for an
     /// agent or context key the conversation's agent does not take; `Conflict` while a turn
     /// runs or decisions are pending; `TooManyRuns`; `Store`.
-    pub async fn start_turn(&self, req: &StreamRequest) -> Result<(String, Arc<RunLog>), ChatError> {
+    pub async fn start_turn(&self, who: &Principal, req: &NewTurn) -> Result<(RunId, Arc<RunLog>), ChatError> {
         let store = &self.0.store;
-        let existing = match req.conversation_id {
-            Some(id) => Some(store.conversation(req.tenant_id, req.user_id, id).await?.ok_or(ChatError::NotFound)?),
+        let (tenant, user) = (who.tenant().0, who.user().0);
+        let existing = match req.conversation {
+            Some(id) => Some(store.conversation(tenant, user, id.0).await?.ok_or(ChatError::NotFound)?),
             None => None,
         };
         if let (Some(asked), Some(conv)) = (&req.agent, &existing)
@@ -426,10 +464,10 @@ impl ChatService {
         }
         let is_new = existing.is_none();
         // Admitted before anything is written: a refused turn leaves no empty conversation.
-        let permit = self.admit(req.tenant_id)?;
+        let permit = self.admit(tenant)?;
         let conversation = match existing {
             Some(c) => c.id,
-            None => store.create_conversation(req.tenant_id, req.user_id, &agent_name).await?,
+            None => store.create_conversation(tenant, user, &agent_name).await?,
         };
         let claim = self.claim();
         if !store.begin_turn(conversation, &claim).await? {
@@ -438,7 +476,7 @@ impl ChatService {
         let run_id = claim.run_id.clone();
         let cancel = self.0.shutdown.child_token();
         let turn = Turn {
-            tenant: req.tenant_id,
+            tenant,
             conversation,
             agent: agent_name,
             claim,
@@ -447,11 +485,11 @@ impl ChatService {
         };
         // The user's message is committed with the run's first checkpoint (see the
         // conversations crate's projection).
-        let thread = ConversationThread { tenant: req.tenant_id, conversation }.thread_id();
+        let thread = ConversationThread { tenant, conversation }.thread_id();
         let input = TurnInput {
             message: req.message.clone(),
             context: turn_context(req, is_new),
-            identity: turn_identity(req, conversation),
+            identity: turn_identity(who, req, conversation),
         };
         let run = match agent.agent.start(&thread, input, self.run_options(agent, &cancel)).await {
             Ok(run) => run,
@@ -468,13 +506,13 @@ impl ChatService {
                 });
             }
         };
-        let log = self.0.runs.create(&run_id, (req.tenant_id, req.user_id), conversation, cancel.clone());
+        let log = self.0.runs.create(&run_id, (tenant, user), ConversationId(conversation), cancel.clone());
         let (service, task_log, served) = (self.clone(), Arc::clone(&log), Arc::clone(&agent.agent));
         self.0.tasks.spawn(async move {
             let _slot = permit;
             turn::drive(&service, served.as_ref(), &turn, run, &task_log).await;
         });
-        Ok((run_id, log))
+        Ok((RunId(run_id), log))
     }
 
     /// The actions of the conversation's paused run still waiting for a decision, in message
@@ -495,7 +533,8 @@ impl ChatService {
         }
     }
 
-    /// Records the decision of `req` on one pending action. While others of its group are
+    /// Records `who`'s decision on pending action `message` of `conversation`: approve it
+    /// (`confirmed`) or reject it. While others of its group are
     /// undecided, answers the next one; once the last is decided, resumes the run and answers
     /// its outcome (the final reply, or the next pending action). The same decision again
     /// answers what the first did, without running anything twice.
@@ -504,32 +543,32 @@ impl ChatService {
     /// `NotFound` for an action that is not the caller's; `Conflict` for the opposite decision
     /// after one was recorded, or while the group is being resumed; `TooManyRuns`;
     /// `RunFailed` when the resumed run ends without an answer; `Store`.
-    pub async fn confirm(&self, req: &ConfirmRequest) -> Result<Confirmed, ChatError> {
-        let lookup = PendingLookup {
-            tenant_id: req.tenant_id,
-            user_id: req.user_id,
-            conversation_id: req.conversation_id,
-            message_id: req.message_id,
-        };
-        self.decide(&lookup, req.confirmed, None).await
+    pub async fn confirm(
+        &self,
+        who: &Principal,
+        conversation: ConversationId,
+        message: MessageId,
+        confirmed: bool,
+    ) -> Result<Confirmed, ChatError> {
+        self.decide(&lookup(who, conversation, message), confirmed, None).await
     }
 
-    /// Answers a question an agent asked (a pending action whose tool is
-    /// [`QUESTION`]): the answer is checked against the question's form, recorded
+    /// Answers `who`'s question `message` of `conversation` (a pending action whose tool is
+    /// [`QUESTION`]) with `answer`: the answer is checked against the question's form, recorded
     /// once, and the run resumes with it. Same outcomes and exactly-once rules as
     /// [`ChatService::confirm`].
     ///
     /// # Errors
     /// `Invalid` for an answer that does not fit the question, or an action that is an
     /// approval (decided at `/confirm`); otherwise as [`ChatService::confirm`].
-    pub async fn answer(&self, req: &AnswerRequest) -> Result<Confirmed, ChatError> {
-        let lookup = PendingLookup {
-            tenant_id: req.tenant_id,
-            user_id: req.user_id,
-            conversation_id: req.conversation_id,
-            message_id: req.message_id,
-        };
-        self.decide(&lookup, true, Some(&req.answer)).await
+    pub async fn answer(
+        &self,
+        who: &Principal,
+        conversation: ConversationId,
+        message: MessageId,
+        answer: &Value,
+    ) -> Result<Confirmed, ChatError> {
+        self.decide(&lookup(who, conversation, message), true, Some(answer)).await
     }
 
     /// Records a decision on pending action `lookup` — approve or reject, or `answer` a
@@ -592,7 +631,7 @@ impl ChatService {
         if let Some(next) = group.iter().find(|p| p.decision.is_none()) {
             let pending_action = Some(PendingActionDto::from(next));
             return Ok(Confirmed::Reply(ConfirmResponse {
-                conversation_id: conv,
+                conversation_id: ConversationId(conv),
                 message: String::new(),
                 pending_action,
             }));
@@ -633,7 +672,8 @@ impl ChatService {
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
-        let log = self.0.runs.create(&claim.run_id, (lookup.tenant_id, lookup.user_id), conv, cancel.clone());
+        let log =
+            self.0.runs.create(&claim.run_id, (lookup.tenant_id, lookup.user_id), ConversationId(conv), cancel.clone());
         // Nobody streams a confirm's run: its outcome is the response.
         let turn = Turn {
             tenant: lookup.tenant_id,
@@ -650,11 +690,13 @@ impl ChatService {
             let result = turn::drive(&service, served.as_ref(), &turn, run, &log).await;
             let response = match (result.error, result.reply, result.pending.into_iter().next()) {
                 (Some(e), _, _) => Err(e),
-                (None, _, Some(p)) => {
-                    Ok(ConfirmResponse { conversation_id: conv, message: String::new(), pending_action: Some(p) })
-                }
+                (None, _, Some(p)) => Ok(ConfirmResponse {
+                    conversation_id: ConversationId(conv),
+                    message: String::new(),
+                    pending_action: Some(p),
+                }),
                 (None, Some((_, text)), None) => {
-                    Ok(ConfirmResponse { conversation_id: conv, message: text, pending_action: None })
+                    Ok(ConfirmResponse { conversation_id: ConversationId(conv), message: text, pending_action: None })
                 }
                 (None, None, None) => Err("the run ended without a reply".to_owned()),
             };
@@ -676,8 +718,7 @@ impl ChatService {
     /// The answer the checkpoints of `lookup`'s conversation recorded for `interrupt`, if a
     /// resume got that far (the last decisions of the thread are looked at).
     async fn recorded_answer(&self, lookup: &PendingLookup, interrupt: &str) -> Result<Option<Value>, ChatError> {
-        let (agent, thread) =
-            self.conversation_thread(lookup.tenant_id, lookup.user_id, lookup.conversation_id).await?;
+        let (agent, thread) = self.thread_of((lookup.tenant_id, lookup.user_id), lookup.conversation_id).await?;
         let history = agent.agent.history(&thread).await.map_err(internal)?;
         let id = InterruptId(interrupt.to_owned());
         let decisions = history.iter().rev().filter(|m| m.kind == RecordKind::Decision).take(8);
@@ -693,9 +734,9 @@ impl ChatService {
         Ok(None)
     }
 
-    /// The frame log of run `run_id` if `owner` (tenant, user) may read it.
-    pub fn run_log(&self, run_id: &str, owner: (i64, i64)) -> Option<Arc<RunLog>> {
-        self.0.runs.get(run_id, owner)
+    /// The frame log of run `run` if it is `who`'s.
+    pub fn run_log(&self, run: &RunId, who: &Principal) -> Option<Arc<RunLog>> {
+        self.0.runs.get(run.as_str(), who.ids())
     }
 
     /// Whether the service is shutting down (a cancelled run was stopped by it, not a client).
@@ -703,7 +744,7 @@ impl ChatService {
         self.0.shutdown.is_cancelled()
     }
 
-    /// The frames of `owner`'s run `run_id` after `after` — from this replica's log (with the
+    /// The frames of `who`'s run `run` after `after` — from this replica's log (with the
     /// conversation it is a turn of), or another replica's through the shared store — or `None`
     /// when no run of theirs has that id.
     ///
@@ -711,18 +752,20 @@ impl ChatService {
     /// Why the shared store cannot be read (logged).
     pub(crate) async fn run_frames(
         &self,
-        run_id: &str,
-        owner: (i64, i64),
+        run: &RunId,
+        who: &Principal,
         after: u64,
-    ) -> Result<Option<(Option<i64>, futures::stream::BoxStream<'static, crate::runlog::Frame>)>, String> {
-        if let Some(log) = self.run_log(run_id, owner) {
+    ) -> Result<Option<(Option<ConversationId>, futures::stream::BoxStream<'static, crate::runlog::Frame>)>, String>
+    {
+        if let Some(log) = self.run_log(run, who) {
             return Ok(Some((Some(log.conversation), Box::pin(log.frames_after(after)))));
         }
+        let (run_id, owner) = (run.as_str(), who.ids());
         // Not run here: another replica's, read from the shared store.
         let Some(shared) = self.shared_runs() else { return Ok(None) };
         let found = async {
             let Some(frames) = shared.follow(run_id, owner, after).await? else { return Ok(None) };
-            let conversation = shared.conversation_of(run_id, owner).await?;
+            let conversation = shared.conversation_of(run_id, owner).await?.map(ConversationId);
             Ok(Some((conversation, Box::pin(frames) as futures::stream::BoxStream<'static, _>)))
         };
         found.await.inspect_err(|e| tracing::warn!(run = %run_id, error = %e, "cannot read a run's events"))
@@ -733,31 +776,31 @@ impl ChatService {
         self.0.shared.as_deref()
     }
 
-    /// The checkpoints of a conversation of `tenant`/`user`, oldest first: what each step of
+    /// The checkpoints of `who`'s conversation `id`, oldest first: what each step of
     /// its runs recorded (for an inspector; docs/service.md).
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Internal` when the store fails.
-    pub async fn checkpoints(&self, tenant: i64, user: i64, id: i64) -> Result<Vec<CheckpointMeta>, ChatError> {
-        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+    pub async fn checkpoints(&self, who: &Principal, id: ConversationId) -> Result<Vec<CheckpointMeta>, ChatError> {
+        let (agent, thread) = self.conversation_thread(who, id).await?;
         agent.agent.history(&thread).await.map_err(internal)
     }
 
-    /// `tenant`/`user`'s conversations, newest first, at most `limit` (capped at
+    /// `who`'s conversations, newest first, at most `limit` (capped at
     /// [`MAX_LISTED_CONVERSATIONS`]).
     ///
     /// # Errors
     /// `Store` when the store fails.
     pub async fn list_conversations(
         &self,
-        tenant: i64,
-        user: i64,
+        who: &Principal,
         limit: usize,
     ) -> Result<Vec<toolgraph_conversations::ConversationSummary>, ChatError> {
+        let (tenant, user) = who.ids();
         Ok(self.0.store.list_conversations(tenant, user, limit.min(MAX_LISTED_CONVERSATIONS)).await?)
     }
 
-    /// The newest of `tenant`/`user`'s conversations with `agent` whose person's messages are
+    /// The newest of `who`'s conversations with `agent` whose person's messages are
     /// `asked`, in order — for a client that sends the whole conversation with every message
     /// and no id, as OpenAI's chat completions do. Only the newest [`RECOGNISED_AMONG`] are
     /// looked at, and only those whose title is the first of `asked`.
@@ -766,11 +809,11 @@ impl ChatService {
     /// `Store` when the store fails.
     pub async fn conversation_asking(
         &self,
-        tenant: i64,
-        user: i64,
+        who: &Principal,
         agent: &str,
         asked: &[String],
-    ) -> Result<Option<i64>, ChatError> {
+    ) -> Result<Option<ConversationId>, ChatError> {
+        let (tenant, user) = who.ids();
         let Some(first) = asked.first() else { return Ok(None) };
         let title: String = first.chars().take(toolgraph_conversations::SUMMARY_TITLE_CHARS).collect();
         for summary in self.0.store.list_conversations(tenant, user, RECOGNISED_AMONG).await? {
@@ -780,14 +823,13 @@ impl ChatService {
             let messages = self.0.store.messages(summary.id).await?;
             let said = messages.iter().filter(|m| m.role == toolgraph_conversations::Role::User).map(|m| &m.content);
             if said.eq(asked.iter()) {
-                return Ok(Some(summary.id));
+                return Ok(Some(ConversationId(summary.id)));
             }
         }
         Ok(None)
     }
 
-    /// Forks conversation `id` of `tenant`/`user` at checkpoint `seq` into a new conversation
-    /// of theirs with the same agent: the checkpoints up to `seq` and the messages they hold,
+    /// Forks `who`'s conversation `id` at checkpoint `seq` into a new conversation of theirs with the same agent: the checkpoints up to `seq` and the messages they hold,
     /// ready for the next message (a turn cut at `seq` mid-run is closed there). The original is
     /// left as it is. Returns the new conversation's id.
     ///
@@ -795,9 +837,10 @@ impl ChatService {
     /// `NotFound` when the conversation is not theirs or has no such checkpoint; `Conflict` for
     /// a pause waiting for decisions (its pending actions belong to the original); `Store`,
     /// `Internal`.
-    pub async fn fork(&self, tenant: i64, user: i64, id: i64, seq: u64) -> Result<i64, ChatError> {
-        let conv = self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
-        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+    pub async fn fork(&self, who: &Principal, id: ConversationId, seq: u64) -> Result<ConversationId, ChatError> {
+        let (tenant, user) = who.ids();
+        let conv = self.0.store.conversation(tenant, user, id.0).await?.ok_or(ChatError::NotFound)?;
+        let (agent, thread) = self.conversation_thread(who, id).await?;
         let head = match agent.agent.state_at(&thread, seq).await {
             Ok(head) => head,
             Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
@@ -822,10 +865,10 @@ impl ChatService {
         };
         if let Err(e) = copied.await {
             // Nothing half-made stays: the new conversation goes with what it got.
-            let _ = self.delete_conversation(tenant, user, new_id).await;
+            let _ = self.delete_conversation(who, ConversationId(new_id)).await;
             return Err(e);
         }
-        Ok(new_id)
+        Ok(ConversationId(new_id))
     }
 
     /// The agents served, by name, with the version of its definition each runs (and a newer
@@ -846,33 +889,33 @@ impl ChatService {
         self.0.agents.get(name).map(|a| a.agent.shape().to_svg())
     }
 
-    /// The state of a conversation of `tenant`/`user` as checkpoint `seq` left it: the agent's
-    /// state, the node that runs next, the pause's interrupts and decisions.
+    /// The state of `who`'s conversation `id` as checkpoint `seq` left it: the agent's state,
+    /// the node that runs next, the pause's interrupts and decisions.
     ///
     /// # Errors
     /// `NotFound` when the conversation is not theirs or has no such checkpoint; `Internal`.
-    pub async fn checkpoint(&self, tenant: i64, user: i64, id: i64, seq: u64) -> Result<Value, ChatError> {
-        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
-        let head = match agent.agent.state_at(&thread, seq).await {
-            Ok(head) => head,
-            Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
-            Err(e) => return Err(internal(e)),
-        };
-        Ok(serde_json::json!({
-            "conversationId": id,
-            "seq": head.seq,
-            "next": head.next,
-            "pending": head.pending,
-            "decisions": head.decisions,
-            "state": head.state,
-        }))
+    pub async fn checkpoint(&self, who: &Principal, id: ConversationId, seq: u64) -> Result<CheckpointView, ChatError> {
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        match agent.agent.state_at(&thread, seq).await {
+            Ok(at) => Ok(CheckpointView { conversation: id, at }),
+            Err(GraphError::NotFound { .. }) => Err(ChatError::NotFound),
+            Err(e) => Err(internal(e)),
+        }
     }
 
-    /// The served agent and checkpoint thread of a conversation of `tenant`/`user`.
+    /// The served agent and checkpoint thread of `who`'s conversation `id`.
     async fn conversation_thread(
         &self,
-        tenant: i64,
-        user: i64,
+        who: &Principal,
+        id: ConversationId,
+    ) -> Result<(&ServedAgent, toolgraph_graph::ThreadId), ChatError> {
+        self.thread_of(who.ids(), id.0).await
+    }
+
+    /// [`ChatService::conversation_thread`] by the store's ids: (tenant, user), conversation.
+    async fn thread_of(
+        &self,
+        (tenant, user): (i64, i64),
         id: i64,
     ) -> Result<(&ServedAgent, toolgraph_graph::ThreadId), ChatError> {
         let conv = self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
@@ -889,27 +932,37 @@ impl ChatService {
         self.0.store.keeps_threads()
     }
 
-    /// Keeps a new LangGraph thread; `false` when its id is taken (docs/langgraph.md).
+    /// Keeps a new LangGraph thread `id` of `who` with `metadata`: the thread, or `None` when
+    /// its id is taken (docs/langgraph.md).
     ///
     /// # Errors
     /// `Store` (also for a store that keeps no threads).
-    pub async fn create_thread(&self, thread: &toolgraph_conversations::Thread) -> Result<bool, ChatError> {
-        Ok(self.0.store.create_thread(thread).await?)
+    pub async fn create_thread(
+        &self,
+        who: &Principal,
+        id: String,
+        metadata: Map<String, Value>,
+    ) -> Result<Option<toolgraph_conversations::Thread>, ChatError> {
+        let (tenant, user) = who.ids();
+        let thread = toolgraph_conversations::Thread::new(id, tenant, user, metadata);
+        Ok(self.0.store.create_thread(&thread).await?.then_some(thread))
     }
 
-    /// Thread `id` of `tenant`/`user`.
+    /// `who`'s thread `id`.
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`.
-    pub async fn thread(&self, tenant: i64, user: i64, id: &str) -> Result<toolgraph_conversations::Thread, ChatError> {
+    pub async fn thread(&self, who: &Principal, id: &str) -> Result<toolgraph_conversations::Thread, ChatError> {
+        let (tenant, user) = who.ids();
         self.0.store.thread(tenant, user, id).await?.ok_or(ChatError::NotFound)
     }
 
-    /// `tenant`/`user`'s threads, the latest changed first.
+    /// `who`'s threads, the latest changed first.
     ///
     /// # Errors
     /// `Store`.
-    pub async fn threads(&self, tenant: i64, user: i64) -> Result<Vec<toolgraph_conversations::Thread>, ChatError> {
+    pub async fn threads(&self, who: &Principal) -> Result<Vec<toolgraph_conversations::Thread>, ChatError> {
+        let (tenant, user) = who.ids();
         Ok(self.0.store.threads(tenant, user).await?)
     }
 
@@ -920,85 +973,94 @@ impl ChatService {
     /// `NotFound` when it is not theirs; `Store`.
     pub async fn update_thread(
         &self,
-        tenant: i64,
-        user: i64,
+        who: &Principal,
         id: &str,
         metadata: Option<&Map<String, Value>>,
-        conversation: Option<i64>,
+        conversation: Option<ConversationId>,
     ) -> Result<(), ChatError> {
-        if self.0.store.update_thread(tenant, user, id, metadata, conversation).await? {
+        let (tenant, user) = who.ids();
+        if self.0.store.update_thread(tenant, user, id, metadata, conversation.map(i64::from)).await? {
             Ok(())
         } else {
             Err(ChatError::NotFound)
         }
     }
 
-    /// Deletes thread `id` of `tenant`/`user` with its conversation, checkpoints and runs (as
+    /// Deletes `who`'s thread `id` with its conversation, checkpoints and runs (as
     /// [`ChatService::delete_conversation`] does, a turn running on it included).
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`, `Internal`.
-    pub async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<(), ChatError> {
-        let thread = self.thread(tenant, user, id).await?;
+    pub async fn delete_thread(&self, who: &Principal, id: &str) -> Result<(), ChatError> {
+        let thread = self.thread(who, id).await?;
         if let Some(conversation) = thread.conversation {
-            match self.delete_conversation(tenant, user, conversation).await {
+            match self.delete_conversation(who, ConversationId(conversation)).await {
                 // Its conversation is gone already (deleted on the academy routes).
                 Ok(()) | Err(ChatError::NotFound) => {}
                 Err(e) => return Err(e),
             }
         }
+        let (tenant, user) = who.ids();
         self.0.store.delete_thread(tenant, user, id).await?;
         Ok(())
     }
 
-    /// The last checkpoint of conversation `id` of `tenant`/`user`, as [`ChatService::checkpoint`]
-    /// shows it; `None` before its first turn.
+    /// The last checkpoint of `who`'s conversation `id`, as [`ChatService::checkpoint`] shows
+    /// it; `None` before its first turn.
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Internal`.
-    pub async fn head_checkpoint(&self, tenant: i64, user: i64, id: i64) -> Result<Option<Value>, ChatError> {
-        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
+    pub async fn head_checkpoint(
+        &self,
+        who: &Principal,
+        id: ConversationId,
+    ) -> Result<Option<CheckpointView>, ChatError> {
+        let (agent, thread) = self.conversation_thread(who, id).await?;
         let Some((last, _)) = agent.agent.checkpointer().head(&thread).await.map_err(internal)? else {
             return Ok(None);
         };
-        self.checkpoint(tenant, user, id, last).await.map(Some)
+        self.checkpoint(who, id, last).await.map(Some)
     }
 
-    /// The agent conversation `id` of `tenant`/`user` talks to.
+    /// The agent `who`'s conversation `id` talks to.
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`.
-    pub async fn conversation_agent(&self, tenant: i64, user: i64, id: i64) -> Result<String, ChatError> {
-        Ok(self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?.agent)
+    pub async fn conversation_agent(&self, who: &Principal, id: ConversationId) -> Result<String, ChatError> {
+        let (tenant, user) = who.ids();
+        Ok(self.0.store.conversation(tenant, user, id.0).await?.ok_or(ChatError::NotFound)?.agent)
     }
 
-    /// The actions conversation `id` of `tenant`/`user` waits on: its paused run's undecided
+    /// The actions `who`'s conversation `id` waits on: its paused run's undecided
     /// approvals and questions, in message order.
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`.
-    pub async fn awaiting(&self, tenant: i64, user: i64, id: i64) -> Result<Vec<PendingActionDto>, ChatError> {
-        let (agent, thread) = self.conversation_thread(tenant, user, id).await?;
-        Ok(self.undecided_actions(agent, &thread, id).await)
+    pub async fn awaiting(&self, who: &Principal, id: ConversationId) -> Result<Vec<PendingActionDto>, ChatError> {
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        Ok(self.undecided_actions(agent, &thread, id.0).await)
     }
 
-    /// Deletes a conversation of `tenant`/`user` and its checkpoints.
+    /// Deletes `who`'s conversation `id` and its checkpoints.
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`; `Internal` when the checkpoints cannot go.
-    pub async fn delete_conversation(&self, tenant: i64, user: i64, id: i64) -> Result<(), ChatError> {
-        if !self.0.store.delete_conversation(tenant, user, id).await? {
+    pub async fn delete_conversation(&self, who: &Principal, id: ConversationId) -> Result<(), ChatError> {
+        let (tenant, user) = who.ids();
+        if !self.0.store.delete_conversation(tenant, user, id.0).await? {
             return Err(ChatError::NotFound);
         }
-        self.delete_checkpoints(tenant, &[id]).await?;
-        self.delete_runs(RunScope::Conversation { tenant, conversation: id }).await
+        self.delete_checkpoints(tenant, &[id.0]).await?;
+        self.delete_runs(RunScope::Conversation { tenant, conversation: id.0 }).await
     }
 
-    /// Deletes a user's conversations and their checkpoints; how many there were.
+    /// Deletes `who`'s conversations and their checkpoints (the person's data); how many there
+    /// were.
     ///
     /// # Errors
     /// `Store`; `Internal` when the checkpoints cannot go.
-    pub async fn delete_user(&self, tenant: i64, user: i64) -> Result<usize, ChatError> {
+    pub async fn delete_user(&self, who: &Principal) -> Result<usize, ChatError> {
+        let (tenant, user) = who.ids();
         let ids = self.0.store.delete_user(tenant, user).await?;
         self.delete_checkpoints(tenant, &ids).await?;
         self.delete_runs(RunScope::User { tenant, user }).await?;
@@ -1009,7 +1071,8 @@ impl ChatService {
     ///
     /// # Errors
     /// `Store`; `Internal` when the checkpoints cannot go.
-    pub async fn delete_tenant(&self, tenant: i64) -> Result<usize, ChatError> {
+    pub async fn delete_tenant(&self, tenant: &AdmittedTenant) -> Result<usize, ChatError> {
+        let tenant = tenant.id().0;
         let ids = self.0.store.delete_tenant(tenant).await?;
         // A conversation's thread is namespaced by its tenant (ConversationThread).
         self.0.checkpointer.delete_namespace(&tenant.to_string()).await.map_err(internal)?;
@@ -1085,6 +1148,16 @@ impl ChatService {
                 tracing::warn!("publishing the last run events took over 6 s");
             }
         }
+    }
+}
+
+/// The store's lookup of `who`'s pending action `message` of `conversation`.
+fn lookup(who: &Principal, conversation: ConversationId, message: MessageId) -> PendingLookup {
+    PendingLookup {
+        tenant_id: who.tenant().0,
+        user_id: who.user().0,
+        conversation_id: conversation.0,
+        message_id: message.0,
     }
 }
 

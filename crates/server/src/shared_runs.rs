@@ -216,7 +216,7 @@ impl SharedRuns {
             batch.push(RunEventAppend {
                 run_id: run.to_string(),
                 owner: log.owner,
-                conversation: log.conversation,
+                conversation: log.conversation.0,
                 frames: frames
                     .into_iter()
                     .map(|f| RunEventRecord { seq: f.seq, event: f.event.into_owned(), data: f.data })
@@ -394,7 +394,12 @@ mod tests {
         let b = SharedRuns::new(Arc::clone(&store));
         let logs = Arc::new(RunLogs::published(a.unpublished()));
         let relay = tokio::spawn(Arc::clone(&a).relay(Arc::clone(&logs)));
-        let log = logs.create("run-1", (7, 1), 1, tokio_util::sync::CancellationToken::new());
+        let log = logs.create(
+            "run-1",
+            (7, 1),
+            toolgraph_protocol::ConversationId(1),
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert!(b.follow("run-1", (7, 1), 0).await.unwrap().is_none(), "nothing published yet");
         let token = |t: &str| toolgraph_protocol::Frame::Token { content: t.into() };
         log.push(&token("a"));
@@ -413,7 +418,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             log.push(&token(word));
         }
-        log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
+        log.push(&toolgraph_protocol::Frame::Done {
+            conversation_id: toolgraph_protocol::ConversationId(1),
+            message_id: toolgraph_protocol::MessageId(2),
+        });
         log.finish();
         let frames = tokio::time::timeout(Duration::from_secs(5), reader).await.expect("the reader ends").unwrap();
         assert_eq!(frames.iter().map(|f| f.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
@@ -463,7 +471,14 @@ mod tests {
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
         let runs = 3 * BATCH_FRAMES / 100;
         let all: Vec<_> = (0..runs)
-            .map(|i| logs.create(&format!("r{i}"), (1, 1), 1, tokio_util::sync::CancellationToken::new()))
+            .map(|i| {
+                logs.create(
+                    &format!("r{i}"),
+                    (1, 1),
+                    toolgraph_protocol::ConversationId(1),
+                    tokio_util::sync::CancellationToken::new(),
+                )
+            })
             .collect();
         for log in &all {
             for n in 0..100 {
@@ -471,7 +486,10 @@ mod tests {
             }
         }
         for log in &all {
-            log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
+            log.push(&toolgraph_protocol::Frame::Done {
+                conversation_id: toolgraph_protocol::ConversationId(1),
+                message_id: toolgraph_protocol::MessageId(2),
+            });
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         for i in 0..runs {
@@ -532,9 +550,13 @@ mod tests {
         let shared = Arc::new(SharedRuns::new(flaky.clone()));
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
-        let log = logs.create("r", (1, 1), 1, tokio_util::sync::CancellationToken::new());
+        let log =
+            logs.create("r", (1, 1), toolgraph_protocol::ConversationId(1), tokio_util::sync::CancellationToken::new());
         log.push(&toolgraph_protocol::Frame::Token { content: "1".into() });
-        log.push(&toolgraph_protocol::Frame::Done { conversation_id: 1, message_id: 2 });
+        log.push(&toolgraph_protocol::Frame::Done {
+            conversation_id: toolgraph_protocol::ConversationId(1),
+            message_id: toolgraph_protocol::MessageId(2),
+        });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while flaky.0.last("r").await.unwrap().is_none() {
             assert!(tokio::time::Instant::now() < deadline, "published after the store came back");

@@ -2,19 +2,48 @@
 //! (the `chat --url` client speaks through them too).
 
 use crate::error::ChatError;
-use crate::extract::TenantScoped;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use toolgraph_protocol::{ConversationId, MessageId, TenantId, UserId};
+
+/// A request body that names who is asking: a tenant and a person of it
+/// ([`crate::extract::Authorized`] admits them).
+pub trait TenantScoped {
+    /// The tenant and person the handler will act for.
+    fn asker(&self) -> (TenantId, UserId);
+}
+
+/// `?tenantId=&userId=`: who asks on a route that names them in its query
+/// ([`crate::extract::QueryAsker`] admits them).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AskerQuery {
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+}
+
+/// `?tenantId=`: the tenant of `DELETE /api/chatbot/users/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantQuery {
+    pub tenant_id: TenantId,
+}
+
+/// `?limit=` of `GET /api/chatbot/conversations`.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub limit: Option<usize>,
+}
 
 /// `POST /api/chatbot/stream`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamRequest {
     pub tenant_slug: String,
-    pub tenant_id: i64,
-    pub user_id: i64,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
     #[serde(default)]
-    pub conversation_id: Option<i64>,
+    pub conversation_id: Option<ConversationId>,
     pub message: String,
     /// Extension: the agent to talk to (`agentId` is accepted too, in the contract's style of
     /// names).
@@ -34,10 +63,10 @@ pub struct StreamRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmRequest {
     pub tenant_slug: String,
-    pub tenant_id: i64,
-    pub user_id: i64,
-    pub conversation_id: i64,
-    pub message_id: i64,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub conversation_id: ConversationId,
+    pub message_id: MessageId,
     pub confirmed: bool,
 }
 
@@ -47,10 +76,10 @@ pub struct ConfirmRequest {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnswerRequest {
     pub tenant_slug: String,
-    pub tenant_id: i64,
-    pub user_id: i64,
-    pub conversation_id: i64,
-    pub message_id: i64,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
+    pub conversation_id: ConversationId,
+    pub message_id: MessageId,
     /// Free text (a string), or a value matching the question's form.
     pub answer: Value,
 }
@@ -60,38 +89,51 @@ pub struct AnswerRequest {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkRequest {
     pub tenant_slug: String,
-    pub tenant_id: i64,
-    pub user_id: i64,
+    pub tenant_id: TenantId,
+    pub user_id: UserId,
     pub seq: u64,
 }
 
 impl TenantScoped for StreamRequest {
-    fn tenant_id(&self) -> i64 {
-        self.tenant_id
+    fn asker(&self) -> (TenantId, UserId) {
+        (self.tenant_id, self.user_id)
     }
 }
 
 impl TenantScoped for ConfirmRequest {
-    fn tenant_id(&self) -> i64 {
-        self.tenant_id
+    fn asker(&self) -> (TenantId, UserId) {
+        (self.tenant_id, self.user_id)
     }
 }
 
 impl TenantScoped for AnswerRequest {
-    fn tenant_id(&self) -> i64 {
-        self.tenant_id
+    fn asker(&self) -> (TenantId, UserId) {
+        (self.tenant_id, self.user_id)
     }
 }
 
 impl TenantScoped for ForkRequest {
-    fn tenant_id(&self) -> i64 {
-        self.tenant_id
+    fn asker(&self) -> (TenantId, UserId) {
+        (self.tenant_id, self.user_id)
     }
 }
 
 /// A pending write action as the contract shows it, in a `pending` frame and in confirm
 /// answers (`From<&toolgraph_conversations::PendingAction>` makes one of a stored action).
 pub use toolgraph_protocol::PendingAction as PendingActionDto;
+
+/// A message of 1 to [`MAX_MESSAGE_CHARS`] characters (Unicode scalar values, not bytes), on
+/// every door.
+pub(crate) fn check_message(message: &str) -> Result<(), ChatError> {
+    let n = message.chars().count();
+    if n == 0 || n > MAX_MESSAGE_CHARS {
+        return Err(ChatError::Invalid {
+            field: "message".into(),
+            message: format!("message must be 1 to {MAX_MESSAGE_CHARS} characters, got {n}"),
+        });
+    }
+    Ok(())
+}
 
 /// `tenantSlug` must not be empty.
 fn check_slug(slug: &str) -> Result<(), ChatError> {
@@ -109,14 +151,7 @@ impl StreamRequest {
     /// [`ChatError::Invalid`] naming the field.
     pub fn validate(&self) -> Result<(), ChatError> {
         check_slug(&self.tenant_slug)?;
-        let n = self.message.chars().count();
-        if n == 0 || n > MAX_MESSAGE_CHARS {
-            return Err(ChatError::Invalid {
-                field: "message".into(),
-                message: format!("message must be 1 to {MAX_MESSAGE_CHARS} characters, got {n}"),
-            });
-        }
-        Ok(())
+        check_message(&self.message)
     }
 }
 
@@ -144,7 +179,7 @@ impl AnswerRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmResponse {
-    pub conversation_id: i64,
+    pub conversation_id: ConversationId,
     pub message: String,
     pub pending_action: Option<PendingActionDto>,
 }
@@ -154,3 +189,70 @@ pub const MAX_LISTED_CONVERSATIONS: usize = 100;
 
 /// Longest message accepted, in Unicode scalar values.
 pub const MAX_MESSAGE_CHARS: usize = 4000;
+
+/// `GET /api/chatbot/conversations`.
+#[derive(Debug, Serialize)]
+pub struct ConversationList {
+    pub conversations: Vec<toolgraph_conversations::ConversationSummary>,
+}
+
+/// `POST /api/chatbot/conversations/{id}/fork`: 201 with the new conversation and where it
+/// was forked from.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkResponse {
+    pub conversation_id: ConversationId,
+    pub forked_from: ForkedFrom,
+}
+
+/// The conversation and checkpoint a fork copied.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkedFrom {
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+}
+
+/// `GET /api/chatbot/agents`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentList {
+    pub default_agent: String,
+    pub agents: Vec<AgentEntry>,
+}
+
+/// One agent served: its name, the digest of the declaration it runs (`null` for a graph built
+/// in code), and a newer declaration that failed its checks while this version keeps serving.
+#[derive(Debug, Serialize)]
+pub struct AgentEntry {
+    pub name: String,
+    #[serde(flatten)]
+    pub revision: toolgraph_agents::chat_agent::Revision,
+}
+
+/// `GET /api/chatbot/conversations/{id}/checkpoints`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointList {
+    pub conversation_id: ConversationId,
+    pub checkpoints: Vec<toolgraph_graph::CheckpointMeta>,
+}
+
+/// `GET /api/chatbot/conversations/{id}/checkpoints/{seq}`: the state a checkpoint left.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    pub conversation_id: ConversationId,
+    pub seq: u64,
+    pub next: Option<String>,
+    pub pending: Vec<toolgraph_graph::PendingInterrupt>,
+    pub decisions: std::collections::BTreeMap<toolgraph_graph::InterruptId, toolgraph_graph::Decision>,
+    pub state: Value,
+}
+
+/// `DELETE /api/chatbot/users/{id}` and `/tenants/{id}`: how many conversations went.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deleted {
+    pub deleted_conversations: usize,
+}

@@ -12,7 +12,8 @@ use crate::AppState;
 use crate::agui::{Decision, decide};
 use crate::error::ApiError;
 use crate::extract::{Asking, json_body};
-use crate::wire::{ConfirmResponse, PendingActionDto, StreamRequest};
+use crate::service::NewTurn;
+use crate::wire::{ConfirmResponse, PendingActionDto};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -23,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use toolgraph_conversations::Thread;
-use toolgraph_protocol::Frame;
+use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
 
 /// The stream modes served; others are refused by name.
 const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
@@ -165,7 +166,7 @@ pub(crate) async fn wait_stateless(
 async fn finished(chat: &crate::service::ChatService, who: &Asking, thread: &Thread, waits: bool, ephemeral: bool) {
     if ephemeral
         && !waits
-        && let Err(e) = chat.delete_thread(who.tenant_id, who.user_id, &thread.id).await
+        && let Err(e) = chat.delete_thread(&who.principal, &thread.id).await
     {
         tracing::warn!(thread = %thread.id, error = %e, "a stateless run's thread could not be deleted");
     }
@@ -276,10 +277,12 @@ async fn run_frames(
     after: u64,
 ) -> Result<futures::stream::BoxStream<'static, crate::runlog::Frame>, ApiError> {
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
-    let found = app.chat().run_frames(run_id, (who.tenant_id, who.user_id), after).await;
+    let found = app.chat().run_frames(&RunId::from(run_id), &who.principal, after).await;
     match found.map_err(ApiError::run_events_unavailable)?.ok_or_else(gone)? {
         // Here or on another replica, a run of another of their threads is not this one's.
-        (conversation, _) if conversation.is_none() || thread.conversation != conversation => Err(gone()),
+        (conversation, _) if conversation.is_none() || thread.conversation != conversation.map(i64::from) => {
+            Err(gone())
+        }
         (_, frames) => Ok(frames),
     }
 }
@@ -360,8 +363,8 @@ pub(crate) async fn cancel(
         let why = format!("no run '{run_id}' of this thread is running on this server");
         ApiError::field(StatusCode::NOT_FOUND, "run_id", why)
     };
-    let log = app.chat().run_log(&run_id, (who.tenant_id, who.user_id)).ok_or_else(gone)?;
-    if thread.conversation != Some(log.conversation) {
+    let log = app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal).ok_or_else(gone)?;
+    if thread.conversation != Some(log.conversation.0) {
         return Err(gone());
     }
     log.cancel();
@@ -382,8 +385,8 @@ pub(crate) async fn get(
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
-    let log = app.chat().run_log(&run_id, (who.tenant_id, who.user_id)).ok_or_else(gone)?;
-    if thread.conversation != Some(log.conversation) {
+    let log = app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal).ok_or_else(gone)?;
+    if thread.conversation != Some(log.conversation.0) {
         return Err(gone());
     }
     let status = match log.outcome() {
@@ -483,7 +486,7 @@ async fn prepare(
     };
     let thread = theirs(app.chat(), &who, id).await?;
     if let Some(conversation) = thread.conversation {
-        let agent = app.chat().conversation_agent(who.tenant_id, who.user_id, conversation).await?;
+        let agent = app.chat().conversation_agent(&who.principal, ConversationId(conversation)).await?;
         if agent != run.assistant_id {
             // Its checkpoints and pending actions belong to that agent's graph and tools.
             return Err(ApiError::field(
@@ -521,29 +524,27 @@ async fn start(
     assistant: &str,
     message: String,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
-    let turn = StreamRequest {
+    let turn = NewTurn {
         tenant_slug: who.tenant_slug.clone(),
-        tenant_id: who.tenant_id,
-        user_id: who.user_id,
-        conversation_id: thread.conversation,
+        conversation: thread.conversation.map(ConversationId),
         message,
         agent: Some(assistant.to_owned()),
         context: None,
         tool_events: true,
     };
     turn.validate()?;
-    let (run_id, log) = app.chat().start_turn(&turn).await?;
+    let (run_id, log) = app.chat().start_turn(&who.principal, &turn).await?;
     if thread.conversation.is_none() {
-        app.chat().update_thread(who.tenant_id, who.user_id, &thread.id, None, Some(log.conversation)).await?;
+        app.chat().update_thread(&who.principal, &thread.id, None, Some(log.conversation)).await?;
         let bound = theirs(app.chat(), who, &thread.id).await?.conversation;
-        if bound != Some(log.conversation) {
+        if bound != Some(log.conversation.0) {
             // Two first runs at once each made a conversation: the thread keeps the first bound;
             // this run ends on its own.
-            tracing::warn!(thread = %thread.id, conversation = log.conversation, ?bound, "a thread's first runs raced; this run's conversation is not the thread's");
+            tracing::warn!(thread = %thread.id, conversation = %log.conversation, ?bound, "a thread's first runs raced; this run's conversation is not the thread's");
         }
-        thread.conversation = Some(log.conversation);
+        thread.conversation = Some(log.conversation.0);
     }
-    Ok((run_id, log))
+    Ok((run_id.0, log))
 }
 
 /// `value` as the decision on `action`: for an approval `true`/`false`, `{"approved": bool}` or
@@ -584,13 +585,13 @@ async fn resume_thread(
     resume: &Value,
 ) -> Result<ConfirmResponse, ApiError> {
     let nothing = || ApiError::field(StatusCode::CONFLICT, "command.resume", "the thread waits for no decision");
-    let conversation = thread.conversation.ok_or_else(nothing)?;
-    let awaiting = app.chat().awaiting(who.tenant_id, who.user_id, conversation).await?;
+    let conversation = ConversationId(thread.conversation.ok_or_else(nothing)?);
+    let awaiting = app.chat().awaiting(&who.principal, conversation).await?;
     if awaiting.is_empty() {
         return Err(nothing());
     }
     let bad = |message: String| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "command.resume", message);
-    let mut decided: Vec<(i64, Decision)> = Vec::new();
+    let mut decided: Vec<(MessageId, Decision)> = Vec::new();
     if let Some(decisions) = resume.get("decisions").and_then(Value::as_array) {
         if decisions.len() != awaiting.len() {
             return Err(bad(format!("{} decisions for {} actions waiting", decisions.len(), awaiting.len())));

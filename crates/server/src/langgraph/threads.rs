@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toolgraph_conversations::Thread;
+use toolgraph_protocol::ConversationId;
 
 /// Longest thread id a client may choose.
 const MAX_THREAD_ID: usize = 128;
@@ -74,7 +75,7 @@ impl FromRequestParts<AppState> for Asker {
 
 /// Thread `id` of the asker, or 404 naming it.
 pub(super) async fn theirs(chat: &ChatService, who: &Asking, id: &str) -> Result<Thread, ApiError> {
-    chat.thread(who.tenant_id, who.user_id, id).await.map_err(|e| match e {
+    chat.thread(&who.principal, id).await.map_err(|e| match e {
         crate::error::ChatError::NotFound => {
             ApiError::field(StatusCode::NOT_FOUND, "thread_id", format!("no thread '{id}' of yours"))
         }
@@ -106,8 +107,8 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
     let Some(conversation) = thread.conversation else {
         return Ok(Now::empty());
     };
-    let (tenant, user) = (who.tenant_id, who.user_id);
-    let head = match chat.head_checkpoint(tenant, user, conversation).await {
+    let conversation = ConversationId(conversation);
+    let head = match chat.head_checkpoint(&who.principal, conversation).await {
         Ok(head) => head,
         // Deleted on the academy routes: the thread goes with it.
         Err(crate::error::ChatError::NotFound) => None,
@@ -116,10 +117,9 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
     let Some(head) = head else {
         return Ok(Now::empty());
     };
-    let awaiting = chat.awaiting(tenant, user, conversation).await?;
-    let values = shown(&thread.id, head["state"].clone());
-    let next = head["next"].as_str().map(|n| vec![n.to_owned()]).unwrap_or_default();
-    Ok(Now { values, next, awaiting, seq: head["seq"].as_u64().unwrap_or(0) })
+    let awaiting = chat.awaiting(&who.principal, conversation).await?;
+    let values = shown(&thread.id, head.at.state);
+    Ok(Now { values, next: head.at.next.into_iter().collect(), awaiting, seq: head.at.seq })
 }
 
 /// The agent's `state` as a thread's values: its messages as LangChain's, without the turn's
@@ -255,9 +255,10 @@ pub(crate) async fn create(State(app): State<AppState>, Asker(who): Asker, body:
         Some(id) => id,
         None => uuid::Uuid::new_v4().to_string(),
     };
-    let thread = Thread::new(id.clone(), who.tenant_id, who.user_id, bounded(req.metadata.unwrap_or_default())?);
-    if !app.chat().create_thread(&thread).await? {
-        let mine = app.chat().thread(who.tenant_id, who.user_id, &id).await.ok();
+    let Some(thread) =
+        app.chat().create_thread(&who.principal, id.clone(), bounded(req.metadata.unwrap_or_default())?).await?
+    else {
+        let mine = app.chat().thread(&who.principal, &id).await.ok();
         return match (req.if_exists.as_deref(), mine) {
             (Some("do_nothing"), Some(existing)) => {
                 let now = now(app.chat(), &who, &existing).await?;
@@ -265,7 +266,7 @@ pub(crate) async fn create(State(app): State<AppState>, Asker(who): Asker, body:
             }
             _ => Err(ApiError::field(StatusCode::CONFLICT, "thread_id", format!("thread '{id}' exists"))),
         };
-    }
+    };
     Ok(axum::Json(shape(&thread, &Now::empty())).into_response())
 }
 
@@ -274,9 +275,10 @@ pub(crate) async fn create(State(app): State<AppState>, Asker(who): Asker, body:
 /// # Errors
 /// The store's.
 pub(super) async fn made(chat: &ChatService, who: &Asking) -> Result<Thread, ApiError> {
-    let thread = Thread::new(uuid::Uuid::new_v4().to_string(), who.tenant_id, who.user_id, Map::new());
-    chat.create_thread(&thread).await?;
-    Ok(thread)
+    // A fresh UUID is never taken.
+    chat.create_thread(&who.principal, uuid::Uuid::new_v4().to_string(), Map::new())
+        .await?
+        .ok_or_else(|| ApiError::internal("a new thread id was taken"))
 }
 
 /// `GET /threads/{thread_id}`.
@@ -305,18 +307,16 @@ pub(crate) async fn copy(
         let conversation = match original.conversation {
             Some(c) => {
                 let seq = now(app.chat(), &who, &original).await?.seq;
-                if seq == 0 { None } else { Some(app.chat().fork(who.tenant_id, who.user_id, c, seq).await?) }
+                if seq == 0 { None } else { Some(app.chat().fork(&who.principal, ConversationId(c), seq).await?) }
             }
             None => None,
         };
-        app.chat()
-            .update_thread(who.tenant_id, who.user_id, &thread.id, Some(&original.metadata), conversation)
-            .await?;
+        app.chat().update_thread(&who.principal, &thread.id, Some(&original.metadata), conversation).await?;
         Ok::<_, ApiError>(())
     };
     if let Err(e) = copied.await {
         // Nothing half-made stays.
-        let _ = app.chat().delete_thread(who.tenant_id, who.user_id, &thread.id).await;
+        let _ = app.chat().delete_thread(&who.principal, &thread.id).await;
         return Err(e);
     }
     thread = theirs(app.chat(), &who, &thread.id).await?;
@@ -341,7 +341,7 @@ pub(crate) async fn update(
     let mut metadata = thread.metadata.clone();
     metadata.extend(req.metadata);
     let metadata = bounded(metadata)?;
-    app.chat().update_thread(who.tenant_id, who.user_id, &id, Some(&metadata), None).await?;
+    app.chat().update_thread(&who.principal, &id, Some(&metadata), None).await?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let now = now(app.chat(), &who, &thread).await?;
     Ok(axum::Json(shape(&thread, &now)).into_response())
@@ -354,7 +354,7 @@ pub(crate) async fn delete(
     Asker(who): Asker,
 ) -> Result<Response, ApiError> {
     theirs(app.chat(), &who, &id).await?;
-    app.chat().delete_thread(who.tenant_id, who.user_id, &id).await?;
+    app.chat().delete_thread(&who.principal, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -392,7 +392,7 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
         ));
     }
     let mut found = Vec::new();
-    for thread in app.chat().threads(who.tenant_id, who.user_id).await? {
+    for thread in app.chat().threads(&who.principal).await? {
         if !search.metadata.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
             continue;
         }
@@ -400,7 +400,8 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
             // What it waits for tells; its state is read for the page only.
             let waits = match thread.conversation {
                 Some(c) => {
-                    app.chat().awaiting(who.tenant_id, who.user_id, c).await.map(|a| !a.is_empty()).unwrap_or(false)
+                    let awaiting = app.chat().awaiting(&who.principal, ConversationId(c)).await;
+                    awaiting.map(|a| !a.is_empty()).unwrap_or(false)
                 }
                 None => false,
             };
@@ -472,13 +473,13 @@ pub(crate) async fn history(
     }
     let thread = theirs(app.chat(), &who, &id).await?;
     let Some(conversation) = thread.conversation else { return Ok(axum::Json(Vec::<Value>::new()).into_response()) };
-    let (tenant, user) = (who.tenant_id, who.user_id);
-    let checkpoints = app.chat().checkpoints(tenant, user, conversation).await?;
+    let conversation = ConversationId(conversation);
+    let checkpoints = app.chat().checkpoints(&who.principal, conversation).await?;
     let mut states = Vec::new();
     for meta in checkpoints.iter().rev().take(req.limit) {
-        let at = app.chat().checkpoint(tenant, user, conversation, meta.seq).await?;
-        let values = shown(&thread.id, at["state"].clone());
-        let next: Vec<String> = at["next"].as_str().map(|n| vec![n.to_owned()]).unwrap_or_default();
+        let at = app.chat().checkpoint(&who.principal, conversation, meta.seq).await?.at;
+        let values = shown(&thread.id, at.state);
+        let next: Vec<String> = at.next.into_iter().collect();
         states.push(json!({
             "values": values,
             "next": next,

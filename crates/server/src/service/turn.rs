@@ -148,7 +148,7 @@ pub async fn drive(
                     };
                     let request = agent.action_request(&p.payload);
                     let dto = PendingActionDto {
-                        message_id,
+                        message_id: toolgraph_protocol::MessageId(message_id),
                         tool_name: request.tool,
                         description: request.description,
                         arguments: request.arguments,
@@ -213,7 +213,7 @@ pub async fn drive(
             tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, %message, "turn ended with an error frame");
             log.push(&Frame::Error { message: message.clone() })
         }
-        (None, Some((id, _)), _) => push_done(log, turn.conversation, *id),
+        (None, Some((id, _)), _) => push_done(log, turn.conversation, toolgraph_protocol::MessageId(*id)),
         (None, None, Some(p)) => push_done(log, turn.conversation, p.message_id),
         (None, None, None) => {
             tracing::warn!(run = %turn.run_id(), conversation = turn.conversation, "run ended without a reply");
@@ -251,6 +251,6 @@ async fn renew(service: &ChatService, turn: &Turn, expired: bool) -> bool {
     }
 }
 
-fn push_done(log: &RunLog, conversation_id: i64, message_id: i64) {
-    log.push(&Frame::Done { conversation_id, message_id });
+fn push_done(log: &RunLog, conversation: i64, message_id: toolgraph_protocol::MessageId) {
+    log.push(&Frame::Done { conversation_id: toolgraph_protocol::ConversationId(conversation), message_id });
 }
