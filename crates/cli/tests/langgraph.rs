@@ -236,7 +236,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["count"], 2);
     assert_eq!(saw["idle"], json!([other, tid]), "the latest changed first");
     assert_eq!(saw["updated"]["metadata"], json!({"course": "iv", "term": "2026"}), "metadata merges");
-    assert_eq!(saw["busy"]["status"], 422, "a status not tracked is named: {}", saw["busy"]);
+    assert_eq!(saw["untracked"]["status"], 422, "a status not tracked is named: {}", saw["untracked"]);
     assert_eq!(saw["too_much_metadata"]["status"], 422, "{}", saw["too_much_metadata"]);
     let history = saw["history"].as_array().unwrap();
     assert_eq!(history.len(), 3, "the limit holds");
@@ -258,6 +258,92 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["failed_status"], "error");
     assert_eq!(saw["failed_wait"]["status"], 502, "{}", saw["failed_wait"]);
     assert_eq!(requests.len(), 12, "every scripted reply was asked for once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_while_one_is_busy() {
+    let Some(python) = langgraph_python() else { return };
+    let slow = |pause: u64, text: &str| {
+        Reply::Stream(vec![
+            Step::Pause(Duration::from_secs(pause)),
+            Step::Text(text.into()),
+            Step::Finish("stop".into()),
+            Step::Done,
+        ])
+    };
+    let model = ScriptedModelServer::start(vec![
+        Reply::text("¡Hola!"),
+        // Interrupted by the next run: its text never arrives.
+        slow(8, "Tarde."),
+        Reply::text("Sigo aquí."),
+        // Enqueued behind: the next run starts once this one has ended.
+        slow(2, "Despacio."),
+        Reply::text("Después."),
+    ])
+    .await
+    .unwrap();
+    let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_runs.py");
+    let mut client = Command::new(python);
+    client.arg(script).arg(&base).arg(KEY);
+    let saw = client_json(client).await;
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let said = |values: &Value| -> Vec<(String, String)> {
+        values["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["type"].as_str().unwrap_or("").to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
+            .collect()
+    };
+    let pair = |kind: &str, text: &str| (kind.to_owned(), text.to_owned());
+
+    // In the background: the run answered at once as running (or already done), joined for the
+    // thread's values, then read and listed with its assistant.
+    let created = &saw["created"];
+    let run_id = created["run_id"].as_str().unwrap();
+    assert_eq!(created["assistant_id"], "assistant", "{created}");
+    assert!(["running", "success"].contains(&created["status"].as_str().unwrap()), "{created}");
+    assert_eq!(said(&saw["joined"]), [pair("human", "hola"), pair("ai", "¡Hola!")], "{}", saw["joined"]);
+    assert_eq!(saw["got"]["status"], "success", "{}", saw["got"]);
+    assert_eq!(saw["got"]["assistant_id"], "assistant");
+    assert_eq!(saw["listed"].as_array().map(Vec::len), Some(1), "{}", saw["listed"]);
+    assert_eq!(saw["listed"][0]["run_id"], run_id);
+    assert_eq!(saw["listed_success"], json!([run_id]), "filtered by status");
+    assert_eq!(saw["listed_error"], json!([]));
+    assert_eq!(saw["resume_in_background"]["status"], 422, "{}", saw["resume_in_background"]);
+    assert_eq!(saw["resume_in_background"]["body"]["field"], "command");
+    assert_eq!(saw["join_unknown"]["status"], 404, "{}", saw["join_unknown"]);
+
+    // A slow run: the thread is busy; another run is refused unless it says what to do.
+    assert_eq!(saw["busy_seen"], true, "the thread read busy while its run ran");
+    assert_eq!(saw["busy_search"].as_array().map(Vec::len), Some(1), "{}", saw["busy_search"]);
+    assert_eq!(saw["reject"]["status"], 409, "{}", saw["reject"]);
+    assert!(saw["reject"]["body"]["error"].as_str().unwrap().contains("already running"), "{}", saw["reject"]);
+    assert_eq!(saw["rollback"]["status"], 422, "{}", saw["rollback"]);
+    assert_eq!(saw["rollback"]["body"]["field"], "multitask_strategy");
+    assert_eq!(saw["unknown_strategy"]["status"], 422, "{}", saw["unknown_strategy"]);
+    // `interrupt`: the slow run stopped at once (its 8 s pause never ran out), this run answered.
+    assert!(saw["interrupt_seconds"].as_f64().unwrap() < 6.0, "{}", saw["interrupt_seconds"]);
+    let interrupting = said(&saw["interrupting"]);
+    assert_eq!(interrupting.last(), Some(&pair("ai", "Sigo aquí.")), "{interrupting:?}");
+    assert!(!saw["interrupting"].to_string().contains("Tarde"), "{}", saw["interrupting"]);
+    assert_eq!(saw["interrupted_status"], "interrupted");
+    let statuses: Vec<&str> =
+        saw["after_interrupt"].as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["success", "interrupted"], "newest first: {}", saw["after_interrupt"]);
+    assert_eq!(saw["idle_after"], "idle");
+
+    // `enqueue`: started once the run ahead ended; both turns are in the thread.
+    assert!(saw["enqueue_seconds"].as_f64().unwrap() >= 1.0, "it waited: {}", saw["enqueue_seconds"]);
+    assert_eq!(
+        said(&saw["enqueued"]),
+        [pair("human", "despacio"), pair("ai", "Despacio."), pair("human", "y después"), pair("ai", "Después.")],
+        "{}",
+        saw["enqueued"]
+    );
+    assert_eq!(saw["ahead_status"], "success");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,10 +3,12 @@
 //! signs the request with a shared secret — the scheme of the backend callbacks, from the
 //! conversations crate's `backend::signing`).
 //!
-//! Authentication answers *who* is asking ([`Caller`]); authorization of *what* they ask for
-//! happens once, in [`Caller::admit`], on the ids the handler's extractor parsed — a body's
-//! `tenantId`, a query's, a path's or a header's ([`crate::extract`]) — so the value checked is
-//! the value acted on, and the [`Principal`] it returns is what the service takes. A second,
+//! Authentication answers *who* is asking ([`Caller`]); authorization of the numeric tenant
+//! they ask to act on happens once, in [`Caller::admit`] (or [`Caller::admit_tenant`] for a
+//! tenant as a whole), on the ids the handler's extractor parsed — a body's `tenantId`, a
+//! query's, a path's or a header's ([`crate::extract`]) — so the value checked is the value
+//! acted on, and the [`Principal`] it returns is what the service takes. (`/search` and `/mcp`
+//! name a tenant by its slug only, which the key itself opens.) A second,
 //! looser reading of a request (the body as a JSON value, say) is what let a body the check
 //! could not read — an array, trailing bytes — through to a handler that could
 //! (docs/reliability.md).
@@ -54,7 +56,8 @@ impl Auth {
     }
 
     /// Binds `api_key` slugs to their numeric tenant ids (`[server.api_key_tenants]`): a
-    /// request whose body, query or path names another `tenantId` than its key's gets 403.
+    /// request whose body, query or path names another `tenantId` than its key's, on a route
+    /// that acts on it, gets 403 ([`Caller::admit`]).
     /// Without a binding, a key vouches for its slug only, and the ids are the client's word.
     ///
     /// # Errors

@@ -94,6 +94,9 @@ pub enum ChatError {
     /// other way).
     #[error("{0}")]
     Conflict(String),
+    /// A new turn while another run holds the conversation (on this replica or another).
+    #[error("a turn is already running on this conversation")]
+    Busy,
     /// A new turn while the conversation's last run waits for decisions: these actions.
     #[error("this conversation has pending actions to confirm first")]
     AwaitingDecision(Vec<toolgraph_protocol::PendingAction>),
@@ -127,6 +130,7 @@ impl From<ChatError> for ApiError {
             ChatError::Invalid { field, message } => Self::field(StatusCode::UNPROCESSABLE_ENTITY, field, message),
             ChatError::NotFound => Self::not_found(),
             ChatError::Conflict(message) => Self::new(StatusCode::CONFLICT, message),
+            e @ ChatError::Busy => Self::new(StatusCode::CONFLICT, e.to_string()),
             ChatError::AwaitingDecision(pending) => Self {
                 pending_actions: Some(pending),
                 ..Self::new(StatusCode::CONFLICT, "this conversation has pending actions to confirm first")

@@ -98,6 +98,35 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
+/// A path's parameters, read as [`Path`](axum::extract::Path) reads them, refused in the
+/// service's error shape (400 naming what is wrong) rather than axum's plain text.
+pub struct PathIds<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathIds<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(ids) = axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+        Ok(Self(ids))
+    }
+}
+
+/// A query, read as [`Query`] reads it, refused in the service's error shape (400).
+pub struct QueryOf<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(q) = Query::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+        Ok(Self(q))
+    }
+}
+
 /// Who is asking on a route that names them in its query (`?tenantId=&userId=`), admitted
 /// ([`Caller::admit`]). The query is read as the handler would read it — percent-decoded, a
 /// repeated name refused (400) — so what is checked is what is acted on.
@@ -108,9 +137,7 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryAsker {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let caller = Caller::from_request_parts(parts, state).await?;
-        let Query(q) = Query::<AskerQuery>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+        let QueryOf(q) = QueryOf::<AskerQuery>::from_request_parts(parts, state).await?;
         Ok(Self(caller.admit(q.tenant_id, q.user_id)?))
     }
 }

@@ -4,7 +4,7 @@
 use crate::AppState;
 use crate::auth::{Auth, Caller};
 use crate::error::ApiError;
-use crate::extract::{Authorized, QueryAsker, check_tenant_header, json_body};
+use crate::extract::{Authorized, PathIds, QueryAsker, QueryOf, check_tenant_header, json_body};
 use crate::runlog::RunLog;
 use crate::service::{CheckpointView, Confirmed, NewTurn};
 use crate::wire::{
@@ -13,7 +13,7 @@ use crate::wire::{
 };
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -44,6 +44,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/ag-ui/{agent}", post(crate::agui::run))
         .route("/threads/{thread_id}/runs/stream", post(crate::langgraph::runs::stream))
         .route("/threads/{thread_id}/runs/wait", post(crate::langgraph::runs::wait))
+        .route("/threads/{thread_id}/runs", post(crate::langgraph::runs::create).get(crate::langgraph::runs::list))
         .route("/runs/stream", post(crate::langgraph::runs::stream_stateless))
         .route("/runs/wait", post(crate::langgraph::runs::wait_stateless))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
@@ -79,6 +80,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/threads/{thread_id}/runs/{run_id}", get(crate::langgraph::runs::get))
         .route("/threads/{thread_id}/runs/{run_id}/stream", get(crate::langgraph::runs::join))
         .route("/threads/{thread_id}/runs/{run_id}/cancel", post(crate::langgraph::runs::cancel))
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(crate::langgraph::runs::join_run))
         .route(
             "/threads/{thread_id}/history",
             post(crate::langgraph::threads::history).get(crate::langgraph::threads::history),
@@ -141,7 +143,7 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
         ));
     }
     // Runs may carry a whole conversation too; a thread's own routes take small bodies.
-    let whole = door && (!path.starts_with("/threads") || path.contains("/runs/"));
+    let whole = door && (!path.starts_with("/threads") || path.contains("/runs"));
     let max = if whole { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
     match authenticated(app.chat().auth(), req, max).await {
         Ok(req) => next.run(req).await,
@@ -312,7 +314,7 @@ async fn confirm(
 
 async fn run_events(
     State(app): State<AppState>,
-    Path(run_id): Path<RunId>,
+    PathIds(run_id): PathIds<RunId>,
     QueryAsker(who): QueryAsker,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -337,7 +339,7 @@ async fn run_events(
 async fn list_conversations(
     State(app): State<AppState>,
     QueryAsker(who): QueryAsker,
-    Query(q): Query<ListQuery>,
+    QueryOf(q): QueryOf<ListQuery>,
 ) -> Result<Response, ApiError> {
     let conversations = app.chat().list_conversations(&who, q.limit.unwrap_or(20)).await?;
     Ok(axum::Json(ConversationList { conversations }).into_response())
@@ -346,7 +348,7 @@ async fn list_conversations(
 /// Forks a conversation at a checkpoint into a new one: 201 `{conversationId, forkedFrom}`.
 async fn fork(
     State(app): State<AppState>,
-    Path(id): Path<ConversationId>,
+    PathIds(id): PathIds<ConversationId>,
     headers: HeaderMap,
     Authorized(who, req): Authorized<ForkRequest>,
 ) -> Result<Response, ApiError> {
@@ -374,7 +376,7 @@ async fn agent_graph(State(app): State<AppState>, Path(agent): Path<String>) -> 
 
 async fn delete_conversation(
     State(app): State<AppState>,
-    Path(id): Path<ConversationId>,
+    PathIds(id): PathIds<ConversationId>,
     QueryAsker(who): QueryAsker,
 ) -> Result<StatusCode, ApiError> {
     app.chat().delete_conversation(&who, id).await?;
@@ -383,7 +385,7 @@ async fn delete_conversation(
 
 async fn checkpoints(
     State(app): State<AppState>,
-    Path(id): Path<ConversationId>,
+    PathIds(id): PathIds<ConversationId>,
     QueryAsker(who): QueryAsker,
 ) -> Result<Response, ApiError> {
     let checkpoints = app.chat().checkpoints(&who, id).await?;
@@ -392,7 +394,7 @@ async fn checkpoints(
 
 async fn checkpoint(
     State(app): State<AppState>,
-    Path((id, seq)): Path<(ConversationId, u64)>,
+    PathIds((id, seq)): PathIds<(ConversationId, u64)>,
     QueryAsker(who): QueryAsker,
 ) -> Result<Response, ApiError> {
     Ok(axum::Json(checkpoint_of(app.chat().checkpoint(&who, id, seq).await?)).into_response())
@@ -427,8 +429,8 @@ fn checkpoint_of(v: CheckpointView) -> Checkpoint {
 async fn delete_user(
     State(app): State<AppState>,
     caller: Caller,
-    Path(user_id): Path<UserId>,
-    Query(q): Query<TenantQuery>,
+    PathIds(user_id): PathIds<UserId>,
+    QueryOf(q): QueryOf<TenantQuery>,
 ) -> Result<Response, ApiError> {
     let who = caller.admit(q.tenant_id, user_id)?;
     let deleted_conversations = app.chat().delete_user(&who).await?;
@@ -438,7 +440,7 @@ async fn delete_user(
 async fn delete_tenant(
     State(app): State<AppState>,
     caller: Caller,
-    Path(tenant_id): Path<TenantId>,
+    PathIds(tenant_id): PathIds<TenantId>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.admit_tenant(tenant_id)?;
     let deleted_conversations = app.chat().delete_tenant(&tenant).await?;

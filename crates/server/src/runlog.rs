@@ -145,6 +145,10 @@ pub struct RunLog {
     pub owner: (i64, i64),
     /// The conversation the run is a turn of.
     pub conversation: toolgraph_protocol::ConversationId,
+    /// The agent it runs.
+    pub agent: Box<str>,
+    /// When it started, in ms since the epoch.
+    pub created_ms: i64,
     run_id: Arc<str>,
     /// Stops the run (a client's cancel; docs/langgraph.md).
     cancel: CancellationToken,
@@ -197,6 +201,11 @@ impl RunLog {
         if let Some(unpublished) = self.unpublished.as_ref().filter(|_| mark) {
             unpublished.mark(&self.run_id);
         }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
     }
 
     /// Marks the run finished: readers end after the last frame.
@@ -314,11 +323,17 @@ impl RunLogs {
         run_id: &str,
         owner: (i64, i64),
         conversation: toolgraph_protocol::ConversationId,
+        agent: &str,
         cancel: CancellationToken,
     ) -> Arc<RunLog> {
+        let created_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let log = Arc::new(RunLog {
             owner,
             conversation,
+            agent: agent.into(),
+            created_ms,
             run_id: Arc::from(run_id),
             cancel,
             cancelled: std::sync::atomic::AtomicBool::new(false),
@@ -339,6 +354,20 @@ impl RunLogs {
     pub fn get(&self, run_id: &str, owner: (i64, i64)) -> Option<Arc<RunLog>> {
         let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         runs.by_id.get(run_id).filter(|l| l.owner == owner).cloned()
+    }
+
+    /// The logs of `owner`'s runs on `conversation`, newest first.
+    pub fn of_conversation(
+        &self,
+        owner: (i64, i64),
+        conversation: toolgraph_protocol::ConversationId,
+    ) -> Vec<Arc<RunLog>> {
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut logs: Vec<Arc<RunLog>> =
+            runs.by_id.values().filter(|l| l.owner == owner && l.conversation == conversation).cloned().collect();
+        // Run ids are UUIDv7: their order is their start's, within one millisecond too.
+        logs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
+        logs
     }
 
     /// Drops the logs of the runs in `scope` (their conversation, user or tenant was deleted):
@@ -362,7 +391,7 @@ mod tests {
     #[tokio::test]
     async fn readers_follow_and_replay() {
         let logs = RunLogs::default();
-        let log = logs.create("r1", (7, 1), toolgraph_protocol::ConversationId(1), CancellationToken::new());
+        let log = logs.create("r1", (7, 1), toolgraph_protocol::ConversationId(1), "tutor", CancellationToken::new());
         log.push(&Token { content: "a".into() });
         log.push(&Token { content: "b".into() });
         let (frames, done) = log.since(1);
@@ -392,7 +421,7 @@ mod tests {
     #[test]
     fn the_log_is_bounded() {
         let logs = RunLogs::default();
-        let log = logs.create("r", (1, 1), toolgraph_protocol::ConversationId(1), CancellationToken::new());
+        let log = logs.create("r", (1, 1), toolgraph_protocol::ConversationId(1), "tutor", CancellationToken::new());
         // Past several batch drops: readers always see exactly the newest FRAMES_KEPT frames,
         // each with its own data, and the kept data stays bounded.
         let total = 3 * FRAMES_KEPT + 10;

@@ -427,8 +427,9 @@ impl ChatService {
     ///
     /// # Errors
     /// [`ChatError::NotFound`] for a conversation that is not the caller's; `Invalid` for an
-    /// agent or context key the conversation's agent does not take; `Conflict` while a turn
-    /// runs or decisions are pending; `TooManyRuns`; `Store`.
+    /// agent or context key the conversation's agent does not take; `Busy` while another run
+    /// holds the conversation; `AwaitingDecision` while decisions are pending; `TooManyRuns`;
+    /// `Store`.
     pub async fn start_turn(&self, who: &Principal, req: &NewTurn) -> Result<(RunId, Arc<RunLog>), ChatError> {
         let store = &self.0.store;
         let (tenant, user) = (who.tenant().0, who.user().0);
@@ -471,7 +472,7 @@ impl ChatService {
         };
         let claim = self.claim();
         if !store.begin_turn(conversation, &claim).await? {
-            return Err(ChatError::conflict("a turn is already running on this conversation"));
+            return Err(ChatError::Busy);
         }
         let run_id = claim.run_id.clone();
         let cancel = self.0.shutdown.child_token();
@@ -499,14 +500,13 @@ impl ChatService {
                     GraphError::AwaitingDecision { .. } => {
                         ChatError::AwaitingDecision(self.undecided_actions(agent, &thread, conversation).await)
                     }
-                    GraphError::ConcurrentRun { .. } => {
-                        ChatError::conflict("a turn is already running on this conversation")
-                    }
+                    GraphError::ConcurrentRun { .. } => ChatError::Busy,
                     e => ChatError::Internal(e.to_string()),
                 });
             }
         };
-        let log = self.0.runs.create(&run_id, (tenant, user), ConversationId(conversation), cancel.clone());
+        let log =
+            self.0.runs.create(&run_id, (tenant, user), ConversationId(conversation), &turn.agent, cancel.clone());
         let (service, task_log, served) = (self.clone(), Arc::clone(&log), Arc::clone(&agent.agent));
         self.0.tasks.spawn(async move {
             let _slot = permit;
@@ -672,8 +672,8 @@ impl ChatService {
                 return Err(ChatError::conflict("these actions cannot be resumed now"));
             }
         };
-        let log =
-            self.0.runs.create(&claim.run_id, (lookup.tenant_id, lookup.user_id), ConversationId(conv), cancel.clone());
+        let owner = (lookup.tenant_id, lookup.user_id);
+        let log = self.0.runs.create(&claim.run_id, owner, ConversationId(conv), &conversation.agent, cancel.clone());
         // Nobody streams a confirm's run: its outcome is the response.
         let turn = Turn {
             tenant: lookup.tenant_id,
@@ -737,6 +737,12 @@ impl ChatService {
     /// The frame log of run `run` if it is `who`'s.
     pub fn run_log(&self, run: &RunId, who: &Principal) -> Option<Arc<RunLog>> {
         self.0.runs.get(run.as_str(), who.ids())
+    }
+
+    /// The logs this replica keeps of runs on `who`'s conversation `id` (running, or ended in
+    /// the last [`RETAIN_FINISHED`](crate::runlog::RETAIN_FINISHED)), newest first.
+    pub fn runs_of(&self, who: &Principal, id: ConversationId) -> Vec<Arc<RunLog>> {
+        self.0.runs.of_conversation(who.ids(), id)
     }
 
     /// Whether the service is shutting down (a cancelled run was stopped by it, not a client).

@@ -398,6 +398,7 @@ mod tests {
             "run-1",
             (7, 1),
             toolgraph_protocol::ConversationId(1),
+            "tutor",
             tokio_util::sync::CancellationToken::new(),
         );
         assert!(b.follow("run-1", (7, 1), 0).await.unwrap().is_none(), "nothing published yet");
@@ -476,6 +477,7 @@ mod tests {
                     &format!("r{i}"),
                     (1, 1),
                     toolgraph_protocol::ConversationId(1),
+                    "tutor",
                     tokio_util::sync::CancellationToken::new(),
                 )
             })
@@ -550,8 +552,13 @@ mod tests {
         let shared = Arc::new(SharedRuns::new(flaky.clone()));
         let logs = Arc::new(RunLogs::published(shared.unpublished()));
         let relay = tokio::spawn(Arc::clone(&shared).relay(Arc::clone(&logs)));
-        let log =
-            logs.create("r", (1, 1), toolgraph_protocol::ConversationId(1), tokio_util::sync::CancellationToken::new());
+        let log = logs.create(
+            "r",
+            (1, 1),
+            toolgraph_protocol::ConversationId(1),
+            "tutor",
+            tokio_util::sync::CancellationToken::new(),
+        );
         log.push(&toolgraph_protocol::Frame::Token { content: "1".into() });
         log.push(&toolgraph_protocol::Frame::Done {
             conversation_id: toolgraph_protocol::ConversationId(1),

@@ -1,5 +1,8 @@
-//! Wire types of the chat contract (docs/service.md); the only place its camelCase names live
-//! (the `chat --url` client speaks through them too).
+//! Wire types of the chat contract (docs/service.md): its bodies, queries and answers, the
+//! only place the routes' camelCase names live (the `chat --url` client speaks through them
+//! too). The ids in them are `toolgraph-protocol`'s types, the bare numbers on the wire. (The
+//! identity a turn's tools read, `tenantId`/`userId`/`conversationId` in the agent's state, is
+//! the service's to write.)
 
 use crate::error::ChatError;
 use serde::{Deserialize, Serialize};

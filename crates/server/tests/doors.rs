@@ -3,18 +3,16 @@
 //! request is refused, naming what is wrong, before any turn starts (the agent's model is an
 //! address nothing answers: a turn that started would fail differently).
 
+mod common;
+
 use axum::body::Body;
 use axum::http::Request;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use toolgraph_agents::chat_agent::GraphAgent;
-use toolgraph_agents::kit::AgentSpec;
-use toolgraph_config::AgentSettings;
 use toolgraph_conversations::MemoryConversationStore;
 use toolgraph_graph::{Checkpointer, MemoryCheckpointer};
 use toolgraph_server::auth::Auth;
-use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+use toolgraph_server::{AppState, ChatService, ServiceOptions};
 use tower::ServiceExt;
 
 fn app() -> axum::Router {
@@ -23,14 +21,9 @@ fn app() -> axum::Router {
 
 /// The service's routes, ready or still starting.
 fn router(ready: bool) -> axum::Router {
-    let config = toolgraph_llm::OpenAiConfig::new("http://127.0.0.1:9/v1", "nobody");
-    // An address that is valid; `OpenAiChatModel::new` only fails on a malformed one.
-    let llm = Arc::new(toolgraph_llm::OpenAiChatModel::new(config).expect("a well-formed address"));
     let ckpt: Arc<dyn Checkpointer> = Arc::new(MemoryCheckpointer::new());
-    let spec = AgentSpec::new("tutor", "You are the tutor.", toolgraph_tools::ToolRegistry::new());
-    let graph = toolgraph_agents::react::build(spec, llm, Arc::clone(&ckpt)).expect("the ReAct graph builds");
-    let agents =
-        BTreeMap::from([("tutor".to_owned(), ServedAgent::new(GraphAgent::new(graph), AgentSettings::default()))]);
+    // An address nothing answers: a turn that started would fail differently.
+    let agents = common::tutor("http://127.0.0.1:9/v1", &ckpt);
     let options = ServiceOptions { auth: Auth::None, ..ServiceOptions::default() };
     let store = Arc::new(MemoryConversationStore::new());
     let state = AppState::new(ChatService::new(agents, "tutor".into(), store, ckpt, options));

@@ -11,23 +11,14 @@ import sys
 import threading
 import time
 
-import httpx
-from langgraph_sdk import get_sync_client
+import langgraph_common
+from langgraph_common import refused
 
 base, key = sys.argv[1], sys.argv[2]
 
 
 def client_of(user):
-    headers = {"Authorization": f"Bearer {key}", "X-Tenant-Slug": "demo", "X-User-Id": str(user)}
-    return get_sync_client(url=base, headers=headers)
-
-
-def refused(call):
-    try:
-        call()
-        return None
-    except httpx.HTTPStatusError as e:
-        return {"status": e.response.status_code, "body": e.response.json()}
+    return langgraph_common.client_of(base, key, user)
 
 
 client = client_of(1)
@@ -147,7 +138,7 @@ other = client.threads.create(metadata={"course": "ssoo"})
 out["search"] = [t["thread_id"] for t in client.threads.search(metadata={"course": "iv"})]
 out["count"] = client.threads.count()
 out["idle"] = [t["thread_id"] for t in client.threads.search(status="idle")]
-out["busy"] = refused(lambda: client.threads.search(status="busy"))
+out["untracked"] = refused(lambda: client.threads.search(status="error"))
 out["too_much_metadata"] = refused(lambda: client.threads.update(tid, metadata={"notes": "x" * 20000}))
 out["updated"] = client.threads.update(tid, metadata={"term": "2026"})
 out["history"] = client.threads.get_history(tid, limit=3)

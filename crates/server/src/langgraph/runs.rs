@@ -10,7 +10,8 @@
 use super::threads::{Asker, Now, interrupt, now, theirs, tool_call};
 use crate::AppState;
 use crate::agui::{Decision, decide};
-use crate::error::ApiError;
+use crate::auth::Principal;
+use crate::error::{ApiError, ChatError};
 use crate::extract::{Asking, json_body};
 use crate::service::NewTurn;
 use crate::wire::{ConfirmResponse, PendingActionDto};
@@ -30,7 +31,7 @@ use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
 const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
 
 /// What a run reads; the rest of LangGraph's run options (`config`, `context`, `metadata`,
-/// `multitask_strategy`, `interrupt_before`, …) is accepted and not used.
+/// `interrupt_before`, …) is accepted and not used.
 #[derive(Debug, Deserialize)]
 struct RunCreate {
     assistant_id: String,
@@ -42,9 +43,44 @@ struct RunCreate {
     stream_mode: Option<Value>,
     #[serde(default)]
     on_completion: Option<String>,
+    #[serde(default)]
+    multitask_strategy: Option<String>,
 }
 
+/// What a run does when another run holds its thread's conversation (`multitask_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Multitask {
+    /// Refused: 409 (the default, as on every door).
+    Reject,
+    /// The run in progress is cancelled (as `runs.cancel` does), then this one starts.
+    Interrupt,
+    /// This one starts once the run in progress has ended.
+    Enqueue,
+}
+
+/// Longest an `enqueue`d run waits for the run in progress to end before it is refused (409).
+const ENQUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl RunCreate {
+    /// The `multitask_strategy` asked for (`reject` when none); `rollback` is refused by name.
+    fn multitask(&self) -> Result<Multitask, ApiError> {
+        match self.multitask_strategy.as_deref() {
+            None | Some("reject") => Ok(Multitask::Reject),
+            Some("interrupt") => Ok(Multitask::Interrupt),
+            Some("enqueue") => Ok(Multitask::Enqueue),
+            Some("rollback") => Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "multitask_strategy",
+                "`rollback` is not served: use `interrupt` (the run in progress stops; its finished steps stay)",
+            )),
+            Some(other) => Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "multitask_strategy",
+                format!("`{other}` is not a strategy: reject, interrupt or enqueue"),
+            )),
+        }
+    }
+
     /// Whether a stateless run's thread goes when the run ends (`on_completion`, `delete` unless
     /// `keep`).
     fn ephemeral(&self) -> bool {
@@ -198,7 +234,9 @@ async fn streamed(
         }
         Asked::Message(message) => {
             let before = now(app.chat(), &who, &thread).await?;
-            let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message.clone(), ephemeral).await?;
+            let strategy = run.multitask()?;
+            let (run_id, log) =
+                begin(&app, &who, &mut thread, &run.assistant_id, message.clone(), ephemeral, strategy).await?;
             let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
             if modes.values {
                 let mut values = before.values.clone();
@@ -389,24 +427,108 @@ pub(crate) async fn get(
     if thread.conversation != Some(log.conversation.0) {
         return Err(gone());
     }
+    let paused = log.outcome().0 && !now(app.chat(), &who, &thread).await?.awaiting.is_empty();
+    Ok(axum::Json(run_shape(&thread, &log, paused)).into_response())
+}
+
+/// A run as LangGraph's `Run`; `paused`: it is the run the thread's pause is waiting on.
+fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, paused: bool) -> Value {
     let status = match log.outcome() {
         (false, _) => "running",
         // Stopped by a client's cancel (`action=interrupt`), as LangGraph names it.
         (true, true) if log.cancelled() => "interrupted",
         (true, true) => "error",
-        (true, _) if !now(app.chat(), &who, &thread).await?.awaiting.is_empty() => "interrupted",
+        (true, _) if paused => "interrupted",
         (true, _) => "success",
     };
-    Ok(axum::Json(json!({
-        "run_id": run_id,
+    let at = super::threads::rfc3339(log.created_ms);
+    json!({
+        "run_id": log.run_id(),
         "thread_id": thread.id,
+        "assistant_id": &*log.agent,
         "status": status,
         "metadata": {},
         "multitask_strategy": "reject",
-        "created_at": super::threads::rfc3339(thread.created_at_ms),
-        "updated_at": super::threads::rfc3339(thread.updated_at_ms),
-    }))
-    .into_response())
+        "created_at": at,
+        "updated_at": at,
+    })
+}
+
+/// `POST /threads/{thread_id}/runs`: a run started in the background — answered at once with
+/// the run (`status: running`), which goes on whether or not anyone reads it; `runs.join`
+/// waits for its end, `runs.join_stream` reads its events. A `command.resume` is decided by the
+/// run it starts and answered by it: on `runs.wait` or `runs.stream` (422 here).
+pub(crate) async fn create(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Asker(who): Asker,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (who, mut thread, run) = prepare(&app, who, Some(&id), &body).await?;
+    modes(run.stream_mode.as_ref())?;
+    let Asked::Message(message) = asked(&run)? else {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "command",
+            "a resume is answered by the run it starts: resume with runs.wait or runs.stream",
+        ));
+    };
+    let strategy = run.multitask()?;
+    let (_, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, false, strategy).await?;
+    Ok(axum::Json(run_shape(&thread, &log, false)).into_response())
+}
+
+/// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: the thread's runs this replica keeps
+/// (running, or ended within the last five minutes), newest first.
+pub(crate) async fn list(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Asker(who): Asker,
+    uri: axum::http::Uri,
+) -> Result<Response, ApiError> {
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let (mut limit, mut offset, mut status) = (10_usize, 0_usize, None);
+    let bad = |field: &str, message: &str| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message);
+    for (key, value) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        match &*key {
+            "limit" => {
+                limit =
+                    value.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| bad("limit", "1 to 1000"))?
+            }
+            "offset" => offset = value.parse().map_err(|_| bad("offset", "a number"))?,
+            "status" => status = Some(value.into_owned()),
+            _ => {}
+        }
+    }
+    let Some(conversation) = thread.conversation else { return Ok(axum::Json(Vec::<Value>::new()).into_response()) };
+    let logs = app.chat().runs_of(&who.principal, ConversationId(conversation));
+    // Only the newest ended run can be the one the thread's pause waits on.
+    let waits = !now(app.chat(), &who, &thread).await?.awaiting.is_empty();
+    let newest_ended = logs.iter().position(|l| l.outcome().0);
+    let runs: Vec<Value> = logs
+        .iter()
+        .enumerate()
+        .map(|(i, log)| run_shape(&thread, log, waits && newest_ended == Some(i)))
+        .filter(|r| status.as_deref().is_none_or(|s| r["status"] == s))
+        .skip(offset)
+        .take(limit)
+        .collect();
+    Ok(axum::Json(runs).into_response())
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}/join`: waits for the run's end — here or on another
+/// replica — and answers the thread's values then (with `__interrupt__` when it paused),
+/// whatever the run's outcome (`runs.get` tells it).
+pub(crate) async fn join_run(
+    State(app): State<AppState>,
+    Path((id, run_id)): Path<(String, String)>,
+    Asker(who): Asker,
+) -> Result<Response, ApiError> {
+    let thread = theirs(app.chat(), &who, &id).await?;
+    let mut frames = run_frames(&app, &who, &thread, &run_id, 0).await?;
+    while frames.next().await.is_some() {}
+    let after = now(app.chat(), &who, &thread).await?;
+    Ok(axum::Json(final_values(&after)).into_response())
 }
 
 /// `POST /threads/{thread_id}/runs/wait`: the run's final values (with `__interrupt__` when it
@@ -434,7 +556,8 @@ async fn waited(
             resume_thread(&app, &who, &thread, &resume).await?;
         }
         Asked::Message(message) => {
-            let (_, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral).await?;
+            let strategy = run.multitask()?;
+            let (_, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy).await?;
             let mut frames = std::pin::pin!(log.typed_frames());
             while let Some(frame) = frames.next().await {
                 if let Frame::Error { message } = frame {
@@ -458,6 +581,7 @@ async fn prepare(
     body: &Bytes,
 ) -> Result<(Asking, Thread, RunCreate), ApiError> {
     let run: RunCreate = json_body(body)?;
+    run.multitask()?;
     if let Some(c) = run.on_completion.as_deref()
         && !["delete", "keep"].contains(&c)
     {
@@ -507,8 +631,9 @@ async fn begin(
     assistant: &str,
     message: String,
     ephemeral: bool,
+    strategy: Multitask,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
-    let started = start(app, who, thread, assistant, message).await;
+    let started = start(app, who, thread, assistant, message, strategy).await;
     if started.is_err() {
         finished(app.chat(), who, thread, false, ephemeral).await;
     }
@@ -516,13 +641,14 @@ async fn begin(
 }
 
 /// Starts the turn of `message` on `thread`'s conversation (made by this first run, and bound
-/// to the thread: `thread` says which).
+/// to the thread: `thread` says which); while another run holds it, as `strategy` says.
 async fn start(
     app: &AppState,
     who: &Asking,
     thread: &mut Thread,
     assistant: &str,
     message: String,
+    strategy: Multitask,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
     let turn = NewTurn {
         tenant_slug: who.tenant_slug.clone(),
@@ -533,7 +659,7 @@ async fn start(
         tool_events: true,
     };
     turn.validate()?;
-    let (run_id, log) = app.chat().start_turn(&who.principal, &turn).await?;
+    let (run_id, log) = start_when_free(app, &who.principal, &turn, strategy).await?;
     if thread.conversation.is_none() {
         app.chat().update_thread(&who.principal, &thread.id, None, Some(log.conversation)).await?;
         let bound = theirs(app.chat(), who, &thread.id).await?.conversation;
@@ -545,6 +671,54 @@ async fn start(
         thread.conversation = Some(log.conversation.0);
     }
     Ok((run_id.0, log))
+}
+
+/// Starts `turn` for `who`; while another run holds its conversation, refuses (`reject`),
+/// cancels that run and starts once it has ended (`interrupt`, within [`CANCEL_WAIT`]), or
+/// starts once it has ended (`enqueue`, within [`ENQUEUE_WAIT`]). A run in progress on another
+/// replica cannot be interrupted from here (409); one is waited for by retrying.
+async fn start_when_free(
+    app: &AppState,
+    who: &Principal,
+    turn: &NewTurn,
+    strategy: Multitask,
+) -> Result<(RunId, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
+    let limit = if strategy == Multitask::Interrupt { CANCEL_WAIT } else { ENQUEUE_WAIT };
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut interrupted = false;
+    loop {
+        match app.chat().start_turn(who, turn).await {
+            Err(ChatError::Busy) if strategy != Multitask::Reject => {}
+            started => return Ok(started?),
+        }
+        // Busy: the conversation exists (a new one is never busy).
+        let running = turn.conversation.and_then(|c| app.chat().runs_of(who, c).into_iter().find(|l| !l.outcome().0));
+        if strategy == Multitask::Interrupt && !interrupted {
+            let Some(log) = &running else {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "the run in progress is on another replica and cannot be interrupted from this one; retry, or \
+                     enqueue",
+                ));
+            };
+            log.cancel();
+            interrupted = true;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("the run in progress did not end within {} s", limit.as_secs()),
+            ));
+        }
+        match running {
+            // Its conversation is released before its log ends.
+            Some(log) => {
+                log.ended(left).await;
+            }
+            None => tokio::time::sleep(left.min(std::time::Duration::from_millis(250))).await,
+        }
+    }
 }
 
 /// `value` as the decision on `action`: for an approval `true`/`false`, `{"approved": bool}` or

@@ -93,12 +93,14 @@ pub(super) struct Now {
     pub awaiting: Vec<PendingActionDto>,
     /// The last checkpoint's number (0 before the first run).
     pub seq: u64,
+    /// Whether a run of this replica is running on it.
+    pub busy: bool,
 }
 
 impl Now {
     /// A thread before its first run.
     pub fn empty() -> Self {
-        Self { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0 }
+        Self { values: json!({ "messages": [] }), next: Vec::new(), awaiting: Vec::new(), seq: 0, busy: false }
     }
 }
 
@@ -114,12 +116,13 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
         Err(crate::error::ChatError::NotFound) => None,
         Err(e) => return Err(e.into()),
     };
+    let busy = chat.runs_of(&who.principal, conversation).iter().any(|l| !l.outcome().0);
     let Some(head) = head else {
-        return Ok(Now::empty());
+        return Ok(Now { busy, ..Now::empty() });
     };
     let awaiting = chat.awaiting(&who.principal, conversation).await?;
     let values = shown(&thread.id, head.at.state);
-    Ok(Now { values, next: head.at.next.into_iter().collect(), awaiting, seq: head.at.seq })
+    Ok(Now { values, next: head.at.next.into_iter().collect(), awaiting, seq: head.at.seq, busy })
 }
 
 /// The agent's `state` as a thread's values: its messages as LangChain's, without the turn's
@@ -202,7 +205,11 @@ pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
         "created_at": rfc3339(thread.created_at_ms),
         "updated_at": rfc3339(thread.updated_at_ms),
         "metadata": thread.metadata,
-        "status": if interrupts.is_empty() { "idle" } else { "interrupted" },
+        "status": match (now.busy, interrupts.is_empty()) {
+            (true, _) => "busy",
+            (false, true) => "idle",
+            (false, false) => "interrupted",
+        },
         "values": values,
         "interrupts": if interrupts.is_empty() { json!({}) } else { json!({ "__root__": interrupts }) },
         "config": {},
@@ -383,12 +390,12 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
         return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "limit", "between 1 and 1000"));
     }
     if let Some(s) = &search.status
-        && !["idle", "interrupted"].contains(&s.as_str())
+        && !["idle", "busy", "interrupted"].contains(&s.as_str())
     {
         return Err(ApiError::field(
             StatusCode::UNPROCESSABLE_ENTITY,
             "status",
-            format!("idle or interrupted (`{s}` is not tracked)"),
+            format!("idle, busy or interrupted (`{s}` is not tracked)"),
         ));
     }
     let mut found = Vec::new();
@@ -397,15 +404,21 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
             continue;
         }
         if let Some(wanted) = &search.status {
-            // What it waits for tells; its state is read for the page only.
-            let waits = match thread.conversation {
+            // What runs on it and what it waits for tell; its state is read for the page only.
+            let (busy, waits) = match thread.conversation.map(ConversationId) {
                 Some(c) => {
-                    let awaiting = app.chat().awaiting(&who.principal, ConversationId(c)).await;
-                    awaiting.map(|a| !a.is_empty()).unwrap_or(false)
+                    let busy = app.chat().runs_of(&who.principal, c).iter().any(|l| !l.outcome().0);
+                    let awaiting = app.chat().awaiting(&who.principal, c).await;
+                    (busy, awaiting.map(|a| !a.is_empty()).unwrap_or(false))
                 }
-                None => false,
+                None => (false, false),
             };
-            if (wanted == "interrupted") != waits {
+            let status = match (busy, waits) {
+                (true, _) => "busy",
+                (false, true) => "interrupted",
+                (false, false) => "idle",
+            };
+            if wanted != status {
                 continue;
             }
         }

@@ -1,0 +1,74 @@
+"""LangGraph's Python SDK (PyPI `langgraph-sdk`) against `toolgraph serve`'s background runs,
+run list, join and `multitask_strategy`.
+
+Usage: langgraph_runs.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw: a
+run created in the background, joined, read and listed; a resume refused in the background; a
+slow run that makes its thread busy, a second run refused (`reject`, `rollback`, an unknown
+strategy), then one that interrupts it, and one enqueued behind another slow run. The Rust test
+(tests/langgraph.rs) asserts on it.
+"""
+
+import json
+import sys
+import time
+
+from langgraph_common import client_of, refused
+
+base, key = sys.argv[1], sys.argv[2]
+client = client_of(base, key, 1)
+out = {}
+
+
+def said(text):
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def wait_for(check, seconds=10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# A run in the background: answered at once, joined for the thread's values, then read and listed.
+first = client.threads.create()["thread_id"]
+run = client.runs.create(first, "assistant", input=said("hola"))
+out["created"] = run
+out["joined"] = client.runs.join(first, run["run_id"])
+out["got"] = client.runs.get(first, run["run_id"])
+out["listed"] = client.runs.list(first)
+out["listed_success"] = [r["run_id"] for r in client.runs.list(first, status="success")]
+out["listed_error"] = client.runs.list(first, status="error")
+out["resume_in_background"] = refused(lambda: client.runs.create(first, "assistant", command={"resume": True}))
+out["join_unknown"] = refused(lambda: client.runs.join(first, "no-such-run"))
+
+# A slow run makes its thread busy; a second run is refused unless it says what to do.
+busy = client.threads.create()["thread_id"]
+slow = client.runs.create(busy, "assistant", input=said("cuéntame algo largo"))
+out["busy_seen"] = wait_for(lambda: client.threads.get(busy)["status"] == "busy")
+out["busy_search"] = [t["thread_id"] for t in client.threads.search(status="busy")]
+out["reject"] = refused(lambda: client.runs.create(busy, "assistant", input=said("¿y ahora?")))
+out["rollback"] = refused(
+    lambda: client.runs.create(busy, "assistant", input=said("¿y ahora?"), multitask_strategy="rollback")
+)
+out["unknown_strategy"] = refused(
+    lambda: client.runs.create(busy, "assistant", input=said("¿y ahora?"), multitask_strategy="later")
+)
+started = time.monotonic()
+out["interrupting"] = client.runs.wait(busy, "assistant", input=said("¿sigues?"), multitask_strategy="interrupt")
+out["interrupt_seconds"] = time.monotonic() - started
+out["interrupted_status"] = client.runs.get(busy, slow["run_id"])["status"]
+out["after_interrupt"] = [(r["run_id"], r["status"]) for r in client.runs.list(busy)]
+out["idle_after"] = client.threads.get(busy)["status"]
+
+# Enqueued behind another slow run: it starts once that one has ended, and both replies stay.
+queue = client.threads.create()["thread_id"]
+ahead = client.runs.create(queue, "assistant", input=said("despacio"))
+wait_for(lambda: client.threads.get(queue)["status"] == "busy")
+started = time.monotonic()
+out["enqueued"] = client.runs.wait(queue, "assistant", input=said("y después"), multitask_strategy="enqueue")
+out["enqueue_seconds"] = time.monotonic() - started
+out["ahead_status"] = client.runs.get(queue, ahead["run_id"])["status"]
+print(json.dumps(out))
