@@ -271,17 +271,25 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
             Step::Done,
         ])
     };
-    let model = ScriptedModelServer::start(vec![
-        Reply::text("¡Hola!"),
-        // Interrupted by the next run: its text never arrives.
-        slow(8, "Tarde."),
-        Reply::text("Sigo aquí."),
-        // Enqueued behind: the next run starts once this one has ended.
-        slow(2, "Despacio."),
-        Reply::text("Después."),
-    ])
-    .await
-    .unwrap();
+    let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
+    // Each turn's reply by what the person said: runs that overlap may reach the model in
+    // either order.
+    model.set_responder(move |request| {
+        let said = request["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
+        match said {
+            // Interrupted by the next run: its text never arrives.
+            "cuéntame algo largo" => slow(8, "Tarde."),
+            "¿sigues?" => Reply::text("Sigo aquí."),
+            // Enqueued behind: the next run starts once this one has ended.
+            "despacio" => slow(2, "Despacio."),
+            "y después" => Reply::text("Después."),
+            _ => Reply::text("¡Hola!"),
+        }
+    });
     let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[]).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_runs.py");
     let mut client = Command::new(python);
@@ -312,6 +320,8 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert_eq!(saw["listed"][0]["run_id"], run_id);
     assert_eq!(saw["listed_success"], json!([run_id]), "filtered by status");
     assert_eq!(saw["listed_error"], json!([]));
+    assert_eq!(saw["listed_unknown"]["status"], 422, "{}", saw["listed_unknown"]);
+    assert_eq!(saw["on_run_created"], json!([run_id]), "Content-Location names the run");
     assert_eq!(saw["resume_in_background"]["status"], 422, "{}", saw["resume_in_background"]);
     assert_eq!(saw["resume_in_background"]["body"]["field"], "command");
     assert_eq!(saw["join_unknown"]["status"], 404, "{}", saw["join_unknown"]);

@@ -143,7 +143,7 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
         ));
     }
     // Runs may carry a whole conversation too; a thread's own routes take small bodies.
-    let whole = door && (!path.starts_with("/threads") || path.contains("/runs"));
+    let whole = door && (!path.starts_with("/threads") || path.split('/').nth(3) == Some("runs"));
     let max = if whole { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
     match authenticated(app.chat().auth(), req, max).await {
         Ok(req) => next.run(req).await,

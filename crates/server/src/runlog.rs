@@ -362,12 +362,28 @@ impl RunLogs {
         owner: (i64, i64),
         conversation: toolgraph_protocol::ConversationId,
     ) -> Vec<Arc<RunLog>> {
-        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        let mut logs: Vec<Arc<RunLog>> =
-            runs.by_id.values().filter(|l| l.owner == owner && l.conversation == conversation).cloned().collect();
+        let mut logs: Vec<Arc<RunLog>> = {
+            let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = |l: &&Arc<RunLog>| l.lock().finished.is_none_or(|t| t.elapsed() < RETAIN_FINISHED);
+            runs.by_id
+                .values()
+                .filter(|l| l.owner == owner && l.conversation == conversation)
+                .filter(kept)
+                .cloned()
+                .collect()
+        };
         // Run ids are UUIDv7: their order is their start's, within one millisecond too.
         logs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
         logs
+    }
+
+    /// The conversations of `owner` with a run in progress here.
+    pub fn busy_conversations(
+        &self,
+        owner: (i64, i64),
+    ) -> std::collections::HashSet<toolgraph_protocol::ConversationId> {
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.by_id.values().filter(|l| l.owner == owner && !l.outcome().0).map(|l| l.conversation).collect()
     }
 
     /// Drops the logs of the runs in `scope` (their conversation, user or tenant was deleted):

@@ -510,6 +510,7 @@ impl ChatService {
         let (service, task_log, served) = (self.clone(), Arc::clone(&log), Arc::clone(&agent.agent));
         self.0.tasks.spawn(async move {
             let _slot = permit;
+            let _ends = turn::EndsLog(Arc::clone(&task_log));
             turn::drive(&service, served.as_ref(), &turn, run, &task_log).await;
         });
         Ok((RunId(run_id), log))
@@ -687,6 +688,7 @@ impl ChatService {
         let (service, served) = (self.clone(), Arc::clone(&agent.agent));
         let task = self.0.tasks.spawn(async move {
             let _slot = permit;
+            let _ends = turn::EndsLog(Arc::clone(&log));
             let result = turn::drive(&service, served.as_ref(), &turn, run, &log).await;
             let response = match (result.error, result.reply, result.pending.into_iter().next()) {
                 (Some(e), _, _) => Err(e),
@@ -743,6 +745,11 @@ impl ChatService {
     /// the last [`RETAIN_FINISHED`](crate::runlog::RETAIN_FINISHED)), newest first.
     pub fn runs_of(&self, who: &Principal, id: ConversationId) -> Vec<Arc<RunLog>> {
         self.0.runs.of_conversation(who.ids(), id)
+    }
+
+    /// `who`'s conversations with a run in progress on this replica.
+    pub fn busy_conversations(&self, who: &Principal) -> std::collections::HashSet<ConversationId> {
+        self.0.runs.busy_conversations(who.ids())
     }
 
     /// Whether the service is shutting down (a cancelled run was stopped by it, not a client).

@@ -34,13 +34,16 @@ def wait_for(check, seconds=10):
 
 # A run in the background: answered at once, joined for the thread's values, then read and listed.
 first = client.threads.create()["thread_id"]
-run = client.runs.create(first, "assistant", input=said("hola"))
+created = []
+run = client.runs.create(first, "assistant", input=said("hola"), on_run_created=lambda m: created.append(m["run_id"]))
+out["on_run_created"] = created
 out["created"] = run
 out["joined"] = client.runs.join(first, run["run_id"])
 out["got"] = client.runs.get(first, run["run_id"])
 out["listed"] = client.runs.list(first)
 out["listed_success"] = [r["run_id"] for r in client.runs.list(first, status="success")]
 out["listed_error"] = client.runs.list(first, status="error")
+out["listed_unknown"] = refused(lambda: client.runs.list(first, status="finished"))
 out["resume_in_background"] = refused(lambda: client.runs.create(first, "assistant", command={"resume": True}))
 out["join_unknown"] = refused(lambda: client.runs.join(first, "no-such-run"))
 

@@ -58,8 +58,17 @@ enum Multitask {
     Enqueue,
 }
 
-/// Longest an `enqueue`d run waits for the run in progress to end before it is refused (409).
-const ENQUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+/// Longest an `enqueue`d run waits for the run in progress to end before it is refused (409):
+/// under the 300 s LangGraph's SDKs wait for an answer, so the client sees the refusal.
+const ENQUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(240);
+
+/// Longest `join` waits for a run's end before answering 504 (join again): under the SDKs'
+/// 300 s, and bounded when the shared store cannot be read.
+const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(240);
+
+/// How long an `interrupt` looks for the run in progress here before taking it for another
+/// replica's: a run holds its conversation a moment before its log exists.
+const LOOK_FOR_RUN: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RunCreate {
     /// The `multitask_strategy` asked for (`reject` when none); `rollback` is refused by name.
@@ -248,6 +257,7 @@ async fn streamed(
                 first.push(event("values", &values));
             }
             let location = format!("/threads/{}/runs/{run_id}/stream", thread.id);
+            let (thread_id, run) = (thread.id.clone(), run_id.clone());
             let frames = events_of(log.frames_after(0), app.chat().clone(), who, thread, modes, run_id, ephemeral);
             let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
             let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
@@ -256,6 +266,7 @@ async fn streamed(
             if let Ok(location) = axum::http::HeaderValue::from_str(&location) {
                 response.headers_mut().insert(axum::http::header::LOCATION, location);
             }
+            created_at(&mut response, &thread_id, &run);
             Ok(response)
         }
     }
@@ -427,7 +438,10 @@ pub(crate) async fn get(
     if thread.conversation != Some(log.conversation.0) {
         return Err(gone());
     }
-    let paused = log.outcome().0 && !now(app.chat(), &who, &thread).await?.awaiting.is_empty();
+    // Only the newest ended run can be the one the thread's pause waits on.
+    let newest_ended = app.chat().runs_of(&who.principal, log.conversation).into_iter().find(|l| l.outcome().0);
+    let paused = newest_ended.is_some_and(|l| std::sync::Arc::ptr_eq(&l, &log))
+        && !now(app.chat(), &who, &thread).await?.awaiting.is_empty();
     Ok(axum::Json(run_shape(&thread, &log, paused)).into_response())
 }
 
@@ -474,8 +488,18 @@ pub(crate) async fn create(
         ));
     };
     let strategy = run.multitask()?;
-    let (_, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, false, strategy).await?;
-    Ok(axum::Json(run_shape(&thread, &log, false)).into_response())
+    let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, false, strategy).await?;
+    let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
+    created_at(&mut response, &thread.id, &run_id);
+    Ok(response)
+}
+
+/// Names the run in `Content-Location`, where LangGraph's SDKs read which run a request
+/// created (`on_run_created`).
+fn created_at(response: &mut Response, thread: &str, run_id: &str) {
+    if let Ok(at) = axum::http::HeaderValue::from_str(&format!("/threads/{thread}/runs/{run_id}")) {
+        response.headers_mut().insert(axum::http::header::CONTENT_LOCATION, at);
+    }
 }
 
 /// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: the thread's runs this replica keeps
@@ -496,7 +520,12 @@ pub(crate) async fn list(
                     value.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| bad("limit", "1 to 1000"))?
             }
             "offset" => offset = value.parse().map_err(|_| bad("offset", "a number"))?,
-            "status" => status = Some(value.into_owned()),
+            "status" if ["pending", "running", "error", "success", "timeout", "interrupted"].contains(&&*value) => {
+                status = Some(value.into_owned());
+            }
+            "status" => {
+                return Err(bad("status", "pending, running, error, success, timeout or interrupted"));
+            }
             _ => {}
         }
     }
@@ -526,7 +555,12 @@ pub(crate) async fn join_run(
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
     let mut frames = run_frames(&app, &who, &thread, &run_id, 0).await?;
-    while frames.next().await.is_some() {}
+    if tokio::time::timeout(JOIN_WAIT, async { while frames.next().await.is_some() {} }).await.is_err() {
+        return Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("the run has not ended within {} s; join it again", JOIN_WAIT.as_secs()),
+        ));
+    }
     let after = now(app.chat(), &who, &thread).await?;
     Ok(axum::Json(final_values(&after)).into_response())
 }
@@ -684,7 +718,8 @@ async fn start_when_free(
     strategy: Multitask,
 ) -> Result<(RunId, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
     let limit = if strategy == Multitask::Interrupt { CANCEL_WAIT } else { ENQUEUE_WAIT };
-    let deadline = tokio::time::Instant::now() + limit;
+    let began = tokio::time::Instant::now();
+    let deadline = began + limit;
     let mut interrupted = false;
     loop {
         match app.chat().start_turn(who, turn).await {
@@ -694,15 +729,23 @@ async fn start_when_free(
         // Busy: the conversation exists (a new one is never busy).
         let running = turn.conversation.and_then(|c| app.chat().runs_of(who, c).into_iter().find(|l| !l.outcome().0));
         if strategy == Multitask::Interrupt && !interrupted {
-            let Some(log) = &running else {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "the run in progress is on another replica and cannot be interrupted from this one; retry, or \
-                     enqueue",
-                ));
-            };
-            log.cancel();
-            interrupted = true;
+            match &running {
+                Some(log) => {
+                    log.cancel();
+                    interrupted = true;
+                }
+                None if began.elapsed() < LOOK_FOR_RUN => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "the run in progress is on another replica and cannot be interrupted from this one; retry, \
+                         or enqueue",
+                    ));
+                }
+            }
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {

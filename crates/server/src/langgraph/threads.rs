@@ -399,6 +399,7 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
         ));
     }
     let mut found = Vec::new();
+    let busy_here = app.chat().busy_conversations(&who.principal);
     for thread in app.chat().threads(&who.principal).await? {
         if !search.metadata.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
             continue;
@@ -407,7 +408,7 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
             // What runs on it and what it waits for tell; its state is read for the page only.
             let (busy, waits) = match thread.conversation.map(ConversationId) {
                 Some(c) => {
-                    let busy = app.chat().runs_of(&who.principal, c).iter().any(|l| !l.outcome().0);
+                    let busy = busy_here.contains(&c);
                     let awaiting = app.chat().awaiting(&who.principal, c).await;
                     (busy, awaiting.map(|a| !a.is_empty()).unwrap_or(false))
                 }

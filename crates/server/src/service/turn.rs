@@ -7,6 +7,7 @@ use crate::runlog::RunLog;
 use crate::wire::PendingActionDto;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use toolgraph_agents::chat_agent::{AgentRun, ChatAgent, TurnEnd};
@@ -17,6 +18,19 @@ use toolgraph_protocol::Frame;
 /// The reply of a run that hit the recursion limit (the academy-admin contract's text).
 pub const RECURSION_FALLBACK: &str =
     "Sorry, I could not finish this request within the allowed number of steps. Please try rephrasing it.";
+
+/// Ends a run's log if its task stops without ending it (a panic in the run): readers get an
+/// `error` and the thread is no longer busy, instead of waiting for a log that never ends.
+pub(crate) struct EndsLog(pub Arc<RunLog>);
+
+impl Drop for EndsLog {
+    fn drop(&mut self) {
+        if !self.0.outcome().0 {
+            self.0.push(&Frame::Error { message: "the run stopped unexpectedly".into() });
+            self.0.finish();
+        }
+    }
+}
 
 /// Who a turn belongs to, and its hold on the conversation.
 #[derive(Debug, Clone)]
@@ -253,4 +267,26 @@ async fn renew(service: &ChatService, turn: &Turn, expired: bool) -> bool {
 
 fn push_done(log: &RunLog, conversation: i64, message_id: toolgraph_protocol::MessageId) {
     log.push(&Frame::Done { conversation_id: toolgraph_protocol::ConversationId(conversation), message_id });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runlog::RunLogs;
+    use toolgraph_protocol::{ConversationId, MessageId};
+
+    #[test]
+    fn a_run_whose_task_stops_early_still_ends_its_log() {
+        let logs = RunLogs::default();
+        let log = logs.create("r", (1, 1), ConversationId(1), "tutor", CancellationToken::new());
+        drop(EndsLog(Arc::clone(&log)));
+        assert_eq!(log.outcome(), (true, true), "ended, with an error");
+        // A log the run ended is left as it was.
+        let done = logs.create("d", (1, 1), ConversationId(1), "tutor", CancellationToken::new());
+        done.push(&Frame::Done { conversation_id: ConversationId(1), message_id: MessageId(2) });
+        done.finish();
+        drop(EndsLog(Arc::clone(&done)));
+        assert_eq!(done.outcome(), (true, false));
+        assert_eq!(done.since(0).0.len(), 1, "nothing added");
+    }
 }
