@@ -325,6 +325,10 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert_eq!(saw["resume_in_background"]["status"], 422, "{}", saw["resume_in_background"]);
     assert_eq!(saw["resume_in_background"]["body"]["field"], "command");
     assert_eq!(saw["join_unknown"]["status"], 404, "{}", saw["join_unknown"]);
+    // Stateless: a thread of its own, deleted once the run ended, or kept and joined.
+    assert!(saw["stateless"]["thread_id"].as_str().is_some_and(|t| t.len() == 36), "{}", saw["stateless"]);
+    assert_eq!(saw["stateless_gone"], true, "the run's thread went once the run ended");
+    assert_eq!(said(&saw["kept_joined"]), [pair("human", "hola sin hilo"), pair("ai", "¡Hola!")]);
 
     // A slow run: the thread is busy; another run is refused unless it says what to do.
     assert_eq!(saw["busy_seen"], true, "the thread read busy while its run ran");

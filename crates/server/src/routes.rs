@@ -47,6 +47,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/threads/{thread_id}/runs", post(crate::langgraph::runs::create).get(crate::langgraph::runs::list))
         .route("/runs/stream", post(crate::langgraph::runs::stream_stateless))
         .route("/runs/wait", post(crate::langgraph::runs::wait_stateless))
+        .route("/runs", post(crate::langgraph::runs::create_stateless))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
     Router::new()
         .route("/ready", get(ready))
@@ -119,7 +120,7 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
 /// The doors that read who is asking from headers: OpenAI's chat completions and AG-UI, whose
 /// clients send the whole conversation with every message (so their bodies may be larger, as
 /// LangGraph's runs may), and LangGraph's threads and stateless runs.
-const HEADER_DOORS: [&str; 4] = ["/v1/", "/ag-ui/", "/threads", "/runs/"];
+const HEADER_DOORS: [&str; 4] = ["/v1/", "/ag-ui/", "/threads", "/runs"];
 
 /// Authenticates `/api`, `/v1`, `/ag-ui` and `/assistants` routes, `/search` and `/mcp`; the
 /// body is read here (bounded) because HMAC signs it. `/v1` refusals are in OpenAI's error shape.

@@ -47,6 +47,13 @@ out["listed_unknown"] = refused(lambda: client.runs.list(first, status="finished
 out["resume_in_background"] = refused(lambda: client.runs.create(first, "assistant", command={"resume": True}))
 out["join_unknown"] = refused(lambda: client.runs.join(first, "no-such-run"))
 
+# Stateless in the background: a thread of its own, gone once the run ended, unless kept.
+gone = client.runs.create(None, "assistant", input=said("hola sin hilo"))
+out["stateless"] = gone
+out["stateless_gone"] = wait_for(lambda: refused(lambda: client.threads.get(gone["thread_id"])) is not None)
+kept = client.runs.create(None, "assistant", input=said("hola sin hilo"), on_completion="keep")
+out["kept_joined"] = client.runs.join(kept["thread_id"], kept["run_id"])
+
 # A slow run makes its thread busy; a second run is refused unless it says what to do.
 busy = client.threads.create()["thread_id"]
 slow = client.runs.create(busy, "assistant", input=said("cuéntame algo largo"))

@@ -502,6 +502,43 @@ fn created_at(response: &mut Response, thread: &str, run_id: &str) {
     }
 }
 
+/// `POST /runs`: a run in the background on a thread of its own (its `thread_id` is in the
+/// answer), deleted once the run ends — unless it paused, or `on_completion` is `keep`.
+pub(crate) async fn create_stateless(
+    State(app): State<AppState>,
+    Asker(who): Asker,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (who, mut thread, run) = prepare(&app, who, None, &body).await?;
+    let ephemeral = run.ephemeral();
+    // `prepare` refused a stateless `command` already.
+    let Asked::Message(message) = asked(&run)? else {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "command",
+            "a stateless run has nothing to resume",
+        ));
+    };
+    let strategy = run.multitask()?;
+    let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy).await?;
+    let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
+    created_at(&mut response, &thread.id, &run_id);
+    if ephemeral {
+        let chat = app.chat().clone();
+        tokio::spawn(async move {
+            // A run ends: its model calls and steps are bounded, and shutdown cancels it.
+            log.ended(STATELESS_WATCH).await;
+            let waits = now(&chat, &who, &thread).await.map_or(true, |after| !after.awaiting.is_empty());
+            finished(&chat, &who, &thread, waits, true).await;
+        });
+    }
+    Ok(response)
+}
+
+/// Longest a stateless background run's thread is kept for its run to end before it is left
+/// (deleted with its conversation by nobody: a run that long is stuck).
+const STATELESS_WATCH: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: the thread's runs this replica keeps
 /// (running, or ended within the last five minutes), newest first.
 pub(crate) async fn list(
