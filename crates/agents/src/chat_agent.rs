@@ -84,6 +84,20 @@ pub fn check_answer(form: Option<&Value>, answer: &Value) -> Result<Value, Strin
     }
 }
 
+/// Whether `arguments` fit a tool's argument `schema` (a person's edit of a call).
+///
+/// # Errors
+/// What does not fit, in words a person can act on.
+pub fn check_arguments(schema: &Value, arguments: &Value) -> Result<(), String> {
+    let validator = jsonschema::validator_for(schema).map_err(|e| format!("the tool's schema is invalid: {e}"))?;
+    let problems: Vec<String> = validator.iter_errors(arguments).map(|e| e.to_string()).take(5).collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the edited arguments do not fit the tool: {}", problems.join("; ")))
+    }
+}
+
 /// How a run ended.
 #[derive(Debug)]
 pub enum TurnEnd {

@@ -169,7 +169,10 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert!(interrupt["id"].as_str().unwrap().starts_with("approval-"), "{paused}");
     let request = &interrupt["value"]["action_requests"][0];
     assert_eq!((request["name"].as_str(), request["args"]["title"].as_str()), (Some("note_write"), Some("Examen")));
-    assert_eq!(interrupt["value"]["review_configs"][0]["allowed_decisions"], json!(["approve", "reject"]));
+    assert_eq!(
+        interrupt["value"]["review_configs"][0]["allowed_decisions"],
+        json!(["approve", "edit", "reject", "respond"])
+    );
     assert_eq!(saw["interrupted"]["status"], "interrupted");
     assert_eq!(saw["interrupted"]["interrupts"]["__root__"][0]["id"], interrupt["id"]);
 
@@ -185,10 +188,10 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["resume_again"]["status"], 409, "{}", saw["resume_again"]);
     assert!(saw["resume_again"]["body"].to_string().contains("waits for no decision"));
 
-    // An `edit` is refused by name and decides nothing; a rejection cancels the write, said as
-    // the agent says it on every door.
+    // An `edit` whose arguments do not fit the tool's schema is refused, naming why, and decides
+    // nothing; a rejection cancels the write, said as the agent says it on every door.
     assert_eq!(saw["edit"]["status"], 422, "{}", saw["edit"]);
-    assert!(saw["edit"]["body"].to_string().contains("`edit` decisions are not served yet"));
+    assert!(saw["edit"]["body"].to_string().contains("do not fit the tool"), "{}", saw["edit"]);
     assert_eq!(saw["edit_by_id"]["status"], 422, "an edit by interrupt id too: {}", saw["edit_by_id"]);
     assert_eq!(saw["other_assistant"]["status"], 422, "{}", saw["other_assistant"]);
     assert!(saw["other_assistant"]["body"].to_string().contains("talks to assistant 'assistant'"));
@@ -275,12 +278,24 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     // Each turn's reply by what the person said: runs that overlap may reach the model in
     // either order.
     model.set_responder(move |request| {
-        let said = request["messages"]
-            .as_array()
-            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or("");
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        // After a tool's result (or what stood in for it), the model says what it read.
+        if let Some(last) = messages.last().filter(|m| m["role"] == "tool") {
+            return Reply::text(&format!("Leído: {}", last["content"].as_str().unwrap_or("")));
+        }
+        let said =
+            messages.iter().rev().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("");
+        let write = |id: &str, title: &str, body: &str| {
+            Reply::tool_calls(&[(id, "note_write", json!({ "title": title, "body": body }))])
+        };
         match said {
+            "apunta el examen" => write("w1", "Examen", "El viernes."),
+            "apunta el repaso" => write("w2", "Repaso", "El jueves."),
+            "apunta la tutoría" => write("w3", "Tutoria", "El lunes."),
+            "apunta dos" => Reply::tool_calls(&[
+                ("w4", "note_write", json!({ "title": "Uno", "body": "1" })),
+                ("w5", "note_write", json!({ "title": "Dos", "body": "2" })),
+            ]),
             // Interrupted by the next run: its text never arrives.
             "cuéntame algo largo" => slow(8, "Tarde."),
             "¿sigues?" => Reply::text("Sigo aquí."),
@@ -290,7 +305,7 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
             _ => Reply::text("¡Hola!"),
         }
     });
-    let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[]).await;
+    let (mut serve, base, dir) = serve_with_key(&model, KEY, true, &[]).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_runs.py");
     let mut client = Command::new(python);
     client.arg(script).arg(&base).arg(KEY);
@@ -358,6 +373,38 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
         saw["enqueued"]
     );
     assert_eq!(saw["ahead_status"], "success");
+
+    // Decisions in LangChain's human-in-the-loop format. An edit that does not fit the tool's
+    // schema is refused before anything is recorded (the thread still waits); one that fits
+    // runs with the person's arguments.
+    let last_said =
+        |values: &Value| values["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].to_string());
+    let notes = dir.path().join("notes/demo/1");
+    assert_eq!(saw["edit_invalid"]["status"], 422, "{}", saw["edit_invalid"]);
+    assert_eq!(saw["edit_invalid"]["body"]["field"], "command.resume");
+    assert!(saw["edit_invalid"]["body"]["error"].as_str().unwrap().contains("body"), "{}", saw["edit_invalid"]);
+    assert_eq!(saw["still_waiting"], "interrupted");
+    let examen = std::fs::read_to_string(notes.join("examen.md")).expect("the edited note was written");
+    assert!(examen.contains("El sábado.") && !examen.contains("El viernes."), "{examen}");
+    assert!(last_said(&saw["edited"]).unwrap().contains("examen.md"), "{}", saw["edited"]);
+    // A rejection with a message: nothing is written, and the model reads the message (no
+    // cancellation said for it).
+    let rejected = last_said(&saw["rejected_with_message"]).unwrap();
+    assert!(rejected.contains("No, mejor mañana.") && !rejected.contains("Cancelled"), "{rejected}");
+    assert!(!notes.join("repaso.md").exists());
+    // A response in the call's place: nothing is written, the model reads the person's answer.
+    let responded = last_said(&saw["responded"]).unwrap();
+    assert!(responded.contains("Ya la apunté yo.") && responded.contains("not executed"), "{responded}");
+    assert!(!notes.join("tutoria.md").exists());
+    // Two writes in one pause: an edit that leaves the other undecided is refused (nothing
+    // recorded); deciding both at once takes each as given.
+    assert_eq!(saw["partial_edit"]["status"], 422, "{}", saw["partial_edit"]);
+    assert_eq!(saw["partial_edit"]["body"]["field"], "decisions");
+    assert_eq!(saw["after_partial"].as_array().map(Vec::len), Some(2), "both still wait: {}", saw["after_partial"]);
+    let uno = std::fs::read_to_string(notes.join("uno.md")).expect("the edited write ran");
+    assert!(uno.contains("uno, editado"), "{uno}");
+    assert!(!notes.join("dos.md").exists(), "the rejected one did not");
+    assert!(last_said(&saw["both"]).unwrap().contains("arguments_edited_by_user"), "{}", saw["both"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

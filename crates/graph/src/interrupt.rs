@@ -52,4 +52,12 @@ pub enum Decision {
     /// Their answer to what the node asked (a question, a small form): stored as
     /// `{"answer": value}`.
     Answer(Value),
+    /// Go ahead with these arguments instead of the ones asked for (a person's edit, checked
+    /// against the action's schema before it is recorded).
+    Edit(Value),
+    /// Do not, and say why: the node passes the message on (a tool call's result the model
+    /// reads).
+    RejectWith(String),
+    /// Do not run it: the person's answer stands in for its result.
+    Respond(String),
 }

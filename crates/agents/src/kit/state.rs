@@ -22,6 +22,10 @@ pub struct ApprovalRequest {
     /// The action as a person reads it (the tool's `describe`, over the arguments with the
     /// injected values).
     pub description: String,
+    /// The JSON Schema of the arguments (the model's, without the injected ones): a person's
+    /// edit is checked against it before it is recorded.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub parameters: Value,
 }
 
 impl ApprovalRequest {
@@ -67,6 +71,9 @@ pub struct AgentState {
     /// The write calls a person approved that `execute` has yet to run (call ids).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approved: Vec<String>,
+    /// The arguments a person edited, by call id, that `execute` runs those calls with.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub edited: Map<String, Value>,
     /// The channels a declared graph adds (docs/agents.md), by name.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub channels: Map<String, Value>,
@@ -91,6 +98,9 @@ pub struct AgentUpdate {
     /// New approved calls, replacing the old.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved: Option<Vec<String>>,
+    /// New edited arguments, replacing the old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited: Option<Map<String, Value>>,
     /// Writes to a declared graph's channels, in order, each with its reducer (kept in the
     /// update, so a stored step replays the same whatever the declaration says later).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -160,6 +170,9 @@ impl State for AgentState {
         }
         if let Some(f) = u.tool_failures {
             self.tool_failures = f;
+        }
+        if let Some(e) = u.edited {
+            self.edited = e;
         }
         if let Some(a) = u.approved {
             self.approved = a;

@@ -10,7 +10,7 @@ use super::{
     returned_this_turn, run_tool, step_due, tool_choice, tool_context, tool_message, turn_tool_outputs,
 };
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use toolgraph_graph::{Decision, InterruptRequest, NodeError, NodeOutput, RunContext, RunEvent};
 use toolgraph_llm::{ChatEvent, ChatRequest, Message, ToolCall};
@@ -22,6 +22,9 @@ pub const MAX_PARALLEL_TOOL_CALLS: usize = 4;
 /// The tool message of a rejected write action, and the reply that ends a turn whose
 /// every action was rejected: fixed texts, no model call (docs/service.md).
 pub const REJECTED_OUTCOME: &str = "The user rejected this action; it was not executed.";
+
+/// What a call the person answered in place of reads as, before their answer.
+pub const NOT_RUN_ANSWERED: &str = "This action was not executed; the user answered instead:";
 
 /// The reply of a turn in which every pending action was rejected.
 pub fn cancellation_text(descriptions: &[String]) -> String {
@@ -329,8 +332,14 @@ pub(crate) async fn tools_step(
                     }
                 }
                 let description = registry.get(&c.name).map(|t| t.describe(&shown)).unwrap_or_default();
-                let request =
-                    ApprovalRequest { call_id: c.id.clone(), tool: c.name.clone(), arguments: args, description };
+                let parameters = registry.get(&c.name).map(|t| t.spec().parameters.clone()).unwrap_or_default();
+                let request = ApprovalRequest {
+                    call_id: c.id.clone(),
+                    tool: c.name.clone(),
+                    arguments: args,
+                    description,
+                    parameters,
+                };
                 requests.push(InterruptRequest {
                     key: c.id.clone(),
                     payload: serde_json::to_value(&request).unwrap_or(Value::Null),
@@ -346,9 +355,11 @@ pub(crate) async fn tools_step(
     Ok(NodeOutput::Interrupt { update, requests, resume_at: resume_at.into() })
 }
 
-/// Answers the rejected calls and records the approved ones for `execute`; runs nothing, so
-/// its checkpoint is the line between "decided" (a dead run leaves the actions confirmable)
-/// and "running" (a dead run leaves their outcome unknown).
+/// Answers the rejected calls and records the approved ones (with a person's edited arguments)
+/// for `execute`; runs nothing, so its checkpoint is the line between "decided" (a dead run
+/// leaves the actions confirmable) and "running" (a dead run leaves their outcome unknown). A
+/// rejection with a message, or a person's answer in the call's place, is the call's result
+/// the model reads next; a plain rejection of every call ends the turn with the cancellation.
 pub(crate) async fn approved_node(
     s: Arc<AgentState>,
     ctx: RunContext<AgentDeps>,
@@ -356,17 +367,36 @@ pub(crate) async fn approved_node(
     let mut messages = Vec::new();
     let mut rejected = Vec::new();
     let mut approved = Vec::new();
+    let mut edited = Map::new();
+    // Whether a person said something the model should read.
+    let mut told = false;
     for call in pending_calls(&s) {
-        if ctx.decisions().get(&call.id) == Some(&Decision::Approve) {
-            approved.push(call.id);
-            continue;
-        }
-        let outcome = ToolOutcome::Failure(ToolError::denied(REJECTED_OUTCOME));
+        let outcome = match ctx.decisions().get(&call.id) {
+            Some(Decision::Approve) => {
+                approved.push(call.id);
+                continue;
+            }
+            Some(Decision::Edit(arguments)) => {
+                edited.insert(call.id.clone(), arguments.clone());
+                approved.push(call.id);
+                continue;
+            }
+            Some(Decision::RejectWith(message)) => {
+                told = true;
+                ToolOutcome::Failure(ToolError::denied(format!("{REJECTED_OUTCOME} The user said: {message}")))
+            }
+            // Not a result of the tool (it did not run): what the person said instead.
+            Some(Decision::Respond(answer)) => {
+                told = true;
+                ToolOutcome::Failure(ToolError::denied(format!("{NOT_RUN_ANSWERED} {answer}")))
+            }
+            _ => ToolOutcome::Failure(ToolError::denied(REJECTED_OUTCOME)),
+        };
         ctx.emit(RunEvent::ToolResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
             outcome: outcome.to_json(),
-            ok: false,
+            ok: outcome.is_success(),
         })
         .await;
         let args = ToolCallRequest::parse_arguments(&call.arguments).unwrap_or_default();
@@ -375,12 +405,17 @@ pub(crate) async fn approved_node(
         rejected.push(description);
         messages.push(tool_message(&call, &outcome));
     }
-    if approved.is_empty() && !rejected.is_empty() {
+    if approved.is_empty() && !rejected.is_empty() && !told {
         let text = cancellation_text(&rejected);
         ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
         messages.push(Message::assistant(text));
     }
-    Ok(NodeOutput::Update(AgentUpdate { messages, approved: Some(approved), ..Default::default() }))
+    Ok(NodeOutput::Update(AgentUpdate {
+        messages,
+        approved: Some(approved),
+        edited: Some(edited),
+        ..Default::default()
+    }))
 }
 
 /// Runs the calls `approved` recorded, one after another in the model's order.
@@ -390,11 +425,25 @@ pub(crate) async fn execute_node(
 ) -> Result<NodeOutput<AgentState>, NodeError> {
     let tool_ctx = tool_context(&s, ctx.deps().spec());
     let mut messages = Vec::new();
-    for call in pending_calls(&s).iter().filter(|c| s.approved.contains(&c.id)) {
-        let outcome = run_tool(&ctx, &tool_ctx, call).await;
-        messages.push(tool_message(call, &outcome));
+    for mut call in pending_calls(&s).into_iter().filter(|c| s.approved.contains(&c.id)) {
+        // A person's edit runs in place of the model's arguments.
+        if let Some(arguments) = s.edited.get(&call.id) {
+            call.arguments = arguments.to_string();
+        }
+        let mut outcome = run_tool(&ctx, &tool_ctx, &call).await;
+        if let (Some(arguments), ToolOutcome::Success(result)) = (s.edited.get(&call.id), &outcome) {
+            // The model's call in the history keeps its own arguments: it reads which ran.
+            outcome =
+                ToolOutcome::Success(serde_json::json!({ "arguments_edited_by_user": arguments, "result": result }));
+        }
+        messages.push(tool_message(&call, &outcome));
     }
-    Ok(NodeOutput::Update(AgentUpdate { messages, approved: Some(Vec::new()), ..Default::default() }))
+    Ok(NodeOutput::Update(AgentUpdate {
+        messages,
+        approved: Some(Vec::new()),
+        edited: Some(Map::new()),
+        ..Default::default()
+    }))
 }
 
 pub(crate) async fn give_up_node(

@@ -81,4 +81,26 @@ started = time.monotonic()
 out["enqueued"] = client.runs.wait(queue, "assistant", input=said("y después"), multitask_strategy="enqueue")
 out["enqueue_seconds"] = time.monotonic() - started
 out["ahead_status"] = client.runs.get(queue, ahead["run_id"])["status"]
+# Decisions in LangChain's human-in-the-loop format: an edit (refused when its arguments do not
+# fit the tool), a rejection with a message the model reads, a response in the call's place.
+hitl = client.threads.create()["thread_id"]
+client.runs.wait(hitl, "assistant", input=said("apunta el examen"))
+bad_edit = {"type": "edit", "edited_action": {"name": "note_write", "args": {"title": "Examen"}}}
+out["edit_invalid"] = refused(lambda: client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [bad_edit]}}))
+out["still_waiting"] = client.threads.get(hitl)["status"]
+edit = {"type": "edit", "edited_action": {"name": "note_write", "args": {"title": "Examen", "body": "El sábado."}}}
+out["edited"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [edit]}})
+client.runs.wait(hitl, "assistant", input=said("apunta el repaso"))
+reject = {"type": "reject", "message": "No, mejor mañana."}
+out["rejected_with_message"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [reject]}})
+client.runs.wait(hitl, "assistant", input=said("apunta la tutoría"))
+respond = {"type": "respond", "message": "Ya la apunté yo."}
+out["responded"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [respond]}})
+client.runs.wait(hitl, "assistant", input=said("apunta dos"))
+waiting = [i["id"] for i in client.threads.get(hitl)["interrupts"]["__root__"]]
+uno = {"type": "edit", "edited_action": {"name": "note_write", "args": {"title": "Uno", "body": "uno, editado"}}}
+out["partial_edit"] = refused(lambda: client.runs.wait(hitl, "assistant", command={"resume": {waiting[0]: uno}}))
+out["after_partial"] = client.threads.get(hitl)["interrupts"]["__root__"]
+dos = {"type": "reject", "message": "Dos no."}
+out["both"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [uno, dos]}})
 print(json.dumps(out))

@@ -9,7 +9,6 @@
 
 use super::threads::{Asker, Now, interrupt, now, theirs, tool_call};
 use crate::AppState;
-use crate::agui::{Decision, decide};
 use crate::auth::Principal;
 use crate::error::{ApiError, ChatError};
 use crate::extract::{Asking, json_body};
@@ -25,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use toolgraph_conversations::Thread;
+use toolgraph_graph::Decision;
 use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
 
 /// The stream modes served; others are refused by name.
@@ -801,9 +801,11 @@ async fn start_when_free(
     }
 }
 
-/// `value` as the decision on `action`: for an approval `true`/`false`, `{"approved": bool}` or
-/// a LangChain decision (`{"type": "approve"}`, `{"type": "reject"}`); for a question its answer,
-/// or `{"type": "respond", "message": answer}` in LangChain's format (`as_decision`).
+/// `value` as the decision on `action`. For an approval: `true`/`false`, `{"approved": bool}`,
+/// or a LangChain decision — `{"type": "approve"}`, `{"type": "edit", "edited_action": {"name",
+/// "args"}}`, `{"type": "reject", "message"?}`, `{"type": "respond", "message"}` (the person's
+/// answer in the call's place). For a question: its answer, or `{"type": "respond", "message":
+/// answer}` in LangChain's format (`as_decision`).
 fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Result<Decision, String> {
     let kind = value.get("type").and_then(Value::as_str);
     if action.tool_name == crate::agui::ASK {
@@ -813,17 +815,36 @@ fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Resu
             (false, _) => Ok(Decision::Answer(value.clone())),
         };
     }
+    let message = || value.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty());
     match (value, kind) {
-        (Value::Bool(b), _) => Ok(Decision::Approve(*b)),
-        (_, Some("approve")) => Ok(Decision::Approve(true)),
-        (_, Some("reject")) if value.get("message").is_none_or(Value::is_null) => Ok(Decision::Approve(false)),
-        (_, Some("reject")) => Err("a rejection's `message` is not served yet: reject without one".into()),
-        (_, Some(k @ ("edit" | "respond"))) => Err(format!("`{k}` decisions are not served yet: approve or reject")),
-        (_, Some(other)) => Err(format!("a decision's type is approve or reject, not `{other}`")),
-        (Value::Object(o), None) if o.get("approved").is_some_and(Value::is_boolean) => {
-            Ok(Decision::Approve(o.get("approved").and_then(Value::as_bool).unwrap_or(false)))
+        (Value::Bool(true), _) | (_, Some("approve")) => Ok(Decision::Approve),
+        (Value::Bool(false), _) => Ok(Decision::Reject),
+        (_, Some("reject")) => Ok(message().map_or(Decision::Reject, |m| Decision::RejectWith(m.to_owned()))),
+        (_, Some("respond")) => message()
+            .map(|m| Decision::Respond(m.to_owned()))
+            .ok_or_else(|| "a `respond` decision carries the person's answer as its `message`".to_owned()),
+        (_, Some("edit")) => {
+            let edited = &value["edited_action"];
+            if edited["name"].as_str().is_some_and(|n| n != action.tool_name) {
+                return Err(format!("an edit keeps the action's tool, `{}`", action.tool_name));
+            }
+            match &edited["args"] {
+                args @ Value::Object(_) => Ok(Decision::Edit(args.clone())),
+                _ => Err("an `edit` decision carries `edited_action.args`, an object".into()),
+            }
         }
-        _ => Err("an approval's decision is true, false, or {\"type\": \"approve\" | \"reject\"}".into()),
+        (_, Some(other)) => Err(format!("a decision's type is approve, edit, reject or respond, not `{other}`")),
+        (Value::Object(o), None) if o.get("approved").is_some_and(Value::is_boolean) => {
+            Ok(if o.get("approved").and_then(Value::as_bool).unwrap_or(false) {
+                Decision::Approve
+            } else {
+                Decision::Reject
+            })
+        }
+        _ => Err(
+            "an approval's decision is true, false, or {\"type\": \"approve\" | \"edit\" | \"reject\" | \"respond\"}"
+                .into(),
+        ),
     }
 }
 
@@ -869,11 +890,16 @@ async fn resume_thread(
         };
         decided.push((action.message_id, decision(action, resume, false).map_err(bad)?));
     }
-    let mut last = None;
-    for (message_id, decision) in decided {
-        last = Some(decide(app, who, conversation, message_id, decision).await?);
+    let args = |e: ApiError| match e.field.as_deref() {
+        // An edit's arguments, named as the resume carries them.
+        Some("args") => ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "command.resume", e.message),
+        _ => e,
+    };
+    match app.chat().decide_all(&who.principal, conversation, decided).await.map_err(|e| args(e.into()))? {
+        crate::service::Confirmed::Reply(reply) => Ok(reply),
+        crate::service::Confirmed::Saved(text) => serde_json::from_str(&text)
+            .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}"))),
     }
-    last.ok_or_else(|| bad("no decisions".into()))
 }
 
 /// The values a run ends on: the state, with `__interrupt__` when it waits.

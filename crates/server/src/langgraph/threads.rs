@@ -134,6 +134,7 @@ fn shown(thread: &str, mut state: Value) -> Value {
     if let Some(fields) = state.as_object_mut() {
         fields.remove("tool_failures");
         fields.remove("approved");
+        fields.remove("edited");
     }
     state
 }
@@ -188,7 +189,7 @@ pub(super) fn interrupt(action: &PendingActionDto) -> Value {
         "id": format!("{}{}", crate::agui::APPROVAL, action.message_id),
         "value": {
             "action_requests": [{ "name": action.tool_name, "args": action.arguments, "description": action.description }],
-            "review_configs": [{ "action_name": action.tool_name, "allowed_decisions": ["approve", "reject"] }],
+            "review_configs": [{ "action_name": action.tool_name, "allowed_decisions": ["approve", "edit", "reject", "respond"] }],
         },
     })
 }
