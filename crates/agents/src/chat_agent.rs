@@ -212,6 +212,18 @@ pub trait ChatAgent: Send + Sync + 'static {
         decisions: BTreeMap<InterruptId, Decision>,
         options: RunOptions,
     ) -> Result<Resumed, GraphError>;
+    /// Records `decisions` for the thread's pause without continuing it, even when they are
+    /// the last: a later [`ChatAgent::resume`] — with them or with the plain yes or no they
+    /// cover — continues with them (how a person's edit outlives the request that made it).
+    ///
+    /// # Errors
+    /// An unknown interrupt, a decision that contradicts a recorded one, no pause, a store
+    /// failure.
+    async fn record_decisions(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+    ) -> Result<(), GraphError>;
     /// Closes a turn its run left mid-way (its replica died); whether there was one.
     ///
     /// # Errors
@@ -348,6 +360,14 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
             ResumeResult::Started(handle) => Resumed::Started(Box::new(GraphRun { handle })),
             ResumeResult::Waiting { .. } => Resumed::Waiting,
         })
+    }
+
+    async fn record_decisions(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+    ) -> Result<(), GraphError> {
+        self.graph.record_decisions(thread, decisions).await.map(drop)
     }
 
     async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError> {

@@ -242,6 +242,14 @@ impl ChatAgent for VersionedAgent {
         self.of_thread(thread).await?.resume(thread, decisions, options).await
     }
 
+    async fn record_decisions(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+    ) -> Result<(), GraphError> {
+        self.of_thread(thread).await?.record_decisions(thread, decisions).await
+    }
+
     async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError> {
         self.of_thread(thread).await?.close_interrupted(thread).await
     }

@@ -61,3 +61,36 @@ pub enum Decision {
     /// Do not run it: the person's answer stands in for its result.
     Respond(String),
 }
+
+impl Decision {
+    /// Whether deciding `other` after `self` was recorded is the same decision: itself, or
+    /// the plain yes or no of a detailed one (an edit is a yes; a rejection with a message or a
+    /// response, a no) — what a caller that keeps only yes or no sends again.
+    pub fn covers(&self, other: &Decision) -> bool {
+        self == other
+            || matches!(
+                (self, other),
+                (Decision::Edit(_), Decision::Approve)
+                    | (Decision::RejectWith(_) | Decision::Respond(_), Decision::Reject)
+            )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_plain_yes_or_no_covers_the_detailed_decision_it_stands_for() {
+        let edit = Decision::Edit(json!({"body": "El sábado."}));
+        assert!(edit.covers(&Decision::Approve), "an edit is a yes");
+        assert!(!edit.covers(&Decision::Reject));
+        assert!(!edit.covers(&Decision::Edit(json!({"body": "otro"}))), "another edit contradicts it");
+        assert!(Decision::RejectWith("no".into()).covers(&Decision::Reject));
+        assert!(Decision::Respond("ya está".into()).covers(&Decision::Reject));
+        assert!(!Decision::Respond("ya está".into()).covers(&Decision::Approve));
+        assert!(!Decision::Approve.covers(&edit), "a yes does not cover details given after it");
+        assert!(Decision::Answer(json!("viernes")).covers(&Decision::Answer(json!("viernes"))));
+    }
+}

@@ -336,6 +336,35 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         decisions: BTreeMap<InterruptId, Decision>,
         opts: RunOptions,
     ) -> Result<ResumeResult<S>, GraphError> {
+        self.decide(thread, decisions, opts, false).await
+    }
+
+    /// Records `decisions` for the thread's pause without continuing the run, even when they
+    /// are the last ones: a caller that resumes later (with these, or with the plain yes or no
+    /// they [cover](Decision::covers)) resumes with them. Returns what is still undecided.
+    ///
+    /// # Errors
+    /// As [`CompiledGraph::resume`].
+    pub async fn record_decisions(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+    ) -> Result<Vec<PendingInterrupt>, GraphError> {
+        match self.decide(thread, decisions, RunOptions::default(), true).await? {
+            ResumeResult::Waiting { undecided } => Ok(undecided),
+            // A record-only decision never starts a run.
+            ResumeResult::Started(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// [`CompiledGraph::resume`], or only its record (`record_only`).
+    async fn decide(
+        &self,
+        thread: &ThreadId,
+        decisions: BTreeMap<InterruptId, Decision>,
+        opts: RunOptions,
+        record_only: bool,
+    ) -> Result<ResumeResult<S>, GraphError> {
         let cached = self.inner.heads.take(thread);
         let head =
             self.catch_up(thread, cached).await?.ok_or_else(|| GraphError::NothingToResume(thread.to_string()))?;
@@ -348,7 +377,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 return Err(GraphError::UnknownInterrupt(id));
             }
             match head.decisions.get(&id) {
-                Some(prev) if *prev != d => return Err(GraphError::ConflictingDecision(id)),
+                Some(prev) if !prev.covers(&d) => return Err(GraphError::ConflictingDecision(id)),
                 Some(_) => {}
                 None => {
                     new.insert(id, d);
@@ -359,6 +388,17 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         merged.extend(new.clone());
         let undecided: Vec<PendingInterrupt> =
             head.pending.iter().filter(|p| !merged.contains_key(&p.id)).cloned().collect();
+        if record_only {
+            if !new.is_empty() {
+                // Under the pausing run's id: the pause is still that run's (its pending actions
+                // are found by it) until a resume continues it.
+                let mut rec = self.record(head.version + 1, &head.head_run, RecordKind::Decision);
+                rec.decisions = new;
+                rec.next = Some(resume_at);
+                self.write(thread, &rec).await?;
+            }
+            return Ok(ResumeResult::Waiting { undecided });
+        }
         if new.is_empty() {
             if !undecided.is_empty() {
                 return Ok(ResumeResult::Waiting { undecided });

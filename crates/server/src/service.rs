@@ -551,7 +551,7 @@ impl ChatService {
         message: MessageId,
         confirmed: bool,
     ) -> Result<Confirmed, ChatError> {
-        self.decide(&lookup(who, conversation, message), confirmed, None, &HashMap::new()).await
+        self.decide(&lookup(who, conversation, message), confirmed, None, None).await
     }
 
     /// Answers `who`'s question `message` of `conversation` (a pending action whose tool is
@@ -569,7 +569,7 @@ impl ChatService {
         message: MessageId,
         answer: &Value,
     ) -> Result<Confirmed, ChatError> {
-        self.decide(&lookup(who, conversation, message), true, Some(answer), &HashMap::new()).await
+        self.decide(&lookup(who, conversation, message), true, Some(answer), None).await
     }
 
     /// Records `who`'s decisions on pending actions of `conversation` at once — approve, reject
@@ -580,76 +580,39 @@ impl ChatService {
     /// exactly once (the store keeps approve or not, as `/confirm` does). The last decision's
     /// outcome, as [`ChatService::confirm`] answers it.
     ///
-    /// The store keeps only yes or no, so what an edit, a message or a response says lives in
-    /// the request that resumes the run: one of them is taken only when this request decides
-    /// every action the pause still waits for, and only when the run can resume now (the
-    /// tenant has a run slot, no run holds the conversation), so that it is this request that
-    /// resumes it.
+    /// The store keeps yes or no, as `/confirm` records it; what an edit, a rejection's
+    /// message or a response says is recorded in the run's checkpoints right after, before any
+    /// resume, so whichever request resumes the run — this one, a retry, `/confirm` on another
+    /// replica — resumes it with what the person said.
     ///
     /// # Errors
-    /// `Invalid` for an edit whose arguments do not fit, a decision the action does not take,
-    /// or a detailed decision in a request that leaves actions of its pause undecided;
-    /// otherwise as [`ChatService::confirm`].
+    /// `Invalid` for an edit whose arguments do not fit, or a decision the action does not
+    /// take; `Conflict` for other details than those recorded; otherwise as
+    /// [`ChatService::confirm`].
     pub async fn decide_all(
         &self,
         who: &Principal,
         conversation: ConversationId,
         decisions: Vec<(MessageId, Decision)>,
     ) -> Result<Confirmed, ChatError> {
-        let detailed = decisions
-            .iter()
-            .any(|(_, d)| matches!(d, Decision::Edit(_) | Decision::RejectWith(_) | Decision::Respond(_)));
-        if detailed {
-            self.resumable_by(who, conversation, &decisions).await?;
-        }
         for (message, decision) in &decisions {
             if let Decision::Edit(arguments) = decision {
                 self.check_edit(who, conversation, *message, arguments).await?;
             }
         }
-        let given: HashMap<i64, Decision> = decisions.iter().map(|(m, d)| (m.0, d.clone())).collect();
         let mut last = None;
         for (message, decision) in decisions {
-            let (confirmed, answer) = match decision {
-                Decision::Approve | Decision::Edit(_) => (true, None),
-                Decision::Answer(answer) => (true, Some(answer)),
-                Decision::Reject | Decision::RejectWith(_) | Decision::Respond(_) => (false, None),
+            let (confirmed, answer, detail) = match decision {
+                Decision::Approve => (true, None, None),
+                Decision::Answer(answer) => (true, Some(answer), None),
+                Decision::Reject => (false, None, None),
+                d @ Decision::Edit(_) => (true, None, Some(d)),
+                d @ (Decision::RejectWith(_) | Decision::Respond(_)) => (false, None, Some(d)),
             };
             let lookup = lookup(who, conversation, message);
-            last = Some(self.decide(&lookup, confirmed, answer.as_ref(), &given).await?);
+            last = Some(self.decide(&lookup, confirmed, answer.as_ref(), detail).await?);
         }
         last.ok_or_else(|| ChatError::Invalid { field: "decisions".into(), message: "no decisions".into() })
-    }
-
-    /// Whether `decisions` decide every action their pause still waits for and the run can
-    /// resume now — so the request that records them resumes it, with what they say.
-    async fn resumable_by(
-        &self,
-        who: &Principal,
-        conversation: ConversationId,
-        decisions: &[(MessageId, Decision)],
-    ) -> Result<(), ChatError> {
-        let Some((first, _)) = decisions.first() else { return Ok(()) };
-        let row = self.0.store.pending(&lookup(who, conversation, *first)).await?.ok_or(ChatError::NotFound)?;
-        let group = self.0.store.run_pending(conversation.0, &row.action.run_id).await?;
-        let named: std::collections::HashSet<i64> = decisions.iter().map(|(m, _)| m.0).collect();
-        if let Some(left) = group.iter().find(|p| p.decision.is_none() && !named.contains(&p.message_id)) {
-            return Err(ChatError::Invalid {
-                field: "decisions".into(),
-                message: format!(
-                    "an edit, a rejection's message or a response is taken with a decision on every action the pause \
-                     waits for; action {} is left undecided",
-                    left.message_id
-                ),
-            });
-        }
-        if self.runs_of(who, conversation).iter().any(|l| !l.outcome().0) {
-            return Err(ChatError::Busy);
-        }
-        // A slot to resume with, checked before anything is recorded (and given back: the
-        // resume takes its own).
-        drop(self.admit(who.tenant().0)?);
-        Ok(())
     }
 
     /// Whether `arguments` may replace those of `who`'s pending action `message`: an object
@@ -691,7 +654,7 @@ impl ChatService {
         lookup: &PendingLookup,
         confirmed: bool,
         answer: Option<&Value>,
-        given: &HashMap<i64, Decision>,
+        detail: Option<Decision>,
     ) -> Result<Confirmed, ChatError> {
         let store = &self.0.store;
         let conv = lookup.conversation_id;
@@ -736,6 +699,21 @@ impl ChatService {
                 self.0.metrics.hitl.with_label_values(&[if confirmed { "true" } else { "false" }]).inc();
             }
         }
+        if let Some(detail) = detail {
+            // What the store's yes or no does not say, kept where every resume reads it.
+            let (agent, thread) = self.thread_of((lookup.tenant_id, lookup.user_id), conv).await?;
+            let id = InterruptId(row.action.interrupt_id.clone());
+            match agent.agent.record_decisions(&thread, BTreeMap::from([(id, detail)])).await {
+                Ok(()) => {}
+                Err(GraphError::ConflictingDecision(_)) => {
+                    return Err(ChatError::conflict("this action was already decided with other details"));
+                }
+                Err(GraphError::UnknownInterrupt(_) | GraphError::NothingToResume(_)) => {
+                    return Err(ChatError::conflict("this action is no longer waiting for a decision"));
+                }
+                Err(e) => return Err(internal(e)),
+            }
+        }
         let group_run = row.action.run_id;
         let group = store.run_pending(conv, &group_run).await?;
         if answer.is_some() && group.len() > 1 {
@@ -768,13 +746,11 @@ impl ChatService {
         let decisions: BTreeMap<InterruptId, Decision> = group
             .iter()
             .map(|p| {
-                let decision = match (p.decision, &answer, given.get(&p.message_id)) {
+                // Yes or no, as the store keeps it; the checkpoints keep the details it covers.
+                let decision = match (p.decision, &answer) {
                     // This request's answer: a question pauses alone, so its group is itself.
-                    (Some(true), Some(a), _) if p.message_id == lookup.message_id => Decision::Answer(a.clone()),
-                    // What this request said beyond yes or no, where the store agrees.
-                    (Some(true), _, Some(d @ Decision::Edit(_))) => d.clone(),
-                    (Some(false), _, Some(d @ (Decision::RejectWith(_) | Decision::Respond(_)))) => d.clone(),
-                    (Some(true), _, _) => Decision::Approve,
+                    (Some(true), Some(a)) if p.message_id == lookup.message_id => Decision::Answer(a.clone()),
+                    (Some(true), _) => Decision::Approve,
                     _ => Decision::Reject,
                 };
                 (InterruptId(p.action.interrupt_id.clone()), decision)

@@ -99,8 +99,9 @@ out["responded"] = client.runs.wait(hitl, "assistant", command={"resume": {"deci
 client.runs.wait(hitl, "assistant", input=said("apunta dos"))
 waiting = [i["id"] for i in client.threads.get(hitl)["interrupts"]["__root__"]]
 uno = {"type": "edit", "edited_action": {"name": "note_write", "args": {"title": "Uno", "body": "uno, editado"}}}
-out["partial_edit"] = refused(lambda: client.runs.wait(hitl, "assistant", command={"resume": {waiting[0]: uno}}))
+out["partial_edit"] = client.runs.wait(hitl, "assistant", command={"resume": {waiting[0]: uno}})
 out["after_partial"] = client.threads.get(hitl)["interrupts"]["__root__"]
+# The other in a later request: the first's edit was kept, and the run resumes with both.
 dos = {"type": "reject", "message": "Dos no."}
-out["both"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [uno, dos]}})
+out["both"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [dos]}})
 print(json.dumps(out))
