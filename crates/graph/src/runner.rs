@@ -341,7 +341,10 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
 
     /// Records `decisions` for the thread's pause without continuing the run, even when they
     /// are the last ones: a caller that resumes later (with these, or with the plain yes or no
-    /// they [cover](Decision::covers)) resumes with them. Returns what is still undecided.
+    /// they [cover](Decision::covers)) resumes with them. Returns what is still undecided. (The
+    /// record is recent: a later resume by a caller that does not own the thread —
+    /// [`RunOptions::owns_thread`] — is refused as concurrent within `stale_after` of it when it
+    /// brings nothing new; the chat service owns its threads.)
     ///
     /// # Errors
     /// As [`CompiledGraph::resume`].

@@ -680,6 +680,28 @@ impl ChatService {
             }
             (_, None) => None,
         };
+        // What the store's yes or no does not say is kept where every resume reads it, before
+        // the store's: a resume that finds the pause decided finds the details too.
+        if let Some(detail) = detail.filter(|_| row.response.is_none()) {
+            if row.decision.is_some_and(|d| d != confirmed) {
+                return Err(ChatError::conflict("this action was already decided the other way"));
+            }
+            let (agent, thread) = self.thread_of((lookup.tenant_id, lookup.user_id), conv).await?;
+            let id = InterruptId(row.action.interrupt_id.clone());
+            match agent.agent.record_decisions(&thread, BTreeMap::from([(id, detail)])).await {
+                Ok(()) => {}
+                Err(GraphError::ConflictingDecision(_)) => {
+                    return Err(ChatError::conflict("this action was already decided with other details"));
+                }
+                Err(GraphError::UnknownInterrupt(_) | GraphError::NothingToResume(_)) => {
+                    return Err(ChatError::conflict("this action is no longer waiting for a decision"));
+                }
+                Err(GraphError::ConcurrentRun { .. }) => {
+                    return Err(ChatError::conflict("another request is deciding this pause; retry shortly"));
+                }
+                Err(e) => return Err(internal(e)),
+            }
+        }
         match store.decide(lookup.message_id, confirmed).await? {
             Decided::Conflict => return Err(ChatError::conflict("this action was already decided the other way")),
             Decided::Same => {
@@ -697,21 +719,6 @@ impl ChatService {
             }
             Decided::Recorded => {
                 self.0.metrics.hitl.with_label_values(&[if confirmed { "true" } else { "false" }]).inc();
-            }
-        }
-        if let Some(detail) = detail {
-            // What the store's yes or no does not say, kept where every resume reads it.
-            let (agent, thread) = self.thread_of((lookup.tenant_id, lookup.user_id), conv).await?;
-            let id = InterruptId(row.action.interrupt_id.clone());
-            match agent.agent.record_decisions(&thread, BTreeMap::from([(id, detail)])).await {
-                Ok(()) => {}
-                Err(GraphError::ConflictingDecision(_)) => {
-                    return Err(ChatError::conflict("this action was already decided with other details"));
-                }
-                Err(GraphError::UnknownInterrupt(_) | GraphError::NothingToResume(_)) => {
-                    return Err(ChatError::conflict("this action is no longer waiting for a decision"));
-                }
-                Err(e) => return Err(internal(e)),
             }
         }
         let group_run = row.action.run_id;

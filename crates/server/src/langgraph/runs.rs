@@ -851,8 +851,8 @@ fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Resu
 /// Decides what `thread` waits for with `resume`, in LangChain's human-in-the-loop format
 /// (`{"decisions": [{"type": "approve"}, {"type": "reject"}]}`, one per action in order), by
 /// interrupt id (`{"approval-12": true, "question-13": "Friday"}`), or as one value for the
-/// single action waiting; the last decision's outcome. Every decision is checked before the
-/// first is recorded: a resume is refused whole or taken whole.
+/// single action waiting; the last decision's outcome. Every decision is checked (a question's
+/// answer against its form, an edit against the tool's schema) before the first is recorded.
 async fn resume_thread(
     app: &AppState,
     who: &Asking,
