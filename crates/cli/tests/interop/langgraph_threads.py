@@ -87,9 +87,10 @@ parts = client.runs.stream(
 )
 out["stateless_stream"] = [{"event": p.event, "data": p.data} for p in parts]
 # One kept when it ends (`on_completion: "keep"`): its thread holds the turn, then is deleted.
-parts = client.runs.stream(
+# Read to its end before the thread is: the run ends with its stream.
+parts = list(client.runs.stream(
     None, "assistant", input={"messages": [{"role": "user", "content": "gracias"}]}, on_completion="keep"
-)
+))
 kept = next(p.data["thread_id"] for p in parts if p.event == "metadata")
 out["kept_state"] = client.threads.get_state(kept)
 client.threads.delete(kept)
