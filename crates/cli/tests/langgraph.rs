@@ -414,6 +414,12 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
         Reply::text("Son 42."),
         Reply::tool_calls(&[("n1", "note_write", json!({"title": "Examen", "body": "El viernes."}))]),
         Reply::text("Nota guardada."),
+        Reply::tool_calls(&[("n2", "note_write", json!({"title": "Repaso", "body": "El jueves."}))]),
+        Reply::text("Repaso guardado."),
+        Reply::tool_calls(&[("n3", "note_write", json!({"title": "Tutoria", "body": "El lunes."}))]),
+        Reply::text("Entendido."),
+        Reply::tool_calls(&[("n4", "note_write", json!({"title": "Final", "body": "En enero."}))]),
+        Reply::text("Perfecto."),
     ])
     .await
     .unwrap();
@@ -446,5 +452,31 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
     assert_eq!(saw["after"]["status"], "idle");
     let notes = std::fs::read_dir(dir.path().join("notes")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(notes, 1, "the approved note was written once");
+    // The other decisions, from the JS client: the edited write ran with the person's body; the
+    // rejected one and the one answered in its place did not run, and the model read what the
+    // person said (in the requests it got).
+    let mine = dir.path().join("notes/demo/1");
+    let repaso = std::fs::read_to_string(mine.join("repaso.md")).expect("the edited write ran");
+    assert!(repaso.contains("El miércoles.") && !repaso.contains("El jueves."), "{repaso}");
+    assert!(!mine.join("tutoria.md").exists() && !mine.join("final.md").exists());
+    let last = |values: &Value| values["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone());
+    assert_eq!(last(&saw["edited"]), Some(json!("Repaso guardado.")), "{}", saw["edited"]);
+    assert_eq!(
+        last(&saw["rejected"]),
+        Some(json!("Entendido.")),
+        "the model answered the message: {}",
+        saw["rejected"]
+    );
+    assert_eq!(last(&saw["responded"]), Some(json!("Perfecto.")), "{}", saw["responded"]);
+    let read = |text: &str| {
+        model.requests().iter().any(|r| {
+            r["messages"].as_array().is_some_and(|m| {
+                m.iter().any(|m| m["role"] == "tool" && m["content"].as_str().is_some_and(|c| c.contains(text)))
+            })
+        })
+    };
+    assert!(read("No, el martes."), "the rejection's message reached the model");
+    assert!(read("Ya lo tengo."), "the response reached the model");
+    assert!(read("arguments_edited_by_user"), "the model read which arguments ran");
     assert_eq!(saw["deleted"]["status"], 404, "{}", saw["deleted"]);
 }

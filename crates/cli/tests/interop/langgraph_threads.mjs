@@ -3,8 +3,9 @@
 //
 // Usage: node langgraph_threads.mjs BASE_URL API_KEY SDK_ENTRY. Prints, as one JSON object, what
 // the client saw: a thread made, a calculator turn streamed in `values`, `updates` and
-// `messages-tuple`, a write paused and resumed (approved) by `command.resume`, and the thread
-// deleted. The Rust test (tests/langgraph.rs) asserts on it.
+// `messages-tuple`, a write paused and resumed (approved) by `command.resume`, three more
+// decided as LangChain's human-in-the-loop decisions (an edit, a rejection with a message, a
+// response), and the thread deleted. The Rust test (tests/langgraph.rs) asserts on it.
 import { pathToFileURL } from "node:url";
 
 const [base, key, entry] = process.argv.slice(2);
@@ -42,6 +43,17 @@ out.resumed = await collect(
   }),
 );
 out.after = await client.threads.get(tid);
+// Each of the other decisions on a write of its own.
+const decided = async (said, decision) => {
+  await client.runs.wait(tid, "assistant", { input: { messages: [{ type: "human", content: said }] } });
+  return client.runs.wait(tid, "assistant", { command: { resume: { decisions: [decision] } } });
+};
+out.edited = await decided("Y otra: repaso el jueves", {
+  type: "edit",
+  edited_action: { name: "note_write", args: { title: "Repaso", body: "El miércoles." } },
+});
+out.rejected = await decided("Y la tutoría el lunes", { type: "reject", message: "No, el martes." });
+out.responded = await decided("Y el examen final", { type: "respond", message: "Ya lo tengo." });
 await client.threads.delete(tid);
 try {
   await client.threads.get(tid);
