@@ -292,6 +292,8 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
             "apunta el examen" => write("w1", "Examen", "El viernes."),
             "apunta el repaso" => write("w2", "Repaso", "El jueves."),
             "apunta la tutoría" => write("w3", "Tutoria", "El lunes."),
+            "apunta la cena" => write("w6", "Cena", "A las nueve."),
+            "apunta el desayuno" => write("w7", "Desayuno", "A las siete."),
             "apunta dos" => Reply::tool_calls(&[
                 ("w4", "note_write", json!({ "title": "Uno", "body": "1" })),
                 ("w5", "note_write", json!({ "title": "Dos", "body": "2" })),
@@ -404,6 +406,12 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert!(uno.contains("uno, editado"), "{uno}");
     assert!(!notes.join("dos.md").exists(), "the rejected one did not");
     assert!(last_said(&saw["both"]).unwrap().contains("arguments_edited_by_user"), "{}", saw["both"]);
+    // agent-chat-ui's responses (agent-inbox's format, a list): accept, and an edit in `args`.
+    let cena = std::fs::read_to_string(notes.join("cena.md")).expect("the accepted write ran");
+    assert!(cena.contains("A las nueve."), "{cena}");
+    let desayuno = std::fs::read_to_string(notes.join("desayuno.md")).expect("the edited write ran");
+    assert!(desayuno.contains("A las ocho.") && !desayuno.contains("A las siete."), "{desayuno}");
+    assert!(last_said(&saw["inbox_edited"]).unwrap().contains("arguments_edited_by_user"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

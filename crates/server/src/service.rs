@@ -846,6 +846,11 @@ impl ChatService {
         self.0.runs.of_conversation(who.ids(), id)
     }
 
+    /// The run in progress on `who`'s conversation `id` on this replica, if any.
+    pub fn running_run(&self, who: &Principal, id: ConversationId) -> Option<Arc<RunLog>> {
+        self.runs_of(who, id).into_iter().find(|l| !l.outcome().0)
+    }
+
     /// `who`'s conversations with a run in progress on this replica.
     pub fn busy_conversations(&self, who: &Principal) -> std::collections::HashSet<ConversationId> {
         self.0.runs.busy_conversations(who.ids())

@@ -104,4 +104,10 @@ out["after_partial"] = client.threads.get(hitl)["interrupts"]["__root__"]
 # The other in a later request: the first's edit was kept, and the run resumes with both.
 dos = {"type": "reject", "message": "Dos no."}
 out["both"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [dos]}})
+# agent-chat-ui's way (agent-inbox's responses, a list): accept one write, edit another.
+client.runs.wait(hitl, "assistant", input=said("apunta la cena"))
+out["inbox_accepted"] = client.runs.wait(hitl, "assistant", command={"resume": [{"type": "accept", "args": None}]})
+client.runs.wait(hitl, "assistant", input=said("apunta el desayuno"))
+inbox_edit = {"type": "edit", "args": {"action": "note_write", "args": {"title": "Desayuno", "body": "A las ocho."}}}
+out["inbox_edited"] = client.runs.wait(hitl, "assistant", command={"resume": [inbox_edit]})
 print(json.dumps(out))

@@ -478,7 +478,13 @@ pub(crate) async fn create(
     Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, mut thread, run) = prepare(&app, who, Some(&id), &body).await?;
+    background(app, who, Some(&id), &body).await
+}
+
+/// A run in the background on thread `id` (or, without one, a thread of its own deleted once
+/// the run ends, unless it paused or `on_completion` is `keep`), answered at once.
+async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) -> Result<Response, ApiError> {
+    let (who, mut thread, run) = prepare(&app, who, id, body).await?;
     modes(run.stream_mode.as_ref())?;
     let Asked::Message(message) = asked(&run)? else {
         return Err(ApiError::field(
@@ -487,10 +493,21 @@ pub(crate) async fn create(
             "a resume is answered by the run it starts: resume with runs.wait or runs.stream",
         ));
     };
+    // Only a stateless run's own thread goes when it ends.
+    let ephemeral = id.is_none() && run.ephemeral();
     let strategy = run.multitask()?;
-    let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, false, strategy).await?;
+    let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy).await?;
     let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
     created_at(&mut response, &thread.id, &run_id);
+    if ephemeral {
+        let chat = app.chat().clone();
+        tokio::spawn(async move {
+            // A run ends: its model calls and steps are bounded, and shutdown cancels it.
+            log.ended(STATELESS_WATCH).await;
+            let waits = now(&chat, &who, &thread).await.map_or(true, |after| !after.awaiting.is_empty());
+            finished(&chat, &who, &thread, waits, true).await;
+        });
+    }
     Ok(response)
 }
 
@@ -509,30 +526,7 @@ pub(crate) async fn create_stateless(
     Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (who, mut thread, run) = prepare(&app, who, None, &body).await?;
-    let ephemeral = run.ephemeral();
-    // `prepare` refused a stateless `command` already.
-    let Asked::Message(message) = asked(&run)? else {
-        return Err(ApiError::field(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "command",
-            "a stateless run has nothing to resume",
-        ));
-    };
-    let strategy = run.multitask()?;
-    let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy).await?;
-    let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
-    created_at(&mut response, &thread.id, &run_id);
-    if ephemeral {
-        let chat = app.chat().clone();
-        tokio::spawn(async move {
-            // A run ends: its model calls and steps are bounded, and shutdown cancels it.
-            log.ended(STATELESS_WATCH).await;
-            let waits = now(&chat, &who, &thread).await.map_or(true, |after| !after.awaiting.is_empty());
-            finished(&chat, &who, &thread, waits, true).await;
-        });
-    }
-    Ok(response)
+    background(app, who, None, &body).await
 }
 
 /// Longest a stateless background run's thread is kept for its run to end before it is left
@@ -764,7 +758,7 @@ async fn start_when_free(
             started => return Ok(started?),
         }
         // Busy: the conversation exists (a new one is never busy).
-        let running = turn.conversation.and_then(|c| app.chat().runs_of(who, c).into_iter().find(|l| !l.outcome().0));
+        let running = turn.conversation.and_then(|c| app.chat().running_run(who, c));
         if strategy == Multitask::Interrupt && !interrupted {
             match &running {
                 Some(log) => {
@@ -811,21 +805,36 @@ fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Resu
     if action.tool_name == crate::agui::ASK {
         return match (as_decision, kind) {
             (true, Some("respond")) => Ok(Decision::Answer(value.get("message").cloned().unwrap_or(Value::Null))),
+            // agent-inbox's response: the answer in `args`.
+            (true, Some("response")) => Ok(Decision::Answer(value.get("args").cloned().unwrap_or(Value::Null))),
             (true, _) => Err("a question takes a `respond` decision with the answer as its `message`".into()),
             (false, _) => Ok(Decision::Answer(value.clone())),
         };
     }
-    let message = || value.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty());
+    // agent-inbox's responses carry their text or edit in `args`.
+    let message = || {
+        value
+            .get("message")
+            .or_else(|| value.get("args"))
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+    };
     match (value, kind) {
-        (Value::Bool(true), _) | (_, Some("approve")) => Ok(Decision::Approve),
-        (Value::Bool(false), _) => Ok(Decision::Reject),
+        (Value::Bool(true), _) | (_, Some("approve" | "accept")) => Ok(Decision::Approve),
+        (Value::Bool(false), _) | (_, Some("ignore")) => Ok(Decision::Reject),
+        (_, Some("response")) => message()
+            .map(|m| Decision::Respond(m.to_owned()))
+            .ok_or_else(|| "a `response` carries the person's answer as its `args`".to_owned()),
         (_, Some("reject")) => Ok(message().map_or(Decision::Reject, |m| Decision::RejectWith(m.to_owned()))),
         (_, Some("respond")) => message()
             .map(|m| Decision::Respond(m.to_owned()))
             .ok_or_else(|| "a `respond` decision carries the person's answer as its `message`".to_owned()),
         (_, Some("edit")) => {
-            let edited = &value["edited_action"];
-            if edited["name"].as_str().is_some_and(|n| n != action.tool_name) {
+            // LangChain's `edited_action: {name, args}`, or agent-inbox's `args: {action, args}`.
+            let edited = value.get("edited_action").unwrap_or(&value["args"]);
+            let name = edited.get("name").or_else(|| edited.get("action")).and_then(Value::as_str);
+            if name.is_some_and(|n| n != action.tool_name) {
                 return Err(format!("an edit keeps the action's tool, `{}`", action.tool_name));
             }
             match &edited["args"] {
@@ -833,7 +842,10 @@ fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Resu
                 _ => Err("an `edit` decision carries `edited_action.args`, an object".into()),
             }
         }
-        (_, Some(other)) => Err(format!("a decision's type is approve, edit, reject or respond, not `{other}`")),
+        (_, Some(other)) => Err(format!(
+            "a decision's type is approve, edit, reject or respond (or agent-inbox's accept, edit, response, ignore), \
+             not `{other}`"
+        )),
         (Value::Object(o), None) if o.get("approved").is_some_and(Value::is_boolean) => {
             Ok(if o.get("approved").and_then(Value::as_bool).unwrap_or(false) {
                 Decision::Approve
@@ -867,7 +879,9 @@ async fn resume_thread(
     }
     let bad = |message: String| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "command.resume", message);
     let mut decided: Vec<(MessageId, Decision)> = Vec::new();
-    if let Some(decisions) = resume.get("decisions").and_then(Value::as_array) {
+    // LangChain's `{"decisions": [...]}`, or the list of responses agent-inbox and
+    // agent-chat-ui send.
+    if let Some(decisions) = resume.get("decisions").and_then(Value::as_array).or_else(|| resume.as_array()) {
         if decisions.len() != awaiting.len() {
             return Err(bad(format!("{} decisions for {} actions waiting", decisions.len(), awaiting.len())));
         }

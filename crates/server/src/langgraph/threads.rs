@@ -116,7 +116,7 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
         Err(crate::error::ChatError::NotFound) => None,
         Err(e) => return Err(e.into()),
     };
-    let busy = chat.runs_of(&who.principal, conversation).iter().any(|l| !l.outcome().0);
+    let busy = chat.running_run(&who.principal, conversation).is_some();
     let Some(head) = head else {
         return Ok(Now { busy, ..Now::empty() });
     };
