@@ -30,7 +30,7 @@ static CHOSEN: AtomicU8 = AtomicU8::new(MIMALLOC);
 static FROM_ENV: AtomicBool = AtomicBool::new(false);
 /// The binary's global options that take a value as the next word: the command is the first
 /// word that is neither an option nor such a value. (A test checks this against the CLI.)
-pub const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "--data-dir"];
+pub const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "--data-dir", "--log-format"];
 /// Set (once, before the first allocation) when `TOOLGRAPH_ALLOCATOR` names no allocator.
 static INVALID: AtomicBool = AtomicBool::new(false);
 

@@ -19,6 +19,7 @@ mod guides_cmd;
 mod kb_cmd;
 mod limits;
 mod mcp_cmd;
+mod notice;
 mod plugins_cmd;
 mod reload;
 mod remote_chat;
@@ -56,6 +57,11 @@ struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). TOOLGRAPH_LOG takes a full filter.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+
+    /// How the stderr log is written: `text` for people, `json` (one object per line) for a
+    /// log collector.
+    #[arg(long, global = true, env = "TOOLGRAPH_LOG_FORMAT", value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
 
     #[command(subcommand)]
     command: Command,
@@ -100,6 +106,13 @@ enum Command {
     /// Inspect the effective configuration.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// The stderr log's filter: `TOOLGRAPH_LOG`, else the one of the verbosity.
@@ -149,6 +162,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let cli = Cli::parse();
+    notice::set_json(cli.log_format == LogFormatArg::Json);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -160,23 +174,34 @@ fn main() -> ExitCode {
     let telemetry = {
         let _inside = runtime.enter();
         use std::io::IsTerminal;
+        // The standard variables are often set machine-wide for other programs: a value this
+        // binary cannot use stops the service, which the operator means to trace, and is only
+        // a warning for every other command.
         let otlp = match toolgraph_telemetry::OtlpOptions::from_env() {
             Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e}");
+            Err(e) if matches!(cli.command, Command::Serve(_)) => {
+                notice::error(e);
                 return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                notice::warning(format_args!("{e}; spans are not exported"));
+                None
             }
         };
         // Colour codes only for a person at a terminal, not for log files and collectors.
         let options = toolgraph_telemetry::TelemetryOptions {
             log_filter: log_filter(cli.verbose),
             ansi: std::io::stderr().is_terminal(),
+            format: match cli.log_format {
+                LogFormatArg::Text => toolgraph_telemetry::LogFormat::Text,
+                LogFormatArg::Json => toolgraph_telemetry::LogFormat::Json,
+            },
             otlp,
         };
         match toolgraph_telemetry::install(options) {
             Ok(guard) => guard,
             Err(e) => {
-                eprintln!("error: {e} (TOOLGRAPH_LOG, OTEL_ENDPOINT, OTEL_ENABLED)");
+                notice::error(format_args!("{e} (TOOLGRAPH_LOG, OTEL_EXPORTER_OTLP_*, OTEL_ENDPOINT, OTEL_ENABLED)"));
                 return ExitCode::FAILURE;
             }
         }
@@ -184,7 +209,7 @@ fn main() -> ExitCode {
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            notice::error(format_args!("{e:#}"));
             ExitCode::FAILURE
         }
     };

@@ -318,10 +318,10 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     for (name, deps) in warm {
         let started = std::time::Instant::now();
         match toolgraph_agents::kit::warm_up(&deps).await {
-            Ok(()) => eprintln!(
-                "toolgraph serve: the {name} agent's prompt computed ahead in {:.1} s",
+            Ok(()) => crate::notice::serve(format_args!(
+                "the {name} agent's prompt computed ahead in {:.1} s",
                 started.elapsed().as_secs_f64()
-            ),
+            )),
             Err(e) => {
                 tracing::warn!(agent = %name, error = %e, "cannot compute the agent's prompt ahead; its first turn will")
             }
@@ -331,12 +331,12 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let reloader = Reloader { cfg: served_cfg, shared, checkpointer: Arc::clone(&checkpointer), agents: declared };
     reloader.spawn(poll);
     app.set_ready();
-    eprintln!(
-        "toolgraph serve: listening on http://{addr} (store: {store_name}, run events: {}, agents: {}, allocator: {})",
+    crate::notice::serve(format_args!(
+        "listening on http://{addr} (store: {store_name}, run events: {}, agents: {}, allocator: {})",
         if shares_runs { "postgres" } else { "process" },
         cfg.effective_agents().keys().cloned().collect::<Vec<_>>().join(", "),
         crate::allocator::CommandAllocator::name()
-    );
+    ));
     let http = HttpServer {
         max_head_bytes: cfg.server.max_request_head_bytes,
         header_read_timeout: std::time::Duration::from_millis(cfg.server.header_read_timeout_ms),
@@ -350,7 +350,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             let ops_listener = tokio::net::TcpListener::bind(ops.as_str())
                 .await
                 .with_context(|| format!("cannot listen on server.ops_bind {ops}"))?;
-            eprintln!("toolgraph serve: /health and /metrics on http://{}", ops_listener.local_addr()?);
+            crate::notice::serve(format_args!("/health and /metrics on http://{}", ops_listener.local_addr()?));
             let ops_router = toolgraph_server::ops_router(app.clone());
             let ops_http = http.clone();
             tokio::spawn(async move {
@@ -364,7 +364,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     };
     let router = if cfg.server.playground {
         let agents: Vec<String> = cfg.effective_agents().keys().cloned().collect();
-        eprintln!("toolgraph serve: the playground is at http://{addr}/");
+        crate::notice::serve(format_args!("the playground is at http://{addr}/"));
         router.merge(toolgraph_server::playground_router(&agents, &cfg.default_agent_name(), &cfg.rag.tenant))
     } else {
         router
@@ -375,7 +375,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let stopping = app.clone();
     http.serve(listener, router, async move {
         shutdown_signal().await;
-        eprintln!("toolgraph serve: shutting down");
+        crate::notice::serve("shutting down");
         // Ready turns 503 and runs are cancelled first, so open streams end.
         stopping.shutdown().await;
     })

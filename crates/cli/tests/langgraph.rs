@@ -55,6 +55,47 @@ async fn langgraphs_sdk_finds_and_reads_the_agents_as_assistants() {
     assert!(unknown["body"].to_string().contains("no assistant 'nope'"), "{unknown}");
 }
 
+/// LangGraph's store through its Python SDK: each person's own items, found by namespace,
+/// filter and words, listed by namespace, expiring unless read, deleted, and bad input refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_sdk_keeps_searches_and_expires_a_persons_store_items() {
+    let Some(python) = langgraph_python() else { return };
+    let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
+    let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_store.py");
+    let mut client = Command::new(python);
+    client.arg(script).arg(&base).arg(KEY);
+    let saw = client_json(client).await;
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    let got = &saw["got"];
+    assert_eq!((&got["namespace"], &got["key"]), (&json!(["prefs"]), &json!("lang")), "{got}");
+    assert_eq!(got["value"], json!({"text": "Prefers answers in Spanish", "kind": "lang", "n": 1}));
+    assert!(got["created_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{got}");
+    assert_eq!(saw["other_got"]["status"], 404, "another person of the tenant sees none of it");
+    assert_eq!(saw["other_search"], json!([]));
+    // A prefix holds its namespace and those below it, not one that only starts alike; the
+    // most recently written first.
+    assert_eq!(saw["under_prefs"], json!(["class", "lang"]));
+    assert_eq!(saw["family"], json!(["other", "class"]));
+    assert_eq!(saw["n_over_1"], json!(["other", "class"]));
+    assert_eq!(saw["words"], json!([["lang", 1.0]]), "only the item holding the words");
+    assert_eq!(saw["paged"], json!(["class"]));
+    assert_eq!(saw["namespaces"], json!([["prefs"], ["prefs", "school"], ["prefsx"]]));
+    assert_eq!(saw["namespaces_prefs"], json!([["prefs"]]));
+
+    assert_eq!(saw["alive_at_2"], "brief");
+    assert_eq!(saw["alive_at_4"], "brief", "the read at 2 s renewed its 3 s");
+    assert_eq!(saw["gone_at_6"]["status"], 404, "unread since 4 s: expired");
+    assert_eq!(saw["deleted"]["status"], 404);
+    for (case, field) in [("bad_namespace", "namespace"), ("bad_ttl", "ttl"), ("bad_filter", "filter")] {
+        let refused = &saw[case];
+        assert_eq!(refused["status"], 422, "{case}: {refused}");
+        assert!(refused["body"].to_string().contains(field), "{case}: {refused}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     let Some(python) = langgraph_python() else { return };

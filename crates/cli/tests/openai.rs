@@ -56,6 +56,11 @@ async fn the_official_openai_sdk_talks_to_the_agents() {
     let conversation = whole["extra"]["conversation_id"].as_i64().expect("a conversation id");
     assert!(whole["extra"]["message_id"].is_i64(), "{whole}");
     assert_eq!(whole["extra"]["pending_actions"], json!([]));
+    // The turn's tokens as the model reported them (the scripted model: 10 prompt, 5 generated).
+    assert_eq!(whole["usage"]["prompt_tokens"], 10, "{whole}");
+    assert_eq!(whole["usage"]["completion_tokens"], 5, "{whole}");
+    assert_eq!(whole["usage"]["total_tokens"], 15, "{whole}");
+    assert_eq!(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{whole}");
     let requests = model.requests();
     let first = messages(&requests[0]);
     assert_eq!(
@@ -73,6 +78,10 @@ async fn the_official_openai_sdk_talks_to_the_agents() {
     assert_eq!(stream["text"], "Seguimos en la misma conversación.");
     assert_eq!(stream["finish"].as_array().unwrap().last().unwrap(), "stop");
     assert_eq!(stream["last_extra"]["conversation_id"], conversation);
+    // `stream_options.include_usage`: one last chunk, without choices, with the turn's tokens.
+    assert_eq!(stream["usage_last"], true, "{stream}");
+    assert_eq!(stream["usage"].as_array().map(Vec::len), Some(1), "{stream}");
+    assert_eq!(stream["usage"][0]["total_tokens"], 15, "{stream}");
     let second = messages(&requests[1]);
     assert!(second.contains(&("assistant".to_owned(), "Hola, soy el asistente.".to_owned())), "{second:?}");
     assert_eq!(second.last().unwrap(), &("user".to_owned(), "¿y ahora?".to_owned()));

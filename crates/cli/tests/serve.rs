@@ -455,18 +455,7 @@ async fn serve_round_trip(database_url: Option<String>) {
     if database_url.is_none() {
         assert!(dir.path().join("toolgraph.db").exists(), "the SQLite store is the default");
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let (exit, err) = common::terminate(&mut child, Duration::from_secs(10)).await;
     assert!(exit.success(), "{err}");
     assert!(err.contains("shutting down"), "{err}");
     // The allocator chosen before `main` (see `allocator.rs`).

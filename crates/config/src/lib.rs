@@ -47,7 +47,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// `TOOLGRAPH_*` variables that are not configuration keys: the config file path, the log
-/// filter, the model cache of `scripts/fetch-models` (read by the local models), the
+/// filter and format, the model cache of `scripts/fetch-models` (read by the local models), the
 /// allocator (read by the binary before `main`), the local models' thread count and kernels,
 /// `chat --url`'s key, the demo's port, and what the test suite reads (its database, the Qdrant
 /// and PostgreSQL binaries, the MCP SDKs, the benchmark's PostgreSQL). Each would otherwise
@@ -55,6 +55,7 @@ use std::path::{Path, PathBuf};
 const NOT_CONFIG_KEYS: &[&str] = &[
     "config",
     "log",
+    "log_format",
     "models_dir",
     "allocator",
     "threads",
@@ -92,7 +93,69 @@ pub enum ConfigError {
 }
 
 fn describe_figment(e: &figment::Error) -> String {
-    e.clone().into_iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+    e.clone().into_iter().map(|e| format!("{e}{}", did_you_mean(&e))).collect::<Vec<_>>().join("; ")
+}
+
+/// "; did you mean `llm.base_url`?" for an unknown key or value close to a known one (with the
+/// variable to set when the unknown key came from one), else nothing.
+fn did_you_mean(e: &figment::Error) -> String {
+    use figment::error::Kind;
+    let (found, expected, is_key) = match &e.kind {
+        Kind::UnknownField(found, expected) => (found, *expected, true),
+        Kind::UnknownVariant(found, expected) => (found, *expected, false),
+        _ => return String::new(),
+    };
+    let Some(best) = closest(found, expected) else { return String::new() };
+    if !is_key {
+        return format!("; did you mean \"{best}\"?");
+    }
+    let mut path: Vec<&str> = e.path.iter().map(String::as_str).collect();
+    if path.last() == Some(&found.as_str()) {
+        path.pop();
+    }
+    path.push(best);
+    let key = path.join(".");
+    let from_env = e.metadata.as_ref().is_some_and(|m| m.name.contains("environment"));
+    if from_env {
+        format!("; did you mean `{key}` ({})?", key_variable(&key))
+    } else {
+        format!("; did you mean `{key}`?")
+    }
+}
+
+/// The known name most like `found`: the same letters without `_`/`-`, or within a small
+/// edit distance (a third of the name, at least 1).
+fn closest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
+    let squash = |s: &str| s.chars().filter(|c| *c != '_' && *c != '-').collect::<String>().to_ascii_lowercase();
+    let found_squashed = squash(found);
+    if let Some(same) = known.iter().find(|k| squash(k) == found_squashed) {
+        return Some(same);
+    }
+    let limit = (found.chars().count() / 3).max(1);
+    known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(found, k), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The `TOOLGRAPH_*` variable that sets dotted `key` (the inverse of [`variable_key`]): the
+/// section and, in [`SUBSECTIONS`], its table join with `_`, deeper parts with `__`.
+pub fn key_variable(key: &str) -> String {
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut name = String::from("TOOLGRAPH_");
+    for (i, part) in parts.iter().enumerate() {
+        let joined_by_one = match i {
+            0 => "",
+            1 => "_",
+            2 if SUBSECTIONS.iter().any(|(s, tables)| *s == parts[0] && tables.contains(&parts[1])) => "_",
+            _ => "__",
+        };
+        name.push_str(joined_by_one);
+        name.push_str(&part.to_ascii_uppercase());
+    }
+    name
 }
 
 /// Everything toolgraph reads from `toolgraph.toml` and `TOOLGRAPH_*`.

@@ -114,6 +114,41 @@ fn unknown_environment_keys_are_refused() {
 }
 
 #[test]
+fn an_unknown_key_close_to_a_known_one_is_named_with_a_did_you_mean() {
+    let err = Config::from_toml_str("[llm]\nbase_ur = \"http://x\"\n").unwrap_err().to_string();
+    assert!(err.contains("did you mean `llm.base_url`?"), "{err}");
+    let err = Config::from_toml_str("[tools.course]\nbackend-url = \"http://x\"\n").unwrap_err().to_string();
+    assert!(err.contains("did you mean `tools.course.backend_url`?"), "{err}");
+    let err = Config::from_toml_str("[rag]\nbackend = \"qdrnt\"\n").unwrap_err().to_string();
+    assert!(err.contains("did you mean \"qdrant\"?"), "{err}");
+    // Nothing close: the list of known keys alone, no guess.
+    let err = Config::from_toml_str("[llm]\ncolour = \"red\"\n").unwrap_err().to_string();
+    assert!(err.contains("colour") && !err.contains("did you mean"), "{err}");
+    Jail::expect_with(|jail| {
+        jail.set_env("TOOLGRAPH_LLM_BASEURL", "http://x");
+        let err = Config::load(None).unwrap_err().to_string();
+        assert!(err.contains("did you mean `llm.base_url` (TOOLGRAPH_LLM_BASE_URL)?"), "{err}");
+        Ok(())
+    });
+}
+
+#[test]
+fn the_variable_named_for_a_key_sets_that_key() {
+    for key in [
+        "data_dir",
+        "llm.base_url",
+        "server.port",
+        "tools.course.backend_url",
+        "agents.course_tutor.model",
+        "agents.tutor.grounding",
+        "rag.kb.cursos.embedding",
+    ] {
+        let variable = key_variable(key);
+        assert_eq!(variable_key(&variable).as_deref(), Some(key), "{variable}");
+    }
+}
+
+#[test]
 fn wrong_types_name_the_key() {
     let err = Config::from_toml_str("[llm]\nmax_retries = \"many\"\n").unwrap_err().to_string();
     assert!(err.contains("max_retries"), "{err}");

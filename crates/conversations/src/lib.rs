@@ -27,12 +27,14 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod items;
 mod memory;
 mod postgres;
 mod projection;
 pub mod run_events;
 mod sqlite;
 
+pub use items::MemoryItem;
 pub use memory::MemoryConversationStore;
 pub use postgres::PostgresConversationStore;
 pub use projection::{ProjectingCheckpointer, Projection, Projector};
@@ -40,6 +42,41 @@ pub use run_events::{
     MemoryRunEvents, PostgresRunEvents, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope,
 };
 pub use sqlite::SqliteConversationStore;
+
+/// The conversation tables' migrations on SQLite (beside the checkpoints' in one table).
+const SQLITE_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolgraph_graph::embedded_migrations!(
+    "migrations/sqlite",
+    [
+        "1001_conversations.sql",
+        "1002_turn_leases.sql",
+        "1003_running_turns.sql",
+        "1004_threads.sql",
+        "1005_memory_items.sql"
+    ]
+);
+/// The conversation tables' migrations on PostgreSQL: conversations, leases, run events,
+/// replays and threads.
+const POSTGRES_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolgraph_graph::embedded_migrations!(
+    "migrations/postgres",
+    [
+        "1001_conversations.sql",
+        "1002_turn_leases.sql",
+        "1003_run_events.sql",
+        "1004_running_turns.sql",
+        "1005_signature_nonces.sql",
+        "1006_run_events_conversation.sql",
+        "1007_threads.sql",
+        "1008_memory_items.sql",
+    ]
+);
+
+/// The PostgreSQL migrations, ready to run beside the checkpoints' (missing versions allowed).
+async fn postgres_migrator() -> Result<sqlx::migrate::Migrator, StoreError> {
+    let mut m = POSTGRES_MIGRATIONS.migrator().await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
+    // The checkpoint migrations share the migrations table.
+    m.set_ignore_missing(true);
+    Ok(m)
+}
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -399,6 +436,77 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn delete_thread(&self, _tenant: i64, _user: i64, _id: &str) -> Result<Option<Thread>, StoreError> {
         Err(no_threads())
     }
+
+    /// Writes `item` for `tenant`/`user`: a new one, or in place of the one under its key
+    /// (keeping when that was first written).
+    async fn put_item(&self, _tenant: i64, _user: i64, _item: &MemoryItem) -> Result<(), StoreError> {
+        Err(no_items())
+    }
+    /// The unexpired item under `namespace`/`key`.
+    async fn item(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _namespace: &[String],
+        _key: &str,
+        _now_ms: i64,
+    ) -> Result<Option<MemoryItem>, StoreError> {
+        Err(no_items())
+    }
+    /// The unexpired items in `prefix` and below, the most recently written first, at most
+    /// [`items::ITEMS_READ`].
+    async fn items(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _prefix: &[String],
+        _now_ms: i64,
+    ) -> Result<Vec<MemoryItem>, StoreError> {
+        Err(no_items())
+    }
+    /// How many unexpired items `tenant`/`user` keeps.
+    async fn count_items(&self, _tenant: i64, _user: i64, _now_ms: i64) -> Result<u64, StoreError> {
+        Err(no_items())
+    }
+    /// The distinct namespaces of the unexpired items in `prefix` and below, at most
+    /// [`items::ITEMS_READ`].
+    async fn item_namespaces(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _prefix: &[String],
+        _now_ms: i64,
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        Err(no_items())
+    }
+    /// Moves the expiry of these items (those with a time to live) to `now_ms` plus it.
+    async fn refresh_items(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _items: &[(Vec<String>, String)],
+        _now_ms: i64,
+    ) -> Result<(), StoreError> {
+        Err(no_items())
+    }
+    /// Deletes the item under `namespace`/`key`; whether there was one.
+    async fn delete_item(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _namespace: &[String],
+        _key: &str,
+    ) -> Result<bool, StoreError> {
+        Err(no_items())
+    }
+    /// Deletes every item expired at `now_ms`; how many.
+    async fn prune_items(&self, _now_ms: i64) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+fn no_items() -> StoreError {
+    StoreError("this store keeps no memory items: use server.store = \"sqlite\" or \"postgres\"".into())
 }
 
 /// Milliseconds since the Unix epoch.
@@ -409,6 +517,13 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_embedded_migrations_hold_every_file_of_their_directories() {
+        let dir = |d: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(d);
+        toolgraph_graph::migrations::assert_same_as_directory(SQLITE_MIGRATIONS, &dir("migrations/sqlite")).await;
+        toolgraph_graph::migrations::assert_same_as_directory(POSTGRES_MIGRATIONS, &dir("migrations/postgres")).await;
+    }
 
     #[test]
     fn a_conversation_thread_reads_back_and_other_threads_are_not_conversations() {

@@ -1,12 +1,13 @@
 //! [`MemoryConversationStore`]: conversations in process memory, for tests and benchmarks
 //! (the measured peer uses LangGraph's in-memory saver); lost on exit.
 
+use crate::items::{ITEMS_READ, MemoryItem};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
     ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms, summary_title,
 };
 use async_trait::async_trait;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 /// An in-memory store.
@@ -26,6 +27,8 @@ struct MemoryInner {
     messages: Vec<(i64, StoredMessage)>,
     pending: Vec<PendingAction>,
     threads: Vec<Thread>,
+    /// By (tenant, user, namespace, key).
+    items: BTreeMap<(i64, i64, Vec<String>, String), MemoryItem>,
 }
 
 impl MemoryConversationStore {
@@ -244,12 +247,14 @@ impl ConversationStore for MemoryConversationStore {
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
         let mut g = self.lock();
         g.threads.retain(|t| !(t.tenant == tenant && t.user == user));
+        g.items.retain(|(t, u, _, _), _| !(*t == tenant && *u == user));
         Ok(g.remove_conversations(|_, t, u| t == tenant && u == user))
     }
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
         let mut g = self.lock();
         g.threads.retain(|t| t.tenant != tenant);
+        g.items.retain(|(t, _, _, _), _| *t != tenant);
         Ok(g.remove_conversations(|_, t, _| t == tenant))
     }
 
@@ -304,5 +309,117 @@ impl ConversationStore for MemoryConversationStore {
         let mut g = self.lock();
         let at = g.threads.iter().position(|t| t.id == id && t.tenant == tenant && t.user == user);
         Ok(at.map(|i| g.threads.remove(i)))
+    }
+
+    async fn put_item(&self, tenant: i64, user: i64, item: &MemoryItem) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let k = (tenant, user, item.namespace.clone(), item.key.clone());
+        let mut new = item.clone();
+        if let Some(old) = g.items.get(&k).filter(|old| old.expires_at_ms.is_none_or(|e| e > item.updated_at_ms)) {
+            new.created_at_ms = old.created_at_ms;
+        }
+        g.items.insert(k, new);
+        Ok(())
+    }
+
+    async fn item(
+        &self,
+        tenant: i64,
+        user: i64,
+        namespace: &[String],
+        key: &str,
+        now_ms: i64,
+    ) -> Result<Option<MemoryItem>, StoreError> {
+        let g = self.lock();
+        let found = g.items.get(&(tenant, user, namespace.to_vec(), key.to_owned()));
+        Ok(found.filter(|i| i.expires_at_ms.is_none_or(|e| e > now_ms)).cloned())
+    }
+
+    async fn items(
+        &self,
+        tenant: i64,
+        user: i64,
+        prefix: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<MemoryItem>, StoreError> {
+        let g = self.lock();
+        let mut found: Vec<MemoryItem> = g
+            .items
+            .iter()
+            .filter(|((t, u, ns, _), i)| {
+                *t == tenant && *u == user && ns.starts_with(prefix) && i.expires_at_ms.is_none_or(|e| e > now_ms)
+            })
+            .map(|(_, i)| i.clone())
+            .collect();
+        // As the databases order them: the most recently written first, then by place.
+        found.sort_by(|a, b| {
+            b.updated_at_ms
+                .cmp(&a.updated_at_ms)
+                .then_with(|| a.namespace.cmp(&b.namespace))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        found.truncate(ITEMS_READ);
+        Ok(found)
+    }
+
+    async fn count_items(&self, tenant: i64, user: i64, now_ms: i64) -> Result<u64, StoreError> {
+        let g = self.lock();
+        let n = g
+            .items
+            .iter()
+            .filter(|((t, u, _, _), i)| *t == tenant && *u == user && i.expires_at_ms.is_none_or(|e| e > now_ms))
+            .count();
+        Ok(n as u64)
+    }
+
+    async fn item_namespaces(
+        &self,
+        tenant: i64,
+        user: i64,
+        prefix: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        let g = self.lock();
+        let mut found: Vec<Vec<String>> = g
+            .items
+            .iter()
+            .filter(|((t, u, ns, _), i)| {
+                *t == tenant && *u == user && ns.starts_with(prefix) && i.expires_at_ms.is_none_or(|e| e > now_ms)
+            })
+            .map(|((_, _, ns, _), _)| ns.clone())
+            .collect();
+        found.dedup();
+        found.truncate(ITEMS_READ);
+        Ok(found)
+    }
+
+    async fn refresh_items(
+        &self,
+        tenant: i64,
+        user: i64,
+        items: &[(Vec<String>, String)],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        for (namespace, key) in items {
+            if let Some(i) = g.items.get_mut(&(tenant, user, namespace.clone(), key.clone()))
+                && let (Some(ttl), Some(expires)) = (i.ttl_ms, i.expires_at_ms)
+                && expires > now_ms
+            {
+                i.expires_at_ms = Some(now_ms.saturating_add(ttl));
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_item(&self, tenant: i64, user: i64, namespace: &[String], key: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().items.remove(&(tenant, user, namespace.to_vec(), key.to_owned())).is_some())
+    }
+
+    async fn prune_items(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let mut g = self.lock();
+        let before = g.items.len();
+        g.items.retain(|_, i| i.expires_at_ms.is_none_or(|e| e > now_ms));
+        Ok((before - g.items.len()) as u64)
     }
 }

@@ -1,6 +1,7 @@
 //! [`PostgresConversationStore`]: the conversation store in PostgreSQL, shared by replicas;
 //! its tables live beside the checkpoints, so a step's messages commit with its record.
 
+use crate::items::{ITEMS_READ, MemoryItem, decode_namespace, encode_namespace, prefix_match};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
     PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
@@ -33,9 +34,7 @@ impl PostgresConversationStore {
     /// # Errors
     /// When the migrations fail.
     pub async fn open(db: PgDatabase) -> Result<Self, StoreError> {
-        let mut m = sqlx::migrate!("./migrations/postgres");
-        // The checkpoint migrations share the migrations table.
-        m.set_ignore_missing(true);
+        let m = crate::postgres_migrator().await?;
         db.migrate(&m).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
         Ok(Self { db })
     }
@@ -386,12 +385,14 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
-        sqlx::query("DELETE FROM threads WHERE tenant_id = $1 AND user_id = $2")
-            .bind(tenant)
-            .bind(user)
-            .persistent(self.db.persistent())
-            .execute(&mut *s)
-            .await?;
+        for table in ["threads", "memory_items"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1 AND user_id = $2"))
+                .bind(tenant)
+                .bind(user)
+                .persistent(self.db.persistent())
+                .execute(&mut *s)
+                .await?;
+        }
         let ids = sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 AND user_id = $2 RETURNING id")
             .bind(tenant)
             .bind(user)
@@ -404,11 +405,13 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
-        sqlx::query("DELETE FROM threads WHERE tenant_id = $1")
-            .bind(tenant)
-            .persistent(self.db.persistent())
-            .execute(&mut *s)
-            .await?;
+        for table in ["threads", "memory_items"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
+                .bind(tenant)
+                .persistent(self.db.persistent())
+                .execute(&mut *s)
+                .await?;
+        }
         let ids = sqlx::query_scalar("DELETE FROM conversations WHERE tenant_id = $1 RETURNING id")
             .bind(tenant)
             .persistent(self.db.persistent())
@@ -517,6 +520,205 @@ impl ConversationStore for PostgresConversationStore {
         s.finish().await?;
         row.as_ref().map(thread_row).transpose()
     }
+
+    async fn put_item(&self, tenant: i64, user: i64, item: &MemoryItem) -> Result<(), StoreError> {
+        let mut s = self.db.session().await?;
+        sqlx::query(
+            "INSERT INTO memory_items (tenant_id, user_id, namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (tenant_id, user_id, namespace, key) DO UPDATE SET
+               value = excluded.value, updated_at_ms = excluded.updated_at_ms, ttl_ms = excluded.ttl_ms,
+               expires_at_ms = excluded.expires_at_ms,
+               created_at_ms = CASE WHEN memory_items.expires_at_ms IS NOT NULL
+                                     AND memory_items.expires_at_ms <= excluded.updated_at_ms
+                                    THEN excluded.created_at_ms ELSE memory_items.created_at_ms END",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(encode_namespace(&item.namespace))
+        .bind(&item.key)
+        .bind(Value::Object(item.value.clone()))
+        .bind(item.created_at_ms)
+        .bind(item.updated_at_ms)
+        .bind(item.ttl_ms)
+        .bind(item.expires_at_ms)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    async fn item(
+        &self,
+        tenant: i64,
+        user: i64,
+        namespace: &[String],
+        key: &str,
+        now_ms: i64,
+    ) -> Result<Option<MemoryItem>, StoreError> {
+        let mut s = self.db.session().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {ITEM_COLUMNS} FROM memory_items WHERE tenant_id = $1 AND user_id = $2 AND namespace = $3
+             AND key = $4 AND (expires_at_ms IS NULL OR expires_at_ms > $5)"
+        ))
+        .bind(tenant)
+        .bind(user)
+        .bind(encode_namespace(namespace))
+        .bind(key)
+        .bind(now_ms)
+        .persistent(self.db.persistent())
+        .fetch_optional(&mut *s)
+        .await?;
+        s.finish().await?;
+        row.as_ref().map(item_row).transpose()
+    }
+
+    async fn items(
+        &self,
+        tenant: i64,
+        user: i64,
+        prefix: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<MemoryItem>, StoreError> {
+        let (exact, below) = prefix_match(prefix);
+        let mut s = self.db.session().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {ITEM_COLUMNS} FROM memory_items WHERE tenant_id = $1 AND user_id = $2
+             AND ($3 = '' OR namespace = $3 OR left(namespace, length($4)) = $4)
+             AND (expires_at_ms IS NULL OR expires_at_ms > $5)
+             ORDER BY updated_at_ms DESC, namespace COLLATE \"C\", key COLLATE \"C\" LIMIT $6"
+        ))
+        .bind(tenant)
+        .bind(user)
+        .bind(exact)
+        .bind(below)
+        .bind(now_ms)
+        .bind(ITEMS_READ as i64)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        rows.iter().map(item_row).collect()
+    }
+
+    async fn count_items(&self, tenant: i64, user: i64, now_ms: i64) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM memory_items WHERE tenant_id = $1 AND user_id = $2
+             AND (expires_at_ms IS NULL OR expires_at_ms > $3)",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(now_ms)
+        .persistent(self.db.persistent())
+        .fetch_one(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(n.max(0) as u64)
+    }
+
+    async fn item_namespaces(
+        &self,
+        tenant: i64,
+        user: i64,
+        prefix: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        let (exact, below) = prefix_match(prefix);
+        let mut s = self.db.session().await?;
+        let found: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT namespace COLLATE \"C\" FROM memory_items WHERE tenant_id = $1 AND user_id = $2
+             AND ($3 = '' OR namespace = $3 OR left(namespace, length($4)) = $4)
+             AND (expires_at_ms IS NULL OR expires_at_ms > $5)
+             ORDER BY 1 LIMIT $6",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(exact)
+        .bind(below)
+        .bind(now_ms)
+        .bind(ITEMS_READ as i64)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(found.iter().map(|ns| decode_namespace(ns)).collect())
+    }
+
+    async fn refresh_items(
+        &self,
+        tenant: i64,
+        user: i64,
+        items: &[(Vec<String>, String)],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let namespaces: Vec<String> = items.iter().map(|(ns, _)| encode_namespace(ns)).collect();
+        let keys: Vec<String> = items.iter().map(|(_, k)| k.clone()).collect();
+        let mut s = self.db.session().await?;
+        sqlx::query(
+            "UPDATE memory_items SET expires_at_ms = $3 + ttl_ms WHERE tenant_id = $1 AND user_id = $2
+             AND ttl_ms IS NOT NULL AND expires_at_ms > $3
+             AND (namespace, key) IN (SELECT * FROM unnest($4::text[], $5::text[]))",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(now_ms)
+        .bind(namespaces)
+        .bind(keys)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    async fn delete_item(&self, tenant: i64, user: i64, namespace: &[String], key: &str) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
+        let done = sqlx::query(
+            "DELETE FROM memory_items WHERE tenant_id = $1 AND user_id = $2 AND namespace = $3 AND key = $4",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(encode_namespace(namespace))
+        .bind(key)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn prune_items(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let done = sqlx::query("DELETE FROM memory_items WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1")
+            .bind(now_ms)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?;
+        s.finish().await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// The columns [`item_row`] reads, in its order.
+const ITEM_COLUMNS: &str = "namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms";
+
+fn item_row(r: &PgRow) -> Result<MemoryItem, StoreError> {
+    let namespace: String = r.try_get(0)?;
+    let value = match r.try_get::<Value, _>(2)? {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    Ok(MemoryItem {
+        namespace: decode_namespace(&namespace),
+        key: r.try_get(1)?,
+        value,
+        created_at_ms: r.try_get(3)?,
+        updated_at_ms: r.try_get(4)?,
+        ttl_ms: r.try_get(5)?,
+        expires_at_ms: r.try_get(6)?,
+    })
 }
 
 /// The columns [`thread_row`] reads, in its order.

@@ -1,6 +1,7 @@
 //! [`SqliteConversationStore`]: the embedded default, in the same database file (and on the
 //! same connection thread) as the checkpoints, so a step's messages commit with its record.
 
+use crate::items::{ITEMS_READ, MemoryItem, decode_namespace, encode_namespace, prefix_match};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
     PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
@@ -24,7 +25,9 @@ impl SqliteConversationStore {
     /// When the migrations fail.
     pub async fn new(db: SqliteDatabase) -> Result<Self, StoreError> {
         // The checkpoint migrations share the migrations table.
-        db.migrate(sqlx::migrate!("./migrations/sqlite")).await?;
+        let migrator =
+            crate::SQLITE_MIGRATIONS.migrator().await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
+        db.migrate(migrator).await?;
         Ok(Self { db })
     }
 
@@ -360,6 +363,7 @@ impl ConversationStore for SqliteConversationStore {
         self.call(move |c| {
             let tx = c.transaction()?;
             tx.execute("DELETE FROM threads WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
+            tx.execute("DELETE FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
             let ids = delete_conversations(&tx, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])?;
             tx.commit()?;
             Ok(ids)
@@ -371,6 +375,7 @@ impl ConversationStore for SqliteConversationStore {
         self.call(move |c| {
             let tx = c.transaction()?;
             tx.execute("DELETE FROM threads WHERE tenant_id = ?1", params![tenant])?;
+            tx.execute("DELETE FROM memory_items WHERE tenant_id = ?1", params![tenant])?;
             let ids = delete_conversations(&tx, "tenant_id = ?1", &[&tenant])?;
             tx.commit()?;
             Ok(ids)
@@ -456,6 +461,172 @@ impl ConversationStore for SqliteConversationStore {
         })
         .await
     }
+
+    async fn put_item(&self, tenant: i64, user: i64, item: &MemoryItem) -> Result<(), StoreError> {
+        let namespace = encode_namespace(&item.namespace);
+        let value = Value::Object(item.value.clone()).to_string();
+        let i = item.clone();
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO memory_items (tenant_id, user_id, namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (tenant_id, user_id, namespace, key) DO UPDATE SET
+                   value = excluded.value, updated_at_ms = excluded.updated_at_ms, ttl_ms = excluded.ttl_ms,
+                   expires_at_ms = excluded.expires_at_ms,
+                   created_at_ms = CASE WHEN memory_items.expires_at_ms IS NOT NULL
+                                         AND memory_items.expires_at_ms <= excluded.updated_at_ms
+                                        THEN excluded.created_at_ms ELSE memory_items.created_at_ms END",
+            )?
+            .execute(params![tenant, user, namespace, i.key, value, i.created_at_ms, i.updated_at_ms, i.ttl_ms, i.expires_at_ms])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn item(
+        &self,
+        tenant: i64,
+        user: i64,
+        namespace: &[String],
+        key: &str,
+        now_ms: i64,
+    ) -> Result<Option<MemoryItem>, StoreError> {
+        let (namespace, key) = (encode_namespace(namespace), key.to_owned());
+        self.call(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {ITEM_COLUMNS} FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2 AND namespace = ?3
+                 AND key = ?4 AND (expires_at_ms IS NULL OR expires_at_ms > ?5)"
+            ))?
+            .query_row(params![tenant, user, namespace, key, now_ms], item_row)
+            .optional()
+        })
+        .await
+    }
+
+    async fn items(
+        &self,
+        tenant: i64,
+        user: i64,
+        prefix: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<MemoryItem>, StoreError> {
+        let (exact, below) = prefix_match(prefix);
+        self.call(move |c| {
+            let mut q = c.prepare_cached(&format!(
+                "SELECT {ITEM_COLUMNS} FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2
+                 AND (?3 = '' OR namespace = ?3 OR substr(namespace, 1, length(?4)) = ?4)
+                 AND (expires_at_ms IS NULL OR expires_at_ms > ?5)
+                 ORDER BY updated_at_ms DESC, namespace, key LIMIT ?6"
+            ))?;
+            let rows = q.query_map(params![tenant, user, exact, below, now_ms, ITEMS_READ as i64], item_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn count_items(&self, tenant: i64, user: i64, now_ms: i64) -> Result<u64, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT count(*) FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2
+                 AND (expires_at_ms IS NULL OR expires_at_ms > ?3)",
+            )?
+            .query_row(params![tenant, user, now_ms], |r| r.get::<_, i64>(0))
+            .map(|n| n.max(0) as u64)
+        })
+        .await
+    }
+
+    async fn item_namespaces(
+        &self,
+        tenant: i64,
+        user: i64,
+        prefix: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        let (exact, below) = prefix_match(prefix);
+        self.call(move |c| {
+            let mut q = c.prepare_cached(
+                "SELECT DISTINCT namespace FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2
+                 AND (?3 = '' OR namespace = ?3 OR substr(namespace, 1, length(?4)) = ?4)
+                 AND (expires_at_ms IS NULL OR expires_at_ms > ?5)
+                 ORDER BY namespace LIMIT ?6",
+            )?;
+            let rows = q.query_map(params![tenant, user, exact, below, now_ms, ITEMS_READ as i64], |r| {
+                r.get::<_, String>(0).map(|ns| decode_namespace(&ns))
+            })?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn refresh_items(
+        &self,
+        tenant: i64,
+        user: i64,
+        items: &[(Vec<String>, String)],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let keys: Vec<(String, String)> = items.iter().map(|(ns, k)| (encode_namespace(ns), k.clone())).collect();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            {
+                let mut q = tx.prepare_cached(
+                    "UPDATE memory_items SET expires_at_ms = ?5 + ttl_ms WHERE tenant_id = ?1 AND user_id = ?2
+                     AND namespace = ?3 AND key = ?4 AND ttl_ms IS NOT NULL AND expires_at_ms > ?5",
+                )?;
+                for (namespace, key) in &keys {
+                    q.execute(params![tenant, user, namespace, key, now_ms])?;
+                }
+            }
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn delete_item(&self, tenant: i64, user: i64, namespace: &[String], key: &str) -> Result<bool, StoreError> {
+        let (namespace, key) = (encode_namespace(namespace), key.to_owned());
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2 AND namespace = ?3 AND key = ?4",
+                )?
+                .execute(params![tenant, user, namespace, key])?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
+    async fn prune_items(&self, now_ms: i64) -> Result<u64, StoreError> {
+        self.call(move |c| {
+            let n = c
+                .prepare_cached("DELETE FROM memory_items WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1")?
+                .execute(params![now_ms])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+}
+
+/// The columns [`item_row`] reads, in its order.
+const ITEM_COLUMNS: &str = "namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms";
+
+fn item_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryItem> {
+    let namespace: String = r.get(0)?;
+    let value: String = r.get(2)?;
+    // Written by this store as a JSON object; anything else reads as an empty one.
+    let value = match serde_json::from_str(&value) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    Ok(MemoryItem {
+        namespace: decode_namespace(&namespace),
+        key: r.get(1)?,
+        value,
+        created_at_ms: r.get(3)?,
+        updated_at_ms: r.get(4)?,
+        ttl_ms: r.get(5)?,
+        expires_at_ms: r.get(6)?,
+    })
 }
 
 /// The columns [`thread_row`] reads, in its order.

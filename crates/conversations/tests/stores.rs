@@ -8,8 +8,8 @@ use serde_json::json;
 use std::str::FromStr;
 use std::sync::Arc;
 use toolgraph_conversations::{
-    ConversationStore, Decided, MemoryConversationStore, NewPending, PendingLookup, PostgresConversationStore,
-    ReleasedTurn, Role, SqliteConversationStore, Thread, TurnClaim,
+    ConversationStore, Decided, MemoryConversationStore, MemoryItem, NewPending, PendingLookup,
+    PostgresConversationStore, ReleasedTurn, Role, SqliteConversationStore, Thread, TurnClaim,
 };
 use toolgraph_graph::{PgPooling, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_testkit::PgSchema;
@@ -266,6 +266,72 @@ async fn threads_belong_to_their_owner_and_bind_one_conversation(store: &dyn Con
     assert!(store.conversation(7, 1, other).await.unwrap().is_some());
 }
 
+fn ns(labels: &[&str]) -> Vec<String> {
+    labels.iter().map(|l| l.to_string()).collect()
+}
+
+fn memory_item(labels: &[&str], key: &str, text: &str, ttl_ms: Option<i64>, now: i64) -> MemoryItem {
+    let value = json!({"text": text}).as_object().cloned().unwrap_or_default();
+    MemoryItem::new(ns(labels), key.into(), value, ttl_ms, now)
+}
+
+async fn memory_items_are_each_persons_expire_and_go_with_their_owner(store: &dyn ConversationStore) {
+    let t0 = 1_000_000;
+    store.put_item(7, 1, &memory_item(&["prefs"], "lang", "Prefers Spanish", None, t0)).await.unwrap();
+    store.put_item(7, 1, &memory_item(&["prefs", "school"], "class", "Child in 5A", None, t0 + 1)).await.unwrap();
+    store.put_item(7, 1, &memory_item(&["prefsx"], "other", "not under prefs", None, t0 + 2)).await.unwrap();
+    store.put_item(7, 1, &memory_item(&["notes"], "soon", "expires", Some(1_000), t0 + 3)).await.unwrap();
+    store.put_item(7, 2, &memory_item(&["prefs"], "lang", "another person's", None, t0)).await.unwrap();
+    store.put_item(9, 1, &memory_item(&["prefs"], "lang", "another tenant's", None, t0)).await.unwrap();
+
+    let got = store.item(7, 1, &ns(&["prefs"]), "lang", t0 + 10).await.unwrap().unwrap();
+    assert_eq!((got.value["text"].as_str(), got.created_at_ms), (Some("Prefers Spanish"), t0));
+    assert_eq!(store.item(7, 2, &ns(&["prefs"]), "lang", t0).await.unwrap().unwrap().value["text"], "another person's");
+    assert_eq!(store.item(7, 3, &ns(&["prefs"]), "lang", t0).await.unwrap(), None, "not another user's");
+
+    // Under a prefix: the namespace and those below it, not one that only starts alike; the
+    // most recently written first.
+    let keys = |items: Vec<MemoryItem>| items.into_iter().map(|i| i.key).collect::<Vec<_>>();
+    assert_eq!(keys(store.items(7, 1, &ns(&["prefs"]), t0 + 10).await.unwrap()), ["class", "lang"]);
+    assert_eq!(keys(store.items(7, 1, &[], t0 + 10).await.unwrap()), ["soon", "other", "class", "lang"]);
+
+    assert_eq!(store.count_items(7, 1, t0 + 10).await.unwrap(), 4);
+    let names = store.item_namespaces(7, 1, &ns(&["prefs"]), t0 + 10).await.unwrap();
+    assert_eq!(names, [ns(&["prefs"]), ns(&["prefs", "school"])], "each once, not prefsx");
+
+    // Rewritten: the new value, its first write kept.
+    store.put_item(7, 1, &memory_item(&["prefs"], "lang", "Prefers Catalan", None, t0 + 20)).await.unwrap();
+    let got = store.item(7, 1, &ns(&["prefs"]), "lang", t0 + 21).await.unwrap().unwrap();
+    assert_eq!(
+        (got.value["text"].as_str(), got.created_at_ms, got.updated_at_ms),
+        (Some("Prefers Catalan"), t0, t0 + 20)
+    );
+
+    // A time to live: read with a refresh it lives on; unread it expires, is not found, and pruned.
+    store.refresh_items(7, 1, &[(ns(&["notes"]), "soon".into())], t0 + 900).await.unwrap();
+    assert!(store.item(7, 1, &ns(&["notes"]), "soon", t0 + 1_500).await.unwrap().is_some(), "refreshed at +900");
+    assert_eq!(store.item(7, 1, &ns(&["notes"]), "soon", t0 + 1_901).await.unwrap(), None, "expired");
+    assert!(!keys(store.items(7, 1, &[], t0 + 1_901).await.unwrap()).contains(&"soon".to_owned()));
+    assert_eq!(store.count_items(7, 1, t0 + 1_901).await.unwrap(), 3, "the expired one no longer counts");
+    // Written again once expired (not yet pruned): a new item, first written now.
+    store.put_item(7, 1, &memory_item(&["notes"], "soon", "again", Some(1_000), t0 + 1_950)).await.unwrap();
+    let again = store.item(7, 1, &ns(&["notes"]), "soon", t0 + 1_951).await.unwrap().unwrap();
+    assert_eq!(again.created_at_ms, t0 + 1_950);
+    assert_eq!(store.prune_items(t0 + 1_901).await.unwrap(), 0, "not expired any more");
+    assert_eq!(store.prune_items(t0 + 2_951).await.unwrap(), 1);
+
+    assert!(store.delete_item(7, 1, &ns(&["prefsx"]), "other").await.unwrap());
+    assert!(!store.delete_item(7, 1, &ns(&["prefsx"]), "other").await.unwrap(), "gone");
+    assert!(!store.delete_item(7, 3, &ns(&["prefs"]), "lang").await.unwrap(), "not another user's");
+
+    // A person's deletion takes their items; a tenant's, its people's.
+    store.delete_user(7, 1).await.unwrap();
+    assert!(store.items(7, 1, &[], t0).await.unwrap().is_empty());
+    assert_eq!(store.items(7, 2, &[], t0).await.unwrap().len(), 1, "the other person's stay");
+    store.delete_tenant(9).await.unwrap();
+    assert!(store.items(9, 1, &[], t0).await.unwrap().is_empty());
+}
+
 macro_rules! suite {
     ($kind:ident) => {
         mod $kind {
@@ -286,6 +352,7 @@ macro_rules! suite {
             case!(deleting_takes_messages_and_pending_actions_with_it);
             case!(conversations_are_listed_for_their_owner_newest_first);
             case!(threads_belong_to_their_owner_and_bind_one_conversation);
+            case!(memory_items_are_each_persons_expire_and_go_with_their_owner);
         }
     };
 }

@@ -6,6 +6,19 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+/// The tokens one model call used, as the model reported them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenUsage {
+    /// The model's identifier.
+    pub model: String,
+    /// Tokens of the prompt.
+    pub prompt: u64,
+    /// Tokens generated.
+    pub completion: u64,
+    /// Of the prompt's tokens, those a cache of computed prompts already held.
+    pub cached_prompt: u64,
+}
+
 /// Something that happened in a run, in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -47,6 +60,8 @@ pub enum RunEvent {
         node: String,
         /// Whether it answered.
         ok: bool,
+        /// The tokens it used, when the model reported them.
+        usage: Option<TokenUsage>,
     },
     /// A piece of model text.
     TextDelta {

@@ -28,6 +28,7 @@ mod event;
 mod graph;
 mod heads;
 mod interrupt;
+pub mod migrations;
 mod node;
 pub mod pg;
 mod runner;
@@ -40,7 +41,7 @@ pub use checkpoint::{
     PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
 };
 pub use error::{GraphBuildError, GraphError, NodeError};
-pub use event::RunEvent;
+pub use event::{RunEvent, TokenUsage};
 pub use graph::{CompiledGraph, StateGraph, StopCause};
 pub use heads::ThreadState;
 pub use interrupt::{Decision, InterruptId, InterruptRequest, PendingInterrupt};

@@ -2,7 +2,7 @@
 //! every graph has, [`START`] and [`END`].
 
 use crate::error::NodeError;
-use crate::event::RunEvent;
+use crate::event::{RunEvent, TokenUsage};
 use crate::interrupt::{Decision, InterruptRequest};
 use crate::state::State;
 use async_trait::async_trait;
@@ -108,10 +108,20 @@ impl<C> RunContext<C> {
     /// [`RunEvent::ModelCallFinished`], so a consumer times and traces every model call
     /// whichever node makes it; `ok` says whether its output counts as a success.
     pub async fn model_call<T>(&self, call: impl Future<Output = T>, ok: impl FnOnce(&T) -> bool) -> T {
+        self.counted_model_call(call, |out| (ok(out), None)).await
+    }
+
+    /// As [`model_call`](Self::model_call), with the tokens the call used (`report` reads
+    /// success and usage from its output), so a consumer counts them by agent and model.
+    pub async fn counted_model_call<T>(
+        &self,
+        call: impl Future<Output = T>,
+        report: impl FnOnce(&T) -> (bool, Option<TokenUsage>),
+    ) -> T {
         self.emit(RunEvent::ModelCallStarted { node: self.node.to_string() }).await;
         let out = call.await;
-        let ok = ok(&out);
-        self.emit(RunEvent::ModelCallFinished { node: self.node.to_string(), ok }).await;
+        let (ok, usage) = report(&out);
+        self.emit(RunEvent::ModelCallFinished { node: self.node.to_string(), ok, usage }).await;
         out
     }
 }

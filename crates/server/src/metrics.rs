@@ -51,7 +51,12 @@ pub struct Metrics {
     pub llm_latency: HistogramVec,
     /// `toolgraph_tool_call_seconds{tool}`.
     pub tool_latency: HistogramVec,
+    /// `toolgraph_llm_tokens_total{tenant,agent,model,kind}`: the tokens model calls used, as
+    /// the model reported them; `kind` is `prompt`, `completion` or `cached_prompt` (the part
+    /// of the prompt a cache held, also counted in `prompt`).
+    pub tokens: IntCounterVec,
     tools: Arc<LabelValues>,
+    models: Arc<LabelValues>,
     tenants: Arc<LabelValues>,
 }
 
@@ -85,10 +90,16 @@ impl Default for Metrics {
             ),
             llm_latency: histogram("toolgraph_llm_call_seconds", "Model call latency", "agent", secs.clone()),
             tool_latency: histogram("toolgraph_tool_call_seconds", "Tool call latency", "tool", secs),
+            tokens: counter(
+                "toolgraph_llm_tokens_total",
+                "Tokens used by model calls, as the model reported them",
+                &["tenant", "agent", "model", "kind"],
+            ),
             tools: Arc::default(),
+            models: Arc::default(),
             tenants: Arc::default(),
         };
-        for c in [&m.sql_retries, &m.hitl, &m.errors, &m.requests] {
+        for c in [&m.sql_retries, &m.hitl, &m.errors, &m.requests, &m.tokens] {
             m.registry.register(Box::new(c.clone())).expect("each metric is registered once"); // invariant
         }
         for h in [&m.stream_duration, &m.llm_latency, &m.tool_latency] {
@@ -106,6 +117,18 @@ impl Metrics {
     /// The `tool` label of tool `name`: itself, or [`OTHER_LABEL`] past the bound.
     pub fn tool_label<'a>(&self, name: &'a str) -> &'a str {
         if self.tools.admits(name) { name } else { OTHER_LABEL }
+    }
+
+    /// Counts one model call's tokens for `tenant` and `agent` (agents are the configuration's,
+    /// so bounded; models and tenants are bounded like tools).
+    pub fn count_tokens(&self, tenant: i64, agent: &str, usage: &toolgraph_graph::TokenUsage) {
+        let tenant = self.tenant_label(tenant);
+        let model = if self.models.admits(&usage.model) { usage.model.as_str() } else { OTHER_LABEL };
+        for (kind, n) in
+            [("prompt", usage.prompt), ("completion", usage.completion), ("cached_prompt", usage.cached_prompt)]
+        {
+            self.tokens.with_label_values(&[tenant.as_str(), agent, model, kind]).inc_by(n);
+        }
     }
 
     /// The `tenant` label of a tenant id: itself, or [`OTHER_LABEL`] past the bound.

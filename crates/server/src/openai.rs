@@ -26,8 +26,8 @@ use std::sync::Arc;
 use toolgraph_protocol::{ConversationId, Frame, PendingAction};
 
 /// `POST /v1/chat/completions`: what this door reads of OpenAI's request. Fields it does not
-/// use (`temperature`, `max_tokens`, `stream_options`, …) are accepted and ignored: the agent's
-/// settings decide them.
+/// use (`temperature`, `max_tokens`, …) are accepted and ignored: the agent's settings decide
+/// them.
 #[derive(Debug, Deserialize)]
 struct CompletionRequest {
     /// The agent.
@@ -47,6 +47,15 @@ struct CompletionRequest {
     /// Extension: the conversation to continue (a response's `conversation_id`).
     #[serde(default)]
     conversation_id: Option<ConversationId>,
+    /// `include_usage`: a last chunk with the turn's tokens, as OpenAI sends it.
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,7 +139,8 @@ pub(crate) async fn completions(
         turn.conversation = recognised(&app, &who, &request.model, earlier).await?;
     }
     let (run_id, log) = app.chat().start_turn(&who, &turn).await.map_err(ApiError::from)?;
-    let reply = Reply { id: format!("chatcmpl-{run_id}"), model: request.model, created: now() };
+    let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    let reply = Reply { id: format!("chatcmpl-{run_id}"), model: request.model, created: now(), include_usage };
     if request.stream {
         return Ok(reply.stream(log));
     }
@@ -242,6 +252,22 @@ struct Reply {
     id: String,
     model: String,
     created: u64,
+    /// Whether a stream ends with a chunk of the turn's tokens.
+    include_usage: bool,
+}
+
+/// OpenAI's `usage` of a turn: the tokens of every model call it made, summed, as the model
+/// reported them (`null` when it reported none).
+fn usage_of(log: &RunLog) -> Value {
+    match log.usage() {
+        None => Value::Null,
+        Some(u) => json!({
+            "prompt_tokens": u.prompt,
+            "completion_tokens": u.completion,
+            "total_tokens": u.prompt + u.completion,
+            "prompt_tokens_details": { "cached_tokens": u.cached_prompt },
+        }),
+    }
 }
 
 /// How a turn ended, for the last chunk or the whole answer.
@@ -289,10 +315,10 @@ impl Reply {
     /// The turn as `chat.completion.chunk` events, ended by `[DONE]` (or an error object).
     fn stream(self, log: Arc<RunLog>) -> Response {
         let first = Value::Object(self.chunk(json!({ "role": "assistant", "content": "" }), None)).to_string();
-        let chunks = log
+        let chunks = Arc::clone(&log)
             .typed_frames()
-            .scan((Ending::default(), self), |(ending, reply), frame| {
-                futures::future::ready(Some(reply.frame(ending, frame)))
+            .scan((Ending::default(), self, log), |(ending, reply, log), frame| {
+                futures::future::ready(Some(reply.frame(ending, frame, log)))
             })
             .flat_map(futures::stream::iter);
         let events =
@@ -301,7 +327,7 @@ impl Reply {
     }
 
     /// The data of the events one frame of the run becomes (none for most).
-    fn frame(&self, ending: &mut Ending, frame: Frame) -> Vec<String> {
+    fn frame(&self, ending: &mut Ending, frame: Frame, log: &RunLog) -> Vec<String> {
         let chunk = |delta: Value, finish| Value::Object(self.chunk(delta, finish)).to_string();
         match frame {
             Frame::Token { content } => vec![chunk(json!({ "content": content }), None)],
@@ -320,6 +346,15 @@ impl Reply {
                 let mut last = self.chunk(json!({}), Some("stop"));
                 ending.extensions(&mut last);
                 out.push(Value::Object(last).to_string());
+                if self.include_usage {
+                    // As OpenAI: no choices, the usage; it is the last chunk now, so it carries
+                    // the extensions too.
+                    let mut usage = self.chunk(json!({}), None);
+                    usage.insert("choices".into(), json!([]));
+                    usage.insert("usage".into(), usage_of(log));
+                    ending.extensions(&mut usage);
+                    out.push(Value::Object(usage).to_string());
+                }
                 out.push("[DONE]".to_owned());
                 out
             }
@@ -337,7 +372,7 @@ impl Reply {
     async fn whole(self, log: Arc<RunLog>) -> Result<Response, OpenAiError> {
         let mut content = String::new();
         let mut ending = Ending::default();
-        let mut frames = Box::pin(log.typed_frames());
+        let mut frames = Box::pin(Arc::clone(&log).typed_frames());
         while let Some(frame) = frames.next().await {
             match frame {
                 Frame::Token { content: piece } => content.push_str(&piece),
@@ -368,6 +403,7 @@ impl Reply {
                 "message": { "role": "assistant", "content": content },
                 "finish_reason": "stop",
             }],
+            "usage": usage_of(&log),
         }) {
             Value::Object(m) => m,
             _ => serde_json::Map::new(),

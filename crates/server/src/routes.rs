@@ -67,6 +67,12 @@ pub fn api_router(state: AppState) -> Router {
         .route("/assistants/{assistant_id}", get(crate::langgraph::get))
         .route("/assistants/{assistant_id}/graph", get(crate::langgraph::graph))
         .route("/assistants/{assistant_id}/schemas", get(crate::langgraph::schemas))
+        .route(
+            "/store/items",
+            get(crate::langgraph::store::get).put(crate::langgraph::store::put).delete(crate::langgraph::store::delete),
+        )
+        .route("/store/items/search", post(crate::langgraph::store::search))
+        .route("/store/namespaces", post(crate::langgraph::store::namespaces))
         .route("/threads", post(crate::langgraph::threads::create))
         .route("/threads/search", post(crate::langgraph::threads::search))
         .route("/threads/count", post(crate::langgraph::threads::count))
@@ -119,10 +125,11 @@ async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -
 
 /// The doors that read who is asking from headers: OpenAI's chat completions and AG-UI, whose
 /// clients send the whole conversation with every message (so their bodies may be larger, as
-/// LangGraph's runs may), and LangGraph's threads and stateless runs.
-const HEADER_DOORS: [&str; 4] = ["/v1/", "/ag-ui/", "/threads", "/runs"];
+/// LangGraph's runs may), and LangGraph's threads, stateless runs and store.
+const HEADER_DOORS: [&str; 5] = ["/v1/", "/ag-ui/", "/threads", "/runs", "/store/"];
 
-/// Authenticates `/api`, `/v1`, `/ag-ui` and `/assistants` routes, `/search` and `/mcp`; the
+/// Authenticates `/api`, `/v1`, `/ag-ui`, `/assistants`, `/threads`, `/runs` and `/store` routes,
+/// `/search` and `/mcp`; the
 /// body is read here (bounded) because HMAC signs it. `/v1` refusals are in OpenAI's error shape.
 async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
@@ -144,7 +151,9 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
         ));
     }
     // Runs may carry a whole conversation too; a thread's own routes take small bodies.
-    let whole = door && (!path.starts_with("/threads") || path.split('/').nth(3) == Some("runs"));
+    let whole = door
+        && !path.starts_with("/store/")
+        && (!path.starts_with("/threads") || path.split('/').nth(3) == Some("runs"));
     let max = if whole { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
     match authenticated(app.chat().auth(), req, max).await {
         Ok(req) => next.run(req).await,

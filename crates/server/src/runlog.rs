@@ -138,6 +138,17 @@ impl Unpublished {
     }
 }
 
+/// The tokens a run's model calls used, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunUsage {
+    /// Tokens of the prompts.
+    pub prompt: u64,
+    /// Tokens generated.
+    pub completion: u64,
+    /// Of the prompts' tokens, those a cache of computed prompts held.
+    pub cached_prompt: u64,
+}
+
 /// The frames of one run, and who may read them.
 #[derive(Debug)]
 pub struct RunLog {
@@ -156,6 +167,8 @@ pub struct RunLog {
     /// cancels the same token).
     cancelled: std::sync::atomic::AtomicBool,
     inner: Mutex<LogInner>,
+    /// The tokens the run's model calls used so far, when the model reported them.
+    usage: Mutex<Option<RunUsage>>,
     notify: Notify,
     /// Where a log with new frames is marked for the relay (replicas only).
     unpublished: Option<Arc<Unpublished>>,
@@ -165,6 +178,21 @@ impl RunLog {
     fn lock(&self) -> MutexGuard<'_, LogInner> {
         // Nothing panics under this lock; recover rather than cascade if something did.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds one model call's tokens to the run's.
+    pub fn add_usage(&self, call: &toolgraph_graph::TokenUsage) {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let total = usage.get_or_insert_with(RunUsage::default);
+        total.prompt += call.prompt;
+        total.completion += call.completion;
+        total.cached_prompt += call.cached_prompt;
+    }
+
+    /// The tokens the run's model calls used, summed (`None` when no call reported them). A
+    /// call counts once it ended, so read it after the run's last frame for the whole run.
+    pub fn usage(&self) -> Option<RunUsage> {
+        *self.usage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Appends `frame` and wakes readers.
@@ -338,6 +366,7 @@ impl RunLogs {
             cancel,
             cancelled: std::sync::atomic::AtomicBool::new(false),
             inner: Mutex::new(LogInner::default()),
+            usage: Mutex::new(None),
             notify: Notify::new(),
             unpublished: self.unpublished.clone(),
         });

@@ -13,6 +13,7 @@ use crate::runlog::{RunLog, RunLogs};
 use crate::shared_runs::SharedRuns;
 use turn::Turn;
 
+mod items;
 mod turn;
 use crate::wire::{ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto};
 use futures::StreamExt;
@@ -161,6 +162,8 @@ struct Inner {
     tenant_slots: Slots<i64>,
     /// Request slots by tenant slug (`/search`, `/mcp`: their requests name no numeric id).
     slug_slots: Slots<String>,
+    /// When expired memory items were last deleted, ms since the epoch ([`items`]).
+    items_pruned_at: std::sync::atomic::AtomicI64,
 }
 
 /// Per-tenant semaphores, created on first use and dropped once idle, so tenant ids a client
@@ -260,6 +263,7 @@ impl ChatService {
             options,
             tenant_slots: Slots::new(),
             slug_slots: Slots::new(),
+            items_pruned_at: std::sync::atomic::AtomicI64::new(0),
         }));
         if let Some(every) = takeover_every {
             service.sweep_expired(every);

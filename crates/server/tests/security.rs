@@ -71,6 +71,9 @@ struct Owned {
 /// The owner's LangGraph thread, bound to the owner's conversation.
 const OWNERS_THREAD: &str = "owners-thread";
 
+/// The key of the owner's item in their store (namespace `notes`).
+const OWNERS_ITEM: &str = "owners-item";
+
 async fn service(mode: Mode) -> (String, Arc<dyn ConversationStore>, tempfile::TempDir, ScriptedModelServer) {
     let dir = tempfile::tempdir().unwrap();
     let model =
@@ -229,6 +232,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
         "thread join" => (Method::GET, format!("/threads/{OWNERS_THREAD}/runs/{}/stream", o.run), None),
         "thread run status" => (Method::GET, format!("/threads/{OWNERS_THREAD}/runs/{}", o.run), None),
         "thread run cancel" => (Method::POST, format!("/threads/{OWNERS_THREAD}/runs/{}/cancel", o.run), None),
+        "store item" => (Method::GET, format!("/store/items?namespace=notes&key={OWNERS_ITEM}"), None),
         "confirm" => (
             Method::POST,
             "/api/chatbot/confirm".to_owned(),
@@ -256,7 +260,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 18] = [
+const ENDPOINTS: [&str; 19] = [
     "stream",
     "openai chat",
     "ag-ui run",
@@ -267,6 +271,7 @@ const ENDPOINTS: [&str; 18] = [
     "thread join",
     "thread run status",
     "thread run cancel",
+    "store item",
     "confirm",
     "run events",
     "checkpoints",
@@ -327,7 +332,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
             let closed = |mut row: [Option<u16>; ENDPOINTS.len()]| {
                 for (want, endpoint) in row.iter_mut().zip(ENDPOINTS) {
                     if endpoint.starts_with("thread")
-                        || ["openai chat", "ag-ui run", "ag-ui resume"].contains(&endpoint)
+                        || ["openai chat", "ag-ui run", "ag-ui resume", "store item"].contains(&endpoint)
                     {
                         *want = Some(403);
                     }
@@ -346,7 +351,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | store item | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {
@@ -363,6 +368,9 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
             updated_at_ms: 1,
         };
         assert!(store.create_thread(&thread).await.unwrap());
+        let value = json!({"text": "the owner's own"}).as_object().cloned().unwrap_or_default();
+        let item = toolgraph_conversations::MemoryItem::new(vec!["notes".into()], OWNERS_ITEM.into(), value, None, 1);
+        store.put_item(OWNER_TENANT, OWNER_USER, &item).await.unwrap();
         let before = store.messages(owned.conversation).await.unwrap();
         for (caller, expected) in callers(mode) {
             let mut row = format!("| {mode:?} | {} |", caller.label);
@@ -390,6 +398,8 @@ async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
             assert_eq!(attempt(&base, "thread run status", &owner, &owned).await, 200, "{mode:?}");
             // The owner's run has ended (paused): cancelling it changes nothing.
             assert_eq!(attempt(&base, "thread run cancel", &owner, &owned).await, 204, "{mode:?}");
+            // And their own store item (the others got 404 for it above).
+            assert_eq!(attempt(&base, "store item", &owner, &owned).await, 200, "{mode:?}: the owner reads the item");
         }
         // The owner reads the conversation's checkpoints and the state at the pause.
         let ids = format!("tenantId={OWNER_TENANT}&userId={OWNER_USER}");

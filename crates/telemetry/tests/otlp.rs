@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolgraph_telemetry::{OtlpOptions, TelemetryOptions, install};
+use toolgraph_telemetry::{LogFormat, OtlpOptions, OtlpProtocol, TelemetryOptions, install};
 
 /// Export requests received: (path, message bytes).
 type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
@@ -58,8 +58,15 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_reach_the_collector_with_their_attributes() {
     let (endpoint, received) = collector().await;
-    let otlp = OtlpOptions { endpoint, service_name: "toolgraph-under-test".into(), timeout: Duration::from_secs(5) };
-    let guard = install(TelemetryOptions { log_filter: "warn".into(), ansi: false, otlp: Some(otlp) }).unwrap();
+    let otlp = OtlpOptions {
+        endpoint,
+        protocol: OtlpProtocol::Grpc,
+        service_name: "toolgraph-under-test".into(),
+        timeout: Duration::from_secs(5),
+    };
+    let options =
+        TelemetryOptions { log_filter: "warn".into(), ansi: false, format: LogFormat::Text, otlp: Some(otlp) };
+    let guard = install(options).unwrap();
     assert!(guard.exporting());
     {
         let turn = tracing::info_span!(target: "toolgraph_server", "chat.turn", tenant.id = 7_i64, agent = "lumie");

@@ -212,18 +212,23 @@ impl ModelNode {
         out: &mut String,
     ) -> Result<(), toolgraph_llm::LlmError> {
         let call = async {
+            let mut usage = None;
             let mut events = self.deps.model().stream(request).await?;
             while let Some(event) = events.next().await {
-                if let ChatEvent::TextDelta(t) = event? {
-                    if stream {
-                        ctx.emit(RunEvent::TextDelta { text: t.clone() }).await;
+                match event? {
+                    ChatEvent::TextDelta(t) => {
+                        if stream {
+                            ctx.emit(RunEvent::TextDelta { text: t.clone() }).await;
+                        }
+                        out.push_str(&t);
                     }
-                    out.push_str(&t);
+                    ChatEvent::Usage(u) => usage = Some(u),
+                    _ => {}
                 }
             }
-            Ok(())
+            Ok(usage)
         };
-        ctx.model_call(call, Result::is_ok).await
+        ctx.counted_model_call(call, |r| crate::kit::call_report(self.deps.model().as_ref(), r)).await.map(|_| ())
     }
 
     /// A draft: the model's reply, not streamed, written as text into the output's channel (a

@@ -23,7 +23,7 @@ pub use state::{
 };
 pub(crate) use state::{pending_calls, recover};
 pub use steps::{MAX_PARALLEL_TOOL_CALLS, REJECTED_OUTCOME, cancellation_text};
-pub(crate) use steps::{StepRules, approved_node, execute_node, give_up_node, model_step, tools_step};
+pub(crate) use steps::{StepRules, approved_node, call_report, execute_node, give_up_node, model_step, tools_step};
 pub use tools::{callable_tools, step_due, tool_choice, tool_definitions};
 pub(crate) use tools::{
     failed, recorded_call, returned_this_turn, run_tool, this_turn, tool_context, tool_message, turn_tool_outputs,

@@ -12,8 +12,8 @@ use super::{
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use std::sync::Arc;
-use toolgraph_graph::{Decision, InterruptRequest, NodeError, NodeOutput, RunContext, RunEvent};
-use toolgraph_llm::{ChatEvent, ChatRequest, Message, ToolCall};
+use toolgraph_graph::{Decision, InterruptRequest, NodeError, NodeOutput, RunContext, RunEvent, TokenUsage};
+use toolgraph_llm::{ChatEvent, ChatModel, ChatRequest, Message, ToolCall, Usage};
 use toolgraph_tools::{ToolCallRequest, ToolClass, ToolError, ToolOutcome};
 
 /// Most read-tool calls of one step that run at the same time; the rest wait their turn.
@@ -60,6 +60,18 @@ pub(crate) struct StepRules {
 /// tools and settings) with `system` in place of the settings' system prompt when given: the
 /// tokens stream (sentence by sentence when `rules.grounded`), and the reply or its tool calls
 /// become the update.
+/// Whether a model call answered, and the tokens it used when the model reported them (its
+/// output is the usage it streamed), for [`RunContext::counted_model_call`].
+pub(crate) fn call_report<E>(model: &dyn ChatModel, out: &Result<Option<Usage>, E>) -> (bool, Option<TokenUsage>) {
+    let usage = out.as_ref().ok().copied().flatten().map(|u| TokenUsage {
+        model: model.model_id().to_owned(),
+        prompt: u.prompt_tokens.into(),
+        completion: u.completion_tokens.into(),
+        cached_prompt: u.cached_prompt_tokens.into(),
+    });
+    (out.is_ok(), usage)
+}
+
 pub(crate) async fn model_step(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
@@ -110,6 +122,7 @@ pub(crate) async fn model_step(
     loop {
         let request = request_for(s, deps, system_prompt, added.as_deref(), rules, offer_tools);
         let streamed = async {
+            let mut usage = None;
             let mut stream = deps.model().stream(request).await?;
             while let Some(event) = stream.next().await {
                 match event? {
@@ -138,12 +151,15 @@ pub(crate) async fn model_step(
                         ctx.emit(RunEvent::TextDelta { text: shown }).await;
                     }
                     ChatEvent::ToolCall(c) => tool_calls.push(c),
-                    ChatEvent::ToolCallDelta { .. } | ChatEvent::Usage(_) | ChatEvent::Finished(_) => {}
+                    ChatEvent::Usage(u) => usage = Some(u),
+                    ChatEvent::ToolCallDelta { .. } | ChatEvent::Finished(_) => {}
                 }
             }
-            Ok::<(), toolgraph_llm::LlmError>(())
+            Ok::<_, toolgraph_llm::LlmError>(usage)
         };
-        ctx.model_call(streamed, Result::is_ok).await.map_err(|e| NodeError::new("model", e.to_string()))?;
+        ctx.counted_model_call(streamed, |r| call_report(deps.model().as_ref(), r))
+            .await
+            .map_err(|e| NodeError::new("model", e.to_string()))?;
         let repeated =
             || !tool_calls.is_empty() && tool_calls.iter().all(|c| returned_this_turn(&s.messages, c, &spec.tools));
         if offer_tools && !stopped && content.trim().is_empty() && repeated() {

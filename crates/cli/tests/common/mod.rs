@@ -27,6 +27,29 @@ pub fn free_port() -> u16 {
     toolgraph_testkit::process_port()
 }
 
+/// Sends `child` SIGTERM and waits for it to exit (at most `limit`): its status and what it
+/// wrote on stderr (piped).
+pub async fn terminate(child: &mut std::process::Child, limit: Duration) -> (std::process::ExitStatus, String) {
+    // Read while it runs: a child blocked on a full pipe would never exit.
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut err).unwrap();
+        err
+    });
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + limit;
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit within {limit:?} of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    (exit, reader.join().unwrap())
+}
+
 /// Polls `/ready` until it answers 200 (at most 20 s).
 pub async fn wait_ready(base: &str) {
     wait_ready_within(base, Duration::from_secs(20)).await;

@@ -42,6 +42,7 @@ out["whole"] = {
     "role": r.choices[0].message.role,
     "finish": r.choices[0].finish_reason,
     "extra": r.model_extra,
+    "usage": r.usage.model_dump() if r.usage else None,
 }
 
 chunks = list(
@@ -49,6 +50,7 @@ chunks = list(
         model="assistant",
         messages=[{"role": "user", "content": [{"type": "text", "text": "¿y ahora?"}]}],
         stream=True,
+        stream_options={"include_usage": True},
         extra_body={"conversation_id": r.model_extra["conversation_id"]},
     )
 )
@@ -60,6 +62,8 @@ out["stream"] = {
     "text": "".join(ch.choices[0].delta.content or "" for ch in with_choices),
     "finish": [ch.choices[0].finish_reason for ch in with_choices],
     "last_extra": chunks[-1].model_extra,
+    "usage": [ch.usage.model_dump() for ch in chunks if ch.usage],
+    "usage_last": chunks[-1].usage is not None and not chunks[-1].choices,
 }
 
 r = c.chat.completions.create(model="assistant", messages=[{"role": "user", "content": "Guarda una nota sobre Docker"}])

@@ -142,9 +142,7 @@ impl PostgresReplayStore {
     /// # Errors
     /// When the migrations fail.
     pub async fn open(db: PgDatabase) -> Result<Self, StoreError> {
-        let mut m = sqlx::migrate!("./migrations/postgres");
-        // The checkpoint migrations share the migrations table.
-        m.set_ignore_missing(true);
+        let m = crate::postgres_migrator().await?;
         db.migrate(&m).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
         Ok(Self { db, pruned_at: AtomicI64::new(0) })
     }

@@ -48,9 +48,7 @@ impl PostgresRunEvents {
     /// # Errors
     /// When the migrations fail, or the listening connection cannot be made within 10 s.
     pub async fn open(db: PgDatabase, listen: PgConnectOptions) -> Result<Self, StoreError> {
-        let mut m = sqlx::migrate!("./migrations/postgres");
-        // The checkpoint migrations share the migrations table.
-        m.set_ignore_missing(true);
+        let m = crate::postgres_migrator().await?;
         db.migrate(&m).await.map_err(|e| StoreError(format!("migration failed: {e}")))?;
         let first = tokio::time::timeout(CONNECT_TIMEOUT, listen_on(&listen))
             .await

@@ -18,6 +18,13 @@ pub use memory::MemoryCheckpointer;
 pub use postgres::PostgresCheckpointer;
 pub use sqlite::{EncodedRecord, SqliteCheckpointer};
 
+/// The checkpoint tables' migrations on SQLite.
+pub(crate) const SQLITE_MIGRATIONS: crate::migrations::EmbeddedMigrations =
+    crate::embedded_migrations!("migrations/sqlite", ["0001_checkpoints.sql", "0002_graph_definitions.sql"]);
+/// The checkpoint tables' migrations on PostgreSQL.
+pub(crate) const POSTGRES_MIGRATIONS: crate::migrations::EmbeddedMigrations =
+    crate::embedded_migrations!("migrations/postgres", ["0001_checkpoints.sql", "0002_graph_definitions.sql"]);
+
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

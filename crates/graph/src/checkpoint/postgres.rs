@@ -71,12 +71,14 @@ impl PostgresCheckpointer {
     /// # Errors
     /// When the migrations fail.
     pub async fn open(db: PgDatabase) -> Result<Self, CheckpointError> {
-        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        let migration_failed = |e: &dyn std::fmt::Display| CheckpointError::Backend {
+            backend: BACKEND,
+            message: format!("migration failed: {e}"),
+        };
+        let mut migrator = super::POSTGRES_MIGRATIONS.migrator().await.map_err(|e| migration_failed(&e))?;
         // Other layers (the conversation store) keep their migrations in the same table.
         migrator.set_ignore_missing(true);
-        db.migrate(&migrator)
-            .await
-            .map_err(|e| CheckpointError::Backend { backend: BACKEND, message: format!("migration failed: {e}") })?;
+        db.migrate(&migrator).await.map_err(|e| migration_failed(&e))?;
         Ok(Self { db })
     }
 

@@ -85,7 +85,11 @@ impl SqliteCheckpointer {
     /// # Errors
     /// When the migrations fail.
     pub async fn from_database(db: SqliteDatabase) -> Result<Self, CheckpointError> {
-        db.migrate(sqlx::migrate!("./migrations/sqlite")).await?;
+        let migrator = super::SQLITE_MIGRATIONS
+            .migrator()
+            .await
+            .map_err(|e| SqliteError::Open(format!("migration failed: {e}")))?;
+        db.migrate(migrator).await?;
         Ok(Self { db })
     }
 

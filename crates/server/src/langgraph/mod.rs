@@ -1,12 +1,13 @@
 //! LangGraph's Agent Server API, the part served so far (docs/langgraph.md): its assistants
 //! here — each configured agent is one, `assistant_id` and `graph_id` its name, that LangGraph's
 //! SDKs search, count and read with its graph and schemas — its [`threads`] and the [`runs`] on
-//! them (stateless runs too). The store is not served yet.
+//! them (stateless runs too), and the asking person's [`store`] of items.
 //!
 //! Owns: the assistants' shapes as LangGraph's SDKs read them. The agents are the
 //! [`ChatService`](crate::ChatService)'s.
 
 pub(crate) mod runs;
+pub(crate) mod store;
 pub(crate) mod threads;
 
 use crate::AppState;

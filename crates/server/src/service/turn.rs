@@ -122,10 +122,14 @@ pub async fn drive(
                 let span = tracing::info_span!(parent: &turn_span, "llm.call", agent = %turn.agent, node = %node, llm.ok = tracing::field::Empty);
                 models.insert(node, (Instant::now(), span));
             }
-            RunEvent::ModelCallFinished { node, ok } => {
+            RunEvent::ModelCallFinished { node, ok, usage } => {
                 if let Some((t, span)) = models.remove(&node) {
                     span.record("llm.ok", ok);
                     m.llm_latency.with_label_values(&[&turn.agent]).observe(t.elapsed().as_secs_f64());
+                }
+                if let Some(usage) = &usage {
+                    m.count_tokens(turn.tenant, &turn.agent, usage);
+                    log.add_usage(usage);
                 }
             }
             // A node that wrote no message (a route, or where another agent's run hands the

@@ -1,0 +1,424 @@
+//! A person's store of long-term memory (docs/memory.md): JSON values under keys, in
+//! namespaces (`["preferences"]`, `["memories", "travel"]`), each with an optional time to
+//! live that reading refreshes — what LangGraph's store API serves and an agent's memory
+//! reads. Every item is one person's (tenant and user), like a thread.
+//!
+//! The stores keep and fetch items; what a search finds — the filter, the keyword score, the
+//! order — and the namespaces a listing shows are decided here, once, so every store answers
+//! alike.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Most items one search reads, the most recently changed first; also the most one person
+/// keeps (a write past it is refused), so a search reads all of them.
+pub const ITEMS_READ: usize = 10_000;
+/// Longest search query, in characters, and most words it may hold.
+pub const MAX_QUERY_CHARS: usize = 1_000;
+/// Most words of a query that count.
+pub const MAX_QUERY_WORDS: usize = 32;
+/// Most fields a filter compares.
+pub const MAX_FILTER_FIELDS: usize = 16;
+/// Deepest namespace.
+pub const MAX_NAMESPACE_DEPTH: usize = 16;
+/// Longest namespace label or key, in characters.
+pub const MAX_LABEL_CHARS: usize = 256;
+/// Largest value, encoded as JSON (a request body holds at most 64 KiB).
+pub const MAX_VALUE_BYTES: usize = 32 * 1024;
+
+/// Between a namespace's labels where a store keeps it as one string (no label holds it).
+const SEPARATOR: char = '\u{1f}';
+
+/// One item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryItem {
+    /// Its namespace, outermost label first.
+    pub namespace: Vec<String>,
+    /// Its key within the namespace.
+    pub key: String,
+    /// What is kept: a JSON object.
+    pub value: Map<String, Value>,
+    /// When it was first written, ms since the epoch.
+    pub created_at_ms: i64,
+    /// When it was last written.
+    pub updated_at_ms: i64,
+    /// Its time to live, when it has one: it expires that long after it was last written or
+    /// read with a refresh.
+    pub ttl_ms: Option<i64>,
+    /// When it expires (`None`: never).
+    pub expires_at_ms: Option<i64>,
+}
+
+impl MemoryItem {
+    /// A new item written at `now_ms`.
+    pub fn new(
+        namespace: Vec<String>,
+        key: String,
+        value: Map<String, Value>,
+        ttl_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            namespace,
+            key,
+            value,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            ttl_ms,
+            expires_at_ms: ttl_ms.map(|t| now_ms.saturating_add(t)),
+        }
+    }
+}
+
+/// Why a namespace, key or value cannot be kept; the message says which and why.
+pub fn check_item(namespace: &[String], key: &str, value: &Map<String, Value>) -> Result<(), String> {
+    check_namespace(namespace, false)?;
+    if namespace.is_empty() {
+        return Err("namespace: an item's namespace has at least one label".into());
+    }
+    check_key(key)?;
+    let size = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
+    if size > MAX_VALUE_BYTES {
+        return Err(format!("value: {size} bytes encoded, over the {MAX_VALUE_BYTES} an item holds"));
+    }
+    if value.values().any(holds_nul) {
+        // PostgreSQL's JSONB cannot hold it; refused on every store alike.
+        return Err("value: a string holds the character U+0000".into());
+    }
+    Ok(())
+}
+
+/// Why `key` is not one (as a label: not empty, at most [`MAX_LABEL_CHARS`], no control
+/// character; unlike a label it may hold `.`).
+pub fn check_key(key: &str) -> Result<(), String> {
+    check_label("key", key)
+}
+
+fn holds_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(m) => m.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
+/// Why `search` cannot be run: a query or filter past its limits, or an operator it does not know.
+pub fn check_search(search: &ItemSearch) -> Result<(), String> {
+    if let Some(q) = &search.query
+        && q.chars().count() > MAX_QUERY_CHARS
+    {
+        return Err(format!("query: over {MAX_QUERY_CHARS} characters"));
+    }
+    if search.filter.len() > MAX_FILTER_FIELDS {
+        return Err(format!("filter: {} fields, over the {MAX_FILTER_FIELDS} allowed", search.filter.len()));
+    }
+    for (field, condition) in &search.filter {
+        for op in operators(condition).into_iter().flatten().map(|(op, _)| op) {
+            if !matches!(op, "$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte") {
+                return Err(format!(
+                    "filter: `{field}` uses {op}; the operators are $eq, $ne, $gt, $gte, $lt and $lte"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why `namespace` is not one (labels non-empty, without `.`, at most [`MAX_LABEL_CHARS`]
+/// each and [`MAX_NAMESPACE_DEPTH`] deep); `wildcards` admits `*` labels (a listing's prefix).
+pub fn check_namespace(namespace: &[String], wildcards: bool) -> Result<(), String> {
+    if namespace.len() > MAX_NAMESPACE_DEPTH {
+        return Err(format!("namespace: {} labels, over the {MAX_NAMESPACE_DEPTH} allowed", namespace.len()));
+    }
+    for label in namespace {
+        if wildcards && label == "*" {
+            continue;
+        }
+        check_label("namespace", label)?;
+        if label.contains('.') {
+            return Err(format!("namespace: label '{label}' holds a '.', which separates labels"));
+        }
+    }
+    Ok(())
+}
+
+fn check_label(what: &str, label: &str) -> Result<(), String> {
+    if label.is_empty() {
+        return Err(format!("{what}: an empty label"));
+    }
+    if label.chars().count() > MAX_LABEL_CHARS {
+        return Err(format!("{what}: over {MAX_LABEL_CHARS} characters"));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(format!("{what}: '{}' holds a control character", label.escape_debug()));
+    }
+    Ok(())
+}
+
+/// A namespace as a store keeps it.
+pub(crate) fn encode_namespace(namespace: &[String]) -> String {
+    namespace.join(&SEPARATOR.to_string())
+}
+
+/// A namespace as a store kept it.
+pub(crate) fn decode_namespace(kept: &str) -> Vec<String> {
+    if kept.is_empty() { Vec::new() } else { kept.split(SEPARATOR).map(str::to_owned).collect() }
+}
+
+/// What a store compares to find the items under `prefix`: the namespace itself, and the
+/// start of every namespace below it (empty prefix: every item).
+pub(crate) fn prefix_match(prefix: &[String]) -> (String, String) {
+    let exact = encode_namespace(prefix);
+    let below = if prefix.is_empty() { String::new() } else { format!("{exact}{SEPARATOR}") };
+    (exact, below)
+}
+
+/// A search: the items under a namespace prefix whose values match a filter, ranked by a
+/// keyword query when there is one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ItemSearch {
+    /// Where: this namespace and every one below it.
+    pub prefix: Vec<String>,
+    /// Top-level fields of the value: equal to a value, or compared with `{"$eq"|"$ne"|"$gt"|
+    /// "$gte"|"$lt"|"$lte": value}`.
+    pub filter: Map<String, Value>,
+    /// Words the value should hold: items holding none are left out; the more they hold, the
+    /// higher they rank.
+    pub query: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+    /// After skipping this many.
+    pub offset: usize,
+}
+
+/// The items of `candidates` (unexpired, the most recently changed first) that `search` finds,
+/// each with its score when the search has a query (the share of its words the value holds).
+///
+/// # Errors
+/// What [`check_search`] refuses.
+pub fn search_items(
+    candidates: Vec<MemoryItem>,
+    search: &ItemSearch,
+) -> Result<Vec<(MemoryItem, Option<f64>)>, String> {
+    check_search(search)?;
+    let words = search
+        .query
+        .as_deref()
+        .map(|q| words(q).into_iter().take(MAX_QUERY_WORDS).collect::<Vec<_>>())
+        .filter(|w| !w.is_empty());
+    let mut found: Vec<(MemoryItem, Option<f64>)> = candidates
+        .into_iter()
+        .filter(|item| search.filter.iter().all(|(field, condition)| holds(item.value.get(field), condition)))
+        .filter_map(|item| match &words {
+            None => Some((item, None)),
+            Some(words) => {
+                let text = words_of_value(&item.value);
+                let held = words.iter().filter(|w| text.contains(*w)).count();
+                (held > 0).then(|| (item, Some(held as f64 / words.len() as f64)))
+            }
+        })
+        .collect();
+    // Stable: equal scores keep the most recently changed first.
+    found.sort_by(|a, b| b.1.unwrap_or(0.0).total_cmp(&a.1.unwrap_or(0.0)));
+    Ok(found.into_iter().skip(search.offset).take(search.limit).collect())
+}
+
+/// The operators of a condition — an object with a `$` key is one operator per key, all of
+/// which must hold (`{"$gte": 1, "$lte": 5}`) — or `None` for a value to equal.
+fn operators(condition: &Value) -> Option<Vec<(&str, &Value)>> {
+    let map = condition.as_object().filter(|m| m.keys().any(|k| k.starts_with('$')))?;
+    Some(map.iter().map(|(k, v)| (k.as_str(), v)).collect())
+}
+
+fn holds(value: Option<&Value>, condition: &Value) -> bool {
+    let Some(ops) = operators(condition) else { return value == Some(condition) };
+    ops.into_iter().all(|(op, expected)| {
+        let order = value.and_then(|v| compare(v, expected));
+        match op {
+            "$eq" => value == Some(expected),
+            "$ne" => value != Some(expected),
+            "$gt" => order == Some(std::cmp::Ordering::Greater),
+            "$gte" => order.is_some_and(|o| o != std::cmp::Ordering::Less),
+            "$lt" => order == Some(std::cmp::Ordering::Less),
+            "$lte" => order.is_some_and(|o| o != std::cmp::Ordering::Greater),
+            _ => false,
+        }
+    })
+}
+
+/// Numbers compare as numbers and strings as strings; anything else does not compare.
+fn compare(a: &Value, b: &Value) -> Option<std::cmp::Ordering> {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64()?.partial_cmp(&y.as_f64()?),
+        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+        _ => None,
+    }
+}
+
+/// The lower-cased words of `text` (letters and digits of any script).
+fn words(text: &str) -> Vec<String> {
+    let mut out: Vec<String> =
+        text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The words of every string and number in `value`.
+fn words_of_value(value: &Map<String, Value>) -> std::collections::HashSet<String> {
+    fn collect(v: &Value, into: &mut Vec<String>) {
+        match v {
+            Value::String(s) => into.extend(words(s)),
+            // As a query's words are read: "5.5" is the words 5 and 5.
+            Value::Number(n) => into.extend(words(&n.to_string())),
+            Value::Array(items) => items.iter().for_each(|i| collect(i, into)),
+            Value::Object(m) => m.values().for_each(|i| collect(i, into)),
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+    let mut all = Vec::new();
+    value.values().for_each(|v| collect(v, &mut all));
+    all.into_iter().collect()
+}
+
+/// A listing of namespaces.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NamespaceListing {
+    /// Namespaces starting with these labels (`*` matches any one).
+    pub prefix: Vec<String>,
+    /// … and ending with these.
+    pub suffix: Vec<String>,
+    /// Cut at this depth (the cut namespaces listed once).
+    pub max_depth: Option<usize>,
+    /// At most this many.
+    pub limit: usize,
+    /// After skipping this many.
+    pub offset: usize,
+}
+
+/// The distinct namespaces among `namespaces` that `listing` shows, in order.
+pub fn list_namespaces(namespaces: &[Vec<String>], listing: &NamespaceListing) -> Vec<Vec<String>> {
+    let fits = |labels: &[String], pattern: &[String]| {
+        labels.len() >= pattern.len() && labels.iter().zip(pattern).all(|(l, p)| p == "*" || l == p)
+    };
+    let mut out: Vec<Vec<String>> = namespaces
+        .iter()
+        .filter(|ns| fits(ns, &listing.prefix))
+        .filter(|ns| {
+            let tail: Vec<String> = ns.iter().rev().cloned().collect();
+            let suffix: Vec<String> = listing.suffix.iter().rev().cloned().collect();
+            fits(&tail, &suffix)
+        })
+        .map(|ns| match listing.max_depth {
+            Some(d) => ns.iter().take(d).cloned().collect(),
+            None => ns.clone(),
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out.into_iter().skip(listing.offset).take(listing.limit).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn item(ns: &[&str], key: &str, value: Value, updated: i64) -> MemoryItem {
+        let mut i = MemoryItem::new(
+            ns.iter().map(|s| s.to_string()).collect(),
+            key.into(),
+            value.as_object().cloned().unwrap_or_default(),
+            None,
+            updated,
+        );
+        i.updated_at_ms = updated;
+        i
+    }
+
+    #[test]
+    fn a_search_filters_then_ranks_by_the_words_held_then_by_recency() {
+        let items = vec![
+            item(&["m"], "c", json!({"text": "Prefers Spanish answers", "kind": "lang", "n": 3}), 3),
+            item(&["m"], "b", json!({"text": "Child in class 5A", "kind": "family", "n": 2}), 2),
+            item(&["m"], "a", json!({"text": "Spanish and maths tutor in 5A", "kind": "family", "n": 1}), 1),
+        ];
+        let search = |filter: Value, query: Option<&str>| {
+            let s = ItemSearch {
+                prefix: vec![],
+                filter: filter.as_object().cloned().unwrap_or_default(),
+                query: query.map(str::to_owned),
+                limit: 10,
+                offset: 0,
+            };
+            search_items(items.clone(), &s).unwrap().into_iter().map(|(i, score)| (i.key, score)).collect::<Vec<_>>()
+        };
+        assert_eq!(search(json!({}), None), [("c".into(), None), ("b".into(), None), ("a".into(), None)]);
+        assert_eq!(search(json!({"kind": "family"}), None).len(), 2);
+        assert_eq!(search(json!({"n": {"$gte": 2}}), None).len(), 2);
+        assert_eq!(search(json!({"n": {"$lt": 2}}), None), [("a".into(), None)]);
+        assert_eq!(search(json!({"kind": {"$ne": "family"}}), None), [("c".into(), None)]);
+        assert_eq!(search(json!({"n": {"$gte": 2, "$lt": 3}}), None), [("b".into(), None)], "every operator holds");
+        assert_eq!(search(json!({}), Some("3")), [("c".into(), Some(1.0))], "numbers are words too");
+        // "spanish 5a": a holds both, c and b one each (c the more recent).
+        let ranked = search(json!({}), Some("Spanish, 5A?"));
+        assert_eq!(ranked, [("a".into(), Some(1.0)), ("c".into(), Some(0.5)), ("b".into(), Some(0.5))]);
+        assert!(search(json!({}), Some("nothing here")).is_empty(), "no word held: not found");
+        let err = search_items(
+            items.clone(),
+            &ItemSearch {
+                filter: json!({"n": {"$gt": 0, "$in": [1]}}).as_object().cloned().unwrap(),
+                limit: 1,
+                ..Default::default()
+            },
+        );
+        assert!(err.unwrap_err().contains("$in"), "an unknown operator beside a known one");
+        let long = ItemSearch { query: Some("w ".repeat(MAX_QUERY_CHARS)), limit: 1, ..Default::default() };
+        assert!(search_items(items, &long).unwrap_err().contains("query"));
+    }
+
+    #[test]
+    fn namespaces_are_listed_by_prefix_suffix_and_depth() {
+        let items: Vec<Vec<String>> =
+            [&["users", "1", "prefs"][..], &["users", "1", "notes"], &["users", "2", "prefs"], &["shared"]]
+                .iter()
+                .map(|ns| ns.iter().map(|s| s.to_string()).collect())
+                .collect();
+        let list = |prefix: &[&str], suffix: &[&str], depth: Option<usize>| {
+            let l = NamespaceListing {
+                prefix: prefix.iter().map(|s| s.to_string()).collect(),
+                suffix: suffix.iter().map(|s| s.to_string()).collect(),
+                max_depth: depth,
+                limit: 100,
+                offset: 0,
+            };
+            list_namespaces(&items, &l).into_iter().map(|n| n.join("/")).collect::<Vec<_>>()
+        };
+        assert_eq!(list(&[], &[], None), ["shared", "users/1/notes", "users/1/prefs", "users/2/prefs"]);
+        assert_eq!(list(&["users", "*", "prefs"], &[], None), ["users/1/prefs", "users/2/prefs"]);
+        assert_eq!(list(&[], &["prefs"], None), ["users/1/prefs", "users/2/prefs"]);
+        assert_eq!(list(&["users"], &[], Some(2)), ["users/1", "users/2"]);
+    }
+
+    #[test]
+    fn what_cannot_be_kept_is_named() {
+        let ok = Map::new();
+        assert!(check_item(&["a".into()], "k", &ok).is_ok());
+        assert!(check_item(&[], "k", &ok).unwrap_err().contains("namespace"));
+        assert!(check_item(&["a.b".into()], "k", &ok).unwrap_err().contains("'.'"));
+        assert!(check_item(&["".into()], "k", &ok).unwrap_err().contains("empty"));
+        assert!(check_item(&["a".into()], "", &ok).unwrap_err().contains("key"));
+        assert!(check_item(&["a".into()], "a.b", &ok).is_ok(), "a key may hold a '.'");
+        let nul = json!({"text": ["a\u{0}b"]}).as_object().cloned().unwrap();
+        assert!(check_item(&["a".into()], "k", &nul).unwrap_err().contains("U+0000"));
+        let big = json!({"text": "x".repeat(MAX_VALUE_BYTES)}).as_object().cloned().unwrap();
+        assert!(check_item(&["a".into()], "k", &big).unwrap_err().contains("bytes"));
+        assert!(check_namespace(&["a".into(), "*".into()], true).is_ok());
+        assert!(check_namespace(&["*".into()], false).is_ok(), "a label may be a star when kept");
+        let deep: Vec<String> = (0..=MAX_NAMESPACE_DEPTH).map(|i| i.to_string()).collect();
+        assert!(check_namespace(&deep, false).is_err());
+        assert_eq!(decode_namespace(&encode_namespace(&["a".into(), "b c".into()])), ["a", "b c"]);
+        assert_eq!(decode_namespace(""), Vec::<String>::new());
+    }
+}

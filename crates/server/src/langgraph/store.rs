@@ -1,0 +1,206 @@
+//! LangGraph's store (docs/langgraph.md, "Store"): put, get, search, delete and list the
+//! namespaces of items, with a time to live in minutes. The store is the asking person's own
+//! (tenant and user, like their threads), the same one their agents' memory reads
+//! (docs/memory.md).
+//!
+//! Owns: the shapes LangGraph's SDKs send and read. The items are the
+//! [`ChatService`](crate::ChatService)'s.
+
+use super::threads::{Asker, rfc3339};
+use crate::AppState;
+use crate::error::{ApiError, ChatError};
+use crate::extract::{QueryOf, json_body};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+use toolgraph_conversations::MemoryItem;
+use toolgraph_conversations::items::{ItemSearch, NamespaceListing};
+
+/// Most items or namespaces one call answers.
+const MAX_LIMIT: usize = 1_000;
+
+/// An item as LangGraph's `Item` (and `SearchItem`, with its score).
+fn shape(item: &MemoryItem, score: Option<Option<f64>>) -> Value {
+    let mut v = json!({
+        "namespace": item.namespace,
+        "key": item.key,
+        "value": item.value,
+        "created_at": rfc3339(item.created_at_ms),
+        "updated_at": rfc3339(item.updated_at_ms),
+    });
+    if let (Some(score), Some(map)) = (score, v.as_object_mut()) {
+        map.insert("score".into(), json!(score));
+    }
+    v
+}
+
+fn bounded_limit(limit: usize) -> Result<usize, ApiError> {
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "limit",
+            format!("{limit}: between 1 and {MAX_LIMIT}"),
+        ));
+    }
+    Ok(limit)
+}
+
+/// `PUT /store/items`: what it reads.
+/// (`index`, the fields a semantic index would embed, is accepted and not used: the search is
+/// by keyword.)
+#[derive(Debug, Deserialize)]
+struct Put {
+    namespace: Vec<String>,
+    key: String,
+    value: Map<String, Value>,
+    /// Minutes the item lives after its last write or refreshing read.
+    #[serde(default)]
+    ttl: Option<f64>,
+}
+
+/// `PUT /store/items`.
+pub(crate) async fn put(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
+    let put: Put = json_body(&body)?;
+    let ttl = match put.ttl {
+        None => None,
+        Some(m) if m.is_finite() && m > 0.0 && m <= 525_600.0 * 100.0 => Some(Duration::from_secs_f64(m * 60.0)),
+        Some(m) => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "ttl",
+                format!(
+                    "{m}: minutes, more than 0 and at most 52,560,000 (100 years; leave it out for an item that never expires)"
+                ),
+            ));
+        }
+    };
+    app.chat().put_item(&who.principal, put.namespace, put.key, put.value, ttl).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /store/items`: the namespace with its labels joined by `.`, as the SDKs send it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Get {
+    #[serde(default)]
+    namespace: String,
+    key: String,
+    #[serde(default)]
+    refresh_ttl: Option<bool>,
+}
+
+fn labels(joined: &str) -> Vec<String> {
+    if joined.is_empty() { Vec::new() } else { joined.split('.').map(str::to_owned).collect() }
+}
+
+/// `GET /store/items`.
+pub(crate) async fn get(
+    State(app): State<AppState>,
+    Asker(who): Asker,
+    QueryOf(q): QueryOf<Get>,
+) -> Result<Response, ApiError> {
+    let namespace = labels(&q.namespace);
+    match app.chat().item(&who.principal, &namespace, &q.key, q.refresh_ttl.unwrap_or(true)).await {
+        Ok(item) => Ok(axum::Json(shape(&item, None)).into_response()),
+        Err(ChatError::NotFound) => Err(ApiError::field(
+            StatusCode::NOT_FOUND,
+            "key",
+            format!("no item '{}' in namespace [{}] of yours", q.key, namespace.join(", ")),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `DELETE /store/items`: what it reads.
+#[derive(Debug, Deserialize)]
+struct Delete {
+    #[serde(default)]
+    namespace: Vec<String>,
+    key: String,
+}
+
+/// `DELETE /store/items`: 204 whether or not there was such an item, as LangGraph answers.
+pub(crate) async fn delete(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
+    let d: Delete = json_body(&body)?;
+    app.chat().delete_item(&who.principal, &d.namespace, &d.key).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /store/items/search`: what it reads.
+#[derive(Debug, Deserialize)]
+struct Search {
+    #[serde(default)]
+    namespace_prefix: Vec<String>,
+    #[serde(default)]
+    filter: Option<Map<String, Value>>,
+    #[serde(default = "ten")]
+    limit: usize,
+    #[serde(default)]
+    offset: usize,
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    refresh_ttl: Option<bool>,
+}
+
+fn ten() -> usize {
+    10
+}
+
+/// `POST /store/items/search`: `{items}`, each with its `score` (null without a query).
+pub(crate) async fn search(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
+    let s: Search = json_body(&body)?;
+    let search = ItemSearch {
+        prefix: s.namespace_prefix,
+        filter: s.filter.unwrap_or_default(),
+        query: s.query.filter(|q| !q.trim().is_empty()),
+        limit: bounded_limit(s.limit)?,
+        offset: s.offset,
+    };
+    let found = app.chat().search_items(&who.principal, &search, s.refresh_ttl.unwrap_or(true)).await?;
+    let items: Vec<Value> = found.iter().map(|(item, score)| shape(item, Some(*score))).collect();
+    Ok(axum::Json(json!({ "items": items })).into_response())
+}
+
+/// `POST /store/namespaces`: what it reads.
+#[derive(Debug, Deserialize)]
+struct Namespaces {
+    #[serde(default)]
+    prefix: Option<Vec<String>>,
+    #[serde(default)]
+    suffix: Option<Vec<String>>,
+    #[serde(default)]
+    max_depth: Option<usize>,
+    #[serde(default = "hundred")]
+    limit: usize,
+    #[serde(default)]
+    offset: usize,
+}
+
+fn hundred() -> usize {
+    100
+}
+
+/// `POST /store/namespaces`: `{namespaces}`.
+pub(crate) async fn namespaces(
+    State(app): State<AppState>,
+    Asker(who): Asker,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let n: Namespaces = json_body(&body)?;
+    if n.max_depth == Some(0) {
+        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "max_depth", "at least 1"));
+    }
+    let listing = NamespaceListing {
+        prefix: n.prefix.unwrap_or_default(),
+        suffix: n.suffix.unwrap_or_default(),
+        max_depth: n.max_depth,
+        limit: bounded_limit(n.limit)?,
+        offset: n.offset,
+    };
+    let found = app.chat().item_namespaces(&who.principal, &listing).await?;
+    Ok(axum::Json(json!({ "namespaces": found })).into_response())
+}
