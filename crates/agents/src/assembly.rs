@@ -42,6 +42,9 @@ pub struct SharedParts {
     /// Node kinds of the program's own, for declared graphs (none in `toolgraph` itself;
     /// a program that embeds it registers its own: docs/agents.md).
     pub kinds: crate::declared::NodeKinds,
+    /// The store that keeps each person's memory, for agents with `[agents.NAME.memory]`
+    /// (none in a command that opens no conversation store: their memory tools then refuse).
+    pub memory_store: Option<Arc<dyn toolgraph_conversations::ConversationStore>>,
 }
 
 /// The model of `settings`: `local` when given (the in-process model), else the configured
@@ -282,15 +285,37 @@ pub fn build_from(
     shared: &SharedParts,
 ) -> Result<Agent, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
-    let spec = spec_of(&name, &settings, tools, shared);
+    let spec = spec_of(&name, &settings, tools, shared)?;
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
     let graph = graph_of(cfg, &name, &settings, spec, model, shared, sources, store)?;
     Ok(Agent { name, settings, graph })
 }
 
-/// The spec of agent `name`: its settings, with `tools`.
-fn spec_of(name: &str, settings: &AgentSettings, tools: ToolRegistry, shared: &SharedParts) -> AgentSpec {
+/// The spec of agent `name`: its settings, with `tools` and, when it has a memory, the
+/// memory's tools and recall.
+///
+/// # Errors
+/// A memory tool whose name another of its tools has.
+fn spec_of(
+    name: &str,
+    settings: &AgentSettings,
+    mut tools: ToolRegistry,
+    shared: &SharedParts,
+) -> Result<AgentSpec, AgentError> {
+    let mut recall = None;
+    if let Some(memory) = &settings.memory {
+        let memory = crate::memory::Memory::new(name, memory.clone(), shared.memory_store.clone());
+        for tool in memory.tools() {
+            let tool_name = tool.spec().name.clone();
+            tools.register(tool).map_err(|e| AgentError::Tool {
+                what: format!("agents.{name}.memory"),
+                message: format!("its `{tool_name}` tool: {e} (rename the other tool, or set memory.tools = false)"),
+            })?;
+        }
+        recall = memory.recall_into_prompt();
+    }
     let mut spec = AgentSpec::new(name, &settings.system_prompt, tools);
+    spec.recall = recall;
     spec.history_budget = settings.history_budget;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
@@ -304,7 +329,7 @@ fn spec_of(name: &str, settings: &AgentSettings, tools: ToolRegistry, shared: &S
     if settings.cite_sources && settings.effective_grounding() == toolgraph_config::Grounding::Tool {
         spec.answer_footer = Some(Arc::new(toolgraph_rag::search::citation::sources_footer));
     }
-    spec
+    Ok(spec)
 }
 
 /// The models a declared graph's nodes name (`model = "…"`) for the agent of `settings`.
@@ -335,7 +360,7 @@ pub fn specialist(
     text: &str,
 ) -> Result<crate::declared::Specialist, AgentError> {
     let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
-    let spec = spec_of(&name, &settings, tools, shared);
+    let spec = spec_of(&name, &settings, tools, shared)?;
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
     let model_for = Box::new(models_for(cfg, &settings, shared));
     let (plan, spec) = plan_of(cfg, &name, &settings, spec, shared, text)?;
@@ -451,6 +476,7 @@ pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Res
         local_model: Some(Arc::clone(&never)),
         schema_prompt: None,
         kinds: shared.kinds.clone(),
+        memory_store: None,
     };
     Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, &sources, store)?.to_mermaid())
 }
@@ -560,6 +586,7 @@ mod tests {
             local_model: None,
             schema_prompt: None,
             kinds: Default::default(),
+            memory_store: None,
         };
         let store = || Arc::new(toolgraph_graph::MemoryCheckpointer::new());
         let err = build(&cfg, Some("luat"), store(), &shared).err().unwrap().to_string();

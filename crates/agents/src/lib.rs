@@ -33,6 +33,7 @@ pub mod declared;
 pub mod kit;
 pub mod legal;
 pub mod mcp;
+pub mod memory;
 pub mod react;
 pub mod sources;
 pub mod versions;

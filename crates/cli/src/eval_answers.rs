@@ -152,8 +152,13 @@ pub async fn run(args: AnswersArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let mut model_id = String::new();
     for (cfg, cases) in &groups {
         let tools = crate::agent::all_tools(cfg, local_model.as_ref()).await?;
-        let shared =
-            SharedParts { tools, local_model: local_model.clone(), schema_prompt: None, kinds: Default::default() };
+        let shared = SharedParts {
+            tools,
+            local_model: local_model.clone(),
+            schema_prompt: None,
+            kinds: Default::default(),
+            memory_store: None,
+        };
         let agent = assembly::build(cfg, args.agent.as_deref(), Arc::new(MemoryCheckpointer::new()), &shared)?;
         model_id = assembly::model(cfg, &agent.settings, local_model.as_ref())?.model_id().to_owned();
         for case in cases {

@@ -33,6 +33,7 @@ pub async fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
                 local_model: None,
                 schema_prompt: None,
                 kinds: Default::default(),
+                memory_store: None,
             };
             print!("{}", toolgraph_agents::assembly::mermaid_of(cfg, Some(&name), &shared)?);
         }

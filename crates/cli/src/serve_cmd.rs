@@ -199,6 +199,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         local_model,
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
         kinds: Default::default(),
+        memory_store: Some(Arc::clone(&store)),
     });
     let served_cfg = Arc::new(cfg.clone());
     // With the in-process model, each ReAct agent's prompt is computed before the service is

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{event_data, free_port, serve_command, sse_events, wait_ready};
+use common::{event_data, free_port, said, serve_command, sse_events, wait_ready};
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -37,15 +37,6 @@ async fn post(base: &str, path: &str, body: &Value) -> String {
         .timeout(Duration::from_secs(60))
         .send();
     response.await.unwrap().text().await.unwrap()
-}
-
-/// What a turn's body said: its `token` frames, joined.
-fn said(body: &str) -> String {
-    sse_events(body)
-        .into_iter()
-        .filter(|(e, _)| e == "token")
-        .filter_map(|(_, d)| d["content"].as_str().map(str::to_owned))
-        .collect()
 }
 
 /// The system prompt and the names of the tools offered of a model request.

@@ -47,7 +47,40 @@ pub struct AgentSettings {
     /// relative to the configuration file's directory (to the working directory when the
     /// setting comes from no file).
     pub graph_file: Option<std::path::PathBuf>,
+    /// `[agents.NAME.memory]`: what the agent remembers about the person it talks with, across
+    /// conversations (docs/memory.md). Default: none (no memory tools, nothing recalled).
+    pub memory: Option<MemorySettings>,
 }
+
+/// `[agents.NAME.memory]`: an agent's long-term memory of each person, kept in the person's
+/// store of items (docs/memory.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemorySettings {
+    /// Give the model the tools `remember`, `recall` and `forget`. Default: true.
+    pub tools: bool,
+    /// `remember` and `forget` ask the person's approval before they write, as write tools do.
+    /// Default: false.
+    pub approve_writes: bool,
+    /// Before each model call, put this many of the person's remembered items in the prompt,
+    /// the most relevant to their last message first (0: none). Default: 5.
+    pub recall: usize,
+    /// Where in the person's store the agent's memories live. Agents that share it share what
+    /// they remember of a person. Default: `["memories"]`.
+    pub namespace: Vec<String>,
+    /// Days a remembered item lives after it was last written or recalled (none: until
+    /// forgotten). Default: none.
+    pub ttl_days: Option<u32>,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self { tools: true, approve_writes: false, recall: 5, namespace: vec!["memories".into()], ttl_days: None }
+    }
+}
+
+/// Most items [`MemorySettings::recall`] may put in a prompt.
+pub const MAX_RECALL: usize = 20;
 
 /// How an agent's answers stand on its documents ([`AgentSettings::grounding`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +140,7 @@ impl Default for AgentSettings {
             grounding: None,
             graph: AgentGraph::React,
             graph_file: None,
+            memory: None,
         }
     }
 }
@@ -162,6 +196,32 @@ impl AgentSettings {
                  checks its replies with `cite = true` on its `model` node (docs/agents.md)"
                     .into(),
             ));
+        }
+        if let Some(memory) = &self.memory {
+            let at = |key: &str| format!("agents.{name}.memory.{key}");
+            if memory.recall > MAX_RECALL {
+                return Err(check.invalid(&at("recall"), format!("at most {MAX_RECALL} items")));
+            }
+            let label_ok = |l: &String| {
+                !l.is_empty() && l.len() <= 64 && l.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-'))
+            };
+            if memory.namespace.is_empty() || memory.namespace.len() > 4 || !memory.namespace.iter().all(label_ok) {
+                return Err(check.invalid(
+                    &at("namespace"),
+                    "1 to 4 labels of 1-64 letters, digits, `_` or `-`, such as [\"memories\"]".into(),
+                ));
+            }
+            if memory.ttl_days == Some(0) {
+                return Err(check.invalid(&at("ttl_days"), "must be greater than 0 (leave it out: no expiry)".into()));
+            }
+            if !memory.tools && memory.recall == 0 {
+                return Err(check.invalid(
+                    &at("recall"),
+                    "with `tools = false` and `recall = 0` the agent neither remembers nor recalls: remove the \
+                     section instead"
+                        .into(),
+                ));
+            }
         }
         if self.max_tokens == Some(0) {
             return Err(check.invalid(&format!("agents.{name}.max_tokens"), "must be greater than 0".into()));

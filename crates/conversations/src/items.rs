@@ -7,8 +7,10 @@
 //! order — and the namespaces a listing shows are decided here, once, so every store answers
 //! alike.
 
+use crate::{ConversationStore, StoreError};
 use serde::Serialize;
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// Most items one search reads, the most recently changed first; also the most one person
 /// keeps (a write past it is refused), so a search reads all of them.
@@ -420,5 +422,156 @@ mod tests {
         assert!(check_namespace(&deep, false).is_err());
         assert_eq!(decode_namespace(&encode_namespace(&["a".into(), "b c".into()])), ["a", "b c"]);
         assert_eq!(decode_namespace(""), Vec::<String>::new());
+    }
+}
+
+/// Why an operation on a person's items was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    /// A namespace, key, value, search or listing that cannot be kept or run; `field` is the
+    /// part at fault (`namespace`, `key`, `value`, `query`, `filter`).
+    #[error("{message}")]
+    Invalid {
+        /// The part at fault.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The store failed, or keeps no items.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ItemError {
+    /// From a check's message, which names its field first (`"namespace: …"`).
+    fn invalid(message: String) -> Self {
+        let field = message.split(':').next().unwrap_or("item").to_owned();
+        Self::Invalid { field, message }
+    }
+}
+
+/// One person's items in a store, under the rules every door keeps alike (LangGraph's store
+/// routes, an agent's memory tools): what is written is checked first, a person keeps at
+/// most [`ITEMS_READ`], and a read that refreshes renews the time to live of what it returns.
+/// Times are passed in (ms since the epoch), so a test can move the clock.
+pub struct PersonItems<'a> {
+    store: &'a dyn ConversationStore,
+    tenant: i64,
+    user: i64,
+}
+
+impl<'a> PersonItems<'a> {
+    /// The items of `user` of `tenant` in `store`.
+    pub fn new(store: &'a dyn ConversationStore, tenant: i64, user: i64) -> Self {
+        Self { store, tenant, user }
+    }
+
+    /// Writes `value` under `namespace`/`key`, to expire `ttl` after its last write or
+    /// refreshing read (none: never).
+    ///
+    /// # Errors
+    /// `Invalid` for a namespace, key or value that cannot be kept, or a new key past the
+    /// person's [`ITEMS_READ`] (a rewrite is not refused); `Store`.
+    pub async fn put(
+        &self,
+        namespace: Vec<String>,
+        key: String,
+        value: Map<String, Value>,
+        ttl: Option<Duration>,
+        now_ms: i64,
+    ) -> Result<MemoryItem, ItemError> {
+        check_item(&namespace, &key, &value).map_err(ItemError::invalid)?;
+        let ttl_ms = ttl.map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+        let item = MemoryItem::new(namespace, key, value, ttl_ms, now_ms);
+        // A search reads them all: a new key past the bound is refused.
+        let kept = self.store.count_items(self.tenant, self.user, now_ms).await?;
+        if kept >= ITEMS_READ as u64
+            && self.store.item(self.tenant, self.user, &item.namespace, &item.key, now_ms).await?.is_none()
+        {
+            return Err(ItemError::Invalid {
+                field: "key".into(),
+                message: format!("you keep {kept} items, the most a person's store holds: delete some first"),
+            });
+        }
+        self.store.put_item(self.tenant, self.user, &item).await?;
+        Ok(item)
+    }
+
+    /// The unexpired item under `namespace`/`key`; `refresh` renews its time to live.
+    ///
+    /// # Errors
+    /// `Invalid` for a namespace or key that is none, `Store`.
+    pub async fn get(
+        &self,
+        namespace: &[String],
+        key: &str,
+        refresh: bool,
+        now_ms: i64,
+    ) -> Result<Option<MemoryItem>, ItemError> {
+        check_namespace(namespace, false).map_err(ItemError::invalid)?;
+        check_key(key).map_err(ItemError::invalid)?;
+        let item = self.store.item(self.tenant, self.user, namespace, key, now_ms).await?;
+        if let Some(item) = &item
+            && refresh
+            && item.ttl_ms.is_some()
+        {
+            let kept = [(item.namespace.clone(), item.key.clone())];
+            self.store.refresh_items(self.tenant, self.user, &kept, now_ms).await?;
+        }
+        Ok(item)
+    }
+
+    /// What `search` finds, each with its score when it has a query; `refresh` renews the
+    /// time to live of what it returns. The matching runs on a blocking thread (it reads
+    /// every value under the prefix).
+    ///
+    /// # Errors
+    /// `Invalid` for a prefix or filter that is none, `Store`.
+    pub async fn search(
+        &self,
+        search: &ItemSearch,
+        refresh: bool,
+        now_ms: i64,
+    ) -> Result<Vec<(MemoryItem, Option<f64>)>, ItemError> {
+        check_namespace(&search.prefix, false).map_err(ItemError::invalid)?;
+        check_search(search).map_err(ItemError::invalid)?;
+        let candidates = self.store.items(self.tenant, self.user, &search.prefix, now_ms).await?;
+        let asked = search.clone();
+        let found = tokio::task::spawn_blocking(move || search_items(candidates, &asked))
+            .await
+            .map_err(|e| StoreError(format!("the item search stopped: {e}")))?
+            .map_err(ItemError::invalid)?;
+        let living: Vec<(Vec<String>, String)> = found
+            .iter()
+            .filter(|(i, _)| i.ttl_ms.is_some())
+            .map(|(i, _)| (i.namespace.clone(), i.key.clone()))
+            .collect();
+        if refresh && !living.is_empty() {
+            self.store.refresh_items(self.tenant, self.user, &living, now_ms).await?;
+        }
+        Ok(found)
+    }
+
+    /// The namespaces `listing` shows.
+    ///
+    /// # Errors
+    /// `Invalid` for a prefix or suffix that is none, `Store`.
+    pub async fn namespaces(&self, listing: &NamespaceListing, now_ms: i64) -> Result<Vec<Vec<String>>, ItemError> {
+        check_namespace(&listing.prefix, true).map_err(ItemError::invalid)?;
+        check_namespace(&listing.suffix, true).map_err(ItemError::invalid)?;
+        // The literal labels before the first wildcard narrow what is read.
+        let fixed: Vec<String> = listing.prefix.iter().take_while(|l| *l != "*").cloned().collect();
+        let namespaces = self.store.item_namespaces(self.tenant, self.user, &fixed, now_ms).await?;
+        Ok(list_namespaces(&namespaces, listing))
+    }
+
+    /// Deletes the item under `namespace`/`key`; whether there was one.
+    ///
+    /// # Errors
+    /// `Invalid` for a namespace or key that is none, `Store`.
+    pub async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, ItemError> {
+        check_namespace(namespace, false).map_err(ItemError::invalid)?;
+        check_key(key).map_err(ItemError::invalid)?;
+        Ok(self.store.delete_item(self.tenant, self.user, namespace, key).await?)
     }
 }

@@ -510,7 +510,7 @@ fn no_items() -> StoreError {
 }
 
 /// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 

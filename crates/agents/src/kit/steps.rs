@@ -100,6 +100,10 @@ pub(crate) async fn model_step(
         Some(context) => context(&s.context).await,
         None => None,
     };
+    let recalled = match (&spec.recall, s.last_user_message()) {
+        (Some(recall), Some(said)) => recall(&s.context, said).await,
+        _ => None,
+    };
     let mut content = String::new();
     let mut tool_calls = Vec::new();
     let mut checker = rules.grounded.then(|| super::checker(&s.messages, system_prompt, &spec.tools));
@@ -120,7 +124,7 @@ pub(crate) async fn model_step(
     let mut offer_tools = true;
     let mut repeated_calls = Vec::new();
     loop {
-        let request = request_for(s, deps, system_prompt, added.as_deref(), rules, offer_tools);
+        let request = request_for(s, deps, system_prompt, added.as_deref(), recalled.as_deref(), rules, offer_tools);
         let streamed = async {
             let mut usage = None;
             let mut stream = deps.model().stream(request).await?;
@@ -226,12 +230,14 @@ pub(crate) async fn model_step(
 }
 
 /// The request of a [`model_step`]: the system prompt (with what the agent's prompt context
-/// `added`), the history window and, when `offer_tools`, the tools and the choice among them.
+/// `added`), the history window (with what the agent `recalled` of the person before their last
+/// message) and, when `offer_tools`, the tools and the choice among them.
 fn request_for(
     s: &AgentState,
     deps: &AgentDeps,
     system_prompt: &str,
     added: Option<&str>,
+    recalled: Option<&str>,
     rules: StepRules,
     offer_tools: bool,
 ) -> ChatRequest {
@@ -251,6 +257,10 @@ fn request_for(
     // repeats them with other words).
     if rules.grounded && (spec.tools.is_empty() || !offer_tools) {
         super::write_out_results(&mut messages, &spec.tools);
+    }
+    if let Some(recalled) = recalled {
+        let at = messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(messages.len());
+        messages.insert(at, Message::system(recalled.to_owned()));
     }
     let mut request = ChatRequest::new(messages);
     if offer_tools {

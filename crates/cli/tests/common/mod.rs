@@ -90,6 +90,15 @@ pub fn sse_events(body: &str) -> Vec<(String, serde_json::Value)> {
         .collect()
 }
 
+/// What a turn's body said: its `token` frames, joined.
+pub fn said(body: &str) -> String {
+    sse_events(body)
+        .into_iter()
+        .filter(|(e, _)| e == "token")
+        .filter_map(|(_, d)| d["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// The data of the first `event` of an SSE body.
 ///
 /// # Panics

@@ -1,34 +1,34 @@
 //! A person's store of long-term memory (docs/memory.md), as the service serves it: every item
-//! is the asking person's, checked before the store is reached, and reading refreshes the time
-//! to live of what it returns.
+//! is the asking person's, under the rules of `toolgraph_conversations::items::PersonItems`
+//! (checked before the store is reached; reading refreshes the time to live of what it
+//! returns), and expired items are deleted in the background.
 
 use super::ChatService;
 use crate::auth::Principal;
 use crate::error::ChatError;
 use serde_json::{Map, Value};
 use std::time::Duration;
-use toolgraph_conversations::MemoryItem;
-use toolgraph_conversations::items::{
-    ITEMS_READ, ItemSearch, NamespaceListing, check_item, check_key, check_namespace, check_search, list_namespaces,
-    search_items,
-};
+use toolgraph_conversations::items::{ItemError, ItemSearch, NamespaceListing, PersonItems};
+use toolgraph_conversations::{MemoryItem, now_ms};
 
 /// How often a replica deletes expired items, at most (on a write).
 const PRUNE_EVERY_MS: i64 = 60_000;
 
-fn invalid(message: String) -> ChatError {
-    // The checks name their field first: "namespace: …", "key: …", "filter: …".
-    let field = message.split(':').next().unwrap_or("item").to_owned();
-    ChatError::Invalid { field, message }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+impl From<ItemError> for ChatError {
+    fn from(e: ItemError) -> Self {
+        match e {
+            ItemError::Invalid { field, message } => ChatError::Invalid { field, message },
+            ItemError::Store(e) => e.into(),
+        }
+    }
 }
 
 impl ChatService {
+    fn items_of(&self, who: &Principal) -> PersonItems<'_> {
+        let (tenant, user) = who.ids();
+        PersonItems::new(self.0.store.as_ref(), tenant, user)
+    }
+
     /// Writes `value` under `namespace`/`key` in `who`'s store, to expire `ttl` after its last
     /// write or refreshing read (none: never).
     ///
@@ -42,21 +42,7 @@ impl ChatService {
         value: Map<String, Value>,
         ttl: Option<Duration>,
     ) -> Result<MemoryItem, ChatError> {
-        check_item(&namespace, &key, &value).map_err(invalid)?;
-        let ttl_ms = ttl.map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
-        let item = MemoryItem::new(namespace, key, value, ttl_ms, now_ms());
-        let (tenant, user) = who.ids();
-        // A new key past the bound is refused (a search reads them all); a rewrite is not.
-        let kept = self.0.store.count_items(tenant, user, item.updated_at_ms).await?;
-        if kept >= ITEMS_READ as u64
-            && self.0.store.item(tenant, user, &item.namespace, &item.key, item.updated_at_ms).await?.is_none()
-        {
-            return Err(ChatError::Invalid {
-                field: "key".into(),
-                message: format!("you keep {kept} items, the most a person's store holds: delete some first"),
-            });
-        }
-        self.0.store.put_item(tenant, user, &item).await?;
+        let item = self.items_of(who).put(namespace, key, value, ttl, now_ms()).await?;
         self.prune_items(item.updated_at_ms);
         Ok(item)
     }
@@ -93,15 +79,7 @@ impl ChatService {
         key: &str,
         refresh: bool,
     ) -> Result<MemoryItem, ChatError> {
-        check_namespace(namespace, false).map_err(invalid)?;
-        check_key(key).map_err(invalid)?;
-        let (tenant, user) = who.ids();
-        let now = now_ms();
-        let item = self.0.store.item(tenant, user, namespace, key, now).await?.ok_or(ChatError::NotFound)?;
-        if refresh && item.ttl_ms.is_some() {
-            self.0.store.refresh_items(tenant, user, &[(item.namespace.clone(), item.key.clone())], now).await?;
-        }
-        Ok(item)
+        self.items_of(who).get(namespace, key, refresh, now_ms()).await?.ok_or(ChatError::NotFound)
     }
 
     /// What `search` finds in `who`'s store, each with its score when it has a query;
@@ -115,26 +93,7 @@ impl ChatService {
         search: &ItemSearch,
         refresh: bool,
     ) -> Result<Vec<(MemoryItem, Option<f64>)>, ChatError> {
-        check_namespace(&search.prefix, false).map_err(invalid)?;
-        check_search(search).map_err(invalid)?;
-        let (tenant, user) = who.ids();
-        let now = now_ms();
-        let candidates = self.0.store.items(tenant, user, &search.prefix, now).await?;
-        // Matching reads every value under the prefix: off the async threads.
-        let asked = search.clone();
-        let found = tokio::task::spawn_blocking(move || search_items(candidates, &asked))
-            .await
-            .map_err(|e| ChatError::Internal(format!("the item search stopped: {e}")))?
-            .map_err(invalid)?;
-        let living: Vec<(Vec<String>, String)> = found
-            .iter()
-            .filter(|(i, _)| i.ttl_ms.is_some())
-            .map(|(i, _)| (i.namespace.clone(), i.key.clone()))
-            .collect();
-        if refresh && !living.is_empty() {
-            self.0.store.refresh_items(tenant, user, &living, now).await?;
-        }
-        Ok(found)
+        Ok(self.items_of(who).search(search, refresh, now_ms()).await?)
     }
 
     /// The namespaces of `who`'s store that `listing` shows.
@@ -146,13 +105,7 @@ impl ChatService {
         who: &Principal,
         listing: &NamespaceListing,
     ) -> Result<Vec<Vec<String>>, ChatError> {
-        check_namespace(&listing.prefix, true).map_err(invalid)?;
-        check_namespace(&listing.suffix, true).map_err(invalid)?;
-        // The literal labels before the first wildcard narrow what is read.
-        let fixed: Vec<String> = listing.prefix.iter().take_while(|l| *l != "*").cloned().collect();
-        let (tenant, user) = who.ids();
-        let namespaces = self.0.store.item_namespaces(tenant, user, &fixed, now_ms()).await?;
-        Ok(list_namespaces(&namespaces, listing))
+        Ok(self.items_of(who).namespaces(listing, now_ms()).await?)
     }
 
     /// Deletes `who`'s item under `namespace`/`key`; whether there was one.
@@ -160,9 +113,6 @@ impl ChatService {
     /// # Errors
     /// `Invalid` for a namespace that is none, `Store`.
     pub async fn delete_item(&self, who: &Principal, namespace: &[String], key: &str) -> Result<bool, ChatError> {
-        check_namespace(namespace, false).map_err(invalid)?;
-        check_key(key).map_err(invalid)?;
-        let (tenant, user) = who.ids();
-        Ok(self.0.store.delete_item(tenant, user, namespace, key).await?)
+        Ok(self.items_of(who).delete(namespace, key).await?)
     }
 }
