@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{event_data, free_port, said, serve_command, sse_events, wait_ready};
+use common::{event_data, free_port, said, serve_command, wait_ready};
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
