@@ -317,6 +317,7 @@ fn spec_of(
     let mut spec = AgentSpec::new(name, &settings.system_prompt, tools);
     spec.recall = recall;
     spec.history_budget = settings.history_budget;
+    spec.summarise_history = settings.older_turns == toolgraph_config::OlderTurns::Summarise;
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
     spec.max_tokens = settings.max_tokens;

@@ -2,7 +2,8 @@
 //! a fact remembered in one conversation is in the prompt of another conversation of the same
 //! person, never in another person's or another tenant's; `recall` finds it; the person sees and
 //! deletes it through the store routes; with `approve_writes` nothing is remembered until the
-//! person approves.
+//! person approves. And a long conversation whose older turns are summarised instead of dropped,
+//! no tool call summarised apart from its result.
 
 mod common;
 
@@ -59,8 +60,12 @@ async fn post(base: &str, who: &Person, path: &str, body: &Value) -> (u16, Strin
 }
 
 async fn turn(base: &str, who: &Person, agent: &str, message: &str) -> String {
+    turn_in(base, who, agent, &Value::Null, message).await
+}
+
+async fn turn_in(base: &str, who: &Person, agent: &str, conversation: &Value, message: &str) -> String {
     let body = json!({"tenantSlug": who.slug, "tenantId": who.tenant, "userId": who.user,
-        "conversationId": null, "message": message, "agent": agent});
+        "conversationId": conversation, "message": message, "agent": agent});
     post(base, who, "/api/chatbot/stream", &body).await.1
 }
 
@@ -90,8 +95,9 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
         // 1. Ana asks the tutor to remember; it does.
         Reply::tool_calls(&[("m1", "remember", json!({"text": FACT}))]),
         Reply::text("Lo recordaré."),
-        // 2-4. A new conversation of Ana, then Ben's, then Ana's in another tenant.
+        // 2-4. A new conversation of Ana (two turns), then Ben's, then Ana's in another tenant.
         Reply::text("Cuatro."),
+        Reply::text("Ocho."),
         Reply::text("Four."),
         Reply::text("Four."),
         // 5. Ana asks what it remembers: `recall`.
@@ -105,16 +111,7 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
     ])
     .await
     .unwrap();
-    let port = free_port();
-    let mut child = serve_command(dir.path(), &model, port)
-        .args(["--config", "toolgraph.toml"])
-        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _stop = Stop(&mut child);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let (_served, base) = serve(dir.path(), &model).await;
 
     let first = turn(&base, &ANA, "tutor", "Please remember that I prefer answers in Catalan.").await;
     assert_eq!(said(&first), "Lo recordaré.", "{first}");
@@ -122,22 +119,32 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0]["value"]["text"], FACT);
     assert_eq!(stored[0]["value"]["agent"], "tutor");
+    // The agent's own namespace in her store.
+    assert_eq!(stored[0]["namespace"], json!(["memories", "tutor"]));
 
-    turn(&base, &ANA, "tutor", "What is 2 + 2?").await;
+    let second = turn(&base, &ANA, "tutor", "What is 2 + 2?").await;
+    let conversation = event_data(&second, "done")["conversationId"].clone();
+    turn_in(&base, &ANA, "tutor", &conversation, "And 4 + 4?").await;
     turn(&base, &BEN, "tutor", "What is 2 + 2?").await;
     turn(&base, &ANA_ELSEWHERE, "tutor", "What is 2 + 2?").await;
     let requests = model.requests();
-    assert_eq!(requests.len(), 5, "{requests:#?}");
-    // Ana's next conversation: the fact, as a system message right before her question.
-    let anas = &requests[2];
-    let recalled = later_system_messages(anas);
-    assert_eq!(recalled.len(), 1, "{anas:#}");
-    assert!(recalled[0].contains(FACT), "{recalled:?}");
-    let messages = anas["messages"].as_array().unwrap();
-    assert_eq!(messages[messages.len() - 2]["role"], "system");
-    assert_eq!(messages[messages.len() - 1]["content"], "What is 2 + 2?");
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    // Ana's next conversation: the fact, in a system message right after the system prompt —
+    // the same on her next turn, so what the model computed of the conversation is reused.
+    for (request, history) in
+        [(&requests[2], vec!["What is 2 + 2?"]), (&requests[3], vec!["What is 2 + 2?", "Cuatro.", "And 4 + 4?"])]
+    {
+        let recalled = later_system_messages(request);
+        assert_eq!(recalled.len(), 1, "{request:#}");
+        assert!(recalled[0].contains(FACT), "{recalled:?}");
+        let messages = request["messages"].as_array().unwrap();
+        assert_eq!(messages[1]["role"], "system");
+        let rest: Vec<&str> = messages[2..].iter().map(|m| m["content"].as_str().unwrap()).collect();
+        assert_eq!(rest, history, "{request:#}");
+    }
+    assert_eq!(requests[2]["messages"][1], requests[3]["messages"][1]);
     // Not Ben's, not Ana's in another tenant; and neither sees it in their store.
-    for (request, who) in [(&requests[3], &BEN), (&requests[4], &ANA_ELSEWHERE)] {
+    for (request, who) in [(&requests[4], &BEN), (&requests[5], &ANA_ELSEWHERE)] {
         assert!(later_system_messages(request).is_empty(), "{request:#}");
         assert!(!request.to_string().contains(FACT), "{request:#}");
         assert!(memories(&base, who, &["memories"]).await.is_empty());
@@ -146,7 +153,7 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
     // `recall` returns it to the model.
     let fifth = turn(&base, &ANA, "tutor", "What do you remember about me?").await;
     assert_eq!(said(&fifth), "Que prefieres el catalán.", "{fifth}");
-    let after_recall = &model.requests()[6];
+    let after_recall = &model.requests()[7];
     let tool_message = after_recall["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
     assert!(tool_message["content"].as_str().unwrap().contains(FACT), "{after_recall:#}");
 
@@ -157,13 +164,13 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
         .header("X-Tenant-Slug", "demo")
         .header("X-Tenant-Id", "1")
         .header("X-User-Id", "1")
-        .json(&json!({"namespace": ["memories"], "key": key}))
+        .json(&json!({"namespace": ["memories", "tutor"], "key": key}))
         .send()
         .await
         .unwrap();
     assert!(deleted.status().is_success(), "{}", deleted.text().await.unwrap());
     turn(&base, &ANA, "tutor", "What is 2 + 2?").await;
-    let sixth = &model.requests()[7];
+    let sixth = &model.requests()[8];
     assert!(later_system_messages(sixth).is_empty(), "{sixth:#}");
 
     // The careful tutor's `remember` is a write: nothing is kept until Ana approves.
@@ -183,12 +190,128 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
     assert!(sse_events(&seventh).iter().any(|(e, _)| e == "done"));
 }
 
-/// Stops the service when the test ends, passed or not.
-struct Stop<'a>(&'a mut std::process::Child);
+/// `toolgraph serve` over `dir`'s `toolgraph.toml`, on `model`: ready, and its base URL.
+async fn serve(dir: &std::path::Path, model: &ScriptedModelServer) -> (Served, String) {
+    let port = free_port();
+    let child = serve_command(dir, model, port)
+        .args(["--config", "toolgraph.toml"])
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let served = Served(child);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    (served, base)
+}
 
-impl Drop for Stop<'_> {
+/// The service, stopped when the test ends, passed or not.
+struct Served(std::process::Child);
+
+impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+const SUMMARISING: &str = r#"
+default_agent = "chatty"
+
+[agents.chatty]
+system_prompt = "You are a tutor."
+tools = ["calculator"]
+history_budget = 40
+older_turns = "summarise"
+"#;
+
+/// Whether `request` is a summary call (by its instruction).
+fn summarises(request: &Value) -> bool {
+    request["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("You keep the memory of a long conversation"))
+}
+
+/// Every tool message of `request` follows the call it answers.
+fn calls_precede_results(request: &Value) -> bool {
+    let messages = request["messages"].as_array().unwrap();
+    messages.iter().enumerate().filter(|(_, m)| m["role"] == "tool").all(|(i, m)| {
+        messages[..i].iter().any(|earlier| {
+            earlier["tool_calls"].as_array().is_some_and(|calls| calls.iter().any(|c| c["id"] == m["tool_call_id"]))
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_turns_are_summarised_with_calls_and_results_together_and_the_summary_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolgraph.toml"), SUMMARISING).unwrap();
+    let model = ScriptedModelServer::start(vec![]).await.unwrap();
+    model.set_responder(|request| {
+        if summarises(request) {
+            return Reply::text("Ana's exam is on 20 January.");
+        }
+        let messages = request["messages"].as_array().unwrap();
+        let last = messages.last().unwrap();
+        let asked = messages.iter().rev().find(|m| m["role"] == "user").unwrap()["content"].as_str().unwrap();
+        match (last["role"].as_str(), asked) {
+            (Some("user"), a) if a.starts_with("What is 12 * 7") => {
+                Reply::tool_calls(&[("c1", "calculator", json!({"expression": "12 * 7"}))])
+            }
+            (Some("tool"), _) => Reply::text("It is 84."),
+            (_, a) if a.starts_with("My name is Ana") => Reply::text("Noted, Ana."),
+            _ => Reply::text("On 20 January."),
+        }
+    });
+    let (_served, base) = serve(dir.path(), &model).await;
+
+    let mut conversation = Value::Null;
+    for message in [
+        "My name is Ana and my final exam is on 20 January; please keep that in mind for later.",
+        "What is 12 * 7?",
+        "And when is my exam again?",
+    ] {
+        let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 1,
+            "conversationId": conversation, "message": message});
+        let (status, reply) = post(&base, &ANA, "/api/chatbot/stream", &body).await;
+        assert_eq!(status, 200, "{reply}");
+        conversation = event_data(&reply, "done")["conversationId"].clone();
+    }
+    let requests = model.requests();
+    let summaries: Vec<&Value> = requests.iter().filter(|r| summarises(r)).collect();
+    assert!(!summaries.is_empty(), "no summary call: {requests:#?}");
+    // The first summary reads the first turn, whole.
+    let first = summaries[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(first.contains("Person: My name is Ana and my final exam is on 20 January"), "{first}");
+    assert!(first.contains("Assistant: Noted, Ana."), "{first}");
+    // A summary that reads a call reads its result too.
+    for summary in &summaries {
+        let text = summary["messages"][1]["content"].as_str().unwrap();
+        assert_eq!(text.contains("Assistant called calculator"), text.contains("calculator returned"), "{text}");
+    }
+    // The last answer: the summary right after the system prompt, the first turn no longer in
+    // the window; no call apart from its result in any request.
+    let last = requests.iter().rev().find(|r| !summarises(r)).unwrap();
+    let messages = last["messages"].as_array().unwrap();
+    assert_eq!(messages[1]["role"], "system", "{last:#}");
+    assert_eq!(messages[1]["content"], "Summary of the earlier conversation:\nAna's exam is on 20 January.");
+    assert!(!last.to_string().contains("My name is Ana"), "{last:#}");
+    assert_eq!(messages.last().unwrap()["content"], "And when is my exam again?");
+    for request in requests.iter().filter(|r| !summarises(r)) {
+        assert!(calls_precede_results(request), "{request:#}");
+    }
+
+    // The summary is kept with the state: the last checkpoint shows it and what it covers.
+    let checkpoints = format!("{base}/api/chatbot/conversations/{conversation}/checkpoints");
+    let list = get(&format!("{checkpoints}?tenantId=1&userId=1")).await;
+    let seq = list["checkpoints"].as_array().unwrap().last().unwrap()["seq"].clone();
+    let state = get(&format!("{checkpoints}/{seq}?tenantId=1&userId=1")).await;
+    let kept = &state["state"]["channels"]["history_summary"];
+    assert_eq!(kept["text"], "Ana's exam is on 20 January.", "{state:#}");
+    assert!(kept["upto"].as_u64().unwrap() >= 2, "{kept}");
+}
+
+async fn get(url: &str) -> Value {
+    let response = reqwest::Client::new().get(url).header("X-Tenant-Slug", "demo").send().await.unwrap();
+    response.json().await.unwrap()
 }

@@ -17,6 +17,10 @@ pub struct AgentSettings {
     pub state_keys: Vec<String>,
     /// Approximate token budget of the history the model sees (0: no limit). Default: 6000.
     pub history_budget: usize,
+    /// What becomes of the turns that no longer fit `history_budget`: `drop` (the model no
+    /// longer sees them) or `summarise` (a model call summarises them, and the model reads the
+    /// summary; docs/memory.md, "Context that fits"). Default: `drop`.
+    pub older_turns: OlderTurns,
     /// Rounds of failing read tools per turn before giving up. Default: 3.
     pub max_tool_retries: u32,
     /// Most graph steps per run. Default: 10.
@@ -65,9 +69,9 @@ pub struct MemorySettings {
     /// Before each model call, put this many of the person's remembered items in the prompt,
     /// the most relevant to their last message first (0: none). Default: 5.
     pub recall: usize,
-    /// Where in the person's store the agent's memories live. Agents that share it share what
-    /// they remember of a person. Default: `["memories"]`.
-    pub namespace: Vec<String>,
+    /// Where in the person's store the agent's memories live. Agents given the same namespace
+    /// share what they remember of a person. Default: the agent's own, `["memories", NAME]`.
+    pub namespace: Option<Vec<String>>,
     /// Days a remembered item lives after it was last written or recalled (none: until
     /// forgotten). Default: none.
     pub ttl_days: Option<u32>,
@@ -75,12 +79,23 @@ pub struct MemorySettings {
 
 impl Default for MemorySettings {
     fn default() -> Self {
-        Self { tools: true, approve_writes: false, recall: 5, namespace: vec!["memories".into()], ttl_days: None }
+        Self { tools: true, approve_writes: false, recall: 5, namespace: None, ttl_days: None }
     }
 }
 
 /// Most items [`MemorySettings::recall`] may put in a prompt.
 pub const MAX_RECALL: usize = 20;
+
+/// What becomes of the turns beyond an agent's history budget ([`AgentSettings::older_turns`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OlderTurns {
+    /// The model no longer sees them.
+    #[default]
+    Drop,
+    /// They are summarised, and the model reads the summary.
+    Summarise,
+}
 
 /// How an agent's answers stand on its documents ([`AgentSettings::grounding`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +146,7 @@ impl Default for AgentSettings {
             tools: None,
             state_keys: Vec::new(),
             history_budget: 6000,
+            older_turns: OlderTurns::Drop,
             max_tool_retries: 3,
             recursion_limit: 10,
             kb: None,
@@ -197,6 +213,12 @@ impl AgentSettings {
                     .into(),
             ));
         }
+        if self.older_turns == OlderTurns::Summarise && self.history_budget == 0 {
+            return Err(check.invalid(
+                &format!("agents.{name}.older_turns"),
+                "`summarise` needs a `history_budget` (0 keeps every turn: nothing is ever summarised)".into(),
+            ));
+        }
         if let Some(memory) = &self.memory {
             let at = |key: &str| format!("agents.{name}.memory.{key}");
             if memory.recall > MAX_RECALL {
@@ -205,10 +227,22 @@ impl AgentSettings {
             let label_ok = |l: &String| {
                 !l.is_empty() && l.len() <= 64 && l.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-'))
             };
-            if memory.namespace.is_empty() || memory.namespace.len() > 4 || !memory.namespace.iter().all(label_ok) {
+            if let Some(namespace) = &memory.namespace
+                && (namespace.is_empty() || namespace.len() > 4 || !namespace.iter().all(label_ok))
+            {
                 return Err(check.invalid(
                     &at("namespace"),
                     "1 to 4 labels of 1-64 letters, digits, `_` or `-`, such as [\"memories\"]".into(),
+                ));
+            }
+            if self.graph != AgentGraph::React {
+                return Err(check.invalid(
+                    &format!("agents.{name}.memory"),
+                    format!(
+                        "the `{}` graph neither offers tools to its model nor reads what is recalled: memory is \
+                         for the `react` graph or a declared one",
+                        self.graph.as_str()
+                    ),
                 ));
             }
             if memory.ttl_days == Some(0) {

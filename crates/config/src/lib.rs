@@ -27,7 +27,7 @@ mod server;
 mod tests;
 mod tools;
 
-pub use agents::{AgentGraph, AgentSettings, DEFAULT_SYSTEM_PROMPT, Grounding, MAX_RECALL, MemorySettings};
+pub use agents::{AgentGraph, AgentSettings, DEFAULT_SYSTEM_PROMPT, Grounding, MAX_RECALL, MemorySettings, OlderTurns};
 pub use llm::LlmSettings;
 pub use mcp::McpSettings;
 pub use plugins::PluginSettings;

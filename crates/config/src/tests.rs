@@ -252,6 +252,35 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
 }
 
 #[test]
+fn memory_and_older_turns_are_checked_naming_the_key() {
+    let refused = |toml: &str| Config::from_toml_str(toml).unwrap_err().to_string();
+    let err = refused("[agents.a.memory]\nrecall = 21\n");
+    assert!(err.contains("`agents.a.memory.recall`") && err.contains("at most 20"), "{err}");
+    let err = refused("[agents.a.memory]\nnamespace = [\"memories\", \"a.b\"]\n");
+    assert!(err.contains("`agents.a.memory.namespace`"), "{err}");
+    let err = refused("[agents.a.memory]\nnamespace = []\n");
+    assert!(err.contains("`agents.a.memory.namespace`"), "{err}");
+    let err = refused("[agents.a.memory]\nttl_days = 0\n");
+    assert!(err.contains("`agents.a.memory.ttl_days`"), "{err}");
+    let err = refused("[agents.a.memory]\ntools = false\nrecall = 0\n");
+    assert!(err.contains("neither remembers nor recalls"), "{err}");
+    let err = refused("[agents.a]\ngraph = \"legal_pipeline\"\n[agents.a.memory]\n");
+    assert!(err.contains("`agents.a.memory`") && err.contains("legal_pipeline"), "{err}");
+    let err = refused("[agents.a.memory]\nremember = true\n");
+    assert!(err.contains("remember"), "{err}");
+    let err = refused("[agents.a]\nhistory_budget = 0\nolder_turns = \"summarise\"\n");
+    assert!(err.contains("`agents.a.older_turns`") && err.contains("history_budget"), "{err}");
+    let err = refused("[agents.a]\nolder_turns = \"forget\"\n");
+    assert!(err.contains("older_turns") || err.contains("forget"), "{err}");
+
+    let c = Config::from_toml_str("[agents.a]\nolder_turns = \"summarise\"\n[agents.a.memory]\n").unwrap();
+    let memory = c.agents["a"].memory.clone().unwrap();
+    assert_eq!((memory.tools, memory.approve_writes, memory.recall, memory.namespace), (true, false, 5, None));
+    assert_eq!(c.agents["a"].older_turns, crate::OlderTurns::Summarise);
+    assert!(Config::from_toml_str("[agents.a]\n").unwrap().agents["a"].memory.is_none());
+}
+
+#[test]
 fn backend_tools_are_declared_with_a_description_and_a_schema() {
     let backend =
         "[server]\nstore = \"backend\"\nbackend_url = \"http://b:8080\"\nbackend_hmac_secret = \"0123456789abcdef\"\n";

@@ -440,6 +440,9 @@ pub enum ItemError {
     /// The store failed, or keeps no items.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The search stopped before it ended (its task panicked or was cancelled).
+    #[error("the item search stopped: {0}")]
+    Stopped(String),
 }
 
 impl ItemError {
@@ -539,7 +542,7 @@ impl<'a> PersonItems<'a> {
         let asked = search.clone();
         let found = tokio::task::spawn_blocking(move || search_items(candidates, &asked))
             .await
-            .map_err(|e| StoreError(format!("the item search stopped: {e}")))?
+            .map_err(|e| ItemError::Stopped(e.to_string()))?
             .map_err(ItemError::invalid)?;
         let living: Vec<(Vec<String>, String)> = found
             .iter()
@@ -550,6 +553,19 @@ impl<'a> PersonItems<'a> {
             self.store.refresh_items(self.tenant, self.user, &living, now_ms).await?;
         }
         Ok(found)
+    }
+
+    /// Renews the time to live of `items` (those that have one) from `now_ms`.
+    ///
+    /// # Errors
+    /// `Store`.
+    pub async fn refresh(&self, items: &[MemoryItem], now_ms: i64) -> Result<(), ItemError> {
+        let living: Vec<(Vec<String>, String)> =
+            items.iter().filter(|i| i.ttl_ms.is_some()).map(|i| (i.namespace.clone(), i.key.clone())).collect();
+        if !living.is_empty() {
+            self.store.refresh_items(self.tenant, self.user, &living, now_ms).await?;
+        }
+        Ok(())
     }
 
     /// The namespaces `listing` shows.

@@ -140,7 +140,7 @@ impl Node<AgentState, AgentDeps> for ModelNode {
             None => crate::kit::model_step(&s, &ctx, &self.deps, system.as_deref(), self.rules).await,
             Some(messages) => {
                 let only = AgentState { messages, context: s.context.clone(), ..AgentState::default() };
-                crate::kit::model_step(&only, &ctx, &self.deps, system.as_deref(), self.rules).await
+                crate::kit::model_step_on(&only, &ctx, &self.deps, system.as_deref(), self.rules).await
             }
         }
     }

@@ -35,11 +35,15 @@ pub struct AgentSpec {
     /// e.g. the academy admin's tenant schema description, fetched from the backend. Asked before every
     /// model call; `None` adds nothing. Default: none.
     pub prompt_context: Option<PromptContext>,
-    /// What the agent remembers of the person that bears on their last message, put before it
-    /// as a system message (after the history the local model has already computed, so its
-    /// cache holds) — `crate::memory::Memory::recall_into_prompt`. Asked before every model
-    /// call; `None` adds nothing. Default: none.
-    pub recall: Option<Recall>,
+    /// What the agent remembers of the person (the turn's state context says who), put in a
+    /// system message right after the system prompt — `crate::memory::Memory::recall_into_prompt`.
+    /// Asked before every model call that reads the conversation; `None` adds nothing. Default:
+    /// none.
+    pub recall: Option<PromptContext>,
+    /// Summarise the turns that fall out of the history window (`history_budget`) with a model
+    /// call, and give the model the summary, instead of dropping them (docs/memory.md,
+    /// "Context that fits"). Default: false.
+    pub summarise_history: bool,
     /// Values every tool call of this agent sees in its context, over the turn's state: set by
     /// whoever runs the agent, never by the client — e.g. `kb`, the knowledge base its searches
     /// read. Default: none.
@@ -52,10 +56,6 @@ pub type AnswerFooter = Arc<dyn Fn(&[&str], &str) -> Option<String> + Send + Syn
 /// See [`AgentSpec::prompt_context`]: `(the turn's state context) → text for the system prompt`.
 pub type PromptContext =
     Arc<dyn Fn(&Map<String, Value>) -> futures::future::BoxFuture<'static, Option<Arc<str>>> + Send + Sync>;
-
-/// See [`AgentSpec::recall`]: `(the turn's state context, the person's last message) → text`.
-pub type Recall =
-    Arc<dyn Fn(&Map<String, Value>, &str) -> futures::future::BoxFuture<'static, Option<Arc<str>>> + Send + Sync>;
 
 impl AgentSpec {
     /// An agent with defaults.
@@ -71,6 +71,7 @@ impl AgentSpec {
             answer_footer: None,
             prompt_context: None,
             recall: None,
+            summarise_history: false,
             tool_context: Map::new(),
         }
     }

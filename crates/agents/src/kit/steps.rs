@@ -79,6 +79,52 @@ pub(crate) async fn model_step(
     system: Option<&str>,
     rules: StepRules,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
+    let summarised = super::summary::bring_up_to_date(s, ctx, deps).await;
+    let recalled = match &deps.spec().recall {
+        Some(recall) => recall(&s.context).await,
+        None => None,
+    };
+    let about = About { summary: summarised.as_ref().map(|s| s.summary.text.as_str()), recalled: recalled.as_deref() };
+    let mut out = answer_step(s, ctx, deps, system, rules, about).await?;
+    if let Some(new) = summarised.filter(|s| s.is_new) {
+        match &mut out {
+            NodeOutput::Update(update) | NodeOutput::Interrupt { update, .. } => update.channels.push(new.write()),
+        }
+    }
+    Ok(out)
+}
+
+/// A [`model_step`] on messages a node chose itself (the person's last message, a rendered
+/// one): no summary of older turns and nothing recalled, which belong to the conversation.
+pub(crate) async fn model_step_on(
+    s: &AgentState,
+    ctx: &RunContext<AgentDeps>,
+    deps: &AgentDeps,
+    system: Option<&str>,
+    rules: StepRules,
+) -> Result<NodeOutput<AgentState>, NodeError> {
+    answer_step(s, ctx, deps, system, rules, About::default()).await
+}
+
+/// What a [`model_step`] gives the model about the conversation and the person beyond the
+/// history window.
+#[derive(Clone, Copy, Default)]
+struct About<'a> {
+    /// The summary of the turns before the window.
+    summary: Option<&'a str>,
+    /// What the agent remembers of the person.
+    recalled: Option<&'a str>,
+}
+
+/// [`model_step`] once the summary and the recalled items are known.
+async fn answer_step(
+    s: &AgentState,
+    ctx: &RunContext<AgentDeps>,
+    deps: &AgentDeps,
+    system: Option<&str>,
+    rules: StepRules,
+    about: About<'_>,
+) -> Result<NodeOutput<AgentState>, NodeError> {
     let spec = deps.spec();
     let grounded_prompt;
     let system_prompt = match (system.unwrap_or(&spec.system_prompt), rules.grounded) {
@@ -100,10 +146,6 @@ pub(crate) async fn model_step(
         Some(context) => context(&s.context).await,
         None => None,
     };
-    let recalled = match (&spec.recall, s.last_user_message()) {
-        (Some(recall), Some(said)) => recall(&s.context, said).await,
-        _ => None,
-    };
     let mut content = String::new();
     let mut tool_calls = Vec::new();
     let mut checker = rules.grounded.then(|| super::checker(&s.messages, system_prompt, &spec.tools));
@@ -124,7 +166,7 @@ pub(crate) async fn model_step(
     let mut offer_tools = true;
     let mut repeated_calls = Vec::new();
     loop {
-        let request = request_for(s, deps, system_prompt, added.as_deref(), recalled.as_deref(), rules, offer_tools);
+        let request = request_for(s, deps, system_prompt, added.as_deref(), about, rules, offer_tools);
         let streamed = async {
             let mut usage = None;
             let mut stream = deps.model().stream(request).await?;
@@ -230,24 +272,31 @@ pub(crate) async fn model_step(
 }
 
 /// The request of a [`model_step`]: the system prompt (with what the agent's prompt context
-/// `added`), the history window (with what the agent `recalled` of the person before their last
-/// message) and, when `offer_tools`, the tools and the choice among them.
+/// `added`), what the agent recalled of the person and the summary of the older turns (each a
+/// system message: the system prompt's computed prefix stays as it is), the history window and,
+/// when `offer_tools`, the tools and the choice among them.
 fn request_for(
     s: &AgentState,
     deps: &AgentDeps,
     system_prompt: &str,
     added: Option<&str>,
-    recalled: Option<&str>,
+    about: About<'_>,
     rules: StepRules,
     offer_tools: bool,
 ) -> ChatRequest {
     let spec = deps.spec();
-    let mut messages = Vec::with_capacity(s.messages.len() + 1);
+    let mut messages = Vec::with_capacity(s.messages.len() + 3);
     match added {
         Some(added) if system_prompt.is_empty() => messages.push(Message::system(added.to_string())),
         Some(added) => messages.push(Message::system(format!("{system_prompt}\n\n{added}"))),
         None if !system_prompt.is_empty() => messages.push(Message::system(system_prompt.to_owned())),
         None => {}
+    }
+    if let Some(recalled) = about.recalled {
+        messages.push(Message::system(recalled.to_owned()));
+    }
+    if let Some(summary) = about.summary {
+        messages.push(Message::system(format!("Summary of the earlier conversation:\n{summary}")));
     }
     messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
     // A request offering no tools answers from the documents its turn found written out before
@@ -257,10 +306,6 @@ fn request_for(
     // repeats them with other words).
     if rules.grounded && (spec.tools.is_empty() || !offer_tools) {
         super::write_out_results(&mut messages, &spec.tools);
-    }
-    if let Some(recalled) = recalled {
-        let at = messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(messages.len());
-        messages.insert(at, Message::system(recalled.to_owned()));
     }
     let mut request = ChatRequest::new(messages);
     if offer_tools {

@@ -19,6 +19,7 @@ impl From<ItemError> for ChatError {
         match e {
             ItemError::Invalid { field, message } => ChatError::Invalid { field, message },
             ItemError::Store(e) => e.into(),
+            ItemError::Stopped(e) => ChatError::Internal(format!("the item search stopped: {e}")),
         }
     }
 }

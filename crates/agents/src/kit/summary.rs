@@ -1,0 +1,182 @@
+//! Turns that no longer fit an agent's history budget, summarised instead of dropped
+//! (`older_turns = "summarise"`, docs/memory.md "Context that fits"): before a model call, the
+//! whole turns that fell out of the window since the last summary are summarised by a model call,
+//! together with that summary, into a new one. It is kept in the `history_summary` channel of the
+//! state (checkpointed, shown with the state) as `{text, upto}` — `upto` is how many messages of
+//! the log it covers — and the model reads it right after the system prompt.
+//!
+//! The window starts where a person's turn starts, so what is summarised is whole turns: a tool
+//! call is never summarised apart from its result.
+
+use super::spec::{AgentDeps, history_window};
+use super::state::{AgentState, ChannelWrite, Reducer};
+use super::steps::call_report;
+use serde::{Deserialize, Serialize};
+use toolgraph_graph::RunContext;
+use toolgraph_llm::{ChatRequest, Message};
+
+/// The channel that keeps the summary.
+pub const SUMMARY_CHANNEL: &str = "history_summary";
+
+/// Most characters of the turns one summary call reads (the latest, when more fell out at once:
+/// a summary made as turns fall out covers the earlier ones).
+const MAX_TRANSCRIPT_CHARS: usize = 16_000;
+/// Most characters of one tool result or call in the transcript.
+const MAX_TOOL_CHARS: usize = 600;
+
+const INSTRUCTION: &str = "You keep the memory of a long conversation between a person and an assistant. \
+Write a short summary of it for the assistant (at most 150 words), in the language the person writes in: \
+who the person is, what they asked for, the facts, names, numbers and dates that were given, what was \
+decided or done, and what is still pending. Only what the conversation says; no preamble.";
+
+/// The summary as the state keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The summary.
+    pub text: String,
+    /// How many messages of the log, from the first, it covers.
+    pub upto: usize,
+}
+
+/// The summary the next model call reads, and whether it is new (to be written to the state).
+pub(crate) struct Summarised {
+    pub(crate) summary: Summary,
+    pub(crate) is_new: bool,
+}
+
+impl Summarised {
+    /// The write that keeps a new summary.
+    pub(crate) fn write(&self) -> ChannelWrite {
+        ChannelWrite {
+            channel: SUMMARY_CHANNEL.into(),
+            reducer: Reducer::Replace,
+            value: serde_json::to_value(&self.summary).unwrap_or_default(),
+        }
+    }
+}
+
+/// The summary of what lies before `s`'s history window, brought up to date with a model call
+/// when whole turns fell out of the window since it was made; `None` when the agent drops older
+/// turns, or nothing fell out yet. A failed call keeps the last summary (the turn goes on: the
+/// turns it missed are summarised with the next ones).
+pub(crate) async fn bring_up_to_date(
+    s: &AgentState,
+    ctx: &RunContext<AgentDeps>,
+    deps: &AgentDeps,
+) -> Option<Summarised> {
+    let spec = deps.spec();
+    if !spec.summarise_history {
+        return None;
+    }
+    let kept: Option<Summary> =
+        s.channels.get(SUMMARY_CHANNEL).and_then(|v| serde_json::from_value(v.clone()).ok()).filter(|k: &Summary| {
+            // A log shorter than what the summary covers is another log (a state rewritten by
+            // hand): its summary does not describe it.
+            k.upto <= s.messages.len()
+        });
+    let start = s.messages.len() - history_window(&s.messages, spec.history_budget).len();
+    let upto = kept.as_ref().map_or(0, |k| k.upto);
+    if start <= upto {
+        return kept.map(|summary| Summarised { summary, is_new: false });
+    }
+    let request = request(kept.as_ref().map(|k| k.text.as_str()), &s.messages[upto..start]);
+    let mut text = String::new();
+    let call = async {
+        let response = deps.model().complete(request).await?;
+        text = response.content;
+        Ok::<_, toolgraph_llm::LlmError>(response.usage)
+    };
+    match ctx.counted_model_call(call, |r| call_report(deps.model().as_ref(), r)).await {
+        Ok(_) if !text.trim().is_empty() => {
+            tracing::debug!(agent = %spec.name, upto = start, "older turns summarised");
+            Some(Summarised { summary: Summary { text: text.trim().to_owned(), upto: start }, is_new: true })
+        }
+        outcome => {
+            let error = outcome.err().map_or_else(|| "an empty summary".to_owned(), |e| e.to_string());
+            tracing::warn!(agent = %spec.name, %error, "cannot summarise the older turns: they are left out");
+            kept.map(|summary| Summarised { summary, is_new: false })
+        }
+    }
+}
+
+/// The model request that summarises `turns` after the summary `earlier`.
+fn request(earlier: Option<&str>, turns: &[Message]) -> ChatRequest {
+    let mut transcript = String::new();
+    for m in turns {
+        let line = match m {
+            Message::User { content } => format!("Person: {content}"),
+            Message::Assistant { content, tool_calls } => {
+                let mut said = String::new();
+                if !content.trim().is_empty() {
+                    said = format!("Assistant: {content}");
+                }
+                for call in tool_calls {
+                    if !said.is_empty() {
+                        said.push('\n');
+                    }
+                    said.push_str(&format!("Assistant called {}: {}", call.name, clip(&call.arguments)));
+                }
+                said
+            }
+            Message::Tool { name, content, .. } => format!("{name} returned: {}", clip(content)),
+            Message::System { .. } => continue,
+        };
+        if !line.is_empty() {
+            transcript.push_str(&line);
+            transcript.push('\n');
+        }
+    }
+    if transcript.len() > MAX_TRANSCRIPT_CHARS {
+        let mut cut = transcript.len() - MAX_TRANSCRIPT_CHARS;
+        while !transcript.is_char_boundary(cut) {
+            cut += 1;
+        }
+        transcript = format!("…{}", &transcript[cut..]);
+    }
+    let asked = match earlier {
+        Some(earlier) => format!("The summary so far:\n{earlier}\n\nThe conversation after it:\n{transcript}"),
+        None => format!("The conversation:\n{transcript}"),
+    };
+    ChatRequest::new(vec![Message::system(INSTRUCTION.to_owned()), Message::user(asked)])
+}
+
+fn clip(text: &str) -> String {
+    if text.chars().count() <= MAX_TOOL_CHARS {
+        return text.to_owned();
+    }
+    let mut clipped: String = text.chars().take(MAX_TOOL_CHARS).collect();
+    clipped.push('…');
+    clipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgraph_llm::ToolCall;
+
+    #[test]
+    fn the_transcript_keeps_calls_with_their_results_and_the_earlier_summary() {
+        let call = ToolCall { id: "c1".into(), name: "calculator".into(), arguments: r#"{"expression":"2+2"}"#.into() };
+        let turns = vec![
+            Message::system("not this"),
+            Message::user("My exam is on 20 January."),
+            Message::Assistant { content: String::new(), tool_calls: vec![call] },
+            Message::tool("c1", "calculator", "4"),
+            Message::Assistant { content: "Noted: 20 January.".into(), tool_calls: vec![] },
+        ];
+        let request = request(Some("The person is Ana."), &turns);
+        let asked = request.messages[1].content();
+        assert!(asked.starts_with("The summary so far:\nThe person is Ana."), "{asked}");
+        assert!(
+            asked.ends_with(
+                "Person: My exam is on 20 January.\nAssistant called calculator: {\"expression\":\"2+2\"}\n\
+                 calculator returned: 4\nAssistant: Noted: 20 January.\n"
+            ),
+            "{asked}"
+        );
+        assert!(!asked.contains("not this"));
+        let long = "é".repeat(MAX_TRANSCRIPT_CHARS);
+        let request = super::request(None, &[Message::user(long)]);
+        assert!(request.messages[1].content().chars().count() <= MAX_TRANSCRIPT_CHARS + 40);
+    }
+}
