@@ -66,8 +66,8 @@ pub struct MemorySettings {
     /// `remember` and `forget` ask the person's approval before they write, as write tools do.
     /// Default: false.
     pub approve_writes: bool,
-    /// Before each model call, put this many of the person's remembered items in the prompt,
-    /// the most relevant to their last message first (0: none). Default: 5.
+    /// Before each model call, put this many of the person's latest remembered items in the
+    /// prompt (0: none). Default: 5.
     pub recall: usize,
     /// Where in the person's store the agent's memories live. Agents given the same namespace
     /// share what they remember of a person. Default: the agent's own, `["memories", NAME]`.
@@ -211,6 +211,16 @@ impl AgentSettings {
                 "`retrieve_first` is for the `react` graph; a declared graph searches with a `retrieve` node and \
                  checks its replies with `cite = true` on its `model` node (docs/agents.md)"
                     .into(),
+            ));
+        }
+        if self.older_turns == OlderTurns::Summarise && self.graph != AgentGraph::React {
+            return Err(check.invalid(
+                &format!("agents.{name}.older_turns"),
+                format!(
+                    "the `{}` graph does not read the conversation's window: `summarise` is for the `react` graph \
+                     or a declared one",
+                    self.graph.as_str()
+                ),
             ));
         }
         if self.older_turns == OlderTurns::Summarise && self.history_budget == 0 {

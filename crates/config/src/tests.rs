@@ -270,6 +270,8 @@ fn memory_and_older_turns_are_checked_naming_the_key() {
     assert!(err.contains("remember"), "{err}");
     let err = refused("[agents.a]\nhistory_budget = 0\nolder_turns = \"summarise\"\n");
     assert!(err.contains("`agents.a.older_turns`") && err.contains("history_budget"), "{err}");
+    let err = refused("[agents.a]\ngraph = \"crisis_companion\"\nolder_turns = \"summarise\"\n");
+    assert!(err.contains("`agents.a.older_turns`") && err.contains("crisis_companion"), "{err}");
     let err = refused("[agents.a]\nolder_turns = \"forget\"\n");
     assert!(err.contains("older_turns") || err.contains("forget"), "{err}");
 

@@ -455,7 +455,7 @@ fn plan(c: &mut Checker<'_>, g: GraphFile, known: &Known<'_>) -> Plan {
     for (name, channel) in &g.channels {
         if !valid_name(name) {
             c.error(&["channels", name], "channel names use letters, digits, '_' and '-'");
-        } else if BUILTINS.contains(&name.as_str()) || name == "messages" {
+        } else if BUILTINS.contains(&name.as_str()) || name == "messages" || name == crate::kit::SUMMARY_CHANNEL {
             c.error(&["channels", name], format!("`{name}` is a name every graph has already; pick another"));
         }
         if channel.reducer == Reducer::Append && channel.default.as_ref().is_some_and(|d| !d.is_array()) {

@@ -19,8 +19,13 @@ use toolgraph_llm::{ChatRequest, Message};
 pub const SUMMARY_CHANNEL: &str = "history_summary";
 
 /// Most characters of the turns one summary call reads (the latest, when more fell out at once:
-/// a summary made as turns fall out covers the earlier ones).
-const MAX_TRANSCRIPT_CHARS: usize = 16_000;
+/// a summary made as turns fall out covers the earlier ones) — with the instruction and the
+/// reply, within the in-process model's 4,096-token context even in scripts of a token or more
+/// a character.
+const MAX_TRANSCRIPT_CHARS: usize = 3_000;
+/// Most tokens a summary may take, and most characters of one kept.
+const MAX_SUMMARY_TOKENS: u32 = 320;
+const MAX_SUMMARY_CHARS: usize = 1_500;
 /// Most characters of one tool result or call in the transcript.
 const MAX_TOOL_CHARS: usize = 600;
 
@@ -57,8 +62,9 @@ impl Summarised {
 
 /// The summary of what lies before `s`'s history window, brought up to date with a model call
 /// when whole turns fell out of the window since it was made; `None` when the agent drops older
-/// turns, or nothing fell out yet. A failed call keeps the last summary (the turn goes on: the
-/// turns it missed are summarised with the next ones).
+/// turns, or nothing fell out yet. A failed call keeps the last summary's text and drops the
+/// turns it missed (as `older_turns = "drop"` would), so a call that cannot succeed — a
+/// transcript the model refuses — is not made again on every step.
 pub(crate) async fn bring_up_to_date(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
@@ -89,12 +95,14 @@ pub(crate) async fn bring_up_to_date(
     match ctx.counted_model_call(call, |r| call_report(deps.model().as_ref(), r)).await {
         Ok(_) if !text.trim().is_empty() => {
             tracing::debug!(agent = %spec.name, upto = start, "older turns summarised");
-            Some(Summarised { summary: Summary { text: text.trim().to_owned(), upto: start }, is_new: true })
+            let text = clip(text.trim(), MAX_SUMMARY_CHARS);
+            Some(Summarised { summary: Summary { text, upto: start }, is_new: true })
         }
         outcome => {
             let error = outcome.err().map_or_else(|| "an empty summary".to_owned(), |e| e.to_string());
             tracing::warn!(agent = %spec.name, %error, "cannot summarise the older turns: they are left out");
-            kept.map(|summary| Summarised { summary, is_new: false })
+            let text = kept.map(|k| k.text).unwrap_or_default();
+            Some(Summarised { summary: Summary { text, upto: start }, is_new: true })
         }
     }
 }
@@ -114,11 +122,15 @@ fn request(earlier: Option<&str>, turns: &[Message]) -> ChatRequest {
                     if !said.is_empty() {
                         said.push('\n');
                     }
-                    said.push_str(&format!("Assistant called {}: {}", call.name, clip(&call.arguments)));
+                    said.push_str(&format!(
+                        "Assistant called {}: {}",
+                        call.name,
+                        clip(&call.arguments, MAX_TOOL_CHARS)
+                    ));
                 }
                 said
             }
-            Message::Tool { name, content, .. } => format!("{name} returned: {}", clip(content)),
+            Message::Tool { name, content, .. } => format!("{name} returned: {}", clip(content, MAX_TOOL_CHARS)),
             Message::System { .. } => continue,
         };
         if !line.is_empty() {
@@ -137,14 +149,17 @@ fn request(earlier: Option<&str>, turns: &[Message]) -> ChatRequest {
         Some(earlier) => format!("The summary so far:\n{earlier}\n\nThe conversation after it:\n{transcript}"),
         None => format!("The conversation:\n{transcript}"),
     };
-    ChatRequest::new(vec![Message::system(INSTRUCTION.to_owned()), Message::user(asked)])
+    let mut request = ChatRequest::new(vec![Message::system(INSTRUCTION.to_owned()), Message::user(asked)]);
+    request.max_tokens = Some(MAX_SUMMARY_TOKENS);
+    request.temperature = Some(0.2);
+    request
 }
 
-fn clip(text: &str) -> String {
-    if text.chars().count() <= MAX_TOOL_CHARS {
+fn clip(text: &str, most: usize) -> String {
+    if text.chars().count() <= most {
         return text.to_owned();
     }
-    let mut clipped: String = text.chars().take(MAX_TOOL_CHARS).collect();
+    let mut clipped: String = text.chars().take(most).collect();
     clipped.push('…');
     clipped
 }

@@ -358,7 +358,7 @@ impl Worker {
         Ok(Some(spliced))
     }
 
-    /// The prompt, dropping the oldest turns after the system message until prompt and reply
+    /// The prompt, dropping the oldest turns after the system messages until prompt and reply
     /// fit the context (the history budget of the agent usually keeps it far below).
     fn prompt(&self, request: &ChatRequest, tools: &[ToolDefinition], max_new: usize) -> Result<Vec<u32>, LlmError> {
         let mut messages = request.messages.clone();
@@ -371,7 +371,9 @@ impl Worker {
                     _ => ids,
                 });
             }
-            let first = usize::from(matches!(messages.first(), Some(Message::System { .. })));
+            // The system messages before the conversation (the prompt, what is remembered of
+            // the person, the summary of older turns) stay.
+            let first = messages.iter().take_while(|m| matches!(m, Message::System { .. })).count();
             // Keep at least the newest message.
             if messages.len() <= first + 1 {
                 return Err(LlmError::InvalidRequest(format!(
