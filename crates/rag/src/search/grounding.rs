@@ -530,6 +530,8 @@ pub struct GroundedReply {
     grounded: bool,
     in_code: bool,
     last_label: Option<usize>,
+    /// Whether the model said, in a sentence of its own, that the documents do not hold it.
+    said_not_found: bool,
     report: GroundingReport,
 }
 
@@ -544,6 +546,7 @@ impl GroundedReply {
             grounded: false,
             in_code: false,
             last_label: None,
+            said_not_found: false,
             report: GroundingReport::default(),
         }
     }
@@ -561,8 +564,8 @@ impl GroundedReply {
 
     /// Ends the reply: what is still to be shown, and the whole reply as shown. A reply of which
     /// nothing was cited or backed becomes `abstention` when `required` (the turn searched and
-    /// did nothing else), and so does one of which every sentence was dropped: a reply is never
-    /// left empty by the check.
+    /// did nothing else), when the model said the documents do not hold it, and when every
+    /// sentence was dropped: a reply is never left empty by the check.
     pub fn finish(mut self, abstention: &str, required: bool) -> (String, String, GroundingReport) {
         let rest = std::mem::take(&mut self.partial);
         // What `take` releases is in `shown` already.
@@ -570,7 +573,7 @@ impl GroundedReply {
         if !self.grounded {
             // Nothing was shown yet: only what was held, or the abstention instead.
             let nothing_left = self.held.trim().is_empty() && !self.report.dropped.is_empty();
-            released = if required || nothing_left {
+            released = if required || nothing_left || self.said_not_found {
                 self.report.abstained = true;
                 abstention.to_owned()
             } else {
@@ -596,6 +599,13 @@ impl GroundedReply {
         let (bare, hinted) = strip_markers(sentence, &self.sources);
         if bare.trim().is_empty() {
             return self.release_plain(&bare);
+        }
+        if says_not_found(&bare) {
+            // A small model copies the instruction's English words whatever the person's
+            // language: the abstention, in theirs, stands for them.
+            tracing::debug!(sentence = %bare.trim(), "the model said the documents do not hold it");
+            self.said_not_found = true;
+            return String::new();
         }
         match self.sources.judge(&bare, hinted) {
             Verdict::Unsupported(missing) => {
@@ -740,6 +750,24 @@ pub fn abstention(language: &str) -> &'static str {
         "ko" => "제가 가진 문서에서 그 내용을 찾을 수 없습니다.",
         _ => "I can't find that in the documents I have.",
     }
+}
+
+/// Whether `sentence` says only that the documents do not hold the answer: the grounding
+/// instruction's English words, which a small model copies, or the abstention in any language.
+fn says_not_found(sentence: &str) -> bool {
+    let words: Vec<String> = sentence
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let said = words.join(" ");
+    matches!(
+        said.as_str(),
+        "cannot find it in the documents"
+            | "i cannot find it in the documents"
+            | "can't find it in the documents"
+            | "i can't find it in the documents"
+    ) || is_abstention(sentence.trim())
 }
 
 /// Whether `reply` is the abstention, in any language.
@@ -889,6 +917,27 @@ mod tests {
         let (rest, whole, report) = g.finish(abstention("es"), required);
         streamed.push_str(&rest);
         (streamed, whole, report)
+    }
+
+    #[test]
+    fn the_instructions_english_words_for_not_found_become_the_abstention_in_the_persons_language() {
+        for pieces in [1, 4, 200] {
+            // A turn that also called another tool: no abstention is required, yet the model
+            // said it.
+            let (streamed, whole, report) =
+                run("Cannot find it in the documents.", Sources::new(&guide()), pieces, false);
+            assert_eq!(whole, abstention("es"), "pieces of {pieces}");
+            assert_eq!(streamed.trim_end(), whole);
+            assert!(report.abstained);
+        }
+        // Beside a supported sentence, the words are only dropped.
+        let reply = "El examen final es el 20 de enero. I cannot find it in the documents.";
+        let (_, whole, report) = run(reply, Sources::new(&guide()), 3, true);
+        assert_eq!(whole, "El examen final es el 20 de enero [Guía IV › Evaluación › Convocatoria ordinaria].");
+        assert!(!report.abstained);
+        // Words that only look alike are judged as usual.
+        assert!(!says_not_found("I cannot find it in the documents, but the guide lists two exams."));
+        assert!(says_not_found("No encuentro esa información en los documentos que tengo."));
     }
 
     #[test]
