@@ -251,9 +251,7 @@ impl Memory {
     /// The person's items in this agent's namespace (not those below it, which `forget` could
     /// not reach), the most recently written first.
     async fn kept(&self, items: &PersonItems<'_>) -> Result<Vec<MemoryItem>, ItemError> {
-        let every = ItemSearch { prefix: self.namespace.clone(), limit: ITEMS_READ, ..Default::default() };
-        let found = items.search(&every, false, now_ms()).await?;
-        Ok(found.into_iter().map(|(i, _)| i).filter(|i| i.namespace == self.namespace).collect())
+        items.in_namespace(&self.namespace, now_ms()).await
     }
 
     /// Up to `limit` of the person's items: those holding words of `query`, best first, then

@@ -26,6 +26,8 @@ recall = 3
 [agents.careful]
 system_prompt = "You are a careful tutor."
 tools = ["calculator"]
+# A request may set these in its context: the service's identity still wins.
+state_keys = ["userId", "tenantId"]
 
 [agents.careful.memory]
 approve_writes = true
@@ -108,6 +110,8 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
         // 7. The careful tutor asks before it remembers.
         Reply::tool_calls(&[("m2", "remember", json!({"text": "Their daughter is in class 5A"}))]),
         Reply::text("Noted."),
+        // 8. Ben, claiming Ana's ids in his context.
+        Reply::text("Hello."),
     ])
     .await
     .unwrap();
@@ -188,6 +192,18 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
     assert_eq!(kept[0]["value"]["text"], "Their daughter is in class 5A");
     assert!(memories(&base, &BEN, &["memories"]).await.is_empty());
     assert!(sse_events(&seventh).iter().any(|(e, _)| e == "done"));
+
+    // Ben cannot reach Ana's memories by naming her in his request's context.
+    let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 2, "conversationId": null,
+        "message": "What do you know about me?", "agent": "careful", "context": {"userId": 1, "tenantId": 1}});
+    let (status, bens) = post(&base, &BEN, "/api/chatbot/stream", &body).await;
+    assert_eq!(status, 200, "{bens}");
+    let requests = model.requests();
+    let last = requests.last().unwrap();
+    assert_eq!(last["messages"].as_array().unwrap().last().unwrap()["content"], "What do you know about me?");
+    // (The tool descriptions every request carries hold "class 5A" as an example: the notes
+    // would be a system message after the prompt.)
+    assert!(later_system_messages(last).is_empty(), "{last:#}");
 }
 
 /// `toolgraph serve` over `dir`'s `toolgraph.toml`, on `model`: ready, and its base URL.

@@ -555,6 +555,18 @@ impl<'a> PersonItems<'a> {
         Ok(found)
     }
 
+    /// The unexpired items in `namespace` exactly (not those below it), the most recently
+    /// written first, as the store keeps them: no search to run.
+    ///
+    /// # Errors
+    /// `Invalid` for a namespace that is none, `Store`.
+    pub async fn in_namespace(&self, namespace: &[String], now_ms: i64) -> Result<Vec<MemoryItem>, ItemError> {
+        check_namespace(namespace, false).map_err(ItemError::invalid)?;
+        let mut kept = self.store.items(self.tenant, self.user, namespace, now_ms).await?;
+        kept.retain(|i| i.namespace == namespace);
+        Ok(kept)
+    }
+
     /// Renews the time to live of `items` (those that have one) from `now_ms`.
     ///
     /// # Errors
