@@ -53,6 +53,8 @@ pub enum BenchCommand {
     /// Held streams across replicas, one of them killed midway: how every turn ends, turn
     /// times and each replica's memory.
     Streams(crate::bench_streams::StreamsArgs),
+    /// Storage after a month of simulated traffic, everything kept and with `server.retention`.
+    Retention(crate::bench_retention::RetentionArgs),
     /// Embedding throughput of the local e5 model on a BEIR corpus's first N documents.
     Embed {
         /// A BEIR corpus (corpus.jsonl or .jsonl.gz), e.g. ../shared/data/scifact/corpus.jsonl.gz.
@@ -516,6 +518,11 @@ async fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
+        BenchCommand::Retention(args) => {
+            let report = crate::bench_retention::run(&args).await?;
+            crate::bench_retention::print(&report, args.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCommand::Streams(args) => {
             let json = args.json;
             let report = crate::bench_streams::run(args).await?;

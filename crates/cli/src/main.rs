@@ -7,6 +7,7 @@ mod agent;
 mod agents_cmd;
 mod allocator;
 mod bench_cmd;
+mod bench_retention;
 mod bench_streams;
 mod chat_cmd;
 mod config_cmd;
@@ -74,6 +75,9 @@ enum Command {
     Tools(tools_cmd::ToolsCommand),
     /// Run the chat service (SSE chat, approvals, metrics) until SIGTERM or Ctrl-C.
     Serve(serve_cmd::ServeArgs),
+    /// Delete what `server.retention` no longer keeps (idle conversations, old token usage,
+    /// expired memory items), once, now.
+    Gc(serve_cmd::GcArgs),
     /// Talk to an agent in the terminal (tokens stream; write actions ask y/n).
     Chat(chat_cmd::ChatArgs),
     /// Add files to a knowledge base (md, txt, html, pdf, json, jsonl), incrementally.
@@ -141,6 +145,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Tools(cmd) => tools_cmd::run(cmd, &cfg).await,
         Command::Serve(args) => serve_cmd::run(args, &cfg).await,
+        Command::Gc(args) => serve_cmd::gc(args, &cfg).await,
         Command::Chat(args) => chat_cmd::run(args, &cfg).await,
         Command::Ingest(args) => kb_cmd::ingest_cmd(args, &cfg).await,
         Command::Search(args) => kb_cmd::search_cmd(args, &cfg).await,

@@ -6,6 +6,7 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use toolgraph_agents::assembly::KeptVersions;
 use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::chat_agent::GraphAgent;
@@ -13,7 +14,7 @@ use toolgraph_agents::conversation::project;
 use toolgraph_agents::kit::AgentDeps;
 use toolgraph_agents::sources::GraphSources;
 use toolgraph_agents::versions::VersionedAgent;
-use toolgraph_config::{AgentGraph, AuthKind, Config, RunEventsKind, StoreKind};
+use toolgraph_config::{AgentGraph, AuthKind, BudgetPeriodKind, Config, RunEventsKind, StoreKind};
 use toolgraph_conversations::backend::BackendConversationStore;
 use toolgraph_conversations::{
     ConversationStore, MemoryConversationStore, PostgresConversationStore, PostgresRunEvents, ProjectingCheckpointer,
@@ -24,7 +25,10 @@ use toolgraph_graph::{
 };
 use toolgraph_server::auth::{Auth, HmacVerifier, PostgresReplayStore};
 use toolgraph_server::{AllowedHosts, HttpServer};
-use toolgraph_server::{AppState, ChatService, McpEndpoint, SearchService, ServedAgent, ServiceOptions};
+use toolgraph_server::{
+    AppState, BudgetPeriod, ChatService, McpEndpoint, Retention, SearchService, ServedAgent, ServiceOptions,
+    TokenBudget,
+};
 
 /// The pool to close once every run has finished.
 enum StoreCloser {
@@ -165,6 +169,87 @@ async fn run_events(cfg: &Config, db: Option<&PgDatabase>) -> anyhow::Result<Opt
     Ok(Some(Arc::new(events)))
 }
 
+/// `[server.token_budget]` as the service takes it; `None` when no tenant has a budget.
+fn token_budget(cfg: &Config) -> Option<TokenBudget> {
+    let b = &cfg.server.token_budget;
+    b.is_set().then(|| TokenBudget {
+        tokens: b.tokens,
+        period: match b.period {
+            BudgetPeriodKind::Hour => BudgetPeriod::Hour,
+            BudgetPeriodKind::Day => BudgetPeriod::Day,
+            BudgetPeriodKind::Month => BudgetPeriod::Month,
+        },
+        tenants: b.tenant_budgets().into_iter().collect(),
+    })
+}
+
+/// `[server.retention]` as the service takes it; `None` when everything is kept.
+fn retention(cfg: &Config) -> Option<Retention> {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let r = &cfg.server.retention;
+    let days = |d: u32| (d > 0).then(|| DAY * d);
+    r.is_set().then(|| Retention {
+        conversation_idle: days(r.conversation_idle_days),
+        tenants: r.tenant_overrides().into_iter().map(|(t, d)| (t, days(d))).collect(),
+        agents: r.agents.iter().map(|(a, o)| (a.clone(), days(o.conversation_idle_days))).collect(),
+        usage: days(r.usage_days),
+        every: Duration::from_secs(60 * u64::from(r.every_minutes)),
+        background: true,
+    })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// Print what was deleted as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `toolgraph gc`: one retention pass now, on the configured store, whether or not a replica
+/// ran one lately (docs/service.md, "Retention").
+pub async fn gc(args: GcArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
+    let backend = assembly::backend(cfg)?;
+    let Stores { checkpointer, conversations: store, closer, postgres, .. } =
+        open_stores(cfg, backend.as_ref()).await?;
+    let options = ServiceOptions {
+        instance_id: cfg.server.instance_id.clone().unwrap_or_else(|| "toolgraph-gc".into()),
+        run_events: run_events(cfg, postgres.as_ref()).await?,
+        // This pass only: no timer of its own (a server's pass is not delayed by it).
+        retention: retention(cfg).map(|r| Retention { background: false, ..r }),
+        token_budget: token_budget(cfg),
+        ..ServiceOptions::default()
+    };
+    // No agents: a pass deletes data, it runs nothing.
+    let service = ChatService::new(BTreeMap::new(), String::new(), store, checkpointer, options);
+    let pruned = service.prune(toolgraph_conversations::now_ms(), true).await;
+    service.shutdown().await;
+    match closer {
+        StoreCloser::Sqlite(db) => db.close().await,
+        StoreCloser::Postgres(pool) => pool.close().await,
+        StoreCloser::None => {}
+    }
+    let p = pruned.map_err(|e| anyhow::anyhow!("the retention pass failed: {e}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&p)?);
+    } else {
+        if !cfg.server.retention.is_set() {
+            println!("server.retention keeps everything: only expired memory items were looked for");
+        }
+        println!(
+            "deleted {} idle conversations (with their messages, checkpoints and run frames), {} threads that \
+             never ran, {} token usage rows, {} expired memory items",
+            p.conversations, p.threads, p.usage_rows, p.memory_items
+        );
+        if p.leftovers > 0 {
+            println!(
+                "{} deleted conversations' checkpoints or run frames could not be deleted (see the log)",
+                p.leftovers
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// This machine's name, for the default instance id; `localhost` when it cannot be read.
 async fn hostname() -> String {
     tokio::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -283,6 +368,8 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         // Other processes share the store: one that died leaves its turns to be taken over.
         takeover_every: (postgres.is_some() || cfg.server.store == StoreKind::Backend)
             .then(|| std::time::Duration::from_millis(cfg.server.turn_lease_ms / 3)),
+        token_budget: token_budget(cfg),
+        retention: retention(cfg),
     };
     warm.sort_by_key(|(name, _)| *name == default_agent);
     let app = AppState::new(ChatService::new(agents, default_agent, store, Arc::clone(&checkpointer), options));

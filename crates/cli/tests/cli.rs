@@ -235,6 +235,31 @@ fn bench_graph_reports_every_figure_and_linear_storage() {
     assert!(ratio < 2.4, "storage must grow linearly (≈2), got {ratio:.2}");
 }
 
+/// A short month: with everything kept, storage grows with every day's traffic; with
+/// retention it stops at what the settings keep — the conversations of the last `idle_days`
+/// days, the usage rows of the last `usage_days`.
+#[test]
+fn bench_retention_keeps_storage_bounded_by_the_settings() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .args(["bench", "retention", "--json", "--days", "6", "--per-day", "10", "--turns", "2"])
+        .args(["--idle-days", "2", "--usage-days", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).expect("one JSON object");
+    let day = |run: &str, d: usize, key: &str| v[run][d][key].as_i64().unwrap_or(-1);
+    for d in 0..6 {
+        let n = d as i64 + 1;
+        assert_eq!(day("kept", d, "conversations"), 10 * n, "{v}");
+        assert_eq!(day("kept", d, "usage_rows"), 20 * n, "{v}");
+        // A day's conversations are a day old when the day's pass runs: after 2 days they go.
+        assert_eq!(day("pruned", d, "conversations"), 10 * n.min(1), "{v}");
+        assert_eq!(day("pruned", d, "usage_rows"), 20 * n.min(2), "{v}");
+        assert!(day("pruned", d, "checkpoints") <= day("kept", 0, "checkpoints"), "{v}");
+    }
+    assert!(day("pruned", 5, "bytes") < day("kept", 5, "bytes"), "{v}");
+}
+
 #[test]
 fn the_shipped_example_configs_load() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -670,4 +695,46 @@ async fn eval_legal_scores_retrieval_citations_and_verdicts() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `toolgraph gc` deletes what `server.retention` no longer keeps, once, at once: an idle
+/// conversation (made idle by moving its last turn back three days in the file) with its
+/// messages, not a recent one; a second run finds nothing; without retention it says so.
+#[tokio::test]
+async fn gc_deletes_idle_conversations_once_and_says_what_it_deleted() {
+    use toolgraph_conversations::{ConversationStore, Role, SqliteConversationStore};
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = toolgraph_graph::SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
+    let store = SqliteConversationStore::new(ckpt.database().clone()).await.unwrap();
+    let idle = store.create_conversation(7, 1, "tutor").await.unwrap();
+    let recent = store.create_conversation(7, 1, "tutor").await.unwrap();
+    store.add_message(idle, Role::User, "hace tres días").await.unwrap();
+    store.add_message(recent, Role::User, "hoy").await.unwrap();
+    let three_days_ago = toolgraph_conversations::now_ms() - 3 * 86_400_000;
+    let moved = ckpt
+        .database()
+        .call(move |c| c.execute("UPDATE conversations SET last_active_ms = ?1 WHERE id = ?2", (three_days_ago, idle)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(moved, 1);
+    ckpt.database().clone().close().await;
+
+    let keeps_all = toolgraph(dir.path(), &["gc"]);
+    assert!(keeps_all.status.success(), "{}", stderr(&keeps_all));
+    assert!(stdout(&keeps_all).contains("server.retention keeps everything"), "{}", stdout(&keeps_all));
+
+    std::fs::write(dir.path().join("toolgraph.toml"), "[server.retention]\nconversation_idle_days = 2\n").unwrap();
+    let first = toolgraph(dir.path(), &["gc", "--json"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let pruned: Value = serde_json::from_str(&stdout(&first)).expect("JSON");
+    assert_eq!((&pruned["ran"], &pruned["conversations"]), (&Value::Bool(true), &Value::from(1)), "{pruned}");
+    let again = toolgraph(dir.path(), &["gc"]);
+    assert!(stdout(&again).contains("deleted 0 idle conversations"), "{}", stdout(&again));
+
+    let ckpt = toolgraph_graph::SqliteCheckpointer::open(&dir.path().join("toolgraph.db")).await.unwrap();
+    let store = SqliteConversationStore::new(ckpt.database().clone()).await.unwrap();
+    assert!(store.conversation(7, 1, idle).await.unwrap().is_none());
+    assert!(store.messages(idle).await.unwrap().is_empty(), "its messages went with it");
+    assert_eq!(store.messages(recent).await.unwrap().len(), 1, "the recent one stays");
 }

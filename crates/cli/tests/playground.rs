@@ -246,6 +246,9 @@ async fn the_playground_chats_shows_tools_and_decides_each_pending_action() {
     assert_eq!(drawn, ["__end__", "__start__", "agent", "approved", "execute", "give_up", "tools"], "every node drawn");
     let times = wait_text(&c, "#run-times", "Last run, time per node:").await;
     assert!(times.contains("approved ") && times.contains("execute ") && times.contains("agent "), "{times}");
+    // Three replies reported 10 prompt and 5 completion tokens each; the tool calls, none.
+    let tokens = wait_text(&c, "#run-tokens", "Tokens, as the model reported them:").await;
+    assert!(tokens.contains("30 prompt (0 cached) + 15 completion in 3 model calls"), "{tokens}");
     let first = rows[0].text().await.unwrap();
     assert!(first.starts_with("#1 input"), "{first}");
     rows[1].click().await.unwrap();

@@ -33,7 +33,10 @@ pub use mcp::McpSettings;
 pub use plugins::PluginSettings;
 pub use rag::{EmbeddingProvider, KbBackend, RagSettings, SecondEmbedding};
 pub use secret::Secret;
-pub use server::{AuthKind, BackendToolSettings, RunEventsKind, ServerSettings, StoreKind};
+pub use server::{
+    AuthKind, BackendToolSettings, BudgetPeriodKind, RetentionOverride, RetentionSettings, RunEventsKind,
+    ServerSettings, StoreKind, TokenBudgetSettings,
+};
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
 pub use toolgraph_rag::FusionMethod;
 pub use tools::{
@@ -298,6 +301,10 @@ impl Config {
             if url.as_ref().is_some_and(|u| !postgres(u)) {
                 return Err(check.invalid(key, "must be a postgres:// or postgresql:// URL".into()));
             }
+        }
+        let agents = self.effective_agents();
+        if let Some(name) = self.server.retention.agents.keys().find(|n| !agents.contains_key(*n)) {
+            return Err(check.invalid(&format!("server.retention.agents.{name}"), format!("no agent named '{name}'")));
         }
         if self.qdrant_url.is_some() && !is_http_url(self.qdrant_url.as_deref()) {
             return Err(check.invalid("qdrant_url", "must be an http(s) URL, e.g. http://qdrant:6333".into()));

@@ -128,6 +128,110 @@ pub struct ServerSettings {
     /// `store = "backend"`: write tools the backend runs after approval (the academy admin's
     /// `create_announcement`, `send_sms`, …), by name.
     pub backend_tools: BTreeMap<String, BackendToolSettings>,
+    /// The tokens each tenant's turns may use per period (docs/service.md, "Tokens").
+    /// Default: no budget.
+    pub token_budget: TokenBudgetSettings,
+    /// How long data is kept (docs/service.md, "Retention"). Default: everything is kept.
+    pub retention: RetentionSettings,
+}
+
+/// The period a token budget runs over, in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPeriodKind {
+    /// A clock hour.
+    Hour,
+    /// A calendar day.
+    Day,
+    /// A calendar month.
+    Month,
+}
+
+/// `[server.token_budget]`: the tokens (prompt and completion, as the model reported them) each
+/// tenant's turns may use per period; past it a new turn, or a decision that resumes one,
+/// gets 429 with `Retry-After` until the next period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenBudgetSettings {
+    /// Every tenant's budget per period, unless `tenants` names it. `0`: none. Default: 0.
+    pub tokens: u64,
+    /// `hour`, `day` or `month` (UTC). Default: `month`.
+    pub period: BudgetPeriodKind,
+    /// Numeric tenant id → its budget per period, in place of `tokens` (`0`: none for it).
+    pub tenants: BTreeMap<String, u64>,
+}
+
+impl Default for TokenBudgetSettings {
+    fn default() -> Self {
+        Self { tokens: 0, period: BudgetPeriodKind::Month, tenants: BTreeMap::new() }
+    }
+}
+
+impl TokenBudgetSettings {
+    /// Whether any tenant has a budget.
+    pub fn is_set(&self) -> bool {
+        self.tokens > 0 || self.tenants.values().any(|t| *t > 0)
+    }
+
+    /// The named tenants' budgets by numeric id (checked when the configuration loaded).
+    pub fn tenant_budgets(&self) -> BTreeMap<i64, u64> {
+        self.tenants.iter().filter_map(|(id, t)| Some((id.parse().ok()?, *t))).collect()
+    }
+}
+
+/// `[server.retention]`: how long conversations and what hangs off them are kept, pruned in the
+/// background (one replica a pass) and by `toolgraph gc`. Every `0` keeps that data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSettings {
+    /// A conversation with no turn for this many days is deleted, with its messages, pending
+    /// actions, checkpoints, run frames and LangGraph thread; so is a LangGraph thread that
+    /// never ran. `0`: kept. Default: 0.
+    pub conversation_idle_days: u32,
+    /// Token usage rows older than this many days are deleted, never those of the current
+    /// token budget period. `0`: kept. Default: 0.
+    pub usage_days: u32,
+    /// How often a replica looks for data to prune, in minutes (one replica does each pass).
+    /// At least 1. Default: 60.
+    pub every_minutes: u32,
+    /// Numeric tenant id → `conversation_idle_days` for its conversations (before `agents`).
+    pub tenants: BTreeMap<String, RetentionOverride>,
+    /// Agent name → `conversation_idle_days` for its conversations.
+    pub agents: BTreeMap<String, RetentionOverride>,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            conversation_idle_days: 0,
+            usage_days: 0,
+            every_minutes: 60,
+            tenants: BTreeMap::new(),
+            agents: BTreeMap::new(),
+        }
+    }
+}
+
+impl RetentionSettings {
+    /// Whether anything is ever pruned.
+    pub fn is_set(&self) -> bool {
+        self.conversation_idle_days > 0
+            || self.usage_days > 0
+            || self.tenants.values().chain(self.agents.values()).any(|o| o.conversation_idle_days > 0)
+    }
+
+    /// The tenants' overrides by numeric id (checked when the configuration loaded).
+    pub fn tenant_overrides(&self) -> BTreeMap<i64, u32> {
+        self.tenants.iter().filter_map(|(id, o)| Some((id.parse().ok()?, o.conversation_idle_days))).collect()
+    }
+}
+
+/// `[server.retention.tenants.ID]` or `[server.retention.agents.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionOverride {
+    /// Days without a turn after which its conversations are deleted; `0`: kept.
+    pub conversation_idle_days: u32,
 }
 
 /// `[server.backend_tools.NAME]`: a write tool run by the backend
@@ -174,6 +278,8 @@ impl Default for ServerSettings {
             reload_poll_ms: 2_000,
             run_events: RunEventsKind::Auto,
             backend_tools: BTreeMap::new(),
+            token_budget: TokenBudgetSettings::default(),
+            retention: RetentionSettings::default(),
         }
     }
 }
@@ -255,6 +361,7 @@ impl ServerSettings {
                 return Err(check.invalid("server.backend_timeout_ms", "must be greater than 0".into()));
             }
         }
+        self.check_budget_and_retention(check)?;
         for (slug, id) in &self.api_key_tenants {
             let key = format!("server.api_key_tenants.{slug}");
             if !self.api_keys.contains_key(slug) {
@@ -284,6 +391,39 @@ impl ServerSettings {
                          to accept that",
                         unbound.join(", ")
                     ),
+                ));
+            }
+        }
+        Ok(())
+    }
+    /// `[server.token_budget]` and `[server.retention]`: tenant keys are numeric ids, and both
+    /// need a store that keeps usage and conversations itself.
+    fn check_budget_and_retention(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        let tenant_id = |key: &str, id: &str| match id.parse::<i64>() {
+            Ok(n) if n > 0 => Ok(()),
+            _ => Err(check.invalid(key, format!("'{id}' is not a tenant id (a positive number)"))),
+        };
+        for id in self.token_budget.tenants.keys() {
+            tenant_id(&format!("server.token_budget.tenants.{id}"), id)?;
+        }
+        for id in self.retention.tenants.keys() {
+            tenant_id(&format!("server.retention.tenants.{id}"), id)?;
+        }
+        if self.retention.every_minutes == 0 {
+            return Err(check.invalid("server.retention.every_minutes", "must be at least 1".into()));
+        }
+        if self.store == StoreKind::Backend {
+            if self.token_budget.is_set() {
+                return Err(check.invalid(
+                    "server.token_budget",
+                    "needs a store that keeps token usage: store = \"sqlite\" (or PostgreSQL), not \"backend\"".into(),
+                ));
+            }
+            if self.retention.is_set() {
+                return Err(check.invalid(
+                    "server.retention",
+                    "the backend keeps the conversations with store = \"backend\": its retention is the backend's"
+                        .into(),
                 ));
             }
         }

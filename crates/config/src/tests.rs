@@ -4,6 +4,7 @@
 
 use crate::*;
 use figment::Jail;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toolgraph_llm::Provider;
 
@@ -280,6 +281,43 @@ fn memory_and_older_turns_are_checked_naming_the_key() {
     assert_eq!((memory.tools, memory.approve_writes, memory.recall, memory.namespace), (true, false, 5, None));
     assert_eq!(c.agents["a"].older_turns, crate::OlderTurns::Summarise);
     assert!(Config::from_toml_str("[agents.a]\n").unwrap().agents["a"].memory.is_none());
+}
+
+#[test]
+fn token_budgets_and_retention_are_checked_naming_the_key() {
+    let refused = |toml: &str| Config::from_toml_str(toml).unwrap_err().to_string();
+    let err = refused("[server.token_budget.tenants]\nacme = 10\n");
+    assert!(err.contains("`server.token_budget.tenants.acme`") && err.contains("tenant id"), "{err}");
+    let err = refused("[server.token_budget]\nperiod = \"week\"\n");
+    assert!(err.contains("week") || err.contains("period"), "{err}");
+    let err = refused("[server.retention.tenants.0]\nconversation_idle_days = 3\n");
+    assert!(err.contains("`server.retention.tenants.0`"), "{err}");
+    let err = refused("[server.retention.agents.nobody]\nconversation_idle_days = 3\n");
+    assert!(err.contains("`server.retention.agents.nobody`") && err.contains("no agent"), "{err}");
+    let err = refused("[server.retention]\nevery_minutes = 0\n");
+    assert!(err.contains("`server.retention.every_minutes`"), "{err}");
+    let backend =
+        "[server]\nstore = \"backend\"\nbackend_url = \"http://b:8080\"\nbackend_hmac_secret = \"0123456789abcdef\"\n";
+    let err = refused(&format!("{backend}[server.token_budget]\ntokens = 1000\n"));
+    assert!(err.contains("`server.token_budget`") && err.contains("backend"), "{err}");
+    let err = refused(&format!("{backend}[server.retention]\nconversation_idle_days = 30\n"));
+    assert!(err.contains("`server.retention`") && err.contains("backend"), "{err}");
+    // A backend store without either is fine; so are zeros, which keep everything.
+    Config::from_toml_str(&format!("{backend}[server.token_budget.tenants]\n7 = 0\n")).unwrap();
+
+    let c = Config::from_toml_str(
+        "[agents.tutor]\n[server.token_budget]\ntokens = 1000\nperiod = \"day\"\n[server.token_budget.tenants]\n7 = 50\n\
+         [server.retention]\nconversation_idle_days = 90\n[server.retention.tenants.7]\nconversation_idle_days = 7\n\
+         [server.retention.agents.tutor]\nconversation_idle_days = 30\n",
+    )
+    .unwrap();
+    assert_eq!(c.server.token_budget.period, crate::BudgetPeriodKind::Day);
+    assert_eq!(c.server.token_budget.tenant_budgets(), BTreeMap::from([(7, 50)]));
+    assert_eq!(c.server.retention.tenant_overrides(), BTreeMap::from([(7, 7)]));
+    assert_eq!(c.server.retention.agents["tutor"].conversation_idle_days, 30);
+    assert_eq!(c.server.retention.every_minutes, 60);
+    assert!(c.server.retention.is_set() && c.server.token_budget.is_set());
+    assert!(!Config::default().server.retention.is_set() && !Config::default().server.token_budget.is_set());
 }
 
 #[test]

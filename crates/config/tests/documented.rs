@@ -38,7 +38,7 @@ fn pages() -> Vec<(String, String)> {
 
 /// Placeholders the docs write for names a user picks (`agents.NAME.kb`, `server.api_keys.SLUG`).
 fn placeholder(segment: &str) -> bool {
-    matches!(segment, "NAME" | "name" | "SLUG" | "slug" | "<name>" | "<slug>" | "DESK" | "desk")
+    matches!(segment, "NAME" | "name" | "SLUG" | "slug" | "<name>" | "<slug>" | "DESK" | "desk" | "ID")
 }
 
 /// A key with a string where it names a table, unknown to the loader, is refused as unknown:

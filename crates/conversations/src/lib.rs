@@ -31,17 +31,21 @@ pub mod items;
 mod memory;
 mod postgres;
 mod projection;
+pub mod retention;
 pub mod run_events;
 mod sqlite;
+pub mod usage;
 
 pub use items::MemoryItem;
 pub use memory::MemoryConversationStore;
 pub use postgres::PostgresConversationStore;
 pub use projection::{ProjectingCheckpointer, Projection, Projector};
+pub use retention::IdleRule;
 pub use run_events::{
     MemoryRunEvents, PostgresRunEvents, RunEventAppend, RunEventNotice, RunEventRecord, RunEventStore, RunScope,
 };
 pub use sqlite::SqliteConversationStore;
+pub use usage::TurnUsage;
 
 /// The conversation tables' migrations on SQLite (beside the checkpoints' in one table).
 const SQLITE_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolgraph_graph::embedded_migrations!(
@@ -51,7 +55,9 @@ const SQLITE_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolg
         "1002_turn_leases.sql",
         "1003_running_turns.sql",
         "1004_threads.sql",
-        "1005_memory_items.sql"
+        "1005_memory_items.sql",
+        "1006_turn_usage.sql",
+        "1007_retention.sql"
     ]
 );
 /// The conversation tables' migrations on PostgreSQL: conversations, leases, run events,
@@ -67,6 +73,8 @@ const POSTGRES_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = too
         "1006_run_events_conversation.sql",
         "1007_threads.sql",
         "1008_memory_items.sql",
+        "1009_turn_usage.sql",
+        "1010_retention.sql",
     ]
 );
 
@@ -502,6 +510,56 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// Deletes every item expired at `now_ms`; how many.
     async fn prune_items(&self, _now_ms: i64) -> Result<u64, StoreError> {
         Ok(0)
+    }
+
+    /// Whether it keeps token usage (the others' methods refuse, and recording does nothing).
+    fn keeps_usage(&self) -> bool {
+        false
+    }
+    /// Keeps what a turn of `conversation` (of `tenant`/`user`) used, one row per model.
+    async fn record_usage(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _conversation: i64,
+        _usage: &[TurnUsage],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// What `conversation`'s turns used, oldest first (the caller checked it is the asker's).
+    async fn conversation_usage(&self, _conversation: i64) -> Result<Vec<TurnUsage>, StoreError> {
+        Err(usage::no_usage())
+    }
+    /// The tokens (prompt and completion) `tenant`'s turns used since `since_ms`, included.
+    async fn tenant_tokens_since(&self, _tenant: i64, _since_ms: i64) -> Result<u64, StoreError> {
+        Err(usage::no_usage())
+    }
+    /// Deletes at most `limit` of the usage rows kept before `before_ms`; how many.
+    async fn prune_usage(&self, _before_ms: i64, _limit: usize) -> Result<u64, StoreError> {
+        Err(usage::no_usage())
+    }
+
+    /// Claims periodic task `task`'s pass at `now_ms` for `holder`, unless a pass of it was
+    /// claimed less than `every_ms` before; whether this one was. Replicas sharing the store
+    /// never both claim one pass. A store no other process shares claims every call.
+    async fn claim_pass(&self, _task: &str, _holder: &str, _now_ms: i64, _every_ms: i64) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+    /// Deletes at most `limit` conversations idle under `rule` (no turn since its time, and
+    /// none running now, `now_ms`), with their messages, pending actions and thread; returns
+    /// them as (tenant, conversation), for the caller to delete their checkpoints and frames.
+    async fn delete_idle_conversations(
+        &self,
+        _rule: &IdleRule,
+        _now_ms: i64,
+        _limit: usize,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        Err(retention::no_retention())
+    }
+    /// Deletes the LangGraph threads that never ran, unchanged since `rule`'s time, of the
+    /// tenants `rule` covers (a rule of one agent covers none); how many.
+    async fn delete_idle_threads(&self, _rule: &IdleRule) -> Result<u64, StoreError> {
+        Err(retention::no_retention())
     }
 }
 

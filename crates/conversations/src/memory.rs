@@ -2,6 +2,8 @@
 //! (the measured peer uses LangGraph's in-memory saver); lost on exit.
 
 use crate::items::{ITEMS_READ, MemoryItem};
+use crate::retention::IdleRule;
+use crate::usage::TurnUsage;
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
     ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms, summary_title,
@@ -29,6 +31,12 @@ struct MemoryInner {
     threads: Vec<Thread>,
     /// By (tenant, user, namespace, key).
     items: BTreeMap<(i64, i64, Vec<String>, String), MemoryItem>,
+    /// `(tenant, user, conversation, usage)`, in the order recorded.
+    usage: Vec<(i64, i64, i64, TurnUsage)>,
+    /// When each conversation's last turn began or ended (ms).
+    last_active: HashMap<i64, i64>,
+    /// Periodic task → when its last pass was claimed (ms).
+    passes: HashMap<String, i64>,
 }
 
 impl MemoryConversationStore {
@@ -61,6 +69,7 @@ impl MemoryInner {
             self.conversations.iter().filter(|(id, (t, u, _, _))| gone(**id, *t, *u)).map(|(id, _)| *id).collect();
         for id in &gone {
             self.conversations.remove(id);
+            self.last_active.remove(id);
         }
         self.messages.retain(|(c, _)| !gone.contains(c));
         self.pending.retain(|p| !gone.contains(&p.action.conversation_id));
@@ -75,6 +84,7 @@ impl ConversationStore for MemoryConversationStore {
         let mut g = self.lock();
         let id = g.id();
         g.conversations.insert(id, (tenant, user, Conversation { id, agent: agent.to_owned() }, None));
+        g.last_active.insert(id, now_ms());
         Ok(id)
     }
 
@@ -112,6 +122,7 @@ impl ConversationStore for MemoryConversationStore {
             Some((_, until)) if *until >= now => Ok(false),
             _ => {
                 c.3 = Some((claim.clone(), now + claim.lease_ms));
+                g.last_active.insert(conversation, now);
                 Ok(true)
             }
         }
@@ -134,6 +145,7 @@ impl ConversationStore for MemoryConversationStore {
             && c.3.as_ref().is_some_and(|(held, _)| held.run_id == run_id)
         {
             c.3 = None;
+            g.last_active.insert(conversation, now_ms());
         }
         Ok(())
     }
@@ -248,6 +260,7 @@ impl ConversationStore for MemoryConversationStore {
         let mut g = self.lock();
         g.threads.retain(|t| !(t.tenant == tenant && t.user == user));
         g.items.retain(|(t, u, _, _), _| !(*t == tenant && *u == user));
+        g.usage.retain(|(t, u, _, _)| !(*t == tenant && *u == user));
         Ok(g.remove_conversations(|_, t, u| t == tenant && u == user))
     }
 
@@ -255,6 +268,7 @@ impl ConversationStore for MemoryConversationStore {
         let mut g = self.lock();
         g.threads.retain(|t| t.tenant != tenant);
         g.items.retain(|(t, _, _, _), _| *t != tenant);
+        g.usage.retain(|(t, _, _, _)| *t != tenant);
         Ok(g.remove_conversations(|_, t, _| t == tenant))
     }
 
@@ -421,5 +435,104 @@ impl ConversationStore for MemoryConversationStore {
         let before = g.items.len();
         g.items.retain(|_, i| i.expires_at_ms.is_none_or(|e| e > now_ms));
         Ok((before - g.items.len()) as u64)
+    }
+
+    fn keeps_usage(&self) -> bool {
+        true
+    }
+
+    async fn record_usage(
+        &self,
+        tenant: i64,
+        user: i64,
+        conversation: i64,
+        usage: &[TurnUsage],
+    ) -> Result<(), StoreError> {
+        let capped = |n: u64| n.min(crate::usage::MAX_TOKENS_PER_ROW);
+        self.lock().usage.extend(usage.iter().map(|u| {
+            let u = TurnUsage {
+                prompt: capped(u.prompt),
+                completion: capped(u.completion),
+                cached_prompt: capped(u.cached_prompt),
+                ..u.clone()
+            };
+            (tenant, user, conversation, u)
+        }));
+        Ok(())
+    }
+
+    async fn conversation_usage(&self, conversation: i64) -> Result<Vec<TurnUsage>, StoreError> {
+        Ok(self.lock().usage.iter().filter(|(_, _, c, _)| *c == conversation).map(|(_, _, _, u)| u.clone()).collect())
+    }
+
+    async fn tenant_tokens_since(&self, tenant: i64, since_ms: i64) -> Result<u64, StoreError> {
+        Ok(self
+            .lock()
+            .usage
+            .iter()
+            .filter(|(t, _, _, u)| *t == tenant && u.at_ms >= since_ms)
+            .fold(0u64, |sum, (_, _, _, u)| sum.saturating_add(u.tokens())))
+    }
+
+    async fn prune_usage(&self, before_ms: i64, limit: usize) -> Result<u64, StoreError> {
+        let mut g = self.lock();
+        let mut left = limit;
+        let before = g.usage.len();
+        g.usage.retain(|(_, _, _, u)| {
+            let gone = u.at_ms < before_ms && left > 0;
+            left -= usize::from(gone);
+            !gone
+        });
+        Ok((before - g.usage.len()) as u64)
+    }
+
+    async fn claim_pass(&self, task: &str, _holder: &str, now_ms: i64, every_ms: i64) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        match g.passes.get(task) {
+            Some(last) if *last > now_ms - every_ms => Ok(false),
+            _ => {
+                g.passes.insert(task.to_owned(), now_ms);
+                Ok(true)
+            }
+        }
+    }
+
+    async fn delete_idle_conversations(
+        &self,
+        rule: &IdleRule,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        let mut g = self.lock();
+        let mut idle: Vec<(i64, i64, i64)> = g
+            .conversations
+            .iter()
+            .filter(|(id, (t, _, c, held))| {
+                rule.covers(*t, &c.agent)
+                    && g.last_active.get(id).is_none_or(|at| *at < rule.idle_before_ms)
+                    && held.as_ref().is_none_or(|(_, until)| *until < now_ms)
+            })
+            .map(|(id, (t, _, _, _))| (g.last_active.get(id).copied().unwrap_or(0), *t, *id))
+            .collect();
+        idle.sort_unstable();
+        idle.truncate(limit);
+        let ids: Vec<i64> = idle.iter().map(|(_, _, id)| *id).collect();
+        g.remove_conversations(|id, _, _| ids.contains(&id));
+        Ok(idle.into_iter().map(|(_, t, id)| (t, id)).collect())
+    }
+
+    async fn delete_idle_threads(&self, rule: &IdleRule) -> Result<u64, StoreError> {
+        if rule.agent.is_some() {
+            return Ok(0);
+        }
+        let mut g = self.lock();
+        let before = g.threads.len();
+        g.threads.retain(|t| {
+            !(t.conversation.is_none()
+                && t.updated_at_ms < rule.idle_before_ms
+                && rule.tenant.is_none_or(|x| x == t.tenant)
+                && !rule.except_tenants.contains(&t.tenant))
+        });
+        Ok((before - g.threads.len()) as u64)
     }
 }

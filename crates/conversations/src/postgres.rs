@@ -2,6 +2,8 @@
 //! its tables live beside the checkpoints, so a step's messages commit with its record.
 
 use crate::items::{ITEMS_READ, MemoryItem, decode_namespace, encode_namespace, prefix_match};
+use crate::retention::IdleRule;
+use crate::usage::{TurnUsage, from_db, to_db};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
     PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
@@ -121,7 +123,8 @@ impl ConversationStore for PostgresConversationStore {
     async fn create_conversation(&self, tenant: i64, user: i64, agent: &str) -> Result<i64, StoreError> {
         let mut s = self.db.session().await?;
         let id = sqlx::query_scalar(
-            "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+            "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms, last_active_ms)
+             VALUES ($1, $2, $3, $4, $4) RETURNING id",
         )
         .bind(tenant)
         .bind(user)
@@ -180,7 +183,7 @@ impl ConversationStore for PostgresConversationStore {
         let mut s = self.db.session().await?;
         let n = sqlx::query(
             "UPDATE conversations SET running_run = $1, running_owner = $2, running_since_ms = $3,
-                    running_until_ms = $3 + $4
+                    running_until_ms = $3 + $4, last_active_ms = $3
              WHERE id = $5 AND (running_run IS NULL OR COALESCE(running_until_ms, running_since_ms + $6) < $3)",
         )
         .bind(&claim.run_id)
@@ -215,11 +218,12 @@ impl ConversationStore for PostgresConversationStore {
         let mut s = self.db.session().await?;
         sqlx::query(
             "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
-                    running_until_ms = NULL
+                    running_until_ms = NULL, last_active_ms = $3
              WHERE id = $1 AND running_run = $2",
         )
         .bind(conversation)
         .bind(run_id)
+        .bind(now_ms())
         .persistent(self.db.persistent())
         .execute(&mut *s)
         .await?;
@@ -385,7 +389,7 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
-        for table in ["threads", "memory_items"] {
+        for table in ["threads", "memory_items", "turn_usage"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1 AND user_id = $2"))
                 .bind(tenant)
                 .bind(user)
@@ -405,7 +409,7 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
-        for table in ["threads", "memory_items"] {
+        for table in ["threads", "memory_items", "turn_usage"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
                 .bind(tenant)
                 .persistent(self.db.persistent())
@@ -696,6 +700,172 @@ impl ConversationStore for PostgresConversationStore {
             .persistent(self.db.persistent())
             .execute(&mut *s)
             .await?;
+        s.finish().await?;
+        Ok(done.rows_affected())
+    }
+
+    fn keeps_usage(&self) -> bool {
+        true
+    }
+
+    async fn record_usage(
+        &self,
+        tenant: i64,
+        user: i64,
+        conversation: i64,
+        usage: &[TurnUsage],
+    ) -> Result<(), StoreError> {
+        if usage.is_empty() {
+            return Ok(());
+        }
+        // One statement for every model of the turn.
+        let mut q = sqlx::QueryBuilder::new(
+            "INSERT INTO turn_usage (tenant_id, user_id, conversation_id, run_id, agent, model, prompt_tokens,
+                 completion_tokens, cached_prompt_tokens, calls, at_ms) ",
+        );
+        q.push_values(usage, |mut row, u| {
+            row.push_bind(tenant)
+                .push_bind(user)
+                .push_bind(conversation)
+                .push_bind(&u.run_id)
+                .push_bind(&u.agent)
+                .push_bind(&u.model)
+                .push_bind(to_db(u.prompt))
+                .push_bind(to_db(u.completion))
+                .push_bind(to_db(u.cached_prompt))
+                .push_bind(i32::try_from(u.calls).unwrap_or(i32::MAX))
+                .push_bind(u.at_ms);
+        });
+        let mut s = self.db.session().await?;
+        q.build().persistent(self.db.persistent()).execute(&mut *s).await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    async fn conversation_usage(&self, conversation: i64) -> Result<Vec<TurnUsage>, StoreError> {
+        let mut s = self.db.session().await?;
+        let rows = sqlx::query(
+            "SELECT run_id, agent, model, prompt_tokens, completion_tokens, cached_prompt_tokens, calls, at_ms
+             FROM turn_usage WHERE conversation_id = $1 ORDER BY id",
+        )
+        .bind(conversation)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TurnUsage {
+                    run_id: r.try_get(0)?,
+                    agent: r.try_get(1)?,
+                    model: r.try_get(2)?,
+                    prompt: from_db(r.try_get(3)?),
+                    completion: from_db(r.try_get(4)?),
+                    cached_prompt: from_db(r.try_get(5)?),
+                    calls: u32::try_from(r.try_get::<i32, _>(6)?).unwrap_or(0),
+                    at_ms: r.try_get(7)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn tenant_tokens_since(&self, tenant: i64, since_ms: i64) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let spent: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0)::BIGINT FROM turn_usage
+             WHERE tenant_id = $1 AND at_ms >= $2",
+        )
+        .bind(tenant)
+        .bind(since_ms)
+        .persistent(self.db.persistent())
+        .fetch_one(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(from_db(spent))
+    }
+
+    async fn prune_usage(&self, before_ms: i64, limit: usize) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let done =
+            sqlx::query("DELETE FROM turn_usage WHERE id IN (SELECT id FROM turn_usage WHERE at_ms < $1 LIMIT $2)")
+                .bind(before_ms)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .persistent(self.db.persistent())
+                .execute(&mut *s)
+                .await?;
+        s.finish().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn claim_pass(&self, task: &str, holder: &str, now_ms: i64, every_ms: i64) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
+        let done = sqlx::query(
+            "INSERT INTO maintenance_passes (task, holder, ran_at_ms) VALUES ($1, $2, $3)
+             ON CONFLICT (task) DO UPDATE SET holder = excluded.holder, ran_at_ms = excluded.ran_at_ms
+             WHERE maintenance_passes.ran_at_ms <= excluded.ran_at_ms - $4",
+        )
+        .bind(task)
+        .bind(holder)
+        .bind(now_ms)
+        .bind(every_ms)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn delete_idle_conversations(
+        &self,
+        rule: &IdleRule,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        // The conditions are checked again on the rows the delete locks: a turn that began
+        // between the choice and the delete keeps its conversation.
+        const IDLE: &str = "(last_active_ms < $1 OR (last_active_ms IS NULL AND COALESCE(
+                   (SELECT MAX(m.created_at_ms) FROM messages m WHERE m.conversation_id = conversations.id),
+                   created_at_ms) < $1))
+               AND (running_run IS NULL OR COALESCE(running_until_ms, running_since_ms + $2) < $3)
+               AND ($4::BIGINT IS NULL OR tenant_id = $4) AND ($5::TEXT IS NULL OR agent = $5)
+               AND NOT (tenant_id = ANY($6)) AND NOT (agent = ANY($7))";
+        let mut s = self.db.session().await?;
+        let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
+            "DELETE FROM conversations WHERE id IN (
+                 SELECT id FROM conversations WHERE {IDLE} ORDER BY last_active_ms LIMIT $8 FOR UPDATE SKIP LOCKED)
+               AND {IDLE}
+             RETURNING tenant_id, id"
+        ))
+        .bind(rule.idle_before_ms)
+        .bind(LEGACY_CLAIM_MS)
+        .bind(now_ms)
+        .bind(rule.tenant)
+        .bind(rule.agent.as_deref())
+        .bind(&rule.except_tenants)
+        .bind(&rule.except_agents)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(rows)
+    }
+
+    async fn delete_idle_threads(&self, rule: &IdleRule) -> Result<u64, StoreError> {
+        if rule.agent.is_some() {
+            return Ok(0);
+        }
+        let mut s = self.db.session().await?;
+        let done = sqlx::query(
+            "DELETE FROM threads WHERE conversation_id IS NULL AND updated_at_ms < $1
+               AND ($2::BIGINT IS NULL OR tenant_id = $2) AND NOT (tenant_id = ANY($3))",
+        )
+        .bind(rule.idle_before_ms)
+        .bind(rule.tenant)
+        .bind(&rule.except_tenants)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
         s.finish().await?;
         Ok(done.rows_affected())
     }

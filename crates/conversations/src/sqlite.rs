@@ -2,6 +2,8 @@
 //! same connection thread) as the checkpoints, so a step's messages commit with its record.
 
 use crate::items::{ITEMS_READ, MemoryItem, decode_namespace, encode_namespace, prefix_match};
+use crate::retention::IdleRule;
+use crate::usage::{TurnUsage, from_db, to_db};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
     PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
@@ -131,7 +133,8 @@ impl ConversationStore for SqliteConversationStore {
         let agent = agent.to_owned();
         self.call(move |c| {
             c.prepare_cached(
-                "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO conversations (tenant_id, user_id, agent, created_at_ms, last_active_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?4)",
             )?
             .execute(params![tenant, user, agent, now_ms()])?;
             Ok(c.last_insert_rowid())
@@ -177,7 +180,7 @@ impl ConversationStore for SqliteConversationStore {
             .call(move |c| {
                 c.prepare_cached(
                     "UPDATE conversations SET running_run = ?1, running_owner = ?2, running_since_ms = ?3,
-                            running_until_ms = ?3 + ?4
+                            running_until_ms = ?3 + ?4, last_active_ms = ?3
                      WHERE id = ?5 AND (running_run IS NULL OR COALESCE(running_until_ms, running_since_ms + ?6) < ?3)",
                 )?
                 .execute(params![
@@ -209,10 +212,10 @@ impl ConversationStore for SqliteConversationStore {
         self.call(move |c| {
             c.prepare_cached(
                 "UPDATE conversations SET running_run = NULL, running_owner = NULL, running_since_ms = NULL,
-                        running_until_ms = NULL
+                        running_until_ms = NULL, last_active_ms = ?3
                  WHERE id = ?1 AND running_run = ?2",
             )?
-            .execute(params![conversation, run_id])
+            .execute(params![conversation, run_id, now_ms()])
         })
         .await?;
         Ok(())
@@ -364,6 +367,7 @@ impl ConversationStore for SqliteConversationStore {
             let tx = c.transaction()?;
             tx.execute("DELETE FROM threads WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
             tx.execute("DELETE FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
+            tx.execute("DELETE FROM turn_usage WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
             let ids = delete_conversations(&tx, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])?;
             tx.commit()?;
             Ok(ids)
@@ -376,6 +380,7 @@ impl ConversationStore for SqliteConversationStore {
             let tx = c.transaction()?;
             tx.execute("DELETE FROM threads WHERE tenant_id = ?1", params![tenant])?;
             tx.execute("DELETE FROM memory_items WHERE tenant_id = ?1", params![tenant])?;
+            tx.execute("DELETE FROM turn_usage WHERE tenant_id = ?1", params![tenant])?;
             let ids = delete_conversations(&tx, "tenant_id = ?1", &[&tenant])?;
             tx.commit()?;
             Ok(ids)
@@ -601,6 +606,156 @@ impl ConversationStore for SqliteConversationStore {
             let n = c
                 .prepare_cached("DELETE FROM memory_items WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= ?1")?
                 .execute(params![now_ms])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    fn keeps_usage(&self) -> bool {
+        true
+    }
+
+    async fn record_usage(
+        &self,
+        tenant: i64,
+        user: i64,
+        conversation: i64,
+        usage: &[TurnUsage],
+    ) -> Result<(), StoreError> {
+        let usage = usage.to_vec();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            {
+                let mut q = tx.prepare_cached(
+                    "INSERT INTO turn_usage (tenant_id, user_id, conversation_id, run_id, agent, model, prompt_tokens,
+                         completion_tokens, cached_prompt_tokens, calls, at_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )?;
+                for u in &usage {
+                    q.execute(params![
+                        tenant,
+                        user,
+                        conversation,
+                        u.run_id,
+                        u.agent,
+                        u.model,
+                        to_db(u.prompt),
+                        to_db(u.completion),
+                        to_db(u.cached_prompt),
+                        u.calls,
+                        u.at_ms
+                    ])?;
+                }
+            }
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn conversation_usage(&self, conversation: i64) -> Result<Vec<TurnUsage>, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT run_id, agent, model, prompt_tokens, completion_tokens, cached_prompt_tokens, calls, at_ms
+                 FROM turn_usage WHERE conversation_id = ?1 ORDER BY id",
+            )?
+            .query_map([conversation], |r| {
+                Ok(TurnUsage {
+                    run_id: r.get(0)?,
+                    agent: r.get(1)?,
+                    model: r.get(2)?,
+                    prompt: from_db(r.get(3)?),
+                    completion: from_db(r.get(4)?),
+                    cached_prompt: from_db(r.get(5)?),
+                    calls: r.get(6)?,
+                    at_ms: r.get(7)?,
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn tenant_tokens_since(&self, tenant: i64, since_ms: i64) -> Result<u64, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM turn_usage
+                 WHERE tenant_id = ?1 AND at_ms >= ?2",
+            )?
+            .query_row(params![tenant, since_ms], |r| r.get::<_, i64>(0))
+            .map(from_db)
+        })
+        .await
+    }
+
+    async fn prune_usage(&self, before_ms: i64, limit: usize) -> Result<u64, StoreError> {
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM turn_usage WHERE id IN (SELECT id FROM turn_usage WHERE at_ms < ?1 LIMIT ?2)",
+                )?
+                .execute(params![before_ms, limit as i64])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn claim_pass(&self, task: &str, holder: &str, now_ms: i64, every_ms: i64) -> Result<bool, StoreError> {
+        let (task, holder) = (task.to_owned(), holder.to_owned());
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "INSERT INTO maintenance_passes (task, holder, ran_at_ms) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (task) DO UPDATE SET holder = excluded.holder, ran_at_ms = excluded.ran_at_ms
+                     WHERE maintenance_passes.ran_at_ms <= excluded.ran_at_ms - ?4",
+                )?
+                .execute(params![task, holder, now_ms, every_ms])?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn delete_idle_conversations(
+        &self,
+        rule: &IdleRule,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        let (r, tenants, agents) = (rule.clone(), rule.tenants_json(), rule.agents_json());
+        self.call(move |c| {
+            c.prepare_cached(
+                "DELETE FROM conversations WHERE id IN (
+                     SELECT id FROM conversations
+                     WHERE (last_active_ms < ?1 OR (last_active_ms IS NULL AND COALESCE(
+                               (SELECT MAX(m.created_at_ms) FROM messages m WHERE m.conversation_id = conversations.id),
+                               created_at_ms) < ?1))
+                       AND (running_run IS NULL OR COALESCE(running_until_ms, running_since_ms + ?2) < ?3)
+                       AND (?4 IS NULL OR tenant_id = ?4) AND (?5 IS NULL OR agent = ?5)
+                       AND tenant_id NOT IN (SELECT value FROM json_each(?6))
+                       AND agent NOT IN (SELECT value FROM json_each(?7))
+                     ORDER BY last_active_ms LIMIT ?8)
+                 RETURNING tenant_id, id",
+            )?
+            .query_map(
+                params![r.idle_before_ms, LEGACY_CLAIM_MS, now_ms, r.tenant, r.agent, tenants, agents, limit as i64],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?
+            .collect()
+        })
+        .await
+    }
+
+    async fn delete_idle_threads(&self, rule: &IdleRule) -> Result<u64, StoreError> {
+        if rule.agent.is_some() {
+            return Ok(0);
+        }
+        let (before, tenant, tenants) = (rule.idle_before_ms, rule.tenant, rule.tenants_json());
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM threads WHERE conversation_id IS NULL AND updated_at_ms < ?1
+                       AND (?2 IS NULL OR tenant_id = ?2) AND tenant_id NOT IN (SELECT value FROM json_each(?3))",
+                )?
+                .execute(params![before, tenant, tenants])?;
             Ok(n as u64)
         })
         .await

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use toolgraph_conversations::{
     ConversationStore, Decided, MemoryConversationStore, MemoryItem, NewPending, PendingLookup,
-    PostgresConversationStore, ReleasedTurn, Role, SqliteConversationStore, Thread, TurnClaim,
+    PostgresConversationStore, ReleasedTurn, Role, SqliteConversationStore, Thread, TurnClaim, TurnUsage,
 };
 use toolgraph_graph::{PgPooling, PostgresCheckpointer, SqliteCheckpointer};
 use toolgraph_testkit::PgSchema;
@@ -332,6 +332,162 @@ async fn memory_items_are_each_persons_expire_and_go_with_their_owner(store: &dy
     assert!(store.items(9, 1, &[], t0).await.unwrap().is_empty());
 }
 
+fn usage(run: &str, model: &str, prompt: u64, completion: u64, at_ms: i64) -> TurnUsage {
+    TurnUsage {
+        run_id: run.into(),
+        agent: "tutor".into(),
+        model: model.into(),
+        prompt,
+        completion,
+        cached_prompt: prompt / 2,
+        calls: 2,
+        at_ms,
+    }
+}
+
+async fn token_usage_is_kept_per_turn_outlives_its_conversation_and_goes_with_its_owner(store: &dyn ConversationStore) {
+    assert!(store.keeps_usage());
+    let mine = store.create_conversation(7, 1, "tutor").await.unwrap();
+    let other = store.create_conversation(7, 2, "tutor").await.unwrap();
+    let elsewhere = store.create_conversation(9, 1, "tutor").await.unwrap();
+    let first = [usage("r1", "small", 120, 30, 1_000), usage("r1", "big", 4_000, 500, 1_000)];
+    store.record_usage(7, 1, mine, &first).await.unwrap();
+    store.record_usage(7, 1, mine, &[usage("r2", "small", 200, 40, 2_000)]).await.unwrap();
+    store.record_usage(7, 2, other, &[usage("r3", "small", 1, 1, 2_500)]).await.unwrap();
+    store.record_usage(9, 1, elsewhere, &[usage("r4", "small", 1_000_000, 1, 2_500)]).await.unwrap();
+    store.record_usage(7, 1, mine, &[]).await.unwrap();
+
+    let kept = store.conversation_usage(mine).await.unwrap();
+    assert_eq!(
+        kept,
+        vec![first[0].clone(), first[1].clone(), usage("r2", "small", 200, 40, 2_000)],
+        "in order, as given"
+    );
+    // Prompt and completion of the tenant's turns at or after the time; no other tenant's.
+    assert_eq!(store.tenant_tokens_since(7, 0).await.unwrap(), 150 + 4_500 + 240 + 2);
+    assert_eq!(store.tenant_tokens_since(7, 2_000).await.unwrap(), 240 + 2);
+    assert_eq!(store.tenant_tokens_since(7, 2_501).await.unwrap(), 0);
+
+    // A deleted conversation's tokens still count against the tenant (deleting gives none back).
+    assert!(store.delete_conversation(7, 1, mine).await.unwrap());
+    assert_eq!(store.tenant_tokens_since(7, 0).await.unwrap(), 150 + 4_500 + 240 + 2);
+    // A person's deletion takes their usage; a tenant's, everyone's in it.
+    store.delete_user(7, 1).await.unwrap();
+    assert_eq!(store.tenant_tokens_since(7, 0).await.unwrap(), 2);
+    store.delete_tenant(9).await.unwrap();
+    assert_eq!(store.tenant_tokens_since(9, 0).await.unwrap(), 0);
+    assert_eq!(store.conversation_usage(other).await.unwrap().len(), 1, "another person's stays");
+}
+
+async fn idle_conversations_go_by_their_one_rule_and_a_running_one_stays(store: &dyn ConversationStore) {
+    use toolgraph_conversations::{IdleRule, now_ms};
+    let mine = |ids: &[(i64, i64)]| {
+        let mut ids: Vec<i64> = ids.iter().map(|(_, c)| *c).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let tutor7 = store.create_conversation(7, 1, "tutor").await.unwrap();
+    let tutor9 = store.create_conversation(9, 1, "tutor").await.unwrap();
+    let legal7 = store.create_conversation(7, 1, "legal").await.unwrap();
+    let legal8 = store.create_conversation(8, 1, "legal").await.unwrap();
+    let running = store.create_conversation(7, 1, "tutor").await.unwrap();
+    assert!(store.begin_turn(running, &claim("run", "a", 60_000)).await.unwrap());
+    let now = now_ms();
+    let later = now + 1_000;
+
+    // Nothing is idle before its time.
+    let not_yet = IdleRule { idle_before_ms: now - 60_000, ..IdleRule::default() };
+    assert!(store.delete_idle_conversations(&not_yet, now, 100).await.unwrap().is_empty());
+
+    // Tenant 9's rule; the agent's rule, minus the tenants with their own; the default, minus both.
+    let nine = IdleRule { idle_before_ms: later, tenant: Some(9), ..IdleRule::default() };
+    assert_eq!(store.delete_idle_conversations(&nine, now, 100).await.unwrap(), vec![(9, tutor9)]);
+    let legal = IdleRule {
+        idle_before_ms: later,
+        agent: Some("legal".into()),
+        except_tenants: vec![8, 9],
+        ..IdleRule::default()
+    };
+    assert_eq!(store.delete_idle_conversations(&legal, now, 100).await.unwrap(), vec![(7, legal7)]);
+    let default = IdleRule {
+        idle_before_ms: later,
+        except_tenants: vec![8, 9],
+        except_agents: vec!["legal".into()],
+        ..IdleRule::default()
+    };
+    assert!(store.create_thread(&thread("bound", 7, 1, 1)).await.unwrap());
+    assert!(store.update_thread(7, 1, "bound", None, Some(tutor7)).await.unwrap());
+    let gone = store.delete_idle_conversations(&default, now, 100).await.unwrap();
+    assert_eq!(mine(&gone), vec![tutor7], "the running one stays");
+    assert!(store.thread(7, 1, "bound").await.unwrap().is_none(), "its thread went with it");
+    assert!(store.conversation(7, 1, tutor7).await.unwrap().is_none());
+    assert!(store.conversation(8, 1, legal8).await.unwrap().is_some(), "tenant 8 is another rule's");
+    assert!(store.conversation(7, 1, running).await.unwrap().is_some());
+    // Once its lease ran out (its replica died), a running one is idle too.
+    let after_lease = now + 61_000;
+    let default_then = IdleRule { idle_before_ms: after_lease, ..default.clone() };
+    assert_eq!(store.delete_idle_conversations(&default_then, after_lease, 100).await.unwrap(), vec![(7, running)]);
+
+    // A turn moves a conversation's idle time: one that just ran is not idle under a rule whose
+    // time is before it.
+    let fresh = store.create_conversation(7, 2, "tutor").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let between = now_ms();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert!(store.begin_turn(fresh, &claim("r2", "a", 60_000)).await.unwrap());
+    store.end_turn(fresh, "r2").await.unwrap();
+    let before_turn = IdleRule { idle_before_ms: between, tenant: Some(7), ..IdleRule::default() };
+    assert!(store.delete_idle_conversations(&before_turn, now_ms(), 100).await.unwrap().is_empty());
+
+    // A batch is at most `limit`.
+    let more: Vec<i64> = futures_batch(store, 3).await;
+    let first = store.delete_idle_conversations(&default_then, after_lease, 2).await.unwrap();
+    assert_eq!(first.len(), 2);
+    let rest = store.delete_idle_conversations(&default_then, after_lease, 2).await.unwrap();
+    let mut all = mine(&first);
+    all.extend(mine(&rest));
+    all.sort_unstable();
+    let mut expected = more.clone();
+    expected.push(fresh);
+    expected.sort_unstable();
+    assert_eq!(all, expected);
+
+    // Threads that never ran go by their tenant's rule; a bound thread goes with its conversation.
+    assert!(store.create_thread(&thread("old", 7, 1, 1)).await.unwrap());
+    assert!(store.create_thread(&thread("old-9", 9, 1, 1)).await.unwrap());
+    assert!(store.create_thread(&thread("new", 7, 1, later + 10)).await.unwrap());
+    assert_eq!(store.delete_idle_threads(&legal).await.unwrap(), 0, "an agent's rule covers no unbound thread");
+    assert_eq!(store.delete_idle_threads(&default).await.unwrap(), 1);
+    assert!(store.thread(7, 1, "old").await.unwrap().is_none());
+    assert!(store.thread(9, 1, "old-9").await.unwrap().is_some(), "tenant 9 has its own rule");
+    assert!(store.thread(7, 1, "new").await.unwrap().is_some());
+
+    // One pass per period, whoever claims it first.
+    assert!(store.claim_pass("retention", "a", now, 3_600_000).await.unwrap());
+    assert!(!store.claim_pass("retention", "b", now, 3_600_000).await.unwrap(), "the same pass");
+    assert!(!store.claim_pass("retention", "b", now + 3_599_999, 3_600_000).await.unwrap());
+    assert!(store.claim_pass("other-task", "b", now, 3_600_000).await.unwrap());
+    assert!(store.claim_pass("retention", "b", now + 3_600_000, 3_600_000).await.unwrap(), "the next period's");
+
+    // Old usage rows go; newer ones stay.
+    let c = store.create_conversation(7, 1, "tutor").await.unwrap();
+    let rows = [usage("r1", "m", 10, 1, 1_000), usage("r2", "m", 20, 2, 5_000)];
+    store.record_usage(7, 1, c, &rows).await.unwrap();
+    store.record_usage(7, 1, c, &[usage("r0", "m", 1, 1, 900)]).await.unwrap();
+    assert_eq!(store.prune_usage(5_000, 1).await.unwrap(), 1, "at most the limit");
+    assert_eq!(store.prune_usage(5_000, 10).await.unwrap(), 1);
+    assert_eq!(store.conversation_usage(c).await.unwrap(), vec![rows[1].clone()]);
+}
+
+/// `n` new conversations of tenant 7 with no turn.
+async fn futures_batch(store: &dyn ConversationStore, n: usize) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(store.create_conversation(7, 3, "tutor").await.unwrap());
+    }
+    ids
+}
+
 macro_rules! suite {
     ($kind:ident) => {
         mod $kind {
@@ -353,6 +509,8 @@ macro_rules! suite {
             case!(conversations_are_listed_for_their_owner_newest_first);
             case!(threads_belong_to_their_owner_and_bind_one_conversation);
             case!(memory_items_are_each_persons_expire_and_go_with_their_owner);
+            case!(token_usage_is_kept_per_turn_outlives_its_conversation_and_goes_with_its_owner);
+            case!(idle_conversations_go_by_their_one_rule_and_a_running_one_stays);
         }
     };
 }

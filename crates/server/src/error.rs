@@ -106,6 +106,23 @@ pub enum ChatError {
         /// The per-tenant limit.
         limit: usize,
     },
+    /// The tenant's turns used its token budget for the period.
+    #[error(
+        "this tenant's turns used its token budget for this {period} ({used} of {budget} tokens); it renews in {retry_after} s"
+    )]
+    OverBudget {
+        /// Tokens used in the period.
+        used: u64,
+        /// The period's budget.
+        budget: u64,
+        /// The period's name (`hour`, `day`, `month`).
+        period: &'static str,
+        /// Seconds until the next period starts.
+        retry_after: u64,
+    },
+    /// What this service's configuration does not provide (its store keeps no such data).
+    #[error("{0}")]
+    Unsupported(String),
     /// The resumed run ended without an answer (the model failed, the service is stopping).
     #[error("{0}")]
     RunFailed(String),
@@ -140,6 +157,12 @@ impl From<ChatError> for ApiError {
                 answer.retry_after = Some(1);
                 answer
             }
+            e @ ChatError::OverBudget { retry_after, .. } => {
+                let mut answer = Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string());
+                answer.retry_after = Some(retry_after);
+                answer
+            }
+            ChatError::Unsupported(message) => Self::new(StatusCode::NOT_IMPLEMENTED, message),
             ChatError::RunFailed(message) => Self::new(StatusCode::BAD_GATEWAY, message),
             // The store is down or refused: the request may succeed later, so 503 + `Retry-After`.
             ChatError::Store(e) => {

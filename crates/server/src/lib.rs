@@ -39,7 +39,10 @@ pub use mcp::McpEndpoint;
 pub use metrics::Metrics;
 pub use playground::playground_router;
 pub use routes::{api_router, ops_router, router};
-pub use service::{ChatService, CheckpointView, Confirmed, INTERRUPTED_ERROR, NewTurn, ServedAgent, ServiceOptions};
+pub use service::{
+    BudgetPeriod, BudgetStatus, ChatService, CheckpointView, Confirmed, INTERRUPTED_ERROR, NewTurn, Pruned, Retention,
+    ServedAgent, ServiceOptions, TokenBudget,
+};
 pub use wire::{
     AnswerRequest, ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, MAX_MESSAGE_CHARS, PendingActionDto,
     StreamRequest,

@@ -8,8 +8,9 @@ use crate::extract::{Authorized, PathIds, QueryAsker, QueryOf, check_tenant_head
 use crate::runlog::RunLog;
 use crate::service::{CheckpointView, Confirmed, NewTurn};
 use crate::wire::{
-    AgentEntry, AgentList, AnswerRequest, Checkpoint, CheckpointList, ConfirmRequest, ConversationList, Deleted,
-    ForkRequest, ForkResponse, ForkedFrom, ListQuery, StreamRequest, TenantQuery,
+    AgentEntry, AgentList, AnswerRequest, Checkpoint, CheckpointList, ConfirmRequest, ConversationList,
+    ConversationUsage, Deleted, ForkRequest, ForkResponse, ForkedFrom, ListQuery, StreamRequest, TenantQuery,
+    TenantUsage,
 };
 use axum::Router;
 use axum::body::Bytes;
@@ -55,6 +56,8 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations", get(list_conversations))
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
+        .route("/api/chatbot/conversations/{id}/usage", get(conversation_usage))
+        .route("/api/chatbot/tenants/{tenant_id}/usage", get(tenant_usage))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
         .route("/api/chatbot/agents", get(agents))
         .route("/api/chatbot/agents/{agent}/graph.svg", get(agent_graph))
@@ -400,6 +403,35 @@ async fn checkpoints(
 ) -> Result<Response, ApiError> {
     let checkpoints = app.chat().checkpoints(&who, id).await?;
     Ok(axum::Json(CheckpointList { conversation_id: id, checkpoints }).into_response())
+}
+
+/// What the conversation's turns used, per turn and model, and in all.
+async fn conversation_usage(
+    State(app): State<AppState>,
+    PathIds(id): PathIds<ConversationId>,
+    QueryAsker(who): QueryAsker,
+) -> Result<Response, ApiError> {
+    let kept = app.chat().conversation_usage(&who, id).await?;
+    Ok(axum::Json(ConversationUsage::new(id, kept)).into_response())
+}
+
+/// The tenant's tokens in the budget's current period, and its budget.
+async fn tenant_usage(
+    State(app): State<AppState>,
+    caller: Caller,
+    PathIds(tenant_id): PathIds<TenantId>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.admit_tenant(tenant_id)?;
+    let status = app.chat().tenant_usage(&tenant).await?;
+    Ok(axum::Json(TenantUsage {
+        tenant_id,
+        period: status.period.name(),
+        period_start_ms: status.bounds.0,
+        period_end_ms: status.bounds.1,
+        used_tokens: status.used,
+        budget_tokens: status.budget,
+    })
+    .into_response())
 }
 
 async fn checkpoint(

@@ -14,9 +14,12 @@ use crate::shared_runs::SharedRuns;
 use turn::Turn;
 
 mod items;
+mod retention;
 mod turn;
+mod usage;
 use crate::wire::{ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto};
 use futures::StreamExt;
+pub use retention::{Pruned, Retention};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -31,6 +34,7 @@ use toolgraph_conversations::{
 };
 use toolgraph_graph::{CheckpointMeta, Checkpointer, Decision, GraphError, InterruptId, RecordKind, RunOptions};
 use toolgraph_protocol::{ConversationId, MessageId, RunId};
+pub use usage::{BudgetPeriod, BudgetStatus, TokenBudget};
 
 /// A turn a door asks for, in the service's terms; who asks is the [`Principal`] beside it.
 #[derive(Debug, Clone, Default)]
@@ -104,6 +108,11 @@ pub struct ServiceOptions {
     /// Look for expired leases (their replica died) this often and close their turns
     /// ([`ChatService::take_over_expired`]). Default: off, for a store no other process shares.
     pub takeover_every: Option<Duration>,
+    /// The tokens each tenant's turns may use per period. Default: none.
+    pub token_budget: Option<TokenBudget>,
+    /// How long data is kept, pruned every [`Retention::every`] by one replica
+    /// ([`ChatService::prune`]). Default: none, everything is kept.
+    pub retention: Option<Retention>,
 }
 
 impl Default for ServiceOptions {
@@ -115,6 +124,8 @@ impl Default for ServiceOptions {
             turn_lease: Duration::from_secs(30),
             run_events: None,
             takeover_every: None,
+            token_budget: None,
+            retention: None,
         }
     }
 }
@@ -164,6 +175,8 @@ struct Inner {
     slug_slots: Slots<String>,
     /// When expired memory items were last deleted, ms since the epoch ([`items`]).
     items_pruned_at: std::sync::atomic::AtomicI64,
+    /// Tenants' token spending as last read, for their budgets ([`usage`]).
+    spent: usage::SpentCache,
 }
 
 /// Per-tenant semaphores, created on first use and dropped once idle, so tenant ids a client
@@ -249,6 +262,7 @@ impl ChatService {
         });
         let relay = shared.as_ref().map(|s| tokio::spawn(Arc::clone(s).relay(Arc::clone(&runs))));
         let takeover_every = options.takeover_every;
+        let prune_every = options.retention.as_ref().filter(|r| r.background).map(|r| r.every);
         let service = Self(Arc::new(Inner {
             agents,
             default_agent,
@@ -264,19 +278,36 @@ impl ChatService {
             tenant_slots: Slots::new(),
             slug_slots: Slots::new(),
             items_pruned_at: std::sync::atomic::AtomicI64::new(0),
+            spent: usage::SpentCache::default(),
         }));
         if let Some(every) = takeover_every {
             service.sweep_expired(every);
         }
+        if let Some(every) = prune_every {
+            service.prune_periodically(every);
+        }
         service
     }
 
-    /// Takes over expired turns every `every` until shutdown. Holds the service weakly: the
-    /// sweep never keeps a dropped service alive.
+    /// Takes over expired turns every `every` until shutdown.
     fn sweep_expired(&self, every: Duration) {
+        self.every(every.max(Duration::from_millis(50)), |service| async move {
+            if let Err(e) = service.take_over_expired().await {
+                tracing::warn!(error = %e, "cannot look for expired turns");
+            }
+        });
+    }
+
+    /// Runs `work` every `every` (the first at once) until shutdown, one run at a time. Holds
+    /// the service weakly: a periodic task never keeps a dropped service alive.
+    pub(super) fn every<F, W>(&self, every: Duration, work: W)
+    where
+        W: Fn(ChatService) -> F + Send + 'static,
+        F: std::future::Future<Output = ()> + Send,
+    {
         let (weak, shutdown) = (Arc::downgrade(&self.0), self.0.shutdown.clone());
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(50)));
+            let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -284,9 +315,7 @@ impl ChatService {
                     _ = tick.tick() => {}
                 }
                 let Some(inner) = weak.upgrade() else { return };
-                if let Err(e) = ChatService(inner).take_over_expired().await {
-                    tracing::warn!(error = %e, "cannot look for expired turns");
-                }
+                work(ChatService(inner)).await;
             }
         });
     }
@@ -469,6 +498,7 @@ impl ChatService {
         }
         let is_new = existing.is_none();
         // Admitted before anything is written: a refused turn leaves no empty conversation.
+        self.check_budget(tenant).await?;
         let permit = self.admit(tenant)?;
         let conversation = match existing {
             Some(c) => c.id,
@@ -476,6 +506,10 @@ impl ChatService {
         };
         let claim = self.claim();
         if !store.begin_turn(conversation, &claim).await? {
+            // Deleted meanwhile (by its person, or by retention) rather than busy.
+            if store.conversation(tenant, user, conversation).await?.is_none() {
+                return Err(ChatError::NotFound);
+            }
             return Err(ChatError::Busy);
         }
         let run_id = claim.run_id.clone();
@@ -746,12 +780,17 @@ impl ChatService {
             .agents
             .get(&conversation.agent)
             .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conversation.agent)))?;
+        // The decision is kept either way: the same request after the budget renews resumes.
+        self.check_budget(lookup.tenant_id).await?;
         let permit = self.admit(lookup.tenant_id)?;
         let claim = self.claim();
         // Every action is decided and no answer is stored yet: resume, unless another request
         // (or the turn that paused) holds the conversation right now. A retry after that turn
         // ends resumes, so a decision recorded by a request that then failed is never stranded.
         if !store.begin_turn(conv, &claim).await? {
+            if store.conversation(lookup.tenant_id, lookup.user_id, conv).await?.is_none() {
+                return Err(ChatError::NotFound);
+            }
             return Err(ChatError::conflict("these decisions are being applied; retry shortly"));
         }
         let decisions: BTreeMap<InterruptId, Decision> = group
@@ -878,10 +917,17 @@ impl ChatService {
         after: u64,
     ) -> Result<Option<(Option<ConversationId>, futures::stream::BoxStream<'static, crate::runlog::Frame>)>, String>
     {
+        let (run_id, owner) = (run.as_str(), who.ids());
         if let Some(log) = self.run_log(run, who) {
+            // Another replica may have deleted a finished run's conversation (its person, or
+            // retention): the frames went with it there, and go here now.
+            let conversation = log.conversation.0;
+            if log.outcome().0 && matches!(self.0.store.conversation(owner.0, owner.1, conversation).await, Ok(None)) {
+                self.0.runs.forget(RunScope::Conversation { tenant: owner.0, conversation });
+                return Ok(None);
+            }
             return Ok(Some((Some(log.conversation), Box::pin(log.frames_after(after)))));
         }
-        let (run_id, owner) = (run.as_str(), who.ids());
         // Not run here: another replica's, read from the shared store.
         let Some(shared) = self.shared_runs() else { return Ok(None) };
         let found = async {

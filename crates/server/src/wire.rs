@@ -253,6 +253,82 @@ pub struct Checkpoint {
     pub state: Value,
 }
 
+/// Tokens as the usage routes show them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tokens {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_prompt_tokens: u64,
+}
+
+/// One turn's use of one model.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnUsageDto {
+    pub run_id: String,
+    pub agent: String,
+    pub model: String,
+    #[serde(flatten)]
+    pub tokens: Tokens,
+    pub calls: u32,
+    /// When the turn ended, ms since the Unix epoch.
+    pub at_ms: i64,
+}
+
+/// `GET /api/chatbot/conversations/{id}/usage`: what the conversation's turns used.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationUsage {
+    pub conversation_id: ConversationId,
+    pub turns: Vec<TurnUsageDto>,
+    pub total: Tokens,
+}
+
+impl ConversationUsage {
+    pub fn new(conversation_id: ConversationId, kept: Vec<toolgraph_conversations::TurnUsage>) -> Self {
+        let mut total = Tokens::default();
+        let turns = kept
+            .into_iter()
+            .map(|u| {
+                let tokens = Tokens {
+                    prompt_tokens: u.prompt,
+                    completion_tokens: u.completion,
+                    cached_prompt_tokens: u.cached_prompt,
+                };
+                total.prompt_tokens = total.prompt_tokens.saturating_add(u.prompt);
+                total.completion_tokens = total.completion_tokens.saturating_add(u.completion);
+                total.cached_prompt_tokens = total.cached_prompt_tokens.saturating_add(u.cached_prompt);
+                TurnUsageDto {
+                    run_id: u.run_id,
+                    agent: u.agent,
+                    model: u.model,
+                    tokens,
+                    calls: u.calls,
+                    at_ms: u.at_ms,
+                }
+            })
+            .collect();
+        Self { conversation_id, turns, total }
+    }
+}
+
+/// `GET /api/chatbot/tenants/{id}/usage`: the tenant's tokens in the budget's current period.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantUsage {
+    pub tenant_id: TenantId,
+    /// `hour`, `day` or `month` (UTC).
+    pub period: &'static str,
+    pub period_start_ms: i64,
+    pub period_end_ms: i64,
+    /// Prompt and completion tokens of the tenant's turns in the period.
+    pub used_tokens: u64,
+    /// The period's budget; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u64>,
+}
+
 /// `DELETE /api/chatbot/users/{id}` and `/tenants/{id}`: how many conversations went.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -247,6 +247,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
         "checkpoint state" => {
             (Method::GET, format!("/api/chatbot/conversations/{}/checkpoints/1?{ids}", o.conversation), None)
         }
+        "usage" => (Method::GET, format!("/api/chatbot/conversations/{}/usage?{ids}", o.conversation), None),
         "fork" => (
             Method::POST,
             format!("/api/chatbot/conversations/{}/fork", o.conversation),
@@ -260,7 +261,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 19] = [
+const ENDPOINTS: [&str; 20] = [
     "stream",
     "openai chat",
     "ag-ui run",
@@ -276,6 +277,7 @@ const ENDPOINTS: [&str; 19] = [
     "run events",
     "checkpoints",
     "checkpoint state",
+    "usage",
     "fork",
     "delete conversation",
     "delete user",
@@ -351,7 +353,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | store item | confirm | run events | checkpoints | checkpoint state | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | store item | confirm | run events | checkpoints | checkpoint state | usage | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {

@@ -451,6 +451,7 @@ async function loadCheckpoints() {
   showError("");
   if (conversationId == null) {
     list.append(Object.assign(document.createElement("li"), { textContent: "No conversation yet." }));
+    $("run-tokens").textContent = "";
     return;
   }
   try {
@@ -474,6 +475,7 @@ async function loadCheckpoints() {
     $("run-times").textContent = spent.size
       ? `Last run, time per node: ${[...spent].map(([n, ms]) => `${n} ${ms} ms`).join(" · ")}`
       : "";
+    await loadTokens();
     checkpoints.forEach((cp, i) => {
       const next = checkpoints[i + 1];
       const ms = next && next.run_id === cp.run_id ? next.created_at_ms - cp.created_at_ms : null;
@@ -490,6 +492,25 @@ async function loadCheckpoints() {
   } catch (e) {
     showError(`The service cannot be reached: ${e.message}`);
   }
+}
+
+/** The tokens the conversation's turns used, as the model reported them (a store that keeps
+ *  no usage answers an error: nothing is shown). */
+async function loadTokens() {
+  const shown = $("run-tokens");
+  shown.textContent = "";
+  const response = await fetch(`/api/chatbot/conversations/${conversationId}/usage?${ownerQuery()}`, { headers: headers() });
+  if (!response.ok) return;
+  const { turns, total } = await response.json();
+  if (!turns.length) {
+    shown.textContent = "No model reported its tokens for this conversation.";
+    return;
+  }
+  const calls = turns.reduce((n, t) => n + t.calls, 0);
+  const last = turns[turns.length - 1];
+  shown.textContent =
+    `Tokens, as the model reported them: ${total.promptTokens} prompt (${total.cachedPromptTokens} cached) + ` +
+    `${total.completionTokens} completion in ${calls} model calls; the last: ${last.promptTokens} + ${last.completionTokens} (${last.model})`;
 }
 
 /** The retrieval view: `POST /search`, each result with its rank and score in every list. */

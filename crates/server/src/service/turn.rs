@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use toolgraph_agents::chat_agent::{AgentRun, ChatAgent, TurnEnd};
-use toolgraph_conversations::{Role, TurnClaim};
+use toolgraph_conversations::{Role, TurnClaim, TurnUsage};
 use toolgraph_graph::{DerivedRows, GraphError, RunEvent};
 use toolgraph_protocol::Frame;
 
@@ -100,6 +100,8 @@ pub async fn drive(
     // The ids the store gave to what the latest step wrote (its messages, its pending actions),
     // handed over by the run: nothing is read back.
     let mut written = DerivedRows::default();
+    // What the model calls reported, by model: kept with the turn once it ends.
+    let mut spent: Vec<TurnUsage> = Vec::new();
     // The lease is renewed three times per lease period while the run works, so one slow
     // renewal does not lose it.
     let lease = Duration::from_millis(turn.claim.lease_ms.max(3) as u64);
@@ -130,6 +132,7 @@ pub async fn drive(
                 if let Some(usage) = &usage {
                     m.count_tokens(turn.tenant, &turn.agent, usage);
                     log.add_usage(usage);
+                    add_call(&mut spent, turn, usage);
                 }
             }
             // A node that wrote no message (a route, or where another agent's run hands the
@@ -179,6 +182,17 @@ pub async fn drive(
         }
     }
     let outcome = run.finish().await;
+    // Kept before the last frame goes out, so a client that reads the conversation's usage on
+    // `done` finds this turn's; a failure to keep it does not fail the turn.
+    if !spent.is_empty() {
+        let at_ms = toolgraph_conversations::now_ms();
+        spent.iter_mut().for_each(|u| u.at_ms = at_ms);
+        let (tenant, user) = log.owner;
+        match store.record_usage(tenant, user, turn.conversation, &spent).await {
+            Ok(()) => service.count_spent(tenant, spent.iter().fold(0u64, |n, u| n.saturating_add(u.tokens()))),
+            Err(e) => tracing::warn!(run = %turn.run_id(), error = %e, "cannot keep the turn's token usage"),
+        }
+    }
     // A completed run's reply was committed with its last checkpoint; a fallback reply (not
     // part of the graph state) is written here.
     let (label, reply, fallback) = match &outcome {
@@ -242,6 +256,31 @@ pub async fn drive(
     m.stream_duration.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
     log.finish();
     result
+}
+
+/// Adds one model call's tokens to the turn's row of its model.
+fn add_call(spent: &mut Vec<TurnUsage>, turn: &Turn, call: &toolgraph_graph::TokenUsage) {
+    let row = match spent.iter().position(|u| u.model == call.model) {
+        Some(i) => &mut spent[i],
+        None => {
+            spent.push(TurnUsage {
+                run_id: turn.run_id().to_owned(),
+                agent: turn.agent.clone(),
+                model: call.model.clone(),
+                prompt: 0,
+                completion: 0,
+                cached_prompt: 0,
+                calls: 0,
+                at_ms: 0,
+            });
+            let last = spent.len() - 1;
+            &mut spent[last]
+        }
+    };
+    row.prompt = row.prompt.saturating_add(call.prompt);
+    row.completion = row.completion.saturating_add(call.completion);
+    row.cached_prompt = row.cached_prompt.saturating_add(call.cached_prompt);
+    row.calls = row.calls.saturating_add(1);
 }
 
 /// Renews the turn's lease; whether it did. A run that lost it (it expired and another run
