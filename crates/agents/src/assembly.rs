@@ -115,7 +115,8 @@ pub async fn postgres_database(cfg: &Config, max_connections: u32) -> Result<Opt
 /// `retriever`, the course tutor's `get_guia` and `generate_test` (written by `model`) with
 /// `[tools.course]`, `general_query` over `tools.sql_database`, the plugins below
 /// `plugins.dirs`, and the backend's tools when `backend` is given (the client of [`backend`],
-/// shared with the store and the schema prompt).
+/// shared with the store and the schema prompt). `rag_search` also reads the documents
+/// attached to the conversation from `attachments` (the service's; none elsewhere).
 ///
 /// # Errors
 /// A database that cannot be opened, a backend tool whose schema is invalid, two tools with
@@ -126,6 +127,7 @@ pub async fn all_tools(
     retriever: Retriever,
     backend: Option<&BackendConversationStore>,
     model: Option<Arc<dyn ChatModel>>,
+    attachments: Option<Arc<KbStore>>,
 ) -> Result<ToolRegistry, AgentError> {
     let mut all = builtin::registry(&cfg.data_dir)?;
     let (tenant, default_kb) = (cfg.rag.tenant.clone(), cfg.rag.default_kb.clone());
@@ -134,6 +136,7 @@ pub async fn all_tools(
         retriever.clone(),
         tenant.clone(),
         default_kb.clone(),
+        attachments,
     ))?;
     if let Some(course) = &cfg.tools.course {
         all.register(crate::course::guia::get_guia_tool(Arc::new(guide_store(cfg).await?), tenant.clone()))?;

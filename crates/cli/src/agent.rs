@@ -156,5 +156,6 @@ pub async fn all_tools(
     let kb = crate::retrieval::kb_store(cfg);
     let retriever = crate::retrieval::retriever(cfg);
     let model = tool_model(cfg, local);
-    Ok(toolgraph_agents::assembly::all_tools(cfg, kb, retriever, backend.as_ref(), model).await?)
+    // No conversations here, so no attachments.
+    Ok(toolgraph_agents::assembly::all_tools(cfg, kb, retriever, backend.as_ref(), model, None).await?)
 }

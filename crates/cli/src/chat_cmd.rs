@@ -56,6 +56,10 @@ pub struct ChatArgs {
     /// With --url: write every event and confirm exchange to this file as JSON lines.
     #[arg(long, value_name = "FILE", requires = "url")]
     transcript: Option<std::path::PathBuf>,
+    /// With --url: a document (md, txt, html, pdf, json) the first message attaches to the
+    /// conversation, which the agent's search then reads (repeatable).
+    #[arg(long, value_name = "FILE", requires = "url")]
+    attach: Vec<std::path::PathBuf>,
 }
 
 /// Lines of stdin, read on a thread of their own (reading stdin blocks).
@@ -205,6 +209,9 @@ async fn run_remote(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         transcript: args.transcript,
     })?;
     chat.check_ready().await?;
+    for path in &args.attach {
+        chat.attach(path).await?;
+    }
     let interactive = std::io::stdin().is_terminal();
     let mut lines = stdin_lines();
     eprintln!("toolgraph chat · {url} · end with Ctrl-D");

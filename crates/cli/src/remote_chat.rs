@@ -70,6 +70,7 @@ impl RemoteChat {
             agent: opts.agent,
             context: opts.context,
             tool_events: true,
+            attachments: Vec::new(),
         };
         Ok(Self {
             client,
@@ -133,6 +134,38 @@ impl RemoteChat {
         req
     }
 
+    /// Uploads the document at `path` (`POST /api/chatbot/uploads`); the next turn attaches it.
+    pub async fn attach(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
+        let name = path.file_name().and_then(|n| n.to_str()).context("the document's path has no file name")?;
+        let bytes = tokio::fs::read(path).await.with_context(|| format!("cannot read {}", path.display()))?;
+        let mut req = self
+            .client
+            .post(format!("{}/api/chatbot/uploads", self.base))
+            .query(&[
+                ("tenantId", self.request.tenant_id.0.to_string()),
+                ("userId", self.request.user_id.0.to_string()),
+                ("name", name.to_owned()),
+            ])
+            .header("X-Tenant-Slug", &self.request.tenant_slug)
+            .body(bytes);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await.context("the upload failed")?;
+        let status = resp.status();
+        let data: Value = resp.json().await.unwrap_or(Value::Null);
+        self.record("upload", &json!({ "status": status.as_u16(), "body": data }));
+        anyhow::ensure!(
+            status.is_success(),
+            "cannot attach {name}: the service answered {status}: {}",
+            error_text(&data)
+        );
+        let id = data["uploadId"].as_str().context("the upload's answer has no uploadId")?;
+        eprintln!("attached {name} ({} passages): the next message carries it", data["chunks"]);
+        self.request.attachments.push(id.to_owned());
+        Ok(())
+    }
+
     /// One user turn: streams the reply to stdout and tool activity to stderr, then settles
     /// any pending actions with answers read from `lines`. `Ok(false)` when the input ended
     /// while a decision was awaited.
@@ -141,6 +174,8 @@ impl RemoteChat {
         let started = std::time::Instant::now();
         message.clone_into(&mut self.request.message);
         let resp = self.post("/api/chatbot/stream", &self.request).send().await.context("the stream request failed")?;
+        // Attached by this turn, or refused with it: not sent again.
+        self.request.attachments.clear();
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();

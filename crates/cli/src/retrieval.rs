@@ -26,6 +26,21 @@ pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
     })
 }
 
+/// The documents attached to conversations (docs/service.md, "Documents in the conversation"):
+/// under `<data_dir>/attachments`, or on the Qdrant server in collections of their own
+/// (`tg_att_…`), apart from the tenants' knowledge bases.
+pub fn attachment_store(cfg: &Config) -> Arc<KbStore> {
+    let dense = DenseOptions { exact_below: cfg.rag.dense_exact_below, ..DenseOptions::default() };
+    let store = KbStore::new(cfg.data_dir.join("attachments")).with_dense_options(dense);
+    Arc::new(match qdrant(cfg) {
+        Some(mut q) => {
+            q.prefix = format!("{}att_", q.prefix);
+            store.with_qdrant(q)
+        }
+        None => store,
+    })
+}
+
 /// The Qdrant server knowledge bases live on, with `rag.backend = "qdrant"`.
 pub fn qdrant(cfg: &Config) -> Option<QdrantOptions> {
     if cfg.rag.backend != KbBackend::Qdrant {

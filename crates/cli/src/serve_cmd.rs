@@ -26,8 +26,8 @@ use toolgraph_graph::{
 use toolgraph_server::auth::{Auth, HmacVerifier, PostgresReplayStore};
 use toolgraph_server::{AllowedHosts, HttpServer};
 use toolgraph_server::{
-    AppState, BudgetPeriod, ChatService, McpEndpoint, Retention, SearchService, ServedAgent, ServiceOptions,
-    TokenBudget,
+    AppState, Attachments, BudgetPeriod, ChatService, McpEndpoint, Retention, SearchService, ServedAgent,
+    ServiceOptions, TokenBudget,
 };
 
 /// The pool to close once every run has finished.
@@ -217,6 +217,10 @@ pub async fn gc(args: GcArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         // This pass only: no timer of its own (a server's pass is not delayed by it).
         retention: retention(cfg).map(|r| Retention { background: false, ..r }),
         token_budget: token_budget(cfg),
+        attachments: (cfg.server.store != StoreKind::Backend).then(|| Attachments {
+            store: crate::retrieval::attachment_store(cfg),
+            retriever: crate::retrieval::retriever(cfg),
+        }),
         ..ServiceOptions::default()
     };
     // No agents: a pass deletes data, it runs nothing.
@@ -277,10 +281,20 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
+    // Uploads wait in the conversation store, which the backend's is not.
+    let attachments = (cfg.server.store != StoreKind::Backend).then(|| crate::retrieval::attachment_store(cfg));
     let local_model = agent::local_model(cfg).await?;
     let tool_model = agent::tool_model(cfg, local_model.as_ref());
     let shared = Arc::new(SharedParts {
-        tools: assembly::all_tools(cfg, Arc::clone(&kb), retriever.clone(), backend.as_ref(), tool_model).await?,
+        tools: assembly::all_tools(
+            cfg,
+            Arc::clone(&kb),
+            retriever.clone(),
+            backend.as_ref(),
+            tool_model,
+            attachments.clone(),
+        )
+        .await?,
         local_model,
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
         kinds: Default::default(),
@@ -370,6 +384,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             .then(|| std::time::Duration::from_millis(cfg.server.turn_lease_ms / 3)),
         token_budget: token_budget(cfg),
         retention: retention(cfg),
+        attachments: attachments.map(|store| Attachments { store, retriever: retriever.clone() }),
     };
     warm.sort_by_key(|(name, _)| *name == default_agent);
     let app = AppState::new(ChatService::new(agents, default_agent, store, Arc::clone(&checkpointer), options));

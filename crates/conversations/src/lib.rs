@@ -57,7 +57,8 @@ const SQLITE_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolg
         "1004_threads.sql",
         "1005_memory_items.sql",
         "1006_turn_usage.sql",
-        "1007_retention.sql"
+        "1007_retention.sql",
+        "1008_uploads.sql"
     ]
 );
 /// The conversation tables' migrations on PostgreSQL: conversations, leases, run events,
@@ -75,6 +76,7 @@ const POSTGRES_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = too
         "1008_memory_items.sql",
         "1009_turn_usage.sql",
         "1010_retention.sql",
+        "1011_uploads.sql",
     ]
 );
 
@@ -556,11 +558,51 @@ pub trait ConversationStore: Send + Sync + 'static {
     ) -> Result<Vec<(i64, i64)>, StoreError> {
         Err(retention::no_retention())
     }
+    /// Keeps a document `tenant`/`user` uploaded, under `id`, until a turn attaches it.
+    async fn put_upload(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _id: &str,
+        _name: &str,
+        _bytes: &[u8],
+        _now_ms: i64,
+    ) -> Result<(), StoreError> {
+        Err(no_uploads())
+    }
+    /// The uploads among `ids` that are `tenant`/`user`'s, as (id, name, bytes).
+    async fn uploads(&self, _tenant: i64, _user: i64, _ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+        Err(no_uploads())
+    }
+    /// Deletes `tenant`/`user`'s uploads among `ids` (attached, or withdrawn); how many.
+    async fn delete_uploads(&self, _tenant: i64, _user: i64, _ids: &[String]) -> Result<u64, StoreError> {
+        Err(no_uploads())
+    }
+    /// Deletes the uploads kept since before `before_ms` that no turn attached; how many.
+    async fn prune_uploads(&self, _before_ms: i64) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
     /// Deletes the LangGraph threads that never ran, unchanged since `rule`'s time, of the
     /// tenants `rule` covers (a rule of one agent covers none); how many.
     async fn delete_idle_threads(&self, _rule: &IdleRule) -> Result<u64, StoreError> {
         Err(retention::no_retention())
     }
+}
+
+/// A document uploaded to attach to a turn, as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    /// Its id, which a turn names to attach it.
+    pub id: String,
+    /// Its file name (the extension says its format).
+    pub name: String,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
+fn no_uploads() -> StoreError {
+    StoreError("this store keeps no uploads: use server.store = \"sqlite\" or \"postgres\"".into())
 }
 
 fn no_items() -> StoreError {

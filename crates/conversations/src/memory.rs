@@ -6,7 +6,7 @@ use crate::retention::IdleRule;
 use crate::usage::TurnUsage;
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, NewPending, PendingAction, PendingLookup,
-    ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms, summary_title,
+    ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, Upload, now_ms, summary_title,
 };
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -37,6 +37,8 @@ struct MemoryInner {
     last_active: HashMap<i64, i64>,
     /// Periodic task → when its last pass was claimed (ms).
     passes: HashMap<String, i64>,
+    /// `(tenant, user, created at, upload)`.
+    uploads: Vec<(i64, i64, i64, Upload)>,
 }
 
 impl MemoryConversationStore {
@@ -261,6 +263,7 @@ impl ConversationStore for MemoryConversationStore {
         g.threads.retain(|t| !(t.tenant == tenant && t.user == user));
         g.items.retain(|(t, u, _, _), _| !(*t == tenant && *u == user));
         g.usage.retain(|(t, u, _, _)| !(*t == tenant && *u == user));
+        g.uploads.retain(|(t, u, _, _)| !(*t == tenant && *u == user));
         Ok(g.remove_conversations(|_, t, u| t == tenant && u == user))
     }
 
@@ -269,6 +272,7 @@ impl ConversationStore for MemoryConversationStore {
         g.threads.retain(|t| t.tenant != tenant);
         g.items.retain(|(t, _, _, _), _| *t != tenant);
         g.usage.retain(|(t, _, _, _)| *t != tenant);
+        g.uploads.retain(|(t, _, _, _)| *t != tenant);
         Ok(g.remove_conversations(|_, t, _| t == tenant))
     }
 
@@ -519,6 +523,46 @@ impl ConversationStore for MemoryConversationStore {
         let ids: Vec<i64> = idle.iter().map(|(_, _, id)| *id).collect();
         g.remove_conversations(|id, _, _| ids.contains(&id));
         Ok(idle.into_iter().map(|(_, t, id)| (t, id)).collect())
+    }
+
+    async fn put_upload(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        name: &str,
+        bytes: &[u8],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        if g.uploads.iter().any(|(_, _, _, u)| u.id == id) {
+            return Err(StoreError(format!("upload {id} exists")));
+        }
+        g.uploads.push((tenant, user, now_ms, Upload { id: id.into(), name: name.into(), bytes: bytes.to_vec() }));
+        Ok(())
+    }
+
+    async fn uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+        let g = self.lock();
+        Ok(g.uploads
+            .iter()
+            .filter(|(t, u, _, up)| *t == tenant && *u == user && ids.contains(&up.id))
+            .map(|(_, _, _, up)| up.clone())
+            .collect())
+    }
+
+    async fn delete_uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<u64, StoreError> {
+        let mut g = self.lock();
+        let before = g.uploads.len();
+        g.uploads.retain(|(t, u, _, up)| !(*t == tenant && *u == user && ids.contains(&up.id)));
+        Ok((before - g.uploads.len()) as u64)
+    }
+
+    async fn prune_uploads(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut g = self.lock();
+        let before = g.uploads.len();
+        g.uploads.retain(|(_, _, at, _)| *at >= before_ms);
+        Ok((before - g.uploads.len()) as u64)
     }
 
     async fn delete_idle_threads(&self, rule: &IdleRule) -> Result<u64, StoreError> {

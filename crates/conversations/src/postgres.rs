@@ -6,7 +6,7 @@ use crate::retention::IdleRule;
 use crate::usage::{TurnUsage, from_db, to_db};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
-    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
+    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, Upload, now_ms,
     summary_title,
 };
 use async_trait::async_trait;
@@ -389,7 +389,7 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_user(&self, tenant: i64, user: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
-        for table in ["threads", "memory_items", "turn_usage"] {
+        for table in ["threads", "memory_items", "turn_usage", "uploads"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1 AND user_id = $2"))
                 .bind(tenant)
                 .bind(user)
@@ -409,7 +409,7 @@ impl ConversationStore for PostgresConversationStore {
 
     async fn delete_tenant(&self, tenant: i64) -> Result<Vec<i64>, StoreError> {
         let mut s = self.db.session().await?;
-        for table in ["threads", "memory_items", "turn_usage"] {
+        for table in ["threads", "memory_items", "turn_usage", "uploads"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE tenant_id = $1"))
                 .bind(tenant)
                 .persistent(self.db.persistent())
@@ -849,6 +849,73 @@ impl ConversationStore for PostgresConversationStore {
         .await?;
         s.finish().await?;
         Ok(rows)
+    }
+
+    async fn put_upload(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        name: &str,
+        bytes: &[u8],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut s = self.db.session().await?;
+        sqlx::query(
+            "INSERT INTO uploads (upload_id, tenant_id, user_id, name, bytes, created_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(id)
+        .bind(tenant)
+        .bind(user)
+        .bind(name)
+        .bind(bytes)
+        .bind(now_ms)
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    async fn uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+        let mut s = self.db.session().await?;
+        let rows: Vec<(String, String, Vec<u8>)> = sqlx::query_as(
+            "SELECT upload_id, name, bytes FROM uploads WHERE tenant_id = $1 AND user_id = $2
+               AND upload_id = ANY($3) ORDER BY created_at_ms, upload_id",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(ids)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(rows.into_iter().map(|(id, name, bytes)| Upload { id, name, bytes }).collect())
+    }
+
+    async fn delete_uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let done = sqlx::query("DELETE FROM uploads WHERE tenant_id = $1 AND user_id = $2 AND upload_id = ANY($3)")
+            .bind(tenant)
+            .bind(user)
+            .bind(ids)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?;
+        s.finish().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn prune_uploads(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        let done = sqlx::query("DELETE FROM uploads WHERE created_at_ms < $1")
+            .bind(before_ms)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?;
+        s.finish().await?;
+        Ok(done.rows_affected())
     }
 
     async fn delete_idle_threads(&self, rule: &IdleRule) -> Result<u64, StoreError> {

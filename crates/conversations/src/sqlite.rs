@@ -6,7 +6,7 @@ use crate::retention::IdleRule;
 use crate::usage::{TurnUsage, from_db, to_db};
 use crate::{
     Conversation, ConversationStore, ConversationSummary, Decided, LEGACY_CLAIM_MS, NewPending, PendingAction,
-    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, now_ms,
+    PendingLookup, ReleasedTurn, Role, StoreError, StoredMessage, THREADS_READ, Thread, TurnClaim, Upload, now_ms,
     summary_title,
 };
 use async_trait::async_trait;
@@ -368,6 +368,7 @@ impl ConversationStore for SqliteConversationStore {
             tx.execute("DELETE FROM threads WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
             tx.execute("DELETE FROM memory_items WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
             tx.execute("DELETE FROM turn_usage WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
+            tx.execute("DELETE FROM uploads WHERE tenant_id = ?1 AND user_id = ?2", params![tenant, user])?;
             let ids = delete_conversations(&tx, "tenant_id = ?1 AND user_id = ?2", &[&tenant, &user])?;
             tx.commit()?;
             Ok(ids)
@@ -381,6 +382,7 @@ impl ConversationStore for SqliteConversationStore {
             tx.execute("DELETE FROM threads WHERE tenant_id = ?1", params![tenant])?;
             tx.execute("DELETE FROM memory_items WHERE tenant_id = ?1", params![tenant])?;
             tx.execute("DELETE FROM turn_usage WHERE tenant_id = ?1", params![tenant])?;
+            tx.execute("DELETE FROM uploads WHERE tenant_id = ?1", params![tenant])?;
             let ids = delete_conversations(&tx, "tenant_id = ?1", &[&tenant])?;
             tx.commit()?;
             Ok(ids)
@@ -740,6 +742,62 @@ impl ConversationStore for SqliteConversationStore {
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )?
             .collect()
+        })
+        .await
+    }
+
+    async fn put_upload(
+        &self,
+        tenant: i64,
+        user: i64,
+        id: &str,
+        name: &str,
+        bytes: &[u8],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (id, name, bytes) = (id.to_owned(), name.to_owned(), bytes.to_vec());
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO uploads (upload_id, tenant_id, user_id, name, bytes, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![id, tenant, user, name, bytes, now_ms])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+        let ids = serde_json::Value::from(ids.to_vec()).to_string();
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT upload_id, name, bytes FROM uploads WHERE tenant_id = ?1 AND user_id = ?2
+                   AND upload_id IN (SELECT value FROM json_each(?3)) ORDER BY created_at_ms, upload_id",
+            )?
+            .query_map(params![tenant, user, ids], |r| Ok(Upload { id: r.get(0)?, name: r.get(1)?, bytes: r.get(2)? }))?
+            .collect()
+        })
+        .await
+    }
+
+    async fn delete_uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<u64, StoreError> {
+        let ids = serde_json::Value::from(ids.to_vec()).to_string();
+        self.call(move |c| {
+            let n = c
+                .prepare_cached(
+                    "DELETE FROM uploads WHERE tenant_id = ?1 AND user_id = ?2
+                       AND upload_id IN (SELECT value FROM json_each(?3))",
+                )?
+                .execute(params![tenant, user, ids])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn prune_uploads(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.call(move |c| {
+            let n = c.prepare_cached("DELETE FROM uploads WHERE created_at_ms < ?1")?.execute([before_ms])?;
+            Ok(n as u64)
         })
         .await
     }

@@ -21,6 +21,7 @@
 //! service's routes, or agent assembly.
 #![warn(missing_docs)]
 
+pub mod attached;
 pub mod embed;
 pub mod eval;
 pub mod index;
@@ -34,11 +35,12 @@ pub use index::{
     KnowledgeBase, QdrantOptions, RecordMapping, validate_name,
 };
 pub use ingest::{
-    IngestOptions, IngestProgress, IngestReport, NoProgress, PathPattern, Section, SkippedFile, SourceDocument, ingest,
+    IngestOptions, IngestProgress, IngestReport, NamedBytes, NoProgress, PathPattern, Section, SkippedFile,
+    SourceDocument, check_named, ingest, ingest_bytes,
 };
 pub use search::{
-    CitationReport, Fusion, FusionMethod, Hit, ListRank, Ranking, Retriever, SearchFailure, SearchMode, SearchQuery,
-    SearchRequest, check_citations, cite, fuse, fuse_many, search_json,
+    CitationReport, DEFAULT_TOP_K, Fusion, FusionMethod, Hit, ListRank, Ranking, Retriever, SearchFailure, SearchMode,
+    SearchQuery, SearchRequest, check_citations, cite, fuse, fuse_many, search_json,
 };
 pub use toolgraph_embed::cache_root;
 

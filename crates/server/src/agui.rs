@@ -81,6 +81,7 @@ pub(crate) async fn run(
         conversation: input.thread_id.parse().ok(),
         agent: Some(agent.clone()),
         tool_events: true,
+        attachments: Vec::new(),
         ..NewTurn::default()
     };
     if !input.resume.is_empty() {

@@ -120,6 +120,12 @@ pub enum ChatError {
         /// Seconds until the next period starts.
         retry_after: u64,
     },
+    /// A request body larger than the route accepts.
+    #[error("{0}")]
+    TooLarge(String),
+    /// A document of a type the service does not read.
+    #[error("{0}")]
+    UnsupportedType(String),
     /// What this service's configuration does not provide (its store keeps no such data).
     #[error("{0}")]
     Unsupported(String),
@@ -163,6 +169,8 @@ impl From<ChatError> for ApiError {
                 answer
             }
             ChatError::Unsupported(message) => Self::new(StatusCode::NOT_IMPLEMENTED, message),
+            ChatError::TooLarge(message) => Self::new(StatusCode::PAYLOAD_TOO_LARGE, message),
+            ChatError::UnsupportedType(message) => Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, message),
             ChatError::RunFailed(message) => Self::new(StatusCode::BAD_GATEWAY, message),
             // The store is down or refused: the request may succeed later, so 503 + `Retry-After`.
             ChatError::Store(e) => {

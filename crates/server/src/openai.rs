@@ -196,6 +196,7 @@ fn turn_request(
         agent: Some(request.model.clone()),
         context: None,
         tool_events: false,
+        attachments: Vec::new(),
     };
     Ok((who.principal, turn))
 }

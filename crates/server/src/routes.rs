@@ -10,7 +10,7 @@ use crate::service::{CheckpointView, Confirmed, NewTurn};
 use crate::wire::{
     AgentEntry, AgentList, AnswerRequest, Checkpoint, CheckpointList, ConfirmRequest, ConversationList,
     ConversationUsage, Deleted, ForkRequest, ForkResponse, ForkedFrom, ListQuery, StreamRequest, TenantQuery,
-    TenantUsage,
+    TenantUsage, UploadQuery,
 };
 use axum::Router;
 use axum::body::Bytes;
@@ -57,6 +57,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/usage", get(conversation_usage))
+        .route("/api/chatbot/uploads", post(upload))
         .route("/api/chatbot/tenants/{tenant_id}/usage", get(tenant_usage))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
         .route("/api/chatbot/agents", get(agents))
@@ -157,7 +158,13 @@ async fn authenticate(State(app): State<AppState>, req: Request, next: Next) -> 
     let whole = door
         && !path.starts_with("/store/")
         && (!path.starts_with("/threads") || path.split('/').nth(3) == Some("runs"));
-    let max = if whole { crate::extract::MAX_CONVERSATION_BODY } else { crate::extract::MAX_BODY };
+    let max = if whole {
+        crate::extract::MAX_CONVERSATION_BODY
+    } else if path == "/api/chatbot/uploads" {
+        crate::service::MAX_UPLOAD_BYTES
+    } else {
+        crate::extract::MAX_BODY
+    };
     match authenticated(app.chat().auth(), req, max).await {
         Ok(req) => next.run(req).await,
         Err(e) => refused(e),
@@ -405,6 +412,22 @@ async fn checkpoints(
     Ok(axum::Json(CheckpointList { conversation_id: id, checkpoints }).into_response())
 }
 
+/// Keeps a document the asking person may attach to a turn: the body is the document, `name`
+/// its file name. 201 with the upload's id.
+async fn upload(
+    State(app): State<AppState>,
+    QueryAsker(who): QueryAsker,
+    QueryOf(q): QueryOf<UploadQuery>,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    // The authentication layer already read it, at most this long.
+    let bytes = axum::body::to_bytes(body, crate::service::MAX_UPLOAD_BYTES)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the document is too large"))?;
+    let receipt = app.chat().upload(&who, &q.name, bytes.to_vec()).await?;
+    Ok((StatusCode::CREATED, axum::Json(receipt)).into_response())
+}
+
 /// What the conversation's turns used, per turn and model, and in all.
 async fn conversation_usage(
     State(app): State<AppState>,
@@ -451,6 +474,7 @@ fn turn_of(r: StreamRequest) -> NewTurn {
         agent: r.agent,
         context: r.context,
         tool_events: r.tool_events,
+        attachments: r.attachments,
     }
 }
 

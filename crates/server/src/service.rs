@@ -13,11 +13,13 @@ use crate::runlog::{RunLog, RunLogs};
 use crate::shared_runs::SharedRuns;
 use turn::Turn;
 
+mod attachments;
 mod items;
 mod retention;
 mod turn;
 mod usage;
 use crate::wire::{ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto};
+pub use attachments::{Attachments, MAX_ATTACHED_PER_TURN, MAX_UPLOAD_BYTES, UploadReceipt};
 use futures::StreamExt;
 pub use retention::{Pruned, Retention};
 use serde_json::{Map, Value};
@@ -51,6 +53,9 @@ pub struct NewTurn {
     pub context: Option<Map<String, Value>>,
     /// Whether the run's stream carries its tool calls and results too.
     pub tool_events: bool,
+    /// The person's uploads this turn attaches to the conversation (docs/service.md,
+    /// "Documents in the conversation").
+    pub attachments: Vec<String>,
 }
 
 impl NewTurn {
@@ -113,6 +118,8 @@ pub struct ServiceOptions {
     /// How long data is kept, pruned every [`Retention::every`] by one replica
     /// ([`ChatService::prune`]). Default: none, everything is kept.
     pub retention: Option<Retention>,
+    /// Where documents attached to conversations are kept. Default: none (uploads are refused).
+    pub attachments: Option<Attachments>,
 }
 
 impl Default for ServiceOptions {
@@ -126,6 +133,7 @@ impl Default for ServiceOptions {
             takeover_every: None,
             token_budget: None,
             retention: None,
+            attachments: None,
         }
     }
 }
@@ -497,7 +505,9 @@ impl ChatService {
             });
         }
         let is_new = existing.is_none();
-        // Admitted before anything is written: a refused turn leaves no empty conversation.
+        // Found before anything is written, like the admission: a refused turn leaves no empty
+        // conversation.
+        let uploads = self.uploads_to_attach(who, &req.attachments).await?;
         self.check_budget(tenant).await?;
         let permit = self.admit(tenant)?;
         let conversation = match existing {
@@ -511,6 +521,10 @@ impl ChatService {
                 return Err(ChatError::NotFound);
             }
             return Err(ChatError::Busy);
+        }
+        if let Err(e) = self.attach(who, conversation, uploads).await {
+            self.release(conversation, &claim.run_id).await;
+            return Err(e);
         }
         let run_id = claim.run_id.clone();
         let cancel = self.0.shutdown.child_token();
@@ -1218,6 +1232,7 @@ impl ChatService {
             return Err(ChatError::NotFound);
         }
         self.delete_checkpoints(tenant, &[id.0]).await?;
+        self.delete_attachments(tenant, vec![id.0]).await?;
         self.delete_runs(RunScope::Conversation { tenant, conversation: id.0 }).await
     }
 
@@ -1230,6 +1245,7 @@ impl ChatService {
         let (tenant, user) = who.ids();
         let ids = self.0.store.delete_user(tenant, user).await?;
         self.delete_checkpoints(tenant, &ids).await?;
+        self.delete_attachments(tenant, ids.clone()).await?;
         self.delete_runs(RunScope::User { tenant, user }).await?;
         Ok(ids.len())
     }
@@ -1243,6 +1259,7 @@ impl ChatService {
         let ids = self.0.store.delete_tenant(tenant).await?;
         // A conversation's thread is namespaced by its tenant (ConversationThread).
         self.0.checkpointer.delete_namespace(&tenant.to_string()).await.map_err(internal)?;
+        self.delete_tenant_attachments(tenant).await?;
         self.delete_runs(RunScope::Tenant(tenant)).await?;
         Ok(ids.len())
     }

@@ -59,6 +59,17 @@ pub struct StreamRequest {
     /// client of the original contract sees exactly its four event types).
     #[serde(default)]
     pub tool_events: bool,
+    /// Extension: the ids of the person's uploads (`POST /api/chatbot/uploads`) this turn
+    /// attaches to the conversation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<String>,
+}
+
+/// `?tenantId=&userId=&name=` of `POST /api/chatbot/uploads`.
+#[derive(Debug, Deserialize)]
+pub struct UploadQuery {
+    /// The document's file name; its extension says its type.
+    pub name: String,
 }
 
 /// `POST /api/chatbot/confirm`.

@@ -41,6 +41,7 @@ async fn start(auth: Auth, ready: bool, mcp: bool) -> Service {
             Default::default(),
             "nobody".into(),
             "cursos".into(),
+            None,
         ))
         .unwrap();
     let export =

@@ -66,6 +66,7 @@ async fn start(options: ServiceOptions, ready: bool, script: Vec<Reply>) -> Serv
             Default::default(),
             "nobody".into(),
             "cursos".into(),
+            None,
         ))
         .unwrap();
     let store = Arc::new(MemoryConversationStore::new());

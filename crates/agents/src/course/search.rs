@@ -137,7 +137,15 @@ pub struct RagSearchArgs {
 /// The `rag_search` read tool over knowledge base `kb` — or the agent's own (`kb` in the tool
 /// context, [`AgentSpec::tool_context`](crate::kit::AgentSpec::tool_context)). The tenant is the
 /// conversation's (`tenant` in the tool context, which the service sets), else `default_tenant`.
-pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant: String, kb: String) -> Arc<dyn Tool> {
+/// With `attachments`, the documents attached to the conversation (`tenantId` and
+/// `conversationId` in the tool context) are searched too, and their passages come first.
+pub fn rag_search_tool(
+    store: Arc<KbStore>,
+    retriever: Retriever,
+    default_tenant: String,
+    kb: String,
+    attachments: Option<Arc<KbStore>>,
+) -> Arc<dyn Tool> {
     ToolBuilder::<RagSearchArgs>::new(
         "rag_search",
         "Search the documents (course guides, lecture notes, laws and regulations) for passages that answer a \
@@ -150,6 +158,9 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
         let retriever = retriever.clone();
         let tenant = ctx.get_str("tenant").unwrap_or(&default_tenant).to_owned();
         let kb = ctx.get_str("kb").unwrap_or(&kb).to_owned();
+        let attached = attachments
+            .clone()
+            .zip(ctx.get("tenantId").and_then(Value::as_i64).zip(ctx.get("conversationId").and_then(Value::as_i64)));
         async move {
             let request = CourseSearch {
                 query: args.query,
@@ -159,9 +170,17 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
                 ..CourseSearch::default()
             };
             // Index reads touch the disk and the query is embedded on the CPU: off the async workers.
-            let result = tokio::task::spawn_blocking(move || request.run(&store, &retriever, &tenant, &kb))
-                .await
-                .map_err(|e| ToolError::internal(format!("search task failed: {e}")))?;
+            let result = tokio::task::spawn_blocking(move || {
+                let own = request.run(&store, &retriever, &tenant, &kb);
+                match attached {
+                    Some((attachments, (tenant_id, conversation))) => {
+                        with_attached(own, &request, &attachments, &retriever, tenant_id, conversation)
+                    }
+                    None => own,
+                }
+            })
+            .await
+            .map_err(|e| ToolError::internal(format!("search task failed: {e}")))?;
             result.map(for_the_model).map_err(|(kind, message)| match kind {
                 SearchFailure::Invalid => ToolError::invalid_arguments(message),
                 SearchFailure::NotFound => ToolError::not_found(message),
@@ -171,6 +190,56 @@ pub fn rag_search_tool(store: Arc<KbStore>, retriever: Retriever, default_tenant
     })
     // The builder's only failure is a schema or name error, fixed at compile time here.
     .expect("rag_search's schema is valid")
+}
+
+/// `own` (the agent's knowledge base's results) with the passages of the documents attached to
+/// the conversation, searched with the same words but none of the subject's filters (an
+/// attachment has no subject): the two lists alternate, the attachments' first — their scores
+/// are not comparable — up to the request's `top_k`. A conversation without attachments, or a
+/// failed search of them, leaves `own` as it was; a missing knowledge base of the agent's
+/// leaves the attachments alone.
+fn with_attached(
+    own: Result<Value, (SearchFailure, String)>,
+    request: &CourseSearch,
+    attachments: &KbStore,
+    retriever: &Retriever,
+    tenant_id: i64,
+    conversation: i64,
+) -> Result<Value, (SearchFailure, String)> {
+    if matches!(own, Err((SearchFailure::Invalid, _))) {
+        return own;
+    }
+    let plain = CourseSearch { query: request.query.clone(), top_k: request.top_k, ..CourseSearch::default() };
+    let (tenant, kb) = (toolgraph_rag::attached::tenant_of(tenant_id), toolgraph_rag::attached::kb_of(conversation));
+    let theirs = match plain.run(attachments, retriever, &tenant, &kb) {
+        Ok(found) => found,
+        Err((SearchFailure::NotFound, _)) => return own,
+        Err((kind, message)) => {
+            tracing::warn!(%message, "the conversation's attached documents cannot be searched");
+            return own.map_err(|_| (kind, message));
+        }
+    };
+    let mut own = match own {
+        Ok(found) => found,
+        Err((SearchFailure::NotFound, _)) => return Ok(theirs),
+        Err(e) => return Err(e),
+    };
+    let list = |v: &Value| v.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+    let (mut a, mut b) = (list(&theirs).into_iter(), list(&own).into_iter());
+    let limit = request.top_k.unwrap_or(toolgraph_rag::DEFAULT_TOP_K);
+    let mut merged = Vec::with_capacity(limit);
+    while merged.len() < limit {
+        let (x, y) = (a.next(), b.next());
+        if x.is_none() && y.is_none() {
+            break;
+        }
+        merged.extend(x);
+        merged.extend(y);
+    }
+    merged.truncate(limit);
+    own["total_results"] = Value::from(merged.len());
+    own["results"] = Value::Array(merged);
+    Ok(own)
 }
 
 /// A search's result as the `rag_search` tool returns it: the contract's `{content, metadata,

@@ -178,21 +178,10 @@ pub fn ingest(
     progress: &dyn IngestProgress,
 ) -> Result<IngestReport, RagError> {
     let started = Instant::now();
-    validate_name("tenant", tenant)?;
-    validate_name("knowledge base", kb)?;
-    let mut report = IngestReport { tenant: tenant.to_owned(), kb: kb.to_owned(), ..IngestReport::default() };
+    let (mut report, existing, mapping, chunking) = prepare(store, tenant, kb, options)?;
     let mut files = Vec::new();
     walk::collect_files(paths, &mut files, &mut report.skipped);
     report.files = files.len() + report.skipped.len();
-
-    let existing = match store.open(tenant, kb) {
-        Ok(kb) => Some(kb),
-        Err(RagError::UnknownKb { .. }) => None,
-        Err(e) => return Err(e),
-    };
-    let mapping =
-        options.mapping.clone().or_else(|| existing.as_ref().map(|k| k.manifest().mapping.clone())).unwrap_or_default();
-    let chunking = existing.as_ref().map(|k| k.manifest().chunking).or(options.chunking).unwrap_or_default();
 
     // Parse everything first: a new knowledge base's analyzer is detected from the text.
     progress.start(files.len());
@@ -205,7 +194,114 @@ pub fn ingest(
             Err(reason) => report.skipped.push(SkippedFile { path: item.path.display().to_string(), reason }),
         }
     }
+    write_parsed(store, existing, parsed, mapping, chunking, options, progress, report, started)
+}
 
+/// A document held in memory, to ingest as if it were a file of that name.
+#[derive(Debug, Clone)]
+pub struct NamedBytes {
+    /// Its name: the extension says its format, and it is the document's title and id.
+    pub name: String,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
+/// Ingests documents held in memory (an upload) into `tenant`'s knowledge base `kb`, creating
+/// it if needed; a document of the same name replaces the one before. A JSON document that is
+/// not records of the knowledge base's mapping is read as text.
+///
+/// # Errors
+/// As [`ingest`]. Documents that cannot be parsed are reported in [`IngestReport::skipped`].
+pub fn ingest_bytes(
+    store: &KbStore,
+    tenant: &str,
+    kb: &str,
+    documents: &[NamedBytes],
+    options: &IngestOptions,
+) -> Result<IngestReport, RagError> {
+    let started = Instant::now();
+    let (mut report, existing, mapping, chunking) = prepare(store, tenant, kb, options)?;
+    report.files = documents.len();
+    let mut parsed = Vec::new();
+    for d in documents {
+        match parse_named(d, options, &mapping, chunking) {
+            Ok(p) => parsed.push(p),
+            Err(reason) => report.skipped.push(SkippedFile { path: d.name.clone(), reason }),
+        }
+    }
+    write_parsed(store, existing, parsed, mapping, chunking, options, &NoProgress, report, started)
+}
+
+/// An ingest's report, the knowledge base if it exists, its record mapping and chunk sizes.
+type Prepared = (IngestReport, Option<Arc<crate::index::KnowledgeBase>>, RecordMapping, ChunkingOptions);
+
+/// What an ingest into `tenant`'s `kb` starts from: its report, the knowledge base if it
+/// exists, and the record mapping and chunk sizes it keeps (else the options').
+fn prepare(store: &KbStore, tenant: &str, kb: &str, options: &IngestOptions) -> Result<Prepared, RagError> {
+    validate_name("tenant", tenant)?;
+    validate_name("knowledge base", kb)?;
+    let report = IngestReport { tenant: tenant.to_owned(), kb: kb.to_owned(), ..IngestReport::default() };
+    let existing = match store.open(tenant, kb) {
+        Ok(kb) => Some(kb),
+        Err(RagError::UnknownKb { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let mapping =
+        options.mapping.clone().or_else(|| existing.as_ref().map(|k| k.manifest().mapping.clone())).unwrap_or_default();
+    let chunking = existing.as_ref().map(|k| k.manifest().chunking).or(options.chunking).unwrap_or_default();
+    Ok((report, existing, mapping, chunking))
+}
+
+/// Parses one in-memory document as [`ingest_bytes`] does.
+///
+/// # Errors
+/// A readable reason it cannot be used: its type, its size, or what its parser said.
+pub fn check_named(document: &NamedBytes) -> Result<usize, String> {
+    let mapping = RecordMapping::default();
+    parse_named(document, &IngestOptions::default(), &mapping, ChunkingOptions::default()).map(|p| p.chunks.len())
+}
+
+fn parse_named(
+    d: &NamedBytes,
+    options: &IngestOptions,
+    mapping: &RecordMapping,
+    chunking: ChunkingOptions,
+) -> Result<ParsedFile, String> {
+    let format = Format::from_path(Path::new(&d.name)).ok_or_else(|| unsupported(Path::new(&d.name)))?;
+    check_size(d.bytes.len() as u64)?;
+    let parsed = parse_bytes(format, &d.bytes, &d.name, &d.name, &d.name, options.meta.clone(), mapping, chunking);
+    match (parsed, format) {
+        // Any JSON a person attaches is worth reading, records or not.
+        (Err(_), Format::Json | Format::JsonLines) => {
+            parse_bytes(Format::Text, &d.bytes, &d.name, &d.name, &d.name, options.meta.clone(), mapping, chunking)
+        }
+        (result, _) => result,
+    }
+    .and_then(|p| {
+        if p.chunks.iter().all(|c| c.text.trim().is_empty()) {
+            Err("it holds no text to search (a scanned document needs its text recognised first)".to_owned())
+        } else {
+            Ok(p)
+        }
+    })
+}
+
+/// Writes what was parsed into the knowledge base (`existing`, else a new one), embedding the
+/// chunks of documents that changed.
+#[allow(clippy::too_many_arguments)]
+fn write_parsed(
+    store: &KbStore,
+    existing: Option<Arc<crate::index::KnowledgeBase>>,
+    parsed: Vec<ParsedFile>,
+    mapping: RecordMapping,
+    chunking: ChunkingOptions,
+    options: &IngestOptions,
+    progress: &dyn IngestProgress,
+    mut report: IngestReport,
+    started: Instant,
+) -> Result<IngestReport, RagError> {
+    let (tenant, kb) = (report.tenant.clone(), report.kb.clone());
+    let (tenant, kb) = (tenant.as_str(), kb.as_str());
     let embedder: Option<Arc<dyn Embedder>>;
     let kb_handle = match existing {
         Some(k) => {
@@ -331,17 +427,13 @@ struct ParsedFile {
 /// several times its size), so an unbounded one could exhaust the process.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
-fn read_and_parse(
-    item: &walk::FileItem,
-    options: &IngestOptions,
-    mapping: &RecordMapping,
-    chunking: ChunkingOptions,
-) -> Result<ParsedFile, String> {
-    let format = Format::from_path(&item.path).ok_or_else(|| {
-        let ext = item.path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        format!("unsupported format `.{ext}` (md, txt, html, pdf, json, jsonl)")
-    })?;
-    let size = std::fs::metadata(&item.path).map_err(|e| e.to_string())?.len();
+/// The refusal of a file whose extension names no format this crate reads.
+fn unsupported(path: &Path) -> String {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    format!("unsupported format `.{ext}` (md, txt, html, pdf, json, jsonl)")
+}
+
+fn check_size(size: u64) -> Result<(), String> {
     if size > MAX_FILE_BYTES {
         return Err(format!(
             "the file is {} MiB, more than the {} MiB a document may have; split it",
@@ -349,6 +441,17 @@ fn read_and_parse(
             MAX_FILE_BYTES >> 20
         ));
     }
+    Ok(())
+}
+
+fn read_and_parse(
+    item: &walk::FileItem,
+    options: &IngestOptions,
+    mapping: &RecordMapping,
+    chunking: ChunkingOptions,
+) -> Result<ParsedFile, String> {
+    let format = Format::from_path(&item.path).ok_or_else(|| unsupported(&item.path))?;
+    check_size(std::fs::metadata(&item.path).map_err(|e| e.to_string())?.len())?;
     let bytes = std::fs::read(&item.path).map_err(|e| e.to_string())?;
     let source = std::fs::canonicalize(&item.path).unwrap_or_else(|_| item.path.clone()).display().to_string();
     let mut meta = Map::new();
@@ -358,15 +461,30 @@ fn read_and_parse(
         }
     }
     meta.extend(options.meta.clone());
+    let title = item.path.file_name().and_then(|n| n.to_str()).unwrap_or(&item.id).to_owned();
+    parse_bytes(format, &bytes, &source, &item.id, &title, meta, mapping, chunking)
+}
+
+/// Parses and chunks one document's bytes; `source` is what a later ingest replaces it by.
+#[allow(clippy::too_many_arguments)]
+fn parse_bytes(
+    format: Format,
+    bytes: &[u8],
+    source: &str,
+    id: &str,
+    title: &str,
+    meta: Map<String, Value>,
+    mapping: &RecordMapping,
+    chunking: ChunkingOptions,
+) -> Result<ParsedFile, String> {
     let mut hasher = Sha256::new();
-    hasher.update(&bytes);
+    hasher.update(bytes);
     hasher.update(serde_json::to_vec(mapping).unwrap_or_default());
     hasher.update(serde_json::to_vec(&chunking).unwrap_or_default());
     hasher.update(serde_json::to_vec(&meta).unwrap_or_default());
     let hash = hex::encode(hasher.finalize());
 
-    let title = item.path.file_name().and_then(|n| n.to_str()).unwrap_or(&item.id).to_owned();
-    let mut docs = parse(format, &bytes, &item.id, &title, mapping)?;
+    let mut docs = parse(format, bytes, id, title, mapping)?;
     let records = matches!(format, Format::Json | Format::JsonLines);
     let mut chunks = Vec::new();
     for doc in &mut docs {
@@ -377,7 +495,7 @@ fn read_and_parse(
         }
         chunks.extend(chunk_document(doc, chunking, !records));
     }
-    Ok(ParsedFile { source, hash, documents: docs.len(), chunks })
+    Ok(ParsedFile { source: source.to_owned(), hash, documents: docs.len(), chunks })
 }
 
 #[cfg(test)]
@@ -393,6 +511,33 @@ mod tests {
         let p = PathPattern::parse("*/{tema}").unwrap();
         assert_eq!(p.captures("apuntes/docker.md").unwrap()["tema"], "docker");
         assert!(PathPattern::parse("").is_err());
+    }
+
+    #[test]
+    fn documents_in_memory_are_ingested_replaced_by_name_and_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KbStore::new(dir.path().to_path_buf());
+        let doc = |name: &str, text: &str| NamedBytes { name: name.into(), bytes: text.as_bytes().to_vec() };
+        let first = [
+            doc("plan.md", "# Plan\n\nThe launch review is on 3 March in room B12."),
+            doc("data.json", r#"{"budget": 12500, "owner": "Marta"}"#),
+            doc("virus.exe", "MZ"),
+            doc("empty.txt", "   "),
+        ];
+        let report = ingest_bytes(&store, "t7", "c10", &first, &IngestOptions::default()).unwrap();
+        assert_eq!((report.indexed, report.skipped.len()), (2, 2), "{report:?}");
+        assert!(report.skipped[0].reason.contains("unsupported format `.exe`"), "{report:?}");
+        assert!(report.skipped[1].reason.contains("no text"), "{report:?}");
+        let kb = store.open("t7", "c10").unwrap();
+        let chunks = kb.chunk_count();
+        // The same name again replaces its chunks; the same bytes change nothing.
+        let again = ingest_bytes(&store, "t7", "c10", &first[..1], &IngestOptions::default()).unwrap();
+        assert_eq!(again.unchanged, 1);
+        let changed = [doc("plan.md", "# Plan\n\nThe launch review moved to 5 March.")];
+        ingest_bytes(&store, "t7", "c10", &changed, &IngestOptions::default()).unwrap();
+        assert_eq!(store.open("t7", "c10").unwrap().chunk_count(), chunks);
+        assert_eq!(check_named(&doc("a.pdf", "not a pdf")).map_err(|e| e.is_empty()), Err(false));
+        assert_eq!(check_named(&doc("notes.txt", "one two three")), Ok(1));
     }
 
     #[test]

@@ -14,7 +14,9 @@ pub use citation::{CitationReport, check_citations, cite};
 // Declared with the index it selects on (the Qdrant collection translates it too).
 pub use crate::index::Filter;
 pub use fusion::{Fusion, FusionMethod, ListRank, SearchMode, fuse, fuse_many};
-pub use request::{MAX_QUERY_CHARS, MAX_TOP_K, SearchFailure, SearchQuery, hit_json, results_json, search_json};
+pub use request::{
+    DEFAULT_TOP_K, MAX_QUERY_CHARS, MAX_TOP_K, SearchFailure, SearchQuery, hit_json, results_json, search_json,
+};
 pub use retriever::Retriever;
 
 use crate::RagError;

@@ -31,6 +31,9 @@ pub struct SearchQuery<'a> {
     pub mode: Option<SearchMode>,
 }
 
+/// How many results a search returns when it does not say.
+pub const DEFAULT_TOP_K: usize = 5;
+
 /// Why a search returned nothing: the request was at fault, the knowledge base does not exist,
 /// or the index failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +61,7 @@ impl SearchQuery<'_> {
         if query.chars().count() > MAX_QUERY_CHARS {
             return Err((SearchFailure::Invalid, format!("query is longer than {MAX_QUERY_CHARS} characters")));
         }
-        let top_k = self.top_k.unwrap_or(5);
+        let top_k = self.top_k.unwrap_or(DEFAULT_TOP_K);
         if !(1..=MAX_TOP_K).contains(&top_k) {
             return Err((SearchFailure::Invalid, format!("top_k must be between 1 and {MAX_TOP_K}")));
         }

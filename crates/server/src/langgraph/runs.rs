@@ -722,6 +722,7 @@ async fn start(
         agent: Some(assistant.to_owned()),
         context: None,
         tool_events: true,
+        attachments: Vec::new(),
     };
     turn.validate()?;
     let (run_id, log) = start_when_free(app, &who.principal, &turn, strategy).await?;

@@ -129,7 +129,8 @@ impl ChatService {
                     // so the rest of the batch goes on and the leftover is logged.
                     let checkpoints = self.delete_checkpoints(tenant, &[conversation]).await;
                     let frames = self.delete_runs(RunScope::Conversation { tenant, conversation }).await;
-                    if let Some(e) = checkpoints.err().or(frames.err()) {
+                    let attached = self.delete_attachments(tenant, vec![conversation]).await;
+                    if let Some(e) = checkpoints.err().or(frames.err()).or(attached.err()) {
                         tracing::error!(tenant, conversation, error = %e, "a pruned conversation's checkpoints or run frames are left behind");
                         pruned.leftovers += 1;
                     }
@@ -156,6 +157,9 @@ impl ChatService {
             }
         }
         pruned.memory_items = store.prune_items(now_ms).await?;
+        if self.0.options.attachments.is_some() {
+            store.prune_uploads(now_ms - super::attachments::UPLOAD_KEPT_MS).await?;
+        }
         Ok(pruned)
     }
 

@@ -1,0 +1,210 @@
+//! Documents in the conversation (docs/service.md, "Documents in the conversation"): a person
+//! uploads a document, the store keeps it until a turn names it (any replica may run that
+//! turn), and the turn ingests it into its conversation's own knowledge base, which the
+//! agent's `rag_search` reads beside the agent's. The knowledge base goes with the
+//! conversation — deleted by its person, with them or their tenant, or by retention.
+
+use super::ChatService;
+use crate::auth::Principal;
+use crate::error::ChatError;
+use serde::Serialize;
+use std::sync::Arc;
+use toolgraph_conversations::Upload;
+use toolgraph_rag::{IngestOptions, KbStore, NamedBytes, Retriever, attached};
+
+/// Where attached documents are kept and how they are embedded.
+#[derive(Clone)]
+pub struct Attachments {
+    /// Their own store, apart from the tenants' knowledge bases (nobody lists or searches it
+    /// but the conversation's `rag_search`).
+    pub store: Arc<KbStore>,
+    /// The embedding model of the agents' searches, so the attachments are searched as the
+    /// agent's own documents are.
+    pub retriever: Retriever,
+}
+
+/// The largest document a person may upload.
+pub const MAX_UPLOAD_BYTES: usize = 8 << 20;
+/// Most documents one turn attaches.
+pub const MAX_ATTACHED_PER_TURN: usize = 8;
+/// An upload no turn attached is deleted after a day.
+pub const UPLOAD_KEPT_MS: i64 = 86_400_000;
+/// The file types an upload may be, by extension.
+const TYPES: [&str; 10] = ["md", "markdown", "txt", "text", "html", "htm", "pdf", "json", "jsonl", "ndjson"];
+
+/// What an upload kept.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UploadReceipt {
+    /// What a turn names to attach it.
+    pub upload_id: String,
+    /// Its file name.
+    pub name: String,
+    /// Its size.
+    pub bytes: usize,
+    /// The passages it was cut into.
+    pub chunks: usize,
+}
+
+impl ChatService {
+    fn attachments(&self) -> Result<&Attachments, ChatError> {
+        self.0.options.attachments.as_ref().ok_or_else(|| {
+            ChatError::Unsupported("this service keeps no attached documents (its store is the backend's)".into())
+        })
+    }
+
+    /// Keeps document `name` for `who` to attach to a turn, once it is a type the service
+    /// reads, no larger than [`MAX_UPLOAD_BYTES`], and readable.
+    ///
+    /// # Errors
+    /// `Invalid` for a bad name or a document that cannot be read, `TooLarge`,
+    /// `UnsupportedType`; `Store`.
+    pub async fn upload(&self, who: &Principal, name: &str, bytes: Vec<u8>) -> Result<UploadReceipt, ChatError> {
+        self.attachments()?;
+        let name = name.trim();
+        if name.is_empty()
+            || name.chars().count() > 200
+            || name.starts_with('.')
+            || name.chars().any(|c| c.is_control() || matches!(c, '/' | '\\'))
+        {
+            return Err(ChatError::Invalid {
+                field: "name".into(),
+                message: "a file name of 1 to 200 characters, without a path, is required".into(),
+            });
+        }
+        let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+        if !TYPES.contains(&ext.as_str()) {
+            return Err(ChatError::UnsupportedType(format!(
+                "cannot attach `{name}`: documents may be md, txt, html, pdf or json"
+            )));
+        }
+        if bytes.len() > MAX_UPLOAD_BYTES {
+            return Err(ChatError::TooLarge(format!(
+                "`{name}` is {} bytes; a document may have at most {MAX_UPLOAD_BYTES}",
+                bytes.len()
+            )));
+        }
+        let document = NamedBytes { name: name.to_owned(), bytes };
+        // Parsing a PDF is CPU work: off the async workers.
+        let (document, checked) = tokio::task::spawn_blocking(move || {
+            let checked = toolgraph_rag::check_named(&document);
+            (document, checked)
+        })
+        .await
+        .map_err(|e| ChatError::Internal(format!("the upload's check stopped: {e}")))?;
+        let chunks = checked.map_err(|reason| ChatError::Invalid {
+            field: "file".into(),
+            message: format!("cannot read `{name}`: {reason}"),
+        })?;
+        let (tenant, user) = who.ids();
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = toolgraph_conversations::now_ms();
+        self.0.store.put_upload(tenant, user, &id, &document.name, &document.bytes, now).await?;
+        if let Err(e) = self.0.store.prune_uploads(now - UPLOAD_KEPT_MS).await {
+            tracing::warn!(error = %e, "cannot delete the uploads no turn attached");
+        }
+        Ok(UploadReceipt { upload_id: id, name: document.name, bytes: document.bytes.len(), chunks })
+    }
+
+    /// `who`'s uploads `ids`, every one of them, or the refusal that names the first missing.
+    ///
+    /// # Errors
+    /// `Invalid` (`attachments`) for too many, or one that is not `who`'s upload (another's,
+    /// already attached, or a day old); `Store`.
+    pub(super) async fn uploads_to_attach(&self, who: &Principal, ids: &[String]) -> Result<Vec<Upload>, ChatError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.attachments()?;
+        if ids.len() > MAX_ATTACHED_PER_TURN {
+            return Err(ChatError::Invalid {
+                field: "attachments".into(),
+                message: format!("a turn may attach at most {MAX_ATTACHED_PER_TURN} documents"),
+            });
+        }
+        let (tenant, user) = who.ids();
+        let found = self.0.store.uploads(tenant, user, ids).await?;
+        if let Some(missing) = ids.iter().find(|id| !found.iter().any(|u| &u.id == *id)) {
+            return Err(ChatError::Invalid {
+                field: "attachments".into(),
+                message: format!(
+                    "no upload `{missing}` of yours to attach (an upload is attached once, and kept a day)"
+                ),
+            });
+        }
+        Ok(found)
+    }
+
+    /// Ingests `uploads` into `who`'s conversation's attachments, then deletes the uploads.
+    ///
+    /// # Errors
+    /// `Internal` when they cannot be ingested (the uploads stay, so the same turn may be
+    /// asked again); `Store`.
+    pub(super) async fn attach(
+        &self,
+        who: &Principal,
+        conversation: i64,
+        uploads: Vec<Upload>,
+    ) -> Result<(), ChatError> {
+        if uploads.is_empty() {
+            return Ok(());
+        }
+        let a = self.attachments()?.clone();
+        let ids: Vec<String> = uploads.iter().map(|u| u.id.clone()).collect();
+        let (tenant, kb) = (attached::tenant_of(who.ids().0), attached::kb_of(conversation));
+        let documents: Vec<NamedBytes> =
+            uploads.into_iter().map(|u| NamedBytes { name: u.name, bytes: u.bytes }).collect();
+        // Embedding and writing the index block: off the async workers.
+        let report = tokio::task::spawn_blocking(move || {
+            let options = IngestOptions { embedder: a.retriever.embedder()?, ..IngestOptions::default() };
+            toolgraph_rag::ingest_bytes(&a.store, &tenant, &kb, &documents, &options)
+        })
+        .await
+        .map_err(|e| ChatError::Internal(format!("attaching stopped: {e}")))?
+        .map_err(|e| ChatError::Internal(format!("cannot attach the documents: {e}")))?;
+        if let Some(skipped) = report.skipped.first() {
+            return Err(ChatError::Invalid {
+                field: "attachments".into(),
+                message: format!("cannot read `{}`: {}", skipped.path, skipped.reason),
+            });
+        }
+        let (tenant, user) = who.ids();
+        self.0.store.delete_uploads(tenant, user, &ids).await?;
+        Ok(())
+    }
+
+    /// Deletes the attachments of `tenant`'s `conversations`.
+    ///
+    /// # Errors
+    /// `Internal` when a knowledge base cannot be deleted.
+    pub(super) async fn delete_attachments(&self, tenant: i64, conversations: Vec<i64>) -> Result<(), ChatError> {
+        let Some(a) = self.0.options.attachments.clone() else { return Ok(()) };
+        tokio::task::spawn_blocking(move || {
+            let tenant = attached::tenant_of(tenant);
+            for c in conversations {
+                a.store.delete(&tenant, &attached::kb_of(c)).map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(())
+        })
+        .await
+        .map_err(|e| ChatError::Internal(e.to_string()))?
+        .map_err(|e| ChatError::Internal(format!("cannot delete attached documents: {e}")))
+    }
+
+    /// Deletes the attachments of every conversation of `tenant`.
+    ///
+    /// # Errors
+    /// As [`delete_attachments`](Self::delete_attachments).
+    pub(super) async fn delete_tenant_attachments(&self, tenant: i64) -> Result<(), ChatError> {
+        let Some(a) = self.0.options.attachments.clone() else { return Ok(()) };
+        let kbs = {
+            let (a, t) = (a.clone(), attached::tenant_of(tenant));
+            tokio::task::spawn_blocking(move || a.store.list(&t))
+                .await
+                .map_err(|e| ChatError::Internal(e.to_string()))?
+                .map_err(|e| ChatError::Internal(format!("cannot list attached documents: {e}")))?
+        };
+        let conversations: Vec<i64> = kbs.iter().filter_map(|k| k.strip_prefix('c')?.parse().ok()).collect();
+        self.delete_attachments(tenant, conversations).await
+    }
+}
