@@ -174,12 +174,18 @@ impl RemoteChat {
         let started = std::time::Instant::now();
         message.clone_into(&mut self.request.message);
         let resp = self.post("/api/chatbot/stream", &self.request).send().await.context("the stream request failed")?;
-        // Attached by this turn, or refused with it: not sent again.
-        self.request.attachments.clear();
         let status = resp.status();
+        if status.is_success() {
+            // Attached by this turn: not sent again.
+            self.request.attachments.clear();
+        }
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();
             let data = serde_json::from_str::<Value>(&text).unwrap_or_else(|_| json!({ "error": text }));
+            if data["field"] == "attachments" {
+                // Refused for them: the next message goes without.
+                self.request.attachments.clear();
+            }
             self.record("http_error", &json!({ "status": status.as_u16(), "body": data }));
             eprintln!("error: the service answered {status}: {}", error_text(&data));
             return Ok(true);

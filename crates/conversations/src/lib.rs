@@ -570,8 +570,14 @@ pub trait ConversationStore: Send + Sync + 'static {
     ) -> Result<(), StoreError> {
         Err(no_uploads())
     }
-    /// The uploads among `ids` that are `tenant`/`user`'s, as (id, name, bytes).
-    async fn uploads(&self, _tenant: i64, _user: i64, _ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+    /// The uploads among `ids` that are `tenant`/`user`'s, kept since `since_ms` or later.
+    async fn uploads(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _ids: &[String],
+        _since_ms: i64,
+    ) -> Result<Vec<Upload>, StoreError> {
         Err(no_uploads())
     }
     /// Deletes `tenant`/`user`'s uploads among `ids` (attached, or withdrawn); how many.

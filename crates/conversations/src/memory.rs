@@ -542,11 +542,11 @@ impl ConversationStore for MemoryConversationStore {
         Ok(())
     }
 
-    async fn uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+    async fn uploads(&self, tenant: i64, user: i64, ids: &[String], since_ms: i64) -> Result<Vec<Upload>, StoreError> {
         let g = self.lock();
         Ok(g.uploads
             .iter()
-            .filter(|(t, u, _, up)| *t == tenant && *u == user && ids.contains(&up.id))
+            .filter(|(t, u, at, up)| *t == tenant && *u == user && ids.contains(&up.id) && *at >= since_ms)
             .map(|(_, _, _, up)| up.clone())
             .collect())
     }

@@ -878,15 +878,16 @@ impl ConversationStore for PostgresConversationStore {
         Ok(())
     }
 
-    async fn uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+    async fn uploads(&self, tenant: i64, user: i64, ids: &[String], since_ms: i64) -> Result<Vec<Upload>, StoreError> {
         let mut s = self.db.session().await?;
         let rows: Vec<(String, String, Vec<u8>)> = sqlx::query_as(
             "SELECT upload_id, name, bytes FROM uploads WHERE tenant_id = $1 AND user_id = $2
-               AND upload_id = ANY($3) ORDER BY created_at_ms, upload_id",
+               AND upload_id = ANY($3) AND created_at_ms >= $4 ORDER BY created_at_ms, upload_id",
         )
         .bind(tenant)
         .bind(user)
         .bind(ids)
+        .bind(since_ms)
         .persistent(self.db.persistent())
         .fetch_all(&mut *s)
         .await?;

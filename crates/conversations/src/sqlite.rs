@@ -767,14 +767,17 @@ impl ConversationStore for SqliteConversationStore {
         .await
     }
 
-    async fn uploads(&self, tenant: i64, user: i64, ids: &[String]) -> Result<Vec<Upload>, StoreError> {
+    async fn uploads(&self, tenant: i64, user: i64, ids: &[String], since_ms: i64) -> Result<Vec<Upload>, StoreError> {
         let ids = serde_json::Value::from(ids.to_vec()).to_string();
         self.call(move |c| {
             c.prepare_cached(
                 "SELECT upload_id, name, bytes FROM uploads WHERE tenant_id = ?1 AND user_id = ?2
-                   AND upload_id IN (SELECT value FROM json_each(?3)) ORDER BY created_at_ms, upload_id",
+                   AND upload_id IN (SELECT value FROM json_each(?3)) AND created_at_ms >= ?4
+                 ORDER BY created_at_ms, upload_id",
             )?
-            .query_map(params![tenant, user, ids], |r| Ok(Upload { id: r.get(0)?, name: r.get(1)?, bytes: r.get(2)? }))?
+            .query_map(params![tenant, user, ids, since_ms], |r| {
+                Ok(Upload { id: r.get(0)?, name: r.get(1)?, bytes: r.get(2)? })
+            })?
             .collect()
         })
         .await

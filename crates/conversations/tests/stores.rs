@@ -485,17 +485,19 @@ async fn uploads_are_their_owners_until_attached_or_a_day_old(store: &dyn Conver
     store.put_upload(7, 1, "u2", "data.pdf", &[0, 159, 146, 150], 2_000).await.unwrap();
     store.put_upload(7, 2, "u3", "theirs.md", b"another person's", 2_000).await.unwrap();
     assert!(store.put_upload(7, 1, "u1", "again.md", b"x", 3_000).await.is_err(), "an id is kept once");
-    let mine = store.uploads(7, 1, &ids(&["u1", "u2", "u3", "nope"])).await.unwrap();
+    let mine = store.uploads(7, 1, &ids(&["u1", "u2", "u3", "nope"]), 0).await.unwrap();
     assert_eq!(mine.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), ["u1", "u2"], "only the owner's");
     assert_eq!((mine[1].name.as_str(), mine[1].bytes.as_slice()), ("data.pdf", &[0u8, 159, 146, 150][..]));
-    assert!(store.uploads(9, 1, &ids(&["u1"])).await.unwrap().is_empty(), "not another tenant's");
+    assert!(store.uploads(9, 1, &ids(&["u1"]), 0).await.unwrap().is_empty(), "not another tenant's");
+    let recent = store.uploads(7, 1, &ids(&["u1", "u2"]), 1_500).await.unwrap();
+    assert_eq!(recent.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), ["u2"], "not one kept before the time");
     assert_eq!(store.delete_uploads(7, 2, &ids(&["u1"])).await.unwrap(), 0, "not another user's");
     assert_eq!(store.delete_uploads(7, 1, &ids(&["u1"])).await.unwrap(), 1);
     assert_eq!(store.prune_uploads(1_999).await.unwrap(), 0);
     assert_eq!(store.prune_uploads(2_001).await.unwrap(), 2);
     store.put_upload(7, 1, "u4", "plan.md", b"# Plan", 5_000).await.unwrap();
     store.delete_user(7, 1).await.unwrap();
-    assert!(store.uploads(7, 1, &ids(&["u4"])).await.unwrap().is_empty(), "a person's deletion takes them");
+    assert!(store.uploads(7, 1, &ids(&["u4"]), 0).await.unwrap().is_empty(), "a person's deletion takes them");
 }
 
 /// `n` new conversations of tenant 7 with no turn.

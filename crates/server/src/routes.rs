@@ -37,6 +37,7 @@ pub fn api_router(state: AppState) -> Router {
     // The routes that start work answer 503 until start-up finished and while shutting down.
     let working = Router::new()
         .route("/api/chatbot/stream", post(stream))
+        .route("/api/chatbot/uploads", post(upload))
         .route("/api/chatbot/confirm", post(confirm))
         .route("/api/chatbot/answer", post(answer))
         .route("/search", post(search))
@@ -57,7 +58,6 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/usage", get(conversation_usage))
-        .route("/api/chatbot/uploads", post(upload))
         .route("/api/chatbot/tenants/{tenant_id}/usage", get(tenant_usage))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
         .route("/api/chatbot/agents", get(agents))

@@ -185,6 +185,8 @@ struct Inner {
     items_pruned_at: std::sync::atomic::AtomicI64,
     /// Tenants' token spending as last read, for their budgets ([`usage`]).
     spent: usage::SpentCache,
+    /// Uploads parsed at once ([`attachments`]): a document's parse is CPU work.
+    parsing: Semaphore,
 }
 
 /// Per-tenant semaphores, created on first use and dropped once idle, so tenant ids a client
@@ -287,6 +289,7 @@ impl ChatService {
             slug_slots: Slots::new(),
             items_pruned_at: std::sync::atomic::AtomicI64::new(0),
             spent: usage::SpentCache::default(),
+            parsing: Semaphore::new(2),
         }));
         if let Some(every) = takeover_every {
             service.sweep_expired(every);
@@ -505,11 +508,10 @@ impl ChatService {
             });
         }
         let is_new = existing.is_none();
-        // Found before anything is written, like the admission: a refused turn leaves no empty
-        // conversation.
-        let uploads = self.uploads_to_attach(who, &req.attachments).await?;
+        // Admitted before anything is written: a refused turn leaves no empty conversation.
         self.check_budget(tenant).await?;
         let permit = self.admit(tenant)?;
+        let uploads = self.uploads_to_attach(who, &req.attachments).await?;
         let conversation = match existing {
             Some(c) => c.id,
             None => store.create_conversation(tenant, user, &agent_name).await?,
@@ -522,8 +524,13 @@ impl ChatService {
             }
             return Err(ChatError::Busy);
         }
-        if let Err(e) = self.attach(who, conversation, uploads).await {
+        let attaching: Vec<String> = uploads.iter().map(|u| u.id.clone()).collect();
+        if let Err(e) = self.attach(who, conversation, is_new, &claim, uploads).await {
             self.release(conversation, &claim.run_id).await;
+            if is_new {
+                // Nothing of it was asked yet: the turn leaves no empty conversation.
+                self.forget_new_conversation(tenant, user, conversation).await;
+            }
             return Err(e);
         }
         let run_id = claim.run_id.clone();
@@ -557,6 +564,12 @@ impl ChatService {
                 });
             }
         };
+        // Attached, and the turn runs: the uploads are spent (a refused turn kept them to retry).
+        if !attaching.is_empty()
+            && let Err(e) = store.delete_uploads(tenant, user, &attaching).await
+        {
+            tracing::warn!(error = %e, "cannot delete attached uploads; they expire in a day");
+        }
         let log =
             self.0.runs.create(&run_id, (tenant, user), ConversationId(conversation), &turn.agent, cancel.clone());
         let (service, task_log, served) = (self.clone(), Arc::clone(&log), Arc::clone(&agent.agent));

@@ -61,6 +61,13 @@ async fn served(kind: &str) -> Option<Served> {
         }
     });
     let kb = Arc::new(KbStore::new(dir.path().join("kb")));
+    // The agent's own documents, searched beside the conversation's.
+    let guide = toolgraph_rag::NamedBytes {
+        source: None,
+        name: "guia.md".into(),
+        bytes: b"# Course guide\n\nThe launch review of the course project is in week 10.".to_vec(),
+    };
+    toolgraph_rag::ingest_bytes(&kb, "demo", "cursos", &[guide], &Default::default()).unwrap();
     let attachments = Arc::new(KbStore::new(dir.path().join("attachments")));
     let mut tools = ToolRegistry::new();
     tools
@@ -155,8 +162,12 @@ async fn a_document_attached_to_a_turn_is_searched_cited_and_gone_with_its_conve
     let events = parse_sse(&stream_text(&s.base, "demo", &turn(101, None, "launch review room", &[&id])).await);
     assert_eq!(events.last().unwrap().event, "done", "{events:?}");
     let conversation = events.last().unwrap().data["conversationId"].as_i64().unwrap();
-    let found = last_search(&s.model);
-    assert!(found.contains("room B12") && found.contains("plan.md"), "{found}");
+    let found: Value = serde_json::from_str(&last_search(&s.model)).unwrap();
+    let sources: Vec<&str> =
+        found["results"].as_array().unwrap().iter().filter_map(|r| r["metadata"]["source"].as_str()).collect();
+    assert_eq!(sources, ["plan.md", "guia.md"], "the attachment first, then the agent's own: {found}");
+    assert!(found["results"][0]["content"].as_str().unwrap().contains("room B12"), "{found}");
+    assert!(found["results"][0]["metadata"]["citation"].as_str().unwrap().contains("Launch plan"), "{found}");
     // Later turns of the conversation still read it.
     let events = parse_sse(&stream_text(&s.base, "demo", &turn(101, Some(conversation), "Marta", &[])).await);
     assert_eq!(events.last().unwrap().event, "done", "{events:?}");
@@ -168,7 +179,8 @@ async fn a_document_attached_to_a_turn_is_searched_cited_and_gone_with_its_conve
     // Another conversation of the same person does not see it.
     let events = parse_sse(&stream_text(&s.base, "demo", &turn(101, None, "launch review room", &[])).await);
     assert_eq!(events.last().unwrap().event, "done", "{events:?}");
-    assert!(!last_search(&s.model).contains("B12"), "{}", last_search(&s.model));
+    let elsewhere = last_search(&s.model);
+    assert!(!elsewhere.contains("B12") && elsewhere.contains("week 10"), "{elsewhere}");
 
     // Gone with its conversation.
     let (t, c) = (toolgraph_rag::attached::tenant_of(7), toolgraph_rag::attached::kb_of(conversation));
@@ -180,7 +192,20 @@ async fn a_document_attached_to_a_turn_is_searched_cited_and_gone_with_its_conve
         .unwrap();
     assert_eq!(deleted.status(), 204);
     assert!(matches!(s.attachments.open(&t, &c), Err(RagError::UnknownKb { .. })));
-    assert!(s.store.uploads(7, 101, &[id]).await.unwrap().is_empty(), "the upload went when it was attached");
+    assert!(s.store.uploads(7, 101, &[id], 0).await.unwrap().is_empty(), "the upload went when it was attached");
+
+    // A person's deletion takes their conversations' documents too.
+    let (_, receipt) = upload(&s, 101, "notes.txt", b"The budget is 12,500 euros.".to_vec()).await;
+    let id = receipt["uploadId"].as_str().unwrap().to_owned();
+    let events = parse_sse(&stream_text(&s.base, "demo", &turn(101, None, "budget euros", &[&id])).await);
+    let conversation = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    assert!(last_search(&s.model).contains("12,500"));
+    let kb = toolgraph_rag::attached::kb_of(conversation);
+    assert!(s.attachments.open(&t, &kb).is_ok());
+    let deleted =
+        reqwest::Client::new().delete(format!("{}/api/chatbot/users/101?tenantId=7", s.base)).send().await.unwrap();
+    assert_eq!(deleted.status(), 200);
+    assert!(matches!(s.attachments.open(&t, &kb), Err(RagError::UnknownKb { .. })));
 }
 
 #[tokio::test]

@@ -211,7 +211,10 @@ fn with_attached(
     }
     let plain = CourseSearch { query: request.query.clone(), top_k: request.top_k, ..CourseSearch::default() };
     let (tenant, kb) = (toolgraph_rag::attached::tenant_of(tenant_id), toolgraph_rag::attached::kb_of(conversation));
-    let theirs = match plain.run(attachments, retriever, &tenant, &kb) {
+    let theirs = plain.run(attachments, retriever, &tenant, &kb);
+    // A conversation's documents are read now and then: their reader is not kept open.
+    attachments.evict(&tenant, &kb);
+    let theirs = match theirs {
         Ok(found) => found,
         Err((SearchFailure::NotFound, _)) => return own,
         Err((kind, message)) => {

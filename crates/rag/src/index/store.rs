@@ -152,6 +152,12 @@ impl KbStore {
         Ok(())
     }
 
+    /// Drops the cached handle of a knowledge base (its reader, and on disk the thread that
+    /// watches it for commits): for the many small ones a caller opens briefly.
+    pub fn evict(&self, tenant: &str, name: &str) {
+        self.lock().remove(&(tenant.to_owned(), name.to_owned()));
+    }
+
     /// Deletes a tenant's knowledge base with everything in it (its directory, or its Qdrant
     /// collection); whether it existed.
     ///

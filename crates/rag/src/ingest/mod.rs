@@ -200,14 +200,16 @@ pub fn ingest(
 /// A document held in memory, to ingest as if it were a file of that name.
 #[derive(Debug, Clone)]
 pub struct NamedBytes {
-    /// Its name: the extension says its format, and it is the document's title and id.
+    /// What a later ingest replaces it by (an upload's id; the name when `None`).
+    pub source: Option<String>,
+    /// Its name: the extension says its format, and it is the document's title.
     pub name: String,
     /// Its content.
     pub bytes: Vec<u8>,
 }
 
 /// Ingests documents held in memory (an upload) into `tenant`'s knowledge base `kb`, creating
-/// it if needed; a document of the same name replaces the one before. A JSON document that is
+/// it if needed; a document of the same source replaces the one before. A JSON document that is
 /// not records of the knowledge base's mapping is read as text.
 ///
 /// # Errors
@@ -269,11 +271,15 @@ fn parse_named(
 ) -> Result<ParsedFile, String> {
     let format = Format::from_path(Path::new(&d.name)).ok_or_else(|| unsupported(Path::new(&d.name)))?;
     check_size(d.bytes.len() as u64)?;
-    let parsed = parse_bytes(format, &d.bytes, &d.name, &d.name, &d.name, options.meta.clone(), mapping, chunking);
+    let source = d.source.as_deref().unwrap_or(&d.name);
+    // Its name is what a reader calls it, whatever the source id.
+    let mut meta = options.meta.clone();
+    meta.insert("source".into(), Value::String(d.name.clone()));
+    let parsed = parse_bytes(format, &d.bytes, source, source, &d.name, meta.clone(), mapping, chunking);
     match (parsed, format) {
         // Any JSON a person attaches is worth reading, records or not.
         (Err(_), Format::Json | Format::JsonLines) => {
-            parse_bytes(Format::Text, &d.bytes, &d.name, &d.name, &d.name, options.meta.clone(), mapping, chunking)
+            parse_bytes(Format::Text, &d.bytes, source, source, &d.name, meta, mapping, chunking)
         }
         (result, _) => result,
     }
@@ -517,7 +523,8 @@ mod tests {
     fn documents_in_memory_are_ingested_replaced_by_name_and_refused_with_a_reason() {
         let dir = tempfile::tempdir().unwrap();
         let store = KbStore::new(dir.path().to_path_buf());
-        let doc = |name: &str, text: &str| NamedBytes { name: name.into(), bytes: text.as_bytes().to_vec() };
+        let doc =
+            |name: &str, text: &str| NamedBytes { source: None, name: name.into(), bytes: text.as_bytes().to_vec() };
         let first = [
             doc("plan.md", "# Plan\n\nThe launch review is on 3 March in room B12."),
             doc("data.json", r#"{"budget": 12500, "owner": "Marta"}"#),
@@ -536,6 +543,10 @@ mod tests {
         let changed = [doc("plan.md", "# Plan\n\nThe launch review moved to 5 March.")];
         ingest_bytes(&store, "t7", "c10", &changed, &IngestOptions::default()).unwrap();
         assert_eq!(store.open("t7", "c10").unwrap().chunk_count(), chunks);
+        // Two documents of one name from two sources are both kept.
+        let other = NamedBytes { source: Some("upload-2".into()), ..doc("plan.md", "Another plan entirely.") };
+        ingest_bytes(&store, "t7", "c10", &[other], &IngestOptions::default()).unwrap();
+        assert_eq!(store.open("t7", "c10").unwrap().chunk_count(), chunks + 1);
         assert_eq!(check_named(&doc("a.pdf", "not a pdf")).map_err(|e| e.is_empty()), Err(false));
         assert_eq!(check_named(&doc("notes.txt", "one two three")), Ok(1));
     }

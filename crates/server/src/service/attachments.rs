@@ -9,7 +9,7 @@ use crate::auth::Principal;
 use crate::error::ChatError;
 use serde::Serialize;
 use std::sync::Arc;
-use toolgraph_conversations::Upload;
+use toolgraph_conversations::{TurnClaim, Upload};
 use toolgraph_rag::{IngestOptions, KbStore, NamedBytes, Retriever, attached};
 
 /// Where attached documents are kept and how they are embedded.
@@ -84,8 +84,12 @@ impl ChatService {
                 bytes.len()
             )));
         }
-        let document = NamedBytes { name: name.to_owned(), bytes };
-        // Parsing a PDF is CPU work: off the async workers.
+        let document = NamedBytes { source: None, name: name.to_owned(), bytes };
+        // A run slot of the tenant, and one of the few parses at a time: parsing a PDF is CPU
+        // work, done off the async workers.
+        let _slot = self.admit(who.ids().0)?;
+        let _parse =
+            self.0.parsing.acquire().await.map_err(|_| ChatError::Internal("the service is shutting down".into()))?;
         let (document, checked) = tokio::task::spawn_blocking(move || {
             let checked = toolgraph_rag::check_named(&document);
             (document, checked)
@@ -123,7 +127,8 @@ impl ChatService {
             });
         }
         let (tenant, user) = who.ids();
-        let found = self.0.store.uploads(tenant, user, ids).await?;
+        let since = toolgraph_conversations::now_ms() - UPLOAD_KEPT_MS;
+        let found = self.0.store.uploads(tenant, user, ids, since).await?;
         if let Some(missing) = ids.iter().find(|id| !found.iter().any(|u| &u.id == *id)) {
             return Err(ChatError::Invalid {
                 field: "attachments".into(),
@@ -135,42 +140,95 @@ impl ChatService {
         Ok(found)
     }
 
-    /// Ingests `uploads` into `who`'s conversation's attachments, then deletes the uploads.
+    /// Ingests `uploads` into `who`'s conversation's attachments, renewing the turn's `claim`
+    /// on the conversation meanwhile. A new conversation's stale knowledge base (its id used
+    /// before, by a store since re-created) is dropped first; a conversation deleted meanwhile
+    /// loses what was written.
     ///
     /// # Errors
-    /// `Internal` when they cannot be ingested (the uploads stay, so the same turn may be
-    /// asked again); `Store`.
+    /// `Invalid` (`attachments`) for a document that cannot be read; `Internal` when they
+    /// cannot be ingested, or the claim was lost. The uploads stay either way (the caller
+    /// deletes them once the turn runs), so the same turn may be asked again.
     pub(super) async fn attach(
         &self,
         who: &Principal,
         conversation: i64,
+        is_new: bool,
+        claim: &TurnClaim,
         uploads: Vec<Upload>,
     ) -> Result<(), ChatError> {
         if uploads.is_empty() {
             return Ok(());
         }
         let a = self.attachments()?.clone();
-        let ids: Vec<String> = uploads.iter().map(|u| u.id.clone()).collect();
-        let (tenant, kb) = (attached::tenant_of(who.ids().0), attached::kb_of(conversation));
+        let (tenant_id, user) = who.ids();
+        let (tenant, kb) = (attached::tenant_of(tenant_id), attached::kb_of(conversation));
         let documents: Vec<NamedBytes> =
-            uploads.into_iter().map(|u| NamedBytes { name: u.name, bytes: u.bytes }).collect();
+            uploads.into_iter().map(|u| NamedBytes { source: Some(u.id), name: u.name, bytes: u.bytes }).collect();
         // Embedding and writing the index block: off the async workers.
-        let report = tokio::task::spawn_blocking(move || {
-            let options = IngestOptions { embedder: a.retriever.embedder()?, ..IngestOptions::default() };
-            toolgraph_rag::ingest_bytes(&a.store, &tenant, &kb, &documents, &options)
-        })
-        .await
-        .map_err(|e| ChatError::Internal(format!("attaching stopped: {e}")))?
-        .map_err(|e| ChatError::Internal(format!("cannot attach the documents: {e}")))?;
+        let ingest = {
+            let (a, tenant, kb) = (a.clone(), tenant.clone(), kb.clone());
+            tokio::task::spawn_blocking(move || {
+                if is_new {
+                    a.store.delete(&tenant, &kb)?;
+                }
+                let options = IngestOptions { embedder: a.retriever.embedder()?, ..IngestOptions::default() };
+                let report = toolgraph_rag::ingest_bytes(&a.store, &tenant, &kb, &documents, &options);
+                a.store.evict(&tenant, &kb);
+                report
+            })
+        };
+        let report = self.renewing(conversation, claim, ingest).await?;
+        let report = report
+            .map_err(|e| ChatError::Internal(format!("attaching stopped: {e}")))?
+            .map_err(|e| ChatError::Internal(format!("cannot attach the documents: {e}")))?;
+        if self.0.store.conversation(tenant_id, user, conversation).await?.is_none() {
+            self.delete_attachments(tenant_id, vec![conversation]).await?;
+            return Err(ChatError::NotFound);
+        }
         if let Some(skipped) = report.skipped.first() {
             return Err(ChatError::Invalid {
                 field: "attachments".into(),
                 message: format!("cannot read `{}`: {}", skipped.path, skipped.reason),
             });
         }
-        let (tenant, user) = who.ids();
-        self.0.store.delete_uploads(tenant, user, &ids).await?;
         Ok(())
+    }
+
+    /// Awaits `work` while renewing `claim` on `conversation` as a running turn does, so a
+    /// long ingest does not let another run take the conversation.
+    ///
+    /// # Errors
+    /// `Internal` when the claim was lost (another run took the conversation).
+    async fn renewing<T>(
+        &self,
+        conversation: i64,
+        claim: &TurnClaim,
+        work: tokio::task::JoinHandle<T>,
+    ) -> Result<Result<T, tokio::task::JoinError>, ChatError> {
+        let every = std::time::Duration::from_millis(claim.lease_ms.max(3) as u64) / 3;
+        let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                done = &mut work => return Ok(done),
+                _ = renewal.tick() => {
+                    if let Ok(false) = self.0.store.renew_turn(conversation, claim).await {
+                        return Err(ChatError::Internal("the conversation was taken over while attaching".into()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes a conversation this turn made and could not start (with what was attached).
+    pub(super) async fn forget_new_conversation(&self, tenant: i64, user: i64, conversation: i64) {
+        if let Err(e) = self.0.store.delete_conversation(tenant, user, conversation).await {
+            tracing::warn!(conversation, error = %e, "cannot delete the conversation the refused turn made");
+        }
+        if let Err(e) = self.delete_attachments(tenant, vec![conversation]).await {
+            tracing::warn!(conversation, error = %e, "cannot delete what the refused turn attached");
+        }
     }
 
     /// Deletes the attachments of `tenant`'s `conversations`.

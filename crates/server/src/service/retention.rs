@@ -108,6 +108,9 @@ impl ChatService {
     pub async fn prune(&self, now_ms: i64, forced: bool) -> Result<Pruned, ChatError> {
         let store = &self.0.store;
         let mut pruned = Pruned { ran: true, ..Pruned::default() };
+        if self.0.options.attachments.is_some() {
+            store.prune_uploads(now_ms - super::attachments::UPLOAD_KEPT_MS).await?;
+        }
         let Some(retention) = &self.0.options.retention else {
             pruned.memory_items = store.prune_items(now_ms).await?;
             return Ok(pruned);
@@ -157,9 +160,6 @@ impl ChatService {
             }
         }
         pruned.memory_items = store.prune_items(now_ms).await?;
-        if self.0.options.attachments.is_some() {
-            store.prune_uploads(now_ms - super::attachments::UPLOAD_KEPT_MS).await?;
-        }
         Ok(pruned)
     }
 
