@@ -197,29 +197,19 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
     let mut reply = String::new();
     let mut passages: Vec<Passage> = Vec::new();
     let mut others: Vec<String> = Vec::new();
-    let mut error = None;
-    match agent.graph.start(&thread, user_turn(case.question.clone(), context), options).await {
-        Ok(mut run) => {
-            while let Some(event) = run.next_event().await {
-                match event {
-                    RunEvent::TextDelta { text } => reply.push_str(&text),
-                    RunEvent::ToolResult { outcome, .. } => {
-                        let found = passages_in(&outcome);
-                        if found.is_empty() {
-                            others.push(outcome.to_string());
-                        }
-                        passages.extend(found);
-                    }
-                    _ => {}
-                }
+    let started_run = agent.graph.start(&thread, user_turn(case.question.clone(), context), options).await;
+    let error = to_the_end(started_run, |event| match event {
+        RunEvent::TextDelta { text } => reply.push_str(&text),
+        RunEvent::ToolResult { outcome, .. } => {
+            let found = passages_in(&outcome);
+            if found.is_empty() {
+                others.push(outcome.to_string());
             }
-            match run.outcome().await {
-                RunOutcome::Completed { .. } => {}
-                other => error = Some(format!("{other:?}").chars().take(200).collect()),
-            }
+            passages.extend(found);
         }
-        Err(e) => error = Some(e.to_string()),
-    }
+        _ => {}
+    })
+    .await;
     let reply = reply.trim().to_owned();
     let abstained = is_abstention(&reply);
     // A number as a whole number ("6" is not in "60 %", "20" is in "20th" and "20일"), words
@@ -278,6 +268,25 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
         unsupported,
         seconds: started.elapsed().as_secs_f64(),
         error,
+    }
+}
+
+/// Runs a started turn to its end, handing each event to `on_event`; why it did not complete,
+/// if it did not.
+pub(crate) async fn to_the_end<S: toolgraph_graph::State + std::fmt::Debug>(
+    started: Result<toolgraph_graph::RunHandle<S>, toolgraph_graph::GraphError>,
+    mut on_event: impl FnMut(RunEvent),
+) -> Option<String> {
+    let mut run = match started {
+        Ok(run) => run,
+        Err(e) => return Some(e.to_string()),
+    };
+    while let Some(event) = run.next_event().await {
+        on_event(event);
+    }
+    match run.outcome().await {
+        RunOutcome::Completed { .. } => None,
+        other => Some(format!("{other:?}").chars().take(200).collect()),
     }
 }
 

@@ -23,6 +23,10 @@ pub enum EvalCommand {
     /// gold passage retrieved, and "cannot find it" where the documents do not hold the answer
     /// — over XQuAD (`--dataset`) or a case file (`--cases`, e.g. examples/eval/course-answers.jsonl).
     Answers(crate::eval_answers::AnswersArgs),
+    /// Whether an agent uses what it remembers about a person: facts kept in its memory, then a
+    /// question they answer, in a fresh conversation (`--cases`, e.g.
+    /// examples/eval/memory-cases.jsonl with examples/eval/memory.toml).
+    Memory(crate::eval_memory::MemoryArgs),
     /// Tool-calling accuracy of the configured model: each case is a prompt with the tool it
     /// should call (or none) and substrings its arguments must contain (JSON lines:
     /// `{"lang", "prompt", "tool": name|null, "args": {key: substring}}`).
@@ -284,6 +288,7 @@ pub async fn run(cmd: EvalCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
         EvalCommand::Tools { cases, agent, json } => return eval_tools(cases, agent, json, cfg).await,
         EvalCommand::Legal(args) => return crate::eval_legal::run(args, cfg).await,
         EvalCommand::Answers(args) => return crate::eval_answers::run(args, cfg).await,
+        EvalCommand::Memory(args) => return crate::eval_memory::run(args, cfg).await,
         EvalCommand::Retrieval(args) => args,
     };
     if max_words == 0 || overlap_words >= max_words {
@@ -384,8 +389,13 @@ mod tests {
         let mut files = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            // `*-answers.jsonl` are `eval answers` cases (eval_answers.rs reads them).
-            if path.extension().is_none_or(|e| e != "jsonl") || path.to_string_lossy().ends_with("-answers.jsonl") {
+            // `*-answers.jsonl` are `eval answers` cases (eval_answers.rs reads them), and
+            // `memory-cases.jsonl` `eval memory`'s (eval_memory.rs).
+            let name = path.to_string_lossy();
+            if path.extension().is_none_or(|e| e != "jsonl")
+                || name.ends_with("-answers.jsonl")
+                || name.ends_with("memory-cases.jsonl")
+            {
                 continue;
             }
             files += 1;

@@ -15,6 +15,7 @@ mod cpu;
 mod eval_answers;
 mod eval_cmd;
 mod eval_legal;
+mod eval_memory;
 mod graph_cmd;
 mod guides_cmd;
 mod kb_cmd;

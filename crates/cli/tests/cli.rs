@@ -738,3 +738,43 @@ async fn gc_deletes_idle_conversations_once_and_says_what_it_deleted() {
     assert!(store.messages(idle).await.unwrap().is_empty(), "its messages went with it");
     assert_eq!(store.messages(recent).await.unwrap().len(), 1, "the recent one stays");
 }
+
+/// `eval memory` over the scripted model, which answers with the notes of its prompt: a fact
+/// the case remembers is in the prompt and so in the reply (right); a buried one is not among
+/// the latest notes, so the reply lacks it (a miss); the report counts both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_memory_puts_each_persons_facts_in_memory_and_judges_the_reply() {
+    let server = scripted_llm::ScriptedModelServer::start(vec![]).await.unwrap();
+    server.set_responder(|request| {
+        let notes: Vec<String> = request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip(1)
+            .filter(|m| m["role"] == "system")
+            .filter_map(|m| m["content"].as_str().map(str::to_owned))
+            .collect();
+        scripted_llm::Reply::text(&notes.join(" "))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"lang\":\"en\",\"remembered\":[\"Her son Tom is in class 3B.\"],\"question\":\"Which class?\",\"expect\":[[\"3B\"]]}\n\
+         {\"lang\":\"en\",\"remembered\":[\"His locker number is 214.\"],\"question\":\"Locker?\",\"expect\":[[\"214\"]],\"buried\":true}\n",
+    )
+    .unwrap();
+    let config = dir.path().join("memory.toml");
+    std::fs::write(&config, "[agents.assistant]\nsystem_prompt = \"You help.\"\n").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+    cmd.args(["eval", "memory", "--json", "--cases"]).arg(&cases).arg("--data-dir").arg(dir.path());
+    cmd.arg("--config").arg(&config);
+    cmd.env("TOOLGRAPH_LLM_BASE_URL", server.base_url()).env("TOOLGRAPH_LLM_MODEL", "scripted");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!((&v["cases"], &v["right"]), (&Value::from(2), &Value::from(1)), "{v}");
+    assert_eq!(v["results"][0]["right"], true, "{v}");
+    assert_eq!((&v["results"][1]["right"], &v["results"][1]["buried"]), (&Value::Bool(false), &Value::Bool(true)));
+    assert_eq!(v["by"]["buried"]["cases"], 1, "{v}");
+}
