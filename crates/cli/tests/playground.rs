@@ -463,6 +463,70 @@ async fn a_citation_opens_the_cited_chunk() {
     let _ = server.wait();
 }
 
+/// Puts an item in `user`'s store (tenant 1, slug `demo`) through LangGraph's store route.
+async fn keep(base: &str, user: &str, namespace: &[&str], key: &str, text: &str) {
+    let resp = reqwest::Client::new()
+        .put(format!("{base}/store/items"))
+        .header("X-Tenant-Slug", "demo")
+        .header("X-Tenant-Id", "1")
+        .header("X-User-Id", user)
+        .json(&json!({"namespace": namespace, "key": key, "value": {"text": text}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap_or_default());
+}
+
+/// The person's view of what the agents remember about them, and forgetting one item: the
+/// page lists the page's person's memories only, and a click deletes one from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_person_sees_what_is_remembered_about_them_and_forgets_an_item() {
+    let Some(driver) = chromedriver() else { return };
+    let model = ScriptedModelServer::start(vec![]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, base, _) = serve_playground(dir.path(), &model, &[]).await;
+    keep(&base, "1", &["memories", "assistant"], "lang", "Prefers answers in Spanish").await;
+    keep(&base, "1", &["memories", "assistant"], "class", "Child in class 5A").await;
+    keep(&base, "1", &["notes"], "other", "not a memory").await;
+    keep(&base, "2", &["memories", "assistant"], "theirs", "Another person's fact").await;
+    let (c, _profile) = open_page(&driver, &base).await;
+    c.find(Locator::Css("#memories summary")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("load-memories")).await.unwrap().click().await.unwrap();
+    wait_text(&c, "#memories-status", "2 remembered items").await;
+    let mut shown = Vec::new();
+    for li in c.find_all(Locator::Css("#memory-items li.memory")).await.unwrap() {
+        shown.push(li.find(Locator::Css(".memory-text")).await.unwrap().text().await.unwrap());
+    }
+    shown.sort();
+    assert_eq!(shown, ["Child in class 5A", "Prefers answers in Spanish"], "theirs, under memories only");
+    screenshot(&c, "10-memories").await;
+    c.find(Locator::Css("#memory-items li.memory[data-key='class'] button.forget"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "#memories-status", "1 remembered item about").await;
+    // Gone from the store, not only from the page.
+    let found: serde_json::Value = reqwest::Client::new()
+        .post(format!("{base}/store/items/search"))
+        .header("X-Tenant-Slug", "demo")
+        .header("X-Tenant-Id", "1")
+        .header("X-User-Id", "1")
+        .json(&json!({"namespace_prefix": ["memories"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = found["items"].as_array().unwrap().iter().filter_map(|i| i["key"].as_str()).collect();
+    assert_eq!(keys, ["lang"], "{found}");
+    c.close().await.unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_the_agent_asks_is_answered_from_its_card() {
     let Some(driver) = chromedriver() else { return };

@@ -513,6 +513,63 @@ async function loadTokens() {
     `${total.completionTokens} completion in ${calls} model calls; the last: ${last.promptTokens} + ${last.completionTokens} (${last.model})`;
 }
 
+/** The person's memories (docs/memory.md): every item the agents keep about them, under
+ *  `memories`, through the store's routes, each with a button that forgets it. */
+function storeHeaders() {
+  const { tenantId, userId } = who();
+  return { ...headers(), "X-Tenant-Id": String(tenantId), "X-User-Id": String(userId) };
+}
+
+async function loadMemories() {
+  const list = $("memory-items");
+  const status = $("memories-status");
+  list.replaceChildren();
+  status.textContent = "";
+  showError("");
+  try {
+    const response = await fetch("/store/items/search", {
+      method: "POST",
+      headers: storeHeaders(),
+      body: JSON.stringify({ namespace_prefix: ["memories"], limit: 100, refresh_ttl: false }),
+    });
+    if (!response.ok) {
+      showError(await failure(response));
+      return;
+    }
+    const { items } = await response.json();
+    status.textContent = items.length
+      ? `${items.length} remembered item${items.length === 1 ? "" : "s"} about this person`
+      : "Nothing is remembered about this person.";
+    for (const it of items) {
+      const li = document.createElement("li");
+      li.className = "memory";
+      li.dataset.key = it.key;
+      const text = typeof it.value?.text === "string" ? it.value.text : JSON.stringify(it.value);
+      const where = Object.assign(document.createElement("span"), { className: "muted", textContent: `${it.namespace.join(" / ")} · ` });
+      const what = Object.assign(document.createElement("span"), { className: "memory-text", textContent: text });
+      const forget = Object.assign(document.createElement("button"), { type: "button", className: "forget", textContent: "Forget" });
+      forget.addEventListener("click", () => forgetMemory(it.namespace, it.key));
+      li.append(where, what, " ", forget);
+      list.append(li);
+    }
+  } catch (e) {
+    showError(`The service cannot be reached: ${e.message}`);
+  }
+}
+
+async function forgetMemory(namespace, key) {
+  const response = await fetch("/store/items", {
+    method: "DELETE",
+    headers: storeHeaders(),
+    body: JSON.stringify({ namespace, key }),
+  });
+  if (!response.ok) {
+    showError(await failure(response));
+    return;
+  }
+  await loadMemories();
+}
+
 /** The retrieval view: `POST /search`, each result with its rank and score in every list. */
 async function search() {
   const table = $("search-results");
@@ -733,6 +790,7 @@ function start() {
   for (const id of ["tenant-slug", "tenant-id", "user-id", "api-key"]) $(id).addEventListener("change", refreshConversations);
   refreshConversations();
   $("load-checkpoints").addEventListener("click", loadCheckpoints);
+  $("load-memories").addEventListener("click", loadMemories);
   $("fork").addEventListener("click", forkHere);
   $("search-form").addEventListener("submit", (e) => {
     e.preventDefault();
