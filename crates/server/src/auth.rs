@@ -227,7 +227,18 @@ pub(crate) fn bad_signature(reason: &str) -> ApiError {
 /// connection and buffer back to the service.
 pub(crate) const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Reads the body of `req` (at most `max` bytes, else 413; within [`BODY_READ_TIMEOUT`], else
+/// The slowest upload a large body may arrive at, in bytes per second: a route that takes
+/// large bodies (a document upload) gives the client that much longer.
+const SLOWEST_BYTES_PER_SECOND: u64 = 128 * 1024;
+
+/// How long a body of at most `max` bytes may take to arrive: [`BODY_READ_TIMEOUT`], plus the
+/// time `max` bytes take at [`SLOWEST_BYTES_PER_SECOND`] past the first MiB.
+pub(crate) fn body_read_timeout(max: usize) -> std::time::Duration {
+    let beyond = (max as u64).saturating_sub(1 << 20);
+    BODY_READ_TIMEOUT + std::time::Duration::from_secs(beyond / SLOWEST_BYTES_PER_SECOND)
+}
+
+/// Reads the body of `req` (at most `max` bytes, else 413; within [`body_read_timeout`], else
 /// 408), has `check` judge the headers, the target (path and query) and the body, and gives the
 /// request back whole with what `check` found. Signatures cover the body, so a checking middleware must read it before
 /// the handler does.
@@ -237,13 +248,11 @@ pub(crate) async fn check_whole_request<T>(
     check: impl AsyncFnOnce(&HeaderMap, &str, &[u8]) -> Result<T, ApiError>,
 ) -> Result<(axum::extract::Request, T), ApiError> {
     let (parts, body) = req.into_parts();
-    let bytes = tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, max))
+    let limit = body_read_timeout(max);
+    let bytes = tokio::time::timeout(limit, axum::body::to_bytes(body, max))
         .await
         .map_err(|_| {
-            ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the body took longer than {BODY_READ_TIMEOUT:?} to arrive"),
-            )
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the body took longer than {limit:?} to arrive"))
         })?
         .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is larger than {max} bytes")))?;
     let target = parts.uri.path_and_query().map_or(parts.uri.path(), |pq| pq.as_str());
@@ -272,6 +281,13 @@ pub(crate) fn signature_refusal(e: &SignatureError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_body_gets_longer_to_arrive() {
+        assert_eq!(body_read_timeout(64 * 1024), BODY_READ_TIMEOUT);
+        assert_eq!(body_read_timeout(1 << 20), BODY_READ_TIMEOUT);
+        assert_eq!(body_read_timeout(8 << 20), std::time::Duration::from_secs(76));
+    }
 
     #[test]
     fn a_bound_key_opens_its_own_tenant_id_only() {
