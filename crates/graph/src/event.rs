@@ -54,7 +54,8 @@ pub enum RunEvent {
         /// The node making it.
         node: String,
     },
-    /// That model call ended.
+    /// That model call ended. A tool's own model call is reported by this alone (its time is
+    /// the tool's), for its tokens.
     ModelCallFinished {
         /// The node that made it.
         node: String,

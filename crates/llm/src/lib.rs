@@ -32,6 +32,7 @@ mod openai;
 mod schema;
 pub mod text_tools;
 mod types;
+pub mod usage;
 
 pub use assemble::ToolCallAssembler;
 pub use error::{LlmError, error_chain};

@@ -241,11 +241,15 @@ async fn every_model_call_is_timed_whichever_node_makes_it() {
     let mut script = risk_script(Reply::text("Please call SOS at 1767 now."));
     script.push(Reply::text("Water it once a week."));
     let s = start(CrisisToolSettings::default(), script).await;
-    turn(&s, AT_RISK).await;
+    let events = turn(&s, AT_RISK).await;
     // The gate's verdict and the reply are the graph's model calls (the location is read inside
     // the finder tool, timed as that tool).
     assert_eq!(s.model.request_count(), 3);
     assert_eq!(model_calls_timed(&s).await, 2);
+    // All three count in the turn's tokens, the finder's too.
+    let id = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let used = s.store.conversation_usage(id).await.unwrap();
+    assert_eq!(used.iter().map(|u| u.calls).sum::<u32>(), 3, "{used:?}");
     turn(&s, "How do I keep a basil plant alive?").await;
     assert_eq!(model_calls_timed(&s).await, 3, "an ordinary turn: the reply only");
 }

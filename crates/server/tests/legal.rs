@@ -153,6 +153,11 @@ async fn the_pipeline_retrieves_answers_from_the_articles_and_cites_them() {
     assert_eq!(results(&events, "format_citation")[0], json!({"cited_answer": cited}));
     assert_eq!(tokens(&events), cited);
     assert_eq!(last_stored(&s, &events).await, cited);
+    // The tool's own model call is counted with the turn, as the model reported it.
+    let id = events.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let used = s.store.conversation_usage(id).await.unwrap();
+    assert_eq!(used.len(), 1, "{used:?}");
+    assert_eq!((used[0].model.as_str(), used[0].prompt, used[0].completion, used[0].calls), ("scripted", 10, 5, 1));
 }
 
 #[tokio::test]

@@ -227,12 +227,15 @@ impl TestGenerator {
             let left = MODEL_BUDGET.saturating_sub(started.elapsed());
             let request = prompt(&topic, missing, difficulty, context.as_deref(), &questions);
             match tokio::time::timeout(left, model.complete(request)).await {
-                Ok(Ok(reply)) => match parse(&reply.content) {
-                    Some(found) => add_distinct(&mut questions, found, wanted),
-                    None => {
-                        tracing::warn!(reply = %reply.content, "generate_test: the model's answer is not the asked JSON")
+                Ok(Ok(reply)) => {
+                    toolgraph_llm::usage::report(model.model_id(), reply.usage);
+                    match parse(&reply.content) {
+                        Some(found) => add_distinct(&mut questions, found, wanted),
+                        None => {
+                            tracing::warn!(reply = %reply.content, "generate_test: the model's answer is not the asked JSON")
+                        }
                     }
-                },
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "generate_test: the model failed");
                     break;

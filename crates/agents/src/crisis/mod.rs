@@ -178,7 +178,10 @@ impl ResourceFinder {
         request.temperature = Some(0.0);
         request.max_tokens = Some(40);
         match tokio::time::timeout(LOCATION_TIMEOUT, model.complete(request)).await {
-            Ok(Ok(reply)) => parse_location(&reply.content),
+            Ok(Ok(reply)) => {
+                toolgraph_llm::usage::report(model.model_id(), reply.usage);
+                parse_location(&reply.content)
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "crisis location extraction failed");
                 String::new()

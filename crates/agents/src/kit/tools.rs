@@ -5,7 +5,7 @@
 use super::{AgentDeps, AgentSpec, AgentState};
 use serde_json::Value;
 use std::sync::Arc;
-use toolgraph_graph::{RunContext, RunEvent};
+use toolgraph_graph::{RunContext, RunEvent, TokenUsage};
 use toolgraph_llm::{Message, ToolCall, ToolChoice, ToolDefinition};
 use toolgraph_tools::{Tool, ToolCallRequest, ToolContext, ToolOutcome, ToolRegistry};
 
@@ -150,7 +150,23 @@ pub(crate) fn tool_message(call: &ToolCall, outcome: &ToolOutcome) -> Message {
 pub(crate) async fn run_tool(ctx: &RunContext<AgentDeps>, tools: &ToolContext, call: &ToolCall) -> ToolOutcome {
     let tools = tools.clone().set("toolCallId", Value::String(call.id.clone()));
     let outcome = match ToolCallRequest::parse_arguments(&call.arguments) {
-        Ok(args) => ctx.deps().spec().tools.call(&tools, &call.name, &args).await,
+        Ok(args) => {
+            // A tool that calls a model itself reports the tokens: they are this step's. Only
+            // their count is reported (no start): the call's time is the tool's.
+            let (outcome, used) =
+                toolgraph_llm::usage::collecting(ctx.deps().spec().tools.call(&tools, &call.name, &args)).await;
+            for (model, u) in used {
+                let usage = TokenUsage {
+                    model,
+                    prompt: u.prompt_tokens.into(),
+                    completion: u.completion_tokens.into(),
+                    cached_prompt: u.cached_prompt_tokens.into(),
+                };
+                ctx.emit(RunEvent::ModelCallFinished { node: ctx.node().to_owned(), ok: true, usage: Some(usage) })
+                    .await;
+            }
+            outcome
+        }
         Err(e) => ToolOutcome::Failure(e),
     };
     ctx.emit(RunEvent::ToolResult {

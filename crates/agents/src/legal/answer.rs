@@ -51,6 +51,7 @@ impl AnswerWriter {
         let reply = tokio::time::timeout(ANSWER_TIMEOUT, model.complete(request(question, chunks)))
             .await
             .map_err(|_| AnswerError::Timeout(ANSWER_TIMEOUT))??;
+        toolgraph_llm::usage::report(model.model_id(), reply.usage);
         // A blank answer is no answer: the citation step and the reader get the text that says so.
         let answer = reply.content.trim();
         Ok(if answer.is_empty() { NO_ANSWER.to_owned() } else { answer.to_owned() })
