@@ -40,9 +40,9 @@ pub use metrics::Metrics;
 pub use playground::playground_router;
 pub use routes::{api_router, ops_router, router};
 pub use service::{
-    Attachments, BudgetPeriod, BudgetStatus, ChatService, CheckpointView, Confirmed, INTERRUPTED_ERROR,
-    MAX_ATTACHED_PER_TURN, MAX_UPLOAD_BYTES, NewTurn, Pruned, Retention, ServedAgent, ServiceOptions, TokenBudget,
-    UploadReceipt,
+    AttachedDocument, Attachments, BudgetPeriod, BudgetStatus, ChatService, CheckpointView, Confirmed,
+    INTERRUPTED_ERROR, MAX_ATTACHED_PER_TURN, MAX_UPLOAD_BYTES, NewTurn, Pruned, Retention, ServedAgent,
+    ServiceOptions, TokenBudget, UploadReceipt,
 };
 pub use wire::{
     AnswerRequest, ConfirmRequest, ConfirmResponse, MAX_LISTED_CONVERSATIONS, MAX_MESSAGE_CHARS, PendingActionDto,

@@ -58,6 +58,7 @@ pub fn api_router(state: AppState) -> Router {
         .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
         .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
         .route("/api/chatbot/conversations/{id}/usage", get(conversation_usage))
+        .route("/api/chatbot/conversations/{id}/documents", get(conversation_documents))
         .route("/api/chatbot/tenants/{tenant_id}/usage", get(tenant_usage))
         .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
         .route("/api/chatbot/agents", get(agents))
@@ -426,6 +427,16 @@ async fn upload(
         .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the document is too large"))?;
     let receipt = app.chat().upload(&who, &q.name, bytes.to_vec()).await?;
     Ok((StatusCode::CREATED, axum::Json(receipt)).into_response())
+}
+
+/// The documents attached to the conversation.
+async fn conversation_documents(
+    State(app): State<AppState>,
+    PathIds(id): PathIds<ConversationId>,
+    QueryAsker(who): QueryAsker,
+) -> Result<Response, ApiError> {
+    let documents = app.chat().attached_documents(&who, id.0).await?;
+    Ok(axum::Json(serde_json::json!({ "conversationId": id, "documents": documents })).into_response())
 }
 
 /// What the conversation's turns used, per turn and model, and in all.

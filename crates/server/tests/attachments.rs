@@ -168,6 +168,21 @@ async fn a_document_attached_to_a_turn_is_searched_cited_and_gone_with_its_conve
     assert_eq!(sources, ["plan.md", "guia.md"], "the attachment first, then the agent's own: {found}");
     assert!(found["results"][0]["content"].as_str().unwrap().contains("room B12"), "{found}");
     assert!(found["results"][0]["metadata"]["citation"].as_str().unwrap().contains("Launch plan"), "{found}");
+    // Its person sees it among the conversation's documents; another person does not.
+    let listed: Value =
+        reqwest::get(format!("{}/api/chatbot/conversations/{conversation}/documents?tenantId=7&userId=101", s.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(listed["documents"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!((&listed["documents"][0]["uploadId"], &listed["documents"][0]["passages"]), (&json!(id), &json!(1)));
+    let theirs =
+        reqwest::get(format!("{}/api/chatbot/conversations/{conversation}/documents?tenantId=7&userId=102", s.base))
+            .await
+            .unwrap();
+    assert_eq!(theirs.status(), 404);
     // Later turns of the conversation still read it.
     let events = parse_sse(&stream_text(&s.base, "demo", &turn(101, Some(conversation), "Marta", &[])).await);
     assert_eq!(events.last().unwrap().event, "done", "{events:?}");

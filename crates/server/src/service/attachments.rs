@@ -46,6 +46,18 @@ pub struct UploadReceipt {
     pub chunks: usize,
 }
 
+/// A document attached to a conversation, as its listing shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachedDocument {
+    /// The upload it came from.
+    pub upload_id: String,
+    /// Its title (its file name, unless it names itself).
+    pub title: String,
+    /// The passages it was cut into.
+    pub passages: usize,
+}
+
 impl ChatService {
     fn attachments(&self) -> Result<&Attachments, ChatError> {
         self.0.options.attachments.as_ref().ok_or_else(|| {
@@ -219,6 +231,36 @@ impl ChatService {
                 }
             }
         }
+    }
+
+    /// The documents attached to `who`'s conversation `id`: each with its upload id (what
+    /// replaced it if attached again), title and passages.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Unsupported` without attachments; `Internal` when
+    /// the knowledge base cannot be read.
+    pub async fn attached_documents(&self, who: &Principal, id: i64) -> Result<Vec<AttachedDocument>, ChatError> {
+        let a = self.attachments()?.clone();
+        let (tenant, user) = who.ids();
+        self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
+        let (tenant, kb) = (attached::tenant_of(tenant), attached::kb_of(id));
+        tokio::task::spawn_blocking(move || {
+            let found = match a.store.open(&tenant, &kb) {
+                Ok(base) => base.documents(),
+                Err(toolgraph_rag::RagError::UnknownKb { .. }) => Ok(Vec::new()),
+                Err(e) => Err(e),
+            };
+            a.store.evict(&tenant, &kb);
+            found
+        })
+        .await
+        .map_err(|e| ChatError::Internal(e.to_string()))?
+        .map(|docs| {
+            docs.into_iter()
+                .map(|d| AttachedDocument { upload_id: d.doc_id, title: d.title, passages: d.chunks })
+                .collect()
+        })
+        .map_err(|e| ChatError::Internal(format!("cannot list attached documents: {e}")))
     }
 
     /// Deletes a conversation this turn made and could not start (with what was attached).
