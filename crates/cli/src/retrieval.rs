@@ -18,23 +18,24 @@ use toolgraph_rag::{
 /// The knowledge bases: under `<data_dir>/kb`, or on the Qdrant server with
 /// `rag.backend = "qdrant"`.
 pub fn kb_store(cfg: &Config) -> Arc<KbStore> {
-    let dense = DenseOptions { exact_below: cfg.rag.dense_exact_below, ..DenseOptions::default() };
-    let store = KbStore::new(cfg.data_dir.join("kb")).with_dense_options(dense);
-    Arc::new(match qdrant(cfg) {
-        Some(q) => store.with_qdrant(q),
-        None => store,
-    })
+    store_of(cfg, "kb", "")
 }
 
 /// The documents attached to conversations (docs/service.md, "Documents in the conversation"):
 /// under `<data_dir>/attachments`, or on the Qdrant server in collections of their own
 /// (`tg_att_…`), apart from the tenants' knowledge bases.
 pub fn attachment_store(cfg: &Config) -> Arc<KbStore> {
+    store_of(cfg, "attachments", "att_")
+}
+
+/// A store of knowledge bases under `<data_dir>/<dir>`, or on the Qdrant server in the
+/// collections whose names go on with `collections` after the usual prefix.
+fn store_of(cfg: &Config, dir: &str, collections: &str) -> Arc<KbStore> {
     let dense = DenseOptions { exact_below: cfg.rag.dense_exact_below, ..DenseOptions::default() };
-    let store = KbStore::new(cfg.data_dir.join("attachments")).with_dense_options(dense);
+    let store = KbStore::new(cfg.data_dir.join(dir)).with_dense_options(dense);
     Arc::new(match qdrant(cfg) {
         Some(mut q) => {
-            q.prefix = format!("{}att_", q.prefix);
+            q.prefix.push_str(collections);
             store.with_qdrant(q)
         }
         None => store,

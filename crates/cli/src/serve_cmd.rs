@@ -169,6 +169,13 @@ async fn run_events(cfg: &Config, db: Option<&PgDatabase>) -> anyhow::Result<Opt
     Ok(Some(Arc::new(events)))
 }
 
+/// Whether documents may be attached: uploads wait in the conversation store, which the
+/// backend's is not; the memory store's conversation ids start again with every process, and
+/// would meet older attachments.
+fn keeps_uploads(cfg: &Config) -> bool {
+    cfg.server.store == StoreKind::Sqlite
+}
+
 /// `[server.token_budget]` as the service takes it; `None` when no tenant has a budget.
 fn token_budget(cfg: &Config) -> Option<TokenBudget> {
     let b = &cfg.server.token_budget;
@@ -217,7 +224,7 @@ pub async fn gc(args: GcArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         // This pass only: no timer of its own (a server's pass is not delayed by it).
         retention: retention(cfg).map(|r| Retention { background: false, ..r }),
         token_budget: token_budget(cfg),
-        attachments: matches!(cfg.server.store, StoreKind::Sqlite).then(|| Attachments {
+        attachments: keeps_uploads(cfg).then(|| Attachments {
             store: crate::retrieval::attachment_store(cfg),
             retriever: crate::retrieval::retriever(cfg),
         }),
@@ -281,9 +288,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     let kb = crate::retrieval::kb_store(cfg);
     // The local embedding model loads on the first search that needs it, on a blocking thread.
     let retriever = crate::retrieval::retriever(cfg);
-    // Uploads wait in the conversation store, which the backend's is not; the memory store's
-    // conversation ids start again with every process, and would meet older attachments.
-    let attachments = matches!(cfg.server.store, StoreKind::Sqlite).then(|| crate::retrieval::attachment_store(cfg));
+    let attachments = keeps_uploads(cfg).then(|| crate::retrieval::attachment_store(cfg));
     let local_model = agent::local_model(cfg).await?;
     let tool_model = agent::tool_model(cfg, local_model.as_ref());
     let shared = Arc::new(SharedParts {

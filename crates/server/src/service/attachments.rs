@@ -218,8 +218,7 @@ impl ChatService {
         claim: &TurnClaim,
         work: tokio::task::JoinHandle<T>,
     ) -> Result<Result<T, tokio::task::JoinError>, ChatError> {
-        let every = std::time::Duration::from_millis(claim.lease_ms.max(3) as u64) / 3;
-        let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut renewal = super::turn::renewals(claim);
         let mut work = std::pin::pin!(work);
         loop {
             tokio::select! {

@@ -102,10 +102,9 @@ pub async fn drive(
     let mut written = DerivedRows::default();
     // What the model calls reported, by model: kept with the turn once it ends.
     let mut spent: Vec<TurnUsage> = Vec::new();
-    // The lease is renewed three times per lease period while the run works, so one slow
-    // renewal does not lose it.
+    // The lease is renewed while the run works.
     let lease = Duration::from_millis(turn.claim.lease_ms.max(3) as u64);
-    let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + lease / 3, lease / 3);
+    let mut renewal = renewals(&turn.claim);
     let mut renewed_at = Instant::now();
     loop {
         let event = tokio::select! {
@@ -281,6 +280,13 @@ fn add_call(spent: &mut Vec<TurnUsage>, turn: &Turn, call: &toolgraph_graph::Tok
     row.completion = row.completion.saturating_add(call.completion);
     row.cached_prompt = row.cached_prompt.saturating_add(call.cached_prompt);
     row.calls = row.calls.saturating_add(1);
+}
+
+/// The ticks a claim is renewed at: three times per lease period, the first a third in, so
+/// one slow renewal does not lose it.
+pub(super) fn renewals(claim: &TurnClaim) -> tokio::time::Interval {
+    let every = Duration::from_millis(claim.lease_ms.max(3) as u64) / 3;
+    tokio::time::interval_at(tokio::time::Instant::now() + every, every)
 }
 
 /// Renews the turn's lease; whether it did. A run that lost it (it expired and another run
