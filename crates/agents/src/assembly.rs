@@ -45,6 +45,9 @@ pub struct SharedParts {
     /// The store that keeps each person's memory, for agents with `[agents.NAME.memory]`
     /// (none in a command that opens no conversation store: their memory tools then refuse).
     pub memory_store: Option<Arc<dyn toolgraph_conversations::ConversationStore>>,
+    /// The embedding model and fusion that search the memory store's items by meaning too
+    /// (`server.item_search = "hybrid"`); none: by their words.
+    pub item_index: Option<Retriever>,
 }
 
 /// The model of `settings`: `local` when given (the in-process model), else the configured
@@ -307,7 +310,8 @@ fn spec_of(
 ) -> Result<AgentSpec, AgentError> {
     let mut recall = None;
     if let Some(memory) = &settings.memory {
-        let memory = crate::memory::Memory::new(name, memory.clone(), shared.memory_store.clone());
+        let memory = crate::memory::Memory::new(name, memory.clone(), shared.memory_store.clone())
+            .indexed(shared.item_index.clone());
         for tool in memory.tools() {
             let tool_name = tool.spec().name.clone();
             tools.register(tool).map_err(|e| AgentError::Tool {
@@ -481,6 +485,7 @@ pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Res
         schema_prompt: None,
         kinds: shared.kinds.clone(),
         memory_store: None,
+        item_index: None,
     };
     Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, &sources, store)?.to_mermaid())
 }
@@ -591,6 +596,7 @@ mod tests {
             schema_prompt: None,
             kinds: Default::default(),
             memory_store: None,
+            item_index: None,
         };
         let store = || Arc::new(toolgraph_graph::MemoryCheckpointer::new());
         let err = build(&cfg, Some("luat"), store(), &shared).err().unwrap().to_string();

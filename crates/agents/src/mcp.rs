@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 use toolgraph_config::Config;
-use toolgraph_plugins::mcp_server::{ExportedPrompt, McpExport, ResourceInfo, ResourceSource};
+use toolgraph_plugins::mcp_server::{
+    ExportedPrompt, McpExport, ResourceInfo, ResourceScope, ResourceSource, ResourceText,
+};
 use toolgraph_rag::KbStore;
 use toolgraph_tools::ToolRegistry;
 
@@ -23,33 +25,46 @@ impl KbResources {
     }
 }
 
+#[async_trait::async_trait]
 impl ResourceSource for KbResources {
-    fn list(&self, tenant: &str) -> Vec<ResourceInfo> {
-        let mut out = Vec::new();
-        for name in self.store.list(tenant).unwrap_or_default() {
-            let Ok(kb) = self.store.open(tenant, &name) else { continue };
-            for d in kb.documents().unwrap_or_default() {
-                out.push(ResourceInfo {
-                    uri: format!("{PREFIX}{name}/{}", d.doc_id),
-                    name: if d.title.is_empty() { d.doc_id.clone() } else { d.title },
-                    description: Some(format!("{} passage(s) of knowledge base '{name}'", d.chunks)),
-                    mime_type: "text/markdown".into(),
-                });
-            }
-        }
-        out
+    async fn list(&self, scope: &ResourceScope) -> Vec<ResourceInfo> {
+        let (store, tenant) = (Arc::clone(&self.store), scope.tenant.clone());
+        // Listing reads the knowledge bases from disk: off the async workers.
+        tokio::task::spawn_blocking(move || documents(&store, &tenant)).await.unwrap_or_default()
     }
 
     /// The document as indexed: its passages in order, each under its citation (consecutive
     /// passages of a long section overlap by a few dozen words).
-    fn read(&self, tenant: &str, uri: &str) -> Option<String> {
-        let (kb, doc_id) = uri.strip_prefix(PREFIX)?.split_once('/')?;
-        let chunks = self.store.open(tenant, kb).ok()?.chunks_of(doc_id).ok()?;
-        if chunks.is_empty() {
-            return None;
-        }
-        Some(chunks.iter().map(|c| format!("## [{}]\n\n{}", c.citation, c.text)).collect::<Vec<_>>().join("\n\n"))
+    async fn read(&self, scope: &ResourceScope, uri: &str) -> Option<ResourceText> {
+        let (store, tenant, uri) = (Arc::clone(&self.store), scope.tenant.clone(), uri.to_owned());
+        let text = tokio::task::spawn_blocking(move || document(&store, &tenant, &uri)).await.ok()??;
+        Some(ResourceText { text, mime_type: "text/markdown".into() })
     }
+}
+
+fn documents(store: &KbStore, tenant: &str) -> Vec<ResourceInfo> {
+    let mut out = Vec::new();
+    for name in store.list(tenant).unwrap_or_default() {
+        let Ok(kb) = store.open(tenant, &name) else { continue };
+        for d in kb.documents().unwrap_or_default() {
+            out.push(ResourceInfo {
+                uri: format!("{PREFIX}{name}/{}", d.doc_id),
+                name: if d.title.is_empty() { d.doc_id.clone() } else { d.title },
+                description: Some(format!("{} passage(s) of knowledge base '{name}'", d.chunks)),
+                mime_type: "text/markdown".into(),
+            });
+        }
+    }
+    out
+}
+
+fn document(store: &KbStore, tenant: &str, uri: &str) -> Option<String> {
+    let (kb, doc_id) = uri.strip_prefix(PREFIX)?.split_once('/')?;
+    let chunks = store.open(tenant, kb).ok()?.chunks_of(doc_id).ok()?;
+    if chunks.is_empty() {
+        return None;
+    }
+    Some(chunks.iter().map(|c| format!("## [{}]\n\n{}", c.citation, c.text)).collect::<Vec<_>>().join("\n\n"))
 }
 
 /// The MCP export of `cfg`: the read tools of `tools` and the write tools of `mcp.write_tools`

@@ -7,7 +7,7 @@
 //! reach another person's memory by naming them. A call without that identity (a local
 //! `toolgraph chat`, an MCP client) is refused.
 
-use crate::kit::PromptContext;
+use crate::kit::RecallContext;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use toolgraph_config::MemorySettings;
 use toolgraph_conversations::ConversationStore;
-use toolgraph_conversations::items::{ITEMS_READ, ItemError, ItemSearch, MAX_QUERY_CHARS, PersonItems};
+use toolgraph_conversations::items::{ITEMS_READ, IndexFields, ItemError, ItemSearch, MAX_QUERY_CHARS, PersonItems};
 use toolgraph_conversations::{MemoryItem, now_ms};
+use toolgraph_rag::Retriever;
 use toolgraph_tools::{Tool, ToolBuilder, ToolContext, ToolError};
 
 /// Longest text `remember` keeps, in characters: a fact, not a document. An item written in
@@ -33,6 +34,8 @@ const PRUNE_EVERY_MS: i64 = 60_000;
 #[derive(Clone)]
 pub struct Memory {
     store: Option<Arc<dyn ConversationStore>>,
+    /// Searches the items by meaning too, when the store's items are embedded.
+    index: Option<Retriever>,
     settings: MemorySettings,
     agent: String,
     namespace: Vec<String>,
@@ -80,7 +83,27 @@ impl Memory {
     /// The memory of agent `agent` as `settings` say, over `store`.
     pub fn new(agent: &str, settings: MemorySettings, store: Option<Arc<dyn ConversationStore>>) -> Self {
         let namespace = settings.namespace.clone().unwrap_or_else(|| vec!["memories".into(), agent.to_owned()]);
-        Self { store, settings, agent: agent.to_owned(), namespace, pruned_at: Arc::new(AtomicI64::new(0)) }
+        Self {
+            store,
+            index: None,
+            settings,
+            agent: agent.to_owned(),
+            namespace,
+            pruned_at: Arc::new(AtomicI64::new(0)),
+        }
+    }
+
+    /// Searched by meaning too, with `index`'s model (docs/memory.md, "Search by meaning"):
+    /// `remember` embeds what it keeps, `recall` fuses meaning with words, and the notes put
+    /// in the prompt are the ones most related to the person's latest message.
+    #[must_use]
+    pub fn indexed(mut self, index: Option<Retriever>) -> Self {
+        self.index = index;
+        self
+    }
+
+    fn items<'a>(&'a self, store: &'a dyn ConversationStore, tenant: i64, user: i64) -> PersonItems<'a> {
+        PersonItems::new(store, tenant, user).indexed(self.index.as_ref())
     }
 
     /// Where in each person's store this agent's memories are.
@@ -96,31 +119,31 @@ impl Memory {
         vec![self.remember(), self.recall(), self.forget()]
     }
 
-    /// What puts the person's latest remembered items in the prompt (none when `recall = 0`):
-    /// the same block from turn to turn until what is remembered changes, so a model that keeps
-    /// computed prompt state reuses the conversation after it.
-    pub fn recall_into_prompt(&self) -> Option<PromptContext> {
+    /// What puts the person's remembered items in the prompt (none when `recall = 0`): the
+    /// latest `recall` of them — the same block from turn to turn until what is remembered
+    /// changes, so a model that keeps computed prompt state reuses the conversation after it —
+    /// or, searched by meaning when the person has more, the `recall` most related to their
+    /// latest message.
+    pub fn recall_into_prompt(&self) -> Option<RecallContext> {
         if self.settings.recall == 0 {
             return None;
         }
         let memory = self.clone();
-        Some(Arc::new(move |context: &Map<String, Value>| {
+        Some(Arc::new(move |context: &Map<String, Value>, latest: Option<&str>| {
             let (memory, person) = (memory.clone(), person_of(context));
+            let latest: Option<String> =
+                latest.map(|l| l.chars().take(MAX_QUERY_CHARS).collect()).filter(|l: &String| !l.trim().is_empty());
             Box::pin(async move {
                 let (tenant, user) = person.ok()?;
                 let store = memory.store.as_deref()?;
-                let items = PersonItems::new(store, tenant, user);
-                let latest = memory.kept(&items).await.map(|mut kept| {
-                    kept.truncate(memory.settings.recall);
-                    kept
-                });
-                match latest {
-                    Ok(latest) if latest.is_empty() => None,
-                    Ok(latest) => {
-                        if let Err(e) = items.refresh(&latest, now_ms()).await {
+                let items = memory.items(store, tenant, user);
+                match memory.for_prompt(&items, latest.as_deref()).await {
+                    Ok(chosen) if chosen.is_empty() => None,
+                    Ok(chosen) => {
+                        if let Err(e) = items.refresh(&chosen, now_ms()).await {
                             tracing::warn!(error = %e, "cannot renew the recalled memories' time to live");
                         }
-                        Some(Arc::from(prompt_block(&latest)))
+                        Some(Arc::from(prompt_block(&chosen)))
                     }
                     Err(e) => {
                         // A turn goes on without its memories rather than fail.
@@ -130,6 +153,20 @@ impl Memory {
                 }
             })
         }))
+    }
+
+    /// The items for the prompt: the latest `recall`, or with an index and more items than
+    /// that, the `recall` most related to `latest`.
+    async fn for_prompt(&self, items: &PersonItems<'_>, latest: Option<&str>) -> Result<Vec<MemoryItem>, ItemError> {
+        let mut kept = self.kept(items).await?;
+        let limit = self.settings.recall;
+        match latest {
+            Some(latest) if self.index.is_some() && kept.len() > limit => self.find(items, latest, limit).await,
+            _ => {
+                kept.truncate(limit);
+                Ok(kept)
+            }
+        }
     }
 
     fn remember(&self) -> Arc<dyn Tool> {
@@ -169,7 +206,7 @@ impl Memory {
             async move {
                 let (store, tenant, user) = memory.person(&ctx)?;
                 let limit = a.top_k.map_or(5, |k| k.clamp(1, 20) as usize);
-                let items = PersonItems::new(store, tenant, user);
+                let items = memory.items(store, tenant, user);
                 let found = memory.find(&items, &a.query, limit).await.map_err(tool_error)?;
                 items.refresh(&found, now_ms()).await.map_err(tool_error)?;
                 let memories: Vec<Value> = found.iter().map(listed).collect();
@@ -196,7 +233,7 @@ impl Memory {
             let memory = memory.clone();
             async move {
                 let (store, tenant, user) = memory.person(&ctx)?;
-                let items = PersonItems::new(store, tenant, user);
+                let items = memory.items(store, tenant, user);
                 let key = a.key.trim();
                 let forgotten = items.delete(&memory.namespace, key).await.map_err(tool_error)?;
                 Ok(json!({ "key": key, "forgotten": forgotten }))
@@ -216,9 +253,10 @@ impl Memory {
         value.insert("text".into(), text.into());
         value.insert("agent".into(), self.agent.clone().into());
         let ttl = self.settings.ttl_days.map(|d| Duration::from_secs(u64::from(d) * 86_400));
-        let items = PersonItems::new(store, tenant, user);
+        let items = self.items(store, tenant, user);
         let now = now_ms();
-        let item = items.put(self.namespace.clone(), key, value, ttl, now).await.map_err(tool_error)?;
+        let item =
+            items.put(self.namespace.clone(), key, value, ttl, &IndexFields::Text, now).await.map_err(tool_error)?;
         self.prune(store, now).await;
         Ok(json!({ "remembered": text, "key": item.key }))
     }
@@ -454,25 +492,26 @@ mod tests {
         for namespace in [vec!["memories", "crisis"], vec!["memories", "tutor", "drafts"]] {
             let namespace: Vec<String> = namespace.into_iter().map(str::to_owned).collect();
             let value = json!({"text": "Not the tutor's"}).as_object().unwrap().clone();
-            items.put(namespace, "other".into(), value, None, now).await.unwrap();
+            items.put(namespace, "other".into(), value, None, &IndexFields::Text, now).await.unwrap();
         }
         let recall = memory.recall_into_prompt().unwrap();
         let mut turn = Map::new();
         turn.insert("tenantId".into(), 7.into());
         turn.insert("userId".into(), 101.into());
-        let block = recall(&turn).await.unwrap();
+        let block = recall(&turn, None).await.unwrap();
         let lines: Vec<&str> = block.lines().skip(1).collect();
         assert_eq!(lines, ["- Lives in Hanoi", "- Prefers short answers"], "{block}");
         assert!(block.starts_with("Notes you keep about this person"), "{block}");
         // The same block on the next turn: a model's computed prompt is reused.
-        assert_eq!(recall(&turn).await.unwrap(), block);
+        assert_eq!(recall(&turn, None).await.unwrap(), block);
         let long = json!({"note": "x".repeat(5_000)}).as_object().unwrap().clone();
-        items.put(vec!["memories".into(), "tutor".into()], "long".into(), long, None, now_ms() + 5).await.unwrap();
-        let block = recall(&turn).await.unwrap();
+        let tutor = vec!["memories".into(), "tutor".into()];
+        items.put(tutor, "long".into(), long, None, &IndexFields::Text, now_ms() + 5).await.unwrap();
+        let block = recall(&turn, None).await.unwrap();
         let first = block.lines().nth(1).unwrap();
         assert!(first.starts_with("- {\"note\":\"xxx") && first.chars().count() <= MAX_MEMORY_CHARS + 3, "{first}");
         turn.insert("userId".into(), 102.into());
-        assert!(recall(&turn).await.is_none());
+        assert!(recall(&turn, None).await.is_none());
         // A day and a bit later, nothing of the tutor's is left to recall.
         let later = now_ms() + 90_000_000;
         let search = ItemSearch { prefix: memory.namespace().to_vec(), limit: 10, ..Default::default() };

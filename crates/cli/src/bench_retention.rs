@@ -1,5 +1,6 @@
 //! `toolgraph bench retention`: the storage a month of traffic leaves on the embedded store,
-//! with everything kept and with `[server.retention]` (docs/benchmarks.md, "Retention").
+//! with everything kept and with `[server.retention]` — idle conversations, usage rows, and the
+//! checkpoints of finished threads beyond their last N (docs/benchmarks.md, "Retention").
 //!
 //! Each simulated day, `per_day` new conversations of `turns` turns each go through the chat
 //! service on a SQLite file, as `serve` runs them (a tool call and a 40-token reply per turn,
@@ -48,6 +49,9 @@ pub struct RetentionArgs {
     /// `server.retention.usage_days` of the second run.
     #[arg(long, default_value_t = 14)]
     usage_days: u32,
+    /// `server.retention.keep_checkpoints` of the second run (0: all kept).
+    #[arg(long, default_value_t = 3)]
+    keep_checkpoints: u32,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -72,6 +76,7 @@ pub struct RetentionReport {
     pub turns: u32,
     pub idle_days: u32,
     pub usage_days: u32,
+    pub keep_checkpoints: u32,
     /// Everything kept.
     pub kept: Vec<DayStorage>,
     /// With retention.
@@ -116,6 +121,9 @@ pub async fn run(args: &RetentionArgs) -> anyhow::Result<RetentionReport> {
         conversation_idle: Some(Duration::from_millis(DAY_MS as u64) * args.idle_days),
         tenants: HashMap::new(),
         agents: HashMap::new(),
+        keep_checkpoints: (args.keep_checkpoints > 0).then_some(u64::from(args.keep_checkpoints)),
+        tenants_keep: HashMap::new(),
+        agents_keep: HashMap::new(),
         usage: Some(Duration::from_millis(DAY_MS as u64) * args.usage_days),
         every: Duration::from_secs(86_400),
         background: false,
@@ -127,6 +135,7 @@ pub async fn run(args: &RetentionArgs) -> anyhow::Result<RetentionReport> {
         turns: args.turns,
         idle_days: args.idle_days,
         usage_days: args.usage_days,
+        keep_checkpoints: args.keep_checkpoints,
         kept,
         pruned,
     })
@@ -242,8 +251,9 @@ pub fn print(r: &RetentionReport, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{} days, {} new conversations a day of {} turns each; retention: idle {} days, usage {} days",
-        r.days, r.per_day, r.turns, r.idle_days, r.usage_days
+        "{} days, {} new conversations a day of {} turns each; retention: idle {} days, usage {} days, {} \
+         checkpoints kept",
+        r.days, r.per_day, r.turns, r.idle_days, r.usage_days, r.keep_checkpoints
     );
     println!(
         "day | kept: conversations, checkpoints, usage rows, MB | retention: conversations, checkpoints, usage rows, MB"

@@ -124,7 +124,14 @@ pub async fn run(args: ChatArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
     // A terminal conversation has no tenant, so no tenant schema in its prompt.
     let local_model = agent::local_model(cfg).await?;
     let tools = agent::all_tools(cfg, local_model.as_ref()).await?;
-    let shared = SharedParts { tools, local_model, schema_prompt: None, kinds: Default::default(), memory_store: None };
+    let shared = SharedParts {
+        tools,
+        local_model,
+        schema_prompt: None,
+        kinds: Default::default(),
+        memory_store: None,
+        item_index: None,
+    };
     let agent = assembly::build(cfg, args.agent.as_deref(), store, &shared)?;
     // Who the turn acts for, over the given context as the service sets it over a request's.
     let mut context = parse_context(&agent, &args.context)?.unwrap_or_default();

@@ -158,6 +158,7 @@ pub async fn run(args: AnswersArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             schema_prompt: None,
             kinds: Default::default(),
             memory_store: None,
+            item_index: None,
         };
         let agent = assembly::build(cfg, args.agent.as_deref(), Arc::new(MemoryCheckpointer::new()), &shared)?;
         model_id = assembly::model(cfg, &agent.settings, local_model.as_ref())?.model_id().to_owned();

@@ -19,8 +19,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use toolgraph_agents::assembly::{self, SharedParts};
 use toolgraph_agents::kit::user_turn;
-use toolgraph_config::{Config, MemorySettings};
-use toolgraph_conversations::{ConversationStore, MemoryConversationStore, MemoryItem, now_ms};
+use toolgraph_config::{Config, ItemSearchKind, MemorySettings};
+use toolgraph_conversations::items::{IndexFields, PersonItems};
+use toolgraph_conversations::{ConversationStore, MemoryConversationStore, now_ms};
 use toolgraph_graph::{MemoryCheckpointer, RunEvent, RunOptions, ThreadId};
 
 #[derive(Debug, clap::Args)]
@@ -34,6 +35,10 @@ pub struct MemoryArgs {
     /// Ask only the first N cases.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+    /// How the person's items are searched: `keyword`, or `hybrid` (by meaning too, with
+    /// `rag.embedding`). Default: the configuration's `server.item_search`.
+    #[arg(long, value_name = "KIND", value_parser = ["keyword", "hybrid"])]
+    pub item_search: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -99,6 +104,15 @@ pub async fn run(args: MemoryArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         .and_then(|m| m.namespace.clone())
         .unwrap_or_else(|| vec!["memories".into(), name.clone()]);
     cfg.agents = agents;
+    match args.item_search.as_deref() {
+        Some("hybrid") => cfg.server.item_search = ItemSearchKind::Hybrid,
+        Some(_) => cfg.server.item_search = ItemSearchKind::Keyword,
+        None => {}
+    }
+    let index = (cfg.server.item_search == ItemSearchKind::Hybrid).then(|| crate::retrieval::retriever(&cfg));
+    if index.is_some() && cfg.rag.embedding == toolgraph_config::EmbeddingProvider::None {
+        bail!("item search \"hybrid\" embeds items with rag.embedding, which is \"none\"");
+    }
     let store: Arc<dyn ConversationStore> = Arc::new(MemoryConversationStore::new());
     let local_model = crate::agent::local_model(&cfg).await?;
     let shared = SharedParts {
@@ -107,6 +121,7 @@ pub async fn run(args: MemoryArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         schema_prompt: None,
         kinds: Default::default(),
         memory_store: Some(Arc::clone(&store)),
+        item_index: index.clone(),
     };
     let agent = assembly::build(&cfg, Some(&name), Arc::new(MemoryCheckpointer::new()), &shared)?;
     let model_id = assembly::model(&cfg, &agent.settings, local_model.as_ref())?.model_id().to_owned();
@@ -118,11 +133,15 @@ pub async fn run(args: MemoryArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
             facts.extend(FILLER);
         }
         let start = now_ms() - facts.len() as i64;
+        // As `remember` keeps them: embedded when items are searched by meaning.
+        let items = PersonItems::new(store.as_ref(), 1, user).indexed(index.as_ref());
         for (n, fact) in facts.iter().enumerate() {
             let mut value = Map::new();
             value.insert("text".into(), Value::String((*fact).to_owned()));
-            let item = MemoryItem::new(namespace.clone(), format!("m{n}"), value, None, start + n as i64);
-            store.put_item(1, user, &item).await.context("cannot keep a fact")?;
+            items
+                .put(namespace.clone(), format!("m{n}"), value, None, &IndexFields::Text, start + n as i64)
+                .await
+                .context("cannot keep a fact")?;
         }
         let asked = ask(&agent, user, case).await;
         if !args.json {
@@ -138,7 +157,8 @@ pub async fn run(args: MemoryArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         }
         results.push(asked);
     }
-    report(&results, args.json, &model_id);
+    let search = if index.is_some() { "hybrid" } else { "keyword" };
+    report(&results, args.json, &model_id, search);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -180,7 +200,7 @@ struct Tally {
     called_recall: usize,
 }
 
-fn report(results: &[Asked], json: bool, model: &str) {
+fn report(results: &[Asked], json: bool, model: &str, item_search: &str) {
     let mut by: BTreeMap<String, Tally> = BTreeMap::new();
     for a in results {
         for key in [format!("lang {}", a.lang), (if a.buried { "buried" } else { "in the prompt" }).to_owned()] {
@@ -193,11 +213,15 @@ fn report(results: &[Asked], json: bool, model: &str) {
     let right = results.iter().filter(|a| a.right).count();
     let seconds: f64 = results.iter().map(|a| a.seconds).sum();
     if json {
-        println!("{}", json!({"model": model, "cases": results.len(), "right": right, "by": by, "results": results}));
+        let all = json!({
+            "model": model, "item_search": item_search, "cases": results.len(), "right": right, "by": by,
+            "results": results,
+        });
+        println!("{all}");
         return;
     }
     println!(
-        "{model}: {right} of {} right ({:.0} %), {:.1} s a question",
+        "{model}, items searched by {item_search}: {right} of {} right ({:.0} %), {:.1} s a question",
         results.len(),
         100.0 * right as f64 / results.len().max(1) as f64,
         seconds / results.len().max(1) as f64

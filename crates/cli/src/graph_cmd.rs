@@ -34,6 +34,7 @@ pub async fn run(cmd: GraphCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
                 schema_prompt: None,
                 kinds: Default::default(),
                 memory_store: None,
+                item_index: None,
             };
             print!("{}", toolgraph_agents::assembly::mermaid_of(cfg, Some(&name), &shared)?);
         }

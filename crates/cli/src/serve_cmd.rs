@@ -26,8 +26,8 @@ use toolgraph_graph::{
 use toolgraph_server::auth::{Auth, HmacVerifier, PostgresReplayStore};
 use toolgraph_server::{AllowedHosts, HttpServer};
 use toolgraph_server::{
-    AppState, Attachments, BudgetPeriod, ChatService, McpEndpoint, Retention, SearchService, ServedAgent,
-    ServiceOptions, TokenBudget,
+    AppState, Attachments, BudgetPeriod, ChatService, McpEndpoint, MemoryResources, Retention, SearchService,
+    ServedAgent, ServiceOptions, TokenBudget,
 };
 
 /// The pool to close once every run has finished.
@@ -195,10 +195,15 @@ fn retention(cfg: &Config) -> Option<Retention> {
     const DAY: Duration = Duration::from_secs(86_400);
     let r = &cfg.server.retention;
     let days = |d: u32| (d > 0).then(|| DAY * d);
+    let keep = |k: u32| (k > 0).then_some(u64::from(k));
+    let tenants = r.tenant_overrides();
     r.is_set().then(|| Retention {
         conversation_idle: days(r.conversation_idle_days),
-        tenants: r.tenant_overrides().into_iter().map(|(t, d)| (t, days(d))).collect(),
-        agents: r.agents.iter().map(|(a, o)| (a.clone(), days(o.conversation_idle_days))).collect(),
+        tenants: tenants.iter().filter_map(|(t, o)| Some((*t, days(o.conversation_idle_days?)))).collect(),
+        agents: r.agents.iter().filter_map(|(a, o)| Some((a.clone(), days(o.conversation_idle_days?)))).collect(),
+        keep_checkpoints: keep(r.keep_checkpoints),
+        tenants_keep: tenants.iter().filter_map(|(t, o)| Some((*t, keep(o.keep_checkpoints?)))).collect(),
+        agents_keep: r.agents.iter().filter_map(|(a, o)| Some((a.clone(), keep(o.keep_checkpoints?)))).collect(),
         usage: days(r.usage_days),
         every: Duration::from_secs(60 * u64::from(r.every_minutes)),
         background: true,
@@ -210,6 +215,12 @@ pub struct GcArgs {
     /// Print what was deleted as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// What searches people's items by meaning too: the knowledge bases' retriever (its model,
+/// loaded once, and its fusion), with `server.item_search = "hybrid"`.
+fn item_index(cfg: &Config, retriever: &toolgraph_rag::Retriever) -> Option<toolgraph_rag::Retriever> {
+    (cfg.server.item_search == toolgraph_config::ItemSearchKind::Hybrid).then(|| retriever.clone())
 }
 
 /// `toolgraph gc`: one retention pass now, on the configured store, whether or not a replica
@@ -248,8 +259,9 @@ pub async fn gc(args: GcArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         }
         println!(
             "deleted {} idle conversations (with their messages, checkpoints and run frames), {} threads that \
-             never ran, {} token usage rows, {} expired memory items",
-            p.conversations, p.threads, p.usage_rows, p.memory_items
+             never ran, {} checkpoints of finished threads (folded into later ones), {} token usage rows, {} \
+             expired memory items",
+            p.conversations, p.threads, p.checkpoints, p.usage_rows, p.memory_items
         );
         if p.leftovers > 0 {
             println!(
@@ -305,6 +317,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         schema_prompt: assembly::schema_prompt(cfg, backend.as_ref()),
         kinds: Default::default(),
         memory_store: Some(Arc::clone(&store)),
+        item_index: item_index(cfg, &retriever),
     });
     let served_cfg = Arc::new(cfg.clone());
     // With the in-process model, each ReAct agent's prompt is computed before the service is
@@ -391,12 +404,17 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
         token_budget: token_budget(cfg),
         retention: retention(cfg),
         attachments: attachments.map(|store| Attachments { store, retriever: retriever.clone() }),
+        item_index: item_index(cfg, &retriever),
     };
     warm.sort_by_key(|(name, _)| *name == default_agent);
     let app = AppState::new(ChatService::new(agents, default_agent, store, Arc::clone(&checkpointer), options));
     if cfg.mcp.http {
-        let export =
+        let mut export =
             toolgraph_agents::mcp::export(cfg, shared.tools.clone(), Arc::clone(&kb)).map_err(anyhow::Error::msg)?;
+        // A backend's store keeps no items.
+        if app.chat().keeps_threads() {
+            export = export.with_resources(Arc::new(MemoryResources::new(app.chat().clone())));
+        }
         tracing::info!(tools = %export.tool_names().join(", "), "serving MCP on /mcp");
         app.enable_mcp(McpEndpoint::new(export, &cfg.server.allowed_hosts));
     }

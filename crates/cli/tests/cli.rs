@@ -1,5 +1,7 @@
 //! The `toolgraph` binary end to end: real process, real files.
 
+mod common;
+
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 
@@ -237,12 +239,12 @@ fn bench_graph_reports_every_figure_and_linear_storage() {
 
 /// A short month: with everything kept, storage grows with every day's traffic; with
 /// retention it stops at what the settings keep — the conversations of the last `idle_days`
-/// days, the usage rows of the last `usage_days`.
+/// days, the usage rows of the last `usage_days`, the last `keep_checkpoints` of each thread.
 #[test]
 fn bench_retention_keeps_storage_bounded_by_the_settings() {
     let out = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
         .args(["bench", "retention", "--json", "--days", "6", "--per-day", "10", "--turns", "2"])
-        .args(["--idle-days", "2", "--usage-days", "3"])
+        .args(["--idle-days", "2", "--usage-days", "3", "--keep-checkpoints", "3"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -255,7 +257,9 @@ fn bench_retention_keeps_storage_bounded_by_the_settings() {
         // A day's conversations are a day old when the day's pass runs: after 2 days they go.
         assert_eq!(day("pruned", d, "conversations"), 10 * n.min(1), "{v}");
         assert_eq!(day("pruned", d, "usage_rows"), 20 * n.min(2), "{v}");
-        assert!(day("pruned", d, "checkpoints") <= day("kept", 0, "checkpoints"), "{v}");
+        // Every finished thread is folded to its last three checkpoints.
+        assert_eq!(day("pruned", d, "checkpoints"), 3 * day("pruned", d, "conversations"), "{v}");
+        assert!(day("kept", d, "checkpoints") > 3 * day("kept", d, "conversations"), "{v}");
     }
     assert!(day("pruned", 5, "bytes") < day("kept", 5, "bytes"), "{v}");
 }
@@ -729,6 +733,7 @@ async fn gc_deletes_idle_conversations_once_and_says_what_it_deleted() {
     assert!(first.status.success(), "{}", stderr(&first));
     let pruned: Value = serde_json::from_str(&stdout(&first)).expect("JSON");
     assert_eq!((&pruned["ran"], &pruned["conversations"]), (&Value::Bool(true), &Value::from(1)), "{pruned}");
+    assert_eq!(pruned["checkpoints"], 0, "no thread keeps fewer than all: {pruned}");
     let again = toolgraph(dir.path(), &["gc"]);
     assert!(stdout(&again).contains("deleted 0 idle conversations"), "{}", stdout(&again));
 
@@ -777,4 +782,19 @@ async fn eval_memory_puts_each_persons_facts_in_memory_and_judges_the_reply() {
     assert_eq!(v["results"][0]["right"], true, "{v}");
     assert_eq!((&v["results"][1]["right"], &v["results"][1]["buried"]), (&Value::Bool(false), &Value::Bool(true)));
     assert_eq!(v["by"]["buried"]["cases"], 1, "{v}");
+    assert_eq!(v["item_search"], "keyword", "{v}");
+
+    // Searched by meaning (the local e5 model), the notes are the facts most related to the
+    // question: the buried one is among them.
+    if common::model_weights("e5-small-q4.bin", "embed").is_none() {
+        return;
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+    cmd.args(["eval", "memory", "--json", "--item-search", "hybrid", "--cases"]).arg(&cases);
+    cmd.arg("--data-dir").arg(dir.path()).arg("--config").arg(&config);
+    cmd.env("TOOLGRAPH_LLM_BASE_URL", server.base_url()).env("TOOLGRAPH_LLM_MODEL", "scripted");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!((&v["item_search"], &v["right"]), (&Value::from("hybrid"), &Value::from(2)), "{v}");
 }

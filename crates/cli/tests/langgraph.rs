@@ -286,6 +286,9 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(history.len(), 3, "the limit holds");
     let step = |s: &Value| s["metadata"]["step"].as_u64().unwrap();
     assert!(step(&history[0]) > step(&history[1]) && step(&history[1]) > step(&history[2]), "newest first");
+    for pair in history.windows(2) {
+        assert_eq!(pair[0]["parent_checkpoint"], pair[1]["checkpoint"], "each one's parent is the one before");
+    }
 
     // Another person, even with the tenant's key, finds nothing; a mode not served is named;
     // a deleted thread is gone.

@@ -197,6 +197,60 @@ async fn the_official_python_client_works_over_http_on_serve_with_an_api_key() {
     assert_eq!(list("acme", None).await.0, 401);
 }
 
+/// A person's memory over `/mcp`, read by the official Python client with a tenant's key: the
+/// items the store routes kept for them, listed and read as JSON — a namespace label with a
+/// `/` and a key with spaces and accents included — and another person's none.
+#[tokio::test]
+async fn the_official_python_client_reads_a_persons_memory_as_resources() {
+    let Some(python) = mcp_python() else { return };
+    let server = format!(
+        "[mcp]\nhttp = true\n[server]\nauth = \"api_key\"\n[server.api_keys]\nacme = \"{}\"\n\
+         [server.api_key_tenants]\nacme = 1\n",
+        toolgraph_server::auth::hash_api_key("k-acme")
+    );
+    let (dir, config, data) = setup(&server, "acme");
+    let service = Service::start(&config, &data, dir.path()).await;
+    let base = service.1.clone();
+    let item = json!({"namespace": ["memories", "tutor/es"], "key": "idioma preferido ñ", "value": {"text": "Prefiere respuestas en catalán"}});
+    let put = reqwest::Client::new()
+        .put(format!("{base}/store/items"))
+        .bearer_auth("k-acme")
+        .header("X-Tenant-Slug", "acme")
+        .header("X-User-Id", "7")
+        .json(&item)
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap());
+    let url = format!("{base}/mcp");
+    let as_user = |user: &str| {
+        let args = [
+            url.clone(),
+            "X-Tenant-Slug=acme".into(),
+            "Authorization=Bearer k-acme".into(),
+            format!("X-User-Id={user}"),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        python_script(&python, "mcp_memory.py", &args)
+    };
+    let seen = as_user("7");
+    let memories = seen["memories"].as_array().unwrap();
+    assert_eq!(memories.len(), 1, "{seen}");
+    assert_eq!(
+        memories[0]["uri"],
+        toolgraph_server::memory_uri(&["memories".into(), "tutor/es".into()], "idioma preferido ñ"),
+        "{seen}"
+    );
+    assert_eq!(
+        (&memories[0]["name"], &memories[0]["mime"]),
+        (&json!("idioma preferido ñ"), &json!("application/json"))
+    );
+    let read: Value = serde_json::from_str(seen["read"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(read["value"]["text"], "Prefiere respuestas en catalán", "{seen}");
+    assert_eq!(read["namespace"], json!(["memories", "tutor/es"]), "{seen}");
+    assert_eq!(as_user("8")["memories"], json!([]), "another person's none");
+}
+
 /// The same over `/mcp` of `toolgraph serve`: on 2026-07-28 the approval round-trips through
 /// `input_required` with no session; on the handshake's protocol the stateless endpoint cannot
 /// ask, so the write tool is refused and nothing is written.

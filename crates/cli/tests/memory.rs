@@ -208,10 +208,15 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
 
 /// `toolgraph serve` over `dir`'s `toolgraph.toml`, on `model`: ready, and its base URL.
 async fn serve(dir: &std::path::Path, model: &ScriptedModelServer) -> (Served, String) {
+    serve_embedding(dir, model, "none").await
+}
+
+/// As [`serve`], with `rag.embedding = embedding`.
+async fn serve_embedding(dir: &std::path::Path, model: &ScriptedModelServer, embedding: &str) -> (Served, String) {
     let port = free_port();
     let child = serve_command(dir, model, port)
         .args(["--config", "toolgraph.toml"])
-        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .env("TOOLGRAPH_RAG_EMBEDDING", embedding)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -339,4 +344,110 @@ async fn older_turns_are_summarised_with_calls_and_results_together_and_the_summ
 async fn get(url: &str) -> Value {
     let response = reqwest::Client::new().get(url).header("X-Tenant-Slug", "demo").send().await.unwrap();
     response.json().await.unwrap()
+}
+
+const BY_MEANING: &str = r#"
+default_agent = "tutor"
+
+[server]
+item_search = "hybrid"
+
+[agents.tutor]
+system_prompt = "You are a tutor."
+tools = ["calculator"]
+
+[agents.tutor.memory]
+recall = 2
+"#;
+
+/// What Ana told the tutor, oldest first: the pet is not among the latest two.
+const ANAS_FACTS: [&str; 5] = [
+    "Has a cat called Miso",
+    "Prefers answers in Catalan",
+    "Plays volleyball on Thursdays",
+    "Takes the bus to the campus",
+    "Uses Linux on a ThinkPad",
+];
+
+async fn put(base: &str, who: &Person, body: &Value) {
+    let response = reqwest::Client::new()
+        .put(format!("{base}/store/items"))
+        .header("X-Tenant-Slug", who.slug)
+        .header("X-Tenant-Id", who.tenant.to_string())
+        .header("X-User-Id", who.user.to_string())
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.text().await.unwrap());
+}
+
+/// `server.item_search = "hybrid"` with the local e5 model (weights from `scripts/fetch-models
+/// embed`): a question that shares no word with what was remembered finds it — through the
+/// store routes, in the notes of the prompt (the most related, not the latest), and through
+/// `recall` — while an item kept out of the index is found by its words only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_items_are_found_by_meaning_with_the_local_model() {
+    if common::model_weights("e5-small-q4.bin", "embed").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolgraph.toml"), BY_MEANING).unwrap();
+    let model = ScriptedModelServer::start(vec![
+        // 1. Ana asks about her pet: the notes are the two facts most related to it.
+        Reply::text("Se llama Miso."),
+        // 2. The tutor looks it up with `recall`, in other words again.
+        Reply::tool_calls(&[("r1", "recall", json!({"query": "animal de compañía", "top_k": 1}))]),
+        Reply::text("Miso."),
+    ])
+    .await
+    .unwrap();
+    let (_served, base) = serve_embedding(dir.path(), &model, "local").await;
+    for (n, fact) in ANAS_FACTS.iter().enumerate() {
+        put(&base, &ANA, &json!({"namespace": ["memories", "tutor"], "key": format!("f{n}"), "value": {"text": fact}}))
+            .await;
+    }
+    // Kept out of the index: only its words find it.
+    let dog = json!({"namespace": ["memories", "tutor"], "key": "dog", "value": {"text": "Walks the neighbour's dog Rex"},
+        "index": false});
+    put(&base, &ANA, &dog).await;
+    put(
+        &base,
+        &BEN,
+        &json!({"namespace": ["memories", "tutor"], "key": "f0", "value": {"text": "Has a cat called Tom"}}),
+    )
+    .await;
+
+    // No word of the question is in any item.
+    let question = "¿Cómo se llama mi mascota?";
+    let search = |query: &str, limit: u32| json!({"namespace_prefix": ["memories"], "query": query, "limit": limit});
+    let (status, body) = post(&base, &ANA, "/store/items/search", &search(question, 3)).await;
+    assert_eq!(status, 200, "{body}");
+    let found: Value = serde_json::from_str(&body).unwrap();
+    let texts: Vec<&str> =
+        found["items"].as_array().unwrap().iter().map(|i| i["value"]["text"].as_str().unwrap()).collect();
+    assert_eq!(texts.first(), Some(&"Has a cat called Miso"), "{found:#}");
+    assert!(found["items"][0]["score"].as_f64().is_some(), "{found:#}");
+    assert!(!body.contains("Tom") && !body.contains("Rex"), "not Ben's; not the unindexed dog: {found:#}");
+    // The dog is found by its own word.
+    let (_, by_word) = post(&base, &ANA, "/store/items/search", &search("Rex", 10)).await;
+    assert!(by_word.contains("Walks the neighbour's dog Rex"), "{by_word}");
+
+    // The notes of the prompt: the facts most related to her message, though the cat is the
+    // oldest (the latest two would be Linux and the bus).
+    let first = turn(&base, &ANA, "tutor", question).await;
+    assert_eq!(said(&first), "Se llama Miso.", "{first}");
+    let notes = later_system_messages(&model.requests()[0]);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("Has a cat called Miso"), "{notes:?}");
+    assert_eq!(notes[0].lines().count(), 3, "the header and two notes: {notes:?}");
+
+    // `recall`, asked in other words again.
+    let second = turn(&base, &ANA, "tutor", "¿Y qué recuerdas de mi animal?").await;
+    assert_eq!(said(&second), "Miso.", "{second}");
+    let after = &model.requests()[2];
+    let tool = after["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    let recalled = tool["content"].as_str().unwrap();
+    assert!(recalled.contains("Has a cat called Miso"), "{recalled}");
+    assert!(ANAS_FACTS[1..].iter().all(|f| !recalled.contains(f)), "top_k 1: {recalled}");
 }

@@ -468,12 +468,7 @@ async fn serve_round_trip(database_url: Option<String>) {
 /// computed the prompt of each of its two agents before it said it was ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_with_the_local_model_when_no_endpoint_is_configured() {
-    let weights = std::env::var_os("TOOLGRAPH_MODELS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/toolgraph/models"))
-        .join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    if !weights.exists() && std::env::var_os("CI").is_none() {
-        eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", weights.display());
+    if common::model_weights("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "chat-0.5b").is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

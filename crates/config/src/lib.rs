@@ -34,8 +34,8 @@ pub use plugins::PluginSettings;
 pub use rag::{EmbeddingProvider, KbBackend, RagSettings, SecondEmbedding};
 pub use secret::Secret;
 pub use server::{
-    AuthKind, BackendToolSettings, BudgetPeriodKind, RetentionOverride, RetentionSettings, RunEventsKind,
-    ServerSettings, StoreKind, TokenBudgetSettings,
+    AuthKind, BackendToolSettings, BudgetPeriodKind, ItemSearchKind, RetentionOverride, RetentionSettings,
+    RunEventsKind, ServerSettings, StoreKind, TokenBudgetSettings,
 };
 /// `rag.fusion`: the retrieval crate's own type, so the setting and the search agree.
 pub use toolgraph_rag::FusionMethod;
@@ -311,6 +311,13 @@ impl Config {
         }
         if self.rag.backend == KbBackend::Qdrant && self.qdrant_url.is_none() {
             return Err(check.invalid("rag.backend", "\"qdrant\" needs qdrant_url (TOOLGRAPH_QDRANT_URL)".into()));
+        }
+        if self.server.item_search == ItemSearchKind::Hybrid && self.rag.embedding == EmbeddingProvider::None {
+            return Err(check.invalid(
+                "server.item_search",
+                "\"hybrid\" embeds items with rag.embedding, which is \"none\": set it to \"local\" or \"openai\""
+                    .into(),
+            ));
         }
         if self.server.run_events == RunEventsKind::Postgres && self.database_url.is_none() {
             return Err(check.invalid("server.run_events", "\"postgres\" needs database_url".into()));

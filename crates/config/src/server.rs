@@ -32,6 +32,20 @@ pub enum RunEventsKind {
     Postgres,
 }
 
+/// How a person's store of items (their long-term memory) is searched (docs/memory.md,
+/// "Search by meaning").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ItemSearchKind {
+    /// By the words a query and an item share.
+    #[default]
+    Keyword,
+    /// By words and by meaning: items are embedded with `rag.embedding` when written, and a
+    /// query's keyword list and dense list are fused as the knowledge bases' hybrid search
+    /// fuses (`rag.fusion`).
+    Hybrid,
+}
+
 /// How the chat service authenticates requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -131,6 +145,10 @@ pub struct ServerSettings {
     /// The tokens each tenant's turns may use per period (docs/service.md, "Tokens").
     /// Default: no budget.
     pub token_budget: TokenBudgetSettings,
+    /// How a person's store of items — what agents remember, LangGraph's store — is
+    /// searched: `keyword`, or `hybrid` (by meaning too, with `rag.embedding`; docs/memory.md).
+    /// Default: `keyword`.
+    pub item_search: ItemSearchKind,
     /// How long data is kept (docs/service.md, "Retention"). Default: everything is kept.
     pub retention: RetentionSettings,
 }
@@ -191,12 +209,17 @@ pub struct RetentionSettings {
     /// Token usage rows older than this many days are deleted, never those of the current
     /// token budget period. `0`: kept. Default: 0.
     pub usage_days: u32,
+    /// A finished thread keeps its last this many checkpoints: the older ones are folded into
+    /// the first of those (its state stays whole; what a client can go back to or fork from
+    /// is the last this many). `0`: all kept. Default: 0.
+    pub keep_checkpoints: u32,
     /// How often a replica looks for data to prune, in minutes (one replica does each pass).
     /// At least 1. Default: 60.
     pub every_minutes: u32,
-    /// Numeric tenant id → `conversation_idle_days` for its conversations (before `agents`).
+    /// Numeric tenant id → its own `conversation_idle_days` and `keep_checkpoints` (before
+    /// `agents`).
     pub tenants: BTreeMap<String, RetentionOverride>,
-    /// Agent name → `conversation_idle_days` for its conversations.
+    /// Agent name → its own `conversation_idle_days` and `keep_checkpoints`.
     pub agents: BTreeMap<String, RetentionOverride>,
 }
 
@@ -205,6 +228,7 @@ impl Default for RetentionSettings {
         Self {
             conversation_idle_days: 0,
             usage_days: 0,
+            keep_checkpoints: 0,
             every_minutes: 60,
             tenants: BTreeMap::new(),
             agents: BTreeMap::new(),
@@ -217,21 +241,29 @@ impl RetentionSettings {
     pub fn is_set(&self) -> bool {
         self.conversation_idle_days > 0
             || self.usage_days > 0
-            || self.tenants.values().chain(self.agents.values()).any(|o| o.conversation_idle_days > 0)
+            || self.keep_checkpoints > 0
+            || self
+                .tenants
+                .values()
+                .chain(self.agents.values())
+                .any(|o| o.conversation_idle_days.is_some_and(|d| d > 0) || o.keep_checkpoints.is_some_and(|k| k > 0))
     }
 
     /// The tenants' overrides by numeric id (checked when the configuration loaded).
-    pub fn tenant_overrides(&self) -> BTreeMap<i64, u32> {
-        self.tenants.iter().filter_map(|(id, o)| Some((id.parse().ok()?, o.conversation_idle_days))).collect()
+    pub fn tenant_overrides(&self) -> BTreeMap<i64, &RetentionOverride> {
+        self.tenants.iter().filter_map(|(id, o)| Some((id.parse().ok()?, o))).collect()
     }
 }
 
-/// `[server.retention.tenants.ID]` or `[server.retention.agents.NAME]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[server.retention.tenants.ID]` or `[server.retention.agents.NAME]`: what it leaves out
+/// follows the next rule (an agent's, then the default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RetentionOverride {
     /// Days without a turn after which its conversations are deleted; `0`: kept.
-    pub conversation_idle_days: u32,
+    pub conversation_idle_days: Option<u32>,
+    /// The checkpoints its finished threads keep; `0`: all.
+    pub keep_checkpoints: Option<u32>,
 }
 
 /// `[server.backend_tools.NAME]`: a write tool run by the backend
@@ -279,6 +311,7 @@ impl Default for ServerSettings {
             run_events: RunEventsKind::Auto,
             backend_tools: BTreeMap::new(),
             token_budget: TokenBudgetSettings::default(),
+            item_search: ItemSearchKind::Keyword,
             retention: RetentionSettings::default(),
         }
     }

@@ -233,6 +233,15 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert!(err.contains("`server.run_events`") && err.contains("needs database_url"), "{err}");
     let c = Config::from_toml_str("database_url = \"postgres://db/x\"\n[server]\nrun_events = \"process\"\n").unwrap();
     assert_eq!(c.server.run_events, crate::RunEventsKind::Process);
+    let err = Config::from_toml_str("[server]\nitem_search = \"hybrid\"\n[rag]\nembedding = \"none\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`server.item_search`") && err.contains("rag.embedding"), "{err}");
+    let c = Config::from_toml_str("[server]\nitem_search = \"hybrid\"\n").unwrap();
+    assert_eq!(c.server.item_search, crate::ItemSearchKind::Hybrid);
+    assert_eq!(Config::from_toml_str("").unwrap().server.item_search, crate::ItemSearchKind::Keyword);
+    let err = Config::from_toml_str("[server]\nitem_search = \"semantic\"\n").unwrap_err().to_string();
+    assert!(err.contains("item_search"), "{err}");
     let err = Config::from_toml_str("[server]\ninstance_id = \" \"\n").unwrap_err().to_string();
     assert!(err.contains("`server.instance_id`"), "{err}");
     let err =
@@ -313,11 +322,21 @@ fn token_budgets_and_retention_are_checked_naming_the_key() {
     .unwrap();
     assert_eq!(c.server.token_budget.period, crate::BudgetPeriodKind::Day);
     assert_eq!(c.server.token_budget.tenant_budgets(), BTreeMap::from([(7, 50)]));
-    assert_eq!(c.server.retention.tenant_overrides(), BTreeMap::from([(7, 7)]));
-    assert_eq!(c.server.retention.agents["tutor"].conversation_idle_days, 30);
+    let tenants = c.server.retention.tenant_overrides();
+    assert_eq!(tenants.keys().copied().collect::<Vec<_>>(), [7]);
+    assert_eq!((tenants[&7].conversation_idle_days, tenants[&7].keep_checkpoints), (Some(7), None));
+    assert_eq!(c.server.retention.agents["tutor"].conversation_idle_days, Some(30));
     assert_eq!(c.server.retention.every_minutes, 60);
     assert!(c.server.retention.is_set() && c.server.token_budget.is_set());
     assert!(!Config::default().server.retention.is_set() && !Config::default().server.token_budget.is_set());
+    // An override may set either; what it leaves out follows the next rule.
+    let c = Config::from_toml_str("[server.retention.tenants.7]\nkeep_checkpoints = 20\n").unwrap();
+    let seven = &c.server.retention.tenants["7"];
+    assert_eq!((seven.conversation_idle_days, seven.keep_checkpoints), (None, Some(20)));
+    assert!(c.server.retention.is_set());
+    assert!(Config::from_toml_str("[server.retention]\nkeep_checkpoints = 10\n").unwrap().server.retention.is_set());
+    let err = refused("[server.retention.tenants.7]\nkeep = 20\n");
+    assert!(err.contains("keep"), "{err}");
 }
 
 #[test]

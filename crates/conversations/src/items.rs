@@ -4,13 +4,16 @@
 //! reads. Every item is one person's (tenant and user), like a thread.
 //!
 //! The stores keep and fetch items; what a search finds — the filter, the keyword score, the
-//! order — and the namespaces a listing shows are decided here, once, so every store answers
-//! alike.
+//! meaning (an item's vector, made by the configured embedding model when it is written, fused
+//! with the keyword list as the knowledge bases' hybrid search fuses), the order — and the
+//! namespaces a listing shows are decided here, once, so every store answers alike.
 
 use crate::{ConversationStore, StoreError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::time::Duration;
+use toolgraph_rag::search::{Fusion, fuse};
+use toolgraph_rag::{EmbedKind, Embedder, Retriever};
 
 /// Most items one search reads, the most recently changed first; also the most one person
 /// keeps (a write past it is refused), so a search reads all of them.
@@ -30,6 +33,104 @@ pub const MAX_VALUE_BYTES: usize = 32 * 1024;
 
 /// Between a namespace's labels where a store keeps it as one string (no label holds it).
 const SEPARATOR: char = '\u{1f}';
+/// Longest text of an item that is embedded, in characters (models read about 512 tokens).
+pub const MAX_EMBEDDED_CHARS: usize = 2_000;
+/// Most items without a vector of the configured model that one search embeds (and keeps):
+/// items written before search by meaning was turned on, or while the model failed, get
+/// their vectors a few at a time, the most recently written first.
+pub const BACKFILL_PER_SEARCH: usize = 32;
+
+/// What an item's text means to one embedding model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemVector {
+    /// The model that made it (its id): a vector of another model is not compared.
+    pub model: String,
+    /// A unit vector (for several models side by side, each model's unit vector in turn).
+    pub values: Vec<f32>,
+}
+
+impl ItemVector {
+    /// As a store keeps it: little-endian f32s.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// From what a store kept (none when either half is missing or the bytes are no f32s).
+    pub fn kept(model: Option<String>, bytes: Option<Vec<u8>>) -> Option<Self> {
+        let (model, bytes) = (model?, bytes?);
+        if bytes.is_empty() || bytes.len() % 4 != 0 {
+            return None;
+        }
+        let values = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Some(Self { model, values })
+    }
+}
+
+/// Which part of a value is embedded for search by meaning (LangGraph's `index` of a put).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum IndexFields {
+    /// Its `text` field when that is a string, else every string and number it holds.
+    #[default]
+    Text,
+    /// Nothing: the item is found by its words only.
+    Off,
+    /// These top-level fields' strings and numbers (`$`: the whole value), in order.
+    Only(Vec<String>),
+}
+
+impl IndexFields {
+    /// As a store keeps it: none for [`IndexFields::Text`], else a JSON list of the fields
+    /// (empty for [`IndexFields::Off`]).
+    pub fn to_kept(&self) -> Option<String> {
+        match self {
+            Self::Text => None,
+            Self::Off => Some("[]".into()),
+            Self::Only(names) => serde_json::to_string(names).ok(),
+        }
+    }
+
+    /// From what a store kept (anything unreadable reads as [`IndexFields::Text`]).
+    pub fn kept(kept: Option<String>) -> Self {
+        match kept.and_then(|k| serde_json::from_str::<Vec<String>>(&k).ok()) {
+            None => Self::Text,
+            Some(names) if names.is_empty() => Self::Off,
+            Some(names) => Self::Only(names),
+        }
+    }
+}
+
+/// The text of `value` that `fields` embeds, at most [`MAX_EMBEDDED_CHARS`]; none when it
+/// holds no text.
+pub fn embedded_text(value: &Map<String, Value>, fields: &IndexFields) -> Option<String> {
+    fn collect(v: &Value, into: &mut Vec<String>) {
+        match v {
+            Value::String(s) => into.push(s.clone()),
+            Value::Number(n) => into.push(n.to_string()),
+            Value::Array(items) => items.iter().for_each(|i| collect(i, into)),
+            Value::Object(m) => m.values().for_each(|i| collect(i, into)),
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+    let mut parts = Vec::new();
+    match fields {
+        IndexFields::Off => return None,
+        IndexFields::Text => match value.get("text") {
+            Some(Value::String(text)) => parts.push(text.clone()),
+            _ => value.values().for_each(|v| collect(v, &mut parts)),
+        },
+        IndexFields::Only(names) => {
+            for name in names {
+                if name == "$" {
+                    value.values().for_each(|v| collect(v, &mut parts));
+                } else if let Some(v) = value.get(name) {
+                    collect(v, &mut parts);
+                }
+            }
+        }
+    }
+    let text: String = parts.join("\n").chars().take(MAX_EMBEDDED_CHARS).collect();
+    (!text.trim().is_empty()).then_some(text)
+}
 
 /// One item.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -49,6 +150,12 @@ pub struct MemoryItem {
     pub ttl_ms: Option<i64>,
     /// When it expires (`None`: never).
     pub expires_at_ms: Option<i64>,
+    /// What it means to the embedding model that made this, when it was embedded.
+    #[serde(skip)]
+    pub vector: Option<ItemVector>,
+    /// Which part of it is embedded.
+    #[serde(skip)]
+    pub index: IndexFields,
 }
 
 impl MemoryItem {
@@ -68,6 +175,8 @@ impl MemoryItem {
             updated_at_ms: now_ms,
             ttl_ms,
             expires_at_ms: ttl_ms.map(|t| now_ms.saturating_add(t)),
+            vector: None,
+            index: IndexFields::Text,
         }
     }
 }
@@ -204,26 +313,129 @@ pub fn search_items(
     search: &ItemSearch,
 ) -> Result<Vec<(MemoryItem, Option<f64>)>, String> {
     check_search(search)?;
-    let words = search
+    let matching = filtered(candidates, search);
+    let Some(words) = query_words(search) else {
+        return Ok(matching.into_iter().skip(search.offset).take(search.limit).map(|i| (i, None)).collect());
+    };
+    let ranked = keyword_list(&matching, &words);
+    let mut slots: Vec<Option<MemoryItem>> = matching.into_iter().map(Some).collect();
+    Ok(ranked
+        .into_iter()
+        .skip(search.offset)
+        .take(search.limit)
+        .filter_map(|(at, score)| slots[at].take().map(|i| (i, Some(score))))
+        .collect())
+}
+
+/// What [`search_by_meaning`] found, and the items it embedded on the way (with their new
+/// vectors, for the store to keep).
+#[derive(Debug, Default)]
+pub struct MeaningSearch {
+    /// The items found, best first, each with its fused score.
+    pub found: Vec<(MemoryItem, Option<f64>)>,
+    /// Items that had no vector of the model and now have one.
+    pub embedded: Vec<MemoryItem>,
+}
+
+/// The items of `candidates` that `search` finds, ranked by its words and by meaning: the
+/// keyword list (items holding the query's words, by the share they hold) and the dense list
+/// (every item with a vector of `model`'s, by cosine to `question`, the query's vector) fused
+/// by `fusion`. Up to [`BACKFILL_PER_SEARCH`] items without a vector of the model are embedded
+/// first (a model that fails then leaves them to their words, and logs why). Blocking.
+///
+/// # Errors
+/// What [`check_search`] refuses.
+pub fn search_by_meaning(
+    candidates: Vec<MemoryItem>,
+    search: &ItemSearch,
+    model: &dyn Embedder,
+    question: &[f32],
+    fusion: &Fusion,
+) -> Result<MeaningSearch, String> {
+    check_search(search)?;
+    let mut matching = filtered(candidates, search);
+    let id = model.settings().model.clone();
+    let dimension = model.settings().dimension;
+    let current = |i: &MemoryItem| i.vector.as_ref().is_some_and(|v| v.model == id && v.values.len() == dimension);
+    // The most recently written first, as the store read them.
+    let missing: Vec<(usize, String)> = matching
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| !current(i))
+        .filter_map(|(at, i)| embedded_text(&i.value, &i.index).map(|t| (at, t)))
+        .take(BACKFILL_PER_SEARCH)
+        .collect();
+    let mut embedded = Vec::new();
+    if !missing.is_empty() {
+        let texts: Vec<&str> = missing.iter().map(|(_, t)| t.as_str()).collect();
+        match model.embed(&texts, EmbedKind::Passage) {
+            Ok(vectors) => {
+                for ((at, _), values) in missing.iter().zip(vectors) {
+                    matching[*at].vector = Some(ItemVector { model: id.clone(), values });
+                    embedded.push(matching[*at].clone());
+                }
+            }
+            // The items stay findable by their words; the next search tries again.
+            Err(e) => tracing::warn!(error = %e, "cannot embed memory items without vectors"),
+        }
+    }
+    // Several models side by side: each holds a unit vector, so the dot product sums cosines.
+    let models = model.settings().models().len().max(1) as f32;
+    let mut dense: Vec<(usize, f32)> = matching
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| current(i))
+        .filter_map(|(at, i)| {
+            let v = i.vector.as_ref()?;
+            (v.values.len() == question.len()).then(|| (at, toolgraph_rag::embed::dot(&v.values, question) / models))
+        })
+        .collect();
+    dense.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let keywords: Vec<(usize, f32)> = query_words(search)
+        .map(|w| keyword_list(&matching, &w).into_iter().map(|(at, share)| (at, share as f32)).collect())
+        .unwrap_or_default();
+    let fused = fuse(&keywords, &dense, fusion);
+    let mut slots: Vec<Option<MemoryItem>> = matching.into_iter().map(Some).collect();
+    let found = fused
+        .into_iter()
+        .skip(search.offset)
+        .take(search.limit)
+        .filter_map(|f| slots[f.key].take().map(|i| (i, Some(f64::from(f.score)))))
+        .collect();
+    Ok(MeaningSearch { found, embedded })
+}
+
+/// The candidates whose values match the search's filter, in their order.
+fn filtered(candidates: Vec<MemoryItem>, search: &ItemSearch) -> Vec<MemoryItem> {
+    candidates
+        .into_iter()
+        .filter(|item| search.filter.iter().all(|(field, condition)| holds(item.value.get(field), condition)))
+        .collect()
+}
+
+/// The words of the search's query that count (none without a query or words).
+fn query_words(search: &ItemSearch) -> Option<Vec<String>> {
+    search
         .query
         .as_deref()
         .map(|q| words(q).into_iter().take(MAX_QUERY_WORDS).collect::<Vec<_>>())
-        .filter(|w| !w.is_empty());
-    let mut found: Vec<(MemoryItem, Option<f64>)> = candidates
-        .into_iter()
-        .filter(|item| search.filter.iter().all(|(field, condition)| holds(item.value.get(field), condition)))
-        .filter_map(|item| match &words {
-            None => Some((item, None)),
-            Some(words) => {
-                let text = words_of_value(&item.value);
-                let held = words.iter().filter(|w| text.contains(*w)).count();
-                (held > 0).then(|| (item, Some(held as f64 / words.len() as f64)))
-            }
+        .filter(|w| !w.is_empty())
+}
+
+/// The items holding any of `words` (by their place in `items`), by the share they hold, best
+/// first; equal shares keep the items' order (the most recently changed first).
+fn keyword_list(items: &[MemoryItem], words: &[String]) -> Vec<(usize, f64)> {
+    let mut held: Vec<(usize, f64)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(at, item)| {
+            let text = words_of_value(&item.value);
+            let held = words.iter().filter(|w| text.contains(*w)).count();
+            (held > 0).then(|| (at, held as f64 / words.len() as f64))
         })
         .collect();
-    // Stable: equal scores keep the most recently changed first.
-    found.sort_by(|a, b| b.1.unwrap_or(0.0).total_cmp(&a.1.unwrap_or(0.0)));
-    Ok(found.into_iter().skip(search.offset).take(search.limit).collect())
+    held.sort_by(|a, b| b.1.total_cmp(&a.1));
+    held
 }
 
 /// The operators of a condition — an object with a `$` key is one operator per key, all of
@@ -380,6 +592,133 @@ mod tests {
         assert!(search_items(items, &long).unwrap_err().contains("query"));
     }
 
+    /// A model of three meanings: pets, languages, anything else (each word adds to one).
+    #[derive(Debug)]
+    struct Meanings(toolgraph_rag::EmbeddingSettings, std::sync::atomic::AtomicUsize);
+
+    impl Meanings {
+        fn new(model: &str) -> Self {
+            let settings = toolgraph_rag::EmbeddingSettings {
+                model: model.into(),
+                sha256: String::new(),
+                dimension: 3,
+                query_prefix: String::new(),
+                passage_prefix: String::new(),
+                parts: Vec::new(),
+            };
+            Self(settings, Default::default())
+        }
+    }
+
+    impl Embedder for Meanings {
+        fn settings(&self) -> &toolgraph_rag::EmbeddingSettings {
+            &self.0
+        }
+        fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, toolgraph_rag::EmbedError> {
+            self.1.fetch_add(texts.len(), std::sync::atomic::Ordering::Relaxed);
+            Ok(texts
+                .iter()
+                .map(|t| {
+                    let mut v = vec![0.0f32; 3];
+                    for w in words(t) {
+                        let at = match w.as_str() {
+                            "cat" | "mascota" | "pet" | "miso" => 0,
+                            "spanish" | "idioma" | "language" | "catalan" => 1,
+                            _ => 2,
+                        };
+                        v[at] += 1.0;
+                    }
+                    toolgraph_rag::embed::normalise(&mut v);
+                    v
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn a_search_by_meaning_finds_what_shares_no_word_and_embeds_the_items_it_lacks() {
+        let model = Meanings::new("meanings");
+        let embedded = |text: &str| {
+            let values = model.embed(&[text], EmbedKind::Passage).unwrap().remove(0);
+            Some(ItemVector { model: "meanings".into(), values })
+        };
+        let mut cat = item(&["m"], "cat", json!({"text": "Has a cat called Miso"}), 4);
+        cat.vector = embedded("Has a cat called Miso");
+        let mut bus = item(&["m"], "bus", json!({"text": "Takes the bus to school"}), 3);
+        bus.vector = embedded("Takes the bus to school");
+        // Written before search by meaning: embedded by the search, which hands it back.
+        let lang = item(&["m"], "lang", json!({"text": "Prefers Spanish answers"}), 2);
+        // Kept out of the index: found by its words only.
+        let mut dog = item(&["m"], "dog", json!({"text": "Walks a dog, a pet, every day"}), 1);
+        dog.index = IndexFields::Off;
+        // Another model's vector is not compared, and is replaced.
+        let mut old = item(&["m"], "old", json!({"text": "Their cat is old"}), 0);
+        old.vector = Some(ItemVector { model: "another".into(), values: vec![1.0, 0.0, 0.0] });
+        let candidates = vec![cat, bus, lang, dog, old];
+        let search = |query: &str, limit: usize| ItemSearch { query: Some(query.into()), limit, ..Default::default() };
+        let question = |q: &str| model.embed(&[q], EmbedKind::Query).unwrap().remove(0);
+        let fusion = Fusion::default();
+
+        let found = search_by_meaning(
+            candidates.clone(),
+            &search("¿Qué mascota?", 10),
+            &model,
+            &question("¿Qué mascota?"),
+            &fusion,
+        )
+        .unwrap();
+        let keys: Vec<&str> = found.found.iter().map(|(i, _)| i.key.as_str()).collect();
+        // No word in common with any item: the pets first by meaning; the dog, unindexed, not at all.
+        assert_eq!(&keys[..2], ["cat", "old"], "{keys:?}");
+        assert!(!keys.contains(&"dog"), "{keys:?}");
+        assert_eq!(keys.len(), 4, "{keys:?}");
+        let backfilled: Vec<&str> = found.embedded.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(backfilled, ["lang", "old"], "the items without a vector of this model, and only them");
+        assert!(found.embedded.iter().all(|i| i.vector.as_ref().is_some_and(|v| v.model == "meanings")));
+        // By words alone the same query finds nothing.
+        assert!(search_items(candidates.clone(), &search("¿Qué mascota?", 10)).unwrap().is_empty());
+
+        // Words still count: "dog" is found by its word though it has no vector; "language"
+        // finds the Spanish item by meaning first.
+        let found =
+            search_by_meaning(candidates.clone(), &search("dog", 10), &model, &question("dog"), &fusion).unwrap();
+        assert!(found.found.iter().any(|(i, _)| i.key == "dog"));
+        let found =
+            search_by_meaning(candidates.clone(), &search("language", 1), &model, &question("language"), &fusion)
+                .unwrap();
+        assert_eq!(found.found[0].0.key, "lang");
+        assert!(found.found[0].1.is_some(), "a fused score");
+
+        // At most BACKFILL_PER_SEARCH items are embedded by one search.
+        let many: Vec<MemoryItem> = (0..BACKFILL_PER_SEARCH + 5)
+            .map(|n| item(&["m"], &format!("k{n}"), json!({"text": format!("fact {n}")}), n as i64))
+            .collect();
+        let found = search_by_meaning(many, &search("fact", 3), &model, &question("fact"), &fusion).unwrap();
+        assert_eq!(found.embedded.len(), BACKFILL_PER_SEARCH);
+        assert_eq!(found.found.len(), 3);
+    }
+
+    #[test]
+    fn what_is_embedded_of_an_item_and_how_a_store_keeps_it() {
+        let value = json!({"text": "Prefers Spanish", "n": 3, "tags": ["a", "b"]}).as_object().cloned().unwrap();
+        assert_eq!(embedded_text(&value, &IndexFields::Text).as_deref(), Some("Prefers Spanish"));
+        assert_eq!(embedded_text(&value, &IndexFields::Off), None);
+        let only = IndexFields::Only(vec!["tags".into(), "n".into()]);
+        assert_eq!(embedded_text(&value, &only).as_deref(), Some("a\nb\n3"));
+        let untexted = json!({"note": "x", "flag": true}).as_object().cloned().unwrap();
+        assert_eq!(embedded_text(&untexted, &IndexFields::Text).as_deref(), Some("x"));
+        assert_eq!(embedded_text(&Map::new(), &IndexFields::Text), None);
+        let long = json!({"text": "é".repeat(MAX_EMBEDDED_CHARS + 10)}).as_object().cloned().unwrap();
+        assert_eq!(embedded_text(&long, &IndexFields::Text).unwrap().chars().count(), MAX_EMBEDDED_CHARS);
+        for fields in [IndexFields::Text, IndexFields::Off, only] {
+            assert_eq!(IndexFields::kept(fields.to_kept()), fields);
+        }
+        let v = ItemVector { model: "m".into(), values: vec![0.5, -1.25, 3.0] };
+        assert_eq!(ItemVector::kept(Some("m".into()), Some(v.to_bytes())), Some(v));
+        assert_eq!(ItemVector::kept(Some("m".into()), Some(vec![1, 2, 3])), None, "not f32s");
+        assert_eq!(ItemVector::kept(None, Some(vec![0; 4])), None);
+    }
+
     #[test]
     fn namespaces_are_listed_by_prefix_suffix_and_depth() {
         let items: Vec<Vec<String>> =
@@ -425,6 +764,58 @@ mod tests {
     }
 }
 
+/// `search` over `candidates`: by meaning and words with `index` (falling back to words when
+/// its model fails, which is logged), else by words. Blocking.
+fn rank(candidates: Vec<MemoryItem>, search: &ItemSearch, index: Option<&Retriever>) -> Result<MeaningSearch, String> {
+    let model = match index.map(Retriever::embedder) {
+        Some(Ok(Some(model))) => Some(model),
+        Some(Ok(None)) | None => None,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "cannot load the embedding model: memory items are searched by their words");
+            None
+        }
+    };
+    let (Some(model), Some(index), Some(query)) = (model, index, search.query.as_deref()) else {
+        return Ok(MeaningSearch { found: search_items(candidates, search)?, embedded: Vec::new() });
+    };
+    let question = match model.embed(&[query], EmbedKind::Query) {
+        Ok(mut vectors) if vectors.len() == 1 => vectors.remove(0),
+        Ok(_) => {
+            tracing::warn!(
+                "the embedding model gave no vector for the query: memory items are searched by their words"
+            );
+            return Ok(MeaningSearch { found: search_items(candidates, search)?, embedded: Vec::new() });
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot embed the query: memory items are searched by their words");
+            return Ok(MeaningSearch { found: search_items(candidates, search)?, embedded: Vec::new() });
+        }
+    };
+    search_by_meaning(candidates, search, model.as_ref(), &question, &index.fusion())
+}
+
+/// `text`'s vector as a passage of `index`'s model, on a blocking thread; none (logged)
+/// when the model is not configured or fails.
+async fn embed_passage(index: Retriever, text: String) -> Option<ItemVector> {
+    let made = tokio::task::spawn_blocking(move || -> Result<Option<ItemVector>, String> {
+        let Some(model) = index.embedder().map_err(|e| e.to_string())? else { return Ok(None) };
+        let values = model.embed(&[text.as_str()], EmbedKind::Passage).map_err(|e| e.to_string())?;
+        Ok(values.into_iter().next().map(|values| ItemVector { model: model.settings().model.clone(), values }))
+    })
+    .await;
+    match made {
+        Ok(Ok(vector)) => vector,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot embed a memory item: it is kept, and found by its words until a search embeds it");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the embedding of a memory item stopped");
+            None
+        }
+    }
+}
+
 /// Why an operation on a person's items was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ItemError {
@@ -461,16 +852,27 @@ pub struct PersonItems<'a> {
     store: &'a dyn ConversationStore,
     tenant: i64,
     user: i64,
+    index: Option<&'a Retriever>,
 }
 
 impl<'a> PersonItems<'a> {
-    /// The items of `user` of `tenant` in `store`.
+    /// The items of `user` of `tenant` in `store`, searched by their words.
     pub fn new(store: &'a dyn ConversationStore, tenant: i64, user: i64) -> Self {
-        Self { store, tenant, user }
+        Self { store, tenant, user, index: None }
+    }
+
+    /// Searched by meaning too, with `index`'s embedding model and hybrid fusion (none: by
+    /// words only): items are embedded when written, and a search with a query fuses the
+    /// keyword list with the dense one (docs/memory.md, "Search by meaning").
+    #[must_use]
+    pub fn indexed(mut self, index: Option<&'a Retriever>) -> Self {
+        self.index = index;
+        self
     }
 
     /// Writes `value` under `namespace`/`key`, to expire `ttl` after its last write or
-    /// refreshing read (none: never).
+    /// refreshing read (none: never); with an index, `fields` of it are embedded first (a
+    /// model that fails leaves the item to be embedded by a later search, and logs why).
     ///
     /// # Errors
     /// `Invalid` for a namespace, key or value that cannot be kept, or a new key past the
@@ -481,11 +883,21 @@ impl<'a> PersonItems<'a> {
         key: String,
         value: Map<String, Value>,
         ttl: Option<Duration>,
+        fields: &IndexFields,
         now_ms: i64,
     ) -> Result<MemoryItem, ItemError> {
         check_item(&namespace, &key, &value).map_err(ItemError::invalid)?;
+        if let IndexFields::Only(names) = fields
+            && names.len() > MAX_FILTER_FIELDS
+        {
+            return Err(ItemError::invalid(format!(
+                "index: {} fields, over the {MAX_FILTER_FIELDS} allowed",
+                names.len()
+            )));
+        }
         let ttl_ms = ttl.map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
-        let item = MemoryItem::new(namespace, key, value, ttl_ms, now_ms);
+        let mut item = MemoryItem::new(namespace, key, value, ttl_ms, now_ms);
+        item.index = fields.clone();
         // A search reads them all: a new key past the bound is refused.
         let kept = self.store.count_items(self.tenant, self.user, now_ms).await?;
         if kept >= ITEMS_READ as u64
@@ -495,6 +907,10 @@ impl<'a> PersonItems<'a> {
                 field: "key".into(),
                 message: format!("you keep {kept} items, the most a person's store holds: delete some first"),
             });
+        }
+        // Embedded once the write is known to be kept.
+        if let (Some(index), Some(text)) = (self.index, embedded_text(&item.value, fields)) {
+            item.vector = embed_passage(index.clone(), text).await;
         }
         self.store.put_item(self.tenant, self.user, &item).await?;
         Ok(item)
@@ -540,10 +956,18 @@ impl<'a> PersonItems<'a> {
         check_search(search).map_err(ItemError::invalid)?;
         let candidates = self.store.items(self.tenant, self.user, &search.prefix, now_ms).await?;
         let asked = search.clone();
-        let found = tokio::task::spawn_blocking(move || search_items(candidates, &asked))
+        let index = self.index.filter(|_| asked.query.as_deref().is_some_and(|q| !q.trim().is_empty())).cloned();
+        let ranked = tokio::task::spawn_blocking(move || rank(candidates, &asked, index.as_ref()))
             .await
             .map_err(|e| ItemError::Stopped(e.to_string()))?
             .map_err(ItemError::invalid)?;
+        if !ranked.embedded.is_empty() {
+            // Kept for the next search; one that cannot be kept is embedded again then.
+            if let Err(e) = self.store.set_item_vectors(self.tenant, self.user, &ranked.embedded).await {
+                tracing::warn!(error = %e, "cannot keep the memory items' new vectors");
+            }
+        }
+        let found = ranked.found;
         let living: Vec<(Vec<String>, String)> = found
             .iter()
             .filter(|(i, _)| i.ttl_ms.is_some())

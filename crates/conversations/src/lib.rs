@@ -36,7 +36,7 @@ pub mod run_events;
 mod sqlite;
 pub mod usage;
 
-pub use items::MemoryItem;
+pub use items::{ItemVector, MemoryItem};
 pub use memory::MemoryConversationStore;
 pub use postgres::PostgresConversationStore;
 pub use projection::{ProjectingCheckpointer, Projection, Projector};
@@ -58,7 +58,8 @@ const SQLITE_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolg
         "1005_memory_items.sql",
         "1006_turn_usage.sql",
         "1007_retention.sql",
-        "1008_uploads.sql"
+        "1008_uploads.sql",
+        "1009_item_vectors.sql"
     ]
 );
 /// The conversation tables' migrations on PostgreSQL: conversations, leases, run events,
@@ -77,6 +78,7 @@ const POSTGRES_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = too
         "1009_turn_usage.sql",
         "1010_retention.sql",
         "1011_uploads.sql",
+        "1012_item_vectors.sql",
     ]
 );
 
@@ -499,6 +501,12 @@ pub trait ConversationStore: Send + Sync + 'static {
     ) -> Result<(), StoreError> {
         Err(no_items())
     }
+    /// Sets the vectors of `items` (each as given in [`MemoryItem::vector`]) where the kept
+    /// item is still the one that was embedded (written at the same `updated_at_ms`): a
+    /// rewrite meanwhile keeps its own.
+    async fn set_item_vectors(&self, _tenant: i64, _user: i64, _items: &[MemoryItem]) -> Result<(), StoreError> {
+        Err(no_items())
+    }
     /// Deletes the item under `namespace`/`key`; whether there was one.
     async fn delete_item(
         &self,
@@ -556,6 +564,17 @@ pub trait ConversationStore: Send + Sync + 'static {
         _now_ms: i64,
         _limit: usize,
     ) -> Result<Vec<(i64, i64)>, StoreError> {
+        Err(retention::no_retention())
+    }
+    /// Conversations with a turn since `since_ms` (one with no turn time kept, from before
+    /// it was: made since then), of ids above `after`, ascending, at most `limit`: (tenant,
+    /// conversation, agent) — those whose checkpoints retention compacts.
+    async fn conversations_active_since(
+        &self,
+        _since_ms: i64,
+        _after: i64,
+        _limit: usize,
+    ) -> Result<Vec<(i64, i64, String)>, StoreError> {
         Err(retention::no_retention())
     }
     /// Keeps a document `tenant`/`user` uploaded, under `id`, until a turn attaches it.

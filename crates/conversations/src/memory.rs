@@ -340,6 +340,18 @@ impl ConversationStore for MemoryConversationStore {
         Ok(())
     }
 
+    async fn set_item_vectors(&self, tenant: i64, user: i64, items: &[MemoryItem]) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        for item in items {
+            let k = (tenant, user, item.namespace.clone(), item.key.clone());
+            let same = |kept: &&mut MemoryItem| kept.updated_at_ms == item.updated_at_ms && kept.value == item.value;
+            if let Some(kept) = g.items.get_mut(&k).filter(same) {
+                kept.vector.clone_from(&item.vector);
+            }
+        }
+        Ok(())
+    }
+
     async fn item(
         &self,
         tenant: i64,
@@ -523,6 +535,24 @@ impl ConversationStore for MemoryConversationStore {
         let ids: Vec<i64> = idle.iter().map(|(_, _, id)| *id).collect();
         g.remove_conversations(|id, _, _| ids.contains(&id));
         Ok(idle.into_iter().map(|(_, t, id)| (t, id)).collect())
+    }
+
+    async fn conversations_active_since(
+        &self,
+        since_ms: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64, String)>, StoreError> {
+        let g = self.lock();
+        let mut active: Vec<(i64, i64, String)> = g
+            .conversations
+            .iter()
+            .filter(|(id, _)| **id > after && g.last_active.get(id).is_none_or(|at| *at >= since_ms))
+            .map(|(id, (t, _, c, _))| (*t, *id, c.agent.clone()))
+            .collect();
+        active.sort_unstable_by_key(|(_, id, _)| *id);
+        active.truncate(limit);
+        Ok(active)
     }
 
     async fn put_upload(

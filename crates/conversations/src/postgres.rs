@@ -1,7 +1,7 @@
 //! [`PostgresConversationStore`]: the conversation store in PostgreSQL, shared by replicas;
 //! its tables live beside the checkpoints, so a step's messages commit with its record.
 
-use crate::items::{ITEMS_READ, MemoryItem, decode_namespace, encode_namespace, prefix_match};
+use crate::items::{ITEMS_READ, IndexFields, ItemVector, MemoryItem, decode_namespace, encode_namespace, prefix_match};
 use crate::retention::IdleRule;
 use crate::usage::{TurnUsage, from_db, to_db};
 use crate::{
@@ -528,11 +528,13 @@ impl ConversationStore for PostgresConversationStore {
     async fn put_item(&self, tenant: i64, user: i64, item: &MemoryItem) -> Result<(), StoreError> {
         let mut s = self.db.session().await?;
         sqlx::query(
-            "INSERT INTO memory_items (tenant_id, user_id, namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            "INSERT INTO memory_items (tenant_id, user_id, namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms,
+                                       vector, vector_model, index_fields)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (tenant_id, user_id, namespace, key) DO UPDATE SET
                value = excluded.value, updated_at_ms = excluded.updated_at_ms, ttl_ms = excluded.ttl_ms,
-               expires_at_ms = excluded.expires_at_ms,
+               expires_at_ms = excluded.expires_at_ms, vector = excluded.vector, vector_model = excluded.vector_model,
+                   index_fields = excluded.index_fields,
                created_at_ms = CASE WHEN memory_items.expires_at_ms IS NOT NULL
                                      AND memory_items.expires_at_ms <= excluded.updated_at_ms
                                     THEN excluded.created_at_ms ELSE memory_items.created_at_ms END",
@@ -546,6 +548,45 @@ impl ConversationStore for PostgresConversationStore {
         .bind(item.updated_at_ms)
         .bind(item.ttl_ms)
         .bind(item.expires_at_ms)
+        .bind(item.vector.as_ref().map(ItemVector::to_bytes))
+        .bind(item.vector.as_ref().map(|v| v.model.clone()))
+        .bind(item.index.to_kept())
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    async fn set_item_vectors(&self, tenant: i64, user: i64, items: &[MemoryItem]) -> Result<(), StoreError> {
+        let embedded: Vec<(&MemoryItem, &ItemVector)> =
+            items.iter().filter_map(|i| i.vector.as_ref().map(|v| (i, v))).collect();
+        if embedded.is_empty() {
+            return Ok(());
+        }
+        let namespaces: Vec<String> = embedded.iter().map(|(i, _)| encode_namespace(&i.namespace)).collect();
+        let keys: Vec<String> = embedded.iter().map(|(i, _)| i.key.clone()).collect();
+        let written: Vec<i64> = embedded.iter().map(|(i, _)| i.updated_at_ms).collect();
+        let vectors: Vec<Vec<u8>> = embedded.iter().map(|(_, v)| v.to_bytes()).collect();
+        let models: Vec<String> = embedded.iter().map(|(_, v)| v.model.clone()).collect();
+        // What was embedded: a rewrite in the same millisecond differs here.
+        let values: Vec<Value> = embedded.iter().map(|(i, _)| Value::Object(i.value.clone())).collect();
+        let mut s = self.db.session().await?;
+        sqlx::query(
+            "UPDATE memory_items m SET vector = u.vector, vector_model = u.model
+             FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bytea[], $7::text[], $8::jsonb[])
+                  AS u(namespace, key, written, vector, model, value)
+             WHERE m.tenant_id = $1 AND m.user_id = $2 AND m.namespace = u.namespace AND m.key = u.key
+               AND m.updated_at_ms = u.written AND m.value = u.value",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(namespaces)
+        .bind(keys)
+        .bind(written)
+        .bind(vectors)
+        .bind(models)
+        .bind(values)
         .persistent(self.db.persistent())
         .execute(&mut *s)
         .await?;
@@ -851,6 +892,27 @@ impl ConversationStore for PostgresConversationStore {
         Ok(rows)
     }
 
+    async fn conversations_active_since(
+        &self,
+        since_ms: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64, String)>, StoreError> {
+        let mut s = self.db.session().await?;
+        let rows: Vec<(i64, i64, String)> = sqlx::query_as(
+            "SELECT tenant_id, id, agent FROM conversations
+             WHERE id > $2 AND COALESCE(last_active_ms, created_at_ms) >= $1 ORDER BY id LIMIT $3",
+        )
+        .bind(since_ms)
+        .bind(after)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(rows)
+    }
+
     async fn put_upload(
         &self,
         tenant: i64,
@@ -940,7 +1002,8 @@ impl ConversationStore for PostgresConversationStore {
 }
 
 /// The columns [`item_row`] reads, in its order.
-const ITEM_COLUMNS: &str = "namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms";
+const ITEM_COLUMNS: &str =
+    "namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms, vector_model, vector, index_fields";
 
 fn item_row(r: &PgRow) -> Result<MemoryItem, StoreError> {
     let namespace: String = r.try_get(0)?;
@@ -956,6 +1019,8 @@ fn item_row(r: &PgRow) -> Result<MemoryItem, StoreError> {
         updated_at_ms: r.try_get(4)?,
         ttl_ms: r.try_get(5)?,
         expires_at_ms: r.try_get(6)?,
+        vector: ItemVector::kept(r.try_get(7)?, r.try_get(8)?),
+        index: IndexFields::kept(r.try_get(9)?),
     })
 }
 

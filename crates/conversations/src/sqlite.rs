@@ -1,7 +1,7 @@
 //! [`SqliteConversationStore`]: the embedded default, in the same database file (and on the
 //! same connection thread) as the checkpoints, so a step's messages commit with its record.
 
-use crate::items::{ITEMS_READ, MemoryItem, decode_namespace, encode_namespace, prefix_match};
+use crate::items::{ITEMS_READ, IndexFields, ItemVector, MemoryItem, decode_namespace, encode_namespace, prefix_match};
 use crate::retention::IdleRule;
 use crate::usage::{TurnUsage, from_db, to_db};
 use crate::{
@@ -475,17 +475,65 @@ impl ConversationStore for SqliteConversationStore {
         let i = item.clone();
         self.call(move |c| {
             c.prepare_cached(
-                "INSERT INTO memory_items (tenant_id, user_id, namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                "INSERT INTO memory_items (tenant_id, user_id, namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms,
+                                           vector, vector_model, index_fields)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT (tenant_id, user_id, namespace, key) DO UPDATE SET
                    value = excluded.value, updated_at_ms = excluded.updated_at_ms, ttl_ms = excluded.ttl_ms,
-                   expires_at_ms = excluded.expires_at_ms,
+                   expires_at_ms = excluded.expires_at_ms, vector = excluded.vector, vector_model = excluded.vector_model,
+                   index_fields = excluded.index_fields,
                    created_at_ms = CASE WHEN memory_items.expires_at_ms IS NOT NULL
                                          AND memory_items.expires_at_ms <= excluded.updated_at_ms
                                         THEN excluded.created_at_ms ELSE memory_items.created_at_ms END",
             )?
-            .execute(params![tenant, user, namespace, i.key, value, i.created_at_ms, i.updated_at_ms, i.ttl_ms, i.expires_at_ms])?;
+            .execute(params![
+                tenant,
+                user,
+                namespace,
+                i.key,
+                value,
+                i.created_at_ms,
+                i.updated_at_ms,
+                i.ttl_ms,
+                i.expires_at_ms,
+                i.vector.as_ref().map(ItemVector::to_bytes),
+                i.vector.as_ref().map(|v| v.model.clone()),
+                i.index.to_kept(),
+            ])?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn set_item_vectors(&self, tenant: i64, user: i64, items: &[MemoryItem]) -> Result<(), StoreError> {
+        type Row = (String, String, i64, String, Option<Vec<u8>>, Option<String>);
+        let rows: Vec<Row> = items
+            .iter()
+            .map(|i| {
+                let vector = i.vector.as_ref();
+                (
+                    encode_namespace(&i.namespace),
+                    i.key.clone(),
+                    i.updated_at_ms,
+                    // As `put_item` wrote it: a rewrite in the same millisecond differs here.
+                    Value::Object(i.value.clone()).to_string(),
+                    vector.map(ItemVector::to_bytes),
+                    vector.map(|v| v.model.clone()),
+                )
+            })
+            .collect();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            {
+                let mut q = tx.prepare_cached(
+                    "UPDATE memory_items SET vector = ?5, vector_model = ?6 WHERE tenant_id = ?1 AND user_id = ?2
+                     AND namespace = ?3 AND key = ?4 AND updated_at_ms = ?7 AND value = ?8",
+                )?;
+                for (namespace, key, updated, value, vector, model) in rows {
+                    q.execute(params![tenant, user, namespace, key, vector, model, updated, value])?;
+                }
+            }
+            tx.commit()
         })
         .await
     }
@@ -746,6 +794,23 @@ impl ConversationStore for SqliteConversationStore {
         .await
     }
 
+    async fn conversations_active_since(
+        &self,
+        since_ms: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64, String)>, StoreError> {
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT tenant_id, id, agent FROM conversations
+                 WHERE id > ?2 AND COALESCE(last_active_ms, created_at_ms) >= ?1 ORDER BY id LIMIT ?3",
+            )?
+            .query_map(params![since_ms, after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect()
+        })
+        .await
+    }
+
     async fn put_upload(
         &self,
         tenant: i64,
@@ -824,7 +889,8 @@ impl ConversationStore for SqliteConversationStore {
 }
 
 /// The columns [`item_row`] reads, in its order.
-const ITEM_COLUMNS: &str = "namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms";
+const ITEM_COLUMNS: &str =
+    "namespace, key, value, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms, vector_model, vector, index_fields";
 
 fn item_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryItem> {
     let namespace: String = r.get(0)?;
@@ -842,6 +908,8 @@ fn item_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryItem> {
         updated_at_ms: r.get(4)?,
         ttl_ms: r.get(5)?,
         expires_at_ms: r.get(6)?,
+        vector: ItemVector::kept(r.get(7)?, r.get(8)?),
+        index: IndexFields::kept(r.get(9)?),
     })
 }
 

@@ -7,8 +7,9 @@
 use serde_json::json;
 use std::str::FromStr;
 use std::sync::Arc;
+use toolgraph_conversations::items::IndexFields;
 use toolgraph_conversations::{
-    ConversationStore, Decided, MemoryConversationStore, MemoryItem, NewPending, PendingLookup,
+    ConversationStore, Decided, ItemVector, MemoryConversationStore, MemoryItem, NewPending, PendingLookup,
     PostgresConversationStore, ReleasedTurn, Role, SqliteConversationStore, Thread, TurnClaim, TurnUsage,
 };
 use toolgraph_graph::{PgPooling, PostgresCheckpointer, SqliteCheckpointer};
@@ -332,6 +333,56 @@ async fn memory_items_are_each_persons_expire_and_go_with_their_owner(store: &dy
     assert!(store.items(9, 1, &[], t0).await.unwrap().is_empty());
 }
 
+async fn item_vectors_are_kept_with_their_model_and_set_only_on_the_item_embedded(store: &dyn ConversationStore) {
+    let t0 = 2_000_000;
+    let vector = |values: Vec<f32>| Some(ItemVector { model: "e5".into(), values });
+    let mut cat = memory_item(&["m"], "cat", "Has a cat", None, t0);
+    cat.vector = vector(vec![0.25, -0.5, 1.0]);
+    store.put_item(7, 1, &cat).await.unwrap();
+    let mut off = memory_item(&["m"], "off", "Not embedded", None, t0);
+    off.index = IndexFields::Off;
+    store.put_item(7, 1, &off).await.unwrap();
+    let mut only = memory_item(&["m"], "only", "Some fields", None, t0);
+    only.index = IndexFields::Only(vec!["text".into(), "$".into()]);
+    store.put_item(7, 1, &only).await.unwrap();
+    let read = |key: &'static str| async move { store.item(7, 1, &ns(&["m"]), key, t0).await.unwrap().unwrap() };
+    assert_eq!(read("cat").await.vector, cat.vector, "the vector and its model, as written");
+    assert_eq!((read("off").await.vector, read("off").await.index), (None, IndexFields::Off));
+    assert_eq!(read("only").await.index, only.index);
+    assert_eq!(store.items(7, 1, &ns(&["m"]), t0).await.unwrap().iter().filter(|i| i.vector.is_some()).count(), 1);
+
+    // A search embedded `only` as it was written at t0; a rewrite at t0 + 5 in between keeps
+    // its own (none), and a vector set for the item as written is kept.
+    let mut embedded = only.clone();
+    embedded.vector = vector(vec![1.0, 0.0, 0.0]);
+    let mut rewritten = memory_item(&["m"], "only", "Rewritten", None, t0 + 5);
+    rewritten.index = only.index.clone();
+    store.put_item(7, 1, &rewritten).await.unwrap();
+    store.set_item_vectors(7, 1, std::slice::from_ref(&embedded)).await.unwrap();
+    assert_eq!(store.item(7, 1, &ns(&["m"]), "only", t0 + 6).await.unwrap().unwrap().vector, None);
+    let mut now_embedded = rewritten.clone();
+    now_embedded.vector = vector(vec![0.0, 1.0, 0.0]);
+    store.set_item_vectors(7, 1, &[now_embedded.clone()]).await.unwrap();
+    assert_eq!(store.item(7, 1, &ns(&["m"]), "only", t0 + 6).await.unwrap().unwrap().vector, now_embedded.vector);
+    // Rewritten in the same millisecond with other text: the old text's vector is not set.
+    let same_ms = memory_item(&["m"], "same", "First text", None, t0 + 10);
+    store.put_item(7, 1, &same_ms).await.unwrap();
+    let mut stale = same_ms.clone();
+    stale.vector = vector(vec![1.0, 1.0, 1.0]);
+    store.put_item(7, 1, &memory_item(&["m"], "same", "Second text", None, t0 + 10)).await.unwrap();
+    store.set_item_vectors(7, 1, &[stale]).await.unwrap();
+    assert_eq!(store.item(7, 1, &ns(&["m"]), "same", t0 + 11).await.unwrap().unwrap().vector, None);
+    // Not another person's item of the same place.
+    store.put_item(7, 2, &memory_item(&["m"], "cat", "Ben's", None, t0)).await.unwrap();
+    let mut bens = cat.clone();
+    bens.vector = vector(vec![9.0, 9.0, 9.0]);
+    store.set_item_vectors(7, 1, &[bens]).await.unwrap();
+    assert_eq!(store.item(7, 2, &ns(&["m"]), "cat", t0).await.unwrap().unwrap().vector, None);
+    // A rewrite with no vector clears the old one (it described the old text).
+    store.put_item(7, 1, &memory_item(&["m"], "cat", "Has two cats", None, t0 + 7)).await.unwrap();
+    assert_eq!(store.item(7, 1, &ns(&["m"]), "cat", t0 + 8).await.unwrap().unwrap().vector, None);
+}
+
 fn usage(run: &str, model: &str, prompt: u64, completion: u64, at_ms: i64) -> TurnUsage {
     TurnUsage {
         run_id: run.into(),
@@ -530,6 +581,7 @@ macro_rules! suite {
             case!(conversations_are_listed_for_their_owner_newest_first);
             case!(threads_belong_to_their_owner_and_bind_one_conversation);
             case!(memory_items_are_each_persons_expire_and_go_with_their_owner);
+            case!(item_vectors_are_kept_with_their_model_and_set_only_on_the_item_embedded);
             case!(token_usage_is_kept_per_turn_outlives_its_conversation_and_goes_with_its_owner);
             case!(idle_conversations_go_by_their_one_rule_and_a_running_one_stays);
             case!(uploads_are_their_owners_until_attached_or_a_day_old);

@@ -313,6 +313,76 @@ async fn fork_from_an_earlier_checkpoint(b: &Backend) {
     assert!(matches!(g.state_at(&thread(6), 99).await, Err(GraphError::NotFound { .. })));
 }
 
+/// Each seq of `t` and the state it reads.
+async fn states(g: &CompiledGraph<Chat, Deps>, t: &ThreadId) -> Vec<(u64, RecordKind, Chat)> {
+    let mut out = Vec::new();
+    for meta in g.history(t).await.unwrap() {
+        out.push((meta.seq, meta.kind, g.state_at(t, meta.seq).await.unwrap().state.as_ref().clone()));
+    }
+    out
+}
+
+async fn a_finished_thread_is_compacted_to_its_last_checkpoints_which_read_the_same(b: &Backend) {
+    let store = b.open().await;
+    let g = echo_graph(store.clone());
+    let t = thread(40);
+    for text in ["uno", "dos", "tres"] {
+        g.start(&t, say(text), RunOptions::default()).await.unwrap().outcome().await;
+    }
+    let before = states(&g, &t).await;
+    assert_eq!(before.len(), 6);
+    assert_eq!(store.compact_thread(&t, 0).await.unwrap(), 0, "keep 0: everything is kept");
+    assert_eq!(store.compact_thread(&t, 3).await.unwrap(), 0, "not more than twice as many as kept");
+    assert_eq!(store.compact_thread(&t, 2).await.unwrap(), 4);
+    let after = states(&g, &t).await;
+    assert_eq!(after, before[4..], "the last two, each reading what it read before");
+    assert!(matches!(g.state_at(&t, 4).await, Err(GraphError::NotFound { .. })), "an older one is gone");
+    assert_eq!(store.compact_thread(&t, 2).await.unwrap(), 0, "nothing more to fold");
+    // The thread goes on from its head, here and in a fresh process, and forks from a kept seq.
+    g.start(&t, say("cuatro"), RunOptions::default()).await.unwrap().outcome().await;
+    let fresh = echo_graph(b.open().await);
+    let state = fresh.thread_state(&t).await.unwrap().unwrap().state.log.clone();
+    assert_eq!(state, ["uno", "echo: uno", "dos", "echo: dos", "tres", "echo: tres", "cuatro", "echo: cuatro"]);
+    let fork = ThreadId::new("tenant7", "40-fork");
+    g.fork(&t, after[0].0, &fork).await.unwrap();
+    assert_eq!(g.thread_state(&fork).await.unwrap().unwrap().state.as_ref(), &after[0].2);
+    // Keeping one folds everything into the head.
+    let head = fresh.thread_state(&t).await.unwrap().unwrap().state.as_ref().clone();
+    assert_eq!(store.compact_thread(&t, 2).await.unwrap(), 0, "four records: not more than twice two");
+    assert_eq!(store.compact_thread(&t, 1).await.unwrap(), 3);
+    assert_eq!(states(&fresh, &t).await.iter().map(|(_, _, s)| s.clone()).collect::<Vec<_>>(), [head]);
+}
+
+async fn a_paused_thread_is_not_compacted_nor_a_decision_kept_first(b: &Backend) {
+    let store = b.open().await;
+    let g = approval_graph(store.clone());
+    let t = thread(41);
+    let out = g.start(&t, say("do both"), RunOptions::default()).await.unwrap().outcome().await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    assert_eq!(store.compact_thread(&t, 1).await.unwrap(), 0, "it waits for decisions");
+    for p in &pending {
+        let decided = BTreeMap::from([(p.id.clone(), Decision::Approve)]);
+        if let ResumeResult::Started(run) = g.resume(&t, decided, RunOptions::default()).await.unwrap() {
+            run.outcome().await;
+        }
+    }
+    let before = states(&g, &t).await;
+    let kinds: Vec<RecordKind> = before.iter().map(|(_, k, _)| *k).collect();
+    // Keep from the second decision: the fold starts one earlier, at the first, and that is a
+    // decision too: at the interrupt it answers.
+    let second_decision = kinds.iter().rposition(|k| *k == RecordKind::Decision).unwrap();
+    let keep = (kinds.len() - second_decision) as u64;
+    assert!(kinds[second_decision - 1] == RecordKind::Decision, "{kinds:?}");
+    assert!(kinds.len() as u64 > 2 * keep, "{kinds:?}");
+    let deleted = store.compact_thread(&t, keep).await.unwrap();
+    let after = states(&g, &t).await;
+    assert!(deleted > 0, "{kinds:?}");
+    assert_eq!(after[0].1, RecordKind::Interrupt, "back past both decisions: {after:?}");
+    assert_eq!(after.len() as u64 + deleted, before.len() as u64);
+    assert_eq!(after, before[before.len() - after.len()..]);
+    assert_eq!(g.thread_state(&t).await.unwrap().unwrap().state.decided.len(), 2);
+}
+
 async fn storage_grows_linearly(b: &Backend) {
     let store = b.open().await;
     let g = echo_graph(store.clone());
@@ -478,6 +548,8 @@ macro_rules! suite {
             case!(a_panicking_node_fails_the_run_not_the_process);
             case!(concurrent_runs_on_one_thread_never_interleave);
             case!(fork_from_an_earlier_checkpoint);
+            case!(a_finished_thread_is_compacted_to_its_last_checkpoints_which_read_the_same);
+            case!(a_paused_thread_is_not_compacted_nor_a_decision_kept_first);
             case!(storage_grows_linearly);
             case!(the_last_complete_checkpoint_is_readable_mid_step);
             case!(tenant_data_can_be_deleted);

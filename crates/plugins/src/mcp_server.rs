@@ -50,22 +50,47 @@ pub struct ResourceInfo {
     pub mime_type: String,
 }
 
-/// Where the exported documents come from (the knowledge bases): per tenant.
+/// What a resource read answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceText {
+    /// The text.
+    pub text: String,
+    /// Its media type.
+    pub mime_type: String,
+}
+
+/// Whom a resource request is for: its tenant ([`TenantScope`], else the export's), its user
+/// ([`UserScope`]), and the extensions of the HTTP request it came in (none over stdio), where
+/// the service that authenticated it may have left more (who the person is, in its terms).
+#[derive(Debug, Clone, Default)]
+pub struct ResourceScope {
+    /// The tenant.
+    pub tenant: String,
+    /// The user, when the request names one.
+    pub user: Option<String>,
+    /// The HTTP request's extensions.
+    pub request: Option<http::Extensions>,
+}
+
+/// Where exported documents come from (the knowledge bases, a person's memory): per request.
+#[async_trait::async_trait]
 pub trait ResourceSource: Send + Sync + 'static {
-    /// Every document of `tenant` a client may read.
-    fn list(&self, tenant: &str) -> Vec<ResourceInfo>;
-    /// The text of `tenant`'s document `uri`; `None` when there is no such document.
-    fn read(&self, tenant: &str, uri: &str) -> Option<String>;
+    /// Every document of `scope` a client may read.
+    async fn list(&self, scope: &ResourceScope) -> Vec<ResourceInfo>;
+    /// The document `uri` of `scope`; `None` when there is no such document (or it is not
+    /// this source's).
+    async fn read(&self, scope: &ResourceScope, uri: &str) -> Option<ResourceText>;
 }
 
 /// No documents.
 pub struct NoResources;
 
+#[async_trait::async_trait]
 impl ResourceSource for NoResources {
-    fn list(&self, _tenant: &str) -> Vec<ResourceInfo> {
+    async fn list(&self, _scope: &ResourceScope) -> Vec<ResourceInfo> {
         Vec::new()
     }
-    fn read(&self, _tenant: &str, _uri: &str) -> Option<String> {
+    async fn read(&self, _scope: &ResourceScope, _uri: &str) -> Option<ResourceText> {
         None
     }
 }
@@ -100,6 +125,17 @@ fn user_of(context: &RequestContext<RoleServer>, local: Option<&str>) -> Option<
     }
 }
 
+impl McpExport {
+    /// Whom a resource request is for.
+    fn resource_scope(&self, context: &RequestContext<RoleServer>) -> ResourceScope {
+        ResourceScope {
+            tenant: tenant_of(context, &self.tenant),
+            user: user_of(context, self.local_user.as_deref()),
+            request: context.extensions.get::<http::request::Parts>().map(|parts| parts.extensions.clone()),
+        }
+    }
+}
+
 /// A prompt a client may get: an agent's instructions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportedPrompt {
@@ -115,7 +151,7 @@ pub struct ExportedPrompt {
 #[derive(Clone)]
 pub struct McpExport {
     tools: ToolRegistry,
-    resources: Arc<dyn ResourceSource>,
+    resources: Arc<Vec<Arc<dyn ResourceSource>>>,
     prompts: Arc<Vec<ExportedPrompt>>,
     tenant: String,
     /// The user of requests that did not come over HTTP (stdio).
@@ -147,13 +183,23 @@ impl McpExport {
     ) -> Self {
         Self {
             tools,
-            resources,
+            resources: Arc::new(vec![resources]),
             prompts: Arc::new(prompts),
             tenant,
             local_user: None,
             write_tools: Arc::default(),
             approvals: Arc::new(Approvals::random(APPROVAL_WAIT)),
         }
+    }
+
+    /// Exports the documents of `more` too, after the ones before (a read asks each source in
+    /// turn).
+    #[must_use]
+    pub fn with_resources(mut self, more: Arc<dyn ResourceSource>) -> Self {
+        let mut all: Vec<Arc<dyn ResourceSource>> = self.resources.iter().cloned().collect();
+        all.push(more);
+        self.resources = Arc::new(all);
+        self
     }
 
     /// Requests that do not come over HTTP (stdio: the client is a program the person who started
@@ -368,21 +414,17 @@ impl ServerHandler for McpExport {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let (source, tenant) = (Arc::clone(&self.resources), tenant_of(&context, &self.tenant));
-        // Listing reads the knowledge bases from disk: off the async workers.
-        let list = tokio::task::spawn_blocking(move || source.list(&tenant))
-            .await
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        let resources = list
-            .into_iter()
-            .map(|r| {
+        let scope = self.resource_scope(&context);
+        let mut resources = Vec::new();
+        for source in self.resources.iter() {
+            for r in source.list(&scope).await {
                 let resource = Resource::new(r.uri, r.name).with_mime_type(r.mime_type);
-                match r.description {
+                resources.push(match r.description {
                     Some(d) => resource.with_description(d),
                     None => resource,
-                }
-            })
-            .collect();
+                });
+            }
+        }
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
@@ -391,15 +433,14 @@ impl ServerHandler for McpExport {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let (source, uri, tenant) =
-            (Arc::clone(&self.resources), request.uri.clone(), tenant_of(&context, &self.tenant));
-        let text = tokio::task::spawn_blocking(move || source.read(&tenant, &uri))
-            .await
-            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-        match text {
-            Some(text) => Ok(ReadResourceResult::new(vec![ResourceContents::text(text, request.uri)]).into()),
-            None => Err(McpError::resource_not_found(format!("no resource {}", request.uri), None)),
+        let scope = self.resource_scope(&context);
+        for source in self.resources.iter() {
+            if let Some(found) = source.read(&scope, &request.uri).await {
+                let contents = ResourceContents::text(found.text, request.uri).with_mime_type(found.mime_type);
+                return Ok(ReadResourceResult::new(vec![contents]).into());
+            }
         }
+        Err(McpError::resource_not_found(format!("no resource {}", request.uri), None))
     }
 
     async fn list_prompts(

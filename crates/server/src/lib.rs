@@ -35,7 +35,7 @@ pub use callbacks::{callback_router, require_signature};
 pub use error::ChatError;
 pub use hosts::{AllowedHosts, guard_hosts};
 pub use listen::HttpServer;
-pub use mcp::McpEndpoint;
+pub use mcp::{McpEndpoint, MemoryResources, memory_uri};
 pub use metrics::Metrics;
 pub use playground::playground_router;
 pub use routes::{api_router, ops_router, router};

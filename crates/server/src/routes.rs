@@ -204,8 +204,11 @@ async fn require_ready(State(app): State<AppState>, req: Request, next: Next) ->
 /// MCP over streamable HTTP, for the tenant of `X-Tenant-Slug` (authenticated by then when
 /// auth is `api_key`; without the header, the export's default tenant) and the user of
 /// `X-User-Id`: within its tenant, the user is the caller's word, as a chat request's `userId`
-/// is; without it, tools that keep data per user (the notes) refuse.
-async fn mcp(State(app): State<AppState>, req: Request) -> Response {
+/// is; without it, tools that keep data per user (the notes) refuse. A request that names the
+/// person as the store routes read them (`X-Tenant-Slug`, `X-Tenant-Id` or a bound key, a
+/// numeric `X-User-Id`) also gets their items as resources; one naming a tenant its key does
+/// not open is refused (403).
+async fn mcp(State(app): State<AppState>, mut req: Request) -> Response {
     let Some(endpoint) = app.0.mcp.get() else {
         return crate::mcp::McpUnavailable.into_response();
     };
@@ -214,8 +217,34 @@ async fn mcp(State(app): State<AppState>, req: Request) -> Response {
         Ok(slot) => slot,
         Err(e) => return ApiError::from(e).into_response(),
     };
+    // Under `hmac` the person's headers are not signed: memory is not read on their word.
+    let person = if matches!(app.chat().auth(), Auth::Hmac(_)) { Ok(None) } else { mcp_person(&req) };
+    match person {
+        Ok(Some(who)) => {
+            req.extensions_mut().insert(who);
+        }
+        Ok(None) => {}
+        Err(e) => return e.into_response(),
+    }
     let user = req.headers().get("x-user-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     endpoint.handle(req, tenant, user).await
+}
+
+/// The person an MCP request names, admitted as the store routes admit them; none when it
+/// names no numeric person (the notes take any user; memory needs one).
+///
+/// # Errors
+/// 403 for a tenant the caller's key does not open.
+fn mcp_person(req: &Request) -> Result<Option<crate::auth::Principal>, ApiError> {
+    let Some(caller) = req.extensions().get::<crate::auth::Caller>() else { return Ok(None) };
+    if !req.headers().contains_key("x-user-id") {
+        return Ok(None);
+    }
+    match crate::extract::asking(caller, req.headers(), None) {
+        Ok(asking) => Ok(Some(asking.principal)),
+        Err(e) if e.status == StatusCode::FORBIDDEN => Err(e),
+        Err(_) => Ok(None),
+    }
 }
 
 async fn ready(State(app): State<AppState>) -> Response {

@@ -120,6 +120,9 @@ pub struct ServiceOptions {
     pub retention: Option<Retention>,
     /// Where documents attached to conversations are kept. Default: none (uploads are refused).
     pub attachments: Option<Attachments>,
+    /// The embedding model and fusion that search people's items by meaning too
+    /// (docs/memory.md, "Search by meaning"). Default: none, by their words.
+    pub item_index: Option<toolgraph_rag::Retriever>,
 }
 
 impl Default for ServiceOptions {
@@ -134,6 +137,7 @@ impl Default for ServiceOptions {
             token_budget: None,
             retention: None,
             attachments: None,
+            item_index: None,
         }
     }
 }

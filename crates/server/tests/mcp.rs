@@ -5,12 +5,12 @@
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use toolgraph_conversations::{MemoryConversationStore, ProjectingCheckpointer};
+use toolgraph_conversations::{ConversationStore, MemoryConversationStore, MemoryItem, ProjectingCheckpointer};
 use toolgraph_graph::MemoryCheckpointer;
 use toolgraph_plugins::mcp_server::McpExport;
 use toolgraph_rag::{IngestOptions, KbStore, NoProgress, ingest};
 use toolgraph_server::auth::{Auth, hash_api_key};
-use toolgraph_server::{AppState, ChatService, McpEndpoint, ServiceOptions};
+use toolgraph_server::{AppState, ChatService, McpEndpoint, MemoryResources, ServiceOptions, memory_uri};
 use toolgraph_tools::ToolRegistry;
 
 struct Service {
@@ -47,6 +47,18 @@ async fn start(auth: Auth, ready: bool, mcp: bool) -> Service {
     let export =
         McpExport::new(tools, Arc::new(toolgraph_agents::mcp::KbResources::new(kb)), Vec::new(), "nobody".into());
     let store = Arc::new(MemoryConversationStore::new());
+    // Ana (tenant 1, user 7) keeps two items; Ben (user 8) and Ana's namesake of tenant 2 one each.
+    for (tenant, user, namespace, key, text) in [
+        (1, 7, vec!["memories", "tutor"], "lang", "Prefers answers in Catalan"),
+        (1, 7, vec!["memories", "tutor/es"], "pet name?", "Has a cat called Miso"),
+        (1, 8, vec!["memories", "tutor"], "secret", "Ben's own note"),
+        (2, 7, vec!["memories", "tutor"], "lang", "Another tenant's note"),
+    ] {
+        let value = json!({"text": text}).as_object().cloned().unwrap();
+        let namespace = namespace.into_iter().map(str::to_owned).collect();
+        let item = MemoryItem::new(namespace, key.into(), value, None, 1_000);
+        store.put_item(tenant, user, &item).await.unwrap();
+    }
     let ckpt = Arc::new(ProjectingCheckpointer::forwarding(
         MemoryCheckpointer::new(),
         store.clone(),
@@ -55,6 +67,7 @@ async fn start(auth: Auth, ready: bool, mcp: bool) -> Service {
     let options = ServiceOptions { auth, ..ServiceOptions::default() };
     let app = AppState::new(ChatService::new(BTreeMap::new(), "none".into(), store, ckpt, options));
     if mcp {
+        let export = export.with_resources(Arc::new(MemoryResources::new(app.chat().clone())));
         app.enable_mcp(McpEndpoint::new(export, &["127.0.0.1".to_string()]));
     }
     if ready {
@@ -129,6 +142,79 @@ async fn api_key_mode_guards_mcp_and_scopes_it_to_the_keys_tenant() {
     );
     let (status, ugr) = list(&[("X-Tenant-Slug", "ugr"), ("Authorization", "Bearer k-ugr")]).await;
     assert_eq!((status, uris(&ugr)), (200, vec!["toolgraph://kb/cursos/guia.md".to_string()]));
+}
+
+/// The memory resources among a listing.
+fn memories(listed: &Value) -> Vec<String> {
+    uris(listed).into_iter().filter(|u| u.starts_with("toolgraph://memory/")).collect()
+}
+
+#[tokio::test]
+async fn a_person_reads_their_own_items_as_resources_and_nobody_elses() {
+    let s = start(Auth::None, true, true).await;
+    let ana = [("X-Tenant-Slug", "ugr"), ("X-Tenant-Id", "1"), ("X-User-Id", "7")];
+    let (status, listed) = rpc(&s, &ana, "resources/list", json!({})).await;
+    assert_eq!(status, 200, "{listed}");
+    let lang = memory_uri(&["memories".into(), "tutor".into()], "lang");
+    let pet = memory_uri(&["memories".into(), "tutor/es".into()], "pet name?");
+    let mut mine = memories(&listed);
+    mine.sort();
+    let mut expected = [lang.clone(), pet.clone()];
+    expected.sort();
+    assert_eq!(mine, expected, "{listed}");
+    assert!(uris(&listed).contains(&"toolgraph://kb/cursos/guia.md".to_string()), "the documents stay");
+    let described = listed["result"]["resources"].to_string();
+    assert!(described.contains("Prefers answers in Catalan") && described.contains("application/json"), "{listed}");
+
+    // Read: the item as the store routes answer it, JSON.
+    let (_, read) = rpc(&s, &ana, "resources/read", json!({"uri": pet})).await;
+    let contents = &read["result"]["contents"][0];
+    assert_eq!(contents["mimeType"], "application/json", "{read}");
+    let item: Value = serde_json::from_str(contents["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&item["namespace"], &item["key"], &item["value"]["text"]),
+        (&json!(["memories", "tutor/es"]), &json!("pet name?"), &json!("Has a cat called Miso"))
+    );
+
+    // Ben, Ana's namesake of another tenant, and a request naming nobody: none of Ana's, even
+    // by their exact URI.
+    let ben = [("X-Tenant-Slug", "ugr"), ("X-Tenant-Id", "1"), ("X-User-Id", "8")];
+    let elsewhere = [("X-Tenant-Slug", "ugr"), ("X-Tenant-Id", "2"), ("X-User-Id", "7")];
+    let nobody = [("X-Tenant-Slug", "ugr")];
+    let not_numeric = [("X-Tenant-Slug", "ugr"), ("X-Tenant-Id", "1"), ("X-User-Id", "ana")];
+    for who in [&ben[..], &elsewhere, &nobody, &not_numeric] {
+        let (status, listed) = rpc(&s, who, "resources/list", json!({})).await;
+        assert_eq!(status, 200, "{who:?}: {listed}");
+        assert!(!listed.to_string().contains("Catalan"), "{who:?}: {listed}");
+        // The URI names a place in the asker's own store: Ana's namesake has her own `lang`.
+        let (_, read) = rpc(&s, who, "resources/read", json!({"uri": lang})).await;
+        assert!(!read.to_string().contains("Catalan"), "{who:?}: {read}");
+        let own = read["result"]["contents"][0]["text"].as_str().is_some_and(|t| t.contains("Another tenant's note"));
+        let missing = read["error"]["message"].as_str().is_some_and(|m| m.contains("no resource"));
+        assert!(if who == &elsewhere[..] { own } else { missing }, "{who:?}: {read}");
+    }
+    assert_eq!(memories(&rpc(&s, &ben, "resources/list", json!({})).await.1).len(), 1, "Ben's own");
+    // A URI that names no item, or no namespace.
+    for uri in [memory_uri(&["memories".into(), "tutor".into()], "nothing"), "toolgraph://memory/lang".into()] {
+        let (_, read) = rpc(&s, &ana, "resources/read", json!({"uri": uri})).await;
+        assert!(read["error"]["message"].as_str().unwrap().contains("no resource"), "{read}");
+    }
+}
+
+#[tokio::test]
+async fn a_bound_key_reads_its_tenants_people_only() {
+    let keys = BTreeMap::from([("ugr".to_string(), hash_api_key("k-ugr"))]);
+    let ids = BTreeMap::from([("ugr".to_string(), 1_i64)]);
+    let auth = Auth::api_keys(&keys).unwrap().bind_tenant_ids(&ids).unwrap();
+    let s = start(auth, true, true).await;
+    // The key's tenant is Ana's: without X-Tenant-Id her items are listed.
+    let ana = [("X-Tenant-Slug", "ugr"), ("Authorization", "Bearer k-ugr"), ("X-User-Id", "7")];
+    assert_eq!(memories(&rpc(&s, &ana, "resources/list", json!({})).await.1).len(), 2);
+    // Naming the other tenant's id with this key is refused outright.
+    let across =
+        [("X-Tenant-Slug", "ugr"), ("Authorization", "Bearer k-ugr"), ("X-Tenant-Id", "2"), ("X-User-Id", "7")];
+    let (status, refused) = rpc(&s, &across, "resources/list", json!({})).await;
+    assert_eq!(status, 403, "{refused}");
 }
 
 #[tokio::test]

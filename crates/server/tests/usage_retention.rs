@@ -201,6 +201,9 @@ async fn two_replicas_prune_idle_conversations_once_per_pass_on_a_moved_clock(ki
         conversation_idle: Some(Duration::from_secs(30 * 86_400)),
         tenants: HashMap::from([(9, Some(Duration::from_secs(86_400))), (10, None)]),
         agents: HashMap::new(),
+        keep_checkpoints: None,
+        tenants_keep: HashMap::new(),
+        agents_keep: HashMap::new(),
         usage: Some(Duration::from_secs(60 * 86_400)),
         every: Duration::from_secs(3_600),
         // The test moves the clock and calls each pass itself.
@@ -271,6 +274,9 @@ async fn a_replica_prunes_on_its_own_timer(kind: &str) {
         conversation_idle: Some(Duration::from_millis(300)),
         tenants: HashMap::new(),
         agents: HashMap::new(),
+        keep_checkpoints: None,
+        tenants_keep: HashMap::new(),
+        agents_keep: HashMap::new(),
         usage: None,
         every: Duration::from_secs(1),
         background: true,
@@ -288,6 +294,88 @@ async fn a_replica_prunes_on_its_own_timer(kind: &str) {
     app.chat().shutdown().await;
 }
 
+/// Every update of `thread`'s checkpoints, in order: what its state is folded from.
+async fn updates(replica: &Replica, tenant: i64, conversation: i64) -> Vec<String> {
+    let thread = ConversationThread { tenant, conversation }.thread_id();
+    let records = replica.ckpt.load(&thread, None).await.unwrap();
+    records.iter().flat_map(|r| r.updates.iter().map(|u| u.get().to_owned())).collect()
+}
+
+/// `keep_checkpoints`: a pass of one of two replicas folds the finished threads active since
+/// the pass before, once they hold more than twice what is kept, to their last checkpoints —
+/// the same updates, in the same order, in fewer records — except where a tenant keeps all;
+/// `toolgraph gc`'s forced pass reaches every conversation; and the conversation goes on.
+async fn two_replicas_compact_finished_threads_to_their_last_checkpoints(kind: &str) {
+    let Some(shared) = Shared::new(kind).await else { return };
+    let model = ScriptedModelServer::start(vec![]).await.expect("model");
+    model.set_responder(|_| reply("ok", 10, 2));
+    let retention = Retention {
+        keep_checkpoints: Some(2),
+        tenants_keep: HashMap::from([(8, None)]),
+        every: Duration::from_secs(3_600),
+        background: false,
+        ..Retention::default()
+    };
+    let options = |id: &str| ServiceOptions {
+        instance_id: id.into(),
+        retention: Some(retention.clone()),
+        ..ServiceOptions::default()
+    };
+    let (a, b) = (shared.replica().await, shared.replica().await);
+    let (base_a, app_a) = serve(&a, &model.base_url(), options("a")).await;
+    let (base_b, app_b) = serve(&b, &model.base_url(), options("b")).await;
+    let (seven, _) = run_turn(&base_a, &turn(7, 1, None, "uno")).await;
+    run_turn(&base_b, &turn(7, 1, Some(seven), "dos")).await;
+    run_turn(&base_a, &turn(7, 1, Some(seven), "tres")).await;
+    let (eight, _) = run_turn(&base_b, &turn(8, 1, None, "uno")).await;
+    run_turn(&base_a, &turn(8, 1, Some(eight), "dos")).await;
+    let thread = |tenant, conversation| ConversationThread { tenant, conversation }.thread_id();
+    let (seven_before, eight_before) = (a.ckpt.list(&thread(7, seven)).await.unwrap(), updates(&a, 8, eight).await);
+    assert!(seven_before.len() > 3, "{seven_before:?}");
+    let seven_updates = updates(&a, 7, seven).await;
+
+    let now = now_ms();
+    let (pa, pb) = tokio::join!(app_a.chat().prune(now + 3_600_000, false), app_b.chat().prune(now + 3_600_000, false));
+    let (pa, pb) = (pa.unwrap(), pb.unwrap());
+    assert!(pa.ran ^ pb.ran, "exactly one replica ran the pass: {pa:?} {pb:?}");
+    assert_eq!(pa.checkpoints + pb.checkpoints, seven_before.len() as u64 - 2);
+    let seven_after = b.ckpt.list(&thread(7, seven)).await.unwrap();
+    let seqs = |l: &[toolgraph_graph::CheckpointMeta]| l.iter().map(|m| m.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&seven_after), seqs(&seven_before[seven_before.len() - 2..]), "the last two");
+    assert_eq!(updates(&b, 7, seven).await, seven_updates, "the same updates, folded into fewer records");
+    assert_eq!(updates(&b, 8, eight).await, eight_before, "tenant 8 keeps all");
+    assert_eq!(b.ckpt.list(&thread(8, eight)).await.unwrap().len(), 4);
+    // The first kept checkpoint shows the whole conversation up to it; an older one is gone.
+    let at =
+        |seq: u64| get(format!("{base_b}/api/chatbot/conversations/{seven}/checkpoints/{seq}?tenantId=7&userId=1"));
+    let (status, first_kept) = at(seven_after[0].seq).await;
+    assert_eq!(status, 200, "{first_kept}");
+    assert!(["uno", "dos", "tres"].iter().all(|m| first_kept.to_string().contains(m)), "{first_kept}");
+    assert_eq!(at(seven_before[0].seq).await.0, 404);
+
+    // The conversation goes on where it was, on either replica, and shows every message.
+    let (again, _) = run_turn(&base_b, &turn(7, 1, Some(seven), "cuatro")).await;
+    assert_eq!(again, seven);
+    run_turn(&base_a, &turn(7, 1, Some(seven), "cinco")).await;
+    let shown = a.store.messages(seven).await.unwrap();
+    let said: Vec<&str> = shown.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(said, ["uno", "ok", "dos", "ok", "tres", "ok", "cuatro", "ok", "cinco", "ok"]);
+
+    // A pass a day later looks only at what was active since the pass before; a forced one
+    // (`toolgraph gc`) at every conversation.
+    let later = now + 2 * DAY_MS;
+    let p = app_a.chat().prune(later + 5 * 3_600_000, false).await.unwrap();
+    assert_eq!((p.ran, p.checkpoints), (true, 0), "nothing active in the last two hours: {p:?}");
+    let grown = a.ckpt.list(&thread(7, seven)).await.unwrap().len() as u64;
+    assert!(grown > 4, "two turns more: more than twice what is kept");
+    let p = app_a.chat().prune(later + 5 * 3_600_000, true).await.unwrap();
+    assert_eq!(p.checkpoints, grown - 2, "the turns after the pass are folded now: {p:?}");
+    assert_eq!(a.ckpt.list(&thread(7, seven)).await.unwrap().len(), 2);
+
+    app_a.chat().shutdown().await;
+    app_b.chat().shutdown().await;
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -303,4 +391,5 @@ on_both_stores!(
     tokens_are_kept_per_turn_and_a_spent_budget_answers_429_until_the_next_period,
     two_replicas_prune_idle_conversations_once_per_pass_on_a_moved_clock,
     a_replica_prunes_on_its_own_timer,
+    two_replicas_compact_finished_threads_to_their_last_checkpoints,
 );

@@ -104,6 +104,10 @@ impl Checkpointer for FaultyCheckpointer {
         self.inner.list(thread).await
     }
 
+    async fn compact_thread(&self, thread: &ThreadId, keep: u64) -> Result<u64, CheckpointError> {
+        self.inner.compact_thread(thread, keep).await
+    }
+
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         self.inner.fork(from, at, to).await
     }

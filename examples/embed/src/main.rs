@@ -152,7 +152,8 @@ async fn main() -> anyhow::Result<()> {
     tools.register(order_status()?)?;
     let mut kinds = NodeKinds::new();
     kinds.register("detect_language", DetectLanguage)?;
-    let shared = SharedParts { tools, local_model: None, schema_prompt: None, kinds, memory_store: None };
+    let shared =
+        SharedParts { tools, local_model: None, schema_prompt: None, kinds, memory_store: None, item_index: None };
 
     // The same stores and service as `toolgraph serve` on SQLite.
     let db = SqliteCheckpointer::open(&cfg.data_dir.join("embed.db")).await?;

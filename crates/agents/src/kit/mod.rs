@@ -18,7 +18,9 @@ mod tools;
 pub use grounded::grounded_prompt;
 pub use grounded::{GROUNDING_INSTRUCTION, question_in_context};
 pub(crate) use grounded::{checker, checker_over, write_out_results};
-pub use spec::{AgentDeps, AgentSpec, AnswerFooter, PromptContext, history_window, spoken_window, warm_up};
+pub use spec::{
+    AgentDeps, AgentSpec, AnswerFooter, PromptContext, RecallContext, history_window, spoken_window, warm_up,
+};
 pub use state::{
     AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, INTERRUPTED_CALL, INTERRUPTED_REPLY, Question, Reducer,
     user_turn,

@@ -37,9 +37,9 @@ pub struct AgentSpec {
     pub prompt_context: Option<PromptContext>,
     /// What the agent remembers of the person (the turn's state context says who), put in a
     /// system message right after the system prompt — `crate::memory::Memory::recall_into_prompt`.
-    /// Asked before every model call that reads the conversation; `None` adds nothing. Default:
-    /// none.
-    pub recall: Option<PromptContext>,
+    /// Asked before every model call that reads the conversation, with the person's latest
+    /// message; `None` adds nothing. Default: none.
+    pub recall: Option<RecallContext>,
     /// Summarise the turns that fall out of the history window (`history_budget`) with a model
     /// call, and give the model the summary, instead of dropping them (docs/memory.md,
     /// "Context that fits"). Default: false.
@@ -56,6 +56,12 @@ pub type AnswerFooter = Arc<dyn Fn(&[&str], &str) -> Option<String> + Send + Syn
 /// See [`AgentSpec::prompt_context`]: `(the turn's state context) → text for the system prompt`.
 pub type PromptContext =
     Arc<dyn Fn(&Map<String, Value>) -> futures::future::BoxFuture<'static, Option<Arc<str>>> + Send + Sync>;
+
+/// See [`AgentSpec::recall`]: `(the turn's state context, the person's latest message) → the
+/// notes for the prompt`.
+pub type RecallContext = Arc<
+    dyn Fn(&Map<String, Value>, Option<&str>) -> futures::future::BoxFuture<'static, Option<Arc<str>>> + Send + Sync,
+>;
 
 impl AgentSpec {
     /// An agent with defaults.

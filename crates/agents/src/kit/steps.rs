@@ -85,7 +85,13 @@ pub(crate) async fn model_step(
     }
     let recall = async {
         match &deps.spec().recall {
-            Some(recall) => recall(&s.context).await,
+            Some(recall) => {
+                let latest = s.messages.iter().rev().find_map(|m| match m {
+                    Message::User { content } => Some(content.as_str()),
+                    _ => None,
+                });
+                recall(&s.context, latest).await
+            }
             None => None,
         }
     };

@@ -264,3 +264,20 @@ pub async fn client_json(mut cmd: Command) -> serde_json::Value {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(stdout.trim()).unwrap()
 }
+
+/// The model weights `file` that `scripts/fetch-models NAME` puts under the models directory
+/// (`$TOOLGRAPH_MODELS_DIR`, else `~/.cache/toolgraph/models`); `None`, saying why, when they
+/// are missing and `CI` is unset — under `CI` the caller goes on, and fails without them.
+pub fn model_weights(file: &str, name: &str) -> Option<std::path::PathBuf> {
+    let weights = std::env::var_os("TOOLGRAPH_MODELS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/toolgraph/models")
+        })
+        .join(file);
+    if !weights.exists() && std::env::var_os("CI").is_none() {
+        eprintln!("SKIP: {} missing (scripts/fetch-models {name})", weights.display());
+        return None;
+    }
+    Some(weights)
+}

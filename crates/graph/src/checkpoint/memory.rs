@@ -1,6 +1,9 @@
 //! [`MemoryCheckpointer`]: checkpoints in process memory (tests, benchmarks, ephemeral runs).
 
-use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, FORMAT_VERSION, ThreadId};
+use super::{
+    CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, FORMAT_VERSION, RecordKind, ThreadId, fold_point,
+    folded,
+};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -29,7 +32,8 @@ impl Checkpointer for MemoryCheckpointer {
     async fn append(&self, thread: &ThreadId, record: &CheckpointRecord) -> Result<DerivedRows, CheckpointError> {
         let mut threads = self.lock();
         let log = threads.entry(thread.clone()).or_default();
-        if log.len() as u64 + 1 != record.seq {
+        // By seq, not by place: a compacted thread starts after 1.
+        if log.last().map_or(0, |r| r.seq) + 1 != record.seq {
             return Err(CheckpointError::Conflict { thread: thread.to_string(), seq: record.seq });
         }
         log.push(record.clone());
@@ -41,7 +45,7 @@ impl Checkpointer for MemoryCheckpointer {
         let Some(log) = threads.get(thread) else {
             return Ok(Vec::new());
         };
-        let n = upto.map_or(log.len(), |u| (u as usize).min(log.len()));
+        let n = upto.map_or(log.len(), |u| log.partition_point(|r| r.seq <= u));
         // Same rule as the databases: a record from a newer build is refused, not misread.
         if let Some(r) = log[..n].iter().find(|r| r.format > FORMAT_VERSION) {
             return Err(CheckpointError::UnsupportedFormat {
@@ -60,8 +64,7 @@ impl Checkpointer for MemoryCheckpointer {
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         let threads = self.lock();
         let Some(log) = threads.get(thread) else { return Ok(Vec::new()) };
-        let start = (from.max(1) - 1) as usize;
-        let tail = log.get(start..).unwrap_or_default();
+        let tail = &log[log.partition_point(|r| r.seq < from)..];
         if let Some(r) = tail.iter().find(|r| r.format > FORMAT_VERSION) {
             return Err(CheckpointError::UnsupportedFormat {
                 thread: thread.to_string(),
@@ -70,6 +73,29 @@ impl Checkpointer for MemoryCheckpointer {
             });
         }
         Ok(tail.to_vec())
+    }
+
+    async fn compact_thread(&self, thread: &ThreadId, keep: u64) -> Result<u64, CheckpointError> {
+        let mut threads = self.lock();
+        let Some(log) = threads.get_mut(thread) else { return Ok(0) };
+        if log.last().is_none_or(|head| head.next.is_some()) {
+            return Ok(0);
+        }
+        let kinds: Vec<(u64, RecordKind)> = log.iter().map(|r| (r.seq, r.kind)).collect();
+        let Some(first_kept) = fold_point(&kinds, keep) else { return Ok(0) };
+        if let Some(r) = log.iter().find(|r| r.seq <= first_kept && r.format > FORMAT_VERSION) {
+            return Err(CheckpointError::UnsupportedFormat {
+                thread: thread.to_string(),
+                seq: r.seq,
+                format: r.format,
+            });
+        }
+        let at = log.partition_point(|r| r.seq < first_kept);
+        let older: Vec<CheckpointRecord> = log.drain(..at).collect();
+        let deleted = older.len() as u64;
+        let kept = log.remove(0);
+        log.insert(0, folded(older, kept));
+        Ok(deleted)
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {

@@ -79,6 +79,11 @@ pub enum RecordKind {
 }
 
 impl RecordKind {
+    /// The kind a row's `kind` column names.
+    pub(crate) fn parse(kind: &str) -> Option<Self> {
+        [Self::Input, Self::Step, Self::Interrupt, Self::Decision, Self::Stop].into_iter().find(|k| k.as_str() == kind)
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Input => "input",
@@ -93,7 +98,9 @@ impl RecordKind {
 /// One checkpoint: what one step of one run changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckpointRecord {
-    /// Position in the thread, from 1, without gaps.
+    /// Position in the thread, from 1, one past the record before it. A thread compacted by
+    /// [`Checkpointer::compact_thread`] starts at a later one: its first record then holds
+    /// the updates of those it replaced.
     pub seq: u64,
     /// Serialization format version ([`FORMAT_VERSION`] when written).
     #[serde(default = "format_v1")]
@@ -269,6 +276,22 @@ pub trait Checkpointer: Send + Sync + 'static {
         Ok(self.load(thread, None).await?.iter().map(CheckpointMeta::from).collect())
     }
 
+    /// Once `thread` holds more than twice `keep` records, folds those before its last `keep`
+    /// into the first of those — its updates preceded by theirs, so every kept record reads
+    /// the same state — and deletes them, when the thread's last run has finished (its head
+    /// names no next node): a thread that runs or waits for a decision is left alone. The
+    /// first kept record may be an earlier one, so that it is not a decision (whose pending
+    /// interrupts the record before holds). Returns how many records were deleted
+    /// (docs/service.md, "Retention"); `keep = 0` deletes none. By default a store compacts
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`CheckpointError::UnsupportedFormat`] for a record of a newer build; the database's.
+    async fn compact_thread(&self, thread: &ThreadId, keep: u64) -> Result<u64, CheckpointError> {
+        let _ = (thread, keep);
+        Ok(0)
+    }
+
     /// Copies `from`'s records up to `at` into the new thread `to`; returns how many.
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError>;
 
@@ -289,6 +312,30 @@ pub trait Checkpointer: Send + Sync + 'static {
 
     /// The definition kept for `version`, if any.
     async fn definition(&self, version: &str) -> Result<Option<String>, CheckpointError>;
+}
+
+/// Where [`Checkpointer::compact_thread`] folds a thread of `records` (`(seq, kind)`,
+/// ascending) to keep its last `keep`: the seq of the first kept record, once the thread has
+/// more than twice `keep` (a fold rewrites the first kept record with everything before it:
+/// not on every new turn). The first kept record is not a decision.
+pub(crate) fn fold_point(records: &[(u64, RecordKind)], keep: u64) -> Option<u64> {
+    let keep = usize::try_from(keep).ok().filter(|k| *k > 0)?;
+    if records.len() <= keep.saturating_mul(2) {
+        return None;
+    }
+    let mut at = records.len() - keep;
+    while at > 0 && records[at].1 == RecordKind::Decision {
+        at -= 1;
+    }
+    (at > 0).then(|| records[at].0)
+}
+
+/// `older` (ascending, all before `kept`) folded into `kept`: its updates preceded by theirs.
+pub(crate) fn folded(older: Vec<CheckpointRecord>, mut kept: CheckpointRecord) -> CheckpointRecord {
+    let mut updates: Vec<Box<RawValue>> = older.into_iter().flat_map(|r| r.updates).collect();
+    updates.append(&mut kept.updates);
+    kept.updates = updates;
+    kept
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -1,6 +1,9 @@
 //! [`PostgresCheckpointer`]: checkpoints in PostgreSQL, shared by many worker replicas.
 
-use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, ThreadId, decode, like_prefix};
+use super::{
+    CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, RecordKind, ThreadId, decode, fold_point, folded,
+    like_prefix,
+};
 use crate::pg::{PgDatabase, PgPooling};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -178,6 +181,91 @@ impl Checkpointer for PostgresCheckpointer {
 
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         self.range(thread, from, u64::MAX).await
+    }
+
+    async fn compact_thread(&self, thread: &ThreadId, keep: u64) -> Result<u64, CheckpointError> {
+        if keep == 0 {
+            return Ok(0);
+        }
+        let mut tx = self.db.pool().begin().await.map_err(backend_error)?;
+        // The thread's rows locked: a second compaction waits for this one (an append adds a
+        // row and is not held up).
+        let rows = sqlx::query("SELECT seq, kind FROM checkpoints WHERE thread_id = $1 ORDER BY seq FOR UPDATE")
+            .bind(thread.as_str())
+            .persistent(self.db.persistent())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend_error)?;
+        let mut kinds = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let (seq, kind) = (r.get::<i64, _>(0) as u64, r.get::<&str, _>(1));
+            let kind = RecordKind::parse(kind).ok_or_else(|| CheckpointError::Corrupt {
+                thread: thread.to_string(),
+                seq,
+                reason: format!("unknown record kind `{kind}`"),
+            })?;
+            kinds.push((seq, kind));
+        }
+        let Some(first_kept) = fold_point(&kinds, keep) else {
+            tx.rollback().await.map_err(backend_error)?;
+            return Ok(0);
+        };
+        // Only the head's body is read to tell whether its run finished.
+        let head = kinds.last().map_or(0, |(seq, _)| *seq);
+        let finished: bool =
+            sqlx::query_scalar("SELECT body->>'next' IS NULL FROM checkpoints WHERE thread_id = $1 AND seq = $2")
+                .bind(thread.as_str())
+                .bind(head as i64)
+                .persistent(self.db.persistent())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend_error)?;
+        if !finished {
+            tx.rollback().await.map_err(backend_error)?;
+            return Ok(0);
+        }
+        let bodies = sqlx::query(
+            "SELECT seq, format, body::text FROM checkpoints WHERE thread_id = $1 AND seq <= $2 ORDER BY seq",
+        )
+        .bind(thread.as_str())
+        .bind(first_kept as i64)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(backend_error)?;
+        let mut records = bodies
+            .iter()
+            .map(|r| decode(thread, r.get::<i64, _>(0) as u64, r.get::<i32, _>(1) as u32, r.get::<&str, _>(2)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(kept) = records.pop() else {
+            tx.rollback().await.map_err(backend_error)?;
+            return Ok(0);
+        };
+        let deleted = records.len() as u64;
+        let folded = folded(records, kept);
+        let body = serde_json::to_string(&folded).map_err(|e| CheckpointError::Corrupt {
+            thread: thread.to_string(),
+            seq: first_kept,
+            reason: e.to_string(),
+        })?;
+        sqlx::query("UPDATE checkpoints SET body = $3::jsonb, format = $4 WHERE thread_id = $1 AND seq = $2")
+            .bind(thread.as_str())
+            .bind(first_kept as i64)
+            .bind(body)
+            .bind(folded.format as i32)
+            .persistent(self.db.persistent())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend_error)?;
+        sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1 AND seq < $2")
+            .bind(thread.as_str())
+            .bind(first_kept as i64)
+            .persistent(self.db.persistent())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend_error)?;
+        tx.commit().await.map_err(backend_error)?;
+        Ok(deleted)
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {

@@ -1,6 +1,9 @@
 //! [`SqliteCheckpointer`]: the embedded default, one SQLite file in the data directory.
 
-use super::{CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, ThreadId, decode, like_prefix};
+use super::{
+    CheckpointError, CheckpointRecord, Checkpointer, DerivedRows, RecordKind, ThreadId, decode, fold_point, folded,
+    like_prefix,
+};
 use crate::sqlite::{SqliteDatabase, SqliteError};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
@@ -180,6 +183,75 @@ impl Checkpointer for SqliteCheckpointer {
 
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         self.range(thread, from, u64::MAX).await
+    }
+
+    async fn compact_thread(&self, thread: &ThreadId, keep: u64) -> Result<u64, CheckpointError> {
+        if keep == 0 {
+            return Ok(0);
+        }
+        let t = thread.clone();
+        self.db
+            .call(move |c| {
+                // Immediate: the write lock first, so no other process writes between what
+                // this reads and what it writes.
+                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let kinds: Vec<(u64, RecordKind)> = {
+                    let mut q =
+                        tx.prepare_cached("SELECT seq, kind FROM checkpoints WHERE thread_id = ?1 ORDER BY seq")?;
+                    let rows =
+                        q.query_map([t.as_str()], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?)))?;
+                    let mut kinds = Vec::new();
+                    for row in rows {
+                        let (seq, kind) = row?;
+                        let kind = RecordKind::parse(&kind).ok_or_else(|| CheckpointError::Corrupt {
+                            thread: t.to_string(),
+                            seq,
+                            reason: format!("unknown record kind `{kind}`"),
+                        })?;
+                        kinds.push((seq, kind));
+                    }
+                    kinds
+                };
+                let (Some(first_kept), Some(&(head, _))) = (fold_point(&kinds, keep), kinds.last()) else {
+                    return Ok(0);
+                };
+                let finished: bool = tx.query_row(
+                    "SELECT json_extract(body, '$.next') IS NULL FROM checkpoints WHERE thread_id = ?1 AND seq = ?2",
+                    params![t.as_str(), head as i64],
+                    |r| r.get(0),
+                )?;
+                if !finished {
+                    return Ok(0);
+                }
+                let mut records = {
+                    let mut q = tx.prepare_cached(
+                        "SELECT seq, format, body FROM checkpoints WHERE thread_id = ?1 AND seq <= ?2 ORDER BY seq",
+                    )?;
+                    let rows = q.query_map(params![t.as_str(), first_kept as i64], |r| {
+                        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u32, r.get::<_, String>(2)?))
+                    })?;
+                    let mut records = Vec::new();
+                    for row in rows {
+                        let (seq, format, body) = row?;
+                        records.push(decode(&t, seq, format, &body)?);
+                    }
+                    records
+                };
+                let Some(kept) = records.pop() else { return Ok(0) };
+                let deleted = records.len() as u64;
+                let folded = EncodedRecord::new(&t, &folded(records, kept))?;
+                tx.execute(
+                    "UPDATE checkpoints SET body = ?3, format = ?4 WHERE thread_id = ?1 AND seq = ?2",
+                    params![t.as_str(), first_kept as i64, folded.body, folded.format],
+                )?;
+                tx.execute(
+                    "DELETE FROM checkpoints WHERE thread_id = ?1 AND seq < ?2",
+                    params![t.as_str(), first_kept as i64],
+                )?;
+                tx.commit()?;
+                Ok(deleted)
+            })
+            .await?
     }
 
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {

@@ -18,13 +18,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 use toolgraph_conversations::MemoryItem;
-use toolgraph_conversations::items::{ItemSearch, NamespaceListing};
+use toolgraph_conversations::items::{IndexFields, ItemSearch, NamespaceListing};
 
 /// Most items or namespaces one call answers.
 const MAX_LIMIT: usize = 1_000;
 
 /// An item as LangGraph's `Item` (and `SearchItem`, with its score).
-fn shape(item: &MemoryItem, score: Option<Option<f64>>) -> Value {
+pub(crate) fn shape(item: &MemoryItem, score: Option<Option<f64>>) -> Value {
     let mut v = json!({
         "namespace": item.namespace,
         "key": item.key,
@@ -50,8 +50,6 @@ fn bounded_limit(limit: usize) -> Result<usize, ApiError> {
 }
 
 /// `PUT /store/items`: what it reads.
-/// (`index`, the fields a semantic index would embed, is accepted and not used: the search is
-/// by keyword.)
 #[derive(Debug, Deserialize)]
 struct Put {
     namespace: Vec<String>,
@@ -60,6 +58,30 @@ struct Put {
     /// Minutes the item lives after its last write or refreshing read.
     #[serde(default)]
     ttl: Option<f64>,
+    /// What of the value is embedded when items are searched by meaning: `false` (nothing),
+    /// or a list of top-level fields (`$`: all of it); by default its `text`, or all of it.
+    #[serde(default)]
+    index: Option<Value>,
+}
+
+/// A put's `index`, as LangGraph's SDKs send it.
+fn index_fields(index: Option<Value>) -> Result<IndexFields, ApiError> {
+    let invalid = |why: &str| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "index", why.to_owned());
+    match index {
+        None | Some(Value::Null) => Ok(IndexFields::Text),
+        Some(Value::Bool(false)) => Ok(IndexFields::Off),
+        Some(Value::Array(fields)) => {
+            let names: Option<Vec<String>> = fields.iter().map(|f| f.as_str().map(str::to_owned)).collect();
+            match names {
+                Some(names) if names.is_empty() => Ok(IndexFields::Off),
+                Some(names) if names.iter().all(|n| !n.is_empty() && n.chars().count() <= 256) => {
+                    Ok(IndexFields::Only(names))
+                }
+                _ => Err(invalid("a list of field names (1 to 256 characters each)")),
+            }
+        }
+        Some(_) => Err(invalid("false, or a list of field names")),
+    }
 }
 
 /// `PUT /store/items`.
@@ -78,7 +100,8 @@ pub(crate) async fn put(State(app): State<AppState>, Asker(who): Asker, body: By
             ));
         }
     };
-    app.chat().put_item(&who.principal, put.namespace, put.key, put.value, ttl).await?;
+    let fields = index_fields(put.index)?;
+    app.chat().put_item(&who.principal, put.namespace, put.key, put.value, ttl, &fields).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -491,7 +491,11 @@ pub(crate) async fn history(
     let conversation = ConversationId(conversation);
     let checkpoints = app.chat().checkpoints(&who.principal, conversation).await?;
     let mut states = Vec::new();
-    for meta in checkpoints.iter().rev().take(req.limit) {
+    // The parent is the checkpoint before, not `seq - 1`: a compacted thread starts later
+    // (docs/service.md, "Retention").
+    let parents = std::iter::once(None).chain(checkpoints.iter().map(|m| Some(m.seq)));
+    let with_parents: Vec<_> = checkpoints.iter().zip(parents).collect();
+    for (meta, parent) in with_parents.into_iter().rev().take(req.limit) {
         let at = app.chat().checkpoint(&who.principal, conversation, meta.seq).await?.at;
         let values = shown(&thread.id, at.state);
         let next: Vec<String> = at.next.into_iter().collect();
@@ -501,7 +505,7 @@ pub(crate) async fn history(
             "tasks": [],
             "metadata": { "step": meta.seq, "run_id": meta.run_id, "source": meta.node, "graph_version": meta.graph_version },
             "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": meta.seq.to_string() },
-            "parent_checkpoint": (meta.seq > 1).then(|| json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": (meta.seq - 1).to_string() })),
+            "parent_checkpoint": parent.map(|p| json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": p.to_string() })),
             "created_at": rfc3339(meta.created_at_ms),
         }));
     }

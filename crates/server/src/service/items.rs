@@ -8,7 +8,7 @@ use crate::auth::Principal;
 use crate::error::ChatError;
 use serde_json::{Map, Value};
 use std::time::Duration;
-use toolgraph_conversations::items::{ItemError, ItemSearch, NamespaceListing, PersonItems};
+use toolgraph_conversations::items::{IndexFields, ItemError, ItemSearch, NamespaceListing, PersonItems};
 use toolgraph_conversations::{MemoryItem, now_ms};
 
 /// How often a replica deletes expired items, at most (on a write).
@@ -27,11 +27,12 @@ impl From<ItemError> for ChatError {
 impl ChatService {
     fn items_of(&self, who: &Principal) -> PersonItems<'_> {
         let (tenant, user) = who.ids();
-        PersonItems::new(self.0.store.as_ref(), tenant, user)
+        PersonItems::new(self.0.store.as_ref(), tenant, user).indexed(self.0.options.item_index.as_ref())
     }
 
     /// Writes `value` under `namespace`/`key` in `who`'s store, to expire `ttl` after its last
-    /// write or refreshing read (none: never).
+    /// write or refreshing read (none: never); `fields` of it are embedded when items are
+    /// searched by meaning.
     ///
     /// # Errors
     /// `Invalid` for a namespace, key or value that cannot be kept (named), `Store`.
@@ -42,8 +43,9 @@ impl ChatService {
         key: String,
         value: Map<String, Value>,
         ttl: Option<Duration>,
+        fields: &IndexFields,
     ) -> Result<MemoryItem, ChatError> {
-        let item = self.items_of(who).put(namespace, key, value, ttl, now_ms()).await?;
+        let item = self.items_of(who).put(namespace, key, value, ttl, fields, now_ms()).await?;
         self.prune_items(item.updated_at_ms);
         Ok(item)
     }

@@ -1,18 +1,21 @@
-//! Retention: conversations idle past their time, with everything hanging off them, token
-//! usage past its time and expired memory items are deleted — in the background, one replica
-//! a pass, and by `toolgraph gc` (docs/service.md, "Retention").
+//! Retention: conversations idle past their time, with everything hanging off them, the
+//! checkpoints of finished threads beyond their last N, token usage past its time and expired
+//! memory items are deleted — in the background, one replica a pass, and by `toolgraph gc`
+//! (docs/service.md, "Retention").
 //!
 //! A conversation is judged by one rule: its tenant's when the tenant has one, else its
 //! agent's, else the default. The store deletes the idle conversations in one statement each
 //! batch (a turn that begins meanwhile keeps its conversation); their checkpoints and run
-//! frames go next, as when a person deletes a conversation.
+//! frames go next, as when a person deletes a conversation. The threads of conversations
+//! active since the pass before are then compacted by the checkpointer, which leaves a thread
+//! that runs or waits for a decision alone.
 
 use super::ChatService;
 use crate::error::ChatError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Duration;
-use toolgraph_conversations::{IdleRule, RunScope};
+use toolgraph_conversations::{ConversationThread, IdleRule, RunScope};
 
 /// Idle conversations one store call deletes.
 const BATCH: usize = 500;
@@ -22,7 +25,7 @@ const USAGE_BATCH: usize = 5_000;
 const TASK: &str = "retention";
 
 /// How long data is kept; `None` keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Conversations with no turn for this long, unless their tenant or agent says otherwise.
     pub conversation_idle: Option<Duration>,
@@ -30,6 +33,13 @@ pub struct Retention {
     pub tenants: HashMap<i64, Option<Duration>>,
     /// Agents' own idle times, under the tenants'.
     pub agents: HashMap<String, Option<Duration>>,
+    /// The checkpoints a finished thread keeps, unless its tenant or agent says otherwise
+    /// (`None`: all).
+    pub keep_checkpoints: Option<u64>,
+    /// Tenants' own checkpoints kept (`None`: all).
+    pub tenants_keep: HashMap<i64, Option<u64>>,
+    /// Agents' own checkpoints kept, under the tenants'.
+    pub agents_keep: HashMap<String, Option<u64>>,
     /// Token usage rows older than this.
     pub usage: Option<Duration>,
     /// How often a replica looks; one replica runs each pass.
@@ -46,6 +56,8 @@ pub struct Pruned {
     pub ran: bool,
     /// Idle conversations deleted, with their messages, checkpoints and run frames.
     pub conversations: u64,
+    /// Checkpoints of finished threads folded into a later one and deleted.
+    pub checkpoints: u64,
     /// LangGraph threads that never ran, deleted.
     pub threads: u64,
     /// Token usage rows deleted.
@@ -61,39 +73,46 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Disjoint scopes, each with its value: each tenant of `tenants`; each agent of `agents`,
+/// but not those tenants; and the rest, with `default`.
+fn scopes<T: Copy>(tenants: &HashMap<i64, T>, agents: &HashMap<String, T>, default: T) -> Vec<(IdleRule, T)> {
+    let mut tenant_ids: Vec<i64> = tenants.keys().copied().collect();
+    tenant_ids.sort_unstable();
+    let mut agent_names: Vec<String> = agents.keys().cloned().collect();
+    agent_names.sort_unstable();
+    let mut out = Vec::new();
+    for tenant in &tenant_ids {
+        out.push((IdleRule { tenant: Some(*tenant), ..IdleRule::default() }, tenants[tenant]));
+    }
+    for agent in &agent_names {
+        let rule = IdleRule { agent: Some(agent.clone()), except_tenants: tenant_ids.clone(), ..IdleRule::default() };
+        out.push((rule, agents[agent]));
+    }
+    out.push((IdleRule { except_tenants: tenant_ids, except_agents: agent_names, ..IdleRule::default() }, default));
+    out
+}
+
 impl Retention {
     /// The rules a pass at `now_ms` applies, disjoint: each conversation is judged by one.
     pub fn rules(&self, now_ms: i64) -> Vec<IdleRule> {
-        let before = |d: Duration| now_ms.saturating_sub(ms(d));
-        let mut tenants: Vec<i64> = self.tenants.keys().copied().collect();
-        tenants.sort_unstable();
-        let mut agents: Vec<String> = self.agents.keys().cloned().collect();
-        agents.sort_unstable();
-        let mut rules = Vec::new();
-        for tenant in &tenants {
-            if let Some(Some(d)) = self.tenants.get(tenant) {
-                rules.push(IdleRule { idle_before_ms: before(*d), tenant: Some(*tenant), ..IdleRule::default() });
-            }
+        scopes(&self.tenants, &self.agents, self.conversation_idle)
+            .into_iter()
+            .filter_map(|(rule, idle)| Some(IdleRule { idle_before_ms: now_ms.saturating_sub(ms(idle?)), ..rule }))
+            .collect()
+    }
+
+    /// The checkpoints a finished thread of `tenant` and `agent` keeps (`None`: all).
+    pub fn checkpoints_kept(&self, tenant: i64, agent: &str) -> Option<u64> {
+        if let Some(keep) = self.tenants_keep.get(&tenant) {
+            return *keep;
         }
-        for agent in &agents {
-            if let Some(Some(d)) = self.agents.get(agent) {
-                rules.push(IdleRule {
-                    idle_before_ms: before(*d),
-                    agent: Some(agent.clone()),
-                    except_tenants: tenants.clone(),
-                    ..IdleRule::default()
-                });
-            }
-        }
-        if let Some(d) = self.conversation_idle {
-            rules.push(IdleRule {
-                idle_before_ms: before(d),
-                except_tenants: tenants,
-                except_agents: agents,
-                ..IdleRule::default()
-            });
-        }
-        rules
+        self.agents_keep.get(agent).copied().unwrap_or(self.keep_checkpoints)
+    }
+
+    /// Whether any thread keeps fewer than all its checkpoints.
+    fn compacts(&self) -> bool {
+        self.keep_checkpoints.is_some()
+            || self.tenants_keep.values().chain(self.agents_keep.values()).any(Option::is_some)
     }
 }
 
@@ -145,6 +164,12 @@ impl ChatService {
             }
             pruned.threads += store.delete_idle_threads(&rule).await?;
         }
+        if retention.compacts() {
+            // A pass looks at what was active since the pass before (with a period to spare);
+            // `toolgraph gc` at every conversation.
+            let since = if forced { i64::MIN } else { now_ms.saturating_sub(ms(retention.every).saturating_mul(2)) };
+            pruned.checkpoints += self.compact_threads(retention, since).await?;
+        }
         if let Some(d) = retention.usage {
             // Never a row the current budget period counts.
             let mut before = now_ms.saturating_sub(ms(d));
@@ -163,12 +188,39 @@ impl ChatService {
         Ok(pruned)
     }
 
+    /// Compacts the threads of the conversations active since `since_ms` to the checkpoints
+    /// their rule keeps; how many checkpoints went. A thread that cannot be compacted is
+    /// logged and left to the next pass.
+    async fn compact_threads(&self, retention: &Retention, since_ms: i64) -> Result<u64, ChatError> {
+        let mut deleted = 0;
+        let mut after = 0;
+        loop {
+            if self.0.shutdown.is_cancelled() {
+                return Ok(deleted);
+            }
+            let active = self.0.store.conversations_active_since(since_ms, after, BATCH).await?;
+            for (tenant, conversation, agent) in &active {
+                let Some(keep) = retention.checkpoints_kept(*tenant, agent) else { continue };
+                let thread = ConversationThread { tenant: *tenant, conversation: *conversation }.thread_id();
+                match self.0.checkpointer.compact_thread(&thread, keep).await {
+                    Ok(n) => deleted += n,
+                    Err(e) => tracing::warn!(tenant, conversation, error = %e, "cannot compact a thread's checkpoints"),
+                }
+            }
+            match active.last() {
+                Some((_, id, _)) if active.len() == BATCH => after = *id,
+                _ => return Ok(deleted),
+            }
+        }
+    }
+
     /// Runs [`prune`](Self::prune) every `every` until shutdown.
     pub(super) fn prune_periodically(&self, every: Duration) {
         self.every(every.max(Duration::from_secs(1)), |service| async move {
             match service.prune(toolgraph_conversations::now_ms(), false).await {
                 Ok(p) if p.ran => tracing::info!(
                     conversations = p.conversations,
+                    checkpoints = p.checkpoints,
                     threads = p.threads,
                     usage_rows = p.usage_rows,
                     memory_items = p.memory_items,
@@ -194,6 +246,9 @@ mod tests {
             conversation_idle: Some(DAY * 90),
             tenants: HashMap::from([(7, Some(DAY * 7)), (8, None)]),
             agents: HashMap::from([("legal".to_owned(), Some(DAY * 30)), ("crisis".to_owned(), None)]),
+            keep_checkpoints: Some(10),
+            tenants_keep: HashMap::from([(7, Some(3)), (8, None)]),
+            agents_keep: HashMap::from([("legal".to_owned(), Some(50))]),
             usage: None,
             every: Duration::from_secs(3600),
             background: true,
@@ -208,7 +263,14 @@ mod tests {
         assert_eq!(judged(9, "legal"), vec![30]);
         assert_eq!(judged(9, "crisis"), Vec::<i64>::new(), "the crisis agent's are kept");
         assert_eq!(judged(9, "tutor"), vec![90]);
+        // The checkpoints kept, by the same precedence.
+        assert_eq!(retention.checkpoints_kept(7, "legal"), Some(3), "the tenant's, over the agent's");
+        assert_eq!(retention.checkpoints_kept(8, "legal"), None, "tenant 8 keeps all");
+        assert_eq!(retention.checkpoints_kept(9, "legal"), Some(50));
+        assert_eq!(retention.checkpoints_kept(9, "tutor"), Some(10));
+        assert!(retention.compacts());
         let none = Retention { conversation_idle: None, tenants: HashMap::new(), agents: HashMap::new(), ..retention };
         assert!(none.rules(now).is_empty());
+        assert!(!Retention::default().compacts());
     }
 }
