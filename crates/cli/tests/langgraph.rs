@@ -111,6 +111,8 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
         // A model that takes its time: the run is cancelled while it waits.
         Reply::Stream(vec![Step::Pause(Duration::from_secs(10)), Step::Text("Tarde.".into()), Step::Done]),
         Reply::text("Aquí estoy."),
+        // Slow again: this run is cancelled with `rollback`.
+        Reply::Stream(vec![Step::Pause(Duration::from_secs(10)), Step::Text("Tampoco.".into()), Step::Done]),
         Reply::status(400, "the model refuses"),
         Reply::status(400, "the model refuses again"),
     ])
@@ -258,7 +260,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["stateless_too_long"]["status"], 422, "{}", saw["stateless_too_long"]);
 
     // A run cancelled while its model was slow: at once, with an error event saying so; its
-    // status is `interrupted`, as LangGraph's; the thread takes the next run. `rollback` and an unknown run are refused.
+    // status is `interrupted`, as LangGraph's; the thread takes the next run. An unknown run is refused.
     assert!(saw["cancel_seconds"].as_f64().unwrap() < 5.0, "{}", saw["cancel_seconds"]);
     let events: Vec<&str> = saw["cancelled_events"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(events.last(), Some(&"error"), "{events:?}");
@@ -271,8 +273,14 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert!(!state.to_string().contains("Tarde"), "{state}");
     assert_eq!(state["next"], json!([]), "{state}");
     assert_eq!(last_said(&saw["after_cancel"]), Some(json!("Aquí estoy.")), "{}", saw["after_cancel"]);
-    assert_eq!(saw["cancel_rollback"]["status"], 422, "{}", saw["cancel_rollback"]);
     assert_eq!(saw["cancel_unknown"]["status"], 404, "{}", saw["cancel_unknown"]);
+    // Cancelled with `rollback`: the thread is as it was before the run, which is gone; an
+    // earlier run cannot be rolled back.
+    assert_eq!(saw["rolled_back_state"], saw["before_rollback"], "{}", saw["rolled_back_state"]);
+    let asked_slowly = saw["rolled_back_state"].to_string().matches("cuéntame algo largo").count();
+    assert_eq!(asked_slowly, 1, "the first cancelled run's question stays, the rolled-back one's went");
+    assert_eq!(saw["rolled_back_get"]["status"], 404, "{}", saw["rolled_back_get"]);
+    assert_eq!(saw["rollback_earlier"]["status"], 409, "{}", saw["rollback_earlier"]);
 
     // Search, count, update, history: the owner's threads.
     let other = saw["other_thread"].as_str().unwrap();
@@ -304,7 +312,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(failed.last(), Some(&"error"), "{failed:?}");
     assert_eq!(saw["failed_status"], "error");
     assert_eq!(saw["failed_wait"]["status"], 502, "{}", saw["failed_wait"]);
-    assert_eq!(requests.len(), 12, "every scripted reply was asked for once");
+    assert_eq!(requests.len(), 13, "every scripted reply was asked for once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,8 +404,6 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert_eq!(saw["busy_search"].as_array().map(Vec::len), Some(1), "{}", saw["busy_search"]);
     assert_eq!(saw["reject"]["status"], 409, "{}", saw["reject"]);
     assert!(saw["reject"]["body"]["error"].as_str().unwrap().contains("already running"), "{}", saw["reject"]);
-    assert_eq!(saw["rollback"]["status"], 422, "{}", saw["rollback"]);
-    assert_eq!(saw["rollback"]["body"]["field"], "multitask_strategy");
     assert_eq!(saw["unknown_strategy"]["status"], 422, "{}", saw["unknown_strategy"]);
     // `interrupt`: the slow run stopped at once (its 8 s pause never ran out), this run answered.
     assert!(saw["interrupt_seconds"].as_f64().unwrap() < 6.0, "{}", saw["interrupt_seconds"]);
@@ -409,6 +415,16 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
         saw["after_interrupt"].as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
     assert_eq!(statuses, ["success", "interrupted"], "newest first: {}", saw["after_interrupt"]);
     assert_eq!(saw["idle_after"], "idle");
+
+    // `rollback`: the slow run went with what it wrote; the thread holds this run's turn only.
+    assert_eq!(
+        said(&saw["rolled_back"]),
+        [pair("human", "¿sigues?"), pair("ai", "Sigo aquí.")],
+        "{}",
+        saw["rolled_back"]
+    );
+    assert_eq!(saw["rolled_back_run"]["status"], 404, "{}", saw["rolled_back_run"]);
+    assert_eq!(saw["rolled_back_runs"].as_array().map(Vec::len), Some(1), "{}", saw["rolled_back_runs"]);
 
     // `enqueue`: started once the run ahead ended; both turns are in the thread.
     assert!(saw["enqueue_seconds"].as_f64().unwrap() >= 1.0, "it waited: {}", saw["enqueue_seconds"]);
@@ -472,6 +488,9 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
         Reply::text("Entendido."),
         Reply::tool_calls(&[("n4", "note_write", json!({"title": "Final", "body": "En enero."}))]),
         Reply::text("Perfecto."),
+        // Slow: rolled back by the next run.
+        Reply::Stream(vec![Step::Pause(Duration::from_secs(10)), Step::Text("Tarde.".into()), Step::Done]),
+        Reply::text("Sigo."),
     ])
     .await
     .unwrap();
@@ -520,6 +539,11 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
         saw["rejected"]
     );
     assert_eq!(last(&saw["responded"]), Some(json!("Perfecto.")), "{}", saw["responded"]);
+    // Rolled back by the next run: the slow run's question is not in the thread, nor the run.
+    assert_eq!(last(&saw["rolled_back"]), Some(json!("Sigo.")), "{}", saw["rolled_back"]);
+    assert!(!saw["rolled_back"].to_string().contains("cuéntame algo largo"), "{}", saw["rolled_back"]);
+    assert!(saw["rolled_back"].to_string().contains("Perfecto."), "the turns before stay: {}", saw["rolled_back"]);
+    assert_eq!(saw["doomed_run"]["status"], 404, "{}", saw["doomed_run"]);
     let read = |text: &str| {
         model.requests().iter().any(|r| {
             r["messages"].as_array().is_some_and(|m| {

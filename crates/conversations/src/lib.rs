@@ -379,6 +379,11 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn renew_turn(&self, conversation: i64, claim: &TurnClaim) -> Result<bool, StoreError>;
     /// Releases the conversation if `run_id` holds it.
     async fn end_turn(&self, conversation: i64, run_id: &str) -> Result<(), StoreError>;
+    /// Deletes the newest `n` messages of `conversation`, with the pending actions that hang
+    /// off them: what a run rolled back had written. Returns how many messages went.
+    async fn delete_last_messages(&self, _conversation: i64, _n: usize) -> Result<u64, StoreError> {
+        Err(StoreError("this store keeps no messages of its own: a run cannot be rolled back".into()))
+    }
     /// Frees every claim `owner` holds (a restarted instance: its runs died with it); returns
     /// the conversations freed, whose interrupted turns the caller closes.
     async fn release_owner(&self, owner: &str) -> Result<Vec<ReleasedTurn>, StoreError>;

@@ -340,6 +340,16 @@ impl ConversationStore for MemoryConversationStore {
         Ok(())
     }
 
+    async fn delete_last_messages(&self, conversation: i64, n: usize) -> Result<u64, StoreError> {
+        let mut g = self.lock();
+        let mut ids: Vec<i64> = g.messages.iter().filter(|(c, _)| *c == conversation).map(|(_, m)| m.id).collect();
+        ids.sort_unstable();
+        let gone: Vec<i64> = ids.into_iter().rev().take(n).collect();
+        g.messages.retain(|(c, m)| !(*c == conversation && gone.contains(&m.id)));
+        g.pending.retain(|p| !gone.contains(&p.message_id));
+        Ok(gone.len() as u64)
+    }
+
     async fn set_item_vectors(&self, tenant: i64, user: i64, items: &[MemoryItem]) -> Result<(), StoreError> {
         let mut g = self.lock();
         for item in items {

@@ -558,6 +558,23 @@ impl ConversationStore for PostgresConversationStore {
         Ok(())
     }
 
+    async fn delete_last_messages(&self, conversation: i64, n: usize) -> Result<u64, StoreError> {
+        let mut s = self.db.session().await?;
+        // Their pending actions go by the foreign key's cascade.
+        let gone = sqlx::query(
+            "DELETE FROM messages WHERE id IN (
+                 SELECT id FROM messages WHERE conversation_id = $1 ORDER BY id DESC LIMIT $2)",
+        )
+        .bind(conversation)
+        .bind(i64::try_from(n).unwrap_or(i64::MAX))
+        .persistent(self.db.persistent())
+        .execute(&mut *s)
+        .await?
+        .rows_affected();
+        s.finish().await?;
+        Ok(gone)
+    }
+
     async fn set_item_vectors(&self, tenant: i64, user: i64, items: &[MemoryItem]) -> Result<(), StoreError> {
         let embedded: Vec<(&MemoryItem, &ItemVector)> =
             items.iter().filter_map(|i| i.vector.as_ref().map(|v| (i, v))).collect();

@@ -213,6 +213,10 @@ impl Checkpointer for ProjectingCheckpointer {
         self.inner().compact_thread(thread, keep).await
     }
 
+    async fn truncate_thread(&self, thread: &ThreadId, after: u64) -> Result<u64, CheckpointError> {
+        self.inner().truncate_thread(thread, after).await
+    }
+
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         self.inner().fork(from, at, to).await
     }

@@ -505,6 +505,21 @@ impl ConversationStore for SqliteConversationStore {
         .await
     }
 
+    async fn delete_last_messages(&self, conversation: i64, n: usize) -> Result<u64, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let gone = self
+            .call(move |c| {
+                // Their pending actions go by the foreign key's cascade.
+                c.prepare_cached(
+                    "DELETE FROM messages WHERE id IN (
+                         SELECT id FROM messages WHERE conversation_id = ?1 ORDER BY id DESC LIMIT ?2)",
+                )?
+                .execute(params![conversation, n])
+            })
+            .await?;
+        Ok(gone as u64)
+    }
+
     async fn set_item_vectors(&self, tenant: i64, user: i64, items: &[MemoryItem]) -> Result<(), StoreError> {
         type Row = (String, String, i64, String, Option<Vec<u8>>, Option<String>);
         let rows: Vec<Row> = items

@@ -201,6 +201,25 @@ async fn deleting_takes_messages_and_pending_actions_with_it(store: &dyn Convers
     assert_eq!(store.conversation(9, 1, other_tenant).await.unwrap(), None);
 }
 
+async fn a_rolled_back_run_takes_its_last_messages_and_their_pending_actions(store: &dyn ConversationStore) {
+    let mine = store.create_conversation(7, 1, "tutor").await.unwrap();
+    let other = store.create_conversation(7, 1, "tutor").await.unwrap();
+    store.add_message(mine, Role::User, "hola").await.unwrap();
+    store.add_message(mine, Role::Assistant, "¿qué tal?").await.unwrap();
+    store.add_message(other, Role::User, "otra").await.unwrap();
+    store.add_message(mine, Role::User, "apunta el examen").await.unwrap();
+    let action = store.add_pending(&pending(mine, "r2", "i-rolled")).await.unwrap();
+    // The run wrote the question and the pending action (its message): both go.
+    assert_eq!(store.delete_last_messages(mine, 2).await.unwrap(), 2);
+    let left: Vec<String> = store.messages(mine).await.unwrap().into_iter().map(|m| m.content).collect();
+    assert_eq!(left, ["hola", "¿qué tal?"]);
+    let lookup = PendingLookup { tenant_id: 7, user_id: 1, conversation_id: mine, message_id: action };
+    assert_eq!(store.pending(&lookup).await.unwrap(), None, "the pending action went with its message");
+    assert!(store.run_pending(mine, "r2").await.unwrap().is_empty());
+    assert_eq!(store.messages(other).await.unwrap().len(), 1, "another conversation's stay");
+    assert_eq!(store.delete_last_messages(mine, 10).await.unwrap(), 2, "no more than it has");
+}
+
 async fn conversations_are_listed_for_their_owner_newest_first(store: &dyn ConversationStore) {
     let first = store.create_conversation(7, 1, "tutor").await.unwrap();
     store.add_message(first, Role::User, &"¿Cuándo es el examen final de la asignatura? ".repeat(4)).await.unwrap();
@@ -578,6 +597,7 @@ macro_rules! suite {
             case!(a_sweeping_replica_takes_over_expired_leases_only);
             case!(pending_actions_are_found_by_their_owner_and_decided_once);
             case!(deleting_takes_messages_and_pending_actions_with_it);
+            case!(a_rolled_back_run_takes_its_last_messages_and_their_pending_actions);
             case!(conversations_are_listed_for_their_owner_newest_first);
             case!(threads_belong_to_their_owner_and_bind_one_conversation);
             case!(memory_items_are_each_persons_expire_and_go_with_their_owner);

@@ -41,6 +41,9 @@ pub struct RunOptions {
     /// service holds one per conversation), so a run found mid-way is dead whatever its age: it
     /// is closed ([`CompiledGraph::close_interrupted`]) and this run goes ahead. Default: false.
     pub owns_thread: bool,
+    /// The run's id, as its records carry it: the caller's own (unique: a UUID), so that what
+    /// a run wrote can be found by the id the caller knows it by. Default: a new UUIDv7.
+    pub run_id: Option<String>,
 }
 
 impl Default for RunOptions {
@@ -51,6 +54,7 @@ impl Default for RunOptions {
             cancel: CancellationToken::new(),
             stale_after: Duration::from_secs(600),
             owns_thread: false,
+            run_id: None,
         }
     }
 }
@@ -308,7 +312,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             // The run that left the thread mid-way is dead: close it before this one starts.
             head = self.close_dead_run(thread, head).await?;
         }
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let run_id = opts.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let mut state = head.state;
         let value = serde_json::value::to_raw_value(&input)?;
         Arc::make_mut(&mut state).apply(input);
@@ -413,7 +417,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
             }
         }
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let run_id = opts.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let mut rec = self.record(head.version + 1, &run_id, RecordKind::Decision);
         rec.decisions = new;
         rec.next = Some(resume_at.clone());

@@ -383,6 +383,24 @@ async fn a_paused_thread_is_not_compacted_nor_a_decision_kept_first(b: &Backend)
     assert_eq!(g.thread_state(&t).await.unwrap().unwrap().state.decided.len(), 2);
 }
 
+async fn a_truncated_thread_reads_as_before_its_last_run_here_and_in_a_cached_graph(b: &Backend) {
+    let store = b.open().await;
+    let g = echo_graph(store.clone());
+    let t = thread(42);
+    for text in ["uno", "dos"] {
+        g.start(&t, say(text), RunOptions::default()).await.unwrap().outcome().await;
+    }
+    // `g` caches the head at seq 4; the second run's two records go.
+    assert_eq!(store.truncate_thread(&t, 2).await.unwrap(), 2);
+    assert_eq!(g.thread_state(&t).await.unwrap().unwrap().state.log, ["uno", "echo: uno"]);
+    g.start(&t, say("tres"), RunOptions::default()).await.unwrap().outcome().await;
+    let log = echo_graph(b.open().await).thread_state(&t).await.unwrap().unwrap().state.log.clone();
+    assert_eq!(log, ["uno", "echo: uno", "tres", "echo: tres"]);
+    assert_eq!(store.truncate_thread(&t, 9).await.unwrap(), 0, "nothing after 9");
+    assert_eq!(store.truncate_thread(&t, 0).await.unwrap(), 4);
+    assert!(g.thread_state(&t).await.unwrap().is_none(), "every record gone");
+}
+
 async fn storage_grows_linearly(b: &Backend) {
     let store = b.open().await;
     let g = echo_graph(store.clone());
@@ -550,6 +568,7 @@ macro_rules! suite {
             case!(fork_from_an_earlier_checkpoint);
             case!(a_finished_thread_is_compacted_to_its_last_checkpoints_which_read_the_same);
             case!(a_paused_thread_is_not_compacted_nor_a_decision_kept_first);
+            case!(a_truncated_thread_reads_as_before_its_last_run_here_and_in_a_cached_graph);
             case!(storage_grows_linearly);
             case!(the_last_complete_checkpoint_is_readable_mid_step);
             case!(tenant_data_can_be_deleted);

@@ -422,6 +422,12 @@ impl RunLogs {
         runs.by_id.retain(|_, l| !scope.holds(l.owner, l.conversation.0));
     }
 
+    /// Drops the log of `run_id` (the run was rolled back): nobody can read it again, though a
+    /// stream already open keeps its own.
+    pub fn forget_run(&self, run_id: &str) {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).by_id.remove(run_id);
+    }
+
     /// The log of `run_id`, whoever owns it (for the relay).
     pub(crate) fn any(&self, run_id: &str) -> Option<Arc<RunLog>> {
         self.runs.lock().unwrap_or_else(|e| e.into_inner()).by_id.get(run_id).cloned()

@@ -32,7 +32,8 @@ use tokio_util::task::TaskTracker;
 use toolgraph_agents::chat_agent::{ChatAgent, QUESTION, Resumed, Revision, TurnInput, check_answer};
 use toolgraph_config::AgentSettings;
 use toolgraph_conversations::{
-    ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, RunEventStore, RunScope, TurnClaim,
+    ConversationStore, ConversationThread, Decided, PendingLookup, ReleasedTurn, Role, RunEventStore, RunScope,
+    TurnClaim,
 };
 use toolgraph_graph::{CheckpointMeta, Checkpointer, Decision, GraphError, InterruptId, RecordKind, RunOptions};
 use toolgraph_protocol::{ConversationId, MessageId, RunId};
@@ -140,6 +141,28 @@ impl Default for ServiceOptions {
             item_index: None,
         }
     }
+}
+
+/// How many of `stored`'s last messages are `wrote` (a run's, in order), with the fallback
+/// reply the service writes itself after a run that hit its step limit; none when they are
+/// not exactly those.
+fn tail_written(stored: &[toolgraph_conversations::StoredMessage], wrote: &[(Role, String)]) -> Option<usize> {
+    let mut at = stored.len();
+    let mut expected = wrote.iter().rev().peekable();
+    while let Some(m) = at.checked_sub(1).map(|i| &stored[i]) {
+        match expected.peek() {
+            Some((role, content)) if *role == m.role && *content == m.content => {
+                expected.next();
+            }
+            _ if m.role == Role::Assistant && m.content == turn::RECURSION_FALLBACK && at == stored.len() => {}
+            _ => break,
+        }
+        at -= 1;
+        if expected.peek().is_none() {
+            break;
+        }
+    }
+    expected.peek().is_none().then_some(stored.len() - at)
 }
 
 /// The `error` a client following a turn gets when the turn's replica died mid-way.
@@ -439,11 +462,13 @@ impl ChatService {
 
     /// A run's options: it holds its conversation's lease, so a run found dead mid-way on the
     /// thread is closed rather than waited for.
-    fn run_options(&self, agent: &ServedAgent, cancel: &CancellationToken) -> RunOptions {
+    fn run_options(&self, agent: &ServedAgent, cancel: &CancellationToken, run_id: &str) -> RunOptions {
         RunOptions {
             recursion_limit: agent.settings.recursion_limit,
             cancel: cancel.clone(),
             owns_thread: true,
+            // The records carry the service's run id: a run is rolled back by it.
+            run_id: Some(run_id.to_owned()),
             ..RunOptions::default()
         }
     }
@@ -555,7 +580,7 @@ impl ChatService {
             context: turn_context(req, is_new),
             identity: turn_identity(who, req, conversation),
         };
-        let run = match agent.agent.start(&thread, input, self.run_options(agent, &cancel)).await {
+        let run = match agent.agent.start(&thread, input, self.run_options(agent, &cancel, &run_id)).await {
             Ok(run) => run,
             Err(e) => {
                 self.release(conversation, &run_id).await;
@@ -839,7 +864,7 @@ impl ChatService {
             .collect();
         let thread = ConversationThread { tenant: lookup.tenant_id, conversation: conv }.thread_id();
         let cancel = self.0.shutdown.child_token();
-        let run = match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel)).await {
+        let run = match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel, &claim.run_id)).await {
             Ok(Resumed::Started(run)) => run,
             Ok(Resumed::Waiting) | Err(_) => {
                 self.release(conv, &claim.run_id).await;
@@ -1067,6 +1092,69 @@ impl ChatService {
             return Err(e);
         }
         Ok(ConversationId(new_id))
+    }
+
+    /// Rolls back run `run` of `who`'s conversation `id`: the checkpoints it wrote, the
+    /// messages and pending actions they put in the conversation, and this replica's log of it
+    /// go, as if it had never run (docs/langgraph.md, "Runs"). What the run did outside the
+    /// conversation (a write tool that ran, a remembered fact, the tokens it used) stays.
+    /// Returns how many checkpoints went.
+    ///
+    /// # Errors
+    /// `Busy` while a run holds the conversation (cancel it and wait first); `NotFound` for a
+    /// conversation not theirs or a run that wrote nothing in it; `Conflict` for a run that is
+    /// not the conversation's last, one that resumed a pause (its decisions stay recorded), one
+    /// whose first checkpoint retention folded older ones into, or a conversation whose last
+    /// messages are not what the run wrote; `Store`, `Internal`.
+    pub async fn roll_back(&self, who: &Principal, id: ConversationId, run: &RunId) -> Result<u64, ChatError> {
+        if !self.keeps_threads() {
+            return Err(ChatError::Conflict(
+                "this store's conversations are the backend's: a run cannot be rolled back".into(),
+            ));
+        }
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        // Held for the time it takes: no turn starts on what is being taken back.
+        let claim = TurnClaim { run_id: format!("rollback-{}", uuid::Uuid::now_v7()), ..self.claim() };
+        if !self.0.store.begin_turn(id.0, &claim).await? {
+            return Err(ChatError::Busy);
+        }
+        let rolled = async {
+            let records = agent.agent.checkpointer().load(&thread, None).await.map_err(internal)?;
+            let first = records.iter().position(|r| r.run_id == run.as_str()).ok_or(ChatError::NotFound)?;
+            let refuse = |why: &str| Err(ChatError::Conflict(format!("run {run} cannot be rolled back: {why}")));
+            if records[first..].iter().any(|r| r.run_id != run.as_str()) {
+                return refuse("it is not the last run of its thread");
+            }
+            if records[first].kind == RecordKind::Decision {
+                return refuse("it resumed a pause, whose decisions stay recorded (cancel it instead)");
+            }
+            if first == 0 && records[0].seq > 1 {
+                return refuse("retention folded the thread's older checkpoints into this run's");
+            }
+            // What the run wrote, in the order the projection wrote it: each record's messages,
+            // then its pending actions' messages.
+            let mut wrote: Vec<(Role, String)> = Vec::new();
+            for record in &records[first..] {
+                let projected = agent.agent.project(id.0, record);
+                wrote.extend(projected.messages);
+                wrote.extend(projected.pending.into_iter().map(|p| (Role::Pending, p.description)));
+            }
+            let stored = self.0.store.messages(id.0).await?;
+            let Some(n) = tail_written(&stored, &wrote) else {
+                return refuse("the conversation's last messages are not the ones it wrote");
+            };
+            let keep = records[first].seq.saturating_sub(1);
+            // The checkpoints first: a failure after them leaves messages a retry will not
+            // find (404), never deletes messages another run wrote.
+            let gone = agent.agent.checkpointer().truncate_thread(&thread, keep).await.map_err(internal)?;
+            self.0.store.delete_last_messages(id.0, n).await?;
+            Ok(gone)
+        }
+        .await;
+        self.release(id.0, &claim.run_id).await;
+        let gone = rolled?;
+        self.0.runs.forget_run(run.as_str());
+        Ok(gone)
     }
 
     /// The agents served, by name, with the version of its definition each runs (and a newer
@@ -1385,5 +1473,35 @@ mod slot_tests {
         drop((held, second));
         assert!(slots.admit(&1, 2).unwrap().is_some());
         assert!(slots.admit(&5, 0).unwrap().is_none(), "no limit, no slot");
+    }
+}
+
+#[cfg(test)]
+mod rollback_tests {
+    use super::*;
+    use toolgraph_conversations::StoredMessage;
+
+    fn stored(messages: &[(Role, &str)]) -> Vec<StoredMessage> {
+        let each = messages.iter().enumerate();
+        each.map(|(i, (role, content))| StoredMessage { id: i as i64 + 1, role: *role, content: (*content).into() })
+            .collect()
+    }
+
+    #[test]
+    fn a_runs_messages_are_found_at_the_end_with_the_services_fallback_or_not_at_all() {
+        let wrote = [(Role::User, "loop".to_owned()), (Role::Tool, "{\"ok\":true}".to_owned())];
+        let before = [(Role::User, "hola"), (Role::Assistant, "Hola.")];
+        let mut messages = before.to_vec();
+        messages.extend([(Role::User, "loop"), (Role::Tool, "{\"ok\":true}")]);
+        assert_eq!(tail_written(&stored(&messages), &wrote), Some(2));
+        // The fallback reply the service wrote after a run that hit its step limit goes too.
+        messages.push((Role::Assistant, turn::RECURSION_FALLBACK));
+        assert_eq!(tail_written(&stored(&messages), &wrote), Some(3));
+        // Not what the run wrote (a message between, another order): nothing is deleted.
+        let mut other = before.to_vec();
+        other.extend([(Role::User, "loop"), (Role::Assistant, "x"), (Role::Tool, "{\"ok\":true}")]);
+        assert_eq!(tail_written(&stored(&other), &wrote), None);
+        assert_eq!(tail_written(&stored(&before), &wrote), None);
+        assert_eq!(tail_written(&stored(&before), &[]), Some(0), "a run that wrote nothing");
     }
 }

@@ -24,7 +24,7 @@ use toolgraph_conversations::{
 use toolgraph_graph::SqliteCheckpointer;
 use toolgraph_graph::{Checkpointer, PostgresCheckpointer};
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig, RetryPolicy};
-use toolgraph_server::{AppState, ChatService, ServedAgent, ServiceOptions};
+use toolgraph_server::{AppState, ChatError, ChatService, ServedAgent, ServiceOptions};
 use toolgraph_testkit::PgSchema;
 use toolgraph_tools::ToolBuilder;
 
@@ -882,6 +882,78 @@ async fn conversations_are_listed_for_their_owner(b: &str) {
     assert_eq!(list(8, 101).await.1["conversations"], json!([]), "another tenant");
 }
 
+/// The run ids of a stream's frames (`run:seq`).
+fn run_of(events: &[SseEvent]) -> toolgraph_protocol::RunId {
+    toolgraph_protocol::RunId::from(events[0].id.rsplit_once(':').expect("run:seq ids").0)
+}
+
+/// LangGraph's rollback, as the service does it: the last run's checkpoints, messages and
+/// pending actions go and the conversation goes on from before it; an earlier run, a run that
+/// resumed a pause, and a store whose conversations are the backend's are refused.
+async fn the_last_run_is_rolled_back_with_what_it_wrote_and_nothing_more(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::text("Uno."),
+            Reply::tool_calls(&[("c1", "calculator", json!({"expression": "1+1"}))]),
+            Reply::text("Son 2."),
+            Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+82101234", "text": "hola"}))]),
+            Reply::text("Hola."),
+            Reply::tool_calls(&[("s2", "send_sms", json!({"to": "+82101234", "text": "adiós"}))]),
+            Reply::text("Enviado."),
+        ],
+    )
+    .await;
+    let who = toolgraph_server::auth::Caller::default()
+        .admit(toolgraph_protocol::TenantId(7), toolgraph_protocol::UserId(101))
+        .unwrap();
+    let (_, first) = stream(&s, &body(None, "primero")).await;
+    let conv = first.last().unwrap().data["conversationId"].as_i64().unwrap();
+    let id = toolgraph_protocol::ConversationId(conv);
+    let (_, second) = stream(&s, &body(Some(conv), "suma")).await;
+    let (_, paused) = stream(&s, &body(Some(conv), "manda un sms")).await;
+    let pending = paused.iter().find(|e| e.event == "pending").expect("a pending action").data["messageId"].clone();
+    let chat = s.app.chat();
+    if b.starts_with("backend") {
+        assert!(matches!(chat.roll_back(&who, id, &run_of(&paused)).await, Err(ChatError::Conflict(_))));
+        return;
+    }
+    let texts = |s: &Service| {
+        let store = Arc::clone(&s.store);
+        async move { store.messages(conv).await.unwrap().into_iter().map(|m| m.content).collect::<Vec<_>>() }
+    };
+    let after_second = texts(&s).await;
+    assert!(after_second.last().is_some_and(|m| m.contains("hola")), "the pending action's message: {after_second:?}");
+
+    assert!(matches!(chat.roll_back(&who, id, &run_of(&second)).await, Err(ChatError::Conflict(_))), "not the last");
+    let gone = chat.roll_back(&who, id, &run_of(&paused)).await.unwrap();
+    assert!(gone >= 2, "its checkpoints: {gone}");
+    let kept = texts(&s).await;
+    assert_eq!(kept.first().map(String::as_str), Some("primero"));
+    assert_eq!(kept.last().map(String::as_str), Some("Son 2."), "{kept:?}");
+    assert!(!kept.iter().any(|m| m.contains("manda un sms") || m.contains("hola")), "{kept:?}");
+    let (status, _) = confirm(&s, 7, 101, conv, pending.as_i64().unwrap(), true).await;
+    assert_eq!(status, 404, "its pending action went with it");
+    assert_eq!(s.sms_sent.load(Ordering::SeqCst), 0);
+    assert!(chat.run_log(&run_of(&paused), &who).is_none(), "the run is gone");
+    assert!(matches!(chat.roll_back(&who, id, &run_of(&paused)).await, Err(ChatError::NotFound)));
+
+    // The conversation goes on from before it; that turn, rolled back too, leaves it as it was.
+    let (_, next) = stream(&s, &body(Some(conv), "hola")).await;
+    assert_eq!(next.last().unwrap().event, "done", "{next:?}");
+    chat.roll_back(&who, id, &run_of(&next)).await.unwrap();
+    assert_eq!(texts(&s).await, kept);
+
+    // A run that resumed a pause is not rolled back (its decisions stay recorded).
+    let (_, paused) = stream(&s, &body(Some(conv), "manda otro")).await;
+    let pending = paused.iter().find(|e| e.event == "pending").unwrap().data["messageId"].as_i64().unwrap();
+    let (status, _) = confirm(&s, 7, 101, conv, pending, true).await;
+    assert_eq!(status, 200);
+    let resumed = chat.checkpoints(&who, id).await.unwrap().last().unwrap().run_id.clone();
+    let refused = chat.roll_back(&who, id, &toolgraph_protocol::RunId::from(resumed.as_str())).await;
+    assert!(matches!(refused, Err(ChatError::Conflict(ref why)) if why.contains("resumed")), "{refused:?}");
+}
+
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -914,5 +986,6 @@ on_every_store!(
     an_expired_turn_is_taken_over_and_its_conversation_freed,
     api_key_mode_rejects_missing_wrong_and_foreign_keys,
     hmac_mode_rejects_unsigned_tampered_stale_and_replayed_requests,
-    the_per_tenant_run_limit_answers_429_with_retry_after
+    the_per_tenant_run_limit_answers_429_with_retry_after,
+    the_last_run_is_rolled_back_with_what_it_wrote_and_nothing_more
 );

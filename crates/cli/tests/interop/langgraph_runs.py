@@ -3,8 +3,8 @@ run list, join and `multitask_strategy`.
 
 Usage: langgraph_runs.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw: a
 run created in the background, joined, read and listed; a resume refused in the background; a
-slow run that makes its thread busy, a second run refused (`reject`, `rollback`, an unknown
-strategy), then one that interrupts it, and one enqueued behind another slow run. The Rust test
+slow run that makes its thread busy, a second run refused (`reject`, an unknown strategy), then
+one that interrupts it, one that rolls another back, and one enqueued behind another slow run. The Rust test
 (tests/langgraph.rs) asserts on it.
 """
 
@@ -60,9 +60,6 @@ slow = client.runs.create(busy, "assistant", input=said("cuéntame algo largo"))
 out["busy_seen"] = wait_for(lambda: client.threads.get(busy)["status"] == "busy")
 out["busy_search"] = [t["thread_id"] for t in client.threads.search(status="busy")]
 out["reject"] = refused(lambda: client.runs.create(busy, "assistant", input=said("¿y ahora?")))
-out["rollback"] = refused(
-    lambda: client.runs.create(busy, "assistant", input=said("¿y ahora?"), multitask_strategy="rollback")
-)
 out["unknown_strategy"] = refused(
     lambda: client.runs.create(busy, "assistant", input=said("¿y ahora?"), multitask_strategy="later")
 )
@@ -72,6 +69,14 @@ out["interrupt_seconds"] = time.monotonic() - started
 out["interrupted_status"] = client.runs.get(busy, slow["run_id"])["status"]
 out["after_interrupt"] = [(r["run_id"], r["status"]) for r in client.runs.list(busy)]
 out["idle_after"] = client.threads.get(busy)["status"]
+
+# `rollback`: the slow run is cancelled and what it wrote goes; the thread holds only this run's turn.
+back = client.threads.create()["thread_id"]
+doomed = client.runs.create(back, "assistant", input=said("cuéntame algo largo"))
+wait_for(lambda: client.threads.get(back)["status"] == "busy")
+out["rolled_back"] = client.runs.wait(back, "assistant", input=said("¿sigues?"), multitask_strategy="rollback")
+out["rolled_back_run"] = refused(lambda: client.runs.get(back, doomed["run_id"]))
+out["rolled_back_runs"] = [r["run_id"] for r in client.runs.list(back)]
 
 # Enqueued behind another slow run: it starts once that one has ended, and both replies stay.
 queue = client.threads.create()["thread_id"]

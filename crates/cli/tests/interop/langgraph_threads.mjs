@@ -54,6 +54,23 @@ out.edited = await decided("Y otra: repaso el jueves", {
 });
 out.rejected = await decided("Y la tutoría el lunes", { type: "reject", message: "No, el martes." });
 out.responded = await decided("Y el examen final", { type: "respond", message: "Ya lo tengo." });
+// A slow run rolled back by the next (`multitaskStrategy: "rollback"`): what it wrote goes.
+const doomed = await client.runs.create(tid, "assistant", {
+  input: { messages: [{ type: "human", content: "cuéntame algo largo" }] },
+});
+for (let i = 0; i < 200 && (await client.threads.get(tid)).status !== "busy"; i++) {
+  await new Promise((r) => setTimeout(r, 50));
+}
+out.rolled_back = await client.runs.wait(tid, "assistant", {
+  input: { messages: [{ type: "human", content: "¿sigues?" }] },
+  multitaskStrategy: "rollback",
+});
+try {
+  await client.runs.get(tid, doomed.run_id);
+  out.doomed_run = null;
+} catch (e) {
+  out.doomed_run = { status: e.status ?? null };
+}
 await client.threads.delete(tid);
 try {
   await client.threads.get(tid);

@@ -114,14 +114,19 @@ def consume():
         seen.append((p.event, p.data))
 
 
-reader = threading.Thread(target=consume)
-reader.start()
-for _ in range(200):
-    if seen:
-        break
-    time.sleep(0.05)
-held_run = seen[0][1]["run_id"]
-out["cancel_rollback"] = refused(lambda: client.runs.cancel(hold, held_run, action="rollback"))
+def slow_run():
+    """Starts the slow run streaming on a thread of its own; it and its run id once it told."""
+    seen.clear()
+    reader = threading.Thread(target=consume)
+    reader.start()
+    for _ in range(200):
+        if seen:
+            break
+        time.sleep(0.05)
+    return reader, seen[0][1]["run_id"]
+
+
+reader, held_run = slow_run()
 out["cancel_unknown"] = refused(lambda: client.runs.cancel(hold, "no-such-run"))
 started = time.monotonic()
 client.runs.cancel(hold, held_run, wait=True)
@@ -133,6 +138,15 @@ reader.join(20)
 out["cancelled_events"] = [e for e, _ in seen]
 out["cancelled_error"] = next((d for e, d in seen if e == "error"), None)
 out["after_cancel"] = client.runs.wait(hold, "assistant", input={"messages": [{"role": "user", "content": "¿sigues ahí?"}]})
+# Cancelled with `rollback`: another slow run is stopped and what it wrote goes — the thread is
+# as it was before it, the run is gone; an earlier run cannot be rolled back.
+out["before_rollback"] = client.threads.get_state(hold)["values"]
+reader, rolled = slow_run()
+client.runs.cancel(hold, rolled, wait=True, action="rollback")
+reader.join(20)
+out["rolled_back_state"] = client.threads.get_state(hold)["values"]
+out["rolled_back_get"] = refused(lambda: client.runs.get(hold, rolled))
+out["rollback_earlier"] = refused(lambda: client.runs.cancel(hold, held_run, action="rollback"))
 client.threads.delete(hold)
 
 other = client.threads.create(metadata={"course": "ssoo"})

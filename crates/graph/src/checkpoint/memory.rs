@@ -98,6 +98,18 @@ impl Checkpointer for MemoryCheckpointer {
         Ok(deleted)
     }
 
+    async fn truncate_thread(&self, thread: &ThreadId, after: u64) -> Result<u64, CheckpointError> {
+        let mut threads = self.lock();
+        let Some(log) = threads.get_mut(thread) else { return Ok(0) };
+        let before = log.len();
+        log.retain(|r| r.seq <= after);
+        let gone = (before - log.len()) as u64;
+        if log.is_empty() {
+            threads.remove(thread);
+        }
+        Ok(gone)
+    }
+
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         let mut threads = self.lock();
         if threads.get(to).is_some_and(|l| !l.is_empty()) {

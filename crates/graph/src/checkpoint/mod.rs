@@ -292,6 +292,10 @@ pub trait Checkpointer: Send + Sync + 'static {
         Ok(0)
     }
 
+    /// Deletes the records of `thread` after `after` (every one with `after = 0`): what a run
+    /// rolled back had written, the thread's tail. Returns how many went.
+    async fn truncate_thread(&self, thread: &ThreadId, after: u64) -> Result<u64, CheckpointError>;
+
     /// Copies `from`'s records up to `at` into the new thread `to`; returns how many.
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError>;
 

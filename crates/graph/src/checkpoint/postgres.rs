@@ -268,6 +268,20 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(deleted)
     }
 
+    async fn truncate_thread(&self, thread: &ThreadId, after: u64) -> Result<u64, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        let n = sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1 AND seq > $2")
+            .bind(thread.as_str())
+            .bind(i64::try_from(after).unwrap_or(i64::MAX))
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await
+            .map_err(backend_error)?
+            .rows_affected();
+        s.finish().await.map_err(backend_error)?;
+        Ok(n)
+    }
+
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         let mut tx = self.db.pool().begin().await.map_err(backend_error)?;
         let exists: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM checkpoints WHERE thread_id = $1")

@@ -254,6 +254,17 @@ impl Checkpointer for SqliteCheckpointer {
             .await?
     }
 
+    async fn truncate_thread(&self, thread: &ThreadId, after: u64) -> Result<u64, CheckpointError> {
+        let (t, after) = (thread.clone(), i64::try_from(after).unwrap_or(i64::MAX));
+        let n = self
+            .db
+            .call(move |c| {
+                c.execute("DELETE FROM checkpoints WHERE thread_id = ?1 AND seq > ?2", params![t.as_str(), after])
+            })
+            .await??;
+        Ok(n as u64)
+    }
+
     async fn fork(&self, from: &ThreadId, at: u64, to: &ThreadId) -> Result<u64, CheckpointError> {
         let (from, to) = (from.clone(), to.clone());
         self.db

@@ -56,6 +56,9 @@ enum Multitask {
     Interrupt,
     /// This one starts once the run in progress has ended.
     Enqueue,
+    /// The run in progress is cancelled and rolled back (what it wrote in the thread goes),
+    /// then this one starts.
+    Rollback,
 }
 
 /// Longest an `enqueue`d run waits for the run in progress to end before it is refused (409):
@@ -71,21 +74,17 @@ const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(240);
 const LOOK_FOR_RUN: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RunCreate {
-    /// The `multitask_strategy` asked for (`reject` when none); `rollback` is refused by name.
+    /// The `multitask_strategy` asked for (`reject` when none).
     fn multitask(&self) -> Result<Multitask, ApiError> {
         match self.multitask_strategy.as_deref() {
             None | Some("reject") => Ok(Multitask::Reject),
             Some("interrupt") => Ok(Multitask::Interrupt),
             Some("enqueue") => Ok(Multitask::Enqueue),
-            Some("rollback") => Err(ApiError::field(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "multitask_strategy",
-                "`rollback` is not served: use `interrupt` (the run in progress stops; its finished steps stay)",
-            )),
+            Some("rollback") => Ok(Multitask::Rollback),
             Some(other) => Err(ApiError::field(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "multitask_strategy",
-                format!("`{other}` is not a strategy: reject, interrupt or enqueue"),
+                format!("`{other}` is not a strategy: reject, interrupt, rollback or enqueue"),
             )),
         }
     }
@@ -370,12 +369,14 @@ pub(crate) async fn join(
 /// Longest a cancel with `wait=1` waits for the run to end.
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// `POST /threads/{thread_id}/runs/{run_id}/cancel?wait=0|1&action=interrupt`: stops a run
-/// this replica is running — it ends within its step or model call, as cancelled (an `error`
-/// event "the run was cancelled"; the thread is idle again, what its finished steps wrote
-/// stays). 204 (`wait=1`: once it has ended; 202 when it has not within 30 s); a run that has
-/// ended already is left as it is (204); 404 for no such run of theirs on this thread here;
-/// `action=rollback` is refused (422).
+/// `POST /threads/{thread_id}/runs/{run_id}/cancel?wait=0|1&action=interrupt|rollback`: stops a
+/// run this replica is running — it ends within its step or model call, as cancelled (an
+/// `error` event "the run was cancelled"; the thread is idle again, what its finished steps
+/// wrote stays). 204 (`wait=1`: once it has ended; 202 when it has not within 30 s); a run that
+/// has ended already is left as it is (204); 404 for no such run of theirs on this thread here.
+/// `action=rollback` also takes back what the run wrote in the thread once it has ended (it
+/// waits for that, within 30 s: else 409), and the run is gone (404 after): the thread's last
+/// run only (409 for an earlier one), here or on another replica once ended.
 pub(crate) async fn cancel(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -391,15 +392,9 @@ pub(crate) async fn cancel(
             _ => {}
         }
     }
-    match action.as_str() {
-        "interrupt" => {}
-        "rollback" => {
-            return Err(ApiError::field(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "action",
-                "`rollback` is not served: use `interrupt` (the run stops; its finished steps stay)",
-            ));
-        }
+    let rollback = match action.as_str() {
+        "interrupt" => false,
+        "rollback" => true,
         other => {
             return Err(ApiError::field(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -407,12 +402,35 @@ pub(crate) async fn cancel(
                 format!("`{other}` is not a cancel action (interrupt or rollback)"),
             ));
         }
-    }
+    };
     let gone = || {
         let why = format!("no run '{run_id}' of this thread is running on this server");
         ApiError::field(StatusCode::NOT_FOUND, "run_id", why)
     };
-    let log = app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal).ok_or_else(gone)?;
+    let run = RunId::from(run_id.as_str());
+    let log = app.chat().run_log(&run, &who.principal);
+    if rollback {
+        let conversation = thread.conversation.map(ConversationId).ok_or_else(gone)?;
+        if let Some(log) = log.filter(|l| l.conversation == conversation) {
+            log.cancel();
+            if !log.ended(CANCEL_WAIT).await {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "the run did not end within 30 s of its cancel; roll it back once it has",
+                ));
+            }
+        }
+        return match app.chat().roll_back(&who.principal, conversation, &run).await {
+            Ok(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+            Err(ChatError::NotFound) => Err(ApiError::field(
+                StatusCode::NOT_FOUND,
+                "run_id",
+                format!("run '{run_id}' wrote nothing in this thread"),
+            )),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let log = log.ok_or_else(gone)?;
     if thread.conversation != Some(log.conversation.0) {
         return Err(gone());
     }
@@ -740,31 +758,50 @@ async fn start(
 }
 
 /// Starts `turn` for `who`; while another run holds its conversation, refuses (`reject`),
-/// cancels that run and starts once it has ended (`interrupt`, within [`CANCEL_WAIT`]), or
-/// starts once it has ended (`enqueue`, within [`ENQUEUE_WAIT`]). A run in progress on another
-/// replica cannot be interrupted from here (409); one is waited for by retrying.
+/// cancels that run and starts once it has ended (`interrupt`, within [`CANCEL_WAIT`]), the
+/// same having rolled it back (`rollback`), or starts once it has ended (`enqueue`, within
+/// [`ENQUEUE_WAIT`]). A run in progress on another replica cannot be interrupted from here
+/// (409); one is waited for by retrying.
 async fn start_when_free(
     app: &AppState,
     who: &Principal,
     turn: &NewTurn,
     strategy: Multitask,
 ) -> Result<(RunId, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
-    let limit = if strategy == Multitask::Interrupt { CANCEL_WAIT } else { ENQUEUE_WAIT };
+    let cancels = matches!(strategy, Multitask::Interrupt | Multitask::Rollback);
+    let limit = if cancels { CANCEL_WAIT } else { ENQUEUE_WAIT };
     let began = tokio::time::Instant::now();
     let deadline = began + limit;
     let mut interrupted = false;
+    // The run this request cancelled, to roll back once it has ended (and only it).
+    let mut doomed: Option<(ConversationId, RunId)> = None;
     loop {
+        // Once it has ended, rolled back before this run can take the conversation.
+        if let Some((conversation, run)) = &doomed
+            && app.chat().run_log(run, who).is_none_or(|l| l.outcome().0)
+        {
+            match app.chat().roll_back(who, *conversation, run).await {
+                // A run cancelled before its first checkpoint wrote nothing.
+                Ok(_) | Err(ChatError::NotFound) => doomed = None,
+                // Still held (by the run's last moments, or another request): again shortly.
+                Err(ChatError::Busy) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         match app.chat().start_turn(who, turn).await {
             Err(ChatError::Busy) if strategy != Multitask::Reject => {}
             started => return Ok(started?),
         }
         // Busy: the conversation exists (a new one is never busy).
         let running = turn.conversation.and_then(|c| app.chat().running_run(who, c));
-        if strategy == Multitask::Interrupt && !interrupted {
+        if cancels && !interrupted {
             match &running {
                 Some(log) => {
                     log.cancel();
                     interrupted = true;
+                    if strategy == Multitask::Rollback {
+                        doomed = Some((log.conversation, RunId::from(log.run_id())));
+                    }
                 }
                 None if began.elapsed() < LOOK_FOR_RUN => {
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
