@@ -172,9 +172,22 @@ pub struct RunLog {
     notify: Notify,
     /// Where a log with new frames is marked for the relay (replicas only).
     unpublished: Option<Arc<Unpublished>>,
+    /// What the request that started it said to do with a run already in progress
+    /// (LangGraph's `multitask_strategy`), when it said.
+    multitask: std::sync::OnceLock<&'static str>,
 }
 
 impl RunLog {
+    /// Records the `multitask_strategy` the run was started with (the first one stays).
+    pub fn set_multitask(&self, strategy: &'static str) {
+        let _ = self.multitask.set(strategy);
+    }
+
+    /// The `multitask_strategy` the run was started with (`reject` when none was said).
+    pub fn multitask(&self) -> &'static str {
+        self.multitask.get().copied().unwrap_or("reject")
+    }
+
     fn lock(&self) -> MutexGuard<'_, LogInner> {
         // Nothing panics under this lock; recover rather than cascade if something did.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -369,6 +382,7 @@ impl RunLogs {
             usage: Mutex::new(None),
             notify: Notify::new(),
             unpublished: self.unpublished.clone(),
+            multitask: std::sync::OnceLock::new(),
         });
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         if runs.swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {

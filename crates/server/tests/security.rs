@@ -248,6 +248,7 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
             (Method::GET, format!("/api/chatbot/conversations/{}/checkpoints/1?{ids}", o.conversation), None)
         }
         "usage" => (Method::GET, format!("/api/chatbot/conversations/{}/usage?{ids}", o.conversation), None),
+        "documents" => (Method::GET, format!("/api/chatbot/conversations/{}/documents?{ids}", o.conversation), None),
         "fork" => (
             Method::POST,
             format!("/api/chatbot/conversations/{}/fork", o.conversation),
@@ -255,13 +256,14 @@ async fn attempt(base: &str, endpoint: &str, c: &Caller, o: &Owned) -> u16 {
         ),
         "delete conversation" => (Method::DELETE, format!("/api/chatbot/conversations/{}?{ids}", o.conversation), None),
         "delete user" => (Method::DELETE, format!("/api/chatbot/users/{OWNER_USER}?tenantId={}", c.tenant), None),
+        "tenant usage" => (Method::GET, format!("/api/chatbot/tenants/{OWNER_TENANT}/usage"), None),
         "delete tenant" => (Method::DELETE, format!("/api/chatbot/tenants/{OWNER_TENANT}"), None),
         other => panic!("no endpoint {other}"),
     };
     send(base, c, method, &target, body).await.0
 }
 
-const ENDPOINTS: [&str; 20] = [
+const ENDPOINTS: [&str; 22] = [
     "stream",
     "openai chat",
     "ag-ui run",
@@ -278,17 +280,20 @@ const ENDPOINTS: [&str; 20] = [
     "checkpoints",
     "checkpoint state",
     "usage",
+    "documents",
     "fork",
     "delete conversation",
     "delete user",
+    "tenant usage",
     "delete tenant",
 ];
 
 /// What [`ENDPOINTS`] must answer: `conversation` for each of those that name the owner's
-/// conversation, then `deletes` for deleting the user and the tenant.
+/// conversation, then `deletes` for deleting the user and for the tenant's own calls (its
+/// usage, its deletion).
 fn expected(conversation: Option<u16>, deletes: [Option<u16>; 2]) -> [Option<u16>; ENDPOINTS.len()] {
     let mut all = [conversation; ENDPOINTS.len()];
-    all[ENDPOINTS.len() - 2..].copy_from_slice(&deletes);
+    all[ENDPOINTS.len() - 3..].copy_from_slice(&[deletes[0], deletes[1], deletes[1]]);
     all
 }
 
@@ -353,7 +358,7 @@ fn callers(mode: Mode) -> Vec<(Caller, [Option<u16>; ENDPOINTS.len()])> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_refuses_other_users_and_tenants_in_every_auth_mode() {
     let mut table = String::from(
-        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | store item | confirm | run events | checkpoints | checkpoint state | usage | fork | delete conversation | delete user | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| auth mode | caller | stream | openai chat | ag-ui run | ag-ui resume | thread state | thread run | thread resume | thread join | thread run status | thread run cancel | store item | confirm | run events | checkpoints | checkpoint state | usage | documents | fork | delete conversation | delete user | tenant usage | delete tenant |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut wrong = Vec::new();
     for mode in [Mode::None, Mode::ApiKey, Mode::Hmac] {

@@ -68,6 +68,7 @@ out["interrupting"] = client.runs.wait(busy, "assistant", input=said("¿sigues?"
 out["interrupt_seconds"] = time.monotonic() - started
 out["interrupted_status"] = client.runs.get(busy, slow["run_id"])["status"]
 out["after_interrupt"] = [(r["run_id"], r["status"]) for r in client.runs.list(busy)]
+out["strategies"] = [r["multitask_strategy"] for r in client.runs.list(busy)]
 out["idle_after"] = client.threads.get(busy)["status"]
 
 # `rollback`: the slow run is cancelled and what it wrote goes; the thread holds only this run's turn.
@@ -76,7 +77,7 @@ doomed = client.runs.create(back, "assistant", input=said("cuéntame algo largo"
 wait_for(lambda: client.threads.get(back)["status"] == "busy")
 out["rolled_back"] = client.runs.wait(back, "assistant", input=said("¿sigues?"), multitask_strategy="rollback")
 out["rolled_back_run"] = refused(lambda: client.runs.get(back, doomed["run_id"]))
-out["rolled_back_runs"] = [r["run_id"] for r in client.runs.list(back)]
+out["rolled_back_runs"] = [r["multitask_strategy"] for r in client.runs.list(back)]
 
 # Enqueued behind another slow run: it starts once that one has ended, and both replies stay.
 queue = client.threads.create()["thread_id"]

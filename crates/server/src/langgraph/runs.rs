@@ -73,6 +73,18 @@ const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(240);
 /// replica's: a run holds its conversation a moment before its log exists.
 const LOOK_FOR_RUN: std::time::Duration = std::time::Duration::from_secs(1);
 
+impl Multitask {
+    /// Its name in LangGraph's API.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Reject => "reject",
+            Self::Interrupt => "interrupt",
+            Self::Enqueue => "enqueue",
+            Self::Rollback => "rollback",
+        }
+    }
+}
+
 impl RunCreate {
     /// The `multitask_strategy` asked for (`reject` when none).
     fn multitask(&self) -> Result<Multitask, ApiError> {
@@ -480,7 +492,7 @@ fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, paused: bool) -> Valu
         "assistant_id": &*log.agent,
         "status": status,
         "metadata": {},
-        "multitask_strategy": "reject",
+        "multitask_strategy": log.multitask(),
         "created_at": at,
         "updated_at": at,
     })
@@ -744,6 +756,7 @@ async fn start(
     };
     turn.validate()?;
     let (run_id, log) = start_when_free(app, &who.principal, &turn, strategy).await?;
+    log.set_multitask(strategy.name());
     if thread.conversation.is_none() {
         app.chat().update_thread(&who.principal, &thread.id, None, Some(log.conversation)).await?;
         let bound = theirs(app.chat(), who, &thread.id).await?.conversation;

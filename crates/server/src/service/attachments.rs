@@ -239,9 +239,10 @@ impl ChatService {
     /// `NotFound` when it is not theirs; `Unsupported` without attachments; `Internal` when
     /// the knowledge base cannot be read.
     pub async fn attached_documents(&self, who: &Principal, id: i64) -> Result<Vec<AttachedDocument>, ChatError> {
-        let a = self.attachments()?.clone();
         let (tenant, user) = who.ids();
+        // Whose it is first: another person's conversation is not there, whatever is served.
         self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
+        let a = self.attachments()?.clone();
         let (tenant, kb) = (attached::tenant_of(tenant), attached::kb_of(id));
         tokio::task::spawn_blocking(move || {
             let found = match a.store.open(&tenant, &kb) {
