@@ -232,6 +232,30 @@ pub fn api_key_config(key: &str, helper: bool) -> String {
     )
 }
 
+/// A `toolgraph serve` process, killed when dropped: a test that fails midway leaves no server
+/// behind (holding its port and files).
+pub struct ServeProcess(pub std::process::Child);
+
+impl std::ops::Deref for ServeProcess {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ServeProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `toolgraph serve` on `model` with [`api_key_config`] (and `env`), ready: the process, its
 /// base URL and its directory (the data directory; kept while the directory lives).
 pub async fn serve_with_key(
@@ -239,7 +263,7 @@ pub async fn serve_with_key(
     key: &str,
     helper: bool,
     env: &[(&str, &str)],
-) -> (std::process::Child, String, tempfile::TempDir) {
+) -> (ServeProcess, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolgraph.toml");
     std::fs::write(&config, api_key_config(key, helper)).unwrap();
@@ -251,6 +275,7 @@ pub async fn serve_with_key(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let child = ServeProcess(child);
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
     (child, base, dir)
