@@ -193,6 +193,23 @@ async fn a_fact_remembered_in_one_conversation_is_recalled_in_the_next_only_for_
     assert!(memories(&base, &BEN, &["memories"]).await.is_empty());
     assert!(sse_events(&seventh).iter().any(|(e, _)| e == "done"));
 
+    // A put's `index` of another shape is refused, naming it, and keeps nothing.
+    for index in [json!("text"), json!(true), json!([1]), json!([""])] {
+        let item = json!({"namespace": ["memories", "tutor"], "key": "odd", "value": {"text": "x"}, "index": index});
+        let refused = reqwest::Client::new()
+            .put(format!("{base}/store/items"))
+            .header("X-Tenant-Slug", "demo")
+            .header("X-Tenant-Id", "1")
+            .header("X-User-Id", "1")
+            .json(&item)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 422, "{index}");
+        assert!(refused.text().await.unwrap().contains("index"), "{index}");
+    }
+    assert!(!memories(&base, &ANA, &["memories"]).await.iter().any(|i| i["key"] == "odd"));
+
     // Ben cannot reach Ana's memories by naming her in his request's context.
     let body = json!({"tenantSlug": "demo", "tenantId": 1, "userId": 2, "conversationId": null,
         "message": "What do you know about me?", "agent": "careful", "context": {"userId": 1, "tenantId": 1}});

@@ -50,9 +50,9 @@ pub struct ItemVector {
 }
 
 impl ItemVector {
-    /// As a store keeps it: little-endian f32s.
+    /// As a store keeps it: little-endian f32s, as a knowledge base keeps its vectors.
     pub fn to_bytes(&self) -> Vec<u8> {
-        self.values.iter().flat_map(|v| v.to_le_bytes()).collect()
+        toolgraph_rag::embed::encode_vector(&self.values)
     }
 
     /// From what a store kept (none when either half is missing or the bytes are no f32s).
@@ -61,8 +61,7 @@ impl ItemVector {
         if bytes.is_empty() || bytes.len() % 4 != 0 {
             return None;
         }
-        let values = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        Some(Self { model, values })
+        Some(Self { model, values: toolgraph_rag::embed::decode_vector(&bytes) })
     }
 }
 

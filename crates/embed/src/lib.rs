@@ -2,8 +2,8 @@
 //! how a knowledge base names the model it was built with.
 //!
 //! Owns: the [`Embedder`] trait and [`EmbedKind`], the model identity [`EmbeddingSettings`]
-//! (several models side by side included), [`EmbedError`], the vector helpers [`normalise`] and
-//! [`dot`], and [`cache_root`], where toolgraph caches model weights and embeddings.
+//! (several models side by side included), [`EmbedError`], the vector helpers [`normalise`],
+//! [`dot`] and the stored form [`encode_vector`] / [`decode_vector`], and [`cache_root`], where toolgraph caches model weights and embeddings.
 //!
 //! Does not own: any model (the in-process ones live in `toolgraph-local-models`; the
 //! OpenAI-compatible client and the combination of several models in `toolgraph-rag`), nor
@@ -148,6 +148,16 @@ pub fn normalise(v: &mut [f32]) {
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x /= norm);
     }
+}
+
+/// A vector as stored (a knowledge base's index, a memory item): little-endian f32s.
+pub fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The inverse of [`encode_vector`]; trailing bytes short of an f32 are ignored.
+pub fn decode_vector(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// Dot product (the cosine of two unit vectors).

@@ -6,7 +6,9 @@
 //! in-process models of `toolgraph-local-models` implement it without depending on retrieval.
 //! Embedding is CPU- or network-bound and blocking; async callers run it on a blocking thread.
 
-pub use toolgraph_embed::{EmbedError, EmbedKind, Embedder, EmbeddingSettings, dot, normalise};
+pub use toolgraph_embed::{
+    EmbedError, EmbedKind, Embedder, EmbeddingSettings, decode_vector, dot, encode_vector, normalise,
+};
 
 use crate::RagError;
 use crate::index::{Analyzer, Chunk};

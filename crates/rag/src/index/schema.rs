@@ -81,15 +81,7 @@ pub(crate) fn register_tokenizers(index: &Index, analyzer: Analyzer) -> TextAnal
     text
 }
 
-/// A vector as stored: little-endian f32s.
-pub(crate) fn encode_vector(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// The inverse of [`encode_vector`].
-pub(crate) fn decode_vector(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-}
+pub(crate) use toolgraph_embed::{decode_vector, encode_vector};
 
 /// Metadata as the filter index sees it: every number an f64 (tantivy keeps one numeric
 /// column type per path; mixing `3` and `2.5` would split it), strings as they are.
