@@ -90,6 +90,9 @@ enum Command {
     Kb(kb_cmd::KbCommand),
     /// Serve the read tools, the documents and the agents' prompts over MCP on stdio.
     Mcp,
+    /// Print the OpenAPI document of `toolgraph serve`'s routes (what it serves at
+    /// `/openapi.json`), for client generators and API tools.
+    Openapi,
     /// List the plugins of the configured (or given) directories, or check them.
     #[command(subcommand)]
     Plugins(plugins_cmd::PluginsCommand),
@@ -153,6 +156,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Kb(cmd) => kb_cmd::kb_cmd(cmd, &cfg).await,
         Command::Plugins(cmd) => plugins_cmd::run(cmd, &cfg).await,
         Command::Mcp => mcp_cmd::run(&cfg).await,
+        Command::Openapi => {
+            let document = toolgraph_server::openapi_document().to_pretty_json().context("writing the document")?;
+            println!("{document}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Guides(cmd) => guides_cmd::run(cmd, &cfg).await,
         Command::Graph(cmd) => graph_cmd::run(cmd, &cfg).await,
         Command::Agents(cmd) => agents_cmd::run(cmd, &cfg).await,

@@ -11,7 +11,7 @@ use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
-use toolgraph_testkit::interop::agui_client;
+use toolgraph_testkit::interop::{agui_client, agui_validate};
 
 const KEY: &str = "sk-test-ag-ui-door";
 
@@ -44,9 +44,9 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
         assert!(types.contains(&kind), "{kind}: {first}");
     }
     assert_eq!(first["finished"]["outcome"], "success", "{first}");
-    // The state the run left, before it finished: the client holds it as the agent's state.
+    // The state shared, as the run starts: the client holds it as the agent's state.
     let at = |kind: &str| types.iter().position(|t| *t == kind);
-    assert!(at("STATE_SNAPSHOT") < at("RUN_FINISHED") && at("STATE_SNAPSHOT") > at("TEXT_MESSAGE_END"), "{first}");
+    assert_eq!(at("STATE_SNAPSHOT"), Some(1), "{first}");
     assert!(first["state"].is_object(), "{first}");
     assert_eq!(first["finished"]["threadId"], "a-thread-of-the-client", "the client's thread id is kept");
 
@@ -74,4 +74,178 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
     let third = requests[2]["messages"].to_string();
     assert!(third.contains("Son 42."), "{third}");
     assert_eq!(model.request_count(), 4);
+}
+
+/// AG-UI's conformance validator (PyPI `ag-ui-validate`, installed by `scripts/interop-deps`)
+/// judges the door's streams: a run it starts itself on the live endpoint, and the recorded
+/// streams of a run with a tool call, a run that ends on an approval's interrupt, the run that
+/// resumes it, and runs of a declared graph whose channels change — no finding at error or
+/// warning level in any, the state shared (a snapshot, then a delta) judged too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_uis_conformance_validator_finds_nothing_wrong_in_the_doors_streams() {
+    let Some(validator) = agui_validate() else { return };
+    let model = ScriptedModelServer::start(vec![
+        Reply::text("Hello."),
+        Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+        Reply::text("Son 42."),
+        Reply::tool_calls(&[("n1", "note_write", json!({"title": "Docker", "body": "Volumes persist data."}))]),
+        Reply::text("Nota guardada."),
+        Reply::text("maths"),
+        Reply::text("Son 42."),
+        Reply::text("other"),
+        Reply::text("Hola."),
+    ])
+    .await
+    .unwrap();
+    // The ReAct assistant, and a declared graph that writes a channel: the state a client shares.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("sorter.toml"),
+        "start = \"sort\"\n[channels]\ntopic = {}\n[nodes.sort]\nkind = \"model\"\nhistory = \"last_message\"\n\
+         prompt = \"Sort the message: maths or other.\"\noutput = { channel = \"topic\", schema = { enum = [\"maths\", \"other\"] } }\n\
+         next = \"answer\"\n[nodes.answer]\nkind = \"model\"\ntools = []\n",
+    )
+    .unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    let sorter = format!("[agents.sorter]\ngraph_file = \"{}\"\n", dir.path().join("sorter.toml").display());
+    std::fs::write(&config, common::api_key_config(KEY, false) + &sorter).unwrap();
+    let port = common::free_port();
+    let serve = common::serve_command(dir.path(), &model, port)
+        .arg("--config")
+        .arg(&config)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _serve = common::ServeProcess(serve);
+    let base = format!("http://127.0.0.1:{port}");
+    common::wait_ready(&base).await;
+    let url = format!("{base}/ag-ui/assistant");
+    let headers = [format!("Authorization: Bearer {KEY}"), "X-Tenant-Slug: demo".to_owned(), "X-User-Id: 1".to_owned()];
+
+    // Live: the validator posts its own input and judges the stream as it arrives (content
+    // type, keep-alives, chunking, disconnects too).
+    let mut live = Command::new(&validator);
+    live.arg(&url).args(["--json", "--fail-on", "warning", "--features", "shared-state"]);
+    for h in &headers {
+        live.arg("--header").arg(h);
+    }
+    let report = judged(live, None).await;
+    assert_eq!(report["features"]["agentic-chat"], "exercised", "{report}");
+
+    // Recorded: the streams of a client's conversation, judged one by one.
+    let client = reqwest::Client::new();
+    let post_to = |url: String, body: Value| {
+        let mut req = client.post(url).json(&body);
+        for h in &headers {
+            let (k, v) = h.split_once(": ").unwrap();
+            req = req.header(k, v);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.text().await.unwrap()
+        }
+    };
+    let post = |body: Value| post_to(url.clone(), body);
+    let first_user = json!({ "id": "u1", "role": "user", "content": "¿Cuánto es 6 por 7?" });
+    let tool_run = post(json!({ "threadId": "t-validated", "runId": "r1", "messages": [first_user] })).await;
+    let report = judged(Command::new(&validator), Some(tool_run)).await;
+    assert_eq!(report["features"]["backend-tool-rendering"], "exercised", "{report}");
+
+    let messages = json!([first_user, { "id": "a1", "role": "assistant", "content": "Son 42." },
+                          { "id": "u2", "role": "user", "content": "Guarda una nota sobre Docker" }]);
+    let paused = post(json!({ "threadId": "t-validated", "runId": "r2", "messages": messages })).await;
+    let interrupt = sse_data(&paused)
+        .into_iter()
+        .find(|e| e["type"] == "RUN_FINISHED")
+        .and_then(|e| e["outcome"]["interrupts"][0]["id"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no interrupt: {paused}"));
+    let report = judged(Command::new(&validator), Some(paused)).await;
+    assert_eq!(report["features"]["human-in-the-loop"], "exercised", "{report}");
+
+    let resume = json!([{ "interruptId": interrupt, "status": "resolved", "payload": { "approved": true } }]);
+    let resumed =
+        post(json!({ "threadId": "t-validated", "runId": "r3", "messages": messages, "resume": resume })).await;
+    assert!(resumed.contains("Nota guardada."), "{resumed}");
+    judged(Command::new(&validator), Some(resumed)).await;
+
+    // A declared graph's channels: the first run starts from nothing and adds its label; the
+    // next starts from it and replaces it. The delta applied to the snapshot is the state after.
+    let sorter = format!("{base}/ag-ui/sorter");
+    let asked = json!({ "id": "s1", "role": "user", "content": "¿Cuánto es 6 por 7?" });
+    let first = post_to(sorter.clone(), json!({ "threadId": "t-sorted", "runId": "s1", "messages": [asked] })).await;
+    let report = judged(Command::new(&validator), Some(first.clone())).await;
+    assert_eq!(report["features"]["shared-state"], "exercised", "{report}");
+    assert_eq!(shared_state(&first), (json!({}), json!({ "topic": "maths" })), "{first}");
+    let messages = json!([asked, { "id": "a1", "role": "assistant", "content": "Son 42." },
+                          { "id": "s2", "role": "user", "content": "Hola" }]);
+    let second = post_to(sorter, json!({ "threadId": "t-sorted", "runId": "s2", "messages": messages })).await;
+    judged(Command::new(&validator), Some(second.clone())).await;
+    assert_eq!(shared_state(&second), (json!({ "topic": "maths" }), json!({ "topic": "other" })), "{second}");
+    assert_eq!(model.request_count(), 9, "each run asked the model as scripted");
+}
+
+/// The state a stream shares: its `STATE_SNAPSHOT`, and that snapshot with each `STATE_DELTA`
+/// (a JSON Patch) applied, as a client holds it.
+fn shared_state(body: &str) -> (Value, Value) {
+    let events = sse_data(body);
+    let snapshot = events.iter().find(|e| e["type"] == "STATE_SNAPSHOT").map(|e| e["snapshot"].clone()).unwrap();
+    let mut state = snapshot.clone();
+    for delta in events.iter().filter(|e| e["type"] == "STATE_DELTA") {
+        for op in delta["delta"].as_array().unwrap() {
+            let pointer = op["path"].as_str().unwrap();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            let target = state.pointer_mut(parent).unwrap().as_object_mut().unwrap();
+            match op["op"].as_str().unwrap() {
+                "add" | "replace" => target.insert(key.to_owned(), op["value"].clone()),
+                "remove" => target.remove(key),
+                other => panic!("an operation this test does not apply: {other}"),
+            };
+        }
+    }
+    (snapshot, state)
+}
+
+/// `validator`'s JSON report on the stream it reads (`stream`, or its own live run): no
+/// finding at error or warning level, and some events judged.
+async fn judged(mut validator: Command, stream: Option<String>) -> Value {
+    use std::io::Write;
+    if stream.is_some() {
+        validator.args(["-", "--json", "--fail-on", "warning", "--features", "shared-state"]);
+    }
+    validator
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = validator.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if let Some(stream) = stream {
+            stdin.write_all(stream.as_bytes()).unwrap();
+        }
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let report: Value = serde_json::from_str(&printed)
+        .unwrap_or_else(|_| panic!("{printed}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{report:#}");
+    assert_eq!(
+        (report["summary"]["errors"].as_u64(), report["summary"]["warnings"].as_u64()),
+        (Some(0), Some(0)),
+        "{report:#}"
+    );
+    assert!(report["eventCount"].as_u64().is_some_and(|n| n >= 3), "{report:#}");
+    // Every event says when it was made (else an AGUI902 note).
+    let rules: Vec<&str> =
+        report["diagnostics"].as_array().unwrap().iter().filter_map(|d| d["rule"].as_str()).collect();
+    assert!(!rules.contains(&"AGUI902"), "{report:#}");
+    report
+}
+
+/// The JSON of each `data:` line of an SSE body.
+fn sse_data(body: &str) -> Vec<Value> {
+    body.lines().filter_map(|l| l.strip_prefix("data:")).filter_map(|d| serde_json::from_str(d.trim()).ok()).collect()
 }

@@ -89,6 +89,7 @@ pub enum Frame {
 /// A pending write action as the contract shows it, in a `pending` frame and in confirm
 /// answers: `{"messageId", "toolName", "description", "arguments"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingAction {
     /// The message that holds it; a confirm names it.

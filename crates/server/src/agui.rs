@@ -12,6 +12,7 @@ use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 use crate::extract::{Asking, asking, json_body};
 use crate::openai::recognised;
+use crate::openapi::{AGUI, Refusals};
 use crate::runlog::RunLog;
 use crate::service::{ChatService, Confirmed, NewTurn};
 use crate::wire::ConfirmResponse;
@@ -32,8 +33,9 @@ pub(crate) const ASK: &str = "@ask";
 
 /// What this door reads of AG-UI's `RunAgentInput`; the rest (`tools`, `context`, `state`,
 /// `forwardedProps`) is accepted and not used: an agent has its own tools and state.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"threadId": "thread-1", "runId": "run-1", "messages": [{"role": "user", "content": "What is 12 * 7?"}]}))]
 struct RunAgentInput {
     thread_id: String,
     run_id: String,
@@ -43,14 +45,15 @@ struct RunAgentInput {
     resume: Vec<ResumeEntry>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = AgUiMessage)]
 struct InMessage {
     role: String,
     #[serde(default)]
     content: Value,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ResumeEntry {
     interrupt_id: String,
@@ -60,6 +63,9 @@ struct ResumeEntry {
 }
 
 /// `POST /ag-ui/{agent}`.
+#[utoipa::path(post, path = "/ag-ui/{agent}", tag = AGUI, params(("agent" = String, Path, description = "The agent's name (`assistant` on a fresh install).", example = "assistant")),
+    request_body = RunAgentInput,
+    responses((status = 200, description = "The run's AG-UI events.", content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 pub(crate) async fn run(
     State(app): State<AppState>,
     Path(agent): Path<String>,
@@ -92,8 +98,10 @@ pub(crate) async fn run(
         let conversation = turn.conversation.ok_or_else(|| {
             ApiError::field(StatusCode::NOT_FOUND, "threadId", "no conversation of this thread waits for an answer")
         })?;
+        let before = snapshot(app.chat(), &who.principal, conversation).await.unwrap_or_else(|| json!({}));
         let reply = resume(&app, &who, conversation, &input.resume).await?;
-        return Ok(run.resumed(reply));
+        let after = snapshot(app.chat(), &who.principal, conversation).await;
+        return Ok(run.resumed(reply, before, after));
     }
     let Some(last) = input.messages.last() else {
         return Err(ApiError::field(StatusCode::BAD_REQUEST, "messages", "no messages: the last is the person's"));
@@ -111,8 +119,13 @@ pub(crate) async fn run(
         turn.conversation = recognised(&app, &who.principal, &agent, earlier).await?;
     }
     turn.validate()?;
+    // The state the client starts from: the conversation's as its last turn left it.
+    let before = match turn.conversation {
+        Some(conversation) => snapshot(app.chat(), &who.principal, conversation).await,
+        None => None,
+    };
     let (_, log) = app.chat().start_turn(&who.principal, &turn).await?;
-    Ok(run.stream(log, app.chat().clone(), who.principal))
+    Ok(run.stream(log, app.chat().clone(), who.principal, before.unwrap_or_else(|| json!({}))))
 }
 
 /// Each resume entry as the decision or answer it is, in order; the last one's response. Every
@@ -334,48 +347,84 @@ fn interrupt(p: &PendingAction) -> Value {
 /// it cannot be read (the run's events go on without it).
 async fn snapshot(chat: &ChatService, who: &Principal, conversation: ConversationId) -> Option<Value> {
     let view = chat.head_checkpoint(who, conversation).await.ok()??;
-    Some(view.at.state.get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({})))
+    Some(channels(&view.at.state))
+}
+
+/// The channels run `run` left in `conversation`: its own last checkpoint's, not the head's —
+/// the conversation is free for the next turn before this run's last event is read, and that
+/// turn may have moved the head. None when it cannot be read.
+async fn left_by(chat: &ChatService, who: &Principal, conversation: ConversationId, run: &str) -> Option<Value> {
+    let history = chat.checkpoints(who, conversation).await.ok()?;
+    let last = history.iter().rev().find(|c| c.run_id == run)?;
+    let view = chat.checkpoint(who, conversation, last.seq).await.ok()?;
+    Some(channels(&view.at.state))
+}
+
+/// A state's channels (a declared graph's), `{}` for an agent without.
+fn channels(state: &Value) -> Value {
+    state.get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({}))
+}
+
+/// `before` changed into `after` as AG-UI's `STATE_DELTA` (a JSON Patch); none when nothing changed.
+fn delta(before: &Value, after: &Value) -> Option<Value> {
+    let patch = json_patch::diff(before, after);
+    (!patch.0.is_empty()).then(|| json!({ "type": "STATE_DELTA", "delta": patch }))
 }
 
 fn sse(events: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
-    let events = events.map(|e| Ok::<Event, Infallible>(Event::default().data(e.to_string())));
+    let events = events.map(|mut e| {
+        // When each event was made, as AG-UI's optional `timestamp` (ms since the Unix epoch).
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        if let Some(fields) = e.as_object_mut() {
+            fields.insert("timestamp".into(), json!(u64::try_from(now).unwrap_or(u64::MAX)));
+        }
+        Ok::<Event, Infallible>(Event::default().data(e.to_string()))
+    });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
 impl Run {
-    /// A run of a turn of `who`: its frames as AG-UI events.
-    fn stream(self, log: Arc<RunLog>, chat: ChatService, who: Principal) -> Response {
+    /// A run of a turn of `who`: its frames as AG-UI events, the state shared as the client
+    /// starts from it (`before`, a `STATE_SNAPSHOT` after `RUN_STARTED`) and what the run changed
+    /// in it (a `STATE_DELTA` before `RUN_FINISHED`).
+    fn stream(self, log: Arc<RunLog>, chat: ChatService, who: Principal, before: Value) -> Response {
         let events = Events { run: self, open: None, count: 0, pending: Vec::new() };
-        let started = events.started();
+        let first = [events.started(), json!({ "type": "STATE_SNAPSHOT", "snapshot": before })];
+        let run_id: Arc<str> = log.run_id().into();
         let frames = log.typed_frames();
-        // At the end, the state the run left (its channels) before `RUN_FINISHED`.
         let body = futures::stream::unfold(
-            (Box::pin(frames), events, chat, false),
-            move |(mut frames, mut events, chat, ended)| async move {
-                if ended {
-                    return None;
-                }
-                let frame = frames.next().await?;
-                let mut out = Vec::new();
-                if let Frame::Done { conversation_id, .. } = &frame {
-                    events.close(&mut out);
-                    if let Some(snapshot) = snapshot(&chat, &who, *conversation_id).await {
-                        out.push(json!({ "type": "STATE_SNAPSHOT", "snapshot": snapshot }));
+            (Box::pin(frames), events, chat, before, false),
+            move |(mut frames, mut events, chat, before, ended)| {
+                let run_id = Arc::clone(&run_id);
+                async move {
+                    if ended {
+                        return None;
                     }
+                    let frame = frames.next().await?;
+                    let mut out = Vec::new();
+                    if let Frame::Done { conversation_id, .. } = &frame {
+                        events.close(&mut out);
+                        let after = left_by(&chat, &who, *conversation_id, &run_id).await;
+                        out.extend(after.and_then(|after| delta(&before, &after)));
+                    }
+                    let ended = events.frame(frame, &mut out);
+                    Some((out, (frames, events, chat, before, ended)))
                 }
-                let ended = events.frame(frame, &mut out);
-                Some((out, (frames, events, chat, ended)))
             },
         )
         .flat_map(futures::stream::iter);
-        sse(futures::stream::iter([started]).chain(body))
+        sse(futures::stream::iter(first).chain(body))
     }
 
-    /// A resumed run: the reply the decisions led to, and a new interrupt if it paused again.
-    fn resumed(self, reply: ConfirmResponse) -> Response {
+    /// A resumed run: the reply the decisions led to, and a new interrupt if it paused again;
+    /// the state shared as it was before the decisions (`before`) and what they changed.
+    fn resumed(self, reply: ConfirmResponse, before: Value, after: Option<Value>) -> Response {
         let mut events = Events { run: self, open: None, count: 0, pending: Vec::new() };
         let mut out = vec![events.started()];
+        out.push(json!({ "type": "STATE_SNAPSHOT", "snapshot": before }));
         events.text(&reply.message, &mut out);
+        events.close(&mut out);
+        out.extend(after.and_then(|after| delta(&before, &after)));
         events.pending.extend(reply.pending_action);
         events.finished(json!({ "conversationId": reply.conversation_id }), &mut out);
         sse(futures::stream::iter(out))

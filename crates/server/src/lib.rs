@@ -2,8 +2,10 @@
 //!
 //! Owns: the routes (`/health`, `/ready`, `/metrics`, `/api/chatbot/stream`,
 //! `/api/chatbot/confirm`, `/api/chatbot/runs/{runId}/events`, the `DELETE` data endpoints,
-//! `POST /search`) — thin layers that parse, call the [`ChatService`] and answer, with errors
-//! naming the field; the [`ChatService`] itself (turns as detached runs whose frames are logged
+//! `POST /search`, and the LangGraph, OpenAI, AG-UI and MCP doors) — thin layers that parse, call
+//! the [`ChatService`] and answer, with errors naming the field, each described in the OpenAPI
+//! document served at `/openapi.json` ([`openapi_document`], assembled by `routes` from the
+//! handlers' descriptions and `openapi`'s shared parts); the [`ChatService`] itself (turns as detached runs whose frames are logged
 //! for replay, decisions on pending actions, deletion), request authentication ([`auth`]),
 //! metrics, the HTTP listener ([`HttpServer`]) and graceful shutdown; and the receiving side of
 //! the backend callbacks ([`callback_router`]).
@@ -24,6 +26,7 @@ mod listen;
 mod mcp;
 mod metrics;
 mod openai;
+mod openapi;
 mod playground;
 mod routes;
 mod runlog;
@@ -38,7 +41,7 @@ pub use listen::HttpServer;
 pub use mcp::{McpEndpoint, MemoryResources, memory_uri};
 pub use metrics::Metrics;
 pub use playground::playground_router;
-pub use routes::{api_router, ops_router, router};
+pub use routes::{api_router, openapi_document, ops_router, router};
 pub use service::{
     AttachedDocument, Attachments, BudgetPeriod, BudgetStatus, ChatService, CheckpointView, Confirmed,
     INTERRUPTED_ERROR, MAX_ATTACHED_PER_TURN, MAX_UPLOAD_BYTES, NewTurn, Pruned, Retention, ServedAgent,

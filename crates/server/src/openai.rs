@@ -11,6 +11,7 @@ use crate::AppState;
 use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 use crate::extract::{asking, json_body};
+use crate::openapi::{OPENAI, OpenAiRefusals};
 use crate::runlog::RunLog;
 use crate::service::NewTurn;
 use axum::body::Bytes;
@@ -28,7 +29,8 @@ use toolgraph_protocol::{ConversationId, Frame, PendingAction};
 /// `POST /v1/chat/completions`: what this door reads of OpenAI's request. Fields it does not
 /// use (`temperature`, `max_tokens`, …) are accepted and ignored: the agent's settings decide
 /// them.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"model": "assistant", "messages": [{"role": "user", "content": "What is 12 * 7?"}]}))]
 struct CompletionRequest {
     /// The agent.
     model: String,
@@ -52,13 +54,14 @@ struct CompletionRequest {
     stream_options: Option<StreamOptions>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = OpenAiMessage)]
 struct InMessage {
     role: String,
     #[serde(default)]
@@ -110,6 +113,8 @@ fn now() -> u64 {
 }
 
 /// `GET /v1/models`: each agent as a model.
+#[utoipa::path(get, path = "/v1/models", tag = OPENAI,
+    responses((status = 200, description = "The agents, as models.", body = crate::openapi::ModelList), OpenAiRefusals))]
 pub(crate) async fn models(State(app): State<AppState>) -> Response {
     let (agents, _) = app.chat().agents();
     let data: Vec<Value> = agents
@@ -120,6 +125,10 @@ pub(crate) async fn models(State(app): State<AppState>) -> Response {
 }
 
 /// `POST /v1/chat/completions`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = OPENAI, request_body = CompletionRequest,
+    params(("X-Conversation-Id" = Option<i64>, Header, description = "The conversation to continue (or `conversation_id`).")),
+    responses((status = 200, description = "The turn: one `chat.completion`, or with `stream` its `chat.completion.chunk` events ended by `[DONE]`.",
+        content((crate::openapi::ChatCompletion = "application/json"), (crate::openapi::SseEvent = "text/event-stream"))), OpenAiRefusals))]
 pub(crate) async fn completions(
     State(app): State<AppState>,
     caller: Caller,

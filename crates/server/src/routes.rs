@@ -5,6 +5,7 @@ use crate::AppState;
 use crate::auth::{Auth, Caller};
 use crate::error::ApiError;
 use crate::extract::{Authorized, PathIds, QueryAsker, QueryOf, check_tenant_header, json_body};
+use crate::openapi::{CHAT, ErrorBody, MCP, OPS, Refusals, SEARCH, SearchRefusals};
 use crate::runlog::RunLog;
 use crate::service::{CheckpointView, Confirmed, NewTurn};
 use crate::wire::{
@@ -19,86 +20,114 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, delete, get, post};
 use futures::StreamExt;
 use serde_json::json;
 use std::convert::Infallible;
 use std::sync::Arc;
 use toolgraph_protocol::{ConversationId, RunId, TenantId, UserId};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 /// The service's routes over `state`, `/health` and `/metrics` included.
 pub fn router(state: AppState) -> Router {
     api_router(state.clone()).merge(ops_router(state))
 }
 
-/// The chat routes and `/ready`, without `/health` and `/metrics` (for serving those on a
-/// separate address with [`ops_router`]).
+/// The routes that start work: they answer 503 until start-up finished and while shutting down.
+fn working_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(stream))
+        .routes(routes!(upload))
+        .routes(routes!(confirm))
+        .routes(routes!(answer))
+        .routes(routes!(search))
+        .routes(routes!(mcp))
+        .routes(routes!(crate::openai::completions))
+        .routes(routes!(crate::agui::run))
+        .routes(routes!(crate::langgraph::runs::stream))
+        .routes(routes!(crate::langgraph::runs::wait))
+        .routes(routes!(crate::langgraph::runs::create, crate::langgraph::runs::list))
+        .routes(routes!(crate::langgraph::runs::stream_stateless))
+        .routes(routes!(crate::langgraph::runs::wait_stateless))
+        .routes(routes!(crate::langgraph::runs::create_stateless))
+}
+
+/// The routes that read, change or delete what is kept, and `/ready`.
+fn keeping_routes() -> OpenApiRouter<AppState> {
+    use crate::langgraph::{runs, store, threads};
+    OpenApiRouter::new()
+        .routes(routes!(ready))
+        .routes(routes!(run_events))
+        .routes(routes!(list_conversations))
+        .routes(routes!(delete_conversation))
+        .routes(routes!(checkpoints))
+        .routes(routes!(conversation_usage))
+        .routes(routes!(conversation_documents))
+        .routes(routes!(tenant_usage))
+        .routes(routes!(checkpoint))
+        .routes(routes!(agents))
+        .routes(routes!(agent_graph))
+        .routes(routes!(fork))
+        .routes(routes!(delete_user))
+        .routes(routes!(delete_tenant))
+        .routes(routes!(crate::openai::models))
+        .routes(routes!(crate::langgraph::search))
+        .routes(routes!(crate::langgraph::count))
+        .routes(routes!(crate::langgraph::get))
+        .routes(routes!(crate::langgraph::graph))
+        .routes(routes!(crate::langgraph::schemas))
+        .routes(routes!(store::get, store::put, store::delete))
+        .routes(routes!(store::search))
+        .routes(routes!(store::namespaces))
+        .routes(routes!(threads::create))
+        .routes(routes!(threads::search))
+        .routes(routes!(threads::count))
+        .routes(routes!(threads::get, threads::update, threads::delete))
+        .routes(routes!(threads::get_state))
+        .routes(routes!(threads::copy))
+        .routes(routes!(runs::get))
+        .routes(routes!(runs::join))
+        .routes(routes!(runs::cancel))
+        .routes(routes!(runs::join_run))
+        .routes(routes!(threads::history))
+}
+
+/// Liveness and metrics.
+fn ops_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(health)).routes(routes!(metrics)).routes(routes!(metrics_slash))
+}
+
+/// The OpenAPI document of every route of [`router`] (docs/api.md): the routers are built from
+/// the handlers' `#[utoipa::path]`s, so a route cannot be served undescribed, nor described at
+/// a path it is not served on (`/health` and `/metrics` move to the operations address when
+/// `server.ops_bind` sets one; the document keeps them).
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let routes =
+        working_routes().merge(keeping_routes()).merge(ops_routes()).routes(routes!(openapi_json)).into_openapi();
+    crate::openapi::document(routes)
+}
+
+/// `GET /openapi.json`: the document of every route, written once.
+#[utoipa::path(get, path = "/openapi.json", tag = OPS, security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of every route.", content_type = "application/json", body = Object),
+        (status = 500, description = "The document could not be written.", body = ErrorBody)))]
+async fn openapi_json() -> Response {
+    static DOCUMENT: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    match DOCUMENT.get_or_init(|| openapi_document().to_json().map_err(|e| e.to_string())) {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text.as_str()).into_response(),
+        Err(e) => ApiError::internal(format!("the OpenAPI document cannot be written: {e}")).into_response(),
+    }
+}
+
+/// The chat routes, `/ready` and `/openapi.json`, without `/health` and `/metrics` (for serving
+/// those on a separate address with [`ops_router`]).
 pub fn api_router(state: AppState) -> Router {
-    // The routes that start work answer 503 until start-up finished and while shutting down.
-    let working = Router::new()
-        .route("/api/chatbot/stream", post(stream))
-        .route("/api/chatbot/uploads", post(upload))
-        .route("/api/chatbot/confirm", post(confirm))
-        .route("/api/chatbot/answer", post(answer))
-        .route("/search", post(search))
-        .route("/mcp", any(mcp))
-        .route("/v1/chat/completions", post(crate::openai::completions))
-        .route("/ag-ui/{agent}", post(crate::agui::run))
-        .route("/threads/{thread_id}/runs/stream", post(crate::langgraph::runs::stream))
-        .route("/threads/{thread_id}/runs/wait", post(crate::langgraph::runs::wait))
-        .route("/threads/{thread_id}/runs", post(crate::langgraph::runs::create).get(crate::langgraph::runs::list))
-        .route("/runs/stream", post(crate::langgraph::runs::stream_stateless))
-        .route("/runs/wait", post(crate::langgraph::runs::wait_stateless))
-        .route("/runs", post(crate::langgraph::runs::create_stateless))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_ready));
-    Router::new()
-        .route("/ready", get(ready))
-        .route("/api/chatbot/runs/{run_id}/events", get(run_events))
-        .route("/api/chatbot/conversations", get(list_conversations))
-        .route("/api/chatbot/conversations/{id}", delete(delete_conversation))
-        .route("/api/chatbot/conversations/{id}/checkpoints", get(checkpoints))
-        .route("/api/chatbot/conversations/{id}/usage", get(conversation_usage))
-        .route("/api/chatbot/conversations/{id}/documents", get(conversation_documents))
-        .route("/api/chatbot/tenants/{tenant_id}/usage", get(tenant_usage))
-        .route("/api/chatbot/conversations/{id}/checkpoints/{seq}", get(checkpoint))
-        .route("/api/chatbot/agents", get(agents))
-        .route("/api/chatbot/agents/{agent}/graph.svg", get(agent_graph))
-        .route("/api/chatbot/conversations/{id}/fork", post(fork))
-        .route("/api/chatbot/users/{user_id}", delete(delete_user))
-        .route("/api/chatbot/tenants/{tenant_id}", delete(delete_tenant))
-        .route("/v1/models", get(crate::openai::models))
-        .route("/assistants/search", post(crate::langgraph::search))
-        .route("/assistants/count", post(crate::langgraph::count))
-        .route("/assistants/{assistant_id}", get(crate::langgraph::get))
-        .route("/assistants/{assistant_id}/graph", get(crate::langgraph::graph))
-        .route("/assistants/{assistant_id}/schemas", get(crate::langgraph::schemas))
-        .route(
-            "/store/items",
-            get(crate::langgraph::store::get).put(crate::langgraph::store::put).delete(crate::langgraph::store::delete),
-        )
-        .route("/store/items/search", post(crate::langgraph::store::search))
-        .route("/store/namespaces", post(crate::langgraph::store::namespaces))
-        .route("/threads", post(crate::langgraph::threads::create))
-        .route("/threads/search", post(crate::langgraph::threads::search))
-        .route("/threads/count", post(crate::langgraph::threads::count))
-        .route(
-            "/threads/{thread_id}",
-            get(crate::langgraph::threads::get)
-                .patch(crate::langgraph::threads::update)
-                .delete(crate::langgraph::threads::delete),
-        )
-        .route("/threads/{thread_id}/state", get(crate::langgraph::threads::get_state))
-        .route("/threads/{thread_id}/copy", post(crate::langgraph::threads::copy))
-        .route("/threads/{thread_id}/runs/{run_id}", get(crate::langgraph::runs::get))
-        .route("/threads/{thread_id}/runs/{run_id}/stream", get(crate::langgraph::runs::join))
-        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(crate::langgraph::runs::cancel))
-        .route("/threads/{thread_id}/runs/{run_id}/join", get(crate::langgraph::runs::join_run))
-        .route(
-            "/threads/{thread_id}/history",
-            post(crate::langgraph::threads::history).get(crate::langgraph::threads::history),
-        )
-        .merge(working)
+    let (working, _) = working_routes().split_for_parts();
+    let (keeping, _) = keeping_routes().split_for_parts();
+    let (document, _) = OpenApiRouter::new().routes(routes!(openapi_json)).split_for_parts();
+    keeping
+        .merge(working.route_layer(middleware::from_fn_with_state(state.clone(), require_ready)))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .merge(document)
         .layer(middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
 }
@@ -106,11 +135,15 @@ pub fn api_router(state: AppState) -> Router {
 /// Liveness and metrics: `/health` and `/metrics` (also `/metrics/`, the path a Prometheus
 /// ServiceMonitor written for the academy-admin worker scrapes).
 pub fn ops_router(state: AppState) -> Router {
-    Router::new()
-        .route("/health", get(|| async { axum::Json(json!({ "status": "ok" })) }))
-        .route("/metrics", get(metrics))
-        .route("/metrics/", get(metrics))
-        .with_state(state)
+    let (ops, _) = ops_routes().split_for_parts();
+    ops.with_state(state)
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/health", tag = OPS, security(()),
+    responses((status = 200, description = "The process answers.", body = crate::openapi::Status)))]
+async fn health() -> axum::Json<serde_json::Value> {
+    axum::Json(json!({ "status": "ok" }))
 }
 
 async fn count_requests(State(app): State<AppState>, req: Request, next: Next) -> Response {
@@ -208,6 +241,17 @@ async fn require_ready(State(app): State<AppState>, req: Request, next: Next) ->
 /// person as the store routes read them (`X-Tenant-Slug`, `X-Tenant-Id` or a bound key, a
 /// numeric `X-User-Id`) also gets their items as resources; one naming a tenant its key does
 /// not open is refused (403).
+#[utoipa::path(post, path = "/mcp", tag = MCP,
+    params(("X-User-Id" = Option<String>, Header, description = "The person whose notes and memory the tools and resources are.")),
+    request_body(content = serde_json::Value, description = "A JSON-RPC message of MCP's streamable HTTP transport (stateless: no session, no GET stream)."),
+    responses(
+        (status = 200, description = "A JSON-RPC answer.", content(
+            (serde_json::Value = "application/json"), (crate::openapi::SseEvent = "text/event-stream"))),
+        (status = 202, description = "A notification, accepted."),
+        (status = "4XX", description = "Refused: by the transport (in words: a client that does not accept JSON and SSE, a body that is not JSON-RPC) or by the service (not served: 404; another tenant's: 403).",
+            content((String = "text/plain"), (ErrorBody = "application/json"))),
+        (status = "5XX", description = "MCP failed.", content((String = "text/plain"), (ErrorBody = "application/json"))),
+    ))]
 async fn mcp(State(app): State<AppState>, mut req: Request) -> Response {
     let Some(endpoint) = app.0.mcp.get() else {
         return crate::mcp::McpUnavailable.into_response();
@@ -227,7 +271,14 @@ async fn mcp(State(app): State<AppState>, mut req: Request) -> Response {
         Err(e) => return e.into_response(),
     }
     let user = req.headers().get("x-user-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    endpoint.handle(req, tenant, user).await
+    let mut resp = endpoint.handle(req, tenant, user).await;
+    // The transport refuses some requests in words without saying so (406, 415): a client
+    // reading the answer is told what it holds.
+    if !resp.headers().contains_key(header::CONTENT_TYPE) && resp.status() != StatusCode::ACCEPTED {
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, axum::http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    }
+    resp
 }
 
 /// The person an MCP request names, admitted as the store routes admit them; none when it
@@ -247,6 +298,11 @@ fn mcp_person(req: &Request) -> Result<Option<crate::auth::Principal>, ApiError>
     }
 }
 
+#[utoipa::path(get, path = "/ready", tag = OPS, security(()),
+    responses(
+        (status = 200, description = "Started and not shutting down.", body = crate::openapi::Status),
+        (status = 503, description = "Starting or shutting down.", body = crate::openapi::Status),
+    ))]
 async fn ready(State(app): State<AppState>) -> Response {
     if app.is_ready() {
         axum::Json(json!({ "status": "ready" })).into_response()
@@ -255,8 +311,17 @@ async fn ready(State(app): State<AppState>) -> Response {
     }
 }
 
+#[utoipa::path(get, path = "/metrics", tag = OPS, security(()),
+    responses((status = 200, description = "Prometheus' text format.", content_type = "text/plain", body = String)))]
 async fn metrics(State(app): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics().render()).into_response()
+}
+
+/// `/metrics/`: the path a ServiceMonitor written for the academy-admin worker scrapes.
+#[utoipa::path(get, path = "/metrics/", tag = OPS, security(()),
+    responses((status = 200, description = "Prometheus' text format.", content_type = "text/plain", body = String)))]
+async fn metrics_slash(state: State<AppState>) -> Response {
+    metrics(state).await
 }
 
 fn sse(run_id: RunId, log: Arc<RunLog>, after: u64) -> Response {
@@ -271,10 +336,6 @@ fn sse_frames(run_id: RunId, frames: impl futures::Stream<Item = crate::runlog::
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
-/// `POST /search`, the course tutor's retrieval contract: `{query, asignatura?,
-/// tipo_documento?, top_k?, kb?, filters?, mode?}` for the tenant of `X-Tenant-Slug`, answered
-/// as `{ok, query, total_results, results}` or `{ok: false, error}`: 400 for a bad request, 404
-/// for an unknown knowledge base, 500 when the index fails.
 /// `e` in `/search`'s own shape, `{ok: false, error}`, with its status and any `Retry-After`.
 fn search_failure(e: ApiError) -> Response {
     let mut resp = (e.status, axum::Json(json!({ "ok": false, "error": e.describe() }))).into_response();
@@ -284,6 +345,13 @@ fn search_failure(e: ApiError) -> Response {
     resp
 }
 
+/// `POST /search`, the course tutor's retrieval contract: `{query, asignatura?,
+/// tipo_documento?, top_k?, kb?, filters?, mode?}` for the tenant of `X-Tenant-Slug`, answered
+/// as `{ok, query, total_results, results}` or `{ok: false, error}`: 400 for a bad request, 404
+/// for an unknown knowledge base, 500 when the index fails.
+#[utoipa::path(post, path = "/search", tag = SEARCH,
+    request_body(content = serde_json::Value, description = "`{query, asignatura?, tipo_documento?, top_k?, kb?, filters?, mode?}` (docs/retrieval.md)."),
+    responses((status = 200, description = "The passages found.", body = crate::openapi::SearchAnswer), SearchRefusals))]
 async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     use toolgraph_agents::course::CourseSearch;
     use toolgraph_rag::SearchFailure;
@@ -324,6 +392,9 @@ async fn search(State(app): State<AppState>, headers: HeaderMap, body: Bytes) ->
     }
 }
 
+#[utoipa::path(post, path = "/api/chatbot/stream", tag = CHAT, request_body = StreamRequest,
+    responses((status = 200, description = "The turn's events: `token`, `pending`, `done`, `error` (and more when asked; docs/service.md).",
+        content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 async fn stream(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -336,6 +407,8 @@ async fn stream(
 }
 
 /// The person's answer to a question an agent asked: the same response as a confirm.
+#[utoipa::path(post, path = "/api/chatbot/answer", tag = CHAT, request_body = AnswerRequest,
+    responses((status = 200, description = "The reply once the question is answered.", body = crate::wire::ConfirmResponse), Refusals))]
 async fn answer(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -349,6 +422,8 @@ async fn answer(
     })
 }
 
+#[utoipa::path(post, path = "/api/chatbot/confirm", tag = CHAT, request_body = ConfirmRequest,
+    responses((status = 200, description = "The reply once the action is approved or rejected.", body = crate::wire::ConfirmResponse), Refusals))]
 async fn confirm(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -362,6 +437,10 @@ async fn confirm(
     })
 }
 
+#[utoipa::path(get, path = "/api/chatbot/runs/{run_id}/events", tag = CHAT,
+    params(("run_id" = String, Path, description = "The run."), crate::wire::AskerQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "`<runId>:<seq>`: the events after it.")),
+    responses((status = 200, description = "The run's events, from the start or after `Last-Event-ID`.", content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 async fn run_events(
     State(app): State<AppState>,
     PathIds(run_id): PathIds<RunId>,
@@ -386,6 +465,8 @@ async fn run_events(
 
 /// `GET /api/chatbot/conversations?tenantId=&userId=[&limit=]`: `{conversations: [{id, agent,
 /// title}]}`, newest first (20 unless `limit`, at most 100).
+#[utoipa::path(get, path = "/api/chatbot/conversations", tag = CHAT, params(crate::wire::AskerQuery, ListQuery),
+    responses((status = 200, description = "Newest first.", body = ConversationList), Refusals))]
 async fn list_conversations(
     State(app): State<AppState>,
     QueryAsker(who): QueryAsker,
@@ -396,6 +477,8 @@ async fn list_conversations(
 }
 
 /// Forks a conversation at a checkpoint into a new one: 201 `{conversationId, forkedFrom}`.
+#[utoipa::path(post, path = "/api/chatbot/conversations/{id}/fork", tag = CHAT, params(("id" = i64, Path, description = "The conversation.")), request_body = ForkRequest,
+    responses((status = 201, description = "The new conversation.", body = ForkResponse), Refusals))]
 async fn fork(
     State(app): State<AppState>,
     PathIds(id): PathIds<ConversationId>,
@@ -411,6 +494,8 @@ async fn fork(
 /// The agents served: `{defaultAgent, agents: [{name, version, refused?: {version, errors}}]}`
 /// (`version` is the digest of the agent's declaration, `null` for a graph built in code; `refused` a newer
 /// declaration that failed its checks while this version keeps serving).
+#[utoipa::path(get, path = "/api/chatbot/agents", tag = CHAT,
+    responses((status = 200, description = "The agents served.", body = AgentList), Refusals))]
 async fn agents(State(app): State<AppState>) -> Response {
     let chat = app.chat();
     let (list, default) = chat.agents();
@@ -419,11 +504,15 @@ async fn agents(State(app): State<AppState>) -> Response {
 }
 
 /// The agent's graph as an SVG picture; 404 for an agent the service does not serve.
+#[utoipa::path(get, path = "/api/chatbot/agents/{agent}/graph.svg", tag = CHAT, params(("agent" = String, Path, description = "The agent's name (`assistant` on a fresh install).", example = "assistant")),
+    responses((status = 200, description = "Its graph as a picture.", content_type = "image/svg+xml", body = String), Refusals))]
 async fn agent_graph(State(app): State<AppState>, Path(agent): Path<String>) -> Result<Response, ApiError> {
     let svg = app.chat().agent_graph_svg(&agent).ok_or_else(ApiError::not_found)?;
     Ok(([(header::CONTENT_TYPE, "image/svg+xml"), (header::X_CONTENT_TYPE_OPTIONS, "nosniff")], svg).into_response())
 }
 
+#[utoipa::path(delete, path = "/api/chatbot/conversations/{id}", tag = CHAT, params(("id" = i64, Path, description = "The conversation."), crate::wire::AskerQuery),
+    responses((status = 204, description = "Deleted, with its messages, checkpoints and documents."), Refusals))]
 async fn delete_conversation(
     State(app): State<AppState>,
     PathIds(id): PathIds<ConversationId>,
@@ -433,6 +522,8 @@ async fn delete_conversation(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(get, path = "/api/chatbot/conversations/{id}/checkpoints", tag = CHAT, params(("id" = i64, Path, description = "The conversation."), crate::wire::AskerQuery),
+    responses((status = 200, description = "Its checkpoints, oldest first.", body = CheckpointList), Refusals))]
 async fn checkpoints(
     State(app): State<AppState>,
     PathIds(id): PathIds<ConversationId>,
@@ -444,6 +535,9 @@ async fn checkpoints(
 
 /// Keeps a document the asking person may attach to a turn: the body is the document, `name`
 /// its file name. 201 with the upload's id.
+#[utoipa::path(post, path = "/api/chatbot/uploads", tag = CHAT, params(crate::wire::AskerQuery, UploadQuery),
+    request_body(content = Vec<u8>, description = "The document (PDF, Markdown, text, HTML).", content_type = "application/octet-stream"),
+    responses((status = 201, description = "Kept: the id a turn attaches it by.", body = crate::service::UploadReceipt), Refusals))]
 async fn upload(
     State(app): State<AppState>,
     QueryAsker(who): QueryAsker,
@@ -459,16 +553,20 @@ async fn upload(
 }
 
 /// The documents attached to the conversation.
+#[utoipa::path(get, path = "/api/chatbot/conversations/{id}/documents", tag = CHAT, params(("id" = i64, Path, description = "The conversation."), crate::wire::AskerQuery),
+    responses((status = 200, description = "The documents attached to it.", body = crate::service::DocumentList), Refusals))]
 async fn conversation_documents(
     State(app): State<AppState>,
     PathIds(id): PathIds<ConversationId>,
     QueryAsker(who): QueryAsker,
 ) -> Result<Response, ApiError> {
     let documents = app.chat().attached_documents(&who, id.0).await?;
-    Ok(axum::Json(serde_json::json!({ "conversationId": id, "documents": documents })).into_response())
+    Ok(axum::Json(crate::service::DocumentList { conversation_id: id, documents }).into_response())
 }
 
 /// What the conversation's turns used, per turn and model, and in all.
+#[utoipa::path(get, path = "/api/chatbot/conversations/{id}/usage", tag = CHAT, params(("id" = i64, Path, description = "The conversation."), crate::wire::AskerQuery),
+    responses((status = 200, description = "Tokens per turn and model, and in all.", body = ConversationUsage), Refusals))]
 async fn conversation_usage(
     State(app): State<AppState>,
     PathIds(id): PathIds<ConversationId>,
@@ -479,6 +577,8 @@ async fn conversation_usage(
 }
 
 /// The tenant's tokens in the budget's current period, and its budget.
+#[utoipa::path(get, path = "/api/chatbot/tenants/{tenant_id}/usage", tag = CHAT, params(("tenant_id" = i64, Path, description = "The tenant.")),
+    responses((status = 200, description = "The tenant's tokens in the budget's period.", body = TenantUsage), Refusals))]
 async fn tenant_usage(
     State(app): State<AppState>,
     caller: Caller,
@@ -497,6 +597,9 @@ async fn tenant_usage(
     .into_response())
 }
 
+#[utoipa::path(get, path = "/api/chatbot/conversations/{id}/checkpoints/{seq}", tag = CHAT,
+    params(("id" = i64, Path, description = "The conversation."), ("seq" = u64, Path, description = "The checkpoint."), crate::wire::AskerQuery),
+    responses((status = 200, description = "The state it left.", body = Checkpoint), Refusals))]
 async fn checkpoint(
     State(app): State<AppState>,
     PathIds((id, seq)): PathIds<(ConversationId, u64)>,
@@ -532,6 +635,8 @@ fn checkpoint_of(v: CheckpointView) -> Checkpoint {
 }
 
 /// Deletes a person's data: the user of the path, of the query's tenant.
+#[utoipa::path(delete, path = "/api/chatbot/users/{user_id}", tag = CHAT, params(("user_id" = i64, Path, description = "The person."), TenantQuery),
+    responses((status = 200, description = "Their conversations, memory and documents are gone.", body = Deleted), Refusals))]
 async fn delete_user(
     State(app): State<AppState>,
     caller: Caller,
@@ -543,6 +648,8 @@ async fn delete_user(
     Ok(axum::Json(Deleted { deleted_conversations }).into_response())
 }
 
+#[utoipa::path(delete, path = "/api/chatbot/tenants/{tenant_id}", tag = CHAT, params(("tenant_id" = i64, Path, description = "The tenant.")),
+    responses((status = 200, description = "Everything of the tenant is gone.", body = Deleted), Refusals))]
 async fn delete_tenant(
     State(app): State<AppState>,
     caller: Caller,
@@ -560,6 +667,7 @@ async fn delete_tenant(
 mod authorization_props {
     use super::*;
     use crate::auth::hash_api_key;
+    use axum::routing::post;
     use proptest::prelude::*;
     use serde_json::Value;
     use tower_service::Service;
@@ -671,5 +779,66 @@ mod authorization_props {
                 prop_assert!(status.is_client_error(), "{} {} for {:?}", status, text, String::from_utf8_lossy(&body));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod openapi_tests {
+    use super::*;
+
+    /// Every path the routers serve is described, each operation with its answers; a route
+    /// built without its annotation would be missing here.
+    #[test]
+    fn the_document_describes_the_routes_served() {
+        let doc = openapi_document();
+        let json: serde_json::Value = serde_json::from_str(&doc.to_json().unwrap()).unwrap();
+        assert_eq!(json["openapi"], "3.1.0");
+        let paths = json["paths"].as_object().unwrap();
+        for (path, method) in [
+            ("/api/chatbot/stream", "post"),
+            ("/api/chatbot/conversations/{id}/checkpoints/{seq}", "get"),
+            ("/threads/{thread_id}", "patch"),
+            ("/threads/{thread_id}/history", "post"),
+            ("/threads/{thread_id}/history", "get"),
+            ("/store/items", "put"),
+            ("/v1/chat/completions", "post"),
+            ("/ag-ui/{agent}", "post"),
+            ("/mcp", "post"),
+            ("/health", "get"),
+            ("/metrics/", "get"),
+            ("/openapi.json", "get"),
+        ] {
+            let op = &paths[path][method];
+            assert!(op.is_object(), "{method} {path} is not described");
+            assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path}: {op}");
+        }
+        // Every operation names its group, and every schema referenced is in the components.
+        let text = json.to_string();
+        let schemas = json["components"]["schemas"].as_object().unwrap();
+        for name in text.split("#/components/schemas/").skip(1).map(|s| s.split('"').next().unwrap()) {
+            assert!(schemas.contains_key(name), "{name} is referenced and not described");
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                assert!(op["tags"].as_array().is_some_and(|t| t.len() == 1), "{method} {path} has no group");
+                let id = op["operationId"].as_str().unwrap();
+                assert!(ids.insert(id.to_owned()), "{method} {path}: operation id {id} is taken");
+            }
+        }
+        // Each request type keeps its own name: three `Search`es of three modules are three schemas.
+        let properties =
+            |name: &str| schemas[name]["properties"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert!(properties("ItemSearch").contains(&"namespace_prefix".to_owned()));
+        assert!(properties("AssistantSearch").contains(&"graph_id".to_owned()));
+        assert!(properties("ThreadSearch").contains(&"status".to_owned()));
+        let body = |path: &str| &paths[path]["post"]["requestBody"];
+        assert_eq!(body("/threads/search")["required"], false, "an empty body lists them all");
+        assert_eq!(body("/threads/{thread_id}/runs/stream")["required"], true);
+        // The doors that read the person from headers say so; the chat contract's do not.
+        let security = |path: &str, method: &str| paths[path][method]["security"].to_string();
+        assert!(security("/threads/{thread_id}/runs/stream", "post").contains("userId"));
+        assert!(security("/v1/chat/completions", "post").contains("userId"));
+        assert!(!security("/api/chatbot/stream", "post").contains("userId"));
     }
 }

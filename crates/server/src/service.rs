@@ -19,7 +19,9 @@ mod retention;
 mod turn;
 mod usage;
 use crate::wire::{ConfirmResponse, MAX_LISTED_CONVERSATIONS, PendingActionDto};
-pub use attachments::{AttachedDocument, Attachments, MAX_ATTACHED_PER_TURN, MAX_UPLOAD_BYTES, UploadReceipt};
+pub use attachments::{
+    AttachedDocument, Attachments, DocumentList, MAX_ATTACHED_PER_TURN, MAX_UPLOAD_BYTES, UploadReceipt,
+};
 use futures::StreamExt;
 pub use retention::{Pruned, Retention};
 use serde_json::{Map, Value};

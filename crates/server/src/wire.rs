@@ -18,29 +18,36 @@ pub trait TenantScoped {
 
 /// `?tenantId=&userId=`: who asks on a route that names them in its query
 /// ([`crate::extract::QueryAsker`] admits them).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct AskerQuery {
+    #[param(example = 1)]
     pub tenant_id: TenantId,
+    #[param(example = 1)]
     pub user_id: UserId,
 }
 
 /// `?tenantId=`: the tenant of `DELETE /api/chatbot/users/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct TenantQuery {
+    #[param(example = 1)]
     pub tenant_id: TenantId,
 }
 
 /// `?limit=` of `GET /api/chatbot/conversations`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub limit: Option<usize>,
 }
 
 /// `POST /api/chatbot/stream`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"tenantSlug": "default", "tenantId": 1, "userId": 1, "message": "What is 12 * 7?"}))]
 pub struct StreamRequest {
     pub tenant_slug: String,
     pub tenant_id: TenantId,
@@ -54,6 +61,7 @@ pub struct StreamRequest {
     pub agent: Option<String>,
     /// Extension: state values for injected tool arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub context: Option<Map<String, Value>>,
     /// Extension: also stream `tool_call` and `tool_result` events (off by default, so a
     /// client of the original contract sees exactly its four event types).
@@ -66,14 +74,15 @@ pub struct StreamRequest {
 }
 
 /// `?tenantId=&userId=&name=` of `POST /api/chatbot/uploads`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UploadQuery {
     /// The document's file name; its extension says its type.
     pub name: String,
 }
 
 /// `POST /api/chatbot/confirm`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmRequest {
     pub tenant_slug: String,
@@ -86,7 +95,7 @@ pub struct ConfirmRequest {
 
 /// `POST /api/chatbot/answer`: the person's answer to a question an agent asked (a pending
 /// action whose `toolName` is `@ask`).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnswerRequest {
     pub tenant_slug: String,
@@ -99,7 +108,7 @@ pub struct AnswerRequest {
 }
 
 /// `POST /api/chatbot/conversations/{id}/fork`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkRequest {
     pub tenant_slug: String,
@@ -190,7 +199,7 @@ impl AnswerRequest {
 }
 
 /// The confirm response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmResponse {
     pub conversation_id: ConversationId,
@@ -205,14 +214,15 @@ pub const MAX_LISTED_CONVERSATIONS: usize = 100;
 pub const MAX_MESSAGE_CHARS: usize = 4000;
 
 /// `GET /api/chatbot/conversations`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConversationList {
+    #[schema(value_type = Vec<crate::openapi::ConversationSummary>)]
     pub conversations: Vec<toolgraph_conversations::ConversationSummary>,
 }
 
 /// `POST /api/chatbot/conversations/{id}/fork`: 201 with the new conversation and where it
 /// was forked from.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ForkResponse {
     pub conversation_id: ConversationId,
@@ -220,7 +230,7 @@ pub struct ForkResponse {
 }
 
 /// The conversation and checkpoint a fork copied.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ForkedFrom {
     pub conversation_id: ConversationId,
@@ -228,7 +238,7 @@ pub struct ForkedFrom {
 }
 
 /// `GET /api/chatbot/agents`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentList {
     pub default_agent: String,
@@ -237,35 +247,40 @@ pub struct AgentList {
 
 /// One agent served: its name, the digest of the declaration it runs (`null` for a graph built
 /// in code), and a newer declaration that failed its checks while this version keeps serving.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AgentEntry {
     pub name: String,
     #[serde(flatten)]
+    #[schema(value_type = crate::openapi::Revision)]
     pub revision: toolgraph_agents::chat_agent::Revision,
 }
 
 /// `GET /api/chatbot/conversations/{id}/checkpoints`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointList {
     pub conversation_id: ConversationId,
+    #[schema(value_type = Vec<crate::openapi::CheckpointMeta>)]
     pub checkpoints: Vec<toolgraph_graph::CheckpointMeta>,
 }
 
 /// `GET /api/chatbot/conversations/{id}/checkpoints/{seq}`: the state a checkpoint left.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Checkpoint {
     pub conversation_id: ConversationId,
     pub seq: u64,
     pub next: Option<String>,
+    #[schema(value_type = Vec<crate::openapi::PendingInterrupt>)]
     pub pending: Vec<toolgraph_graph::PendingInterrupt>,
+    /// Each decided interrupt's decision, by interrupt id.
+    #[schema(value_type = Object)]
     pub decisions: std::collections::BTreeMap<toolgraph_graph::InterruptId, toolgraph_graph::Decision>,
     pub state: Value,
 }
 
 /// Tokens as the usage routes show them.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Tokens {
     pub prompt_tokens: u64,
@@ -274,7 +289,7 @@ pub struct Tokens {
 }
 
 /// One turn's use of one model.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnUsageDto {
     pub run_id: String,
@@ -288,7 +303,7 @@ pub struct TurnUsageDto {
 }
 
 /// `GET /api/chatbot/conversations/{id}/usage`: what the conversation's turns used.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationUsage {
     pub conversation_id: ConversationId,
@@ -325,7 +340,7 @@ impl ConversationUsage {
 }
 
 /// `GET /api/chatbot/tenants/{id}/usage`: the tenant's tokens in the budget's current period.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantUsage {
     pub tenant_id: TenantId,
@@ -341,7 +356,7 @@ pub struct TenantUsage {
 }
 
 /// `DELETE /api/chatbot/users/{id}` and `/tenants/{id}`: how many conversations went.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Deleted {
     pub deleted_conversations: usize,

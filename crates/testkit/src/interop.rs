@@ -38,6 +38,35 @@ pub fn openai_python() -> Option<PathBuf> {
     python_with("openai")
 }
 
+/// schemathesis's command (PyPI `schemathesis`), which tests `toolgraph serve` against its own
+/// OpenAPI document: in the virtualenv `scripts/interop-deps` makes for it alone (its
+/// dependencies are not the SDKs').
+///
+/// # Panics
+/// Under `CI` when it is missing.
+pub fn schemathesis() -> Option<PathBuf> {
+    venv_command("schemathesis-venv", "schemathesis", "--version")
+}
+
+/// `ag-ui-validate` (PyPI), AG-UI's conformance validator, which judges `toolgraph serve`'s
+/// AG-UI streams: in a virtualenv `scripts/interop-deps` makes for it.
+///
+/// # Panics
+/// Under `CI` when it is missing.
+pub fn agui_validate() -> Option<PathBuf> {
+    venv_command("agui-validate-venv", "ag-ui-validate", "--help")
+}
+
+/// Command `name` of the virtualenv `venv` that `scripts/interop-deps` makes, when it runs
+/// (with `probe`).
+fn venv_command(venv: &str, name: &str, probe: &str) -> Option<PathBuf> {
+    let command = cache().join(venv).join("bin").join(name);
+    if Command::new(&command).arg(probe).output().is_ok_and(|o| o.status.success()) {
+        return Some(command);
+    }
+    missing(&format!("{} is missing (run scripts/interop-deps)", command.display()))
+}
+
 /// The Python with LangGraph's SDK (PyPI `langgraph-sdk`): the same virtualenv as
 /// [`mcp_python`].
 ///

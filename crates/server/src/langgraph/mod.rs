@@ -13,6 +13,7 @@ pub(crate) mod threads;
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::json_body;
+use crate::openapi::{Assistant, AssistantGraph, AssistantSchemas, LANGGRAPH, Refusals};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
@@ -49,9 +50,11 @@ fn assistant(name: &str, version: Option<&str>) -> Value {
 }
 
 /// `POST /assistants/search` and `/assistants/count`: what they read.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = AssistantSearch)]
 struct Search {
     #[serde(default)]
+    #[schema(value_type = Object)]
     metadata: Map<String, Value>,
     #[serde(default)]
     graph_id: Option<String>,
@@ -97,6 +100,8 @@ fn read_search(body: &Bytes) -> Result<Search, ApiError> {
 }
 
 /// `POST /assistants/search`: a page of them, with `X-Pagination-Next` when there are more.
+#[utoipa::path(post, path = "/assistants/search", tag = LANGGRAPH, request_body(content = Option<Search>, description = "Optional: an empty body lists them all."),
+    responses((status = 200, description = "A page of them; `X-Pagination-Next` when there are more.", body = Vec<Assistant>), Refusals))]
 pub(crate) async fn search(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let search = read_search(&body)?;
     let found = matching(&app, &search);
@@ -112,6 +117,8 @@ pub(crate) async fn search(State(app): State<AppState>, body: Bytes) -> Result<R
 }
 
 /// `POST /assistants/count`.
+#[utoipa::path(post, path = "/assistants/count", tag = LANGGRAPH, request_body(content = Option<Search>, description = "Optional."),
+    responses((status = 200, description = "How many match.", content_type = "application/json", body = u64), Refusals))]
 pub(crate) async fn count(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let search = read_search(&body)?;
     Ok(axum::Json(matching(&app, &search).len()).into_response())
@@ -126,6 +133,8 @@ fn not_found(id: &str) -> ApiError {
 }
 
 /// `GET /assistants/{assistant_id}`.
+#[utoipa::path(get, path = "/assistants/{assistant_id}", tag = LANGGRAPH, params(("assistant_id" = String, Path, description = "The assistant: an agent's name (`assistant` on a fresh install).", example = "assistant")),
+    responses((status = 200, description = "The assistant.", body = Assistant), Refusals))]
 pub(crate) async fn get(State(app): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let (agents, _) = app.chat().agents();
     let (name, revision) = agents.iter().find(|(name, _)| *name == id).ok_or_else(|| not_found(&id))?;
@@ -133,6 +142,8 @@ pub(crate) async fn get(State(app): State<AppState>, Path(id): Path<String>) -> 
 }
 
 /// `GET /assistants/{assistant_id}/graph`: its nodes and edges as LangGraph draws them.
+#[utoipa::path(get, path = "/assistants/{assistant_id}/graph", tag = LANGGRAPH, params(("assistant_id" = String, Path, description = "The assistant: an agent's name (`assistant` on a fresh install).", example = "assistant")),
+    responses((status = 200, description = "Its nodes and edges.", body = AssistantGraph), Refusals))]
 pub(crate) async fn graph(State(app): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let shape = app.chat().agent_shape(&id).ok_or_else(|| not_found(&id))?;
     Ok(axum::Json(drawable(&shape)).into_response())
@@ -167,6 +178,8 @@ fn drawable(shape: &GraphShape) -> Value {
 }
 
 /// `GET /assistants/{assistant_id}/schemas`: what a turn takes and what the state holds.
+#[utoipa::path(get, path = "/assistants/{assistant_id}/schemas", tag = LANGGRAPH, params(("assistant_id" = String, Path, description = "The assistant: an agent's name (`assistant` on a fresh install).", example = "assistant")),
+    responses((status = 200, description = "What a turn takes and what its state holds.", body = AssistantSchemas), Refusals))]
 pub(crate) async fn schemas(State(app): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     if app.chat().agent_shape(&id).is_none() {
         return Err(not_found(&id));

@@ -12,6 +12,7 @@ use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ChatError};
 use crate::extract::{Asking, json_body};
+use crate::openapi::{LANGGRAPH, Refusals, Run};
 use crate::service::NewTurn;
 use crate::wire::{ConfirmResponse, PendingActionDto};
 use axum::body::Bytes;
@@ -32,7 +33,8 @@ const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
 
 /// What a run reads; the rest of LangGraph's run options (`config`, `context`, `metadata`,
 /// `interrupt_before`, …) is accepted and not used.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"assistant_id": "assistant", "input": {"messages": [{"type": "human", "content": "What is 12 * 7?"}]}, "stream_mode": ["values", "messages-tuple"]}))]
 struct RunCreate {
     assistant_id: String,
     #[serde(default)]
@@ -108,7 +110,8 @@ impl RunCreate {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = RunCommand)]
 struct Command {
     #[serde(default)]
     resume: Option<Value>,
@@ -185,6 +188,8 @@ fn asked(run: &RunCreate) -> Result<Asked, ApiError> {
 }
 
 /// `POST /threads/{thread_id}/runs/stream`.
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/stream", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")), request_body = RunCreate,
+    responses((status = 200, description = "The run's events in the modes asked for.", content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 pub(crate) async fn stream(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -197,6 +202,8 @@ pub(crate) async fn stream(
 
 /// `POST /runs/stream`: a run on a thread of its own, deleted when the run ends unless it
 /// paused (its `thread_id` is in the `metadata` event) or `on_completion` is `keep`.
+#[utoipa::path(post, path = "/runs/stream", tag = LANGGRAPH, request_body = RunCreate,
+    responses((status = 200, description = "The run's events, on a thread of its own.", content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 pub(crate) async fn stream_stateless(
     State(app): State<AppState>,
     Asker(who): Asker,
@@ -208,6 +215,8 @@ pub(crate) async fn stream_stateless(
 }
 
 /// `POST /runs/wait`: as [`stream_stateless`], answering the final values.
+#[utoipa::path(post, path = "/runs/wait", tag = LANGGRAPH, request_body = RunCreate,
+    responses((status = 200, description = "The run's final values.", body = Object), Refusals))]
 pub(crate) async fn wait_stateless(
     State(app): State<AppState>,
     Asker(who): Asker,
@@ -350,6 +359,10 @@ async fn run_frames(
 /// `GET /threads/{thread_id}/runs/{run_id}/stream`: a run's events again — from its first frame,
 /// or after the one `Last-Event-ID` names — on any replica, in the modes `stream_mode` names
 /// (repeated; all three when none).
+#[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}/stream", tag = LANGGRAPH,
+    params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run."), ("stream_mode" = Option<String>, Query, description = "A mode (repeat for more)."),
+        ("Last-Event-ID" = Option<String>, Header, description = "The last event read: the stream goes on after it.")),
+    responses((status = 200, description = "The run's events.", content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 pub(crate) async fn join(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -389,6 +402,11 @@ const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// `action=rollback` also takes back what the run wrote in the thread once it has ended (it
 /// waits for that, within 30 s: else 409), and the run is gone (404 after): the thread's last
 /// run only (409 for an earlier one), here or on another replica once ended.
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/{run_id}/cancel", tag = LANGGRAPH,
+    params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run."), ("wait" = Option<bool>, Query, description = "Answer once it has ended."),
+        ("action" = Option<String>, Query, description = "`interrupt` (the default) or `rollback`.")),
+    responses((status = 204, description = "Cancelled (rolled back), or ended already."),
+        (status = 202, description = "`wait`: it has not ended within 30 s."), Refusals))]
 pub(crate) async fn cancel(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -457,6 +475,8 @@ pub(crate) async fn cancel(
 /// `GET /threads/{thread_id}/runs/{run_id}`: the run as LangGraph's `Run`, while this process
 /// keeps its log (`status`: running, then success, interrupted — paused for a decision, or
 /// cancelled — or error).
+#[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run.")),
+    responses((status = 200, description = "The run.", body = Run), Refusals))]
 pub(crate) async fn get(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -502,6 +522,8 @@ fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, paused: bool) -> Valu
 /// the run (`status: running`), which goes on whether or not anyone reads it; `runs.join`
 /// waits for its end, `runs.join_stream` reads its events. A `command.resume` is decided by the
 /// run it starts and answered by it: on `runs.wait` or `runs.stream` (422 here).
+#[utoipa::path(post, path = "/threads/{thread_id}/runs", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")), request_body = RunCreate,
+    responses((status = 200, description = "The run, started in the background.", body = Run), Refusals))]
 pub(crate) async fn create(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -551,6 +573,8 @@ fn created_at(response: &mut Response, thread: &str, run_id: &str) {
 
 /// `POST /runs`: a run in the background on a thread of its own (its `thread_id` is in the
 /// answer), deleted once the run ends — unless it paused, or `on_completion` is `keep`.
+#[utoipa::path(post, path = "/runs", tag = LANGGRAPH, request_body = RunCreate,
+    responses((status = 200, description = "The run, on a thread of its own.", body = Run), Refusals))]
 pub(crate) async fn create_stateless(
     State(app): State<AppState>,
     Asker(who): Asker,
@@ -565,6 +589,10 @@ const STATELESS_WATCH: std::time::Duration = std::time::Duration::from_secs(24 *
 
 /// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: the thread's runs this replica keeps
 /// (running, or ended within the last five minutes), newest first.
+#[utoipa::path(get, path = "/threads/{thread_id}/runs", tag = LANGGRAPH,
+    params(("thread_id" = String, Path, description = "The thread."), ("limit" = Option<u32>, Query, description = "1 to 1000 (10)."), ("offset" = Option<u32>, Query),
+        ("status" = Option<String>, Query, description = "pending, running, error, success, timeout or interrupted.")),
+    responses((status = 200, description = "The thread's runs this replica keeps, newest first.", body = Vec<Run>), Refusals))]
 pub(crate) async fn list(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -609,6 +637,8 @@ pub(crate) async fn list(
 /// `GET /threads/{thread_id}/runs/{run_id}/join`: waits for the run's end — here or on another
 /// replica — and answers the thread's values then (with `__interrupt__` when it paused),
 /// whatever the run's outcome (`runs.get` tells it).
+#[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}/join", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run.")),
+    responses((status = 200, description = "The thread's values once the run ended.", body = Object), Refusals))]
 pub(crate) async fn join_run(
     State(app): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -628,6 +658,8 @@ pub(crate) async fn join_run(
 
 /// `POST /threads/{thread_id}/runs/wait`: the run's final values (with `__interrupt__` when it
 /// paused).
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/wait", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")), request_body = RunCreate,
+    responses((status = 200, description = "The run's final values (`__interrupt__` when it paused).", body = Object), Refusals))]
 pub(crate) async fn wait(
     State(app): State<AppState>,
     Path(id): Path<String>,

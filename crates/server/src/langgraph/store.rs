@@ -10,6 +10,7 @@ use super::threads::{Asker, rfc3339};
 use crate::AppState;
 use crate::error::{ApiError, ChatError};
 use crate::extract::{QueryOf, json_body};
+use crate::openapi::{Item, ItemList, LANGGRAPH, NamespaceList, Refusals};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -50,10 +51,13 @@ fn bounded_limit(limit: usize) -> Result<usize, ApiError> {
 }
 
 /// `PUT /store/items`: what it reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ItemPut)]
+#[schema(example = json!({"namespace": ["prefs"], "key": "lang", "value": {"text": "Prefers answers in Spanish"}}))]
 struct Put {
     namespace: Vec<String>,
     key: String,
+    #[schema(value_type = Object)]
     value: Map<String, Value>,
     /// Minutes the item lives after its last write or refreshing read.
     #[serde(default)]
@@ -85,6 +89,8 @@ fn index_fields(index: Option<Value>) -> Result<IndexFields, ApiError> {
 }
 
 /// `PUT /store/items`.
+#[utoipa::path(put, path = "/store/items", tag = LANGGRAPH, request_body = Put,
+    responses((status = 204, description = "Kept."), Refusals))]
 pub(crate) async fn put(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let put: Put = json_body(&body)?;
     let ttl = match put.ttl {
@@ -106,10 +112,14 @@ pub(crate) async fn put(State(app): State<AppState>, Asker(who): Asker, body: By
 }
 
 /// `GET /store/items`: the namespace with its labels joined by `.`, as the SDKs send it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct Get {
+    /// The namespace's labels joined by `.`.
     #[serde(default)]
+    #[param(example = "prefs")]
     namespace: String,
+    #[param(example = "lang")]
     key: String,
     #[serde(default)]
     refresh_ttl: Option<bool>,
@@ -120,6 +130,8 @@ fn labels(joined: &str) -> Vec<String> {
 }
 
 /// `GET /store/items`.
+#[utoipa::path(get, path = "/store/items", tag = LANGGRAPH, params(Get),
+    responses((status = 200, description = "The item.", body = Item), Refusals))]
 pub(crate) async fn get(
     State(app): State<AppState>,
     Asker(who): Asker,
@@ -138,7 +150,9 @@ pub(crate) async fn get(
 }
 
 /// `DELETE /store/items`: what it reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ItemDelete)]
+#[schema(example = json!({"namespace": ["prefs"], "key": "lang"}))]
 struct Delete {
     #[serde(default)]
     namespace: Vec<String>,
@@ -146,6 +160,8 @@ struct Delete {
 }
 
 /// `DELETE /store/items`: 204 whether or not there was such an item, as LangGraph answers.
+#[utoipa::path(delete, path = "/store/items", tag = LANGGRAPH, request_body = Delete,
+    responses((status = 204, description = "Gone (or never there)."), Refusals))]
 pub(crate) async fn delete(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let d: Delete = json_body(&body)?;
     app.chat().delete_item(&who.principal, &d.namespace, &d.key).await?;
@@ -153,11 +169,14 @@ pub(crate) async fn delete(State(app): State<AppState>, Asker(who): Asker, body:
 }
 
 /// `POST /store/items/search`: what it reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ItemSearch)]
+#[schema(example = json!({"namespace_prefix": ["prefs"], "query": "language", "limit": 10}))]
 struct Search {
     #[serde(default)]
     namespace_prefix: Vec<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     filter: Option<Map<String, Value>>,
     #[serde(default = "ten")]
     limit: usize,
@@ -174,6 +193,8 @@ fn ten() -> usize {
 }
 
 /// `POST /store/items/search`: `{items}`, each with its `score` (null without a query).
+#[utoipa::path(post, path = "/store/items/search", tag = LANGGRAPH, request_body = Search,
+    responses((status = 200, description = "The items found.", body = ItemList), Refusals))]
 pub(crate) async fn search(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let s: Search = json_body(&body)?;
     let search = ItemSearch {
@@ -189,7 +210,8 @@ pub(crate) async fn search(State(app): State<AppState>, Asker(who): Asker, body:
 }
 
 /// `POST /store/namespaces`: what it reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = NamespaceSearch)]
 struct Namespaces {
     #[serde(default)]
     prefix: Option<Vec<String>>,
@@ -208,6 +230,8 @@ fn hundred() -> usize {
 }
 
 /// `POST /store/namespaces`: `{namespaces}`.
+#[utoipa::path(post, path = "/store/namespaces", tag = LANGGRAPH, request_body = Namespaces,
+    responses((status = 200, description = "The namespaces.", body = NamespaceList), Refusals))]
 pub(crate) async fn namespaces(
     State(app): State<AppState>,
     Asker(who): Asker,

@@ -9,6 +9,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{Asking, asking, json_body};
+use crate::openapi::{LANGGRAPH, Refusals, ThreadState};
 use crate::service::ChatService;
 use crate::wire::PendingActionDto;
 use axum::body::Bytes;
@@ -239,17 +240,22 @@ pub(super) fn state(thread: &Thread, now: &Now) -> Value {
 }
 
 /// `POST /threads`: what it reads.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = ThreadCreate)]
+#[schema(example = json!({"metadata": {"course": "iv"}}))]
 struct Create {
     #[serde(default)]
     thread_id: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
     #[serde(default)]
     if_exists: Option<String>,
 }
 
 /// `POST /threads`.
+#[utoipa::path(post, path = "/threads", tag = LANGGRAPH, request_body(content = Option<Create>, description = "Optional."),
+    responses((status = 200, description = "The thread.", body = crate::openapi::Thread), Refusals))]
 pub(crate) async fn create(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let req: Create = if body.iter().all(u8::is_ascii_whitespace) { Create::default() } else { json_body(&body)? };
     let id = match req.thread_id {
@@ -290,6 +296,8 @@ pub(super) async fn made(chat: &ChatService, who: &Asking) -> Result<Thread, Api
 }
 
 /// `GET /threads/{thread_id}`.
+#[utoipa::path(get, path = "/threads/{thread_id}", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")),
+    responses((status = 200, description = "The thread.", body = crate::openapi::Thread), Refusals))]
 pub(crate) async fn get(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -304,6 +312,8 @@ pub(crate) async fn get(
 /// copy of the conversation as it is now (its checkpoints and messages; the original is left as
 /// it is). A thread paused for a decision is not copied (409): its pending actions are the
 /// original's.
+#[utoipa::path(post, path = "/threads/{thread_id}/copy", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")),
+    responses((status = 200, description = "The copy.", body = crate::openapi::Thread), Refusals))]
 pub(crate) async fn copy(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -332,19 +342,25 @@ pub(crate) async fn copy(
     Ok(axum::Json(shape(&thread, &now)).into_response())
 }
 
+/// `PATCH /threads/{thread_id}`: what it reads.
+#[derive(Deserialize, utoipa::ToSchema)]
+struct ThreadPatch {
+    /// Merged into the thread's.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    metadata: Map<String, Value>,
+}
+
 /// `PATCH /threads/{thread_id}`: its metadata merged with the body's.
+#[utoipa::path(patch, path = "/threads/{thread_id}", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")), request_body = ThreadPatch,
+    responses((status = 200, description = "The thread.", body = crate::openapi::Thread), Refusals))]
 pub(crate) async fn update(
     State(app): State<AppState>,
     Path(id): Path<String>,
     Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    #[derive(Deserialize)]
-    struct Update {
-        #[serde(default)]
-        metadata: Map<String, Value>,
-    }
-    let req: Update = json_body(&body)?;
+    let req: ThreadPatch = json_body(&body)?;
     let thread = theirs(app.chat(), &who, &id).await?;
     let mut metadata = thread.metadata.clone();
     metadata.extend(req.metadata);
@@ -356,6 +372,8 @@ pub(crate) async fn update(
 }
 
 /// `DELETE /threads/{thread_id}`: the thread, its conversation, checkpoints and runs.
+#[utoipa::path(delete, path = "/threads/{thread_id}", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")),
+    responses((status = 204, description = "Deleted, with its conversation, checkpoints and runs."), Refusals))]
 pub(crate) async fn delete(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -367,9 +385,11 @@ pub(crate) async fn delete(
 }
 
 /// `POST /threads/search` and `/threads/count`: what they read.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ThreadSearch)]
 struct Search {
     #[serde(default)]
+    #[schema(value_type = Object)]
     metadata: Map<String, Value>,
     #[serde(default)]
     status: Option<String>,
@@ -442,6 +462,8 @@ async fn listed(app: &AppState, who: &Asking, thread: &Thread) -> Now {
 }
 
 /// `POST /threads/search`.
+#[utoipa::path(post, path = "/threads/search", tag = LANGGRAPH, request_body(content = Option<Search>, description = "Optional."),
+    responses((status = 200, description = "The asker's threads, the latest changed first.", body = Vec<crate::openapi::Thread>), Refusals))]
 pub(crate) async fn search(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let (search, found) = matching(&app, &who, &body).await?;
     let mut page = Vec::new();
@@ -452,12 +474,16 @@ pub(crate) async fn search(State(app): State<AppState>, Asker(who): Asker, body:
 }
 
 /// `POST /threads/count`.
+#[utoipa::path(post, path = "/threads/count", tag = LANGGRAPH, request_body(content = Option<Search>, description = "Optional."),
+    responses((status = 200, description = "How many match.", content_type = "application/json", body = u64), Refusals))]
 pub(crate) async fn count(State(app): State<AppState>, Asker(who): Asker, body: Bytes) -> Result<Response, ApiError> {
     let (_, found) = matching(&app, &who, &body).await?;
     Ok(axum::Json(found.len()).into_response())
 }
 
 /// `GET /threads/{thread_id}/state`.
+#[utoipa::path(get, path = "/threads/{thread_id}/state", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")),
+    responses((status = 200, description = "Its state now.", body = ThreadState), Refusals))]
 pub(crate) async fn get_state(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -468,21 +494,27 @@ pub(crate) async fn get_state(
     Ok(axum::Json(state(&thread, &now)).into_response())
 }
 
+/// `POST /threads/{thread_id}/history`: what it reads.
+#[derive(Deserialize, utoipa::ToSchema)]
+struct HistoryRequest {
+    /// At most this many checkpoints (10).
+    #[serde(default = "ten")]
+    limit: usize,
+}
+
 /// `POST /threads/{thread_id}/history` (and `GET`): the thread's checkpoints, newest first, as
 /// LangGraph's `ThreadState`s — the state each left, at most `limit` (default 10).
+#[utoipa::path(method(get, post), path = "/threads/{thread_id}/history", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")),
+    request_body(content = Option<HistoryRequest>, description = "Optional, and read on POST only."),
+    responses((status = 200, description = "Its checkpoints, newest first.", body = Vec<ThreadState>), Refusals))]
 pub(crate) async fn history(
     State(app): State<AppState>,
     Path(id): Path<String>,
     Asker(who): Asker,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    #[derive(Deserialize)]
-    struct History {
-        #[serde(default = "ten")]
-        limit: usize,
-    }
-    let req: History =
-        if body.iter().all(u8::is_ascii_whitespace) { History { limit: ten() } } else { json_body(&body)? };
+    let req: HistoryRequest =
+        if body.iter().all(u8::is_ascii_whitespace) { HistoryRequest { limit: ten() } } else { json_body(&body)? };
     if req.limit == 0 || req.limit > MAX_HISTORY {
         return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "limit", format!("between 1 and {MAX_HISTORY}")));
     }

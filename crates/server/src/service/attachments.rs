@@ -33,7 +33,7 @@ pub const UPLOAD_KEPT_MS: i64 = 86_400_000;
 const TYPES: [&str; 10] = ["md", "markdown", "txt", "text", "html", "htm", "pdf", "json", "jsonl", "ndjson"];
 
 /// What an upload kept.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UploadReceipt {
     /// What a turn names to attach it.
@@ -47,7 +47,7 @@ pub struct UploadReceipt {
 }
 
 /// A document attached to a conversation, as its listing shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachedDocument {
     /// The upload it came from.
@@ -56,6 +56,17 @@ pub struct AttachedDocument {
     pub title: String,
     /// The passages it was cut into.
     pub passages: usize,
+}
+
+/// `GET /api/chatbot/conversations/{id}/documents`: the documents attached to a conversation.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentList {
+    /// The conversation.
+    #[schema(value_type = i64)]
+    pub conversation_id: toolgraph_protocol::ConversationId,
+    /// Its documents, as attached.
+    pub documents: Vec<AttachedDocument>,
 }
 
 impl ChatService {
