@@ -441,6 +441,54 @@ pub(crate) struct ThreadState {
     created_at: Option<String>,
 }
 
+/// A stream mode served.
+#[derive(ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code)] // a description of a request field: never built
+pub(crate) enum StreamMode {
+    Values,
+    Updates,
+    MessagesTuple,
+}
+
+/// A run's `stream_mode`: one mode, or several.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a description of a request field: never built
+pub(crate) enum StreamModes {
+    One(StreamMode),
+    Many(Vec<StreamMode>),
+}
+
+/// What a run does when another run holds its thread (`multitask_strategy`).
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // a description of a request field: never built
+pub(crate) enum MultitaskStrategy {
+    Reject,
+    Interrupt,
+    Enqueue,
+    Rollback,
+}
+
+/// What becomes of a stateless run's thread when the run ends (`on_completion`).
+#[derive(ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // a description of a request field: never built
+pub(crate) enum OnCompletion {
+    Delete,
+    Keep,
+}
+
+/// What creating a thread whose id is taken does (`if_exists`).
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // a description of a request field: never built
+pub(crate) enum IfExists {
+    Raise,
+    DoNothing,
+}
+
 /// A run's outcome.
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]

@@ -832,6 +832,12 @@ mod openapi_tests {
         assert!(properties("ItemSearch").contains(&"namespace_prefix".to_owned()));
         assert!(properties("AssistantSearch").contains(&"graph_id".to_owned()));
         assert!(properties("ThreadSearch").contains(&"status".to_owned()));
+        // What a run's options may be, as the handlers read them.
+        assert_eq!(
+            schemas["MultitaskStrategy"]["enum"],
+            serde_json::json!(["reject", "interrupt", "enqueue", "rollback"])
+        );
+        assert_eq!(schemas["StreamMode"]["enum"], serde_json::json!(crate::langgraph::runs::MODES));
         let body = |path: &str| &paths[path]["post"]["requestBody"];
         assert_eq!(body("/threads/search")["required"], false, "an empty body lists them all");
         assert_eq!(body("/threads/{thread_id}/runs/stream")["required"], true);

@@ -49,11 +49,14 @@ pub struct ListQuery {
 #[serde(rename_all = "camelCase")]
 #[schema(example = json!({"tenantSlug": "default", "tenantId": 1, "userId": 1, "message": "What is 12 * 7?"}))]
 pub struct StreamRequest {
+    #[schema(min_length = 1)]
     pub tenant_slug: String,
     pub tenant_id: TenantId,
     pub user_id: UserId,
     #[serde(default)]
     pub conversation_id: Option<ConversationId>,
+    /// The person's message: 1 to 4,000 characters.
+    #[schema(min_length = 1, max_length = 4000)]
     pub message: String,
     /// Extension: the agent to talk to (`agentId` is accepted too, in the contract's style of
     /// names).
@@ -85,6 +88,7 @@ pub struct UploadQuery {
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmRequest {
+    #[schema(min_length = 1)]
     pub tenant_slug: String,
     pub tenant_id: TenantId,
     pub user_id: UserId,
@@ -98,6 +102,7 @@ pub struct ConfirmRequest {
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnswerRequest {
+    #[schema(min_length = 1)]
     pub tenant_slug: String,
     pub tenant_id: TenantId,
     pub user_id: UserId,
@@ -111,6 +116,7 @@ pub struct AnswerRequest {
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkRequest {
+    #[schema(min_length = 1)]
     pub tenant_slug: String,
     pub tenant_id: TenantId,
     pub user_id: UserId,

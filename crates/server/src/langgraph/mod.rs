@@ -61,6 +61,7 @@ struct Search {
     #[serde(default)]
     name: Option<String>,
     #[serde(default = "ten")]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: usize,
     #[serde(default)]
     offset: usize,

@@ -29,7 +29,7 @@ use toolgraph_graph::Decision;
 use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
 
 /// The stream modes served; others are refused by name.
-const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
+pub(crate) const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
 
 /// What a run reads; the rest of LangGraph's run options (`config`, `context`, `metadata`,
 /// `interrupt_before`, …) is accepted and not used.
@@ -42,10 +42,13 @@ struct RunCreate {
     #[serde(default)]
     command: Option<Command>,
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::StreamModes>)]
     stream_mode: Option<Value>,
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::OnCompletion>)]
     on_completion: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::MultitaskStrategy>)]
     multitask_strategy: Option<String>,
 }
 

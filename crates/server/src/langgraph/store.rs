@@ -61,6 +61,7 @@ struct Put {
     value: Map<String, Value>,
     /// Minutes the item lives after its last write or refreshing read.
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 52_560_000)]
     ttl: Option<f64>,
     /// What of the value is embedded when items are searched by meaning: `false` (nothing),
     /// or a list of top-level fields (`$`: all of it); by default its `text`, or all of it.
@@ -179,6 +180,7 @@ struct Search {
     #[schema(value_type = Option<Object>)]
     filter: Option<Map<String, Value>>,
     #[serde(default = "ten")]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: usize,
     #[serde(default)]
     offset: usize,
@@ -218,8 +220,10 @@ struct Namespaces {
     #[serde(default)]
     suffix: Option<Vec<String>>,
     #[serde(default)]
+    #[schema(minimum = 1)]
     max_depth: Option<usize>,
     #[serde(default = "hundred")]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: usize,
     #[serde(default)]
     offset: usize,

@@ -244,12 +244,15 @@ pub(super) fn state(thread: &Thread, now: &Now) -> Value {
 #[schema(as = ThreadCreate)]
 #[schema(example = json!({"metadata": {"course": "iv"}}))]
 struct Create {
+    /// 1 to 128 bytes, without `/` or control characters (a new UUID when left out).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 128)]
     thread_id: Option<String>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::IfExists>)]
     if_exists: Option<String>,
 }
 
@@ -392,8 +395,10 @@ struct Search {
     #[schema(value_type = Object)]
     metadata: Map<String, Value>,
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::ThreadStatus>)]
     status: Option<String>,
     #[serde(default = "ten")]
+    #[schema(minimum = 1, maximum = 1000)]
     limit: usize,
     #[serde(default)]
     offset: usize,
@@ -499,6 +504,7 @@ pub(crate) async fn get_state(
 struct HistoryRequest {
     /// At most this many checkpoints (10).
     #[serde(default = "ten")]
+    #[schema(minimum = 1, maximum = 100)]
     limit: usize,
 }
 
