@@ -163,6 +163,7 @@ impl StateView {
 /// legal graphs included), the declaration's digest, which every checkpoint records; `None`
 /// for a graph built in code.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Revision {
     /// The version new turns run on.
     pub version: Option<String>,
@@ -173,6 +174,7 @@ pub struct Revision {
 
 /// A definition that failed its checks: the old version keeps serving.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Refused {
     /// Its version (the digest of the refused text).
     pub version: String,

@@ -129,6 +129,7 @@ pub struct Conversation {
 
 /// One of a user's conversations, as a list shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationSummary {
     /// Id.

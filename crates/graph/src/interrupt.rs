@@ -5,6 +5,7 @@ use serde_json::Value;
 
 /// Identifies one pending interrupt. Unique across runs and threads.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct InterruptId(pub String);
 
@@ -32,6 +33,7 @@ pub struct InterruptRequest {
 
 /// An interrupt waiting for a decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingInterrupt {
     /// Its unique id; resume is keyed by it.
     pub id: InterruptId,

@@ -1,8 +1,9 @@
 //! What the OpenAPI 3.1 document of every HTTP route (`GET /openapi.json`, docs/api.md) says
 //! beyond the handlers' own `#[utoipa::path]`s: its header, groups and callers, the refusals
 //! every route shares, and the types that describe answers the handlers write as JSON of
-//! LangGraph's, OpenAI's or the chat contract's shapes (and types of other crates that answers
-//! carry); `crates/cli/tests/openapi.rs` has schemathesis check every answer against them. The
+//! LangGraph's, OpenAI's or the chat contract's shapes (the types of other crates that answers
+//! carry describe themselves, behind those crates' `openapi` feature);
+//! `crates/cli/tests/openapi.rs` has schemathesis check every answer against them. The
 //! handlers use this module; it uses none of them ([`crate::routes`] assembles the document).
 
 use std::collections::BTreeMap;
@@ -271,65 +272,6 @@ pub(crate) struct SseEvent {
 pub(crate) struct Status {
     /// `ok`; `ready` or `not ready`.
     status: String,
-}
-
-/// One of a person's conversations, as a list shows it.
-#[derive(ToSchema)]
-#[allow(dead_code)] // describes toolgraph_conversations::ConversationSummary
-pub(crate) struct ConversationSummary {
-    id: i64,
-    /// The agent it talks to.
-    agent: String,
-    /// Its first message, cut at 80 characters.
-    title: String,
-}
-
-/// The version an agent serves, and a newer declaration that failed its checks.
-#[derive(ToSchema)]
-#[allow(dead_code)] // describes toolgraph_agents::chat_agent::Revision
-pub(crate) struct Revision {
-    /// The digest of the declaration new turns run on; `null` for a graph built in code.
-    version: Option<String>,
-    refused: Option<RefusedRevision>,
-}
-
-/// A declaration that failed its checks.
-#[derive(ToSchema)]
-#[allow(dead_code)] // a description of an answer: never built
-pub(crate) struct RefusedRevision {
-    version: String,
-    /// Each problem, `file:line: field: message`.
-    errors: Vec<String>,
-}
-
-/// A checkpoint as a conversation's history lists it.
-#[derive(ToSchema)]
-#[allow(dead_code)] // describes toolgraph_graph::CheckpointMeta
-pub(crate) struct CheckpointMeta {
-    seq: u64,
-    /// The run that wrote it.
-    run_id: String,
-    /// `input`, `step`, `interrupt`, `decision` or `stop`.
-    kind: String,
-    /// The node that produced it.
-    node: Option<String>,
-    /// The node that runs next.
-    next: Option<String>,
-    /// The version of the declaration that wrote it.
-    graph_version: Option<String>,
-    /// When it was written, ms since the Unix epoch.
-    created_at_ms: i64,
-}
-
-/// An interrupt waiting for a decision.
-#[derive(ToSchema)]
-#[allow(dead_code)] // describes toolgraph_graph::PendingInterrupt
-pub(crate) struct PendingInterrupt {
-    id: String,
-    /// The node's key.
-    key: String,
-    /// What the node asks about.
-    payload: serde_json::Value,
 }
 
 /// `POST /search`'s answer.

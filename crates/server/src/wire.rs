@@ -222,7 +222,6 @@ pub const MAX_MESSAGE_CHARS: usize = 4000;
 /// `GET /api/chatbot/conversations`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConversationList {
-    #[schema(value_type = Vec<crate::openapi::ConversationSummary>)]
     pub conversations: Vec<toolgraph_conversations::ConversationSummary>,
 }
 
@@ -257,7 +256,6 @@ pub struct AgentList {
 pub struct AgentEntry {
     pub name: String,
     #[serde(flatten)]
-    #[schema(value_type = crate::openapi::Revision)]
     pub revision: toolgraph_agents::chat_agent::Revision,
 }
 
@@ -266,7 +264,6 @@ pub struct AgentEntry {
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointList {
     pub conversation_id: ConversationId,
-    #[schema(value_type = Vec<crate::openapi::CheckpointMeta>)]
     pub checkpoints: Vec<toolgraph_graph::CheckpointMeta>,
 }
 
@@ -277,7 +274,6 @@ pub struct Checkpoint {
     pub conversation_id: ConversationId,
     pub seq: u64,
     pub next: Option<String>,
-    #[schema(value_type = Vec<crate::openapi::PendingInterrupt>)]
     pub pending: Vec<toolgraph_graph::PendingInterrupt>,
     /// Each decided interrupt's decision, by interrupt id.
     #[schema(value_type = Object)]

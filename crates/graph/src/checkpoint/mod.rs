@@ -64,6 +64,7 @@ impl std::fmt::Display for ThreadId {
 
 /// What a record marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RecordKind {
     /// A run's input (a new turn); also claims the thread for the run.
@@ -167,6 +168,7 @@ impl DerivedRows {
 
 /// A checkpoint as history lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointMeta {
     /// Position in the thread.
     pub seq: u64,
@@ -180,6 +182,7 @@ pub struct CheckpointMeta {
     pub next: Option<String>,
     /// The version of the graph that wrote it, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub graph_version: Option<Arc<str>>,
     /// When it was written (ms since the Unix epoch).
     pub created_at_ms: i64,
