@@ -106,19 +106,9 @@ async fn ag_uis_conformance_validator_finds_nothing_wrong_in_the_doors_streams()
          next = \"answer\"\n[nodes.answer]\nkind = \"model\"\ntools = []\n",
     )
     .unwrap();
-    let config = dir.path().join("toolgraph.toml");
     let sorter = format!("[agents.sorter]\ngraph_file = \"{}\"\n", dir.path().join("sorter.toml").display());
-    std::fs::write(&config, common::api_key_config(KEY, false) + &sorter).unwrap();
-    let port = common::free_port();
-    let serve = common::serve_command(dir.path(), &model, port)
-        .arg("--config")
-        .arg(&config)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _serve = common::ServeProcess(serve);
-    let base = format!("http://127.0.0.1:{port}");
-    common::wait_ready(&base).await;
+    let config = common::api_key_config(KEY, false) + &sorter;
+    let (_serve, base, _dir) = common::serve_in(dir, &model, &config, &[]).await;
     let url = format!("{base}/ag-ui/assistant");
     let headers = [format!("Authorization: Bearer {KEY}"), "X-Tenant-Slug: demo".to_owned(), "X-User-Id: 1".to_owned()];
 

@@ -5,12 +5,12 @@
 //! or fall outside the document — its status, content type, headers and body.
 
 mod common;
-use common::{ServeProcess, free_port, serve_command, wait_ready};
+use common::serve_in;
 
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use toolgraph_testkit::interop::schemathesis;
 
 const KEY: &str = "sk-test-openapi";
@@ -26,24 +26,13 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     model.set_responder(|_| Reply::text("It is 84."));
     // The tenant, person and agent the document's examples name (a fresh install's), behind a
     // key bound to that tenant; MCP served too, so every route of the document answers.
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolgraph.toml");
     let digest = toolgraph_server::auth::hash_api_key(KEY);
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nauth = \"api_key\"\n[server.api_keys]\ndefault = \"{digest}\"\n[server.api_key_tenants]\ndefault = 1\n\
-             [mcp]\nhttp = true\n[rag]\nembedding = \"none\"\n[agents.assistant]\nsystem_prompt = \"You are the assistant.\"\n\
-             tools = [\"calculator\", \"note_write\"]\n"
-        ),
-    )
-    .unwrap();
-    let port = free_port();
-    let serve =
-        serve_command(dir.path(), &model, port).arg("--config").arg(&config).stderr(Stdio::null()).spawn().unwrap();
-    let _serve = ServeProcess(serve);
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let config = format!(
+        "[server]\nauth = \"api_key\"\n[server.api_keys]\ndefault = \"{digest}\"\n[server.api_key_tenants]\ndefault = 1\n\
+         [mcp]\nhttp = true\n[rag]\nembedding = \"none\"\n[agents.assistant]\nsystem_prompt = \"You are the assistant.\"\n\
+         tools = [\"calculator\", \"note_write\"]\n"
+    );
+    let (_serve, base, dir) = serve_in(tempfile::tempdir().unwrap(), &model, &config, &[]).await;
 
     let document: Value = reqwest::get(format!("{base}/openapi.json")).await.unwrap().json().await.unwrap();
     let operations: BTreeSet<String> = document["paths"]

@@ -265,12 +265,23 @@ pub async fn serve_with_key(
     env: &[(&str, &str)],
 ) -> (ServeProcess, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, api_key_config(key, helper)).unwrap();
+    serve_in(dir, model, &api_key_config(key, helper), env).await
+}
+
+/// `toolgraph serve` on `model` in `dir` with `config` as its `toolgraph.toml` (and `env`),
+/// ready: the process, its base URL and `dir` (files the config names can be written there first).
+pub async fn serve_in(
+    dir: tempfile::TempDir,
+    model: &ScriptedModelServer,
+    config: &str,
+    env: &[(&str, &str)],
+) -> (ServeProcess, String, tempfile::TempDir) {
+    let config_file = dir.path().join("toolgraph.toml");
+    std::fs::write(&config_file, config).unwrap();
     let port = free_port();
     let child = serve_command(dir.path(), model, port)
         .arg("--config")
-        .arg(&config)
+        .arg(&config_file)
         .envs(env.iter().copied())
         .stderr(Stdio::null())
         .spawn()
