@@ -246,6 +246,22 @@ pub trait ChatAgent: Send + Sync + 'static {
     /// # Errors
     /// A store failure.
     async fn fork(&self, from: &ThreadId, seq: u64, to: &ThreadId) -> Result<(), GraphError>;
+    /// Writes `values` into `thread`'s state from outside a run, as node `as_node` had
+    /// (LangGraph's `update_state`): a new checkpoint; the thread stays idle. Returns its number.
+    ///
+    /// # Errors
+    /// [`GraphError::UnknownNode`], [`GraphError::InvalidUpdate`] (the state refuses the
+    /// values: by default every agent's does), [`GraphError::AwaitingDecision`],
+    /// [`GraphError::ConcurrentRun`], a store failure.
+    async fn update_state(
+        &self,
+        thread: &ThreadId,
+        values: &Map<String, Value>,
+        as_node: Option<&str>,
+    ) -> Result<u64, GraphError> {
+        let _ = (thread, values, as_node);
+        Err(GraphError::InvalidUpdate("this agent's state takes no updates from outside a run".to_owned()))
+    }
     /// What one of its checkpoint records adds to conversation `conversation`.
     fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection;
     /// What an interrupt payload of this agent asks a person.
@@ -263,6 +279,16 @@ pub trait ChatState: State {
     fn action_request(payload: &Value) -> ActionRequest;
     /// What a checkpoint record adds to conversation `conversation`.
     fn project(conversation: i64, record: &CheckpointRecord) -> Projection;
+    /// The update that writes `values` (channel name → value) into this state from outside a
+    /// run (a person's correction, a message added between turns), checked against the state
+    /// as it is; a refusal says what does not fit. By default a state takes none.
+    ///
+    /// # Errors
+    /// A channel the state lacks or does not let a client write, a value that does not fit.
+    fn update_from(&self, values: &Map<String, Value>) -> Result<Self::Update, String> {
+        let _ = values;
+        Err("this agent's state takes no updates from outside a run".to_owned())
+    }
 }
 
 /// The pending actions a record's pause adds to conversation `conversation`, one per
@@ -393,6 +419,15 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
 
     async fn fork(&self, from: &ThreadId, seq: u64, to: &ThreadId) -> Result<(), GraphError> {
         self.graph.fork(from, seq, to).await
+    }
+
+    async fn update_state(
+        &self,
+        thread: &ThreadId,
+        values: &Map<String, Value>,
+        as_node: Option<&str>,
+    ) -> Result<u64, GraphError> {
+        self.graph.update_state(thread, as_node, |state| state.update_from(values)).await
     }
 
     fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection {

@@ -7,7 +7,7 @@
 
 use crate::chat_agent::{ActionRequest, ChatState, TurnInput, pending_actions};
 use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, Question, user_turn};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use toolgraph_conversations::{Projection, Role};
 use toolgraph_graph::CheckpointRecord;
 use toolgraph_llm::Message;
@@ -70,5 +70,76 @@ impl ChatState for AgentState {
 
     fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
         project(conversation, record)
+    }
+
+    fn update_from(&self, values: &Map<String, Value>) -> Result<AgentUpdate, String> {
+        added_messages(values).map(|messages| AgentUpdate { messages, ..AgentUpdate::default() })
+    }
+}
+
+/// The messages a state update adds: only `messages` may be written from outside a run (what
+/// the agent keeps besides — who is asking, tool bookkeeping, a declared graph's channels — is
+/// its own), and only what people and the model say, with text: a tool's result in the
+/// conversation is what the tool returned, a tool call is the model's (its result would be made
+/// up), and the system prompt is the agent's.
+fn added_messages(values: &Map<String, Value>) -> Result<Vec<Message>, String> {
+    if let Some(other) = values.keys().find(|k| *k != "messages") {
+        return Err(format!("`{other}` cannot be written from outside a run: only `messages` can"));
+    }
+    let Some(raw) = values.get("messages") else { return Ok(Vec::new()) };
+    let raw = match raw {
+        Value::Array(items) => items.clone(),
+        one @ Value::Object(_) => vec![one.clone()],
+        _ => return Err("`messages` is a list of messages".to_owned()),
+    };
+    let mut added = Vec::with_capacity(raw.len());
+    for (i, item) in raw.into_iter().enumerate() {
+        let message: Message = serde_json::from_value(item).map_err(|e| format!("messages[{i}]: {e}"))?;
+        let refused = match &message {
+            Message::System { .. } => Some("a system message cannot be added: the agent's prompt is its own"),
+            Message::Tool { .. } => Some("a tool's result cannot be written: it is what the tool returned"),
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                Some("tool calls cannot be written: they are the model's, and their results the tools'")
+            }
+            m if m.content().trim().is_empty() => Some("a message without text"),
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Err(format!("messages[{i}]: {why}"));
+        }
+        added.push(message);
+    }
+    Ok(added)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_state_update_adds_what_people_and_the_model_say_and_nothing_else() {
+        let added = added_messages(&values(json!({"messages": [
+            {"role": "user", "content": "¿Y el lunes?"},
+            {"role": "assistant", "content": "El lunes no hay clase."},
+        ]})));
+        assert_eq!(added.unwrap(), [Message::user("¿Y el lunes?"), Message::assistant("El lunes no hay clase.")]);
+        let one = added_messages(&values(json!({"messages": {"role": "user", "content": "otra"}}))).unwrap();
+        assert_eq!(one, [Message::user("otra")], "one message, not in a list");
+        assert_eq!(added_messages(&values(json!({}))).unwrap(), []);
+
+        let refused = |v: Value| added_messages(&values(v)).unwrap_err();
+        assert!(refused(json!({"context": {"user_id": 9}})).contains("`context` cannot be written"));
+        assert!(refused(json!({"messages": [{"role": "system", "content": "obey"}]})).contains("system message"));
+        let call = json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "notes", "arguments": "{}"}]});
+        assert!(refused(json!({"messages": [call]})).contains("tool calls cannot be written"));
+        let result = json!({"role": "tool", "tool_call_id": "c1", "name": "notes", "content": "[]"});
+        assert!(refused(json!({"messages": [result]})).contains("what the tool returned"));
+        assert!(refused(json!({"messages": [{"role": "user", "content": " "}]})).contains("without text"));
+        assert!(refused(json!({"messages": [{"role": "robot", "content": "x"}]})).starts_with("messages[0]:"));
+        assert!(refused(json!({"messages": "hola"})).contains("a list of messages"));
     }
 }

@@ -266,6 +266,16 @@ impl ChatAgent for VersionedAgent {
         self.current().fork(from, seq, to).await
     }
 
+    async fn update_state(
+        &self,
+        thread: &ThreadId,
+        values: &serde_json::Map<String, serde_json::Value>,
+        as_node: Option<&str>,
+    ) -> Result<u64, GraphError> {
+        // Only an idle thread takes an update, and its next turn runs the current version.
+        self.current().update_state(thread, values, as_node).await
+    }
+
     fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection {
         self.read().current.project(conversation, record)
     }

@@ -475,6 +475,67 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert!(last_said(&saw["inbox_edited"]).unwrap().contains("arguments_edited_by_user"));
 }
 
+/// A thread's state updated through the Python SDK (`update_state`, as the `agent` node), read
+/// by the next turn's model, and forked by a run and by an update from an earlier checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_sdk_updates_a_threads_state_and_forks_it_from_an_earlier_checkpoint() {
+    let Some(python) = langgraph_python() else { return };
+    let model =
+        ScriptedModelServer::start(vec![Reply::text("Son 42."), Reply::text("Son 54."), Reply::text("Son 60.")])
+            .await
+            .unwrap();
+    let (mut serve, base, _dir) = serve_with_key(&model, KEY, false, &[]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_state.py");
+    let mut client = Command::new(python);
+    client.arg(script).arg(&base).arg(KEY);
+    let saw = client_json(client).await;
+    let requests = model.requests();
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    let texts = |values: &Value| -> Vec<String> {
+        values["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).map(str::to_owned).collect()
+    };
+    assert_eq!(saw["before_any_run"]["status"], 409, "{}", saw["before_any_run"]);
+    // The update: a checkpoint after the first turn's last, written as the `agent` node.
+    let end_of_first: u64 = saw["end_of_first"].as_str().unwrap().parse().unwrap();
+    let updated = &saw["updated"]["checkpoint"];
+    assert_eq!(updated["checkpoint_id"].as_str().map(str::parse::<u64>), Some(Ok(end_of_first + 1)), "{updated}");
+    let state = &saw["state"];
+    assert_eq!(texts(&state["values"]), ["¿Cuánto es 6 por 7?", "Son 42.", "Y 6 por 8 son 48."], "{state}");
+    assert_eq!(state["values"]["messages"][2]["type"], "ai");
+    assert_eq!((&state["checkpoint"]["checkpoint_id"], &state["next"]), (&updated["checkpoint_id"], &json!([])));
+    let history = &saw["history"];
+    assert_eq!(history[0]["metadata"]["source"], "agent", "{history}");
+    assert_eq!(history[0]["parent_checkpoint"]["checkpoint_id"], saw["end_of_first"], "{history}");
+    for (case, says) in [
+        ("unknown_node", "no node `nope`"),
+        ("context", "`context` cannot be written"),
+        ("tool_call", "tool calls cannot be written"),
+    ] {
+        let refused = &saw[case];
+        assert_eq!(refused["status"], 422, "{case}: {refused}");
+        assert!(refused["body"].to_string().contains(says), "{case}: {refused}");
+    }
+    // The next turn's model read the update; the fork's did not, nor the turn after it.
+    let sent = |i: usize| requests[i]["messages"].to_string();
+    assert!(sent(1).contains("Y 6 por 8 son 48."), "{}", sent(1));
+    assert!(!sent(2).contains("6 por 8") && !sent(2).contains("6 por 9") && sent(2).contains("Son 42."), "{}", sent(2));
+    assert_eq!(texts(&saw["second"]).last().map(String::as_str), Some("Son 54."));
+    assert_eq!(texts(&saw["forked"]), ["¿Cuánto es 6 por 7?", "Son 42.", "¿Y 6 por 10?", "Son 60."]);
+    let forked_history = saw["forked_history"].to_string();
+    assert!(
+        !forked_history.contains("6 por 8") && !forked_history.contains("6 por 9"),
+        "the fork's history: {forked_history}"
+    );
+    // An update from that checkpoint again: another fork, with the update on it.
+    assert_eq!(
+        texts(&saw["state_after_earlier"]["values"]),
+        ["¿Cuánto es 6 por 7?", "Son 42.", "Otra pregunta.", "Otra respuesta."]
+    );
+    assert_eq!(saw["no_such_checkpoint"]["status"], 404, "{}", saw["no_such_checkpoint"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
     let Some(entry) = langgraph_js() else { return };
@@ -492,6 +553,7 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
         // Slow: rolled back by the next run.
         Reply::Stream(vec![Step::Pause(Duration::from_secs(10)), Step::Text("Tarde.".into()), Step::Done]),
         Reply::text("Sigo."),
+        Reply::text("Ahora sí."),
     ])
     .await
     .unwrap();
@@ -555,5 +617,13 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
     assert!(read("No, el martes."), "the rejection's message reached the model");
     assert!(read("Ya lo tengo."), "the response reached the model");
     assert!(read("arguments_edited_by_user"), "the model read which arguments ran");
+    // The state update, from the JS client: the last message, written as `agent`; the run from
+    // the checkpoint before it goes on without it.
+    let updated = &saw["updated_state"];
+    assert_eq!(last(&updated["values"]), Some(json!("Nota al margen.")), "{updated}");
+    assert_eq!(updated["checkpoint"]["checkpoint_id"], saw["updated"]["checkpoint"]["checkpoint_id"]);
+    assert_eq!(last(&saw["forked"]), Some(json!("Ahora sí.")), "{}", saw["forked"]);
+    assert!(!saw["forked"].to_string().contains("Nota al margen."), "{}", saw["forked"]);
+    assert!(saw["forked"].to_string().contains("Sigo."), "the turns before the checkpoint stay: {}", saw["forked"]);
     assert_eq!(saw["deleted"]["status"], 404, "{}", saw["deleted"]);
 }

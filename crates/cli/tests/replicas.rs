@@ -519,7 +519,7 @@ async fn a_dropped_database_connection_loses_no_event() {
 
 /// A LangGraph thread rejoins only its own runs, on the replica that ran it and on another
 /// (which reads the run from the shared store): another thread of the same person naming the
-/// run gets 404 on both.
+/// run gets 404 on both. While it runs, the other replica sees the thread `busy`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_joins_only_its_own_runs_on_any_replica() {
     let Some(cluster) = Cluster::new().await else { return };
@@ -545,7 +545,31 @@ async fn a_thread_joins_only_its_own_runs_on_any_replica() {
     let body = json!({"assistant_id": "assistant", "stream_mode": "values",
                       "input": {"messages": [{"role": "user", "content": "cuenta hasta doce"}]}});
     let url = format!("{}/threads/{own}/runs/stream", a.base);
-    let streamed = asks(client().post(url)).json(&body).send().await.unwrap().text().await.unwrap();
+    let running = tokio::spawn(asks(client().post(url)).json(&body).send());
+    // While replica a runs it (twelve words, 120 ms apart), replica b sees the thread busy, and
+    // finds it by that status.
+    let status_on_b = || async {
+        let thread: Value =
+            asks(client().get(format!("{}/threads/{own}", b.base))).send().await.unwrap().json().await.unwrap();
+        thread["status"].as_str().unwrap_or_default().to_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while status_on_b().await != "busy" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status_on_b().await, "busy", "a run of replica a, seen from b");
+    let found: Value = asks(client().post(format!("{}/threads/search", b.base)))
+        .json(&json!({"status": "busy"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = found.as_array().unwrap().iter().filter_map(|t| t["thread_id"].as_str()).collect();
+    assert_eq!(ids, [own.as_str()], "{found}");
+    let streamed = running.await.unwrap().unwrap().text().await.unwrap();
+    assert_eq!(status_on_b().await, "idle", "once the run ended");
     let metadata =
         streamed.split("\n\n").find(|e| e.contains("event: metadata")).unwrap_or_else(|| panic!("{streamed}"));
     let data: Value = serde_json::from_str(metadata.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap();

@@ -59,7 +59,8 @@ const SQLITE_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = toolg
         "1006_turn_usage.sql",
         "1007_retention.sql",
         "1008_uploads.sql",
-        "1009_item_vectors.sql"
+        "1009_item_vectors.sql",
+        "1010_thread_branches.sql"
     ]
 );
 /// The conversation tables' migrations on PostgreSQL: conversations, leases, run events,
@@ -79,6 +80,7 @@ const POSTGRES_MIGRATIONS: toolgraph_graph::migrations::EmbeddedMigrations = too
         "1010_retention.sql",
         "1011_uploads.sql",
         "1012_item_vectors.sql",
+        "1013_thread_branches.sql",
     ]
 );
 
@@ -448,6 +450,24 @@ pub trait ConversationStore: Send + Sync + 'static {
         _metadata: Option<&serde_json::Map<String, Value>>,
         _conversation: Option<i64>,
     ) -> Result<bool, StoreError> {
+        Err(no_threads())
+    }
+    /// Moves thread `id` from conversation `from` to conversation `to` (a fork of it, theirs
+    /// too), if it is still bound to `from`; marks it changed, and keeps `from` as one of its
+    /// [`thread_branches`](Self::thread_branches) (`to` is no longer one). Whether it moved.
+    async fn rebind_thread(
+        &self,
+        _tenant: i64,
+        _user: i64,
+        _id: &str,
+        _from: i64,
+        _to: i64,
+    ) -> Result<bool, StoreError> {
+        Err(no_threads())
+    }
+    /// The conversations thread `id` left for another ([`rebind_thread`](Self::rebind_thread))
+    /// that still exist: deleted with the thread.
+    async fn thread_branches(&self, _tenant: i64, _user: i64, _id: &str) -> Result<Vec<i64>, StoreError> {
         Err(no_threads())
     }
     /// Deletes thread `id` of `tenant`/`user` (not its conversation); what it was.

@@ -29,6 +29,8 @@ struct MemoryInner {
     messages: Vec<(i64, StoredMessage)>,
     pending: Vec<PendingAction>,
     threads: Vec<Thread>,
+    /// `(tenant, user, thread, conversation)`: the conversations each thread left.
+    branches: Vec<(i64, i64, String, i64)>,
     /// By (tenant, user, namespace, key).
     items: BTreeMap<(i64, i64, Vec<String>, String), MemoryItem>,
     /// `(tenant, user, conversation, usage)`, in the order recorded.
@@ -76,6 +78,10 @@ impl MemoryInner {
         self.messages.retain(|(c, _)| !gone.contains(c));
         self.pending.retain(|p| !gone.contains(&p.action.conversation_id));
         self.threads.retain(|t| !t.conversation.is_some_and(|c| gone.contains(&c)));
+        let threads = &self.threads;
+        self.branches.retain(|(t, u, th, c)| {
+            !gone.contains(c) && threads.iter().any(|x| x.tenant == *t && x.user == *u && x.id == *th)
+        });
         gone
     }
 }
@@ -323,8 +329,34 @@ impl ConversationStore for MemoryConversationStore {
         Ok(true)
     }
 
+    async fn rebind_thread(&self, tenant: i64, user: i64, id: &str, from: i64, to: i64) -> Result<bool, StoreError> {
+        let mut g = self.lock();
+        if !g.conversations.get(&to).is_some_and(|(t, u, _, _)| *t == tenant && *u == user) {
+            return Ok(false);
+        }
+        let found = g.threads.iter_mut().find(|t| t.id == id && t.tenant == tenant && t.user == user);
+        let Some(t) = found.filter(|t| t.conversation == Some(from)) else { return Ok(false) };
+        t.conversation = Some(to);
+        t.updated_at_ms = now_ms().max(t.updated_at_ms + 1);
+        let branch = (tenant, user, id.to_owned(), from);
+        if !g.branches.contains(&branch) {
+            g.branches.push(branch);
+        }
+        g.branches.retain(|b| *b != (tenant, user, id.to_owned(), to));
+        Ok(true)
+    }
+
+    async fn thread_branches(&self, tenant: i64, user: i64, id: &str) -> Result<Vec<i64>, StoreError> {
+        let g = self.lock();
+        let mut ids: Vec<i64> =
+            g.branches.iter().filter(|(t, u, th, _)| *t == tenant && *u == user && th == id).map(|b| b.3).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
     async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
         let mut g = self.lock();
+        g.branches.retain(|(t, u, th, _)| !(*t == tenant && *u == user && th == id));
         let at = g.threads.iter().position(|t| t.id == id && t.tenant == tenant && t.user == user);
         Ok(at.map(|i| g.threads.remove(i)))
     }

@@ -510,8 +510,63 @@ impl ConversationStore for PostgresConversationStore {
         Ok(n == 1)
     }
 
+    async fn rebind_thread(&self, tenant: i64, user: i64, id: &str, from: i64, to: i64) -> Result<bool, StoreError> {
+        let mut s = self.db.session().await?;
+        // One statement: the move and its branch record commit together.
+        let moved: i64 = sqlx::query_scalar(
+            "WITH moved AS (
+                 UPDATE threads SET conversation_id = $5, updated_at_ms = GREATEST($6, updated_at_ms + 1)
+                 WHERE thread_id = $1 AND tenant_id = $2 AND user_id = $3 AND conversation_id = $4
+                   AND EXISTS (SELECT 1 FROM conversations WHERE id = $5 AND tenant_id = $2 AND user_id = $3)
+                 RETURNING 1
+             ), kept AS (
+                 INSERT INTO thread_branches (tenant_id, user_id, thread_id, conversation_id)
+                 SELECT $2, $3, $1, $4 FROM moved ON CONFLICT DO NOTHING
+             ), current AS (
+                 DELETE FROM thread_branches
+                 WHERE tenant_id = $2 AND user_id = $3 AND thread_id = $1 AND conversation_id = $5
+                   AND EXISTS (SELECT 1 FROM moved)
+             )
+             SELECT count(*) FROM moved",
+        )
+        .bind(id)
+        .bind(tenant)
+        .bind(user)
+        .bind(from)
+        .bind(to)
+        .bind(now_ms())
+        .persistent(self.db.persistent())
+        .fetch_one(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(moved == 1)
+    }
+
+    async fn thread_branches(&self, tenant: i64, user: i64, id: &str) -> Result<Vec<i64>, StoreError> {
+        let mut s = self.db.session().await?;
+        let ids = sqlx::query_scalar(
+            "SELECT conversation_id FROM thread_branches
+             WHERE tenant_id = $1 AND user_id = $2 AND thread_id = $3 ORDER BY conversation_id",
+        )
+        .bind(tenant)
+        .bind(user)
+        .bind(id)
+        .persistent(self.db.persistent())
+        .fetch_all(&mut *s)
+        .await?;
+        s.finish().await?;
+        Ok(ids)
+    }
+
     async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
         let mut s = self.db.session().await?;
+        sqlx::query("DELETE FROM thread_branches WHERE thread_id = $1 AND tenant_id = $2 AND user_id = $3")
+            .bind(id)
+            .bind(tenant)
+            .bind(user)
+            .persistent(self.db.persistent())
+            .execute(&mut *s)
+            .await?;
         let row = sqlx::query(&format!(
             "DELETE FROM threads WHERE thread_id = $1 AND tenant_id = $2 AND user_id = $3 RETURNING {THREAD_COLUMNS}"
         ))

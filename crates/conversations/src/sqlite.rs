@@ -457,9 +457,54 @@ impl ConversationStore for SqliteConversationStore {
         .await
     }
 
+    async fn rebind_thread(&self, tenant: i64, user: i64, id: &str, from: i64, to: i64) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let n = tx.execute(
+                "UPDATE threads SET conversation_id = ?5, updated_at_ms = MAX(?6, updated_at_ms + 1)
+                 WHERE thread_id = ?1 AND tenant_id = ?2 AND user_id = ?3 AND conversation_id = ?4
+                   AND EXISTS (SELECT 1 FROM conversations WHERE id = ?5 AND tenant_id = ?2 AND user_id = ?3)",
+                params![id, tenant, user, from, to, now_ms()],
+            )?;
+            if n == 1 {
+                tx.execute(
+                    "INSERT OR IGNORE INTO thread_branches (tenant_id, user_id, thread_id, conversation_id)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![tenant, user, id, from],
+                )?;
+                tx.execute(
+                    "DELETE FROM thread_branches
+                     WHERE tenant_id = ?1 AND user_id = ?2 AND thread_id = ?3 AND conversation_id = ?4",
+                    params![tenant, user, id, to],
+                )?;
+            }
+            tx.commit()?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn thread_branches(&self, tenant: i64, user: i64, id: &str) -> Result<Vec<i64>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            let mut q = c.prepare_cached(
+                "SELECT conversation_id FROM thread_branches
+                 WHERE tenant_id = ?1 AND user_id = ?2 AND thread_id = ?3 ORDER BY conversation_id",
+            )?;
+            let ids = q.query_map(params![tenant, user, id], |r| r.get(0))?.collect::<Result<Vec<i64>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
     async fn delete_thread(&self, tenant: i64, user: i64, id: &str) -> Result<Option<Thread>, StoreError> {
         let id = id.to_owned();
         self.call(move |c| {
+            c.prepare_cached(
+                "DELETE FROM thread_branches WHERE thread_id = ?1 AND tenant_id = ?2 AND user_id = ?3",
+            )?
+            .execute(params![id, tenant, user])?;
             c.prepare_cached(&format!(
                 "DELETE FROM threads WHERE thread_id = ?1 AND tenant_id = ?2 AND user_id = ?3 RETURNING {THREAD_COLUMNS}"
             ))?

@@ -274,6 +274,35 @@ async fn threads_belong_to_their_owner_and_bind_one_conversation(store: &dyn Con
     assert!(store.update_thread(7, 1, "t-1", Some(&metadata), None).await.unwrap());
     assert_eq!(store.thread(7, 1, "t-1").await.unwrap().unwrap().metadata, metadata);
 
+    // A fork moves it, only from the conversation it is bound to, and only its owner's.
+    let fork = store.create_conversation(7, 1, "tutor").await.unwrap();
+    assert!(!store.rebind_thread(7, 1, "t-1", other, fork).await.unwrap(), "not bound to that one");
+    assert!(!store.rebind_thread(7, 2, "t-1", c, fork).await.unwrap(), "not another user's");
+    assert_eq!(store.thread(7, 1, "t-1").await.unwrap().unwrap().conversation, Some(c));
+    let someone_elses = store.create_conversation(7, 2, "tutor").await.unwrap();
+    assert!(!store.rebind_thread(7, 1, "t-1", c, someone_elses).await.unwrap(), "not to another's conversation");
+    assert!(store.rebind_thread(7, 1, "t-1", c, fork).await.unwrap());
+    assert_eq!(store.thread(7, 1, "t-1").await.unwrap().unwrap().conversation, Some(fork));
+    assert_eq!(store.thread_branches(7, 1, "t-1").await.unwrap(), [c], "the branch it left");
+    assert_eq!(store.thread_branches(7, 2, "t-1").await.unwrap(), Vec::<i64>::new(), "only its owner's");
+    assert!(store.rebind_thread(7, 1, "t-1", fork, c).await.unwrap(), "and back");
+    assert_eq!(store.thread_branches(7, 1, "t-1").await.unwrap(), [fork], "its current one is no branch");
+    assert!(store.delete_conversation(7, 1, fork).await.unwrap());
+    assert_eq!(store.thread_branches(7, 1, "t-1").await.unwrap(), Vec::<i64>::new(), "a deleted branch goes");
+    // A thread gone with its conversation takes its branch rows: a new thread of its id has none.
+    assert!(store.create_thread(&thread("t-b", 7, 1, 5)).await.unwrap());
+    let (left, now) = (
+        store.create_conversation(7, 1, "tutor").await.unwrap(),
+        store.create_conversation(7, 1, "tutor").await.unwrap(),
+    );
+    assert!(store.update_thread(7, 1, "t-b", None, Some(left)).await.unwrap());
+    assert!(store.rebind_thread(7, 1, "t-b", left, now).await.unwrap());
+    assert!(store.delete_conversation(7, 1, now).await.unwrap());
+    assert_eq!(store.thread(7, 1, "t-b").await.unwrap(), None);
+    assert!(store.create_thread(&thread("t-b", 7, 1, 6)).await.unwrap());
+    assert_eq!(store.thread_branches(7, 1, "t-b").await.unwrap(), Vec::<i64>::new(), "not inherited");
+    assert!(store.delete_thread(7, 1, "t-b").await.unwrap().is_some());
+
     // Deleting its conversation takes the thread; deleting a thread leaves its conversation
     // to the caller; deleting a user takes their threads.
     assert!(store.delete_conversation(7, 1, c).await.unwrap());

@@ -91,6 +91,12 @@ pub enum GraphError {
     /// Nothing to resume.
     #[error("thread '{0}' has nothing to resume")]
     NothingToResume(String),
+    /// A state update named a node the graph does not have.
+    #[error("the graph has no node '{0}'")]
+    UnknownNode(String),
+    /// A state update the state cannot take (a channel it lacks, a value that does not fit).
+    #[error("the update does not fit the state: {0}")]
+    InvalidUpdate(String),
     /// No such thread or checkpoint.
     #[error("thread '{thread}' has no checkpoint {seq:?}")]
     NotFound {

@@ -283,6 +283,62 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         Ok(())
     }
 
+    /// Writes an update to `thread` from outside any run, as node `as_node` had written it
+    /// (LangGraph's `update_state`): one step record, its state the head's with the update
+    /// applied by the channels' reducers. `update` makes the update from the state it will be
+    /// applied to (so it can check it against the conversation so far). The thread stays
+    /// idle: the next run starts a turn from the updated state. Returns the record's number.
+    ///
+    /// # Errors
+    /// [`GraphError::UnknownNode`] for an `as_node` the graph lacks;
+    /// [`GraphError::InvalidUpdate`] when `update` refuses; [`GraphError::AwaitingDecision`]
+    /// while a pause waits; [`GraphError::ConcurrentRun`] while a run holds the thread (or
+    /// another writer got there first); a store failure.
+    pub async fn update_state(
+        &self,
+        thread: &ThreadId,
+        as_node: Option<&str>,
+        update: impl FnOnce(&S) -> Result<S::Update, String>,
+    ) -> Result<u64, GraphError> {
+        if let Some(node) = as_node
+            && !self.inner.nodes.contains_key(node)
+        {
+            return Err(GraphError::UnknownNode(node.to_owned()));
+        }
+        let cached = self.inner.heads.take(thread);
+        let mut head = self.catch_up(thread, cached).await?.unwrap_or_else(ThreadState::empty);
+        if head.next.is_some() && head.pending.is_empty() {
+            // A run holds the head (taken from the cache, as `start` leaves it): not put back.
+            return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
+        }
+        let made = if head.pending.is_empty() {
+            update(&head.state).map_err(GraphError::InvalidUpdate)
+        } else {
+            Err(GraphError::AwaitingDecision { thread: thread.to_string(), pending: head.pending.len() })
+        };
+        let update = match made {
+            Ok(update) => update,
+            Err(e) => {
+                self.inner.heads.put(thread.clone(), head);
+                return Err(e);
+            }
+        };
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let mut rec = self.record(head.version + 1, &run_id, RecordKind::Step);
+        rec.node = as_node.map(str::to_owned);
+        rec.updates.push(serde_json::value::to_raw_value(&update)?);
+        // Written before the head changes: a refused write leaves the cached head as it was
+        // (dropped here, read again next time).
+        self.write(thread, &rec).await?;
+        Arc::make_mut(&mut head.state).apply(update);
+        head.version = rec.seq;
+        head.last_at_ms = rec.created_at_ms;
+        head.head_run = run_id;
+        head.decisions.clear();
+        self.inner.heads.put(thread.clone(), head);
+        Ok(rec.seq)
+    }
+
     /// Starts a turn on `thread` with `input` applied first.
     ///
     /// # Errors

@@ -313,6 +313,58 @@ async fn fork_from_an_earlier_checkpoint(b: &Backend) {
     assert!(matches!(g.state_at(&thread(6), 99).await, Err(GraphError::NotFound { .. })));
 }
 
+async fn a_state_update_is_a_step_of_the_node_it_names_and_the_next_turn_reads_it(b: &Backend) {
+    let g = echo_graph(b.open().await);
+    let t = thread(60);
+    g.start(&t, say("uno"), RunOptions::default()).await.unwrap().outcome().await;
+    let seq = g
+        .update_state(&t, Some("echo"), |s| {
+            assert_eq!(s.log, ["uno", "echo: uno"], "the update is made from the head's state");
+            Ok(say("echo: corrected"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(seq, 3);
+    let last = g.history(&t).await.unwrap().pop().unwrap();
+    assert_eq!((last.seq, last.kind, last.node.as_deref()), (3, RecordKind::Step, Some("echo")));
+    let head = g.thread_state(&t).await.unwrap().unwrap();
+    assert_eq!(head.state.log, ["uno", "echo: uno", "echo: corrected"]);
+    assert!(head.next.is_none(), "the thread stays idle");
+    // Another process reads the same.
+    let other = echo_graph(b.open().await);
+    assert_eq!(other.thread_state(&t).await.unwrap().unwrap().state.log, head.state.log);
+    let out = g.start(&t, say("dos"), RunOptions::default()).await.unwrap().outcome().await;
+    assert_eq!(&out.state().log[3..], ["dos", "echo: dos"]);
+
+    // Refusals write nothing.
+    assert!(
+        matches!(g.update_state(&t, Some("nope"), |_| Ok(say("x"))).await, Err(GraphError::UnknownNode(n)) if n == "nope")
+    );
+    let refused = g.update_state(&t, None, |_| Err("no such channel".to_owned())).await;
+    assert!(matches!(refused, Err(GraphError::InvalidUpdate(m)) if m == "no such channel"));
+    assert_eq!(g.history(&t).await.unwrap().len(), 5);
+
+    let paused = approval_graph(b.open().await);
+    let p = thread(61);
+    paused.start(&p, say("do both"), RunOptions::default()).await.unwrap().outcome().await;
+    let refused = paused.update_state(&p, None, |_| Ok(say("sneaked in"))).await;
+    assert!(matches!(refused, Err(GraphError::AwaitingDecision { pending: 2, .. })), "{refused:?}");
+    assert!(!paused.thread_state(&p).await.unwrap().unwrap().state.log.contains(&"sneaked in".to_owned()));
+
+    let hanging = hanging_graph(b.open().await);
+    let h = thread(62);
+    let mut run = hanging.start(&h, say("slow"), RunOptions::default()).await.unwrap();
+    loop {
+        match run.next_event().await {
+            Some(RunEvent::NodeStarted { .. }) => break,
+            Some(_) => {}
+            None => panic!("the run ended before its node started"),
+        }
+    }
+    let refused = hanging.update_state(&h, None, |_| Ok(say("mid-run"))).await;
+    assert!(matches!(refused, Err(GraphError::ConcurrentRun { .. })), "{refused:?}");
+}
+
 /// Each seq of `t` and the state it reads.
 async fn states(g: &CompiledGraph<Chat, Deps>, t: &ThreadId) -> Vec<(u64, RecordKind, Chat)> {
     let mut out = Vec::new();
@@ -566,6 +618,7 @@ macro_rules! suite {
             case!(a_panicking_node_fails_the_run_not_the_process);
             case!(concurrent_runs_on_one_thread_never_interleave);
             case!(fork_from_an_earlier_checkpoint);
+            case!(a_state_update_is_a_step_of_the_node_it_names_and_the_next_turn_reads_it);
             case!(a_finished_thread_is_compacted_to_its_last_checkpoints_which_read_the_same);
             case!(a_paused_thread_is_not_compacted_nor_a_decision_kept_first);
             case!(a_truncated_thread_reads_as_before_its_last_run_here_and_in_a_cached_graph);

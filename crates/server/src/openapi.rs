@@ -383,6 +383,15 @@ pub(crate) struct ThreadState {
     created_at: Option<String>,
 }
 
+/// `POST /threads/{thread_id}/state`'s answer: the checkpoint the update made.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description of an answer: never built
+pub(crate) struct CheckpointRef {
+    /// `{thread_id, checkpoint_ns, checkpoint_id}`.
+    #[schema(value_type = Object)]
+    checkpoint: serde_json::Value,
+}
+
 /// A stream mode served.
 #[derive(ToSchema)]
 #[serde(rename_all = "kebab-case")]

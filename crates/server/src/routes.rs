@@ -82,7 +82,7 @@ fn keeping_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(threads::search))
         .routes(routes!(threads::count))
         .routes(routes!(threads::get, threads::update, threads::delete))
-        .routes(routes!(threads::get_state))
+        .routes(routes!(threads::get_state, threads::update_state))
         .routes(routes!(threads::copy))
         .routes(routes!(runs::get))
         .routes(routes!(runs::join))
@@ -800,6 +800,8 @@ mod openapi_tests {
             ("/threads/{thread_id}", "patch"),
             ("/threads/{thread_id}/history", "post"),
             ("/threads/{thread_id}/history", "get"),
+            ("/threads/{thread_id}/state", "get"),
+            ("/threads/{thread_id}/state", "post"),
             ("/store/items", "put"),
             ("/v1/chat/completions", "post"),
             ("/ag-ui/{agent}", "post"),

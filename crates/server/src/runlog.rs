@@ -420,15 +420,6 @@ impl RunLogs {
         logs
     }
 
-    /// The conversations of `owner` with a run in progress here.
-    pub fn busy_conversations(
-        &self,
-        owner: (i64, i64),
-    ) -> std::collections::HashSet<toolgraph_protocol::ConversationId> {
-        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.by_id.values().filter(|l| l.owner == owner && !l.outcome().0).map(|l| l.conversation).collect()
-    }
-
     /// Drops the logs of the runs in `scope` (their conversation, user or tenant was deleted):
     /// nobody can read them again, though a stream already open keeps its own.
     pub fn forget(&self, scope: toolgraph_conversations::RunScope) {

@@ -952,11 +952,6 @@ impl ChatService {
         self.runs_of(who, id).into_iter().find(|l| !l.outcome().0)
     }
 
-    /// `who`'s conversations with a run in progress on this replica.
-    pub fn busy_conversations(&self, who: &Principal) -> std::collections::HashSet<ConversationId> {
-        self.0.runs.busy_conversations(who.ids())
-    }
-
     /// Whether the service is shutting down (a cancelled run was stopped by it, not a client).
     pub(crate) fn shutting_down(&self) -> bool {
         self.0.shutdown.is_cancelled()
@@ -1274,13 +1269,114 @@ impl ChatService {
         }
     }
 
-    /// Deletes `who`'s thread `id` with its conversation, checkpoints and runs (as
+    /// Whether a run holds `who`'s conversation `id` now, on this replica or another (its last
+    /// checkpoint is a run's input, step or decisions with a node still to run — a pause whose
+    /// decisions are not all in yet reads the same, and is told apart by what it awaits): one
+    /// small read.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Internal`.
+    pub async fn run_in_progress(&self, who: &Principal, id: ConversationId) -> Result<bool, ChatError> {
+        if self.running_run(who, id).is_some() {
+            return Ok(true);
+        }
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        let store = agent.agent.checkpointer();
+        let Some((seq, _)) = store.head(&thread).await.map_err(internal)? else { return Ok(false) };
+        let last = store.load_from(&thread, seq).await.map_err(internal)?.pop();
+        Ok(last.is_some_and(|r| {
+            r.next.is_some() && matches!(r.kind, RecordKind::Input | RecordKind::Step | RecordKind::Decision)
+        }))
+    }
+
+    /// Moves `who`'s thread `id` from conversation `from` to `to` (a fork of it), if it is still
+    /// bound to `from`.
+    ///
+    /// # Errors
+    /// `Conflict` when it is no longer bound to `from` (another request moved it first) or is
+    /// not theirs; `Store`.
+    pub async fn rebind_thread(
+        &self,
+        who: &Principal,
+        id: &str,
+        from: ConversationId,
+        to: ConversationId,
+    ) -> Result<(), ChatError> {
+        let (tenant, user) = who.ids();
+        if self.0.store.rebind_thread(tenant, user, id, from.0, to.0).await? {
+            Ok(())
+        } else {
+            Err(ChatError::Conflict(format!("thread '{id}' moved to another conversation meanwhile")))
+        }
+    }
+
+    /// Writes `values` into `who`'s conversation `id` from outside a run, as node `as_node` of
+    /// its agent had (docs/langgraph.md, "Threads"): a checkpoint, committed with the messages it
+    /// adds to the conversation. Returns its number.
+    ///
+    /// # Errors
+    /// `NotFound` when it is not theirs; `Invalid` for a node the agent's graph lacks or values
+    /// its state does not take; `Busy` while a run holds it (on any replica); `Conflict` while
+    /// it waits for decisions; `Internal`.
+    pub async fn update_state(
+        &self,
+        who: &Principal,
+        id: ConversationId,
+        values: &Map<String, Value>,
+        as_node: Option<&str>,
+    ) -> Result<u64, ChatError> {
+        if self.running_run(who, id).is_some() {
+            return Err(ChatError::Busy);
+        }
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        // Held while it writes, as a turn is: no turn starts and no rollback takes back what is
+        // being written, on any replica. In a task of its own, so a request dropped meanwhile
+        // does not leave the conversation held until its lease runs out.
+        let claim = TurnClaim { run_id: format!("update-{}", uuid::Uuid::now_v7()), ..self.claim() };
+        let (service, writer, values, as_node) =
+            (self.clone(), Arc::clone(&agent.agent), values.clone(), as_node.map(str::to_owned));
+        let written = tokio::spawn(async move {
+            if !service.0.store.begin_turn(id.0, &claim).await? {
+                return Err(ChatError::Busy);
+            }
+            let written = writer.update_state(&thread, &values, as_node.as_deref()).await;
+            service.release(id.0, &claim.run_id).await;
+            Ok(written)
+        })
+        .await
+        .map_err(internal)??;
+        match written {
+            Ok(seq) => Ok(seq),
+            Err(GraphError::UnknownNode(node)) => Err(ChatError::Invalid {
+                field: "as_node".into(),
+                message: format!("the agent's graph has no node `{node}`: {}", node_names(&agent.agent.shape())),
+            }),
+            Err(GraphError::InvalidUpdate(message)) => Err(ChatError::Invalid { field: "values".into(), message }),
+            Err(GraphError::AwaitingDecision { .. }) => Err(ChatError::Conflict(
+                "the conversation waits for decisions: decide them (or cancel the run) before updating its state"
+                    .into(),
+            )),
+            Err(GraphError::ConcurrentRun { .. }) => Err(ChatError::Busy),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    /// Deletes `who`'s thread `id` with its conversation (and those it left for an earlier
+    /// checkpoint), checkpoints and runs (as
     /// [`ChatService::delete_conversation`] does, a turn running on it included).
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`, `Internal`.
     pub async fn delete_thread(&self, who: &Principal, id: &str) -> Result<(), ChatError> {
         let thread = self.thread(who, id).await?;
+        let (tenant, user) = who.ids();
+        // The branches it left for an earlier checkpoint first: they are the thread's too.
+        for branch in self.0.store.thread_branches(tenant, user, id).await? {
+            match self.delete_conversation(who, ConversationId(branch)).await {
+                Ok(()) | Err(ChatError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
         if let Some(conversation) = thread.conversation {
             match self.delete_conversation(who, ConversationId(conversation)).await {
                 // Its conversation is gone already (deleted on the academy routes).
@@ -1288,7 +1384,6 @@ impl ChatService {
                 Err(e) => return Err(e),
             }
         }
-        let (tenant, user) = who.ids();
         self.0.store.delete_thread(tenant, user, id).await?;
         Ok(())
     }
@@ -1454,6 +1549,17 @@ fn lookup(who: &Principal, conversation: ConversationId, message: MessageId) -> 
 
 fn internal(e: impl std::fmt::Display) -> ChatError {
     ChatError::Internal(e.to_string())
+}
+
+/// The nodes of `shape` a state update may name, for a refusal.
+fn node_names(shape: &toolgraph_graph::GraphShape) -> String {
+    let nodes: Vec<&str> = shape
+        .nodes
+        .iter()
+        .map(String::as_str)
+        .filter(|n| *n != toolgraph_graph::START && *n != toolgraph_graph::END)
+        .collect();
+    format!("its nodes are {}", nodes.join(", "))
 }
 
 #[cfg(test)]

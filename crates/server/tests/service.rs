@@ -857,6 +857,159 @@ async fn a_conversation_forks_at_a_checkpoint_and_goes_its_own_way(b: &str) {
     assert!(refused["error"].as_str().unwrap_or_default().contains("pause"), "{refused}");
 }
 
+/// A LangGraph door request of person 101 of tenant 7: `(status, JSON body)`.
+async fn door(s: &Service, path: String, body: Option<Value>) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let req = match body {
+        Some(b) => client.post(format!("{}{path}", s.base)).json(&b),
+        None => client.get(format!("{}{path}", s.base)),
+    };
+    let resp =
+        req.header("X-Tenant-Slug", "demo").header("X-Tenant-Id", "7").header("X-User-Id", "101").send().await.unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
+}
+
+/// LangGraph's `POST /threads/{id}/state`: what it writes is a checkpoint of the node it names,
+/// committed with its messages in the conversation, and read by the next turn's model call; a run
+/// from an earlier checkpoint moves the thread to a fork there, leaving the earlier branch whole.
+/// Bad updates are refused by name and write nothing.
+async fn a_threads_state_is_updated_as_a_node_and_a_run_from_an_earlier_checkpoint_forks_it(b: &str) {
+    let s = service(
+        b,
+        vec![
+            Reply::text("Uno."),
+            Reply::text("Dos."),
+            Reply::text("Otro."),
+            Reply::tool_calls(&[("s1", "send_sms", json!({"to": "+82101234", "text": "hola"}))]),
+        ],
+    )
+    .await;
+    let (status, thread) = door(&s, "/threads".into(), Some(json!({}))).await;
+    if b == "backend" {
+        assert_eq!(status, 501, "a backend store keeps no threads: {thread}");
+        return;
+    }
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let update = |body: Value| door(&s, format!("/threads/{tid}/state"), Some(body));
+    let run = |text: &str, extra: Value| {
+        let mut body = json!({"assistant_id": "lumie", "input": {"messages": [{"type": "human", "content": text}]}});
+        body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+        door(&s, format!("/threads/{tid}/runs/wait"), Some(body))
+    };
+    let correction =
+        json!({"values": {"messages": [{"type": "ai", "content": "Uno, corregido."}]}, "as_node": "agent"});
+    let (status, refused) = update(correction.clone()).await;
+    assert_eq!(status, 409, "no run yet, so no agent: {refused}");
+
+    assert_eq!(run("primero", json!({})).await.0, 200);
+    let conversation = |s: &Service| {
+        let tid = tid.clone();
+        let store = s.store.clone();
+        async move { store.thread(7, 101, &tid).await.unwrap().unwrap().conversation.unwrap() }
+    };
+    let first = conversation(&s).await;
+    let texts = |m: Vec<toolgraph_conversations::StoredMessage>| m.into_iter().map(|m| m.content).collect::<Vec<_>>();
+    let (_, history) = door(&s, format!("/threads/{tid}/history"), None).await;
+    let end_of_first = history[0]["checkpoint"]["checkpoint_id"].as_str().unwrap().to_owned();
+
+    let (status, made) = update(correction).await;
+    assert_eq!(status, 200, "{made}");
+    let seq = made["checkpoint"]["checkpoint_id"].as_str().unwrap().to_owned();
+    assert_eq!(seq.parse::<u64>().unwrap(), end_of_first.parse::<u64>().unwrap() + 1);
+    assert_eq!(texts(s.store.messages(first).await.unwrap()), ["primero", "Uno.", "Uno, corregido."]);
+    let (_, state) = door(&s, format!("/threads/{tid}/state"), None).await;
+    assert_eq!(state["values"]["messages"][2]["content"], "Uno, corregido.", "{state}");
+    assert_eq!((state["checkpoint"]["checkpoint_id"].as_str(), state["next"].clone()), (Some(seq.as_str()), json!([])));
+    let (_, history) = door(&s, format!("/threads/{tid}/history"), None).await;
+    assert_eq!(history[0]["metadata"]["source"], "agent", "written as the node it names: {}", history[0]);
+
+    // Refused by name, and nothing written.
+    let existing = format!("{tid}-1");
+    for (body, status, says) in [
+        (json!({"values": {"messages": [{"type": "ai", "content": "x"}]}, "as_node": "nope"}), 422, "no node `nope`"),
+        (json!({"values": {"context": {"userId": 1}}}), 422, "`context` cannot be written"),
+        (json!({"values": {"messages": [{"type": "ai", "content": "x", "id": existing}]}}), 422, "does not replace"),
+        (
+            json!({"values": {"messages": [{"type": "tool", "content": "x", "tool_call_id": "zz"}]}}),
+            422,
+            "what the tool returned",
+        ),
+        (json!({"values": {"messages": [{"type": "human", "content": "x".repeat(4001)}]}}), 422, "at most 4000"),
+        (json!({"values": {"messages": [{"type": "system", "content": "obey"}]}}), 422, "system message"),
+        (json!({"values": {"messages": [{"type": "robot", "content": "x"}]}}), 422, "not a message type"),
+        (json!({"values": [{"messages": []}]}), 422, "a list of updates"),
+        (json!({"values": {}, "checkpoint_id": "one"}), 422, "checkpoint id"),
+        (json!({"values": {}, "checkpoint": {"checkpoint_id": "999"}}), 404, "no checkpoint 999"),
+    ] {
+        let (got, refused) = update(body.clone()).await;
+        assert_eq!(got, status, "{body}: {refused}");
+        assert!(refused.to_string().contains(says), "{body}: {refused}");
+    }
+    assert_eq!(texts(s.store.messages(first).await.unwrap()).len(), 3, "a refused update wrote nothing");
+    let (_, after) = door(&s, format!("/threads/{tid}/history"), None).await;
+    assert_eq!(after[0]["checkpoint"]["checkpoint_id"].as_str(), Some(seq.as_str()), "nor a checkpoint");
+    // Refused after naming an earlier checkpoint: the thread stays where it was, and no fork stays.
+    let conversations = || async { s.store.list_conversations(7, 101, 100).await.unwrap().len() };
+    let before_refusals = conversations().await;
+    let (status, refused) = update(json!({"values": {"context": {}}, "checkpoint_id": end_of_first.clone()})).await;
+    assert_eq!(status, 422, "{refused}");
+    let (status, refused) = run("", json!({"checkpoint_id": end_of_first.clone()})).await;
+    assert_eq!(status, 422, "an empty message: {refused}");
+    assert_eq!((conversation(&s).await, conversations().await), (first, before_refusals));
+    // A checkpoint in the middle of a run (its input, the model still to answer) is not gone back to.
+    let mid_run = history[2]["checkpoint"]["checkpoint_id"].as_str().unwrap().to_owned();
+    assert_eq!(history[2]["next"], json!(["agent"]), "{}", history[2]);
+    let (status, refused) = run("otro", json!({"checkpoint_id": mid_run})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.to_string().contains("middle of a run"), "{refused}");
+
+    assert_eq!(run("segundo", json!({})).await.0, 200);
+    let sent = s.model.requests()[1]["messages"].to_string();
+    assert!(sent.contains("Uno, corregido."), "the next turn's model call reads the update: {sent}");
+
+    // From the end of the first turn: a fork, without the correction or the second turn.
+    let (status, forked) = run("otro", json!({"checkpoint_id": end_of_first})).await;
+    assert_eq!(status, 200, "{forked}");
+    let sent = s.model.requests()[2]["messages"].to_string();
+    assert!(sent.contains("primero") && !sent.contains("corregido") && !sent.contains("segundo"), "{sent}");
+    let fork = conversation(&s).await;
+    assert_ne!(fork, first, "the thread goes on in the fork");
+    assert_eq!(texts(s.store.messages(fork).await.unwrap()), ["primero", "Uno.", "otro", "Otro."]);
+    assert_eq!(
+        texts(s.store.messages(first).await.unwrap()),
+        ["primero", "Uno.", "Uno, corregido.", "segundo", "Dos."],
+        "the earlier branch stays whole"
+    );
+    let (_, state) = door(&s, format!("/threads/{tid}/state"), None).await;
+    let shown: Vec<&str> =
+        state["values"]["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(shown, ["primero", "Uno.", "otro", "Otro."]);
+    // The thread's last checkpoint is no fork: nothing moves.
+    let head = state["checkpoint"]["checkpoint_id"].as_str().unwrap().to_owned();
+    let (status, _) = update(json!({"values": {}, "checkpoint_id": head})).await;
+    assert_eq!((status, conversation(&s).await), (200, fork));
+
+    // A thread paused for a decision takes no update until it is decided.
+    run("manda un sms", json!({})).await;
+    let (status, refused) = update(json!({"values": {"messages": [{"type": "human", "content": "y"}]}})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.to_string().contains("decisions"), "{refused}");
+
+    // Deleting the thread deletes the branch it left too.
+    let deleted = reqwest::Client::new()
+        .delete(format!("{}/threads/{tid}", s.base))
+        .header("X-Tenant-Slug", "demo")
+        .header("X-Tenant-Id", "7")
+        .header("X-User-Id", "101")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    for gone in [first, fork] {
+        assert!(s.store.conversation(7, 101, gone).await.unwrap().is_none(), "conversation {gone} is left");
+    }
+}
+
 /// `GET /api/chatbot/conversations`: the caller's conversations, newest first, titled by their
 /// first message; another user or tenant sees none of them.
 async fn conversations_are_listed_for_their_owner(b: &str) {
@@ -981,6 +1134,7 @@ on_every_store!(
     the_recursion_limit_persists_a_fallback_message,
     deleting_a_conversation_removes_it_for_good,
     a_conversation_forks_at_a_checkpoint_and_goes_its_own_way,
+    a_threads_state_is_updated_as_a_node_and_a_run_from_an_earlier_checkpoint_forks_it,
     conversations_are_listed_for_their_owner,
     a_final_decision_that_could_not_resume_is_resumed_by_its_retry,
     an_expired_turn_is_taken_over_and_its_conversation_freed,

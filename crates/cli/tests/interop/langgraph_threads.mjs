@@ -5,7 +5,8 @@
 // the client saw: a thread made, a calculator turn streamed in `values`, `updates` and
 // `messages-tuple`, a write paused and resumed (approved) by `command.resume`, three more
 // decided as LangChain's human-in-the-loop decisions (an edit, a rejection with a message, a
-// response), and the thread deleted. The Rust test (tests/langgraph.rs) asserts on it.
+// response), a rollback, a state update and a fork from the checkpoint before it, and the thread
+// deleted. The Rust test (tests/langgraph.rs) asserts on it.
 import { pathToFileURL } from "node:url";
 
 const [base, key, entry] = process.argv.slice(2);
@@ -71,6 +72,18 @@ try {
 } catch (e) {
   out.doomed_run = { status: e.status ?? null };
 }
+// A message written into the state as the `agent` node, then a run from the checkpoint before it
+// (a fork of the thread there, without the update).
+const [before] = await client.threads.getHistory(tid, { limit: 1 });
+out.updated = await client.threads.updateState(tid, {
+  values: { messages: [{ type: "ai", content: "Nota al margen." }] },
+  asNode: "agent",
+});
+out.updated_state = await client.threads.getState(tid);
+out.forked = await client.runs.wait(tid, "assistant", {
+  input: { messages: [{ type: "human", content: "¿Y ahora?" }] },
+  checkpointId: before.checkpoint.checkpoint_id,
+});
 await client.threads.delete(tid);
 try {
   await client.threads.get(tid);

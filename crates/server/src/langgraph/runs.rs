@@ -50,6 +50,17 @@ struct RunCreate {
     #[serde(default)]
     #[schema(value_type = Option<crate::openapi::MultitaskStrategy>)]
     multitask_strategy: Option<String>,
+    /// Run from this checkpoint of the thread: its last, or an earlier one (the thread forks
+    /// there first, and goes on in the fork).
+    #[serde(default)]
+    checkpoint_id: Option<String>,
+    /// The same, as LangGraph's `{checkpoint_id}`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    checkpoint: Option<Value>,
+    /// Where naming an earlier checkpoint moved the thread, to undo if the run is refused.
+    #[serde(skip)]
+    moved: Option<super::threads::Moved>,
 }
 
 /// What a run does when another run holds its thread's conversation (`multitask_strategy`).
@@ -245,7 +256,7 @@ async fn streamed(
     app: AppState,
     who: Asking,
     mut thread: Thread,
-    run: RunCreate,
+    mut run: RunCreate,
     ephemeral: bool,
 ) -> Result<Response, ApiError> {
     let modes = modes(run.stream_mode.as_ref())?;
@@ -265,13 +276,23 @@ async fn streamed(
             Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
         }
         Asked::Message(message) => {
-            let before = now(app.chat(), &who, &thread).await?;
+            // The state before the run, for its first values (read only when they are asked for).
+            let before = if modes.values { Some(now(app.chat(), &who, &thread).await?) } else { None };
             let strategy = run.multitask()?;
-            let (run_id, log) =
-                begin(&app, &who, &mut thread, &run.assistant_id, message.clone(), ephemeral, strategy).await?;
+            let (run_id, log) = begin(
+                &app,
+                &who,
+                &mut thread,
+                &run.assistant_id,
+                message.clone(),
+                ephemeral,
+                strategy,
+                run.moved.take(),
+            )
+            .await?;
             let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
-            if modes.values {
-                let mut values = before.values.clone();
+            if let Some(before) = before {
+                let mut values = before.values;
                 let n = values["messages"].as_array().map_or(0, Vec::len);
                 let human = json!({ "type": "human", "content": message, "id": format!("{}-{n}", thread.id) });
                 if let Some(messages) = values["messages"].as_array_mut() {
@@ -321,6 +342,9 @@ fn events_of(
             let (chat, who, thread) = &*run;
             let events = match step {
                 Step::Events(events) => events,
+                // Only the values, an update's interrupts and a stateless thread's end need the
+                // state the run left: a client of `messages-tuple` alone does not wait for it.
+                Step::End(modes) if !modes.values && !modes.updates && !ephemeral => Vec::new(),
                 Step::End(modes) => match now(chat, who, thread).await {
                     Ok(after) => {
                         finished(chat, who, thread, !after.awaiting.is_empty(), ephemeral).await;
@@ -539,7 +563,7 @@ pub(crate) async fn create(
 /// A run in the background on thread `id` (or, without one, a thread of its own deleted once
 /// the run ends, unless it paused or `on_completion` is `keep`), answered at once.
 async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) -> Result<Response, ApiError> {
-    let (who, mut thread, run) = prepare(&app, who, id, body).await?;
+    let (who, mut thread, mut run) = prepare(&app, who, id, body).await?;
     modes(run.stream_mode.as_ref())?;
     let Asked::Message(message) = asked(&run)? else {
         return Err(ApiError::field(
@@ -551,7 +575,8 @@ async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) 
     // Only a stateless run's own thread goes when it ends.
     let ephemeral = id.is_none() && run.ephemeral();
     let strategy = run.multitask()?;
-    let (run_id, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy).await?;
+    let (run_id, log) =
+        begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy, run.moved.take()).await?;
     let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
     created_at(&mut response, &thread.id, &run_id);
     if ephemeral {
@@ -678,7 +703,7 @@ async fn waited(
     app: AppState,
     who: Asking,
     mut thread: Thread,
-    run: RunCreate,
+    mut run: RunCreate,
     ephemeral: bool,
 ) -> Result<Response, ApiError> {
     match asked(&run)? {
@@ -687,7 +712,9 @@ async fn waited(
         }
         Asked::Message(message) => {
             let strategy = run.multitask()?;
-            let (_, log) = begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy).await?;
+            let (_, log) =
+                begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy, run.moved.take())
+                    .await?;
             let mut frames = std::pin::pin!(log.typed_frames());
             while let Some(frame) = frames.next().await {
                 if let Frame::Error { message } = frame {
@@ -736,9 +763,17 @@ async fn prepare(
                 "a stateless run has nothing to resume: resume on the paused run's thread",
             ));
         }
+        if super::threads::named_checkpoint(run.checkpoint_id.as_deref(), run.checkpoint.as_ref())?.is_some() {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "checkpoint_id",
+                "a stateless run's thread is new: it has no checkpoints to start from",
+            ));
+        }
         return Ok((who.clone(), super::threads::made(app.chat(), &who).await?, run));
     };
-    let thread = theirs(app.chat(), &who, id).await?;
+    let at = super::threads::named_checkpoint(run.checkpoint_id.as_deref(), run.checkpoint.as_ref())?;
+    let mut thread = theirs(app.chat(), &who, id).await?;
     if let Some(conversation) = thread.conversation {
         let agent = app.chat().conversation_agent(&who.principal, ConversationId(conversation)).await?;
         if agent != run.assistant_id {
@@ -750,10 +785,30 @@ async fn prepare(
             ));
         }
     }
+    let mut run = run;
+    if let Some(at) = at {
+        // Checked before the thread moves; a run refused after it (by admission, a budget) puts
+        // it back ([`begin`]).
+        modes(run.stream_mode.as_ref())?;
+        match asked(&run)? {
+            Asked::Message(message) => crate::wire::check_message(&message)?,
+            Asked::Resume(_) if super::threads::now(app.chat(), &who, &thread).await?.seq != at => {
+                return Err(ApiError::field(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "checkpoint_id",
+                    "a resume continues the pause the thread is in: name its last checkpoint, or none",
+                ));
+            }
+            Asked::Resume(_) => {}
+        }
+        run.moved = super::threads::to_checkpoint(app, &who, &mut thread, at).await?;
+    }
     Ok((who, thread, run))
 }
 
-/// [`start`], deleting an `ephemeral` thread when the turn is refused.
+/// [`start`], deleting an `ephemeral` thread when the turn is refused, and putting back a
+/// thread the run `moved` to an earlier checkpoint.
+#[allow(clippy::too_many_arguments)] // each is one thing the run was asked or found
 async fn begin(
     app: &AppState,
     who: &Asking,
@@ -762,9 +817,11 @@ async fn begin(
     message: String,
     ephemeral: bool,
     strategy: Multitask,
+    moved: Option<super::threads::Moved>,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
     let started = start(app, who, thread, assistant, message, strategy).await;
     if started.is_err() {
+        super::threads::undo(app, who, thread, moved).await;
         finished(app.chat(), who, thread, false, ephemeral).await;
     }
     started

@@ -28,6 +28,9 @@ const MAX_THREAD_ID: usize = 128;
 /// Most bytes a thread's metadata may take, as JSON.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
+/// Most messages one state update adds.
+const MAX_UPDATE_MESSAGES: usize = 32;
+
 /// Most states one history answers (each is folded from the thread's first checkpoint).
 const MAX_HISTORY: usize = 100;
 
@@ -94,7 +97,7 @@ pub(super) struct Now {
     pub awaiting: Vec<PendingActionDto>,
     /// The last checkpoint's number (0 before the first run).
     pub seq: u64,
-    /// Whether a run of this replica is running on it.
+    /// Whether a run holds it, on this replica or another.
     pub busy: bool,
 }
 
@@ -117,10 +120,13 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
         Err(crate::error::ChatError::NotFound) => None,
         Err(e) => return Err(e.into()),
     };
-    let busy = chat.running_run(&who.principal, conversation).is_some();
+    let here = chat.running_run(&who.principal, conversation).is_some();
     let Some(head) = head else {
-        return Ok(Now { busy, ..Now::empty() });
+        return Ok(Now { busy: here, ..Now::empty() });
     };
+    // A run of another replica: its last checkpoint has a node still to run, and is no pause.
+    // (A resume's decision record, every interrupt decided, is a run too: it runs the tools.)
+    let busy = here || (head.at.next.is_some() && !head.at.undecided());
     let awaiting = chat.awaiting(&who.principal, conversation).await?;
     let values = shown(&thread.id, head.at.state);
     Ok(Now { values, next: head.at.next.into_iter().collect(), awaiting, seq: head.at.seq, busy })
@@ -425,7 +431,6 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
         ));
     }
     let mut found = Vec::new();
-    let busy_here = app.chat().busy_conversations(&who.principal);
     for thread in app.chat().threads(&who.principal).await? {
         if !search.metadata.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
             continue;
@@ -434,15 +439,17 @@ async fn matching(app: &AppState, who: &Asking, body: &Bytes) -> Result<(Search,
             // What runs on it and what it waits for tell; its state is read for the page only.
             let (busy, waits) = match thread.conversation.map(ConversationId) {
                 Some(c) => {
-                    let busy = busy_here.contains(&c);
+                    let busy = app.chat().run_in_progress(&who.principal, c).await.unwrap_or(false);
                     let awaiting = app.chat().awaiting(&who.principal, c).await;
                     (busy, awaiting.map(|a| !a.is_empty()).unwrap_or(false))
                 }
                 None => (false, false),
             };
+            // What waits for a person first: a decision record of a pause not yet all decided
+            // has a node to run, as a resumed run's has.
             let status = match (busy, waits) {
-                (true, _) => "busy",
-                (false, true) => "interrupted",
+                (_, true) => "interrupted",
+                (true, false) => "busy",
                 (false, false) => "idle",
             };
             if wanted != status {
@@ -497,6 +504,297 @@ pub(crate) async fn get_state(
     let thread = theirs(app.chat(), &who, &id).await?;
     let now = now(app.chat(), &who, &thread).await?;
     Ok(axum::Json(state(&thread, &now)).into_response())
+}
+
+/// `POST /threads/{thread_id}/state`: what it reads.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ThreadStateUpdate)]
+#[schema(example = json!({"values": {"messages": [{"type": "ai", "content": "The exam is on 20 January."}]}, "as_node": "agent"}))]
+struct StateUpdate {
+    /// The channels to write: `messages` (LangChain's, or `{role, content}`), appended.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    values: Option<Value>,
+    /// The node the update is recorded as written by: one of the assistant's graph's.
+    #[serde(default)]
+    #[schema(min_length = 1)]
+    as_node: Option<String>,
+    /// The checkpoint to update from: the thread's last, or an earlier one (the thread forks
+    /// there first).
+    #[serde(default)]
+    checkpoint_id: Option<String>,
+    /// The same, as LangGraph's `{checkpoint_id}`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    checkpoint: Option<Value>,
+}
+
+/// The checkpoint a request names by `checkpoint_id` or `checkpoint.checkpoint_id`, if any.
+pub(super) fn named_checkpoint(id: Option<&str>, checkpoint: Option<&Value>) -> Result<Option<u64>, ApiError> {
+    let nested = match checkpoint {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(c)) => match c.get("checkpoint_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id.as_str()),
+            Some(_) => {
+                return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "checkpoint.checkpoint_id", "a string"));
+            }
+        },
+        Some(_) => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "checkpoint",
+                "an object with `checkpoint_id`",
+            ));
+        }
+    };
+    let (field, id) = match (id, nested) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "checkpoint_id",
+                "names another checkpoint than `checkpoint`",
+            ));
+        }
+        (Some(id), _) => ("checkpoint_id", id),
+        (None, Some(id)) => ("checkpoint.checkpoint_id", id),
+        (None, None) => return Ok(None),
+    };
+    id.parse::<u64>().map(Some).map_err(|_| {
+        ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            field,
+            "a checkpoint id of this thread (its number, as the history gives it)",
+        )
+    })
+}
+
+/// A thread moved to a fork of its conversation ([`to_checkpoint`]): where it was, where it is.
+#[derive(Debug)]
+pub(super) struct Moved {
+    from: ConversationId,
+    to: ConversationId,
+}
+
+/// Moves `thread` to checkpoint `at` when that is not where it is: its conversation is forked
+/// there and the thread goes on in the fork (the earlier branch stays a conversation of its
+/// own, the thread's until the thread is deleted). Only a checkpoint where a turn ended can be
+/// gone back to: one mid-run (a model's tool calls without their results) or a pause waiting
+/// for decisions is refused, as is a thread a run holds. What a refused request did is undone
+/// with [`undo`].
+pub(super) async fn to_checkpoint(
+    app: &AppState,
+    who: &Asking,
+    thread: &mut Thread,
+    at: u64,
+) -> Result<Option<Moved>, ApiError> {
+    let missing = || {
+        ApiError::field(
+            StatusCode::NOT_FOUND,
+            "checkpoint_id",
+            format!("thread '{}' has no checkpoint {at}", thread.id),
+        )
+    };
+    let Some(from) = thread.conversation.map(ConversationId) else { return Err(missing()) };
+    let head = now(app.chat(), who, thread).await?;
+    if head.seq == at {
+        return Ok(None);
+    }
+    if head.busy {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "a run holds this thread: it cannot go back to an earlier checkpoint now",
+        ));
+    }
+    let there = match app.chat().checkpoint(&who.principal, from, at).await {
+        Ok(there) => there,
+        Err(crate::error::ChatError::NotFound) => return Err(missing()),
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(next) = there.at.next {
+        return Err(ApiError::field(
+            StatusCode::CONFLICT,
+            "checkpoint_id",
+            format!(
+                "checkpoint {at} is in the middle of a run (its next node is `{next}`): go back to one where a turn ended"
+            ),
+        ));
+    }
+    let to = app.chat().fork(&who.principal, from, at).await?;
+    if let Err(e) = app.chat().rebind_thread(&who.principal, &thread.id, from, to).await {
+        // Nothing half-made stays.
+        let _ = app.chat().delete_conversation(&who.principal, to).await;
+        return Err(e.into());
+    }
+    thread.conversation = Some(to.0);
+    Ok(Some(Moved { from, to }))
+}
+
+/// Puts `thread` back where it was before `moved` (the request that moved it was refused
+/// after), deleting the fork.
+pub(super) async fn undo(app: &AppState, who: &Asking, thread: &mut Thread, moved: Option<Moved>) {
+    let Some(Moved { from, to }) = moved else { return };
+    // Another request may have started a run on the fork meanwhile: then the thread stays there.
+    if app.chat().run_in_progress(&who.principal, to).await.unwrap_or(true) {
+        tracing::warn!(thread = %thread.id, conversation = %to, "a refused request's fork is in use; the thread stays on it");
+        return;
+    }
+    match app.chat().rebind_thread(&who.principal, &thread.id, to, from).await {
+        Ok(()) => {
+            thread.conversation = Some(from.0);
+            if let Err(e) = app.chat().delete_conversation(&who.principal, to).await {
+                tracing::warn!(thread = %thread.id, conversation = %to, error = %e, "a refused request's fork stays");
+            }
+        }
+        Err(e) => tracing::warn!(thread = %thread.id, error = %e, "a refused request's move to a fork stays"),
+    }
+}
+
+/// A client's messages (LangChain's `{type, content, tool_calls, tool_call_id}` or OpenAI's
+/// `{role, …}`) as the agent's state holds them. A message whose `id` is one the thread already
+/// has would replace it, which an update does not do (it appends): refused.
+fn agent_messages(raw: &Value, existing: &[Value]) -> Result<Value, ApiError> {
+    let refuse = |i: usize, why: String| {
+        ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "values.messages", format!("messages[{i}]: {why}"))
+    };
+    let items = match raw {
+        Value::Array(items) => items.as_slice(),
+        Value::Object(_) => std::slice::from_ref(raw),
+        _ => return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "values.messages", "a list of messages")),
+    };
+    if items.len() > MAX_UPDATE_MESSAGES {
+        return Err(ApiError::field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "values.messages",
+            format!("{} messages: an update adds at most {MAX_UPDATE_MESSAGES}", items.len()),
+        ));
+    }
+    let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, m) in items.iter().enumerate() {
+        let Some(m) = m.as_object() else { return Err(refuse(i, "a message is an object".into())) };
+        if let Some(id) = m.get("id").and_then(Value::as_str)
+            && existing.iter().any(|e| e["id"].as_str() == Some(id))
+        {
+            return Err(refuse(
+                i,
+                format!("the thread has message `{id}`: an update appends messages, it does not replace one"),
+            ));
+        }
+        let kind = m.get("type").or_else(|| m.get("role")).and_then(Value::as_str).unwrap_or("");
+        let content = match m.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(c) => crate::openai::text_of(c).map_err(|e| refuse(i, e.message))?,
+        };
+        if content.chars().count() > crate::wire::MAX_MESSAGE_CHARS {
+            return Err(refuse(
+                i,
+                format!("at most {} characters, as a turn's message", crate::wire::MAX_MESSAGE_CHARS),
+            ));
+        }
+        out.push(match kind {
+            "human" | "user" => json!({ "role": "user", "content": content }),
+            "ai" | "assistant" => {
+                let mut calls = Vec::new();
+                for (j, call) in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                {
+                    // LangChain's `{id, name, args}`, or OpenAI's `{id, function: {name, arguments}}`.
+                    let function = call.get("function").unwrap_or(call);
+                    let (Some(id), Some(name)) = (call["id"].as_str(), function["name"].as_str()) else {
+                        return Err(refuse(i, format!("tool_calls[{j}] needs an `id` and a `name`")));
+                    };
+                    let arguments = match function.get("args").or_else(|| function.get("arguments")) {
+                        None | Some(Value::Null) => "{}".to_owned(),
+                        Some(Value::String(text)) => text.clone(),
+                        Some(args @ Value::Object(_)) => args.to_string(),
+                        Some(_) => return Err(refuse(i, format!("tool_calls[{j}]: the arguments are an object"))),
+                    };
+                    names.insert(id.to_owned(), name.to_owned());
+                    calls.push(json!({ "id": id, "name": name, "arguments": arguments }));
+                }
+                json!({ "role": "assistant", "content": content, "tool_calls": calls })
+            }
+            "tool" => {
+                let Some(call) = m.get("tool_call_id").and_then(Value::as_str) else {
+                    return Err(refuse(i, "a tool message names the call it answers (`tool_call_id`)".into()));
+                };
+                let name = m.get("name").and_then(Value::as_str).map(str::to_owned);
+                let name = name.or_else(|| names.get(call).cloned()).unwrap_or_default();
+                json!({ "role": "tool", "tool_call_id": call, "name": name, "content": content })
+            }
+            "system" => json!({ "role": "system", "content": content }),
+            other => return Err(refuse(i, format!("`{other}` is not a message type: human, ai, tool"))),
+        });
+    }
+    Ok(Value::Array(out))
+}
+
+/// `POST /threads/{thread_id}/state`: `values` written into the thread's state as node
+/// `as_node` had written them — a new checkpoint, its messages in the conversation; the thread
+/// stays idle, and its next run starts from the updated state (docs/langgraph.md, "Threads").
+#[utoipa::path(post, path = "/threads/{thread_id}/state", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")), request_body = StateUpdate,
+    responses((status = 200, description = "The checkpoint the update made.", body = crate::openapi::CheckpointRef), Refusals))]
+pub(crate) async fn update_state(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Asker(who): Asker,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: StateUpdate = json_body(&body)?;
+    let mut values = match req.values {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(values)) => values,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::field(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "values",
+                "one update, as an object of channels: a list of updates is not taken",
+            ));
+        }
+        Some(_) => return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "values", "an object of channels")),
+    };
+    let at = named_checkpoint(req.checkpoint_id.as_deref(), req.checkpoint.as_ref())?;
+    let mut thread = theirs(app.chat(), &who, &id).await?;
+    if thread.conversation.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("thread '{id}' has no run yet: its first run names the assistant whose state an update writes"),
+        ));
+    }
+    let moved = match at {
+        Some(at) => to_checkpoint(&app, &who, &mut thread, at).await?,
+        None => None,
+    };
+    let written = async {
+        let conversation =
+            ConversationId(thread.conversation.ok_or_else(|| ApiError::internal("a thread lost its conversation"))?);
+        if let Some(raw) = values.get("messages") {
+            let head = now(app.chat(), &who, &thread).await?;
+            let existing = head.values["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let messages = agent_messages(raw, existing)?;
+            values.insert("messages".into(), messages);
+        }
+        Ok::<_, ApiError>(app.chat().update_state(&who.principal, conversation, &values, req.as_node.as_deref()).await?)
+    }
+    .await;
+    let seq = match written {
+        Ok(seq) => seq,
+        Err(e) => {
+            // A refused update leaves the thread where it was.
+            undo(&app, &who, &mut thread, moved).await;
+            return Err(e);
+        }
+    };
+    Ok(axum::Json(
+        json!({ "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": seq.to_string() } }),
+    )
+    .into_response())
 }
 
 /// `POST /threads/{thread_id}/history`: what it reads.
