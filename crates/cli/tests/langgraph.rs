@@ -508,6 +508,15 @@ async fn langgraphs_sdk_updates_a_threads_state_and_forks_it_from_an_earlier_che
     let history = &saw["history"];
     assert_eq!(history[0]["metadata"]["source"], "agent", "{history}");
     assert_eq!(history[0]["parent_checkpoint"]["checkpoint_id"], saw["end_of_first"], "{history}");
+    // The checkpoint also as LangGraph's server sends it, and its messages' `name`.
+    assert_eq!(
+        (&saw["updated"]["configurable"], &saw["updated"]["checkpoint_id"]),
+        (updated, &updated["checkpoint_id"])
+    );
+    assert_eq!(state["checkpoint_id"], updated["checkpoint_id"], "{state}");
+    assert_eq!(history[0]["parent_checkpoint_id"], saw["end_of_first"], "{history}");
+    assert!(state["values"]["messages"][0].as_object().is_some_and(|m| m["name"].is_null() && m.contains_key("name")));
+    assert!(saw["thread"]["state_updated_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{}", saw["thread"]);
     for (case, says) in [
         ("unknown_node", "no node `nope`"),
         ("context", "`context` cannot be written"),

@@ -349,6 +349,8 @@ pub(crate) struct Thread {
     thread_id: String,
     created_at: String,
     updated_at: String,
+    /// When its state last changed (as `updated_at`).
+    state_updated_at: String,
     #[schema(value_type = Object)]
     metadata: serde_json::Value,
     status: ThreadStatus,
@@ -380,6 +382,10 @@ pub(crate) struct ThreadState {
     checkpoint: serde_json::Value,
     #[schema(value_type = Option<Object>)]
     parent_checkpoint: Option<serde_json::Value>,
+    /// `checkpoint.checkpoint_id`, as LangGraph's server also sends it.
+    checkpoint_id: String,
+    /// `parent_checkpoint.checkpoint_id`.
+    parent_checkpoint_id: Option<String>,
     created_at: Option<String>,
 }
 
@@ -390,6 +396,10 @@ pub(crate) struct CheckpointRef {
     /// `{thread_id, checkpoint_ns, checkpoint_id}`.
     #[schema(value_type = Object)]
     checkpoint: serde_json::Value,
+    /// The same, as LangGraph's server also sends it.
+    #[schema(value_type = Object)]
+    configurable: serde_json::Value,
+    checkpoint_id: String,
 }
 
 /// A stream mode served.

@@ -30,6 +30,7 @@ out["updated"] = client.threads.update_state(
     tid, {"messages": [{"role": "assistant", "content": "Y 6 por 8 son 48."}]}, as_node="agent"
 )
 out["state"] = client.threads.get_state(tid)
+out["thread"] = client.threads.get(tid)
 out["history"] = client.threads.get_history(tid, limit=2)
 out["unknown_node"] = refused(lambda: client.threads.update_state(tid, {"messages": []}, as_node="nope"))
 out["context"] = refused(lambda: client.threads.update_state(tid, {"context": {"userId": 2}}))

@@ -156,13 +156,13 @@ pub(super) fn langchain_messages(thread: &str, messages: &[Value]) -> Vec<Value>
             let id = format!("{thread}-{i}");
             let content = m["content"].as_str().unwrap_or_default();
             Some(match m["role"].as_str()? {
-                "user" => json!({ "type": "human", "content": content, "id": id, "additional_kwargs": {}, "response_metadata": {} }),
+                "user" => json!({ "type": "human", "content": content, "id": id, "name": null, "additional_kwargs": {}, "response_metadata": {} }),
                 "assistant" => {
                     let calls: Vec<Value> = m["tool_calls"]
                         .as_array()
                         .map(|calls| calls.iter().map(tool_call).collect())
                         .unwrap_or_default();
-                    json!({ "type": "ai", "content": content, "id": id, "tool_calls": calls, "invalid_tool_calls": [],
+                    json!({ "type": "ai", "content": content, "id": id, "name": null, "tool_calls": calls, "invalid_tool_calls": [],
                             "additional_kwargs": {}, "response_metadata": {} })
                 }
                 "tool" => json!({ "type": "tool", "content": content, "id": id, "tool_call_id": m["tool_call_id"],
@@ -212,6 +212,7 @@ pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
         "thread_id": thread.id,
         "created_at": rfc3339(thread.created_at_ms),
         "updated_at": rfc3339(thread.updated_at_ms),
+        "state_updated_at": rfc3339(thread.updated_at_ms),
         "metadata": thread.metadata,
         "status": match (now.busy, interrupts.is_empty()) {
             (true, _) => "busy",
@@ -240,7 +241,9 @@ pub(super) fn state(thread: &Thread, now: &Now) -> Value {
         "interrupts": interrupts,
         "metadata": { "step": now.seq },
         "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": now.seq.to_string() },
+        "checkpoint_id": now.seq.to_string(),
         "parent_checkpoint": null,
+        "parent_checkpoint_id": null,
         "created_at": rfc3339(thread.updated_at_ms),
     })
 }
@@ -791,10 +794,10 @@ pub(crate) async fn update_state(
             return Err(e);
         }
     };
-    Ok(axum::Json(
-        json!({ "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": seq.to_string() } }),
-    )
-    .into_response())
+    // LangGraph's server answers the checkpoint three ways; its SDKs read any of them.
+    let checkpoint = json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": seq.to_string() });
+    Ok(axum::Json(json!({ "checkpoint": checkpoint, "configurable": checkpoint, "checkpoint_id": seq.to_string() }))
+        .into_response())
 }
 
 /// `POST /threads/{thread_id}/history`: what it reads.
@@ -841,7 +844,10 @@ pub(crate) async fn history(
             "tasks": [],
             "metadata": { "step": meta.seq, "run_id": meta.run_id, "source": meta.node, "graph_version": meta.graph_version },
             "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": meta.seq.to_string() },
+            "checkpoint_id": meta.seq.to_string(),
             "parent_checkpoint": parent.map(|p| json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": p.to_string() })),
+            "parent_checkpoint_id": parent.map(|p| p.to_string()),
+            "interrupts": [],
             "created_at": rfc3339(meta.created_at_ms),
         }));
     }
