@@ -166,6 +166,23 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(kinds, ["human", "ai", "tool", "ai"]);
     assert_eq!(last["data"]["messages"][3]["content"], "Son 42.");
     assert_eq!(saw["state"]["values"]["messages"], last["data"]["messages"], "the thread's state is the run's end");
+    // The values after each step, as LangGraph sends them: the model's call, then the tool's
+    // result — the same messages, with the same ids, as the run's end holds.
+    let steps: Vec<&Value> = parts.iter().filter(|p| p["event"] == "values").map(|p| &p["data"]["messages"]).collect();
+    let kinds_of =
+        |m: &Value| m.as_array().unwrap().iter().map(|m| m["type"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(steps.iter().map(|m| kinds_of(m).len()).collect::<Vec<_>>(), [1, 2, 3, 4], "{steps:?}");
+    for step in &steps[1..3] {
+        for (i, m) in step.as_array().unwrap().iter().enumerate() {
+            let end = &last["data"]["messages"][i];
+            assert_eq!(
+                (&m["id"], &m["type"], &m["tool_calls"]),
+                (&end["id"], &end["type"], &end["tool_calls"]),
+                "{step}"
+            );
+        }
+    }
+    assert_eq!(steps[2][2]["tool_call_id"], "c1");
     assert_eq!(saw["state"]["next"], json!([]));
 
     // The run read again (as the SDK rejoins it after a dropped connection): its status, its

@@ -291,18 +291,24 @@ async fn streamed(
             )
             .await?;
             let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
-            if let Some(before) = before {
+            // The values so far, after each step as LangGraph sends them: the person's message
+            // first, then the model's calls and the tools' results as they come.
+            let so_far = before.map(|before| {
                 let mut values = before.values;
                 let n = values["messages"].as_array().map_or(0, Vec::len);
-                let human = json!({ "type": "human", "content": message, "id": format!("{}-{n}", thread.id) });
+                let human =
+                    json!({ "type": "human", "content": message, "id": format!("{}-{n}", thread.id), "name": null });
                 if let Some(messages) = values["messages"].as_array_mut() {
                     messages.push(human);
                 }
                 first.push(event("values", &values));
-            }
+                values
+            });
             let location = format!("/threads/{}/runs/{run_id}/stream", thread.id);
             let (thread_id, run) = (thread.id.clone(), run_id.clone());
-            let frames = events_of(log.frames_after(0), app.chat().clone(), who, thread, modes, run_id, ephemeral);
+            let frames = log.frames_after(0);
+            let writer = Writer::new(modes, run_id, &thread, so_far);
+            let frames = events_of(frames, app.chat().clone(), who, thread, writer, ephemeral);
             let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
             let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
             // Where LangGraph's SDKs rejoin the run after a dropped connection (with the
@@ -324,11 +330,9 @@ fn events_of(
     chat: crate::service::ChatService,
     who: Asking,
     thread: Thread,
-    modes: Modes,
-    run_id: String,
+    mut writer: Writer,
     ephemeral: bool,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
-    let mut writer = Writer { modes, run_id, message: 0, ended: false };
     // Shared by every frame's future: only the run's end reads it.
     let run = std::sync::Arc::new((chat, who, thread));
     frames.flat_map(move |frame| {
@@ -414,7 +418,9 @@ pub(crate) async fn join(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(0);
     let frames = run_frames(&app, &who, &thread, &run_id, after).await?;
-    let events = events_of(frames, app.chat().clone(), who, thread, modes, run_id, false);
+    // A client that joins again gets the values at the run's end (what it missed is not kept).
+    let writer = Writer::new(modes, run_id, &thread, None);
+    let events = events_of(frames, app.chat().clone(), who, thread, writer, false);
     Ok(Sse::new(events.map(Ok::<_, Infallible>)).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -1101,9 +1107,21 @@ struct Writer {
     /// The model message being streamed (a new one after each tool call).
     message: usize,
     ended: bool,
+    /// The thread's values so far, when the client asked for `values` from the run's start.
+    so_far: Option<Value>,
+    /// Whether the last message of `so_far` is the model's step of calls still coming.
+    calling: bool,
+    /// The thread (its messages' ids are its own, by position).
+    thread: String,
 }
 
 impl Writer {
+    /// The writer of run `run_id` of `thread` in `modes`, with the thread's values so far when
+    /// the client asked for `values` from the run's start.
+    fn new(modes: Modes, run_id: String, thread: &Thread, so_far: Option<Value>) -> Self {
+        Self { modes, run_id, message: 0, ended: false, so_far, calling: false, thread: thread.id.clone() }
+    }
+
     fn frame(&mut self, frame: Frame) -> Step {
         if self.ended {
             return Step::Events(Vec::new());
@@ -1119,6 +1137,23 @@ impl Writer {
             Frame::ToolCall { call_id, name, arguments } => {
                 let call = tool_call(&json!({ "id": call_id, "name": name, "arguments": arguments }));
                 let ai = json!({ "type": "ai", "content": "", "id": id, "tool_calls": [call] });
+                if let Some(values) = self.so_far.as_mut() {
+                    // One model step's calls are one message, as the state holds them.
+                    match values["messages"].as_array_mut() {
+                        Some(messages) if self.calling => {
+                            if let Some(calls) = messages.last_mut().and_then(|m| m["tool_calls"].as_array_mut()) {
+                                calls.push(call.clone());
+                            }
+                        }
+                        Some(messages) => {
+                            let at = format!("{}-{}", self.thread, messages.len());
+                            messages.push(json!({ "type": "ai", "content": "", "id": at, "name": null, "tool_calls": [call.clone()],
+                                "invalid_tool_calls": [], "additional_kwargs": {}, "response_metadata": {} }));
+                        }
+                        None => {}
+                    }
+                    self.calling = true;
+                }
                 if self.modes.updates {
                     out.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
                 }
@@ -1136,8 +1171,25 @@ impl Writer {
                 };
                 let tool = json!({ "type": "tool", "content": content, "id": format!("{id}-{call_id}"), "tool_call_id": call_id,
                     "name": name, "status": if ok { "success" } else { "error" } });
+                if let Some(values) = self.so_far.as_mut() {
+                    // The model's step of calls is whole once its first result comes: its values
+                    // first, as LangGraph sends them after the step.
+                    if std::mem::take(&mut self.calling) {
+                        out.push(event("values", values));
+                    }
+                }
                 if self.modes.updates {
                     out.push(event("updates", &json!({ "tools": { "messages": [tool] } })));
+                }
+                if let Some(values) = self.so_far.as_mut()
+                    && let Some(messages) = values["messages"].as_array_mut()
+                {
+                    let mut kept = tool.clone();
+                    kept["id"] = Value::String(format!("{}-{}", self.thread, messages.len()));
+                    kept["additional_kwargs"] = json!({});
+                    kept["response_metadata"] = json!({});
+                    messages.push(kept);
+                    out.push(event("values", values));
                 }
                 if self.modes.messages {
                     out.push(event("messages", &json!([tool, meta("tools")])));
