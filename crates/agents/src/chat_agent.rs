@@ -251,17 +251,14 @@ pub trait ChatAgent: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`GraphError::UnknownNode`], [`GraphError::InvalidUpdate`] (the state refuses the
-    /// values: by default every agent's does), [`GraphError::AwaitingDecision`],
+    /// values: [`ChatState::update_from`]), [`GraphError::AwaitingDecision`],
     /// [`GraphError::ConcurrentRun`], a store failure.
     async fn update_state(
         &self,
         thread: &ThreadId,
         values: &Map<String, Value>,
         as_node: Option<&str>,
-    ) -> Result<u64, GraphError> {
-        let _ = (thread, values, as_node);
-        Err(GraphError::InvalidUpdate("this agent's state takes no updates from outside a run".to_owned()))
-    }
+    ) -> Result<u64, GraphError>;
     /// What one of its checkpoint records adds to conversation `conversation`.
     fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection;
     /// What an interrupt payload of this agent asks a person.

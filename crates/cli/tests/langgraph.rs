@@ -14,14 +14,19 @@ use toolgraph_testkit::interop::{langgraph_js, langgraph_python};
 
 const KEY: &str = "sk-test-langgraph-door";
 
+/// LangGraph's Python SDK running `tests/interop/SCRIPT` against `base` with the test's key.
+fn sdk_script(python: &std::path::Path, script: &str, base: &str) -> Command {
+    let mut client = Command::new(python);
+    client.arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop").join(script)).arg(base).arg(KEY);
+    client
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn langgraphs_sdk_finds_and_reads_the_agents_as_assistants() {
     let Some(python) = langgraph_python() else { return };
     let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
     let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[]).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_client.py");
-    let mut client = Command::new(python);
-    client.arg(script).arg(&base).arg(KEY);
+    let client = sdk_script(&python, "langgraph_client.py", &base);
     let saw = client_json(client).await;
     let _ = serve.kill();
     let _ = serve.wait();
@@ -62,9 +67,7 @@ async fn langgraphs_sdk_keeps_searches_and_expires_a_persons_store_items() {
     let Some(python) = langgraph_python() else { return };
     let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
     let (mut serve, base, _dir) = serve_with_key(&model, KEY, true, &[]).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_store.py");
-    let mut client = Command::new(python);
-    client.arg(script).arg(&base).arg(KEY);
+    let client = sdk_script(&python, "langgraph_store.py", &base);
     let saw = client_json(client).await;
     let _ = serve.kill();
     let _ = serve.wait();
@@ -119,9 +122,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     .await
     .unwrap();
     let (mut serve, base, dir) = serve_with_key(&model, KEY, true, &[]).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_threads.py");
-    let mut client = Command::new(python);
-    client.arg(script).arg(&base).arg(KEY);
+    let client = sdk_script(&python, "langgraph_threads.py", &base);
     let saw = client_json(client).await;
     let requests = model.requests();
     let _ = serve.kill();
@@ -377,9 +378,7 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
         }
     });
     let (mut serve, base, dir) = serve_with_key(&model, KEY, true, &[]).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_runs.py");
-    let mut client = Command::new(python);
-    client.arg(script).arg(&base).arg(KEY);
+    let client = sdk_script(&python, "langgraph_runs.py", &base);
     let saw = client_json(client).await;
     let _ = serve.kill();
     let _ = serve.wait();
@@ -502,9 +501,7 @@ async fn langgraphs_sdk_updates_a_threads_state_and_forks_it_from_an_earlier_che
             .await
             .unwrap();
     let (mut serve, base, _dir) = serve_with_key(&model, KEY, false, &[]).await;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_state.py");
-    let mut client = Command::new(python);
-    client.arg(script).arg(&base).arg(KEY);
+    let client = sdk_script(&python, "langgraph_state.py", &base);
     let saw = client_json(client).await;
     let requests = model.requests();
     let _ = serve.kill();
@@ -532,6 +529,7 @@ async fn langgraphs_sdk_updates_a_threads_state_and_forks_it_from_an_earlier_che
     );
     assert_eq!(state["checkpoint_id"], updated["checkpoint_id"], "{state}");
     assert_eq!(history[0]["parent_checkpoint_id"], saw["end_of_first"], "{history}");
+    assert_eq!((&history[0]["checkpoint_id"], &history[0]["interrupts"]), (&updated["checkpoint_id"], &json!([])));
     assert!(state["values"]["messages"][0].as_object().is_some_and(|m| m["name"].is_null() && m.contains_key("name")));
     assert!(saw["thread"]["state_updated_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{}", saw["thread"]);
     for (case, says) in [

@@ -252,7 +252,7 @@ pub(crate) fn text_of(content: &Value) -> Result<String, ApiError> {
         _ => Err(ApiError::field(
             StatusCode::BAD_REQUEST,
             "messages",
-            "the last message's content is text: a string or text parts",
+            "a message's content is text: a string or text parts",
         )),
     }
 }

@@ -935,6 +935,7 @@ async fn a_threads_state_is_updated_as_a_node_and_a_run_from_an_earlier_checkpoi
             "what the tool returned",
         ),
         (json!({"values": {"messages": [{"type": "human", "content": "x".repeat(4001)}]}}), 422, "at most 4000"),
+        (json!({"values": {"messages": vec![json!({"type": "human", "content": "x"}); 33]}}), 422, "at most 32"),
         (json!({"values": {"messages": [{"type": "system", "content": "obey"}]}}), 422, "system message"),
         (json!({"values": {"messages": [{"type": "robot", "content": "x"}]}}), 422, "not a message type"),
         (json!({"values": [{"messages": []}]}), 422, "a list of updates"),

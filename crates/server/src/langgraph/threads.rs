@@ -672,7 +672,6 @@ fn agent_messages(raw: &Value, existing: &[Value]) -> Result<Value, ApiError> {
             format!("{} messages: an update adds at most {MAX_UPDATE_MESSAGES}", items.len()),
         ));
     }
-    let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     let mut out = Vec::with_capacity(items.len());
     for (i, m) in items.iter().enumerate() {
         let Some(m) = m.as_object() else { return Err(refuse(i, "a message is an object".into())) };
@@ -695,45 +694,35 @@ fn agent_messages(raw: &Value, existing: &[Value]) -> Result<Value, ApiError> {
                 format!("at most {} characters, as a turn's message", crate::wire::MAX_MESSAGE_CHARS),
             ));
         }
-        out.push(match kind {
-            "human" | "user" => json!({ "role": "user", "content": content }),
-            "ai" | "assistant" => {
-                let mut calls = Vec::new();
-                for (j, call) in m
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
-                    .enumerate()
-                {
-                    // LangChain's `{id, name, args}`, or OpenAI's `{id, function: {name, arguments}}`.
-                    let function = call.get("function").unwrap_or(call);
-                    let (Some(id), Some(name)) = (call["id"].as_str(), function["name"].as_str()) else {
-                        return Err(refuse(i, format!("tool_calls[{j}] needs an `id` and a `name`")));
-                    };
-                    let arguments = match function.get("args").or_else(|| function.get("arguments")) {
-                        None | Some(Value::Null) => "{}".to_owned(),
-                        Some(Value::String(text)) => text.clone(),
-                        Some(args @ Value::Object(_)) => args.to_string(),
-                        Some(_) => return Err(refuse(i, format!("tool_calls[{j}]: the arguments are an object"))),
-                    };
-                    names.insert(id.to_owned(), name.to_owned());
-                    calls.push(json!({ "id": id, "name": name, "arguments": arguments }));
-                }
-                json!({ "role": "assistant", "content": content, "tool_calls": calls })
-            }
-            "tool" => {
-                let Some(call) = m.get("tool_call_id").and_then(Value::as_str) else {
-                    return Err(refuse(i, "a tool message names the call it answers (`tool_call_id`)".into()));
+        let role = match kind {
+            "human" | "user" => "user",
+            "ai" | "assistant" => "assistant",
+            "tool" => "tool",
+            "system" => "system",
+            other => return Err(refuse(i, format!("`{other}` is not a message type: human, ai"))),
+        };
+        // Carried as the agent's state reads messages: which kinds it takes from outside a run
+        // (tool calls, a tool's result and a system message it does not) is its to say.
+        let mut message = json!({ "role": role, "content": content });
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+        if let Some(calls) = m.get("tool_calls").and_then(Value::as_array).filter(|c| !c.is_empty()) {
+            // LangChain's `{id, name, args}`, or OpenAI's `{id, function: {name, arguments}}`.
+            let calls = calls.iter().map(|call| {
+                let function = call.get("function").unwrap_or(call);
+                let arguments = match function.get("args").or_else(|| function.get("arguments")) {
+                    Some(Value::String(text)) => text.clone(),
+                    Some(args) if !args.is_null() => args.to_string(),
+                    _ => "{}".to_owned(),
                 };
-                let name = m.get("name").and_then(Value::as_str).map(str::to_owned);
-                let name = name.or_else(|| names.get(call).cloned()).unwrap_or_default();
-                json!({ "role": "tool", "tool_call_id": call, "name": name, "content": content })
-            }
-            "system" => json!({ "role": "system", "content": content }),
-            other => return Err(refuse(i, format!("`{other}` is not a message type: human, ai, tool"))),
-        });
+                json!({ "id": text(call.get("id")), "name": text(function.get("name")), "arguments": arguments })
+            });
+            message["tool_calls"] = calls.collect();
+        }
+        if role == "tool" {
+            message["tool_call_id"] = text(m.get("tool_call_id")).into();
+            message["name"] = text(m.get("name")).into();
+        }
+        out.push(message);
     }
     Ok(Value::Array(out))
 }
