@@ -195,6 +195,7 @@ async fn conversation(service: &ChatService, user: i64, turns: u32) -> anyhow::R
             agent: None,
             context: None,
             tool_events: false,
+            node_events: false,
             attachments: Vec::new(),
         };
         let (_, log) = service.start_turn(&who, &turn).await.map_err(|e| anyhow::anyhow!("turn {n}: {e}"))?;

@@ -9,13 +9,8 @@ mod common;
 use common::{event_data, free_port, serve_command, sse_events, wait_ready};
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 const CONFIG: &str = r#"
 default_agent = "tutor"
@@ -70,32 +65,15 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolgraph.toml");
     std::fs::write(&config, CONFIG).unwrap();
-    let ingest = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["ingest", "examples/corpus", "--kb", "cursos", "--keyword-only", "--tenant", "demo"])
-        .args(["--path-meta", "{asignatura}/{tipo_documento}/**"])
-        .current_dir(repo())
-        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
-        .output()
-        .unwrap();
-    assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
+    common::ingest_course_corpus(&config, dir.path());
     let label = "Guía docente de Infraestructura Virtual › Evaluación › Convocatoria ordinaria";
     // A knowledge question gets two calls: the one the model starts answering from memory
-    // (stopped at its first words), then the answer from what the search found.
-    let memory = || Reply::text("El examen final es el 15 de octubre.");
-    let model = ScriptedModelServer::start(vec![
-        // 1: the date and weight the guide holds, and a revision date it does not.
-        memory(),
-        Reply::text("El examen final es el 20 de enero y vale el 40 % de la nota. La revisión es el 15 de octubre."),
-        // 2: a follow-up, answered from the passage its search found.
-        memory(),
-        Reply::text("La extraordinaria es en julio y vale el 100 % de la nota."),
-        // 3: a question the documents do not hold, answered from "memory".
-        memory(),
-        Reply::text("El rector es Pedro Mercado Pacheco, desde 2019."),
+    // (stopped at its first words), then the answer from what the search found. 1: the date
+    // and weight the guide holds, and a revision date it does not; 2: a follow-up, answered from
+    // the passage its search found; 3: a question the documents do not hold, answered from
+    // "memory".
+    let mut script = common::course_question_replies();
+    script.extend([
         // 4: a greeting.
         Reply::text("¡Hola! ¿En qué puedo ayudarte con la asignatura?"),
         // 5: a calculation: the tools stay the model's, and its answer stands on the result.
@@ -114,9 +92,8 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
         Reply::tool_calls(&[("r1", "rag_search", json!({"query": "créditos ECTS asignatura"}))]),
         Reply::text("The course has 6 ECTS credits."),
         Reply::text("이 과목은 6 ECTS 학점입니다."),
-    ])
-    .await
-    .unwrap();
+    ]);
+    let model = ScriptedModelServer::start(script).await.unwrap();
     let port = free_port();
     let mut child = serve_command(dir.path(), &model, port)
         .arg("--config")

@@ -235,7 +235,13 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
         json!(["approve", "edit", "reject", "respond"])
     );
     assert_eq!(saw["interrupted"]["status"], "interrupted");
-    assert_eq!(saw["interrupted"]["interrupts"]["__root__"][0]["id"], interrupt["id"]);
+    // Keyed by the task that waits, as the state's tasks name it; not in the values.
+    let waiting = saw["interrupted"]["interrupts"].as_object().unwrap();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let (task, interrupts) = waiting.iter().next().unwrap();
+    assert_eq!(interrupts[0]["id"], interrupt["id"]);
+    assert!(saw["interrupted"]["values"].get("__interrupt__").is_none(), "{}", saw["interrupted"]);
+    assert!(task.starts_with(saw["interrupted"]["thread_id"].as_str().unwrap()), "{task}");
 
     // Approved: the note is written and the reply ends the resumed run; deciding again finds
     // nothing to decide (409), nothing runs twice.
@@ -321,7 +327,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["other_user"]["status"], 404, "{}", saw["other_user"]);
     assert_eq!(saw["other_user_run"]["status"], 404, "{}", saw["other_user_run"]);
     assert_eq!(saw["unknown_mode"]["status"], 422, "{}", saw["unknown_mode"]);
-    assert!(saw["unknown_mode"]["body"].to_string().contains("`debug` is not served"));
+    assert!(saw["unknown_mode"]["body"].to_string().contains("`events` is not served"));
     assert_eq!(saw["deleted"]["status"], 404);
 
     // A failed run: its stream ends with an `error` event, its status is `error`, and a waiting
@@ -558,6 +564,281 @@ async fn langgraphs_sdk_updates_a_threads_state_and_forks_it_from_an_earlier_che
         ["¿Cuánto es 6 por 7?", "Son 42.", "Otra pregunta.", "Otra respuesta."]
     );
     assert_eq!(saw["no_such_checkpoint"]["status"], 404, "{}", saw["no_such_checkpoint"]);
+}
+
+/// A grounded tutor's runs streamed through the Python SDK in the modes written from its
+/// nodes: `debug` (each node's task and result, each checkpoint), `tasks`, `checkpoints` and
+/// `custom` (the grounding check's report) — on the bundled course corpus, ingested for real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_sdk_streams_a_grounded_run_in_the_modes_of_its_nodes() {
+    let Some(python) = langgraph_python() else { return };
+    let model = ScriptedModelServer::start(common::course_question_replies()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let digest = toolgraph_server::auth::hash_api_key(KEY);
+    let config = format!(
+        "[server]\nauth = \"api_key\"\n[server.api_keys]\ndemo = \"{digest}\"\n[server.api_key_tenants]\ndemo = 7\n\
+         [rag]\nembedding = \"none\"\ndefault_kb = \"cursos\"\n\
+         [agents.tutor]\nsystem_prompt = \"Eres el tutor de la asignatura IV.\"\ntools = [\"rag_search\", \"calculator\"]\n"
+    );
+    let config_file = dir.path().join("toolgraph.toml");
+    std::fs::write(&config_file, &config).unwrap();
+    common::ingest_course_corpus(&config_file, dir.path());
+    let (mut serve, base, _dir) = common::serve_in(dir, &model, &config, &[]).await;
+    let saw = client_json(sdk_script(&python, "langgraph_modes.py", &base)).await;
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    let of = |parts: &Value, event: &str| -> Vec<Value> {
+        parts.as_array().unwrap().iter().filter(|p| p["event"] == event).map(|p| p["data"].clone()).collect()
+    };
+    let every = &saw["every"];
+    // The reply, cited: the guide's section before its full stop.
+    let reply = "El examen final es el 20 de enero y vale el 40 % de la nota [Guía docente";
+    // `custom`: the answer's check against the guide — the sentence it cites, and the one
+    // stating a date no passage holds, dropped.
+    let custom = of(every, "custom");
+    assert_eq!(custom.len(), 1, "{custom:?}");
+    let report = &custom[0]["grounding"];
+    assert!(report["cited"].as_u64().unwrap() >= 1, "{report}");
+    assert_eq!(report["abstained"], false);
+    assert!(report["dropped"][0]["sentence"].as_str().unwrap().contains("15 de octubre"), "{report}");
+    // `tasks`: each node's start and result, in the order they ran.
+    let tasks = of(every, "tasks");
+    let names: Vec<(&str, bool)> =
+        tasks.iter().map(|t| (t["name"].as_str().unwrap(), t.get("result").is_some())).collect();
+    assert_eq!(
+        names,
+        [("agent", false), ("agent", true), ("search", false), ("search", true), ("answer", false), ("answer", true)],
+        "{tasks:?}"
+    );
+    for pair in tasks.chunks(2) {
+        assert_eq!(pair[0]["id"], pair[1]["id"], "a task's result has its id");
+    }
+    // The search's result: its call and the passages; the answer's: the checked reply; each
+    // task's input: the values as it started.
+    assert_eq!(tasks[3]["result"]["messages"][0]["tool_calls"][0]["name"], "rag_search", "{}", tasks[3]);
+    assert!(tasks[3]["result"]["messages"][1]["content"].as_str().unwrap().contains("20 de enero"));
+    let answered = tasks[5]["result"]["messages"][0]["content"].as_str().unwrap();
+    assert!(answered.starts_with(reply) && !answered.contains("15 de octubre"), "{answered}");
+    assert_eq!(tasks[4]["input"]["messages"].as_array().unwrap().len(), 3, "{}", tasks[4]["input"]);
+    // The model's task: stopped at its first words, it wrote nothing.
+    assert_eq!(tasks[1]["result"], json!({}), "{}", tasks[1]);
+    // `checkpoints`: the run's input, then one after each node, each the parent of the next,
+    // the last the thread's state — with the values and what runs next.
+    let checkpoints = of(every, "checkpoints");
+    let id = |c: &Value| c["configurable"]["checkpoint_id"].as_str().map(str::to_owned);
+    assert_eq!(checkpoints.len(), 4, "{checkpoints:?}");
+    assert_eq!(
+        (&checkpoints[0]["parent_config"], &checkpoints[0]["metadata"]["source"]),
+        (&Value::Null, &json!("input"))
+    );
+    for pair in checkpoints.windows(2) {
+        assert_eq!(id(&pair[1]["parent_config"]), id(&pair[0]["config"]));
+    }
+    let nexts: Vec<&Value> = checkpoints.iter().map(|c| &c["next"]).collect();
+    assert_eq!(nexts, [&json!(["agent"]), &json!(["search"]), &json!(["answer"]), &json!([])]);
+    // Each task runs from the checkpoint before it, and is named as that checkpoint names it.
+    for (i, task) in tasks.iter().step_by(2).enumerate() {
+        assert_eq!(task["id"], checkpoints[i]["tasks"][0]["id"], "{task}");
+        assert_eq!(task["input"], checkpoints[i]["values"], "{task}");
+    }
+    let last = checkpoints.last().unwrap();
+    let state = &saw["every_state"];
+    assert_eq!(id(&last["config"]), state["checkpoint_id"].as_str().map(str::to_owned), "{last}");
+    let contents = |values: &Value| -> Vec<Value> {
+        values["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect()
+    };
+    assert_eq!(contents(&last["values"]), contents(&state["values"]), "{last}");
+    // `debug`: the same tasks and checkpoints, each with its step, time and type.
+    let debug = of(every, "debug");
+    let kinds: Vec<&str> = debug.iter().map(|d| d["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "checkpoint",
+            "task",
+            "task_result",
+            "checkpoint",
+            "task",
+            "task_result",
+            "checkpoint",
+            "task",
+            "task_result",
+            "checkpoint"
+        ]
+    );
+    assert!(debug.iter().all(|d| d["timestamp"].as_str().is_some_and(|t| t.ends_with('Z'))), "{debug:?}");
+    // A debug checkpoint also names itself and its parent as `checkpoint`, `parent_checkpoint`.
+    let mut in_debug = debug[0]["payload"].clone();
+    assert_eq!(in_debug["checkpoint"], checkpoints[0]["config"]["configurable"]);
+    assert_eq!(in_debug["parent_checkpoint"], checkpoints[0]["parent_config"]["configurable"]);
+    let in_debug = in_debug.as_object_mut().unwrap();
+    in_debug.remove("checkpoint");
+    in_debug.remove("parent_checkpoint");
+    assert_eq!(Value::Object(in_debug.clone()), checkpoints[0]);
+    assert_eq!(debug[8]["payload"], tasks[5]);
+    let steps: Vec<&Value> = debug.iter().map(|d| &d["step"]).collect();
+    let numbers: Vec<Value> =
+        checkpoints.iter().map(|c| json!(id(&c["config"]).unwrap().parse::<u64>().unwrap())).collect();
+    assert_eq!(steps[0], &numbers[0], "a checkpoint's step is its number");
+    assert_eq!(
+        (steps[1], steps[2], steps[3]),
+        (&numbers[1], &numbers[1], &numbers[1]),
+        "a task's is the one it writes"
+    );
+    // The other modes are as before: the reply's chunks from the `answer` node, the values.
+    let chunks = of(every, "messages");
+    let streamed: String =
+        chunks.iter().filter(|c| c[1]["langgraph_node"] == "answer").filter_map(|c| c[0]["content"].as_str()).collect();
+    assert_eq!(streamed.trim_end(), answered, "{chunks:?}");
+    assert_eq!(contents(&of(every, "values").last().unwrap().clone()), contents(&state["values"]));
+
+    // A run in `debug` alone: nothing but its metadata and debug events.
+    let debug_only = saw["debug"].as_array().unwrap();
+    assert!(debug_only.iter().skip(1).all(|p| p["event"] == "debug"), "{debug_only:?}");
+    let results: Vec<&Value> = debug_only.iter().filter(|p| p["data"]["type"] == "task_result").collect();
+    let said = results.last().unwrap()["data"]["payload"]["result"]["messages"][0]["content"].as_str().unwrap();
+    assert!(said.starts_with("La extraordinaria es en julio"), "{said}");
+    // The first checkpoint of a later run names the last of the run before as its parent.
+    let first_checkpoint = debug_only.iter().find(|p| p["data"]["type"] == "checkpoint").unwrap();
+    assert_eq!(id(&first_checkpoint["data"]["payload"]["parent_config"]), id(&last["config"]));
+    // `custom` alone, on a question the guide does not hold: the report says the reply
+    // became "cannot find it".
+    let custom_only = saw["custom"].as_array().unwrap();
+    let events: Vec<&str> = custom_only.iter().map(|p| p["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["metadata", "custom"], "{custom_only:?}");
+    assert_eq!(custom_only[1]["data"]["grounding"]["abstained"], true, "{custom_only:?}");
+    // Joined after it ended, in `checkpoints`: its checkpoints again, the last the history's.
+    let joined = of(&saw["joined"], "checkpoints");
+    let history = saw["history"].as_array().unwrap();
+    assert_eq!(joined.last().and_then(|c| id(&c["config"])), history[0]["checkpoint_id"].as_str().map(str::to_owned));
+    let kept: Vec<String> = history.iter().filter_map(|h| h["checkpoint_id"].as_str().map(str::to_owned)).collect();
+    for c in checkpoints.iter().chain(&joined) {
+        assert!(kept.contains(&id(&c["config"]).unwrap()), "{c} is not in the history {kept:?}");
+    }
+    // Each streamed checkpoint holds what the history holds under its id.
+    for c in &checkpoints {
+        let kept = history.iter().find(|h| h["checkpoint_id"].as_str() == id(&c["config"]).as_deref()).unwrap();
+        assert_eq!(c["values"], kept["values"], "{c}");
+    }
+    // Joined after its end, from its start: the same checkpoints, each once.
+    let joined_ids: Vec<Option<String>> = joined.iter().map(|c| id(&c["config"])).collect();
+    let mut once = joined_ids.clone();
+    once.dedup();
+    assert_eq!((joined_ids.len(), once.len()), (4, 4), "{joined_ids:?}");
+}
+
+/// Whether `text` is what `pattern` says, where each `*` in it stands for any run of characters.
+fn matches(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            text.starts_with(head)
+                && (head.len()..=text.len()).any(|at| text.is_char_boundary(at) && matches(rest, &text[at..]))
+        }
+    }
+}
+
+#[test]
+fn a_pattern_stands_for_runs_of_characters_where_it_has_stars() {
+    assert!(matches("- .*metadata.langgraph_*", "- .state.metadata.langgraph_host"));
+    assert!(matches("+ .thread*.error", "+ .thread_created.error"));
+    assert!(!matches("+ .thread*.error", "+ .thread_created.interrupts"));
+    assert!(!matches("- .run.kwargs", "- .runs[].kwargs"));
+}
+
+/// The differences docs/langgraph.md lists between toolgraph's answers and LangGraph's own
+/// server's: the lines of its `shape-differences` block, as `langgraph_shapes.py` writes them
+/// (a `*` stands for any run of characters).
+fn documented_differences() -> Vec<String> {
+    let doc =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/langgraph.md")).unwrap();
+    let block =
+        doc.split("<!-- shape-differences -->").nth(1).expect("docs/langgraph.md has the shape-differences block");
+    let block = block.split("```").nth(1).expect("a fenced block after the marker");
+    block.lines().map(str::trim).filter(|l| l.starts_with(['+', '-', '~'])).map(str::to_owned).collect()
+}
+
+/// The same SDK calls against `toolgraph serve` and LangGraph's own server (`langgraph dev`,
+/// PyPI `langgraph-cli[inmem]`, running `tests/interop/langgraph_dev/graph.py`: the same agent
+/// over the same scripted model): the shapes of their answers differ exactly where
+/// docs/langgraph.md says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraphs_own_server_answers_the_same_calls_in_the_shapes_the_docs_say() {
+    let Some(python) = langgraph_python() else { return };
+    let Some(langgraph) = toolgraph_testkit::interop::langgraph_dev() else { return };
+    let script = || {
+        vec![
+            Reply::tool_calls(&[("c1", "calculator", json!({"expression": "6*7"}))]),
+            Reply::text("Son 42."),
+            Reply::tool_calls(&[("n1", "note_write", json!({"title": "Examen", "body": "El viernes."}))]),
+            Reply::text("Nota guardada."),
+        ]
+    };
+    let ours = ScriptedModelServer::start(script()).await.unwrap();
+    let theirs = ScriptedModelServer::start(script()).await.unwrap();
+    let (_serve, base, _dir) = serve_with_key(&ours, KEY, false, &[]).await;
+    // LangGraph's server writes its state beside the graph: a copy of its folder.
+    let work = tempfile::tempdir().unwrap();
+    let graph = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_dev");
+    for file in ["graph.py", "langgraph.json"] {
+        std::fs::copy(graph.join(file), work.path().join(file)).unwrap();
+    }
+    let port = common::free_port();
+    let log = std::fs::File::create(work.path().join("server.log")).unwrap();
+    let dev = Command::new(&langgraph)
+        .args(["dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--config", "langgraph.json"])
+        .current_dir(work.path())
+        .env("SCRIPTED_MODEL_URL", theirs.base_url())
+        .env("LANGGRAPH_CLI_NO_ANALYTICS", "1")
+        // No tracing to LangSmith, whatever the environment says: no calls out, no fields of its own.
+        .env_remove("LANGSMITH_TRACING")
+        .env_remove("LANGCHAIN_TRACING_V2")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _dev = common::ServeProcess(dev);
+    let dev_base = format!("http://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let probe = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    while !probe.get(format!("{dev_base}/ok")).send().await.is_ok_and(|r| r.status().is_success()) {
+        let log = std::fs::read_to_string(work.path().join("server.log")).unwrap_or_default();
+        assert!(started.elapsed() < Duration::from_secs(90), "langgraph dev never answered /ok:\n{log}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut client = Command::new(&python);
+    client.arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_shapes.py"));
+    client.arg(&base).arg(&dev_base).arg(KEY);
+    let saw = client_json(client).await;
+
+    // Both ran the whole script: the same replies, the same pause, the same messages.
+    assert_eq!(ours.requests().len(), 4, "toolgraph asked its model {} times", ours.requests().len());
+    assert_eq!(theirs.requests().len(), 4, "LangGraph asked its model {} times", theirs.requests().len());
+    let texts = |who: &str| -> Vec<Value> {
+        saw[who]["resumed"]["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect()
+    };
+    assert_eq!(texts("toolgraph").len(), texts("langgraph").len(), "{}", saw["toolgraph"]["resumed"]);
+    assert_eq!(texts("toolgraph").last(), texts("langgraph").last());
+    for who in ["toolgraph", "langgraph"] {
+        assert_eq!(
+            saw[who]["thread_interrupted"]["status"], "interrupted",
+            "{who}: {}",
+            saw[who]["thread_interrupted"]
+        );
+    }
+    let found: Vec<String> =
+        saw["differences"].as_array().unwrap().iter().map(|d| d.as_str().unwrap().to_owned()).collect();
+    let documented = documented_differences();
+    let undocumented: Vec<&String> = found.iter().filter(|d| !documented.iter().any(|p| matches(p, d))).collect();
+    let stale: Vec<&String> = documented.iter().filter(|p| !found.iter().any(|d| matches(p, d))).collect();
+    assert!(
+        undocumented.is_empty() && stale.is_empty(),
+        "differences docs/langgraph.md does not list: {undocumented:#?}\nlisted there, not found: {stale:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,8 @@ pub enum RunEvent {
         node: String,
         /// 1-based step number within this run.
         step: u32,
+        /// The checkpoint it starts from: the run's input, or the step before.
+        from: u64,
     },
     /// A node finished and its update was checkpointed.
     NodeFinished {
@@ -45,6 +47,8 @@ pub enum RunEvent {
         step: u32,
         /// The checkpoint written.
         checkpoint: u64,
+        /// The node that runs next (`None`: the run ends, or pauses with nothing left).
+        next: Option<String>,
         /// What the store derived from that checkpoint and wrote with it (the ids of a
         /// projecting store's rows; empty for a plain store).
         derived: DerivedRows,
@@ -63,6 +67,15 @@ pub enum RunEvent {
         ok: bool,
         /// The tokens it used, when the model reported them.
         usage: Option<TokenUsage>,
+    },
+    /// Data a node streams of its own while it runs ([`RunContext::write_custom`]
+    /// (crate::RunContext::write_custom)): progress, what it found, a check's report — for the
+    /// run's consumer, not part of the state.
+    Custom {
+        /// The node that wrote it.
+        node: String,
+        /// What it wrote.
+        data: Value,
     },
     /// A piece of model text.
     TextDelta {

@@ -6,6 +6,7 @@ use crate::event::{RunEvent, TokenUsage};
 use crate::interrupt::{Decision, InterruptRequest};
 use crate::state::State;
 use async_trait::async_trait;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -102,6 +103,14 @@ impl<C> RunContext<C> {
     /// if nobody listens any more the event is dropped and the run goes on.
     pub async fn emit(&self, event: RunEvent) {
         let _ = self.events.send(event).await;
+    }
+
+    /// Streams `data` to the run's consumer as this node's own ([`RunEvent::Custom`]): what a
+    /// LangGraph node writes with `get_stream_writer()`, served as the `custom` stream mode
+    /// (docs/graph.md, "Streaming a node's own data"). Not part of the state: a consumer that
+    /// does not listen loses nothing the run keeps.
+    pub async fn write_custom(&self, data: Value) {
+        self.emit(RunEvent::Custom { node: self.node.to_string(), data }).await;
     }
 
     /// Runs `call`, a model call this node makes, between [`RunEvent::ModelCallStarted`] and

@@ -673,7 +673,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
         let Some((node_name, node)) = self.graph.inner.nodes.get(name).cloned() else {
             return Err(failed("routing", "no such node in this graph".into()));
         };
-        self.emit(RunEvent::NodeStarted { node: name.to_owned(), step: self.steps }).await;
+        self.emit(RunEvent::NodeStarted { node: name.to_owned(), step: self.steps, from: self.version }).await;
         let ctx = RunContext {
             deps: Arc::clone(&self.graph.inner.deps),
             events: self.events.clone(),
@@ -736,7 +736,13 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
         };
         let derived = self.graph.write(&self.thread, &rec).await.map_err(Halt::Failed)?;
         self.version = rec.seq;
-        let finished = RunEvent::NodeFinished { node: name.to_owned(), step: self.steps, checkpoint: rec.seq, derived };
+        let finished = RunEvent::NodeFinished {
+            node: name.to_owned(),
+            step: self.steps,
+            checkpoint: rec.seq,
+            next: rec.next.clone(),
+            derived,
+        };
         self.emit(finished).await;
         if let Step::Paused { pending, .. } = &step {
             self.emit(RunEvent::Interrupted { pending: pending.clone() }).await;

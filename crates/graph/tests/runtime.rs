@@ -155,7 +155,9 @@ async fn multi_turn_persists_and_resumes_in_a_new_process(b: &Backend) {
     let RunOutcome::Completed { state } = out else { panic!("{out:?}") };
     assert_eq!(state.log, ["hola", "echo: hola", "¿qué tal?", "echo: ¿qué tal?"]);
     assert!(matches!(events.first(), Some(RunEvent::RunStarted { .. })));
-    assert!(events.contains(&RunEvent::NodeStarted { node: "echo".into(), step: 1 }));
+    // It starts from the second run's input, the thread's third checkpoint (after the first
+    // run's input and step).
+    assert!(events.contains(&RunEvent::NodeStarted { node: "echo".into(), step: 1, from: 3 }), "{events:?}");
     assert_eq!(events.last(), Some(&RunEvent::Completed));
     let head = g.thread_state(&thread(1)).await.unwrap().unwrap();
     assert_eq!(head.state, state);

@@ -9,9 +9,10 @@ use serde_json::Value;
 /// One frame of a chat run's stream.
 ///
 /// The academy contract's clients get only `token`, `tool_call` and `tool_result` (the
-/// `toolEvents` extension), `pending`, `done` and `error` today; `node_started`,
-/// `node_finished`, `state_update` and `custom` are named for the streams to come and are not
-/// emitted yet.
+/// `toolEvents` extension), `pending`, `done` and `error`; a run asked for its nodes' events
+/// (LangGraph's `debug`, `tasks`, `checkpoints` and `custom` stream modes) also holds
+/// `node_started`, `node_finished` and `custom`; `state_update` is named for the streams to come
+/// and is not emitted yet.
 ///
 /// It serializes as its SSE data, the JSON the wire carries ([`Frame::data`]); the event name
 /// is [`Frame::event`].
@@ -58,26 +59,34 @@ pub enum Frame {
         /// What went wrong, for the user.
         message: String,
     },
-    /// `node_started`: a graph node began, `{"node", "step"}` (not emitted yet).
+    /// `node_started`: a graph node began, `{"node", "step", "from"}`.
     NodeStarted {
         /// The node.
         node: String,
         /// Its step in the run, from 1.
         step: u32,
+        /// The checkpoint it starts from (its number in the thread): the run's input, or the
+        /// step before.
+        from: u64,
     },
-    /// `node_finished`: a graph node finished, `{"node", "step"}` (not emitted yet).
+    /// `node_finished`: a graph node finished and its checkpoint was written,
+    /// `{"node", "step", "checkpoint", "next"}`.
     NodeFinished {
         /// The node.
         node: String,
         /// Its step in the run, from 1.
         step: u32,
+        /// The checkpoint it wrote (its number in the thread).
+        checkpoint: u64,
+        /// The node that runs next (`null`: the run ends, or pauses with nothing left).
+        next: Option<String>,
     },
     /// `state_update`: values of the run's state changed, `{"values"}` (not emitted yet).
     StateUpdate {
         /// The changed values.
         values: Value,
     },
-    /// `custom`: a frame a node sends of its own, `{"name", "data"}` (not emitted yet).
+    /// `custom`: data a node streams of its own, `{"name", "data"}` (`name`: the node).
     Custom {
         /// What the node calls it.
         name: String,
@@ -199,8 +208,8 @@ enum Tagged {
     Pending(PendingAction),
     Done { conversation_id: ConversationId, message_id: MessageId },
     Error { message: String },
-    NodeStarted { node: String, step: u32 },
-    NodeFinished { node: String, step: u32 },
+    NodeStarted { node: String, step: u32, from: u64 },
+    NodeFinished { node: String, step: u32, checkpoint: u64, next: Option<String> },
     StateUpdate { values: Value },
     Custom { name: String, data: Value },
 }
@@ -224,8 +233,8 @@ mod tests {
             }),
             Frame::Done { conversation_id: ConversationId(3), message_id: MessageId(9) },
             Frame::Error { message: "the model is unreachable".into() },
-            Frame::NodeStarted { node: "agent".into(), step: 1 },
-            Frame::NodeFinished { node: "tools".into(), step: 2 },
+            Frame::NodeStarted { node: "agent".into(), step: 1, from: 4 },
+            Frame::NodeFinished { node: "tools".into(), step: 2, checkpoint: 5, next: Some("agent".into()) },
             Frame::StateUpdate { values: json!({"messages": []}) },
             Frame::Custom { name: "progress".into(), data: json!({"pct": 50}) },
         ]
@@ -274,6 +283,13 @@ mod tests {
             ("done", r#"{"conversationId":1,"messageId":2}"#.into())
         );
         assert_eq!(wire(Frame::Error { message: "boom".into() }), ("error", r#"{"message":"boom"}"#.into()));
+        // A run's last node: nothing runs next, written as null (and read back as `None`).
+        let last = Frame::NodeFinished { node: "agent".into(), step: 3, checkpoint: 6, next: None };
+        assert_eq!(
+            wire(last.clone()),
+            ("node_finished", r#"{"node":"agent","step":3,"checkpoint":6,"next":null}"#.into())
+        );
+        assert_eq!(Frame::parse("node_finished", &last.data()).unwrap(), last);
     }
 
     #[test]

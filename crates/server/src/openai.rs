@@ -205,6 +205,7 @@ fn turn_request(
         agent: Some(request.model.clone()),
         context: None,
         tool_events: false,
+        node_events: false,
         attachments: Vec::new(),
     };
     Ok((who.principal, turn))

@@ -354,10 +354,10 @@ pub(crate) struct Thread {
     #[schema(value_type = Object)]
     metadata: serde_json::Value,
     status: ThreadStatus,
-    /// The agent's state: `messages` as LangChain's, `__interrupt__` while it waits.
+    /// The agent's state: `messages` as LangChain's.
     #[schema(value_type = Object)]
     values: serde_json::Value,
-    /// `{"__root__": [interrupt]}` while it waits.
+    /// `{"TASK_ID": [interrupt]}` while it waits (the state's task that waits).
     #[schema(value_type = Object)]
     interrupts: serde_json::Value,
     #[schema(value_type = Object)]
@@ -410,6 +410,10 @@ pub(crate) enum StreamMode {
     Values,
     Updates,
     MessagesTuple,
+    Custom,
+    Debug,
+    Tasks,
+    Checkpoints,
 }
 
 /// A run's `stream_mode`: one mode, or several.

@@ -617,6 +617,7 @@ fn turn_of(r: StreamRequest) -> NewTurn {
         agent: r.agent,
         context: r.context,
         tool_events: r.tool_events,
+        node_events: false,
         attachments: r.attachments,
     }
 }

@@ -56,6 +56,10 @@ pub struct NewTurn {
     pub context: Option<Map<String, Value>>,
     /// Whether the run's stream carries its tool calls and results too.
     pub tool_events: bool,
+    /// Whether the run's stream also carries its nodes' starts and ends and the data they
+    /// stream of their own (`node_started`, `node_finished`, `custom`): what LangGraph's
+    /// `debug`, `tasks`, `checkpoints` and `custom` stream modes are written from.
+    pub node_events: bool,
     /// The person's uploads this turn attaches to the conversation (docs/service.md,
     /// "Documents in the conversation").
     pub attachments: Vec<String>,
@@ -573,6 +577,7 @@ impl ChatService {
             claim,
             cancel: cancel.clone(),
             tool_events: req.tool_events,
+            node_events: req.node_events,
         };
         // The user's message is committed with the run's first checkpoint (see the
         // conversations crate's projection).
@@ -883,6 +888,7 @@ impl ChatService {
             claim,
             cancel,
             tool_events: false,
+            node_events: false,
         };
         // Detached: the run finishes and persists even if this request goes away.
         let (service, served) = (self.clone(), Arc::clone(&agent.agent));

@@ -67,6 +67,16 @@ fn venv_command(venv: &str, name: &str, probe: &str) -> Option<PathBuf> {
     missing(&format!("{} is missing (run scripts/interop-deps)", command.display()))
 }
 
+/// LangGraph's own server's command, `langgraph` (PyPI `langgraph-cli[inmem]`, whose `langgraph
+/// dev` serves a graph in memory), which the shape comparison runs beside `toolgraph serve`: in
+/// the virtualenv `scripts/interop-deps` makes for it (shared with `scripts/bench-agent-server`).
+///
+/// # Panics
+/// Under `CI` when it is missing.
+pub fn langgraph_dev() -> Option<PathBuf> {
+    venv_command("langgraph-dev-venv", "langgraph", "--help")
+}
+
 /// The Python with LangGraph's SDK (PyPI `langgraph-sdk`): the same virtualenv as
 /// [`mcp_python`].
 ///

@@ -521,21 +521,10 @@ impl Node<AgentState, AgentDeps> for CiteNode {
             );
         }
         ctx.emit(RunEvent::TextDelta { text: checked.clone() }).await;
+        let value = crate::kit::report_json(&report);
+        ctx.write_custom(serde_json::json!({ "grounding": value.clone() })).await;
         let channels = match &self.channel {
-            Some(ch) => {
-                let dropped: Vec<Value> = report
-                    .dropped
-                    .iter()
-                    .map(|(sentence, missing)| serde_json::json!({ "sentence": sentence, "unsupported": missing }))
-                    .collect();
-                let value = serde_json::json!({
-                    "cited": report.cited,
-                    "backed": report.backed,
-                    "dropped": dropped,
-                    "abstained": report.abstained,
-                });
-                self.info.writes(&s, ch, value)
-            }
+            Some(ch) => self.info.writes(&s, ch, value),
             None => Vec::new(),
         };
         Ok(NodeOutput::Update(AgentUpdate {

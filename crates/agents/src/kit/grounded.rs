@@ -7,7 +7,7 @@
 use super::this_turn;
 use serde_json::Value;
 use toolgraph_llm::Message;
-use toolgraph_rag::search::grounding::{self, GroundedReply, Passage, Sources};
+use toolgraph_rag::search::grounding::{self, GroundedReply, GroundingReport, Passage, Sources};
 use toolgraph_tools::ToolRegistry;
 
 /// Added to a grounded node's system prompt.
@@ -25,6 +25,24 @@ pub fn grounded_prompt(prompt: &str) -> std::borrow::Cow<'_, str> {
         "" => GROUNDING_INSTRUCTION.into(),
         p => format!("{p}\n\n{GROUNDING_INSTRUCTION}").into(),
     }
+}
+
+/// The report of a reply's check against the documents, as a checking node writes it to its
+/// channel and streams it as its own data (docs/graph.md, "Streaming a node's own data"): the
+/// sentences cited and backed, each dropped sentence with what no source held, and whether the
+/// reply became the abstention.
+pub(crate) fn report_json(report: &GroundingReport) -> Value {
+    let dropped: Vec<Value> = report
+        .dropped
+        .iter()
+        .map(|(sentence, missing)| serde_json::json!({ "sentence": sentence, "unsupported": missing }))
+        .collect();
+    serde_json::json!({
+        "cited": report.cited,
+        "backed": report.backed,
+        "dropped": dropped,
+        "abstained": report.abstained,
+    })
 }
 
 /// A grounded call's messages as the model reads them: this turn's search calls and results

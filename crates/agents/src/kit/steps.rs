@@ -270,6 +270,9 @@ async fn answer_step(
             );
         }
         tracing::debug!(agent = %spec.name, reply = %content, checked = %checked, "grounded reply");
+        if !asks_tools {
+            ctx.write_custom(serde_json::json!({ "grounding": super::report_json(&report) })).await;
+        }
         content = checked;
     }
     if !rules.grounded

@@ -317,3 +317,39 @@ pub fn model_weights(file: &str, name: &str) -> Option<std::path::PathBuf> {
     }
     Some(weights)
 }
+
+/// The bundled course corpus (`examples/corpus`) ingested into knowledge base `cursos` of
+/// tenant `demo`, keyword index only, with `config` over data directory `dir`; panics, saying
+/// why, when it fails.
+pub fn ingest_course_corpus(config: &std::path::Path, dir: &std::path::Path) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ingest = Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["ingest", "examples/corpus", "--kb", "cursos", "--keyword-only", "--tenant", "demo"])
+        .args(["--path-meta", "{asignatura}/{tipo_documento}/**"])
+        .current_dir(repo)
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .output()
+        .unwrap();
+    assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
+}
+
+/// The scripted model's part in three questions a grounded tutor is asked about the course: the
+/// final exam's date and weight (answered with a date the guide does not hold as well), the
+/// resit as a follow-up, and the rector, whom the guide does not name. For each, the answer it
+/// starts from memory (stopped at its first words), then its answer from what the search found.
+pub fn course_question_replies() -> Vec<scripted_llm::Reply> {
+    use scripted_llm::Reply;
+    let memory = || Reply::text("El examen final es el 15 de octubre.");
+    vec![
+        memory(),
+        Reply::text("El examen final es el 20 de enero y vale el 40 % de la nota. La revisión es el 15 de octubre."),
+        memory(),
+        Reply::text("La extraordinaria es en julio y vale el 100 % de la nota."),
+        memory(),
+        Reply::text("El rector es Pedro Mercado Pacheco, desde 2019."),
+    ]
+}

@@ -18,3 +18,9 @@ def refused(call):
         return None
     except httpx.HTTPStatusError as e:
         return {"status": e.response.status_code, "body": e.response.json()}
+
+
+def waiting_in(thread):
+    """What a thread waits for: the interrupts of its one waiting task (keyed by the task's id)."""
+    (interrupts,) = thread["interrupts"].values()
+    return interrupts

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from langgraph_common import client_of, refused
+from langgraph_common import client_of, refused, waiting_in
 
 base, key = sys.argv[1], sys.argv[2]
 client = client_of(base, key, 1)
@@ -103,10 +103,10 @@ client.runs.wait(hitl, "assistant", input=said("apunta la tutoría"))
 respond = {"type": "respond", "message": "Ya la apunté yo."}
 out["responded"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [respond]}})
 client.runs.wait(hitl, "assistant", input=said("apunta dos"))
-waiting = [i["id"] for i in client.threads.get(hitl)["interrupts"]["__root__"]]
+waiting = [i["id"] for i in waiting_in(client.threads.get(hitl))]
 uno = {"type": "edit", "edited_action": {"name": "note_write", "args": {"title": "Uno", "body": "uno, editado"}}}
 out["partial_edit"] = client.runs.wait(hitl, "assistant", command={"resume": {waiting[0]: uno}})
-out["after_partial"] = client.threads.get(hitl)["interrupts"]["__root__"]
+out["after_partial"] = waiting_in(client.threads.get(hitl))
 # The other in a later request: the first's edit was kept, and the run resumes with both.
 dos = {"type": "reject", "message": "Dos no."}
 out["both"] = client.runs.wait(hitl, "assistant", command={"resume": {"decisions": [dos]}})

@@ -73,7 +73,7 @@ out["resume_again"] = refused(
 client.runs.wait(tid, "assistant", input={"messages": [{"role": "user", "content": "Y otra: repaso el jueves"}]})
 edit = {"type": "edit", "edited_action": {"name": "note_write", "args": {"text": "repaso el miércoles"}}}
 out["edit"] = refused(lambda: client.runs.wait(tid, "assistant", command={"resume": {"decisions": [edit]}}))
-waiting = client.threads.get(tid)["interrupts"]["__root__"][0]["id"]
+waiting = langgraph_common.waiting_in(client.threads.get(tid))[0]["id"]
 out["edit_by_id"] = refused(lambda: client.runs.wait(tid, "assistant", command={"resume": {waiting: edit}}))
 out["other_assistant"] = refused(
     lambda: client.runs.wait(tid, "helper", command={"resume": {"decisions": [{"type": "approve"}]}})
@@ -98,7 +98,7 @@ out["stateless_resume"] = refused(lambda: client.runs.wait(None, "assistant", co
 # Refused stateless runs leave no thread behind (the count below): a mode not served, and a
 # message over the limit (refused once its thread was made).
 hola = {"messages": [{"role": "user", "content": "hola"}]}
-out["stateless_bad_mode"] = refused(lambda: list(client.runs.stream(None, "assistant", input=hola, stream_mode="debug")))
+out["stateless_bad_mode"] = refused(lambda: list(client.runs.stream(None, "assistant", input=hola, stream_mode="events")))
 too_long = {"messages": [{"role": "user", "content": "x" * 5000}]}
 out["stateless_too_long"] = refused(lambda: client.runs.wait(None, "assistant", input=too_long))
 
@@ -162,7 +162,7 @@ out["other_user_run"] = refused(
     lambda: client_of(2).runs.wait(tid, "assistant", input={"messages": [{"role": "user", "content": "hola"}]})
 )
 out["unknown_mode"] = refused(
-    lambda: list(client.runs.stream(other["thread_id"], "assistant", input={"messages": [{"role": "user", "content": "hola"}]}, stream_mode="debug"))
+    lambda: list(client.runs.stream(other["thread_id"], "assistant", input={"messages": [{"role": "user", "content": "hola"}]}, stream_mode="events"))
 )
 # A run whose model fails: an `error` event, the run's status `error`; `runs/wait` answers 502.
 hi = {"messages": [{"role": "user", "content": "hola otra vez"}]}

@@ -7,7 +7,7 @@
 //! Owns: reading a run's input and command, and writing its frames as LangGraph's events. The
 //! turns are the [`ChatService`]'s.
 
-use super::threads::{Asker, Now, interrupt, now, theirs, tool_call};
+use super::threads::{Asker, Now, ai_message, interrupt, now, theirs, tool_call, tool_message};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ChatError};
@@ -29,7 +29,10 @@ use toolgraph_graph::Decision;
 use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
 
 /// The stream modes served; others are refused by name.
-pub(crate) const MODES: [&str; 3] = ["values", "updates", "messages-tuple"];
+pub(crate) const MODES: [&str; 7] = ["values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints"];
+
+/// The modes a join streams when it names none.
+const JOINED: [&str; 3] = ["values", "updates", "messages-tuple"];
 
 /// What a run reads; the rest of LangGraph's run options (`config`, `context`, `metadata`,
 /// `interrupt_before`, …) is accepted and not used.
@@ -137,6 +140,22 @@ struct Modes {
     values: bool,
     updates: bool,
     messages: bool,
+    custom: bool,
+    debug: bool,
+    tasks: bool,
+    checkpoints: bool,
+}
+
+impl Modes {
+    /// Whether they are written from the run's nodes' events (which its log then holds).
+    fn of_nodes(self) -> bool {
+        self.custom || self.debug || self.tasks || self.checkpoints
+    }
+
+    /// Whether checkpoints are written (`checkpoints`, or inside `debug`).
+    fn checkpointed(self) -> bool {
+        self.debug || self.checkpoints
+    }
 }
 
 fn modes(asked: Option<&Value>) -> Result<Modes, ApiError> {
@@ -156,7 +175,15 @@ fn modes(asked: Option<&Value>) -> Result<Modes, ApiError> {
         ));
     }
     let has = |m: &str| names.contains(&m);
-    Ok(Modes { values: has("values"), updates: has("updates"), messages: has("messages-tuple") })
+    Ok(Modes {
+        values: has("values"),
+        updates: has("updates"),
+        messages: has("messages-tuple"),
+        custom: has("custom"),
+        debug: has("debug"),
+        tasks: has("tasks"),
+        checkpoints: has("checkpoints"),
+    })
 }
 
 /// What one run does: a person's message, or decisions on what the thread waits for.
@@ -267,37 +294,28 @@ async fn streamed(
             let run_id = uuid::Uuid::new_v4().to_string();
             let mut events =
                 vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
-            let ai = json!({ "type": "ai", "content": reply.message, "id": format!("run-{run_id}"), "tool_calls": [] });
+            let ai = ai_message(&reply.message, &format!("run-{run_id}"), Vec::new());
             if modes.messages && !reply.message.is_empty() {
-                events.push(event("messages", &json!([ai, { "langgraph_node": "agent", "run_id": run_id }])));
+                events.push(event("messages", &json!([ai.clone(), { "langgraph_node": "agent", "run_id": run_id }])));
             }
-            events.extend(ending(&modes, &after));
+            if modes.updates && !reply.message.is_empty() {
+                events.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
+            }
+            events.extend(ending(&modes, &after, &Ended { thread: &thread.id, checkpointed: false }));
             let sse = futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>));
             Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
         }
         Asked::Message(message) => {
             // The state before the run, for its first values (read only when they are asked for).
             let before = if modes.values { Some(now(app.chat(), &who, &thread).await?) } else { None };
-            let strategy = run.multitask()?;
-            let (run_id, log) = begin(
-                &app,
-                &who,
-                &mut thread,
-                &run.assistant_id,
-                message.clone(),
-                ephemeral,
-                strategy,
-                run.moved.take(),
-            )
-            .await?;
+            let (run_id, log) = begin(&app, &who, &mut thread, &mut run, message.clone(), ephemeral).await?;
             let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
             // The values so far, after each step as LangGraph sends them: the person's message
             // first, then the model's calls and the tools' results as they come.
             let so_far = before.map(|before| {
                 let mut values = before.values;
                 let n = values["messages"].as_array().map_or(0, Vec::len);
-                let human =
-                    json!({ "type": "human", "content": message, "id": format!("{}-{n}", thread.id), "name": null });
+                let human = super::threads::human_message(&message, &format!("{}-{n}", thread.id));
                 if let Some(messages) = values["messages"].as_array_mut() {
                     messages.push(human);
                 }
@@ -330,31 +348,63 @@ fn events_of(
     chat: crate::service::ChatService,
     who: Asking,
     thread: Thread,
-    mut writer: Writer,
+    writer: Writer,
     ephemeral: bool,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
-    // Shared by every frame's future: only the run's end reads it.
+    // Shared by every frame's future: the run's end and its nodes' events read the store. The
+    // frames are written one after another (each future ends before the next frame is read),
+    // and no lock is held across a read.
     let run = std::sync::Arc::new((chat, who, thread));
+    let writer = std::sync::Arc::new(std::sync::Mutex::new(writer));
     frames.flat_map(move |frame| {
         let run = std::sync::Arc::clone(&run);
+        let writer = std::sync::Arc::clone(&writer);
         let id = frame.seq.to_string();
-        let step = match Frame::parse(&frame.event, &frame.data) {
-            Ok(frame) => writer.frame(frame),
-            Err(_) => Step::Events(Vec::new()),
-        };
         futures::stream::once(async move {
             let (chat, who, thread) = &*run;
+            let write = |f: &mut dyn FnMut(&mut Writer) -> Vec<Event>| match writer.lock() {
+                Ok(mut w) => f(&mut w),
+                // A panic while writing a frame ended this stream's writer: nothing more.
+                Err(_) => Vec::new(),
+            };
+            let step = match Frame::parse(&frame.event, &frame.data) {
+                Ok(frame) => match writer.lock() {
+                    Ok(mut w) => w.frame(frame),
+                    Err(_) => Step::Events(Vec::new()),
+                },
+                Err(_) => Step::Events(Vec::new()),
+            };
             let events = match step {
                 Step::Events(events) => events,
+                Step::Started { node, step, from, known } => {
+                    let at = if known { None } else { values_at(chat, who, thread, from).await };
+                    write(&mut |w| w.started(&node, step, from, at.clone()))
+                }
+                Step::Finished { node, seq, next, known } => {
+                    let before = if known || seq == 0 { None } else { values_at(chat, who, thread, seq - 1).await };
+                    match values_at(chat, who, thread, seq).await {
+                        Some(at) => write(&mut |w| w.finished(&node, seq, next.clone(), before.clone(), at.clone())),
+                        None => Vec::new(),
+                    }
+                }
                 // Only the values, an update's interrupts and a stateless thread's end need the
                 // state the run left: a client of `messages-tuple` alone does not wait for it.
-                Step::End(modes) if !modes.values && !modes.updates && !ephemeral => Vec::new(),
-                Step::End(modes) => match now(chat, who, thread).await {
+                Step::End(events, f)
+                    if !f.modes.values && !f.modes.updates && !f.modes.checkpointed() && !ephemeral =>
+                {
+                    events
+                }
+                Step::End(mut events, f) => match now(chat, who, thread).await {
                     Ok(after) => {
                         finished(chat, who, thread, !after.awaiting.is_empty(), ephemeral).await;
-                        ending(&modes, &after)
+                        let ended = Ended { thread: &thread.id, checkpointed: f.checkpointed };
+                        events.extend(ending(&f.modes, &after, &ended));
+                        events
                     }
-                    Err(e) => vec![event("error", &json!({ "error": "StateUnavailable", "message": e.message }))],
+                    Err(e) => {
+                        events.push(event("error", &json!({ "error": "StateUnavailable", "message": e.message })));
+                        events
+                    }
                 },
                 Step::Failed(events) => {
                     finished(chat, who, thread, false, ephemeral).await;
@@ -365,6 +415,33 @@ fn events_of(
         })
         .flat_map(futures::stream::iter)
     })
+}
+
+/// The values of `thread`'s checkpoint `seq` as LangGraph shows them, and whether it waits for
+/// a decision; `None` (logged) when it cannot be read — the stream goes on without its node's
+/// events.
+async fn values_at(chat: &crate::service::ChatService, who: &Asking, thread: &Thread, seq: u64) -> Option<Checkpoint> {
+    let conversation = ConversationId(thread.conversation?);
+    match chat.checkpoint(&who.principal, conversation, seq).await {
+        Ok(view) => {
+            let waits = view.at.undecided();
+            Some(Checkpoint { seq, values: super::threads::shown(&thread.id, view.at.state), waits })
+        }
+        Err(e) => {
+            tracing::warn!(thread = %thread.id, seq, error = %e, "a streamed checkpoint could not be read");
+            None
+        }
+    }
+}
+
+/// A checkpoint of the thread as a run's node events show it.
+#[derive(Clone)]
+struct Checkpoint {
+    seq: u64,
+    /// Its values, as LangGraph shows them.
+    values: Value,
+    /// Whether it is a pause that waits for a decision.
+    waits: bool,
 }
 
 /// The run `run_id` of `who`'s `thread`: its frames after `after`, here or on another replica;
@@ -389,7 +466,7 @@ async fn run_frames(
 
 /// `GET /threads/{thread_id}/runs/{run_id}/stream`: a run's events again — from its first frame,
 /// or after the one `Last-Event-ID` names — on any replica, in the modes `stream_mode` names
-/// (repeated; all three when none).
+/// (repeated; `values`, `updates` and `messages-tuple` when none).
 #[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}/stream", tag = LANGGRAPH,
     params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run."), ("stream_mode" = Option<String>, Query, description = "A mode (repeat for more)."),
         ("Last-Event-ID" = Option<String>, Header, description = "The last event read: the stream goes on after it.")),
@@ -410,7 +487,7 @@ pub(crate) async fn join(
         .filter(|(k, v)| *k == "stream_mode" && !v.is_empty())
         .map(|(_, v)| Value::String(v.to_owned()))
         .collect();
-    let asked = if asked.is_empty() { json!(MODES) } else { Value::Array(asked) };
+    let asked = if asked.is_empty() { json!(JOINED) } else { Value::Array(asked) };
     let modes = modes(Some(&asked))?;
     let after = headers
         .get("last-event-id")
@@ -580,9 +657,7 @@ async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) 
     };
     // Only a stateless run's own thread goes when it ends.
     let ephemeral = id.is_none() && run.ephemeral();
-    let strategy = run.multitask()?;
-    let (run_id, log) =
-        begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy, run.moved.take()).await?;
+    let (run_id, log) = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
     let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
     created_at(&mut response, &thread.id, &run_id);
     if ephemeral {
@@ -717,10 +792,7 @@ async fn waited(
             resume_thread(&app, &who, &thread, &resume).await?;
         }
         Asked::Message(message) => {
-            let strategy = run.multitask()?;
-            let (_, log) =
-                begin(&app, &who, &mut thread, &run.assistant_id, message, ephemeral, strategy, run.moved.take())
-                    .await?;
+            let (_, log) = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
             let mut frames = std::pin::pin!(log.typed_frames());
             while let Some(frame) = frames.next().await {
                 if let Frame::Error { message } = frame {
@@ -814,20 +886,22 @@ async fn prepare(
 
 /// [`start`], deleting an `ephemeral` thread when the turn is refused, and putting back a
 /// thread the run `moved` to an earlier checkpoint.
-#[allow(clippy::too_many_arguments)] // each is one thing the run was asked or found
 async fn begin(
     app: &AppState,
     who: &Asking,
     thread: &mut Thread,
-    assistant: &str,
+    run: &mut RunCreate,
     message: String,
     ephemeral: bool,
-    strategy: Multitask,
-    moved: Option<super::threads::Moved>,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
-    let started = start(app, who, thread, assistant, message, strategy).await;
+    // Both were checked by `prepare`.
+    let node_events = modes(run.stream_mode.as_ref()).is_ok_and(|m| m.of_nodes());
+    let started = match run.multitask() {
+        Ok(strategy) => start(app, who, thread, &run.assistant_id, message, strategy, node_events).await,
+        Err(e) => Err(e),
+    };
     if started.is_err() {
-        super::threads::undo(app, who, thread, moved).await;
+        super::threads::undo(app, who, thread, run.moved.take()).await;
         finished(app.chat(), who, thread, false, ephemeral).await;
     }
     started
@@ -842,6 +916,7 @@ async fn start(
     assistant: &str,
     message: String,
     strategy: Multitask,
+    node_events: bool,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
     let turn = NewTurn {
         tenant_slug: who.tenant_slug.clone(),
@@ -850,6 +925,7 @@ async fn start(
         agent: Some(assistant.to_owned()),
         context: None,
         tool_events: true,
+        node_events,
         attachments: Vec::new(),
     };
     turn.validate()?;
@@ -1069,20 +1145,91 @@ async fn resume_thread(
 fn final_values(after: &Now) -> Value {
     let mut values = after.values.clone();
     if !after.awaiting.is_empty() {
-        values["__interrupt__"] = Value::Array(after.awaiting.iter().map(interrupt).collect());
+        values["__interrupt__"] = Value::Array(after.awaiting.iter().map(run_interrupt).collect());
     }
     values
 }
 
-/// The last events of a run: its interrupts as an update, and its final values.
-fn ending(modes: &Modes, after: &Now) -> Vec<Event> {
+/// An interrupt as a run's output has it: with the `response_schema` LangGraph's server adds
+/// there (none: a decision's shape is LangChain's, docs/langgraph.md "Interrupts").
+fn run_interrupt(action: &PendingActionDto) -> Value {
+    let mut shown = interrupt(action);
+    shown["response_schema"] = Value::Null;
+    shown
+}
+
+/// How a run ended, for its last events.
+struct Ended<'a> {
+    thread: &'a str,
+    /// Whether its checkpoints were streamed as its nodes finished (only a pause's is left).
+    checkpointed: bool,
+}
+
+/// The last events of a run: its interrupts as an update, the checkpoint it ended on (unless
+/// streamed already; at a pause, with what it waits for), and its final values.
+fn ending(modes: &Modes, after: &Now, ended: &Ended<'_>) -> Vec<Event> {
     let mut events = Vec::new();
-    if modes.updates && !after.awaiting.is_empty() {
-        let interrupts: Vec<Value> = after.awaiting.iter().map(interrupt).collect();
-        events.push(event("updates", &json!({ "__interrupt__": interrupts })));
+    let interrupts: Vec<Value> = after.awaiting.iter().map(interrupt).collect();
+    if modes.updates && !interrupts.is_empty() {
+        let shown: Vec<Value> = after.awaiting.iter().map(run_interrupt).collect();
+        events.push(event("updates", &json!({ "__interrupt__": shown })));
+    }
+    if modes.checkpointed() && (!ended.checkpointed || !interrupts.is_empty()) {
+        let tasks: Vec<Value> = after
+            .next
+            .iter()
+            .map(|node| json!({ "id": task_id(ended.thread, after.seq), "name": node, "interrupts": interrupts, "state": null }))
+            .collect();
+        let payload = json!({
+            "config": checkpoint_config(ended.thread, Some(after.seq)),
+            "parent_config": checkpoint_config(ended.thread, after.seq.checked_sub(1).filter(|p| *p > 0)),
+            "values": after.values,
+            "metadata": { "source": "loop", "step": after.seq, "parents": {} },
+            "next": after.next,
+            "tasks": tasks,
+        });
+        events.extend(node_event(modes, "checkpoints", "checkpoint", after.seq, payload));
     }
     if modes.values {
         events.push(event("values", &final_values(after)));
+    }
+    events
+}
+
+/// The id of the task that runs from checkpoint `seq` of `thread` (as the thread's state and
+/// its interrupts name it).
+fn task_id(thread: &str, seq: u64) -> String {
+    format!("{thread}-{seq}")
+}
+
+/// A checkpoint's `config` in LangGraph's events (`null` for none).
+fn checkpoint_config(thread: &str, seq: Option<u64>) -> Value {
+    match seq {
+        Some(seq) => {
+            json!({ "configurable": { "thread_id": thread, "checkpoint_ns": "", "checkpoint_id": seq.to_string() } })
+        }
+        None => Value::Null,
+    }
+}
+
+/// A task's or checkpoint's `payload` as the modes asked for it: an event of its own mode
+/// (`tasks`, `checkpoints`), and inside `debug` with its step, time and `kind`.
+fn node_event(modes: &Modes, mode: &str, kind: &str, step: u64, payload: Value) -> Vec<Event> {
+    let mut events = Vec::new();
+    let own = if mode == "tasks" { modes.tasks } else { modes.checkpoints };
+    if modes.debug {
+        let at = super::threads::rfc3339(toolgraph_conversations::now_ms());
+        let mut payload = payload.clone();
+        if kind == "checkpoint" {
+            // The checkpoints again as `{thread_id, checkpoint_ns, checkpoint_id}`, as LangGraph's
+            // server adds them to a debug event.
+            payload["checkpoint"] = payload["config"]["configurable"].clone();
+            payload["parent_checkpoint"] = payload["parent_config"]["configurable"].clone();
+        }
+        events.push(event("debug", &json!({ "step": step, "timestamp": at, "type": kind, "payload": payload })));
+    }
+    if own {
+        events.push(event(mode, &payload));
     }
     events
 }
@@ -1091,13 +1238,44 @@ fn event(name: &str, data: &Value) -> Event {
     Event::default().event(name).data(data.to_string())
 }
 
+/// A piece of the model's message as LangChain's `AIMessageChunk`: text, or its `calls`
+/// (whole, as `tool_calls`, and as the `tool_call_chunks` a client joins).
+fn ai_chunk(content: &str, id: &str, calls: Vec<Value>, pieces: Vec<Value>) -> Value {
+    json!({ "type": "AIMessageChunk", "content": content, "id": id, "name": null, "tool_calls": calls,
+            "tool_call_chunks": pieces, "invalid_tool_calls": [], "additional_kwargs": {}, "response_metadata": {},
+            "usage_metadata": null, "chunk_position": null })
+}
+
 /// What one frame becomes.
 enum Step {
     Events(Vec<Event>),
-    /// The run ended well: its last events need the state it left.
-    End(Modes),
+    /// A node began from checkpoint `from`: its events need that checkpoint's values, unless
+    /// the writer has them (`known`).
+    Started {
+        node: String,
+        step: u32,
+        from: u64,
+        known: bool,
+    },
+    /// A node finished and wrote checkpoint `seq`: its events need it, and the one before it
+    /// unless the writer has that (`known`).
+    Finished {
+        node: String,
+        seq: u64,
+        next: Option<String>,
+        known: bool,
+    },
+    /// The run ended well: these events, then the last ones, which need the state it left.
+    End(Vec<Event>, Finish),
     /// The run failed: these events say so.
     Failed(Vec<Event>),
+}
+
+/// What a run's last events need besides the state it left.
+struct Finish {
+    modes: Modes,
+    /// Whether its checkpoints were streamed as its nodes finished.
+    checkpointed: bool,
 }
 
 /// Writes one run's frames as LangGraph's events.
@@ -1113,13 +1291,118 @@ struct Writer {
     calling: bool,
     /// The thread (its messages' ids are its own, by position).
     thread: String,
+    /// The node running (from the log's `node_started`, to its `node_finished`) and the
+    /// checkpoint it started from.
+    task: Option<(String, u64)>,
+    /// The last checkpoint read for the node events: a node's input, what it wrote after.
+    last: Option<Checkpoint>,
+    /// Whether a checkpoint was streamed from the log.
+    checkpointed: bool,
+    /// Whether the run paused for a decision.
+    paused: bool,
+    /// The model's words since its last tool call or node: the reply, once the run ends.
+    reply: String,
+    /// The last node that began (from the log's node events): the reply's.
+    last_node: Option<String>,
 }
 
 impl Writer {
     /// The writer of run `run_id` of `thread` in `modes`, with the thread's values so far when
     /// the client asked for `values` from the run's start.
     fn new(modes: Modes, run_id: String, thread: &Thread, so_far: Option<Value>) -> Self {
-        Self { modes, run_id, message: 0, ended: false, so_far, calling: false, thread: thread.id.clone() }
+        Self {
+            modes,
+            run_id,
+            message: 0,
+            ended: false,
+            so_far,
+            calling: false,
+            thread: thread.id.clone(),
+            task: None,
+            last: None,
+            checkpointed: false,
+            paused: false,
+            reply: String::new(),
+            last_node: None,
+        }
+    }
+
+    /// Whether checkpoint `seq` is the last one read.
+    fn knows(&self, seq: u64) -> bool {
+        self.last.as_ref().is_some_and(|c| c.seq == seq)
+    }
+
+    /// Checkpoint `at` as LangGraph's checkpoint event, `next` running after it; the run's input
+    /// (`input`), or a node's step.
+    fn checkpoint(&self, at: &Checkpoint, next: Vec<String>, input: bool) -> Vec<Event> {
+        let tasks: Vec<Value> = next
+            .iter()
+            .map(|n| json!({ "id": task_id(&self.thread, at.seq), "name": n, "interrupts": [], "state": null }))
+            .collect();
+        let payload = json!({
+            "config": checkpoint_config(&self.thread, Some(at.seq)),
+            "parent_config": checkpoint_config(&self.thread, at.seq.checked_sub(1).filter(|p| *p > 0)),
+            "values": at.values,
+            "metadata": { "source": if input { "input" } else { "loop" }, "step": at.seq, "parents": {} },
+            "next": next,
+            "tasks": tasks,
+        });
+        node_event(&self.modes, "checkpoints", "checkpoint", at.seq, payload)
+    }
+
+    /// Node `node` began from checkpoint `from` (read as `read` when the writer did not have
+    /// it): the run's input checkpoint before its first node, then the node's task.
+    fn started(&mut self, node: &str, step: u32, from: u64, read: Option<Checkpoint>) -> Vec<Event> {
+        let mut out = Vec::new();
+        if let Some(read) = read {
+            self.last = Some(read);
+        }
+        let input = self.last.as_ref().filter(|c| c.seq == from);
+        if step == 1
+            && let Some(at) = input
+        {
+            out.extend(self.checkpoint(at, vec![node.to_owned()], true));
+            self.checkpointed = true;
+        }
+        let values = input.map_or(Value::Null, |c| c.values.clone());
+        let payload = json!({ "id": task_id(&self.thread, from), "name": node, "input": values,
+            "triggers": [format!("branch:to:{node}")] });
+        out.extend(node_event(&self.modes, "tasks", "task", from + 1, payload));
+        self.task = Some((node.to_owned(), from));
+        out
+    }
+
+    /// Node `node` finished and wrote checkpoint `at` (`before`, the one before it, read when
+    /// the writer did not have it): its result — the messages it added — and the checkpoint,
+    /// unless it is a pause (the run's end streams that one, with what it waits for).
+    fn finished(
+        &mut self,
+        node: &str,
+        seq: u64,
+        next: Option<String>,
+        before: Option<Checkpoint>,
+        at: Checkpoint,
+    ) -> Vec<Event> {
+        let mut out = Vec::new();
+        if let Some(before) = before {
+            self.last = Some(before);
+        }
+        let count = |c: &Checkpoint| c.values["messages"].as_array().map_or(0, Vec::len);
+        let had = self.last.as_ref().filter(|c| c.seq + 1 == seq).map(count);
+        let written: Vec<Value> = match (had, at.values["messages"].as_array()) {
+            (Some(had), Some(messages)) => messages.get(had..).map(<[Value]>::to_vec).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
+        let payload = json!({ "id": task_id(&self.thread, seq - 1), "name": node, "error": null, "result": result, "interrupts": [] });
+        out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
+        if !at.waits {
+            out.extend(self.checkpoint(&at, next.into_iter().collect(), false));
+            self.checkpointed = true;
+        }
+        self.task = None;
+        self.last = Some(at);
+        out
     }
 
     fn frame(&mut self, frame: Frame) -> Step {
@@ -1127,16 +1410,36 @@ impl Writer {
             return Step::Events(Vec::new());
         }
         let id = format!("run-{}-{}", self.run_id, self.message);
-        let meta = |node: &str| json!({ "langgraph_node": node, "run_id": self.run_id });
+        // The node's task, when the log holds its events (its step is known then only).
+        let (step, task) = match &self.task {
+            Some((_, from)) => (Some(from + 1), task_id(&self.thread, *from)),
+            None => (None, format!("{}-{}", self.run_id, self.message)),
+        };
+        let meta = |node: &str| {
+            let namespace = format!("{node}:{task}");
+            let mut meta = json!({ "langgraph_node": node, "run_id": self.run_id, "thread_id": self.thread, "run_attempt": 1,
+                "langgraph_path": ["__pregel_pull", node], "langgraph_triggers": [format!("branch:to:{node}")],
+                "langgraph_checkpoint_ns": namespace, "checkpoint_ns": namespace });
+            if let Some(step) = step {
+                meta["langgraph_step"] = json!(step);
+            }
+            meta
+        };
         let mut out = Vec::new();
         match frame {
-            Frame::Token { content } if self.modes.messages => {
-                let chunk = json!({ "type": "AIMessageChunk", "content": content, "id": id, "tool_call_chunks": [] });
-                out.push(event("messages", &json!([chunk, meta("agent")])));
+            Frame::Token { content } => {
+                self.reply.push_str(&content);
+                if self.modes.messages {
+                    let node = self.task.as_ref().map_or("agent", |(name, _)| name.as_str());
+                    let chunk = ai_chunk(&content, &id, Vec::new(), Vec::new());
+                    out.push(event("messages", &json!([chunk, meta(node)])));
+                }
             }
             Frame::ToolCall { call_id, name, arguments } => {
                 let call = tool_call(&json!({ "id": call_id, "name": name, "arguments": arguments }));
-                let ai = json!({ "type": "ai", "content": "", "id": id, "tool_calls": [call] });
+                let ai = ai_message("", &id, vec![call.clone()]);
+                // Words before a call are not the reply.
+                self.reply.clear();
                 if let Some(values) = self.so_far.as_mut() {
                     // One model step's calls are one message, as the state holds them.
                     match values["messages"].as_array_mut() {
@@ -1147,8 +1450,7 @@ impl Writer {
                         }
                         Some(messages) => {
                             let at = format!("{}-{}", self.thread, messages.len());
-                            messages.push(json!({ "type": "ai", "content": "", "id": at, "name": null, "tool_calls": [call.clone()],
-                                "invalid_tool_calls": [], "additional_kwargs": {}, "response_metadata": {} }));
+                            messages.push(ai_message("", &at, vec![call.clone()]));
                         }
                         None => {}
                     }
@@ -1158,8 +1460,10 @@ impl Writer {
                     out.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
                 }
                 if self.modes.messages {
-                    let chunk = json!({ "type": "AIMessageChunk", "content": "", "id": id, "tool_calls": [call],
-                        "tool_call_chunks": [{ "name": name, "args": arguments.to_string(), "id": call_id, "index": 0, "type": "tool_call_chunk" }] });
+                    let pieces = vec![
+                        json!({ "name": name, "args": arguments.to_string(), "id": call_id, "index": 0, "type": "tool_call_chunk" }),
+                    ];
+                    let chunk = ai_chunk("", &id, vec![call], pieces);
                     out.push(event("messages", &json!([chunk, meta("agent")])));
                 }
                 self.message += 1;
@@ -1169,12 +1473,11 @@ impl Writer {
                     Value::String(s) => s,
                     other => other.to_string(),
                 };
-                let tool = json!({ "type": "tool", "content": content, "id": format!("{id}-{call_id}"), "tool_call_id": call_id,
-                    "name": name, "status": if ok { "success" } else { "error" } });
+                let tool = tool_message(&content, &format!("{id}-{call_id}"), &json!(call_id), &json!(name), ok);
                 if let Some(values) = self.so_far.as_mut() {
                     // The model's step of calls is whole once its first result comes: its values
                     // first, as LangGraph sends them after the step.
-                    if std::mem::take(&mut self.calling) {
+                    if std::mem::take(&mut self.calling) && self.modes.values {
                         out.push(event("values", values));
                     }
                 }
@@ -1186,18 +1489,42 @@ impl Writer {
                 {
                     let mut kept = tool.clone();
                     kept["id"] = Value::String(format!("{}-{}", self.thread, messages.len()));
-                    kept["additional_kwargs"] = json!({});
-                    kept["response_metadata"] = json!({});
                     messages.push(kept);
-                    out.push(event("values", values));
+                    if self.modes.values {
+                        out.push(event("values", values));
+                    }
                 }
                 if self.modes.messages {
                     out.push(event("messages", &json!([tool, meta("tools")])));
                 }
             }
+            Frame::NodeStarted { node, step, from } => {
+                // The reply is the last node's words.
+                self.reply.clear();
+                self.last_node = Some(node.clone());
+                if self.modes.of_nodes() {
+                    return Step::Started { node, step, from, known: self.knows(from) };
+                }
+            }
+            Frame::NodeFinished { node, checkpoint, next, .. } if self.modes.of_nodes() => {
+                let known = self.knows(checkpoint.saturating_sub(1));
+                return Step::Finished { node, seq: checkpoint, next, known };
+            }
+            Frame::Custom { data, .. } if self.modes.custom => out.push(event("custom", &data)),
+            Frame::Pending(_) => self.paused = true,
             Frame::Done { .. } => {
                 self.ended = true;
-                return Step::End(self.modes);
+                if !self.paused {
+                    // The reply as its node's update, as LangGraph sends the model's last step.
+                    let reply = self.reply.trim_end();
+                    if self.modes.updates && !reply.is_empty() {
+                        let node = self.last_node.as_deref().unwrap_or("agent");
+                        let ai = ai_message(reply, &format!("run-{}-{}", self.run_id, self.message), Vec::new());
+                        out.push(event("updates", &json!({ node: { "messages": [ai] } })));
+                    }
+                }
+                let finish = Finish { modes: self.modes, checkpointed: self.checkpointed };
+                return Step::End(out, finish);
             }
             Frame::Error { message } => {
                 self.ended = true;

@@ -134,7 +134,7 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
 
 /// The agent's `state` as a thread's values: its messages as LangChain's, without the turn's
 /// bookkeeping (failed tool rounds, approved calls not yet run).
-fn shown(thread: &str, mut state: Value) -> Value {
+pub(super) fn shown(thread: &str, mut state: Value) -> Value {
     if let Some(messages) = state.get("messages").and_then(Value::as_array) {
         state["messages"] = Value::Array(langchain_messages(thread, messages));
     }
@@ -144,6 +144,25 @@ fn shown(thread: &str, mut state: Value) -> Value {
         fields.remove("edited");
     }
     state
+}
+
+/// LangChain's human message, as its JSON has every field.
+pub(super) fn human_message(content: &str, id: &str) -> Value {
+    json!({ "type": "human", "content": content, "id": id, "name": null, "additional_kwargs": {}, "response_metadata": {} })
+}
+
+/// LangChain's AI message with its text and `calls` (LangChain's `{name, args, id}`); what the
+/// model reported of itself (`response_metadata`, `usage_metadata`) is the service's, not the
+/// thread's.
+pub(super) fn ai_message(content: &str, id: &str, calls: Vec<Value>) -> Value {
+    json!({ "type": "ai", "content": content, "id": id, "name": null, "tool_calls": calls, "invalid_tool_calls": [],
+            "additional_kwargs": {}, "response_metadata": {}, "usage_metadata": null })
+}
+
+/// LangChain's tool message: the result of call `call_id` of tool `name`.
+pub(super) fn tool_message(content: &str, id: &str, call_id: &Value, name: &Value, ok: bool) -> Value {
+    json!({ "type": "tool", "content": content, "id": id, "tool_call_id": call_id, "name": name,
+            "status": if ok { "success" } else { "error" }, "artifact": null, "additional_kwargs": {}, "response_metadata": {} })
 }
 
 /// The conversation's messages (as the agent's state holds them) as LangChain's: `human`,
@@ -156,17 +175,15 @@ pub(super) fn langchain_messages(thread: &str, messages: &[Value]) -> Vec<Value>
             let id = format!("{thread}-{i}");
             let content = m["content"].as_str().unwrap_or_default();
             Some(match m["role"].as_str()? {
-                "user" => json!({ "type": "human", "content": content, "id": id, "name": null, "additional_kwargs": {}, "response_metadata": {} }),
+                "user" => human_message(content, &id),
                 "assistant" => {
                     let calls: Vec<Value> = m["tool_calls"]
                         .as_array()
                         .map(|calls| calls.iter().map(tool_call).collect())
                         .unwrap_or_default();
-                    json!({ "type": "ai", "content": content, "id": id, "name": null, "tool_calls": calls, "invalid_tool_calls": [],
-                            "additional_kwargs": {}, "response_metadata": {} })
+                    ai_message(content, &id, calls)
                 }
-                "tool" => json!({ "type": "tool", "content": content, "id": id, "tool_call_id": m["tool_call_id"],
-                                  "name": m["name"], "status": "success", "additional_kwargs": {}, "response_metadata": {} }),
+                "tool" => tool_message(content, &id, &m["tool_call_id"], &m["name"], true),
                 // The system prompt is the agent's, not the conversation's.
                 _ => return None,
             })
@@ -204,10 +221,8 @@ pub(super) fn interrupt(action: &PendingActionDto) -> Value {
 /// `thread` as LangGraph's `Thread`.
 pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
     let interrupts: Vec<Value> = now.awaiting.iter().map(interrupt).collect();
-    let mut values = now.values.clone();
-    if !interrupts.is_empty() {
-        values["__interrupt__"] = Value::Array(interrupts.clone());
-    }
+    // Keyed by the task that waits, as the state's `tasks` name it.
+    let waiting = if interrupts.is_empty() { json!({}) } else { json!({ task_id(thread, now): interrupts }) };
     json!({
         "thread_id": thread.id,
         "created_at": rfc3339(thread.created_at_ms),
@@ -219,11 +234,17 @@ pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
             (false, true) => "idle",
             (false, false) => "interrupted",
         },
-        "values": values,
-        "interrupts": if interrupts.is_empty() { json!({}) } else { json!({ "__root__": interrupts }) },
-        "config": {},
+        "values": now.values,
+        "interrupts": waiting,
+        // LangGraph's server answers this once the thread has run.
+        "config": if thread.conversation.is_some() { json!({ "configurable": {} }) } else { json!({}) },
         "error": null,
     })
+}
+
+/// The id of the task that runs next from `now` (what a pause waits in).
+fn task_id(thread: &Thread, now: &Now) -> String {
+    format!("{}-{}", thread.id, now.seq)
 }
 
 /// `thread`'s state as LangGraph's `ThreadState`.
@@ -232,7 +253,10 @@ pub(super) fn state(thread: &Thread, now: &Now) -> Value {
     let tasks: Vec<Value> = now
         .next
         .iter()
-        .map(|node| json!({ "id": format!("{}-{}", thread.id, now.seq), "name": node, "interrupts": interrupts, "state": null, "error": null }))
+        .map(|node| {
+            json!({ "id": task_id(thread, now), "name": node, "path": ["__pregel_pull", node], "interrupts": interrupts,
+                    "checkpoint": null, "state": null, "error": null, "result": null })
+        })
         .collect();
     json!({
         "values": now.values,
@@ -506,7 +530,33 @@ pub(crate) async fn get_state(
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
     let now = now(app.chat(), &who, &thread).await?;
-    Ok(axum::Json(state(&thread, &now)).into_response())
+    let mut shown = state(&thread, &now);
+    // The last checkpoint's metadata and parent, as the history shows them.
+    if let Some(conversation) = thread.conversation
+        && now.seq > 0
+    {
+        let metas = app.chat().checkpoints(&who.principal, ConversationId(conversation)).await?;
+        if let Some(at) = metas.iter().position(|m| m.seq == now.seq) {
+            shown["metadata"] = checkpoint_metadata(&metas[at]);
+            shown["created_at"] = json!(rfc3339(metas[at].created_at_ms));
+            if let Some(parent) = at.checked_sub(1).map(|p| metas[p].seq) {
+                shown["parent_checkpoint"] = checkpoint_of(&thread, parent);
+                shown["parent_checkpoint_id"] = json!(parent.to_string());
+            }
+        }
+    }
+    Ok(axum::Json(shown).into_response())
+}
+
+/// A checkpoint's metadata as LangGraph's: its step, the run that wrote it, the node (`source`)
+/// and the version of the graph.
+fn checkpoint_metadata(meta: &toolgraph_graph::CheckpointMeta) -> Value {
+    json!({ "step": meta.seq, "run_id": meta.run_id, "source": meta.node, "graph_version": meta.graph_version })
+}
+
+/// Checkpoint `seq` of `thread` as LangGraph's `{thread_id, checkpoint_ns, checkpoint_id}`.
+fn checkpoint_of(thread: &Thread, seq: u64) -> Value {
+    json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": seq.to_string() })
 }
 
 /// `POST /threads/{thread_id}/state`: what it reads.
@@ -831,10 +881,10 @@ pub(crate) async fn history(
             "values": values,
             "next": next,
             "tasks": [],
-            "metadata": { "step": meta.seq, "run_id": meta.run_id, "source": meta.node, "graph_version": meta.graph_version },
-            "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": meta.seq.to_string() },
+            "metadata": checkpoint_metadata(meta),
+            "checkpoint": checkpoint_of(&thread, meta.seq),
             "checkpoint_id": meta.seq.to_string(),
-            "parent_checkpoint": parent.map(|p| json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": p.to_string() })),
+            "parent_checkpoint": parent.map(|p| checkpoint_of(&thread, p)),
             "parent_checkpoint_id": parent.map(|p| p.to_string()),
             "interrupts": [],
             "created_at": rfc3339(meta.created_at_ms),

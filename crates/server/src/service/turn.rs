@@ -45,6 +45,8 @@ pub struct Turn {
     pub cancel: CancellationToken,
     /// Stream `tool_call` / `tool_result` events too (the request's `toolEvents`).
     pub tool_events: bool,
+    /// Stream `node_started` / `node_finished` / `custom` events too ([`NewTurn::node_events`](crate::service::NewTurn::node_events)).
+    pub node_events: bool,
 }
 
 impl Turn {
@@ -134,9 +136,20 @@ pub async fn drive(
                     add_call(&mut spent, turn, usage);
                 }
             }
-            // A node that wrote no message (a route, or where another agent's run hands the
-            // turn back) leaves the last one written as the reply.
-            RunEvent::NodeFinished { derived, .. } if !derived.is_empty() => written = derived,
+            RunEvent::NodeStarted { node, step, from } if turn.node_events => {
+                log.push(&Frame::NodeStarted { node, step, from });
+            }
+            RunEvent::NodeFinished { node, step, checkpoint, next, derived } => {
+                // A node that wrote no message (a route, or where another agent's run hands
+                // the turn back) leaves the last one written as the reply.
+                if !derived.is_empty() {
+                    written = derived;
+                }
+                if turn.node_events {
+                    log.push(&Frame::NodeFinished { node, step, checkpoint, next });
+                }
+            }
+            RunEvent::Custom { node, data } if turn.node_events => log.push(&Frame::Custom { name: node, data }),
             RunEvent::ToolCall { call_id, name, arguments } => {
                 let span = tracing::info_span!(parent: &turn_span, "tool.call", tool.name = %name, tool.ok = tracing::field::Empty);
                 tools.insert(call_id.clone(), (Instant::now(), span));
