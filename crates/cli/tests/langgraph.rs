@@ -693,6 +693,11 @@ async fn langgraphs_sdk_streams_a_grounded_run_in_the_modes_of_its_nodes() {
     assert_eq!(streamed.trim_end(), answered, "{chunks:?}");
     assert_eq!(contents(&of(every, "values").last().unwrap().clone()), contents(&state["values"]));
 
+    // On the academy contract's route the same run has the contract's frames only.
+    let academy: Vec<&str> = saw["academy_events"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(academy.contains(&"token") && academy.last() == Some(&"done"), "{academy:?} {}", saw["academy_status"]);
+    assert!(!academy.iter().any(|e| e.starts_with("node_") || *e == "custom"), "{academy:?}");
+
     // A run in `debug` alone: nothing but its metadata and debug events.
     let debug_only = saw["debug"].as_array().unwrap();
     assert!(debug_only.iter().skip(1).all(|p| p["event"] == "debug"), "{debug_only:?}");

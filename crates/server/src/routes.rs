@@ -328,9 +328,13 @@ fn sse(run_id: RunId, log: Arc<RunLog>, after: u64) -> Response {
     sse_frames(run_id, log.frames_after(after))
 }
 
-/// An SSE response of a run's frames, each with its id `<runId>:<seq>`.
+/// An SSE response of a run's frames, each with its id `<runId>:<seq>`: the chat contract's
+/// (a run another door started with its nodes' events — LangGraph's `debug` — keeps those for
+/// that door: they are not the contract's, docs/service.md).
 fn sse_frames(run_id: RunId, frames: impl futures::Stream<Item = crate::runlog::Frame> + Send + 'static) -> Response {
-    let events = frames.map(move |f| {
+    let contract =
+        |f: &crate::runlog::Frame| !matches!(&*f.event, "node_started" | "node_finished" | "custom" | "state_update");
+    let events = frames.filter(move |f| futures::future::ready(contract(f))).map(move |f| {
         Ok::<Event, Infallible>(Event::default().event(f.event).id(format!("{run_id}:{}", f.seq)).data(f.data))
     });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()

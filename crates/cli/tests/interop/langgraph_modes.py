@@ -4,11 +4,13 @@ written from its nodes: `debug`, `tasks`, `checkpoints` and `custom` (with the o
 Usage: langgraph_modes.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw: a
 question about the course streamed in every mode (sub-graphs asked for), a follow-up in `debug`
 alone, a question the documents do not hold in `custom` alone, a run joined in `checkpoints`
-after it ended, and the thread's history. The Rust test (tests/langgraph.rs) asserts on it.
+after it ended, the thread's history, and the first run's events on the academy contract's route. The Rust test (tests/langgraph.rs) asserts on it.
 """
 
 import json
 import sys
+
+import httpx
 
 import langgraph_common
 
@@ -37,6 +39,16 @@ out["every"] = parts_of(
     )
 )
 out["every_state"] = client.threads.get_state(tid)
+# The same run read on the academy contract's route: its frames there are the contract's only.
+every_run = out["every"][0]["data"]["run_id"]
+academy = httpx.get(
+    f"{base}/api/chatbot/runs/{every_run}/events",
+    params={"tenantSlug": "demo", "tenantId": 7, "userId": 1},
+    headers={"Authorization": f"Bearer {key}", "X-Tenant-Slug": "demo"},
+    timeout=30,
+)
+out["academy_status"] = [academy.status_code, academy.text[:300]]
+out["academy_events"] = [line[len("event:"):].strip() for line in academy.text.splitlines() if line.startswith("event:")]
 out["debug"] = parts_of(client.runs.stream(tid, "tutor", input=said("¿y la extraordinaria?"), stream_mode="debug"))
 out["custom"] = parts_of(
     client.runs.stream(tid, "tutor", input=said("¿Quién es el rector de la universidad?"), stream_mode="custom")

@@ -1304,6 +1304,9 @@ struct Writer {
     reply: String,
     /// The last node that began (from the log's node events): the reply's.
     last_node: Option<String>,
+    /// The metadata of the last `messages` event, written out, and what it was for (node, task,
+    /// model message).
+    meta: Option<(String, Option<u64>, usize, String)>,
 }
 
 impl Writer {
@@ -1324,7 +1327,32 @@ impl Writer {
             paused: false,
             reply: String::new(),
             last_node: None,
+            meta: None,
         }
+    }
+
+    /// A `messages` event: `message` from `node`, with its metadata — the same for every event
+    /// of one task, so written out once per task rather than for each token.
+    fn message_event(&mut self, message: &Value, node: &str) -> Event {
+        let from = self.task.as_ref().map(|(_, from)| *from);
+        let fresh = |(n, f, m, _): &(String, Option<u64>, usize, String)| n == node && *f == from && *m == self.message;
+        if !self.meta.as_ref().is_some_and(fresh) {
+            // The node's task, when the log holds its events (its step is known then only).
+            let task = match from {
+                Some(from) => task_id(&self.thread, from),
+                None => format!("{}-{}", self.run_id, self.message),
+            };
+            let namespace = format!("{node}:{task}");
+            let mut meta = json!({ "langgraph_node": node, "run_id": self.run_id, "thread_id": self.thread,
+                "run_attempt": 1, "langgraph_path": ["__pregel_pull", node], "langgraph_triggers": [format!("branch:to:{node}")],
+                "langgraph_checkpoint_ns": namespace, "checkpoint_ns": namespace });
+            if let Some(from) = from {
+                meta["langgraph_step"] = json!(from + 1);
+            }
+            self.meta = Some((node.to_owned(), from, self.message, meta.to_string()));
+        }
+        let meta = self.meta.as_ref().map_or("{}", |(.., text)| text.as_str());
+        Event::default().event("messages").data(format!("[{message},{meta}]"))
     }
 
     /// Whether checkpoint `seq` is the last one read.
@@ -1410,29 +1438,14 @@ impl Writer {
             return Step::Events(Vec::new());
         }
         let id = format!("run-{}-{}", self.run_id, self.message);
-        // The node's task, when the log holds its events (its step is known then only).
-        let (step, task) = match &self.task {
-            Some((_, from)) => (Some(from + 1), task_id(&self.thread, *from)),
-            None => (None, format!("{}-{}", self.run_id, self.message)),
-        };
-        let meta = |node: &str| {
-            let namespace = format!("{node}:{task}");
-            let mut meta = json!({ "langgraph_node": node, "run_id": self.run_id, "thread_id": self.thread, "run_attempt": 1,
-                "langgraph_path": ["__pregel_pull", node], "langgraph_triggers": [format!("branch:to:{node}")],
-                "langgraph_checkpoint_ns": namespace, "checkpoint_ns": namespace });
-            if let Some(step) = step {
-                meta["langgraph_step"] = json!(step);
-            }
-            meta
-        };
         let mut out = Vec::new();
         match frame {
             Frame::Token { content } => {
                 self.reply.push_str(&content);
                 if self.modes.messages {
-                    let node = self.task.as_ref().map_or("agent", |(name, _)| name.as_str());
+                    let node = self.task.as_ref().map_or("agent", |(name, _)| name.as_str()).to_owned();
                     let chunk = ai_chunk(&content, &id, Vec::new(), Vec::new());
-                    out.push(event("messages", &json!([chunk, meta(node)])));
+                    out.push(self.message_event(&chunk, &node));
                 }
             }
             Frame::ToolCall { call_id, name, arguments } => {
@@ -1464,7 +1477,7 @@ impl Writer {
                         json!({ "name": name, "args": arguments.to_string(), "id": call_id, "index": 0, "type": "tool_call_chunk" }),
                     ];
                     let chunk = ai_chunk("", &id, vec![call], pieces);
-                    out.push(event("messages", &json!([chunk, meta("agent")])));
+                    out.push(self.message_event(&chunk, "agent"));
                 }
                 self.message += 1;
             }
@@ -1495,7 +1508,7 @@ impl Writer {
                     }
                 }
                 if self.modes.messages {
-                    out.push(event("messages", &json!([tool, meta("tools")])));
+                    out.push(self.message_event(&tool, "tools"));
                 }
             }
             Frame::NodeStarted { node, step, from } => {
