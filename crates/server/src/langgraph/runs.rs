@@ -7,7 +7,7 @@
 //! Owns: reading a run's input and command, and writing its frames as LangGraph's events. The
 //! turns are the [`ChatService`]'s.
 
-use super::threads::{Asker, Now, ai_message, interrupt, now, theirs, tool_call, tool_message};
+use super::threads::{Asker, Now, ai_message, interrupt, now, task_id, theirs, tool_call, tool_message};
 use crate::AppState;
 use crate::auth::Principal;
 use crate::error::{ApiError, ChatError};
@@ -162,7 +162,7 @@ fn modes(asked: Option<&Value>) -> Result<Modes, ApiError> {
     let names: Vec<&str> = match asked {
         None | Some(Value::Null) => vec!["values"],
         Some(Value::String(m)) => vec![m.as_str()],
-        Some(Value::Array(ms)) => ms.iter().map(|m| m.as_str().unwrap_or("")).collect(),
+        Some(Value::Array(ms)) if ms.iter().all(Value::is_string) => ms.iter().filter_map(Value::as_str).collect(),
         Some(_) => {
             return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "stream_mode", "a mode or a list of modes"));
         }
@@ -1196,20 +1196,9 @@ fn ending(modes: &Modes, after: &Now, ended: &Ended<'_>) -> Vec<Event> {
     events
 }
 
-/// The id of the task that runs from checkpoint `seq` of `thread` (as the thread's state and
-/// its interrupts name it).
-fn task_id(thread: &str, seq: u64) -> String {
-    format!("{thread}-{seq}")
-}
-
 /// A checkpoint's `config` in LangGraph's events (`null` for none).
 fn checkpoint_config(thread: &str, seq: Option<u64>) -> Value {
-    match seq {
-        Some(seq) => {
-            json!({ "configurable": { "thread_id": thread, "checkpoint_ns": "", "checkpoint_id": seq.to_string() } })
-        }
-        None => Value::Null,
-    }
+    seq.map_or(Value::Null, |seq| json!({ "configurable": super::threads::checkpoint_of(thread, seq) }))
 }
 
 /// A task's or checkpoint's `payload` as the modes asked for it: an event of its own mode
@@ -1546,5 +1535,28 @@ impl Writer {
             _ => {}
         }
         Step::Events(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The refusal's field and text, as the client reads them.
+    fn refused(asked: Value) -> String {
+        let Err(e) = modes(Some(&asked)) else { panic!("{asked} was taken") };
+        e.message
+    }
+
+    #[test]
+    fn modes_are_names_of_served_modes() {
+        let every = modes(Some(&json!(MODES))).unwrap();
+        assert!(every.values && every.updates && every.messages && every.of_nodes() && every.checkpointed());
+        let one = modes(Some(&json!("custom"))).unwrap();
+        assert!(one.of_nodes() && !one.checkpointed() && !one.values);
+        assert!(refused(json!(["values", "events"])).contains("`events` is not served"));
+        // A list holding something else than names is refused as such, not as a mode named "".
+        assert!(refused(json!(["debug", 5])).contains("a mode or a list of modes"));
+        assert!(refused(json!({"mode": "debug"})).contains("a mode or a list of modes"));
     }
 }

@@ -222,7 +222,7 @@ pub(super) fn interrupt(action: &PendingActionDto) -> Value {
 pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
     let interrupts: Vec<Value> = now.awaiting.iter().map(interrupt).collect();
     // Keyed by the task that waits, as the state's `tasks` name it.
-    let waiting = if interrupts.is_empty() { json!({}) } else { json!({ task_id(thread, now): interrupts }) };
+    let waiting = if interrupts.is_empty() { json!({}) } else { json!({ task_id(&thread.id, now.seq): interrupts }) };
     json!({
         "thread_id": thread.id,
         "created_at": rfc3339(thread.created_at_ms),
@@ -242,9 +242,10 @@ pub(super) fn shape(thread: &Thread, now: &Now) -> Value {
     })
 }
 
-/// The id of the task that runs next from `now` (what a pause waits in).
-fn task_id(thread: &Thread, now: &Now) -> String {
-    format!("{}-{}", thread.id, now.seq)
+/// The id of the task that runs from checkpoint `seq` of `thread` (what a pause waits in, and
+/// each task a run streams).
+pub(super) fn task_id(thread: &str, seq: u64) -> String {
+    format!("{thread}-{seq}")
 }
 
 /// `thread`'s state as LangGraph's `ThreadState`.
@@ -254,7 +255,7 @@ pub(super) fn state(thread: &Thread, now: &Now) -> Value {
         .next
         .iter()
         .map(|node| {
-            json!({ "id": task_id(thread, now), "name": node, "path": ["__pregel_pull", node], "interrupts": interrupts,
+            json!({ "id": task_id(&thread.id, now.seq), "name": node, "path": ["__pregel_pull", node], "interrupts": interrupts,
                     "checkpoint": null, "state": null, "error": null, "result": null })
         })
         .collect();
@@ -264,7 +265,7 @@ pub(super) fn state(thread: &Thread, now: &Now) -> Value {
         "tasks": tasks,
         "interrupts": interrupts,
         "metadata": { "step": now.seq },
-        "checkpoint": { "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": now.seq.to_string() },
+        "checkpoint": checkpoint_of(&thread.id, now.seq),
         "checkpoint_id": now.seq.to_string(),
         "parent_checkpoint": null,
         "parent_checkpoint_id": null,
@@ -540,7 +541,7 @@ pub(crate) async fn get_state(
             shown["metadata"] = checkpoint_metadata(&metas[at]);
             shown["created_at"] = json!(rfc3339(metas[at].created_at_ms));
             if let Some(parent) = at.checked_sub(1).map(|p| metas[p].seq) {
-                shown["parent_checkpoint"] = checkpoint_of(&thread, parent);
+                shown["parent_checkpoint"] = checkpoint_of(&thread.id, parent);
                 shown["parent_checkpoint_id"] = json!(parent.to_string());
             }
         }
@@ -555,8 +556,8 @@ fn checkpoint_metadata(meta: &toolgraph_graph::CheckpointMeta) -> Value {
 }
 
 /// Checkpoint `seq` of `thread` as LangGraph's `{thread_id, checkpoint_ns, checkpoint_id}`.
-fn checkpoint_of(thread: &Thread, seq: u64) -> Value {
-    json!({ "thread_id": thread.id, "checkpoint_ns": "", "checkpoint_id": seq.to_string() })
+pub(super) fn checkpoint_of(thread: &str, seq: u64) -> Value {
+    json!({ "thread_id": thread, "checkpoint_ns": "", "checkpoint_id": seq.to_string() })
 }
 
 /// `POST /threads/{thread_id}/state`: what it reads.
@@ -882,9 +883,9 @@ pub(crate) async fn history(
             "next": next,
             "tasks": [],
             "metadata": checkpoint_metadata(meta),
-            "checkpoint": checkpoint_of(&thread, meta.seq),
+            "checkpoint": checkpoint_of(&thread.id, meta.seq),
             "checkpoint_id": meta.seq.to_string(),
-            "parent_checkpoint": parent.map(|p| checkpoint_of(&thread, p)),
+            "parent_checkpoint": parent.map(|p| checkpoint_of(&thread.id, p)),
             "parent_checkpoint_id": parent.map(|p| p.to_string()),
             "interrupts": [],
             "created_at": rfc3339(meta.created_at_ms),
