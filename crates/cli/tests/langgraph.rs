@@ -243,11 +243,35 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert!(saw["interrupted"]["values"].get("__interrupt__").is_none(), "{}", saw["interrupted"]);
     assert!(task.starts_with(saw["interrupted"]["thread_id"].as_str().unwrap()), "{task}");
 
-    // Approved: the note is written and the reply ends the resumed run; deciding again finds
-    // nothing to decide (409), nothing runs twice.
+    // Approved: the resumed run streams as a turn does — its nodes (`tasks`), the write's result
+    // as the tools node's update, the reply's tokens — and is a run of the thread; the note is
+    // written and the reply ends the run; deciding again finds nothing to decide (409), nothing
+    // runs twice.
     let resumed = saw["resumed"].as_array().unwrap();
     assert_eq!(resumed[0]["event"], "metadata");
-    assert!(resumed.iter().any(|p| p["event"] == "messages" && p["data"][0]["content"] == "Nota guardada."));
+    let resumed_run = resumed[0]["data"]["run_id"].as_str().unwrap();
+    assert!(
+        saw["runs_after_resume"].as_array().unwrap().iter().any(|r| r == resumed_run),
+        "{}",
+        saw["runs_after_resume"]
+    );
+    let chunks: String = resumed
+        .iter()
+        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
+        .filter_map(|p| p["data"][0]["content"].as_str())
+        .collect();
+    assert_eq!(chunks, "Nota guardada.", "{resumed:?}");
+    let wrote = resumed.iter().find_map(|p| {
+        let m = p["data"].as_object()?.values().find_map(|u| u["messages"].as_array()?.first().cloned())?;
+        (p["event"] == "updates" && m["type"] == "tool").then_some(m)
+    });
+    assert_eq!(wrote.as_ref().map(|m| m["tool_call_id"].clone()), Some(json!("n1")), "{resumed:?}");
+    let tasks: Vec<&str> = resumed
+        .iter()
+        .filter(|p| p["event"] == "tasks" && p["data"].get("result").is_some())
+        .filter_map(|p| p["data"]["name"].as_str())
+        .collect();
+    assert!(tasks.contains(&"agent") && tasks.len() >= 2, "the resumed run's nodes: {tasks:?}");
     let end = &resumed.last().unwrap()["data"];
     assert!(end.get("__interrupt__").is_none(), "{end}");
     assert_eq!(end["messages"].as_array().unwrap().last().unwrap()["content"], "Nota guardada.");
@@ -255,6 +279,16 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["resume_again"]["status"], 409, "{}", saw["resume_again"]);
     assert!(saw["resume_again"]["body"].to_string().contains("waits for no decision"));
 
+    // Paused again, streamed in `tasks`: the node that paused ends with the interrupt the thread
+    // waits on.
+    let paused_tasks = saw["paused_tasks"].as_array().unwrap();
+    let paused_in = paused_tasks
+        .iter()
+        .find(|p| p["event"] == "tasks" && !p["data"]["interrupts"].as_array().is_none_or(Vec::is_empty))
+        .unwrap_or_else(|| panic!("a task result with its interrupts: {paused_tasks:?}"));
+    let asked = &paused_in["data"]["interrupts"][0];
+    assert_eq!(asked["value"]["action_requests"][0]["name"], "note_write", "{paused_in}");
+    assert!(asked["id"].as_str().is_some_and(|id| id.starts_with("approval-")), "{paused_in}");
     // An `edit` whose arguments do not fit the tool's schema is refused, naming why, and decides
     // nothing; a rejection cancels the write, said as the agent says it on every door.
     assert_eq!(saw["edit"]["status"], 422, "{}", saw["edit"]);
@@ -262,6 +296,9 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(saw["edit_by_id"]["status"], 422, "an edit by interrupt id too: {}", saw["edit_by_id"]);
     assert_eq!(saw["other_assistant"]["status"], 422, "{}", saw["other_assistant"]);
     assert!(saw["other_assistant"]["body"].to_string().contains("talks to assistant 'assistant'"));
+    // Rejected by a run started in the background: joined for the values it left.
+    assert!(["running", "success"].contains(&saw["rejecting"]["status"].as_str().unwrap()), "{}", saw["rejecting"]);
+    assert_eq!(saw["rejecting_got"]["status"], "success", "{}", saw["rejecting_got"]);
     let rejected = &saw["rejected"];
     assert!(rejected.get("__interrupt__").is_none(), "{rejected}");
     let said = rejected["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap();
@@ -413,8 +450,9 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert_eq!(saw["listed_error"], json!([]));
     assert_eq!(saw["listed_unknown"]["status"], 422, "{}", saw["listed_unknown"]);
     assert_eq!(saw["on_run_created"], json!([run_id]), "Content-Location names the run");
-    assert_eq!(saw["resume_in_background"]["status"], 422, "{}", saw["resume_in_background"]);
-    assert_eq!(saw["resume_in_background"]["body"]["field"], "command");
+    // A resume in the background when nothing waits: refused as on every run route.
+    assert_eq!(saw["resume_in_background"]["status"], 409, "{}", saw["resume_in_background"]);
+    assert_eq!(saw["resume_in_background"]["body"]["field"], "command.resume");
     assert_eq!(saw["join_unknown"]["status"], 404, "{}", saw["join_unknown"]);
     // Stateless: a thread of its own, deleted once the run ended, or kept and joined.
     assert!(saw["stateless"]["thread_id"].as_str().is_some_and(|t| t.len() == 36), "{}", saw["stateless"]);
@@ -891,8 +929,14 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
     let interrupt = &saw["paused"]["__interrupt__"][0];
     assert_eq!(interrupt["value"]["action_requests"][0]["name"], "note_write", "{}", saw["paused"]);
     assert_eq!(saw["state"]["interrupts"][0]["id"], interrupt["id"], "{}", saw["state"]);
-    let resumed = saw["resumed"].as_array().unwrap();
-    assert!(resumed.iter().any(|p| p["event"] == "messages" && p["data"][0]["content"] == "Nota guardada."));
+    let resumed: String = saw["resumed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
+        .filter_map(|p| p["data"][0]["content"].as_str())
+        .collect();
+    assert_eq!(resumed, "Nota guardada.", "the resumed run's reply, token by token");
     assert_eq!(saw["after"]["status"], "idle");
     let notes = std::fs::read_dir(dir.path().join("notes")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(notes, 1, "the approved note was written once");

@@ -189,6 +189,38 @@ pub enum Confirmed {
     Reply(ConfirmResponse),
 }
 
+/// What decisions asked with [`Resumption::Streamed`] did: answered as a confirm is (the pause
+/// waits for more, or was resumed already), or started the resumed run.
+#[derive(Debug)]
+pub enum Resuming {
+    /// No run started: what a confirm answers.
+    Answered(Confirmed),
+    /// The resumed run, started: its frames stream from its log as a turn's do.
+    Started(ResumedRun),
+}
+
+/// A run resumed by decisions, running detached: it finishes and keeps its response whether or
+/// not anyone reads it.
+#[derive(Debug)]
+pub struct ResumedRun {
+    /// Its frames, as a turn's.
+    pub log: Arc<RunLog>,
+    /// Its response once it has ended (the one a confirm of the same decisions is answered with
+    /// again), or why it failed.
+    pub outcome: tokio::task::JoinHandle<Result<ConfirmResponse, String>>,
+}
+
+/// How decisions that complete a pause resume its run.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Resumption {
+    /// The request waits for the run's end: its reply is the response (the confirm routes).
+    #[default]
+    Awaited,
+    /// The run is handed back as it starts, its log carrying tool frames — and node frames
+    /// when `node_events` — for a client that streams it (LangGraph's `command.resume`).
+    Streamed { node_events: bool },
+}
+
 /// The chat service. Cheap to clone.
 #[derive(Clone)]
 pub struct ChatService(Arc<Inner>);
@@ -652,7 +684,10 @@ impl ChatService {
         message: MessageId,
         confirmed: bool,
     ) -> Result<Confirmed, ChatError> {
-        self.decide(&lookup(who, conversation, message), confirmed, None, None).await
+        Self::settled(
+            self.decide(&lookup(who, conversation, message), confirmed, None, None, Resumption::Awaited).await?,
+        )
+        .await
     }
 
     /// Answers `who`'s question `message` of `conversation` (a pending action whose tool is
@@ -670,7 +705,8 @@ impl ChatService {
         message: MessageId,
         answer: &Value,
     ) -> Result<Confirmed, ChatError> {
-        self.decide(&lookup(who, conversation, message), true, Some(answer), None).await
+        let lookup = lookup(who, conversation, message);
+        Self::settled(self.decide(&lookup, true, Some(answer), None, Resumption::Awaited).await?).await
     }
 
     /// Records `who`'s decisions on pending actions of `conversation` at once — approve, reject
@@ -679,7 +715,9 @@ impl ChatService {
     /// answer a question — and resumes the run once its group is decided, with each decision
     /// as given. Every decision is checked before the first is recorded; each is recorded
     /// exactly once (the store keeps approve or not, as `/confirm` does). The last decision's
-    /// outcome, as [`ChatService::confirm`] answers it.
+    /// outcome, as [`ChatService::confirm`] answers it — or, `how` being
+    /// [`Resumption::Streamed`], the run the decisions resumed, handed back as it starts for its
+    /// frames to be streamed.
     ///
     /// The store keeps yes or no, as `/confirm` records it; what an edit, a rejection's
     /// message or a response says is recorded in the run's checkpoints right after, before any
@@ -695,7 +733,8 @@ impl ChatService {
         who: &Principal,
         conversation: ConversationId,
         decisions: Vec<(MessageId, Decision)>,
-    ) -> Result<Confirmed, ChatError> {
+        how: Resumption,
+    ) -> Result<Resuming, ChatError> {
         for (message, decision) in &decisions {
             if let Decision::Edit(arguments) = decision {
                 self.check_edit(who, conversation, *message, arguments).await?;
@@ -711,9 +750,32 @@ impl ChatService {
                 d @ (Decision::RejectWith(_) | Decision::Respond(_)) => (false, None, Some(d)),
             };
             let lookup = lookup(who, conversation, message);
-            last = Some(self.decide(&lookup, confirmed, answer.as_ref(), detail).await?);
+            match self.decide(&lookup, confirmed, answer.as_ref(), detail, how).await? {
+                // The group is decided (by this request, or the rest by another at the same
+                // time): the run it resumed is the outcome.
+                started @ Resuming::Started(_) => {
+                    return match how {
+                        Resumption::Awaited => Ok(Resuming::Answered(Self::settled(started).await?)),
+                        Resumption::Streamed { .. } => Ok(started),
+                    };
+                }
+                answered => last = Some(answered),
+            }
         }
         last.ok_or_else(|| ChatError::Invalid { field: "decisions".into(), message: "no decisions".into() })
+    }
+
+    /// What a confirm answers for `resuming`: a started run's response once it has ended.
+    async fn settled(resuming: Resuming) -> Result<Confirmed, ChatError> {
+        let run = match resuming {
+            Resuming::Answered(confirmed) => return Ok(confirmed),
+            Resuming::Started(run) => run,
+        };
+        match run.outcome.await {
+            Ok(Ok(r)) => Ok(Confirmed::Reply(r)),
+            Ok(Err(message)) => Err(ChatError::RunFailed(message)),
+            Err(e) => Err(ChatError::Internal(e.to_string())),
+        }
     }
 
     /// Whether `arguments` may replace those of `who`'s pending action `message`: an object
@@ -749,14 +811,15 @@ impl ChatService {
     }
 
     /// Records a decision on pending action `lookup` — approve or reject, or `answer` a
-    /// question — and resumes its run once its group is decided.
+    /// question — and resumes its run once its group is decided, as `how` says.
     async fn decide(
         &self,
         lookup: &PendingLookup,
         confirmed: bool,
         answer: Option<&Value>,
         detail: Option<Decision>,
-    ) -> Result<Confirmed, ChatError> {
+        how: Resumption,
+    ) -> Result<Resuming, ChatError> {
         let store = &self.0.store;
         let conv = lookup.conversation_id;
         let row = store.pending(lookup).await?.ok_or(ChatError::NotFound)?;
@@ -815,7 +878,7 @@ impl ChatService {
                     return Err(ChatError::conflict("this question was already answered with another answer"));
                 }
                 if let Some(saved) = row.response {
-                    return Ok(Confirmed::Saved(saved));
+                    return Ok(Resuming::Answered(Confirmed::Saved(saved)));
                 }
             }
             Decided::Recorded => {
@@ -830,11 +893,11 @@ impl ChatService {
         }
         if let Some(next) = group.iter().find(|p| p.decision.is_none()) {
             let pending_action = Some(PendingActionDto::from(next));
-            return Ok(Confirmed::Reply(ConfirmResponse {
+            return Ok(Resuming::Answered(Confirmed::Reply(ConfirmResponse {
                 conversation_id: ConversationId(conv),
                 message: String::new(),
                 pending_action,
-            }));
+            })));
         }
         let conversation =
             store.conversation(lookup.tenant_id, lookup.user_id, conv).await?.ok_or(ChatError::NotFound)?;
@@ -880,19 +943,24 @@ impl ChatService {
         };
         let owner = (lookup.tenant_id, lookup.user_id);
         let log = self.0.runs.create(&claim.run_id, owner, ConversationId(conv), &conversation.agent, cancel.clone());
-        // Nobody streams a confirm's run: its outcome is the response.
+        // Nobody streams a confirm's run: its outcome is the response. A streamed resume's
+        // frames are a turn's.
+        let (tool_events, node_events) = match how {
+            Resumption::Awaited => (false, false),
+            Resumption::Streamed { node_events } => (true, node_events),
+        };
         let turn = Turn {
             tenant: lookup.tenant_id,
             conversation: conv,
             agent: conversation.agent,
             claim,
             cancel,
-            tool_events: false,
-            node_events: false,
+            tool_events,
+            node_events,
         };
         // Detached: the run finishes and persists even if this request goes away.
-        let (service, served) = (self.clone(), Arc::clone(&agent.agent));
-        let task = self.0.tasks.spawn(async move {
+        let (service, served, frames) = (self.clone(), Arc::clone(&agent.agent), Arc::clone(&log));
+        let outcome = self.0.tasks.spawn(async move {
             let _slot = permit;
             let _ends = turn::EndsLog(Arc::clone(&log));
             let result = turn::drive(&service, served.as_ref(), &turn, run, &log).await;
@@ -916,11 +984,7 @@ impl ChatService {
             }
             response
         });
-        match task.await {
-            Ok(Ok(r)) => Ok(Confirmed::Reply(r)),
-            Ok(Err(message)) => Err(ChatError::RunFailed(message)),
-            Err(e) => Err(ChatError::Internal(e.to_string())),
-        }
+        Ok(Resuming::Started(ResumedRun { log: frames, outcome }))
     }
 
     /// The answer the checkpoints of `lookup`'s conversation recorded for `interrupt`, if a

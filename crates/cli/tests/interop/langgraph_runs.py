@@ -2,7 +2,8 @@
 run list, join and `multitask_strategy`.
 
 Usage: langgraph_runs.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw: a
-run created in the background, joined, read and listed; a resume refused in the background; a
+run created in the background, joined, read and listed; a resume in the background with nothing
+waiting refused; a
 slow run that makes its thread busy, a second run refused (`reject`, an unknown strategy), then
 one that interrupts it, one that rolls another back, and one enqueued behind another slow run. The Rust test
 (tests/langgraph.rs) asserts on it.

@@ -2,7 +2,8 @@
 
 Usage: langgraph_threads.py BASE_URL API_KEY. Prints, as one JSON object, what the client saw:
 a thread made, read, made again with the same id, streamed a calculator turn in three modes, paused on a write, resumed
-(approved), paused again and refused an `edit`, then rejected; searched, counted, updated,
+(approved) in a stream of its own nodes, tool result and tokens, paused again and refused an
+`edit`, then rejected by a run in the background; searched, counted, updated,
 its history, another user's view, and deleted. The Rust test (tests/langgraph.rs) asserts on it.
 """
 
@@ -63,14 +64,21 @@ out["paused"] = client.runs.wait(
 out["interrupted"] = client.threads.get(tid)
 out["copy_paused"] = refused(lambda: client.threads.copy(tid))
 parts = client.runs.stream(
-    tid, "assistant", command={"resume": {"decisions": [{"type": "approve"}]}}, stream_mode=["values", "messages-tuple"]
+    tid,
+    "assistant",
+    command={"resume": {"decisions": [{"type": "approve"}]}},
+    stream_mode=["values", "messages-tuple", "updates", "tasks"],
 )
 out["resumed"] = [{"event": p.event, "data": p.data} for p in parts]
+out["runs_after_resume"] = [r["run_id"] for r in client.runs.list(tid)]
 out["resume_again"] = refused(
     lambda: client.runs.wait(tid, "assistant", command={"resume": {"decisions": [{"type": "approve"}]}})
 )
 
-client.runs.wait(tid, "assistant", input={"messages": [{"role": "user", "content": "Y otra: repaso el jueves"}]})
+parts = client.runs.stream(
+    tid, "assistant", input={"messages": [{"role": "user", "content": "Y otra: repaso el jueves"}]}, stream_mode="tasks"
+)
+out["paused_tasks"] = [{"event": p.event, "data": p.data} for p in parts]
 edit = {"type": "edit", "edited_action": {"name": "note_write", "args": {"text": "repaso el miércoles"}}}
 out["edit"] = refused(lambda: client.runs.wait(tid, "assistant", command={"resume": {"decisions": [edit]}}))
 waiting = langgraph_common.waiting_in(client.threads.get(tid))[0]["id"]
@@ -78,7 +86,11 @@ out["edit_by_id"] = refused(lambda: client.runs.wait(tid, "assistant", command={
 out["other_assistant"] = refused(
     lambda: client.runs.wait(tid, "helper", command={"resume": {"decisions": [{"type": "approve"}]}})
 )
-out["rejected"] = client.runs.wait(tid, "assistant", command={"resume": {"decisions": [{"type": "reject"}]}})
+# Decided in the background: the resumed run is a run like any other, joined for the values.
+rejecting = client.runs.create(tid, "assistant", command={"resume": {"decisions": [{"type": "reject"}]}})
+out["rejecting"] = rejecting
+out["rejected"] = client.runs.join(tid, rejecting["run_id"])
+out["rejecting_got"] = client.runs.get(tid, rejecting["run_id"])
 
 # Stateless runs: a thread of their own, gone when the run ends (the count below shows it).
 out["stateless_wait"] = client.runs.wait(None, "assistant", input={"messages": [{"role": "user", "content": "hola"}]})

@@ -13,7 +13,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ChatError};
 use crate::extract::{Asking, json_body};
 use crate::openapi::{LANGGRAPH, Refusals, Run};
-use crate::service::NewTurn;
+use crate::service::{Confirmed, NewTurn, Resuming, Resumption};
 use crate::wire::{ConfirmResponse, PendingActionDto};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -287,9 +287,21 @@ async fn streamed(
     ephemeral: bool,
 ) -> Result<Response, ApiError> {
     let modes = modes(run.stream_mode.as_ref())?;
+    // The state before the run, for its first values (read only when they are asked for).
+    let before = if modes.values { Some(now(app.chat(), &who, &thread).await?.values) } else { None };
     match asked(&run)? {
         Asked::Resume(resume) => {
-            let reply = resume_thread(&app, &who, &thread, &resume).await?;
+            let how = Resumption::Streamed { node_events: modes.of_nodes() };
+            let confirmed = match resume_thread(&app, &who, &thread, &resume, how).await? {
+                // The resumed run streams as a turn does, from the paused state on.
+                Resuming::Started(resumed) => {
+                    let run_id = resumed.log.run_id().to_owned();
+                    return Ok(stream_of(app, who, thread, modes, (run_id, resumed.log), before, ephemeral));
+                }
+                Resuming::Answered(confirmed) => confirmed,
+            };
+            // Decided already (the same decisions again): what the run they resumed answered.
+            let reply = answered(confirmed)?;
             let after = now(app.chat(), &who, &thread).await?;
             let run_id = uuid::Uuid::new_v4().to_string();
             let mut events =
@@ -306,38 +318,51 @@ async fn streamed(
             Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
         }
         Asked::Message(message) => {
-            // The state before the run, for its first values (read only when they are asked for).
-            let before = if modes.values { Some(now(app.chat(), &who, &thread).await?) } else { None };
-            let (run_id, log) = begin(&app, &who, &mut thread, &mut run, message.clone(), ephemeral).await?;
-            let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
             // The values so far, after each step as LangGraph sends them: the person's message
             // first, then the model's calls and the tools' results as they come.
-            let so_far = before.map(|before| {
-                let mut values = before.values;
+            let so_far = before.map(|mut values| {
                 let n = values["messages"].as_array().map_or(0, Vec::len);
                 let human = super::threads::human_message(&message, &format!("{}-{n}", thread.id));
                 if let Some(messages) = values["messages"].as_array_mut() {
                     messages.push(human);
                 }
-                first.push(event("values", &values));
                 values
             });
-            let location = format!("/threads/{}/runs/{run_id}/stream", thread.id);
-            let (thread_id, run) = (thread.id.clone(), run_id.clone());
-            let frames = log.frames_after(0);
-            let writer = Writer::new(modes, run_id, &thread, so_far);
-            let frames = events_of(frames, app.chat().clone(), who, thread, writer, ephemeral);
-            let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
-            let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
-            // Where LangGraph's SDKs rejoin the run after a dropped connection (with the
-            // `Last-Event-ID` each frame's events carry).
-            if let Ok(location) = axum::http::HeaderValue::from_str(&location) {
-                response.headers_mut().insert(axum::http::header::LOCATION, location);
-            }
-            created_at(&mut response, &thread_id, &run);
-            Ok(response)
+            let started = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
+            Ok(stream_of(app, who, thread, modes, started, so_far, ephemeral))
         }
     }
+}
+
+/// The started run `run_id` on `thread` streamed from its log `log` as LangGraph's events:
+/// its metadata, the values it starts from (`so_far`, when they are asked for), then its frames.
+fn stream_of(
+    app: AppState,
+    who: Asking,
+    thread: Thread,
+    modes: Modes,
+    (run_id, log): (String, std::sync::Arc<crate::runlog::RunLog>),
+    so_far: Option<Value>,
+    ephemeral: bool,
+) -> Response {
+    let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
+    if let Some(values) = &so_far {
+        first.push(event("values", values));
+    }
+    let location = format!("/threads/{}/runs/{run_id}/stream", thread.id);
+    let (thread_id, run) = (thread.id.clone(), run_id.clone());
+    let frames = log.frames_after(0);
+    let writer = Writer::new(modes, run_id, &thread, so_far);
+    let frames = events_of(frames, app.chat().clone(), who, thread, writer, ephemeral);
+    let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
+    let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
+    // Where LangGraph's SDKs rejoin the run after a dropped connection (with the
+    // `Last-Event-ID` each frame's events carry).
+    if let Ok(location) = axum::http::HeaderValue::from_str(&location) {
+        response.headers_mut().insert(axum::http::header::LOCATION, location);
+    }
+    created_at(&mut response, &thread_id, &run);
+    response
 }
 
 /// A run's frames (from its log, here or another replica's) as LangGraph's events, each with
@@ -630,8 +655,8 @@ fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, paused: bool) -> Valu
 
 /// `POST /threads/{thread_id}/runs`: a run started in the background — answered at once with
 /// the run (`status: running`), which goes on whether or not anyone reads it; `runs.join`
-/// waits for its end, `runs.join_stream` reads its events. A `command.resume` is decided by the
-/// run it starts and answered by it: on `runs.wait` or `runs.stream` (422 here).
+/// waits for its end, `runs.join_stream` reads its events. A `command.resume` starts the resumed
+/// run here the same way (409 for decisions applied already).
 #[utoipa::path(post, path = "/threads/{thread_id}/runs", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread.")), request_body = RunCreate,
     responses((status = 200, description = "The run, started in the background.", body = Run), Refusals))]
 pub(crate) async fn create(
@@ -647,13 +672,31 @@ pub(crate) async fn create(
 /// the run ends, unless it paused or `on_completion` is `keep`), answered at once.
 async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) -> Result<Response, ApiError> {
     let (who, mut thread, mut run) = prepare(&app, who, id, body).await?;
-    modes(run.stream_mode.as_ref())?;
-    let Asked::Message(message) = asked(&run)? else {
-        return Err(ApiError::field(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "command",
-            "a resume is answered by the run it starts: resume with runs.wait or runs.stream",
-        ));
+    let node_events = modes(run.stream_mode.as_ref())?.of_nodes();
+    let message = match asked(&run)? {
+        Asked::Message(message) => message,
+        // The resumed run goes on in the background as any other: joined, waited for, listed.
+        Asked::Resume(resume) => {
+            return match resume_thread(&app, &who, &thread, &resume, Resumption::Streamed { node_events }).await? {
+                Resuming::Started(resumed) => {
+                    let mut response = axum::Json(run_shape(&thread, &resumed.log, false)).into_response();
+                    created_at(&mut response, &thread.id, resumed.log.run_id());
+                    Ok(response)
+                }
+                // The same decisions again: the run they resumed is the one to read.
+                Resuming::Answered(Confirmed::Saved(_)) => Err(ApiError::field(
+                    StatusCode::CONFLICT,
+                    "command.resume",
+                    "these decisions were applied already: the run they resumed has its outcome",
+                )),
+                // Some of the actions waiting, by interrupt id: kept, and no run yet.
+                Resuming::Answered(Confirmed::Reply(_)) => Err(ApiError::field(
+                    StatusCode::CONFLICT,
+                    "command.resume",
+                    "recorded; the thread still waits for its other decisions and resumes once they are in",
+                )),
+            };
+        }
     };
     // Only a stateless run's own thread goes when it ends.
     let ephemeral = id.is_none() && run.ephemeral();
@@ -789,7 +832,7 @@ async fn waited(
 ) -> Result<Response, ApiError> {
     match asked(&run)? {
         Asked::Resume(resume) => {
-            resume_thread(&app, &who, &thread, &resume).await?;
+            resume_thread(&app, &who, &thread, &resume, Resumption::Awaited).await?;
         }
         Asked::Message(message) => {
             let (_, log) = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
@@ -1088,14 +1131,16 @@ fn decision(action: &PendingActionDto, value: &Value, as_decision: bool) -> Resu
 /// Decides what `thread` waits for with `resume`, in LangChain's human-in-the-loop format
 /// (`{"decisions": [{"type": "approve"}, {"type": "reject"}]}`, one per action in order), by
 /// interrupt id (`{"approval-12": true, "question-13": "Friday"}`), or as one value for the
-/// single action waiting; the last decision's outcome. Every decision is checked (a question's
-/// answer against its form, an edit against the tool's schema) before the first is recorded.
+/// single action waiting; the last decision's outcome, or the run they resumed as `how` says.
+/// Every decision is checked (a question's answer against its form, an edit against the tool's
+/// schema) before the first is recorded.
 async fn resume_thread(
     app: &AppState,
     who: &Asking,
     thread: &Thread,
     resume: &Value,
-) -> Result<ConfirmResponse, ApiError> {
+    how: Resumption,
+) -> Result<Resuming, ApiError> {
     let nothing = || ApiError::field(StatusCode::CONFLICT, "command.resume", "the thread waits for no decision");
     let conversation = ConversationId(thread.conversation.ok_or_else(nothing)?);
     let awaiting = app.chat().awaiting(&who.principal, conversation).await?;
@@ -1134,9 +1179,14 @@ async fn resume_thread(
         Some("args") => ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "command.resume", e.message),
         _ => e,
     };
-    match app.chat().decide_all(&who.principal, conversation, decided).await.map_err(|e| args(e.into()))? {
-        crate::service::Confirmed::Reply(reply) => Ok(reply),
-        crate::service::Confirmed::Saved(text) => serde_json::from_str(&text)
+    app.chat().decide_all(&who.principal, conversation, decided, how).await.map_err(|e| args(e.into()))
+}
+
+/// The response decisions were answered with (stored, when they were decided before).
+fn answered(confirmed: Confirmed) -> Result<ConfirmResponse, ApiError> {
+    match confirmed {
+        Confirmed::Reply(reply) => Ok(reply),
+        Confirmed::Saved(text) => serde_json::from_str(&text)
             .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}"))),
     }
 }
@@ -1289,6 +1339,11 @@ struct Writer {
     checkpointed: bool,
     /// Whether the run paused for a decision.
     paused: bool,
+    /// The result of the node that paused and its step, written at the run's end with the
+    /// interrupts the pause's `pending` frames name.
+    paused_task: Option<(Value, u64)>,
+    /// The interrupts of the pause, as its `pending` frames came.
+    interrupts: Vec<Value>,
     /// The model's words since its last tool call or node: the reply, once the run ends.
     reply: String,
     /// The last node that began (from the log's node events): the reply's.
@@ -1314,6 +1369,8 @@ impl Writer {
             last: None,
             checkpointed: false,
             paused: false,
+            paused_task: None,
+            interrupts: Vec::new(),
             reply: String::new(),
             last_node: None,
             meta: None,
@@ -1412,8 +1469,12 @@ impl Writer {
         };
         let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
         let payload = json!({ "id": task_id(&self.thread, seq - 1), "name": node, "error": null, "result": result, "interrupts": [] });
-        out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
-        if !at.waits {
+        if at.waits {
+            // Its interrupts are the pause's actions, whose ids the `pending` frames after
+            // it name: written with them at the run's end.
+            self.paused_task = Some((payload, seq));
+        } else {
+            out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
             out.extend(self.checkpoint(&at, next.into_iter().collect(), false));
             self.checkpointed = true;
         }
@@ -1513,9 +1574,16 @@ impl Writer {
                 return Step::Finished { node, seq: checkpoint, next, known };
             }
             Frame::Custom { data, .. } if self.modes.custom => out.push(event("custom", &data)),
-            Frame::Pending(_) => self.paused = true,
+            Frame::Pending(action) => {
+                self.paused = true;
+                self.interrupts.push(interrupt(&action));
+            }
             Frame::Done { .. } => {
                 self.ended = true;
+                if let Some((mut payload, seq)) = self.paused_task.take() {
+                    payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
+                    out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
+                }
                 if !self.paused {
                     // The reply as its node's update, as LangGraph sends the model's last step.
                     let reply = self.reply.trim_end();
@@ -1530,7 +1598,13 @@ impl Writer {
             }
             Frame::Error { message } => {
                 self.ended = true;
-                return Step::Failed(vec![event("error", &json!({ "error": "RunError", "message": message }))]);
+                // A node that paused before the run failed still ended, with what it asked.
+                if let Some((mut payload, seq)) = self.paused_task.take() {
+                    payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
+                    out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
+                }
+                out.push(event("error", &json!({ "error": "RunError", "message": message })));
+                return Step::Failed(out);
             }
             _ => {}
         }
