@@ -57,9 +57,14 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
     assert_eq!(interrupt["reason"], "tool_approval", "{pending}");
     assert!(interrupt["message"].as_str().is_some_and(|m| !m.is_empty()), "{pending}");
 
-    // Resumed with the approval: the note is written, and the reply closes the run.
+    // Resumed with the approval: the note is written, and the reply closes the run, streamed
+    // token by token as a turn's (the scripted reply is two words); the write's result is not
+    // shown, its call being the earlier run's.
     let resumed = &saw["resumed"];
     assert_eq!(resumed["finished"]["outcome"], "success", "{resumed}");
+    let resumed_types: Vec<&str> = resumed["types"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(resumed_types.iter().filter(|t| **t == "TEXT_MESSAGE_CONTENT").count(), 2, "{resumed}");
+    assert!(!resumed_types.contains(&"TOOL_CALL_RESULT"), "{resumed}");
     let messages = saw["messages"].as_array().unwrap();
     let texts: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
     assert!(texts.contains(&"Son 42."), "{messages:?}");
@@ -156,7 +161,12 @@ async fn ag_uis_conformance_validator_finds_nothing_wrong_in_the_doors_streams()
     let resume = json!([{ "interruptId": interrupt, "status": "resolved", "payload": { "approved": true } }]);
     let resumed =
         post(json!({ "threadId": "t-validated", "runId": "r3", "messages": messages, "resume": resume })).await;
-    assert!(resumed.contains("Nota guardada."), "{resumed}");
+    let said: String = sse_data(&resumed)
+        .iter()
+        .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+        .filter_map(|e| e["delta"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(said, "Nota guardada.", "{resumed}");
     judged(Command::new(&validator), Some(resumed)).await;
 
     // A declared graph's channels: the first run starts from nothing and adds its label; the

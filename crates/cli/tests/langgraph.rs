@@ -154,12 +154,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     assert_eq!(updates[0]["agent"]["messages"][0]["tool_calls"][0]["args"], json!({"expression": "6*7"}));
     assert_eq!(updates[1]["tools"]["messages"][0]["tool_call_id"], "c1");
     assert!(updates[1]["tools"]["messages"][0]["content"].as_str().unwrap().contains("42"), "{updates:?}");
-    let said: String = parts
-        .iter()
-        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
-        .filter_map(|p| p["data"][0]["content"].as_str())
-        .collect();
-    assert_eq!(said, "Son 42.");
+    assert_eq!(chunks_said(parts), "Son 42.");
     let last = parts.last().unwrap();
     assert_eq!(last["event"], "values", "{events:?}");
     let kinds: Vec<&str> =
@@ -190,15 +185,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
     // events from the first — the same reply and end — and after the event `Last-Event-ID`
     // names, only what followed; an unknown run is a 404.
     assert_eq!(saw["run"]["status"], "success", "{}", saw["run"]);
-    let chunks = |parts: &Value| -> String {
-        parts
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
-            .filter_map(|p| p["data"][0]["content"].as_str())
-            .collect()
-    };
+    let chunks = |parts: &Value| chunks_said(parts.as_array().unwrap());
     assert_eq!(chunks(&saw["joined"]), "Son 42.");
     let joined = saw["joined"].as_array().unwrap();
     assert_eq!(joined.last().unwrap()["data"]["messages"], last["data"]["messages"], "the same end");
@@ -255,12 +242,7 @@ async fn langgraphs_sdk_runs_turns_on_threads_and_decides_their_interrupts() {
         "{}",
         saw["runs_after_resume"]
     );
-    let chunks: String = resumed
-        .iter()
-        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
-        .filter_map(|p| p["data"][0]["content"].as_str())
-        .collect();
-    assert_eq!(chunks, "Nota guardada.", "{resumed:?}");
+    assert_eq!(chunks_said(resumed), "Nota guardada.", "{resumed:?}");
     let wrote = resumed.iter().find_map(|p| {
         let m = p["data"].as_object()?.values().find_map(|u| u["messages"].as_array()?.first().cloned())?;
         (p["event"] == "updates" && m["type"] == "tool").then_some(m)
@@ -771,6 +753,16 @@ async fn langgraphs_sdk_streams_a_grounded_run_in_the_modes_of_its_nodes() {
     assert_eq!((joined_ids.len(), once.len()), (4, 4), "{joined_ids:?}");
 }
 
+/// The reply's words in the `messages` events of a stream (`{event, data}` each, as the client
+/// scripts print them): its `AIMessageChunk`s' contents, joined.
+fn chunks_said(parts: &[Value]) -> String {
+    parts
+        .iter()
+        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
+        .filter_map(|p| p["data"][0]["content"].as_str())
+        .collect()
+}
+
 /// Whether `text` is what `pattern` says, where each `*` in it stands for any run of characters.
 fn matches(pattern: &str, text: &str) -> bool {
     match pattern.split_once('*') {
@@ -916,12 +908,7 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
     assert_eq!(saw["created"]["metadata"], json!({"course": "iv"}));
     let parts = saw["first_run"].as_array().unwrap();
     assert_eq!(parts[0]["event"], "metadata", "{parts:?}");
-    let said: String = parts
-        .iter()
-        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
-        .filter_map(|p| p["data"][0]["content"].as_str())
-        .collect();
-    assert_eq!(said, "Son 42.", "the JS client read the reply's chunks");
+    assert_eq!(chunks_said(parts), "Son 42.", "the JS client read the reply's chunks");
     assert!(parts.iter().any(|p| p["event"] == "updates" && p["data"]["tools"]["messages"][0]["tool_call_id"] == "c1"));
     let last = &parts.last().unwrap()["data"]["messages"];
     assert_eq!(last.as_array().map(Vec::len), Some(4), "{last}");
@@ -929,13 +916,7 @@ async fn langgraphs_js_sdk_streams_a_run_and_resumes_its_interrupt() {
     let interrupt = &saw["paused"]["__interrupt__"][0];
     assert_eq!(interrupt["value"]["action_requests"][0]["name"], "note_write", "{}", saw["paused"]);
     assert_eq!(saw["state"]["interrupts"][0]["id"], interrupt["id"], "{}", saw["state"]);
-    let resumed: String = saw["resumed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["event"] == "messages" && p["data"][0]["type"] == "AIMessageChunk")
-        .filter_map(|p| p["data"][0]["content"].as_str())
-        .collect();
+    let resumed = chunks_said(saw["resumed"].as_array().unwrap());
     assert_eq!(resumed, "Nota guardada.", "the resumed run's reply, token by token");
     assert_eq!(saw["after"]["status"], "idle");
     let notes = std::fs::read_dir(dir.path().join("notes")).map(|d| d.count()).unwrap_or(0);

@@ -14,7 +14,7 @@ use crate::extract::{Asking, asking, json_body};
 use crate::openai::recognised;
 use crate::openapi::{AGUI, Refusals};
 use crate::runlog::RunLog;
-use crate::service::{ChatService, Confirmed, NewTurn};
+use crate::service::{ChatService, NewTurn, Resuming, Resumption};
 use crate::wire::ConfirmResponse;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
+use toolgraph_graph::Decision;
 use toolgraph_protocol::{ConversationId, Frame, MessageId, PendingAction};
 
 /// The tool name of an `ask` node's question among pending actions (docs/agents.md).
@@ -99,9 +100,17 @@ pub(crate) async fn run(
             ApiError::field(StatusCode::NOT_FOUND, "threadId", "no conversation of this thread waits for an answer")
         })?;
         let before = snapshot(app.chat(), &who.principal, conversation).await.unwrap_or_else(|| json!({}));
-        let reply = resume(&app, &who, conversation, &input.resume).await?;
-        let after = snapshot(app.chat(), &who.principal, conversation).await;
-        return Ok(run.resumed(reply, before, after));
+        return match resume(&app, &who, conversation, &input.resume).await? {
+            // The resumed run streams as a turn does: its reply token by token.
+            Resuming::Started(resumed) => Ok(run.stream(resumed.log, app.chat().clone(), who.principal, before)),
+            // No run started: a resume sent again after its run ended (the reply that run gave),
+            // or one that leaves others of the pause undecided (the next one as the interrupt).
+            Resuming::Answered(confirmed) => {
+                let reply = confirmed.into_reply()?;
+                let after = snapshot(app.chat(), &who.principal, conversation).await;
+                Ok(run.resumed(reply, before, after))
+            }
+        };
     }
     let Some(last) = input.messages.last() else {
         return Err(ApiError::field(StatusCode::BAD_REQUEST, "messages", "no messages: the last is the person's"));
@@ -128,14 +137,16 @@ pub(crate) async fn run(
     Ok(run.stream(log, app.chat().clone(), who.principal, before.unwrap_or_else(|| json!({}))))
 }
 
-/// Each resume entry as the decision or answer it is, in order; the last one's response. Every
-/// entry is read before the first is recorded: a resume is refused whole or taken whole.
+/// Each resume entry as the decision or answer it is, recorded in order through the same
+/// decisions as every door's (exactly once); the run they resume, started, or the last one's
+/// response. Every entry is read before the first is recorded: a resume is refused whole or
+/// taken whole.
 async fn resume(
     app: &AppState,
     who: &Asking,
     conversation: ConversationId,
     entries: &[ResumeEntry],
-) -> Result<ConfirmResponse, ApiError> {
+) -> Result<Resuming, ApiError> {
     let mut decided = Vec::with_capacity(entries.len());
     for entry in entries {
         let not_ours =
@@ -171,45 +182,17 @@ async fn resume(
             }
         };
         let decision = match approval {
-            Some(confirmed) => Decision::Approve(confirmed),
+            Some(true) => Decision::Approve,
+            Some(false) => Decision::Reject,
             None => Decision::Answer(entry.payload.clone()),
         };
         decided.push((message_id, decision));
     }
-    let mut last = None;
-    for (message_id, decision) in decided {
-        last = Some(decide(app, who, conversation, message_id, decision).await?);
+    if decided.is_empty() {
+        return Err(ApiError::field(StatusCode::BAD_REQUEST, "resume", "no entries"));
     }
-    last.ok_or_else(|| ApiError::field(StatusCode::BAD_REQUEST, "resume", "no entries"))
-}
-
-/// A person's decision on one pending action, as a door read it.
-pub(crate) enum Decision {
-    /// An approval's: go ahead or not.
-    Approve(bool),
-    /// A question's answer.
-    Answer(Value),
-}
-
-/// Records `decision` on pending action `message_id` of `who`'s `conversation` through the same
-/// confirm and answer as the academy contract (exactly once); the response, as the first
-/// decision of its group answered it.
-pub(crate) async fn decide(
-    app: &AppState,
-    who: &Asking,
-    conversation: ConversationId,
-    message: MessageId,
-    decision: Decision,
-) -> Result<ConfirmResponse, ApiError> {
-    let done = match decision {
-        Decision::Approve(confirmed) => app.chat().confirm(&who.principal, conversation, message, confirmed).await?,
-        Decision::Answer(answer) => app.chat().answer(&who.principal, conversation, message, &answer).await?,
-    };
-    match done {
-        Confirmed::Reply(reply) => Ok(reply),
-        Confirmed::Saved(text) => serde_json::from_str(&text)
-            .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}"))),
-    }
+    let how = Resumption::Streamed { node_events: false };
+    Ok(app.chat().decide_all(&who.principal, conversation, decided, how).await?)
 }
 
 /// The ids every event of one run carries.
@@ -225,6 +208,9 @@ struct Events {
     open: Option<String>,
     count: usize,
     pending: Vec<PendingAction>,
+    /// The tool calls this run started: a result is shown only for one of them (a resumed run
+    /// runs the calls an earlier run started, whose results that client never asked for).
+    calls: std::collections::HashSet<String>,
 }
 
 impl Events {
@@ -280,6 +266,7 @@ impl Events {
             Frame::ToolCall { call_id, name, arguments } => {
                 let parent = self.open.clone();
                 self.close(out);
+                self.calls.insert(call_id.clone());
                 let mut start = json!({ "type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": name });
                 if let Some(parent) = parent {
                     start["parentMessageId"] = json!(parent);
@@ -288,7 +275,7 @@ impl Events {
                 out.push(json!({ "type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": arguments.to_string() }));
                 out.push(json!({ "type": "TOOL_CALL_END", "toolCallId": call_id }));
             }
-            Frame::ToolResult { call_id, outcome, .. } => {
+            Frame::ToolResult { call_id, outcome, .. } if self.calls.contains(&call_id) => {
                 out.push(json!({
                     "type": "TOOL_CALL_RESULT",
                     "messageId": format!("{call_id}-result"),
@@ -388,7 +375,7 @@ impl Run {
     /// starts from it (`before`, a `STATE_SNAPSHOT` after `RUN_STARTED`) and what the run changed
     /// in it (a `STATE_DELTA` before `RUN_FINISHED`).
     fn stream(self, log: Arc<RunLog>, chat: ChatService, who: Principal, before: Value) -> Response {
-        let events = Events { run: self, open: None, count: 0, pending: Vec::new() };
+        let events = Events { run: self, open: None, count: 0, pending: Vec::new(), calls: Default::default() };
         let first = [events.started(), json!({ "type": "STATE_SNAPSHOT", "snapshot": before })];
         let run_id: Arc<str> = log.run_id().into();
         let frames = log.typed_frames();
@@ -419,7 +406,7 @@ impl Run {
     /// A resumed run: the reply the decisions led to, and a new interrupt if it paused again;
     /// the state shared as it was before the decisions (`before`) and what they changed.
     fn resumed(self, reply: ConfirmResponse, before: Value, after: Option<Value>) -> Response {
-        let mut events = Events { run: self, open: None, count: 0, pending: Vec::new() };
+        let mut events = Events { run: self, open: None, count: 0, pending: Vec::new(), calls: Default::default() };
         let mut out = vec![events.started()];
         out.push(json!({ "type": "STATE_SNAPSHOT", "snapshot": before }));
         events.text(&reply.message, &mut out);

@@ -189,6 +189,20 @@ pub enum Confirmed {
     Reply(ConfirmResponse),
 }
 
+impl Confirmed {
+    /// The response as it was sent: a stored one read back.
+    ///
+    /// # Errors
+    /// `Internal` for a stored response that does not read back.
+    pub fn into_reply(self) -> Result<ConfirmResponse, ChatError> {
+        match self {
+            Confirmed::Reply(reply) => Ok(reply),
+            Confirmed::Saved(text) => serde_json::from_str(&text)
+                .map_err(|e| ChatError::Internal(format!("a stored response that does not read back: {e}"))),
+        }
+    }
+}
+
 /// What decisions asked with [`Resumption::Streamed`] did: answered as a confirm is (the pause
 /// waits for more, or was resumed already), or started the resumed run.
 #[derive(Debug)]
@@ -217,7 +231,8 @@ pub enum Resumption {
     #[default]
     Awaited,
     /// The run is handed back as it starts, its log carrying tool frames — and node frames
-    /// when `node_events` — for a client that streams it (LangGraph's `command.resume`).
+    /// when `node_events` — for a client that streams it (LangGraph's `command.resume`,
+    /// AG-UI's `resume`).
     Streamed { node_events: bool },
 }
 

@@ -14,7 +14,7 @@ use crate::error::{ApiError, ChatError};
 use crate::extract::{Asking, json_body};
 use crate::openapi::{LANGGRAPH, Refusals, Run};
 use crate::service::{Confirmed, NewTurn, Resuming, Resumption};
-use crate::wire::{ConfirmResponse, PendingActionDto};
+use crate::wire::PendingActionDto;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -301,7 +301,7 @@ async fn streamed(
                 Resuming::Answered(confirmed) => confirmed,
             };
             // Decided already (the same decisions again): what the run they resumed answered.
-            let reply = answered(confirmed)?;
+            let reply = confirmed.into_reply()?;
             let after = now(app.chat(), &who, &thread).await?;
             let run_id = uuid::Uuid::new_v4().to_string();
             let mut events =
@@ -1180,15 +1180,6 @@ async fn resume_thread(
         _ => e,
     };
     app.chat().decide_all(&who.principal, conversation, decided, how).await.map_err(|e| args(e.into()))
-}
-
-/// The response decisions were answered with (stored, when they were decided before).
-fn answered(confirmed: Confirmed) -> Result<ConfirmResponse, ApiError> {
-    match confirmed {
-        Confirmed::Reply(reply) => Ok(reply),
-        Confirmed::Saved(text) => serde_json::from_str(&text)
-            .map_err(|e| ApiError::internal(format!("a stored response that does not read back: {e}"))),
-    }
 }
 
 /// The values a run ends on: the state, with `__interrupt__` when it waits.
