@@ -669,6 +669,12 @@ async fn langgraphs_sdk_streams_a_grounded_run_in_the_modes_of_its_nodes() {
         values["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect()
     };
     assert_eq!(contents(&last["values"]), contents(&state["values"]), "{last}");
+    // The state is the history's newest checkpoint: the same id, metadata, parent and time.
+    let head = &saw["every_head"];
+    for key in ["checkpoint", "metadata", "parent_checkpoint", "created_at"] {
+        assert!(!state[key].is_null(), "{key}: {state}");
+        assert_eq!(state[key], head[key], "{key}");
+    }
     // `debug`: the same tasks and checkpoints, each with its step, time and type.
     let debug = of(every, "debug");
     let kinds: Vec<&str> = debug.iter().map(|d| d["type"].as_str().unwrap()).collect();

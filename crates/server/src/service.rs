@@ -1091,6 +1091,22 @@ impl ChatService {
         agent.agent.history(&thread).await.map_err(internal)
     }
 
+    /// [`ChatService::checkpoints`] from checkpoint `from` on: the last few, without reading
+    /// the whole history.
+    ///
+    /// # Errors
+    /// As [`ChatService::checkpoints`].
+    pub async fn checkpoints_from(
+        &self,
+        who: &Principal,
+        id: ConversationId,
+        from: u64,
+    ) -> Result<Vec<CheckpointMeta>, ChatError> {
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        let records = agent.agent.checkpointer().load_from(&thread, from).await.map_err(internal)?;
+        Ok(records.iter().map(CheckpointMeta::from).collect())
+    }
+
     /// `who`'s conversations, newest first, at most `limit` (capped at
     /// [`MAX_LISTED_CONVERSATIONS`]).
     ///

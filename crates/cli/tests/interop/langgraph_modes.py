@@ -39,6 +39,7 @@ out["every"] = parts_of(
     )
 )
 out["every_state"] = client.threads.get_state(tid)
+out["every_head"] = client.threads.get_history(tid, limit=1)[0]
 # The same run read on the academy contract's route: its frames there are the contract's only.
 every_run = out["every"][0]["data"]["run_id"]
 academy = httpx.get(

@@ -532,11 +532,17 @@ pub(crate) async fn get_state(
     let thread = theirs(app.chat(), &who, &id).await?;
     let now = now(app.chat(), &who, &thread).await?;
     let mut shown = state(&thread, &now);
-    // The last checkpoint's metadata and parent, as the history shows them.
+    // The last checkpoint's metadata and parent, as the history shows them: read from the one
+    // before it on, unless retention folded that one away (then the whole list says which).
     if let Some(conversation) = thread.conversation
         && now.seq > 0
     {
-        let metas = app.chat().checkpoints(&who.principal, ConversationId(conversation)).await?;
+        let conversation = ConversationId(conversation);
+        let from = now.seq.saturating_sub(1).max(1);
+        let mut metas = app.chat().checkpoints_from(&who.principal, conversation, from).await?;
+        if now.seq > 1 && metas.first().is_none_or(|m| m.seq != from) {
+            metas = app.chat().checkpoints(&who.principal, conversation).await?;
+        }
         if let Some(at) = metas.iter().position(|m| m.seq == now.seq) {
             shown["metadata"] = checkpoint_metadata(&metas[at]);
             shown["created_at"] = json!(rfc3339(metas[at].created_at_ms));
