@@ -65,6 +65,12 @@ async fn ag_uis_official_client_runs_an_agent_and_resumes_its_interrupt() {
     let resumed_types: Vec<&str> = resumed["types"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(resumed_types.iter().filter(|t| **t == "TEXT_MESSAGE_CONTENT").count(), 2, "{resumed}");
     assert!(!resumed_types.contains(&"TOOL_CALL_RESULT"), "{resumed}");
+    // Sent again: the reply that run gave, in one piece; nothing runs twice (the model's
+    // request count below).
+    let again = &saw["resumed_again"];
+    assert_eq!(again["finished"]["outcome"], "success", "{again}");
+    let again_types: Vec<&str> = again["types"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(again_types.iter().filter(|t| **t == "TEXT_MESSAGE_CONTENT").count(), 1, "{again}");
     let messages = saw["messages"].as_array().unwrap();
     let texts: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
     assert!(texts.contains(&"Son 42."), "{messages:?}");

@@ -225,10 +225,9 @@ pub struct ResumedRun {
 }
 
 /// How decisions that complete a pause resume its run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub enum Resumption {
     /// The request waits for the run's end: its reply is the response (the confirm routes).
-    #[default]
     Awaited,
     /// The run is handed back as it starts, its log carrying tool frames — and node frames
     /// when `node_events` — for a client that streams it (LangGraph's `command.resume`,

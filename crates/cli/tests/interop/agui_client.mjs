@@ -2,8 +2,8 @@
 //
 // Usage: node agui_client.mjs BASE_URL API_KEY CLIENT_ENTRY. Prints, as one JSON object, what
 // the client saw: a run with a tool call, a run that stops on a write waiting for approval (an
-// interrupt), the run that resumes it, and the messages the client holds after. The Rust test
-// (tests/agui.rs) asserts on it.
+// interrupt), the run that resumes it, the same resume sent again, and the messages the client
+// holds after. The Rust test (tests/agui.rs) asserts on it.
 import { pathToFileURL } from "node:url";
 
 const [base, key, entry] = process.argv.slice(2);
@@ -31,7 +31,10 @@ out.first = await run({});
 agent.addMessage({ id: "u2", role: "user", content: "Guarda una nota sobre Docker" });
 out.pending = await run({});
 const interrupt = out.pending.finished?.interrupts?.[0];
-out.resumed = await run({ resume: [{ interruptId: interrupt.id, status: "resolved", payload: { approved: true } }] });
+const approve = [{ interruptId: interrupt.id, status: "resolved", payload: { approved: true } }];
+out.resumed = await run({ resume: approve });
+// The same resume again (a client retrying): the reply the run gave, nothing run twice.
+out.resumed_again = await run({ resume: approve });
 out.messages = agent.messages.map((m) => ({
   role: m.role,
   content: typeof m.content === "string" ? m.content : null,

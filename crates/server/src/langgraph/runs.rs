@@ -1328,12 +1328,10 @@ struct Writer {
     last: Option<Checkpoint>,
     /// Whether a checkpoint was streamed from the log.
     checkpointed: bool,
-    /// Whether the run paused for a decision.
-    paused: bool,
     /// The result of the node that paused and its step, written at the run's end with the
     /// interrupts the pause's `pending` frames name.
     paused_task: Option<(Value, u64)>,
-    /// The interrupts of the pause, as its `pending` frames came.
+    /// The interrupts of the pause, as its `pending` frames came: the run paused when any came.
     interrupts: Vec<Value>,
     /// The model's words since its last tool call or node: the reply, once the run ends.
     reply: String,
@@ -1359,7 +1357,6 @@ impl Writer {
             task: None,
             last: None,
             checkpointed: false,
-            paused: false,
             paused_task: None,
             interrupts: Vec::new(),
             reply: String::new(),
@@ -1474,6 +1471,13 @@ impl Writer {
         out
     }
 
+    /// The result of the node that paused, with the pause's interrupts, once the run ends.
+    fn paused_task_result(&mut self) -> Vec<Event> {
+        let Some((mut payload, seq)) = self.paused_task.take() else { return Vec::new() };
+        payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
+        node_event(&self.modes, "tasks", "task_result", seq, payload)
+    }
+
     fn frame(&mut self, frame: Frame) -> Step {
         if self.ended {
             return Step::Events(Vec::new());
@@ -1565,17 +1569,12 @@ impl Writer {
                 return Step::Finished { node, seq: checkpoint, next, known };
             }
             Frame::Custom { data, .. } if self.modes.custom => out.push(event("custom", &data)),
-            Frame::Pending(action) => {
-                self.paused = true;
-                self.interrupts.push(interrupt(&action));
-            }
+            Frame::Pending(action) => self.interrupts.push(interrupt(&action)),
             Frame::Done { .. } => {
                 self.ended = true;
-                if let Some((mut payload, seq)) = self.paused_task.take() {
-                    payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
-                    out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
-                }
-                if !self.paused {
+                let paused = !self.interrupts.is_empty();
+                out.extend(self.paused_task_result());
+                if !paused {
                     // The reply as its node's update, as LangGraph sends the model's last step.
                     let reply = self.reply.trim_end();
                     if self.modes.updates && !reply.is_empty() {
@@ -1590,10 +1589,7 @@ impl Writer {
             Frame::Error { message } => {
                 self.ended = true;
                 // A node that paused before the run failed still ended, with what it asked.
-                if let Some((mut payload, seq)) = self.paused_task.take() {
-                    payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
-                    out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
-                }
+                out.extend(self.paused_task_result());
                 out.push(event("error", &json!({ "error": "RunError", "message": message })));
                 return Step::Failed(out);
             }
