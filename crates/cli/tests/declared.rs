@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{event_data, free_port, said, serve_command, wait_ready};
+use common::{event_data, free_port, said, serve_command, sse_events, wait_ready};
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -33,11 +33,28 @@ async fn post(base: &str, path: &str, body: &Value) -> String {
     let response = reqwest::Client::new()
         .post(format!("{base}{path}"))
         .header("X-Tenant-Slug", "demo")
+        // Who asks, on the doors that read it from headers (LangGraph's); the academy
+        // contract's routes read it from the body.
+        .header("X-Tenant-Id", "1")
+        .header("X-User-Id", "1")
         .json(body)
         .timeout(Duration::from_secs(60))
         .send();
     response.await.unwrap().text().await.unwrap()
 }
+
+/// The help-center articles ingested as the desk's knowledge base into the data in `data`.
+fn ingest_articles(data: &Path) {
+    let ingest = toolgraph(
+        data,
+        &["ingest", "examples/helpdesk/docs", "--kb", "helpdesk", "--keyword-only", "--tenant", "demo"],
+    );
+    assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
+}
+
+/// The billing desk's answer to a question on a charge made twice, cited to the article.
+const DOUBLE_CHARGE_ANSWER: &str =
+    "A second charge is usually released within 5 working days [Billing and invoices › I was charged twice].";
 
 /// The system prompt and the names of the tools offered of a model request.
 fn system_and_tools(request: &Value) -> (String, Vec<String>) {
@@ -52,13 +69,8 @@ fn system_and_tools(request: &Value) -> (String, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticket() {
     let dir = tempfile::tempdir().unwrap();
-    let ingest = toolgraph(
-        dir.path(),
-        &["ingest", "examples/helpdesk/docs", "--kb", "helpdesk", "--keyword-only", "--tenant", "demo"],
-    );
-    assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
-    let answer =
-        "A second charge is usually released within 5 working days [Billing and invoices › I was charged twice].";
+    ingest_articles(dir.path());
+    let answer = DOUBLE_CHARGE_ANSWER;
     let refund = "Refund R-0001 is requested; the billing team confirms it by email.";
     let model = ScriptedModelServer::start(vec![
         Reply::text("Billing."),
@@ -261,6 +273,160 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     assert!(requested.contains("\"refund\": \"R-0001\"") && requested.contains("duplicate charge"), "{requested}");
 }
 
+/// The `(name, id)` of each `tasks` event of `events` in namespace `ns` (`""`: the top): a task
+/// and its result each, in order.
+fn tasks_in(events: &[(String, Value)], ns: &str) -> Vec<(String, String)> {
+    let name = if ns.is_empty() { "tasks".to_owned() } else { format!("tasks|{ns}") };
+    events
+        .iter()
+        .filter(|(e, _)| *e == name)
+        .map(|(_, d)| (d["name"].as_str().unwrap_or("").to_owned(), d["id"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    ingest_articles(dir.path());
+    let answer = DOUBLE_CHARGE_ANSWER;
+    let refund_call = Reply::tool_calls(&[(
+        "r1",
+        "request_refund",
+        json!({"charge": "8 euros on 3 November", "reason": "duplicate"}),
+    )]);
+    let model = ScriptedModelServer::start(vec![
+        // Sub-graphs asked for; the same question without; a refund with, which waits for approval.
+        Reply::text("billing"),
+        Reply::text("question"),
+        Reply::text(answer),
+        Reply::text("billing"),
+        Reply::text("question"),
+        Reply::text(answer),
+        Reply::text("billing"),
+        Reply::text("refund"),
+        refund_call,
+        // Sub-graphs asked for with `messages-tuple` alone.
+        Reply::text("billing"),
+        Reply::text("question"),
+        Reply::text(answer),
+    ])
+    .await
+    .unwrap();
+    let port = free_port();
+    let mut child = serve_command(dir.path(), &model, port)
+        .args(["--config", "examples/helpdesk/toolgraph.toml"])
+        .current_dir(repo())
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .env("HELPDESK_REFUNDS", dir.path().join("refunds.jsonl"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    let run = |message: &str, subgraphs: bool| {
+        json!({"assistant_id": "desk", "input": {"messages": [{"type": "human", "content": message}]},
+            "stream_mode": ["updates", "messages-tuple", "tasks"], "stream_subgraphs": subgraphs})
+    };
+    let thread = |body: String| serde_json::from_str::<Value>(&body).unwrap()["thread_id"].as_str().unwrap().to_owned();
+    let question = "I was charged twice this month. What happens now?";
+
+    let first = thread(post(&base, "/threads", &json!({})).await);
+    let body = post(&base, &format!("/threads/{first}/runs/stream"), &run(question, true)).await;
+    let events = sse_events(&body);
+    let plain = thread(post(&base, "/threads", &json!({})).await);
+    let flat = sse_events(&post(&base, &format!("/threads/{plain}/runs/stream"), &run(question, false)).await);
+    let third = thread(post(&base, "/threads", &json!({})).await);
+    let refund = "Please refund the duplicate charge of 8 euros on 3 November.";
+    let paused = sse_events(&post(&base, &format!("/threads/{third}/runs/stream"), &run(refund, true)).await);
+    let fourth = thread(post(&base, "/threads", &json!({})).await);
+    let mut tokens_only = run(question, true);
+    tokens_only["stream_mode"] = json!(["messages-tuple"]);
+    let tuples = sse_events(&post(&base, &format!("/threads/{fourth}/runs/stream"), &tokens_only).await);
+    let run_id = event_data(&body, "metadata")["run_id"].as_str().unwrap().to_owned();
+    let joined = get_text(&base, &format!("/threads/{first}/runs/{run_id}/stream?stream_mode=tasks")).await;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // 1. The desk's own nodes are at the top; the handing node's task names the namespace its
+    // agent's nodes stream in, and the way back is the handing node's again.
+    let top = tasks_in(&events, "");
+    let names: Vec<&str> = top.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["triage", "triage", "billing", "billing", "billing", "billing"], "{body}");
+    let ns = format!("billing:{}", top[2].1);
+    let inner = tasks_in(&events, &ns);
+    let inner_names: Vec<&str> = inner.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(inner_names, ["intent", "intent", "search", "search", "answer", "answer"], "{body}");
+    assert!(
+        events.iter().all(|(e, _)| !e.contains('|') || e.ends_with(&format!("|{ns}"))),
+        "every namespaced event is in the one hand-off's: {body}"
+    );
+    // 2. The search's call and result and the answer's chunks come in the namespace, each named
+    // by its node there, with its whole path.
+    let in_ns: Vec<&Value> = events.iter().filter(|(e, _)| *e == format!("messages|{ns}")).map(|(_, d)| d).collect();
+    let task_of = |node: &str| inner.iter().find(|(n, _)| n == node).map(|(_, id)| id.clone()).unwrap();
+    for d in &in_ns {
+        let node = d[1]["langgraph_node"].as_str().unwrap_or_default();
+        assert!(["search", "answer"].contains(&node), "{d}");
+        assert_eq!(d[1]["langgraph_checkpoint_ns"], format!("{ns}|{node}:{}", task_of(node)), "{d}");
+    }
+    let search = in_ns.iter().find(|d| d[0]["tool_calls"][0]["name"] == "rag_search");
+    assert!(search.is_some_and(|d| d[1]["langgraph_node"] == "search"), "{body}");
+    let text: String =
+        in_ns.iter().filter(|d| d[1]["langgraph_node"] == "answer").filter_map(|d| d[0]["content"].as_str()).collect();
+    assert!(text.contains("within 5 working days"), "{text}");
+    assert!(!events.iter().any(|(e, _)| e == "messages"), "no chunk of the answer left at the top: {body}");
+    // The reply's update is its node's, in the namespace.
+    let reply = events
+        .iter()
+        .find(|(e, d)| *e == format!("updates|{ns}") && d["answer"].is_object())
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(reply.1["answer"]["messages"][0]["content"].as_str(), Some(text.trim_end()));
+
+    // 3. Without `stream_subgraphs`, the same run streams flat, its agent's nodes by their whole names.
+    assert!(flat.iter().all(|(e, _)| !e.contains('|')), "{flat:?}");
+    let flat_names: Vec<String> = tasks_in(&flat, "").into_iter().map(|(n, _)| n).collect();
+    assert!(
+        flat_names.iter().any(|n| n == "billing/intent") && flat_names.iter().any(|n| n == "billing/END"),
+        "{flat_names:?}"
+    );
+
+    // 4. The refund's call is the model's step in the namespace (`agent`, as a flat run names it),
+    // and the pause's task result there names the interrupt the run's end reports at the top.
+    let refund_ns = format!("billing:{}", tasks_in(&paused, "")[2].1);
+    let call = paused
+        .iter()
+        .find(|(e, d)| *e == format!("updates|{refund_ns}") && d["agent"].is_object())
+        .unwrap_or_else(|| panic!("{paused:?}"));
+    assert_eq!(call.1["agent"]["messages"][0]["tool_calls"][0]["name"], "request_refund");
+    let results: Vec<&Value> = paused
+        .iter()
+        .filter(|(e, d)| {
+            *e == format!("tasks|{refund_ns}") && d["interrupts"].as_array().is_some_and(|i| !i.is_empty())
+        })
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(results.len(), 1, "{paused:?}");
+    let interrupt = paused.iter().find(|(e, d)| e == "updates" && d["__interrupt__"].is_array()).unwrap();
+    assert_eq!(results[0]["interrupts"][0]["id"], interrupt.1["__interrupt__"][0]["id"]);
+
+    // 5. With no mode of the nodes' own, the chunks are namespaced all the same, by the nodes the
+    // run's log names.
+    let answered: Vec<(&String, &Value)> =
+        tuples.iter().filter(|(_, d)| d[1]["langgraph_node"] == "answer").map(|(e, d)| (e, d)).collect();
+    assert!(!answered.is_empty(), "{tuples:?}");
+    for (name, d) in &answered {
+        let ns = name.strip_prefix("messages|").unwrap_or_else(|| panic!("{name}"));
+        assert!(ns.starts_with(&format!("billing:{fourth}-")), "{name}");
+        let path = d[1]["langgraph_checkpoint_ns"].as_str().unwrap();
+        assert!(path.starts_with(&format!("{ns}|answer:{fourth}-")), "{path}");
+    }
+
+    // 6. A client joining the first run here gets it namespaced as it was asked for.
+    let rejoined = sse_events(&joined);
+    assert_eq!(tasks_in(&rejoined, &ns), inner, "{joined}");
+    assert_eq!(tasks_in(&rejoined, ""), top, "{joined}");
+}
+
 #[test]
 fn agents_check_passes_the_example_and_names_each_problem_of_a_broken_copy() {
     let dir = tempfile::tempdir().unwrap();
@@ -332,6 +498,18 @@ async fn serve_desk(dir: &Path, config: &Path, model: &ScriptedModelServer) -> (
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
     (child, base)
+}
+
+/// The body of `GET path`, asked as tenant 1's user 1 (on every door).
+async fn get_text(base: &str, path: &str) -> String {
+    let response = reqwest::Client::new()
+        .get(format!("{base}{path}"))
+        .header("X-Tenant-Slug", "demo")
+        .header("X-Tenant-Id", "1")
+        .header("X-User-Id", "1")
+        .timeout(Duration::from_secs(30))
+        .send();
+    response.await.unwrap().text().await.unwrap()
 }
 
 async fn get(base: &str, path: &str) -> Value {

@@ -612,6 +612,10 @@ async fn langgraphs_sdk_streams_a_grounded_run_in_the_modes_of_its_nodes() {
         parts.as_array().unwrap().iter().filter(|p| p["event"] == event).map(|p| p["data"].clone()).collect()
     };
     let every = &saw["every"];
+    // Sub-graphs were asked for, and the tutor hands the turn to no other agent: every event is
+    // the graph's own, in no namespace (a hand-off's are: tests/declared.rs).
+    let names: Vec<&str> = every.as_array().unwrap().iter().filter_map(|p| p["event"].as_str()).collect();
+    assert!(names.iter().all(|e| !e.contains('|')), "{names:?}");
     // The reply, cited: the guide's section before its full stop.
     let reply = "El examen final es el 20 de enero y vale el 40 % de la nota [Guía docente";
     // `custom`: the answer's check against the guide — the sentence it cites, and the one

@@ -175,6 +175,9 @@ pub struct RunLog {
     /// What the request that started it said to do with a run already in progress
     /// (LangGraph's `multitask_strategy`), when it said.
     multitask: std::sync::OnceLock<&'static str>,
+    /// Whether the request that started it asked for sub-graphs' events namespaced (LangGraph's
+    /// `stream_subgraphs`): a client joining it here gets them so too.
+    subgraphs: std::sync::atomic::AtomicBool,
 }
 
 impl RunLog {
@@ -186,6 +189,16 @@ impl RunLog {
     /// The `multitask_strategy` the run was started with (`reject` when none was said).
     pub fn multitask(&self) -> &'static str {
         self.multitask.get().copied().unwrap_or("reject")
+    }
+
+    /// Records that the run's events are asked for with sub-graphs namespaced.
+    pub fn set_subgraphs(&self) {
+        self.subgraphs.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the run's events were asked for with sub-graphs namespaced.
+    pub fn subgraphs(&self) -> bool {
+        self.subgraphs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, LogInner> {
@@ -383,6 +396,7 @@ impl RunLogs {
             notify: Notify::new(),
             unpublished: self.unpublished.clone(),
             multitask: std::sync::OnceLock::new(),
+            subgraphs: std::sync::atomic::AtomicBool::new(false),
         });
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
         if runs.swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {

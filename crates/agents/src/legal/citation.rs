@@ -1,50 +1,61 @@
 //! `format_citation`: each sentence of an answer attributed to the article of law that
 //! supports it, as `Theo [Điều 5, Luật Giao thông 2008], …`.
 //!
-//! Attribution is lexical and deterministic: a sentence goes to the chunk that shares the most
-//! syllable pairs with it (pairs rather than single syllables, because Vietnamese words are
-//! several syllables and single ones like "của" or "người" are everywhere; pairs of two such
-//! common syllables, like "quy định" or "điều luật", do not count), weighted by how few of the
-//! chunks hold each pair. A chunk supports a sentence only when it holds at least two of its
-//! pairs and at least a quarter of them: a long sentence that shares a stray phrase with an
-//! article ("chất hướng thần" in an article on medicines) is not that article's claim, and gets
-//! no citation. Labels come only from the chunks, so an article absent from them is never
-//! cited; a bracketed citation the answer already has is removed when it names none of the
-//! chunks. One that names a chunk is the model's own attribution, and a small model often names
-//! the wrong one of the articles it read: it stands unless another chunk clearly holds the
-//! sentence instead (more than twice the named one's score), and then that chunk is cited. A
-//! sentence that opens by naming a chunk without brackets ("Theo Điều 46, Luật Điện ảnh, …", as
-//! a small model writes it) is treated the same way, and the opening becomes the bracketed
-//! citation; so is one that names a chunk elsewhere ("A. Điều 14, Luật Trọng tài thương mại."),
-//! and the name becomes the bracketed citation (of the chunk that overruled it, if one did).
+//! Attribution is the retrieval crate's, as every citer's here
+//! ([`toolgraph_rag::search::attribution`]): a sentence goes to the chunk that shares the most
+//! syllable pairs with it, weighted by how few of the chunks hold each pair, and only when the
+//! chunk holds at least two of its pairs and a quarter of them. What this module adds is the law:
+//! syllables every legal text is full of ([`LEGAL_SYLLABLES`]: a pair like "quy định" or "điều
+//! luật" is evidence of nothing), and how Vietnamese answers name an article. Labels come only
+//! from the chunks, so an article absent from them is never cited; a bracketed citation the
+//! answer already has is removed when it names none of the chunks. One that names a chunk is the
+//! model's own attribution, and a small model often names the wrong one of the articles it read:
+//! it stands unless another chunk clearly holds the sentence instead (more than twice the named
+//! one's weight), and then that chunk is cited. A sentence that opens by naming a chunk without
+//! brackets ("Theo Điều 46, Luật Điện ảnh, …", as a small model writes it) is treated the same
+//! way, and the opening becomes the bracketed citation; so is one that names a chunk elsewhere
+//! ("A. Điều 14, Luật Trọng tài thương mại."), and the name becomes the bracketed citation (of
+//! the chunk that overruled it, if one did).
 
 use super::Chunk;
 use super::answer::NO_ANSWER;
-use std::collections::{HashMap, HashSet};
 use std::ops::Range;
+use toolgraph_rag::search::attribution::{Attribution, Rules, TermKind};
 
-/// Fewest shared syllable pairs for a sentence to be attributed.
-const MIN_SHARED_PAIRS: usize = 2;
+/// Syllables every legal text and every answer about one is full of, besides the language's own
+/// function words: a pair of two of them ("quy định", "điều luật", "câu hỏi", "không đúng") is
+/// evidence of nothing.
+const LEGAL_SYLLABLES: &[&str] = &[
+    "quy",
+    "định",
+    "điều",
+    "luật",
+    "khoản",
+    "câu",
+    "hỏi",
+    "trả",
+    "lời",
+    "đúng",
+    "sai",
+    "căn",
+    "cứ",
+    "pháp",
+    "trường",
+    "hợp",
+    "án",
+    "phương",
+];
 
-/// Smallest share of a sentence's pairs a chunk must hold to support it.
-const MIN_COVERAGE: f64 = 0.25;
-
-/// How many times the named chunk's score another chunk must exceed to overrule a citation the
-/// answer wrote itself.
-const OVERRULE_FACTOR: f64 = 2.0;
+/// How an answer about the law is attributed: the shared rules with the law's syllables.
+const RULES: Rules = Rules { common_syllables: LEGAL_SYLLABLES, ..Rules::DEFAULT };
 
 /// The answer with its citations (see the module docs).
 pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
     let labels: Vec<String> = chunks.iter().map(|c| c.meta.label()).collect();
     let label_words: Vec<Vec<String>> =
         labels.iter().map(|l| normalize(l).split(' ').filter(|w| !w.is_empty()).map(str::to_owned).collect()).collect();
-    let pairs: Vec<HashSet<String>> = chunks.iter().map(|c| syllable_pairs(&c.text)).collect();
-    let mut df: HashMap<&str, usize> = HashMap::new();
-    for set in &pairs {
-        for p in set {
-            *df.entry(p.as_str()).or_default() += 1;
-        }
-    }
+    let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+    let attribution = Attribution::new(&texts, RULES);
     let mut out = String::with_capacity(answer.len() + 64);
     let mut previous: Option<usize> = None;
     for (sentence, gap) in sentences(answer) {
@@ -58,16 +69,19 @@ pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
             continue;
         }
         let mention = if hinted.is_none() { mentioned(text, &label_words) } else { None };
+        // The answers are Vietnamese, also a sentence with no letter only Vietnamese writes
+        // ("Chi phí là 500 nghìn…"): always syllable pairs.
+        let pairs = |text: &str| attribution.terms_as(TermKind::SyllablePairs, text);
         let mine = match &mention {
             // A label's words name an article; they are no evidence of what one says.
             Some((_, at)) => {
-                let mut mine = syllable_pairs(&text[..at.start]);
-                mine.extend(syllable_pairs(&text[at.end..]));
+                let mut mine = pairs(&text[..at.start]);
+                mine.extend(pairs(&text[at.end..]));
                 mine
             }
-            None => syllable_pairs(text),
+            None => pairs(text),
         };
-        let source = attribution(&mine, hinted.or(mention.as_ref().map(|(i, _)| *i)), &pairs, &df);
+        let source = attribution.attribute(&mine, hinted.or(mention.as_ref().map(|(i, _)| *i)));
         let at = mention.map(|(_, at)| at);
         match (source.filter(|_| !text.contains(NO_ANSWER)), at) {
             // The sentence names an article: the name becomes the citation, of the article it
@@ -143,134 +157,6 @@ fn label_at(words: &[(String, Range<usize>)], at: usize, labels: &[Vec<String>])
         })
         .max_by_key(|(_, label)| label.len())
         .map(|(i, label)| (i, label.len()))
-}
-
-/// The chunk a sentence (its syllable pairs, `mine`) is attributed to: the one the answer
-/// named (`hinted`) unless another clearly holds the sentence instead, else the one that
-/// supports it best, if any does.
-fn attribution(
-    mine: &HashSet<String>,
-    hinted: Option<usize>,
-    pairs: &[HashSet<String>],
-    df: &HashMap<&str, usize>,
-) -> Option<usize> {
-    let scores = support(mine, pairs, df);
-    let mut best: Option<(usize, f64)> = None;
-    for (i, s) in scores.iter().enumerate() {
-        // Ties go to the better-ranked chunk (the earlier one).
-        if s.supports && best.is_none_or(|(_, b)| s.score > b) {
-            best = Some((i, s.score));
-        }
-    }
-    match (hinted, best) {
-        // The named chunk's own score counts even where it is too little to support the
-        // sentence by itself: the other must hold it clearly better.
-        (Some(named), Some((other, score))) if other != named => {
-            Some(if score > OVERRULE_FACTOR * scores[named].score { other } else { named })
-        }
-        (Some(named), _) => Some(named),
-        (None, best) => best.map(|(i, _)| i),
-    }
-}
-
-/// How much of a sentence one chunk holds.
-struct Support {
-    /// The weight of the pairs they share (a pair fewer chunks hold weighs more).
-    score: f64,
-    /// Whether the chunk holds enough of the sentence's pairs to support it.
-    supports: bool,
-}
-
-/// Each chunk's [`Support`] for a sentence (its pairs, `mine`).
-fn support(mine: &HashSet<String>, pairs: &[HashSet<String>], df: &HashMap<&str, usize>) -> Vec<Support> {
-    let n = pairs.len() as f64;
-    pairs
-        .iter()
-        .map(|theirs| {
-            let shared: Vec<&String> = mine.iter().filter(|p| theirs.contains(*p)).collect();
-            Support {
-                score: shared.iter().map(|p| (1.0 + n / df.get(p.as_str()).copied().unwrap_or(1) as f64).ln()).sum(),
-                supports: shared.len() >= MIN_SHARED_PAIRS && shared.len() as f64 >= MIN_COVERAGE * mine.len() as f64,
-            }
-        })
-        .collect()
-}
-
-/// Syllables every legal text and every answer about one is full of: a pair of two of them
-/// ("quy định", "điều luật", "câu hỏi", "không đúng") is evidence of nothing.
-const COMMON: &[&str] = &[
-    "của",
-    "và",
-    "các",
-    "là",
-    "được",
-    "có",
-    "không",
-    "trong",
-    "theo",
-    "với",
-    "cho",
-    "này",
-    "đó",
-    "những",
-    "một",
-    "khi",
-    "thì",
-    "để",
-    "về",
-    "từ",
-    "đến",
-    "do",
-    "bị",
-    "hoặc",
-    "tại",
-    "trên",
-    "quy",
-    "định",
-    "điều",
-    "luật",
-    "khoản",
-    "câu",
-    "hỏi",
-    "trả",
-    "lời",
-    "đúng",
-    "sai",
-    "phải",
-    "nếu",
-    "đã",
-    "sẽ",
-    "như",
-    "mà",
-    "vì",
-    "nào",
-    "gì",
-    "căn",
-    "cứ",
-    "pháp",
-    "trường",
-    "hợp",
-    "án",
-    "phương",
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "a",
-];
-
-/// Lowercased word pairs of `text` (letters and digits; everything else separates words),
-/// without the pairs of two [`COMMON`] syllables.
-fn syllable_pairs(text: &str) -> HashSet<String> {
-    let words: Vec<String> =
-        text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
-    words
-        .windows(2)
-        .filter(|w| !(COMMON.contains(&w[0].as_str()) && COMMON.contains(&w[1].as_str())))
-        .map(|w| format!("{} {}", w[0], w[1]))
-        .collect()
 }
 
 /// The sentences of `text`, each with the whitespace after it: a sentence ends at `.`, `!`,
@@ -477,7 +363,7 @@ mod tests {
         // The named article holds 2 of the sentence's 7 pairs, the other 3: the name stands.
         let close = vec![chunk("Luật A", "1", "alpha beta gamma"), chunk("Luật B", "2", "delta epsilon zeta eta")];
         assert_eq!(cited_labels(&cite(answer, &close)), ["Điều 1, Luật A"]);
-        // The other holds 5: over twice the named one's score.
+        // The other holds 5: over twice the named one's weight.
         let clear =
             vec![chunk("Luật A", "1", "alpha beta gamma"), chunk("Luật B", "2", "gamma delta epsilon zeta eta theta")];
         assert_eq!(cited_labels(&cite(answer, &clear)), ["Điều 2, Luật B"]);

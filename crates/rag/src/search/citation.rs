@@ -2,21 +2,14 @@
 //!
 //! A chunk's label comes from its metadata at ingest ([`crate::Chunk::citation`]): "Điều 5,
 //! Luật Giao thông 2008", a heading path, a file name and page. [`cite`] attaches to each
-//! sentence the label of the retrieved chunk it draws most words from (docs/retrieval.md,
-//! "Citations"); [`check_citations`] finds markers that point to no retrieved chunk — the
+//! sentence the label of the retrieved chunk it is attributed to by the shared
+//! [`attribution`](super::attribution) (docs/retrieval.md, "Citations"); [`check_citations`] finds markers that point to no retrieved chunk — the
 //! signature of a model inventing a source.
 
+use super::attribution::{Attribution, Rules};
 use crate::index::Chunk;
 use serde::Serialize;
 use std::collections::HashSet;
-
-/// A sentence needs this share of its distinct words (of 3+ letters) found in a chunk to be
-/// attributed to it.
-const MIN_OVERLAP: f64 = 0.3;
-
-fn words(text: &str) -> HashSet<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3).map(str::to_lowercase).collect()
-}
 
 /// Sentence spans: up to and including `.`, `!`, `?`, `。` or a line break.
 fn sentences(text: &str) -> Vec<(usize, usize)> {
@@ -45,25 +38,16 @@ fn sentences(text: &str) -> Vec<(usize, usize)> {
 /// The answer with a `[label]` after each sentence that draws on a retrieved chunk (before
 /// its final punctuation). Sentences that already carry a marker are left as they are.
 pub fn cite(answer: &str, chunks: &[Chunk]) -> String {
-    let chunk_words: Vec<HashSet<String>> = chunks.iter().map(|c| words(&format!("{} {}", c.title, c.text))).collect();
+    let texts: Vec<String> = chunks.iter().map(|c| format!("{} {}", c.title, c.text)).collect();
+    let attribution = Attribution::new(&texts, Rules::DEFAULT);
     let mut out = String::with_capacity(answer.len() + 32);
     for (start, end) in sentences(answer) {
         let sentence = &answer[start..end];
         let body = sentence.trim_end();
         let trailing_ws = &sentence[body.len()..];
-        let sw = words(body);
-        let best = if sw.is_empty() || body.contains('[') {
-            None
-        } else {
-            chunk_words
-                .iter()
-                .enumerate()
-                .map(|(i, cw)| (i, sw.intersection(cw).count() as f64 / sw.len() as f64))
-                .filter(|(_, share)| *share >= MIN_OVERLAP)
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-        };
+        let best = if body.contains('[') { None } else { attribution.attribute(&attribution.terms(body), None) };
         match best {
-            Some((i, _)) => {
+            Some(i) => {
                 let cut = body.trim_end_matches(['.', '!', '?', '。']);
                 out.push_str(cut);
                 out.push_str(" [");

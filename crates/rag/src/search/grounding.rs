@@ -12,10 +12,13 @@
 //!   passage, not another tool's result, not an earlier reply, not the person's own words nor
 //!   the agent's instructions. It is dropped: a small model that fills a gap from memory ("el
 //!   15 de octubre") states a date the documents do not hold.
-//! - Otherwise it is **cited** to the passage that holds the most of its facts, or (a sentence
-//!   without facts) whose words it shares most (at least [`MIN_OVERLAP`] of them, and two);
-//!   **backed** when only other evidence holds it (a calculator's result, an earlier answer);
-//!   else **plain** (a greeting, "claro", a sentence of no facts drawn from nowhere).
+//! - Otherwise it is **cited** to the passage that holds the most of its facts, then the most
+//!   of its terms by weight (a sentence without facts: the passage that supports it by the
+//!   shared [`attribution`](super::attribution) — stems, or syllable pairs in Vietnamese, each
+//!   weighing more the fewer passages hold it); a passage its own `[label]` names stands unless
+//!   another holds more of its facts, or as many and its terms clearly better; **backed** when
+//!   only other evidence holds it (a calculator's result, an earlier answer); else **plain** (a
+//!   greeting, "claro", a sentence of no facts drawn from nowhere).
 //! - A reply in a turn that searched, with no sentence cited or backed, is not an answer
 //!   from the documents: [`GroundedReply::finish`] replaces it with [`abstention`] in the
 //!   person's language.
@@ -23,15 +26,10 @@
 //! Cross-language answers (a Korean reply from Spanish passages) share few words with their
 //! passage but the same numbers and months, which is what carries them.
 
+pub use super::attribution::fold_accent;
+use super::attribution::{Attribution, Rules, SentenceTerms, TermSet};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-
-/// Smallest share of a fact-free sentence's words (of 3+ letters) a passage must hold to be
-/// its source.
-pub const MIN_OVERLAP: f64 = 0.3;
-
-/// Fewest shared words for a fact-free sentence to be attributed.
-const MIN_SHARED_WORDS: usize = 2;
 
 /// A retrieved passage: the label it is cited by, and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +54,13 @@ pub fn passages_in(output: &Value) -> Vec<Passage> {
         .collect()
 }
 
-/// What a text holds: its facts, its words, and the names it may write.
+/// What a text holds: its facts, its terms, and the names it may write.
 #[derive(Debug, Default, Clone)]
 struct Holdings {
     /// `num:…` and `m:…` facts.
     facts: HashSet<String>,
-    /// Words of 3+ letters, lowercased (what a fact-free sentence shares).
-    words: HashSet<String>,
+    /// Its terms (what a fact-free sentence shares; a passage's are in [`Sources::attribution`]).
+    terms: TermSet,
     /// Every word, lowercased: any of them may be a name a sentence repeats.
     names: HashSet<String>,
     /// The lengths of the longer words by their first four letters, for names written in
@@ -74,15 +72,21 @@ struct Holdings {
 const FUZZY_NAME_CHARS: usize = 6;
 
 impl Holdings {
-    fn of(text: &str) -> Self {
+    /// A passage's facts and names (its terms are weighed against the other passages': the
+    /// [`Attribution`] holds them).
+    fn of_passage(text: &str) -> Self {
         let mut h = Self::default();
-        h.add(text);
+        h.add_facts(text);
         h
     }
 
     fn add(&mut self, text: &str) {
+        self.add_facts(text);
+        self.terms.add(text, &Rules::DEFAULT);
+    }
+
+    fn add_facts(&mut self, text: &str) {
         self.facts.extend(facts(text, true));
-        self.words.extend(words(text));
         for w in words_any_length(text) {
             let n = w.chars().count();
             if n >= FUZZY_NAME_CHARS {
@@ -107,17 +111,16 @@ impl Holdings {
             None => self.facts.contains(f),
         }
     }
-
-    fn overlap(&self, words: &HashSet<String>) -> usize {
-        words.iter().filter(|w| self.words.contains(*w)).count()
-    }
 }
 
 /// What a reply may draw on (see the module docs).
 #[derive(Debug, Default, Clone)]
 pub struct Sources {
     labels: Vec<String>,
+    /// Each passage's facts and names.
     passages: Vec<Holdings>,
+    /// Each passage's terms, weighed against the others'.
+    attribution: Attribution,
     /// Other tools' results, earlier replies: back a sentence, are not cited.
     evidence: Holdings,
     /// The person's words and the agent's instructions: a fact there is not invented, but
@@ -141,9 +144,11 @@ pub enum Verdict {
 impl Sources {
     /// Sources with these passages (cited by their labels).
     pub fn new(passages: &[Passage]) -> Self {
+        let texts: Vec<String> = passages.iter().map(|p| format!("{} {}", p.label, p.text)).collect();
         Self {
             labels: passages.iter().map(|p| p.label.clone()).collect(),
-            passages: passages.iter().map(|p| Holdings::of(&format!("{} {}", p.label, p.text))).collect(),
+            passages: texts.iter().map(|t| Holdings::of_passage(t)).collect(),
+            attribution: Attribution::new(&texts, Rules::DEFAULT),
             ..Self::default()
         }
     }
@@ -177,7 +182,7 @@ impl Sources {
     }
 
     /// How `sentence` (without its markers) stands; `hinted`, a passage its own marker named,
-    /// is taken when it holds the sentence at all.
+    /// is taken when it holds the sentence at all, unless another clearly holds it instead.
     pub fn judge(&self, sentence: &str, hinted: Option<usize>) -> Verdict {
         let claimed = facts(sentence, false);
         let missing: Vec<String> = claimed
@@ -188,39 +193,43 @@ impl Sources {
         if !missing.is_empty() {
             return Verdict::Unsupported(missing);
         }
-        let mine = words(sentence);
+        let mine: SentenceTerms = self.attribution.terms(sentence);
+        let support = self.attribution.support(&mine);
         let held = |h: &Holdings| claimed.iter().filter(|f| h.holds(f)).count();
-        // The passage that holds the most facts, then shares the most words; ties go to the
-        // better-ranked (earlier) passage.
-        let mut best: Option<(usize, usize, usize)> = None;
+        let supports = |facts_held: usize, shared: usize| {
+            if claimed.is_empty() { self.attribution.enough(shared, &mine) } else { facts_held > 0 }
+        };
+        // Of the passages that support it, the one that holds the most facts, then the most of
+        // the sentence's terms by weight; ties go to the better-ranked (earlier) passage.
+        let mut best: Option<(usize, usize)> = None;
         for (i, p) in self.passages.iter().enumerate() {
-            let score = (held(p), p.overlap(&mine));
-            if best.is_none_or(|(_, f, w)| score > (f, w)) {
-                best = Some((i, score.0, score.1));
+            let facts = held(p);
+            if supports(facts, support[i].shared)
+                && best.is_none_or(|(b, f)| (facts, support[i].weight) > (f, support[b].weight))
+            {
+                best = Some((i, facts));
             }
         }
-        let supports = |facts_held: usize, shared: usize| {
-            if claimed.is_empty() {
-                shared >= MIN_SHARED_WORDS && shared as f64 >= MIN_OVERLAP * mine.len() as f64
-            } else {
-                facts_held > 0
-            }
-        };
-        if let Some(i) = hinted.filter(|&i| {
-            let p = &self.passages[i];
-            held(p) > 0 || p.overlap(&mine) >= MIN_SHARED_WORDS
-        }) {
-            return Verdict::Cited(i);
+        let rules = self.attribution.rules();
+        if let Some(named) = hinted.filter(|&i| held(&self.passages[i]) > 0 || support[i].shared >= rules.min_shared) {
+            // The model's own marker, unless another passage clearly holds the sentence instead:
+            // more of its facts, or as many and its terms over `overrule` times as heavily.
+            let named_facts = held(&self.passages[named]);
+            let overruled = best.filter(|&(i, f)| {
+                i != named
+                    && (f > named_facts
+                        || (f == named_facts && support[i].weight > rules.overrule * support[named].weight))
+            });
+            return Verdict::Cited(overruled.map_or(named, |(i, _)| i));
         }
         // Another tool's result that holds more of the facts is the sentence's source ("saved
         // as notes/repaso-iv.md" is the note tool's, not a passage's that names the course).
-        if let Some((i, f, w)) = best
-            && supports(f, w)
+        if let Some((i, f)) = best
             && f >= held(&self.evidence)
         {
             return Verdict::Cited(i);
         }
-        if supports(held(&self.evidence), self.evidence.overlap(&mine)) {
+        if supports(held(&self.evidence), self.evidence.terms.shared(&mine)) {
             return Verdict::Backed;
         }
         Verdict::Plain
@@ -416,40 +425,6 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
 
 fn is_bigram_script(c: char) -> bool {
     matches!(c, '\u{AC00}'..='\u{D7A3}' | '\u{3040}'..='\u{30FF}' | '\u{4E00}'..='\u{9FFF}')
-}
-
-/// Words of 3+ letters that say nothing of where a sentence came from.
-const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "are", "was", "were", "with", "that", "this", "from", "have", "has", "you", "your", "can",
-    "its", "their", "which", "what", "when", "where", "who", "how", "not", "but", "also", "will", "there", "para",
-    "los", "las", "del", "con", "que", "una", "por", "como", "esta", "este", "más", "mas", "muy", "sus", "son", "hay",
-    "ser", "está", "también", "puedes", "puede", "les", "des", "pour", "est", "dans", "une",
-];
-
-/// The words of `text` a sentence and its source share: of 3+ letters, not [`STOPWORDS`],
-/// lowercased, Latin accents folded, and cut to their first five letters (a stem that takes
-/// "contenedor" for "contenedores" and "credit" for "credits", in any of these languages).
-fn words(text: &str) -> HashSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
-        .map(str::to_lowercase)
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
-        .map(|w| w.chars().map(fold_accent).take(5).collect())
-        .collect()
-}
-
-/// `á` as `a`, `ñ` as `n` … (Spanish, French, Portuguese, German); other letters as they are.
-pub fn fold_accent(c: char) -> char {
-    match c {
-        'á' | 'à' | 'â' | 'ä' | 'ã' => 'a',
-        'é' | 'è' | 'ê' | 'ë' => 'e',
-        'í' | 'ì' | 'î' | 'ï' => 'i',
-        'ó' | 'ò' | 'ô' | 'ö' | 'õ' => 'o',
-        'ú' | 'ù' | 'û' | 'ü' => 'u',
-        'ñ' => 'n',
-        'ç' => 'c',
-        other => other,
-    }
 }
 
 fn words_any_length(text: &str) -> HashSet<String> {
@@ -1029,6 +1004,48 @@ mod tests {
             whole,
             "Las prácticas valen el 60 % [Guía IV › Evaluación › Convocatoria ordinaria]. Tutorías los martes [Guía IV › Profesorado]."
         );
+    }
+
+    #[test]
+    fn a_marker_naming_a_passage_stands_unless_another_holds_more_of_the_sentences_facts() {
+        let sources = Sources::new(&guide());
+        let profesorado = Some(1);
+        // The model named the teachers' section for the exam's date, which the evaluation holds.
+        let misnamed = "El profesor de tutorías pone el examen final el 20 de enero.";
+        assert_eq!(sources.judge(misnamed, profesorado), Verdict::Cited(0));
+        // A sentence the named section holds as well as any other keeps its marker.
+        assert_eq!(sources.judge("El profesor atiende tutorías en su despacho.", profesorado), Verdict::Cited(1));
+        assert_eq!(sources.judge("El profesor atiende tutorías en su despacho.", None), Verdict::Cited(1));
+    }
+
+    #[test]
+    fn the_passage_that_supports_a_sentence_is_its_source_though_another_holds_a_rarer_word() {
+        let passage = |label: &str, text: &str| Passage { label: label.into(), text: text.into() };
+        // "kubernetes" is in one passage, which holds nothing else of the sentence: it weighs more
+        // than the two words four others share with it, and supports nothing alone.
+        let mut passages = vec![passage("Tema 3 › Orquestación", "Kubernetes orquesta clústeres.")];
+        for n in 1..=4 {
+            passages.push(passage(&format!("Tema 1 › Parte {n}"), "Docker despliega contenedores."));
+        }
+        assert_eq!(Sources::new(&passages).judge("Kubernetes despliega contenedores.", None), Verdict::Cited(1));
+    }
+
+    #[test]
+    fn a_vietnamese_sentence_is_attributed_by_its_syllable_pairs() {
+        let law = vec![
+            Passage {
+                label: "Điều 45, Luật Điện ảnh".into(),
+                text: "Chính phủ thống nhất quản lý nhà nước về điện ảnh.".into(),
+            },
+            Passage {
+                label: "Điều 39, Luật Du lịch".into(),
+                text: "Hợp đồng lữ hành phải được lập thành văn bản.".into(),
+            },
+        ];
+        let sources = Sources::new(&law);
+        assert_eq!(sources.judge("Hợp đồng lữ hành phải lập thành văn bản.", None), Verdict::Cited(1));
+        // Syllables each passage has, in no pair either has ("nhà hành", "văn nước"): no source.
+        assert_eq!(sources.judge("Nhà hành văn nước.", None), Verdict::Plain);
     }
 
     #[test]

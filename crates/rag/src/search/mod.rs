@@ -2,8 +2,10 @@
 //! dense list or by the [`fusion`] of all lists, with metadata [`Filter`]s applied inside every
 //! list's search (never to a truncated result); [`Retriever`] picks the mode and embeds the
 //! query, [`citation`] turns hits into checked `[label]` markers, and [`grounding`] checks a
-//! reply against what was retrieved.
+//! reply against what was retrieved; both attribute a sentence to its passage by
+//! [`attribution`].
 
+pub mod attribution;
 pub mod citation;
 pub mod fusion;
 pub mod grounding;

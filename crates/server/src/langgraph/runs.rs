@@ -61,6 +61,10 @@ struct RunCreate {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     checkpoint: Option<Value>,
+    /// Whether the events of an agent a hand-off runs come in its namespace
+    /// (`updates|billing:<task>`), as a sub-graph's do (docs/langgraph.md, "Sub-graphs").
+    #[serde(default)]
+    stream_subgraphs: bool,
     /// Where naming an earlier checkpoint moved the thread, to undo if the run is refused.
     #[serde(skip)]
     moved: Option<super::threads::Moved>,
@@ -120,6 +124,11 @@ impl RunCreate {
         }
     }
 
+    /// The stream modes asked for, and whether sub-graphs' events are namespaced.
+    fn modes(&self) -> Result<Modes, ApiError> {
+        Ok(Modes { subgraphs: self.stream_subgraphs, ..modes(self.stream_mode.as_ref())? })
+    }
+
     /// Whether a stateless run's thread goes when the run ends (`on_completion`, `delete` unless
     /// `keep`).
     fn ephemeral(&self) -> bool {
@@ -144,12 +153,20 @@ struct Modes {
     debug: bool,
     tasks: bool,
     checkpoints: bool,
+    /// Whether the events of a handed-over agent's nodes are namespaced (`stream_subgraphs`).
+    subgraphs: bool,
 }
 
 impl Modes {
-    /// Whether they are written from the run's nodes' events (which its log then holds).
+    /// Whether they are written from the run's nodes' events.
     fn of_nodes(self) -> bool {
         self.custom || self.debug || self.tasks || self.checkpoints
+    }
+
+    /// Whether the run logs its nodes' events: for the modes written from them, and for the
+    /// namespace of each event (which node it came from).
+    fn node_events(self) -> bool {
+        self.of_nodes() || self.subgraphs
     }
 
     /// Whether checkpoints are written (`checkpoints`, or inside `debug`).
@@ -183,6 +200,7 @@ fn modes(asked: Option<&Value>) -> Result<Modes, ApiError> {
         debug: has("debug"),
         tasks: has("tasks"),
         checkpoints: has("checkpoints"),
+        subgraphs: false,
     })
 }
 
@@ -286,15 +304,18 @@ async fn streamed(
     mut run: RunCreate,
     ephemeral: bool,
 ) -> Result<Response, ApiError> {
-    let modes = modes(run.stream_mode.as_ref())?;
+    let modes = run.modes()?;
     // The state before the run, for its first values (read only when they are asked for).
     let before = if modes.values { Some(now(app.chat(), &who, &thread).await?.values) } else { None };
     match asked(&run)? {
         Asked::Resume(resume) => {
-            let how = Resumption::Streamed { node_events: modes.of_nodes() };
+            let how = Resumption::Streamed { node_events: modes.node_events() };
             let confirmed = match resume_thread(&app, &who, &thread, &resume, how).await? {
                 // The resumed run streams as a turn does, from the paused state on.
                 Resuming::Started(resumed) => {
+                    if modes.subgraphs {
+                        resumed.log.set_subgraphs();
+                    }
                     let run_id = resumed.log.run_id().to_owned();
                     return Ok(stream_of(app, who, thread, modes, (run_id, resumed.log), before, ephemeral));
                 }
@@ -491,9 +512,11 @@ async fn run_frames(
 
 /// `GET /threads/{thread_id}/runs/{run_id}/stream`: a run's events again — from its first frame,
 /// or after the one `Last-Event-ID` names — on any replica, in the modes `stream_mode` names
-/// (repeated; `values`, `updates` and `messages-tuple` when none).
+/// (repeated; `values`, `updates` and `messages-tuple` when none), sub-graphs namespaced when the
+/// run was started so here (`stream_subgraphs`) or `stream_subgraphs=true` asks.
 #[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}/stream", tag = LANGGRAPH,
     params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run."), ("stream_mode" = Option<String>, Query, description = "A mode (repeat for more)."),
+        ("stream_subgraphs" = Option<bool>, Query, description = "Namespace a handed-over agent's events (as the run asked, when it started on this replica)."),
         ("Last-Event-ID" = Option<String>, Header, description = "The last event read: the stream goes on after it.")),
     responses((status = 200, description = "The run's events.", content_type = "text/event-stream", body = crate::openapi::SseEvent), Refusals))]
 pub(crate) async fn join(
@@ -504,16 +527,17 @@ pub(crate) async fn join(
     uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
-    let asked: Vec<Value> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
+    let query: Vec<(&str, &str)> = uri.query().unwrap_or("").split('&').filter_map(|p| p.split_once('=')).collect();
+    let asked: Vec<Value> = query
+        .iter()
         .filter(|(k, v)| *k == "stream_mode" && !v.is_empty())
-        .map(|(_, v)| Value::String(v.to_owned()))
+        .map(|(_, v)| Value::String((*v).to_owned()))
         .collect();
     let asked = if asked.is_empty() { json!(JOINED) } else { Value::Array(asked) };
-    let modes = modes(Some(&asked))?;
+    // Namespaced as the run was asked for, when its log is here; else as the join asks.
+    let subgraphs = query.iter().any(|(k, v)| *k == "stream_subgraphs" && *v == "true")
+        || app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal).is_some_and(|log| log.subgraphs());
+    let modes = Modes { subgraphs, ..modes(Some(&asked))? };
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -672,13 +696,16 @@ pub(crate) async fn create(
 /// the run ends, unless it paused or `on_completion` is `keep`), answered at once.
 async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) -> Result<Response, ApiError> {
     let (who, mut thread, mut run) = prepare(&app, who, id, body).await?;
-    let node_events = modes(run.stream_mode.as_ref())?.of_nodes();
+    let node_events = run.modes()?.node_events();
     let message = match asked(&run)? {
         Asked::Message(message) => message,
         // The resumed run goes on in the background as any other: joined, waited for, listed.
         Asked::Resume(resume) => {
             return match resume_thread(&app, &who, &thread, &resume, Resumption::Streamed { node_events }).await? {
                 Resuming::Started(resumed) => {
+                    if run.stream_subgraphs {
+                        resumed.log.set_subgraphs();
+                    }
                     let mut response = axum::Json(run_shape(&thread, &resumed.log, false)).into_response();
                     created_at(&mut response, &thread.id, resumed.log.run_id());
                     Ok(response)
@@ -938,14 +965,18 @@ async fn begin(
     ephemeral: bool,
 ) -> Result<(String, std::sync::Arc<crate::runlog::RunLog>), ApiError> {
     // Both were checked by `prepare`.
-    let node_events = modes(run.stream_mode.as_ref()).is_ok_and(|m| m.of_nodes());
+    let node_events = run.modes().is_ok_and(Modes::node_events);
     let started = match run.multitask() {
         Ok(strategy) => start(app, who, thread, &run.assistant_id, message, strategy, node_events).await,
         Err(e) => Err(e),
     };
-    if started.is_err() {
-        super::threads::undo(app, who, thread, run.moved.take()).await;
-        finished(app.chat(), who, thread, false, ephemeral).await;
+    match &started {
+        Ok((_, log)) if run.stream_subgraphs => log.set_subgraphs(),
+        Ok(_) => {}
+        Err(_) => {
+            super::threads::undo(app, who, thread, run.moved.take()).await;
+            finished(app.chat(), who, thread, false, ephemeral).await;
+        }
     }
     started
 }
@@ -1229,7 +1260,7 @@ fn ending(modes: &Modes, after: &Now, ended: &Ended<'_>) -> Vec<Event> {
             "next": after.next,
             "tasks": tasks,
         });
-        events.extend(node_event(modes, "checkpoints", "checkpoint", after.seq, payload));
+        events.extend(node_event(modes, "checkpoints", "checkpoint", after.seq, payload, ""));
     }
     if modes.values {
         events.push(event("values", &final_values(after)));
@@ -1243,8 +1274,9 @@ fn checkpoint_config(thread: &str, seq: Option<u64>) -> Value {
 }
 
 /// A task's or checkpoint's `payload` as the modes asked for it: an event of its own mode
-/// (`tasks`, `checkpoints`), and inside `debug` with its step, time and `kind`.
-fn node_event(modes: &Modes, mode: &str, kind: &str, step: u64, payload: Value) -> Vec<Event> {
+/// (`tasks`, `checkpoints`), and inside `debug` with its step, time and `kind`; in the
+/// sub-graph namespace `ns` (`|billing:<task>`, or empty).
+fn node_event(modes: &Modes, mode: &str, kind: &str, step: u64, payload: Value, ns: &str) -> Vec<Event> {
     let mut events = Vec::new();
     let own = if mode == "tasks" { modes.tasks } else { modes.checkpoints };
     if modes.debug {
@@ -1256,10 +1288,11 @@ fn node_event(modes: &Modes, mode: &str, kind: &str, step: u64, payload: Value) 
             payload["checkpoint"] = payload["config"]["configurable"].clone();
             payload["parent_checkpoint"] = payload["parent_config"]["configurable"].clone();
         }
-        events.push(event("debug", &json!({ "step": step, "timestamp": at, "type": kind, "payload": payload })));
+        let debug = json!({ "step": step, "timestamp": at, "type": kind, "payload": payload });
+        events.push(event(&format!("debug{ns}"), &debug));
     }
     if own {
-        events.push(event(mode, &payload));
+        events.push(event(&format!("{mode}{ns}"), &payload));
     }
     events
 }
@@ -1328,18 +1361,26 @@ struct Writer {
     last: Option<Checkpoint>,
     /// Whether a checkpoint was streamed from the log.
     checkpointed: bool,
-    /// The result of the node that paused and its step, written at the run's end with the
-    /// interrupts the pause's `pending` frames name.
-    paused_task: Option<(Value, u64)>,
+    /// The result of the node that paused, its step and its namespace, written at the run's end
+    /// with the interrupts the pause's `pending` frames name.
+    paused_task: Option<(Value, u64, String)>,
     /// The interrupts of the pause, as its `pending` frames came: the run paused when any came.
     interrupts: Vec<Value>,
-    /// The model's words since its last tool call or node: the reply, once the run ends.
+    /// The words of the last node that spoke, since its last tool call: the reply, once the run
+    /// ends.
     reply: String,
-    /// The last node that began (from the log's node events): the reply's.
+    /// The node they are of (from the log's node events).
+    reply_node: Option<String>,
+    /// Whether a node began since the last words: the next words are another reply.
+    new_node: bool,
+    /// The last node that began (from the log's node events).
     last_node: Option<String>,
     /// The metadata of the last `messages` event, written out, and what it was for (node, task,
     /// model message).
     meta: Option<(String, Option<u64>, usize, String)>,
+    /// The checkpoint each node that began started from: a sub-graph's task id is its handing
+    /// node's.
+    starts: std::collections::HashMap<String, u64>,
 }
 
 impl Writer {
@@ -1360,15 +1401,57 @@ impl Writer {
             paused_task: None,
             interrupts: Vec::new(),
             reply: String::new(),
+            reply_node: None,
+            new_node: false,
             last_node: None,
             meta: None,
+            starts: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Where `node` runs, when sub-graphs are namespaced: the namespace of the handed-over agent
+    /// it is a node of (`|billing:<task>`, a level for each hand-off; empty at the top) and its
+    /// name there (`billing/intent` is `intent` in `|billing:…`). A hand-off's way back
+    /// (`billing/END`) is the handing node's end, at the handing node's level. Without
+    /// namespaces, every node is at the top under its whole name (docs/langgraph.md, "Sub-graphs").
+    fn place<'a>(&self, node: &'a str) -> (String, &'a str) {
+        if !self.modes.subgraphs {
+            return (String::new(), node);
+        }
+        let parts: Vec<&str> = node.split('/').collect();
+        let end = toolgraph_agents::declared::check::END_NAME;
+        // `split` yields one part at least.
+        let depth = match parts.as_slice() {
+            [.., _, last] if *last == end => parts.len() - 2,
+            _ => parts.len() - 1,
+        };
+        let mut ns = String::new();
+        for level in 0..depth {
+            let from = self.starts.get(&parts[..=level].join("/")).copied().unwrap_or(0);
+            ns.push_str(&format!("|{}:{}", parts[level], task_id(&self.thread, from)));
+        }
+        (ns, parts[depth])
+    }
+
+    /// The node the run's frames come from now (the last that began), if the log names it and
+    /// namespaces are asked for and it runs in a handed-over agent; else `top`, the name the
+    /// events of a run with no node events give it.
+    fn current<'a>(&'a self, top: &'a str) -> &'a str {
+        match self.last_node.as_deref() {
+            Some(node) if self.modes.subgraphs && !self.place(node).0.is_empty() => node,
+            _ => top,
         }
     }
 
     /// A `messages` event: `message` from `node`, with its metadata — the same for every event
     /// of one task, so written out once per task rather than for each token.
     fn message_event(&mut self, message: &Value, node: &str) -> Event {
-        let from = self.task.as_ref().map(|(_, from)| *from);
+        let from = match &self.task {
+            Some((_, from)) => Some(*from),
+            None if self.modes.subgraphs => self.starts.get(node).copied(),
+            None => None,
+        };
+        let (ns, leaf) = self.place(node);
         let fresh = |(n, f, m, _): &(String, Option<u64>, usize, String)| n == node && *f == from && *m == self.message;
         if !self.meta.as_ref().is_some_and(fresh) {
             // The node's task, when the log holds its events (its step is known then only).
@@ -1376,9 +1459,13 @@ impl Writer {
                 Some(from) => task_id(&self.thread, from),
                 None => format!("{}-{}", self.run_id, self.message),
             };
-            let namespace = format!("{node}:{task}");
-            let mut meta = json!({ "langgraph_node": node, "run_id": self.run_id, "thread_id": self.thread,
-                "run_attempt": 1, "langgraph_path": ["__pregel_pull", node], "langgraph_triggers": [format!("branch:to:{node}")],
+            // The task's whole path: the sub-graphs it runs in, then its own.
+            let namespace = match ns.strip_prefix('|') {
+                Some(outer) => format!("{outer}|{leaf}:{task}"),
+                None => format!("{leaf}:{task}"),
+            };
+            let mut meta = json!({ "langgraph_node": leaf, "run_id": self.run_id, "thread_id": self.thread,
+                "run_attempt": 1, "langgraph_path": ["__pregel_pull", leaf], "langgraph_triggers": [format!("branch:to:{leaf}")],
                 "langgraph_checkpoint_ns": namespace, "checkpoint_ns": namespace });
             if let Some(from) = from {
                 meta["langgraph_step"] = json!(from + 1);
@@ -1386,7 +1473,7 @@ impl Writer {
             self.meta = Some((node.to_owned(), from, self.message, meta.to_string()));
         }
         let meta = self.meta.as_ref().map_or("{}", |(.., text)| text.as_str());
-        Event::default().event("messages").data(format!("[{message},{meta}]"))
+        Event::default().event(format!("messages{ns}")).data(format!("[{message},{meta}]"))
     }
 
     /// Whether checkpoint `seq` is the last one read.
@@ -1396,7 +1483,7 @@ impl Writer {
 
     /// Checkpoint `at` as LangGraph's checkpoint event, `next` running after it; the run's input
     /// (`input`), or a node's step.
-    fn checkpoint(&self, at: &Checkpoint, next: Vec<String>, input: bool) -> Vec<Event> {
+    fn checkpoint(&self, at: &Checkpoint, next: Vec<String>, input: bool, ns: &str) -> Vec<Event> {
         let tasks: Vec<Value> = next
             .iter()
             .map(|n| json!({ "id": task_id(&self.thread, at.seq), "name": n, "interrupts": [], "state": null }))
@@ -1409,7 +1496,7 @@ impl Writer {
             "next": next,
             "tasks": tasks,
         });
-        node_event(&self.modes, "checkpoints", "checkpoint", at.seq, payload)
+        node_event(&self.modes, "checkpoints", "checkpoint", at.seq, payload, ns)
     }
 
     /// Node `node` began from checkpoint `from` (read as `read` when the writer did not have
@@ -1423,13 +1510,14 @@ impl Writer {
         if step == 1
             && let Some(at) = input
         {
-            out.extend(self.checkpoint(at, vec![node.to_owned()], true));
+            out.extend(self.checkpoint(at, vec![node.to_owned()], true, ""));
             self.checkpointed = true;
         }
         let values = input.map_or(Value::Null, |c| c.values.clone());
-        let payload = json!({ "id": task_id(&self.thread, from), "name": node, "input": values,
-            "triggers": [format!("branch:to:{node}")] });
-        out.extend(node_event(&self.modes, "tasks", "task", from + 1, payload));
+        let (ns, leaf) = self.place(node);
+        let payload = json!({ "id": task_id(&self.thread, from), "name": leaf, "input": values,
+            "triggers": [format!("branch:to:{leaf}")] });
+        out.extend(node_event(&self.modes, "tasks", "task", from + 1, payload, &ns));
         self.task = Some((node.to_owned(), from));
         out
     }
@@ -1456,14 +1544,15 @@ impl Writer {
             _ => Vec::new(),
         };
         let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
-        let payload = json!({ "id": task_id(&self.thread, seq - 1), "name": node, "error": null, "result": result, "interrupts": [] });
+        let (ns, leaf) = self.place(node);
+        let payload = json!({ "id": task_id(&self.thread, seq - 1), "name": leaf, "error": null, "result": result, "interrupts": [] });
         if at.waits {
             // Its interrupts are the pause's actions, whose ids the `pending` frames after
             // it name: written with them at the run's end.
-            self.paused_task = Some((payload, seq));
+            self.paused_task = Some((payload, seq, ns));
         } else {
-            out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload));
-            out.extend(self.checkpoint(&at, next.into_iter().collect(), false));
+            out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload, &ns));
+            out.extend(self.checkpoint(&at, next.into_iter().collect(), false, &ns));
             self.checkpointed = true;
         }
         self.task = None;
@@ -1473,9 +1562,9 @@ impl Writer {
 
     /// The result of the node that paused, with the pause's interrupts, once the run ends.
     fn paused_task_result(&mut self) -> Vec<Event> {
-        let Some((mut payload, seq)) = self.paused_task.take() else { return Vec::new() };
+        let Some((mut payload, seq, ns)) = self.paused_task.take() else { return Vec::new() };
         payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
-        node_event(&self.modes, "tasks", "task_result", seq, payload)
+        node_event(&self.modes, "tasks", "task_result", seq, payload, &ns)
     }
 
     fn frame(&mut self, frame: Frame) -> Step {
@@ -1486,9 +1575,18 @@ impl Writer {
         let mut out = Vec::new();
         match frame {
             Frame::Token { content } => {
+                // The reply is the words of the last node that spoke (a node after it may say
+                // nothing: a hand-off's way back, a check).
+                if std::mem::take(&mut self.new_node) {
+                    self.reply.clear();
+                    self.reply_node.clone_from(&self.last_node);
+                }
                 self.reply.push_str(&content);
                 if self.modes.messages {
-                    let node = self.task.as_ref().map_or("agent", |(name, _)| name.as_str()).to_owned();
+                    let node = match &self.task {
+                        Some((name, _)) => name.clone(),
+                        None => self.current("agent").to_owned(),
+                    };
                     let chunk = ai_chunk(&content, &id, Vec::new(), Vec::new());
                     out.push(self.message_event(&chunk, &node));
                 }
@@ -1514,15 +1612,19 @@ impl Writer {
                     }
                     self.calling = true;
                 }
+                // The call is the model's step (`agent`, as a ReAct agent's), in the namespace of
+                // the node that runs it.
+                let node = self.current("agent").to_owned();
+                let (ns, _) = self.place(&node);
                 if self.modes.updates {
-                    out.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
+                    out.push(event(&format!("updates{ns}"), &json!({ "agent": { "messages": [ai] } })));
                 }
                 if self.modes.messages {
                     let pieces = vec![
                         json!({ "name": name, "args": arguments.to_string(), "id": call_id, "index": 0, "type": "tool_call_chunk" }),
                     ];
                     let chunk = ai_chunk("", &id, vec![call], pieces);
-                    out.push(self.message_event(&chunk, "agent"));
+                    out.push(self.message_event(&chunk, &node));
                 }
                 self.message += 1;
             }
@@ -1532,15 +1634,18 @@ impl Writer {
                     other => other.to_string(),
                 };
                 let tool = tool_message(&content, &format!("{id}-{call_id}"), &json!(call_id), &json!(name), ok);
+                let node = self.current("tools").to_owned();
+                let (ns, _) = self.place(&node);
+                let values_event = format!("values{ns}");
                 if let Some(values) = self.so_far.as_mut() {
                     // The model's step of calls is whole once its first result comes: its values
                     // first, as LangGraph sends them after the step.
                     if std::mem::take(&mut self.calling) && self.modes.values {
-                        out.push(event("values", values));
+                        out.push(event(&values_event, values));
                     }
                 }
                 if self.modes.updates {
-                    out.push(event("updates", &json!({ "tools": { "messages": [tool] } })));
+                    out.push(event(&format!("updates{ns}"), &json!({ "tools": { "messages": [tool] } })));
                 }
                 if let Some(values) = self.so_far.as_mut()
                     && let Some(messages) = values["messages"].as_array_mut()
@@ -1549,17 +1654,24 @@ impl Writer {
                     kept["id"] = Value::String(format!("{}-{}", self.thread, messages.len()));
                     messages.push(kept);
                     if self.modes.values {
-                        out.push(event("values", values));
+                        out.push(event(&values_event, values));
                     }
                 }
                 if self.modes.messages {
-                    out.push(self.message_event(&tool, "tools"));
+                    out.push(self.message_event(&tool, &node));
                 }
             }
             Frame::NodeStarted { node, step, from } => {
-                // The reply is the last node's words.
-                self.reply.clear();
+                self.new_node = true;
                 self.last_node = Some(node.clone());
+                // A handing node a join started after began just before its agent's first node.
+                let mut at = 0;
+                while let Some(slash) = node[at..].find('/') {
+                    at += slash;
+                    self.starts.entry(node[..at].to_owned()).or_insert(from.saturating_sub(1));
+                    at += 1;
+                }
+                self.starts.insert(node.clone(), from);
                 if self.modes.of_nodes() {
                     return Step::Started { node, step, from, known: self.knows(from) };
                 }
@@ -1568,7 +1680,10 @@ impl Writer {
                 let known = self.knows(checkpoint.saturating_sub(1));
                 return Step::Finished { node, seq: checkpoint, next, known };
             }
-            Frame::Custom { data, .. } if self.modes.custom => out.push(event("custom", &data)),
+            Frame::Custom { data, .. } if self.modes.custom => {
+                let (ns, _) = self.place(self.current(""));
+                out.push(event(&format!("custom{ns}"), &data));
+            }
             Frame::Pending(action) => self.interrupts.push(interrupt(&action)),
             Frame::Done { .. } => {
                 self.ended = true;
@@ -1578,9 +1693,9 @@ impl Writer {
                     // The reply as its node's update, as LangGraph sends the model's last step.
                     let reply = self.reply.trim_end();
                     if self.modes.updates && !reply.is_empty() {
-                        let node = self.last_node.as_deref().unwrap_or("agent");
+                        let (ns, node) = self.place(self.reply_node.as_deref().unwrap_or("agent"));
                         let ai = ai_message(reply, &format!("run-{}-{}", self.run_id, self.message), Vec::new());
-                        out.push(event("updates", &json!({ node: { "messages": [ai] } })));
+                        out.push(event(&format!("updates{ns}"), &json!({ node: { "messages": [ai] } })));
                     }
                 }
                 let finish = Finish { modes: self.modes, checkpointed: self.checkpointed };
