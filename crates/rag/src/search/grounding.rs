@@ -679,9 +679,9 @@ pub fn language_of(text: &str) -> &'static str {
 }
 
 /// Spanish words that tell a sentence's language.
-const SPANISH: [&str; 24] = [
+const SPANISH: [&str; 32] = [
     "el", "la", "los", "las", "es", "son", "de", "del", "y", "en", "una", "un", "para", "por", "con", "que", "cuando",
-    "cuanto", "donde", "como", "quien", "cual", "hay", "se",
+    "cuanto", "donde", "como", "quien", "cual", "hay", "se", "mi", "mis", "tu", "tus", "su", "sus", "al", "lo",
 ];
 /// English words that tell a sentence's language.
 const ENGLISH: [&str; 20] = [
@@ -1077,6 +1077,8 @@ mod tests {
             assert!(!is_small_talk(m), "{m}");
         }
         assert_eq!(language_of("cuando es el examen final"), "es");
+        // No accent and no article: "mi" tells it ("Calcula mi nota final: 0.6 * 8 + 0.4 * 6.5").
+        assert_eq!(language_of("Calcula mi nota final: 0.6 * 8 + 0.4 * 6.5"), "es");
         assert_eq!(language_of("When is the final exam?"), "en");
         assert_eq!(language_of("Khi nào thi cuối kỳ?"), "vi");
         assert_eq!(language_of("기말 시험은 언제예요?"), "ko");
