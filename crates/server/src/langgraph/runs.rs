@@ -1341,6 +1341,19 @@ struct Finish {
     checkpointed: bool,
 }
 
+/// The `messages` events' name and metadata of one node's task and model message.
+struct MessageMeta {
+    node: String,
+    /// The checkpoint the node started from, when the log names it.
+    from: Option<u64>,
+    /// The model message (a new one after each tool call).
+    message: usize,
+    /// `messages`, in the node's sub-graph namespace when asked for.
+    event: String,
+    /// The metadata, as JSON.
+    text: String,
+}
+
 /// Writes one run's frames as LangGraph's events.
 struct Writer {
     modes: Modes,
@@ -1375,9 +1388,9 @@ struct Writer {
     new_node: bool,
     /// The last node that began (from the log's node events).
     last_node: Option<String>,
-    /// The metadata of the last `messages` event, written out, and what it was for (node, task,
-    /// model message).
-    meta: Option<(String, Option<u64>, usize, String)>,
+    /// The metadata of the last `messages` event, written out once per task and model message
+    /// rather than for each token.
+    meta: Option<MessageMeta>,
     /// The checkpoint each node that began started from: a sub-graph's task id is its handing
     /// node's.
     starts: std::collections::HashMap<String, u64>,
@@ -1451,9 +1464,9 @@ impl Writer {
             None if self.modes.subgraphs => self.starts.get(node).copied(),
             None => None,
         };
-        let (ns, leaf) = self.place(node);
-        let fresh = |(n, f, m, _): &(String, Option<u64>, usize, String)| n == node && *f == from && *m == self.message;
+        let fresh = |m: &MessageMeta| m.node == node && m.from == from && m.message == self.message;
         if !self.meta.as_ref().is_some_and(fresh) {
+            let (ns, leaf) = self.place(node);
             // The node's task, when the log holds its events (its step is known then only).
             let task = match from {
                 Some(from) => task_id(&self.thread, from),
@@ -1470,10 +1483,19 @@ impl Writer {
             if let Some(from) = from {
                 meta["langgraph_step"] = json!(from + 1);
             }
-            self.meta = Some((node.to_owned(), from, self.message, meta.to_string()));
+            self.meta = Some(MessageMeta {
+                node: node.to_owned(),
+                from,
+                message: self.message,
+                event: format!("messages{ns}"),
+                text: meta.to_string(),
+            });
         }
-        let meta = self.meta.as_ref().map_or("{}", |(.., text)| text.as_str());
-        Event::default().event(format!("messages{ns}")).data(format!("[{message},{meta}]"))
+        match &self.meta {
+            Some(m) => Event::default().event(&m.event).data(format!("[{message},{}]", m.text)),
+            // Set just above.
+            None => Event::default().event("messages").data(format!("[{message},{{}}]")),
+        }
     }
 
     /// Whether checkpoint `seq` is the last one read.
