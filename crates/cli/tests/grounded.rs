@@ -18,7 +18,7 @@ default_agent = "tutor"
 default_kb = "cursos"
 [agents.tutor]
 system_prompt = "Eres el tutor de la asignatura IV."
-tools = ["rag_search", "calculator"]
+tools = ["rag_search", "calculator", "note_write"]
 state_keys = ["asignatura"]
 "#;
 
@@ -76,7 +76,10 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     script.extend([
         // 4: a greeting.
         Reply::text("¡Hola! ¿En qué puedo ayudarte con la asignatura?"),
-        // 5: a calculation: the tools stay the model's, and its answer stands on the result.
+        // 5: a calculation the model starts doing itself (words no document backs): stopped,
+        // asked again to call a tool; the tools stay the model's, and its answer stands on the
+        // result.
+        Reply::text("Tu nota final es 0.6 por 8, que da 4.8, más 2.6: 7.4."),
         Reply::tool_calls(&[("c1", "calculator", json!({"expression": "0.6 * 8 + 0.4 * 6.5"}))]),
         Reply::text("Tu nota final sería 7.4."),
         // 6: a search the model asks for itself, and its answer, cited.
@@ -92,6 +95,11 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
         Reply::tool_calls(&[("r1", "rag_search", json!({"query": "créditos ECTS asignatura"}))]),
         Reply::text("The course has 6 ECTS credits."),
         Reply::text("이 과목은 6 ECTS 학점입니다."),
+        // 9: a computation the model, asked to call a tool, meets with a write action: not run,
+        // the turn goes the search's way.
+        Reply::text("2 + 2 son 4."),
+        Reply::tool_calls(&[("w1", "note_write", json!({"title": "Suma", "body": "2 + 2 = 4"}))]),
+        Reply::text("No lo sé."),
     ]);
     let model = ScriptedModelServer::start(script).await.unwrap();
     let port = free_port();
@@ -117,10 +125,11 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     let sixth = post(&base, &say(&conversation, "Busca en los apuntes para qué sirve un volumen")).await;
     let seventh = post(&base, &say(&conversation, "¿Cuántos créditos tiene la asignatura?")).await;
     let eighth = post(&base, &say(&conversation, "이 과목은 몇 학점인가요?")).await;
+    let ninth = post(&base, &say(&conversation, "¿Cuánto es 2 + 2?")).await;
     let requests = model.requests();
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(requests.len(), 17, "every scripted reply was asked for: {requests:#?}");
+    assert_eq!(requests.len(), 21, "every scripted reply was asked for: {requests:#?}");
 
     // 1: the answer from memory never showed; the search came before the answer, the supported
     // sentence is cited, the invented one gone.
@@ -169,6 +178,11 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     let (said, called) = said_and_called(&fifth);
     assert_eq!(called, ["calculator"], "{fifth}");
     assert_eq!(said, "Tu nota final sería 7.4.");
+    assert!(!said.contains("4.8") && !said.contains("por 8"), "the model's own arithmetic never streamed: {fifth}");
+    assert!(requests[7].get("tool_choice").is_none_or(|c| c != "required"), "{:?}", requests[7]["tool_choice"]);
+    assert_eq!(requests[8]["tool_choice"], "required", "asked again to call a tool");
+    let asked = sent(&requests[8]);
+    assert_eq!(asked.last().map(|(role, _)| role.as_str()), Some("user"), "not searched first: {asked:?}");
 
     // 6: the model's own search: its answer is cited like the others.
     let (said, called) = said_and_called(&sixth);
@@ -179,13 +193,20 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     let (said, called) = said_and_called(&seventh);
     assert_eq!(called, ["calculator", "rag_search"], "{seventh}");
     assert!(said.starts_with("La asignatura tiene 6 créditos ECTS [Guía docente"), "{said}");
-    assert!(requests[13]["tools"].as_array().is_none_or(Vec::is_empty), "{:?}", requests[13]["tools"]);
+    assert!(requests[14]["tools"].as_array().is_none_or(Vec::is_empty), "{:?}", requests[14]["tools"]);
 
     // 8: the English reply never showed; the answer from the written-out passages is Korean.
     let (said, called) = said_and_called(&eighth);
     assert_eq!(called, ["rag_search", "rag_search"], "{eighth}");
     assert!(!eighth.contains("credits"), "{eighth}");
     assert!(said.starts_with("이 과목은 6 ECTS 학점입니다 [Guía docente"), "{said}");
-    let (_, asked) = sent(&requests[16]).pop().unwrap();
+    let (_, asked) = sent(&requests[17]).pop().unwrap();
     assert!(asked.ends_with("(Answer in Korean, from the documents.)"), "{asked}");
+
+    // 9: the write action chosen for arithmetic never ran nor waited for approval.
+    let (said, called) = said_and_called(&ninth);
+    assert_eq!(requests[19]["tool_choice"], "required");
+    assert_eq!(called, ["rag_search"], "{ninth}");
+    assert!(sse_events(&ninth).iter().all(|(e, _)| e != "pending") && !ninth.contains("note_write"), "{ninth}");
+    assert_eq!(said, "No encuentro esa información en los documentos que tengo.");
 }

@@ -40,6 +40,11 @@ fn own_tool_returned(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]
     })
 }
 
+/// Whether one of `tools` was called since the person's last message, whatever it returned.
+fn own_tool_called(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]) -> bool {
+    super::this_turn(messages).iter().any(|m| matches!(m, Message::Tool { name, .. } if tools.get(name).is_some()))
+}
+
 /// How a [`model_step`] behaves besides its model, tools and prompt.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct StepRules {
@@ -180,8 +185,22 @@ async fn answer_step(
     // it already has (a small model can repeat one until the step limit): it answers from them.
     let mut offer_tools = true;
     let mut repeated_calls = Vec::new();
+    // A computation the person wrote out ("0.6 * 8 + 0.4 * 6.5") is a tool's job, never the
+    // model's own arithmetic (which no document backs): words the model starts it with are
+    // stopped and it is asked again, this time to call one of its tools.
+    // Once a turn (a call of this turn, even a failed one, ends it), and only where the model
+    // chooses among all its tools.
+    let computation = stop_words
+        && !spec.tools.is_empty()
+        && !own_tool_called(&spec.tools, &s.messages)
+        && tool_choice(&spec.tools, &s.messages).is_none()
+        && s.last_user_message().and_then(toolgraph_tools::builtin::expression_in).is_some();
+    let mut must_call = false;
     loop {
-        let request = request_for(s, deps, system_prompt, added.as_deref(), about, rules, offer_tools);
+        let mut request = request_for(s, deps, system_prompt, added.as_deref(), about, rules, offer_tools);
+        if must_call {
+            request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
+        }
         let streamed = async {
             let mut usage = None;
             let mut stream = deps.model().stream(request).await?;
@@ -221,6 +240,19 @@ async fn answer_step(
         ctx.counted_model_call(streamed, |r| call_report(deps.model().as_ref(), r))
             .await
             .map_err(|e| NodeError::new("model", e.to_string()))?;
+        if stopped && computation && !must_call {
+            tracing::debug!(agent = %spec.name, "a computation answered in words: asked again for a tool call");
+            (stopped, must_call) = (false, true);
+            content.clear();
+            tool_calls.clear();
+            continue;
+        }
+        // A write action is not what arithmetic asked for: the turn goes the search's way.
+        let writes = |c: &ToolCall| spec.tools.get(&c.name).is_none_or(|t| t.spec().class == ToolClass::Write);
+        if must_call && tool_calls.iter().any(writes) {
+            tracing::debug!(agent = %spec.name, calls = ?tool_calls, "a computation met with a write action");
+            return Ok(NodeOutput::Update(AgentUpdate::default()));
+        }
         let repeated =
             || !tool_calls.is_empty() && tool_calls.iter().all(|c| returned_this_turn(&s.messages, c, &spec.tools));
         if offer_tools && !stopped && content.trim().is_empty() && repeated() {

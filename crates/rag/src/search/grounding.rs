@@ -193,11 +193,26 @@ impl Sources {
         if !missing.is_empty() {
             return Verdict::Unsupported(missing);
         }
+        // A fact the person gave (or the instructions) shows no source to be the sentence's:
+        // "the note 'Repaso IV' was saved" is the note tool's, though a passage names "IV" too.
+        // The sentence is judged on its own facts first; when that leaves it drawn from nothing,
+        // on all of them (a Korean "네, 1월 20일입니다" shares no word with its Spanish passage,
+        // only the person's date).
+        let own: Vec<String> = claimed.iter().filter(|f| !self.given.holds(f)).cloned().collect();
         let mine: SentenceTerms = self.attribution.terms(sentence);
-        let support = self.attribution.support(&mine);
+        match self.attribute(&own, &mine, hinted) {
+            Verdict::Plain if own.len() < claimed.len() => self.attribute(&claimed, &mine, hinted),
+            verdict => verdict,
+        }
+    }
+
+    /// The source of a sentence that states `claimed` (each held by some source) in the terms
+    /// `mine`: a passage, other evidence, or none ([`Verdict::Plain`]).
+    fn attribute(&self, claimed: &[String], mine: &SentenceTerms, hinted: Option<usize>) -> Verdict {
+        let support = self.attribution.support(mine);
         let held = |h: &Holdings| claimed.iter().filter(|f| h.holds(f)).count();
         let supports = |facts_held: usize, shared: usize| {
-            if claimed.is_empty() { self.attribution.enough(shared, &mine) } else { facts_held > 0 }
+            if claimed.is_empty() { self.attribution.enough(shared, mine) } else { facts_held > 0 }
         };
         // Of the passages that support it, the one that holds the most facts, then the most of
         // the sentence's terms by weight; ties go to the better-ranked (earlier) passage.
@@ -229,7 +244,7 @@ impl Sources {
         {
             return Verdict::Cited(i);
         }
-        if supports(held(&self.evidence), self.evidence.terms.shared(&mine)) {
+        if supports(held(&self.evidence), self.evidence.terms.shared(mine)) {
             return Verdict::Backed;
         }
         Verdict::Plain
@@ -990,6 +1005,29 @@ mod tests {
         let (_, whole, report) = run("Tu nota final es 7,4 (0.6 × 8 + 0.4 × 6.5).", sources, 5, true);
         assert_eq!(whole, "Tu nota final es 7,4 (0.6 × 8 + 0.4 × 6.5).");
         assert_eq!((report.backed, report.cited, report.abstained), (1, 0, false));
+    }
+
+    #[test]
+    fn a_fact_the_person_gave_makes_no_passage_the_source() {
+        let datos = Passage {
+            label: "Guía IV › Datos de la asignatura".into(),
+            text: "Infraestructura Virtual (IV) es una asignatura optativa de 6 créditos ECTS.".into(),
+        };
+        let mut sources = Sources::new(&[datos]);
+        sources.add_evidence(r#"{"ok": true, "path": "notes/repaso-iv.md", "characters": 42}"#);
+        sources.add_given("Guarda una nota titulada 'Repaso IV' con el texto 'Examen final el 20 de enero.'");
+        // "IV" is the person's, and the passage's too: the sentence is the note tool's.
+        let saved = "La nota 'Repaso IV' ha sido guardada en notes/repaso-iv.md.";
+        assert_eq!(sources.judge(saved, None), Verdict::Backed);
+        // What the passage holds and the person did not say still cites it.
+        assert_eq!(sources.judge("IV tiene 6 créditos ECTS.", None), Verdict::Cited(0));
+        // The person's facts in the passage's words: cited by its terms.
+        assert_eq!(sources.judge("Infraestructura Virtual (IV) es una asignatura optativa.", None), Verdict::Cited(0));
+        // A reply that shares no word with its passage, only the person's date: cited by it
+        // all the same (drawn from nothing else).
+        let mut korean = Sources::new(&guide());
+        korean.add_given("기말 시험은 1월 20일인가요?");
+        assert_eq!(korean.judge("네, 1월 20일입니다.", None), Verdict::Cited(0));
     }
 
     #[test]

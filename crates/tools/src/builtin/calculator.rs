@@ -62,6 +62,74 @@ pub fn evaluate(expr: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// Longest expression [`expression_in`] reads (the calculator's own argument limit).
+const MAX_EXPRESSION_CHARS: usize = 500;
+
+/// The arithmetic a person wrote out in `text` ("Calcula mi nota: 0.6 * 8 + 0.4 * 6.5"), ready
+/// for [`evaluate`]: the longest stretch of at least two numbers joined by operators that it
+/// accepts, with `×`/`÷` read as `*`/`/` and a comma between digits as a decimal point. It must
+/// join two numbers by `+`, `*`, `^` or `÷`: `-` and `/` alone write dates, ranges, scores and
+/// codes far more often than sums ("20/01/2026", "temas 3 - 5", "8 / 10", "2025-2026"), and a
+/// time or a phone number ("10:30 - 12:00", "+34-600-000-000") is not one. `None`: no
+/// computation in the text.
+pub fn expression_in(text: &str) -> Option<String> {
+    let mut best: Option<String> = None;
+    let mut span = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let between_digits =
+            |i: usize| i > 0 && chars[i - 1].is_ascii_digit() && chars.get(i + 1).is_some_and(char::is_ascii_digit);
+        let kept = match c {
+            '0'..='9' | '.' | '(' | ')' | '+' | '-' | '*' | '/' | '^' | ' ' | '\t' => Some(c),
+            '×' => Some('*'),
+            // Kept apart from `/`: it asks for a division as plainly as `*` a product.
+            '÷' => Some('÷'),
+            ',' if between_digits(i) => Some('.'),
+            // A time's colon stays in: the stretch no longer evaluates ("10:30 - 12:00").
+            ':' if between_digits(i) => Some(':'),
+            _ => None,
+        };
+        match kept {
+            Some(c) => span.push(c),
+            None => take_expression(&mut span, &mut best),
+        }
+    }
+    take_expression(&mut span, &mut best);
+    best
+}
+
+/// Ends a stretch of [`expression_in`]: `best` becomes it when it is arithmetic and longer.
+fn take_expression(span: &mut String, best: &mut Option<String>) {
+    let mut expr = span.trim().trim_end_matches(['.', ' ']);
+    // A parenthesis the surrounding words opened or closed ("(nota: 0.6 * 8 + 1)").
+    loop {
+        let (open, close) = (expr.matches('(').count(), expr.matches(')').count());
+        if let Some(rest) = expr.strip_prefix('(').filter(|_| open > close) {
+            expr = rest.trim_start();
+        } else if let Some(rest) = expr.strip_suffix(')').filter(|_| close > open) {
+            expr = rest.trim_end();
+        } else {
+            break;
+        }
+    }
+    let numbers = expr
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|n| n.chars().any(|c| c.is_ascii_digit()))
+        .count();
+    // An operator joins numbers only after one: a leading `+` or `-` is a sign.
+    let operator = expr.char_indices().any(|(i, c)| i > 0 && matches!(c, '+' | '*' | '^' | '÷'));
+    let expr = expr.replace('÷', "/");
+    if numbers >= 2
+        && operator
+        && expr.len() <= MAX_EXPRESSION_CHARS
+        && best.as_ref().is_none_or(|b| expr.len() > b.len())
+        && evaluate(&expr).is_ok()
+    {
+        *best = Some(expr);
+    }
+    span.clear();
+}
+
 struct Parser<'a> {
     src: &'a [u8],
     pos: usize,
@@ -257,6 +325,32 @@ mod tests {
         assert_eq!(evaluate("sqrt(16) + max(1, 7, 3)").unwrap(), 11.0);
         assert_eq!(evaluate("1e3 + 1_000").unwrap(), 2000.0);
         assert!((evaluate("2*pi").unwrap() - std::f64::consts::TAU).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_arithmetic_a_person_wrote_is_found_and_dates_are_not() {
+        assert_eq!(expression_in("Calcula mi nota final: 0.6 * 8 + 0.4 * 6.5").as_deref(), Some("0.6 * 8 + 0.4 * 6.5"));
+        assert_eq!(expression_in("¿Cuánto es 3+3?").as_deref(), Some("3+3"));
+        assert_eq!(expression_in("what is (2 + 3) × 4.").as_deref(), Some("(2 + 3) * 4"));
+        assert_eq!(expression_in("nota = 0,6 × 8 + 0,4 × 6,5").as_deref(), Some("0.6 * 8 + 0.4 * 6.5"));
+        assert_eq!(expression_in("(media: 10 * 4) y luego 12 / 3 + 1").as_deref(), Some("12 / 3 + 1"));
+        assert_eq!(expression_in("¿y 100 ÷ 8 - 3?").as_deref(), Some("100 / 8 - 3"));
+        assert_eq!(expression_in("-2 + 5").as_deref(), Some("-2 + 5"));
+        for none in [
+            "¿Cuándo es el examen final y cuánto vale en la nota?",
+            "El examen es el 20/01/2026 del curso 2025-2026.",
+            "Estudia los temas 3 - 5 del curso 2025 - 2026; saqué un 8 / 10.",
+            "Clase de 10:30 - 12:00, del 20/01 - 25/01, a las 10:00+01:00.",
+            "Llama al +34-600-000-000 o al +1 800 555 0199.",
+            "El proyecto vale el 60 % y el examen el 40 %.",
+            "Llama al 958 24 30 00 o ve al Tema 1 + ejercicios.",
+            "Tengo un 8, un 6.5 y un 7.",
+            "",
+        ] {
+            assert_eq!(expression_in(none), None, "{none}");
+        }
+        // Hostile input: long, and nothing in it evaluates.
+        assert_eq!(expression_in(&"1+".repeat(10_000)), None);
     }
 
     #[test]

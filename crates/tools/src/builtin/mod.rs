@@ -6,7 +6,7 @@
 mod calculator;
 mod notes;
 
-pub use calculator::{calculator, evaluate};
+pub use calculator::{calculator, evaluate, expression_in};
 pub use notes::{note_list, note_write};
 
 use crate::{RegistryError, ToolRegistry};
