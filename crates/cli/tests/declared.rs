@@ -305,6 +305,8 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
         Reply::text("billing"),
         Reply::text("refund"),
         refund_call,
+        // The refund approved, resumed with sub-graphs: its answer.
+        Reply::text("Your refund of 8 euros has been requested."),
         // Sub-graphs asked for with `messages-tuple` alone.
         Reply::text("billing"),
         Reply::text("question"),
@@ -338,6 +340,9 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     let third = thread(post(&base, "/threads", &json!({})).await);
     let refund = "Please refund the duplicate charge of 8 euros on 3 November.";
     let paused = sse_events(&post(&base, &format!("/threads/{third}/runs/stream"), &run(refund, true)).await);
+    let approve = json!({"assistant_id": "desk", "command": {"resume": {"decisions": [{"type": "approve"}]}},
+        "stream_mode": ["updates", "tasks"], "stream_subgraphs": true});
+    let resumed = post(&base, &format!("/threads/{third}/runs/stream"), &approve).await;
     let fourth = thread(post(&base, "/threads", &json!({})).await);
     let mut tokens_only = run(question, true);
     tokens_only["stream_mode"] = json!(["messages-tuple"]);
@@ -408,6 +413,14 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     assert_eq!(results.len(), 1, "{paused:?}");
     let interrupt = paused.iter().find(|(e, d)| e == "updates" && d["__interrupt__"].is_array()).unwrap();
     assert_eq!(results[0]["interrupts"][0]["id"], interrupt.1["__interrupt__"][0]["id"]);
+
+    // 4b. Resumed, the refund's agent goes on in the namespace it paused in: its handing node
+    // began in the run before, and the task id is still that node's.
+    let after_pause = sse_events(&resumed);
+    let went_on = tasks_in(&after_pause, &refund_ns);
+    assert!(!went_on.is_empty(), "{resumed}");
+    assert!(after_pause.iter().all(|(e, _)| !e.contains('|') || e.ends_with(&format!("|{refund_ns}"))), "{resumed}");
+    assert!(resumed.contains("has been requested"), "{resumed}");
 
     // 5. With no mode of the nodes' own, the chunks are namespaced all the same, by the nodes the
     // run's log names.

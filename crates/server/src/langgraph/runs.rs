@@ -317,7 +317,9 @@ async fn streamed(
                         resumed.log.set_subgraphs();
                     }
                     let run_id = resumed.log.run_id().to_owned();
-                    return Ok(stream_of(app, who, thread, modes, (run_id, resumed.log), before, ephemeral));
+                    let writer = Writer::new(modes, run_id.clone(), &thread, before)
+                        .starting_at(handing_starts(&app, &who, &thread, modes).await);
+                    return Ok(stream_of(app, who, thread, writer, (run_id, resumed.log), ephemeral));
                 }
                 Resuming::Answered(confirmed) => confirmed,
             };
@@ -350,30 +352,30 @@ async fn streamed(
                 values
             });
             let started = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
-            Ok(stream_of(app, who, thread, modes, started, so_far, ephemeral))
+            let writer = Writer::new(modes, started.0.clone(), &thread, so_far);
+            Ok(stream_of(app, who, thread, writer, started, ephemeral))
         }
     }
 }
 
-/// The started run `run_id` on `thread` streamed from its log `log` as LangGraph's events:
-/// its metadata, the values it starts from (`so_far`, when they are asked for), then its frames.
+/// The started run `run_id` on `thread` streamed from its log `log` as LangGraph's events by
+/// `writer`: its metadata, the values it starts from (the writer's, when they are asked for),
+/// then its frames.
 fn stream_of(
     app: AppState,
     who: Asking,
     thread: Thread,
-    modes: Modes,
+    writer: Writer,
     (run_id, log): (String, std::sync::Arc<crate::runlog::RunLog>),
-    so_far: Option<Value>,
     ephemeral: bool,
 ) -> Response {
     let mut first = vec![event("metadata", &json!({ "run_id": run_id, "thread_id": thread.id, "attempt": 1 }))];
-    if let Some(values) = &so_far {
+    if let Some(values) = &writer.so_far {
         first.push(event("values", values));
     }
     let location = format!("/threads/{}/runs/{run_id}/stream", thread.id);
     let (thread_id, run) = (thread.id.clone(), run_id.clone());
     let frames = log.frames_after(0);
-    let writer = Writer::new(modes, run_id, &thread, so_far);
     let frames = events_of(frames, app.chat().clone(), who, thread, writer, ephemeral);
     let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
     let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
@@ -480,6 +482,28 @@ async fn values_at(chat: &crate::service::ChatService, who: &Asking, thread: &Th
     }
 }
 
+/// Where each node of `thread` last started (the checkpoint that had it next), when sub-graphs
+/// are namespaced: a resumed run or a join begins inside a handed-over agent whose handing
+/// node began before its frames, and the namespace's task id is that node's (docs/langgraph.md,
+/// "Sub-graphs"). Empty without namespaces, or when the history cannot be read (the namespace
+/// then goes by the checkpoint before the agent's first node in the frames).
+async fn handing_starts(
+    app: &AppState,
+    who: &Asking,
+    thread: &Thread,
+    modes: Modes,
+) -> std::collections::HashMap<String, u64> {
+    let Some(conversation) = thread.conversation.filter(|_| modes.subgraphs) else { return Default::default() };
+    match app.chat().checkpoints(&who.principal, ConversationId(conversation)).await {
+        // Oldest first: a node's latest start is the one kept.
+        Ok(history) => history.into_iter().filter_map(|c| Some((c.next?, c.seq))).collect(),
+        Err(e) => {
+            tracing::debug!(thread = %thread.id, error = %e, "no checkpoint history for sub-graph namespaces");
+            Default::default()
+        }
+    }
+}
+
 /// A checkpoint of the thread as a run's node events show it.
 #[derive(Clone)]
 struct Checkpoint {
@@ -545,7 +569,8 @@ pub(crate) async fn join(
         .unwrap_or(0);
     let frames = run_frames(&app, &who, &thread, &run_id, after).await?;
     // A client that joins again gets the values at the run's end (what it missed is not kept).
-    let writer = Writer::new(modes, run_id, &thread, None);
+    let writer =
+        Writer::new(modes, run_id, &thread, None).starting_at(handing_starts(&app, &who, &thread, modes).await);
     let events = events_of(frames, app.chat().clone(), who, thread, writer, false);
     Ok(Sse::new(events.map(Ok::<_, Infallible>)).keep_alive(KeepAlive::default()).into_response())
 }
@@ -1420,6 +1445,13 @@ impl Writer {
             meta: None,
             starts: std::collections::HashMap::new(),
         }
+    }
+
+    /// The writer, with where the thread's nodes last started before the run's frames
+    /// ([`handing_starts`]): a node the frames start again is placed by its new start.
+    fn starting_at(mut self, starts: std::collections::HashMap<String, u64>) -> Self {
+        self.starts = starts;
+        self
     }
 
     /// Where `node` runs, when sub-graphs are namespaced: the namespace of the handed-over agent
