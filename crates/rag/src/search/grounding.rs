@@ -18,7 +18,9 @@
 //!   weighing more the fewer passages hold it); a passage its own `[label]` names stands unless
 //!   another holds more of its facts, or as many and its terms clearly better; **backed** when
 //!   only other evidence holds it (a calculator's result, an earlier answer); else **plain** (a
-//!   greeting, "claro", a sentence of no facts drawn from nowhere).
+//!   greeting, "claro", a sentence of no facts drawn from nowhere). The facts the person gave
+//!   (or the instructions) count only when the sentence's own find it no source: repeating the
+//!   person's "Repaso IV" makes no passage that names "IV" the source of "the note was saved".
 //! - A reply in a turn that searched, with no sentence cited or backed, is not an answer
 //!   from the documents: [`GroundedReply::finish`] replaces it with [`abstention`] in the
 //!   person's language.
@@ -200,33 +202,47 @@ impl Sources {
         // only the person's date).
         let own: Vec<String> = claimed.iter().filter(|f| !self.given.holds(f)).cloned().collect();
         let mine: SentenceTerms = self.attribution.terms(sentence);
-        match self.attribute(&own, &mine, hinted) {
-            Verdict::Plain if own.len() < claimed.len() => self.attribute(&claimed, &mine, hinted),
+        match self.attribute(&own, &claimed, &mine, hinted) {
+            Verdict::Plain if own.len() < claimed.len() => self.attribute(&claimed, &claimed, &mine, hinted),
             verdict => verdict,
         }
     }
 
     /// The source of a sentence that states `claimed` (each held by some source) in the terms
-    /// `mine`: a passage, other evidence, or none ([`Verdict::Plain`]).
-    fn attribute(&self, claimed: &[String], mine: &SentenceTerms, hinted: Option<usize>) -> Verdict {
+    /// `mine`, judged by the facts `counted` of them: a passage, other evidence, or none
+    /// ([`Verdict::Plain`]).
+    fn attribute(
+        &self,
+        counted: &[String],
+        claimed: &[String],
+        mine: &SentenceTerms,
+        hinted: Option<usize>,
+    ) -> Verdict {
         let support = self.attribution.support(mine);
-        let held = |h: &Holdings| claimed.iter().filter(|f| h.holds(f)).count();
-        let supports = |facts_held: usize, shared: usize| {
-            if claimed.is_empty() { self.attribution.enough(shared, mine) } else { facts_held > 0 }
+        let held = |h: &Holdings| counted.iter().filter(|f| h.holds(f)).count();
+        // A sentence of the person's facts alone is judged by its terms, by a source that holds
+        // one of those facts: words shared with a passage that lacks them are not its source.
+        let may_hold = |h: &Holdings| !counted.is_empty() || claimed.is_empty() || claimed.iter().any(|f| h.holds(f));
+        let supports = |h: &Holdings, shared: usize| {
+            may_hold(h) && if counted.is_empty() { self.attribution.enough(shared, mine) } else { held(h) > 0 }
         };
         // Of the passages that support it, the one that holds the most facts, then the most of
         // the sentence's terms by weight; ties go to the better-ranked (earlier) passage.
         let mut best: Option<(usize, usize)> = None;
         for (i, p) in self.passages.iter().enumerate() {
             let facts = held(p);
-            if supports(facts, support[i].shared)
+            if supports(p, support[i].shared)
                 && best.is_none_or(|(b, f)| (facts, support[i].weight) > (f, support[b].weight))
             {
                 best = Some((i, facts));
             }
         }
         let rules = self.attribution.rules();
-        if let Some(named) = hinted.filter(|&i| held(&self.passages[i]) > 0 || support[i].shared >= rules.min_shared) {
+        let named_holds = |i: usize| {
+            let p = &self.passages[i];
+            held(p) > 0 || (may_hold(p) && support[i].shared >= rules.min_shared)
+        };
+        if let Some(named) = hinted.filter(|&i| named_holds(i)) {
             // The model's own marker, unless another passage clearly holds the sentence instead:
             // more of its facts, or as many and its terms over `overrule` times as heavily.
             let named_facts = held(&self.passages[named]);
@@ -244,7 +260,7 @@ impl Sources {
         {
             return Verdict::Cited(i);
         }
-        if supports(held(&self.evidence), self.evidence.terms.shared(mine)) {
+        if supports(&self.evidence, self.evidence.terms.shared(mine)) {
             return Verdict::Backed;
         }
         Verdict::Plain
@@ -1028,6 +1044,12 @@ mod tests {
         let mut korean = Sources::new(&guide());
         korean.add_given("기말 시험은 1월 20일인가요?");
         assert_eq!(korean.judge("네, 1월 20일입니다.", None), Verdict::Cited(0));
+        // The person's name again, in a passage's words, where no passage holds the name: drawn
+        // from nothing there (a held-out question answered from its neighbour's words).
+        let mut elsewhere = Sources::new(&guide());
+        elsewhere.add_given("¿Qué dijo Sánchez del examen?");
+        let echoed = "Según Sánchez, el examen final supone parte de la nota final.";
+        assert_eq!(elsewhere.judge(echoed, None), Verdict::Plain);
     }
 
     #[test]
