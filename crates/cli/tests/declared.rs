@@ -307,6 +307,10 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
         refund_call,
         // The refund approved, resumed with sub-graphs: its answer.
         Reply::text("Your refund of 8 euros has been requested."),
+        // The same thread handed over again: its question.
+        Reply::text("billing"),
+        Reply::text("question"),
+        Reply::text(answer),
         // Sub-graphs asked for with `messages-tuple` alone.
         Reply::text("billing"),
         Reply::text("question"),
@@ -343,6 +347,11 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     let approve = json!({"assistant_id": "desk", "command": {"resume": {"decisions": [{"type": "approve"}]}},
         "stream_mode": ["updates", "tasks"], "stream_subgraphs": true});
     let resumed = post(&base, &format!("/threads/{third}/runs/stream"), &approve).await;
+    let again = sse_events(&post(&base, &format!("/threads/{third}/runs/stream"), &run(question, true)).await);
+    let resumed_id = event_data(&resumed, "metadata")["run_id"].as_str().unwrap().to_owned();
+    let rejoined_resume =
+        get_text(&base, &format!("/threads/{third}/runs/{resumed_id}/stream?stream_mode=tasks&stream_subgraphs=true"))
+            .await;
     let fourth = thread(post(&base, "/threads", &json!({})).await);
     let mut tokens_only = run(question, true);
     tokens_only["stream_mode"] = json!(["messages-tuple"]);
@@ -421,6 +430,10 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     assert!(!went_on.is_empty(), "{resumed}");
     assert!(after_pause.iter().all(|(e, _)| !e.contains('|') || e.ends_with(&format!("|{refund_ns}"))), "{resumed}");
     assert!(resumed.contains("has been requested"), "{resumed}");
+    // Joined after the thread handed over again, the resumed run keeps its own namespace.
+    let later_ns = format!("billing:{}", tasks_in(&again, "")[2].1);
+    assert_ne!(later_ns, refund_ns, "{again:?}");
+    assert_eq!(tasks_in(&sse_events(&rejoined_resume), &refund_ns), went_on, "{rejoined_resume}");
 
     // 5. With no mode of the nodes' own, the chunks are namespaced all the same, by the nodes the
     // run's log names.

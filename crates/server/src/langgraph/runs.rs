@@ -482,24 +482,25 @@ async fn values_at(chat: &crate::service::ChatService, who: &Asking, thread: &Th
     }
 }
 
-/// Where each node of `thread` last started (the checkpoint that had it next), when sub-graphs
-/// are namespaced: a resumed run or a join begins inside a handed-over agent whose handing
-/// node began before its frames, and the namespace's task id is that node's (docs/langgraph.md,
-/// "Sub-graphs"). Empty without namespaces, or when the history cannot be read (the namespace
-/// then goes by the checkpoint before the agent's first node in the frames).
-async fn handing_starts(
-    app: &AppState,
-    who: &Asking,
-    thread: &Thread,
-    modes: Modes,
-) -> std::collections::HashMap<String, u64> {
-    let Some(conversation) = thread.conversation.filter(|_| modes.subgraphs) else { return Default::default() };
+/// Each start of `thread`'s handing nodes (a node name that prefixes another's) in its
+/// checkpoints — the checkpoint that had the node next —, oldest first, when sub-graphs are
+/// namespaced: a resumed run or a join begins inside a handed-over agent whose handing node
+/// began before its frames, and the namespace's task id is that node's (docs/langgraph.md,
+/// "Sub-graphs"). Empty without namespaces, or when the history cannot be read (the
+/// namespace then goes by the checkpoint before the agent's first node in the frames).
+async fn handing_starts(app: &AppState, who: &Asking, thread: &Thread, modes: Modes) -> Vec<(String, u64)> {
+    let Some(conversation) = thread.conversation.filter(|_| modes.subgraphs) else { return Vec::new() };
     match app.chat().checkpoints(&who.principal, ConversationId(conversation)).await {
-        // Oldest first: a node's latest start is the one kept.
-        Ok(history) => history.into_iter().filter_map(|c| Some((c.next?, c.seq))).collect(),
+        Ok(history) => {
+            let started: Vec<(String, u64)> = history.into_iter().filter_map(|c| Some((c.next?, c.seq))).collect();
+            let handing = |n: &str| {
+                started.iter().any(|(m, _)| m.len() > n.len() && m.starts_with(n) && m[n.len()..].starts_with('/'))
+            };
+            started.iter().filter(|(n, _)| handing(n)).cloned().collect()
+        }
         Err(e) => {
             tracing::debug!(thread = %thread.id, error = %e, "no checkpoint history for sub-graph namespaces");
-            Default::default()
+            Vec::new()
         }
     }
 }
@@ -1419,6 +1420,9 @@ struct Writer {
     /// The checkpoint each node that began started from: a sub-graph's task id is its handing
     /// node's.
     starts: std::collections::HashMap<String, u64>,
+    /// Where the thread's handing nodes started, oldest first, from its checkpoints: the start
+    /// of a handing node whose own start is not in the frames ([`handing_starts`]).
+    history: Vec<(String, u64)>,
 }
 
 impl Writer {
@@ -1444,13 +1448,14 @@ impl Writer {
             last_node: None,
             meta: None,
             starts: std::collections::HashMap::new(),
+            history: Vec::new(),
         }
     }
 
     /// The writer, with where the thread's nodes last started before the run's frames
     /// ([`handing_starts`]): a node the frames start again is placed by its new start.
-    fn starting_at(mut self, starts: std::collections::HashMap<String, u64>) -> Self {
-        self.starts = starts;
+    fn starting_at(mut self, history: Vec<(String, u64)>) -> Self {
+        self.history = history;
         self
     }
 
@@ -1718,11 +1723,17 @@ impl Writer {
             Frame::NodeStarted { node, step, from } => {
                 self.new_node = true;
                 self.last_node = Some(node.clone());
-                // A handing node a join started after began just before its agent's first node.
+                // A handing node whose start is not in the frames (a resumed run, a join) began
+                // at its last start in the thread's checkpoints before this node's, else just
+                // before its agent's first node.
                 let mut at = 0;
                 while let Some(slash) = node[at..].find('/') {
                     at += slash;
-                    self.starts.entry(node[..at].to_owned()).or_insert(from.saturating_sub(1));
+                    let handing = &node[..at];
+                    if !self.starts.contains_key(handing) {
+                        let before = self.history.iter().rev().find(|(n, seq)| n == handing && *seq < from);
+                        self.starts.insert(handing.to_owned(), before.map_or(from.saturating_sub(1), |(_, seq)| *seq));
+                    }
                     at += 1;
                 }
                 self.starts.insert(node.clone(), from);
