@@ -97,19 +97,8 @@ async fn the_declared_help_desk_routes_searches_and_asks_before_it_opens_a_ticke
     ])
     .await
     .unwrap();
-    let port = free_port();
+    let (mut child, base) = serve_desk(dir.path(), &repo().join("examples/helpdesk/toolgraph.toml"), &model).await;
     let (tickets, refunds) = (dir.path().join("tickets.jsonl"), dir.path().join("refunds.jsonl"));
-    let mut child = serve_command(dir.path(), &model, port)
-        .args(["--config", "examples/helpdesk/toolgraph.toml"])
-        .current_dir(repo())
-        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
-        .env("HELPDESK_TICKETS", &tickets)
-        .env("HELPDESK_REFUNDS", &refunds)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
 
     let question = "I was charged twice this month. What happens now?";
     let first = post(&base, "/api/chatbot/stream", &say(&Value::Null, question)).await;
@@ -318,17 +307,7 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     ])
     .await
     .unwrap();
-    let port = free_port();
-    let mut child = serve_command(dir.path(), &model, port)
-        .args(["--config", "examples/helpdesk/toolgraph.toml"])
-        .current_dir(repo())
-        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
-        .env("HELPDESK_REFUNDS", dir.path().join("refunds.jsonl"))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&base).await;
+    let (mut child, base) = serve_desk(dir.path(), &repo().join("examples/helpdesk/toolgraph.toml"), &model).await;
     let run = |message: &str, subgraphs: bool| {
         json!({"assistant_id": "desk", "input": {"messages": [{"type": "human", "content": message}]},
             "stream_mode": ["updates", "messages-tuple", "tasks"], "stream_subgraphs": subgraphs})
@@ -509,15 +488,19 @@ fn desk_in(dir: &Path, poll_ms: u64) -> (PathBuf, PathBuf) {
     (config, desk)
 }
 
-/// `serve` of the help desk copied into `dir` (its `config`), on `model`, its tickets in
-/// `dir/tickets.jsonl`, once ready: the process and its base URL.
+/// `serve` of the help desk with its `config` (the example's, or a copy), its data in `dir`
+/// (tickets and refunds in `tickets.jsonl` and `refunds.jsonl` there), on `model`, from the
+/// repository (the example names its plugins from there), once ready: the process and its base
+/// URL.
 async fn serve_desk(dir: &Path, config: &Path, model: &ScriptedModelServer) -> (std::process::Child, String) {
     let port = free_port();
     let child = serve_command(dir, model, port)
         .arg("--config")
         .arg(config)
+        .current_dir(repo())
         .env("TOOLGRAPH_RAG_EMBEDDING", "none")
         .env("HELPDESK_TICKETS", dir.join("tickets.jsonl"))
+        .env("HELPDESK_REFUNDS", dir.join("refunds.jsonl"))
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

@@ -31,18 +31,22 @@ pub fn cancellation_text(descriptions: &[String]) -> String {
     format!("Cancelled, nothing was changed: {}.", descriptions.join("; "))
 }
 
-/// Whether one of `tools` has returned a result (not a failure) since the person's last
-/// message: a search another node recorded, or a refused call, does not count.
-fn own_tool_returned(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]) -> bool {
-    super::this_turn(messages).iter().any(|m| match m {
-        Message::Tool { name, content, .. } => tools.get(name).is_some() && !super::failed(content),
-        _ => false,
+/// What `tools`' calls returned since the person's last message, failures too: a search
+/// another node recorded is not one of them.
+fn own_results<'a>(
+    tools: &'a toolgraph_tools::ToolRegistry,
+    messages: &'a [Message],
+) -> impl Iterator<Item = &'a str> + 'a {
+    super::this_turn(messages).iter().filter_map(|m| match m {
+        Message::Tool { name, content, .. } if tools.get(name).is_some() => Some(content.as_str()),
+        _ => None,
     })
 }
 
-/// Whether one of `tools` was called since the person's last message, whatever it returned.
-fn own_tool_called(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]) -> bool {
-    super::this_turn(messages).iter().any(|m| matches!(m, Message::Tool { name, .. } if tools.get(name).is_some()))
+/// Whether one of `tools` has returned a result (not a failure) since the person's last
+/// message: a search another node recorded, or a refused call, does not count.
+fn own_tool_returned(tools: &toolgraph_tools::ToolRegistry, messages: &[Message]) -> bool {
+    own_results(tools, messages).any(|content| !super::failed(content))
 }
 
 /// How a [`model_step`] behaves besides its model, tools and prompt.
@@ -189,12 +193,14 @@ async fn answer_step(
     // model's own arithmetic (which no document backs): words the model starts it with are
     // stopped and it is asked again, this time to call one of its tools.
     // Once a turn (a call of this turn, even a failed one, ends it), and only where the model
-    // chooses among all its tools.
-    let computation = stop_words
-        && !spec.tools.is_empty()
-        && !own_tool_called(&spec.tools, &s.messages)
-        && tool_choice(&spec.tools, &s.messages).is_none()
-        && s.last_user_message().and_then(toolgraph_tools::builtin::expression_in).is_some();
+    // chooses among all its tools. Asked only of a stopped reply, not on every step.
+    let computation = || {
+        stop_words
+            && !spec.tools.is_empty()
+            && own_results(&spec.tools, &s.messages).next().is_none()
+            && tool_choice(&spec.tools, &s.messages).is_none()
+            && s.last_user_message().and_then(toolgraph_tools::builtin::expression_in).is_some()
+    };
     let mut must_call = false;
     loop {
         let mut request = request_for(s, deps, system_prompt, added.as_deref(), about, rules, offer_tools);
@@ -240,7 +246,7 @@ async fn answer_step(
         ctx.counted_model_call(streamed, |r| call_report(deps.model().as_ref(), r))
             .await
             .map_err(|e| NodeError::new("model", e.to_string()))?;
-        if stopped && computation && !must_call {
+        if stopped && !must_call && computation() {
             tracing::debug!(agent = %spec.name, "a computation answered in words: asked again for a tool call");
             (stopped, must_call) = (false, true);
             content.clear();

@@ -493,10 +493,10 @@ async fn handing_starts(app: &AppState, who: &Asking, thread: &Thread, modes: Mo
     match app.chat().checkpoints(&who.principal, ConversationId(conversation)).await {
         Ok(history) => {
             let started: Vec<(String, u64)> = history.into_iter().filter_map(|c| Some((c.next?, c.seq))).collect();
-            let handing = |n: &str| {
-                started.iter().any(|(m, _)| m.len() > n.len() && m.starts_with(n) && m[n.len()..].starts_with('/'))
-            };
-            started.iter().filter(|(n, _)| handing(n)).cloned().collect()
+            // `billing/intent` makes `billing` a handing node.
+            let handing: std::collections::HashSet<&str> =
+                started.iter().flat_map(|(n, _)| n.match_indices('/').map(|(at, _)| &n[..at])).collect();
+            started.iter().filter(|(n, _)| handing.contains(n.as_str())).cloned().collect()
         }
         Err(e) => {
             tracing::debug!(thread = %thread.id, error = %e, "no checkpoint history for sub-graph namespaces");

@@ -45,11 +45,37 @@ pub fn calculator() -> Arc<dyn Tool> {
     .expect("the calculator's schema is static and valid") // invariant: covered by tests
 }
 
-/// Evaluates `expr`; the error says where and why it cannot.
+/// Evaluates `expr`; the error says where and why it cannot. A comma between a digit and one
+/// or two digits, in an expression with no function to separate arguments of, is a decimal
+/// comma ("0,4 * 6,5", as a Spanish request writes it and a model copies it); "1,000" stays
+/// an error rather than a guess.
 ///
 /// # Errors
 /// A syntax error, an unknown name, division by zero, or a non-finite result.
 pub fn evaluate(expr: &str) -> Result<f64, String> {
+    match evaluate_as_written(expr) {
+        Err(e) if expr.contains(',') && !expr.chars().any(char::is_alphabetic) => {
+            evaluate_as_written(&decimal_points(expr)).map_err(|_| e)
+        }
+        value => value,
+    }
+}
+
+/// `expr` with each decimal comma (a digit, the comma, then one or two digits and no third) as
+/// a point.
+fn decimal_points(expr: &str) -> String {
+    let b = expr.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    expr.char_indices()
+        .map(|(i, c)| {
+            let decimal = c == ',' && i > 0 && digit(i - 1) && digit(i + 1) && !(digit(i + 2) && digit(i + 3));
+            if decimal { '.' } else { c }
+        })
+        .collect()
+}
+
+/// [`evaluate`] of `expr` exactly as written.
+fn evaluate_as_written(expr: &str) -> Result<f64, String> {
     let mut p = Parser { src: expr.as_bytes(), pos: 0, depth: 0 };
     let v = p.expr()?;
     p.skip_ws();
@@ -67,7 +93,7 @@ const MAX_EXPRESSION_CHARS: usize = 500;
 
 /// The arithmetic a person wrote out in `text` ("Calcula mi nota: 0.6 * 8 + 0.4 * 6.5"), ready
 /// for [`evaluate`]: the longest stretch of at least two numbers joined by operators that it
-/// accepts, with `×`/`÷` read as `*`/`/` and a comma between digits as a decimal point. It must
+/// accepts, with `×`/`÷` read as `*`/`/` and a decimal comma as a point. It must
 /// join two numbers by `+`, `*`, `^` or `÷`: `-` and `/` alone write dates, ranges, scores and
 /// codes far more often than sums ("20/01/2026", "temas 3 - 5", "8 / 10", "2025-2026"), and a
 /// time or a phone number ("10:30 - 12:00", "+34-600-000-000") is not one. `None`: no
@@ -84,7 +110,7 @@ pub fn expression_in(text: &str) -> Option<String> {
             '×' => Some('*'),
             // Kept apart from `/`: it asks for a division as plainly as `*` a product.
             '÷' => Some('÷'),
-            ',' if between_digits(i) => Some('.'),
+            ',' if between_digits(i) => Some(','),
             // A time's colon stays in: the stretch no longer evaluates ("10:30 - 12:00").
             ':' if between_digits(i) => Some(':'),
             _ => None,
@@ -118,7 +144,7 @@ fn take_expression(span: &mut String, best: &mut Option<String>) {
         .count();
     // An operator joins numbers only after one: a leading `+` or `-` is a sign.
     let operator = expr.char_indices().any(|(i, c)| i > 0 && matches!(c, '+' | '*' | '^' | '÷'));
-    let expr = expr.replace('÷', "/");
+    let expr = decimal_points(&expr.replace('÷', "/"));
     if numbers >= 2
         && operator
         && expr.len() <= MAX_EXPRESSION_CHARS
@@ -351,6 +377,16 @@ mod tests {
         }
         // Hostile input: long, and nothing in it evaluates.
         assert_eq!(expression_in(&"1+".repeat(10_000)), None);
+    }
+
+    #[test]
+    fn a_decimal_comma_is_read_as_a_point_where_nothing_else_can_mean_it() {
+        assert_eq!(evaluate("0.6 * 8 + 0.4 * 6,5").unwrap(), 0.6 * 8.0 + 0.4 * 6.5);
+        assert_eq!(evaluate("0,25 * 4").unwrap(), 1.0);
+        // A function's arguments, and a thousands separator, are not decimals.
+        assert_eq!(evaluate("max(1,7)").unwrap(), 7.0);
+        assert!(evaluate("1,000 + 2").unwrap_err().contains("unexpected ','"));
+        assert!(evaluate("1,5,2").is_err());
     }
 
     #[test]
