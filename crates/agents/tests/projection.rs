@@ -19,6 +19,7 @@ fn record(seq: u64, text: &str) -> CheckpointRecord {
         interrupts: Vec::new(),
         decisions: Default::default(),
         reason: None,
+        metadata: None,
         graph_version: None,
         created_at_ms: 1,
     }

@@ -423,6 +423,7 @@ async fn write_latency(store: &dyn Checkpointer, writes: u64) -> anyhow::Result<
             interrupts: Vec::new(),
             decisions: Default::default(),
             reason: None,
+            metadata: None,
             graph_version: None,
             created_at_ms: 0,
         };

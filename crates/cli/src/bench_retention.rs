@@ -197,6 +197,7 @@ async fn conversation(service: &ChatService, user: i64, turns: u32) -> anyhow::R
             tool_events: false,
             node_events: false,
             attachments: Vec::new(),
+            run_metadata: None,
         };
         let (_, log) = service.start_turn(&who, &turn).await.map_err(|e| anyhow::anyhow!("turn {n}: {e}"))?;
         anyhow::ensure!(log.ended(Duration::from_secs(30)).await, "turn {n} did not end in 30 s");

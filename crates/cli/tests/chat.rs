@@ -106,6 +106,7 @@ async fn a_decided_pause_left_by_a_dead_process_is_applied_on_continue() {
         interrupts: Vec::new(),
         decisions: pause.interrupts.iter().map(|i| (i.id.clone(), toolgraph_graph::Decision::Approve)).collect(),
         reason: None,
+        metadata: None,
         graph_version: None,
         ..pause
     };

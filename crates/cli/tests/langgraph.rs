@@ -517,6 +517,132 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
     assert!(last_said(&saw["inbox_edited"]).unwrap().contains("arguments_edited_by_user"));
 }
 
+/// A thread's runs as its checkpoints record them: listed and read after the server restarted
+/// (no replica keeps their logs then) with the status, assistant and `multitask_strategy` each
+/// had — a pause `interrupted` until a resume, which lists as a run of its own (and, resumed by
+/// `runs.wait`, is joined like any run) — while a copy of the thread lists none of the
+/// original's runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
+    let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
+    model.set_responder(|request| {
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        match messages.last() {
+            Some(m) if m["role"] == "tool" => Reply::text("Apuntado."),
+            Some(m) if m["content"] == "apunta el examen" => {
+                Reply::tool_calls(&[("w1", "note_write", json!({ "title": "Examen", "body": "El viernes." }))])
+            }
+            _ => Reply::text("¡Hola!"),
+        }
+    });
+    let (mut serve, base, dir) = serve_with_key(&model, KEY, false, &[]).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let asked = |method: reqwest::Method, url: String| {
+        http.request(method, url).bearer_auth(KEY).header("X-Tenant-Slug", "demo").header("X-User-Id", "1")
+    };
+    let call = |method: reqwest::Method, url: String, body: Option<Value>| {
+        let mut request = asked(method, url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (post, get) = (reqwest::Method::POST, reqwest::Method::GET);
+    let (_, thread) = call(post.clone(), format!("{base}/threads"), Some(json!({}))).await;
+    let thread = thread["thread_id"].as_str().unwrap().to_owned();
+    let say = |text: &str, strategy: &str| {
+        json!({"assistant_id": "assistant", "multitask_strategy": strategy,
+               "input": {"messages": [{"role": "user", "content": text}]}})
+    };
+    let wait = format!("{base}/threads/{thread}/runs/wait");
+    let (status, _) = call(post.clone(), wait.clone(), Some(say("hola", "enqueue"))).await;
+    assert_eq!(status, 200);
+    // A copy holds the thread's checkpoints so far (a paused thread cannot be copied).
+    let (status, copy) = call(post.clone(), format!("{base}/threads/{thread}/copy"), None).await;
+    assert_eq!(status, 200, "{copy}");
+    let copy = copy["thread_id"].as_str().unwrap().to_owned();
+    let (_, paused) = call(post.clone(), wait.clone(), Some(say("apunta el examen", "reject"))).await;
+    assert!(paused.get("__interrupt__").is_some(), "{paused}");
+    let (_, before) = call(get.clone(), format!("{base}/threads/{thread}/runs"), None).await;
+    let ids: Vec<String> =
+        before.as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 2, "{before}");
+
+    let (mut serve2, base2, dir) = restarted(&mut serve, dir, &model).await;
+    let runs_of =
+        |base: &str, thread: &str, query: &str| call(get.clone(), format!("{base}/threads/{thread}/runs{query}"), None);
+    let (status, after) = runs_of(&base2, &thread, "").await;
+    assert_eq!(status, 200, "{after}");
+    let seen = |runs: &Value| -> Vec<(String, String, String, String)> {
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let field = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                (field("run_id"), field("status"), field("assistant_id"), field("multitask_strategy"))
+            })
+            .collect()
+    };
+    let run = |id: &str, status: &str, strategy: &str| {
+        (id.to_owned(), status.to_owned(), "assistant".to_owned(), strategy.to_owned())
+    };
+    assert_eq!(
+        seen(&after),
+        [run(&ids[0], "interrupted", "reject"), run(&ids[1], "success", "enqueue")],
+        "newest first, as before the restart: {after} (before: {before})"
+    );
+    assert!(after[0]["created_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{after}");
+    assert_eq!(after[0]["thread_id"], thread.as_str());
+    let (status, one) = call(get.clone(), format!("{base2}/threads/{thread}/runs/{}", ids[1]), None).await;
+    assert_eq!((status, seen(&json!([one.clone()]))), (200, vec![run(&ids[1], "success", "enqueue")]), "{one}");
+    let (_, succeeded) = runs_of(&base2, &thread, "?status=success").await;
+    assert_eq!(seen(&succeeded), [run(&ids[1], "success", "enqueue")]);
+    let (_, limited) = runs_of(&base2, &thread, "?limit=1&offset=1").await;
+    assert_eq!(seen(&limited), [run(&ids[1], "success", "enqueue")]);
+    // The copy holds the original's checkpoints, not its runs; another thread knows no run of this one's.
+    let (status, copied) = runs_of(&base2, &copy, "").await;
+    assert_eq!((status, copied.clone()), (200, json!([])), "{copied}");
+    let (status, _) = call(get.clone(), format!("{base2}/threads/{copy}/runs/{}", ids[1]), None).await;
+    assert_eq!(status, 404);
+
+    // Resumed after the restart: the resume is a run of its own, and the pause is no longer waiting.
+    let approve = json!({"assistant_id": "assistant", "command": {"resume": {"decisions": [{"type": "approve"}]}}});
+    let (status, resumed) = call(post.clone(), format!("{base2}/threads/{thread}/runs/wait"), Some(approve)).await;
+    assert_eq!(status, 200, "{resumed}");
+    // The run `runs.wait` resumed streamed into its log as any run: joined, its tools' update is there.
+    let (_, now_listed) = runs_of(&base2, &thread, "").await;
+    let resumed_id = now_listed[0]["run_id"].as_str().unwrap().to_owned();
+    let join = format!("{base2}/threads/{thread}/runs/{resumed_id}/stream?stream_mode=updates");
+    let joined = asked(get.clone(), join).send().await.unwrap().text().await.unwrap();
+    let tools_update = joined.split("\n\n").find(|e| e.contains("event: updates") && e.contains("\"tools\""));
+    assert!(tools_update.is_some_and(|e| e.contains("examen.md")), "{joined}");
+    let (mut serve3, base3, _dir) = restarted(&mut serve2, dir, &model).await;
+    let (_, last) = runs_of(&base3, &thread, "").await;
+    let last_seen = seen(&last);
+    assert_eq!(last_seen.len(), 3, "{last}");
+    assert_eq!(last_seen[0].0, resumed_id, "the resume's own run first: {last}");
+    let resume = &last_seen[0];
+    assert_eq!((&*resume.1, &*resume.2, &*resume.3), ("success", "assistant", "reject"), "{last}");
+    assert_eq!(last_seen[1..], [run(&ids[0], "success", "reject"), run(&ids[1], "success", "enqueue")], "{last}");
+    let _ = serve3.kill();
+    let _ = serve3.wait();
+}
+
+/// `serve` stopped and started again on its data in `dir`.
+async fn restarted(
+    serve: &mut common::ServeProcess,
+    dir: tempfile::TempDir,
+    model: &ScriptedModelServer,
+) -> (common::ServeProcess, String, tempfile::TempDir) {
+    let _ = serve.kill();
+    let _ = serve.wait();
+    common::serve_in(dir, model, &common::api_key_config(KEY, false), &[]).await
+}
+
 /// A thread's state updated through the Python SDK (`update_state`, as the `agent` node), read
 /// by the next turn's model, and forked by a run and by an update from an earlier checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -519,7 +519,8 @@ async fn a_dropped_database_connection_loses_no_event() {
 
 /// A LangGraph thread rejoins only its own runs, on the replica that ran it and on another
 /// (which reads the run from the shared store): another thread of the same person naming the
-/// run gets 404 on both. While it runs, the other replica sees the thread `busy`.
+/// run gets 404 on both. While it runs, the other replica sees the thread `busy` and lists and
+/// reads the run, running and then ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_joins_only_its_own_runs_on_any_replica() {
     let Some(cluster) = Cluster::new().await else { return };
@@ -568,6 +569,15 @@ async fn a_thread_joins_only_its_own_runs_on_any_replica() {
         .unwrap();
     let ids: Vec<&str> = found.as_array().unwrap().iter().filter_map(|t| t["thread_id"].as_str()).collect();
     assert_eq!(ids, [own.as_str()], "{found}");
+    // Replica b lists the run and reads it while a runs it, from the shared checkpoints.
+    let runs_on = |base: &str, thread: &str| {
+        let url = format!("{base}/threads/{thread}/runs");
+        async move { asks(client().get(url)).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let listed = runs_on(&b.base, own).await;
+    let fields = |run: &Value| (run["status"].clone(), run["assistant_id"].clone(), run["multitask_strategy"].clone());
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(fields(&listed[0]), (json!("running"), json!("assistant"), json!("reject")), "{listed}");
     let streamed = running.await.unwrap().unwrap().text().await.unwrap();
     assert_eq!(status_on_b().await, "idle", "once the run ended");
     let metadata =
@@ -577,6 +587,15 @@ async fn a_thread_joins_only_its_own_runs_on_any_replica() {
     let join = |base: &str, thread: &str| {
         asks(client().get(format!("{base}/threads/{thread}/runs/{run}/stream"))).timeout(Duration::from_secs(10)).send()
     };
+    let listed = runs_on(&b.base, own).await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!((&listed[0]["run_id"], fields(&listed[0]).0), (&json!(run), json!("success")), "{listed}");
+    let got = |base: &str, thread: &str| asks(client().get(format!("{base}/threads/{thread}/runs/{run}"))).send();
+    let on_b = got(&b.base, own).await.unwrap();
+    assert_eq!(on_b.status(), 200);
+    assert_eq!(on_b.json::<Value>().await.unwrap()["status"], "success");
+    assert_eq!(got(&b.base, other).await.unwrap().status(), 404, "another thread's run, read on b");
+    assert_eq!(runs_on(&b.base, other).await, json!([]));
     for replica in [&a, &b] {
         let joined = join(&replica.base, own).await.unwrap();
         assert_eq!(joined.status(), 200, "{}", replica.base);

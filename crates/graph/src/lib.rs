@@ -38,7 +38,7 @@ mod state;
 
 pub use checkpoint::{
     CheckpointError, CheckpointMeta, CheckpointRecord, Checkpointer, DerivedRows, EncodedRecord, MemoryCheckpointer,
-    PostgresCheckpointer, RecordKind, SqliteCheckpointer, ThreadId,
+    PostgresCheckpointer, RecordKind, RecordedRun, RunEnd, SqliteCheckpointer, ThreadId, recorded_runs,
 };
 pub use error::{GraphBuildError, GraphError, NodeError};
 pub use event::{RunEvent, TokenUsage};

@@ -14,6 +14,7 @@ use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use crate::node::{END, NodeOutput, RunContext, START};
 use crate::state::State;
 use futures::FutureExt;
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -44,6 +45,10 @@ pub struct RunOptions {
     /// The run's id, as its records carry it: the caller's own (unique: a UUID), so that what
     /// a run wrote can be found by the id the caller knows it by. Default: a new UUIDv7.
     pub run_id: Option<String>,
+    /// What the caller says of the run (who started it, how), kept verbatim with the record
+    /// that starts it, so whoever lists the thread's runs later ([`recorded_runs`](crate::recorded_runs))
+    /// reads it on any replica. Default: none.
+    pub metadata: Option<Box<RawValue>>,
 }
 
 impl Default for RunOptions {
@@ -55,6 +60,7 @@ impl Default for RunOptions {
             stale_after: Duration::from_secs(600),
             owns_thread: false,
             run_id: None,
+            metadata: None,
         }
     }
 }
@@ -188,6 +194,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             interrupts: Vec::new(),
             decisions: BTreeMap::new(),
             reason: None,
+            metadata: None,
             graph_version: self.inner.version.clone(),
             created_at_ms: now_ms(),
         }
@@ -375,6 +382,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let next = Self::route(&self.inner.entry, &state)
             .map_err(|m| GraphError::Node { node: START.into(), source: NodeError::new("routing", m) })?;
         let mut rec = self.record(head.version + 1, &run_id, RecordKind::Input);
+        rec.metadata = opts.metadata.clone();
         rec.updates.push(value);
         rec.next = (next != END).then(|| next.clone());
         self.write(thread, &rec).await?;
@@ -477,6 +485,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let mut rec = self.record(head.version + 1, &run_id, RecordKind::Decision);
         rec.decisions = new;
         rec.next = Some(resume_at.clone());
+        rec.metadata = opts.metadata.clone();
         self.write(thread, &rec).await?;
         if !undecided.is_empty() {
             return Ok(ResumeResult::Waiting { undecided });
@@ -753,7 +762,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     async fn cancelled(&mut self) -> RunOutcome<S> {
         // A resumed run cancelled before its first checkpoint leaves the pause to be resumed.
         if self.resumed_from != Some(self.version) {
-            self.stop_whole("cancelled", StopCause::Died).await;
+            self.stop_whole(crate::checkpoint::CANCELLED, StopCause::Died).await;
         }
         self.emit(RunEvent::Cancelled).await;
         RunOutcome::Cancelled { state: Arc::clone(&self.state) }

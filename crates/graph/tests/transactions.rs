@@ -16,6 +16,7 @@ fn record(seq: u64) -> CheckpointRecord {
         interrupts: Vec::new(),
         decisions: Default::default(),
         reason: None,
+        metadata: None,
         graph_version: None,
         created_at_ms: 1,
     }

@@ -207,6 +207,7 @@ fn turn_request(
         tool_events: false,
         node_events: false,
         attachments: Vec::new(),
+        run_metadata: None,
     };
     Ok((who.principal, turn))
 }

@@ -623,6 +623,7 @@ fn turn_of(r: StreamRequest) -> NewTurn {
         tool_events: r.tool_events,
         node_events: false,
         attachments: r.attachments,
+        run_metadata: None,
     }
 }
 

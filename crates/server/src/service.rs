@@ -63,6 +63,10 @@ pub struct NewTurn {
     /// The person's uploads this turn attaches to the conversation (docs/service.md,
     /// "Documents in the conversation").
     pub attachments: Vec<String>,
+    /// What the door says of the run (LangGraph's: its assistant and `multitask_strategy`),
+    /// kept with its first checkpoint so the run lists as started on any replica, after a
+    /// restart too ([`ChatService::recorded_runs`]).
+    pub run_metadata: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl NewTurn {
@@ -514,8 +518,15 @@ impl ChatService {
 
     /// A run's options: it holds its conversation's lease, so a run found dead mid-way on the
     /// thread is closed rather than waited for.
-    fn run_options(&self, agent: &ServedAgent, cancel: &CancellationToken, run_id: &str) -> RunOptions {
+    fn run_options(
+        &self,
+        agent: &ServedAgent,
+        cancel: &CancellationToken,
+        run_id: &str,
+        metadata: Option<Box<serde_json::value::RawValue>>,
+    ) -> RunOptions {
         RunOptions {
+            metadata,
             recursion_limit: agent.settings.recursion_limit,
             cancel: cancel.clone(),
             owns_thread: true,
@@ -633,7 +644,11 @@ impl ChatService {
             context: turn_context(req, is_new),
             identity: turn_identity(who, req, conversation),
         };
-        let run = match agent.agent.start(&thread, input, self.run_options(agent, &cancel, &run_id)).await {
+        let run = match agent
+            .agent
+            .start(&thread, input, self.run_options(agent, &cancel, &run_id, req.run_metadata.clone()))
+            .await
+        {
             Ok(run) => run,
             Err(e) => {
                 self.release(conversation, &run_id).await;
@@ -948,13 +963,14 @@ impl ChatService {
             .collect();
         let thread = ConversationThread { tenant: lookup.tenant_id, conversation: conv }.thread_id();
         let cancel = self.0.shutdown.child_token();
-        let run = match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel, &claim.run_id)).await {
-            Ok(Resumed::Started(run)) => run,
-            Ok(Resumed::Waiting) | Err(_) => {
-                self.release(conv, &claim.run_id).await;
-                return Err(ChatError::conflict("these actions cannot be resumed now"));
-            }
-        };
+        let run =
+            match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel, &claim.run_id, None)).await {
+                Ok(Resumed::Started(run)) => run,
+                Ok(Resumed::Waiting) | Err(_) => {
+                    self.release(conv, &claim.run_id).await;
+                    return Err(ChatError::conflict("these actions cannot be resumed now"));
+                }
+            };
         let owner = (lookup.tenant_id, lookup.user_id);
         let log = self.0.runs.create(&claim.run_id, owner, ConversationId(conv), &conversation.agent, cancel.clone());
         // Nobody streams a confirm's run: its outcome is the response. A streamed resume's
@@ -1088,6 +1104,29 @@ impl ChatService {
     pub async fn checkpoints(&self, who: &Principal, id: ConversationId) -> Result<Vec<CheckpointMeta>, ChatError> {
         let (agent, thread) = self.conversation_thread(who, id).await?;
         agent.agent.history(&thread).await.map_err(internal)
+    }
+
+    /// The runs `who`'s conversation `id` records in its checkpoints, oldest first, with the
+    /// conversation's agent: what every replica can tell of its runs, however long ago they
+    /// ran (a replica's own logs keep only its runs of the last few minutes).
+    ///
+    /// # Errors
+    /// As [`ChatService::checkpoints`].
+    pub async fn recorded_runs(
+        &self,
+        who: &Principal,
+        id: ConversationId,
+    ) -> Result<(String, Vec<toolgraph_graph::RecordedRun>), ChatError> {
+        let (tenant, user) = who.ids();
+        let conv = self.0.store.conversation(tenant, user, id.0).await?.ok_or(ChatError::NotFound)?;
+        let agent = self
+            .0
+            .agents
+            .get(&conv.agent)
+            .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conv.agent)))?;
+        let thread = ConversationThread { tenant, conversation: id.0 }.thread_id();
+        let records = agent.agent.checkpointer().load(&thread, None).await.map_err(internal)?;
+        Ok((conv.agent, toolgraph_graph::recorded_runs(&records)))
     }
 
     /// [`ChatService::checkpoints`] from checkpoint `from` on: the last few, without reading

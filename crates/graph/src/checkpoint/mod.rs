@@ -12,10 +12,13 @@
 
 mod memory;
 mod postgres;
+mod runs;
 mod sqlite;
 
 pub use memory::MemoryCheckpointer;
 pub use postgres::PostgresCheckpointer;
+pub(crate) use runs::CANCELLED;
+pub use runs::{RecordedRun, RunEnd, recorded_runs};
 pub use sqlite::{EncodedRecord, SqliteCheckpointer};
 
 /// The checkpoint tables' migrations on SQLite.
@@ -129,6 +132,10 @@ pub struct CheckpointRecord {
     /// Why the run stopped (for [`RecordKind::Stop`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the caller said of the run ([`RunOptions::metadata`](crate::RunOptions::metadata)),
+    /// on the record that started it, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Box<RawValue>>,
     /// The version of the graph that wrote it ([`StateGraph::set_version`](crate::StateGraph::set_version)),
     /// when the graph has one: a paused run is resumed by the version that paused it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

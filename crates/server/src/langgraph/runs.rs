@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use toolgraph_conversations::Thread;
-use toolgraph_graph::Decision;
+use toolgraph_graph::{Decision, RecordedRun, RunEnd};
 use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
 
 /// The stream modes served; others are refused by name.
@@ -657,9 +657,10 @@ pub(crate) async fn cancel(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `GET /threads/{thread_id}/runs/{run_id}`: the run as LangGraph's `Run`, while this process
-/// keeps its log (`status`: running, then success, interrupted — paused for a decision, or
-/// cancelled — or error).
+/// `GET /threads/{thread_id}/runs/{run_id}`: the run as LangGraph's `Run` (`status`: running,
+/// then success, interrupted — paused for a decision, or cancelled — or error), on any replica
+/// and however long ago it ran: this replica's log of it while it keeps one, else what the
+/// thread's checkpoints record of it.
 #[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}", tag = LANGGRAPH, params(("thread_id" = String, Path, description = "The thread."), ("run_id" = String, Path, description = "The run.")),
     responses((status = 200, description = "The run.", body = Run), Refusals))]
 pub(crate) async fn get(
@@ -669,38 +670,112 @@ pub(crate) async fn get(
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
-    let log = app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal).ok_or_else(gone)?;
-    if thread.conversation != Some(log.conversation.0) {
+    let log = app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal);
+    if log.as_ref().is_some_and(|log| thread.conversation != Some(log.conversation.0)) {
         return Err(gone());
     }
-    // Only the newest ended run can be the one the thread's pause waits on.
-    let newest_ended = app.chat().runs_of(&who.principal, log.conversation).into_iter().find(|l| l.outcome().0);
-    let paused = newest_ended.is_some_and(|l| std::sync::Arc::ptr_eq(&l, &log))
-        && !now(app.chat(), &who, &thread).await?.awaiting.is_empty();
-    Ok(axum::Json(run_shape(&thread, &log, paused)).into_response())
+    let recorded = recorded(&app, &who, &thread).await?;
+    let found = recorded.runs.iter().find(|r| r.run_id == run_id);
+    match (log, found) {
+        (Some(log), found) => Ok(axum::Json(run_shape(&thread, &log, found)).into_response()),
+        (None, Some(run)) => Ok(axum::Json(recorded.shape(&thread, run)).into_response()),
+        (None, None) => Err(gone()),
+    }
 }
 
-/// A run as LangGraph's `Run`; `paused`: it is the run the thread's pause is waiting on.
-fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, paused: bool) -> Value {
+/// A run as LangGraph's `Run`, from this replica's log of it; `recorded`: what the thread's
+/// checkpoints say of it, which tells whether the thread's pause is still this run's.
+fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, recorded: Option<&RecordedRun>) -> Value {
     let status = match log.outcome() {
         (false, _) => "running",
         // Stopped by a client's cancel (`action=interrupt`), as LangGraph names it.
         (true, true) if log.cancelled() => "interrupted",
         (true, true) => "error",
-        (true, _) if paused => "interrupted",
+        (true, _) if recorded.is_some_and(|r| r.end == RunEnd::Paused { waiting: true }) => "interrupted",
         (true, _) => "success",
     };
-    let at = super::threads::rfc3339(log.created_ms);
+    shape_of(thread, log.run_id(), &log.agent, status, log.multitask(), log.created_ms, log.created_ms)
+}
+
+/// LangGraph's `Run` of these fields.
+fn shape_of(
+    thread: &Thread,
+    run_id: &str,
+    assistant: &str,
+    status: &str,
+    multitask: &str,
+    created_ms: i64,
+    updated_ms: i64,
+) -> Value {
     json!({
-        "run_id": log.run_id(),
+        "run_id": run_id,
         "thread_id": thread.id,
-        "assistant_id": &*log.agent,
+        "assistant_id": assistant,
         "status": status,
         "metadata": {},
-        "multitask_strategy": log.multitask(),
-        "created_at": at,
-        "updated_at": at,
+        "multitask_strategy": multitask,
+        "created_at": super::threads::rfc3339(created_ms),
+        "updated_at": super::threads::rfc3339(updated_ms),
     })
+}
+
+/// What a run started on this door writes of itself in its first checkpoint (see [`start`]),
+/// read back on any replica.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RunMetadata {
+    assistant_id: Option<String>,
+    multitask_strategy: Option<String>,
+    thread_id: Option<String>,
+}
+
+impl RunMetadata {
+    fn of(run: &RecordedRun) -> Self {
+        run.metadata.as_ref().and_then(|m| serde_json::from_str(m.get()).ok()).unwrap_or_default()
+    }
+}
+
+/// The runs a thread's checkpoints record (those of its conversation's that are the thread's
+/// own), with the conversation's agent.
+struct RecordedRuns {
+    agent: String,
+    runs: Vec<RecordedRun>,
+}
+
+impl RecordedRuns {
+    /// `run` as LangGraph's `Run`.
+    fn shape(&self, thread: &Thread, run: &RecordedRun) -> Value {
+        let status = match &run.end {
+            RunEnd::Running => "running",
+            RunEnd::Finished | RunEnd::Paused { waiting: false } => "success",
+            RunEnd::Paused { waiting: true } | RunEnd::Cancelled => "interrupted",
+            RunEnd::Failed(_) => "error",
+        };
+        let said = RunMetadata::of(run);
+        let assistant = said.assistant_id.as_deref().unwrap_or(&self.agent);
+        let multitask = said.multitask_strategy.as_deref().unwrap_or(Multitask::Reject.name());
+        shape_of(thread, &run.run_id, assistant, status, multitask, run.started_at_ms, run.updated_at_ms)
+    }
+}
+
+/// What `thread`'s checkpoints record of its runs, oldest first. A copy of another thread holds
+/// that thread's checkpoints: the runs that name another thread, or that name none (a resume)
+/// and began before this thread was made, are not this thread's.
+async fn recorded(app: &AppState, who: &Asking, thread: &Thread) -> Result<RecordedRuns, ApiError> {
+    let Some(conversation) = thread.conversation else {
+        return Ok(RecordedRuns { agent: String::new(), runs: Vec::new() });
+    };
+    let (agent, mut runs) = match app.chat().recorded_runs(&who.principal, ConversationId(conversation)).await {
+        Ok(found) => found,
+        // Deleted on the academy routes: the thread's runs went with it.
+        Err(ChatError::NotFound) => (String::new(), Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    runs.retain(|run| match RunMetadata::of(run).thread_id {
+        Some(named) => named == thread.id,
+        None => run.started_at_ms >= thread.created_at_ms,
+    });
+    Ok(RecordedRuns { agent, runs })
 }
 
 /// `POST /threads/{thread_id}/runs`: a run started in the background — answered at once with
@@ -732,7 +807,7 @@ async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) 
                     if run.stream_subgraphs {
                         resumed.log.set_subgraphs();
                     }
-                    let mut response = axum::Json(run_shape(&thread, &resumed.log, false)).into_response();
+                    let mut response = axum::Json(run_shape(&thread, &resumed.log, None)).into_response();
                     created_at(&mut response, &thread.id, resumed.log.run_id());
                     Ok(response)
                 }
@@ -754,7 +829,7 @@ async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) 
     // Only a stateless run's own thread goes when it ends.
     let ephemeral = id.is_none() && run.ephemeral();
     let (run_id, log) = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
-    let mut response = axum::Json(run_shape(&thread, &log, false)).into_response();
+    let mut response = axum::Json(run_shape(&thread, &log, None)).into_response();
     created_at(&mut response, &thread.id, &run_id);
     if ephemeral {
         let chat = app.chat().clone();
@@ -792,12 +867,12 @@ pub(crate) async fn create_stateless(
 /// (deleted with its conversation by nobody: a run that long is stuck).
 const STATELESS_WATCH: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-/// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: the thread's runs this replica keeps
-/// (running, or ended within the last five minutes), newest first.
+/// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: the thread's runs, newest first, on
+/// any replica: as [`get`] shows each.
 #[utoipa::path(get, path = "/threads/{thread_id}/runs", tag = LANGGRAPH,
     params(("thread_id" = String, Path, description = "The thread."), ("limit" = Option<u32>, Query, description = "1 to 1000 (10)."), ("offset" = Option<u32>, Query),
         ("status" = Option<String>, Query, description = "pending, running, error, success, timeout or interrupted.")),
-    responses((status = 200, description = "The thread's runs this replica keeps, newest first.", body = Vec<Run>), Refusals))]
+    responses((status = 200, description = "The thread's runs, newest first.", body = Vec<Run>), Refusals))]
 pub(crate) async fn list(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -824,14 +899,24 @@ pub(crate) async fn list(
         }
     }
     let Some(conversation) = thread.conversation else { return Ok(axum::Json(Vec::<Value>::new()).into_response()) };
+    // This replica's logs say most of the runs it ran lately; the checkpoints say the rest.
     let logs = app.chat().runs_of(&who.principal, ConversationId(conversation));
-    // Only the newest ended run can be the one the thread's pause waits on.
-    let waits = !now(app.chat(), &who, &thread).await?.awaiting.is_empty();
-    let newest_ended = logs.iter().position(|l| l.outcome().0);
-    let runs: Vec<Value> = logs
-        .iter()
-        .enumerate()
-        .map(|(i, log)| run_shape(&thread, log, waits && newest_ended == Some(i)))
+    let recorded = recorded(&app, &who, &thread).await?;
+    let find = |run: &str| recorded.runs.iter().find(|r| r.run_id == run);
+    let mut found: Vec<(i64, Value)> =
+        logs.iter().map(|log| (log.created_ms, run_shape(&thread, log, find(log.run_id())))).collect();
+    found.extend(
+        recorded
+            .runs
+            .iter()
+            .filter(|run| !logs.iter().any(|log| log.run_id() == run.run_id))
+            .map(|run| (run.started_at_ms, recorded.shape(&thread, run))),
+    );
+    // Newest first; runs of one thread go one at a time, so their starts order them.
+    found.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    let runs: Vec<Value> = found
+        .into_iter()
+        .map(|(_, run)| run)
         .filter(|r| status.as_deref().is_none_or(|s| r["status"] == s))
         .skip(offset)
         .take(limit)
@@ -875,6 +960,25 @@ pub(crate) async fn wait(
     waited(app, who, thread, run, false).await
 }
 
+/// Waits for the end of `log`'s run: 502 with what went wrong when it failed (a stateless
+/// run's thread, `ephemeral`, is deleted first).
+async fn ended_well(
+    app: &AppState,
+    who: &Asking,
+    thread: &Thread,
+    log: &std::sync::Arc<crate::runlog::RunLog>,
+    ephemeral: bool,
+) -> Result<(), ApiError> {
+    let mut frames = std::pin::pin!(std::sync::Arc::clone(log).typed_frames());
+    while let Some(frame) = frames.next().await {
+        if let Frame::Error { message } = frame {
+            finished(app.chat(), who, thread, false, ephemeral).await;
+            return Err(ApiError::new(StatusCode::BAD_GATEWAY, message));
+        }
+    }
+    Ok(())
+}
+
 /// A run on `thread`, answered with its final values; its thread deleted after when `ephemeral`.
 async fn waited(
     app: AppState,
@@ -885,17 +989,21 @@ async fn waited(
 ) -> Result<Response, ApiError> {
     match asked(&run)? {
         Asked::Resume(resume) => {
-            resume_thread(&app, &who, &thread, &resume, Resumption::Awaited).await?;
+            // Streamed into its log as any run is (node frames too when its modes need them),
+            // so the resumed run can be joined and listed like the others; this request waits.
+            let how = Resumption::Streamed { node_events: run.modes()?.node_events() };
+            if let Resuming::Started(resumed) = resume_thread(&app, &who, &thread, &resume, how).await? {
+                if run.stream_subgraphs {
+                    resumed.log.set_subgraphs();
+                }
+                ended_well(&app, &who, &thread, &resumed.log, ephemeral).await?;
+            }
+            // Otherwise the decisions were recorded, or applied already: the values say where
+            // the thread stands.
         }
         Asked::Message(message) => {
             let (_, log) = begin(&app, &who, &mut thread, &mut run, message, ephemeral).await?;
-            let mut frames = std::pin::pin!(log.typed_frames());
-            while let Some(frame) = frames.next().await {
-                if let Frame::Error { message } = frame {
-                    finished(app.chat(), &who, &thread, false, ephemeral).await;
-                    return Err(ApiError::new(StatusCode::BAD_GATEWAY, message));
-                }
-            }
+            ended_well(&app, &who, &thread, &log, ephemeral).await?;
         }
     }
     let after = now(app.chat(), &who, &thread).await?;
@@ -1027,6 +1135,14 @@ async fn start(
         tool_events: true,
         node_events,
         attachments: Vec::new(),
+        // What `runs.get` and `runs.list` answer for the run on a replica that does not keep
+        // its log (another one's, or one from before a restart).
+        run_metadata: serde_json::value::to_raw_value(&json!({
+            "assistant_id": assistant,
+            "multitask_strategy": strategy.name(),
+            "thread_id": thread.id,
+        }))
+        .ok(),
     };
     turn.validate()?;
     let (run_id, log) = start_when_free(app, &who.principal, &turn, strategy).await?;
