@@ -520,13 +520,21 @@ async fn langgraphs_sdk_runs_in_the_background_and_says_what_a_second_run_does_w
 /// A thread's runs as its checkpoints record them: listed and read after the server restarted
 /// (no replica keeps their logs then) with the status, assistant and `multitask_strategy` each
 /// had — a pause `interrupted` until a resume, which lists as a run of its own (and, resumed by
-/// `runs.wait`, is joined like any run) — while a copy of the thread lists none of the
-/// original's runs.
+/// `runs.wait`, is joined like any run), a run stopped by the recursion limit `error` before and
+/// after — while a copy of the thread lists none of the original's runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
     let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
     model.set_responder(|request| {
         let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        // A model that never stops calling a tool: its run ends at the recursion limit.
+        if messages.iter().any(|m| m["content"] == "calcula sin parar") {
+            return Reply::tool_calls(&[(
+                &format!("c{}", messages.len()),
+                "calculator",
+                json!({ "expression": "1+1" }),
+            )]);
+        }
         match messages.last() {
             Some(m) if m["role"] == "tool" => Reply::text("Apuntado."),
             Some(m) if m["content"] == "apunta el examen" => {
@@ -572,6 +580,17 @@ async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
         before.as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_owned()).collect();
     assert_eq!(ids.len(), 2, "{before}");
 
+    // A run stopped by the recursion limit: `error` here (its log ends on the fallback reply)
+    // as on any replica that reads its records.
+    let (_, looping) = call(post.clone(), format!("{base}/threads"), Some(json!({}))).await;
+    let looping = looping["thread_id"].as_str().unwrap().to_owned();
+    let (status, _) =
+        call(post.clone(), format!("{base}/threads/{looping}/runs/wait"), Some(say("calcula sin parar", "reject")))
+            .await;
+    assert_eq!(status, 200);
+    let (_, stopped) = call(get.clone(), format!("{base}/threads/{looping}/runs"), None).await;
+    assert_eq!(stopped[0]["status"], "error", "{stopped}");
+
     let (mut serve2, base2, dir) = restarted(&mut serve, dir, &model).await;
     let runs_of =
         |base: &str, thread: &str, query: &str| call(get.clone(), format!("{base}/threads/{thread}/runs{query}"), None);
@@ -603,6 +622,8 @@ async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
     assert_eq!(seen(&succeeded), [run(&ids[1], "success", "enqueue")]);
     let (_, limited) = runs_of(&base2, &thread, "?limit=1&offset=1").await;
     assert_eq!(seen(&limited), [run(&ids[1], "success", "enqueue")]);
+    let (_, stopped_after) = runs_of(&base2, &looping, "").await;
+    assert_eq!((&stopped_after[0]["run_id"], &stopped_after[0]["status"]), (&stopped[0]["run_id"], &json!("error")));
     // The copy holds the original's checkpoints, not its runs; another thread knows no run of this one's.
     let (status, copied) = runs_of(&base2, &copy, "").await;
     assert_eq!((status, copied.clone()), (200, json!([])), "{copied}");

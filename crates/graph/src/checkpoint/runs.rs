@@ -59,6 +59,8 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
     // The pause the thread is in, and which of its interrupts are decided.
     let mut pending: BTreeSet<&InterruptId> = BTreeSet::new();
     let mut decided: BTreeSet<&InterruptId> = BTreeSet::new();
+    // The id of the record before: decisions recorded without resuming are written under it.
+    let mut before: Option<&str> = None;
     for record in records {
         // Runs go one at a time: a run still running when another writes has stopped
         // writing for good (its process died, and the thread was closed or moved on).
@@ -69,6 +71,7 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
             last.end = RunEnd::Failed(None);
         }
         let own = runs.last_mut().filter(|r| r.run_id == record.run_id);
+        let follows = before.replace(record.run_id.as_str()) == Some(record.run_id.as_str());
         match record.kind {
             RecordKind::Input => {
                 pending.clear();
@@ -81,8 +84,9 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
                 match own {
                     // More decisions on its own pause (recorded, the run not continued).
                     Some(run) => run.updated_at_ms = record.created_at_ms,
-                    // The last decisions of the pause: this run resumes it.
-                    None if !pending.is_empty() && pending.iter().all(|p| decided.contains(p)) => {
+                    // The last decisions of the pause, under an id of its own: this run resumes
+                    // it (recorded only, they carry the id of the record before).
+                    None if !follows && !pending.is_empty() && pending.iter().all(|p| decided.contains(p)) => {
                         settle_pause(&mut runs);
                         runs.push(begun(record));
                     }
@@ -224,6 +228,13 @@ mod tests {
         assert_eq!(ends(&more), [end("a", RunEnd::Paused { waiting: false }), end("b", RunEnd::Running)]);
         more.push(record(6, "b", RecordKind::Step, None));
         assert_eq!(ends(&more)[1], end("b", RunEnd::Finished));
+        // A partial resume under x, then the last decision recorded without resuming (under x,
+        // the id of the record before): still no run, the pause still waits.
+        let mut recorded_only = records[..2].to_vec();
+        recorded_only.extend([decided(3, "x", &["i1"]), decided(4, "x", &["i2"])]);
+        assert_eq!(ends(&recorded_only), [end("a", RunEnd::Paused { waiting: true })]);
+        recorded_only.push(decided(5, "c", &[]));
+        assert_eq!(ends(&recorded_only)[1], end("c", RunEnd::Running), "then resumed under an id of its own");
     }
 
     #[test]

@@ -670,11 +670,17 @@ pub(crate) async fn get(
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
     let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
-    let log = app.chat().run_log(&RunId::from(run_id.as_str()), &who.principal);
-    if log.as_ref().is_some_and(|log| thread.conversation != Some(log.conversation.0)) {
-        return Err(gone());
+    // A log of another conversation's run: another thread's, or one this thread moved away
+    // from (a fork from an earlier checkpoint), which its checkpoints still hold.
+    let log = app
+        .chat()
+        .run_log(&RunId::from(run_id.as_str()), &who.principal)
+        .filter(|log| thread.conversation == Some(log.conversation.0));
+    // A running log says all there is; an ended one, with the records of how the run ended.
+    if let Some(log) = log.as_ref().filter(|log| !log.outcome().0) {
+        return Ok(axum::Json(run_shape(&thread, log, None)).into_response());
     }
-    let recorded = recorded(&app, &who, &thread).await?;
+    let recorded = recorded(&app, &who, &thread, log.is_some()).await?;
     let found = recorded.runs.iter().find(|r| r.run_id == run_id);
     match (log, found) {
         (Some(log), found) => Ok(axum::Json(run_shape(&thread, &log, found)).into_response()),
@@ -686,12 +692,18 @@ pub(crate) async fn get(
 /// A run as LangGraph's `Run`, from this replica's log of it; `recorded`: what the thread's
 /// checkpoints say of it, which tells whether the thread's pause is still this run's.
 fn run_shape(thread: &Thread, log: &crate::runlog::RunLog, recorded: Option<&RecordedRun>) -> Value {
+    let ended = recorded.map(|r| &r.end);
     let status = match log.outcome() {
         (false, _) => "running",
+        // As the records say it on every other replica (and here once the log is gone): a
+        // cancelled run — by a client, or by a shutdown — and one stopped early (the
+        // recursion limit: its log ends on the fallback reply).
+        (true, _) if ended == Some(&RunEnd::Cancelled) => "interrupted",
+        (true, _) if matches!(ended, Some(RunEnd::Failed(_))) => "error",
         // Stopped by a client's cancel (`action=interrupt`), as LangGraph names it.
         (true, true) if log.cancelled() => "interrupted",
         (true, true) => "error",
-        (true, _) if recorded.is_some_and(|r| r.end == RunEnd::Paused { waiting: true }) => "interrupted",
+        (true, _) if ended == Some(&RunEnd::Paused { waiting: true }) => "interrupted",
         (true, _) => "success",
     };
     shape_of(thread, log.run_id(), &log.agent, status, log.multitask(), log.created_ms, log.created_ms)
@@ -760,15 +772,24 @@ impl RecordedRuns {
 
 /// What `thread`'s checkpoints record of its runs, oldest first. A copy of another thread holds
 /// that thread's checkpoints: the runs that name another thread, or that name none (a resume)
-/// and began before this thread was made, are not this thread's.
-async fn recorded(app: &AppState, who: &Asking, thread: &Thread) -> Result<RecordedRuns, ApiError> {
-    let Some(conversation) = thread.conversation else {
-        return Ok(RecordedRuns { agent: String::new(), runs: Vec::new() });
-    };
+/// and began before this thread was made, are not this thread's. When the records cannot be
+/// read, `logs_say_enough` (this replica's logs answer) makes that no error: none are read.
+async fn recorded(
+    app: &AppState,
+    who: &Asking,
+    thread: &Thread,
+    logs_say_enough: bool,
+) -> Result<RecordedRuns, ApiError> {
+    let none = || RecordedRuns { agent: String::new(), runs: Vec::new() };
+    let Some(conversation) = thread.conversation else { return Ok(none()) };
     let (agent, mut runs) = match app.chat().recorded_runs(&who.principal, ConversationId(conversation)).await {
         Ok(found) => found,
         // Deleted on the academy routes: the thread's runs went with it.
-        Err(ChatError::NotFound) => (String::new(), Vec::new()),
+        Err(ChatError::NotFound) => return Ok(none()),
+        Err(e) if logs_say_enough => {
+            tracing::warn!(thread = %thread.id, error = %e, "the thread's recorded runs cannot be read; answering from this replica's logs");
+            return Ok(none());
+        }
         Err(e) => return Err(e.into()),
     };
     runs.retain(|run| match RunMetadata::of(run).thread_id {
@@ -901,7 +922,7 @@ pub(crate) async fn list(
     let Some(conversation) = thread.conversation else { return Ok(axum::Json(Vec::<Value>::new()).into_response()) };
     // This replica's logs say most of the runs it ran lately; the checkpoints say the rest.
     let logs = app.chat().runs_of(&who.principal, ConversationId(conversation));
-    let recorded = recorded(&app, &who, &thread).await?;
+    let recorded = recorded(&app, &who, &thread, !logs.is_empty()).await?;
     let find = |run: &str| recorded.runs.iter().find(|r| r.run_id == run);
     let mut found: Vec<(i64, Value)> =
         logs.iter().map(|log| (log.created_ms, run_shape(&thread, log, find(log.run_id())))).collect();
@@ -997,6 +1018,8 @@ async fn waited(
                     resumed.log.set_subgraphs();
                 }
                 ended_well(&app, &who, &thread, &resumed.log, ephemeral).await?;
+                // Its reply saved, as a confirm's: the same decisions again answer with it.
+                let _ = resumed.outcome.await;
             }
             // Otherwise the decisions were recorded, or applied already: the values say where
             // the thread stands.
