@@ -191,8 +191,15 @@ impl Frame {
             return Err(FrameError::UnknownEvent { name: event.to_owned() });
         };
         let bad = |source| FrameError::Data { event, source };
-        let data: Value = serde_json::from_str(data).map_err(bad)?;
-        Tagged::deserialize(serde_json::json!({ "event": event, "data": data })).map_err(bad)
+        // Read as the adjacently tagged text `{"event": …, "data": …}`, the tag first, so serde
+        // reads the data straight into the variant (a run streams one frame per token: going
+        // through a `Value` cost more than the rest of the frame). `event` is one of `EVENTS`,
+        // which need no escaping; data that is not one JSON value leaves the text invalid.
+        let tagged = format!(r#"{{"event":"{event}","data":{data}}}"#);
+        let mut reader = serde_json::Deserializer::from_str(&tagged);
+        let frame = Tagged::deserialize(&mut reader).map_err(bad)?;
+        reader.end().map_err(bad)?;
+        Ok(frame)
     }
 }
 
@@ -310,7 +317,16 @@ mod tests {
 
     #[test]
     fn data_that_is_not_the_event_s_json_is_an_error() {
-        for (event, data) in [("token", "not json"), ("done", r#"{"conversationId":1}"#), ("error", "[]")] {
+        // Also text that would close the frame early and add to it: no frame of two data.
+        for (event, data) in [
+            ("token", "not json"),
+            ("token", ""),
+            ("token", r#"{"content":"a"}}"#),
+            ("token", r#"{"content":"a"},"data":{"content":"b"}"#),
+            ("token", r#"{"content":"a"},"event":"error""#),
+            ("done", r#"{"conversationId":1}"#),
+            ("error", "[]"),
+        ] {
             let err = Frame::parse(event, data).unwrap_err();
             assert!(matches!(err, FrameError::Data { event: e, .. } if e == event), "{event}: {err}");
         }

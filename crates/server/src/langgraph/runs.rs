@@ -1474,6 +1474,28 @@ fn ai_chunk(content: &str, id: &str, calls: Vec<Value>, pieces: Vec<Value>) -> V
             "usage_metadata": null, "chunk_position": null })
 }
 
+/// A text chunk of the model's reply as [`ai_chunk`] writes it — the same fields, in the same
+/// (sorted) order — written straight as JSON: a streamed reply has one per token, and building
+/// each as a `Value` first cost more than the rest of its event.
+fn text_chunk(content: &str, id: &str) -> String {
+    let mut out = Vec::with_capacity(content.len() + id.len() + 240);
+    out.extend_from_slice(br#"{"additional_kwargs":{},"chunk_position":null,"content":"#);
+    json_string(&mut out, content);
+    out.extend_from_slice(br#","id":"#);
+    json_string(&mut out, id);
+    out.extend_from_slice(
+        br#","invalid_tool_calls":[],"name":null,"response_metadata":{},"tool_call_chunks":[],"tool_calls":[],"type":"AIMessageChunk","usage_metadata":null}"#,
+    );
+    // JSON text written from `&str`s is UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends `text` as a JSON string.
+fn json_string(out: &mut Vec<u8>, text: &str) {
+    // Writing a string into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(out, text);
+}
+
 /// What one frame becomes.
 enum Step {
     Events(Vec<Event>),
@@ -1634,7 +1656,8 @@ impl Writer {
 
     /// A `messages` event: `message` from `node`, with its metadata — the same for every event
     /// of one task, so written out once per task rather than for each token.
-    fn message_event(&mut self, message: &Value, node: &str) -> Event {
+    /// The `messages` event of `message` (its JSON) streamed by `node`: `[message, metadata]`.
+    fn message_event(&mut self, message: &str, node: &str) -> Event {
         let from = match &self.task {
             Some((_, from)) => Some(*from),
             None if self.modes.subgraphs => self.starts.get(node).copied(),
@@ -1667,11 +1690,18 @@ impl Writer {
                 text: meta.to_string(),
             });
         }
-        match &self.meta {
-            Some(m) => Event::default().event(&m.event).data(format!("[{message},{}]", m.text)),
+        let (event, meta) = match &self.meta {
+            Some(m) => (m.event.as_str(), m.text.as_str()),
             // Set just above.
-            None => Event::default().event("messages").data(format!("[{message},{{}}]")),
-        }
+            None => ("messages", "{}"),
+        };
+        let mut data = String::with_capacity(message.len() + meta.len() + 3);
+        data.push('[');
+        data.push_str(message);
+        data.push(',');
+        data.push_str(meta);
+        data.push(']');
+        Event::default().event(event).data(data)
     }
 
     /// Whether checkpoint `seq` is the last one read.
@@ -1785,8 +1815,7 @@ impl Writer {
                         Some((name, _)) => name.clone(),
                         None => self.current("agent").to_owned(),
                     };
-                    let chunk = ai_chunk(&content, &id, Vec::new(), Vec::new());
-                    out.push(self.message_event(&chunk, &node));
+                    out.push(self.message_event(&text_chunk(&content, &id), &node));
                 }
             }
             Frame::ToolCall { call_id, name, arguments } => {
@@ -1822,7 +1851,7 @@ impl Writer {
                         json!({ "name": name, "args": arguments.to_string(), "id": call_id, "index": 0, "type": "tool_call_chunk" }),
                     ];
                     let chunk = ai_chunk("", &id, vec![call], pieces);
-                    out.push(self.message_event(&chunk, &node));
+                    out.push(self.message_event(&chunk.to_string(), &node));
                 }
                 self.message += 1;
             }
@@ -1856,7 +1885,7 @@ impl Writer {
                     }
                 }
                 if self.modes.messages {
-                    out.push(self.message_event(&tool, &node));
+                    out.push(self.message_event(&tool.to_string(), &node));
                 }
             }
             Frame::NodeStarted { node, step, from } => {
@@ -1926,6 +1955,18 @@ mod tests {
     fn refused(asked: Value) -> String {
         let Err(e) = modes(Some(&asked)) else { panic!("{asked} was taken") };
         e.message
+    }
+
+    #[test]
+    fn a_text_chunk_is_written_as_ai_chunk_writes_it() {
+        for content in ["Hola", "", "dice \"sí\"\n\ty \\ más", "😀 ünïcode \u{1}", "</script>"] {
+            let id = "run-7c0e-1";
+            assert_eq!(
+                text_chunk(content, id),
+                ai_chunk(content, id, Vec::new(), Vec::new()).to_string(),
+                "{content:?}"
+            );
+        }
     }
 
     #[test]
