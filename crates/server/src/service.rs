@@ -1117,16 +1117,9 @@ impl ChatService {
         who: &Principal,
         id: ConversationId,
     ) -> Result<(String, Vec<toolgraph_graph::RecordedRun>), ChatError> {
-        let (tenant, user) = who.ids();
-        let conv = self.0.store.conversation(tenant, user, id.0).await?.ok_or(ChatError::NotFound)?;
-        let agent = self
-            .0
-            .agents
-            .get(&conv.agent)
-            .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conv.agent)))?;
-        let thread = ConversationThread { tenant, conversation: id.0 }.thread_id();
+        let (name, agent, thread) = self.named_thread_of(who.ids(), id.0).await?;
         let records = agent.agent.checkpointer().load(&thread, None).await.map_err(internal)?;
-        Ok((conv.agent, toolgraph_graph::recorded_runs(&records)))
+        Ok((name.to_owned(), toolgraph_graph::recorded_runs(&records)))
     }
 
     /// [`ChatService::checkpoints`] from checkpoint `from` on: the last few, without reading
@@ -1340,13 +1333,22 @@ impl ChatService {
         (tenant, user): (i64, i64),
         id: i64,
     ) -> Result<(&ServedAgent, toolgraph_graph::ThreadId), ChatError> {
+        self.named_thread_of((tenant, user), id).await.map(|(_, agent, thread)| (agent, thread))
+    }
+
+    /// [`ChatService::thread_of`], with the agent's name.
+    async fn named_thread_of(
+        &self,
+        (tenant, user): (i64, i64),
+        id: i64,
+    ) -> Result<(&str, &ServedAgent, toolgraph_graph::ThreadId), ChatError> {
         let conv = self.0.store.conversation(tenant, user, id).await?.ok_or(ChatError::NotFound)?;
-        let agent = self
+        let (name, agent) = self
             .0
             .agents
-            .get(&conv.agent)
+            .get_key_value(&conv.agent)
             .ok_or_else(|| ChatError::Internal(format!("agent '{}' is gone", conv.agent)))?;
-        Ok((agent, ConversationThread { tenant, conversation: id }.thread_id()))
+        Ok((name, agent, ConversationThread { tenant, conversation: id }.thread_id()))
     }
 
     /// Whether the conversation store keeps LangGraph's threads (a backend's does not).

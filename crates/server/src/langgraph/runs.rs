@@ -681,9 +681,9 @@ pub(crate) async fn get(
         return Ok(axum::Json(run_shape(&thread, log, None)).into_response());
     }
     let recorded = recorded(&app, &who, &thread, log.is_some()).await?;
-    let found = recorded.runs.iter().find(|r| r.run_id == run_id);
+    let found = recorded.find(&run_id);
     match (log, found) {
-        (Some(log), found) => Ok(axum::Json(run_shape(&thread, &log, found)).into_response()),
+        (Some(log), found) => Ok(axum::Json(run_shape(&thread, &log, found.map(|(run, _)| run))).into_response()),
         (None, Some(run)) => Ok(axum::Json(recorded.shape(&thread, run)).into_response()),
         (None, None) => Err(gone()),
     }
@@ -748,22 +748,26 @@ impl RunMetadata {
 }
 
 /// The runs a thread's checkpoints record (those of its conversation's that are the thread's
-/// own), with the conversation's agent.
+/// own), each with what it said of itself, and the conversation's agent.
 struct RecordedRuns {
     agent: String,
-    runs: Vec<RecordedRun>,
+    runs: Vec<(RecordedRun, RunMetadata)>,
 }
 
 impl RecordedRuns {
+    /// The run `run_id`, if the records hold it.
+    fn find(&self, run_id: &str) -> Option<&(RecordedRun, RunMetadata)> {
+        self.runs.iter().find(|(run, _)| run.run_id == run_id)
+    }
+
     /// `run` as LangGraph's `Run`.
-    fn shape(&self, thread: &Thread, run: &RecordedRun) -> Value {
+    fn shape(&self, thread: &Thread, (run, said): &(RecordedRun, RunMetadata)) -> Value {
         let status = match &run.end {
             RunEnd::Running => "running",
             RunEnd::Finished | RunEnd::Paused { waiting: false } => "success",
             RunEnd::Paused { waiting: true } | RunEnd::Cancelled => "interrupted",
             RunEnd::Failed(_) => "error",
         };
-        let said = RunMetadata::of(run);
         let assistant = said.assistant_id.as_deref().unwrap_or(&self.agent);
         let multitask = said.multitask_strategy.as_deref().unwrap_or(Multitask::Reject.name());
         shape_of(thread, &run.run_id, assistant, status, multitask, run.started_at_ms, run.updated_at_ms)
@@ -782,7 +786,7 @@ async fn recorded(
 ) -> Result<RecordedRuns, ApiError> {
     let none = || RecordedRuns { agent: String::new(), runs: Vec::new() };
     let Some(conversation) = thread.conversation else { return Ok(none()) };
-    let (agent, mut runs) = match app.chat().recorded_runs(&who.principal, ConversationId(conversation)).await {
+    let (agent, runs) = match app.chat().recorded_runs(&who.principal, ConversationId(conversation)).await {
         Ok(found) => found,
         // Deleted on the academy routes: the thread's runs went with it.
         Err(ChatError::NotFound) => return Ok(none()),
@@ -792,10 +796,17 @@ async fn recorded(
         }
         Err(e) => return Err(e.into()),
     };
-    runs.retain(|run| match RunMetadata::of(run).thread_id {
-        Some(named) => named == thread.id,
-        None => run.started_at_ms >= thread.created_at_ms,
-    });
+    let runs = runs
+        .into_iter()
+        .map(|run| {
+            let said = RunMetadata::of(&run);
+            (run, said)
+        })
+        .filter(|(run, said)| match &said.thread_id {
+            Some(named) => *named == thread.id,
+            None => run.started_at_ms >= thread.created_at_ms,
+        })
+        .collect();
     Ok(RecordedRuns { agent, runs })
 }
 
@@ -923,15 +934,16 @@ pub(crate) async fn list(
     // This replica's logs say most of the runs it ran lately; the checkpoints say the rest.
     let logs = app.chat().runs_of(&who.principal, ConversationId(conversation));
     let recorded = recorded(&app, &who, &thread, !logs.is_empty()).await?;
-    let find = |run: &str| recorded.runs.iter().find(|r| r.run_id == run);
-    let mut found: Vec<(i64, Value)> =
-        logs.iter().map(|log| (log.created_ms, run_shape(&thread, log, find(log.run_id())))).collect();
+    let mut found: Vec<(i64, Value)> = logs
+        .iter()
+        .map(|log| (log.created_ms, run_shape(&thread, log, recorded.find(log.run_id()).map(|(run, _)| run))))
+        .collect();
     found.extend(
         recorded
             .runs
             .iter()
-            .filter(|run| !logs.iter().any(|log| log.run_id() == run.run_id))
-            .map(|run| (run.started_at_ms, recorded.shape(&thread, run))),
+            .filter(|(run, _)| !logs.iter().any(|log| log.run_id() == run.run_id))
+            .map(|recorded_run| (recorded_run.0.started_at_ms, recorded.shape(&thread, recorded_run))),
     );
     // Newest first; runs of one thread go one at a time, so their starts order them.
     found.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
@@ -990,9 +1002,12 @@ async fn ended_well(
     log: &std::sync::Arc<crate::runlog::RunLog>,
     ephemeral: bool,
 ) -> Result<(), ApiError> {
-    let mut frames = std::pin::pin!(std::sync::Arc::clone(log).typed_frames());
+    let mut frames = std::pin::pin!(std::sync::Arc::clone(log).frames_after(0));
+    // Only the frame that ends the run is read: its tokens go by unparsed.
     while let Some(frame) = frames.next().await {
-        if let Frame::Error { message } = frame {
+        if toolgraph_protocol::is_terminal_event(&frame.event)
+            && let Ok(Frame::Error { message }) = Frame::parse(&frame.event, &frame.data)
+        {
             finished(app.chat(), who, thread, false, ephemeral).await;
             return Err(ApiError::new(StatusCode::BAD_GATEWAY, message));
         }
@@ -1654,9 +1669,8 @@ impl Writer {
         }
     }
 
-    /// A `messages` event: `message` from `node`, with its metadata — the same for every event
-    /// of one task, so written out once per task rather than for each token.
-    /// The `messages` event of `message` (its JSON) streamed by `node`: `[message, metadata]`.
+    /// A `messages` event: `message` (its JSON) from `node`, with its metadata — the same for
+    /// every event of one task, so written out once per task rather than for each token.
     fn message_event(&mut self, message: &str, node: &str) -> Event {
         let from = match &self.task {
             Some((_, from)) => Some(*from),
