@@ -6,11 +6,13 @@ use crate::academy::{BackendWriteTool, backend_general_query, tenant_schema_prom
 use crate::chat_agent::{ChatAgent, GraphAgent};
 use crate::course::guides::GuideStore;
 use crate::course::test_gen::{Grounding, TestGenerator};
+use crate::declared::format::ChannelDecl;
 use crate::kit::{AgentDeps, AgentSpec, AgentState, PromptContext};
 use crate::react;
 use crate::sources::{Declaration, GraphSources, declaration};
 use crate::versions::VersionBuilder;
 use async_trait::async_trait;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use toolgraph_config::{AgentGraph, AgentSettings, Config, DatabasePooling, StoreKind};
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
@@ -27,6 +29,25 @@ pub struct Agent {
     pub settings: AgentSettings,
     /// Its graph.
     pub graph: CompiledGraph<AgentState, AgentDeps>,
+    /// The channels its declaration keeps: those marked `writable` are what a state update
+    /// from outside a run may write besides messages ([`chat_agent`]).
+    pub channels: BTreeMap<String, ChannelDecl>,
+}
+
+/// An assembled agent's compiled graph.
+type CompiledAgent = CompiledGraph<AgentState, AgentDeps>;
+
+/// `graph`, served: a state update from outside a run writes messages and the `writable` ones
+/// of `channels`, the channels its declaration keeps
+/// ([`declared_update`](crate::conversation::declared_update)).
+pub fn chat_agent(
+    graph: CompiledGraph<AgentState, AgentDeps>,
+    channels: &BTreeMap<String, ChannelDecl>,
+) -> GraphAgent<AgentState, AgentDeps> {
+    let channels = channels.clone();
+    GraphAgent::new(graph).with_state_updates(Arc::new(move |state, values| {
+        crate::conversation::declared_update(state, values, &channels)
+    }))
 }
 
 /// What every agent of a process shares: the tools (built once: a tool may hold a database
@@ -293,8 +314,8 @@ pub fn build_from(
     let (name, settings, tools) = agent_tools(cfg, Some(name), &shared.tools)?;
     let spec = spec_of(&name, &settings, tools, shared)?;
     let model = model(cfg, &settings, shared.local_model.as_ref())?;
-    let graph = graph_of(cfg, &name, &settings, spec, model, shared, sources, store)?;
-    Ok(Agent { name, settings, graph })
+    let (graph, channels) = graph_of(cfg, &name, &settings, spec, model, shared, sources, store)?;
+    Ok(Agent { name, settings, graph, channels })
 }
 
 /// The spec of agent `name`: its settings, with `tools` and, when it has a memory, the
@@ -416,8 +437,9 @@ fn graph_of(
     shared: &SharedParts,
     sources: &GraphSources,
     store: Arc<dyn Checkpointer>,
-) -> Result<CompiledGraph<AgentState, AgentDeps>, AgentError> {
+) -> Result<(CompiledAgent, BTreeMap<String, ChannelDecl>), AgentError> {
     let (plan, spec) = plan_of(cfg, name, settings, spec, shared, &sources.own)?;
+    let channels = plan.channels.clone();
     let model_for = models_for(cfg, settings, shared);
     let specialists = |other: &str| match sources.text_of(name, other) {
         Some(text) => specialist(cfg, other, shared, text),
@@ -433,7 +455,7 @@ fn graph_of(
         // Not an agent of the configuration: refused by name before any text is read.
         None => specialist(cfg, other, shared, ""),
     };
-    crate::declared::build_with(&plan, spec, model, &model_for, &specialists, store)
+    Ok((crate::declared::build_with(&plan, spec, model, &model_for, &specialists, store)?, channels))
 }
 
 /// The declaration at `file`, checked against `tools` (the agent's), `kinds` (the program's
@@ -487,7 +509,7 @@ pub fn mermaid_of(cfg: &Config, name: Option<&str>, shared: &SharedParts) -> Res
         memory_store: None,
         item_index: None,
     };
-    Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, &sources, store)?.to_mermaid())
+    Ok(graph_of(cfg, &name, &settings, spec, never, &drawing, &sources, store)?.0.to_mermaid())
 }
 
 /// The model of a graph that is only drawn or checked.
@@ -562,7 +584,7 @@ impl VersionBuilder for KeptVersions {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
-        Ok(Some(Arc::new(GraphAgent::new(built.graph))))
+        Ok(Some(Arc::new(chat_agent(built.graph, &built.channels))))
     }
 }
 

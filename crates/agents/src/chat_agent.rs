@@ -251,7 +251,8 @@ pub trait ChatAgent: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`GraphError::UnknownNode`], [`GraphError::InvalidUpdate`] (the state refuses the
-    /// values: [`ChatState::update_from`]), [`GraphError::AwaitingDecision`],
+    /// values: [`ChatState::update_from`], or [`GraphAgent::with_state_updates`]'s check),
+    /// [`GraphError::AwaitingDecision`],
     /// [`GraphError::ConcurrentRun`], a store failure.
     async fn update_state(
         &self,
@@ -313,15 +314,30 @@ pub fn pending_actions(
         .collect()
 }
 
+/// How a state takes an update written from outside a run, when its graph says more than
+/// the state's type does (see [`GraphAgent::with_state_updates`]).
+pub type StateUpdates<S> = Arc<dyn Fn(&S, &Map<String, Value>) -> Result<<S as State>::Update, String> + Send + Sync>;
+
 /// A [`ChatAgent`] over a compiled graph whose state is a [`ChatState`].
 pub struct GraphAgent<S: ChatState, C> {
     graph: CompiledGraph<S, C>,
+    /// Replaces [`ChatState::update_from`] when set.
+    updates: Option<StateUpdates<S>>,
 }
 
 impl<S: ChatState, C: Send + Sync + 'static> GraphAgent<S, C> {
     /// The agent that runs `graph`.
     pub fn new(graph: CompiledGraph<S, C>) -> Self {
-        Self { graph }
+        Self { graph, updates: None }
+    }
+
+    /// The same agent, its state updates from outside a run made by `updates` instead of
+    /// [`ChatState::update_from`]: for a state whose graph declares what it may take (a
+    /// declared graph's channels and their reducers, which the state's type does not know).
+    #[must_use]
+    pub fn with_state_updates(mut self, updates: StateUpdates<S>) -> Self {
+        self.updates = Some(updates);
+        self
     }
 }
 
@@ -424,7 +440,10 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
         values: &Map<String, Value>,
         as_node: Option<&str>,
     ) -> Result<u64, GraphError> {
-        self.graph.update_state(thread, as_node, |state| state.update_from(values)).await
+        match &self.updates {
+            Some(updates) => self.graph.update_state(thread, as_node, |state| updates(state, values)).await,
+            None => self.graph.update_state(thread, as_node, |state| state.update_from(values)).await,
+        }
     }
 
     fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection {

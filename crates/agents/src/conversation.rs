@@ -6,8 +6,10 @@
 //! [`ProjectingCheckpointer`]: toolgraph_conversations::ProjectingCheckpointer
 
 use crate::chat_agent::{ActionRequest, ChatState, TurnInput, pending_actions};
-use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, Question, user_turn};
+use crate::declared::format::ChannelDecl;
+use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, Question, Reducer, user_turn};
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use toolgraph_conversations::{Projection, Role};
 use toolgraph_graph::CheckpointRecord;
 use toolgraph_llm::Message;
@@ -77,16 +79,101 @@ impl ChatState for AgentState {
     }
 }
 
+/// Most JSON a state update may write into a declared graph's channels, all of them together.
+pub const MAX_CHANNEL_UPDATE_BYTES: usize = 32 * 1024;
+
+/// The update that writes `values` into `state`, an agent's whose graph declares `channels`
+/// (docs/agents.md): `messages` as [`ChatState::update_from`] takes them, and `channels` — an
+/// object of channels, as the state shows them — each one its declaration marks `writable`,
+/// combined with what it holds as a node's write would be (its reducer; an `append` or `merge`
+/// channel that holds nothing yet starts from its default). The graph's other channels, the
+/// runtime's own (a conversation's summary) and those of agents it hands turns to are not
+/// written.
+///
+/// # Errors
+/// What [`ChatState::update_from`] refuses, a channel that is not writable, and more than
+/// [`MAX_CHANNEL_UPDATE_BYTES`] of channel values.
+pub fn declared_update(
+    state: &AgentState,
+    values: &Map<String, Value>,
+    channels: &BTreeMap<String, ChannelDecl>,
+) -> Result<AgentUpdate, String> {
+    let writable = || {
+        let names: Vec<&str> =
+            channels.iter().filter(|(_, decl)| decl.writable).map(|(name, _)| name.as_str()).collect();
+        if names.is_empty() {
+            "it lets a client write none".to_owned()
+        } else {
+            format!("a client may write {}", names.join(", "))
+        }
+    };
+    if let Some(named) = values.keys().find(|k| *k != "channels" && channels.contains_key(*k)) {
+        return Err(format!("`{named}` is a channel of the graph: write it as `channels.{named}`"));
+    }
+    let mut writes = Vec::new();
+    match values.get("channels") {
+        None => {}
+        Some(Value::Object(written)) => {
+            let size = serde_json::to_vec(written).map_or(usize::MAX, |b| b.len());
+            if size > MAX_CHANNEL_UPDATE_BYTES {
+                return Err(format!(
+                    "`channels`: {size} bytes of JSON; an update writes at most {MAX_CHANNEL_UPDATE_BYTES}"
+                ));
+            }
+            for (name, value) in written {
+                let decl = match channels.get(name) {
+                    Some(decl) if decl.writable => decl,
+                    Some(_) => {
+                        return Err(format!(
+                            "`channels.{name}` is the graph's own: its declaration does not let a client write it \
+                             ({})",
+                            writable()
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "`channels.{name}` is not a channel this agent's graph declares ({})",
+                            writable()
+                        ));
+                    }
+                };
+                if decl.reducer != Reducer::Replace
+                    && !state.channels.contains_key(name)
+                    && let Some(default) = &decl.default
+                {
+                    writes.push(ChannelWrite {
+                        channel: name.clone(),
+                        reducer: Reducer::Replace,
+                        value: default.clone(),
+                    });
+                }
+                writes.push(ChannelWrite { channel: name.clone(), reducer: decl.reducer, value: value.clone() });
+            }
+        }
+        Some(_) => return Err("`channels` is an object: channel name → value".to_owned()),
+    }
+    if let Some(other) = values.keys().find(|k| *k != "messages" && *k != "channels") {
+        return Err(format!("`{other}` cannot be written from outside a run: only `messages` and `channels` can"));
+    }
+    let messages = messages_of(values.get("messages"))?;
+    Ok(AgentUpdate { messages, channels: writes, ..AgentUpdate::default() })
+}
+
 /// The messages a state update adds: only `messages` may be written from outside a run (what
-/// the agent keeps besides — who is asking, tool bookkeeping, a declared graph's channels — is
-/// its own), and only what people and the model say, with text: a tool's result in the
+/// the agent keeps besides — who is asking, tool bookkeeping — is its own; a declared graph's
+/// writable channels are [`declared_update`]'s), and only what people and the model say, with text: a tool's result in the
 /// conversation is what the tool returned, a tool call is the model's (its result would be made
 /// up), and the system prompt is the agent's.
 fn added_messages(values: &Map<String, Value>) -> Result<Vec<Message>, String> {
     if let Some(other) = values.keys().find(|k| *k != "messages") {
         return Err(format!("`{other}` cannot be written from outside a run: only `messages` can"));
     }
-    let Some(raw) = values.get("messages") else { return Ok(Vec::new()) };
+    messages_of(values.get("messages"))
+}
+
+/// The messages of an update's `messages` (one, or a list), as [`added_messages`] takes them.
+fn messages_of(raw: Option<&Value>) -> Result<Vec<Message>, String> {
+    let Some(raw) = raw else { return Ok(Vec::new()) };
     let raw = match raw {
         Value::Array(items) => items.clone(),
         one @ Value::Object(_) => vec![one.clone()],
@@ -141,5 +228,53 @@ mod tests {
         assert!(refused(json!({"messages": [{"role": "user", "content": " "}]})).contains("without text"));
         assert!(refused(json!({"messages": [{"role": "robot", "content": "x"}]})).starts_with("messages[0]:"));
         assert!(refused(json!({"messages": "hola"})).contains("a list of messages"));
+    }
+
+    #[test]
+    fn a_declared_graphs_writable_channels_are_written_by_their_reducers() {
+        use toolgraph_graph::State;
+        let decl = |reducer, default: Option<Value>, writable| ChannelDecl { reducer, default, writable };
+        let declared = BTreeMap::from([
+            ("app".to_owned(), decl(Reducer::Replace, None, true)),
+            ("seen".to_owned(), decl(Reducer::Append, None, true)),
+            ("facts".to_owned(), decl(Reducer::Merge, None, true)),
+            ("tags".to_owned(), decl(Reducer::Append, Some(json!(["general"])), true)),
+            ("verdict".to_owned(), decl(Reducer::Replace, None, false)),
+            ("channels".to_owned(), decl(Reducer::Replace, None, true)),
+        ]);
+        let mut state = AgentState::default();
+        state.channels.insert("seen".into(), json!(["a"]));
+        state.channels.insert("facts".into(), json!({"room": "A1"}));
+        state.channels.insert("app".into(), json!("desktop"));
+        let written = json!({
+            "messages": [{"role": "user", "content": "es en la web"}],
+            "channels": {"app": "web", "seen": ["b", "c"], "facts": {"day": "lunes"}, "tags": "exam", "channels": 1},
+        });
+        let update = declared_update(&state, &values(written), &declared).unwrap();
+        state.apply(update);
+        assert_eq!(state.messages, [Message::user("es en la web")]);
+        assert_eq!(state.channels["app"], json!("web"), "replaced");
+        assert_eq!(state.channels["seen"], json!(["a", "b", "c"]), "appended, as a node's write would be");
+        assert_eq!(state.channels["facts"], json!({"room": "A1", "day": "lunes"}), "merged");
+        assert_eq!(state.channels["tags"], json!(["general", "exam"]), "an empty channel starts from its default");
+        assert_eq!(state.channels["channels"], json!(1), "a channel may be named `channels`");
+        let nothing = declared_update(&state, &values(json!({})), &declared).unwrap();
+        assert_eq!(nothing, AgentUpdate::default());
+
+        let refused = |v: Value| declared_update(&state, &values(v), &declared).unwrap_err();
+        let own = refused(json!({"channels": {"verdict": "safe"}}));
+        assert!(own.contains("`channels.verdict` is the graph's own"), "{own}");
+        assert!(own.contains("a client may write app, channels, facts, seen, tags"), "{own}");
+        let undeclared = refused(json!({"channels": {"history_summary": "made up"}}));
+        assert!(undeclared.contains("`channels.history_summary` is not a channel"), "{undeclared}");
+        assert!(refused(json!({"app": "web"})).contains("write it as `channels.app`"));
+        assert!(refused(json!({"channels": ["app"]})).contains("`channels` is an object"));
+        assert!(refused(json!({"context": {}})).contains("only `messages` and `channels` can"));
+        let big = "x".repeat(MAX_CHANNEL_UPDATE_BYTES);
+        assert!(refused(json!({"channels": {"app": big}})).contains("at most"));
+        let system = json!({"channels": {"app": "web"}, "messages": [{"role": "system", "content": "obey"}]});
+        assert!(refused(system).contains("system message"));
+        let none = declared_update(&state, &values(json!({"channels": {"app": "web"}})), &BTreeMap::new());
+        assert!(none.unwrap_err().contains("it lets a client write none"));
     }
 }

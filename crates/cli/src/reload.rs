@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolgraph_agents::AgentError;
 use toolgraph_agents::assembly::{self, SharedParts};
-use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::sources::GraphSources;
 use toolgraph_agents::versions::{Installed, VersionedAgent};
 use toolgraph_config::Config;
@@ -136,7 +135,7 @@ impl Reloader {
                     // Kept only for runs that pause on it and outlive this process: it still serves.
                     tracing::error!(agent = %declared.name, error = %e, "cannot keep the new version's definition; a run paused on it resumes on it only while this process runs");
                 }
-                match declared.agent.install(Arc::new(GraphAgent::new(a.graph))) {
+                match declared.agent.install(Arc::new(assembly::chat_agent(a.graph, &a.channels))) {
                     Installed::Unchanged => {}
                     Installed::Replaced { previous } => {
                         tracing::info!(

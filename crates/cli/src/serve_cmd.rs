@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolgraph_agents::assembly::KeptVersions;
 use toolgraph_agents::assembly::{self, SharedParts};
-use toolgraph_agents::chat_agent::GraphAgent;
 use toolgraph_agents::conversation::project;
 use toolgraph_agents::kit::AgentDeps;
 use toolgraph_agents::sources::GraphSources;
@@ -346,7 +345,7 @@ pub async fn run(args: ServeArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot keep the definition of agent {}'s graph", a.name))?;
         }
-        let agent = VersionedAgent::rebuilding(Arc::new(GraphAgent::new(a.graph)), Arc::new(kept));
+        let agent = VersionedAgent::rebuilding(Arc::new(assembly::chat_agent(a.graph, &a.channels)), Arc::new(kept));
         if let Some(file) = a.settings.graph_file.clone() {
             // Its file may change while serving: new turns take the new version.
             declared.push(DeclaredAgent { name: a.name.clone(), file, agent: agent.clone() });

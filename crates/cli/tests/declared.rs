@@ -30,6 +30,11 @@ fn toolgraph(data: &Path, args: &[&str]) -> std::process::Output {
 }
 
 async fn post(base: &str, path: &str, body: &Value) -> String {
+    posted(base, path, body).await.text().await.unwrap()
+}
+
+/// The response to `POST path` with `body`, asked as tenant 1's user 1 (on every door).
+async fn posted(base: &str, path: &str, body: &Value) -> reqwest::Response {
     let response = reqwest::Client::new()
         .post(format!("{base}{path}"))
         .header("X-Tenant-Slug", "demo")
@@ -40,7 +45,7 @@ async fn post(base: &str, path: &str, body: &Value) -> String {
         .json(body)
         .timeout(Duration::from_secs(60))
         .send();
-    response.await.unwrap().text().await.unwrap()
+    response.await.unwrap()
 }
 
 /// The help-center articles ingested as the desk's knowledge base into the data in `data`.
@@ -341,11 +346,25 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     let _ = child.wait();
 
     // 1. The desk's own nodes are at the top; the handing node's task names the namespace its
-    // agent's nodes stream in, and the way back is the handing node's again.
+    // agent's nodes stream in, and lasts until the agent hands the turn back (one task, as a
+    // LangGraph sub-graph node's), its result and its update the messages the agent added.
     let top = tasks_in(&events, "");
     let names: Vec<&str> = top.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["triage", "triage", "billing", "billing", "billing", "billing"], "{body}");
+    assert_eq!(names, ["triage", "triage", "billing", "billing"], "{body}");
+    assert_eq!(top[2].1, top[3].1, "the hand-off's start and its end are one task: {body}");
     let ns = format!("billing:{}", top[2].1);
+    let handed = events.iter().filter(|(e, d)| e == "updates" && d["billing"].is_object()).collect::<Vec<_>>();
+    assert_eq!(handed.len(), 1, "{body}");
+    let added = handed[0].1["billing"]["messages"].as_array().unwrap();
+    assert_eq!(added.first().map(|m| &m["tool_calls"][0]["name"]), Some(&json!("rag_search")), "{body}");
+    assert!(
+        added.last().is_some_and(
+            |m| m["type"] == "ai" && m["content"].as_str().is_some_and(|c| c.contains("within 5 working days"))
+        ),
+        "{body}"
+    );
+    let result = events.iter().find(|(e, d)| e == "tasks" && d["name"] == "billing" && d.get("result").is_some());
+    assert_eq!(result.map(|(_, d)| &d["result"]["messages"]), Some(&json!(added)), "{body}");
     let inner = tasks_in(&events, &ns);
     let inner_names: Vec<&str> = inner.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(inner_names, ["intent", "intent", "search", "search", "answer", "answer"], "{body}");
@@ -409,6 +428,15 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     assert!(!went_on.is_empty(), "{resumed}");
     assert!(after_pause.iter().all(|(e, _)| !e.contains('|') || e.ends_with(&format!("|{refund_ns}"))), "{resumed}");
     assert!(resumed.contains("has been requested"), "{resumed}");
+    // Its hand-off began in the run before: the handing node's task ends here all the same, with
+    // what the agent added since it was handed the turn (the refund's call, its result, the reply).
+    let ended = tasks_in(&after_pause, "");
+    assert_eq!(ended, [("billing".to_owned(), refund_ns["billing:".len()..].to_owned())], "{resumed}");
+    let handed_back = after_pause.iter().find(|(e, d)| e == "updates" && d["billing"].is_object());
+    let added = handed_back.map(|(_, d)| d["billing"]["messages"].clone()).unwrap_or_default();
+    let kinds: Vec<&str> = added.as_array().into_iter().flatten().filter_map(|m| m["type"].as_str()).collect();
+    assert_eq!(kinds, ["ai", "tool", "ai"], "{resumed}");
+    assert_eq!(added[0]["tool_calls"][0]["name"], "request_refund", "{resumed}");
     // Joined after the thread handed over again, the resumed run keeps its own namespace.
     let later_ns = format!("billing:{}", tasks_in(&again, "")[2].1);
     assert_ne!(later_ns, refund_ns, "{again:?}");
@@ -834,4 +862,64 @@ async fn a_declined_question_leaves_its_channel_empty_and_the_route_goes_on() {
         checkpoints["checkpoints"].as_array().unwrap().iter().filter_map(|c| c["node"].as_str()).collect();
     assert!(nodes.ends_with(&["ask_app_answered", "no_app"]), "{nodes:?}");
     assert!(!dir.path().join("tickets.jsonl").exists(), "no ticket was opened");
+}
+
+/// `POST path` with `body` as tenant 1's user 1: the status and the JSON answered.
+async fn post_json(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let response = posted(base, path, body).await;
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A state update on the LangGraph door writes the channels a declared graph lets a client
+/// write (the way the state shows them, as the node named wrote them), and refuses the graph's
+/// own and the ones it does not declare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_update_writes_the_declared_channels_and_only_those() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = desk_in(dir.path(), 0);
+    let model = ScriptedModelServer::start(vec![Reply::text("other"), Reply::text("Hi! What can I do for you?")])
+        .await
+        .unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let (_, thread) = post_json(&base, "/threads", &json!({})).await;
+    let thread = thread["thread_id"].as_str().unwrap().to_owned();
+    let hello = json!({"assistant_id": "desk", "input": {"messages": [{"type": "human", "content": "Hello!"}]}});
+    let (status, ran) = post_json(&base, &format!("/threads/{thread}/runs/wait"), &hello).await;
+    assert_eq!((status, &ran["channels"]["category"]), (200, &json!("other")), "{ran}");
+
+    let state_path = format!("/threads/{thread}/state");
+    let update = json!({"values": {"channels": {"app": "web"}}, "as_node": "which_app"});
+    let (status, written) = post_json(&base, &state_path, &update).await;
+    assert_eq!(status, 200, "{written}");
+    let read = || async { serde_json::from_str::<Value>(&get_text(&base, &state_path).await).unwrap() };
+    let state = read().await;
+    assert_eq!(state["checkpoint"]["checkpoint_id"], written["checkpoint"]["checkpoint_id"], "{state}");
+    assert_eq!(state["values"]["channels"]["app"], "web", "{state}");
+    assert_eq!(state["values"]["channels"]["category"], "other", "the others as they were: {state}");
+    assert_eq!(state["values"]["messages"].as_array().map(Vec::len), Some(2), "{state}");
+    let (_, history) = post_json(&base, &format!("/threads/{thread}/history"), &json!({"limit": 1})).await;
+    assert_eq!(history[0]["metadata"]["source"], "which_app", "{history}");
+
+    // Refused, naming what is wrong, and nothing written.
+    let refusals = [
+        (json!({"channels": {"category": "billing"}}), "`channels.category` is the graph's own"),
+        (json!({"channels": {"history_summary": "made up"}}), "`channels.history_summary` is not a channel"),
+        (json!({"app": "mobile"}), "write it as `channels.app`"),
+        (json!({"channels": "app=mobile"}), "`channels` is an object"),
+        (json!({"context": {"user_id": 2}}), "only `messages` and `channels` can"),
+    ];
+    for (values, why) in refusals {
+        let (status, refused) = post_json(&base, &state_path, &json!({"values": values})).await;
+        assert_eq!(status, 422, "{values}: {refused}");
+        assert!(refused.to_string().contains(why), "{values}: {refused}");
+    }
+    let after = read().await;
+    assert_eq!(
+        (&after["checkpoint"]["checkpoint_id"], &after["values"]["channels"]["app"]),
+        (&state["checkpoint"]["checkpoint_id"], &json!("web")),
+        "{after}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }

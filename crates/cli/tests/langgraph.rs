@@ -631,12 +631,14 @@ async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
     assert_eq!(status, 404);
 
     // Resumed after the restart: the resume is a run of its own, and the pause is no longer waiting.
-    let approve = json!({"assistant_id": "assistant", "command": {"resume": {"decisions": [{"type": "approve"}]}}});
+    let approve = json!({"assistant_id": "assistant", "multitask_strategy": "interrupt",
+                         "command": {"resume": {"decisions": [{"type": "approve"}]}}});
     let (status, resumed) = call(post.clone(), format!("{base2}/threads/{thread}/runs/wait"), Some(approve)).await;
     assert_eq!(status, 200, "{resumed}");
     // The run `runs.wait` resumed streamed into its log as any run: joined, its tools' update is there.
     let (_, now_listed) = runs_of(&base2, &thread, "").await;
     let resumed_id = now_listed[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(now_listed[0]["multitask_strategy"], "interrupt", "as the resume asked: {now_listed}");
     let join = format!("{base2}/threads/{thread}/runs/{resumed_id}/stream?stream_mode=updates");
     let joined = asked(get.clone(), join).send().await.unwrap().text().await.unwrap();
     let tools_update = joined.split("\n\n").find(|e| e.contains("event: updates") && e.contains("\"tools\""));
@@ -647,7 +649,7 @@ async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
     assert_eq!(last_seen.len(), 3, "{last}");
     assert_eq!(last_seen[0].0, resumed_id, "the resume's own run first: {last}");
     let resume = &last_seen[0];
-    assert_eq!((&*resume.1, &*resume.2, &*resume.3), ("success", "assistant", "reject"), "{last}");
+    assert_eq!((&*resume.1, &*resume.2, &*resume.3), ("success", "assistant", "interrupt"), "{last}");
     assert_eq!(last_seen[1..], [run(&ids[0], "success", "reject"), run(&ids[1], "success", "enqueue")], "{last}");
     let _ = serve3.kill();
     let _ = serve3.wait();
@@ -965,11 +967,29 @@ async fn langgraphs_own_server_answers_the_same_calls_in_the_shapes_the_docs_say
             Reply::text("Son 42."),
             Reply::tool_calls(&[("n1", "note_write", json!({"title": "Examen", "body": "El viernes."}))]),
             Reply::text("Nota guardada."),
+            // Through `front`, which runs the agent as a sub-graph.
+            Reply::tool_calls(&[("c2", "calculator", json!({"expression": "6*8"}))]),
+            Reply::text("Son 48."),
         ]
     };
     let ours = ScriptedModelServer::start(script()).await.unwrap();
     let theirs = ScriptedModelServer::start(script()).await.unwrap();
-    let (_serve, base, _dir) = serve_with_key(&ours, KEY, false, &[]).await;
+    // `front`: a declared graph whose one node hands the turn to `assistant`, as LangGraph's
+    // `front` runs it as a sub-graph node.
+    let dir = tempfile::tempdir().unwrap();
+    let front = dir.path().join("front.toml");
+    std::fs::write(
+        &front,
+        "description = \"Hands every turn to the assistant.\"\nstart = \"assistant\"\n\n\
+         [nodes.assistant]\nkind = \"agent\"\nagent = \"assistant\"\nnext = \"END\"\n",
+    )
+    .unwrap();
+    let config = format!(
+        "{}[agents.front]\ngraph_file = {:?}\ntools = []\n",
+        common::api_key_config(KEY, false),
+        front.display().to_string()
+    );
+    let (_serve, base, _dir) = common::serve_in(dir, &ours, &config, &[]).await;
     // LangGraph's server writes its state beside the graph: a copy of its folder.
     let work = tempfile::tempdir().unwrap();
     let graph = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/langgraph_dev");
@@ -1008,8 +1028,17 @@ async fn langgraphs_own_server_answers_the_same_calls_in_the_shapes_the_docs_say
     let saw = client_json(client).await;
 
     // Both ran the whole script: the same replies, the same pause, the same messages.
-    assert_eq!(ours.requests().len(), 4, "toolgraph asked its model {} times", ours.requests().len());
-    assert_eq!(theirs.requests().len(), 4, "LangGraph asked its model {} times", theirs.requests().len());
+    assert_eq!(ours.requests().len(), 6, "toolgraph asked its model {} times", ours.requests().len());
+    assert_eq!(theirs.requests().len(), 6, "LangGraph asked its model {} times", theirs.requests().len());
+    // Both streamed the sub-graph's nodes in its namespace, and its answer.
+    for who in ["toolgraph", "langgraph"] {
+        let sub = saw[who]["subgraphs"].as_object().unwrap();
+        let events: Vec<&String> = sub.keys().collect();
+        assert!(sub.contains_key("updates|assistant:<task>"), "{who}: {events:?}");
+        let tokens = sub.get("messages|assistant:<task>").and_then(Value::as_array).cloned().unwrap_or_default();
+        let said: String = tokens.iter().filter_map(|t| t["message"]["content"].as_str()).collect();
+        assert!(said.contains("Son 48."), "{who}: {said:?} in {events:?}");
+    }
     let texts = |who: &str| -> Vec<Value> {
         saw[who]["resumed"]["messages"].as_array().unwrap().iter().map(|m| m["content"].clone()).collect()
     };

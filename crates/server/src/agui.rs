@@ -191,7 +191,7 @@ async fn resume(
     if decided.is_empty() {
         return Err(ApiError::field(StatusCode::BAD_REQUEST, "resume", "no entries"));
     }
-    let how = Resumption::Streamed { node_events: false };
+    let how = Resumption::Streamed { node_events: false, metadata: None };
     Ok(app.chat().decide_all(&who.principal, conversation, decided, how).await?)
 }
 

@@ -229,14 +229,15 @@ pub struct ResumedRun {
 }
 
 /// How decisions that complete a pause resume its run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Resumption {
     /// The request waits for the run's end: its reply is the response (the confirm routes).
     Awaited,
     /// The run is handed back as it starts, its log carrying tool frames — and node frames
     /// when `node_events` — for a client that streams it (LangGraph's `command.resume`,
-    /// AG-UI's `resume`).
-    Streamed { node_events: bool },
+    /// AG-UI's `resume`). `metadata` is kept on the resumed run's first checkpoint, as a
+    /// turn's [`NewTurn::run_metadata`] is.
+    Streamed { node_events: bool, metadata: Option<Box<serde_json::value::RawValue>> },
 }
 
 /// The chat service. Cheap to clone.
@@ -779,7 +780,7 @@ impl ChatService {
                 d @ (Decision::RejectWith(_) | Decision::Respond(_)) => (false, None, Some(d)),
             };
             let lookup = lookup(who, conversation, message);
-            match self.decide(&lookup, confirmed, answer.as_ref(), detail, how).await? {
+            match self.decide(&lookup, confirmed, answer.as_ref(), detail, how.clone()).await? {
                 // The group is decided (by this request, or the rest by another at the same
                 // time): the run it resumed is the outcome.
                 started @ Resuming::Started(_) => {
@@ -963,22 +964,25 @@ impl ChatService {
             .collect();
         let thread = ConversationThread { tenant: lookup.tenant_id, conversation: conv }.thread_id();
         let cancel = self.0.shutdown.child_token();
-        let run =
-            match agent.agent.resume(&thread, decisions, self.run_options(agent, &cancel, &claim.run_id, None)).await {
-                Ok(Resumed::Started(run)) => run,
-                Ok(Resumed::Waiting) | Err(_) => {
-                    self.release(conv, &claim.run_id).await;
-                    return Err(ChatError::conflict("these actions cannot be resumed now"));
-                }
-            };
-        let owner = (lookup.tenant_id, lookup.user_id);
-        let log = self.0.runs.create(&claim.run_id, owner, ConversationId(conv), &conversation.agent, cancel.clone());
         // Nobody streams a confirm's run: its outcome is the response. A streamed resume's
         // frames are a turn's.
-        let (tool_events, node_events) = match how {
-            Resumption::Awaited => (false, false),
-            Resumption::Streamed { node_events } => (true, node_events),
+        let (tool_events, node_events, metadata) = match how {
+            Resumption::Awaited => (false, false, None),
+            Resumption::Streamed { node_events, metadata } => (true, node_events, metadata),
         };
+        let run = match agent
+            .agent
+            .resume(&thread, decisions, self.run_options(agent, &cancel, &claim.run_id, metadata))
+            .await
+        {
+            Ok(Resumed::Started(run)) => run,
+            Ok(Resumed::Waiting) | Err(_) => {
+                self.release(conv, &claim.run_id).await;
+                return Err(ChatError::conflict("these actions cannot be resumed now"));
+            }
+        };
+        let owner = (lookup.tenant_id, lookup.user_id);
+        let log = self.0.runs.create(&claim.run_id, owner, ConversationId(conv), &conversation.agent, cancel.clone());
         let turn = Turn {
             tenant: lookup.tenant_id,
             conversation: conv,

@@ -35,6 +35,12 @@ pub struct ChannelDecl {
     /// The value before anything is written. Default: none (templates read it as empty).
     #[serde(default)]
     pub default: Option<Value>,
+    /// Whether a client may write it between turns (a state update, docs/langgraph.md "State
+    /// updates"), by the same reducer. Default: no — a channel is the graph's own unless its
+    /// declaration says a person may set it (a classifier's label or a safety verdict must
+    /// stay what the graph wrote).
+    #[serde(default)]
+    pub writable: bool,
 }
 
 /// What a node does.

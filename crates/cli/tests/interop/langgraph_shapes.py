@@ -6,7 +6,8 @@ Usage: langgraph_shapes.py TOOLGRAPH_URL LANGGRAPH_URL API_KEY. Each server runs
 The calls: the assistants, a thread made and read, a calculator turn streamed in `values`,
 `updates`, `messages-tuple`, `debug`, `tasks` and `checkpoints`, its state and history, a note's turn paused for approval, the
 thread and state while it waits, the approval, a state update, a thread search, the runs and
-one run. Prints, as one JSON object, `differences` — each a path and how it differs: `+` only
+one run; then a calculator turn through `front` (the agent run as a sub-graph) streamed with
+`stream_subgraphs`. Prints, as one JSON object, `differences` — each a path and how it differs: `+` only
 toolgraph sends it, `-` only LangGraph does, `~` both with other JSON types — and what each
 server answered. The Rust test (tests/langgraph.rs) holds them against docs/langgraph.md.
 """
@@ -57,7 +58,31 @@ def answers(base):
     runs = client.runs.list(tid)
     out["runs"] = runs
     out["run"] = client.runs.get(tid, runs[0]["run_id"])
+    # The same calculator turn through `front`, which runs the agent as a sub-graph, its
+    # events asked for in the sub-graph's namespace.
+    front = client.threads.create()["thread_id"]
+    sub = {}
+    for part in client.runs.stream(
+        front,
+        "front",
+        input=said("¿Cuánto es 6 por 8?"),
+        stream_mode=["values", "updates", "messages-tuple", "debug", "tasks"],
+        stream_subgraphs=True,
+    ):
+        data = part.data
+        if part.event.split("|")[0] == "messages":
+            data = {"message": data[0], "metadata": data[1]}
+        sub.setdefault(namespaced(part.event), []).append(data)
+    out["subgraphs"] = sub
     return out
+
+
+def namespaced(event):
+    """An event's name with the task of each namespace part as `<task>` (ids differ)."""
+    mode, _, namespace = event.partition("|")
+    if not namespace:
+        return mode
+    return mode + "|" + "|".join(part.split(":")[0] + ":<task>" for part in namespace.split("|"))
 
 
 def kind(value):

@@ -22,7 +22,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::convert::Infallible;
 use toolgraph_conversations::Thread;
 use toolgraph_graph::{Decision, RecordedRun, RunEnd};
@@ -127,6 +127,24 @@ impl RunCreate {
     /// The stream modes asked for, and whether sub-graphs' events are namespaced.
     fn modes(&self) -> Result<Modes, ApiError> {
         Ok(Modes { subgraphs: self.stream_subgraphs, ..modes(self.stream_mode.as_ref())? })
+    }
+
+    /// How decisions this request carries resume `thread`'s run: streamed into its log (with
+    /// node frames when its modes need them), its first checkpoint saying what [`start`]'s
+    /// does of a turn.
+    fn resumption(&self, thread: &Thread) -> Result<Resumption, ApiError> {
+        let metadata = said(&self.assistant_id, self.multitask()?, &thread.id);
+        Ok(Resumption::Streamed { node_events: self.modes()?.node_events(), metadata })
+    }
+
+    /// Sets what this request asked of the run it resumed on the run's log.
+    fn mark_resumed(&self, log: &crate::runlog::RunLog) {
+        if self.stream_subgraphs {
+            log.set_subgraphs();
+        }
+        if let Ok(strategy) = self.multitask() {
+            log.set_multitask(strategy.name());
+        }
     }
 
     /// Whether a stateless run's thread goes when the run ends (`on_completion`, `delete` unless
@@ -309,13 +327,11 @@ async fn streamed(
     let before = if modes.values { Some(now(app.chat(), &who, &thread).await?.values) } else { None };
     match asked(&run)? {
         Asked::Resume(resume) => {
-            let how = Resumption::Streamed { node_events: modes.node_events() };
+            let how = run.resumption(&thread)?;
             let confirmed = match resume_thread(&app, &who, &thread, &resume, how).await? {
                 // The resumed run streams as a turn does, from the paused state on.
                 Resuming::Started(resumed) => {
-                    if modes.subgraphs {
-                        resumed.log.set_subgraphs();
-                    }
+                    run.mark_resumed(&resumed.log);
                     let run_id = resumed.log.run_id().to_owned();
                     let writer = Writer::new(modes, run_id.clone(), &thread, before)
                         .starting_at(handing_starts(&app, &who, &thread, modes).await);
@@ -428,10 +444,17 @@ fn events_of(
                     let at = if known { None } else { values_at(chat, who, thread, from).await };
                     write(&mut |w| w.started(&node, step, from, at.clone()))
                 }
-                Step::Finished { node, seq, next, known } => {
+                Step::Finished { node, seq, next, known, handed_at } => {
                     let before = if known || seq == 0 { None } else { values_at(chat, who, thread, seq - 1).await };
+                    let handed = match handed_at {
+                        Some(from) => values_at(chat, who, thread, from).await,
+                        None => None,
+                    };
                     match values_at(chat, who, thread, seq).await {
-                        Some(at) => write(&mut |w| w.finished(&node, seq, next.clone(), before.clone(), at.clone())),
+                        Some(at) => write(&mut |w| {
+                            w.handed_from(&node, handed.clone());
+                            w.finished(&node, seq, next.clone(), before.clone(), at.clone())
+                        }),
                         None => Vec::new(),
                     }
                 }
@@ -524,7 +547,9 @@ async fn run_frames(
     run_id: &str,
     after: u64,
 ) -> Result<futures::stream::BoxStream<'static, crate::runlog::Frame>, ApiError> {
-    let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
+    let gone = || {
+        ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{}' on this thread", super::echoed(run_id)))
+    };
     let found = app.chat().run_frames(&RunId::from(run_id), &who.principal, after).await;
     match found.map_err(ApiError::run_events_unavailable)?.ok_or_else(gone)? {
         // Here or on another replica, a run of another of their threads is not this one's.
@@ -619,7 +644,7 @@ pub(crate) async fn cancel(
         }
     };
     let gone = || {
-        let why = format!("no run '{run_id}' of this thread is running on this server");
+        let why = format!("no run '{}' of this thread is running on this server", super::echoed(&run_id));
         ApiError::field(StatusCode::NOT_FOUND, "run_id", why)
     };
     let run = RunId::from(run_id.as_str());
@@ -640,7 +665,7 @@ pub(crate) async fn cancel(
             Err(ChatError::NotFound) => Err(ApiError::field(
                 StatusCode::NOT_FOUND,
                 "run_id",
-                format!("run '{run_id}' wrote nothing in this thread"),
+                format!("run '{}' wrote nothing in this thread", super::echoed(&run_id)),
             )),
             Err(e) => Err(e.into()),
         };
@@ -669,7 +694,9 @@ pub(crate) async fn get(
     Asker(who): Asker,
 ) -> Result<Response, ApiError> {
     let thread = theirs(app.chat(), &who, &id).await?;
-    let gone = || ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{run_id}' on this thread"));
+    let gone = || {
+        ApiError::field(StatusCode::NOT_FOUND, "run_id", format!("no run '{}' on this thread", super::echoed(&run_id)))
+    };
     // A log of another conversation's run: another thread's, or one this thread moved away
     // from (a fork from an earlier checkpoint), which its checkpoints still hold.
     let log = app
@@ -829,16 +856,13 @@ pub(crate) async fn create(
 /// the run ends, unless it paused or `on_completion` is `keep`), answered at once.
 async fn background(app: AppState, who: Asking, id: Option<&str>, body: &Bytes) -> Result<Response, ApiError> {
     let (who, mut thread, mut run) = prepare(&app, who, id, body).await?;
-    let node_events = run.modes()?.node_events();
     let message = match asked(&run)? {
         Asked::Message(message) => message,
         // The resumed run goes on in the background as any other: joined, waited for, listed.
         Asked::Resume(resume) => {
-            return match resume_thread(&app, &who, &thread, &resume, Resumption::Streamed { node_events }).await? {
+            return match resume_thread(&app, &who, &thread, &resume, run.resumption(&thread)?).await? {
                 Resuming::Started(resumed) => {
-                    if run.stream_subgraphs {
-                        resumed.log.set_subgraphs();
-                    }
+                    run.mark_resumed(&resumed.log);
                     let mut response = axum::Json(run_shape(&thread, &resumed.log, None)).into_response();
                     created_at(&mut response, &thread.id, resumed.log.run_id());
                     Ok(response)
@@ -1027,11 +1051,9 @@ async fn waited(
         Asked::Resume(resume) => {
             // Streamed into its log as any run is (node frames too when its modes need them),
             // so the resumed run can be joined and listed like the others; this request waits.
-            let how = Resumption::Streamed { node_events: run.modes()?.node_events() };
+            let how = run.resumption(&thread)?;
             if let Resuming::Started(resumed) = resume_thread(&app, &who, &thread, &resume, how).await? {
-                if run.stream_subgraphs {
-                    resumed.log.set_subgraphs();
-                }
+                run.mark_resumed(&resumed.log);
                 ended_well(&app, &who, &thread, &resumed.log, ephemeral).await?;
                 // Its reply saved, as a confirm's: the same decisions again answer with it.
                 let _ = resumed.outcome.await;
@@ -1069,7 +1091,7 @@ async fn prepare(
         return Err(ApiError::field(
             StatusCode::NOT_FOUND,
             "assistant_id",
-            format!("no assistant '{}': the assistants are the agents", run.assistant_id),
+            format!("no assistant '{}': the assistants are the agents", super::echoed(&run.assistant_id)),
         ));
     }
     let Some(id) = id else {
@@ -1153,6 +1175,18 @@ async fn begin(
     started
 }
 
+/// What a run of this door writes of itself on its first checkpoint: what `runs.get` and
+/// `runs.list` answer for it on a replica that does not keep its log (another one's, or one
+/// from before a restart), read back as [`RunMetadata`].
+fn said(assistant: &str, strategy: Multitask, thread: &str) -> Option<Box<serde_json::value::RawValue>> {
+    serde_json::value::to_raw_value(&json!({
+        "assistant_id": assistant,
+        "multitask_strategy": strategy.name(),
+        "thread_id": thread,
+    }))
+    .ok()
+}
+
 /// Starts the turn of `message` on `thread`'s conversation (made by this first run, and bound
 /// to the thread: `thread` says which); while another run holds it, as `strategy` says.
 async fn start(
@@ -1173,14 +1207,7 @@ async fn start(
         tool_events: true,
         node_events,
         attachments: Vec::new(),
-        // What `runs.get` and `runs.list` answer for the run on a replica that does not keep
-        // its log (another one's, or one from before a restart).
-        run_metadata: serde_json::value::to_raw_value(&json!({
-            "assistant_id": assistant,
-            "multitask_strategy": strategy.name(),
-            "thread_id": thread.id,
-        }))
-        .ok(),
+        run_metadata: said(assistant, strategy, &thread.id),
     };
     turn.validate()?;
     let (run_id, log) = start_when_free(app, &who.principal, &turn, strategy).await?;
@@ -1453,6 +1480,36 @@ fn checkpoint_config(thread: &str, seq: Option<u64>) -> Value {
     seq.map_or(Value::Null, |seq| json!({ "configurable": super::threads::checkpoint_of(thread, seq) }))
 }
 
+/// The checkpoints a checkpoint of sub-graph namespace `ns` (`|billing:THREAD-4`, a part per
+/// level) is under, as LangGraph's `metadata.parents` names them: each enclosing namespace (`""`
+/// at the top) → the checkpoint its handing node began from (the task's id ends with it).
+fn parents(ns: &str) -> Value {
+    let mut parents = Map::new();
+    let mut enclosing = String::new();
+    for part in ns.split('|').skip(1) {
+        if let Some((_, from)) = part.rsplit_once('-') {
+            parents.insert(enclosing.clone(), Value::String(from.to_owned()));
+        }
+        if !enclosing.is_empty() {
+            enclosing.push('|');
+        }
+        enclosing.push_str(part);
+    }
+    Value::Object(parents)
+}
+
+/// The handing node `node` hands a turn back to, when `node` is a handed-over agent's way back
+/// (`billing/END` → `billing`).
+fn handed_back(node: &str) -> Option<&str> {
+    node.strip_suffix(toolgraph_agents::declared::check::END_NAME)?.strip_suffix('/')
+}
+
+/// Whether `node`, going on to `next`, hands the turn to another agent (`billing` →
+/// `billing/intent`).
+fn hands_off(node: &str, next: Option<&str>) -> bool {
+    next.and_then(|n| n.strip_prefix(node)).is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// A task's or checkpoint's `payload` as the modes asked for it: an event of its own mode
 /// (`tasks`, `checkpoints`), and inside `debug` with its step, time and `kind`; in the
 /// sub-graph namespace `ns` (`|billing:<task>`, or empty).
@@ -1529,6 +1586,10 @@ enum Step {
         seq: u64,
         next: Option<String>,
         known: bool,
+        /// For an agent's way back whose hand-off is not in the frames (a resumed run, a
+        /// join): the checkpoint its handing node began from, whose messages its result is
+        /// counted from.
+        handed_at: Option<u64>,
     },
     /// The run ended well: these events, then the last ones, which need the state it left.
     End(Vec<Event>, Finish),
@@ -1599,6 +1660,10 @@ struct Writer {
     /// Where the thread's handing nodes started, oldest first, from its checkpoints: the start
     /// of a handing node whose own start is not in the frames ([`handing_starts`]).
     history: Vec<(String, u64)>,
+    /// With sub-graphs namespaced, each handing node whose agent runs now: the checkpoint it
+    /// started from and how many messages the state held then. Its task ends when the agent
+    /// hands the turn back, as a sub-graph node's does.
+    handing: std::collections::HashMap<String, (u64, Option<usize>)>,
 }
 
 impl Writer {
@@ -1625,6 +1690,7 @@ impl Writer {
             meta: None,
             starts: std::collections::HashMap::new(),
             history: Vec::new(),
+            handing: std::collections::HashMap::new(),
         }
     }
 
@@ -1734,7 +1800,7 @@ impl Writer {
             "config": checkpoint_config(&self.thread, Some(at.seq)),
             "parent_config": checkpoint_config(&self.thread, at.seq.checked_sub(1).filter(|p| *p > 0)),
             "values": at.values,
-            "metadata": { "source": if input { "input" } else { "loop" }, "step": at.seq, "parents": {} },
+            "metadata": { "source": if input { "input" } else { "loop" }, "step": at.seq, "parents": parents(ns) },
             "next": next,
             "tasks": tasks,
         });
@@ -1755,12 +1821,17 @@ impl Writer {
             out.extend(self.checkpoint(at, vec![node.to_owned()], true, ""));
             self.checkpointed = true;
         }
+        self.task = Some((node.to_owned(), from));
+        if self.modes.subgraphs && handed_back(node).is_some() {
+            // The way back from a handed-over agent is the end of its handing node's task,
+            // which began when the hand-off did: no task of its own.
+            return out;
+        }
         let values = input.map_or(Value::Null, |c| c.values.clone());
         let (ns, leaf) = self.place(node);
         let payload = json!({ "id": task_id(&self.thread, from), "name": leaf, "input": values,
             "triggers": [format!("branch:to:{leaf}")] });
         out.extend(node_event(&self.modes, "tasks", "task", from + 1, payload, &ns));
-        self.task = Some((node.to_owned(), from));
         out
     }
 
@@ -1785,8 +1856,36 @@ impl Writer {
             (Some(had), Some(messages)) => messages.get(had..).map(<[Value]>::to_vec).unwrap_or_default(),
             _ => Vec::new(),
         };
-        let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
         let (ns, leaf) = self.place(node);
+        if self.modes.subgraphs {
+            if hands_off(node, next.as_deref()) {
+                // A hand-off: the node's task goes on while its agent runs (LangGraph's
+                // sub-graph node), and ends with what the agent wrote when it hands back.
+                self.handing.insert(node.to_owned(), (seq - 1, had));
+                self.task = None;
+                self.last = Some(at);
+                return out;
+            }
+            if let Some(handing) = handed_back(node) {
+                let (from, before) = self.handing.remove(handing).unwrap_or((seq - 1, had));
+                let written: Vec<Value> = match (before, at.values["messages"].as_array()) {
+                    (Some(before), Some(messages)) => messages.get(before..).map(<[Value]>::to_vec).unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
+                if self.modes.updates {
+                    out.push(event(&format!("updates{ns}"), &json!({ leaf: result })));
+                }
+                let payload = json!({ "id": task_id(&self.thread, from), "name": leaf, "error": null, "result": result, "interrupts": [] });
+                out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload, &ns));
+                out.extend(self.checkpoint(&at, next.into_iter().collect(), false, &ns));
+                self.checkpointed = true;
+                self.task = None;
+                self.last = Some(at);
+                return out;
+            }
+        }
+        let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
         let payload = json!({ "id": task_id(&self.thread, seq - 1), "name": leaf, "error": null, "result": result, "interrupts": [] });
         if at.waits {
             // Its interrupts are the pause's actions, whose ids the `pending` frames after
@@ -1800,6 +1899,16 @@ impl Writer {
         self.task = None;
         self.last = Some(at);
         out
+    }
+
+    /// Where the agent that hands back through `node` (`billing/END`) was handed the turn, read
+    /// from the store (`at`, the checkpoint its handing node began from) when this writer did
+    /// not see the hand-off.
+    fn handed_from(&mut self, node: &str, at: Option<Checkpoint>) {
+        if let (Some(handing), Some(at)) = (handed_back(node), at) {
+            let had = at.values["messages"].as_array().map(Vec::len);
+            self.handing.entry(handing.to_owned()).or_insert((at.seq, had));
+        }
     }
 
     /// The result of the node that paused, with the pause's interrupts, once the run ends.
@@ -1923,9 +2032,23 @@ impl Writer {
                     return Step::Started { node, step, from, known: self.knows(from) };
                 }
             }
-            Frame::NodeFinished { node, checkpoint, next, .. } if self.modes.of_nodes() => {
+            // With sub-graphs namespaced, a hand-off and its way back make the handing node's
+            // update, as a sub-graph node's.
+            Frame::NodeFinished { node, checkpoint, next, .. }
+                if self.modes.of_nodes()
+                    || (self.modes.subgraphs
+                        && self.modes.updates
+                        && (handed_back(&node).is_some() || hands_off(&node, next.as_deref()))) =>
+            {
                 let known = self.knows(checkpoint.saturating_sub(1));
-                return Step::Finished { node, seq: checkpoint, next, known };
+                // An agent's way back whose hand-off this writer did not see: where it began.
+                let handed_at = match handed_back(&node) {
+                    Some(handing) if self.modes.subgraphs && !self.handing.contains_key(handing) => {
+                        self.starts.get(handing).copied()
+                    }
+                    _ => None,
+                };
+                return Step::Finished { node, seq: checkpoint, next, known, handed_at };
             }
             Frame::Custom { data, .. } if self.modes.custom => {
                 let (ns, _) = self.place(self.current(""));
@@ -1981,6 +2104,16 @@ mod tests {
                 "{content:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_sub_graphs_checkpoint_names_the_checkpoints_of_the_graphs_around_it() {
+        let thread = "6f1c0e6a-52d4-4c3e-9a7e-0b3a1d2c4e5f";
+        assert_eq!(parents(""), json!({}), "a checkpoint at the top is under none");
+        let one = format!("|billing:{}", task_id(thread, 4));
+        assert_eq!(parents(&one), json!({"": "4"}));
+        let two = format!("{one}|refund:{}", task_id(thread, 7));
+        assert_eq!(parents(&two), json!({"": "4", format!("billing:{thread}-4"): "7"}));
     }
 
     #[test]

@@ -144,7 +144,11 @@ pub(crate) async fn get(
         Err(ChatError::NotFound) => Err(ApiError::field(
             StatusCode::NOT_FOUND,
             "key",
-            format!("no item '{}' in namespace [{}] of yours", q.key, namespace.join(", ")),
+            format!(
+                "no item '{}' in namespace [{}] of yours",
+                super::echoed(&q.key),
+                super::echoed(&namespace.join(", "))
+            ),
         )),
         Err(e) => Err(e.into()),
     }

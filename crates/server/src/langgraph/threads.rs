@@ -81,7 +81,7 @@ impl FromRequestParts<AppState> for Asker {
 pub(super) async fn theirs(chat: &ChatService, who: &Asking, id: &str) -> Result<Thread, ApiError> {
     chat.thread(&who.principal, id).await.map_err(|e| match e {
         crate::error::ChatError::NotFound => {
-            ApiError::field(StatusCode::NOT_FOUND, "thread_id", format!("no thread '{id}' of yours"))
+            ApiError::field(StatusCode::NOT_FOUND, "thread_id", format!("no thread '{}' of yours", super::echoed(id)))
         }
         e => e.into(),
     })
@@ -571,7 +571,8 @@ pub(super) fn checkpoint_of(thread: &str, seq: u64) -> Value {
 #[schema(as = ThreadStateUpdate)]
 #[schema(example = json!({"values": {"messages": [{"type": "ai", "content": "The exam is on 20 January."}]}, "as_node": "agent"}))]
 struct StateUpdate {
-    /// The channels to write: `messages` (LangChain's, or `{role, content}`), appended.
+    /// The channels to write: `messages` (LangChain's, or `{role, content}`), appended, and
+    /// `channels`, a declared graph's writable channels by name, each by its reducer.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     values: Option<Value>,

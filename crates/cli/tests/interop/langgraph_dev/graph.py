@@ -2,7 +2,8 @@
 `note_write` that waits for the person's approval), as a LangGraph graph for LangGraph's own
 server (`langgraph dev`), over the same scripted model (SCRIPTED_MODEL_URL): the ReAct loop
 LangGraph's users write, the write's approval asked with `interrupt` in LangChain's
-human-in-the-loop shape. The shape comparison (`langgraph_shapes.py`) drives both.
+human-in-the-loop shape; and `front`, a graph that runs it as its one node (a sub-graph). The
+shape comparison (`langgraph_shapes.py`) drives both.
 """
 
 import json
@@ -68,3 +69,10 @@ builder.add_edge(START, "agent")
 builder.add_conditional_edges("agent", tools_condition)
 builder.add_edge("tools", "agent")
 graph = builder.compile()
+
+# `front` on toolgraph: a declared graph whose one node hands the turn to `assistant` (an
+# `agent` node); here, the same agent as a sub-graph node.
+front_builder = StateGraph(MessagesState)
+front_builder.add_node("assistant", graph)
+front_builder.add_edge(START, "assistant")
+front = front_builder.compile()
