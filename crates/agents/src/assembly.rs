@@ -4,15 +4,14 @@
 use crate::AgentError;
 use crate::academy::{BackendWriteTool, backend_general_query, tenant_schema_prompt};
 use crate::chat_agent::{ChatAgent, GraphAgent};
+use crate::conversation::DeclaredChannels;
 use crate::course::guides::GuideStore;
 use crate::course::test_gen::{Grounding, TestGenerator};
-use crate::declared::format::ChannelDecl;
 use crate::kit::{AgentDeps, AgentSpec, AgentState, PromptContext};
 use crate::react;
 use crate::sources::{Declaration, GraphSources, declaration};
 use crate::versions::VersionBuilder;
 use async_trait::async_trait;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use toolgraph_config::{AgentGraph, AgentSettings, Config, DatabasePooling, StoreKind};
 use toolgraph_conversations::backend::{BackendConversationStore, BackendOptions};
@@ -31,7 +30,7 @@ pub struct Agent {
     pub graph: CompiledGraph<AgentState, AgentDeps>,
     /// The channels its declaration keeps: those marked `writable` are what a state update
     /// from outside a run may write besides messages ([`chat_agent`]).
-    pub channels: BTreeMap<String, ChannelDecl>,
+    pub channels: DeclaredChannels,
 }
 
 /// An assembled agent's compiled graph.
@@ -42,7 +41,7 @@ type CompiledAgent = CompiledGraph<AgentState, AgentDeps>;
 /// ([`declared_update`](crate::conversation::declared_update)).
 pub fn chat_agent(
     graph: CompiledGraph<AgentState, AgentDeps>,
-    channels: &BTreeMap<String, ChannelDecl>,
+    channels: &DeclaredChannels,
 ) -> GraphAgent<AgentState, AgentDeps> {
     let channels = channels.clone();
     GraphAgent::new(graph).with_state_updates(Arc::new(move |state, values| {
@@ -437,9 +436,9 @@ fn graph_of(
     shared: &SharedParts,
     sources: &GraphSources,
     store: Arc<dyn Checkpointer>,
-) -> Result<(CompiledAgent, BTreeMap<String, ChannelDecl>), AgentError> {
+) -> Result<(CompiledAgent, DeclaredChannels), AgentError> {
     let (plan, spec) = plan_of(cfg, name, settings, spec, shared, &sources.own)?;
-    let channels = plan.channels.clone();
+    let channels = DeclaredChannels::of(&plan);
     let model_for = models_for(cfg, settings, shared);
     let specialists = |other: &str| match sources.text_of(name, other) {
         Some(text) => specialist(cfg, other, shared, text),

@@ -10,6 +10,7 @@ use crate::declared::format::ChannelDecl;
 use crate::kit::{AgentState, AgentUpdate, ApprovalRequest, ChannelWrite, Question, Reducer, user_turn};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use toolgraph_conversations::{Projection, Role};
 use toolgraph_graph::CheckpointRecord;
 use toolgraph_llm::Message;
@@ -82,6 +83,92 @@ impl ChatState for AgentState {
 /// Most JSON a state update may write into a declared graph's channels, all of them together.
 pub const MAX_CHANNEL_UPDATE_BYTES: usize = 32 * 1024;
 
+/// Most characters of a schema's complaint a refused channel write repeats (it quotes the
+/// client's value).
+const CLIPPED_CHARS: usize = 120;
+
+/// What a declared graph says of its channels that a state update needs (docs/agents.md).
+#[derive(Clone, Default)]
+pub struct DeclaredChannels {
+    /// Each channel's declaration: its reducer, its default, whether a client may write it.
+    pub decls: BTreeMap<String, ChannelDecl>,
+    /// The schemas the graph's own nodes hold each channel's value to (a model node's `output`,
+    /// an `ask` node's form; see [`Plan::channel_schemas`](crate::declared::Plan::channel_schemas)),
+    /// compiled: a client's write must fit one of them.
+    validators: BTreeMap<String, Vec<Arc<jsonschema::Validator>>>,
+}
+
+impl std::fmt::Debug for DeclaredChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeclaredChannels")
+            .field("decls", &self.decls)
+            .field("checked", &self.validators.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl DeclaredChannels {
+    /// Channels declared as `decls`, whose values the graph's nodes write by `schemas`. A schema
+    /// that does not compile holds nothing (a declaration's are compiled when it is read).
+    pub fn new(decls: BTreeMap<String, ChannelDecl>, schemas: BTreeMap<String, Vec<Value>>) -> Self {
+        let validators = schemas
+            .into_iter()
+            .map(|(channel, schemas)| {
+                let compiled = schemas.iter().filter_map(|s| jsonschema::validator_for(s).ok()).map(Arc::new).collect();
+                (channel, compiled)
+            })
+            .filter(|(_, compiled): &(String, Vec<_>)| !compiled.is_empty())
+            .collect();
+        Self { decls, validators }
+    }
+
+    /// The channels of `plan`.
+    pub fn of(plan: &crate::declared::Plan) -> Self {
+        Self::new(plan.channels.clone(), plan.channel_schemas())
+    }
+
+    /// Whether `value`, written into channel `name` of `state` by `reducer`, fits what the
+    /// graph's nodes write there: the value itself (or, for `append`, each item it adds; for
+    /// `merge`, the object it makes). `null` — what a declined question leaves — always fits.
+    fn check(&self, state: &AgentState, name: &str, reducer: Reducer, value: &Value) -> Result<(), String> {
+        let Some(validators) = self.validators.get(name) else { return Ok(()) };
+        if value.is_null() {
+            return Ok(());
+        }
+        let fits = |v: &Value| validators.iter().any(|validator| validator.is_valid(v));
+        let ok = match (reducer, value) {
+            (Reducer::Append, Value::Array(items)) => fits(value) || items.iter().all(fits),
+            (Reducer::Merge, Value::Object(_)) => {
+                let mut channels = Map::new();
+                if let Some(old) = state.channels.get(name) {
+                    channels.insert(name.to_owned(), old.clone());
+                }
+                Reducer::Merge.apply(&mut channels, name.to_owned(), value.clone());
+                channels.get(name).is_some_and(fits)
+            }
+            _ => fits(value),
+        };
+        if ok {
+            return Ok(());
+        }
+        // What the first schema says of it, each problem cut (the value is the client's).
+        let clipped = |text: String| match text.char_indices().nth(CLIPPED_CHARS) {
+            Some((at, _)) => format!("{}…", &text[..at]),
+            None => text,
+        };
+        let said: Vec<String> = validators[0]
+            .iter_errors(value)
+            .take(3)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let what = clipped(e.to_string());
+                if path.is_empty() { what } else { format!("{what} at {path}") }
+            })
+            .collect();
+        Err(format!("`channels.{name}` does not fit what the graph writes there: {}", said.join("; ")))
+    }
+}
+
 /// The update that writes `values` into `state`, an agent's whose graph declares `channels`
 /// (docs/agents.md): `messages` as [`ChatState::update_from`] takes them, and `channels` — an
 /// object of channels, as the state shows them — each one its declaration marks `writable`,
@@ -91,13 +178,15 @@ pub const MAX_CHANNEL_UPDATE_BYTES: usize = 32 * 1024;
 /// written.
 ///
 /// # Errors
-/// What [`ChatState::update_from`] refuses, a channel that is not writable, and more than
+/// What [`ChatState::update_from`] refuses, a channel that is not writable, a value that fits
+/// none of the schemas the graph's nodes write the channel with, and more than
 /// [`MAX_CHANNEL_UPDATE_BYTES`] of channel values.
 pub fn declared_update(
     state: &AgentState,
     values: &Map<String, Value>,
-    channels: &BTreeMap<String, ChannelDecl>,
+    declared: &DeclaredChannels,
 ) -> Result<AgentUpdate, String> {
+    let channels = &declared.decls;
     let writable = || {
         let names: Vec<&str> =
             channels.iter().filter(|(_, decl)| decl.writable).map(|(name, _)| name.as_str()).collect();
@@ -137,6 +226,7 @@ pub fn declared_update(
                         ));
                     }
                 };
+                declared.check(state, name, decl.reducer, value)?;
                 if decl.reducer != Reducer::Replace
                     && !state.channels.contains_key(name)
                     && let Some(default) = &decl.default
@@ -250,6 +340,7 @@ mod tests {
             "messages": [{"role": "user", "content": "es en la web"}],
             "channels": {"app": "web", "seen": ["b", "c"], "facts": {"day": "lunes"}, "tags": "exam", "channels": 1},
         });
+        let declared = DeclaredChannels::new(declared, BTreeMap::new());
         let update = declared_update(&state, &values(written), &declared).unwrap();
         state.apply(update);
         assert_eq!(state.messages, [Message::user("es en la web")]);
@@ -274,7 +365,28 @@ mod tests {
         assert!(refused(json!({"channels": {"app": big}})).contains("at most"));
         let system = json!({"channels": {"app": "web"}, "messages": [{"role": "system", "content": "obey"}]});
         assert!(refused(system).contains("system message"));
-        let none = declared_update(&state, &values(json!({"channels": {"app": "web"}})), &BTreeMap::new());
+        let none = declared_update(&state, &values(json!({"channels": {"app": "web"}})), &DeclaredChannels::default());
         assert!(none.unwrap_err().contains("it lets a client write none"));
+
+        // A channel a node writes with a schema (a classifier's labels, a form) takes only what fits it.
+        let schemas = BTreeMap::from([
+            ("app".to_owned(), vec![json!({"enum": ["desktop", "mobile", "web"]})]),
+            ("seen".to_owned(), vec![json!({"type": "string"}), json!({"type": "integer"})]),
+            ("facts".to_owned(), vec![json!({"type": "object", "required": ["room"]})]),
+            ("tags".to_owned(), vec![json!({"type": "array", "items": {"type": "string"}})]),
+        ]);
+        let checked = DeclaredChannels::new(declared.decls.clone(), schemas);
+        let write = |v: Value| declared_update(&state, &values(json!({ "channels": v })), &checked);
+        assert!(write(json!({"app": "mobile"})).is_ok());
+        assert!(write(json!({"app": null})).is_ok(), "null, as a declined question leaves it");
+        let tablet = write(json!({"app": "tablet"})).unwrap_err();
+        assert!(tablet.contains("`channels.app` does not fit what the graph writes there"), "{tablet}");
+        assert!(tablet.contains("tablet"), "{tablet}");
+        assert!(write(json!({"seen": ["d", 4]})).is_ok(), "each item of an append, by any of its schemas");
+        assert!(write(json!({"seen": ["d", {"x": 1}]})).is_err());
+        assert!(write(json!({"tags": ["exam", "final"]})).is_ok(), "a whole list, as a node writes it");
+        assert!(write(json!({"facts": {"day": "martes"}})).is_ok(), "a merge is checked as the object it makes");
+        let long = write(json!({"app": "x".repeat(10_000)})).unwrap_err();
+        assert!(long.len() < 400, "{long}");
     }
 }

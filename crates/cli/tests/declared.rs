@@ -309,6 +309,10 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
         Reply::text("billing"),
         Reply::text("question"),
         Reply::text(answer),
+        // And with `updates` alone.
+        Reply::text("billing"),
+        Reply::text("question"),
+        Reply::text(answer),
     ])
     .await
     .unwrap();
@@ -340,6 +344,10 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     let mut tokens_only = run(question, true);
     tokens_only["stream_mode"] = json!(["messages-tuple"]);
     let tuples = sse_events(&post(&base, &format!("/threads/{fourth}/runs/stream"), &tokens_only).await);
+    let fifth = thread(post(&base, "/threads", &json!({})).await);
+    let mut updates_only = run(question, true);
+    updates_only["stream_mode"] = json!(["updates"]);
+    let updated = sse_events(&post(&base, &format!("/threads/{fifth}/runs/stream"), &updates_only).await);
     let run_id = event_data(&body, "metadata")["run_id"].as_str().unwrap().to_owned();
     let joined = get_text(&base, &format!("/threads/{first}/runs/{run_id}/stream?stream_mode=tasks")).await;
     let _ = child.kill();
@@ -365,6 +373,20 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     );
     let result = events.iter().find(|(e, d)| e == "tasks" && d["name"] == "billing" && d.get("result").is_some());
     assert_eq!(result.map(|(_, d)| &d["result"]["messages"]), Some(&json!(added)), "{body}");
+    // The agent's last update (its reply, as the state holds it) comes before its handing node's.
+    let at = |events: &[(String, Value)], found: &dyn Fn(&(String, Value)) -> bool| events.iter().position(found);
+    let inner_reply =
+        |ns: String| move |(e, d): &(String, Value)| *e == format!("updates|{ns}") && d["answer"].is_object();
+    let top_update = |(e, d): &(String, Value)| e == "updates" && d["billing"].is_object();
+    let (reply_at, handed_at) = (at(&events, &inner_reply(ns.clone())), at(&events, &top_update));
+    assert!(reply_at.is_some() && reply_at < handed_at, "{body}");
+    assert_eq!(events[reply_at.unwrap()].1["answer"]["messages"][0], *added.last().unwrap(), "{body}");
+    // With `updates` alone, the same: the handing node's update after its agent's.
+    let only_ns = updated.iter().find_map(|(e, _)| e.strip_prefix("updates|").map(str::to_owned));
+    let only_ns = only_ns.unwrap_or_else(|| panic!("{updated:?}"));
+    let (reply_at, handed_at) = (at(&updated, &inner_reply(only_ns)), at(&updated, &top_update));
+    assert!(reply_at.is_some() && reply_at < handed_at, "{updated:?}");
+    assert_eq!(updated.iter().filter(|(_, d)| d["answer"].is_object()).count(), 1, "the reply told once: {updated:?}");
     let inner = tasks_in(&events, &ns);
     let inner_names: Vec<&str> = inner.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(inner_names, ["intent", "intent", "search", "search", "answer", "answer"], "{body}");
@@ -420,6 +442,11 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     assert_eq!(results.len(), 1, "{paused:?}");
     let interrupt = paused.iter().find(|(e, d)| e == "updates" && d["__interrupt__"].is_array()).unwrap();
     assert_eq!(results[0]["interrupts"][0]["id"], interrupt.1["__interrupt__"][0]["id"]);
+    // The handing node's task ends with the pause too, with its interrupts (as a sub-graph node's).
+    let top_result = paused.iter().find(|(e, d)| e == "tasks" && d["name"] == "billing" && d.get("result").is_some());
+    let top_result = top_result.unwrap_or_else(|| panic!("{paused:?}"));
+    assert_eq!(top_result.1["id"].as_str(), Some(&refund_ns["billing:".len()..]), "{paused:?}");
+    assert_eq!(top_result.1["interrupts"][0]["id"], interrupt.1["__interrupt__"][0]["id"]);
 
     // 4b. Resumed, the refund's agent goes on in the namespace it paused in: its handing node
     // began in the run before, and the task id is still that node's.
@@ -904,6 +931,7 @@ async fn a_state_update_writes_the_declared_channels_and_only_those() {
     // Refused, naming what is wrong, and nothing written.
     let refusals = [
         (json!({"channels": {"category": "billing"}}), "`channels.category` is the graph's own"),
+        (json!({"channels": {"app": "tablet"}}), "`channels.app` does not fit what the graph writes there"),
         (json!({"channels": {"history_summary": "made up"}}), "`channels.history_summary` is not a channel"),
         (json!({"app": "mobile"}), "write it as `channels.app`"),
         (json!({"channels": "app=mobile"}), "`channels` is an object"),

@@ -77,7 +77,11 @@ pub(crate) async fn run(
     let input: RunAgentInput = json_body(&body)?;
     let (agents, _) = app.chat().agents();
     if !agents.iter().any(|(name, _)| *name == agent) {
-        return Err(ApiError::field(StatusCode::NOT_FOUND, "agent", format!("no agent named '{agent}'")));
+        return Err(ApiError::field(
+            StatusCode::NOT_FOUND,
+            "agent",
+            format!("no agent named '{}'", crate::error::echoed(&agent)),
+        ));
     }
     let who = asking(&caller, &headers, None)?;
     let run = Run { thread_id: input.thread_id.clone(), run_id: input.run_id.clone() };

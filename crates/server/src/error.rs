@@ -193,3 +193,47 @@ impl From<toolgraph_conversations::StoreError> for ApiError {
         ChatError::Store(e).into()
     }
 }
+
+/// Most characters of a client's id an error message repeats.
+const ECHOED_CHARS: usize = 64;
+
+/// An id a client sent, as an error message repeats it: control characters escaped, and one
+/// longer than [`ECHOED_CHARS`] cut there, saying how long it was — a refusal names what was
+/// asked for without sending back whatever a client put in a path.
+pub(crate) fn echoed(id: &str) -> String {
+    let mut shown = String::with_capacity(id.len().min(4 * ECHOED_CHARS));
+    for c in id.chars().take(ECHOED_CHARS) {
+        // Control characters, and the invisible ones that reorder or hide text (bidi
+        // overrides, zero-width marks), shown as escapes.
+        let invisible =
+            matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}');
+        if c.is_control() {
+            shown.extend(c.escape_debug());
+        } else if invisible {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    let n = id.chars().count();
+    if n > ECHOED_CHARS {
+        shown.push_str(&format!("… ({n} characters)"));
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echoed_id_is_cut_and_its_control_characters_escaped() {
+        assert_eq!(echoed("019a-run"), "019a-run");
+        assert_eq!(echoed("a\u{0}b\nc\u{1b}[31m"), "a\\0b\\nc\\u{1b}[31m");
+        assert_eq!(echoed("run\u{202E}gpj.exe\u{200B}"), "run\\u{202e}gpj.exe\\u{200b}", "bidi and zero-width");
+        assert_eq!(echoed(&"x".repeat(5000)), format!("{}… (5000 characters)", "x".repeat(ECHOED_CHARS)));
+        let accented = echoed(&"é".repeat(ECHOED_CHARS + 1));
+        assert_eq!(accented, format!("{}… ({} characters)", "é".repeat(ECHOED_CHARS), ECHOED_CHARS + 1));
+        assert_eq!(echoed(&"é".repeat(ECHOED_CHARS)), "é".repeat(ECHOED_CHARS), "exactly the limit: whole");
+    }
+}

@@ -169,7 +169,11 @@ fn turn_request(
         return Err(OpenAiError(ApiError::field(
             StatusCode::NOT_FOUND,
             "model",
-            format!("no agent named '{}': the models are the agents ({})", request.model, names.join(", ")),
+            format!(
+                "no agent named '{}': the models are the agents ({})",
+                crate::error::echoed(&request.model),
+                names.join(", ")
+            ),
         )));
     }
     if request.n.is_some_and(|n| n != 1) {

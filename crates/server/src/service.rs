@@ -590,11 +590,12 @@ impl ChatService {
             .unwrap_or_else(|| self.0.default_agent.clone());
         let agent = self.0.agents.get(&agent_name).ok_or_else(|| ChatError::Invalid {
             field: "agent".into(),
-            message: format!("no agent named '{agent_name}'"),
+            message: format!("no agent named '{}'", crate::error::echoed(&agent_name)),
         })?;
         if let Some(ctx) = &req.context
             && let Some(k) = ctx.keys().find(|k| !agent.settings.state_keys.contains(k))
         {
+            let k = crate::error::echoed(k);
             return Err(ChatError::Invalid {
                 field: format!("context.{k}"),
                 message: format!("agent '{agent_name}' does not accept context key '{k}'"),

@@ -146,6 +146,16 @@ async fn each_bad_request_is_refused_in_openais_shape_naming_what_is_wrong() {
     }
     let (_, answer) = post(&WHO, &body(json!({ "model": "nope" }))).await;
     assert_eq!(answer["error"]["code"], "model_not_found");
+    // A model name of any length is named by its start only, its control characters escaped.
+    let long = format!("\u{1b}[2J{}", "m".repeat(5000));
+    let (status, answer) = post(&WHO, &body(json!({ "model": long }))).await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(status, 404, "{answer}");
+    assert!(
+        message.starts_with("no agent named '\\u{1b}[2Jmmm") && message.contains("… (5004 characters)'"),
+        "{message}"
+    );
+    assert!(message.len() < 300, "{message}");
 }
 
 /// `POST /v1/chat/completions` of `body` on `router`, as the tenant's user.

@@ -71,6 +71,50 @@ pub struct Plan {
     pub version: String,
 }
 
+impl Plan {
+    /// The schemas the graph's own nodes hold a channel's value to, by channel: a model node's
+    /// `output` schema, an `ask` node's form for the channel its answer goes to. A channel that
+    /// any node writes without a schema (a draft, a tool's result, a search, a free-text answer,
+    /// another agent's reply, a node kind of the program's) holds whatever they write: none.
+    pub fn channel_schemas(&self) -> BTreeMap<String, Vec<Value>> {
+        let mut schemas: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        let mut free: BTreeSet<&str> = BTreeSet::new();
+        let answered_by = |ask: &str| match self.nodes.iter().find(|n| n.name == ask).map(|n| &n.step) {
+            Some(Step::Answered { channel }) => Some(channel.as_str()),
+            _ => None,
+        };
+        for node in &self.nodes {
+            match &node.step {
+                Step::Model { output: Some(Output { channel, schema: Some(schema), .. }), .. } => {
+                    schemas.entry(channel.clone()).or_default().push(schema.clone());
+                }
+                Step::Model { output: Some(Output { channel, schema: None, .. }), .. } => {
+                    free.insert(channel);
+                }
+                Step::Ask { form, answered, .. } => match (form, answered_by(answered)) {
+                    (Some(form), Some(channel)) => schemas.entry(channel.to_owned()).or_default().push(form.clone()),
+                    (None, Some(channel)) => {
+                        free.insert(channel);
+                    }
+                    _ => {}
+                },
+                Step::Retrieve { channel, .. } => {
+                    free.insert(channel);
+                }
+                Step::Tool { channel: Some(channel), .. }
+                | Step::Cite { channel: Some(channel), .. }
+                | Step::Agent { channel: Some(channel), .. }
+                | Step::Custom { channel: Some(channel), .. } => {
+                    free.insert(channel);
+                }
+                _ => {}
+            }
+        }
+        schemas.retain(|channel, _| !free.contains(channel.as_str()));
+        schemas
+    }
+}
+
 /// The version of a declaration whose text is `text`: the first 12 hex digits of its SHA-256,
 /// so the same file gives the same version on every replica and after every restart.
 pub fn version_of(text: &str) -> String {
@@ -1192,6 +1236,29 @@ next = "agent"
         let plan = check("desk.toml", GOOD, &Known { tools: &tools, writes: &[], kinds: None, agents: &[] }).unwrap();
         let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["agent", "approved", "classify", "execute", "give_up", "search", "tools"]);
+    }
+
+    #[test]
+    fn a_channel_is_held_to_its_writers_schemas_unless_one_writes_it_freely() {
+        let tools: Vec<String> = TOOLS.map(str::to_owned).to_vec();
+        let known = Known { tools: &tools, writes: &[], kinds: None, agents: &[] };
+        let plan = check("desk.toml", GOOD, &known).unwrap();
+        let schemas = plan.channel_schemas();
+        assert_eq!(schemas.get("category"), Some(&vec![serde_json::json!({"enum": ["billing", "technical"]})]));
+        assert!(!schemas.contains_key("passages"), "a search writes it: {schemas:?}");
+        // A draft written into `category` too: it then holds whatever the draft says.
+        let drafted = GOOD.replacen(
+            "[nodes.search]",
+            "[nodes.draft]\nkind = \"model\"\noutput = { channel = \"category\" }\nnext = \"agent\"\n\n[nodes.search]",
+            1,
+        );
+        let drafted = drafted.replacen(
+            "cases = { billing = \"search\" }",
+            "cases = { billing = \"search\", technical = \"draft\" }",
+            1,
+        );
+        let plan = check("desk.toml", &drafted, &known).unwrap();
+        assert!(!plan.channel_schemas().contains_key("category"), "{drafted}");
     }
 
     /// `GOOD` with `from` replaced by `to`, and the errors that gives.

@@ -1857,36 +1857,30 @@ impl Writer {
             _ => Vec::new(),
         };
         let (ns, leaf) = self.place(node);
-        if self.modes.subgraphs {
+        if self.modes.subgraphs && !at.waits {
             if hands_off(node, next.as_deref()) {
                 // A hand-off: the node's task goes on while its agent runs (LangGraph's
                 // sub-graph node), and ends with what the agent wrote when it hands back.
-                self.handing.insert(node.to_owned(), (seq - 1, had));
+                self.handing.insert(node.to_owned(), (seq.saturating_sub(1), had));
                 self.task = None;
                 self.last = Some(at);
                 return out;
             }
             if let Some(handing) = handed_back(node) {
-                let (from, before) = self.handing.remove(handing).unwrap_or((seq - 1, had));
-                let written: Vec<Value> = match (before, at.values["messages"].as_array()) {
-                    (Some(before), Some(messages)) => messages.get(before..).map(<[Value]>::to_vec).unwrap_or_default(),
-                    _ => Vec::new(),
-                };
-                let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
-                if self.modes.updates {
-                    out.push(event(&format!("updates{ns}"), &json!({ leaf: result })));
+                // Known when the hand-off was seen, here or in the checkpoints before the run;
+                // else (its history unreadable) the handing node's end is not told.
+                if let Some((from, before)) = self.handing.remove(handing) {
+                    out.extend(self.hand_back(handing, from, before, &at, &ns, leaf));
+                    out.extend(self.checkpoint(&at, next.into_iter().collect(), false, &ns));
+                    self.checkpointed = true;
                 }
-                let payload = json!({ "id": task_id(&self.thread, from), "name": leaf, "error": null, "result": result, "interrupts": [] });
-                out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload, &ns));
-                out.extend(self.checkpoint(&at, next.into_iter().collect(), false, &ns));
-                self.checkpointed = true;
                 self.task = None;
                 self.last = Some(at);
                 return out;
             }
         }
         let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
-        let payload = json!({ "id": task_id(&self.thread, seq - 1), "name": leaf, "error": null, "result": result, "interrupts": [] });
+        let payload = json!({ "id": task_id(&self.thread, seq.saturating_sub(1)), "name": leaf, "error": null, "result": result, "interrupts": [] });
         if at.waits {
             // Its interrupts are the pause's actions, whose ids the `pending` frames after
             // it name: written with them at the run's end.
@@ -1901,6 +1895,48 @@ impl Writer {
         out
     }
 
+    /// The end of handing node `handing`'s task, which began from checkpoint `from` with
+    /// `before` messages, when its agent hands the turn back at checkpoint `at` (the node `leaf`
+    /// in namespace `ns`): the agent's reply as its node's update first (as a sub-graph's last
+    /// update comes before its node's), then the handing node's update and task result — the
+    /// messages the agent added, as the state holds them.
+    fn hand_back(
+        &mut self,
+        handing: &str,
+        from: u64,
+        before: Option<usize>,
+        at: &Checkpoint,
+        ns: &str,
+        leaf: &str,
+    ) -> Vec<Event> {
+        let mut out = Vec::new();
+        let written: Vec<Value> = match (before, at.values["messages"].as_array()) {
+            (Some(before), Some(messages)) => messages.get(before..).map(<[Value]>::to_vec).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let replied =
+            self.reply_node.as_deref().is_some_and(|n| n.strip_prefix(handing).is_some_and(|r| r.starts_with('/')));
+        if replied && !self.reply.trim_end().is_empty() {
+            let reply = written
+                .iter()
+                .rev()
+                .find(|m| m["type"] == "ai" && m["content"].as_str().is_some_and(|c| !c.is_empty()));
+            if let (true, Some(reply), Some(node)) = (self.modes.updates, reply, self.reply_node.clone()) {
+                let (inner, replier) = self.place(&node);
+                out.push(event(&format!("updates{inner}"), &json!({ replier: { "messages": [reply] } })));
+            }
+            // Told: the run's end does not tell it again.
+            self.reply.clear();
+        }
+        let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
+        if self.modes.updates {
+            out.push(event(&format!("updates{ns}"), &json!({ leaf: result })));
+        }
+        let payload = json!({ "id": task_id(&self.thread, from), "name": leaf, "error": null, "result": result, "interrupts": [] });
+        out.extend(node_event(&self.modes, "tasks", "task_result", at.seq, payload, ns));
+        out
+    }
+
     /// Where the agent that hands back through `node` (`billing/END`) was handed the turn, read
     /// from the store (`at`, the checkpoint its handing node began from) when this writer did
     /// not see the hand-off.
@@ -1912,10 +1948,23 @@ impl Writer {
     }
 
     /// The result of the node that paused, with the pause's interrupts, once the run ends.
+    /// The handing nodes whose agents it paused in end their tasks with the same interrupts,
+    /// innermost first, as LangGraph's sub-graph nodes do.
     fn paused_task_result(&mut self) -> Vec<Event> {
         let Some((mut payload, seq, ns)) = self.paused_task.take() else { return Vec::new() };
-        payload["interrupts"] = Value::Array(std::mem::take(&mut self.interrupts));
-        node_event(&self.modes, "tasks", "task_result", seq, payload, &ns)
+        let interrupts = Value::Array(std::mem::take(&mut self.interrupts));
+        payload["interrupts"] = interrupts.clone();
+        let mut out = node_event(&self.modes, "tasks", "task_result", seq, payload, &ns);
+        let mut open: Vec<(String, u64)> = self.handing.drain().map(|(node, (from, _))| (node, from)).collect();
+        // `billing/refund` is inside `billing`: the longer name first.
+        open.sort_by_key(|(node, _)| std::cmp::Reverse(node.len()));
+        for (handing, from) in open {
+            let (outer, leaf) = self.place(&handing);
+            let payload = json!({ "id": task_id(&self.thread, from), "name": leaf, "error": null, "result": {},
+                "interrupts": interrupts.clone() });
+            out.extend(node_event(&self.modes, "tasks", "task_result", seq, payload, &outer));
+        }
+        out
     }
 
     fn frame(&mut self, frame: Frame) -> Step {
@@ -2040,7 +2089,9 @@ impl Writer {
                         && self.modes.updates
                         && (handed_back(&node).is_some() || hands_off(&node, next.as_deref()))) =>
             {
-                let known = self.knows(checkpoint.saturating_sub(1));
+                // A hand-back whose hand-off this writer saw needs nothing of the checkpoint before.
+                let seen = handed_back(&node).is_some_and(|h| self.modes.subgraphs && self.handing.contains_key(h));
+                let known = seen || self.knows(checkpoint.saturating_sub(1));
                 // An agent's way back whose hand-off this writer did not see: where it began.
                 let handed_at = match handed_back(&node) {
                     Some(handing) if self.modes.subgraphs && !self.handing.contains_key(handing) => {
