@@ -27,22 +27,19 @@ pub struct Agent {
     /// Its settings.
     pub settings: AgentSettings,
     /// Its graph.
-    pub graph: CompiledGraph<AgentState, AgentDeps>,
+    pub graph: CompiledAgent,
     /// The channels its declaration keeps: those marked `writable` are what a state update
     /// from outside a run may write besides messages ([`chat_agent`]).
     pub channels: DeclaredChannels,
 }
 
 /// An assembled agent's compiled graph.
-type CompiledAgent = CompiledGraph<AgentState, AgentDeps>;
+pub type CompiledAgent = CompiledGraph<AgentState, AgentDeps>;
 
 /// `graph`, served: a state update from outside a run writes messages and the `writable` ones
 /// of `channels`, the channels its declaration keeps
 /// ([`declared_update`](crate::conversation::declared_update)).
-pub fn chat_agent(
-    graph: CompiledGraph<AgentState, AgentDeps>,
-    channels: &DeclaredChannels,
-) -> GraphAgent<AgentState, AgentDeps> {
+pub fn chat_agent(graph: CompiledAgent, channels: &DeclaredChannels) -> GraphAgent<AgentState, AgentDeps> {
     let channels = channels.clone();
     GraphAgent::new(graph).with_state_updates(Arc::new(move |state, values| {
         crate::conversation::declared_update(state, values, &channels)

@@ -127,11 +127,15 @@ impl DeclaredChannels {
         Self::new(plan.channels.clone(), plan.channel_schemas())
     }
 
-    /// Whether `value`, written into channel `name` of `state` by `reducer`, fits what the
-    /// graph's nodes write there: the value itself (or, for `append`, each item it adds; for
-    /// `merge`, the object it makes). `null` — what a declined question leaves — always fits.
-    fn check(&self, state: &AgentState, name: &str, reducer: Reducer, value: &Value) -> Result<(), String> {
+    /// Whether `writes` (a client's value for channel `name` of `state`, as
+    /// [`ChannelWrite::of`] makes it: its default first when the channel holds nothing) fit
+    /// what the graph's nodes write there: the value itself (or, for `append`, each item it
+    /// adds; for `merge`, the object it makes). `null` — what a declined question leaves —
+    /// always fits.
+    fn check(&self, state: &AgentState, name: &str, writes: &[ChannelWrite]) -> Result<(), String> {
         let Some(validators) = self.validators.get(name) else { return Ok(()) };
+        // `ChannelWrite::of` ends with the client's own write.
+        let Some(ChannelWrite { reducer, value, .. }) = writes.last() else { return Ok(()) };
         if value.is_null() {
             return Ok(());
         }
@@ -139,12 +143,14 @@ impl DeclaredChannels {
         let ok = match (reducer, value) {
             (Reducer::Append, Value::Array(items)) => fits(value) || items.iter().all(fits),
             (Reducer::Merge, Value::Object(_)) => {
-                let mut channels = Map::new();
+                let mut made = Map::new();
                 if let Some(old) = state.channels.get(name) {
-                    channels.insert(name.to_owned(), old.clone());
+                    made.insert(name.to_owned(), old.clone());
                 }
-                Reducer::Merge.apply(&mut channels, name.to_owned(), value.clone());
-                channels.get(name).is_some_and(fits)
+                for w in writes {
+                    w.reducer.apply(&mut made, name.to_owned(), w.value.clone());
+                }
+                made.get(name).is_some_and(fits)
             }
             _ => fits(value),
         };
@@ -226,18 +232,10 @@ pub fn declared_update(
                         ));
                     }
                 };
-                declared.check(state, name, decl.reducer, value)?;
-                if decl.reducer != Reducer::Replace
-                    && !state.channels.contains_key(name)
-                    && let Some(default) = &decl.default
-                {
-                    writes.push(ChannelWrite {
-                        channel: name.clone(),
-                        reducer: Reducer::Replace,
-                        value: default.clone(),
-                    });
-                }
-                writes.push(ChannelWrite { channel: name.clone(), reducer: decl.reducer, value: value.clone() });
+                let these =
+                    ChannelWrite::of(&state.channels, name.clone(), decl.reducer, decl.default.as_ref(), value.clone());
+                declared.check(state, name, &these)?;
+                writes.extend(these);
             }
         }
         Some(_) => return Err("`channels` is an object: channel name → value".to_owned()),

@@ -948,6 +948,9 @@ async fn a_state_update_writes_the_declared_channels_and_only_those() {
         (&state["checkpoint"]["checkpoint_id"], &json!("web")),
         "{after}"
     );
+    // Any label a node of the graph writes there: the classifier's `unknown` too.
+    let (status, unknown) = post_json(&base, &state_path, &json!({"values": {"channels": {"app": "unknown"}}})).await;
+    assert_eq!(status, 200, "{unknown}");
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -79,16 +79,8 @@ impl GraphInfo {
     fn writes(&self, s: &AgentState, channel: &str, value: Value) -> Vec<ChannelWrite> {
         let decl = self.channels.get(channel);
         let reducer = decl.map(|c| c.reducer).unwrap_or_default();
-        let key = self.key(channel);
-        let mut out = Vec::with_capacity(2);
-        if reducer != Reducer::Replace
-            && !s.channels.contains_key(key.as_ref())
-            && let Some(default) = decl.and_then(|c| c.default.clone())
-        {
-            out.push(ChannelWrite { channel: key.clone().into_owned(), reducer: Reducer::Replace, value: default });
-        }
-        out.push(ChannelWrite { channel: key.into_owned(), reducer, value });
-        out
+        let default = decl.and_then(|c| c.default.as_ref());
+        ChannelWrite::of(&s.channels, self.key(channel).into_owned(), reducer, default, value)
     }
 }
 

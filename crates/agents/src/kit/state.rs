@@ -132,6 +132,28 @@ pub struct ChannelWrite {
     pub value: Value,
 }
 
+impl ChannelWrite {
+    /// The writes that put `value` into `channel` of `channels` by `reducer`: a channel that
+    /// holds nothing yet starts from its `default`, so `append` and `merge` add to it.
+    pub fn of(
+        channels: &Map<String, Value>,
+        channel: String,
+        reducer: Reducer,
+        default: Option<&Value>,
+        value: Value,
+    ) -> Vec<Self> {
+        let mut out = Vec::with_capacity(2);
+        if reducer != Reducer::Replace
+            && !channels.contains_key(&channel)
+            && let Some(default) = default
+        {
+            out.push(Self { channel: channel.clone(), reducer: Reducer::Replace, value: default.clone() });
+        }
+        out.push(Self { channel, reducer, value });
+        out
+    }
+}
+
 impl Reducer {
     /// Combines `value` into channel `name` of `channels`.
     pub fn apply(self, channels: &mut Map<String, Value>, name: String, value: Value) {

@@ -1507,7 +1507,24 @@ fn handed_back(node: &str) -> Option<&str> {
 /// Whether `node`, going on to `next`, hands the turn to another agent (`billing` →
 /// `billing/intent`).
 fn hands_off(node: &str, next: Option<&str>) -> bool {
-    next.and_then(|n| n.strip_prefix(node)).is_some_and(|rest| rest.starts_with('/'))
+    next.is_some_and(|next| within(next, node))
+}
+
+/// Whether `node` is a node of the agent handing node `handing` hands turns to
+/// (`billing/intent` of `billing`).
+fn within(node: &str, handing: &str) -> bool {
+    node.strip_prefix(handing).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The messages of checkpoint `at` after the first `before` (unknown: none), and the task
+/// result they make (`{}` when none).
+fn added_since(at: &Checkpoint, before: Option<usize>) -> (Vec<Value>, Value) {
+    let added: Vec<Value> = match (before, at.values["messages"].as_array()) {
+        (Some(before), Some(messages)) => messages.get(before..).map(<[Value]>::to_vec).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let result = if added.is_empty() { json!({}) } else { json!({ "messages": added }) };
+    (added, result)
 }
 
 /// A task's or checkpoint's `payload` as the modes asked for it: an event of its own mode
@@ -1852,10 +1869,6 @@ impl Writer {
         }
         let count = |c: &Checkpoint| c.values["messages"].as_array().map_or(0, Vec::len);
         let had = self.last.as_ref().filter(|c| c.seq + 1 == seq).map(count);
-        let written: Vec<Value> = match (had, at.values["messages"].as_array()) {
-            (Some(had), Some(messages)) => messages.get(had..).map(<[Value]>::to_vec).unwrap_or_default(),
-            _ => Vec::new(),
-        };
         let (ns, leaf) = self.place(node);
         if self.modes.subgraphs && !at.waits {
             if hands_off(node, next.as_deref()) {
@@ -1879,7 +1892,7 @@ impl Writer {
                 return out;
             }
         }
-        let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
+        let (_, result) = added_since(&at, had);
         let payload = json!({ "id": task_id(&self.thread, seq.saturating_sub(1)), "name": leaf, "error": null, "result": result, "interrupts": [] });
         if at.waits {
             // Its interrupts are the pause's actions, whose ids the `pending` frames after
@@ -1910,12 +1923,8 @@ impl Writer {
         leaf: &str,
     ) -> Vec<Event> {
         let mut out = Vec::new();
-        let written: Vec<Value> = match (before, at.values["messages"].as_array()) {
-            (Some(before), Some(messages)) => messages.get(before..).map(<[Value]>::to_vec).unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        let replied =
-            self.reply_node.as_deref().is_some_and(|n| n.strip_prefix(handing).is_some_and(|r| r.starts_with('/')));
+        let (written, result) = added_since(at, before);
+        let replied = self.reply_node.as_deref().is_some_and(|n| within(n, handing));
         if replied && !self.reply.trim_end().is_empty() {
             let reply = written
                 .iter()
@@ -1928,7 +1937,6 @@ impl Writer {
             // Told: the run's end does not tell it again.
             self.reply.clear();
         }
-        let result = if written.is_empty() { json!({}) } else { json!({ "messages": written }) };
         if self.modes.updates {
             out.push(event(&format!("updates{ns}"), &json!({ leaf: result })));
         }
@@ -2089,16 +2097,12 @@ impl Writer {
                         && self.modes.updates
                         && (handed_back(&node).is_some() || hands_off(&node, next.as_deref()))) =>
             {
-                // A hand-back whose hand-off this writer saw needs nothing of the checkpoint before.
-                let seen = handed_back(&node).is_some_and(|h| self.modes.subgraphs && self.handing.contains_key(h));
-                let known = seen || self.knows(checkpoint.saturating_sub(1));
-                // An agent's way back whose hand-off this writer did not see: where it began.
-                let handed_at = match handed_back(&node) {
-                    Some(handing) if self.modes.subgraphs && !self.handing.contains_key(handing) => {
-                        self.starts.get(handing).copied()
-                    }
-                    _ => None,
-                };
+                let back = handed_back(&node).filter(|_| self.modes.subgraphs);
+                // A hand-back is told from where its hand-off began, not from the checkpoint
+                // before it: read from the store when this writer did not see the hand-off.
+                let known = back.is_some() || self.knows(checkpoint.saturating_sub(1));
+                let handed_at =
+                    back.filter(|h| !self.handing.contains_key(*h)).and_then(|h| self.starts.get(h).copied());
                 return Step::Finished { node, seq: checkpoint, next, known, handed_at };
             }
             Frame::Custom { data, .. } if self.modes.custom => {
