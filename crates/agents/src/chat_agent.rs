@@ -264,6 +264,10 @@ pub trait ChatAgent: Send + Sync + 'static {
     fn project(&self, conversation: i64, record: &CheckpointRecord) -> Projection;
     /// What an interrupt payload of this agent asks a person.
     fn action_request(&self, payload: &Value) -> ActionRequest;
+    /// The channels a node's state `update` (its JSON, as its checkpoint stores it) wrote,
+    /// each with the value written last — what the doors that stream each node's update tell
+    /// besides its messages; `None` when it wrote none.
+    fn channel_writes(&self, update: &str) -> Option<Map<String, Value>>;
 }
 
 /// A graph state that holds a conversation: what [`GraphAgent`] needs of it.
@@ -286,6 +290,12 @@ pub trait ChatState: State {
     fn update_from(&self, values: &Map<String, Value>) -> Result<Self::Update, String> {
         let _ = values;
         Err("this agent's state takes no updates from outside a run".to_owned())
+    }
+    /// The channels a node's update (its JSON) wrote, each with the value written last
+    /// ([`ChatAgent::channel_writes`]). By default a state has none to tell.
+    fn channel_writes(update: &str) -> Option<Map<String, Value>> {
+        let _ = update;
+        None
     }
 }
 
@@ -452,6 +462,10 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
 
     fn action_request(&self, payload: &Value) -> ActionRequest {
         S::action_request(payload)
+    }
+
+    fn channel_writes(&self, update: &str) -> Option<Map<String, Value>> {
+        S::channel_writes(update)
     }
 }
 

@@ -43,6 +43,24 @@ pub fn project(conversation: i64, record: &CheckpointRecord) -> Projection {
     p
 }
 
+/// The channels a node's update (an [`AgentUpdate`]'s JSON) wrote, each with the value written
+/// last; `None` when it wrote none. Read only when the text names them — the key
+/// `"channels"` cannot appear inside a JSON string, whose quotes are escaped — so an update of
+/// messages alone is not parsed again.
+fn channel_writes(update: &str) -> Option<Map<String, Value>> {
+    if !update.contains("\"channels\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Writes {
+        #[serde(default)]
+        channels: Vec<ChannelWrite>,
+    }
+    let writes: Writes = serde_json::from_str(update).ok()?;
+    let wrote: Map<String, Value> = writes.channels.into_iter().map(|w| (w.channel, w.value)).collect();
+    (!wrote.is_empty()).then_some(wrote)
+}
+
 /// The ReAct state as the chat service serves it.
 impl ChatState for AgentState {
     fn user_turn(input: TurnInput) -> AgentUpdate {
@@ -77,6 +95,10 @@ impl ChatState for AgentState {
 
     fn update_from(&self, values: &Map<String, Value>) -> Result<AgentUpdate, String> {
         added_messages(values).map(|messages| AgentUpdate { messages, ..AgentUpdate::default() })
+    }
+
+    fn channel_writes(update: &str) -> Option<Map<String, Value>> {
+        channel_writes(update)
     }
 }
 
@@ -293,6 +315,29 @@ mod tests {
 
     fn values(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_nodes_channel_writes_are_read_from_its_update_and_only_they() {
+        let update = AgentUpdate {
+            channels: [
+                ChannelWrite::of(&Map::new(), "seen".into(), Reducer::Append, Some(&json!([])), json!("web")),
+                ChannelWrite::of(&Map::new(), "app".into(), Reducer::Replace, None, json!("web")),
+            ]
+            .concat(),
+            ..AgentUpdate::default()
+        };
+        let text = serde_json::to_string(&update).unwrap();
+        // The value each channel was written last: an append's new item, not its default.
+        assert_eq!(
+            <AgentState as ChatState>::channel_writes(&text),
+            Some(values(json!({"seen": "web", "app": "web"})))
+        );
+        // Messages alone, even ones that talk of channels: none.
+        let said = AgentUpdate { messages: vec![Message::user("\"channels\": [1]")], ..AgentUpdate::default() };
+        assert_eq!(<AgentState as ChatState>::channel_writes(&serde_json::to_string(&said).unwrap()), None);
+        assert_eq!(channel_writes(r#"{"messages": [], "channels": []}"#), None);
+        assert_eq!(channel_writes("not json \"channels\""), None);
     }
 
     #[test]

@@ -283,4 +283,9 @@ impl ChatAgent for VersionedAgent {
     fn action_request(&self, payload: &serde_json::Value) -> crate::chat_agent::ActionRequest {
         self.read().current.action_request(payload)
     }
+
+    fn channel_writes(&self, update: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+        // Every version's state is the same type: its updates read alike.
+        self.read().current.channel_writes(update)
+    }
 }

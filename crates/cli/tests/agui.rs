@@ -183,6 +183,12 @@ async fn ag_uis_conformance_validator_finds_nothing_wrong_in_the_doors_streams()
     let report = judged(Command::new(&validator), Some(first.clone())).await;
     assert_eq!(report["features"]["shared-state"], "exercised", "{report}");
     assert_eq!(shared_state(&first), (json!({}), json!({ "topic": "maths" })), "{first}");
+    // Shared as the classifier writes it, before the answer begins; the end has nothing to add.
+    let kinds: Vec<String> = sse_data(&first).iter().filter_map(|e| e["type"].as_str().map(str::to_owned)).collect();
+    let delta_at = kinds.iter().position(|k| k == "STATE_DELTA");
+    let answer_at = kinds.iter().position(|k| k == "TEXT_MESSAGE_START" || k == "TOOL_CALL_START");
+    assert!(delta_at.is_some() && delta_at < answer_at, "{first}");
+    assert_eq!(kinds.iter().filter(|k| *k == "STATE_DELTA").count(), 1, "{first}");
     let messages = json!([asked, { "id": "a1", "role": "assistant", "content": "Son 42." },
                           { "id": "s2", "role": "user", "content": "Hola" }]);
     let second = post_to(sorter, json!({ "threadId": "t-sorted", "runId": "s2", "messages": messages })).await;

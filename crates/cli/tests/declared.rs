@@ -373,6 +373,17 @@ async fn a_handed_over_agent_streams_in_its_own_namespace_when_sub_graphs_are_as
     );
     let result = events.iter().find(|(e, d)| e == "tasks" && d["name"] == "billing" && d.get("result").is_some());
     assert_eq!(result.map(|(_, d)| &d["result"]["messages"]), Some(&json!(added)), "{body}");
+    // The classifiers' channel writes are their nodes' updates — the desk's at the top, the
+    // handed-over agent's in its namespace (its node's whole name without) — and their tasks' results.
+    let wrote =
+        |events: &[(String, Value)], name: &str, update: Value| events.iter().any(|(e, d)| e == name && *d == update);
+    assert!(wrote(&events, "updates", json!({"triage": {"channels": {"category": "billing"}}})), "{body}");
+    let intent = json!({"channels": {"billing/intent": "question"}});
+    assert!(wrote(&events, &format!("updates|{ns}"), json!({ "intent": intent })), "{body}");
+    let flat_body = format!("{flat:?}");
+    assert!(wrote(&flat, "updates", json!({ "billing/intent": intent })), "{flat_body}");
+    let triage = events.iter().find(|(e, d)| e == "tasks" && d["name"] == "triage" && d.get("result").is_some());
+    assert_eq!(triage.map(|(_, d)| &d["result"]), Some(&json!({"channels": {"category": "billing"}})), "{body}");
     // The agent's last update (its reply, as the state holds it) comes before its handing node's.
     let at = |events: &[(String, Value)], found: &dyn Fn(&(String, Value)) -> bool| events.iter().position(found);
     let inner_reply =
@@ -911,9 +922,18 @@ async fn a_state_update_writes_the_declared_channels_and_only_those() {
     let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
     let (_, thread) = post_json(&base, "/threads", &json!({})).await;
     let thread = thread["thread_id"].as_str().unwrap().to_owned();
-    let hello = json!({"assistant_id": "desk", "input": {"messages": [{"type": "human", "content": "Hello!"}]}});
-    let (status, ran) = post_json(&base, &format!("/threads/{thread}/runs/wait"), &hello).await;
-    assert_eq!((status, &ran["channels"]["category"]), (200, &json!("other")), "{ran}");
+    let hello = json!({"assistant_id": "desk", "input": {"messages": [{"type": "human", "content": "Hello!"}]},
+        "stream_mode": ["values", "updates"]});
+    let streamed = post(&base, &format!("/threads/{thread}/runs/stream"), &hello).await;
+    let events = sse_events(&streamed);
+    // The classifier's channel write is its node's update, before the reply's; the run ends on
+    // values that hold it.
+    let at = |update: Value| events.iter().position(|(e, d)| e == "updates" && *d == update);
+    let triaged = at(json!({"triage": {"channels": {"category": "other"}}}));
+    let replied = events.iter().position(|(e, d)| e == "updates" && d.get("triage").is_none());
+    assert!(triaged.is_some() && triaged < replied, "{streamed}");
+    let (last, ran) = events.last().unwrap();
+    assert_eq!((last.as_str(), &ran["channels"]["category"]), ("values", &json!("other")), "{streamed}");
 
     let state_path = format!("/threads/{thread}/state");
     let update = json!({"values": {"channels": {"app": "web"}}, "as_node": "which_app"});

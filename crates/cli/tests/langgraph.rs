@@ -545,20 +545,8 @@ async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
     });
     let (mut serve, base, dir) = serve_with_key(&model, KEY, false, &[]).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    let asked = |method: reqwest::Method, url: String| {
-        http.request(method, url).bearer_auth(KEY).header("X-Tenant-Slug", "demo").header("X-User-Id", "1")
-    };
-    let call = |method: reqwest::Method, url: String, body: Option<Value>| {
-        let mut request = asked(method, url);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        async move {
-            let response = request.send().await.unwrap();
-            let status = response.status().as_u16();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
+    let asked = |method: reqwest::Method, url: String| request_as_demo(&http, method, url);
+    let call = |method: reqwest::Method, url: String, body: Option<Value>| call_as_demo(&http, method, url, body);
     let (post, get) = (reqwest::Method::POST, reqwest::Method::GET);
     let (_, thread) = call(post.clone(), format!("{base}/threads"), Some(json!({}))).await;
     let thread = thread["thread_id"].as_str().unwrap().to_owned();
@@ -655,6 +643,27 @@ async fn a_threads_runs_are_listed_from_its_checkpoints_after_a_restart() {
     let _ = serve3.wait();
 }
 
+/// A request to `url` with the test's key, as tenant `demo`'s person 1.
+fn request_as_demo(http: &reqwest::Client, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
+    http.request(method, url).bearer_auth(KEY).header("X-Tenant-Slug", "demo").header("X-User-Id", "1")
+}
+
+/// [`request_as_demo`] with `body` as JSON: the status and the JSON answer (null when none).
+async fn call_as_demo(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = request_as_demo(http, method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json::<Value>().await.unwrap_or(Value::Null))
+}
+
 /// `serve` stopped and started again on its data in `dir`.
 async fn restarted(
     serve: &mut common::ServeProcess,
@@ -664,6 +673,122 @@ async fn restarted(
     let _ = serve.kill();
     let _ = serve.wait();
     common::serve_in(dir, model, &common::api_key_config(KEY, false), &[]).await
+}
+
+/// A resume cancelled while the tool it approved runs: the run is `interrupted` and stops the
+/// tool (its process group goes: nothing sent); the thread is idle, the call answered "may not
+/// have been carried out" (never left without a result), here and after a restart; the next
+/// turn asks again and, approved, the tool's effect happens once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_cancelled_while_its_approved_tool_runs_stops_the_tool_and_leaves_the_thread_whole() {
+    let model = ScriptedModelServer::start(Vec::new()).await.unwrap();
+    model.set_responder(|request| {
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        match messages.last() {
+            Some(m) if m["role"] == "tool" => Reply::text("Enviado."),
+            _ => Reply::tool_calls(&[(&format!("s{}", messages.len()), "slow_send", json!({ "text": "hola equipo" }))]),
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("plugins/slow_send");
+    std::fs::create_dir_all(&plugin).unwrap();
+    // Slow the first time (3 s before it sends), at once after.
+    std::fs::write(
+        plugin.join("plugin.toml"),
+        r#"name = "slow_send"
+version = "1.0.0"
+description = "Sends a text to the team."
+kind = "exec"
+class = "write"
+describe = "Send {text}"
+env = ["PATH"]
+timeout_ms = 60000
+[parameters.text]
+type = "string"
+description = "The text."
+required = true
+[exec]
+command = "/bin/sh"
+args = ["-c", "if [ ! -e started ]; then touch started; sleep 3; fi; echo sent >> sent.log; echo '{\"sent\": true}'"]
+"#,
+    )
+    .unwrap();
+    let config = common::api_key_config(KEY, false)
+        .replace("tools = [\"calculator\", \"note_write\"]", "tools = [\"slow_send\"]")
+        + &format!("[plugins]\ndirs = [{:?}]\n", dir.path().join("plugins"));
+    let (mut serve, base, dir) = common::serve_in(dir, &model, &config, &[]).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let call = |method: reqwest::Method, url: String, body: Option<Value>| call_as_demo(&http, method, url, body);
+    let (post, get) = (reqwest::Method::POST, reqwest::Method::GET);
+    let (_, thread) = call(post.clone(), format!("{base}/threads"), Some(json!({}))).await;
+    let thread = thread["thread_id"].as_str().unwrap().to_owned();
+    let say =
+        json!({"assistant_id": "assistant", "input": {"messages": [{"role": "user", "content": "avisa al equipo"}]}});
+    let wait = format!("{base}/threads/{thread}/runs/wait");
+    let (status, paused) = call(post.clone(), wait.clone(), Some(say.clone())).await;
+    assert_eq!(status, 200, "{paused}");
+    assert!(paused["__interrupt__"][0]["id"].is_string(), "{paused}");
+    let approve = json!({"assistant_id": "assistant", "command": {"resume": {"decisions": [{"type": "approve"}]}}});
+    let (status, resumed) = call(post.clone(), format!("{base}/threads/{thread}/runs"), Some(approve.clone())).await;
+    assert_eq!(status, 200, "{resumed}");
+    let run = resumed["run_id"].as_str().unwrap().to_owned();
+    // The tool has started (its marker is there) and is still running.
+    let (started, sent) = (plugin.join("started"), plugin.join("sent.log"));
+    for _ in 0..200 {
+        if started.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(started.exists(), "the approved tool never started");
+    let cancelled_at = std::time::Instant::now();
+    let (status, body) =
+        call(post.clone(), format!("{base}/threads/{thread}/runs/{run}/cancel?wait=1&action=interrupt"), None).await;
+    assert_eq!(status, 204, "{body}");
+
+    let look = |base: String| {
+        let (thread, run, call) = (thread.clone(), run.clone(), &call);
+        async move {
+            let (_, got) = call(reqwest::Method::GET, format!("{base}/threads/{thread}/runs/{run}"), None).await;
+            let (_, shown) = call(reqwest::Method::GET, format!("{base}/threads/{thread}"), None).await;
+            (got, shown)
+        }
+    };
+    let expect = |(got, shown): (Value, Value)| {
+        assert_eq!(got["status"], "interrupted", "{got}");
+        assert_eq!((&shown["status"], &shown["interrupts"]), (&json!("idle"), &json!({})), "{shown}");
+        let messages = shown["values"]["messages"].as_array().unwrap();
+        let answered = &messages[messages.len() - 2];
+        assert_eq!((&answered["type"], &answered["tool_call_id"]), (&json!("tool"), &json!("s2")), "{shown}");
+        let said = answered["content"].as_str().unwrap_or_default();
+        assert!(said.contains(toolgraph_agents::kit::INTERRUPTED_CALL), "{shown}");
+    };
+    expect(look(base.clone()).await);
+    // Another replica (here: after a restart) reads the same from the thread's checkpoints.
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let (mut serve2, base2, _dir) = common::serve_in(dir, &model, &config, &[]).await;
+    expect(look(base2.clone()).await);
+    // Past the moment the cancelled call would have sent: its process group went with the run.
+    tokio::time::sleep(Duration::from_secs(4).saturating_sub(cancelled_at.elapsed())).await;
+    assert!(!sent.exists(), "the cancelled call sent nothing");
+
+    // The pause is over: the same decision again is refused; the next turn asks again.
+    let (status, refused) =
+        call(post.clone(), format!("{base2}/threads/{thread}/runs/wait"), Some(approve.clone())).await;
+    assert_eq!(status, 409, "{refused}");
+    let (status, asked) = call(post.clone(), format!("{base2}/threads/{thread}/runs/wait"), Some(say)).await;
+    assert!(status == 200 && asked["__interrupt__"][0]["id"].is_string(), "{asked}");
+    let (status, done) = call(post.clone(), format!("{base2}/threads/{thread}/runs/wait"), Some(approve)).await;
+    assert_eq!(status, 200, "{done}");
+    let last = done["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone());
+    assert_eq!(last, Some(json!("Enviado.")), "{done}");
+    assert_eq!(std::fs::read_to_string(&sent).unwrap().lines().count(), 1);
+    let (_, runs) = call(get.clone(), format!("{base2}/threads/{thread}/runs"), None).await;
+    let statuses: Vec<&str> = runs.as_array().unwrap().iter().filter_map(|r| r["status"].as_str()).collect();
+    assert_eq!(statuses, ["success", "success", "interrupted", "success"], "newest first: {runs}");
+    let _ = serve2.kill();
+    let _ = serve2.wait();
 }
 
 /// A thread's state updated through the Python SDK (`update_state`, as the `agent` node), read
@@ -709,12 +834,15 @@ async fn langgraphs_sdk_updates_a_threads_state_and_forks_it_from_an_earlier_che
     assert!(saw["thread"]["state_updated_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{}", saw["thread"]);
     for (case, says) in [
         ("unknown_node", "no node `nope`"),
+        // A node name of any length is named by its start only, its control characters escaped.
+        ("unknown_long_node", "no node `\\\\u{1b}[2Jnnn"),
         ("context", "`context` cannot be written"),
         ("tool_call", "tool calls cannot be written"),
     ] {
         let refused = &saw[case];
         assert_eq!(refused["status"], 422, "{case}: {refused}");
         assert!(refused["body"].to_string().contains(says), "{case}: {refused}");
+        assert!(refused["body"].to_string().len() < 600, "{case}: {refused}");
     }
     // The next turn's model read the update; the fork's did not, nor the turn after it.
     let sent = |i: usize| requests[i]["messages"].to_string();

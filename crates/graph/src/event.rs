@@ -52,6 +52,10 @@ pub enum RunEvent {
         /// What the store derived from that checkpoint and wrote with it (the ids of a
         /// projecting store's rows; empty for a plain store).
         derived: DerivedRows,
+        /// The state update the node made, as JSON, as the checkpoint stores it (handed over,
+        /// not copied): what a consumer that streams each node's update tells.
+        #[serde(skip)]
+        update: Box<str>,
     },
     /// A node began a model call.
     ModelCallStarted {

@@ -33,6 +33,14 @@ pub struct ThreadState<S> {
     /// The run that wrote the head; with `version` it identifies the head exactly (run ids
     /// are unique), so a cached head can be checked against the store with one row.
     pub(crate) head_run: String,
+    /// The run that paused for `pending` (empty when there is no pause): its id is on the
+    /// pause's record-only decisions and on the mark of a resume cancelled before its first
+    /// step, as the pending actions are found by it — not always the head's run, when a
+    /// resume wrote its decisions and nothing after (it died, or its store refused its step).
+    pub(crate) pause_run: String,
+    /// Whether the head is the mark of a resume cancelled before its first step: no run holds
+    /// the pause, which the same decisions resume at once.
+    pub(crate) resume_cancelled: bool,
 }
 
 impl<S: Default> ThreadState<S> {
@@ -46,6 +54,8 @@ impl<S: Default> ThreadState<S> {
             decisions: BTreeMap::new(),
             last_at_ms: 0,
             head_run: String::new(),
+            pause_run: String::new(),
+            resume_cancelled: false,
         }
     }
 }
@@ -73,16 +83,22 @@ impl<S: State> ThreadState<S> {
                 })?;
                 Arc::make_mut(&mut t.state).apply(update);
             }
+            t.resume_cancelled = false;
             match r.kind {
                 RecordKind::Input | RecordKind::Step | RecordKind::Stop => {
                     t.pending.clear();
                     t.decisions.clear();
+                    t.pause_run.clear();
                 }
                 RecordKind::Interrupt => {
                     t.pending = r.interrupts;
                     t.decisions.clear();
+                    t.pause_run.clone_from(&r.run_id);
                 }
-                RecordKind::Decision => t.decisions.extend(r.decisions),
+                RecordKind::Decision => {
+                    t.decisions.extend(r.decisions);
+                    t.resume_cancelled = r.reason.as_deref() == Some(crate::checkpoint::CANCELLED);
+                }
             }
             t.next = r.next;
             t.version = r.seq;

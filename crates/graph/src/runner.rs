@@ -386,7 +386,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         rec.updates.push(value);
         rec.next = (next != END).then(|| next.clone());
         self.write(thread, &rec).await?;
-        let start = RunStart { run_id, state, version: rec.seq, next, decisions: BTreeMap::new() };
+        let start = RunStart { run_id, state, version: rec.seq, next, decisions: BTreeMap::new(), paused_by: None };
         Ok(self.spawn(thread, start, opts))
     }
 
@@ -463,7 +463,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             if !new.is_empty() {
                 // Under the pausing run's id: the pause is still that run's (its pending actions
                 // are found by it) until a resume continues it.
-                let mut rec = self.record(head.version + 1, &head.head_run, RecordKind::Decision);
+                let mut rec = self.record(head.version + 1, &head.pause_run, RecordKind::Decision);
                 rec.decisions = new;
                 rec.next = Some(resume_at);
                 self.write(thread, &rec).await?;
@@ -476,8 +476,9 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             }
             // Everything was decided before: a run already took over, unless it died (a caller
             // that owns the thread knows it did). Resuming again repeats what the dead run had
-            // not checkpointed, with the same call ids, so an idempotent tool runs once.
-            if head.is_fresh(opts.stale_after) && !opts.owns_thread {
+            // not checkpointed, with the same call ids, so an idempotent tool runs once. A resume
+            // cancelled before its first step marked that no run holds the pause.
+            if head.is_fresh(opts.stale_after) && !opts.owns_thread && !head.resume_cancelled {
                 return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
             }
         }
@@ -492,7 +493,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         }
         let decisions =
             head.pending.iter().filter_map(|p| merged.get(&p.id).map(|d| (p.key.clone(), d.clone()))).collect();
-        let start = RunStart { run_id, state: head.state, version: rec.seq, next: resume_at, decisions };
+        let paused_by = Some(head.pause_run);
+        let start = RunStart { run_id, state: head.state, version: rec.seq, next: resume_at, decisions, paused_by };
         Ok(ResumeResult::Started(self.spawn(thread, start, opts)))
     }
 
@@ -535,6 +537,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         head.next = None;
         head.pending.clear();
         head.decisions.clear();
+        head.pause_run.clear();
+        head.resume_cancelled = false;
         head.last_at_ms = rec.created_at_ms;
         head.head_run = run_id;
         Ok(head)
@@ -553,7 +557,11 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             state: start.state,
             version: start.version,
             steps: 0,
-            resumed_from: (!start.decisions.is_empty()).then_some(start.version),
+            resumed_from: start.paused_by.map(|paused_by| ResumedPause {
+                seq: start.version,
+                paused_by,
+                resume_at: start.next.clone(),
+            }),
             opts,
             events: tx,
         };
@@ -570,6 +578,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 RunOutcome::Completed { .. } => Vec::new(),
                 _ => return outcome,
             };
+            let pause_run = if pending.is_empty() { String::new() } else { start.run_id.clone() };
             let head = ThreadState {
                 state: outcome.shared_state(),
                 version: run.version,
@@ -578,6 +587,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 decisions: BTreeMap::new(),
                 last_at_ms: now_ms(),
                 head_run: start.run_id,
+                pause_run,
+                resume_cancelled: false,
             };
             run.graph.inner.heads.put(run.thread.clone(), head);
             outcome
@@ -594,6 +605,19 @@ struct RunStart<S> {
     version: u64,
     next: String,
     decisions: BTreeMap<String, Decision>,
+    /// When resuming: the run the pause is under (its last record's run id).
+    paused_by: Option<String>,
+}
+
+/// What a run that resumes a pause knows of it.
+struct ResumedPause {
+    /// The sequence number of the decisions' record: while the run's `version` is still this,
+    /// it has recorded nothing and the pause stands.
+    seq: u64,
+    /// The run the pause is under, which its pending actions are found by.
+    paused_by: String,
+    /// The node the pause resumes at.
+    resume_at: String,
 }
 
 /// One run in flight, owned by its task: the graph it runs, the thread it writes, the state
@@ -610,9 +634,8 @@ struct Run<S: State, C> {
     version: u64,
     /// Nodes executed so far (the recursion limit counts these).
     steps: u32,
-    /// For a run that resumes a pause: the sequence number of the decisions' record. While
-    /// `version` is still this, the run has recorded nothing and the pause stands.
-    resumed_from: Option<u64>,
+    /// For a run that resumes a pause: the pause.
+    resumed_from: Option<ResumedPause>,
     opts: RunOptions,
     events: crate::event::EventSender,
 }
@@ -751,6 +774,8 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
             checkpoint: rec.seq,
             next: rec.next.clone(),
             derived,
+            // The step's one update, written: handed over.
+            update: rec.updates.pop().map(Into::into).unwrap_or_default(),
         };
         self.emit(finished).await;
         if let Step::Paused { pending, .. } = &step {
@@ -760,9 +785,21 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     }
 
     async fn cancelled(&mut self) -> RunOutcome<S> {
-        // A resumed run cancelled before its first checkpoint leaves the pause to be resumed.
-        if self.resumed_from != Some(self.version) {
-            self.stop_whole(crate::checkpoint::CANCELLED, StopCause::Died).await;
+        match self.resumed_from.take() {
+            // A resumed run cancelled before its first checkpoint (its resume node — an
+            // approved tool, say — did not finish) leaves the pause to be resumed with the same
+            // decisions, which stand; a record under the pause's run says so, so the thread
+            // reads as waiting on it again and the run as cancelled.
+            Some(pause) if pause.seq == self.version => {
+                let mut rec = self.graph.record(self.version + 1, &pause.paused_by, RecordKind::Decision);
+                rec.next = Some(pause.resume_at);
+                rec.reason = Some(crate::checkpoint::CANCELLED.to_owned());
+                match self.graph.write(&self.thread, &rec).await {
+                    Ok(_) => self.version = rec.seq,
+                    Err(e) => tracing::warn!(thread = %self.thread, error = %e, "could not mark the resume cancelled"),
+                }
+            }
+            _ => self.stop_whole(crate::checkpoint::CANCELLED, StopCause::Died).await,
         }
         self.emit(RunEvent::Cancelled).await;
         RunOutcome::Cancelled { state: Arc::clone(&self.state) }
@@ -817,7 +854,7 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
             GraphError::ConcurrentRun { .. } => {}
             // The store refused a resumed run's first checkpoint: nothing of the run is
             // recorded, so the pause and its decisions stand and resuming again applies them.
-            GraphError::Checkpoint(_) if self.resumed_from == Some(self.version) => {}
+            GraphError::Checkpoint(_) if self.resumed_from.as_ref().is_some_and(|p| p.seq == self.version) => {}
             _ => self.stop_whole(&error.to_string(), StopCause::Failed).await,
         }
         tracing::warn!(thread = %self.thread, %error, "run failed");

@@ -45,6 +45,8 @@ fn say(text: &str) -> ChatUpdate {
 struct Deps {
     side_effects: AtomicUsize,
     executed: std::sync::Mutex<Vec<String>>,
+    /// How often `apply` began (its second run takes its time when the plan asked it "slowly").
+    applies: AtomicUsize,
 }
 
 type Ctx = RunContext<Deps>;
@@ -74,7 +76,10 @@ fn approval_graph(store: Arc<dyn Checkpointer>) -> CompiledGraph<Chat, Deps> {
             resume_at: "apply".into(),
         })
     });
-    g.add_node("apply", |_s: Arc<Chat>, c: Ctx| async move {
+    g.add_node("apply", |s: Arc<Chat>, c: Ctx| async move {
+        if s.log.iter().any(|l| l.contains("slowly")) && c.deps().applies.fetch_add(1, Ordering::SeqCst) == 1 {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
         let mut decided = Vec::new();
         for (key, d) in c.decisions() {
             if *d == Decision::Approve {
@@ -578,6 +583,53 @@ async fn a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply(b: &
     assert_eq!(state.decided.len(), 2, "applied once, as recorded: {:?}", state.decided);
 }
 
+/// A resume cancelled before its first step ends — even one after a resume that died having
+/// written only its decisions — leaves the pause to its own run again: the mark is under the
+/// pausing run (whose pending actions are found by it), the cancelled run's records say
+/// cancelled, and the same decisions resume it at once, by any caller, applied once.
+async fn a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run(b: &Backend) {
+    use toolgraph_testkit::faulty_store::{FaultyCheckpointer, WriteFault};
+    let t = thread(33);
+    let store = Arc::new(FaultyCheckpointer::new(b.open().await));
+    let g = approval_graph(store.clone());
+    let (_, out) = g.start(&t, say("plan it slowly"), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    let paused_by = store.load(&t, None).await.unwrap().last().unwrap().run_id.clone();
+    let decisions: BTreeMap<InterruptId, Decision> =
+        pending.iter().map(|p| (p.id.clone(), Decision::Approve)).collect();
+    // A first resume writes its decisions and no more (the store refuses its step).
+    store.set(WriteFault::Nth(2));
+    let ResumeResult::Started(run) = g.resume(&t, decisions.clone(), opts_owned()).await.unwrap() else {
+        panic!("every interrupt was decided")
+    };
+    run.collect().await;
+    store.set(WriteFault::None);
+    // The next is cancelled while its first node (`apply`, slow the second time) runs.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let opts = RunOptions { cancel: cancel.clone(), ..opts_owned() };
+    let ResumeResult::Started(run) = g.resume(&t, decisions.clone(), opts).await.unwrap() else {
+        panic!("the decisions stand")
+    };
+    let cancelled_run = run.run_id().to_owned();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let (_, out) = run.collect().await;
+    assert!(matches!(out, RunOutcome::Cancelled { .. }), "{out:?}");
+    let records = store.load(&t, None).await.unwrap();
+    let mark = records.last().unwrap();
+    assert_eq!((mark.kind, mark.reason.as_deref()), (RecordKind::Decision, Some("cancelled")));
+    assert_eq!(mark.run_id, paused_by, "under the pausing run, not the resume that died");
+    let ends: Vec<(String, RunEnd)> = recorded_runs(&records).into_iter().map(|r| (r.run_id, r.end)).collect();
+    assert_eq!(ends.first(), Some(&(paused_by.clone(), RunEnd::Paused { waiting: true })), "{ends:?}");
+    assert_eq!(ends.last(), Some(&(cancelled_run, RunEnd::Cancelled)), "{ends:?}");
+    // Resumed at once by a caller that does not own the thread: no run holds the pause.
+    let ResumeResult::Started(run) = g.resume(&t, decisions, RunOptions::default()).await.unwrap() else {
+        panic!("the decisions stand")
+    };
+    let RunOutcome::Completed { state } = run.collect().await.1 else { panic!("completed") };
+    assert_eq!(state.decided.len(), 2, "applied once: {:?}", state.decided);
+}
+
 /// A run that fails is closed with the recovery's update over the state the store has — not
 /// over its memory, which holds the step whose checkpoint failed.
 async fn a_failed_run_is_closed_over_the_stored_state(b: &Backend) {
@@ -631,6 +683,7 @@ macro_rules! suite {
             case!(cached_heads_see_other_replicas_and_deletions);
             case!(a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply);
             case!(a_failed_run_is_closed_over_the_stored_state);
+            case!(a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run);
         }
     };
 }

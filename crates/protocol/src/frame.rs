@@ -81,10 +81,17 @@ pub enum Frame {
         /// The node that runs next (`null`: the run ends, or pauses with nothing left).
         next: Option<String>,
     },
-    /// `state_update`: values of the run's state changed, `{"values"}` (not emitted yet).
+    /// `state_update`: a node wrote values of the run's state besides its messages — a
+    /// declared graph's channels — `{"node", "checkpoint", "writes"}`: the checkpoint it wrote
+    /// and each channel with the value it wrote there last (for the doors that stream each
+    /// node's update; what a channel holds after it is the checkpoint's).
     StateUpdate {
-        /// The changed values.
-        values: Value,
+        /// The node.
+        node: String,
+        /// The checkpoint it wrote (its number in the thread).
+        checkpoint: u64,
+        /// Channel → the value written.
+        writes: Value,
     },
     /// `custom`: data a node streams of its own, `{"name", "data"}` (`name`: the node).
     Custom {
@@ -217,7 +224,7 @@ enum Tagged {
     Error { message: String },
     NodeStarted { node: String, step: u32, from: u64 },
     NodeFinished { node: String, step: u32, checkpoint: u64, next: Option<String> },
-    StateUpdate { values: Value },
+    StateUpdate { node: String, checkpoint: u64, writes: Value },
     Custom { name: String, data: Value },
 }
 
@@ -242,7 +249,7 @@ mod tests {
             Frame::Error { message: "the model is unreachable".into() },
             Frame::NodeStarted { node: "agent".into(), step: 1, from: 4 },
             Frame::NodeFinished { node: "tools".into(), step: 2, checkpoint: 5, next: Some("agent".into()) },
-            Frame::StateUpdate { values: json!({"messages": []}) },
+            Frame::StateUpdate { node: "which_app".into(), checkpoint: 4, writes: json!({"app": "web"}) },
             Frame::Custom { name: "progress".into(), data: json!({"pct": 50}) },
         ]
     }

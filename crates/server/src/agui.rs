@@ -356,6 +356,18 @@ fn channels(state: &Value) -> Value {
     state.get("channels").filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({}))
 }
 
+/// The channels `who`'s conversation holds at checkpoint `seq`; `None` (logged) when it cannot
+/// be read — the stream goes on, and the end's delta says what changed.
+async fn channels_at(chat: &ChatService, who: &Principal, conversation: ConversationId, seq: u64) -> Option<Value> {
+    match chat.checkpoint(who, conversation, seq).await {
+        Ok(view) => Some(channels(&view.at.state)),
+        Err(e) => {
+            tracing::warn!(conversation = conversation.0, seq, error = %e, "a node's channels could not be read");
+            None
+        }
+    }
+}
+
 /// `before` changed into `after` as AG-UI's `STATE_DELTA` (a JSON Patch); none when nothing changed.
 fn delta(before: &Value, after: &Value) -> Option<Value> {
     let patch = json_patch::diff(before, after);
@@ -382,10 +394,11 @@ impl Run {
         let events = Events { run: self, open: None, count: 0, pending: Vec::new(), calls: Default::default() };
         let first = [events.started(), json!({ "type": "STATE_SNAPSHOT", "snapshot": before })];
         let run_id: Arc<str> = log.run_id().into();
+        let conversation = log.conversation;
         let frames = log.typed_frames();
         let body = futures::stream::unfold(
             (Box::pin(frames), events, chat, before, false),
-            move |(mut frames, mut events, chat, before, ended)| {
+            move |(mut frames, mut events, chat, mut before, ended)| {
                 let run_id = Arc::clone(&run_id);
                 async move {
                     if ended {
@@ -393,6 +406,17 @@ impl Run {
                     }
                     let frame = frames.next().await?;
                     let mut out = Vec::new();
+                    // A node's channel writes, as they happen (the channels its checkpoint holds);
+                    // the end's delta is from there.
+                    if let Frame::StateUpdate { checkpoint, .. } = &frame
+                        && let Some(now) = channels_at(&chat, &who, conversation, *checkpoint).await
+                    {
+                        // Between messages, never inside one (a node after the words may
+                        // write them into a channel).
+                        events.close(&mut out);
+                        out.extend(delta(&before, &now));
+                        before = now;
+                    }
                     if let Frame::Done { conversation_id, .. } = &frame {
                         events.close(&mut out);
                         let after = left_by(&chat, &who, *conversation_id, &run_id).await;

@@ -680,8 +680,9 @@ impl ChatService {
         Ok((RunId(run_id), log))
     }
 
-    /// The actions of the conversation's paused run still waiting for a decision, in message
-    /// order (empty when they cannot be read: the refusal stands without them).
+    /// The actions the conversation's pause waits on, in message order: those still waiting
+    /// for a decision — or all of them when every one is decided and no run applied them
+    /// (empty when they cannot be read: the refusal stands without them).
     async fn undecided_actions(
         &self,
         agent: &ServedAgent,
@@ -690,6 +691,13 @@ impl ChatService {
     ) -> Vec<PendingActionDto> {
         let Ok(Some((_, head_run))) = agent.agent.checkpointer().head(thread).await else { return Vec::new() };
         match self.0.store.run_pending(conversation, &head_run).await {
+            // Every action decided and none applied (no outcome saved), yet the thread's head is
+            // still the pause's: no run took the decisions over (its resume was cancelled before
+            // its first step, or the request that decided them failed before resuming). The
+            // actions wait again; the same decisions resume them, others are refused.
+            Ok(rows) if rows.iter().all(|p| p.decision.is_some() && p.response.is_none()) => {
+                rows.iter().map(PendingActionDto::from).collect()
+            }
             Ok(rows) => rows.iter().filter(|p| p.decision.is_none()).map(PendingActionDto::from).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, conversation, "cannot list the pending actions for the refusal");
@@ -1203,7 +1211,13 @@ impl ChatService {
             Err(GraphError::NotFound { .. }) => return Err(ChatError::NotFound),
             Err(e) => return Err(internal(e)),
         };
-        if head.undecided() {
+        // A pause at the thread's head waits, decided or not (a resume cancelled before its
+        // first step leaves its decisions to apply): its pending actions belong to the original.
+        let at_head = || async {
+            let head = agent.agent.checkpointer().head(&thread).await.map_err(internal)?;
+            Ok::<_, ChatError>(head.is_some_and(|(last, _)| last == seq))
+        };
+        if head.undecided() || (!head.pending.is_empty() && at_head().await?) {
             return Err(ChatError::Conflict(format!(
                 "checkpoint {seq} is a pause waiting for decisions; fork from a checkpoint before or after it"
             )));
@@ -1430,8 +1444,11 @@ impl ChatService {
         let store = agent.agent.checkpointer();
         let Some((seq, _)) = store.head(&thread).await.map_err(internal)? else { return Ok(false) };
         let last = store.load_from(&thread, seq).await.map_err(internal)?.pop();
+        // A decision record that says its resume was cancelled leaves the pause waiting.
         Ok(last.is_some_and(|r| {
-            r.next.is_some() && matches!(r.kind, RecordKind::Input | RecordKind::Step | RecordKind::Decision)
+            r.next.is_some()
+                && matches!(r.kind, RecordKind::Input | RecordKind::Step | RecordKind::Decision)
+                && r.reason.is_none()
         }))
     }
 
@@ -1495,7 +1512,11 @@ impl ChatService {
             Ok(seq) => Ok(seq),
             Err(GraphError::UnknownNode(node)) => Err(ChatError::Invalid {
                 field: "as_node".into(),
-                message: format!("the agent's graph has no node `{node}`: {}", node_names(&agent.agent.shape())),
+                message: format!(
+                    "the agent's graph has no node `{}`: {}",
+                    crate::error::echoed(&node),
+                    node_names(&agent.agent.shape())
+                ),
             }),
             Err(GraphError::InvalidUpdate(message)) => Err(ChatError::Invalid { field: "values".into(), message }),
             Err(GraphError::AwaitingDecision { .. }) => Err(ChatError::Conflict(
@@ -1561,7 +1582,8 @@ impl ChatService {
     }
 
     /// The actions `who`'s conversation `id` waits on: its paused run's undecided
-    /// approvals and questions, in message order.
+    /// approvals and questions, in message order (all of them when they are decided and no
+    /// run applied them: the same decisions resume the pause).
     ///
     /// # Errors
     /// `NotFound` when it is not theirs; `Store`.

@@ -89,7 +89,15 @@ async fn count(s: Arc<Tally>, ctx: RunContext<()>) -> Result<NodeOutput<Tally>, 
     Ok(NodeOutput::Update(TallyUpdate { count: Some(n), reply: Some(reply), ..TallyUpdate::default() }))
 }
 
-async fn reset(_s: Arc<Tally>, ctx: RunContext<()>) -> Result<NodeOutput<Tally>, NodeError> {
+/// Whether a reset asked for "slowly" has taken its time already (the first one does).
+static SLOWED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+async fn reset(s: Arc<Tally>, ctx: RunContext<()>) -> Result<NodeOutput<Tally>, NodeError> {
+    let slowly = s.said.last().is_some_and(|said| said.contains("slowly"));
+    if slowly && !SLOWED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // Long enough for the test to cancel the run before this, its first step, ends.
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    }
     let approved = ctx.decisions().get("reset") == Some(&Decision::Approve);
     let (count, reply) = if approved { (Some(0), "Back to zero.") } else { (None, "Kept as it was.") };
     ctx.emit(RunEvent::TextDelta { text: reply.to_owned() }).await;
@@ -271,4 +279,75 @@ async fn agents_of_different_states_share_one_store_each_projecting_its_own_reco
     let body = json!({"tenantSlug": "t", "tenantId": 1, "userId": 2, "conversationId": echo_conv, "message": "again"});
     assert_eq!(tokens(&common::parse_sse(&common::stream_text(&base, "t", &body).await)), "You said again.");
     assert_eq!(messages(echo_conv).await.len(), 4);
+}
+
+/// A resume cancelled before its first step ends (the node it resumes at is slow): the run is
+/// `interrupted` and the thread waits on its pause again, with the same action (it read `busy`
+/// for good before, and hid the action); another decision is refused, the same one resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_cancelled_before_its_first_step_leaves_the_pause_waiting_for_the_same_decisions() {
+    let (base, _store) = start().await;
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap();
+    let call = |method: reqwest::Method, path: String, body: Option<Value>| {
+        let mut request = http
+            .request(method, format!("{base}{path}"))
+            .header("X-Tenant-Slug", "t")
+            .header("X-Tenant-Id", "1")
+            .header("X-User-Id", "2");
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (post, get) = (reqwest::Method::POST, reqwest::Method::GET);
+    let (_, thread) = call(post.clone(), "/threads".into(), Some(json!({}))).await;
+    let thread = thread["thread_id"].as_str().unwrap().to_owned();
+    let asked =
+        json!({"assistant_id": "tally", "input": {"messages": [{"role": "user", "content": "please reset slowly"}]}});
+    let (status, paused) = call(post.clone(), format!("/threads/{thread}/runs/wait"), Some(asked)).await;
+    assert_eq!(status, 200, "{paused}");
+    let waiting = paused["__interrupt__"][0]["id"].clone();
+    assert!(waiting.is_string(), "{paused}");
+    let decide = |kind: &str| json!({"assistant_id": "tally", "command": {"resume": {"decisions": [{"type": kind}]}}});
+    let (status, resumed) = call(post.clone(), format!("/threads/{thread}/runs"), Some(decide("approve"))).await;
+    assert_eq!(status, 200, "{resumed}");
+    let run = resumed["run_id"].as_str().unwrap().to_owned();
+    // The resumed node is taking its time: the thread is busy.
+    let (_, busy) = call(get.clone(), format!("/threads/{thread}"), None).await;
+    assert_eq!(busy["status"], "busy", "{busy}");
+    let (status, body) =
+        call(post.clone(), format!("/threads/{thread}/runs/{run}/cancel?wait=1&action=interrupt"), None).await;
+    assert_eq!(status, 204, "{body}");
+
+    let (_, got) = call(get.clone(), format!("/threads/{thread}/runs/{run}"), None).await;
+    assert_eq!(got["status"], "interrupted", "{got}");
+    let (_, shown) = call(get.clone(), format!("/threads/{thread}"), None).await;
+    assert_eq!(shown["status"], "interrupted", "waiting on its pause, not busy: {shown}");
+    let waits = shown["interrupts"].as_object().and_then(|m| m.values().next().cloned()).unwrap_or_default();
+    assert_eq!(waits[0]["id"], waiting, "the same action: {shown}");
+    let (_, found) = call(post.clone(), "/threads/search".into(), Some(json!({"status": "interrupted"}))).await;
+    assert!(found.to_string().contains(&thread), "{found}");
+    // Its pending action is the original's: a copy is refused, as of any thread waiting on a pause.
+    let (status, refused) = call(post.clone(), format!("/threads/{thread}/copy"), None).await;
+    assert_eq!(status, 409, "{refused}");
+    // A new message waits for the decision first.
+    let more = json!({"assistant_id": "tally", "input": {"messages": [{"role": "user", "content": "apples"}]}});
+    let (status, refused) = call(post.clone(), format!("/threads/{thread}/runs/wait"), Some(more)).await;
+    assert_eq!(status, 409, "{refused}");
+
+    // Another decision than the one recorded is refused; the same one resumes, once.
+    let (status, refused) = call(post.clone(), format!("/threads/{thread}/runs/wait"), Some(decide("reject"))).await;
+    assert_eq!(status, 409, "{refused}");
+    let (status, done) = call(post.clone(), format!("/threads/{thread}/runs/wait"), Some(decide("approve"))).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["replies"], json!(["Back to zero."]), "{done}");
+    let (_, shown) = call(get.clone(), format!("/threads/{thread}"), None).await;
+    assert_eq!((&shown["status"], &shown["interrupts"]), (&json!("idle"), &json!({})), "{shown}");
+    let (_, runs) = call(get.clone(), format!("/threads/{thread}/runs"), None).await;
+    let statuses: Vec<&str> = runs.as_array().unwrap().iter().filter_map(|r| r["status"].as_str()).collect();
+    assert_eq!(statuses, ["success", "interrupted", "success"], "newest first: {runs}");
 }

@@ -33,6 +33,9 @@ out["state"] = client.threads.get_state(tid)
 out["thread"] = client.threads.get(tid)
 out["history"] = client.threads.get_history(tid, limit=2)
 out["unknown_node"] = refused(lambda: client.threads.update_state(tid, {"messages": []}, as_node="nope"))
+out["unknown_long_node"] = refused(
+    lambda: client.threads.update_state(tid, {"messages": []}, as_node="\x1b[2J" + "n" * 5000)
+)
 out["context"] = refused(lambda: client.threads.update_state(tid, {"context": {"userId": 2}}))
 out["tool_call"] = refused(
     lambda: client.threads.update_state(

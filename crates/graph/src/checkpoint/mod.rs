@@ -129,7 +129,9 @@ pub struct CheckpointRecord {
     /// Decisions recorded by this record.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub decisions: BTreeMap<InterruptId, Decision>,
-    /// Why the run stopped (for [`RecordKind::Stop`]).
+    /// Why the run stopped (for [`RecordKind::Stop`]); on a [`RecordKind::Decision`] record
+    /// with no decisions, `cancelled`: the resume that took the pause over was cancelled before
+    /// its first step, and the pause (its decisions standing) waits again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What the caller said of the run ([`RunOptions::metadata`](crate::RunOptions::metadata)),

@@ -62,6 +62,21 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
     // The id of the record before: decisions recorded without resuming are written under it.
     let mut before: Option<&str> = None;
     for record in records {
+        // A resume cancelled before its first step: it ends, and the pause it took over
+        // waits again (the record is under the pause's run, so the decisions resume it).
+        if record.kind == RecordKind::Decision && record.reason.as_deref() == Some(CANCELLED) {
+            before = Some(record.run_id.as_str());
+            if let Some(resume) = runs.last_mut().filter(|r| r.end == RunEnd::Running) {
+                resume.end = RunEnd::Cancelled;
+                resume.updated_at_ms = record.created_at_ms;
+            }
+            if let Some(paused) = runs.iter_mut().rev().find(|r| r.run_id == record.run_id)
+                && let RunEnd::Paused { waiting } = &mut paused.end
+            {
+                *waiting = true;
+            }
+            continue;
+        }
         // Runs go one at a time: a run still running when another writes has stopped
         // writing for good (its process died, and the thread was closed or moved on).
         if let Some(last) = runs.last_mut()
@@ -128,9 +143,14 @@ fn begun(record: &CheckpointRecord) -> RecordedRun {
     }
 }
 
-/// A new run starts: the pause before it, if any, no longer waits.
+/// A new run starts: the pause before it, if any, no longer waits (the last run that paused:
+/// resumes cancelled before their first step may have come after it).
 fn settle_pause(runs: &mut [RecordedRun]) {
-    if let Some(RecordedRun { end: RunEnd::Paused { waiting }, .. }) = runs.last_mut() {
+    let last_pause = runs.iter_mut().rev().find_map(|r| match &mut r.end {
+        RunEnd::Paused { waiting } => Some(waiting),
+        _ => None,
+    });
+    if let Some(waiting) = last_pause {
         *waiting = false;
     }
 }
@@ -235,6 +255,28 @@ mod tests {
         assert_eq!(ends(&recorded_only), [end("a", RunEnd::Paused { waiting: true })]);
         recorded_only.push(decided(5, "c", &[]));
         assert_eq!(ends(&recorded_only)[1], end("c", RunEnd::Running), "then resumed under an id of its own");
+    }
+
+    #[test]
+    fn a_resume_cancelled_before_its_first_step_ends_and_its_pause_waits_again() {
+        let mut cancelled = decided(4, "a", &[]);
+        cancelled.reason = Some(CANCELLED.into());
+        let mut records = vec![
+            record(1, "a", RecordKind::Input, Some("agent")),
+            paused(2, "a", &["i1"]),
+            decided(3, "b", &["i1"]),
+            // Written by b's cancel under the pause's run.
+            cancelled,
+        ];
+        assert_eq!(ends(&records), [end("a", RunEnd::Paused { waiting: true }), end("b", RunEnd::Cancelled)]);
+        assert_eq!(recorded_runs(&records)[1].updated_at_ms, 1_004);
+        // Resumed again under an id of its own, with the decisions that stand.
+        records.push(decided(5, "c", &[]));
+        records.push(record(6, "c", RecordKind::Step, None));
+        assert_eq!(
+            ends(&records),
+            [end("a", RunEnd::Paused { waiting: false }), end("b", RunEnd::Cancelled), end("c", RunEnd::Finished)]
+        );
     }
 
     #[test]

@@ -1681,6 +1681,9 @@ struct Writer {
     /// started from and how many messages the state held then. Its task ends when the agent
     /// hands the turn back, as a sub-graph node's does.
     handing: std::collections::HashMap<String, (u64, Option<usize>)>,
+    /// The channels the running node wrote (from the log's `state_update`), as its task's
+    /// result shows them: the node and each channel's value written.
+    wrote: Option<(String, Map<String, Value>)>,
 }
 
 impl Writer {
@@ -1708,6 +1711,7 @@ impl Writer {
             starts: std::collections::HashMap::new(),
             history: Vec::new(),
             handing: std::collections::HashMap::new(),
+            wrote: None,
         }
     }
 
@@ -1867,6 +1871,8 @@ impl Writer {
         if let Some(before) = before {
             self.last = Some(before);
         }
+        // Its channel writes, if the frame before told them: this node's alone, and once.
+        let wrote = self.wrote.take().filter(|(by, _)| by == node).map(|(_, wrote)| wrote);
         let count = |c: &Checkpoint| c.values["messages"].as_array().map_or(0, Vec::len);
         let had = self.last.as_ref().filter(|c| c.seq + 1 == seq).map(count);
         let (ns, leaf) = self.place(node);
@@ -1892,7 +1898,10 @@ impl Writer {
                 return out;
             }
         }
-        let (_, result) = added_since(&at, had);
+        let (_, mut result) = added_since(&at, had);
+        if let Some(wrote) = wrote {
+            result["channels"] = Value::Object(wrote);
+        }
         let payload = json!({ "id": task_id(&self.thread, seq.saturating_sub(1)), "name": leaf, "error": null, "result": result, "interrupts": [] });
         if at.waits {
             // Its interrupts are the pause's actions, whose ids the `pending` frames after
@@ -2104,6 +2113,20 @@ impl Writer {
                 let handed_at =
                     back.filter(|h| !self.handing.contains_key(*h)).and_then(|h| self.starts.get(h).copied());
                 return Step::Finished { node, seq: checkpoint, next, known, handed_at };
+            }
+            // A declared graph's channel writes: the node's update, as LangGraph streams every
+            // node's (no `values` event of its own: the values so far lack what the node's
+            // channels hold after it, and the messages a node adds without frames).
+            Frame::StateUpdate { node, writes, .. } => {
+                let (ns, leaf) = self.place(&node);
+                let wrote = match writes {
+                    Value::Object(wrote) => wrote,
+                    _ => Map::new(),
+                };
+                if self.modes.updates {
+                    out.push(event(&format!("updates{ns}"), &json!({ leaf: { "channels": wrote } })));
+                }
+                self.wrote = Some((node, wrote));
             }
             Frame::Custom { data, .. } if self.modes.custom => {
                 let (ns, _) = self.place(self.current(""));

@@ -125,9 +125,10 @@ pub(super) async fn now(chat: &ChatService, who: &Asking, thread: &Thread) -> Re
         return Ok(Now { busy: here, ..Now::empty() });
     };
     // A run of another replica: its last checkpoint has a node still to run, and is no pause.
-    // (A resume's decision record, every interrupt decided, is a run too: it runs the tools.)
-    let busy = here || (head.at.next.is_some() && !head.at.undecided());
+    // (A resume's decision record, every interrupt decided, is a run too: it runs the tools —
+    // unless no run took them over, and the pause's actions wait again.)
     let awaiting = chat.awaiting(&who.principal, conversation).await?;
+    let busy = here || (head.at.next.is_some() && !head.at.undecided() && awaiting.is_empty());
     let values = shown(&thread.id, head.at.state);
     Ok(Now { values, next: head.at.next.into_iter().collect(), awaiting, seq: head.at.seq, busy })
 }

@@ -139,11 +139,18 @@ pub async fn drive(
             RunEvent::NodeStarted { node, step, from } if turn.node_events => {
                 log.push(&Frame::NodeStarted { node, step, from });
             }
-            RunEvent::NodeFinished { node, step, checkpoint, next, derived } => {
+            RunEvent::NodeFinished { node, step, checkpoint, next, derived, update } => {
                 // A node that wrote no message (a route, or where another agent's run hands
                 // the turn back) leaves the last one written as the reply.
                 if !derived.is_empty() {
                     written = derived;
+                }
+                // What the frames of its tokens, calls and results do not tell: a declared
+                // graph's channel writes, for the doors that stream each node's update.
+                if turn.tool_events
+                    && let Some(writes) = agent.channel_writes(&update)
+                {
+                    log.push(&Frame::StateUpdate { node: node.clone(), checkpoint, writes: Value::Object(writes) });
                 }
                 if turn.node_events {
                     log.push(&Frame::NodeFinished { node, step, checkpoint, next });
