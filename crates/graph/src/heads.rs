@@ -38,9 +38,13 @@ pub struct ThreadState<S> {
     /// step, as the pending actions are found by it — not always the head's run, when a
     /// resume wrote its decisions and nothing after (it died, or its store refused its step).
     pub(crate) pause_run: String,
-    /// Whether the head is the mark of a resume cancelled before its first step: no run holds
-    /// the pause, which the same decisions resume at once.
-    pub(crate) resume_cancelled: bool,
+    /// Whether the head is the mark of a resume that ended before its first step (cancelled,
+    /// dead and closed, or refused by the store): no run holds the pause, which the same
+    /// decisions resume at once.
+    pub(crate) pause_reopened: bool,
+    /// Whether the head is a resume's decisions' record: one under an id of its own (neither
+    /// the pausing run's, which record-only decisions are under, nor the record before's).
+    pub(crate) resumed: bool,
 }
 
 impl<S: Default> ThreadState<S> {
@@ -55,7 +59,8 @@ impl<S: Default> ThreadState<S> {
             last_at_ms: 0,
             head_run: String::new(),
             pause_run: String::new(),
-            resume_cancelled: false,
+            pause_reopened: false,
+            resumed: false,
         }
     }
 }
@@ -83,7 +88,8 @@ impl<S: State> ThreadState<S> {
                 })?;
                 Arc::make_mut(&mut t.state).apply(update);
             }
-            t.resume_cancelled = false;
+            t.pause_reopened = false;
+            t.resumed = false;
             match r.kind {
                 RecordKind::Input | RecordKind::Step | RecordKind::Stop => {
                     t.pending.clear();
@@ -97,7 +103,8 @@ impl<S: State> ThreadState<S> {
                 }
                 RecordKind::Decision => {
                     t.decisions.extend(r.decisions);
-                    t.resume_cancelled = r.reason.as_deref() == Some(crate::checkpoint::CANCELLED);
+                    t.pause_reopened = r.reason.is_some();
+                    t.resumed = r.reason.is_none() && r.run_id != t.pause_run && r.run_id != t.head_run;
                 }
             }
             t.next = r.next;

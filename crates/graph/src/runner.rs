@@ -22,8 +22,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// The reason recorded when a run that stopped mid-way is closed.
-pub const INTERRUPTED: &str = "interrupted: the run stopped without finishing (its process ended)";
+pub use crate::checkpoint::INTERRUPTED;
 
 /// Per-run settings.
 #[derive(Debug, Clone)]
@@ -477,8 +476,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             // Everything was decided before: a run already took over, unless it died (a caller
             // that owns the thread knows it did). Resuming again repeats what the dead run had
             // not checkpointed, with the same call ids, so an idempotent tool runs once. A resume
-            // cancelled before its first step marked that no run holds the pause.
-            if head.is_fresh(opts.stale_after) && !opts.owns_thread && !head.resume_cancelled {
+            // that ended before its first step marked that no run holds the pause.
+            if head.is_fresh(opts.stale_after) && !opts.owns_thread && !head.pause_reopened {
                 return Err(GraphError::ConcurrentRun { thread: thread.to_string() });
             }
         }
@@ -500,9 +499,11 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
 
     /// Closes a run that stopped mid-way on `thread` (its process died): writes a stop record
     /// with what [`StateGraph::set_recovery`](crate::StateGraph::set_recovery) adds to the state,
-    /// so the thread is idle and whole again and its history says what happened. Returns whether
-    /// there was such a run; a thread that is idle, or paused (awaiting decisions, or decided
-    /// but not yet past its resume node, which resuming again applies), is left alone.
+    /// so the thread is idle and whole again and its history says what happened — or, for a
+    /// resume that died before its first step (its decisions' record the head), a mark that
+    /// the pause waits again, its decisions standing (the same decisions resume it). Returns
+    /// whether there was such a run; a thread that is idle, or paused and not taken over by a
+    /// run (awaiting decisions, or reopened), is left alone.
     ///
     /// Only a caller that knows the run is dead may call this (one holding the thread's lease,
     /// as the chat service does after a restart): a live run would find its thread moved on.
@@ -511,14 +512,40 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     /// A store failure; [`GraphError::ConcurrentRun`] if another writer got there first.
     pub async fn close_interrupted(&self, thread: &ThreadId) -> Result<bool, GraphError> {
         let cached = self.inner.heads.take(thread);
-        let Some(head) = self.catch_up(thread, cached).await? else { return Ok(false) };
-        if head.next.is_none() || !head.pending.is_empty() {
+        let Some(mut head) = self.catch_up(thread, cached).await? else { return Ok(false) };
+        // A resume wrote the decisions' record, and nothing after.
+        let taken_over = head.resumed && head.undecided().is_empty();
+        let resume_at = head.next.clone().filter(|_| head.pending.is_empty() || taken_over);
+        let Some(resume_at) = resume_at else {
             self.inner.heads.put(thread.clone(), head);
             return Ok(false);
+        };
+        if head.pending.is_empty() {
+            let head = self.close_dead_run(thread, head).await?;
+            self.inner.heads.put(thread.clone(), head);
+            return Ok(true);
         }
-        let head = self.close_dead_run(thread, head).await?;
+        let rec = self.pause_mark(head.version + 1, &head.pause_run, resume_at, INTERRUPTED);
+        self.write(thread, &rec).await?;
+        tracing::warn!(%thread, "reopened a pause whose resume stopped before its first step (its process died)");
+        head.version = rec.seq;
+        head.last_at_ms = rec.created_at_ms;
+        head.head_run = rec.run_id;
+        head.pause_reopened = true;
+        head.resumed = false;
         self.inner.heads.put(thread.clone(), head);
         Ok(true)
+    }
+
+    /// The mark that a resume ended before its first step (`reason`: cancelled, or its process
+    /// died) and the pause of run `pause_run` waits again at `resume_at`, its decisions
+    /// standing: a decision record with none, under the pausing run (whose pending actions are
+    /// found by it).
+    fn pause_mark(&self, seq: u64, pause_run: &str, resume_at: String, reason: &str) -> CheckpointRecord {
+        let mut rec = self.record(seq, pause_run, RecordKind::Decision);
+        rec.next = Some(resume_at);
+        rec.reason = Some(reason.to_owned());
+        rec
     }
 
     /// Writes the stop record of a dead run (with the recovery update) and returns the head after it.
@@ -538,7 +565,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         head.pending.clear();
         head.decisions.clear();
         head.pause_run.clear();
-        head.resume_cancelled = false;
+        head.pause_reopened = false;
+        head.resumed = false;
         head.last_at_ms = rec.created_at_ms;
         head.head_run = run_id;
         Ok(head)
@@ -588,7 +616,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 last_at_ms: now_ms(),
                 head_run: start.run_id,
                 pause_run,
-                resume_cancelled: false,
+                pause_reopened: false,
+                resumed: false,
             };
             run.graph.inner.heads.put(run.thread.clone(), head);
             outcome
@@ -790,19 +819,22 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
             // approved tool, say — did not finish) leaves the pause to be resumed with the same
             // decisions, which stand; a record under the pause's run says so, so the thread
             // reads as waiting on it again and the run as cancelled.
-            Some(pause) if pause.seq == self.version => {
-                let mut rec = self.graph.record(self.version + 1, &pause.paused_by, RecordKind::Decision);
-                rec.next = Some(pause.resume_at);
-                rec.reason = Some(crate::checkpoint::CANCELLED.to_owned());
-                match self.graph.write(&self.thread, &rec).await {
-                    Ok(_) => self.version = rec.seq,
-                    Err(e) => tracing::warn!(thread = %self.thread, error = %e, "could not mark the resume cancelled"),
-                }
-            }
+            Some(pause) if pause.seq == self.version => self.reopen_pause(pause, crate::checkpoint::CANCELLED).await,
             _ => self.stop_whole(crate::checkpoint::CANCELLED, StopCause::Died).await,
         }
         self.emit(RunEvent::Cancelled).await;
         RunOutcome::Cancelled { state: Arc::clone(&self.state) }
+    }
+
+    /// Marks that this resume ended before its first step (`reason`) and its pause waits again,
+    /// its decisions standing; a failure to do so only logs (the pause reads as taken over
+    /// until the thread's owner closes the run).
+    async fn reopen_pause(&mut self, pause: ResumedPause, reason: &str) {
+        let rec = self.graph.pause_mark(self.version + 1, &pause.paused_by, pause.resume_at, reason);
+        match self.graph.write(&self.thread, &rec).await {
+            Ok(_) => self.version = rec.seq,
+            Err(e) => tracing::warn!(thread = %self.thread, error = %e, "could not mark the pause waiting again"),
+        }
     }
 
     /// Marks the run stopped so the thread is idle again; a failure to do so only logs,
@@ -849,12 +881,18 @@ impl<S: State, C: Send + Sync + 'static> Run<S, C> {
     }
 
     async fn fail(&mut self, error: GraphError) -> RunOutcome<S> {
+        let unrecorded = self.resumed_from.as_ref().is_some_and(|p| p.seq == self.version);
         match &error {
             // Another run owns the thread now: leave its records alone.
             GraphError::ConcurrentRun { .. } => {}
             // The store refused a resumed run's first checkpoint: nothing of the run is
-            // recorded, so the pause and its decisions stand and resuming again applies them.
-            GraphError::Checkpoint(_) if self.resumed_from.as_ref().is_some_and(|p| p.seq == self.version) => {}
+            // recorded, so the pause and its decisions stand (marked so, if the store takes
+            // it now) and resuming again applies them.
+            GraphError::Checkpoint(_) if unrecorded => {
+                if let Some(pause) = self.resumed_from.take() {
+                    self.reopen_pause(pause, &error.to_string()).await;
+                }
+            }
             _ => self.stop_whole(&error.to_string(), StopCause::Failed).await,
         }
         tracing::warn!(thread = %self.thread, %error, "run failed");

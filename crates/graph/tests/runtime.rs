@@ -553,8 +553,8 @@ async fn cached_heads_see_other_replicas_and_deletions(b: &Backend) {
 }
 
 /// A resumed run whose first checkpoint the store refuses has recorded nothing: the pause
-/// and its decisions stand (a new turn is refused, recovery leaves it), and resuming again
-/// applies them.
+/// and its decisions stand, marked waiting again (a new turn is refused; the thread's owner,
+/// closing dead runs, finds none), and resuming again applies them.
 async fn a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply(b: &Backend) {
     use toolgraph_testkit::faulty_store::{FaultyCheckpointer, WriteFault};
     let t = thread(31);
@@ -574,7 +574,17 @@ async fn a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply(b: &
     store.set(WriteFault::None);
     let refused = g.start(&t, say("next"), opts_owned()).await.err();
     assert!(matches!(refused, Some(GraphError::AwaitingDecision { pending: 2, .. })), "{refused:?}");
-    assert!(!g.close_interrupted(&t).await.unwrap(), "decided but not applied: not closed");
+    let paused_by = store.load(&t, Some(2)).await.unwrap().last().unwrap().run_id.clone();
+    let records = store.load(&t, None).await.unwrap();
+    let mark = records.last().unwrap();
+    assert_eq!((mark.kind, &mark.run_id), (RecordKind::Decision, &paused_by), "{records:?}");
+    assert!(mark.reason.as_deref().is_some_and(|r| r.contains("checkpoint")), "{:?}", mark.reason);
+    let ends: Vec<RunEnd> = recorded_runs(&records).into_iter().map(|r| r.end).collect();
+    assert_eq!(ends[0], RunEnd::Paused { waiting: true }, "the pause waits again: {ends:?}");
+    assert!(matches!(&ends[1], RunEnd::Failed(Some(_))), "{ends:?}");
+    assert!(!g.close_interrupted(&t).await.unwrap(), "a reopened pause is left alone");
+    let refused = g.start(&t, say("next"), opts_owned()).await.err();
+    assert!(matches!(refused, Some(GraphError::AwaitingDecision { pending: 2, .. })), "{refused:?}");
     let ResumeResult::Started(run) = g.resume(&t, decisions, opts_owned()).await.unwrap() else {
         panic!("the decisions stand")
     };
@@ -583,27 +593,44 @@ async fn a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply(b: &
     assert_eq!(state.decided.len(), 2, "applied once, as recorded: {:?}", state.decided);
 }
 
+/// `approval_graph` over a fault-injecting store of `b`, paused on `t` by the plan `said`, then
+/// resumed by a run that wrote its decisions and nothing more (the store refused its step and
+/// the mark after, as a process that died there leaves it): the store, the graph, the pausing
+/// run's id, and the decisions (every action approved).
+async fn paused_and_a_resume_that_died(
+    b: &Backend,
+    t: &ThreadId,
+    said: &str,
+) -> (
+    Arc<toolgraph_testkit::faulty_store::FaultyCheckpointer>,
+    CompiledGraph<Chat, Deps>,
+    String,
+    BTreeMap<InterruptId, Decision>,
+) {
+    use toolgraph_testkit::faulty_store::{FaultyCheckpointer, WriteFault};
+    let store = Arc::new(FaultyCheckpointer::new(b.open().await));
+    let g = approval_graph(store.clone());
+    let (_, out) = g.start(t, say(said), RunOptions::default()).await.unwrap().collect().await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    let paused_by = store.load(t, None).await.unwrap().last().unwrap().run_id.clone();
+    let decisions: BTreeMap<InterruptId, Decision> =
+        pending.iter().map(|p| (p.id.clone(), Decision::Approve)).collect();
+    store.set(WriteFault::From(2));
+    let ResumeResult::Started(run) = g.resume(t, decisions.clone(), opts_owned()).await.unwrap() else {
+        panic!("every interrupt was decided")
+    };
+    run.collect().await;
+    store.set(WriteFault::None);
+    (store, g, paused_by, decisions)
+}
+
 /// A resume cancelled before its first step ends — even one after a resume that died having
 /// written only its decisions — leaves the pause to its own run again: the mark is under the
 /// pausing run (whose pending actions are found by it), the cancelled run's records say
 /// cancelled, and the same decisions resume it at once, by any caller, applied once.
 async fn a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run(b: &Backend) {
-    use toolgraph_testkit::faulty_store::{FaultyCheckpointer, WriteFault};
     let t = thread(33);
-    let store = Arc::new(FaultyCheckpointer::new(b.open().await));
-    let g = approval_graph(store.clone());
-    let (_, out) = g.start(&t, say("plan it slowly"), RunOptions::default()).await.unwrap().collect().await;
-    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
-    let paused_by = store.load(&t, None).await.unwrap().last().unwrap().run_id.clone();
-    let decisions: BTreeMap<InterruptId, Decision> =
-        pending.iter().map(|p| (p.id.clone(), Decision::Approve)).collect();
-    // A first resume writes its decisions and no more (the store refuses its step).
-    store.set(WriteFault::Nth(2));
-    let ResumeResult::Started(run) = g.resume(&t, decisions.clone(), opts_owned()).await.unwrap() else {
-        panic!("every interrupt was decided")
-    };
-    run.collect().await;
-    store.set(WriteFault::None);
+    let (store, g, paused_by, decisions) = paused_and_a_resume_that_died(b, &t, "plan it slowly").await;
     // The next is cancelled while its first node (`apply`, slow the second time) runs.
     let cancel = tokio_util::sync::CancellationToken::new();
     let opts = RunOptions { cancel: cancel.clone(), ..opts_owned() };
@@ -623,6 +650,30 @@ async fn a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run(b:
     assert_eq!(ends.first(), Some(&(paused_by.clone(), RunEnd::Paused { waiting: true })), "{ends:?}");
     assert_eq!(ends.last(), Some(&(cancelled_run, RunEnd::Cancelled)), "{ends:?}");
     // Resumed at once by a caller that does not own the thread: no run holds the pause.
+    let ResumeResult::Started(run) = g.resume(&t, decisions, RunOptions::default()).await.unwrap() else {
+        panic!("the decisions stand")
+    };
+    let RunOutcome::Completed { state } = run.collect().await.1 else { panic!("completed") };
+    assert_eq!(state.decided.len(), 2, "applied once: {:?}", state.decided);
+}
+
+/// A resume that wrote its decisions and nothing more (the store refused its step and the mark
+/// after, as a process that died there would leave it) is closed by the thread's owner: the
+/// pause waits again under its own run, the resume failed, and the same decisions apply once.
+async fn a_resume_that_stopped_before_its_first_step_is_reopened_by_the_threads_owner(b: &Backend) {
+    let t = thread(34);
+    let (store, g, paused_by, decisions) = paused_and_a_resume_that_died(b, &t, "plan").await;
+    assert_eq!(store.load(&t, None).await.unwrap().last().unwrap().kind, RecordKind::Decision);
+    assert!(g.close_interrupted(&t).await.unwrap(), "the resume that stopped before its first step is closed");
+    let records = store.load(&t, None).await.unwrap();
+    let mark = records.last().unwrap();
+    assert_eq!(
+        (mark.kind, mark.reason.as_deref(), &mark.run_id),
+        (RecordKind::Decision, Some(INTERRUPTED), &paused_by)
+    );
+    let ends: Vec<RunEnd> = recorded_runs(&records).into_iter().map(|r| r.end).collect();
+    assert_eq!(ends, [RunEnd::Paused { waiting: true }, RunEnd::Failed(None)], "the pause waits again");
+    assert!(!g.close_interrupted(&t).await.unwrap(), "a reopened pause is left alone");
     let ResumeResult::Started(run) = g.resume(&t, decisions, RunOptions::default()).await.unwrap() else {
         panic!("the decisions stand")
     };
@@ -684,6 +735,7 @@ macro_rules! suite {
             case!(a_resumed_run_that_cannot_checkpoint_leaves_its_decisions_to_apply);
             case!(a_failed_run_is_closed_over_the_stored_state);
             case!(a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run);
+            case!(a_resume_that_stopped_before_its_first_step_is_reopened_by_the_threads_owner);
         }
     };
 }

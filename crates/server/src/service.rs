@@ -416,7 +416,8 @@ impl ChatService {
     }
 
     /// Takes over the turns whose lease expired (the replica running them died, or hung past
-    /// its lease) and closes each: its conversation's history says the turn was interrupted,
+    /// its lease) and closes each: its conversation's history says the turn was interrupted
+    /// (a resume that had not got past its first step leaves its pause waiting again instead),
     /// a client following it gets an `error`, and the conversation is free. A write action
     /// in flight is never run again: the closed turn records it as possibly not carried out.
     /// Returns how many turns it closed.
@@ -448,7 +449,8 @@ impl ChatService {
         }
     }
 
-    /// Closes an interrupted turn: a stop record with the interrupted reply in its graph, then
+    /// Closes an interrupted turn: a stop record with the interrupted reply in its graph (for a
+    /// resume not past its first step, the mark that its pause waits again), then
     /// an `error` ending its stream for readers on any replica — in that order, so a client
     /// that reads the conversation once its stream ended finds the turn closed there (the
     /// other order let such a read see the question without its reply). Whether the graph had

@@ -18,6 +18,7 @@ mod sqlite;
 pub use memory::MemoryCheckpointer;
 pub use postgres::PostgresCheckpointer;
 pub(crate) use runs::CANCELLED;
+pub use runs::INTERRUPTED;
 pub use runs::{RecordedRun, RunEnd, recorded_runs};
 pub use sqlite::{EncodedRecord, SqliteCheckpointer};
 
@@ -130,8 +131,9 @@ pub struct CheckpointRecord {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub decisions: BTreeMap<InterruptId, Decision>,
     /// Why the run stopped (for [`RecordKind::Stop`]); on a [`RecordKind::Decision`] record
-    /// with no decisions, `cancelled`: the resume that took the pause over was cancelled before
-    /// its first step, and the pause (its decisions standing) waits again.
+    /// with no decisions, why the resume that took the pause over ended before its first step
+    /// (`cancelled`; its process died and the thread's next owner closed it; the store refused
+    /// its step), the pause (its decisions standing) waiting again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What the caller said of the run ([`RunOptions::metadata`](crate::RunOptions::metadata)),

@@ -27,7 +27,8 @@ pub enum RunEnd {
     /// A caller cancelled it.
     Cancelled,
     /// It stopped early: a failure, the recursion limit (the stop's reason), or it died
-    /// mid-way and was closed (`None`: the thread went on without it).
+    /// mid-way and was closed (`None`: the thread went on without it, or a mark reopened the
+    /// pause it resumed).
     Failed(Option<String>),
 }
 
@@ -49,6 +50,9 @@ pub struct RecordedRun {
 /// The reason a cancelled run's stop record gives.
 pub(crate) const CANCELLED: &str = "cancelled";
 
+/// The reason recorded when a run that stopped mid-way is closed.
+pub const INTERRUPTED: &str = "interrupted: the run stopped without finishing (its process ended)";
+
 /// The runs that `records` (a thread's, oldest first) record, oldest first.
 ///
 /// Records of no run are skipped: a state update written from outside any run, a decision
@@ -62,12 +66,17 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
     // The id of the record before: decisions recorded without resuming are written under it.
     let mut before: Option<&str> = None;
     for record in records {
-        // A resume cancelled before its first step: it ends, and the pause it took over
-        // waits again (the record is under the pause's run, so the decisions resume it).
-        if record.kind == RecordKind::Decision && record.reason.as_deref() == Some(CANCELLED) {
+        // A resume that ended before its first step (cancelled, or dead and closed): it ends,
+        // and the pause it took over waits again (the mark is under the pause's run, so the
+        // decisions resume it).
+        if record.kind == RecordKind::Decision && record.reason.is_some() {
             before = Some(record.run_id.as_str());
             if let Some(resume) = runs.last_mut().filter(|r| r.end == RunEnd::Running) {
-                resume.end = RunEnd::Cancelled;
+                resume.end = match record.reason.as_deref() {
+                    Some(CANCELLED) => RunEnd::Cancelled,
+                    Some(INTERRUPTED) | None => RunEnd::Failed(None),
+                    Some(failure) => RunEnd::Failed(Some(failure.to_owned())),
+                };
                 resume.updated_at_ms = record.created_at_ms;
             }
             if let Some(paused) = runs.iter_mut().rev().find(|r| r.run_id == record.run_id)
@@ -277,6 +286,11 @@ mod tests {
             ends(&records),
             [end("a", RunEnd::Paused { waiting: false }), end("b", RunEnd::Cancelled), end("c", RunEnd::Finished)]
         );
+        // One whose process died there, closed by the thread's next owner: failed, the pause waits.
+        let mut died = decided(4, "a", &[]);
+        died.reason = Some(crate::INTERRUPTED.into());
+        let records = [records[0].clone(), records[1].clone(), records[2].clone(), died];
+        assert_eq!(ends(&records), [end("a", RunEnd::Paused { waiting: true }), end("b", RunEnd::Failed(None))]);
     }
 
     #[test]
