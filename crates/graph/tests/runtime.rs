@@ -624,6 +624,20 @@ async fn paused_and_a_resume_that_died(
     (store, g, paused_by, decisions)
 }
 
+/// The decisions of `t`'s reopened pause resumed by a caller that does not own the thread (no
+/// run holds the pause), and applied once.
+async fn applied_once_by_any_caller(
+    g: &CompiledGraph<Chat, Deps>,
+    t: &ThreadId,
+    decisions: BTreeMap<InterruptId, Decision>,
+) {
+    let ResumeResult::Started(run) = g.resume(t, decisions, RunOptions::default()).await.unwrap() else {
+        panic!("the decisions stand")
+    };
+    let RunOutcome::Completed { state } = run.collect().await.1 else { panic!("completed") };
+    assert_eq!(state.decided.len(), 2, "applied once: {:?}", state.decided);
+}
+
 /// A resume cancelled before its first step ends — even one after a resume that died having
 /// written only its decisions — leaves the pause to its own run again: the mark is under the
 /// pausing run (whose pending actions are found by it), the cancelled run's records say
@@ -649,12 +663,7 @@ async fn a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run(b:
     let ends: Vec<(String, RunEnd)> = recorded_runs(&records).into_iter().map(|r| (r.run_id, r.end)).collect();
     assert_eq!(ends.first(), Some(&(paused_by.clone(), RunEnd::Paused { waiting: true })), "{ends:?}");
     assert_eq!(ends.last(), Some(&(cancelled_run, RunEnd::Cancelled)), "{ends:?}");
-    // Resumed at once by a caller that does not own the thread: no run holds the pause.
-    let ResumeResult::Started(run) = g.resume(&t, decisions, RunOptions::default()).await.unwrap() else {
-        panic!("the decisions stand")
-    };
-    let RunOutcome::Completed { state } = run.collect().await.1 else { panic!("completed") };
-    assert_eq!(state.decided.len(), 2, "applied once: {:?}", state.decided);
+    applied_once_by_any_caller(&g, &t, decisions).await;
 }
 
 /// A resume that wrote its decisions and nothing more (the store refused its step and the mark
@@ -674,11 +683,7 @@ async fn a_resume_that_stopped_before_its_first_step_is_reopened_by_the_threads_
     let ends: Vec<RunEnd> = recorded_runs(&records).into_iter().map(|r| r.end).collect();
     assert_eq!(ends, [RunEnd::Paused { waiting: true }, RunEnd::Failed(None)], "the pause waits again");
     assert!(!g.close_interrupted(&t).await.unwrap(), "a reopened pause is left alone");
-    let ResumeResult::Started(run) = g.resume(&t, decisions, RunOptions::default()).await.unwrap() else {
-        panic!("the decisions stand")
-    };
-    let RunOutcome::Completed { state } = run.collect().await.1 else { panic!("completed") };
-    assert_eq!(state.decided.len(), 2, "applied once: {:?}", state.decided);
+    applied_once_by_any_caller(&g, &t, decisions).await;
 }
 
 /// A run that fails is closed with the recovery's update over the state the store has — not

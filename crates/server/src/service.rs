@@ -694,8 +694,8 @@ impl ChatService {
         let Ok(Some((_, head_run))) = agent.agent.checkpointer().head(thread).await else { return Vec::new() };
         match self.0.store.run_pending(conversation, &head_run).await {
             // Every action decided and none applied (no outcome saved), yet the thread's head is
-            // still the pause's: no run took the decisions over (its resume was cancelled before
-            // its first step, or the request that decided them failed before resuming). The
+            // still the pause's: no run took the decisions over (its resume ended before its
+            // first step, or the request that decided them failed before resuming). The
             // actions wait again; the same decisions resume them, others are refused.
             Ok(rows) if rows.iter().all(|p| p.decision.is_some() && p.response.is_none()) => {
                 rows.iter().map(PendingActionDto::from).collect()
@@ -1446,7 +1446,8 @@ impl ChatService {
         let store = agent.agent.checkpointer();
         let Some((seq, _)) = store.head(&thread).await.map_err(internal)? else { return Ok(false) };
         let last = store.load_from(&thread, seq).await.map_err(internal)?.pop();
-        // A decision record that says its resume was cancelled leaves the pause waiting.
+        // A decision record with a reason marks a resume that ended before its first step
+        // (cancelled, dead, refused by the store): the pause waits again.
         Ok(last.is_some_and(|r| {
             r.next.is_some()
                 && matches!(r.kind, RecordKind::Input | RecordKind::Step | RecordKind::Decision)
