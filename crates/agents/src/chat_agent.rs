@@ -19,7 +19,8 @@ use std::sync::Arc;
 use toolgraph_conversations::{NewPending, Projection};
 use toolgraph_graph::{
     CheckpointMeta, CheckpointRecord, Checkpointer, CompiledGraph, Decision, GraphError, GraphShape, InterruptId,
-    PendingInterrupt, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, State, ThreadId,
+    PendingInterrupt, RecordedRun, ResumeResult, RunEvent, RunHandle, RunOptions, RunOutcome, State, ThreadId,
+    ThreadState,
 };
 
 /// What a person's turn brings to a run.
@@ -159,6 +160,17 @@ impl StateView {
     }
 }
 
+/// A thread's state as a [`StateView`].
+fn view<S: State + serde::Serialize>(head: ThreadState<S>) -> StateView {
+    StateView {
+        seq: head.version,
+        next: head.next,
+        pending: head.pending,
+        decisions: head.decisions,
+        state: serde_json::to_value(&*head.state).unwrap_or(Value::Null),
+    }
+}
+
 /// Which version of its definition an agent runs: for a declared graph (the built-in ReAct and
 /// legal graphs included), the declaration's digest, which every checkpoint records; `None`
 /// for a graph built in code.
@@ -241,6 +253,23 @@ pub trait ChatAgent: Send + Sync + 'static {
     /// # Errors
     /// [`GraphError::NotFound`] for a checkpoint the thread lacks; a store failure.
     async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<StateView, GraphError>;
+    /// The thread's state as its last checkpoint left it (`None` before its first): read from
+    /// the head this process knows and the records written since.
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn current_state(&self, thread: &ThreadId) -> Result<Option<StateView>, GraphError>;
+    /// The states checkpoints `seqs` left, in the same order, the thread read once.
+    ///
+    /// # Errors
+    /// [`GraphError::NotFound`] when the thread lacks one of them; a store failure.
+    async fn states_at(&self, thread: &ThreadId, seqs: &[u64]) -> Result<Vec<StateView>, GraphError>;
+    /// The runs the thread's checkpoints record, oldest first (read from the records written
+    /// since this process last asked).
+    ///
+    /// # Errors
+    /// A store failure.
+    async fn recorded_runs(&self, thread: &ThreadId) -> Result<Vec<RecordedRun>, GraphError>;
     /// Copies `from`'s checkpoints up to `seq` into `to`.
     ///
     /// # Errors
@@ -430,14 +459,19 @@ impl<S: ChatState, C: Send + Sync + 'static> ChatAgent for GraphAgent<S, C> {
     }
 
     async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<StateView, GraphError> {
-        let head = self.graph.state_at(thread, seq).await?;
-        Ok(StateView {
-            seq: head.version,
-            next: head.next,
-            pending: head.pending,
-            decisions: head.decisions,
-            state: serde_json::to_value(&*head.state).unwrap_or(Value::Null),
-        })
+        Ok(view(self.graph.state_at(thread, seq).await?))
+    }
+
+    async fn current_state(&self, thread: &ThreadId) -> Result<Option<StateView>, GraphError> {
+        Ok(self.graph.thread_state(thread).await?.map(view))
+    }
+
+    async fn states_at(&self, thread: &ThreadId, seqs: &[u64]) -> Result<Vec<StateView>, GraphError> {
+        Ok(self.graph.states_at(thread, seqs).await?.into_iter().map(view).collect())
+    }
+
+    async fn recorded_runs(&self, thread: &ThreadId) -> Result<Vec<RecordedRun>, GraphError> {
+        self.graph.recorded_runs(thread).await
     }
 
     async fn fork(&self, from: &ThreadId, seq: u64, to: &ThreadId) -> Result<(), GraphError> {

@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
 use toolgraph_conversations::Projection;
 use toolgraph_graph::{
-    CheckpointMeta, CheckpointRecord, Checkpointer, Decision, GraphError, GraphShape, InterruptId, RunOptions, ThreadId,
+    CheckpointMeta, CheckpointRecord, Checkpointer, Decision, GraphError, GraphShape, InterruptId, RecordedRun,
+    RunOptions, ThreadId,
 };
 
 /// How many versions older than the current one stay loaded for the runs paused on them.
@@ -260,6 +261,18 @@ impl ChatAgent for VersionedAgent {
 
     async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<StateView, GraphError> {
         self.current().state_at(thread, seq).await
+    }
+
+    async fn current_state(&self, thread: &ThreadId) -> Result<Option<StateView>, GraphError> {
+        self.current().current_state(thread).await
+    }
+
+    async fn states_at(&self, thread: &ThreadId, seqs: &[u64]) -> Result<Vec<StateView>, GraphError> {
+        self.current().states_at(thread, seqs).await
+    }
+
+    async fn recorded_runs(&self, thread: &ThreadId) -> Result<Vec<RecordedRun>, GraphError> {
+        self.current().recorded_runs(thread).await
     }
 
     async fn fork(&self, from: &ThreadId, seq: u64, to: &ThreadId) -> Result<(), GraphError> {

@@ -398,6 +398,13 @@ struct GraphReport {
     postgres_write_p99_us: Option<f64>,
     bytes_100_turns: u64,
     bytes_200_turns: u64,
+    /// The state of that 200-turn SQLite conversation, read by a process that has not seen
+    /// it (every record folded).
+    state_cold_200_turns_us: f64,
+    /// The same, read again by the process (its head checked against the store).
+    state_warm_200_turns_us: f64,
+    /// Its last 10 checkpoints' states (a history page), the thread read once.
+    history_10_200_turns_us: f64,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -494,6 +501,8 @@ async fn graph(json: bool, postgres: Option<String>, turns: u32) -> anyhow::Resu
         }
         sizes[slot] = store.stored_bytes().await?;
     }
+    let (state_cold_200_turns_us, state_warm_200_turns_us, history_10_200_turns_us) =
+        long_thread_reads(store.clone(), &thread).await?;
     let _ = tokio::fs::remove_dir_all(&dir).await;
     let report = GraphReport {
         step_overhead_us,
@@ -504,11 +513,40 @@ async fn graph(json: bool, postgres: Option<String>, turns: u32) -> anyhow::Resu
         postgres_write_p99_us,
         bytes_100_turns: sizes[0],
         bytes_200_turns: sizes[1],
+        state_cold_200_turns_us,
+        state_warm_200_turns_us,
+        history_10_200_turns_us,
     };
     if !json {
         eprintln!("measured {turns} turns × {STEPS_PER_TURN} steps for the overhead");
     }
     Ok(report)
+}
+
+/// Reads of a long conversation's state, in µs: by a process that has not seen it (mean of
+/// 20, each a new graph over the same store), by one that has (mean of 200), and its last 10
+/// checkpoints' states (mean of 20).
+async fn long_thread_reads(store: Arc<SqliteCheckpointer>, thread: &ThreadId) -> anyhow::Result<(f64, f64, f64)> {
+    let mean_us = |started: Instant, n: u32| started.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+    let started = Instant::now();
+    for _ in 0..20 {
+        let fresh = agent(store.clone(), 40)?;
+        fresh.thread_state(thread).await?.context("the conversation has a state")?;
+    }
+    let cold = mean_us(started, 20);
+    let warm_graph = agent(store.clone(), 40)?;
+    let head = warm_graph.thread_state(thread).await?.context("the conversation has a state")?.version;
+    let started = Instant::now();
+    for _ in 0..200 {
+        warm_graph.thread_state(thread).await?;
+    }
+    let warm = mean_us(started, 200);
+    let last_ten: Vec<u64> = (head.saturating_sub(9)..=head).collect();
+    let started = Instant::now();
+    for _ in 0..20 {
+        warm_graph.states_at(thread, &last_ten).await?;
+    }
+    Ok((cold, warm, mean_us(started, 20)))
 }
 
 async fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
@@ -611,6 +649,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                     r.bytes_100_turns,
                     r.bytes_200_turns,
                     r.bytes_200_turns as f64 / r.bytes_100_turns.max(1) as f64
+                );
+                println!(
+                    "reading that 200-turn conversation: its state {:.0} µs first, {:.0} µs after; its last 10 states {:.0} µs",
+                    r.state_cold_200_turns_us, r.state_warm_200_turns_us, r.history_10_200_turns_us
                 );
             }
             Ok(ExitCode::SUCCESS)

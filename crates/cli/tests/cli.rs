@@ -229,8 +229,9 @@ fn bench_graph_reports_every_figure_and_linear_storage() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_str(stdout(&out).trim()).expect("one JSON object");
-    for key in ["step_overhead_us", "sqlite_write_p50_us", "sqlite_write_p99_us", "bytes_100_turns", "bytes_200_turns"]
-    {
+    let keys = ["step_overhead_us", "sqlite_write_p50_us", "sqlite_write_p99_us", "bytes_100_turns", "bytes_200_turns"];
+    let reads = ["state_cold_200_turns_us", "state_warm_200_turns_us", "history_10_200_turns_us"];
+    for key in keys.into_iter().chain(reads) {
         assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key} missing in {v}");
     }
     let ratio = v["bytes_200_turns"].as_f64().unwrap() / v["bytes_100_turns"].as_f64().unwrap();

@@ -11,6 +11,9 @@ use std::sync::Arc;
 /// Threads whose heads a compiled graph keeps in memory.
 const HEAD_CACHE_CAPACITY: usize = 4096;
 
+/// Threads whose recorded runs a compiled graph keeps folded (a few hundred bytes a run).
+const RUNS_CACHE_CAPACITY: usize = 1024;
+
 pub(crate) type Router<S> = Arc<dyn Fn(&S) -> String + Send + Sync>;
 
 pub(crate) enum Edge<S> {
@@ -194,6 +197,7 @@ impl<S: State, C: Send + Sync + 'static> StateGraph<S, C> {
                 deps: Arc::new(deps),
                 checkpointer,
                 heads: crate::heads::HeadCache::new(HEAD_CACHE_CAPACITY),
+                runs: crate::heads::RunsCache::new(RUNS_CACHE_CAPACITY),
                 recovery: self.recovery,
                 version: self.version,
                 mermaid,
@@ -300,6 +304,7 @@ pub(crate) struct Inner<S: State, C> {
     pub(crate) deps: Arc<C>,
     pub(crate) checkpointer: Arc<dyn Checkpointer>,
     pub(crate) heads: crate::heads::HeadCache<S>,
+    pub(crate) runs: crate::heads::RunsCache,
     pub(crate) recovery: Option<Recovery<S>>,
     pub(crate) version: Option<Arc<str>>,
     mermaid: String,

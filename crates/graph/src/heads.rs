@@ -1,11 +1,12 @@
 //! Thread heads: [`ThreadState`], a thread's state folded from its checkpoint records, and
-//! the head cache, the heads of recent runs kept in memory so a new turn reads only the
-//! records it has not seen. Bounded (the least recently put back is evicted first, in constant
+//! the head cache, the heads of recent runs and reads kept in memory so a new turn (or a
+//! reader) reads only the records it has not seen; beside it, the same for the fold of a
+//! thread's recorded runs. Bounded (the least recently put back is evicted first, in constant
 //! time: a run takes its thread's head and puts it back after every step); every entry is
 //! checked against the store before use, so other replicas' writes and deletions are never
 //! missed.
 
-use crate::checkpoint::{CheckpointError, CheckpointRecord, RecordKind, ThreadId, now_ms};
+use crate::checkpoint::{CheckpointError, CheckpointRecord, RecordKind, RunsFold, ThreadId, now_ms};
 use crate::error::GraphError;
 use crate::interrupt::{Decision, InterruptId, PendingInterrupt};
 use crate::state::State;
@@ -149,6 +150,54 @@ impl<S: Clone> HeadCache<S> {
     /// Keeps `head` as the most recent, evicting the least recent past the capacity.
     pub(crate) fn put(&self, thread: ThreadId, head: ThreadState<S>) {
         self.lock().put(thread, head);
+    }
+
+    /// Keeps `head`, a reader's, unless the cache holds one as new: a run may have put its
+    /// own back meanwhile. (An older head is harmless — every use checks it against the
+    /// store — but would make the next reader read more.)
+    pub(crate) fn offer(&self, thread: &ThreadId, head: &ThreadState<S>) {
+        let mut heads = self.lock();
+        // Of the same number, the reader's has just been checked against the store.
+        let stale = |kept: &ThreadState<S>| {
+            kept.version < head.version || (kept.version == head.version && kept.head_run != head.head_run)
+        };
+        if heads.peek(thread).is_none_or(stale) {
+            heads.put(thread.clone(), head.clone());
+        }
+    }
+}
+
+/// The folds of recently read threads' recorded runs, bounded like the heads (least recently
+/// read evicted first), each checked against the store before use.
+pub(crate) struct RunsCache {
+    inner: Mutex<LruCache<ThreadId, RunsFold>>,
+}
+
+impl RunsCache {
+    /// A cache of at most `capacity` folds (at least one).
+    pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        Self { inner: Mutex::new(LruCache::new(capacity)) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LruCache<ThreadId, RunsFold>> {
+        // Nothing panics under this lock; recover rather than cascade if something did.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the fold of `thread`, if one is kept.
+    pub(crate) fn get(&self, thread: &ThreadId) -> Option<RunsFold> {
+        self.lock().get(thread).cloned()
+    }
+
+    /// Keeps `fold`, just checked against the store, unless a concurrent reader kept one of
+    /// more records.
+    pub(crate) fn offer(&self, thread: &ThreadId, fold: RunsFold) {
+        let mut folds = self.lock();
+        let newer = |kept: &RunsFold| kept.last().map(|(seq, _)| seq) > fold.last().map(|(seq, _)| seq);
+        if !folds.peek(thread).is_some_and(newer) {
+            folds.put(thread.clone(), fold);
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! of a run (its input, or the decisions that complete a pause) is written before the task
 //! starts, so a second run on the same thread is refused by the store itself.
 
-use crate::checkpoint::{CheckpointError, CheckpointMeta, CheckpointRecord, DerivedRows, RecordKind, ThreadId, now_ms};
+use crate::checkpoint::{
+    CheckpointError, CheckpointMeta, CheckpointRecord, DerivedRows, RecordKind, RecordedRun, RunsFold, ThreadId, now_ms,
+};
 use crate::error::{GraphError, NodeError};
 use crate::event::RunEvent;
 use crate::graph::{CompiledGraph, StopCause};
@@ -207,13 +209,64 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         }
     }
 
-    /// The thread's current state, or `None` for a thread without checkpoints.
+    /// The thread's current state, or `None` for a thread without checkpoints: the head this
+    /// process knows, with the records written since (kept for the next reader).
     ///
     /// # Errors
     /// A store failure or an undecodable record.
     pub async fn thread_state(&self, thread: &ThreadId) -> Result<Option<ThreadState<S>>, GraphError> {
         let cached = self.inner.heads.peek(thread);
-        self.catch_up(thread, cached).await
+        let known = cached.as_ref().map(|h| (h.version, h.head_run.clone()));
+        let head = self.catch_up(thread, cached).await?;
+        if let Some(head) = &head
+            && known.as_ref() != Some(&(head.version, head.head_run.clone()))
+        {
+            self.inner.heads.offer(thread, head);
+        }
+        Ok(head)
+    }
+
+    /// The runs the thread's checkpoints record, oldest first ([`recorded_runs`](crate::recorded_runs)),
+    /// folded from the records written since this process last read them. (A thread compacted
+    /// meanwhile may still show, here, runs the store no longer records.)
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn recorded_runs(&self, thread: &ThreadId) -> Result<Vec<RecordedRun>, GraphError> {
+        let store = &self.inner.checkpointer;
+        let mut fold = match self.inner.runs.get(thread) {
+            Some(mut fold) => {
+                let (seq, run) = fold.last().map(|(seq, run)| (seq, run.to_owned())).unwrap_or_default();
+                match store.head(thread).await? {
+                    Some((head, head_run)) if head == seq && head_run == run => return Ok(fold.runs().to_vec()),
+                    Some((head, _)) if head > seq => {
+                        let tail = store.load_from(thread, seq).await?;
+                        match tail.split_first() {
+                            Some((first, rest)) if first.seq == seq && first.run_id == run => {
+                                fold.extend(rest);
+                                Some(fold)
+                            }
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                }
+            }
+            None => None,
+        };
+        if fold.is_none() {
+            let records = store.load(thread, None).await?;
+            if records.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut whole = RunsFold::default();
+            whole.extend(&records);
+            fold = Some(whole);
+        }
+        let Some(fold) = fold else { return Ok(Vec::new()) };
+        let runs = fold.runs().to_vec();
+        self.inner.runs.offer(thread, fold);
+        Ok(runs)
     }
 
     /// The state as the store has it, read whole (a failed run's memory may hold more).
@@ -253,16 +306,61 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         ThreadState::fold(thread, records).map(Some)
     }
 
-    /// The state as it was at checkpoint `seq`.
+    /// The state as it was at checkpoint `seq`: from the head this process knows when that
+    /// is at or before `seq` (only the records after it are read), else folded from the first.
     ///
     /// # Errors
     /// [`GraphError::NotFound`] for a checkpoint that does not exist.
     pub async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<ThreadState<S>, GraphError> {
+        if let Some(mut head) = self.inner.heads.peek(thread).filter(|h| h.version > 0 && h.version <= seq) {
+            let mut tail = self.inner.checkpointer.load_from(thread, head.version).await?;
+            if tail.first().is_some_and(|r| r.seq == head.version && r.run_id == head.head_run) {
+                // The store's head is read too: kept when `seq` is it.
+                let at_head = tail.last().is_some_and(|r| r.seq == seq);
+                tail.retain(|r| r.seq > head.version && r.seq <= seq);
+                head.extend(thread, tail)?;
+                if head.version == seq {
+                    if at_head {
+                        self.inner.heads.offer(thread, &head);
+                    }
+                    return Ok(head);
+                }
+            }
+        }
         let records = self.inner.checkpointer.load(thread, Some(seq)).await?;
         if records.last().map(|r| r.seq) != Some(seq) {
             return Err(GraphError::NotFound { thread: thread.to_string(), seq: Some(seq) });
         }
         ThreadState::fold(thread, records)
+    }
+
+    /// The states checkpoints `seqs` left (in any order; answered in the same), read and folded
+    /// once: a history of many states costs one reading of the thread.
+    ///
+    /// # Errors
+    /// [`GraphError::NotFound`] when one of them does not exist.
+    pub async fn states_at(&self, thread: &ThreadId, seqs: &[u64]) -> Result<Vec<ThreadState<S>>, GraphError> {
+        let Some(&last) = seqs.iter().max() else { return Ok(Vec::new()) };
+        let records = self.inner.checkpointer.load(thread, Some(last)).await?;
+        let wanted: std::collections::BTreeSet<u64> = seqs.iter().copied().collect();
+        let mut found: BTreeMap<u64, ThreadState<S>> = BTreeMap::new();
+        let mut state = ThreadState::empty();
+        for record in records {
+            let seq = record.seq;
+            state.extend(thread, vec![record])?;
+            if wanted.contains(&seq) {
+                // Shares the state until the next update is applied (copied then).
+                found.insert(seq, state.clone());
+            }
+        }
+        seqs.iter()
+            .map(|seq| {
+                found
+                    .get(seq)
+                    .cloned()
+                    .ok_or_else(|| GraphError::NotFound { thread: thread.to_string(), seq: Some(*seq) })
+            })
+            .collect()
     }
 
     /// The thread's checkpoints, oldest first.

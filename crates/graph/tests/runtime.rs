@@ -706,6 +706,78 @@ async fn a_failed_run_is_closed_over_the_stored_state(b: &Backend) {
     assert!(state.next.is_none(), "the thread is idle");
 }
 
+/// A long thread is read from the head a process knows: only the records written since it
+/// (by this process or another) — for its state, a checkpoint at or after that head, and its
+/// recorded runs; a history of states reads it once. Every answer is the whole fold's.
+async fn a_long_thread_is_read_from_the_head_a_process_knows(b: &Backend) {
+    use toolgraph_testkit::faulty_store::FaultyCheckpointer;
+    let t = thread(50);
+    let store = b.open().await;
+    let writer = echo_graph(store.clone());
+    for i in 0..30 {
+        writer.start(&t, say(&format!("turn {i}")), RunOptions::default()).await.unwrap().outcome().await;
+    }
+    let counted = Arc::new(FaultyCheckpointer::new(store.clone()));
+    let reader = echo_graph(counted.clone());
+    let whole = |g: CompiledGraph<Chat, Deps>| async move { g.thread_state(&thread(50)).await.unwrap().unwrap() };
+
+    // A process that never saw the thread reads it whole, once.
+    let head = reader.thread_state(&t).await.unwrap().unwrap();
+    assert_eq!((head.version, counted.take_records_read()), (60, 60));
+    assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().version, 60);
+    assert_eq!(counted.take_records_read(), 0, "nothing written since: the head is current");
+    assert_eq!(reader.state_at(&t, 60).await.unwrap().state, head.state);
+    assert_eq!(counted.take_records_read(), 1, "the head's own record, to check it");
+
+    // Another process writes a turn: the reader reads those two records (and the one it knew).
+    writer.start(&t, say("turn 30"), RunOptions::default()).await.unwrap().outcome().await;
+    let caught_up = reader.state_at(&t, 62).await.unwrap();
+    assert_eq!(counted.take_records_read(), 3);
+    let fresh = whole(echo_graph(b.open().await)).await;
+    assert_eq!((caught_up.version, &caught_up.state), (62, &fresh.state));
+    assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().state, fresh.state);
+    assert_eq!(counted.take_records_read(), 0, "the caught-up head was kept");
+    // A checkpoint before the known head is folded from the first record.
+    let earlier = reader.state_at(&t, 61).await.unwrap();
+    assert_eq!(earlier.state.log.last().map(String::as_str), Some("turn 30"));
+    assert_eq!(counted.take_records_read(), 61);
+
+    // A history of states: the thread read once, each state the one its checkpoint left.
+    let seqs = [62, 2, 31, 61];
+    let states = reader.states_at(&t, &seqs).await.unwrap();
+    assert_eq!(counted.take_records_read(), 62);
+    let solo = echo_graph(b.open().await);
+    for (seq, state) in seqs.iter().zip(&states) {
+        let alone = solo.state_at(&t, *seq).await.unwrap();
+        assert_eq!((state.version, &state.state, &state.next), (*seq, &alone.state, &alone.next));
+    }
+    assert!(matches!(reader.states_at(&t, &[3, 63]).await, Err(GraphError::NotFound { seq: Some(63), .. })));
+    counted.take_records_read();
+
+    // Its runs: read whole once, then only what was written since.
+    let ends = |runs: &[RecordedRun]| runs.iter().map(|r| (r.run_id.clone(), r.end.clone())).collect::<Vec<_>>();
+    let runs = reader.recorded_runs(&t).await.unwrap();
+    assert_eq!((runs.len(), counted.take_records_read()), (31, 62));
+    assert_eq!(reader.recorded_runs(&t).await.unwrap().len(), 31);
+    assert_eq!(counted.take_records_read(), 0);
+    writer.start(&t, say("turn 31"), RunOptions::default()).await.unwrap().outcome().await;
+    let runs = reader.recorded_runs(&t).await.unwrap();
+    assert_eq!(counted.take_records_read(), 3);
+    assert_eq!(ends(&runs), ends(&recorded_runs(&store.load(&t, None).await.unwrap())));
+    assert_eq!(runs.last().map(|r| &r.end), Some(&RunEnd::Finished));
+
+    // Deleted and written again to the same number: nothing stale is kept.
+    store.delete_thread(&t).await.unwrap();
+    for i in 0..32 {
+        writer.start(&t, say(&format!("again {i}")), RunOptions::default()).await.unwrap().outcome().await;
+    }
+    let runs = reader.recorded_runs(&t).await.unwrap();
+    assert_eq!(ends(&runs), ends(&recorded_runs(&store.load(&t, None).await.unwrap())));
+    let now = reader.state_at(&t, 64).await.unwrap();
+    assert_eq!(now.state.log.first().map(String::as_str), Some("again 0"));
+    assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().state, now.state);
+}
+
 macro_rules! suite {
     ($backend:ident) => {
         mod $backend {
@@ -741,6 +813,7 @@ macro_rules! suite {
             case!(a_failed_run_is_closed_over_the_stored_state);
             case!(a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run);
             case!(a_resume_that_stopped_before_its_first_step_is_reopened_by_the_threads_owner);
+            case!(a_long_thread_is_read_from_the_head_a_process_knows);
         }
     };
 }

@@ -837,10 +837,7 @@ impl ChatService {
             return Err(invalid("edited arguments are an object of the tool's arguments".into()));
         }
         let (agent, thread) = self.conversation_thread(who, conversation).await?;
-        let Some((head, _)) = agent.agent.checkpointer().head(&thread).await.map_err(internal)? else {
-            return Err(ChatError::NotFound);
-        };
-        let view = agent.agent.state_at(&thread, head).await.map_err(internal)?;
+        let view = agent.agent.current_state(&thread).await.map_err(internal)?.ok_or(ChatError::NotFound)?;
         let id = InterruptId(row.action.interrupt_id.clone());
         let schema = view.pending.iter().find(|p| p.id == id).map(|p| &p.payload["parameters"]);
         match schema {
@@ -1038,9 +1035,9 @@ impl ChatService {
         let (agent, thread) = self.thread_of((lookup.tenant_id, lookup.user_id), lookup.conversation_id).await?;
         let history = agent.agent.history(&thread).await.map_err(internal)?;
         let id = InterruptId(interrupt.to_owned());
-        let decisions = history.iter().rev().filter(|m| m.kind == RecordKind::Decision).take(8);
-        for meta in decisions {
-            let view = agent.agent.state_at(&thread, meta.seq).await.map_err(internal)?;
+        let decisions: Vec<u64> =
+            history.iter().rev().filter(|m| m.kind == RecordKind::Decision).take(8).map(|m| m.seq).collect();
+        for view in agent.agent.states_at(&thread, &decisions).await.map_err(internal)? {
             if let Some(decision) = view.decisions.get(&id) {
                 return Ok(match decision {
                     Decision::Answer(value) => Some(value.clone()),
@@ -1133,8 +1130,8 @@ impl ChatService {
         id: ConversationId,
     ) -> Result<(String, Vec<toolgraph_graph::RecordedRun>), ChatError> {
         let (name, agent, thread) = self.named_thread_of(who.ids(), id.0).await?;
-        let records = agent.agent.checkpointer().load(&thread, None).await.map_err(internal)?;
-        Ok((name.to_owned(), toolgraph_graph::recorded_runs(&records)))
+        let runs = agent.agent.recorded_runs(&thread).await.map_err(internal)?;
+        Ok((name.to_owned(), runs))
     }
 
     /// [`ChatService::checkpoints`] from checkpoint `from` on: the last few, without reading
@@ -1334,6 +1331,25 @@ impl ChatService {
         let (agent, thread) = self.conversation_thread(who, id).await?;
         match agent.agent.state_at(&thread, seq).await {
             Ok(at) => Ok(CheckpointView { conversation: id, at }),
+            Err(GraphError::NotFound { .. }) => Err(ChatError::NotFound),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    /// [`ChatService::checkpoint`] of each of `seqs`, in the same order, the conversation read
+    /// once (a history of states).
+    ///
+    /// # Errors
+    /// As [`ChatService::checkpoint`].
+    pub async fn checkpoints_at(
+        &self,
+        who: &Principal,
+        id: ConversationId,
+        seqs: &[u64],
+    ) -> Result<Vec<CheckpointView>, ChatError> {
+        let (agent, thread) = self.conversation_thread(who, id).await?;
+        match agent.agent.states_at(&thread, seqs).await {
+            Ok(states) => Ok(states.into_iter().map(|at| CheckpointView { conversation: id, at }).collect()),
             Err(GraphError::NotFound { .. }) => Err(ChatError::NotFound),
             Err(e) => Err(internal(e)),
         }
@@ -1569,10 +1585,8 @@ impl ChatService {
         id: ConversationId,
     ) -> Result<Option<CheckpointView>, ChatError> {
         let (agent, thread) = self.conversation_thread(who, id).await?;
-        let Some((last, _)) = agent.agent.checkpointer().head(&thread).await.map_err(internal)? else {
-            return Ok(None);
-        };
-        self.checkpoint(who, id, last).await.map(Some)
+        let at = agent.agent.current_state(&thread).await.map_err(internal)?;
+        Ok(at.map(|at| CheckpointView { conversation: id, at }))
     }
 
     /// The agent `who`'s conversation `id` talks to.

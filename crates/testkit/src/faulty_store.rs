@@ -1,7 +1,8 @@
 //! [`FaultyCheckpointer`]: a checkpoint store that fails or slows chosen writes of the store it
 //! wraps — the disk full at the Nth write, a read-only disk, a slow disk — without touching
 //! the file system. A failed write writes nothing (as a failed transaction), which is what a
-//! store that hit `SQLITE_FULL` or lost its connection leaves behind.
+//! store that hit `SQLITE_FULL` or lost its connection leaves behind. It also counts the
+//! records it hands out, so a test can tell how much of a thread a read took.
 
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub struct FaultyCheckpointer {
     appends: AtomicU64,
     failed: AtomicU64,
     delay_ms: AtomicU64,
+    /// Records handed out by `load` and `load_from`.
+    read: AtomicU64,
 }
 
 impl FaultyCheckpointer {
@@ -39,6 +42,7 @@ impl FaultyCheckpointer {
             appends: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             delay_ms: AtomicU64::new(0),
+            read: AtomicU64::new(0),
         }
     }
 
@@ -61,6 +65,21 @@ impl FaultyCheckpointer {
     /// Appends refused so far.
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Records read (handed out by `load` and `load_from`) since the last call.
+    pub fn take_records_read(&self) -> u64 {
+        self.read.swap(0, Ordering::SeqCst)
+    }
+
+    fn counted(
+        &self,
+        read: Result<Vec<CheckpointRecord>, CheckpointError>,
+    ) -> Result<Vec<CheckpointRecord>, CheckpointError> {
+        if let Ok(records) = &read {
+            self.read.fetch_add(records.len() as u64, Ordering::SeqCst);
+        }
+        read
     }
 }
 
@@ -89,7 +108,7 @@ impl Checkpointer for FaultyCheckpointer {
     }
 
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
-        self.inner.load(thread, upto).await
+        self.counted(self.inner.load(thread, upto).await)
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
@@ -97,7 +116,7 @@ impl Checkpointer for FaultyCheckpointer {
     }
 
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
-        self.inner.load_from(thread, from).await
+        self.counted(self.inner.load_from(thread, from).await)
     }
 
     async fn list(&self, thread: &ThreadId) -> Result<Vec<CheckpointMeta>, CheckpointError> {

@@ -19,6 +19,7 @@ pub use memory::MemoryCheckpointer;
 pub use postgres::PostgresCheckpointer;
 pub(crate) use runs::CANCELLED;
 pub use runs::INTERRUPTED;
+pub(crate) use runs::RunsFold;
 pub use runs::{RecordedRun, RunEnd, recorded_runs};
 pub use sqlite::{EncodedRecord, SqliteCheckpointer};
 

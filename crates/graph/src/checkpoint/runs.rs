@@ -59,18 +59,51 @@ pub const INTERRUPTED: &str = "interrupted: the run stopped without finishing (i
 /// that left others still to make, the stop that closes a dead run or marks a fork. A thread
 /// compacted past a run's first record no longer shows that run.
 pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
-    let mut runs: Vec<RecordedRun> = Vec::new();
-    // The pause the thread is in, and which of its interrupts are decided.
-    let mut pending: BTreeSet<&InterruptId> = BTreeSet::new();
-    let mut decided: BTreeSet<&InterruptId> = BTreeSet::new();
-    // The id of the record before: decisions recorded without resuming are written under it.
-    let mut before: Option<&str> = None;
-    for record in records {
+    let mut fold = RunsFold::default();
+    fold.extend(records);
+    fold.runs
+}
+
+/// [`recorded_runs`] as a fold that takes a thread's records as they come: a reader that keeps
+/// it reads only the records written since (docs/graph.md, "History and replay").
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunsFold {
+    runs: Vec<RecordedRun>,
+    /// The pause the thread is in, and which of its interrupts are decided.
+    pending: BTreeSet<InterruptId>,
+    decided: BTreeSet<InterruptId>,
+    /// The last record folded: its number and run (decisions recorded without resuming are
+    /// written under the id of the record before; with the number, it tells a reader whether
+    /// the store still holds what was folded).
+    last: Option<(u64, String)>,
+}
+
+impl RunsFold {
+    /// The runs folded so far, oldest first.
+    pub fn runs(&self) -> &[RecordedRun] {
+        &self.runs
+    }
+
+    /// The number and run id of the last record folded.
+    pub fn last(&self) -> Option<(u64, &str)> {
+        self.last.as_ref().map(|(seq, run)| (*seq, run.as_str()))
+    }
+
+    /// Folds `records`, the thread's next ones, oldest first.
+    pub fn extend<'a>(&mut self, records: impl IntoIterator<Item = &'a CheckpointRecord>) {
+        for record in records {
+            self.push(record);
+            self.last = Some((record.seq, record.run_id.clone()));
+        }
+    }
+
+    fn push(&mut self, record: &CheckpointRecord) {
+        let runs = &mut self.runs;
+        let before = self.last.as_ref().map(|(_, run)| run.as_str());
         // A resume that ended before its first step (cancelled, or dead and closed): it ends,
         // and the pause it took over waits again (the mark is under the pause's run, so the
         // decisions resume it).
         if record.kind == RecordKind::Decision && record.reason.is_some() {
-            before = Some(record.run_id.as_str());
             if let Some(resume) = runs.last_mut().filter(|r| r.end == RunEnd::Running) {
                 resume.end = match record.reason.as_deref() {
                     Some(CANCELLED) => RunEnd::Cancelled,
@@ -84,7 +117,7 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
             {
                 *waiting = true;
             }
-            continue;
+            return;
         }
         // Runs go one at a time: a run still running when another writes has stopped
         // writing for good (its process died, and the thread was closed or moved on).
@@ -94,24 +127,27 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
         {
             last.end = RunEnd::Failed(None);
         }
+        let follows = before == Some(record.run_id.as_str());
         let own = runs.last_mut().filter(|r| r.run_id == record.run_id);
-        let follows = before.replace(record.run_id.as_str()) == Some(record.run_id.as_str());
         match record.kind {
             RecordKind::Input => {
-                pending.clear();
-                decided.clear();
-                settle_pause(&mut runs);
+                self.pending.clear();
+                self.decided.clear();
+                settle_pause(runs);
                 runs.push(begun(record));
             }
             RecordKind::Decision => {
-                decided.extend(record.decisions.keys());
+                self.decided.extend(record.decisions.keys().cloned());
                 match own {
                     // More decisions on its own pause (recorded, the run not continued).
                     Some(run) => run.updated_at_ms = record.created_at_ms,
                     // The last decisions of the pause, under an id of its own: this run resumes
                     // it (recorded only, they carry the id of the record before).
-                    None if !follows && !pending.is_empty() && pending.iter().all(|p| decided.contains(p)) => {
-                        settle_pause(&mut runs);
+                    None if !follows
+                        && !self.pending.is_empty()
+                        && self.pending.iter().all(|p| self.decided.contains(p)) =>
+                    {
+                        settle_pause(runs);
                         runs.push(begun(record));
                     }
                     // Decisions with others still to make: no run yet.
@@ -119,14 +155,14 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
                 }
             }
             RecordKind::Step | RecordKind::Interrupt | RecordKind::Stop => {
-                pending.clear();
-                decided.clear();
+                self.pending.clear();
+                self.decided.clear();
                 if record.kind == RecordKind::Interrupt {
-                    pending.extend(record.interrupts.iter().map(|i| &i.id));
+                    self.pending.extend(record.interrupts.iter().map(|i| i.id.clone()));
                 }
                 // Another id's step is a state update from outside any run; another id's stop
                 // closes a dead run (handled above) or marks a fork.
-                let Some(run) = own else { continue };
+                let Some(run) = own else { return };
                 run.updated_at_ms = record.created_at_ms;
                 run.end = match record.kind {
                     RecordKind::Interrupt => RunEnd::Paused { waiting: true },
@@ -138,7 +174,6 @@ pub fn recorded_runs(records: &[CheckpointRecord]) -> Vec<RecordedRun> {
             }
         }
     }
-    runs
 }
 
 /// A run that begins with `record`.

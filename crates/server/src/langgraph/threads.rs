@@ -881,9 +881,13 @@ pub(crate) async fn history(
     // The parent is the checkpoint before, not `seq - 1`: a compacted thread starts later
     // (docs/service.md, "Retention").
     let parents = std::iter::once(None).chain(checkpoints.iter().map(|m| Some(m.seq)));
-    let with_parents: Vec<_> = checkpoints.iter().zip(parents).collect();
-    for (meta, parent) in with_parents.into_iter().rev().take(req.limit) {
-        let at = app.chat().checkpoint(&who.principal, conversation, meta.seq).await?.at;
+    let mut with_parents: Vec<_> = checkpoints.iter().zip(parents).collect();
+    with_parents.reverse();
+    with_parents.truncate(req.limit);
+    let seqs: Vec<u64> = with_parents.iter().map(|(meta, _)| meta.seq).collect();
+    let views = app.chat().checkpoints_at(&who.principal, conversation, &seqs).await?;
+    for ((meta, parent), view) in with_parents.into_iter().zip(views) {
+        let at = view.at;
         let values = shown(&thread.id, at.state);
         let next: Vec<String> = at.next.into_iter().collect();
         states.push(json!({
