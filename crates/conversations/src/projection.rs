@@ -197,6 +197,10 @@ impl Checkpointer for ProjectingCheckpointer {
         self.inner().head(thread).await
     }
 
+    async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
+        self.inner().span(thread).await
+    }
+
     async fn load(&self, thread: &ThreadId, upto: Option<u64>) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         self.inner().load(thread, upto).await
     }

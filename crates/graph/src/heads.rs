@@ -152,14 +152,17 @@ impl<S: Clone> HeadCache<S> {
         self.lock().put(thread, head);
     }
 
-    /// Keeps `head`, a reader's, unless the cache holds one as new: a run may have put its
-    /// own back meanwhile. (An older head is harmless — every use checks it against the
-    /// store — but would make the next reader read more.)
-    pub(crate) fn offer(&self, thread: &ThreadId, head: &ThreadState<S>) {
+    /// Keeps `head`, a reader's, just checked against the store, unless the cache holds a
+    /// newer one (a run may have put its own back meanwhile) — the reader's replaces the one
+    /// it started from (`replaced`: its number and run), which the store no longer had (a
+    /// thread rolled back or recreated). An older head is harmless — every use checks it
+    /// against the store — but makes the next reader read more.
+    pub(crate) fn offer(&self, thread: &ThreadId, head: &ThreadState<S>, replaced: Option<(u64, &str)>) {
         let mut heads = self.lock();
-        // Of the same number, the reader's has just been checked against the store.
         let stale = |kept: &ThreadState<S>| {
-            kept.version < head.version || (kept.version == head.version && kept.head_run != head.head_run)
+            kept.version < head.version
+                || (kept.version == head.version && kept.head_run != head.head_run)
+                || replaced == Some((kept.version, kept.head_run.as_str()))
         };
         if heads.peek(thread).is_none_or(stale) {
             heads.put(thread.clone(), head.clone());
@@ -190,11 +193,14 @@ impl RunsCache {
         self.lock().get(thread).cloned()
     }
 
-    /// Keeps `fold`, just checked against the store, unless a concurrent reader kept one of
-    /// more records.
-    pub(crate) fn offer(&self, thread: &ThreadId, fold: RunsFold) {
+    /// Keeps `fold`, just read from the store, unless a concurrent reader kept one of more
+    /// records — the fold replaces the one it started from (`replaced`: its last record's number
+    /// and run), which the store no longer had.
+    pub(crate) fn offer(&self, thread: &ThreadId, fold: RunsFold, replaced: Option<(u64, &str)>) {
         let mut folds = self.lock();
-        let newer = |kept: &RunsFold| kept.last().map(|(seq, _)| seq) > fold.last().map(|(seq, _)| seq);
+        let newer = |kept: &RunsFold| {
+            kept.last().map(|(seq, _)| seq) > fold.last().map(|(seq, _)| seq) && kept.last() != replaced
+        };
         if !folds.peek(thread).is_some_and(newer) {
             folds.put(thread.clone(), fold);
         }

@@ -221,51 +221,52 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         if let Some(head) = &head
             && known.as_ref() != Some(&(head.version, head.head_run.clone()))
         {
-            self.inner.heads.offer(thread, head);
+            self.inner.heads.offer(thread, head, known.as_ref().map(|(seq, run)| (*seq, run.as_str())));
         }
         Ok(head)
     }
 
     /// The runs the thread's checkpoints record, oldest first ([`recorded_runs`](crate::recorded_runs)),
-    /// folded from the records written since this process last read them. (A thread compacted
-    /// meanwhile may still show, here, runs the store no longer records.)
+    /// folded from the records written since this process last read them (read whole again
+    /// when the thread was compacted, rolled back or recreated since).
     ///
     /// # Errors
     /// A store failure.
     pub async fn recorded_runs(&self, thread: &ThreadId) -> Result<Vec<RecordedRun>, GraphError> {
         let store = &self.inner.checkpointer;
-        let mut fold = match self.inner.runs.get(thread) {
-            Some(mut fold) => {
-                let (seq, run) = fold.last().map(|(seq, run)| (seq, run.to_owned())).unwrap_or_default();
-                match store.head(thread).await? {
-                    Some((head, head_run)) if head == seq && head_run == run => return Ok(fold.runs().to_vec()),
-                    Some((head, _)) if head > seq => {
-                        let tail = store.load_from(thread, seq).await?;
-                        match tail.split_first() {
-                            Some((first, rest)) if first.seq == seq && first.run_id == run => {
-                                fold.extend(rest);
-                                Some(fold)
-                            }
-                            _ => None,
-                        }
-                    }
-                    _ => None,
+        // One small read says whether the kept fold is the store's thread still: the same
+        // first record (not compacted since) and the same head.
+        let Some((first, head, head_run)) = store.span(thread).await? else { return Ok(Vec::new()) };
+        let kept = self.inner.runs.get(thread);
+        let kept_last = kept.as_ref().and_then(|f| f.last()).map(|(seq, run)| (seq, run.to_owned()));
+        let mut caught_up = None;
+        if let (Some(mut fold), Some((seq, run))) = (kept, kept_last.clone())
+            && fold.starts_at(first)
+        {
+            if seq == head && run == head_run {
+                return Ok(fold.runs().to_vec());
+            }
+            if seq < head {
+                let tail = store.load_from(thread, seq).await?;
+                if let Some((known, rest)) = tail.split_first()
+                    && known.seq == seq
+                    && known.run_id == run
+                {
+                    fold.extend(rest);
+                    caught_up = Some(fold);
                 }
             }
-            None => None,
-        };
-        if fold.is_none() {
-            let records = store.load(thread, None).await?;
-            if records.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut whole = RunsFold::default();
-            whole.extend(&records);
-            fold = Some(whole);
         }
-        let Some(fold) = fold else { return Ok(Vec::new()) };
+        let fold = match caught_up {
+            Some(fold) => fold,
+            None => {
+                let mut whole = RunsFold::default();
+                whole.extend(&store.load(thread, None).await?);
+                whole
+            }
+        };
         let runs = fold.runs().to_vec();
-        self.inner.runs.offer(thread, fold);
+        self.inner.runs.offer(thread, fold, kept_last.as_ref().map(|(seq, run)| (*seq, run.as_str())));
         Ok(runs)
     }
 
@@ -315,16 +316,18 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         if let Some(mut head) = self.inner.heads.peek(thread).filter(|h| h.version > 0 && h.version <= seq) {
             let mut tail = self.inner.checkpointer.load_from(thread, head.version).await?;
             if tail.first().is_some_and(|r| r.seq == head.version && r.run_id == head.head_run) {
-                // The store's head is read too: kept when `seq` is it.
-                let at_head = tail.last().is_some_and(|r| r.seq == seq);
+                // The store's head is read too: kept when `seq` is it; past it, `seq` is not
+                // written yet (records are numbered without gaps).
+                let last = tail.last().map_or(head.version, |r| r.seq);
+                if last < seq {
+                    return Err(GraphError::NotFound { thread: thread.to_string(), seq: Some(seq) });
+                }
                 tail.retain(|r| r.seq > head.version && r.seq <= seq);
                 head.extend(thread, tail)?;
-                if head.version == seq {
-                    if at_head {
-                        self.inner.heads.offer(thread, &head);
-                    }
-                    return Ok(head);
+                if last == seq {
+                    self.inner.heads.offer(thread, &head, None);
                 }
+                return Ok(head);
             }
         }
         let records = self.inner.checkpointer.load(thread, Some(seq)).await?;
@@ -380,7 +383,8 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let head = self.state_at(from, at).await?;
         self.inner.checkpointer.fork(from, at, to).await?;
         if head.next.is_some() && head.undecided().is_empty() {
-            let mut stop = self.record(at + 1, "fork", RecordKind::Stop);
+            // An id of its own, as every run's: a record is known by its number and run id.
+            let mut stop = self.record(at + 1, &format!("fork-{}", uuid::Uuid::now_v7()), RecordKind::Stop);
             stop.reason = Some(format!("forked from {from} at checkpoint {at}"));
             self.write(to, &stop).await?;
         }

@@ -726,8 +726,11 @@ async fn a_long_thread_is_read_from_the_head_a_process_knows(b: &Backend) {
     assert_eq!((head.version, counted.take_records_read()), (60, 60));
     assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().version, 60);
     assert_eq!(counted.take_records_read(), 0, "nothing written since: the head is current");
-    assert_eq!(reader.state_at(&t, 60).await.unwrap().state, head.state);
+    let read_whole = whole(echo_graph(b.open().await)).await;
+    assert_eq!(reader.state_at(&t, 60).await.unwrap().state, read_whole.state);
     assert_eq!(counted.take_records_read(), 1, "the head's own record, to check it");
+    assert!(matches!(reader.state_at(&t, 61).await, Err(GraphError::NotFound { seq: Some(61), .. })));
+    assert_eq!(counted.take_records_read(), 1, "past the head: not written yet");
 
     // Another process writes a turn: the reader reads those two records (and the one it knew).
     writer.start(&t, say("turn 30"), RunOptions::default()).await.unwrap().outcome().await;
@@ -743,7 +746,7 @@ async fn a_long_thread_is_read_from_the_head_a_process_knows(b: &Backend) {
     assert_eq!(counted.take_records_read(), 61);
 
     // A history of states: the thread read once, each state the one its checkpoint left.
-    let seqs = [62, 2, 31, 61];
+    let seqs = [62, 2, 31, 61, 2];
     let states = reader.states_at(&t, &seqs).await.unwrap();
     assert_eq!(counted.take_records_read(), 62);
     let solo = echo_graph(b.open().await);
@@ -776,6 +779,79 @@ async fn a_long_thread_is_read_from_the_head_a_process_knows(b: &Backend) {
     let now = reader.state_at(&t, 64).await.unwrap();
     assert_eq!(now.state.log.first().map(String::as_str), Some("again 0"));
     assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().state, now.state);
+}
+
+/// Runs as `(id, end, started, updated, metadata)`: all a run record says.
+fn runs_said(runs: &[RecordedRun]) -> Vec<(String, RunEnd, i64, i64, Option<String>)> {
+    runs.iter()
+        .map(|r| {
+            let metadata = r.metadata.as_ref().map(|m| m.get().to_owned());
+            (r.run_id.clone(), r.end.clone(), r.started_at_ms, r.updated_at_ms, metadata)
+        })
+        .collect()
+}
+
+/// A thread's runs and state read by a process that keeps them folded say what a whole reading
+/// says, across a pause decided in two requests, a resume, a compaction by another process and
+/// a rollback — and a reading that found its kept head or runs stale keeps what it read.
+async fn what_a_process_keeps_of_a_thread_follows_pauses_compaction_and_rollback(b: &Backend) {
+    use toolgraph_testkit::faulty_store::FaultyCheckpointer;
+    let t = thread(51);
+    let store = b.open().await;
+    let writer = approval_graph(store.clone());
+    let counted = Arc::new(FaultyCheckpointer::new(store.clone()));
+    let reader = approval_graph(counted.clone());
+    let check = |said: Vec<RecordedRun>, whole: Vec<RecordedRun>, when: &str| {
+        assert_eq!(runs_said(&said), runs_said(&whole), "{when}");
+    };
+    let metadata = serde_json::value::RawValue::from_string(r#"{"by":"test"}"#.into()).ok();
+    let opts = RunOptions { metadata, ..Default::default() };
+    let out = writer.start(&t, say("do both"), opts).await.unwrap().outcome().await;
+    let RunOutcome::Interrupted { pending, .. } = out else { panic!("{out:?}") };
+    check(reader.recorded_runs(&t).await.unwrap(), recorded_runs(&store.load(&t, None).await.unwrap()), "paused");
+    let decide = |p: &PendingInterrupt| BTreeMap::from([(p.id.clone(), Decision::Approve)]);
+    writer.record_decisions(&t, decide(&pending[0])).await.unwrap();
+    check(
+        reader.recorded_runs(&t).await.unwrap(),
+        recorded_runs(&store.load(&t, None).await.unwrap()),
+        "one decision recorded",
+    );
+    counted.take_records_read();
+    let ResumeResult::Started(run) = writer.resume(&t, decide(&pending[1]), RunOptions::default()).await.unwrap()
+    else {
+        panic!("the last decision resumes")
+    };
+    run.outcome().await;
+    let runs = reader.recorded_runs(&t).await.unwrap();
+    assert!(counted.take_records_read() < 4, "the records since only");
+    assert_eq!(runs.len(), 2, "{:?}", runs_said(&runs));
+    assert_eq!(runs[0].end, RunEnd::Paused { waiting: false });
+    assert_eq!(runs[1].end, RunEnd::Finished);
+    check(runs, recorded_runs(&store.load(&t, None).await.unwrap()), "resumed");
+    let head = reader.thread_state(&t).await.unwrap().unwrap();
+
+    // Another process compacts the thread: its first runs are no longer recorded, here either.
+    let records = store.load(&t, None).await.unwrap().len() as u64;
+    assert!(store.compact_thread(&t, 1).await.unwrap() > 0, "{records} records");
+    let compacted = reader.recorded_runs(&t).await.unwrap();
+    check(compacted, recorded_runs(&store.load(&t, None).await.unwrap()), "compacted");
+    assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().state, head.state, "the same state");
+
+    // Rolled back past the head the reader keeps: it reads the thread whole once, then keeps that.
+    writer.start(&t, say("plan again"), RunOptions::default()).await.unwrap().outcome().await;
+    let before = reader.thread_state(&t).await.unwrap().unwrap();
+    reader.recorded_runs(&t).await.unwrap();
+    let kept = store.load(&t, None).await.unwrap()[0].seq;
+    assert!(store.truncate_thread(&t, kept).await.unwrap() > 0);
+    counted.take_records_read();
+    let after = reader.thread_state(&t).await.unwrap().unwrap();
+    assert!(after.version < before.version);
+    assert_eq!(after.state, head.state, "as it was before the last turn");
+    check(reader.recorded_runs(&t).await.unwrap(), recorded_runs(&store.load(&t, None).await.unwrap()), "rolled back");
+    counted.take_records_read();
+    assert_eq!(reader.thread_state(&t).await.unwrap().unwrap().version, after.version);
+    reader.recorded_runs(&t).await.unwrap();
+    assert_eq!(counted.take_records_read(), 0, "what was read after the rollback was kept");
 }
 
 macro_rules! suite {
@@ -814,6 +890,7 @@ macro_rules! suite {
             case!(a_resume_cancelled_before_its_first_step_leaves_the_pause_to_its_run);
             case!(a_resume_that_stopped_before_its_first_step_is_reopened_by_the_threads_owner);
             case!(a_long_thread_is_read_from_the_head_a_process_knows);
+            case!(what_a_process_keeps_of_a_thread_follows_pauses_compaction_and_rollback);
         }
     };
 }

@@ -115,6 +115,10 @@ impl Checkpointer for FaultyCheckpointer {
         self.inner.head(thread).await
     }
 
+    async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
+        self.inner.span(thread).await
+    }
+
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         self.counted(self.inner.load_from(thread, from).await)
     }

@@ -61,6 +61,12 @@ impl Checkpointer for MemoryCheckpointer {
         Ok(self.lock().get(thread).and_then(|l| l.last()).map(|r| (r.seq, r.run_id.clone())))
     }
 
+    async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
+        let threads = self.lock();
+        let Some(log) = threads.get(thread) else { return Ok(None) };
+        Ok(log.first().zip(log.last()).map(|(first, last)| (first.seq, last.seq, last.run_id.clone())))
+    }
+
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         let threads = self.lock();
         let Some(log) = threads.get(thread) else { return Ok(Vec::new()) };

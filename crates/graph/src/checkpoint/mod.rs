@@ -281,6 +281,14 @@ pub trait Checkpointer: Send + Sync + 'static {
         Ok(self.load(thread, None).await?.last().map(|r| (r.seq, r.run_id.clone())))
     }
 
+    /// The number of the thread's first record, with [`Checkpointer::head`]'s: a reader that
+    /// keeps something folded from the whole thread tells by it that the thread was compacted
+    /// (its first records folded into a later one) — one small read.
+    async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
+        let records = self.load(thread, None).await?;
+        Ok(records.first().zip(records.last()).map(|(first, last)| (first.seq, last.seq, last.run_id.clone())))
+    }
+
     /// Records with `seq >= from`, ascending: the tail a cached head needs to catch up.
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         Ok(self.load(thread, None).await?.into_iter().filter(|r| r.seq >= from).collect())

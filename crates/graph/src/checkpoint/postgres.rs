@@ -179,6 +179,21 @@ impl Checkpointer for PostgresCheckpointer {
         Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<String, _>(1))))
     }
 
+    async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        let row = sqlx::query(
+            "SELECT (SELECT MIN(seq) FROM checkpoints WHERE thread_id = $1), seq, run_id FROM checkpoints
+             WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(thread.as_str())
+        .persistent(self.db.persistent())
+        .fetch_optional(&mut *s)
+        .await
+        .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
+        Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u64, r.get::<String, _>(2))))
+    }
+
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         self.range(thread, from, u64::MAX).await
     }

@@ -76,6 +76,8 @@ pub(crate) struct RunsFold {
     /// written under the id of the record before; with the number, it tells a reader whether
     /// the store still holds what was folded).
     last: Option<(u64, String)>,
+    /// The number of the first record folded: a thread compacted since starts later.
+    first: Option<u64>,
 }
 
 impl RunsFold {
@@ -89,10 +91,17 @@ impl RunsFold {
         self.last.as_ref().map(|(seq, run)| (*seq, run.as_str()))
     }
 
+    /// Whether the first record folded is number `first` (a thread compacted since the fold
+    /// began starts later).
+    pub fn starts_at(&self, first: u64) -> bool {
+        self.first == Some(first)
+    }
+
     /// Folds `records`, the thread's next ones, oldest first.
     pub fn extend<'a>(&mut self, records: impl IntoIterator<Item = &'a CheckpointRecord>) {
         for record in records {
             self.push(record);
+            self.first.get_or_insert(record.seq);
             self.last = Some((record.seq, record.run_id.clone()));
         }
     }

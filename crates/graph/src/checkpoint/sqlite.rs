@@ -181,6 +181,24 @@ impl Checkpointer for SqliteCheckpointer {
         Ok(head)
     }
 
+    async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
+        let t = thread.clone();
+        let span = self
+            .db
+            .call(move |c| {
+                c.prepare_cached(
+                    "SELECT (SELECT MIN(seq) FROM checkpoints WHERE thread_id = ?1), seq, run_id FROM checkpoints
+                     WHERE thread_id = ?1 ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row([t.as_str()], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, String>(2)?))
+                })
+                .optional()
+            })
+            .await??;
+        Ok(span)
+    }
+
     async fn load_from(&self, thread: &ThreadId, from: u64) -> Result<Vec<CheckpointRecord>, CheckpointError> {
         self.range(thread, from, u64::MAX).await
     }
