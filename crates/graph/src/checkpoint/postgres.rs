@@ -6,7 +6,7 @@ use super::{
 };
 use crate::pg::{PgDatabase, PgPooling};
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,6 +24,19 @@ pub struct PostgresCheckpointer {
 }
 
 impl PostgresCheckpointer {
+    /// The one row `sql` (its `$1` the thread) answers, if any.
+    async fn thread_row(&self, sql: &'static str, thread: &ThreadId) -> Result<Option<PgRow>, CheckpointError> {
+        let mut s = self.db.session().await.map_err(backend_error)?;
+        let row = sqlx::query(sql)
+            .bind(thread.as_str())
+            .persistent(self.db.persistent())
+            .fetch_optional(&mut *s)
+            .await
+            .map_err(backend_error)?;
+        s.finish().await.map_err(backend_error)?;
+        Ok(row)
+    }
+
     /// Connects to `url` (`postgres://…`) and migrates.
     ///
     /// # Errors
@@ -168,29 +181,15 @@ impl Checkpointer for PostgresCheckpointer {
     }
 
     async fn head(&self, thread: &ThreadId) -> Result<Option<(u64, String)>, CheckpointError> {
-        let mut s = self.db.session().await.map_err(backend_error)?;
-        let row = sqlx::query("SELECT seq, run_id FROM checkpoints WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1")
-            .bind(thread.as_str())
-            .persistent(self.db.persistent())
-            .fetch_optional(&mut *s)
-            .await
-            .map_err(backend_error)?;
-        s.finish().await.map_err(backend_error)?;
+        let sql = "SELECT seq, run_id FROM checkpoints WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1";
+        let row = self.thread_row(sql, thread).await?;
         Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<String, _>(1))))
     }
 
     async fn span(&self, thread: &ThreadId) -> Result<Option<(u64, u64, String)>, CheckpointError> {
-        let mut s = self.db.session().await.map_err(backend_error)?;
-        let row = sqlx::query(
-            "SELECT (SELECT MIN(seq) FROM checkpoints WHERE thread_id = $1), seq, run_id FROM checkpoints
-             WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(thread.as_str())
-        .persistent(self.db.persistent())
-        .fetch_optional(&mut *s)
-        .await
-        .map_err(backend_error)?;
-        s.finish().await.map_err(backend_error)?;
+        let sql = "SELECT (SELECT MIN(seq) FROM checkpoints WHERE thread_id = $1), seq, run_id FROM checkpoints
+                   WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1";
+        let row = self.thread_row(sql, thread).await?;
         Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<i64, _>(1) as u64, r.get::<String, _>(2))))
     }
 
