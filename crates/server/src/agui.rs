@@ -19,12 +19,10 @@ use crate::wire::ConfirmResponse;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::sync::Arc;
 use toolgraph_graph::Decision;
 use toolgraph_protocol::{ConversationId, Frame, MessageId, PendingAction};
@@ -381,9 +379,9 @@ fn sse(events: impl futures::Stream<Item = Value> + Send + 'static) -> Response 
         if let Some(fields) = e.as_object_mut() {
             fields.insert("timestamp".into(), json!(u64::try_from(now).unwrap_or(u64::MAX)));
         }
-        Ok::<Event, Infallible>(Event::default().data(e.to_string()))
+        crate::sse::SseEvent::data(&e.to_string())
     });
-    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+    crate::sse::response(events)
 }
 
 impl Run {

@@ -32,6 +32,7 @@ mod routes;
 mod runlog;
 mod service;
 mod shared_runs;
+mod sse;
 mod wire;
 
 pub use callbacks::{callback_router, require_signature};

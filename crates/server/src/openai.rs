@@ -17,12 +17,10 @@ use crate::service::NewTurn;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::convert::Infallible;
 use std::sync::Arc;
 use toolgraph_protocol::{ConversationId, Frame, PendingAction};
 
@@ -337,9 +335,8 @@ impl Reply {
                 futures::future::ready(Some(reply.frame(ending, frame, log)))
             })
             .flat_map(futures::stream::iter);
-        let events =
-            futures::stream::iter([first]).chain(chunks).map(|d| Ok::<Event, Infallible>(Event::default().data(d)));
-        Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+        let events = futures::stream::iter([first]).chain(chunks).map(|d| crate::sse::SseEvent::data(&d));
+        crate::sse::response(events)
     }
 
     /// The data of the events one frame of the run becomes (none for most).

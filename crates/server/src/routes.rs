@@ -18,11 +18,9 @@ use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::json;
-use std::convert::Infallible;
 use std::sync::Arc;
 use toolgraph_protocol::{ConversationId, RunId, TenantId, UserId};
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -334,10 +332,10 @@ fn sse(run_id: RunId, log: Arc<RunLog>, after: u64) -> Response {
 fn sse_frames(run_id: RunId, frames: impl futures::Stream<Item = crate::runlog::Frame> + Send + 'static) -> Response {
     let contract =
         |f: &crate::runlog::Frame| !matches!(&*f.event, "node_started" | "node_finished" | "custom" | "state_update");
-    let events = frames.filter(move |f| futures::future::ready(contract(f))).map(move |f| {
-        Ok::<Event, Infallible>(Event::default().event(f.event).id(format!("{run_id}:{}", f.seq)).data(f.data))
-    });
-    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+    let events = frames
+        .filter(move |f| futures::future::ready(contract(f)))
+        .map(move |f| crate::sse::SseEvent::new(Some(&f.event), Some(&format!("{run_id}:{}", f.seq)), &f.data));
+    crate::sse::response(events)
 }
 
 /// `e` in `/search`'s own shape, `{ok: false, error}`, with its status and any `Retry-After`.

@@ -14,16 +14,15 @@ use crate::error::{ApiError, ChatError};
 use crate::extract::{Asking, json_body};
 use crate::openapi::{LANGGRAPH, Refusals, Run};
 use crate::service::{Confirmed, NewTurn, Resuming, Resumption};
+use crate::sse::SseEvent;
 use crate::wire::PendingActionDto;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use std::convert::Infallible;
 use toolgraph_conversations::Thread;
 use toolgraph_graph::{Decision, RecordedRun, RunEnd};
 use toolgraph_protocol::{ConversationId, Frame, MessageId, RunId};
@@ -353,8 +352,7 @@ async fn streamed(
                 events.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
             }
             events.extend(ending(&modes, &after, &Ended { thread: &thread.id, checkpointed: false }));
-            let sse = futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>));
-            Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
+            Ok(crate::sse::response(futures::stream::iter(events.into_iter().map(|e| e.sent(None)))))
         }
         Asked::Message(message) => {
             // The values so far, after each step as LangGraph sends them: the person's message
@@ -393,8 +391,8 @@ fn stream_of(
     let (thread_id, run) = (thread.id.clone(), run_id.clone());
     let frames = log.frames_after(0);
     let frames = events_of(frames, app.chat().clone(), who, thread, writer, ephemeral);
-    let sse = futures::stream::iter(first).chain(frames).map(Ok::<_, Infallible>);
-    let mut response = Sse::new(sse).keep_alive(KeepAlive::default()).into_response();
+    let first = first.into_iter().map(|e| e.sent(None));
+    let mut response = crate::sse::response(futures::stream::iter(first).chain(frames));
     // Where LangGraph's SDKs rejoin the run after a dropped connection (with the
     // `Last-Event-ID` each frame's events carry).
     if let Ok(location) = axum::http::HeaderValue::from_str(&location) {
@@ -414,7 +412,7 @@ fn events_of(
     thread: Thread,
     writer: Writer,
     ephemeral: bool,
-) -> impl futures::Stream<Item = Event> + Send + 'static {
+) -> impl futures::Stream<Item = SseEvent> + Send + 'static {
     // Shared by every frame's future: the run's end and its nodes' events read the store. The
     // frames are written one after another (each future ends before the next frame is read),
     // and no lock is held across a read.
@@ -482,7 +480,7 @@ fn events_of(
                     events
                 }
             };
-            events.into_iter().map(|e| e.id(id.clone())).collect::<Vec<_>>()
+            events.into_iter().map(|e| e.sent(Some(&id))).collect::<Vec<_>>()
         })
         .flat_map(futures::stream::iter)
     })
@@ -598,7 +596,7 @@ pub(crate) async fn join(
     let writer =
         Writer::new(modes, run_id, &thread, None).starting_at(handing_starts(&app, &who, &thread, modes).await);
     let events = events_of(frames, app.chat().clone(), who, thread, writer, false);
-    Ok(Sse::new(events.map(Ok::<_, Infallible>)).keep_alive(KeepAlive::default()).into_response())
+    Ok(crate::sse::response(events))
 }
 
 /// Longest a cancel with `wait=1` waits for the run to end.
@@ -1551,8 +1549,24 @@ fn node_event(modes: &Modes, mode: &str, kind: &str, step: u64, payload: Value, 
     events
 }
 
+/// One of LangGraph's events of a run, before it is sent: its name (the stream mode, with the
+/// namespace of the sub-graph it comes from) and its data; a run's events carry their frame's
+/// number as their id (`Last-Event-ID`).
+struct Event {
+    name: String,
+    data: String,
+}
+
+impl Event {
+    /// The event as it is sent, with `id` when it has one.
+    fn sent(self, id: Option<&str>) -> SseEvent {
+        SseEvent::new(Some(&self.name), id, &self.data)
+    }
+}
+
+/// Event `name` with `data`.
 fn event(name: &str, data: &Value) -> Event {
-    Event::default().event(name).data(data.to_string())
+    Event { name: name.to_owned(), data: data.to_string() }
 }
 
 /// A piece of the model's message as LangChain's `AIMessageChunk`: text, or its `calls`
@@ -1684,6 +1698,8 @@ struct Writer {
     /// The channels the running node wrote (from the log's `state_update`), as its task's
     /// result shows them: the node and each channel's value written.
     wrote: Option<(String, Map<String, Value>)>,
+    /// The id of model message `message`, once made (every token of it carries it).
+    message_id: Option<(usize, String)>,
 }
 
 impl Writer {
@@ -1712,6 +1728,19 @@ impl Writer {
             history: Vec::new(),
             handing: std::collections::HashMap::new(),
             wrote: None,
+            message_id: None,
+        }
+    }
+
+    /// The id of the model message being streamed, `run-<run id>-<n>`.
+    fn message_id(&mut self) -> String {
+        match &self.message_id {
+            Some((message, id)) if *message == self.message => id.clone(),
+            _ => {
+                let id = format!("run-{}-{}", self.run_id, self.message);
+                self.message_id = Some((self.message, id.clone()));
+                id
+            }
         }
     }
 
@@ -1802,7 +1831,7 @@ impl Writer {
         data.push(',');
         data.push_str(meta);
         data.push(']');
-        Event::default().event(event).data(data)
+        Event { name: event.to_owned(), data }
     }
 
     /// Whether checkpoint `seq` is the last one read.
@@ -1988,7 +2017,7 @@ impl Writer {
         if self.ended {
             return Step::Events(Vec::new());
         }
-        let id = format!("run-{}-{}", self.run_id, self.message);
+        let id = self.message_id();
         let mut out = Vec::new();
         match frame {
             Frame::Token { content } => {
