@@ -198,6 +198,11 @@ impl Frame {
             return Err(FrameError::UnknownEvent { name: event.to_owned() });
         };
         let bad = |source| FrameError::Data { event, source };
+        // A run streams one `token` frame per token: read straight from its data.
+        if event == "token" {
+            let TokenData { content } = serde_json::from_str(data).map_err(bad)?;
+            return Ok(Frame::Token { content });
+        }
         // Read as the adjacently tagged text `{"event": …, "data": …}`, the tag first, so serde
         // reads the data straight into the variant (a run streams one frame per token: going
         // through a `Value` cost more than the rest of the frame). `event` is one of `EVENTS`,
@@ -208,6 +213,12 @@ impl Frame {
         reader.end().map_err(bad)?;
         Ok(frame)
     }
+}
+
+/// A `token` frame's data, as [`Tagged`] reads it.
+#[derive(Deserialize)]
+struct TokenData {
+    content: String,
 }
 
 /// How [`Frame::parse`] reads a frame: serde's adjacent tagging picks the variant by its event

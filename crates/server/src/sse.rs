@@ -49,7 +49,7 @@ impl SseEvent {
         }
         let mut rest = data.as_bytes();
         loop {
-            let end = rest.iter().position(|b| *b == b'\n' || *b == b'\r');
+            let end = memchr::memchr2(b'\n', b'\r', rest);
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(&rest[..end.unwrap_or(rest.len())]);
             out.push(b'\n');
@@ -73,7 +73,11 @@ impl SseEvent {
 fn field(out: &mut Vec<u8>, name: &[u8], value: &str) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
-    out.extend(value.bytes().map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    if memchr::memchr2(b'\n', b'\r', value.as_bytes()).is_some() {
+        out.extend(value.bytes().map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    } else {
+        out.extend_from_slice(value.as_bytes());
+    }
     out.push(b'\n');
 }
 
