@@ -154,9 +154,10 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::channel::<SseEvent>(4);
         let mut body = KeptAlive::new(tokio_stream_of(rx), every);
         tx.send(SseEvent::data("1")).await.unwrap();
+        // Before the event goes out, which starts the silence.
+        let started = Instant::now();
         assert_eq!(body.next().await.unwrap().unwrap(), Bytes::from_static(b"data: 1\n\n"));
         // Nothing for a while: a comment, once per silence.
-        let started = Instant::now();
         assert_eq!(body.next().await.unwrap().unwrap(), Bytes::from_static(COMMENT));
         assert!(started.elapsed() >= every);
         tx.send(SseEvent::data("2")).await.unwrap();
