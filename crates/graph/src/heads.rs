@@ -1,7 +1,7 @@
 //! Thread heads: [`ThreadState`], a thread's state folded from its checkpoint records, and
-//! the head cache, the heads of recent runs and reads kept in memory so a new turn (or a
-//! reader) reads only the records it has not seen; beside it, the same for the fold of a
-//! thread's recorded runs. Bounded (the least recently put back is evicted first, in constant
+//! [`ThreadCache`], what a process keeps folded of recent threads — the heads of recent runs
+//! and reads, and the folds of their recorded runs — so a new turn (or a reader) reads only
+//! the records it has not seen. Bounded (the least recently put back is evicted first, in constant
 //! time: a run takes its thread's head and puts it back after every step); every entry is
 //! checked against the store before use, so other replicas' writes and deletions are never
 //! missed.
@@ -78,7 +78,11 @@ impl<S: State> ThreadState<S> {
         Ok(t)
     }
 
-    pub(crate) fn extend(&mut self, thread: &ThreadId, records: Vec<CheckpointRecord>) -> Result<(), GraphError> {
+    pub(crate) fn extend(
+        &mut self,
+        thread: &ThreadId,
+        records: impl IntoIterator<Item = CheckpointRecord>,
+    ) -> Result<(), GraphError> {
         let t = self;
         for r in records {
             for u in r.updates {
@@ -121,88 +125,79 @@ impl<S: State> ThreadState<S> {
     }
 }
 
-pub(crate) struct HeadCache<S> {
-    inner: Mutex<LruCache<ThreadId, ThreadState<S>>>,
+/// What a [`ThreadCache`] keeps of a thread: something folded from its records up to one.
+pub(crate) trait Folded: Clone {
+    /// The number and run id of the last record folded (`None`: none yet).
+    fn last(&self) -> Option<(u64, &str)>;
 }
 
-impl<S: Clone> HeadCache<S> {
-    /// A cache of at most `capacity` heads (at least one).
+impl<S: Clone> Folded for ThreadState<S> {
+    fn last(&self) -> Option<(u64, &str)> {
+        (self.version > 0).then_some((self.version, self.head_run.as_str()))
+    }
+}
+
+impl Folded for RunsFold {
+    fn last(&self) -> Option<(u64, &str)> {
+        RunsFold::last(self)
+    }
+}
+
+/// What a process keeps folded of recent threads — their heads, their recorded runs —
+/// bounded, the least recent evicted first in constant time; every entry is checked against
+/// the store before use.
+pub(crate) struct ThreadCache<T> {
+    inner: Mutex<LruCache<ThreadId, T>>,
+}
+
+/// The heads of recent threads: a run takes its thread's and puts it back.
+pub(crate) type HeadCache<S> = ThreadCache<ThreadState<S>>;
+
+/// The folds of recently read threads' recorded runs.
+pub(crate) type RunsCache = ThreadCache<RunsFold>;
+
+impl<T: Folded> ThreadCache<T> {
+    /// A cache of at most `capacity` entries (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
         let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         Self { inner: Mutex::new(LruCache::new(capacity)) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, LruCache<ThreadId, ThreadState<S>>> {
+    fn lock(&self) -> MutexGuard<'_, LruCache<ThreadId, T>> {
         // Nothing panics under this lock; recover rather than cascade if something did.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Removes and returns a head: the run that takes it owns it until it puts it back.
-    pub(crate) fn take(&self, thread: &ThreadId) -> Option<ThreadState<S>> {
+    /// Removes and returns an entry: the run that takes a head owns it until it puts it back.
+    pub(crate) fn take(&self, thread: &ThreadId) -> Option<T> {
         self.lock().pop(thread)
     }
 
-    /// A copy of a head (cheap: the state is shared).
-    pub(crate) fn peek(&self, thread: &ThreadId) -> Option<ThreadState<S>> {
+    /// A copy of an entry, leaving its place in the eviction order as it is.
+    pub(crate) fn peek(&self, thread: &ThreadId) -> Option<T> {
         self.lock().peek(thread).cloned()
     }
 
-    /// Keeps `head` as the most recent, evicting the least recent past the capacity.
-    pub(crate) fn put(&self, thread: ThreadId, head: ThreadState<S>) {
-        self.lock().put(thread, head);
-    }
-
-    /// Keeps `head`, a reader's, just checked against the store, unless the cache holds a
-    /// newer one (a run may have put its own back meanwhile) — the reader's replaces the one
-    /// it started from (`replaced`: its number and run), which the store no longer had (a
-    /// thread rolled back or recreated). An older head is harmless — every use checks it
-    /// against the store — but makes the next reader read more.
-    pub(crate) fn offer(&self, thread: &ThreadId, head: &ThreadState<S>, replaced: Option<(u64, &str)>) {
-        let mut heads = self.lock();
-        let stale = |kept: &ThreadState<S>| {
-            kept.version < head.version
-                || (kept.version == head.version && kept.head_run != head.head_run)
-                || replaced == Some((kept.version, kept.head_run.as_str()))
-        };
-        if heads.peek(thread).is_none_or(stale) {
-            heads.put(thread.clone(), head.clone());
-        }
-    }
-}
-
-/// The folds of recently read threads' recorded runs, bounded like the heads (least recently
-/// read evicted first), each checked against the store before use.
-pub(crate) struct RunsCache {
-    inner: Mutex<LruCache<ThreadId, RunsFold>>,
-}
-
-impl RunsCache {
-    /// A cache of at most `capacity` folds (at least one).
-    pub(crate) fn new(capacity: usize) -> Self {
-        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
-        Self { inner: Mutex::new(LruCache::new(capacity)) }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, LruCache<ThreadId, RunsFold>> {
-        // Nothing panics under this lock; recover rather than cascade if something did.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A copy of the fold of `thread`, if one is kept.
-    pub(crate) fn get(&self, thread: &ThreadId) -> Option<RunsFold> {
+    /// A copy of an entry, now the most recently used.
+    pub(crate) fn get(&self, thread: &ThreadId) -> Option<T> {
         self.lock().get(thread).cloned()
     }
 
-    /// Keeps `fold`, just read from the store, unless a concurrent reader kept one of more
-    /// records — the fold replaces the one it started from (`replaced`: its last record's number
-    /// and run), which the store no longer had.
-    pub(crate) fn offer(&self, thread: &ThreadId, fold: RunsFold, replaced: Option<(u64, &str)>) {
-        let mut folds = self.lock();
-        let newer = |kept: &RunsFold| {
-            kept.last().map(|(seq, _)| seq) > fold.last().map(|(seq, _)| seq) && kept.last() != replaced
-        };
-        if !folds.peek(thread).is_some_and(newer) {
-            folds.put(thread.clone(), fold);
+    /// Keeps `value` as the most recent, evicting the least recent past the capacity.
+    pub(crate) fn put(&self, thread: ThreadId, value: T) {
+        self.lock().put(thread, value);
+    }
+
+    /// Keeps `value`, a reader's, just checked against the store, unless the cache holds one
+    /// folded further (a run may have put its head back meanwhile, another reader kept more) —
+    /// except the one the reader started from (`replaced`: its last record's number and run),
+    /// which the store no longer had (a thread rolled back or recreated). An older entry is
+    /// harmless — every use checks it against the store — but makes the next reader read more.
+    pub(crate) fn offer(&self, thread: &ThreadId, value: T, replaced: Option<(u64, &str)>) {
+        let mut kept = self.lock();
+        let further = |k: &T| k.last().map(|(seq, _)| seq) > value.last().map(|(seq, _)| seq) && k.last() != replaced;
+        if !kept.peek(thread).is_some_and(further) {
+            kept.put(thread.clone(), value);
         }
     }
 }

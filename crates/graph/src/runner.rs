@@ -221,7 +221,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         if let Some(head) = &head
             && known.as_ref() != Some(&(head.version, head.head_run.clone()))
         {
-            self.inner.heads.offer(thread, head, known.as_ref().map(|(seq, run)| (*seq, run.as_str())));
+            self.inner.heads.offer(thread, head.clone(), known.as_ref().map(|(seq, run)| (*seq, run.as_str())));
         }
         Ok(head)
     }
@@ -246,15 +246,11 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
             if seq == head && run == head_run {
                 return Ok(fold.runs().to_vec());
             }
-            if seq < head {
-                let tail = store.load_from(thread, seq).await?;
-                if let Some((known, rest)) = tail.split_first()
-                    && known.seq == seq
-                    && known.run_id == run
-                {
-                    fold.extend(rest);
-                    caught_up = Some(fold);
-                }
+            if seq < head
+                && let Some(tail) = self.records_after(thread, seq, &run).await?
+            {
+                fold.extend(&tail);
+                caught_up = Some(fold);
             }
         }
         let fold = match caught_up {
@@ -289,14 +285,29 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
                 Some((seq, _)) if seq > head.version => {}
                 _ => return self.load_whole(thread).await,
             }
-            let mut tail = self.inner.checkpointer.load_from(thread, head.version).await?;
-            if tail.first().is_some_and(|r| r.seq == head.version && r.run_id == head.head_run) {
-                tail.remove(0);
+            if let Some(tail) = self.records_after(thread, head.version, &head.head_run).await? {
                 head.extend(thread, tail)?;
                 return Ok(Some(head));
             }
         }
         self.load_whole(thread).await
+    }
+
+    /// The records written after record `seq` of run `run`, or `None` when the store no longer
+    /// holds that record (the thread was rolled back or compacted past it, or recreated): what
+    /// a process that folded the thread up to it reads to catch up.
+    async fn records_after(
+        &self,
+        thread: &ThreadId,
+        seq: u64,
+        run: &str,
+    ) -> Result<Option<Vec<CheckpointRecord>>, GraphError> {
+        let mut tail = self.inner.checkpointer.load_from(thread, seq).await?;
+        if !tail.first().is_some_and(|r| r.seq == seq && r.run_id == run) {
+            return Ok(None);
+        }
+        tail.remove(0);
+        Ok(Some(tail))
     }
 
     async fn load_whole(&self, thread: &ThreadId) -> Result<Option<ThreadState<S>>, GraphError> {
@@ -313,22 +324,21 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
     /// # Errors
     /// [`GraphError::NotFound`] for a checkpoint that does not exist.
     pub async fn state_at(&self, thread: &ThreadId, seq: u64) -> Result<ThreadState<S>, GraphError> {
-        if let Some(mut head) = self.inner.heads.peek(thread).filter(|h| h.version > 0 && h.version <= seq) {
-            let mut tail = self.inner.checkpointer.load_from(thread, head.version).await?;
-            if tail.first().is_some_and(|r| r.seq == head.version && r.run_id == head.head_run) {
-                // The store's head is read too: kept when `seq` is it; past it, `seq` is not
-                // written yet (records are numbered without gaps).
-                let last = tail.last().map_or(head.version, |r| r.seq);
-                if last < seq {
-                    return Err(GraphError::NotFound { thread: thread.to_string(), seq: Some(seq) });
-                }
-                tail.retain(|r| r.seq > head.version && r.seq <= seq);
-                head.extend(thread, tail)?;
-                if last == seq {
-                    self.inner.heads.offer(thread, &head, None);
-                }
-                return Ok(head);
+        if let Some(mut head) = self.inner.heads.peek(thread).filter(|h| h.version > 0 && h.version <= seq)
+            && let Some(mut tail) = self.records_after(thread, head.version, &head.head_run).await?
+        {
+            // The store's head is read too: kept when `seq` is it; past it, `seq` is not
+            // written yet (records are numbered without gaps).
+            let last = tail.last().map_or(head.version, |r| r.seq);
+            if last < seq {
+                return Err(GraphError::NotFound { thread: thread.to_string(), seq: Some(seq) });
             }
+            tail.retain(|r| r.seq <= seq);
+            head.extend(thread, tail)?;
+            if last == seq {
+                self.inner.heads.offer(thread, head.clone(), None);
+            }
+            return Ok(head);
         }
         let records = self.inner.checkpointer.load(thread, Some(seq)).await?;
         if records.last().map(|r| r.seq) != Some(seq) {
@@ -350,7 +360,7 @@ impl<S: State, C: Send + Sync + 'static> CompiledGraph<S, C> {
         let mut state = ThreadState::empty();
         for record in records {
             let seq = record.seq;
-            state.extend(thread, vec![record])?;
+            state.extend(thread, [record])?;
             if wanted.contains(&seq) {
                 // Shares the state until the next update is applied (copied then).
                 found.insert(seq, state.clone());

@@ -2,7 +2,7 @@
 //!
 //! Every door streams its events through here: each event is written once into a buffer of
 //! its size. (axum's `sse::Event` grew its buffer field by field and line by line, and asserts
-//! — panics — on a line break in an event's name or id: a tenth of a streamed run's
+//! — panics — on a line break in an event's name or id: 8 % of a streamed run's
 //! instructions went to building events; docs/benchmarks.md, "LangGraph's Agent Server API".)
 //! A stream that sends nothing for [`KEEP_ALIVE`] sends a comment, so proxies and clients keep
 //! the connection.
