@@ -345,6 +345,9 @@ fn spec_of(
     spec.max_tool_retries = settings.max_tool_retries;
     spec.temperature = settings.temperature;
     spec.max_tokens = settings.max_tokens;
+    if let Some(gain) = settings.min_question_gain {
+        spec.min_question_gain = gain;
+    }
     if let Some(kb) = &settings.kb {
         spec.tool_context.insert("kb".into(), kb.clone().into());
     }

@@ -140,6 +140,14 @@ impl ChatModel for LocalOnFirstUse {
         self.get().await?.prepare(request).await
     }
 
+    async fn tail_logprobs(
+        &self,
+        request: toolgraph_llm::ChatRequest,
+        tail: &str,
+    ) -> Result<Option<Vec<f32>>, toolgraph_llm::LlmError> {
+        self.get().await?.tail_logprobs(request, tail).await
+    }
+
     fn model_id(&self) -> &str {
         &self.name
     }

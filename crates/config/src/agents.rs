@@ -43,6 +43,13 @@ pub struct AgentSettings {
     /// `rag_search` when it decides to) or `off`. Default: `retrieve_first` for a `react` agent
     /// whose `tools` list `rag_search`, else `tool`.
     pub grounding: Option<Grounding>,
+    /// A grounded answer to a question of its own is given only when the documents the search
+    /// found (the first passage, or all of them) make the question at least this much more
+    /// likely — the mean gain in log-probability per token of the question (nats) — than it is
+    /// without them; below, the agent says the documents do not hold the answer, without asking
+    /// the model. Judged only with a model that reports a prompt's probabilities (the in-process
+    /// model); 0 turns it off (docs/retrieval.md, "Grounded answers"). Default: 0.25.
+    pub min_question_gain: Option<f32>,
     /// The agent's graph: `react` (a model that picks tools, the default), `legal_pipeline`
     /// (retrieve the laws, answer from them, cite them: a fixed pipeline, docs/legal.md) or
     /// `crisis_companion` (a safety gate before every reply, docs/crisis.md).
@@ -82,6 +89,10 @@ impl Default for MemorySettings {
         Self { tools: true, approve_writes: false, recall: 5, namespace: None, ttl_days: None }
     }
 }
+
+/// Largest [`AgentSettings::min_question_gain`]: a question made this much likelier per token
+/// by a passage is one it spells out.
+pub const MAX_QUESTION_GAIN: f32 = 10.0;
 
 /// Most items [`MemorySettings::recall`] may put in a prompt.
 pub const MAX_RECALL: usize = 20;
@@ -154,6 +165,7 @@ impl Default for AgentSettings {
             max_tokens: None,
             cite_sources: true,
             grounding: None,
+            min_question_gain: None,
             graph: AgentGraph::React,
             graph_file: None,
             memory: None,
@@ -202,6 +214,14 @@ impl AgentSettings {
                     "set `graph` (a built-in graph) or `graph_file` (a declared one), not both: graph = \"{}\"",
                     self.graph.as_str()
                 ),
+            ));
+        }
+        if let Some(gain) = self.min_question_gain
+            && !(0.0..=MAX_QUESTION_GAIN).contains(&gain)
+        {
+            return Err(check.invalid(
+                &format!("agents.{name}.min_question_gain"),
+                format!("{gain}: a gain in nats per token from 0 (off) to {MAX_QUESTION_GAIN}"),
             ));
         }
         let declared = self.graph_file.is_some() || self.graph != AgentGraph::React;

@@ -259,6 +259,13 @@ fn bad_values_name_the_key_the_origin_and_the_reason() {
     assert_eq!(c.agents["a"].kb.as_deref(), Some("leyes"));
     let c = Config::from_toml_str("[agents.a]\nmax_tokens = 300\n").unwrap();
     assert_eq!(c.agents["a"].max_tokens, Some(300));
+    for bad in ["-0.5", "nan", "inf", "10.5"] {
+        let err = Config::from_toml_str(&format!("[agents.a]\nmin_question_gain = {bad}\n")).unwrap_err().to_string();
+        assert!(err.contains("`agents.a.min_question_gain`") && err.contains("from 0 (off) to 10"), "{bad}: {err}");
+    }
+    let c = Config::from_toml_str("[agents.a]\nmin_question_gain = 0.8\n").unwrap();
+    assert_eq!(c.agents["a"].min_question_gain, Some(0.8));
+    assert_eq!(Config::from_toml_str("[agents.a]\n").unwrap().agents["a"].min_question_gain, None, "the default's");
 }
 
 #[test]

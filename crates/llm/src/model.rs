@@ -42,6 +42,22 @@ pub trait ChatModel: Send + Sync {
         Ok(())
     }
 
+    /// How likely the model finds the end of `request`'s last message: the natural
+    /// log-probability of each token of `tail` (the text that message ends with), given the
+    /// prompt before it. `Ok(None)` when the model cannot tell — the default, as an
+    /// OpenAI-compatible server's chat API does not report a prompt's probabilities; callers then
+    /// go without what they would have judged by it. A grounded agent asks it how much more
+    /// likely the person's question is after the documents it found than without them
+    /// (docs/retrieval.md, "Grounded answers").
+    ///
+    /// # Errors
+    /// As [`ChatModel::stream`]; a `tail` the last message does not end with is
+    /// [`LlmError::InvalidRequest`]. A tail or prompt too long to score is `Ok(None)`.
+    async fn tail_logprobs(&self, request: ChatRequest, tail: &str) -> Result<Option<Vec<f32>>, LlmError> {
+        let _ = (request, tail);
+        Ok(None)
+    }
+
     /// The model's identifier, for logs and metrics.
     fn model_id(&self) -> &str;
 }

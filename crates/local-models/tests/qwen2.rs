@@ -417,4 +417,67 @@ mod chat_model {
         assert!(taken_by_call >= 12, "{taken_by_call} drafted tokens taken by the call");
         assert_eq!(without.draft_counts(), (0, 0));
     }
+
+    /// What the grounded agents judge a question by (`ChatModel::tail_logprobs`): a question is
+    /// far likelier after the passage that answers it than after one on the same subject that
+    /// does not, a tail that is not the message's end is refused, one too long is not scored,
+    /// and scoring leaves the cache as it was — the reply after it is the same, and reads the
+    /// scored prompt as computed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_question_is_likelier_after_the_passage_that_answers_it() {
+        let path = models_dir().join(QWEN_0_5B_FILE);
+        if !path.exists() && std::env::var_os("CI").is_none() {
+            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
+            return;
+        }
+        let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
+            .await
+            .unwrap()
+            .unwrap();
+        let question = "How many tonnes of honey did the cooperative of Valdeolmos sell in 2019?";
+        let answers = "The cooperative of Valdeolmos was founded in 1962 by eleven beekeepers. In 2019 it \
+            sold 412 tonnes of honey, most of it to bakeries in Madrid, and opened a shop in Alcalá.";
+        let same_subject = "The cooperative of Valdeolmos keeps its hives in the hills north of the town. \
+            Its beekeepers move them twice a year, to the rosemary in spring and to the heather in autumn.";
+        let asking = |content: String| request(&content, Vec::new());
+        let mean = |lp: &[f32]| lp.iter().sum::<f32>() / lp.len() as f32;
+        let alone = model.tail_logprobs(asking(format!("Question: {question}")), question).await.unwrap().unwrap();
+        assert!(alone.len() >= 10 && alone.iter().all(|p| p.is_finite() && *p <= 0.0), "{alone:?}");
+        let after = |passage: &str| {
+            let asked = asking(format!("Documents:\n[Valdeolmos] {passage}\n\nQuestion: {question}"));
+            let model = &model;
+            async move { model.tail_logprobs(asked, question).await.unwrap().unwrap() }
+        };
+        let (answered, unrelated) = (after(answers).await, after(same_subject).await);
+        assert_eq!((answered.len(), unrelated.len()), (alone.len(), alone.len()), "the same tokens scored");
+        let gain = |lp: &[f32]| mean(lp) - mean(&alone);
+        eprintln!("gain after the answer {:.2}, after the same subject {:.2}", gain(&answered), gain(&unrelated));
+        assert!(gain(&answered) > gain(&unrelated) + 0.5, "{} vs {}", gain(&answered), gain(&unrelated));
+
+        // Not the message's end: refused, not scored.
+        let refused = model.tail_logprobs(asking(format!("Question: {question} Thanks.")), question).await;
+        assert!(matches!(refused, Err(toolgraph_llm::LlmError::InvalidRequest(_))), "{refused:?}");
+        // Too long a tail to score: the model cannot tell.
+        let long = "and then the next question ".repeat(30);
+        assert_eq!(model.tail_logprobs(asking(format!("Question: {long}")), &long).await.unwrap(), None);
+
+        // Scoring leaves what a reply reads as it was: the same reply as a fresh model's, with the
+        // scored prompt's prefix (the passage and all before it) read from the cache.
+        let full = asking(format!("Documents:\n[Valdeolmos] {answers}\n\nQuestion: {question}"));
+        let after_scoring = model.tail_logprobs(full.clone(), question).await.unwrap().unwrap();
+        assert!(after_scoring == answered, "scoring the same prompt twice gives the same figures");
+        let usage = usage_of(model.stream(full.clone()).await.unwrap()).await;
+        let (reply, _, _) = reply_of(model.stream(full.clone()).await.unwrap()).await;
+        let path = models_dir().join(QWEN_0_5B_FILE);
+        let fresh = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
+            .await
+            .unwrap()
+            .unwrap();
+        let (fresh_reply, _, _) = reply_of(fresh.stream(full).await.unwrap()).await;
+        assert_eq!(reply, fresh_reply);
+        assert!(
+            usage.cached_prompt_tokens + 40 >= usage.prompt_tokens,
+            "the reply computed its prompt again after scoring: {usage:?}"
+        );
+    }
 }

@@ -6,7 +6,7 @@
 
 use super::this_turn;
 use serde_json::Value;
-use toolgraph_llm::Message;
+use toolgraph_llm::{ChatModel, ChatRequest, Message};
 use toolgraph_rag::search::grounding::{self, GroundedReply, GroundingReport, Passage, Sources};
 use toolgraph_tools::ToolRegistry;
 
@@ -52,10 +52,10 @@ pub(crate) fn report_json(report: &GroundingReport) -> Value {
 /// their tool's name: a model offered no tools that reads calls in its history writes one more
 /// instead of answering. The conversation keeps them as calls; only the request changes, after
 /// the system prompt, whose computed prefix stays as it is.
-pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistry) {
+pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistry) -> Option<WrittenOut> {
     /// Most characters of one other tool's result written out (a long one is cut, marked).
     const MAX_RESULT_CHARS: usize = 4_000;
-    let Some(user) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
+    let user = messages.iter().rposition(|m| matches!(m, Message::User { .. }))?;
     let turn = &messages[user + 1..];
     let mut found: Vec<Passage> = Vec::new();
     let mut searched = false;
@@ -78,9 +78,10 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
         }
     }
     if !searched {
-        return;
+        return None;
     }
-    let mut text = String::from("Documents:\n");
+    let first = found.first().map(|p| (format!("[{}] {}", p.label, p.text.trim()), grounding::language_of(&p.text)));
+    let mut text = String::from(DOCUMENTS_HEAD);
     if found.is_empty() {
         text.push_str("(none found)\n");
     }
@@ -109,9 +110,86 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
             i += 1;
         }
     }
-    if let Message::User { content } = &mut messages[user] {
-        let language = grounding::language_name(grounding::language_of(content));
-        *content = format!("{text}Question: {content}\n(Answer in {language}, from the documents.)");
+    let Message::User { content } = &mut messages[user] else { return None };
+    let question = std::mem::take(content);
+    let language = grounding::language_name(grounding::language_of(&question));
+    *content = format!("{text}{QUESTION_HEAD}{question}\n(Answer in {language}, from the documents.)");
+    Some(WrittenOut { first, documents: text, question })
+}
+
+/// What [`write_out_results`] wrote before the person's question.
+pub(crate) struct WrittenOut {
+    /// The first passage found, as written (`[label] text`), and the language of its text.
+    pub first: Option<(String, &'static str)>,
+    /// Everything written before the question: the documents, and other tools' results.
+    pub documents: String,
+    /// The person's question.
+    pub question: String,
+}
+
+/// Where the written-out documents begin.
+const DOCUMENTS_HEAD: &str = "Documents:\n";
+/// What the person's question follows.
+const QUESTION_HEAD: &str = "Question: ";
+
+/// The default of [`AgentSpec::min_question_gain`](super::AgentSpec::min_question_gain).
+pub const DEFAULT_MIN_QUESTION_GAIN: f32 = 0.25;
+
+/// Longest question whose likelihood is judged (bytes); a longer message is answered as it is.
+const MAX_JUDGED_QUESTION_BYTES: usize = 400;
+
+/// How much more likely the documents a turn found make the person's question than it is
+/// without them — after the first passage alone, or after all of them, whichever gains more: the
+/// mean gain in log-probability per token of the question (nats), when the model can tell
+/// ([`ChatModel::tail_logprobs`]); not judged (`None`) for a question in another language than
+/// the first passage, or too long. A question asked about what a passage says is
+/// far more likely after that passage (the model reads its words in the question); a question
+/// on the same subject whose answer is elsewhere gains little — which is how a grounded agent
+/// tells "the documents do not hold it" from an answer (docs/retrieval.md, "Grounded answers").
+/// `request` is the written-out answer request.
+pub(crate) async fn question_gain(model: &dyn ChatModel, request: &ChatRequest, written: &WrittenOut) -> Option<f32> {
+    let question = written.question.trim();
+    let (first, language) = written.first.as_ref()?;
+    if question.is_empty() || question.len() > MAX_JUDGED_QUESTION_BYTES {
+        return None;
+    }
+    // A question in another language than the documents is not made likelier by their words.
+    if grounding::language_of(question) != *language {
+        return None;
+    }
+    // The question alone and after the first passage are read with the system prompt only: an
+    // earlier answer in the history would make a question asked again likely by itself, and
+    // the passage would seem to add nothing. After all the documents, it is the answer's own
+    // prompt up to the question (history and all), so the answer reads only what follows.
+    let system = request.messages.iter().take_while(|m| matches!(m, Message::System { .. })).cloned();
+    let asking = |content: String| ChatRequest::new(system.clone().chain([Message::user(content)]).collect());
+    let alone = asking(format!("{QUESTION_HEAD}{question}"));
+    let after = asking(format!("{DOCUMENTS_HEAD}{first}\n\n{QUESTION_HEAD}{question}"));
+    let mut after_all = request.clone();
+    after_all.tools.clear();
+    if let Some(Message::User { content }) = after_all.messages.last_mut() {
+        *content = format!("{}{QUESTION_HEAD}{question}", written.documents);
+    }
+    let mean = |lp: Vec<f32>| (!lp.is_empty()).then(|| lp.iter().sum::<f32>() / lp.len() as f32);
+    let scored = async {
+        let alone = model.tail_logprobs(alone, question).await?;
+        let after = model.tail_logprobs(after, question).await?;
+        let after_all = model.tail_logprobs(after_all, question).await?;
+        Ok::<_, toolgraph_llm::LlmError>(alone.zip(after).zip(after_all))
+    };
+    match scored.await {
+        Ok(Some(((alone, after), after_all))) => {
+            let alone = mean(alone)?;
+            let (one, all) = (mean(after)? - alone, mean(after_all)? - alone);
+            tracing::debug!(first = one, all, question, "the question's gain from the documents");
+            // A probability the model put at zero both ways says nothing.
+            Some(one.max(all)).filter(|gain| gain.is_finite())
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot judge the question's likelihood; the model answers");
+            None
+        }
     }
 }
 
@@ -376,5 +454,116 @@ mod tests {
             !checker(&searched, "", &ToolRegistry::new()).required,
             "a reply about a note written is not about the documents"
         );
+    }
+
+    /// A model whose prompts' likelihoods are set by the test: each tail's tokens get the first
+    /// of `answer` with no documents before it, the second after the first passage only, the
+    /// third after all of them; the requests are kept.
+    struct Judging {
+        answer: Option<(f32, f32, f32)>,
+        asked: std::sync::Mutex<Vec<(ChatRequest, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl ChatModel for Judging {
+        async fn stream(&self, _: ChatRequest) -> Result<toolgraph_llm::ChatStream, toolgraph_llm::LlmError> {
+            Err(toolgraph_llm::LlmError::InvalidRequest("no replies here".into()))
+        }
+
+        async fn tail_logprobs(
+            &self,
+            request: ChatRequest,
+            tail: &str,
+        ) -> Result<Option<Vec<f32>>, toolgraph_llm::LlmError> {
+            let last = request.messages.last().map_or("", Message::content);
+            let (documents, all) = (last.starts_with(DOCUMENTS_HEAD), last.contains("Prácticas"));
+            let answer = self.answer.map(|(alone, first, every)| {
+                vec![
+                    match (documents, all) {
+                        (false, _) => alone,
+                        (true, false) => first,
+                        (true, true) => every,
+                    };
+                    4
+                ]
+            });
+            self.asked.lock().unwrap().push((request, tail.to_owned()));
+            Ok(answer)
+        }
+
+        fn model_id(&self) -> &str {
+            "judging"
+        }
+    }
+
+    #[tokio::test]
+    async fn the_question_is_judged_after_the_first_passage_and_without_it_in_the_answers_own_prompt() {
+        let search = r#"{"ok":true,"results":[{"content":"El examen final es el 20 de enero.","metadata":{"citation":"Guía › Evaluación"}},{"content":"Las prácticas valen un 30 %.","metadata":{"citation":"Guía › Prácticas"}}]}"#;
+        let call = Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![toolgraph_llm::ToolCall {
+                id: "s1".into(),
+                name: "rag_search".into(),
+                arguments: "{}".into(),
+            }],
+        };
+        let mut messages = vec![
+            Message::system("Eres el tutor."),
+            Message::user("Hola"),
+            Message::assistant("¡Hola!"),
+            Message::user("¿Cuándo es el examen final?"),
+            call,
+            Message::tool("s1", "rag_search", search),
+        ];
+        let written = write_out_results(&mut messages, &ToolRegistry::new()).expect("the turn searched");
+        assert_eq!(written.first, Some(("[Guía › Evaluación] El examen final es el 20 de enero.".to_owned(), "es")));
+        assert_eq!(written.question, "¿Cuándo es el examen final?");
+        let request = ChatRequest::new(messages.clone());
+
+        let model = Judging { answer: Some((-4.0, -1.5, -2.0)), asked: Default::default() };
+        let gain = question_gain(&model, &request, &written).await;
+        assert_eq!(gain, Some(2.5), "the mean per token after the first passage, less without it");
+        let asked = model.asked.into_inner().unwrap();
+        assert_eq!(asked.len(), 3);
+        assert!(asked.iter().all(|(_, tail)| tail == "¿Cuándo es el examen final?"));
+        // Without the documents, then after the first passage only: the system prompt and the
+        // question, none of the history (an earlier answer would make a question asked again
+        // likely by itself).
+        let system_and = |last: &str| vec![Message::system("Eres el tutor."), Message::user(last)];
+        assert_eq!(asked[0].0.messages, system_and("Question: ¿Cuándo es el examen final?"));
+        assert_eq!(
+            asked[1].0.messages,
+            system_and(
+                "Documents:\n[Guía › Evaluación] El examen final es el 20 de enero.\n\nQuestion: ¿Cuándo es el examen final?"
+            )
+        );
+        assert_eq!(asked[2].0.messages[..3], messages[..3], "after all: the history as the answer has it");
+        let answer = messages[3].content();
+        let scored = asked[2].0.messages[3].content();
+        assert!(
+            scored.ends_with("\n\nQuestion: ¿Cuándo es el examen final?") && answer.starts_with(scored),
+            "last, after all of them: the answer's own prompt up to the question\n{scored}\n{answer}"
+        );
+        // The passages together make it likelier than the first alone: that gain counts.
+        let model = Judging { answer: Some((-4.0, -3.5, -1.0)), asked: Default::default() };
+        assert_eq!(question_gain(&model, &request, &written).await, Some(3.0));
+
+        // A model that cannot tell, a question too long to judge, nothing found: not judged.
+        let blind = Judging { answer: None, asked: Default::default() };
+        assert_eq!(question_gain(&blind, &request, &written).await, None);
+        let asking = |question: &str| WrittenOut {
+            first: written.first.clone(),
+            documents: written.documents.clone(),
+            question: question.to_owned(),
+        };
+        let model = Judging { answer: Some((-4.0, -1.5, -1.5)), asked: Default::default() };
+        let long = asking(&"¿".repeat(MAX_JUDGED_QUESTION_BYTES));
+        assert_eq!(question_gain(&model, &request, &long).await, None);
+        let none = WrittenOut { first: None, ..asking(&written.question) };
+        assert_eq!(question_gain(&model, &request, &none).await, None);
+        // Asked in another language than the passage's: its words make no question likelier.
+        let english = asking("When is the final exam?");
+        assert_eq!(question_gain(&model, &request, &english).await, None);
+        assert!(model.asked.into_inner().unwrap().is_empty(), "nothing asked of the model");
     }
 }

@@ -48,6 +48,14 @@ pub struct AgentSpec {
     /// whoever runs the agent, never by the client — e.g. `kb`, the knowledge base its searches
     /// read. Default: none.
     pub tool_context: Map<String, Value>,
+    /// A grounded answer to a question of its own is given only when the documents its search
+    /// found (the first passage, or all of them) make the question at least this much more
+    /// likely (mean nats per token) than it is without them; below, the reply is that the
+    /// documents do not hold the answer.
+    /// Judged only with a model that reports a prompt's probabilities (the in-process model);
+    /// 0 turns it off (docs/retrieval.md, "Grounded answers"). Default:
+    /// [`DEFAULT_MIN_QUESTION_GAIN`](super::grounded::DEFAULT_MIN_QUESTION_GAIN).
+    pub min_question_gain: f32,
 }
 
 /// See [`AgentSpec::answer_footer`]: `(this turn's tool outputs, answer) → text to append`.
@@ -79,6 +87,7 @@ impl AgentSpec {
             recall: None,
             summarise_history: false,
             tool_context: Map::new(),
+            min_question_gain: super::grounded::DEFAULT_MIN_QUESTION_GAIN,
         }
     }
 }

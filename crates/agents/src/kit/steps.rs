@@ -90,7 +90,7 @@ pub(crate) async fn model_step(
 ) -> Result<NodeOutput<AgentState>, NodeError> {
     // A fixed step makes no model call: nothing to summarise or recall for it.
     if step_due(&deps.spec().tools, &s.messages).is_some() {
-        return answer_step(s, ctx, deps, system, rules, About::default()).await;
+        return answer_step(s, ctx, deps, system, rules, About::default(), true).await;
     }
     let recall = async {
         match &deps.spec().recall {
@@ -109,7 +109,7 @@ pub(crate) async fn model_step(
         summary: summarised.as_ref().map(|s| s.summary.text.as_str()).filter(|t| !t.is_empty()),
         recalled: recalled.as_deref(),
     };
-    let mut out = answer_step(s, ctx, deps, system, rules, about).await?;
+    let mut out = answer_step(s, ctx, deps, system, rules, about, true).await?;
     if let Some(new) = summarised.filter(|s| s.is_new) {
         match &mut out {
             NodeOutput::Update(update) | NodeOutput::Interrupt { update, .. } => update.channels.push(new.write()),
@@ -119,7 +119,9 @@ pub(crate) async fn model_step(
 }
 
 /// A [`model_step`] on messages a node chose itself (the person's last message, a rendered
-/// one): no summary of older turns and nothing recalled, which belong to the conversation.
+/// one): no summary of older turns and nothing recalled, which belong to the conversation, and
+/// no judging of the question by the documents' gain (a rendered message is no question of the
+/// person's, and whether a last message is a short follow-up is in the turns left out).
 pub(crate) async fn model_step_on(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
@@ -127,7 +129,7 @@ pub(crate) async fn model_step_on(
     system: Option<&str>,
     rules: StepRules,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
-    answer_step(s, ctx, deps, system, rules, About::default()).await
+    answer_step(s, ctx, deps, system, rules, About::default(), false).await
 }
 
 /// What a [`model_step`] gives the model about the conversation and the person beyond the
@@ -140,7 +142,9 @@ struct About<'a> {
     recalled: Option<&'a str>,
 }
 
-/// [`model_step`] once the summary and the recalled items are known.
+/// [`model_step`] once the summary and the recalled items are known; `judge_question`: whether
+/// `s` holds the conversation, so that a grounded answer's question may be judged by how much
+/// likelier the documents make it.
 async fn answer_step(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
@@ -148,6 +152,7 @@ async fn answer_step(
     system: Option<&str>,
     rules: StepRules,
     about: About<'_>,
+    judge_question: bool,
 ) -> Result<NodeOutput<AgentState>, NodeError> {
     let spec = deps.spec();
     let grounded_prompt;
@@ -202,10 +207,31 @@ async fn answer_step(
             && s.last_user_message().and_then(toolgraph_tools::builtin::expression_in).is_some()
     };
     let mut must_call = false;
+    // How much more likely the first passage found made the question, when judged.
+    let mut question_gain = None;
+    let mut judged = false;
     loop {
-        let mut request = request_for(s, deps, system_prompt, added.as_deref(), about, rules, offer_tools);
+        let (mut request, written) = request_for(s, deps, system_prompt, added.as_deref(), about, rules, offer_tools);
         if must_call {
             request.tool_choice = Some(toolgraph_llm::ToolChoice::Required);
+        }
+        // An answer from the documents alone, to a question of its own (not a short follow-up,
+        // whose meaning is in the turns before): when the documents found do not make the
+        // question much more likely, they do not hold its answer — the reply is the abstention,
+        // and the model is not asked (docs/retrieval.md, "Grounded answers").
+        if let (Some(written), Some(checker)) = (&written, &checker)
+            && judge_question
+            && !std::mem::replace(&mut judged, true)
+            && checker.required
+            && spec.min_question_gain > 0.0
+            && super::grounded::question_in_context(&s.messages).as_deref() == Some(written.question.as_str())
+        {
+            question_gain = super::grounded::question_gain(deps.model().as_ref(), &request, written).await;
+            tracing::debug!(agent = %spec.name, gain = ?question_gain, question = %written.question, "the question's gain from the first passage");
+            if question_gain.is_some_and(|g| g < spec.min_question_gain) {
+                tracing::info!(agent = %spec.name, gain = ?question_gain, "the documents found do not make the question likely: no answer from them");
+                break;
+            }
         }
         let streamed = async {
             let mut usage = None;
@@ -309,7 +335,11 @@ async fn answer_step(
         }
         tracing::debug!(agent = %spec.name, reply = %content, checked = %checked, "grounded reply");
         if !asks_tools {
-            ctx.write_custom(serde_json::json!({ "grounding": super::report_json(&report) })).await;
+            let mut grounding = super::report_json(&report);
+            if let Some(gain) = question_gain {
+                grounding["question_gain"] = serde_json::json!(gain);
+            }
+            ctx.write_custom(serde_json::json!({ "grounding": grounding })).await;
         }
         content = checked;
     }
@@ -339,7 +369,7 @@ fn request_for(
     about: About<'_>,
     rules: StepRules,
     offer_tools: bool,
-) -> ChatRequest {
+) -> (ChatRequest, Option<super::grounded::WrittenOut>) {
     let spec = deps.spec();
     let mut messages = Vec::with_capacity(s.messages.len() + 3);
     match added {
@@ -362,9 +392,11 @@ fn request_for(
     // instead of answering); one with tools reads the results as its calls returned them
     // (written out, they would be searched for again: a model that no longer sees its calls
     // repeats them with other words).
-    if rules.grounded && (spec.tools.is_empty() || !offer_tools) {
-        super::write_out_results(&mut messages, &spec.tools);
-    }
+    let written = if rules.grounded && (spec.tools.is_empty() || !offer_tools) {
+        super::write_out_results(&mut messages, &spec.tools)
+    } else {
+        None
+    };
     let mut request = ChatRequest::new(messages);
     if offer_tools {
         request = request.with_tools(deps.definitions());
@@ -376,7 +408,7 @@ fn request_for(
     }
     request.temperature = spec.temperature;
     request.max_tokens = spec.max_tokens;
-    request
+    (request, written)
 }
 
 /// Runs the tool calls of the last model message: read tools at once, write tools paused for

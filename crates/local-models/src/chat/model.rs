@@ -119,9 +119,17 @@ impl PrefixStore {
 
 struct Job {
     request: ChatRequest,
-    events: tokio::sync::mpsc::Sender<Result<ChatEvent, LlmError>>,
+    work: Work,
+}
+
+/// What a [`Job`] asks of the worker.
+enum Work {
+    /// A reply, streamed as its events.
+    Reply(tokio::sync::mpsc::Sender<Result<ChatEvent, LlmError>>),
     /// Compute the prompt and keep it ([`ChatModel::prepare`]) rather than answer.
-    prepare: bool,
+    Prepare(tokio::sync::mpsc::Sender<Result<ChatEvent, LlmError>>),
+    /// The log-probabilities of the last message's tail ([`ChatModel::tail_logprobs`]).
+    Tail { tail: String, answer: tokio::sync::oneshot::Sender<Result<Option<Vec<f32>>, LlmError>> },
 }
 
 /// A local GGUF chat model.
@@ -199,10 +207,19 @@ impl LocalChatModel {
         std::thread::Builder::new()
             .name("toolgraph-local-chat".into())
             .spawn(move || {
-                while let Ok(job) = queue.recv() {
-                    let events = job.events.clone();
-                    if let Err(e) = worker.run(job) {
-                        let _ = events.blocking_send(Err(e));
+                while let Ok(Job { request, work }) = queue.recv() {
+                    match work {
+                        Work::Reply(events) => {
+                            if let Err(e) = worker.run(request, &events) {
+                                let _ = events.blocking_send(Err(e));
+                            }
+                        }
+                        Work::Prepare(events) => {
+                            let done = worker.prepare(&request).map(|()| ChatEvent::Finished(FinishReason::Stop));
+                            let _ = events.blocking_send(done);
+                        }
+                        // A caller that stopped waiting drops the answer.
+                        Work::Tail { tail, answer } => drop(answer.send(worker.tail_logprobs(&request, &tail))),
                     }
                 }
             })
@@ -232,6 +249,15 @@ impl ChatModel for LocalChatModel {
         Ok(())
     }
 
+    /// Computes the prompt up to the tail and the tail's tokens after it, in one pass over
+    /// them; the prompt's computed prefix stays cached, so the reply to the same conversation
+    /// that follows reads only what differs.
+    async fn tail_logprobs(&self, request: ChatRequest, tail: &str) -> Result<Option<Vec<f32>>, LlmError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.send(Job { request, work: Work::Tail { tail: tail.to_owned(), answer } })?;
+        answered.await.unwrap_or_else(|_| Err(self.stopped()))
+    }
+
     fn model_id(&self) -> &str {
         &self.id
     }
@@ -240,19 +266,27 @@ impl ChatModel for LocalChatModel {
 impl LocalChatModel {
     fn submit(&self, request: ChatRequest, prepare: bool) -> Result<ChatStream, LlmError> {
         let (tx, rx) = tokio::sync::mpsc::channel(256);
-        match self.jobs.try_send(Job { request, events: tx, prepare }) {
-            Ok(()) => Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))),
+        let work = if prepare { Work::Prepare(tx) } else { Work::Reply(tx) };
+        self.send(Job { request, work })?;
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    /// Queues `job` for the worker, or says why it cannot wait there.
+    fn send(&self, job: Job) -> Result<(), LlmError> {
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(LlmError::Status {
                 endpoint: format!("local:{}", self.id),
                 status: 429,
                 body: format!("the local model is busy ({} requests waiting)", self.queue),
                 retry_after: Some(Duration::from_secs(2)),
             }),
-            Err(TrySendError::Disconnected(_)) => Err(LlmError::Provider {
-                endpoint: format!("local:{}", self.id),
-                message: "the model worker stopped".into(),
-            }),
+            Err(TrySendError::Disconnected(_)) => Err(self.stopped()),
         }
+    }
+
+    fn stopped(&self) -> LlmError {
+        LlmError::Provider { endpoint: format!("local:{}", self.id), message: "the model worker stopped".into() }
     }
 }
 
@@ -296,6 +330,17 @@ fn opens_call(token: &str) -> bool {
     bare_object
         || t.starts_with("```")
         || (!t.is_empty() && ("<tool_call>".starts_with(t) || t.starts_with("<tool_call>")))
+}
+
+/// Most tokens [`Worker::tail_logprobs`] scores (past it, the model cannot tell): each takes a
+/// row of the vocabulary's logits.
+const MAX_TAIL_TOKENS: usize = 128;
+
+/// The natural log-probability of `token` under `logits`.
+fn log_softmax_at(logits: &[f32], token: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|x| (x - max).exp()).sum();
+    logits.get(token as usize).map_or(f32::NEG_INFINITY, |x| x - max - sum.ln())
 }
 
 /// Whether a token starts a JSON object or a code fence.
@@ -425,6 +470,41 @@ impl Worker {
             .collect()
     }
 
+    /// The log-probability of each token of `tail`, the text `request`'s last message ends
+    /// with, given the prompt before it ([`ChatModel::tail_logprobs`]): the prompt up to the
+    /// tail and the tail's tokens computed in one pass, the tail dropped from the cache after
+    /// (the prompt's prefix stays, for the reply that follows). A space before the tail is
+    /// scored with it: the tokenizer joins a word to the space before it, so the two pieces
+    /// read as the whole text does.
+    fn tail_logprobs(&mut self, request: &ChatRequest, tail: &str) -> Result<Option<Vec<f32>>, LlmError> {
+        let content = request.messages.last().map_or("", Message::content);
+        if tail.is_empty() || !content.ends_with(tail) {
+            return Err(LlmError::InvalidRequest("the tail to score is not the end of the last message".into()));
+        }
+        let text = self.render(&request.messages, &Self::normalized_tools(request))?;
+        let end = text.rfind(content).map(|at| at + content.len()).ok_or_else(|| {
+            LlmError::InvalidRequest("the chat template does not write the last message as it is".into())
+        })?;
+        let mut start = end - tail.len();
+        if text[..start].ends_with(' ') {
+            start -= 1;
+        }
+        // Spelled as a cached sequence reads it (an earlier reply in the model's own tokens), so
+        // scoring reuses the conversation computed so far and leaves it for the reply.
+        let ids = self.tokenize(&text[..start])?;
+        let prompt = self.as_cached(&text[..start], &ids)?.unwrap_or(ids);
+        let scored = self.tokenize(&text[start..end])?;
+        // Too long a tail, or a prompt past the context: the model cannot tell (a reply would
+        // drop the oldest turns; a judgement made on other turns than the reply's is no guide).
+        if scored.len() > MAX_TAIL_TOKENS || prompt.len() + scored.len() > self.max_context {
+            return Ok(None);
+        }
+        let (rows, _) = self.model.draft_logits(&prompt, &scored).map_err(|e| self.err(e.to_string()))?;
+        self.model.settle_draft(&prompt);
+        let vocab = self.model.vocab();
+        Ok(Some(scored.iter().zip(rows.chunks_exact(vocab)).map(|(&token, row)| log_softmax_at(row, token)).collect()))
+    }
+
     /// Computes `request`'s prompt into the KV cache, without generating, and keeps its state
     /// in the prefix directory when there is one (unless it is there already); with tools, the
     /// vocabulary's texts the call guide reads are built here too.
@@ -519,13 +599,11 @@ impl Worker {
         draft
     }
 
-    fn run(&mut self, job: Job) -> Result<(), LlmError> {
-        let Job { request, events, prepare } = job;
-        if prepare {
-            self.prepare(&request)?;
-            let _ = events.blocking_send(Ok(ChatEvent::Finished(FinishReason::Stop)));
-            return Ok(());
-        }
+    fn run(
+        &mut self,
+        request: ChatRequest,
+        events: &tokio::sync::mpsc::Sender<Result<ChatEvent, LlmError>>,
+    ) -> Result<(), LlmError> {
         if !request.tools.is_empty() {
             self.ensure_vocab();
         }
