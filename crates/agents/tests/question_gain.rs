@@ -1,7 +1,7 @@
 //! A grounded agent answers from its documents only when the first passage found makes the
 //! person's question likely (docs/retrieval.md, "Grounded answers"): below the agent's
 //! `min_question_gain`, the reply is the abstention and the model is not asked to answer; a
-//! short follow-up is not judged alone. The replies come from the scripted model server over
+//! short follow-up is not judged alone, nor a turn that also called another tool. The replies come from the scripted model server over
 //! real HTTP; the question's likelihood — which only an in-process model reports — is set by
 //! the test (the real model's is tested in the local-models crate).
 
@@ -26,9 +26,23 @@ struct SearchArgs {
     query: String,
 }
 
-/// A search that finds the guide's evaluation passage, whatever is asked.
+#[derive(Deserialize, JsonSchema)]
+struct GuideArgs {
+    /// The section.
+    #[allow(dead_code)]
+    key: String,
+}
+
+/// A search that finds the guide's evaluation passage, whatever is asked, and a lookup of the
+/// guide's sections.
 fn tools() -> ToolRegistry {
     let mut reg = ToolRegistry::new();
+    reg.register(
+        ToolBuilder::<GuideArgs>::new("get_guia", "A section of the course guide")
+            .handler(|_ctx, _a| async move { Ok(json!({"convocatoria_ordinaria": "20 de enero"})) })
+            .unwrap(),
+    )
+    .unwrap();
     reg.register(
         ToolBuilder::<SearchArgs>::new("rag_search", "Search the course's documents")
             .handler(|_ctx, _a| async move {
@@ -168,4 +182,22 @@ async fn a_short_follow_up_is_not_judged_alone() {
     assert!(reply.contains("40 %"), "{reply}");
     assert_eq!(h.model.judged.lock().unwrap().len(), 3, "only the first question was judged");
     assert!(report(&events).get("question_gain").is_none());
+}
+
+#[tokio::test]
+async fn a_turn_that_also_called_another_tool_is_not_judged() {
+    // The model looks the guide up, then asks for the same lookup again: the turn goes to the
+    // search and the answer, which reads the lookup's result too — a reply about more than the
+    // documents, so the question is not judged by them.
+    let lookup = || Reply::tool_calls(&[("g1", "get_guia", json!({"key": "evaluacion"}))]);
+    let h = harness(vec![lookup(), lookup(), Reply::text("El examen final es el 20 de enero.")], -1.0, None).await;
+    let (events, reply) = ask(&h, 1, "¿Cuándo es el examen final?").await;
+    assert!(reply.contains("20 de enero"), "{reply}");
+    assert!(h.model.judged.lock().unwrap().is_empty(), "nothing judged");
+    assert!(report(&events).get("question_gain").is_none());
+    let answer = h.server.requests().last().unwrap()["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(answer.contains("Tool results:\n[get_guia]") && answer.contains("Documents:"), "{answer}");
 }
