@@ -80,13 +80,14 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
     if !searched {
         return None;
     }
-    let first = found.first().map(|p| (format!("[{}] {}", p.label, p.text.trim()), grounding::language_of(&p.text)));
+    let first = found.first().cloned();
     let mut text = String::from(DOCUMENTS_HEAD);
     if found.is_empty() {
         text.push_str("(none found)\n");
     }
     for p in &found {
-        text.push_str(&format!("[{}] {}\n\n", p.label, p.text.trim()));
+        text.push_str(&written_passage(p));
+        text.push_str("\n\n");
     }
     if !others.is_empty() {
         text.push_str("Tool results:\n");
@@ -117,10 +118,15 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
     Some(WrittenOut { first, documents: text, question })
 }
 
+/// A passage as the written-out documents show it: `[label] text`.
+fn written_passage(p: &Passage) -> String {
+    format!("[{}] {}", p.label, p.text.trim())
+}
+
 /// What [`write_out_results`] wrote before the person's question.
 pub(crate) struct WrittenOut {
-    /// The first passage found, as written (`[label] text`), and the language of its text.
-    pub first: Option<(String, &'static str)>,
+    /// The first passage found.
+    pub first: Option<Passage>,
     /// Everything written before the question: the documents, and other tools' results.
     pub documents: String,
     /// The person's question.
@@ -149,12 +155,12 @@ const MAX_JUDGED_QUESTION_BYTES: usize = 400;
 /// `request` is the written-out answer request.
 pub(crate) async fn question_gain(model: &dyn ChatModel, request: &ChatRequest, written: &WrittenOut) -> Option<f32> {
     let question = written.question.trim();
-    let (first, language) = written.first.as_ref()?;
+    let first = written.first.as_ref()?;
     if question.is_empty() || question.len() > MAX_JUDGED_QUESTION_BYTES {
         return None;
     }
     // A question in another language than the documents is not made likelier by their words.
-    if grounding::language_of(question) != *language {
+    if grounding::language_of(question) != grounding::language_of(&first.text) {
         return None;
     }
     // The question alone and after the first passage are read with the system prompt only: an
@@ -164,7 +170,7 @@ pub(crate) async fn question_gain(model: &dyn ChatModel, request: &ChatRequest, 
     let system = request.messages.iter().take_while(|m| matches!(m, Message::System { .. })).cloned();
     let asking = |content: String| ChatRequest::new(system.clone().chain([Message::user(content)]).collect());
     let alone = asking(format!("{QUESTION_HEAD}{question}"));
-    let after = asking(format!("{DOCUMENTS_HEAD}{first}\n\n{QUESTION_HEAD}{question}"));
+    let after = asking(format!("{DOCUMENTS_HEAD}{}\n\n{QUESTION_HEAD}{question}", written_passage(first)));
     let mut after_all = request.clone();
     after_all.tools.clear();
     if let Some(Message::User { content }) = after_all.messages.last_mut() {
@@ -516,7 +522,9 @@ mod tests {
             Message::tool("s1", "rag_search", search),
         ];
         let written = write_out_results(&mut messages, &ToolRegistry::new()).expect("the turn searched");
-        assert_eq!(written.first, Some(("[Guía › Evaluación] El examen final es el 20 de enero.".to_owned(), "es")));
+        let first =
+            Passage { label: "Guía › Evaluación".into(), text: "El examen final es el 20 de enero.".into() };
+        assert_eq!(written.first, Some(first));
         assert_eq!(written.question, "¿Cuándo es el examen final?");
         let request = ChatRequest::new(messages.clone());
 

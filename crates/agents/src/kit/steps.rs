@@ -207,7 +207,7 @@ async fn answer_step(
             && s.last_user_message().and_then(toolgraph_tools::builtin::expression_in).is_some()
     };
     let mut must_call = false;
-    // How much more likely the first passage found made the question, when judged.
+    // How much likelier the documents found made the question, when judged (once a turn).
     let mut question_gain = None;
     let mut judged = false;
     loop {
