@@ -974,3 +974,57 @@ async fn a_state_update_writes_the_declared_channels_and_only_those() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A client of `values` on the LangGraph door sees each node's channel writes as LangGraph
+/// sends a step's values: the classifiers' labels as soon as they are written, and still there
+/// in the values streamed with the search's call and result after them; the last values are
+/// the thread's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_streamed_after_a_channel_write_hold_it() {
+    let dir = tempfile::tempdir().unwrap();
+    ingest_articles(dir.path());
+    let model = ScriptedModelServer::start(vec![
+        Reply::text("billing"),
+        Reply::text("question"),
+        Reply::text(DOUBLE_CHARGE_ANSWER),
+    ])
+    .await
+    .unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &repo().join("examples/helpdesk/toolgraph.toml"), &model).await;
+    let (_, thread) = post_json(&base, "/threads", &json!({})).await;
+    let thread = thread["thread_id"].as_str().unwrap().to_owned();
+    let question = json!({"assistant_id": "desk",
+        "input": {"messages": [{"type": "human", "content": "I was charged twice this month. What happens now?"}]},
+        "stream_mode": ["values"]});
+    let body = post(&base, &format!("/threads/{thread}/runs/stream"), &question).await;
+    let state: Value = serde_json::from_str(&get_text(&base, &format!("/threads/{thread}/state")).await).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let values: Vec<Value> = sse_events(&body).into_iter().filter(|(e, _)| e == "values").map(|(_, d)| d).collect();
+    let channel = |v: &Value, name: &str| v["channels"].get(name).cloned().unwrap_or(Value::Null);
+    let searched = |v: &Value| {
+        v["messages"].as_array().is_some_and(|ms| ms.iter().any(|m| m["type"] == "tool" && m["name"] == "rag_search"))
+    };
+    // The run's input first: the question, no label yet.
+    assert_eq!(values[0]["messages"].as_array().map(Vec::len), Some(1), "{body}");
+    assert_eq!(channel(&values[0], "category"), Value::Null, "{body}");
+    // The triage's label, in values of their own before the search ran.
+    let labelled = values.iter().position(|v| channel(v, "category") == "billing");
+    let first_search = values.iter().position(searched);
+    assert!(labelled.is_some() && labelled < first_search, "{body}");
+    assert!(!searched(&values[labelled.unwrap()]), "{body}");
+    // Every values event from the label on holds it, and those with the search's result hold
+    // the billing desk's own label too.
+    for v in &values[labelled.unwrap()..] {
+        assert_eq!(channel(v, "category"), "billing", "{v}");
+    }
+    for v in values.iter().filter(|v| searched(v)) {
+        assert_eq!(channel(v, "billing/intent"), "question", "{v}");
+    }
+    // No values sent twice in a row; the last are the state's.
+    assert!(values.windows(2).all(|w| w[0] != w[1]), "{body}");
+    let last = values.last().unwrap();
+    assert_eq!(last["channels"], state["values"]["channels"], "{body}");
+    assert_eq!(last["messages"], state["values"]["messages"], "{body}");
+}

@@ -456,6 +456,11 @@ fn events_of(
                         None => Vec::new(),
                     }
                 }
+                Step::Wrote(mut events, seq, ns) => {
+                    let at = values_at(chat, who, thread, seq).await;
+                    events.extend(write(&mut |w| w.values_after(at.clone(), &ns)));
+                    events
+                }
                 // Only the values, an update's interrupts and a stateless thread's end need the
                 // state the run left: a client of `messages-tuple` alone does not wait for it.
                 Step::End(events, f)
@@ -1622,6 +1627,9 @@ enum Step {
         /// counted from.
         handed_at: Option<u64>,
     },
+    /// A node wrote channels, and checkpoint `seq` holds them: these events, then the values
+    /// there, in the node's namespace (the writer's values so far stand until then).
+    Wrote(Vec<Event>, u64, String),
     /// The run ended well: these events, then the last ones, which need the state it left.
     End(Vec<Event>, Finish),
     /// The run failed: these events say so.
@@ -1659,6 +1667,8 @@ struct Writer {
     so_far: Option<Value>,
     /// Whether the last message of `so_far` is the model's step of calls still coming.
     calling: bool,
+    /// Whether `so_far` is what the last `values` event sent.
+    sent: bool,
     /// The thread (its messages' ids are its own, by position).
     thread: String,
     /// The node running (from the log's `node_started`, to its `node_finished`) and the
@@ -1713,6 +1723,7 @@ impl Writer {
             ended: false,
             so_far,
             calling: false,
+            sent: true,
             thread: thread.id.clone(),
             task: None,
             last: None,
@@ -1832,6 +1843,20 @@ impl Writer {
         data.push_str(meta);
         data.push(']');
         Event { name: event.to_owned(), data }
+    }
+
+    /// The values after a node's channel writes, read from its checkpoint (`at`; `None` when
+    /// it could not be read: the values so far stand): the values so far from now on, sent in
+    /// the node's namespace `ns` unless they are what the last `values` event sent.
+    fn values_after(&mut self, at: Option<Checkpoint>, ns: &str) -> Vec<Event> {
+        let (Some(at), Some(so_far)) = (at, self.so_far.as_mut()) else { return Vec::new() };
+        if self.sent && *so_far == at.values {
+            return Vec::new();
+        }
+        *so_far = at.values;
+        self.calling = false;
+        self.sent = true;
+        vec![event(&format!("values{ns}"), so_far)]
     }
 
     /// Whether checkpoint `seq` is the last one read.
@@ -2056,6 +2081,7 @@ impl Writer {
                         None => {}
                     }
                     self.calling = true;
+                    self.sent = false;
                 }
                 // The call is the model's step (`agent`, as a ReAct agent's), in the namespace of
                 // the node that runs it.
@@ -2100,6 +2126,7 @@ impl Writer {
                     messages.push(kept);
                     if self.modes.values {
                         out.push(event(&values_event, values));
+                        self.sent = true;
                     }
                 }
                 if self.modes.messages {
@@ -2144,9 +2171,10 @@ impl Writer {
                 return Step::Finished { node, seq: checkpoint, next, known, handed_at };
             }
             // A declared graph's channel writes: the node's update, as LangGraph streams every
-            // node's (no `values` event of its own: the values so far lack what the node's
-            // channels hold after it, and the messages a node adds without frames).
-            Frame::StateUpdate { node, writes, .. } => {
+            // node's; then, for a client of `values` from the run's start, the values the
+            // node's checkpoint holds (its channels, and messages a node adds without frames)
+            // — the values so far from there on, as LangGraph sends them after each step.
+            Frame::StateUpdate { node, checkpoint, writes } => {
                 let (ns, leaf) = self.place(&node);
                 let wrote = match writes {
                     Value::Object(wrote) => wrote,
@@ -2156,6 +2184,9 @@ impl Writer {
                     out.push(event(&format!("updates{ns}"), &json!({ leaf: { "channels": wrote } })));
                 }
                 self.wrote = Some((node, wrote));
+                if self.modes.values && self.so_far.is_some() {
+                    return Step::Wrote(out, checkpoint, ns);
+                }
             }
             Frame::Custom { data, .. } if self.modes.custom => {
                 let (ns, _) = self.place(self.current(""));
