@@ -149,6 +149,21 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     // What was streamed is what was kept: the next turn's request carries it as the reply.
     let kept = sent(&requests[2]);
     assert!(kept.iter().any(|(role, c)| role == "assistant" && c == said.trim_end()), "{kept:?}");
+    // The earlier turn's search is not read again, by the next turn's model step nor by its
+    // answer: its question and cited answer are the history.
+    for request in &requests[2..4] {
+        let calls = request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m.get("tool_calls").is_some_and(|c| !c.is_null()));
+        assert_eq!(calls.count(), 0, "{request}");
+        assert!(!sent(request).iter().any(|(role, _)| role == "tool"), "{request}");
+        assert!(
+            sent(request).iter().any(|(role, c)| role == "user" && c.starts_with("¿Cuándo es el examen final")),
+            "{request}"
+        );
+    }
 
     // 2: the follow-up was searched with the question before it.
     let (said, called) = said_and_called(&second);
@@ -158,6 +173,11 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
         .find_map(|(e, d)| (e == "tool_call").then(|| d["arguments"]["query"].as_str().unwrap_or_default().to_owned()))
         .unwrap();
     assert!(query.contains("examen final") && query.contains("extraordinaria"), "{query}");
+    // Searched with the question before it, the passage that answered that one ranks first
+    // again: the passage the follow-up's own word names is read first.
+    let (_, asked) = sent(&requests[3]).pop().unwrap();
+    let extraordinaria = "[Guía docente de Infraestructura Virtual › Evaluación › Convocatoria extraordinaria]";
+    assert!(asked.starts_with(&format!("Documents:\n{extraordinaria}")) && asked.contains(label), "{asked}");
     assert!(
         said.contains("julio")
             && said.contains("[Guía docente de Infraestructura Virtual › Evaluación › Convocatoria extraordinaria]"),

@@ -80,6 +80,7 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
     if !searched {
         return None;
     }
+    read_follow_up_first(messages, &mut found);
     let first = found.first().cloned();
     let mut text = String::from(DOCUMENTS_HEAD);
     if found.is_empty() {
@@ -116,6 +117,50 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
     let language = grounding::language_name(grounding::language_of(&question));
     *content = format!("{text}{QUESTION_HEAD}{question}\n(Answer in {language}, from the documents.)");
     Some(WrittenOut { first, documents: text, question })
+}
+
+/// A grounded call's view of the turns before this one without their searches: each earlier
+/// search result (the normalized search shape) and the call that asked for it are left out — the
+/// answer of that turn stays, with its citations, and the checker still reads those passages
+/// from the conversation. A follow-up's request is then the earlier words alone: a search
+/// result is hundreds of tokens the model reads again on every later call, and a small model
+/// answers a follow-up from the earlier passages instead of this turn's. Calls of other tools,
+/// and a call message with words, stay.
+pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
+    let Some(turn) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
+    let searches: std::collections::HashSet<String> = messages[..turn]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, content, .. }
+                if serde_json::from_str::<Value>(content)
+                    .is_ok_and(|v| v.get("results").is_some_and(Value::is_array)) =>
+            {
+                Some(tool_call_id.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    if searches.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    let mut end = turn;
+    while i < end {
+        let drop = match &mut messages[i] {
+            Message::Tool { tool_call_id, .. } => searches.contains(tool_call_id),
+            Message::Assistant { content, tool_calls } if !tool_calls.is_empty() => {
+                tool_calls.retain(|c| !searches.contains(&c.id));
+                tool_calls.is_empty() && content.trim().is_empty()
+            }
+            _ => false,
+        };
+        if drop {
+            messages.remove(i);
+            end -= 1;
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// A passage as the written-out documents show it: `[label] text`.
@@ -328,19 +373,59 @@ pub(crate) fn checker_over(
     }
 }
 
-/// The search query for the person's last message: the message, after the one before it
-/// when it is short — a follow-up such as "¿y la extraordinaria?" names only what changed.
-pub fn question_in_context(messages: &[Message]) -> Option<String> {
+/// A short follow-up's passages in the order its own new words name them: those holding more
+/// of the words the follow-up adds to the question before it ("extraordinaria" in "¿y la
+/// extraordinaria?") first, the search's order otherwise. The follow-up is searched together
+/// with the question before it, so the passage that answered that question ranks first again —
+/// and a small model reads the first passage, repeating the earlier answer. Each word is
+/// matched in a passage's label and text, accents folded, words under four letters left out.
+fn read_follow_up_first(messages: &[Message], found: &mut [Passage]) {
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= 4)
+            .map(|w| w.to_lowercase().chars().map(toolgraph_rag::search::attribution::fold_accent).collect())
+            .collect()
+    };
+    let Some((before, last)) = short_follow_up(messages) else { return };
+    let asked_before = words(before);
+    let mut new: Vec<String> = words(last).into_iter().filter(|w| !asked_before.contains(w)).collect();
+    new.sort_unstable();
+    new.dedup();
+    if new.is_empty() || found.len() < 2 {
+        return;
+    }
+    let named = |p: &Passage| {
+        let held = words(&format!("{} {}", p.label, p.text));
+        new.iter().filter(|w| held.contains(w)).count()
+    };
+    if found.iter().skip(1).any(|p| named(p) > named(&found[0])) {
+        // Stable: passages naming as many of the words keep the search's order.
+        found.sort_by_cached_key(|p| std::cmp::Reverse(named(p)));
+    }
+}
+
+/// The person's last message and the one before it, when the last is a short follow-up of it
+/// (five words at most, after a message that is not small talk).
+fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
     const SHORT_WORDS: usize = 5;
     let mut users = messages.iter().rev().filter_map(|m| match m {
         Message::User { content } => Some(content.as_str()),
         _ => None,
     });
     let last = users.next()?;
-    let words = last.split_whitespace().count();
-    match users.next() {
-        Some(before) if words <= SHORT_WORDS && !grounding::is_small_talk(before) => Some(format!("{before} {last}")),
-        _ => Some(last.to_owned()),
+    let before = users.next()?;
+    (last.split_whitespace().count() <= SHORT_WORDS && !grounding::is_small_talk(before)).then_some((before, last))
+}
+
+/// The search query for the person's last message: the message, after the one before it
+/// when it is short — a follow-up such as "¿y la extraordinaria?" names only what changed.
+pub fn question_in_context(messages: &[Message]) -> Option<String> {
+    match short_follow_up(messages) {
+        Some((before, last)) => Some(format!("{before} {last}")),
+        None => messages.iter().rev().find_map(|m| match m {
+            Message::User { content } => Some(content.clone()),
+            _ => None,
+        }),
     }
 }
 
@@ -368,6 +453,119 @@ mod tests {
         assert_eq!(
             question_in_context(&[Message::user("hola"), Message::user("¿y el examen?")]).as_deref(),
             Some("¿y el examen?")
+        );
+    }
+
+    #[test]
+    fn a_short_follow_up_reads_first_the_passage_its_own_words_name() {
+        let search = r#"{"ok":true,"results":[
+            {"content":"El examen final, que se celebra el 20 de enero, vale el 40 %.","metadata":{"citation":"Guía › Evaluación › Convocatoria ordinaria"}},
+            {"content":"Las tutorías son los martes.","metadata":{"citation":"Guía › Tutorías"}},
+            {"content":"Quien no supere la ordinaria puede presentarse a un examen único en julio.","metadata":{"citation":"Guía › Evaluación › Convocatoria extraordinaria"}}]}"#;
+        let turn = |first: &str, follow_up: &str| {
+            vec![
+                Message::user(first),
+                Message::assistant("El examen final se celebra el 20 de enero."),
+                Message::user(follow_up),
+                Message::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![toolgraph_llm::ToolCall {
+                        id: "s1".into(),
+                        name: "rag_search".into(),
+                        arguments: "{}".into(),
+                    }],
+                },
+                Message::tool("s1", "rag_search", search),
+            ]
+        };
+        let labels = |written: &WrittenOut| -> Vec<String> {
+            written
+                .documents
+                .lines()
+                .filter_map(|l| l.strip_prefix('[')?.split(']').next().map(str::to_owned))
+                .collect()
+        };
+        // "extraordinaria" (accents and case folded) is the follow-up's own word: its passage
+        // is read first, the others keep the search's order.
+        let mut messages = turn("¿Cuándo es el examen final?", "¿Y la EXTRAORDINARIA?");
+        let written = write_out_results(&mut messages, &ToolRegistry::new()).unwrap();
+        assert_eq!(
+            labels(&written),
+            [
+                "Guía › Evaluación › Convocatoria extraordinaria",
+                "Guía › Evaluación › Convocatoria ordinaria",
+                "Guía › Tutorías"
+            ]
+        );
+        assert_eq!(written.first.map(|p| p.label).as_deref(), Some("Guía › Evaluación › Convocatoria extraordinaria"));
+        assert_eq!(written.question, "¿Y la EXTRAORDINARIA?", "the question is the person's own");
+        let search_order = [
+            "Guía › Evaluación › Convocatoria ordinaria",
+            "Guía › Tutorías",
+            "Guía › Evaluación › Convocatoria extraordinaria",
+        ];
+        // A question of its own (more than five words), a follow-up adding no word a passage
+        // holds, and one whose words the question before had: the search's order.
+        for (first, then) in [
+            ("¿Cuándo es el examen final?", "¿Y cuándo es la convocatoria extraordinaria del examen?"),
+            ("¿Cuándo es el examen final?", "¿y el despacho?"),
+            ("¿Cuándo es el examen final de la extraordinaria?", "¿y la extraordinaria?"),
+        ] {
+            let mut messages = turn(first, then);
+            let written = write_out_results(&mut messages, &ToolRegistry::new()).unwrap();
+            assert_eq!(labels(&written), search_order, "{then}");
+        }
+    }
+
+    #[test]
+    fn earlier_searches_are_left_out_and_everything_else_stays() {
+        let call =
+            |id: &str, name: &str| toolgraph_llm::ToolCall { id: id.into(), name: name.into(), arguments: "{}".into() };
+        let search = r#"{"ok":true,"results":[{"content":"El examen final es el 20 de enero.","metadata":{"citation":"Guía"}}]}"#;
+        let mut messages = vec![
+            Message::system("Eres el tutor."),
+            Message::user("¿Cuándo es el examen?"),
+            Message::Assistant { content: String::new(), tool_calls: vec![call("s1", "rag_search")] },
+            Message::tool("s1", "rag_search", search),
+            Message::assistant("El 20 de enero [Guía]."),
+            Message::user("Calcula 0.6 * 8 y busca la bibliografía"),
+            Message::Assistant {
+                content: "Lo calculo y lo busco.".into(),
+                tool_calls: vec![call("c1", "calculator"), call("s2", "rag_search")],
+            },
+            Message::tool("c1", "calculator", "4.8"),
+            Message::tool("s2", "rag_search", search),
+            Message::assistant("4.8."),
+            Message::user("¿y la extraordinaria?"),
+            Message::Assistant { content: String::new(), tool_calls: vec![call("s3", "rag_search")] },
+            Message::tool("s3", "rag_search", search),
+        ];
+        without_earlier_searches(&mut messages);
+        let shown: Vec<String> = messages
+            .iter()
+            .map(|m| match m {
+                Message::Assistant { content, tool_calls } if !tool_calls.is_empty() => {
+                    let names: Vec<&str> = tool_calls.iter().map(|c| c.id.as_str()).collect();
+                    format!("calls {names:?} {content}")
+                }
+                Message::Tool { tool_call_id, .. } => format!("result {tool_call_id}"),
+                m => m.content().to_owned(),
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "Eres el tutor.",
+                "¿Cuándo es el examen?",
+                "El 20 de enero [Guía].",
+                "Calcula 0.6 * 8 y busca la bibliografía",
+                "calls [\"c1\"] Lo calculo y lo busco.",
+                "result c1",
+                "4.8.",
+                "¿y la extraordinaria?",
+                "calls [\"s3\"] ",
+                "result s3",
+            ]
         );
     }
 

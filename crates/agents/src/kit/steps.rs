@@ -387,6 +387,9 @@ fn request_for(
         )));
     }
     messages.extend_from_slice(history_window(&s.messages, spec.history_budget));
+    if rules.grounded {
+        super::without_earlier_searches(&mut messages);
+    }
     // A request offering no tools answers from the documents its turn found written out before
     // the question (read as JSON results, a small model copies them out, or writes one more call
     // instead of answering); one with tools reads the results as its calls returned them
