@@ -148,6 +148,24 @@ async fn a_draft_is_checked_before_anyone_sees_it_and_the_reply_is_what_stands()
     assert!(state.channels["passages"].is_null(), "{:?}", state.channels["passages"]);
     let reply = state.last_reply().unwrap();
     assert!(reply.contains("20 de enero") && !reply.contains(&format!("[{GUIDE}]")), "{reply}");
+
+    // A later question's draft reads the earlier turns without their search (their answers
+    // stay), and this turn's passages written out.
+    server.push([Reply::text("Vale el 40 % de la nota.")]);
+    let (_, state) = ask(&graph, 1, "¿Cuánto vale el examen final en la nota de la asignatura?").await;
+    assert!(state.last_reply().unwrap().contains("40 %"), "{:?}", state.last_reply());
+    let request = &server.requests()[2];
+    let messages = request["messages"].as_array().unwrap();
+    assert!(
+        messages.iter().all(|m| m["role"] != "tool" && m.get("tool_calls").is_none_or(Value::is_null)),
+        "{request}"
+    );
+    assert!(
+        messages.iter().any(|m| m["role"] == "assistant" && m["content"].as_str().is_some_and(|c| c.contains("[Guía"))),
+        "{request}"
+    );
+    let asked = messages.last().unwrap()["content"].as_str().unwrap();
+    assert!(asked.starts_with(&format!("Documents:\n[{GUIDE}]")), "{asked}");
 }
 
 #[tokio::test]

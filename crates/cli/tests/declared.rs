@@ -1028,3 +1028,38 @@ async fn values_streamed_after_a_channel_write_hold_it() {
     assert_eq!(last["channels"], state["values"]["channels"], "{body}");
     assert_eq!(last["messages"], state["values"]["messages"], "{body}");
 }
+
+/// A run whose last node writes a channel sends the values its checkpoint holds once: the
+/// run's end does not send the same values again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ending_on_a_channel_write_sends_its_last_values_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let graph = dir.path().join("moody.toml");
+    std::fs::write(
+        &graph,
+        "description = \"Says hello, then notes the mood.\"\nstart = \"greet\"\n\n[channels]\nmood = {}\n\n\
+         [nodes.greet]\nkind = \"reply\"\ntext = \"Hello!\"\nnext = \"mood\"\n\n\
+         [nodes.mood]\nkind = \"model\"\nhistory = \"last_message\"\nprompt = \"Is the message happy or sad?\"\n\
+         output = { channel = \"mood\", schema = { enum = [\"happy\", \"sad\"] } }\nnext = \"END\"\n",
+    )
+    .unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(&config, format!("[agents.moody]\ngraph_file = {:?}\ntools = []\n", graph.display().to_string()))
+        .unwrap();
+    let model = ScriptedModelServer::start(vec![Reply::text("happy")]).await.unwrap();
+    let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
+    let (_, thread) = post_json(&base, "/threads", &json!({})).await;
+    let thread = thread["thread_id"].as_str().unwrap().to_owned();
+    let run = json!({"assistant_id": "moody", "input": {"messages": [{"type": "human", "content": "What a day!"}]},
+        "stream_mode": ["values"]});
+    let body = post(&base, &format!("/threads/{thread}/runs/stream"), &run).await;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let values: Vec<Value> = sse_events(&body).into_iter().filter(|(e, _)| e == "values").map(|(_, d)| d).collect();
+    let last = values.last().unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(last["channels"]["mood"], "happy", "{body}");
+    let said: Vec<&Value> = last["messages"].as_array().unwrap().iter().map(|m| &m["content"]).collect();
+    assert_eq!(said, [&json!("What a day!"), &json!("Hello!")], "{body}");
+    assert!(values.windows(2).all(|w| w[0] != w[1]), "the same values twice: {body}");
+}

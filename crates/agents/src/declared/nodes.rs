@@ -243,6 +243,8 @@ impl ModelNode {
         match (&self.message, self.history) {
             (None, History::Window) => {
                 messages.extend_from_slice(crate::kit::history_window(&s.messages, spec.history_budget));
+                // As a grounded node reads the turns before (docs/retrieval.md, "Grounded answers").
+                crate::kit::without_earlier_searches(&mut messages);
             }
             (None, History::LastMessage) => {
                 let start = s.messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(0);

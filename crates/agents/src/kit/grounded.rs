@@ -128,39 +128,37 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
 /// and a call message with words, stay.
 pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
     let Some(turn) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
-    let searches: std::collections::HashSet<String> = messages[..turn]
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { tool_call_id, content, .. }
-                if serde_json::from_str::<Value>(content)
-                    .is_ok_and(|v| v.get("results").is_some_and(Value::is_array)) =>
-            {
-                Some(tool_call_id.clone())
+    let is_search = |content: &str| {
+        serde_json::from_str::<Value>(content).is_ok_and(|v| v.get("results").is_some_and(Value::is_array))
+    };
+    // A result answers a call of the last message of calls before it: call ids repeat across
+    // turns and model steps (a local model numbers each step's calls from 1), so a search's id
+    // names no other call than that one.
+    let mut dropped = vec![false; turn];
+    let mut calls_at = None;
+    for i in 0..turn {
+        match &messages[i] {
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => calls_at = Some(i),
+            Message::Tool { tool_call_id, content, .. } if is_search(content) => {
+                let id = tool_call_id.clone();
+                if let Some(at) = calls_at
+                    && let Message::Assistant { content, tool_calls } = &mut messages[at]
+                    && let Some(call) = tool_calls.iter().position(|c| c.id == id)
+                {
+                    tool_calls.remove(call);
+                    dropped[i] = true;
+                    dropped[at] = tool_calls.is_empty() && content.trim().is_empty();
+                }
             }
-            _ => None,
-        })
-        .collect();
-    if searches.is_empty() {
-        return;
-    }
-    let mut i = 0;
-    let mut end = turn;
-    while i < end {
-        let drop = match &mut messages[i] {
-            Message::Tool { tool_call_id, .. } => searches.contains(tool_call_id),
-            Message::Assistant { content, tool_calls } if !tool_calls.is_empty() => {
-                tool_calls.retain(|c| !searches.contains(&c.id));
-                tool_calls.is_empty() && content.trim().is_empty()
-            }
-            _ => false,
-        };
-        if drop {
-            messages.remove(i);
-            end -= 1;
-        } else {
-            i += 1;
+            _ => {}
         }
     }
+    let mut i = 0;
+    messages.retain(|_| {
+        let keep = !dropped.get(i).copied().unwrap_or(false);
+        i += 1;
+        keep
+    });
 }
 
 /// A passage as the written-out documents show it: `[label] text`.
@@ -377,31 +375,48 @@ pub(crate) fn checker_over(
 /// of the words the follow-up adds to the question before it ("extraordinaria" in "¿y la
 /// extraordinaria?") first, the search's order otherwise. The follow-up is searched together
 /// with the question before it, so the passage that answered that question ranks first again —
-/// and a small model reads the first passage, repeating the earlier answer. Each word is
-/// matched in a passage's label and text, accents folded, words under four letters left out.
+/// and a small model reads the first passage, repeating the earlier answer. A passage whose
+/// heading (its label) holds more of the words comes first, then one whose text does; a word
+/// every passage holds counts for none ([`follow_up_terms`] says what a word is).
 fn read_follow_up_first(messages: &[Message], found: &mut [Passage]) {
-    let words = |text: &str| -> Vec<String> {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| w.chars().count() >= 4)
-            .map(|w| w.to_lowercase().chars().map(toolgraph_rag::search::attribution::fold_accent).collect())
-            .collect()
-    };
     let Some((before, last)) = short_follow_up(messages) else { return };
-    let asked_before = words(before);
-    let mut new: Vec<String> = words(last).into_iter().filter(|w| !asked_before.contains(w)).collect();
-    new.sort_unstable();
-    new.dedup();
+    let asked_before = follow_up_terms(before);
+    let new: Vec<String> = follow_up_terms(last).into_iter().filter(|w| !asked_before.contains(w)).collect();
     if new.is_empty() || found.len() < 2 {
         return;
     }
-    let named = |p: &Passage| {
-        let held = words(&format!("{} {}", p.label, p.text));
-        new.iter().filter(|w| held.contains(w)).count()
+    let held: Vec<(Vec<String>, Vec<String>)> =
+        found.iter().map(|p| (follow_up_terms(&p.label), follow_up_terms(&p.text))).collect();
+    // A word every passage holds ("what", "about") tells none of them apart.
+    let telling: Vec<&String> =
+        new.iter().filter(|w| !held.iter().all(|(label, text)| label.contains(w) || text.contains(w))).collect();
+    // A word in a passage's heading names it before any in a text ("what about the resits?":
+    // the section on resits, not a text that says "what" and "about").
+    let named = |(label, text): &(Vec<String>, Vec<String>)| -> (usize, usize) {
+        let count = |terms: &Vec<String>| telling.iter().filter(|w| terms.contains(w)).count();
+        (count(label), count(text))
     };
-    if found.iter().skip(1).any(|p| named(p) > named(&found[0])) {
-        // Stable: passages naming as many of the words keep the search's order.
-        found.sort_by_cached_key(|p| std::cmp::Reverse(named(p)));
+    let scores: Vec<(usize, usize)> = held.iter().map(named).collect();
+    if scores.iter().skip(1).any(|s| *s > scores[0]) {
+        // Stable: passages naming the words as much keep the search's order.
+        let mut order: Vec<usize> = (0..found.len()).collect();
+        order.sort_by_key(|i| std::cmp::Reverse(scores[*i]));
+        let reordered: Vec<Passage> = order.iter().map(|i| found[*i].clone()).collect();
+        found.clone_from_slice(&reordered);
     }
+}
+
+/// The terms [`read_follow_up_first`] matches: words of four letters or more, lower-cased,
+/// accents folded, cut to five letters (so "tutorías" is "tutoría", "resits" "resit").
+fn follow_up_terms(text: &str) -> Vec<String> {
+    let mut terms: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 4)
+        .map(|w| w.to_lowercase().chars().map(toolgraph_rag::search::attribution::fold_accent).take(5).collect())
+        .collect();
+    terms.sort_unstable();
+    terms.dedup();
+    terms
 }
 
 /// The person's last message and the one before it, when the last is a short follow-up of it
@@ -506,6 +521,17 @@ mod tests {
         ];
         // A question of its own (more than five words), a follow-up adding no word a passage
         // holds, and one whose words the question before had: the search's order.
+        // A heading the follow-up names comes before a text holding its other words.
+        let english = r#"{"ok":true,"results":[
+            {"content":"What you should know about the exam: it is on 20 January.","metadata":{"citation":"Exams › Ordinary"}},
+            {"content":"Office hours are on Tuesdays.","metadata":{"citation":"Office hours"}},
+            {"content":"A second exam is held in July.","metadata":{"citation":"Exams › Resits"}}]}"#;
+        let mut messages = turn("When is the final exam?", "And what about the resits?");
+        if let Some(Message::Tool { content, .. }) = messages.last_mut() {
+            *content = english.to_owned();
+        }
+        let written = write_out_results(&mut messages, &ToolRegistry::new()).unwrap();
+        assert_eq!(labels(&written), ["Exams › Resits", "Exams › Ordinary", "Office hours"]);
         for (first, then) in [
             ("¿Cuándo es el examen final?", "¿Y cuándo es la convocatoria extraordinaria del examen?"),
             ("¿Cuándo es el examen final?", "¿y el despacho?"),
@@ -529,11 +555,13 @@ mod tests {
             Message::tool("s1", "rag_search", search),
             Message::assistant("El 20 de enero [Guía]."),
             Message::user("Calcula 0.6 * 8 y busca la bibliografía"),
+            // A local model numbers each step's calls from 1: the calculator's id is the
+            // earlier search's.
             Message::Assistant {
                 content: "Lo calculo y lo busco.".into(),
-                tool_calls: vec![call("c1", "calculator"), call("s2", "rag_search")],
+                tool_calls: vec![call("s1", "calculator"), call("s2", "rag_search")],
             },
-            Message::tool("c1", "calculator", "4.8"),
+            Message::tool("s1", "calculator", "4.8"),
             Message::tool("s2", "rag_search", search),
             Message::assistant("4.8."),
             Message::user("¿y la extraordinaria?"),
@@ -559,8 +587,8 @@ mod tests {
                 "¿Cuándo es el examen?",
                 "El 20 de enero [Guía].",
                 "Calcula 0.6 * 8 y busca la bibliografía",
-                "calls [\"c1\"] Lo calculo y lo busco.",
-                "result c1",
+                "calls [\"s1\"] Lo calculo y lo busco.",
+                "result s1",
                 "4.8.",
                 "¿y la extraordinaria?",
                 "calls [\"s3\"] ",

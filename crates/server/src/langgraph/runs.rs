@@ -351,7 +351,7 @@ async fn streamed(
             if modes.updates && !reply.message.is_empty() {
                 events.push(event("updates", &json!({ "agent": { "messages": [ai] } })));
             }
-            events.extend(ending(&modes, &after, &Ended { thread: &thread.id, checkpointed: false }));
+            events.extend(ending(&modes, &after, &Ended { thread: &thread.id, checkpointed: false, sent: None }));
             Ok(crate::sse::response(futures::stream::iter(events.into_iter().map(|e| e.sent(None)))))
         }
         Asked::Message(message) => {
@@ -471,7 +471,7 @@ fn events_of(
                 Step::End(mut events, f) => match now(chat, who, thread).await {
                     Ok(after) => {
                         finished(chat, who, thread, !after.awaiting.is_empty(), ephemeral).await;
-                        let ended = Ended { thread: &thread.id, checkpointed: f.checkpointed };
+                        let ended = Ended { thread: &thread.id, checkpointed: f.checkpointed, sent: f.sent.as_ref() };
                         events.extend(ending(&f.modes, &after, &ended));
                         events
                     }
@@ -1445,6 +1445,9 @@ struct Ended<'a> {
     thread: &'a str,
     /// Whether its checkpoints were streamed as its nodes finished (only a pause's is left).
     checkpointed: bool,
+    /// The values its last `values` event sent, when it streamed them (the final values are
+    /// not sent again when they are the same: the last node wrote its channels and nothing since).
+    sent: Option<&'a Value>,
 }
 
 /// The last events of a run: its interrupts as an update, the checkpoint it ended on (unless
@@ -1473,7 +1476,10 @@ fn ending(modes: &Modes, after: &Now, ended: &Ended<'_>) -> Vec<Event> {
         events.extend(node_event(modes, "checkpoints", "checkpoint", after.seq, payload, ""));
     }
     if modes.values {
-        events.push(event("values", &final_values(after)));
+        let values = final_values(after);
+        if ended.sent != Some(&values) {
+            events.push(event("values", &values));
+        }
     }
     events
 }
@@ -1641,6 +1647,8 @@ struct Finish {
     modes: Modes,
     /// Whether its checkpoints were streamed as its nodes finished.
     checkpointed: bool,
+    /// The values the last `values` event sent, when the run streamed them from its start.
+    sent: Option<Value>,
 }
 
 /// The `messages` events' name and metadata of one node's task and model message.
@@ -2206,7 +2214,9 @@ impl Writer {
                         out.push(event(&format!("updates{ns}"), &json!({ node: { "messages": [ai] } })));
                     }
                 }
-                let finish = Finish { modes: self.modes, checkpointed: self.checkpointed };
+                // The writer ends here: its values so far are what the run's end compares.
+                let sent = if self.sent { self.so_far.take() } else { None };
+                let finish = Finish { modes: self.modes, checkpointed: self.checkpointed, sent };
                 return Step::End(out, finish);
             }
             Frame::Error { message } => {
