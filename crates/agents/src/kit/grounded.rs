@@ -420,7 +420,8 @@ fn follow_up_terms(text: &str) -> Vec<String> {
 }
 
 /// The person's last message and the one before it, when the last is a short follow-up of it
-/// (five words at most, after a message that is not small talk).
+/// (five words at most, after a message that is neither small talk nor a computation to make —
+/// "Calcula mi nota: 0.6 * 8 + 0.4 * 6.5" names no subject a follow-up could be about).
 fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
     const SHORT_WORDS: usize = 5;
     let mut users = messages.iter().rev().filter_map(|m| match m {
@@ -429,7 +430,9 @@ fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
     });
     let last = users.next()?;
     let before = users.next()?;
-    (last.split_whitespace().count() <= SHORT_WORDS && !grounding::is_small_talk(before)).then_some((before, last))
+    let about_something =
+        !grounding::is_small_talk(before) && toolgraph_tools::builtin::expression_in(before).is_none();
+    (last.split_whitespace().count() <= SHORT_WORDS && about_something).then_some((before, last))
 }
 
 /// The search query for the person's last message: the message, after the one before it
@@ -469,6 +472,13 @@ mod tests {
             question_in_context(&[Message::user("hola"), Message::user("¿y el examen?")]).as_deref(),
             Some("¿y el examen?")
         );
+        // After a computation, a short question is one of its own.
+        let computed = [
+            Message::user("Calcula mi nota: 0.6 * 8 + 0.4 * 6.5"),
+            Message::assistant("Tu nota es 7.4."),
+            Message::user("¿y la extraordinaria cuándo es?"),
+        ];
+        assert_eq!(question_in_context(&computed).as_deref(), Some("¿y la extraordinaria cuándo es?"));
     }
 
     #[test]
