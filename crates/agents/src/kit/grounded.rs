@@ -125,7 +125,7 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
 /// from the conversation. A follow-up's request is then the earlier words alone: a search
 /// result is hundreds of tokens the model reads again on every later call, and a small model
 /// answers a follow-up from the earlier passages instead of this turn's. Calls of other tools,
-/// and a call message with words, stay.
+/// and a call message's words, stay.
 pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
     let Some(turn) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
     let is_search = |content: &str| {
@@ -153,12 +153,37 @@ pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
             _ => {}
         }
     }
+    if !dropped.contains(&true) {
+        return;
+    }
     let mut i = 0;
     messages.retain(|_| {
         let keep = !dropped.get(i).copied().unwrap_or(false);
         i += 1;
         keep
     });
+    // What the removal made neighbours (words said before a search call and the answer after
+    // it; a question whose turn searched and never answered, and the next one) is one message:
+    // a chat template that wants the roles to alternate refuses two of one role in a row.
+    let turn = turn - dropped.iter().filter(|d| **d).count();
+    let mut merged: Vec<Message> = Vec::with_capacity(messages.len());
+    for (at, m) in messages.drain(..).enumerate() {
+        match (merged.last_mut(), m) {
+            (Some(Message::User { content: before }), Message::User { content }) if at < turn => {
+                before.push_str("\n\n");
+                before.push_str(&content);
+            }
+            (
+                Some(Message::Assistant { content: before, tool_calls: none_before }),
+                Message::Assistant { content, tool_calls },
+            ) if at < turn && none_before.is_empty() && tool_calls.is_empty() => {
+                before.push_str("\n\n");
+                before.push_str(&content);
+            }
+            (_, m) => merged.push(m),
+        }
+    }
+    *messages = merged;
 }
 
 /// A passage as the written-out documents show it: `[label] text`.
@@ -574,6 +599,16 @@ mod tests {
             Message::tool("s1", "calculator", "4.8"),
             Message::tool("s2", "rag_search", search),
             Message::assistant("4.8."),
+            // Words before a search call, then the answer; a turn that searched and never answered.
+            Message::user("¿Y la revisión?"),
+            Message::Assistant { content: "Lo busco.".into(), tool_calls: vec![call("s4", "rag_search")] },
+            Message::tool("s4", "rag_search", search),
+            Message::assistant("El 3 de febrero."),
+            Message::user("¿Y las tutorías?"),
+            Message::Assistant { content: String::new(), tool_calls: vec![call("s5", "rag_search")] },
+            Message::tool("s5", "rag_search", search),
+            Message::user("¿Dónde?"),
+            Message::assistant("En el despacho 15."),
             Message::user("¿y la extraordinaria?"),
             Message::Assistant { content: String::new(), tool_calls: vec![call("s3", "rag_search")] },
             Message::tool("s3", "rag_search", search),
@@ -600,6 +635,10 @@ mod tests {
                 "calls [\"s1\"] Lo calculo y lo busco.",
                 "result s1",
                 "4.8.",
+                "¿Y la revisión?",
+                "Lo busco.\n\nEl 3 de febrero.",
+                "¿Y las tutorías?\n\n¿Dónde?",
+                "En el despacho 15.",
                 "¿y la extraordinaria?",
                 "calls [\"s3\"] ",
                 "result s3",
