@@ -1043,18 +1043,44 @@ async fn a_run_ending_on_a_channel_write_sends_its_last_values_once() {
          output = { channel = \"mood\", schema = { enum = [\"happy\", \"sad\"] } }\nnext = \"END\"\n",
     )
     .unwrap();
+    // `front` hands every turn to `moody`: its values stream in the sub-graph's namespace.
+    let front = dir.path().join("front.toml");
+    std::fs::write(
+        &front,
+        "description = \"Hands every turn over.\"\nstart = \"moody\"\n\n\
+         [nodes.moody]\nkind = \"agent\"\nagent = \"moody\"\nnext = \"END\"\n",
+    )
+    .unwrap();
     let config = dir.path().join("toolgraph.toml");
-    std::fs::write(&config, format!("[agents.moody]\ngraph_file = {:?}\ntools = []\n", graph.display().to_string()))
-        .unwrap();
-    let model = ScriptedModelServer::start(vec![Reply::text("happy")]).await.unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.moody]\ngraph_file = {:?}\ntools = []\n[agents.front]\ngraph_file = {:?}\ntools = []\n",
+            graph.display().to_string(),
+            front.display().to_string()
+        ),
+    )
+    .unwrap();
+    let model = ScriptedModelServer::start(vec![Reply::text("happy"), Reply::text("happy")]).await.unwrap();
     let (mut child, base) = serve_desk(dir.path(), &config, &model).await;
     let (_, thread) = post_json(&base, "/threads", &json!({})).await;
     let thread = thread["thread_id"].as_str().unwrap().to_owned();
     let run = json!({"assistant_id": "moody", "input": {"messages": [{"type": "human", "content": "What a day!"}]},
         "stream_mode": ["values"]});
     let body = post(&base, &format!("/threads/{thread}/runs/stream"), &run).await;
+    // Handed over, with sub-graphs asked for: the channel write's values are the sub-graph's;
+    // the run still ends on the graph's own.
+    let (_, other) = post_json(&base, "/threads", &json!({})).await;
+    let other = other["thread_id"].as_str().unwrap().to_owned();
+    let handed = json!({"assistant_id": "front", "input": {"messages": [{"type": "human", "content": "What a day!"}]},
+        "stream_mode": ["values"], "stream_subgraphs": true});
+    let nested = sse_events(&post(&base, &format!("/threads/{other}/runs/stream"), &handed).await);
     let _ = child.kill();
     let _ = child.wait();
+    assert!(nested.iter().any(|(e, _)| e.starts_with("values|")), "{nested:?}");
+    let (event, top) = nested.last().unwrap();
+    assert_eq!(event, "values", "{nested:?}");
+    assert!(top["channels"].as_object().unwrap().values().any(|v| v == "happy"), "{top}");
 
     let values: Vec<Value> = sse_events(&body).into_iter().filter(|(e, _)| e == "values").map(|(_, d)| d).collect();
     let last = values.last().unwrap_or_else(|| panic!("{body}"));

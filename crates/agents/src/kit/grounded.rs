@@ -432,7 +432,8 @@ fn read_follow_up_first(messages: &[Message], found: &mut [Passage]) {
 }
 
 /// The terms [`read_follow_up_first`] matches: words of four letters or more, lower-cased,
-/// accents folded, cut to five letters (so "tutorías" is "tutoría", "resits" "resit").
+/// accents folded, cut to five letters (so "tutorías" and "tutoría" are both "tutor", "resits"
+/// is "resit").
 fn follow_up_terms(text: &str) -> Vec<String> {
     let mut terms: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())

@@ -1675,7 +1675,8 @@ struct Writer {
     so_far: Option<Value>,
     /// Whether the last message of `so_far` is the model's step of calls still coming.
     calling: bool,
-    /// Whether `so_far` is what the last `values` event sent.
+    /// Whether `so_far` is what the last `values` event sent, as the graph's own (not a
+    /// sub-graph's, `values|…`).
     sent: bool,
     /// The thread (its messages' ids are its own, by position).
     thread: String,
@@ -1863,7 +1864,9 @@ impl Writer {
         }
         *so_far = at.values;
         self.calling = false;
-        self.sent = true;
+        // Sent as the graph's own values only at the top: a sub-graph's leave the run's end to
+        // send the top's.
+        self.sent = ns.is_empty();
         vec![event(&format!("values{ns}"), so_far)]
     }
 
@@ -2134,7 +2137,7 @@ impl Writer {
                     messages.push(kept);
                     if self.modes.values {
                         out.push(event(&values_event, values));
-                        self.sent = true;
+                        self.sent = values_event == "values";
                     }
                 }
                 if self.modes.messages {
