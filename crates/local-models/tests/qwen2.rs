@@ -189,6 +189,21 @@ mod chat_model {
         }
     }
 
+    /// The 0.5B's weights, or `None` (a SKIP printed) when they are missing outside CI.
+    fn weights() -> Option<std::path::PathBuf> {
+        let path = models_dir().join(QWEN_0_5B_FILE);
+        if !path.exists() && std::env::var_os("CI").is_none() {
+            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
+            return None;
+        }
+        Some(path)
+    }
+
+    /// The model at `path`, loaded off the runtime's threads.
+    async fn loaded(path: std::path::PathBuf, options: LocalChatOptions) -> LocalChatModel {
+        tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options)).await.unwrap().unwrap()
+    }
+
     /// A streamed reply's text, tool calls and finish reason.
     async fn reply_of(mut s: ChatStream) -> (String, Vec<ToolCall>, Option<FinishReason>) {
         let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), None);
@@ -224,17 +239,8 @@ mod chat_model {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn streams_prose_calls_tools_without_leaking_them_and_queues_with_a_bound() {
-        let path = models_dir().join(QWEN_0_5B_FILE);
-        if !path.exists() && std::env::var_os("CI").is_none() {
-            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
-            return;
-        }
-        let model = tokio::task::spawn_blocking(move || {
-            LocalChatModel::load(&path, LocalChatOptions { queue: 1, ..LocalChatOptions::default() })
-        })
-        .await
-        .unwrap()
-        .unwrap();
+        let Some(path) = weights() else { return };
+        let model = loaded(path, LocalChatOptions { queue: 1, ..LocalChatOptions::default() }).await;
 
         // A tool call: it arrives as a ToolCall event and no text carries any of it.
         let s =
@@ -325,15 +331,11 @@ mod chat_model {
     /// than cache slots; an ordinary request keeps nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_warm_up_keeps_its_prompt_on_disk() {
-        let path = models_dir().join(QWEN_0_5B_FILE);
-        if !path.exists() && std::env::var_os("CI").is_none() {
-            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
-            return;
-        }
+        let Some(path) = weights() else { return };
         let dir = tempfile::tempdir().unwrap();
         let options =
             LocalChatOptions { prefix_dir: Some(dir.path().to_owned()), cache_slots: 2, ..LocalChatOptions::default() };
-        let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, options)).await.unwrap().unwrap();
+        let model = loaded(path, options).await;
         let drain = |r: ChatRequest| {
             let model = &model;
             async move {
@@ -375,18 +377,10 @@ mod chat_model {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn drafts_from_the_prompt_write_the_same_replies() {
         use toolgraph_local_models::chat::draft::PromptLookup;
-        let path = models_dir().join(QWEN_0_5B_FILE);
-        if !path.exists() && std::env::var_os("CI").is_none() {
-            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
-            return;
-        }
-        let load = |lookup: PromptLookup| {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || {
-                LocalChatModel::load(&path, LocalChatOptions { lookup, ..LocalChatOptions::default() }).unwrap()
-            })
-        };
-        let (with, without) = (load(PromptLookup::default()).await.unwrap(), load(PromptLookup::OFF).await.unwrap());
+        let Some(path) = weights() else { return };
+        let load =
+            |lookup: PromptLookup| loaded(path.clone(), LocalChatOptions { lookup, ..LocalChatOptions::default() });
+        let (with, without) = (load(PromptLookup::default()).await, load(PromptLookup::OFF).await);
         let quote = "Copy this sentence exactly, then say which month the exam is in: \
                      «El examen final supone el 60 % de la nota y se celebra en la convocatoria ordinaria de enero; \
                      para aprobar hace falta al menos un 4 sobre 10 en él.»";
@@ -425,15 +419,8 @@ mod chat_model {
     /// scored prompt as computed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_question_is_likelier_after_the_passage_that_answers_it() {
-        let path = models_dir().join(QWEN_0_5B_FILE);
-        if !path.exists() && std::env::var_os("CI").is_none() {
-            eprintln!("SKIP: {} missing (scripts/fetch-models chat-0.5b)", path.display());
-            return;
-        }
-        let model = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
-            .await
-            .unwrap()
-            .unwrap();
+        let Some(path) = weights() else { return };
+        let model = loaded(path, LocalChatOptions::default()).await;
         let question = "How many tonnes of honey did the cooperative of Valdeolmos sell in 2019?";
         let answers = "The cooperative of Valdeolmos was founded in 1962 by eleven beekeepers. In 2019 it \
             sold 412 tonnes of honey, most of it to bakeries in Madrid, and opened a shop in Alcalá.";
@@ -468,11 +455,7 @@ mod chat_model {
         assert!(after_scoring == answered, "scoring the same prompt twice gives the same figures");
         let usage = usage_of(model.stream(full.clone()).await.unwrap()).await;
         let (reply, _, _) = reply_of(model.stream(full.clone()).await.unwrap()).await;
-        let path = models_dir().join(QWEN_0_5B_FILE);
-        let fresh = tokio::task::spawn_blocking(move || LocalChatModel::load(&path, LocalChatOptions::default()))
-            .await
-            .unwrap()
-            .unwrap();
+        let fresh = loaded(models_dir().join(QWEN_0_5B_FILE), LocalChatOptions::default()).await;
         let (fresh_reply, _, _) = reply_of(fresh.stream(full).await.unwrap()).await;
         assert_eq!(reply, fresh_reply);
         assert!(

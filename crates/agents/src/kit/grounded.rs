@@ -62,8 +62,8 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
     let mut others: Vec<(&str, &str)> = Vec::new();
     for m in turn {
         let Message::Tool { tool_call_id, name, content } = m else { continue };
-        match serde_json::from_str::<Value>(content) {
-            Ok(v) if v.get("results").is_some_and(Value::is_array) => {
+        match search_output(content) {
+            Some(v) => {
                 searched = true;
                 found.extend(grounding::passages_in(&v));
             }
@@ -128,9 +128,6 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
 /// and a call message's words, stay.
 pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
     let Some(turn) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
-    let is_search = |content: &str| {
-        serde_json::from_str::<Value>(content).is_ok_and(|v| v.get("results").is_some_and(Value::is_array))
-    };
     // A result answers a call of the last message of calls before it: call ids repeat across
     // turns and model steps (a local model numbers each step's calls from 1), so a search's id
     // names no other call than that one.
@@ -139,7 +136,7 @@ pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
     for i in 0..turn {
         match &messages[i] {
             Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => calls_at = Some(i),
-            Message::Tool { tool_call_id, content, .. } if is_search(content) => {
+            Message::Tool { tool_call_id, content, .. } if search_output(content).is_some() => {
                 let id = tool_call_id.clone();
                 if let Some(at) = calls_at
                     && let Message::Assistant { content, tool_calls } = &mut messages[at]
@@ -184,6 +181,12 @@ pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
         }
     }
     *messages = merged;
+}
+
+/// A tool's result, when it is in the normalized search shape (`{results: [...]}`,
+/// docs/retrieval.md): the documents a turn found.
+fn search_output(content: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(content).ok().filter(|v| v.get("results").is_some_and(Value::is_array))
 }
 
 /// A passage as the written-out documents show it: `[label] text`.
@@ -277,11 +280,9 @@ fn passages<'a>(messages: &'a [Message], tools: &ToolRegistry) -> (bool, Vec<Pas
     let mut searched = false;
     for (i, m) in messages.iter().enumerate() {
         let Message::Tool { tool_call_id, name, content } = m else { continue };
-        let parsed: Option<Value> = serde_json::from_str(content).ok();
-        let found = if parsed.as_ref().is_some_and(|v| v.get("results").is_some_and(Value::is_array)) {
-            Some(parsed.iter().flat_map(grounding::passages_in).collect::<Vec<_>>())
-        } else {
-            cited_result(messages, tools, tool_call_id, name, content).map(|p| vec![p])
+        let found = match search_output(content) {
+            Some(v) => Some(grounding::passages_in(&v)),
+            None => cited_result(messages, tools, tool_call_id, name, content).map(|p| vec![p]),
         };
         match (found, i >= turn_start) {
             (Some(found), true) => {
@@ -402,53 +403,48 @@ pub(crate) fn checker_over(
 /// with the question before it, so the passage that answered that question ranks first again —
 /// and a small model reads the first passage, repeating the earlier answer. A passage whose
 /// heading (its label) holds more of the words comes first, then one whose text does; a word
-/// every passage holds counts for none ([`follow_up_terms`] says what a word is).
+/// every passage holds counts for none. Words are the terms citations are attributed by
+/// ([`attribution`](toolgraph_rag::search::attribution): stems, stopwords left out, accents
+/// folded; syllable pairs in Vietnamese).
 fn read_follow_up_first(messages: &[Message], found: &mut [Passage]) {
+    use toolgraph_rag::search::attribution::{Attribution, TermSet};
     let Some((before, last)) = short_follow_up(messages) else { return };
-    let asked_before = follow_up_terms(before);
-    let new: Vec<String> = follow_up_terms(last).into_iter().filter(|w| !asked_before.contains(w)).collect();
-    if new.is_empty() || found.len() < 2 {
+    if found.len() < 2 {
         return;
     }
-    let held: Vec<(Vec<String>, Vec<String>)> =
-        found.iter().map(|p| (follow_up_terms(&p.label), follow_up_terms(&p.text))).collect();
-    // A word every passage holds ("what", "about") tells none of them apart.
-    let telling: Vec<&String> =
-        new.iter().filter(|w| !held.iter().all(|(label, text)| label.contains(w) || text.contains(w))).collect();
+    let cut = Attribution::default();
+    let rules = cut.rules();
+    let asked_before = TermSet::of(before, rules);
+    let held: Vec<(TermSet, TermSet)> =
+        found.iter().map(|p| (TermSet::of(&p.label, rules), TermSet::of(&p.text, rules))).collect();
+    let mut new = cut.terms(last);
+    let kind = new.kind();
+    // A word the question before had names nothing new; one every passage holds tells none of
+    // them apart.
+    new.retain(|t| {
+        !asked_before.holds(kind, t) && !held.iter().all(|(label, text)| label.holds(kind, t) || text.holds(kind, t))
+    });
+    if new.is_empty() {
+        return;
+    }
     // A word in a passage's heading names it before any in a text ("what about the resits?":
-    // the section on resits, not a text that says "what" and "about").
-    let named = |(label, text): &(Vec<String>, Vec<String>)| -> (usize, usize) {
-        let count = |terms: &Vec<String>| telling.iter().filter(|w| terms.contains(w)).count();
-        (count(label), count(text))
-    };
-    let scores: Vec<(usize, usize)> = held.iter().map(named).collect();
+    // the section on resits, not a text that says "about").
+    let scores: Vec<(usize, usize)> =
+        held.iter().map(|(label, text)| (label.shared(&new), text.shared(&new))).collect();
     if scores.iter().skip(1).any(|s| *s > scores[0]) {
         // Stable: passages naming the words as much keep the search's order.
-        let mut order: Vec<usize> = (0..found.len()).collect();
-        order.sort_by_key(|i| std::cmp::Reverse(scores[*i]));
-        let reordered: Vec<Passage> = order.iter().map(|i| found[*i].clone()).collect();
-        found.clone_from_slice(&reordered);
+        let mut ranked: Vec<((usize, usize), Passage)> = scores.into_iter().zip(found.iter().cloned()).collect();
+        ranked.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
+        for (slot, (_, p)) in found.iter_mut().zip(ranked) {
+            *slot = p;
+        }
     }
-}
-
-/// The terms [`read_follow_up_first`] matches: words of four letters or more, lower-cased,
-/// accents folded, cut to five letters (so "tutorías" and "tutoría" are both "tutor", "resits"
-/// is "resit").
-fn follow_up_terms(text: &str) -> Vec<String> {
-    let mut terms: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 4)
-        .map(|w| w.to_lowercase().chars().map(toolgraph_rag::search::attribution::fold_accent).take(5).collect())
-        .collect();
-    terms.sort_unstable();
-    terms.dedup();
-    terms
 }
 
 /// The person's last message and the one before it, when the last is a short follow-up of it
 /// (five words at most, after a message that is neither small talk nor a computation to make —
 /// "Calcula mi nota: 0.6 * 8 + 0.4 * 6.5" names no subject a follow-up could be about).
-fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
+pub(crate) fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
     const SHORT_WORDS: usize = 5;
     let mut users = messages.iter().rev().filter_map(|m| match m {
         Message::User { content } => Some(content.as_str()),
@@ -476,6 +472,16 @@ pub fn question_in_context(messages: &[Message]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call of tool `name` as `id`, with no arguments.
+    fn call(id: &str, name: &str) -> toolgraph_llm::ToolCall {
+        toolgraph_llm::ToolCall { id: id.into(), name: name.into(), arguments: "{}".into() }
+    }
+
+    /// The model's step that only calls tool `name` as `id`.
+    fn calling(id: &str, name: &str) -> Message {
+        Message::Assistant { content: String::new(), tool_calls: vec![call(id, name)] }
+    }
 
     #[test]
     fn a_short_follow_up_is_searched_with_the_question_before_it() {
@@ -518,14 +524,7 @@ mod tests {
                 Message::user(first),
                 Message::assistant("El examen final se celebra el 20 de enero."),
                 Message::user(follow_up),
-                Message::Assistant {
-                    content: String::new(),
-                    tool_calls: vec![toolgraph_llm::ToolCall {
-                        id: "s1".into(),
-                        name: "rag_search".into(),
-                        arguments: "{}".into(),
-                    }],
-                },
+                calling("s1", "rag_search"),
                 Message::tool("s1", "rag_search", search),
             ]
         };
@@ -581,13 +580,11 @@ mod tests {
 
     #[test]
     fn earlier_searches_are_left_out_and_everything_else_stays() {
-        let call =
-            |id: &str, name: &str| toolgraph_llm::ToolCall { id: id.into(), name: name.into(), arguments: "{}".into() };
         let search = r#"{"ok":true,"results":[{"content":"El examen final es el 20 de enero.","metadata":{"citation":"Guía"}}]}"#;
         let mut messages = vec![
             Message::system("Eres el tutor."),
             Message::user("¿Cuándo es el examen?"),
-            Message::Assistant { content: String::new(), tool_calls: vec![call("s1", "rag_search")] },
+            calling("s1", "rag_search"),
             Message::tool("s1", "rag_search", search),
             Message::assistant("El 20 de enero [Guía]."),
             Message::user("Calcula 0.6 * 8 y busca la bibliografía"),
@@ -606,12 +603,12 @@ mod tests {
             Message::tool("s4", "rag_search", search),
             Message::assistant("El 3 de febrero."),
             Message::user("¿Y las tutorías?"),
-            Message::Assistant { content: String::new(), tool_calls: vec![call("s5", "rag_search")] },
+            calling("s5", "rag_search"),
             Message::tool("s5", "rag_search", search),
             Message::user("¿Dónde?"),
             Message::assistant("En el despacho 15."),
             Message::user("¿y la extraordinaria?"),
-            Message::Assistant { content: String::new(), tool_calls: vec![call("s3", "rag_search")] },
+            calling("s3", "rag_search"),
             Message::tool("s3", "rag_search", search),
         ];
         without_earlier_searches(&mut messages);
@@ -663,14 +660,7 @@ mod tests {
             Message::user("Hola"),
             Message::assistant("¡Hola!"),
             Message::user("¿Cuándo es el examen?"),
-            Message::Assistant {
-                content: String::new(),
-                tool_calls: vec![toolgraph_llm::ToolCall {
-                    id: "s1".into(),
-                    name: "rag_search".into(),
-                    arguments: "{}".into(),
-                }],
-            },
+            calling("s1", "rag_search"),
             Message::tool("s1", "rag_search", search),
         ];
         write_out_results(&mut messages, &ToolRegistry::new());
@@ -684,15 +674,11 @@ mod tests {
 
         // The turn's other calls are written out too, under their tool's name: no call is left
         // for a model offered no tools to copy.
-        let call = |id: &str, name: &str| Message::Assistant {
-            content: String::new(),
-            tool_calls: vec![toolgraph_llm::ToolCall { id: id.into(), name: name.into(), arguments: "{}".into() }],
-        };
         let mut messages = vec![
             Message::user("¿Cuándo es el examen?"),
-            call("g1", "get_guia"),
+            calling("g1", "get_guia"),
             Message::tool("g1", "get_guia", r#"{"convocatoria_ordinaria":"20 de enero"}"#),
-            call("s1", "rag_search"),
+            calling("s1", "rag_search"),
             Message::tool("s1", "rag_search", search),
         ];
         write_out_results(&mut messages, &ToolRegistry::new());
@@ -706,7 +692,7 @@ mod tests {
         );
         // With no search in the turn, nothing is written out.
         let mut unsearched =
-            vec![Message::user("3+3?"), call("c1", "calculator"), Message::tool("c1", "calculator", "6")];
+            vec![Message::user("3+3?"), calling("c1", "calculator"), Message::tool("c1", "calculator", "6")];
         write_out_results(&mut unsearched, &ToolRegistry::new());
         assert_eq!(unsearched.len(), 3);
     }
@@ -781,20 +767,12 @@ mod tests {
     #[tokio::test]
     async fn the_question_is_judged_after_the_first_passage_and_without_it_in_the_answers_own_prompt() {
         let search = r#"{"ok":true,"results":[{"content":"El examen final es el 20 de enero.","metadata":{"citation":"Guía › Evaluación"}},{"content":"Las prácticas valen un 30 %.","metadata":{"citation":"Guía › Prácticas"}}]}"#;
-        let call = Message::Assistant {
-            content: String::new(),
-            tool_calls: vec![toolgraph_llm::ToolCall {
-                id: "s1".into(),
-                name: "rag_search".into(),
-                arguments: "{}".into(),
-            }],
-        };
         let mut messages = vec![
             Message::system("Eres el tutor."),
             Message::user("Hola"),
             Message::assistant("¡Hola!"),
             Message::user("¿Cuándo es el examen final?"),
-            call,
+            calling("s1", "rag_search"),
             Message::tool("s1", "rag_search", search),
         ];
         let written = write_out_results(&mut messages, &ToolRegistry::new()).expect("the turn searched");

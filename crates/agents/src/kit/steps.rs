@@ -224,7 +224,7 @@ async fn answer_step(
             && !std::mem::replace(&mut judged, true)
             && checker.required
             && spec.min_question_gain > 0.0
-            && super::grounded::question_in_context(&s.messages).as_deref() == Some(written.question.as_str())
+            && super::grounded::short_follow_up(&s.messages).is_none()
         {
             question_gain = super::grounded::question_gain(deps.model().as_ref(), &request, written).await;
             tracing::debug!(agent = %spec.name, gain = ?question_gain, question = %written.question, "the question's gain from the first passage");

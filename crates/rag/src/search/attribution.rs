@@ -111,6 +111,11 @@ impl SentenceTerms {
     pub fn extend(&mut self, other: SentenceTerms) {
         self.terms.extend(other.terms);
     }
+
+    /// Keeps only the terms `keep` takes.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.terms.retain(|t| keep(t));
+    }
 }
 
 /// How much of a sentence one passage holds.
@@ -150,6 +155,11 @@ impl TermSet {
             TermKind::Stems => &self.stems,
             TermKind::SyllablePairs => &self.pairs,
         }
+    }
+
+    /// Whether this text holds `term`, a term of `kind`.
+    pub fn holds(&self, kind: TermKind, term: &str) -> bool {
+        self.get(kind).contains(term)
     }
 
     /// How many of the sentence's terms this text holds.
