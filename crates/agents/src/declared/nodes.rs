@@ -242,8 +242,8 @@ impl ModelNode {
         }
         match (&self.message, self.history) {
             (None, History::Window) => {
-                messages.extend_from_slice(crate::kit::history_window(&s.messages, spec.history_budget));
                 // As a grounded node reads the turns before (docs/retrieval.md, "Grounded answers").
+                messages.extend_from_slice(crate::kit::grounded_history_window(&s.messages, spec.history_budget));
                 crate::kit::without_earlier_searches(&mut messages);
             }
             (None, History::LastMessage) => {

@@ -128,30 +128,19 @@ pub(crate) fn write_out_results(messages: &mut Vec<Message>, tools: &ToolRegistr
 /// and a call message's words, stay.
 pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
     let Some(turn) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else { return };
-    // A result answers a call of the last message of calls before it: call ids repeat across
-    // turns and model steps (a local model numbers each step's calls from 1), so a search's id
-    // names no other call than that one.
-    let mut dropped = vec![false; turn];
-    let mut calls_at = None;
-    for i in 0..turn {
-        match &messages[i] {
-            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => calls_at = Some(i),
-            Message::Tool { tool_call_id, content, .. } if search_output(content).is_some() => {
-                let id = tool_call_id.clone();
-                if let Some(at) = calls_at
-                    && let Message::Assistant { content, tool_calls } = &mut messages[at]
-                    && let Some(call) = tool_calls.iter().position(|c| c.id == id)
-                {
-                    tool_calls.remove(call);
-                    dropped[i] = true;
-                    dropped[at] = tool_calls.is_empty() && content.trim().is_empty();
-                }
-            }
-            _ => {}
-        }
-    }
+    let (dropped, removed) = earlier_searches(messages);
     if !dropped.contains(&true) {
         return;
+    }
+    for (at, gone) in removed {
+        if let Some(Message::Assistant { tool_calls, .. }) = messages.get_mut(at) {
+            let mut k = 0;
+            tool_calls.retain(|_| {
+                let keep = !gone.get(k).copied().unwrap_or(false);
+                k += 1;
+                keep
+            });
+        }
     }
     let mut i = 0;
     messages.retain(|_| {
@@ -181,6 +170,50 @@ pub(crate) fn without_earlier_searches(messages: &mut Vec<Message>) {
         }
     }
     *messages = merged;
+}
+
+/// What [`without_earlier_searches`] leaves out of the messages before the current turn:
+/// whether each of them goes, and, for each message of calls, which of its calls (by position).
+/// A result answers a call of the last message of calls before it: call ids repeat across turns
+/// and model steps (a local model numbers each step's calls from 1), so a search's id names no
+/// other call than that one.
+fn earlier_searches(messages: &[Message]) -> (Vec<bool>, std::collections::BTreeMap<usize, Vec<bool>>) {
+    let mut removed = std::collections::BTreeMap::<usize, Vec<bool>>::new();
+    let Some(turn) = messages.iter().rposition(|m| matches!(m, Message::User { .. })) else {
+        return (Vec::new(), removed);
+    };
+    let mut dropped = vec![false; turn];
+    let mut calls_at = None;
+    for (i, m) in messages[..turn].iter().enumerate() {
+        match m {
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => calls_at = Some(i),
+            Message::Tool { tool_call_id, content, .. } if search_output(content).is_some() => {
+                if let Some(at) = calls_at
+                    && let Message::Assistant { content, tool_calls } = &messages[at]
+                {
+                    let gone = removed.entry(at).or_insert_with(|| vec![false; tool_calls.len()]);
+                    if let Some(call) =
+                        tool_calls.iter().enumerate().position(|(k, c)| !gone[k] && c.id == *tool_call_id)
+                    {
+                        gone[call] = true;
+                        dropped[i] = true;
+                        dropped[at] = gone.iter().all(|g| *g) && content.trim().is_empty();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (dropped, removed)
+}
+
+/// The most recent messages a grounded call reads within `budget`, as
+/// [`history_window`](super::history_window) cuts them, where what [`without_earlier_searches`]
+/// leaves out of the request (the earlier turns' search results, and a message that only called
+/// for them) costs nothing: it takes no room an earlier turn's words could have.
+pub(crate) fn grounded_history_window(messages: &[Message], budget: usize) -> &[Message] {
+    let (left_out, _) = earlier_searches(messages);
+    super::spec::history_window_costing(messages, budget, |i, _| left_out.get(i).copied().unwrap_or(false))
 }
 
 /// A tool's result, when it is in the normalized search shape (`{results: [...]}`,
@@ -642,6 +675,42 @@ mod tests {
                 "result s3",
             ]
         );
+    }
+
+    #[test]
+    fn earlier_searches_take_no_room_in_a_grounded_window() {
+        // Each search result ≈ 1,000 tokens at 4 characters a token; each turn's words a few.
+        let passage = "El examen final es el 20 de enero y vale el 40 % de la nota. ".repeat(66);
+        let search =
+            serde_json::json!({"results": [{"content": passage, "metadata": {"citation": "Guía"}}]}).to_string();
+        let mut messages = Vec::new();
+        for (i, question) in ["¿Cuándo es el examen?", "¿Y la revisión?", "¿Y las tutorías?"].into_iter().enumerate()
+        {
+            let id = format!("s{i}");
+            messages.push(Message::user(question));
+            messages.push(calling(&id, "rag_search"));
+            messages.push(Message::tool(&id, "rag_search", &search));
+            messages.push(Message::assistant("El 20 de enero [Guía]."));
+        }
+        // The current turn's search is read (written out): it counts.
+        messages.push(Message::user("¿y la extraordinaria?"));
+        messages.push(calling("s9", "rag_search"));
+        messages.push(Message::tool("s9", "rag_search", &search));
+        let budget = 1_500;
+        let plain = super::super::history_window(&messages, budget);
+        let grounded = grounded_history_window(&messages, budget);
+        assert_eq!(plain.len(), 3, "the plain window holds the current turn alone");
+        assert_eq!(grounded.len(), messages.len(), "every earlier turn fits once its search costs nothing");
+        // The current turn's result still counts: a budget it alone exceeds keeps that turn only.
+        assert_eq!(grounded_history_window(&messages, 500).len(), 3);
+        // A result that is no search (a calculation) still counts.
+        let mut calculated = messages.clone();
+        calculated[2] = Message::tool("s0", "calculator", &passage);
+        assert_eq!(grounded_history_window(&calculated, budget).len(), messages.len() - 4);
+        // A search result whose call is not before it stays in the request: it counts too.
+        let mut orphan = messages.clone();
+        orphan[1] = Message::assistant("");
+        assert_eq!(grounded_history_window(&orphan, budget).len(), messages.len() - 4);
     }
 
     #[test]

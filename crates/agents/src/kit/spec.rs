@@ -137,6 +137,16 @@ impl AgentDeps {
 /// user turn begins so a tool call is never separated from its result. The latest user
 /// turn is always included.
 pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
+    history_window_costing(messages, budget, |_, _| false)
+}
+
+/// [`history_window`], where the messages `free` names (by position) cost nothing: the request
+/// leaves them out.
+pub(crate) fn history_window_costing(
+    messages: &[Message],
+    budget: usize,
+    free: impl Fn(usize, &Message) -> bool,
+) -> &[Message] {
     if budget == 0 {
         return messages;
     }
@@ -144,6 +154,9 @@ pub fn history_window(messages: &[Message], budget: usize) -> &[Message] {
     let mut start = messages.len();
     let mut cut = None;
     for (i, m) in messages.iter().enumerate().rev() {
+        if free(i, m) {
+            continue;
+        }
         used += m.content().len() / 4 + 4;
         if let Message::Assistant { tool_calls, .. } = m {
             used += tool_calls.iter().map(|c| c.arguments.len() / 4 + 8).sum::<usize>();

@@ -64,11 +64,13 @@ impl Summarised {
 /// when whole turns fell out of the window since it was made; `None` when the agent drops older
 /// turns, or nothing fell out yet. A failed call keeps the last summary's text and drops the
 /// turns it missed (as `older_turns = "drop"` would), so a call that cannot succeed — a
-/// transcript the model refuses — is not made again on every step.
+/// transcript the model refuses — is not made again on every step. The window is a grounded
+/// call's when `grounded` (earlier searches take no room in it).
 pub(crate) async fn bring_up_to_date(
     s: &AgentState,
     ctx: &RunContext<AgentDeps>,
     deps: &AgentDeps,
+    grounded: bool,
 ) -> Option<Summarised> {
     let spec = deps.spec();
     if !spec.summarise_history {
@@ -80,7 +82,13 @@ pub(crate) async fn bring_up_to_date(
             // hand): its summary does not describe it.
             k.upto <= s.messages.len()
         });
-    let start = s.messages.len() - history_window(&s.messages, spec.history_budget).len();
+    // Where the model call's window starts: a grounded call's leaves earlier searches uncounted.
+    let window = if grounded {
+        super::grounded::grounded_history_window(&s.messages, spec.history_budget)
+    } else {
+        history_window(&s.messages, spec.history_budget)
+    };
+    let start = s.messages.len() - window.len();
     let upto = kept.as_ref().map_or(0, |k| k.upto);
     if start <= upto {
         return kept.map(|summary| Summarised { summary, is_new: false });
