@@ -360,6 +360,15 @@ async fn answer_step(
     }))
 }
 
+/// Where a model call's messages start in the log: at its window's start, but not before the end
+/// of what the summary covers — a grounded window may start earlier than it did when the summary
+/// was made (the search of that turn costs nothing once the turn is over), and the summary's turns
+/// are not read twice — nor past the person's last message, whatever a state rewritten by hand says.
+fn request_start(messages: &[Message], window_start: usize, summarised_upto: usize) -> usize {
+    let last_user = messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(0);
+    window_start.max(summarised_upto.min(last_user))
+}
+
 /// The request of a [`model_step`]: the system prompt (with what the agent's prompt context
 /// `added`), what the agent recalled of the person and the summary of the older turns (each a
 /// system message: the system prompt's computed prefix stays as it is), the history window and,
@@ -394,11 +403,7 @@ fn request_for(
     } else {
         history_window(&s.messages, spec.history_budget)
     };
-    // A grounded window may start before the summary's end (the search of the turn it was made
-    // in costs nothing once that turn is over): what the summary covers is not read twice.
-    // Never past the person's last message, whatever a state rewritten by hand says.
-    let last_user = s.messages.iter().rposition(|m| matches!(m, Message::User { .. })).unwrap_or(0);
-    let start = (s.messages.len() - window.len()).max(about.summarised_upto.min(last_user));
+    let start = request_start(&s.messages, s.messages.len() - window.len(), about.summarised_upto);
     messages.extend_from_slice(&s.messages[start..]);
     if rules.grounded {
         super::without_earlier_searches(&mut messages);
@@ -634,4 +639,27 @@ pub(crate) async fn give_up_node(
     );
     ctx.emit(RunEvent::TextDelta { text: text.clone() }).await;
     Ok(NodeOutput::Update(AgentUpdate { messages: vec![Message::assistant(text)], ..Default::default() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_reads_no_turn_its_summary_covers_and_always_the_last_message() {
+        let log = [
+            Message::user("a"),
+            Message::assistant("b"),
+            Message::user("c"),
+            Message::assistant("d"),
+            Message::user("e"),
+        ];
+        // A window starting before the summary's end starts at it.
+        assert_eq!(request_start(&log, 0, 2), 2);
+        // A window starting after it keeps its start; no summary changes nothing.
+        assert_eq!(request_start(&log, 3, 2), 3);
+        assert_eq!(request_start(&log, 1, 0), 1);
+        // A summary said to cover more than the log holds never hides the person's last message.
+        assert_eq!(request_start(&log, 0, 9), 4);
+    }
 }
