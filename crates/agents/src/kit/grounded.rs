@@ -187,7 +187,7 @@ fn earlier_searches(messages: &[Message]) -> (Vec<bool>, std::collections::BTree
     for (i, m) in messages[..turn].iter().enumerate() {
         match m {
             Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => calls_at = Some(i),
-            Message::Tool { tool_call_id, content, .. } if search_output(content).is_some() => {
+            Message::Tool { tool_call_id, content, .. } if is_search_output(content) => {
                 if let Some(at) = calls_at
                     && let Message::Assistant { content, tool_calls } = &messages[at]
                 {
@@ -216,10 +216,32 @@ pub(crate) fn grounded_history_window(messages: &[Message], budget: usize) -> &[
     super::spec::history_window_costing(messages, budget, |i, _| left_out.get(i).copied().unwrap_or(false))
 }
 
-/// A tool's result, when it is in the normalized search shape (`{results: [...]}`,
-/// docs/retrieval.md): the documents a turn found.
+/// A grounded model call's window of `messages` within `budget`: [`grounded_history_window`]
+/// when `grounded`, else [`history_window`](super::history_window). The request and the summary
+/// of older turns cut the same one.
+pub(crate) fn model_window(messages: &[Message], budget: usize, grounded: bool) -> &[Message] {
+    if grounded { grounded_history_window(messages, budget) } else { super::history_window(messages, budget) }
+}
+
+/// Whether a tool's result is in the normalized search shape (`{results: [...]}`,
+/// docs/retrieval.md), without building it: earlier turns' results are told apart on every model
+/// call, and their passages are not read.
+fn is_search_output(content: &str) -> bool {
+    /// The shape's one required part, each result skipped unread.
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        #[allow(dead_code)] // read only to require an array there
+        results: Vec<serde::de::IgnoredAny>,
+    }
+    serde_json::from_str::<Shape>(content).is_ok()
+}
+
+/// A tool's result, when [`is_search_output`]: the documents a turn found.
 fn search_output(content: &str) -> Option<Value> {
-    serde_json::from_str::<Value>(content).ok().filter(|v| v.get("results").is_some_and(Value::is_array))
+    if !is_search_output(content) {
+        return None;
+    }
+    serde_json::from_str(content).ok()
 }
 
 /// A passage as the written-out documents show it: `[label] text`.
@@ -475,8 +497,10 @@ fn read_follow_up_first(messages: &[Message], found: &mut [Passage]) {
 }
 
 /// The person's last message and the one before it, when the last is a short follow-up of it
-/// (five words at most, after a message that is neither small talk nor a computation to make —
-/// "Calcula mi nota: 0.6 * 8 + 0.4 * 6.5" names no subject a follow-up could be about).
+/// (five words at most, not plainly in another language — "Who teaches the course?" after
+/// "¿y la extraordinaria?" is a question of its own —, after a message that is neither small
+/// talk nor a computation to make — "Calcula mi nota: 0.6 * 8 + 0.4 * 6.5" names no subject a
+/// follow-up could be about).
 pub(crate) fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
     const SHORT_WORDS: usize = 5;
     let mut users = messages.iter().rev().filter_map(|m| match m {
@@ -487,7 +511,8 @@ pub(crate) fn short_follow_up(messages: &[Message]) -> Option<(&str, &str)> {
     let before = users.next()?;
     let about_something =
         !grounding::is_small_talk(before) && toolgraph_tools::builtin::expression_in(before).is_none();
-    (last.split_whitespace().count() <= SHORT_WORDS && about_something).then_some((before, last))
+    let short = last.split_whitespace().count() <= SHORT_WORDS;
+    (short && about_something && !grounding::plainly_other_language(last, before)).then_some((before, last))
 }
 
 /// The search query for the person's last message: the message, after the one before it
@@ -544,6 +569,20 @@ mod tests {
             Message::user("¿y la extraordinaria cuándo es?"),
         ];
         assert_eq!(question_in_context(&computed).as_deref(), Some("¿y la extraordinaria cuándo es?"));
+        // A short question plainly in another language is one of its own; a bare word is not
+        // plainly in any, and an English follow-up of an English question is one.
+        let asked = |before: &str, last: &str| question_in_context(&[Message::user(before), Message::user(last)]);
+        assert_eq!(
+            asked("¿y la extraordinaria?", "Who teaches the course?").as_deref(),
+            Some("Who teaches the course?")
+        );
+        assert_eq!(asked("¿Cuándo es el examen?", "Tutorías").as_deref(), Some("¿Cuándo es el examen? Tutorías"));
+        assert_eq!(asked("¿Cuándo es el examen?", "resits?").as_deref(), Some("¿Cuándo es el examen? resits?"));
+        assert_eq!(
+            asked("When is the final exam?", "And the resits?").as_deref(),
+            Some("When is the final exam? And the resits?")
+        );
+        assert_eq!(asked("When is the final exam?", "¿y en julio?").as_deref(), Some("¿y en julio?"));
     }
 
     #[test]
@@ -675,6 +714,22 @@ mod tests {
                 "result s3",
             ]
         );
+    }
+
+    #[test]
+    fn the_search_shape_is_told_alike_with_and_without_reading_it() {
+        for (content, search) in [
+            (r#"{"ok":true,"results":[{"content":"x","metadata":{"citation":"G"}}]}"#, true),
+            (r#"{"results":[]}"#, true),
+            (r#"{"results":"none"}"#, false),
+            (r#"{"result":[1]}"#, false),
+            (r#"[{"results":[]}]"#, false),
+            ("4.8", false),
+            ("error: the search failed", false),
+        ] {
+            assert_eq!(is_search_output(content), search, "{content}");
+            assert_eq!(search_output(content).is_some(), search, "{content}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! The window starts where a person's turn starts, so what is summarised is whole turns: a tool
 //! call is never summarised apart from its result.
 
-use super::spec::{AgentDeps, history_window};
+use super::spec::AgentDeps;
 use super::state::{AgentState, ChannelWrite, Reducer};
 use super::steps::call_report;
 use serde::{Deserialize, Serialize};
@@ -82,13 +82,8 @@ pub(crate) async fn bring_up_to_date(
             // hand): its summary does not describe it.
             k.upto <= s.messages.len()
         });
-    // Where the model call's window starts: a grounded call's leaves earlier searches uncounted.
-    let window = if grounded {
-        super::grounded::grounded_history_window(&s.messages, spec.history_budget)
-    } else {
-        history_window(&s.messages, spec.history_budget)
-    };
-    let start = s.messages.len() - window.len();
+    // Where the model call's window starts.
+    let start = s.messages.len() - super::grounded::model_window(&s.messages, spec.history_budget, grounded).len();
     let upto = kept.as_ref().map_or(0, |k| k.upto);
     if start <= upto {
         return kept.map(|summary| Summarised { summary, is_new: false });

@@ -709,6 +709,22 @@ pub fn language_of(text: &str) -> &'static str {
     if count(&SPANISH) > count(&ENGLISH) { "es" } else { "en" }
 }
 
+/// Whether `text` is plainly written in another language than `other`: [`language_of`] tells
+/// them apart, and `text`'s own is told by its letters (Vietnamese's, Hangul, Spanish marks) or by
+/// function words (more of one language's than of the other's) — a bare word ("julio",
+/// "resits?") is no evidence, as [`language_of`] calls it English for want of any.
+pub fn plainly_other_language(text: &str, other: &str) -> bool {
+    if language_of(text) == language_of(other) {
+        return false;
+    }
+    if crate::Analyzer::detect(text) != crate::Analyzer::English {
+        return true;
+    }
+    let ws = words_any_length(text);
+    let count = |list: &[&str]| list.iter().filter(|w| ws.contains(**w)).count();
+    count(&SPANISH) != count(&ENGLISH)
+}
+
 /// Spanish words that tell a sentence's language.
 const SPANISH: [&str; 32] = [
     "el", "la", "los", "las", "es", "son", "de", "del", "y", "en", "una", "un", "para", "por", "con", "que", "cuando",
@@ -923,6 +939,18 @@ mod tests {
         let (rest, whole, report) = g.finish(abstention("es"), required);
         streamed.push_str(&rest);
         (streamed, whole, report)
+    }
+
+    #[test]
+    fn a_language_is_plainly_another_only_on_evidence() {
+        assert!(plainly_other_language("Who teaches the course?", "¿y la extraordinaria?"));
+        assert!(plainly_other_language("시험은 언제예요?", "¿Cuándo es el examen?"));
+        assert!(plainly_other_language("Còn thi lại thì sao?", "When is the exam?"));
+        assert!(plainly_other_language("y la de julio", "When is the exam?"));
+        // The same language, or a word that tells none.
+        assert!(!plainly_other_language("¿y la extraordinaria?", "¿Cuándo es el examen?"));
+        assert!(!plainly_other_language("resits?", "¿Cuándo es el examen?"));
+        assert!(!plainly_other_language("Docker", "시험은 언제예요?"));
     }
 
     #[test]
