@@ -502,10 +502,13 @@ impl Node<AgentState, AgentDeps> for CiteNode {
     async fn run(&self, s: Arc<AgentState>, ctx: RunContext<AgentDeps>) -> Result<NodeOutput<AgentState>, NodeError> {
         let text = self.info.render(&self.text, &s);
         let given = self.passages.as_ref().map(|ch| passages_of(self.info.lookup(&s, ch)));
-        let checker = crate::kit::checker_over(&s.messages, &self.info.system_prompt, &ctx.deps().spec().tools, given);
-        let mut reply = checker.reply;
-        reply.push(&text);
-        let (_, checked, report) = reply.finish(checker.abstention, checker.required);
+        let mut checker =
+            crate::kit::checker_over(&s.messages, &self.info.system_prompt, &ctx.deps().spec().tools, given);
+        checker.reply.push(&text);
+        if checker.required {
+            crate::kit::judge_in_documents_language(&ctx, ctx.deps().model().as_ref(), &mut checker).await;
+        }
+        let (_, checked, report) = checker.reply.finish(checker.abstention, checker.required);
         if report.abstained || !report.dropped.is_empty() {
             tracing::info!(
                 node = %ctx.node(),

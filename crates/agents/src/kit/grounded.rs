@@ -4,8 +4,9 @@
 //! "Grounded answers"). The check itself is the retrieval crate's
 //! [`grounding`](toolgraph_rag::search::grounding).
 
-use super::this_turn;
+use super::{AgentDeps, this_turn};
 use serde_json::Value;
+use toolgraph_graph::RunContext;
 use toolgraph_llm::{ChatModel, ChatRequest, Message};
 use toolgraph_rag::search::grounding::{self, GroundedReply, GroundingReport, Passage, Sources};
 use toolgraph_tools::ToolRegistry;
@@ -325,6 +326,92 @@ pub(crate) async fn question_gain(model: &dyn ChatModel, request: &ChatRequest, 
     }
 }
 
+/// Longest reply put in its documents' language ([`judge_in_documents_language`]): a longer
+/// one states more than a yes or a no, and is judged as it is.
+const MAX_TRANSLATED_BYTES: usize = 600;
+
+/// How long the model may take to put a reply in its documents' language.
+const TRANSLATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The request that puts `reply` in the language of `first` (the first passage it is checked
+/// against), when it is plainly in another (see [`judge_in_documents_language`]).
+fn translation_request(first: &str, reply: &str) -> Option<ChatRequest> {
+    let reply = reply.trim();
+    if reply.len() > MAX_TRANSLATED_BYTES || !grounding::plainly_other_language(reply, first) {
+        return None;
+    }
+    let language = grounding::language_name(grounding::language_of(first));
+    let mut request = ChatRequest::new(vec![
+        Message::system("You translate text faithfully: the same statements, nothing added or left out."),
+        Message::user(format!("Translate into {language}. Write only the translation.\n\n{reply}")),
+    ]);
+    // A translation is about as long as what it translates.
+    request.max_tokens = Some(u32::try_from(reply.len() / 2 + 16).unwrap_or(u32::MAX));
+    Some(request)
+}
+
+/// A reply that stands on nothing, plainly in another language than its documents, judged in
+/// theirs: a reply across languages shares none of its passages' words, so one without facts
+/// ("Yes, you can book office hours online.") stands on nothing by its own words. The model puts
+/// it in their language ("Sí, puedes pedir tutorías en línea."), and that is held to the check
+/// every reply in their language is ([`GroundedReply::source_of`]), no more and no less: when
+/// it is cited, the reply is vouched for by that passage; one the model would give anyway ("Sí,
+/// hay aparcamiento en el campus.") shares none of their words and stays the abstention, as
+/// does a reply the model cannot translate in time (docs/retrieval.md, "Check every
+/// sentence"). The translation is not given the documents: with them, a small model borrows
+/// their words for what they do not say. `model` is the node's own (a declared node may name
+/// another than the agent's); its tokens count as the node's model call — all but those of a
+/// translation cut off by the timeout, which reports none.
+pub(crate) async fn judge_in_documents_language(
+    ctx: &RunContext<AgentDeps>,
+    model: &dyn ChatModel,
+    checker: &mut Checker,
+) {
+    let Some(reply) = checker.reply.standing_on_nothing() else { return };
+    let Some(request) = checker.first_passage.as_deref().and_then(|first| translation_request(first, &reply)) else {
+        return;
+    };
+    let translating = tokio::time::timeout(TRANSLATION_TIMEOUT, translate(model, request));
+    let translated = ctx
+        .counted_model_call(translating, |out| match out {
+            Ok(out) => super::steps::call_report(model, &out.as_ref().map(|(_, usage)| *usage)),
+            Err(_) => (false, None),
+        })
+        .await;
+    match translated {
+        Ok(Ok((text, _))) => {
+            let source = checker.reply.source_of(&text);
+            tracing::debug!(node = %ctx.node(), %reply, translated = %text.trim(), ?source, "a reply judged in its documents' language");
+            if let Some(passage) = source {
+                checker.reply.vouch(passage);
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(node = %ctx.node(), error = %e, "cannot put the reply in its documents' language; it stands on nothing");
+        }
+        Err(_) => {
+            tracing::warn!(node = %ctx.node(), "the reply was not put in its documents' language in time; it stands on nothing")
+        }
+    }
+}
+
+/// The model's reply to `request` (a [`translation_request`]) and the tokens it used.
+async fn translate(
+    model: &dyn ChatModel,
+    request: ChatRequest,
+) -> Result<(String, Option<toolgraph_llm::Usage>), toolgraph_llm::LlmError> {
+    let mut stream = model.stream(request).await?;
+    let (mut text, mut usage) = (String::new(), None);
+    while let Some(event) = futures::StreamExt::next(&mut stream).await {
+        match event? {
+            toolgraph_llm::ChatEvent::TextDelta(t) => text.push_str(&t),
+            toolgraph_llm::ChatEvent::Usage(u) => usage = Some(u),
+            _ => {}
+        }
+    }
+    Ok((text, usage))
+}
+
 /// The documents `messages` read: tool results in the normalized search shape, and results of
 /// tools that say how they are cited ([`ToolSpec::cited_as`](toolgraph_tools::ToolSpec::cited_as)).
 /// Whether any came in this turn, the passages (this turn's first), and this turn's other tool
@@ -409,6 +496,9 @@ pub(crate) struct Checker {
     /// other tool (a greeting searched nothing, and a reply after a calculation or a saved note
     /// is about that, not about the documents).
     pub required: bool,
+    /// The first passage the reply is checked against: the language a reply across languages
+    /// is judged in ([`judge_in_documents_language`]).
+    pub first_passage: Option<String>,
 }
 
 /// The [`Checker`] of the model call that follows `messages` under `system`.
@@ -449,6 +539,7 @@ pub(crate) fn checker_over(
         reply: GroundedReply::new(sources),
         abstention: grounding::abstention(grounding::language_of(last_user)),
         required: only_searched,
+        first_passage: found.first().map(|p| p.text.clone()),
     }
 }
 
@@ -830,7 +921,7 @@ mod tests {
             Message::assistant("El examen es el 20 de enero [Guía › Evaluación]."),
             Message::user("gracias"),
         ];
-        let Checker { mut reply, abstention, required } = checker(&history, "", &ToolRegistry::new());
+        let Checker { mut reply, abstention, required, .. } = checker(&history, "", &ToolRegistry::new());
         assert!(!required, "no search in this turn");
         reply.push("De nada. Recuerda: el 20 de enero. ");
         let (_, whole, report) = reply.finish(abstention, required);

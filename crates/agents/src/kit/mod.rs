@@ -18,7 +18,8 @@ mod tools;
 pub use grounded::grounded_prompt;
 pub use grounded::{GROUNDING_INSTRUCTION, question_in_context};
 pub(crate) use grounded::{
-    checker, checker_over, grounded_history_window, report_json, without_earlier_searches, write_out_results,
+    checker, checker_over, grounded_history_window, judge_in_documents_language, report_json, without_earlier_searches,
+    write_out_results,
 };
 pub use spec::{
     AgentDeps, AgentSpec, AnswerFooter, PromptContext, RecallContext, history_window, spoken_window, warm_up,

@@ -318,9 +318,14 @@ async fn answer_step(
         tracing::debug!(agent = %spec.name, "a reply was stopped: before any tool result, or not in the person's language");
         return Ok(NodeOutput::Update(AgentUpdate::default()));
     }
-    if let Some(checker) = checker {
+    if let Some(mut checker) = checker {
         // A reply that asks for tools is no answer yet: nothing to abstain from.
         let asks_tools = !tool_calls.is_empty();
+        // One in another language than its documents shares no word with them: it is judged
+        // in theirs.
+        if checker.required && !asks_tools {
+            super::grounded::judge_in_documents_language(ctx, deps.model().as_ref(), &mut checker).await;
+        }
         let (rest, mut checked, report) = checker.reply.finish(checker.abstention, checker.required && !asks_tools);
         if asks_tools && report.abstained {
             // Words before a call that stood on nothing: the call is the step, with no words.

@@ -538,6 +538,10 @@ pub struct GroundedReply {
     last_label: Option<usize>,
     /// Whether the model said, in a sentence of its own, that the documents do not hold it.
     said_not_found: bool,
+    /// The passage that vouches for a reply no sentence of which is cited ([`vouch`]).
+    ///
+    /// [`vouch`]: GroundedReply::vouch
+    vouched: Option<usize>,
     report: GroundingReport,
 }
 
@@ -553,8 +557,57 @@ impl GroundedReply {
             in_code: false,
             last_label: None,
             said_not_found: false,
+            vouched: None,
             report: GroundingReport::default(),
         }
+    }
+
+    /// The reply so far while no sentence of it is shown, dropped or a "cannot find it": the
+    /// words [`finish`] would replace by the abstention, its open last sentence judged too.
+    /// A reply in another language than its passages shares none of their terms, so its
+    /// sentences without facts ("Yes, you can book office hours online.") stand on nothing
+    /// here however right they are: its caller may put it in their language, judge that
+    /// ([`source_of`]) and [`vouch`] for it.
+    ///
+    /// [`finish`]: GroundedReply::finish
+    /// [`source_of`]: GroundedReply::source_of
+    /// [`vouch`]: GroundedReply::vouch
+    pub fn standing_on_nothing(&self) -> Option<String> {
+        if self.grounded || self.in_code || self.said_not_found || !self.report.dropped.is_empty() {
+            return None;
+        }
+        // The open sentence as `finish` will judge it: one cited, backed, dropped or a
+        // "cannot find it" decides the reply by itself.
+        let (last, hinted) = strip_markers(&self.partial, &self.sources);
+        if !last.trim().is_empty() && (says_not_found(&last) || self.sources.judge(&last, hinted) != Verdict::Plain) {
+            return None;
+        }
+        Some(format!("{}{last}", self.held)).filter(|t| !t.trim().is_empty())
+    }
+
+    /// The passage `text` — the reply put in the passages' language — is drawn from, judged as
+    /// the reply's own sentences are: the source of its first cited sentence, when none of
+    /// them states a fact no source holds.
+    pub fn source_of(&self, text: &str) -> Option<usize> {
+        let mut cited = None;
+        for sentence in sentences(text) {
+            let (bare, hinted) = strip_markers(sentence, &self.sources);
+            match self.sources.judge(&bare, hinted) {
+                Verdict::Unsupported(_) => return None,
+                Verdict::Cited(i) => cited = cited.or(Some(i)),
+                Verdict::Plain | Verdict::Backed => {}
+            }
+        }
+        cited
+    }
+
+    /// Cites the reply to passage `passage` (by its place in the sources) when [`finish`] finds
+    /// that it still stands on nothing — no sentence shown, dropped or a "cannot find it" —
+    /// instead of replacing it by the abstention. An index past the passages is ignored.
+    ///
+    /// [`finish`]: GroundedReply::finish
+    pub fn vouch(&mut self, passage: usize) {
+        self.vouched = Some(passage).filter(|&i| i < self.sources.passage_count());
     }
 
     /// Adds streamed text; returns what may be shown now (empty while a sentence is open).
@@ -576,7 +629,28 @@ impl GroundedReply {
         let rest = std::mem::take(&mut self.partial);
         // What `take` releases is in `shown` already.
         let mut released = if rest.trim().is_empty() { String::new() } else { self.take(&rest) };
-        if !self.grounded {
+        let vouched = self.vouched.filter(|_| {
+            !self.grounded && !self.said_not_found && self.report.dropped.is_empty() && !self.held.trim().is_empty()
+        });
+        if let Some(passage) = vouched {
+            // Its run of sentences carries the label once, on the first that has words (not a
+            // blank line, nor a code fence the label would become the language of).
+            let held = std::mem::take(&mut self.held);
+            let worded = |s: &&str| !s.trim().is_empty() && !s.trim_start().starts_with("```");
+            let mut labelled = false;
+            released = String::new();
+            for sentence in sentences(&held) {
+                if worded(&sentence) {
+                    self.report.cited += 1;
+                    if !std::mem::replace(&mut labelled, true) {
+                        released.push_str(&with_label(sentence, self.sources.label(passage)));
+                        continue;
+                    }
+                }
+                released.push_str(sentence);
+            }
+            self.shown.push_str(&released);
+        } else if !self.grounded {
             // Nothing was shown yet: only what was held, or the abstention instead.
             let nothing_left = self.held.trim().is_empty() && !self.report.dropped.is_empty();
             released = if required || nothing_left || self.said_not_found {
@@ -722,7 +796,7 @@ pub fn plainly_other_language(text: &str, other: &str) -> bool {
     }
     let ws = words_any_length(text);
     let count = |list: &[&str]| list.iter().filter(|w| ws.contains(**w)).count();
-    count(&SPANISH) != count(&ENGLISH)
+    count(&SPANISH) != count(&ENGLISH) + count(&ENGLISH_MORE)
 }
 
 /// Spanish words that tell a sentence's language.
@@ -735,6 +809,10 @@ const ENGLISH: [&str; 20] = [
     "the", "is", "are", "of", "and", "in", "a", "an", "for", "by", "with", "what", "when", "how", "who", "which",
     "where", "does", "do", "there",
 ];
+/// More English words, only for [`plainly_other_language`]: short replies ("Yes, you can book
+/// office hours online.") hold none of [`ENGLISH`]. Not for [`clearly_not_in`], where "i" and
+/// "it" would take a command (`npm i`, `docker run -it`) for English.
+const ENGLISH_MORE: [&str; 10] = ["yes", "you", "your", "i", "my", "it", "can", "to", "this", "that"];
 
 /// Whether `reply` is plainly written in another language than `asked` (`ko` or `vi`), on
 /// positive evidence only: letters enough to tell (12 or more), none of the asked language's
@@ -910,6 +988,7 @@ mod tests {
         assert!(!clearly_not_in("vi", "Không, theo Điều 8 thì không được."));
         assert!(!clearly_not_in("ko", "Kubernetes Deployment는 the replicas of a Pod를 관리합니다."));
         assert!(!clearly_not_in("ko", "docker run -p 8080:80 nginx"));
+        assert!(!clearly_not_in("ko", "docker run -it ubuntu bash && npm i express"));
         assert!(!clearly_not_in("es", "The course has 6 ECTS credits."), "only Korean and Vietnamese are judged");
     }
 
@@ -939,6 +1018,78 @@ mod tests {
         let (rest, whole, report) = g.finish(abstention("es"), required);
         streamed.push_str(&rest);
         (streamed, whole, report)
+    }
+
+    #[test]
+    fn a_reply_that_stands_on_nothing_is_cited_only_when_vouched_for_and_still_clean() {
+        let english = "Yes, the final exam is in person. You need to bring your student card.";
+        let streamed_in = |g: &mut GroundedReply| {
+            let mut streamed = String::new();
+            for piece in english.split_inclusive(' ') {
+                streamed.push_str(&g.push(piece));
+            }
+            streamed
+        };
+        // Not a word of the Spanish passages: nothing is shown while it streams, and it is the
+        // reply so far, its last sentence still open.
+        let mut g = GroundedReply::new(Sources::new(&guide()));
+        assert_eq!(streamed_in(&mut g), "");
+        assert_eq!(g.standing_on_nothing().as_deref(), Some(english));
+        // Its words in the passages' language are judged as a Spanish reply is.
+        assert_eq!(g.source_of("Sí, el examen final se celebra en persona."), Some(0));
+        assert_eq!(g.source_of("Sí, hay aparcamiento en el campus."), None, "no passage's words");
+        assert_eq!(g.source_of("Sí, el examen final es el 15 de octubre."), None, "a fact no passage holds");
+        g.vouch(0);
+        let (rest, whole, report) = g.finish(abstention("en"), true);
+        assert_eq!(
+            whole,
+            "Yes, the final exam is in person [Guía IV › Evaluación › Convocatoria ordinaria]. You need to bring your student card."
+        );
+        assert_eq!(rest, whole, "the whole reply is released at its end");
+        assert_eq!((report.cited, report.abstained), (2, false), "{report:?}");
+        // A reply that opens on a blank line carries the label on its first sentence.
+        let mut g = GroundedReply::new(Sources::new(&guide()));
+        g.push("\n\nYes, the final exam is in person.");
+        g.vouch(0);
+        let (_, whole, report) = g.finish(abstention("en"), true);
+        assert_eq!(whole, "\n\nYes, the final exam is in person [Guía IV › Evaluación › Convocatoria ordinaria].");
+        assert_eq!(report.cited, 1);
+        // Without a vouch, or vouched by a passage there is not, it is the abstention.
+        for vouched in [None, Some(7)] {
+            let mut g = GroundedReply::new(Sources::new(&guide()));
+            streamed_in(&mut g);
+            if let Some(i) = vouched {
+                g.vouch(i);
+            }
+            let (_, whole, report) = g.finish(abstention("en"), true);
+            assert_eq!((whole.as_str(), report.abstained), (abstention("en"), true), "{vouched:?}");
+        }
+        // A vouch does not save a reply whose last sentence states a fact no source holds, nor one
+        // that says the documents do not hold it.
+        for last in [" The resit is on 3 March.", " I cannot find it in the documents."] {
+            let mut g = GroundedReply::new(Sources::new(&guide()));
+            g.push("Yes, the final exam is in person.");
+            assert!(g.standing_on_nothing().is_some());
+            g.push(last);
+            g.vouch(0);
+            let (_, whole, report) = g.finish(abstention("en"), true);
+            assert_eq!((whole.as_str(), report.abstained), (abstention("en"), true), "{last}");
+        }
+        // An open last sentence its own facts cite decides the reply: nothing to vouch for.
+        let mut g = GroundedReply::new(Sources::new(&guide()));
+        g.push("The final exam is on 20 January");
+        assert_eq!(g.standing_on_nothing(), None);
+        // Once a sentence is shown, dropped or a "cannot find it", nothing stands on nothing.
+        for first in [
+            "El examen final es el 20 de enero. ",
+            "El examen es el 15 de octubre. ",
+            "I cannot find it in the documents. ",
+        ] {
+            let mut g = GroundedReply::new(Sources::new(&guide()));
+            g.push(first);
+            g.push("Yes, in person");
+            assert_eq!(g.standing_on_nothing(), None, "{first}");
+        }
     }
 
     #[test]
