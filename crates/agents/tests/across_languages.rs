@@ -5,40 +5,28 @@
 //! a reply in the documents' own language. The replies come from the scripted model server over
 //! real HTTP.
 
-use schemars::JsonSchema;
+mod common;
+
 use scripted_llm::{Reply, ScriptedModelServer};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use toolgraph_agents::kit::{AgentSpec, user_turn};
 use toolgraph_agents::react;
 use toolgraph_graph::*;
 use toolgraph_llm::{OpenAiChatModel, OpenAiConfig};
 use toolgraph_rag::search::grounding;
-use toolgraph_tools::{ToolBuilder, ToolRegistry};
+use toolgraph_tools::ToolRegistry;
 
 const GUIDE: &str = "Guía docente › Evaluación";
-
-#[derive(Deserialize, JsonSchema)]
-struct SearchArgs {
-    /// The query.
-    #[allow(dead_code)]
-    query: String,
-}
 
 /// A search that finds the guide's evaluation passage, in Spanish, whatever is asked.
 fn tools() -> ToolRegistry {
     let mut reg = ToolRegistry::new();
-    reg.register(
-        ToolBuilder::<SearchArgs>::new("rag_search", "Search the course's documents")
-            .handler(|_ctx, _a| async move {
-                let passage = json!({"content": "La evaluación es continua. El examen final se celebra el 20 de enero y vale el 40 % de la nota.",
-                                     "metadata": {"citation": GUIDE}});
-                Ok(json!({"ok": true, "total_results": 1, "results": [passage]}))
-            })
-            .unwrap(),
-    )
-    .unwrap();
+    common::register_search(
+        &mut reg,
+        "La evaluación es continua. El examen final se celebra el 20 de enero y vale el 40 % de la nota.",
+        GUIDE,
+    );
     reg
 }
 

@@ -5,6 +5,8 @@
 //! real HTTP; the question's likelihood — which only an in-process model reports — is set by
 //! the test (the real model's is tested in the local-models crate).
 
+mod common;
+
 use schemars::JsonSchema;
 use scripted_llm::{Reply, ScriptedModelServer};
 use serde::Deserialize;
@@ -18,13 +20,6 @@ use toolgraph_rag::search::grounding;
 use toolgraph_tools::{ToolBuilder, ToolRegistry};
 
 const GUIDE: &str = "Guía docente › Evaluación";
-
-#[derive(Deserialize, JsonSchema)]
-struct SearchArgs {
-    /// The query.
-    #[allow(dead_code)]
-    query: String,
-}
 
 #[derive(Deserialize, JsonSchema)]
 struct GuideArgs {
@@ -43,16 +38,7 @@ fn tools() -> ToolRegistry {
             .unwrap(),
     )
     .unwrap();
-    reg.register(
-        ToolBuilder::<SearchArgs>::new("rag_search", "Search the course's documents")
-            .handler(|_ctx, _a| async move {
-                let passage = json!({"content": "El examen final es el 20 de enero y vale el 40 % de la nota.",
-                                     "metadata": {"citation": GUIDE}});
-                Ok(json!({"ok": true, "total_results": 1, "results": [passage]}))
-            })
-            .unwrap(),
-    )
-    .unwrap();
+    common::register_search(&mut reg, "El examen final es el 20 de enero y vale el 40 % de la nota.", GUIDE);
     reg
 }
 

@@ -237,12 +237,10 @@ fn is_search_output(content: &str) -> bool {
     serde_json::from_str::<Shape>(content).is_ok()
 }
 
-/// A tool's result, when [`is_search_output`]: the documents a turn found.
+/// A tool's result, when in the shape [`is_search_output`] tells (parsed once): the documents a
+/// turn found.
 fn search_output(content: &str) -> Option<Value> {
-    if !is_search_output(content) {
-        return None;
-    }
-    serde_json::from_str(content).ok()
+    serde_json::from_str::<Value>(content).ok().filter(|v| v.get("results").is_some_and(Value::is_array))
 }
 
 /// A passage as the written-out documents show it: `[label] text`.
@@ -333,14 +331,14 @@ const MAX_TRANSLATED_BYTES: usize = 600;
 /// How long the model may take to put a reply in its documents' language.
 const TRANSLATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The request that puts `reply` in the language of `first` (the first passage it is checked
-/// against), when it is plainly in another (see [`judge_in_documents_language`]).
-fn translation_request(first: &str, reply: &str) -> Option<ChatRequest> {
+/// The request that puts `reply` in `documents` (the language code of the first passage it is
+/// checked against), when it is plainly in another (see [`judge_in_documents_language`]).
+fn translation_request(documents: &str, reply: &str) -> Option<ChatRequest> {
     let reply = reply.trim();
-    if reply.len() > MAX_TRANSLATED_BYTES || !grounding::plainly_other_language(reply, first) {
+    if reply.len() > MAX_TRANSLATED_BYTES || !grounding::plainly_not_in(reply, documents) {
         return None;
     }
-    let language = grounding::language_name(grounding::language_of(first));
+    let language = grounding::language_name(documents);
     let mut request = ChatRequest::new(vec![
         Message::system("You translate text faithfully: the same statements, nothing added or left out."),
         Message::user(format!("Translate into {language}. Write only the translation.\n\n{reply}")),
@@ -368,18 +366,19 @@ pub(crate) async fn judge_in_documents_language(
     checker: &mut Checker,
 ) {
     let Some(reply) = checker.reply.standing_on_nothing() else { return };
-    let Some(request) = checker.first_passage.as_deref().and_then(|first| translation_request(first, &reply)) else {
+    let Some(request) = checker.documents_language.and_then(|language| translation_request(language, &reply)) else {
         return;
     };
-    let translating = tokio::time::timeout(TRANSLATION_TIMEOUT, translate(model, request));
+    let translating = tokio::time::timeout(TRANSLATION_TIMEOUT, model.complete(request));
     let translated = ctx
         .counted_model_call(translating, |out| match out {
-            Ok(out) => super::steps::call_report(model, &out.as_ref().map(|(_, usage)| *usage)),
+            Ok(out) => super::steps::call_report(model, &out.as_ref().map(|r| r.usage)),
             Err(_) => (false, None),
         })
         .await;
     match translated {
-        Ok(Ok((text, _))) => {
+        Ok(Ok(translation)) => {
+            let text = translation.content;
             let source = checker.reply.source_of(&text);
             tracing::debug!(node = %ctx.node(), %reply, translated = %text.trim(), ?source, "a reply judged in its documents' language");
             if let Some(passage) = source {
@@ -393,23 +392,6 @@ pub(crate) async fn judge_in_documents_language(
             tracing::warn!(node = %ctx.node(), "the reply was not put in its documents' language in time; it stands on nothing")
         }
     }
-}
-
-/// The model's reply to `request` (a [`translation_request`]) and the tokens it used.
-async fn translate(
-    model: &dyn ChatModel,
-    request: ChatRequest,
-) -> Result<(String, Option<toolgraph_llm::Usage>), toolgraph_llm::LlmError> {
-    let mut stream = model.stream(request).await?;
-    let (mut text, mut usage) = (String::new(), None);
-    while let Some(event) = futures::StreamExt::next(&mut stream).await {
-        match event? {
-            toolgraph_llm::ChatEvent::TextDelta(t) => text.push_str(&t),
-            toolgraph_llm::ChatEvent::Usage(u) => usage = Some(u),
-            _ => {}
-        }
-    }
-    Ok((text, usage))
 }
 
 /// The documents `messages` read: tool results in the normalized search shape, and results of
@@ -496,9 +478,11 @@ pub(crate) struct Checker {
     /// other tool (a greeting searched nothing, and a reply after a calculation or a saved note
     /// is about that, not about the documents).
     pub required: bool,
-    /// The first passage the reply is checked against: the language a reply across languages
-    /// is judged in ([`judge_in_documents_language`]).
-    pub first_passage: Option<String>,
+    /// The language of the first passage the reply is checked against (a [`language_of`] code):
+    /// the one a reply across languages is judged in ([`judge_in_documents_language`]).
+    ///
+    /// [`language_of`]: grounding::language_of
+    pub documents_language: Option<&'static str>,
 }
 
 /// The [`Checker`] of the model call that follows `messages` under `system`.
@@ -539,7 +523,7 @@ pub(crate) fn checker_over(
         reply: GroundedReply::new(sources),
         abstention: grounding::abstention(grounding::language_of(last_user)),
         required: only_searched,
-        first_passage: found.first().map(|p| p.text.clone()),
+        documents_language: found.first().map(|p| grounding::language_of(&p.text)),
     }
 }
 

@@ -788,7 +788,13 @@ pub fn language_of(text: &str) -> &'static str {
 /// function words (more of one language's than of the other's) — a bare word ("julio",
 /// "resits?") is no evidence, as [`language_of`] calls it English for want of any.
 pub fn plainly_other_language(text: &str, other: &str) -> bool {
-    if language_of(text) == language_of(other) {
+    plainly_not_in(text, language_of(other))
+}
+
+/// Whether `text` is plainly not written in `language` (a code [`language_of`] answers): see
+/// [`plainly_other_language`].
+pub fn plainly_not_in(text: &str, language: &str) -> bool {
+    if language_of(text) == language {
         return false;
     }
     if crate::Analyzer::detect(text) != crate::Analyzer::English {
@@ -809,7 +815,7 @@ const ENGLISH: [&str; 20] = [
     "the", "is", "are", "of", "and", "in", "a", "an", "for", "by", "with", "what", "when", "how", "who", "which",
     "where", "does", "do", "there",
 ];
-/// More English words, only for [`plainly_other_language`]: short replies ("Yes, you can book
+/// More English words, only for [`plainly_not_in`]: short replies ("Yes, you can book
 /// office hours online.") hold none of [`ENGLISH`]. Not for [`clearly_not_in`], where "i" and
 /// "it" would take a command (`npm i`, `docker run -it`) for English.
 const ENGLISH_MORE: [&str; 10] = ["yes", "you", "your", "i", "my", "it", "can", "to", "this", "that"];
