@@ -8,11 +8,14 @@
 //!   (`--held-out`), whose questions the right reply says it cannot find. Questions are taken
 //!   one per paragraph, spread over the whole set.
 //! - `--cases FILE`: JSON lines `{"lang", "question", "expect": [[alternatives…], …],
-//!   "abstain": bool}` asked of the configured agent over its own knowledge base (ingested
-//!   before): right when every group of `expect` has one alternative in the reply, and the
-//!   reply cites a passage (or, with `abstain`, says it cannot find it).
+//!   "abstain": bool, "before": [messages…]}` asked of the configured agent over its own
+//!   knowledge base (ingested before): right when every group of `expect` has one alternative
+//!   in the reply, and the reply cites a passage (or, with `abstain`, says it cannot find it).
+//!   `before`: the person's earlier messages, each asked and answered in the same conversation
+//!   first (a follow-up — "¿y la extraordinaria?" — is judged in its conversation); their
+//!   replies are not judged.
 //!
-//! Each question is asked in a fresh conversation, through the agent's graph as `chat` runs it.
+//! Each case is asked in a fresh conversation, through the agent's graph as `chat` runs it.
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -75,6 +78,9 @@ struct Case {
     /// The right reply says the documents do not hold the answer.
     #[serde(default)]
     abstain: bool,
+    /// The person's earlier messages in the conversation, asked first (not judged).
+    #[serde(default)]
+    before: Vec<String>,
     /// XQuAD: the gold paragraph's citation label, and the gold answers.
     #[serde(skip)]
     gold_label: Option<String>,
@@ -87,6 +93,9 @@ struct Case {
 struct Answered {
     lang: String,
     question: String,
+    /// The conversation before the question: each earlier message and its reply.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    before: Vec<(String, String)>,
     reply: String,
     abstain_expected: bool,
     abstained: bool,
@@ -99,6 +108,7 @@ struct Answered {
     gold_retrieved: Option<bool>,
     /// Facts of the reply that no passage, tool result or message of the turn holds.
     unsupported: Vec<String>,
+    /// The whole case's, its earlier turns' included.
     seconds: f64,
     error: Option<String>,
 }
@@ -178,8 +188,9 @@ pub async fn run(args: AnswersArgs, cfg: &Config) -> anyhow::Result<ExitCode> {
 }
 
 fn line(a: &Answered) -> String {
+    let after: String = a.before.iter().map(|(asked, _)| format!("{asked:?} … ")).collect();
     format!(
-        "{} [{}] {:?} → {:?}{}",
+        "{} [{}] {after}{:?} → {:?}{}",
         if a.right() { "ok  " } else { "MISS" },
         a.lang,
         a.question,
@@ -189,17 +200,57 @@ fn line(a: &Answered) -> String {
     )
 }
 
-/// Asks `case` in a fresh conversation and judges the reply.
+/// Asks `case` in a fresh conversation (after its earlier messages, in the same one) and
+/// judges the reply.
 async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map<String, Value>>) -> Answered {
     let started = std::time::Instant::now();
     let thread = ThreadId::new("eval", format!("q{i}"));
     let options =
-        RunOptions { recursion_limit: agent.settings.recursion_limit, owns_thread: true, ..Default::default() };
+        || RunOptions { recursion_limit: agent.settings.recursion_limit, owns_thread: true, ..Default::default() };
+    // The context goes with the first message, as a client sends it when it opens a conversation.
+    let mut context = context;
+    let mut before = Vec::with_capacity(case.before.len());
+    let mut error = None;
+    // What the earlier turns retrieved is the conversation's too: a reply may draw on it.
+    let mut read_before: Vec<Passage> = Vec::new();
+    for earlier in &case.before {
+        let mut said = String::new();
+        let started_run = agent.graph.start(&thread, user_turn(earlier.clone(), context.take()), options()).await;
+        let failed = to_the_end(started_run, |event| match event {
+            RunEvent::TextDelta { text } => said.push_str(&text),
+            RunEvent::ToolResult { outcome, .. } => read_before.extend(passages_in(&outcome)),
+            _ => {}
+        })
+        .await;
+        before.push((earlier.clone(), said.trim().to_owned()));
+        if let Some(e) = failed {
+            error = Some(format!("before the question, {earlier:?}: {e}"));
+            break;
+        }
+    }
     let mut reply = String::new();
     let mut passages: Vec<Passage> = Vec::new();
     let mut others: Vec<String> = Vec::new();
-    let started_run = agent.graph.start(&thread, user_turn(case.question.clone(), context), options).await;
-    let error = to_the_end(started_run, |event| match event {
+    // A conversation that failed before the question is not asked it: the case is not right.
+    if let Some(error) = error {
+        return Answered {
+            lang: case.lang.clone(),
+            question: case.question.clone(),
+            before,
+            reply,
+            abstain_expected: case.abstain,
+            abstained: false,
+            right_fact: false,
+            f1: None,
+            cited: false,
+            gold_retrieved: None,
+            unsupported: Vec::new(),
+            seconds: started.elapsed().as_secs_f64(),
+            error: Some(error),
+        };
+    }
+    let started_run = agent.graph.start(&thread, user_turn(case.question.clone(), context), options()).await;
+    let asked = to_the_end(started_run, |event| match event {
         RunEvent::TextDelta { text } => reply.push_str(&text),
         RunEvent::ToolResult { outcome, .. } => {
             let found = passages_in(&outcome);
@@ -211,6 +262,7 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
         _ => {}
     })
     .await;
+    let error = asked;
     let reply = reply.trim().to_owned();
     let abstained = is_abstention(&reply);
     // A number as a whole number ("6" is not in "60 %", "20" is in "20th" and "20일"), words
@@ -241,12 +293,18 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
         after.split_once(']').is_some_and(|(label, tail)| !tail.starts_with('(') && grounding::looks_like_label(label))
     });
     let gold_retrieved = case.gold_label.as_ref().map(|gold| labels.iter().take(3).any(|l| l == gold));
-    // The support pass again, over what the turn read: a reply must state nothing new.
-    let mut sources = Sources::new(&passages);
+    // The support pass again, over what the conversation read: a reply must state nothing new.
+    let read: Vec<Passage> = passages.iter().chain(&read_before).cloned().collect();
+    let mut sources = Sources::new(&read);
     for o in &others {
         sources.add_evidence(o);
     }
     sources.add_given(&case.question);
+    // What the person said earlier is theirs to repeat; the agent's earlier replies are not
+    // sources (a fact they invented would vouch for itself).
+    for earlier in &case.before {
+        sources.add_given(earlier);
+    }
     sources.add_given(&agent.settings.system_prompt);
     let unsupported = grounding::sentences(&reply)
         .into_iter()
@@ -259,6 +317,7 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
     Answered {
         lang: case.lang.clone(),
         question: case.question.clone(),
+        before,
         reply,
         abstain_expected: case.abstain,
         abstained,
@@ -413,6 +472,7 @@ async fn xquad(
             question: qa.question.clone(),
             expect: Vec::new(),
             abstain: *held_out,
+            before: Vec::new(),
             gold_label: (!held_out).then(|| gold_label.clone()),
             gold: if *held_out { Vec::new() } else { qa.answers.iter().map(|a| a.text.clone()).collect() },
         });
@@ -545,6 +605,7 @@ mod tests {
                 let case: Case =
                     serde_json::from_str(line).unwrap_or_else(|e| panic!("{} line {}: {e}", path.display(), i + 1));
                 assert!(!case.question.trim().is_empty(), "{} line {}", path.display(), i + 1);
+                assert!(case.before.iter().all(|m| !m.trim().is_empty()), "{} line {}", path.display(), i + 1);
                 assert!(case.abstain == case.expect.is_empty(), "{} line {}: expect or abstain", path.display(), i + 1);
             }
         }

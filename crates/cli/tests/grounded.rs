@@ -230,3 +230,94 @@ async fn the_tutor_answers_from_its_documents_cites_them_and_says_so_when_they_d
     assert!(sse_events(&ninth).iter().all(|(e, _)| e != "pending") && !ninth.contains("note_write"), "{ninth}");
     assert_eq!(said, "No encuentro esa información en los documentos que tengo.");
 }
+
+/// `eval answers` with a case that has earlier messages: they are asked first, in the same
+/// conversation (the judged question's request carries them and their replies), their replies
+/// are reported, and what their turns retrieved counts as the conversation's sources — a reply
+/// repeating the earlier answer's date, from a turn whose own search found nothing on it, states
+/// nothing unsupported. On the bundled course corpus, ingested for real, and the scripted model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_answers_asks_a_cases_earlier_messages_first_in_the_same_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgraph.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ingest = std::process::Command::new(env!("CARGO_BIN_EXE_toolgraph"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["ingest", "examples/corpus", "--kb", "cursos", "--keyword-only"])
+        .args(["--path-meta", "{asignatura}/{tipo_documento}/**"])
+        .current_dir(&repo)
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none")
+        .output()
+        .unwrap();
+    assert!(ingest.status.success(), "{}", String::from_utf8_lossy(&ingest.stderr));
+    let cases = dir.path().join("cases-answers.jsonl");
+    std::fs::write(
+        &cases,
+        concat!(
+            r#"{"lang": "es", "before": ["¿Cuándo es el examen final?"], "question": "¿Me puedes repetir la fecha, por favor?", "expect": [["20"]]}"#,
+            "\n",
+            r#"{"lang": "es", "before": ["¿Cuántos créditos tiene la asignatura?"], "question": "¿Y en qué semestre?", "expect": [["primer"]]}"#,
+        ),
+    )
+    .unwrap();
+    // Each turn: the answer the model starts from memory (stopped), then its answer from the
+    // documents; the first with a date the guide does not hold as well.
+    let memory = || Reply::text("El examen final es el 15 de octubre.");
+    let model = ScriptedModelServer::start(vec![
+        memory(),
+        Reply::text("El examen final se celebra el 20 de enero. La revisión es el 15 de octubre."),
+        memory(),
+        Reply::text("Claro: el examen final es el 20 de enero."),
+        // The second case's earlier turn fails: its question is not asked.
+        Reply::status(400, r#"{"error": {"message": "the scripted model refuses"}}"#),
+    ])
+    .await
+    .unwrap();
+    let mut eval = std::process::Command::new(env!("CARGO_BIN_EXE_toolgraph"));
+    eval.arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["eval", "answers", "--json", "--context", "asignatura=iv", "--cases"])
+        .arg(&cases)
+        .env("TOOLGRAPH_LLM_BASE_URL", model.base_url())
+        .env("TOOLGRAPH_LLM_MODEL", "scripted")
+        .env("TOOLGRAPH_RAG_EMBEDDING", "none");
+    let out = tokio::task::spawn_blocking(move || eval.output().unwrap()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        5,
+        "the first case's turns asked the model twice each, the second's once: {requests:#?}"
+    );
+
+    let result = &report["results"][0];
+    let label = "Guía docente de Infraestructura Virtual › Evaluación › Convocatoria ordinaria";
+    assert_eq!(
+        result["before"],
+        json!([["¿Cuándo es el examen final?", format!("El examen final se celebra el 20 de enero [{label}].")]]),
+        "the earlier turn ran, checked as any turn (its invented date dropped): {result}"
+    );
+    // The judged question went in the same conversation: after the earlier question and its
+    // kept answer.
+    let history = sent(&requests[3]);
+    assert!(history.iter().any(|(role, c)| role == "user" && c == "¿Cuándo es el examen final?"), "{history:?}");
+    assert!(history.iter().any(|(role, c)| role == "assistant" && c.contains("20 de enero")), "{history:?}");
+    let (_, asked) = history.last().unwrap();
+    assert!(!asked.contains("20 de enero"), "this turn's own search found nothing on the date: {asked}");
+    // Its reply draws on what the earlier turn retrieved: cited, right, nothing unsupported.
+    assert_eq!(result["reply"], format!("Claro: el examen final es el 20 de enero [{label}]."), "{result}");
+    assert_eq!((&result["right_fact"], &result["cited"]), (&json!(true), &json!(true)), "{result}");
+    assert_eq!(result["unsupported"], json!([]), "{result}");
+    // A conversation that failed before its question is reported so, and is not right.
+    let failed = &report["results"][1];
+    assert!(failed["error"].as_str().is_some_and(|e| e.starts_with("before the question")), "{failed}");
+    assert_eq!((&failed["reply"], &failed["right_fact"]), (&json!(""), &json!(false)), "{failed}");
+    assert_eq!(report["all"]["right"], 0.5, "{report}");
+}

@@ -6,7 +6,9 @@
 //! The check is lexical and deterministic, so it holds whatever model wrote the reply:
 //! - A sentence's **facts** are its numbers (`20`, `40 %`, `0,6`, `10:30`), its months in
 //!   any of several languages or as `1월` / `tháng 1` / `20/01`, and its names (capitalised
-//!   words not opening the sentence). A fact is *held* by a text that has it too; numbers
+//!   words not opening the sentence); a day with its month (`20 de enero`, `1월 20일`) and an
+//!   amount with its currency (`100 euros`) are facts too, besides their number and month
+//!   ([`paired_facts`](super::paired_facts)). A fact is *held* by a text that has it too; numbers
 //!   compare by value as written (`0,6` is `0.6`, `01` is `1`), months as their number.
 //! - A sentence is **unsupported** when one of its facts is held by no source at all: not a
 //!   passage, not another tool's result, not an earlier reply, not the person's own words nor
@@ -59,7 +61,7 @@ pub fn passages_in(output: &Value) -> Vec<Passage> {
 /// What a text holds: its facts, its terms, and the names it may write.
 #[derive(Debug, Default, Clone)]
 struct Holdings {
-    /// `num:…` and `m:…` facts.
+    /// Its facts but names ([`facts`]).
     facts: HashSet<String>,
     /// Its terms (what a fact-free sentence shares; a passage's are in [`Sources::attribution`]).
     terms: TermSet,
@@ -98,7 +100,7 @@ impl Holdings {
         }
     }
 
-    /// Whether this text holds fact `f` (a `num:`, `m:` or `n:` key).
+    /// Whether this text holds fact `f` (a key of [`facts`]).
     fn holds(&self, f: &str) -> bool {
         match f.strip_prefix("n:") {
             Some(name) => {
@@ -110,8 +112,24 @@ impl Holdings {
                             .get(&name.chars().take(4).collect::<String>())
                             .is_some_and(|lens| lens.iter().any(|l| l.abs_diff(n) <= 2)))
             }
-            None => self.facts.contains(f),
+            None => self.facts.contains(f) || self.holds_parts(f),
         }
+    }
+
+    /// Whether this text holds the parts of a date or an amount it does not write as one: the
+    /// day and the month, the number and a currency. A range ("del 10 al 20 de diciembre"), a
+    /// list or a table writes them apart; only a date or an amount made of two texts' parts
+    /// (one passage's "20 de enero", another's "julio") is held by none.
+    fn holds_parts(&self, f: &str) -> bool {
+        if let Some(date) = f.strip_prefix("date:")
+            && let Some((month, day)) = date.split_once('-')
+        {
+            return self.facts.contains(&format!("num:{day}")) && self.facts.contains(&format!("m:{month}"));
+        }
+        if let Some(amount) = f.strip_prefix("amount:") {
+            return self.facts.contains(&format!("num:{amount}")) && self.facts.contains(super::paired_facts::CURRENCY);
+        }
+        false
     }
 }
 
@@ -344,8 +362,9 @@ fn rounded(key: &str) -> Vec<String> {
         .collect()
 }
 
-/// The facts of `text` as `num:…`, `m:…` and `n:…` keys. A source (`generous`) also holds
-/// the month of every `d/m` date it writes, and each of its words as a name.
+/// The facts of `text` as `num:…`, `m:…`, `d:…`, `n:…`, `date:…` and `amount:…` keys. A source
+/// (`generous`) also holds the month of every `d/m` date it writes (and both readings of its
+/// date), whether it names a currency, and each of its words as a name.
 fn facts(text: &str, generous: bool) -> Vec<String> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let mut out = Vec::new();
@@ -449,6 +468,9 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
         }
         i += 1;
     }
+    // A reply's "may" or "mai" is no month (see AMBIGUOUS), in a date either.
+    let month = |w: &str| month_of(w).filter(|_| generous || !AMBIGUOUS.contains(&w));
+    out.extend(super::paired_facts::paired_facts(text, generous, month, number_key));
     out.sort_unstable();
     out.dedup();
     out
@@ -1181,7 +1203,42 @@ mod tests {
             Verdict::Unsupported(vec!["castillo".into(), "pedro".into()])
         );
         assert_eq!(sources.judge("El profesor es Juan Julián Merelo.", None), Verdict::Cited(1));
-        assert_eq!(sources.judge("The exam is on 21 January.", None), Verdict::Unsupported(vec!["21".into()]));
+        assert_eq!(
+            sources.judge("The exam is on 21 January.", None),
+            Verdict::Unsupported(vec!["1-21".into(), "21".into()])
+        );
+        // A day moved to a month another passage names is a date no source holds, and a
+        // percentage is no price.
+        let mut resit = guide();
+        resit.push(Passage {
+            label: "Guía IV › Evaluación › Convocatoria extraordinaria".into(),
+            text: "Quien no supere la ordinaria puede presentarse a un examen en julio que vale el 100 %.".into(),
+        });
+        let sources = Sources::new(&resit);
+        assert_eq!(sources.judge("La extraordinaria es en julio.", None), Verdict::Cited(2));
+        assert_eq!(
+            sources.judge("La extraordinaria es el 20 de julio.", None),
+            Verdict::Unsupported(vec!["7-20".into()])
+        );
+        assert_eq!(sources.judge("기말 시험은 7월 20일입니다.", None), Verdict::Unsupported(vec!["7-20".into()]));
+        assert_eq!(sources.judge("La matrícula cuesta 100 euros.", None), Verdict::Unsupported(vec!["100".into()]));
+        assert_eq!(sources.judge("El examen vale el 100 %.", None), Verdict::Cited(2));
+        // A date or an amount a passage writes in a range, a list or a table holds its parts.
+        let mut guide = guide();
+        guide.push(Passage {
+            label: "Guía IV › Entregas".into(),
+            text:
+                "Plazo de entrega: del 10 al 20 de diciembre. Tasas: entre 300 y 600 euros.\n| Revisión | 27 | enero |"
+                    .into(),
+        });
+        let sources = Sources::new(&guide);
+        for held in
+            ["El plazo empieza el 10 de diciembre.", "Cuesta al menos 300 euros.", "La revisión es el 27 de enero."]
+        {
+            assert_eq!(sources.judge(held, None), Verdict::Cited(2), "{held}");
+        }
+        // "may" in a reply is no month, in a date either: "20 may" claims no 20th of May.
+        assert_eq!(sources.judge("Students who get less than 20 may not pass.", None), Verdict::Cited(0));
         // Weekdays by name in any of the languages: "Tuesdays" is "los martes".
         assert_eq!(sources.judge("Office hours are on Tuesdays from 10:30 to 12:30.", None), Verdict::Cited(1));
         assert_eq!(sources.judge("Office hours are on Fridays.", None), Verdict::Unsupported(vec!["5".into()]));

@@ -9,6 +9,7 @@ pub mod attribution;
 pub mod citation;
 pub mod fusion;
 pub mod grounding;
+mod paired_facts;
 mod request;
 mod retriever;
 
