@@ -18,7 +18,8 @@
 //!   of its terms by weight (a sentence without facts: the passage that supports it by the
 //!   shared [`attribution`](super::attribution) — stems, or syllable pairs in Vietnamese, each
 //!   weighing more the fewer passages hold it); a passage its own `[label]` names stands unless
-//!   another holds more of its facts, or as many and its terms clearly better; **backed** when
+//!   another holds more of its facts, or as many and its terms clearly better (a sentence with
+//!   facts that passage lacks names each other passage it draws on as well); **backed** when
 //!   only other evidence holds it (a calculator's result, an earlier answer); else **plain** (a
 //!   greeting, "claro", a sentence of no facts drawn from nowhere). The facts the person gave
 //!   (or the instructions) count only when the sentence's own find it no source: repeating the
@@ -224,6 +225,33 @@ impl Sources {
             Verdict::Plain if own.len() < claimed.len() => self.attribute(&claimed, &claimed, &mine, hinted),
             verdict => verdict,
         }
+    }
+
+    /// The other passages a sentence cited to passage `cited` draws on: for each of its facts
+    /// that passage does not hold (nor the person's words, other evidence, or a passage already
+    /// named), the best-ranked passage that does — one under another label (the parts of a long
+    /// section share theirs). "Las clases son los lunes en el aula 1.4 y las tutorías los martes
+    /// en el despacho 15" takes one passage's day and room and another's. Names do not count:
+    /// every passage holds each of its words as one, so a name the cited passage lacks ("IV")
+    /// would name whichever passage happens to write it.
+    pub fn also_drawn_on(&self, sentence: &str, cited: usize) -> Vec<usize> {
+        let mut also: Vec<usize> = Vec::new();
+        let named = |also: &[usize], f: &str| {
+            self.passages.get(cited).is_some_and(|p| p.holds(f)) || also.iter().any(|&j| self.passages[j].holds(f))
+        };
+        for f in facts(sentence, false) {
+            if f.starts_with("n:") || named(&also, &f) || self.given.holds(&f) || self.evidence.holds(&f) {
+                continue;
+            }
+            let label = |j: usize| self.labels[j].as_str();
+            if let Some(j) = self.passages.iter().position(|p| p.holds(&f))
+                && self.labels.get(cited).is_none_or(|l| l != label(j))
+                && !also.iter().any(|&k| label(k) == label(j))
+            {
+                also.push(j);
+            }
+        }
+        also
     }
 
     /// The source of a sentence that states `claimed` (each held by some source) in the terms
@@ -726,9 +754,19 @@ impl GroundedReply {
             }
             Verdict::Cited(i) => {
                 self.report.cited += 1;
-                // A run of sentences from one passage carries its label once, on the first.
-                let text = if self.last_label == Some(i) { bare } else { with_label(&bare, self.sources.label(i)) };
-                self.last_label = Some(i);
+                // A run of sentences from one passage carries its label once, on the first; a
+                // sentence that states other passages' facts too names each of them, its own
+                // first, and the next sentence is labelled again (it follows other labels).
+                let also = self.sources.also_drawn_on(&bare, i);
+                let mut text = if self.last_label == Some(i) && also.is_empty() {
+                    bare
+                } else {
+                    with_label(&bare, self.sources.label(i))
+                };
+                for j in &also {
+                    text = with_label(&text, self.sources.label(*j));
+                }
+                self.last_label = also.is_empty().then_some(i);
                 self.release_grounded(&text)
             }
         }
@@ -1306,6 +1344,42 @@ mod tests {
             whole,
             "Las prácticas valen el 60 % [Guía IV › Evaluación › Convocatoria ordinaria]. Tutorías los martes [Guía IV › Profesorado]."
         );
+    }
+
+    #[test]
+    fn a_sentence_drawing_on_two_passages_names_both() {
+        let mut passages = guide();
+        passages.push(Passage {
+            label: "Guía IV › Datos".into(),
+            text: "Las clases de teoría son los lunes de 9:30 a 11:30 en el aula 1.4.".into(),
+        });
+        let reply = "Las clases son los lunes en el aula 1.4 y las tutorías los martes en el despacho 24. Hola.";
+        let (streamed, whole, report) = run(reply, Sources::new(&passages), 4, true);
+        assert_eq!(streamed, whole);
+        let (first, rest) = whole.split_once(". ").unwrap();
+        for label in ["[Guía IV › Datos]", "[Guía IV › Profesorado]"] {
+            assert!(first.contains(label), "{whole}");
+        }
+        assert!(!first.contains("Evaluación"), "{whole}");
+        assert_eq!(rest, "Hola.");
+        assert_eq!(report.cited, 1);
+        // One passage's facts alone: its label only.
+        let (_, whole, _) = run("Las clases son los lunes en el aula 1.4.", Sources::new(&passages), 4, true);
+        assert_eq!(whole, "Las clases son los lunes en el aula 1.4 [Guía IV › Datos].");
+        // After a sentence of its own passage, one that draws on another too names both, and the
+        // next of the first passage is labelled again.
+        let reply =
+            "Las clases son los lunes. Son en el aula 1.4, y las tutorías en el despacho 24. Empiezan a las 9:30.";
+        let (_, whole, _) = run(reply, Sources::new(&passages), 4, true);
+        assert_eq!(
+            whole,
+            "Las clases son los lunes [Guía IV › Datos]. Son en el aula 1.4, y las tutorías en el despacho 24 \
+             [Guía IV › Profesorado] [Guía IV › Datos]. Empiezan a las 9:30 [Guía IV › Datos]."
+        );
+        // A name the cited passage lacks names no other passage ("Merelo" is only the
+        // professor's, and every passage holds its words as names).
+        let (_, whole, _) = run("Las clases de Merelo son los lunes en el aula 1.4.", Sources::new(&passages), 4, true);
+        assert_eq!(whole, "Las clases de Merelo son los lunes en el aula 1.4 [Guía IV › Datos].");
     }
 
     #[test]
