@@ -231,38 +231,26 @@ async fn ask(agent: &assembly::Agent, i: usize, case: &Case, context: Option<Map
     let mut reply = String::new();
     let mut passages: Vec<Passage> = Vec::new();
     let mut others: Vec<String> = Vec::new();
-    // A conversation that failed before the question is not asked it: the case is not right.
-    if let Some(error) = error {
-        return Answered {
-            lang: case.lang.clone(),
-            question: case.question.clone(),
-            before,
-            reply,
-            abstain_expected: case.abstain,
-            abstained: false,
-            right_fact: false,
-            f1: None,
-            cited: false,
-            gold_retrieved: None,
-            unsupported: Vec::new(),
-            seconds: started.elapsed().as_secs_f64(),
-            error: Some(error),
-        };
-    }
-    let started_run = agent.graph.start(&thread, user_turn(case.question.clone(), context), options()).await;
-    let asked = to_the_end(started_run, |event| match event {
-        RunEvent::TextDelta { text } => reply.push_str(&text),
-        RunEvent::ToolResult { outcome, .. } => {
-            let found = passages_in(&outcome);
-            if found.is_empty() {
-                others.push(outcome.to_string());
-            }
-            passages.extend(found);
+    // A conversation that failed before the question is not asked it: its reply stays empty,
+    // and the case is not right.
+    let error = match error {
+        Some(failed) => Some(failed),
+        None => {
+            let started_run = agent.graph.start(&thread, user_turn(case.question.clone(), context), options()).await;
+            to_the_end(started_run, |event| match event {
+                RunEvent::TextDelta { text } => reply.push_str(&text),
+                RunEvent::ToolResult { outcome, .. } => {
+                    let found = passages_in(&outcome);
+                    if found.is_empty() {
+                        others.push(outcome.to_string());
+                    }
+                    passages.extend(found);
+                }
+                _ => {}
+            })
+            .await
         }
-        _ => {}
-    })
-    .await;
-    let error = asked;
+    };
     let reply = reply.trim().to_owned();
     let abstained = is_abstention(&reply);
     // A number as a whole number ("6" is not in "60 %", "20" is in "20th" and "20일"), words

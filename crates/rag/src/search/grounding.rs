@@ -332,9 +332,9 @@ const MONTHS: [&[&str]; 12] = [
 
 /// Month and weekday names that are often something else: "may" (a verb), "mai" (Vietnamese
 /// "tomorrow", a name), "segunda"… (Spanish and Portuguese ordinals).
-const AMBIGUOUS: [&str; 6] = ["may", "mai", "segunda", "quarta", "quinta", "sexta"];
+pub(super) const AMBIGUOUS: [&str; 6] = ["may", "mai", "segunda", "quarta", "quinta", "sexta"];
 
-fn month_of(word: &str) -> Option<usize> {
+pub(super) fn month_of(word: &str) -> Option<usize> {
     MONTHS.iter().position(|names| names.contains(&word)).map(|i| i + 1)
 }
 
@@ -365,7 +365,7 @@ fn weekday_of(word: &str) -> Option<usize> {
 /// A number as written, by value: separators between digit groups of three are thousands
 /// (`2.000` is `2000`), another `,` or `.` is the decimal point, `:` stays (a time), and
 /// leading zeros go (`01` is `1`).
-fn number_key(raw: &str) -> String {
+pub(super) fn number_key(raw: &str) -> String {
     let groups: Vec<&str> = raw.split(['.', ',']).collect();
     let thousands =
         groups.len() > 1 && groups[0] != "0" && groups[1..].iter().all(|g| g.len() == 3) && !raw.contains(':');
@@ -496,9 +496,7 @@ fn facts(text: &str, generous: bool) -> Vec<String> {
         }
         i += 1;
     }
-    // A reply's "may" or "mai" is no month (see AMBIGUOUS), in a date either.
-    let month = |w: &str| month_of(w).filter(|_| generous || !AMBIGUOUS.contains(&w));
-    out.extend(super::paired_facts::paired_facts(text, generous, month, number_key));
+    out.extend(super::paired_facts::paired_facts(text, generous));
     out.sort_unstable();
     out.dedup();
     out

@@ -79,14 +79,11 @@ fn tokens(text: &str) -> Vec<Token> {
 
 /// The `date:M-D` and `amount:N` facts of `text`; `source`: also the other reading of a
 /// `d/m` date (a source's `01/02` may be either; a reply's is read day first, as the months
-/// elsewhere in this check are). `month_of` tells a month's number by its name, `number_key`
-/// an amount's value.
-pub(super) fn paired_facts(
-    text: &str,
-    source: bool,
-    month_of: impl Fn(&str) -> Option<usize>,
-    number_key: impl Fn(&str) -> String,
-) -> Vec<String> {
+/// elsewhere in this check are), whether it names a currency, and "may" or "mai" as a month
+/// (in a reply they are no month, as in the rest of the check).
+pub(super) fn paired_facts(text: &str, source: bool) -> Vec<String> {
+    use super::grounding::{AMBIGUOUS, month_of, number_key};
+    let month_of = |w: &str| month_of(w).filter(|_| source || !AMBIGUOUS.contains(&w));
     let t = tokens(text);
     let mut out = Vec::new();
     let day = |k: usize| match t.get(k) {
@@ -176,13 +173,7 @@ mod tests {
     use super::*;
 
     fn pairs(text: &str, source: bool) -> Vec<String> {
-        let months = ["enero", "february", "julio", "january"];
-        let month_of = |w: &str| match months.iter().position(|m| *m == w)? {
-            0 | 3 => Some(1),
-            1 => Some(2),
-            _ => Some(7),
-        };
-        let mut found = paired_facts(text, source, month_of, |raw| raw.replace(',', "."));
+        let mut found = paired_facts(text, source);
         found.sort();
         found
     }
@@ -208,6 +199,9 @@ mod tests {
         assert!(pairs("En 2026, enero fue frío.", false).is_empty());
         assert!(pairs("Son 20 alumnos y en julio hay examen.", false).is_empty());
         assert!(pairs("Vale el 100 % de la nota en julio.", false).is_empty());
+        // "may" is a month only in a source: a reply's "20 may pass" claims no date.
+        assert!(pairs("Those under 20 may not pass.", false).is_empty());
+        assert_eq!(pairs("Exam: 20 May.", true), ["date:5-20"]);
     }
 
     #[test]
